@@ -1,0 +1,62 @@
+/* core.h - status codes, last-error messages, clocks and small helpers shared by
+ * every stoke module. */
+#ifndef STOKE_CORE_H
+#define STOKE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STOKE_VERSION "0.1.0"
+
+/* Every library call that can fail returns one of these. Values only grow at the
+ * end, so they can be logged and compared across versions. */
+typedef enum stoke_status {
+    STOKE_OK = 0,
+    STOKE_ERR_ARG,         /* bad argument or option value */
+    STOKE_ERR_IO,          /* open/read/write failed (errno in the message) */
+    STOKE_ERR_FORMAT,      /* malformed input file (file and offset in the message) */
+    STOKE_ERR_NOMEM,       /* allocation failed */
+    STOKE_ERR_UNAVAILABLE, /* a library, device or reading is not present */
+    STOKE_ERR_SYSTEM,      /* a system call failed (fork, exec, signals, ...) */
+    STOKE_ERR_NOTFOUND,    /* a named thing (process, file, device) does not exist */
+} stoke_status;
+
+/* Short stable name of a status ("io", "format", ...). Never NULL. */
+const char *stoke_status_name(stoke_status s);
+
+/* Records the calling thread's last error message (printf-style) and returns `s`,
+ * so library code can write `return stoke_fail(STOKE_ERR_IO, "%s: %s", path, ...)`.
+ * The message is truncated to 1023 bytes. Can't fail. */
+stoke_status stoke_fail(stoke_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The calling thread's last error message, or "" if none. Valid until the next
+ * stoke_fail on the same thread. */
+const char *stoke_last_error(void);
+
+/* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
+uint64_t stoke_now_ns(void);
+
+/* Wall clock in seconds since the Unix epoch, with sub-second precision. */
+double stoke_wall_time(void);
+
+/* Reads a whole small file (such as one under /proc or /sys) into buf, NUL-terminated.
+ * Returns the number of bytes read, or -1 if it cannot be opened or read (errno is
+ * left set; no last-error message is recorded: absent files are a normal answer). */
+long stoke_read_file(const char *path, char *buf, size_t size);
+
+/* Like stoke_read_file, then strips trailing whitespace. Returns -1 on failure. */
+long stoke_read_line(const char *path, char *buf, size_t size);
+
+/* Formats a byte count as "12.3 GB" (decimal units, as nvidia-smi and the seeds use)
+ * into buf and returns buf. */
+char *stoke_format_bytes(double bytes, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,228 @@
+/* hw.h - what the machine has: CPU, memory, the storage under a path, and NVIDIA GPUs
+ * (through NVML and the CUDA runtime, both loaded at run time with dlopen). */
+#ifndef STOKE_HW_H
+#define STOKE_HW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stoke/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- CPU ---------------------------------------------------------------------- */
+
+/* SIMD feature bits, as reported by the kernel's /proc/cpuinfo flags. */
+enum {
+    STOKE_SIMD_SSE42 = 1u << 0,
+    STOKE_SIMD_AVX = 1u << 1,
+    STOKE_SIMD_AVX2 = 1u << 2,
+    STOKE_SIMD_FMA = 1u << 3,
+    STOKE_SIMD_AVX512F = 1u << 4,
+    STOKE_SIMD_AVX512BW = 1u << 5,
+    STOKE_SIMD_AVX512VL = 1u << 6,
+    STOKE_SIMD_AVX512_VNNI = 1u << 7,
+    STOKE_SIMD_AVX512_BF16 = 1u << 8,
+    STOKE_SIMD_AVX512_FP16 = 1u << 9,
+    STOKE_SIMD_AMX_TILE = 1u << 10,
+    STOKE_SIMD_AMX_BF16 = 1u << 11,
+    STOKE_SIMD_AMX_INT8 = 1u << 12,
+    STOKE_SIMD_F16C = 1u << 13,
+};
+
+typedef struct stoke_cpu_info {
+    char model[128];         /* "model name" of the first CPU, "" if unknown */
+    int logical_cpus;        /* online logical CPUs */
+    int usable_cpus;         /* CPUs this process may run on (sched_getaffinity) */
+    int physical_cores;      /* distinct (package, core id) pairs among online CPUs */
+    int sockets;             /* distinct physical package ids */
+    int numa_nodes;          /* online NUMA nodes, 1 if the kernel shows none */
+    uint64_t l1d_bytes;      /* per-core L1 data cache; 0 = unknown */
+    uint64_t l2_bytes;       /* per-core (or per-cluster) L2; 0 = unknown */
+    uint64_t l3_bytes;       /* per-package L3; 0 = unknown */
+    uint32_t simd;           /* STOKE_SIMD_* bits */
+    double max_mhz;          /* highest clock the kernel reports; 0 = unknown */
+} stoke_cpu_info;
+
+/* Fills *out from /proc/cpuinfo and /sys/devices/system/{cpu,node}. `root` is a
+ * prefix prepended to those paths ("" or NULL for the real system) so tests can feed
+ * a recorded tree. Missing files leave their fields 0/"". Returns STOKE_ERR_IO only
+ * if /proc/cpuinfo itself cannot be read. */
+stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out);
+
+/* Space-separated names of the bits in `simd` ("avx2 fma avx512f ..."). */
+const char *stoke_simd_names(uint32_t simd, char *buf, size_t size);
+
+typedef struct stoke_mem_info {
+    uint64_t total_bytes;     /* MemTotal */
+    uint64_t available_bytes; /* MemAvailable */
+} stoke_mem_info;
+
+/* Reads /proc/meminfo (under `root`, as above). */
+stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out);
+
+/* ---- Storage under a path ----------------------------------------------------- */
+
+typedef enum stoke_disk_kind {
+    STOKE_DISK_UNKNOWN = 0,
+    STOKE_DISK_MEMORY,     /* tmpfs / ramfs: the data already lives in RAM */
+    STOKE_DISK_SSD,        /* block device with queue/rotational = 0 */
+    STOKE_DISK_ROTATIONAL, /* block device with queue/rotational = 1 */
+    STOKE_DISK_NETWORK,    /* nfs, cifs, sshfs, ... */
+    STOKE_DISK_OVERLAY,    /* overlay or other virtual fs whose backing disk is hidden */
+} stoke_disk_kind;
+
+typedef struct stoke_disk_info {
+    char mount_point[512]; /* longest mount point containing the path */
+    char fs_type[32];      /* "ext4", "tmpfs", "nfs4", ... */
+    char device[128];      /* mount source, e.g. "/dev/nvme0n1p2" */
+    stoke_disk_kind kind;
+    char reason[160];      /* how the kind was decided, for the user */
+} stoke_disk_info;
+
+/* Finds the filesystem under `path` (which must exist) from /proc/self/mountinfo and
+ * classifies it. STOKE_ERR_NOTFOUND if the path does not exist. */
+stoke_status stoke_disk_probe(const char *path, stoke_disk_info *out);
+
+const char *stoke_disk_kind_name(stoke_disk_kind k); /* "ssd", "rotational", ... */
+
+/* ---- NVIDIA GPUs ------------------------------------------------------------------
+ * Every reading carries a valid bit: a reading a device does not support is absent,
+ * never zero. */
+
+enum {
+    STOKE_GPU_HAS_MEMORY = 1u << 0,
+    STOKE_GPU_HAS_CC = 1u << 1,
+    STOKE_GPU_HAS_SM_COUNT = 1u << 2,
+    STOKE_GPU_HAS_POWER_LIMIT = 1u << 3,
+    STOKE_GPU_HAS_MAX_SM_CLOCK = 1u << 4,
+    STOKE_GPU_HAS_PCIE = 1u << 5,
+    STOKE_GPU_HAS_PCI_BUS_ID = 1u << 6,
+};
+
+typedef struct stoke_gpu_info {
+    int index;                  /* NVML index */
+    char name[96];
+    char uuid[96];
+    char pci_bus_id[32];        /* "00000000:3B:00.0" */
+    uint64_t memory_total_bytes;
+    int cc_major, cc_minor;     /* compute capability */
+    int sm_count;               /* streaming multiprocessors (CUDA runtime) */
+    unsigned power_limit_mw;    /* enforced power limit, milliwatts */
+    unsigned max_sm_clock_mhz;
+    unsigned pcie_gen, pcie_width; /* current link generation and lanes */
+    unsigned valid;             /* STOKE_GPU_HAS_* */
+} stoke_gpu_info;
+
+enum {
+    STOKE_GS_UTIL = 1u << 0,      /* util_gpu_pct and util_mem_pct */
+    STOKE_GS_MEMORY = 1u << 1,    /* mem_used_bytes and mem_total_bytes */
+    STOKE_GS_POWER = 1u << 2,     /* power_mw */
+    STOKE_GS_POWER_LIMIT = 1u << 3,
+    STOKE_GS_TEMP = 1u << 4,
+    STOKE_GS_SM_CLOCK = 1u << 5,
+    STOKE_GS_THROTTLE = 1u << 6,
+    STOKE_GS_PCIE_RX = 1u << 7,
+    STOKE_GS_PCIE_TX = 1u << 8,
+};
+
+/* Clock-event ("throttle") reason bits, as NVML defines them. */
+enum {
+    STOKE_THROTTLE_GPU_IDLE = 0x1,
+    STOKE_THROTTLE_APP_CLOCKS = 0x2,
+    STOKE_THROTTLE_SW_POWER_CAP = 0x4,
+    STOKE_THROTTLE_HW_SLOWDOWN = 0x8,
+    STOKE_THROTTLE_SYNC_BOOST = 0x10,
+    STOKE_THROTTLE_SW_THERMAL = 0x20,
+    STOKE_THROTTLE_HW_THERMAL = 0x40,
+    STOKE_THROTTLE_HW_POWER_BRAKE = 0x80,
+    STOKE_THROTTLE_DISPLAY_CLOCK = 0x100,
+};
+
+typedef struct stoke_gpu_sample {
+    unsigned valid;             /* STOKE_GS_* */
+    unsigned util_gpu_pct;      /* % of time a kernel ran over the driver's window */
+    unsigned util_mem_pct;      /* % of time device memory was read or written */
+    uint64_t mem_used_bytes, mem_total_bytes;
+    unsigned power_mw, power_limit_mw;
+    unsigned temp_c;
+    unsigned sm_clock_mhz;
+    uint64_t throttle_reasons;  /* STOKE_THROTTLE_* bits */
+    unsigned pcie_rx_kBps, pcie_tx_kBps; /* KB/s over NVML's 20 ms window */
+} stoke_gpu_sample;
+
+typedef struct stoke_gpu_proc {
+    unsigned pid;
+    uint64_t used_bytes;
+    bool used_valid;            /* false when the driver does not report it */
+} stoke_gpu_proc;
+
+typedef struct stoke_nvml stoke_nvml; /* a loaded NVML and its function table */
+
+/* Loads NVML: the file named by $STOKE_NVML_LIBRARY if set, else libnvidia-ml.so.1,
+ * and initializes it. On failure returns STOKE_ERR_UNAVAILABLE with a message such as
+ * "libnvidia-ml.so.1 not found" or "nvmlInit_v2 failed: Driver Not Loaded"; that is a
+ * normal answer on machines without a GPU. On success *out must be closed. */
+stoke_status stoke_nvml_open(stoke_nvml **out);
+void stoke_nvml_close(stoke_nvml *nvml); /* NULL is fine */
+
+int stoke_nvml_device_count(const stoke_nvml *nvml);
+const char *stoke_nvml_driver_version(const stoke_nvml *nvml); /* "" if unknown */
+int stoke_nvml_cuda_driver_version(const stoke_nvml *nvml);    /* 12040, or 0 */
+
+/* Static facts of device i (0 <= i < count); sm_count is left invalid here. */
+stoke_status stoke_nvml_device_info(stoke_nvml *nvml, int i, stoke_gpu_info *out);
+
+/* One reading of device i. Unsupported readings leave their valid bit clear. */
+stoke_status stoke_nvml_sample(stoke_nvml *nvml, int i, stoke_gpu_sample *out);
+
+/* Compute processes on device i: at most `cap` entries into procs, the number written
+ * into *count. */
+stoke_status stoke_nvml_processes(stoke_nvml *nvml, int i, stoke_gpu_proc *procs, int cap,
+                                  int *count);
+
+typedef struct stoke_cudart stoke_cudart; /* a loaded CUDA runtime */
+
+/* Loads the CUDA runtime: $STOKE_CUDART_LIBRARY if set, else libcudart.so.13, .so.12,
+ * then libcudart.so. STOKE_ERR_UNAVAILABLE with a message if none loads. */
+stoke_status stoke_cudart_open(stoke_cudart **out);
+void stoke_cudart_close(stoke_cudart *rt);
+int stoke_cudart_runtime_version(const stoke_cudart *rt); /* 13000, or 0 */
+
+/* Number of CUDA devices; on failure STOKE_ERR_UNAVAILABLE with the runtime's reason
+ * ("no CUDA-capable device is detected"). */
+stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count);
+
+/* SM count and PCI bus id ("0000:3b:00.0" form, lower case) of CUDA device `dev`. */
+stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
+                                    char *pci_bus_id, size_t size);
+
+/* ---- The whole machine -------------------------------------------------------- */
+
+#define STOKE_MAX_GPUS 16
+
+typedef struct stoke_machine {
+    stoke_cpu_info cpu;
+    stoke_mem_info mem;
+    bool have_disk;               /* a data path was given and probed */
+    char data_path[512];
+    stoke_disk_info disk;
+    int gpu_count;
+    stoke_gpu_info gpus[STOKE_MAX_GPUS];
+    char gpu_note[256];           /* why there are no GPUs, or "" */
+    char driver_version[80];      /* NVIDIA driver, "" if unknown */
+    int cuda_driver_version;      /* 1000*major + 10*minor, 0 if unknown */
+    int cuda_runtime_version;     /* same encoding, 0 if no runtime */
+} stoke_machine;
+
+/* Probes everything. `data_path` may be NULL. A missing GPU, NVML or runtime is
+ * recorded in gpu_note, never an error. Errors: the data path does not exist
+ * (STOKE_ERR_NOTFOUND), /proc unreadable (STOKE_ERR_IO). */
+stoke_status stoke_machine_probe(stoke_machine *m, const char *data_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

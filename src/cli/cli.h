@@ -1,0 +1,34 @@
+/* cli.h - the `stoke` subcommands and the helpers they share. Only the CLI prints and
+ * chooses exit codes: 0 success, 1 a failure at run time, 2 a usage error. */
+#ifndef STOKE_CLI_H
+#define STOKE_CLI_H
+
+#include <stdbool.h>
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;            /* one line for `stoke help` */
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    void (*usage)(void);            /* full help, printed to stdout */
+} cli_command;
+
+int cmd_probe(int argc, char **argv);
+void cmd_probe_usage(void);
+int cmd_monitor(int argc, char **argv);
+void cmd_monitor_usage(void);
+
+/* Prints "stoke CMD: message" and a hint to stderr; returns 2 (the usage exit code). */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints "stoke CMD: message" to stderr; returns 1. */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses a whole string as a number within [min, max]; false on trailing junk,
+ * overflow or range. */
+bool cli_parse_double(const char *s, double min, double max, double *out);
+bool cli_parse_long(const char *s, long min, long max, long *out);
+
+/* True if argv[i] is -h or --help. */
+bool cli_is_help(const char *arg);
+
+#endif

@@ -1,0 +1,124 @@
+/* main.c - `stoke`: dispatches to subcommands. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stoke/core.h"
+
+static const cli_command commands[] = {
+    {"probe", "print what the machine has and what stoke will do with it", cmd_probe,
+     cmd_probe_usage},
+    {"monitor", "sample GPU, CPU, memory and I/O of a job; diagnose its bottleneck",
+     cmd_monitor, cmd_monitor_usage},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "stoke %s - a training runtime that keeps the accelerator fed\n\n"
+               "usage: stoke <command> [options]\n"
+               "       stoke help [command]\n"
+               "       stoke --version\n\ncommands:\n",
+            STOKE_VERSION);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`stoke <command> --help` describes a command's options.\n");
+}
+
+static const cli_command *find(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("stoke %s\n", STOKE_VERSION);
+        return 0;
+    }
+    if (strcmp(name, "help") == 0 || cli_is_help(name)) {
+        if (argc > 2 && !cli_is_help(argv[2])) {
+            const cli_command *c = find(argv[2]);
+            if (!c) {
+                fprintf(stderr, "stoke: unknown command '%s' (try `stoke help`)\n", argv[2]);
+                return 2;
+            }
+            c->usage();
+            return 0;
+        }
+        usage(stdout);
+        return 0;
+    }
+    const cli_command *c = find(name);
+    if (!c) {
+        fprintf(stderr, "stoke: unknown command '%s' (try `stoke help`)\n", name);
+        return 2;
+    }
+    return c->run(argc - 1, argv + 1);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "stoke %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(try `stoke %s --help`)\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+int cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "stoke %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+bool cli_parse_double(const char *s, double min, double max, double *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_long(const char *s, long min, long max, long *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}

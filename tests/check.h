@@ -1,0 +1,68 @@
+/* check.h - the assertions of stoke's test executables. A failed check prints the
+ * file, line and expression and the test executable exits 1 at the end; checks stay
+ * on in every build type. */
+#ifndef STOKE_CHECK_H
+#define STOKE_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures;
+static int check_count;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        check_count++;                                                                 \
+        if (!(cond)) {                                                                 \
+            check_failures++;                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                           \
+    do {                                                                               \
+        check_count++;                                                                 \
+        if (!(cond)) {                                                                 \
+            check_failures++;                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);   \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fputc('\n', stderr);                                                       \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_INT_EQ(a, b)                                                             \
+    do {                                                                               \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                \
+        CHECK_MSG(check_a_ == check_b_, "%lld != %lld", check_a_, check_b_);           \
+    } while (0)
+
+#define CHECK_STR_EQ(a, b)                                                             \
+    do {                                                                               \
+        const char *check_a_ = (a), *check_b_ = (b);                                   \
+        CHECK_MSG(check_a_ && check_b_ && strcmp(check_a_, check_b_) == 0,             \
+                  "\"%s\" != \"%s\"", check_a_ ? check_a_ : "(null)",                  \
+                  check_b_ ? check_b_ : "(null)");                                     \
+    } while (0)
+
+#define CHECK_STR_CONTAINS(hay, needle)                                                \
+    do {                                                                               \
+        const char *check_h_ = (hay), *check_n_ = (needle);                            \
+        CHECK_MSG(check_h_ && strstr(check_h_, check_n_), "\"%s\" lacks \"%s\"",       \
+                  check_h_ ? check_h_ : "(null)", check_n_);                           \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                          \
+    do {                                                                               \
+        double check_a_ = (double)(a), check_b_ = (double)(b);                         \
+        CHECK_MSG(fabs(check_a_ - check_b_) <= (tol), "%g vs %g (tolerance %g)",       \
+                  check_a_, check_b_, (double)(tol));                                  \
+    } while (0)
+
+/* Ends main(): prints a summary and returns the exit status. */
+#define CHECK_DONE()                                                                   \
+    (fprintf(stderr, "%d checks, %d failed\n", check_count, check_failures),           \
+     (check_failures == 0 && check_count > 0) ? 0 : 1)
+
+#endif
