@@ -1,0 +1,106 @@
+/* cudart.c - the CUDA runtime, loaded at run time with dlopen. The probe uses it for
+ * what NVML does not report (SM count); the loader will use it for pinned memory and
+ * asynchronous copies. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hw/gpu_impl.h"
+
+static void *open_runtime(const char **tried)
+{
+    const char *env = getenv("STOKE_CUDART_LIBRARY");
+    if (env && *env) {
+        *tried = env;
+        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    }
+    /* Sonames newest first; then the toolkit's default location, which is often not
+     * in the loader's path. */
+    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
+                                        "/usr/local/cuda/lib64/libcudart.so", NULL};
+    *tried = "libcudart.so.13";
+    for (int i = 0; names[i]; i++) {
+        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (lib)
+            return lib;
+    }
+    return NULL;
+}
+
+stoke_status stoke_cudart_open(stoke_cudart **out)
+{
+    *out = NULL;
+    const char *tried = NULL;
+    void *lib = open_runtime(&tried);
+    if (!lib)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "CUDA runtime not found (%s)", tried);
+    stoke_cudart *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        dlclose(lib);
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory loading the CUDA runtime");
+    }
+    rt->lib = lib;
+    *(void **)&rt->get_device_count = dlsym(lib, "cudaGetDeviceCount");
+    *(void **)&rt->device_get_attribute = dlsym(lib, "cudaDeviceGetAttribute");
+    *(void **)&rt->runtime_get_version = dlsym(lib, "cudaRuntimeGetVersion");
+    *(void **)&rt->driver_get_version = dlsym(lib, "cudaDriverGetVersion");
+    *(void **)&rt->get_error_string = dlsym(lib, "cudaGetErrorString");
+    if (!rt->get_device_count || !rt->device_get_attribute) {
+        dlclose(lib);
+        free(rt);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "%s lacks cudaGetDeviceCount/cudaDeviceGetAttribute", tried);
+    }
+    if (!rt->runtime_get_version || rt->runtime_get_version(&rt->runtime_version) != CU_SUCCESS)
+        rt->runtime_version = 0;
+    *out = rt;
+    return STOKE_OK;
+}
+
+void stoke_cudart_close(stoke_cudart *rt)
+{
+    if (!rt)
+        return;
+    dlclose(rt->lib);
+    free(rt);
+}
+
+int stoke_cudart_runtime_version(const stoke_cudart *rt) { return rt ? rt->runtime_version : 0; }
+
+static const char *cu_err(const stoke_cudart *rt, int rc)
+{
+    const char *s = rt->get_error_string ? rt->get_error_string(rc) : NULL;
+    return s ? s : "unknown CUDA error";
+}
+
+stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count)
+{
+    *count = 0;
+    int rc = rt->get_device_count(count);
+    if (rc != CU_SUCCESS) {
+        *count = 0;
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaGetDeviceCount: %s (error %d)",
+                          cu_err(rt, rc), rc);
+    }
+    return STOKE_OK;
+}
+
+stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
+                                    char *pci_bus_id, size_t size)
+{
+    int domain = 0, bus = 0, device = 0;
+    int rc = rt->device_get_attribute(sm_count, CU_ATTR_MULTIPROCESSOR_COUNT, dev);
+    if (rc == CU_SUCCESS)
+        rc = rt->device_get_attribute(&domain, CU_ATTR_PCI_DOMAIN_ID, dev);
+    if (rc == CU_SUCCESS)
+        rc = rt->device_get_attribute(&bus, CU_ATTR_PCI_BUS_ID, dev);
+    if (rc == CU_SUCCESS)
+        rc = rt->device_get_attribute(&device, CU_ATTR_PCI_DEVICE_ID, dev);
+    if (rc != CU_SUCCESS)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaDeviceGetAttribute(device %d): %s", dev,
+                          cu_err(rt, rc));
+    snprintf(pci_bus_id, size, "%04x:%02x:%02x.0", (unsigned)domain, (unsigned)bus,
+             (unsigned)device);
+    return STOKE_OK;
+}

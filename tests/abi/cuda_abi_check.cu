@@ -1,0 +1,38 @@
+// cuda_abi_check.cu - checks the CUDA runtime values stoke declares by hand
+// (src/hw/gpu_impl.h, loaded with dlopen at run time) against the toolkit's own
+// headers, and links against the real runtime. Compiled by nvcc: if a value drifts in a
+// new toolkit, the build fails here rather than a device misreporting at run time.
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+
+extern "C" {
+#include "hw/gpu_impl.h"
+}
+
+static_assert((int)cudaSuccess == CU_SUCCESS, "cudaSuccess");
+static_assert((int)cudaErrorInsufficientDriver == CU_ERROR_INSUFFICIENT_DRIVER,
+              "cudaErrorInsufficientDriver");
+static_assert((int)cudaErrorNoDevice == CU_ERROR_NO_DEVICE, "cudaErrorNoDevice");
+static_assert((int)cudaDevAttrMultiProcessorCount == CU_ATTR_MULTIPROCESSOR_COUNT,
+              "MultiProcessorCount");
+static_assert((int)cudaDevAttrPciBusId == CU_ATTR_PCI_BUS_ID, "PciBusId");
+static_assert((int)cudaDevAttrPciDeviceId == CU_ATTR_PCI_DEVICE_ID, "PciDeviceId");
+static_assert((int)cudaDevAttrPciDomainId == CU_ATTR_PCI_DOMAIN_ID, "PciDomainId");
+static_assert((int)cudaDevAttrComputeCapabilityMajor == CU_ATTR_COMPUTE_CAPABILITY_MAJOR,
+              "ComputeCapabilityMajor");
+static_assert((int)cudaDevAttrComputeCapabilityMinor == CU_ATTR_COMPUTE_CAPABILITY_MINOR,
+              "ComputeCapabilityMinor");
+static_assert(sizeof(cudaError_t) == sizeof(int), "cudaError_t is passed as int");
+static_assert(sizeof(enum cudaDeviceAttr) == sizeof(int), "cudaDeviceAttr is passed as int");
+
+int main()
+{
+    // Linked against the real runtime: on a machine without a GPU this reports the
+    // runtime's own reason, which is what stoke prints too.
+    int n = -1, version = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    cudaRuntimeGetVersion(&version);
+    printf("CUDA runtime %d linked; cudaGetDeviceCount: %s (%d devices)\n", version,
+           rc == cudaSuccess ? "ok" : cudaGetErrorString(rc), rc == cudaSuccess ? n : 0);
+    return 0;
+}

@@ -1,0 +1,29 @@
+# GPU test doubles (see tests/fake/README.md) and the tests of the GPU driver tables.
+function(stoke_fake_library target output suffix)
+  add_library(${target} SHARED fake/${ARGV3} fake/scenario.c)
+  set_target_properties(${target} PROPERTIES OUTPUT_NAME ${output} PREFIX "lib" SUFFIX ${suffix}
+                        NO_SONAME ON LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake/${target})
+  target_compile_options(${target} PRIVATE -Wno-missing-prototypes)
+  target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
+  target_link_libraries(${target} PRIVATE Threads::Threads)
+endfunction()
+stoke_fake_library(fake_nvml nvidia-ml .so.1 fake_nvml.c)
+stoke_fake_library(fake_nvml_535 nvidia-ml .so.1 fake_nvml.c)
+target_compile_definitions(fake_nvml_535 PRIVATE FAKE_STRIDE32)
+stoke_fake_library(fake_cudart cudart .so.13 fake_cudart.c)
+
+stoke_unit_test(test_gpu test_gpu.c)
+add_dependencies(test_gpu fake_nvml fake_nvml_535 fake_cudart)
+target_compile_definitions(test_gpu PRIVATE
+  FAKE_NVML="$<TARGET_FILE:fake_nvml>" FAKE_NVML_535="$<TARGET_FILE:fake_nvml_535>"
+  FAKE_CUDART="$<TARGET_FILE:fake_cudart>")
+
+# The ABI constants of src/hw/gpu_impl.h checked against the toolkit's own headers,
+# compiled by nvcc wherever it is installed.
+if(STOKE_HAVE_CUDA)
+  add_executable(cuda_abi_check abi/cuda_abi_check.cu)
+  target_include_directories(cuda_abi_check PRIVATE ${PROJECT_SOURCE_DIR}/src
+                             ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart)
+  add_test(NAME cuda_abi_check COMMAND cuda_abi_check)
+endif()

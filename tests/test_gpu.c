@@ -1,0 +1,249 @@
+/* test_gpu.c - the NVML and CUDA runtime driver tables, against the test doubles in
+ * tests/fake/ and (where present) the machine's real libraries. Each scenario runs in
+ * a child process because a test double loads its scenario once. */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "hw/gpu_impl.h"
+
+/* Layouts from shared/reference/gpu-abi.md (measured there with gcc). */
+_Static_assert(sizeof(nv_pci_info) == 68, "nvmlPciInfo_t is 68 bytes");
+_Static_assert(offsetof(nv_pci_info, bus_id) == 36, "busId at 36");
+_Static_assert(sizeof(nv_memory) == 24, "nvmlMemory_t is 24 bytes");
+_Static_assert(sizeof(nv_utilization) == 8, "nvmlUtilization_t is 8 bytes");
+_Static_assert(sizeof(nv_process_info) == 24, "nvmlProcessInfo_t is 24 bytes");
+_Static_assert(offsetof(nv_process_info, used_gpu_memory) == 8, "usedGpuMemory at 8");
+
+static const char *two_gpus =
+    "driver 550.54.15\n"
+    "cuda 12040\n"
+    "device name=\"NVIDIA H100 PCIe\" uuid=GPU-aaaa bus=00000000:3B:00.0 memory=85899345920 "
+    "cc=9.0 sm=114 power_limit=350000 max_sm_clock=1755 pcie_gen=5 pcie_width=16\n"
+    "sample util=11 mem_util=3 mem_used=2500000000 power=172000 temp=45 sm_clock=1755 "
+    "throttle=0x1 pcie_rx=1200 pcie_tx=300\n"
+    "sample util=97 mem_used=60000000000 temp=80 throttle=0x24\n"
+    "proc pid=self mem=1000000000\n"
+    "proc pid=4242\n"
+    "# a device that reports little: no power limit, clocks or PCIe\n"
+    "device name=\"Tesla V100\" bus=00000000:86:00.0 memory=17179869184 cc=7.0\n";
+
+static void write_scenario(const char *text)
+{
+    char path[] = "/tmp/stoke-test-gpu-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    setenv("STOKE_FAKE_GPU_SCENARIO", path, 1);
+    /* The doubles read the file when first asked; unlinking afterwards would race, so
+     * the file is removed when the case's process ends (see run_case). */
+}
+
+static void case_missing_library(void)
+{
+    setenv("STOKE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    stoke_nvml *n = (stoke_nvml *)1;
+    CHECK_INT_EQ(stoke_nvml_open(&n), STOKE_ERR_UNAVAILABLE);
+    CHECK(n == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "STOKE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1");
+    stoke_nvml_close(NULL);
+
+    unsetenv("STOKE_NVML_LIBRARY");
+    void *real = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!real) { /* the usual case here: no driver installed */
+        CHECK_INT_EQ(stoke_nvml_open(&n), STOKE_ERR_UNAVAILABLE);
+        CHECK_STR_EQ(stoke_last_error(), "libnvidia-ml.so.1 not found");
+    } else {
+        fprintf(stderr, "note: a real libnvidia-ml.so.1 is installed; not checking its absence\n");
+        dlclose(real);
+    }
+}
+
+static void case_init_error(void)
+{
+    write_scenario("init_error 9\n");
+    setenv("STOKE_NVML_LIBRARY", FAKE_NVML, 1);
+    stoke_nvml *n = NULL;
+    CHECK_INT_EQ(stoke_nvml_open(&n), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_EQ(stoke_last_error(), "nvmlInit_v2 failed: Driver Not Loaded");
+}
+
+static void case_no_devices(void)
+{
+    write_scenario("driver 550.54.15\n");
+    setenv("STOKE_NVML_LIBRARY", FAKE_NVML, 1);
+    stoke_nvml *n = NULL;
+    CHECK_INT_EQ(stoke_nvml_open(&n), STOKE_OK);
+    CHECK_INT_EQ(stoke_nvml_device_count(n), 0);
+    CHECK_STR_EQ(stoke_nvml_driver_version(n), "550.54.15");
+    CHECK_INT_EQ(stoke_nvml_cuda_driver_version(n), 0);
+    stoke_gpu_sample s;
+    CHECK_INT_EQ(stoke_nvml_sample(n, 0, &s), STOKE_ERR_ARG);
+    stoke_nvml_close(n);
+
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    stoke_cudart *rt = NULL;
+    CHECK_INT_EQ(stoke_cudart_open(&rt), STOKE_OK);
+    int count = -1;
+    CHECK_INT_EQ(stoke_cudart_device_count(rt, &count), STOKE_ERR_UNAVAILABLE);
+    CHECK_INT_EQ(count, 0);
+    CHECK_STR_CONTAINS(stoke_last_error(), "no CUDA-capable device is detected");
+    stoke_cudart_close(rt);
+}
+
+static void case_two_devices(const char *library)
+{
+    write_scenario(two_gpus);
+    setenv("STOKE_NVML_LIBRARY", library, 1);
+    stoke_nvml *n = NULL;
+    CHECK_INT_EQ(stoke_nvml_open(&n), STOKE_OK);
+    if (!n)
+        return;
+    CHECK_INT_EQ(stoke_nvml_device_count(n), 2);
+    CHECK_STR_EQ(stoke_nvml_driver_version(n), "550.54.15");
+    CHECK_INT_EQ(stoke_nvml_cuda_driver_version(n), 12040);
+
+    stoke_gpu_info g;
+    CHECK_INT_EQ(stoke_nvml_device_info(n, 0, &g), STOKE_OK);
+    CHECK_STR_EQ(g.name, "NVIDIA H100 PCIe");
+    CHECK_STR_EQ(g.uuid, "GPU-aaaa");
+    CHECK_STR_EQ(g.pci_bus_id, "00000000:3B:00.0");
+    CHECK_INT_EQ(g.memory_total_bytes, 85899345920LL);
+    CHECK_INT_EQ(g.cc_major, 9);
+    CHECK_INT_EQ(g.cc_minor, 0);
+    CHECK_INT_EQ(g.power_limit_mw, 350000);
+    CHECK_INT_EQ(g.max_sm_clock_mhz, 1755);
+    CHECK_INT_EQ(g.pcie_gen, 5);
+    CHECK_INT_EQ(g.pcie_width, 16);
+    unsigned all = STOKE_GPU_HAS_MEMORY | STOKE_GPU_HAS_CC | STOKE_GPU_HAS_POWER_LIMIT |
+                   STOKE_GPU_HAS_MAX_SM_CLOCK | STOKE_GPU_HAS_PCIE | STOKE_GPU_HAS_PCI_BUS_ID;
+    CHECK_INT_EQ(g.valid, all); /* SM count comes from the runtime, not NVML */
+
+    CHECK_INT_EQ(stoke_nvml_device_info(n, 1, &g), STOKE_OK);
+    CHECK_STR_EQ(g.name, "Tesla V100");
+    CHECK_STR_EQ(g.uuid, "");
+    CHECK_INT_EQ(g.valid, STOKE_GPU_HAS_MEMORY | STOKE_GPU_HAS_CC | STOKE_GPU_HAS_PCI_BUS_ID);
+
+    /* Samples replay in order, then hold at the last row. */
+    stoke_gpu_sample s;
+    CHECK_INT_EQ(stoke_nvml_sample(n, 0, &s), STOKE_OK);
+    CHECK_INT_EQ(s.util_gpu_pct, 11);
+    CHECK_INT_EQ(s.util_mem_pct, 3);
+    CHECK_INT_EQ(s.mem_used_bytes, 2500000000LL);
+    CHECK_INT_EQ(s.mem_total_bytes, 85899345920LL);
+    CHECK_INT_EQ(s.power_mw, 172000);
+    CHECK_INT_EQ(s.power_limit_mw, 350000);
+    CHECK_INT_EQ(s.temp_c, 45);
+    CHECK_INT_EQ(s.sm_clock_mhz, 1755);
+    CHECK_INT_EQ(s.throttle_reasons, STOKE_THROTTLE_GPU_IDLE);
+    CHECK_INT_EQ(s.pcie_rx_kBps, 1200);
+    CHECK_INT_EQ(s.pcie_tx_kBps, 300);
+    CHECK_INT_EQ(s.valid, 0x1ff);
+    for (int k = 0; k < 2; k++) {
+        CHECK_INT_EQ(stoke_nvml_sample(n, 0, &s), STOKE_OK);
+        CHECK_INT_EQ(s.util_gpu_pct, 97);
+        CHECK_INT_EQ(s.mem_used_bytes, 60000000000LL);
+        CHECK_INT_EQ(s.throttle_reasons,
+                     STOKE_THROTTLE_SW_POWER_CAP | STOKE_THROTTLE_SW_THERMAL);
+        /* The second row has no power, clock or PCIe: absent, not zero. */
+        CHECK(!(s.valid & (STOKE_GS_POWER | STOKE_GS_SM_CLOCK | STOKE_GS_PCIE_RX |
+                           STOKE_GS_PCIE_TX)));
+        CHECK(s.valid & STOKE_GS_POWER_LIMIT);
+    }
+    /* A device with no samples at all reads as nothing but its memory. */
+    CHECK_INT_EQ(stoke_nvml_sample(n, 1, &s), STOKE_OK);
+    CHECK_INT_EQ(s.valid, STOKE_GS_MEMORY);
+    CHECK_INT_EQ(s.mem_used_bytes, 0);
+
+    stoke_gpu_proc procs[8];
+    int count = -1;
+    CHECK_INT_EQ(stoke_nvml_processes(n, 0, procs, 8, &count), STOKE_OK);
+    CHECK_INT_EQ(count, 2);
+    CHECK_INT_EQ(procs[0].pid, getpid());
+    CHECK(procs[0].used_valid);
+    CHECK_INT_EQ(procs[0].used_bytes, 1000000000);
+    CHECK_INT_EQ(procs[1].pid, 4242);
+    CHECK(!procs[1].used_valid);
+    CHECK_INT_EQ(stoke_nvml_processes(n, 0, procs, 1, &count), STOKE_OK);
+    CHECK_INT_EQ(count, 1); /* capped by the caller's array */
+    CHECK_INT_EQ(stoke_nvml_processes(n, 1, procs, 8, &count), STOKE_OK);
+    CHECK_INT_EQ(count, 0);
+    stoke_nvml_close(n);
+
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    stoke_cudart *rt = NULL;
+    CHECK_INT_EQ(stoke_cudart_open(&rt), STOKE_OK);
+    if (!rt)
+        return;
+    CHECK_INT_EQ(stoke_cudart_runtime_version(rt), 13000);
+    int devices = 0, sm = 0;
+    char bus[32];
+    CHECK_INT_EQ(stoke_cudart_device_count(rt, &devices), STOKE_OK);
+    CHECK_INT_EQ(devices, 2);
+    CHECK_INT_EQ(stoke_cudart_device_sm(rt, 0, &sm, bus, sizeof bus), STOKE_OK);
+    CHECK_INT_EQ(sm, 114);
+    CHECK_STR_EQ(bus, "0000:3b:00.0");
+    CHECK_INT_EQ(stoke_cudart_device_sm(rt, 1, &sm, bus, sizeof bus), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_CONTAINS(stoke_last_error(), "device 1");
+    stoke_cudart_close(rt);
+}
+
+static void case_nvml_535(void) { case_two_devices(FAKE_NVML_535); }
+static void case_nvml(void) { case_two_devices(FAKE_NVML); }
+
+/* The machine's own CUDA runtime, if any: whatever it says, it must say it plainly. */
+static void case_real_runtime(void)
+{
+    unsetenv("STOKE_CUDART_LIBRARY");
+    stoke_cudart *rt = NULL;
+    stoke_status s = stoke_cudart_open(&rt);
+    if (s != STOKE_OK) {
+        CHECK_INT_EQ(s, STOKE_ERR_UNAVAILABLE);
+        CHECK_STR_CONTAINS(stoke_last_error(), "CUDA runtime not found");
+        return;
+    }
+    int n = -1;
+    s = stoke_cudart_device_count(rt, &n);
+    CHECK(s == STOKE_OK || (s == STOKE_ERR_UNAVAILABLE && n == 0 && *stoke_last_error()));
+    fprintf(stderr, "note: real CUDA runtime %d: %s\n", stoke_cudart_runtime_version(rt),
+            s == STOKE_OK ? "devices found" : stoke_last_error());
+    stoke_cudart_close(rt);
+}
+
+static void run_case(const char *name, void (*fn)(void))
+{
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        check_failures = 0;
+        fn();
+        const char *sc = getenv("STOKE_FAKE_GPU_SCENARIO");
+        if (sc)
+            unlink(sc);
+        _exit(check_failures > 100 ? 100 : check_failures);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    check_count++;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        check_failures++;
+        fprintf(stderr, "case %s failed (status 0x%x)\n", name, status);
+    }
+}
+
+int main(void)
+{
+    run_case("missing_library", case_missing_library);
+    run_case("init_error", case_init_error);
+    run_case("no_devices", case_no_devices);
+    run_case("two_devices", case_nvml);
+    run_case("two_devices_535_stride", case_nvml_535);
+    run_case("real_runtime", case_real_runtime);
+    return CHECK_DONE();
+}
