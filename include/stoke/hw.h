@@ -199,6 +199,11 @@ stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count);
 stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
                                     char *pci_bus_id, size_t size);
 
+/* True if two PCI bus ids name the same device, whatever their spelling: NVML's
+ * "00000000:3B:00.0" and CUDA's "0000:3b:00.0" are both domain:bus:device.function in
+ * hex, of any case and domain width. False if either does not parse. Can't fail. */
+bool stoke_pci_bus_id_equal(const char *a, const char *b);
+
 /* ---- The whole machine -------------------------------------------------------- */
 
 #define STOKE_MAX_GPUS 16

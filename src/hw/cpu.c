@@ -1,0 +1,376 @@
+/* cpu.c - CPU topology, caches, SIMD features and memory from /proc and /sys. */
+#include "stoke/hw.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Enough for the kernel's CPU list syntax ("0-3,8-11") and for the CPU indices a
+ * recorded tree uses; larger machines are counted but not walked one by one. */
+#define MAX_CPUS 4096
+
+static void join(char *out, size_t size, const char *root, const char *path)
+{
+    snprintf(out, size, "%s%s", root ? root : "", path);
+}
+
+/* Parses a kernel CPU/node list ("0-3,8,10-11") into set[] (true for members below
+ * cap); returns how many members it names, or -1 if it is malformed. */
+static int parse_list(const char *s, bool *set, int cap)
+{
+    int count = 0;
+    while (*s && *s != '\n') {
+        char *end;
+        long a = strtol(s, &end, 10);
+        if (end == s || a < 0)
+            return -1;
+        long b = a;
+        s = end;
+        if (*s == '-') {
+            b = strtol(s + 1, &end, 10);
+            if (end == s + 1 || b < a)
+                return -1;
+            s = end;
+        }
+        for (long i = a; i <= b; i++) {
+            if (set && i < cap)
+                set[i] = true;
+            count++;
+        }
+        if (*s == ',')
+            s++;
+        else if (*s && *s != '\n')
+            return -1;
+    }
+    return count;
+}
+
+/* "48K", "2048K", "32M" as sysfs writes cache sizes; 0 if unreadable. */
+static uint64_t parse_size(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s)
+        return 0;
+    switch (*end) {
+    case 'K': return (uint64_t)v << 10;
+    case 'M': return (uint64_t)v << 20;
+    case 'G': return (uint64_t)v << 30;
+    default: return (uint64_t)v;
+    }
+}
+
+static const struct {
+    const char *flag;
+    uint32_t bit;
+} simd_flags[] = {
+    {"sse4_2", STOKE_SIMD_SSE42},
+    {"avx", STOKE_SIMD_AVX},
+    {"avx2", STOKE_SIMD_AVX2},
+    {"fma", STOKE_SIMD_FMA},
+    {"avx512f", STOKE_SIMD_AVX512F},
+    {"avx512bw", STOKE_SIMD_AVX512BW},
+    {"avx512vl", STOKE_SIMD_AVX512VL},
+    {"avx512_vnni", STOKE_SIMD_AVX512_VNNI},
+    {"avx512_bf16", STOKE_SIMD_AVX512_BF16},
+    {"avx512_fp16", STOKE_SIMD_AVX512_FP16},
+    {"amx_tile", STOKE_SIMD_AMX_TILE},
+    {"amx_bf16", STOKE_SIMD_AMX_BF16},
+    {"amx_int8", STOKE_SIMD_AMX_INT8},
+    {"f16c", STOKE_SIMD_F16C},
+};
+#define N_SIMD_FLAGS (sizeof simd_flags / sizeof simd_flags[0])
+
+static uint32_t parse_flags(const char *list)
+{
+    uint32_t bits = 0;
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, " \t\n");
+        if (n == 0)
+            break;
+        for (size_t i = 0; i < N_SIMD_FLAGS; i++)
+            if (strlen(simd_flags[i].flag) == n && memcmp(simd_flags[i].flag, p, n) == 0)
+                bits |= simd_flags[i].bit;
+        p += n;
+    }
+    return bits;
+}
+
+const char *stoke_simd_names(uint32_t simd, char *buf, size_t size)
+{
+    if (size == 0)
+        return buf;
+    buf[0] = '\0';
+    size_t used = 0;
+    for (size_t i = 0; i < N_SIMD_FLAGS; i++) {
+        if (!(simd & simd_flags[i].bit))
+            continue;
+        int n = snprintf(buf + used, size - used, "%s%s", used ? " " : "", simd_flags[i].flag);
+        if (n < 0 || (size_t)n >= size - used) {
+            buf[used] = '\0'; /* whole names only */
+            break;
+        }
+        used += (size_t)n;
+    }
+    return buf;
+}
+
+/* A (package, core) pair seen among online CPUs, for counting physical cores. */
+typedef struct core_id {
+    long package, core;
+} core_id;
+
+typedef struct topo {
+    core_id *cores;
+    int n_cores, cap_cores;
+    long *packages;
+    int n_packages, cap_packages;
+} topo;
+
+static bool topo_add(topo *t, long package, long core)
+{
+    bool have_pkg = false;
+    for (int i = 0; i < t->n_packages; i++)
+        have_pkg |= t->packages[i] == package;
+    if (!have_pkg) {
+        if (t->n_packages == t->cap_packages) {
+            int cap = t->cap_packages ? 2 * t->cap_packages : 8;
+            long *p = realloc(t->packages, (size_t)cap * sizeof *p);
+            if (!p)
+                return false;
+            t->packages = p;
+            t->cap_packages = cap;
+        }
+        t->packages[t->n_packages++] = package;
+    }
+    for (int i = 0; i < t->n_cores; i++)
+        if (t->cores[i].package == package && t->cores[i].core == core)
+            return true;
+    if (t->n_cores == t->cap_cores) {
+        int cap = t->cap_cores ? 2 * t->cap_cores : 16;
+        core_id *c = realloc(t->cores, (size_t)cap * sizeof *c);
+        if (!c)
+            return false;
+        t->cores = c;
+        t->cap_cores = cap;
+    }
+    t->cores[t->n_cores++] = (core_id){package, core};
+    return true;
+}
+
+static void topo_free(topo *t)
+{
+    free(t->cores);
+    free(t->packages);
+}
+
+/* Value after the colon of a "key\t: value" cpuinfo line, or NULL if the line is for
+ * another key. */
+static const char *cpuinfo_value(const char *line, const char *key)
+{
+    size_t n = strlen(key);
+    if (strncmp(line, key, n) != 0 || (line[n] != ' ' && line[n] != '\t' && line[n] != ':'))
+        return NULL;
+    const char *colon = strchr(line + n, ':');
+    if (!colon)
+        return NULL;
+    colon++;
+    while (*colon == ' ')
+        colon++;
+    return colon;
+}
+
+/* Reads the facts /proc/cpuinfo holds; the topology it gives is only used when
+ * sysfs has none (some containers and old kernels). */
+static stoke_status read_cpuinfo(const char *root, stoke_cpu_info *out, int *processors,
+                                 topo *t, double *max_cpuinfo_mhz)
+{
+    char path[1024];
+    join(path, sizeof path, root, "/proc/cpuinfo");
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return stoke_fail(STOKE_ERR_IO, "%s: cannot open: %m", path);
+    char *line = NULL;
+    size_t cap = 0;
+    long package = -1, core = -1;
+    bool flags_seen = false;
+    while (getline(&line, &cap, f) > 0) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *v;
+        if (line[0] == '\0') {
+            /* A blank line ends one processor's block. */
+            if (package >= 0 && core >= 0 && !topo_add(t, package, core)) {
+                free(line);
+                fclose(f);
+                return stoke_fail(STOKE_ERR_NOMEM, "cpu probe: out of memory");
+            }
+            package = core = -1;
+        } else if (cpuinfo_value(line, "processor")) {
+            (*processors)++;
+        } else if ((v = cpuinfo_value(line, "model name")) && !out->model[0]) {
+            snprintf(out->model, sizeof out->model, "%s", v);
+        } else if ((v = cpuinfo_value(line, "physical id"))) {
+            package = strtol(v, NULL, 10);
+        } else if ((v = cpuinfo_value(line, "core id"))) {
+            core = strtol(v, NULL, 10);
+        } else if ((v = cpuinfo_value(line, "cpu MHz"))) {
+            double mhz = strtod(v, NULL);
+            if (mhz > *max_cpuinfo_mhz)
+                *max_cpuinfo_mhz = mhz;
+        } else if (!flags_seen && (v = cpuinfo_value(line, "flags"))) {
+            /* The first processor's flags: the kernel reports the common set. */
+            out->simd = parse_flags(v);
+            flags_seen = true;
+        }
+    }
+    if (package >= 0 && core >= 0)
+        topo_add(t, package, core);
+    free(line);
+    fclose(f);
+    return STOKE_OK;
+}
+
+static void read_caches(const char *root, stoke_cpu_info *out)
+{
+    for (int i = 0; i < 16; i++) {
+        char path[1024], level[16], type[32], size[32];
+        char rel[128];
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu0/cache/index%d/", i);
+        join(path, sizeof path, root, rel);
+        size_t base = strlen(path);
+        snprintf(path + base, sizeof path - base, "level");
+        if (stoke_read_line(path, level, sizeof level) < 0)
+            continue; /* indices need not be contiguous */
+        snprintf(path + base, sizeof path - base, "type");
+        if (stoke_read_line(path, type, sizeof type) < 0)
+            continue;
+        snprintf(path + base, sizeof path - base, "size");
+        if (stoke_read_line(path, size, sizeof size) < 0)
+            continue;
+        uint64_t bytes = parse_size(size);
+        int lv = atoi(level);
+        if (lv == 1 && strcmp(type, "Data") == 0)
+            out->l1d_bytes = bytes;
+        else if (lv == 2 && strcmp(type, "Instruction") != 0)
+            out->l2_bytes = bytes;
+        else if (lv == 3 && strcmp(type, "Instruction") != 0)
+            out->l3_bytes = bytes;
+    }
+}
+
+static int count_usable(const char *root, int logical)
+{
+    /* A recorded tree describes another machine: this process's affinity says
+     * nothing about it, so every online CPU counts as usable there. */
+    if (root && *root)
+        return logical;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return logical;
+    int n = CPU_COUNT(&set);
+    return n > 0 ? n : logical;
+}
+
+stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
+{
+    memset(out, 0, sizeof *out);
+    topo from_cpuinfo = {0}, from_sysfs = {0};
+    int processors = 0;
+    double cpuinfo_mhz = 0;
+    stoke_status s = read_cpuinfo(root, out, &processors, &from_cpuinfo, &cpuinfo_mhz);
+    if (s != STOKE_OK) {
+        topo_free(&from_cpuinfo);
+        return s;
+    }
+
+    char path[1024], buf[4096];
+    bool *online = calloc(MAX_CPUS, sizeof *online);
+    if (!online) {
+        topo_free(&from_cpuinfo);
+        return stoke_fail(STOKE_ERR_NOMEM, "cpu probe: out of memory");
+    }
+    join(path, sizeof path, root, "/sys/devices/system/cpu/online");
+    int n_online = -1;
+    if (stoke_read_line(path, buf, sizeof buf) > 0)
+        n_online = parse_list(buf, online, MAX_CPUS);
+    if (n_online <= 0) {
+        /* No sysfs list: number the processors cpuinfo showed. */
+        n_online = processors;
+        for (int i = 0; i < processors && i < MAX_CPUS; i++)
+            online[i] = true;
+    }
+    out->logical_cpus = n_online;
+    out->usable_cpus = count_usable(root, n_online);
+
+    double max_khz = 0;
+    bool topo_ok = true;
+    for (int i = 0; i < MAX_CPUS; i++) {
+        if (!online[i])
+            continue;
+        char rel[128];
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/topology/core_id", i);
+        join(path, sizeof path, root, rel);
+        long core = -1, package = -1;
+        if (stoke_read_line(path, buf, sizeof buf) > 0)
+            core = strtol(buf, NULL, 10);
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 i);
+        join(path, sizeof path, root, rel);
+        if (stoke_read_line(path, buf, sizeof buf) > 0)
+            package = strtol(buf, NULL, 10);
+        if (core < 0 || package < 0 || !topo_add(&from_sysfs, package, core))
+            topo_ok = false;
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/cpufreq/cpuinfo_max_freq", i);
+        join(path, sizeof path, root, rel);
+        if (stoke_read_line(path, buf, sizeof buf) > 0) {
+            double khz = strtod(buf, NULL);
+            if (khz > max_khz)
+                max_khz = khz;
+        }
+    }
+    free(online);
+    const topo *t = topo_ok && from_sysfs.n_cores > 0 ? &from_sysfs : &from_cpuinfo;
+    out->physical_cores = t->n_cores;
+    out->sockets = t->n_packages;
+    topo_free(&from_sysfs);
+    topo_free(&from_cpuinfo);
+
+    /* cpufreq's maximum is the rated turbo; cpuinfo's "cpu MHz" is only the current
+     * clock, so it is the fallback (virtual machines often have no cpufreq). */
+    out->max_mhz = max_khz > 0 ? max_khz / 1000.0 : cpuinfo_mhz;
+
+    join(path, sizeof path, root, "/sys/devices/system/node/online");
+    int nodes = -1;
+    if (stoke_read_line(path, buf, sizeof buf) > 0)
+        nodes = parse_list(buf, NULL, 0);
+    out->numa_nodes = nodes > 0 ? nodes : 1;
+
+    read_caches(root, out);
+    return STOKE_OK;
+}
+
+stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out)
+{
+    memset(out, 0, sizeof *out);
+    char path[1024], buf[8192];
+    join(path, sizeof path, root, "/proc/meminfo");
+    if (stoke_read_file(path, buf, sizeof buf) < 0)
+        return stoke_fail(STOKE_ERR_IO, "%s: cannot read: %m", path);
+    bool have_total = false;
+    for (char *line = buf; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        unsigned long long kb;
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+            out->total_bytes = (uint64_t)kb * 1024;
+            have_total = true;
+        } else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            out->available_bytes = (uint64_t)kb * 1024;
+        }
+    }
+    if (!have_total)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: no MemTotal line", path);
+    return STOKE_OK;
+}

@@ -1,0 +1,308 @@
+/* test_hw.c - CPU, memory and storage probes on recorded trees and on this machine;
+ * PCI bus id matching; the whole-machine probe without a GPU library. */
+#include "check.h"
+#include "hw/disk_impl.h"
+#include "stoke/hw.h"
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#define SYSROOT STOKE_TEST_DATA "/sysroot"
+
+static void test_twosocket(void)
+{
+    stoke_cpu_info c;
+    CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/twosocket", &c), STOKE_OK);
+    CHECK_STR_EQ(c.model, "Intel(R) Xeon(R) CPU E5-2637 v4 @ 3.50GHz");
+    CHECK_INT_EQ(c.logical_cpus, 16);
+    CHECK_INT_EQ(c.usable_cpus, 16); /* a recorded tree ignores our own affinity */
+    CHECK_INT_EQ(c.physical_cores, 8);
+    CHECK_INT_EQ(c.sockets, 2);
+    CHECK_INT_EQ(c.numa_nodes, 2);
+    CHECK_INT_EQ(c.l1d_bytes, 32 * 1024);
+    CHECK_INT_EQ(c.l2_bytes, 256 * 1024);
+    CHECK_INT_EQ(c.l3_bytes, 15 * 1024 * 1024);
+    CHECK_NEAR(c.max_mhz, 3700.0, 1e-9); /* cpufreq beats cpuinfo's current 1200 */
+    uint32_t want = STOKE_SIMD_SSE42 | STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA |
+                    STOKE_SIMD_F16C;
+    CHECK_INT_EQ(c.simd, want);
+    char names[256];
+    CHECK_STR_EQ(stoke_simd_names(c.simd, names, sizeof names), "sse4_2 avx avx2 fma f16c");
+
+    stoke_mem_info m;
+    CHECK_INT_EQ(stoke_mem_probe(SYSROOT "/twosocket", &m), STOKE_OK);
+    CHECK_INT_EQ(m.total_bytes, 131900000ull * 1024);
+    CHECK_INT_EQ(m.available_bytes, 120000000ull * 1024);
+}
+
+static void test_nosysfs(void)
+{
+    stoke_cpu_info c;
+    CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/nosysfs", &c), STOKE_OK);
+    CHECK_INT_EQ(c.logical_cpus, 4);
+    CHECK_INT_EQ(c.physical_cores, 2); /* from cpuinfo's physical id / core id */
+    CHECK_INT_EQ(c.sockets, 1);
+    CHECK_INT_EQ(c.numa_nodes, 1);
+    CHECK_INT_EQ(c.l1d_bytes, 0);
+    CHECK_INT_EQ(c.l3_bytes, 0);
+    CHECK_NEAR(c.max_mhz, 2103.5, 1e-9);
+    CHECK(c.simd & STOKE_SIMD_AVX512F);
+    CHECK(c.simd & STOKE_SIMD_AVX512_BF16);
+    CHECK(c.simd & STOKE_SIMD_AMX_BF16);
+    CHECK(c.simd & STOKE_SIMD_AMX_TILE);
+    CHECK(!(c.simd & STOKE_SIMD_AVX512_FP16));
+
+    stoke_mem_info m;
+    CHECK_INT_EQ(stoke_mem_probe(SYSROOT "/nosysfs", &m), STOKE_OK);
+    CHECK_INT_EQ(m.total_bytes, 8000000ull * 1024);
+    CHECK_INT_EQ(m.available_bytes, 0); /* no MemAvailable line: unknown */
+
+    stoke_cpu_info none;
+    CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/absent", &none), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "/absent/proc/cpuinfo");
+    CHECK_INT_EQ(stoke_mem_probe(SYSROOT "/absent", &m), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "/absent/proc/meminfo");
+}
+
+static void test_simd_names(void)
+{
+    char buf[64];
+    CHECK_STR_EQ(stoke_simd_names(0, buf, sizeof buf), "");
+    CHECK_STR_EQ(stoke_simd_names(STOKE_SIMD_AVX512_BF16 | STOKE_SIMD_AMX_BF16, buf, sizeof buf),
+                 "avx512_bf16 amx_bf16");
+    /* A short buffer holds whole names only. */
+    char tiny[12];
+    CHECK_STR_EQ(stoke_simd_names(STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA, tiny,
+                                  sizeof tiny),
+                 "avx avx2");
+}
+
+/* True if /proc/cpuinfo's first flags line names `flag`: an independent reading to
+ * compare the probe with. */
+static bool cpuinfo_has(const char *flag)
+{
+    static char buf[1 << 16];
+    if (stoke_read_file("/proc/cpuinfo", buf, sizeof buf) < 0)
+        return false;
+    char *line = strstr(buf, "\nflags");
+    if (!line)
+        return false;
+    char *end = strchr(line + 1, '\n');
+    if (end)
+        *end = '\0';
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s ", flag);
+    size_t n = strlen(line);
+    line[n] = ' '; /* so the last flag also has a trailing space */
+    line[n + 1] = '\0';
+    return strstr(line, pat) != NULL;
+}
+
+static void test_this_machine(void)
+{
+    stoke_cpu_info c;
+    CHECK_INT_EQ(stoke_cpu_probe(NULL, &c), STOKE_OK);
+    CHECK_INT_EQ(c.logical_cpus, sysconf(_SC_NPROCESSORS_ONLN));
+    CHECK(c.usable_cpus >= 1 && c.usable_cpus <= c.logical_cpus);
+    CHECK(c.physical_cores >= 1 && c.physical_cores <= c.logical_cpus);
+    CHECK(c.sockets >= 1 && c.sockets <= c.physical_cores);
+    CHECK(c.numa_nodes >= 1);
+    CHECK(c.max_mhz > 0);
+    static const struct {
+        const char *flag;
+        uint32_t bit;
+    } flags[] = {{"avx2", STOKE_SIMD_AVX2},
+                 {"avx512f", STOKE_SIMD_AVX512F},
+                 {"avx512_bf16", STOKE_SIMD_AVX512_BF16},
+                 {"amx_bf16", STOKE_SIMD_AMX_BF16}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        CHECK_MSG(cpuinfo_has(flags[i].flag) == !!(c.simd & flags[i].bit), "%s",
+                  flags[i].flag);
+
+    stoke_mem_info m;
+    CHECK_INT_EQ(stoke_mem_probe("", &m), STOKE_OK);
+    struct sysinfo si;
+    CHECK(sysinfo(&si) == 0);
+    uint64_t total = (uint64_t)si.totalram * si.mem_unit;
+    /* Both read the same kernel counter; meminfo rounds to kB. */
+    CHECK_MSG(m.total_bytes <= total + 1024 && m.total_bytes + 1024 >= total, "%llu vs %llu",
+              (unsigned long long)m.total_bytes, (unsigned long long)total);
+    CHECK(m.available_bytes > 0 && m.available_bytes <= m.total_bytes);
+}
+
+static void test_real_disk(void)
+{
+    stoke_disk_info d;
+    CHECK_INT_EQ(stoke_disk_probe("/dev/shm", &d), STOKE_OK);
+    CHECK_STR_EQ(d.mount_point, "/dev/shm");
+    CHECK_STR_EQ(d.fs_type, "tmpfs");
+    CHECK_INT_EQ(d.kind, STOKE_DISK_MEMORY);
+    CHECK_STR_EQ(stoke_disk_kind_name(d.kind), "memory");
+    CHECK_STR_CONTAINS(d.reason, "tmpfs");
+
+    /* A file below the mount point, reached through a name with a space. */
+    char dir[] = "/dev/shm/stoke test XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_INT_EQ(stoke_disk_probe(dir, &d), STOKE_OK);
+    CHECK_STR_EQ(d.mount_point, "/dev/shm");
+    rmdir(dir);
+
+    CHECK_INT_EQ(stoke_disk_probe("/", &d), STOKE_OK);
+    CHECK_STR_EQ(d.mount_point, "/");
+    CHECK(d.fs_type[0] != '\0');
+    CHECK(d.reason[0] != '\0');
+
+    /* proc sits on an anonymous device: no disk to name, and the reason says so. */
+    CHECK_INT_EQ(stoke_disk_probe("/proc/self", &d), STOKE_OK);
+    CHECK_STR_EQ(d.mount_point, "/proc");
+    CHECK_INT_EQ(d.kind, STOKE_DISK_UNKNOWN);
+    CHECK_STR_CONTAINS(d.reason, "anonymous");
+
+    CHECK_INT_EQ(stoke_disk_probe("/nonexistent/stoke/data", &d), STOKE_ERR_NOTFOUND);
+    CHECK_STR_CONTAINS(stoke_last_error(), "/nonexistent/stoke/data");
+}
+
+/* Mount points under a fresh directory, one with an escaped space, each on a device
+ * of the blockdev tree or of a kind decided by its type. */
+static void test_recorded_mounts(void)
+{
+    char base[] = "/tmp/stoke-mounts-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    static const char *dirs[] = {"hdd", "nvme", "my data", "nfs", "ovl", "dm", "gone",
+                                 "hddx", "my data/sub"};
+    char p[512];
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", base, dirs[i]);
+        CHECK(mkdir(p, 0755) == 0);
+    }
+    char mi[600];
+    snprintf(mi, sizeof mi, "%s/mountinfo", base);
+    FILE *f = fopen(mi, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fprintf(f, "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    fprintf(f, "2 1 8:2 / %s/hdd rw,relatime - ext4 /dev/sda2 rw\n", base);
+    fprintf(f, "3 1 259:1 / %s/nvme rw shared:1 master:2 - xfs /dev/nvme0n1p1 rw\n", base);
+    fprintf(f, "4 1 0:40 / %s/my\\040data rw - tmpfs tmp\\040fs rw\n", base);
+    fprintf(f, "5 1 0:41 / %s/nfs rw - nfs4 server:/export rw\n", base);
+    fprintf(f, "6 1 0:42 / %s/ovl rw - overlay overlay rw,lowerdir=/a\n", base);
+    fprintf(f, "7 1 253:0 / %s/dm rw - ext4 /dev/mapper/vg-data rw\n", base);
+    fprintf(f, "8 1 7:9 / %s/gone rw - ext4 /dev/loop9 rw\n", base);
+    /* A second mount on the same point hides the first. */
+    fprintf(f, "9 1 0:43 / %s/nvme rw - ramfs none rw\n", base);
+    fclose(f);
+    const char *sys = SYSROOT "/blockdev";
+    stoke_disk_info d;
+    char want[600];
+
+    snprintf(p, sizeof p, "%s/hdd", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_STR_EQ(d.mount_point, p);
+    CHECK_STR_EQ(d.device, "/dev/sda2");
+    CHECK_INT_EQ(d.kind, STOKE_DISK_ROTATIONAL);
+    CHECK_STR_CONTAINS(d.reason, "sda (8:2): queue/rotational is 1");
+
+    /* "hddx" must not be taken as inside "hdd". */
+    snprintf(p, sizeof p, "%s/hddx", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_STR_EQ(d.mount_point, "/");
+
+    snprintf(p, sizeof p, "%s/nvme", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_STR_EQ(d.fs_type, "ramfs");
+    CHECK_INT_EQ(d.kind, STOKE_DISK_MEMORY);
+
+    snprintf(p, sizeof p, "%s/my data/sub", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    snprintf(want, sizeof want, "%s/my data", base);
+    CHECK_STR_EQ(d.mount_point, want);
+    CHECK_STR_EQ(d.device, "tmp fs");
+    CHECK_INT_EQ(d.kind, STOKE_DISK_MEMORY);
+
+    snprintf(p, sizeof p, "%s/nfs", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_INT_EQ(d.kind, STOKE_DISK_NETWORK);
+    CHECK_STR_CONTAINS(d.reason, "nfs4");
+
+    snprintf(p, sizeof p, "%s/ovl", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_INT_EQ(d.kind, STOKE_DISK_OVERLAY);
+
+    snprintf(p, sizeof p, "%s/dm", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_INT_EQ(d.kind, STOKE_DISK_SSD);
+    CHECK_STR_CONTAINS(d.reason, "dm-0 (253:0): queue/rotational is 0");
+
+    snprintf(p, sizeof p, "%s/gone", base);
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, p, &d), STOKE_OK);
+    CHECK_INT_EQ(d.kind, STOKE_DISK_UNKNOWN);
+    CHECK_STR_CONTAINS(d.reason, "7:9");
+
+    /* The SSD partition, through a mountinfo where nothing hides it. */
+    f = fopen(mi, "w");
+    if (f) {
+        fprintf(f, "3 1 259:1 / %s rw - xfs /dev/nvme0n1p1 rw\n", base);
+        fclose(f);
+    }
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, base, &d), STOKE_OK);
+    CHECK_INT_EQ(d.kind, STOKE_DISK_SSD);
+    CHECK_STR_CONTAINS(d.reason, "nvme0n1 (259:1)");
+    CHECK_INT_EQ(stoke_disk_probe_from(mi, sys, "/", &d), STOKE_ERR_NOTFOUND);
+
+    unlink(mi);
+    for (size_t i = sizeof dirs / sizeof dirs[0]; i-- > 0;) {
+        snprintf(p, sizeof p, "%s/%s", base, dirs[i]);
+        rmdir(p);
+    }
+    rmdir(base);
+}
+
+static void test_bus_ids(void)
+{
+    CHECK(stoke_pci_bus_id_equal("00000000:3B:00.0", "0000:3b:00.0"));
+    CHECK(stoke_pci_bus_id_equal("00000001:01:00.0", "0001:01:00.0"));
+    CHECK(stoke_pci_bus_id_equal("01:00.0", "0000:01:00.0")); /* legacy short form */
+    CHECK(!stoke_pci_bus_id_equal("00000000:3B:00.0", "0000:3c:00.0"));
+    CHECK(!stoke_pci_bus_id_equal("00000000:3B:00.0", "0000:3b:00.1"));
+    CHECK(!stoke_pci_bus_id_equal("00000001:3B:00.0", "0000:3b:00.0"));
+    CHECK(!stoke_pci_bus_id_equal("", "0000:3b:00.0"));
+    CHECK(!stoke_pci_bus_id_equal("0000:3b:00.0x", "0000:3b:00.0"));
+    CHECK(!stoke_pci_bus_id_equal(NULL, "0000:3b:00.0"));
+}
+
+static void test_machine_without_gpu(void)
+{
+    setenv("STOKE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    static stoke_machine m;
+    CHECK_INT_EQ(stoke_machine_probe(&m, NULL), STOKE_OK);
+    CHECK_INT_EQ(m.gpu_count, 0);
+    CHECK_MSG(strncmp(m.gpu_note, "no NVIDIA GPU: ", 15) == 0, "%s", m.gpu_note);
+    CHECK(!m.have_disk);
+    CHECK(m.cpu.logical_cpus >= 1);
+    CHECK(m.mem.total_bytes > 0);
+
+    CHECK_INT_EQ(stoke_machine_probe(&m, "/dev/shm"), STOKE_OK);
+    CHECK(m.have_disk);
+    CHECK_STR_EQ(m.data_path, "/dev/shm");
+    CHECK_INT_EQ(m.disk.kind, STOKE_DISK_MEMORY);
+
+    CHECK_INT_EQ(stoke_machine_probe(&m, "/nonexistent/data"), STOKE_ERR_NOTFOUND);
+    CHECK_STR_CONTAINS(stoke_last_error(), "/nonexistent/data");
+    unsetenv("STOKE_NVML_LIBRARY");
+}
+
+int main(void)
+{
+    test_twosocket();
+    test_nosysfs();
+    test_simd_names();
+    test_this_machine();
+    test_real_disk();
+    test_recorded_mounts();
+    test_bus_ids();
+    test_machine_without_gpu();
+    return CHECK_DONE();
+}
