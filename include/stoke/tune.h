@@ -1,0 +1,68 @@
+/* tune.h - what stoke will do with a machine: recommendations derived from its probed
+ * facts (precision, TF32, loader workers, pinned memory, prefetch depth, peak FLOP/s),
+ * each with the reason it was made. */
+#ifndef STOKE_TUNE_H
+#define STOKE_TUNE_H
+
+#include <stdbool.h>
+
+#include "stoke/hw.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The device a recommendation is about: the CPU (which also hosts the loader and
+ * owns machine-wide settings) or one GPU. */
+#define STOKE_TUNE_CPU (-1)
+
+typedef enum stoke_rec_type {
+    STOKE_REC_TEXT = 0, /* text: "bf16", "fp16+loss-scaling", ... */
+    STOKE_REC_BOOL,     /* number is 0 or 1 */
+    STOKE_REC_COUNT,    /* number is a whole count (workers, batches, threads) */
+    STOKE_REC_FLOPS,    /* number is floating-point operations per second */
+} stoke_rec_type;
+
+typedef struct stoke_rec {
+    const char *key;      /* static: "precision", "tf32", "loader_workers", ... */
+    int device;           /* STOKE_TUNE_CPU or the GPU's index in stoke_machine.gpus */
+    stoke_rec_type type;
+    bool known;           /* false: the value could not be derived; `reason` says why */
+    char text[32];        /* the value of a STOKE_REC_TEXT recommendation */
+    double number;        /* the value of the other types */
+    char reason[320];     /* the facts the value came from, for the user */
+} stoke_rec;
+
+#define STOKE_MAX_RECS (8 + 6 * STOKE_MAX_GPUS)
+
+typedef struct stoke_recs {
+    int count;
+    stoke_rec items[STOKE_MAX_RECS];
+} stoke_recs;
+
+/* Applies every rule to the machine, in table order, and writes the results into
+ * *out (which needs no cleanup). Rules that do not apply (TF32 without a GPU) emit
+ * nothing; rules whose inputs are missing emit known = false with the reason. Can't
+ * fail. */
+void stoke_recommend(const stoke_machine *m, stoke_recs *out);
+
+/* The first recommendation with this key and device, or NULL. */
+const stoke_rec *stoke_recs_find(const stoke_recs *recs, const char *key, int device);
+
+/* Theoretical peak FLOP/s from a GPU's own properties: SM count × max SM clock ×
+ * FLOPs per clock per SM for its compute capability. `tensor` selects the dense
+ * bf16/fp16 tensor-core rate (fp32 accumulation) instead of fp32 FMA. Returns false
+ * and writes why into `why` when an input or the table entry is missing; otherwise
+ * writes the figure into *flops and the formula into `why`. */
+bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops, char *why,
+                          size_t why_size);
+
+/* Same for the CPU: physical cores × max clock × FLOPs per cycle per core from its
+ * SIMD level; `bf16` selects the AMX-BF16 / AVX512-BF16 rate. */
+bool stoke_cpu_peak_flops(const stoke_cpu_info *cpu, bool bf16, double *flops, char *why,
+                          size_t why_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

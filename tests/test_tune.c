@@ -1,0 +1,246 @@
+/* test_tune.c - recommendations and peak FLOP/s for machines built in C: an H100, an
+ * RTX 3090 beside a V100, GPUs with missing readings, and CPU-only boxes. */
+#include "check.h"
+#include "stoke/tune.h"
+
+static stoke_machine machine;
+static stoke_recs recs;
+
+static void cpu_box(stoke_machine *m, int cores, int usable, double mhz, uint32_t simd)
+{
+    memset(m, 0, sizeof *m);
+    m->cpu.physical_cores = cores;
+    m->cpu.logical_cpus = usable;
+    m->cpu.usable_cpus = usable;
+    m->cpu.sockets = 1;
+    m->cpu.numa_nodes = 1;
+    m->cpu.max_mhz = mhz;
+    m->cpu.simd = simd;
+    m->mem.total_bytes = 64ull << 30;
+    snprintf(m->gpu_note, sizeof m->gpu_note, "no NVIDIA GPU: test");
+}
+
+static stoke_gpu_info *add_gpu(stoke_machine *m, const char *name, int major, int minor,
+                               int sms, unsigned mhz)
+{
+    stoke_gpu_info *g = &m->gpus[m->gpu_count];
+    memset(g, 0, sizeof *g);
+    g->index = m->gpu_count++;
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->cc_major = major;
+    g->cc_minor = minor;
+    g->sm_count = sms;
+    g->max_sm_clock_mhz = mhz;
+    g->valid = STOKE_GPU_HAS_CC | STOKE_GPU_HAS_SM_COUNT | STOKE_GPU_HAS_MAX_SM_CLOCK;
+    m->gpu_note[0] = '\0';
+    return g;
+}
+
+static const stoke_rec *rec(const char *key, int dev)
+{
+    const stoke_rec *r = stoke_recs_find(&recs, key, dev);
+    CHECK_MSG(r != NULL, "no %s recommendation for device %d", key, dev);
+    static stoke_rec missing;
+    return r ? r : &missing;
+}
+
+static void test_h100(void)
+{
+    cpu_box(&machine, 18, 18, 3000, STOKE_SIMD_AVX2 | STOKE_SIMD_FMA | STOKE_SIMD_AVX);
+    add_gpu(&machine, "NVIDIA H100 PCIe", 9, 0, 114, 1755);
+    stoke_recommend(&machine, &recs);
+
+    const stoke_rec *r = rec("precision", 0);
+    CHECK(r->known);
+    CHECK_STR_EQ(r->text, "bf16");
+    CHECK_STR_CONTAINS(r->reason, "compute capability 9.0 >= 8.0");
+    r = rec("tf32", 0);
+    CHECK(r->known && r->type == STOKE_REC_BOOL && r->number == 1);
+    CHECK_STR_CONTAINS(r->reason, "9.0 >= 8.0");
+
+    r = rec("peak_bf16_flops", 0);
+    CHECK(r->known && r->type == STOKE_REC_FLOPS);
+    /* 4 tensor cores x 512 bf16 FMAs x 2 FLOPs per SM per clock (Hopper). */
+    CHECK_NEAR(r->number, 114.0 * 1755e6 * 4 * 512 * 2, 1);
+    CHECK_STR_CONTAINS(r->reason, "114 SMs x 1755 MHz x 4096");
+    CHECK_STR_CONTAINS(r->reason, "819.5 TFLOP/s");
+    r = rec("peak_fp32_flops", 0);
+    CHECK_NEAR(r->number, 114.0 * 1755e6 * 128 * 2, 1);
+    CHECK_STR_CONTAINS(r->reason, "128 fp32 FMA lanes x 2");
+    CHECK(stoke_recs_find(&recs, "peak_fp16_flops", 0) == NULL);
+
+    /* 18 CPUs - 1 training loop - 1 GPU = 16: the seed's figure for this machine. */
+    r = rec("loader_workers", STOKE_TUNE_CPU);
+    CHECK(r->known && r->type == STOKE_REC_COUNT);
+    CHECK_INT_EQ(r->number, 16);
+    CHECK_STR_CONTAINS(r->reason, "18 usable CPUs - 1 for the training loop - 1");
+    r = rec("pin_memory", STOKE_TUNE_CPU);
+    CHECK(r->known && r->number == 1);
+    CHECK_STR_CONTAINS(r->reason, "1 GPU:");
+    r = rec("prefetch_depth", STOKE_TUNE_CPU);
+    CHECK_INT_EQ(r->number, 32);
+    CHECK_STR_CONTAINS(r->reason, "x 16 workers");
+    /* The CPU's precision only matters when it does the math. */
+    CHECK(stoke_recs_find(&recs, "precision", STOKE_TUNE_CPU) == NULL);
+    CHECK(stoke_recs_find(&recs, "compute_threads", STOKE_TUNE_CPU) == NULL);
+    /* The CPU's own peak is still reported (hybrid CPU/GPU work, MFU). */
+    r = rec("peak_fp32_flops", STOKE_TUNE_CPU);
+    CHECK_NEAR(r->number, 18 * 3000e6 * 32, 1);
+
+    /* A 64-CPU host is capped. */
+    machine.cpu.usable_cpus = 64;
+    stoke_recommend(&machine, &recs);
+    r = rec("loader_workers", STOKE_TUNE_CPU);
+    CHECK_INT_EQ(r->number, 16);
+    CHECK_STR_CONTAINS(r->reason, "= 62, capped at 16");
+}
+
+static void test_3090_and_v100(void)
+{
+    cpu_box(&machine, 8, 16, 4000, STOKE_SIMD_AVX2 | STOKE_SIMD_FMA | STOKE_SIMD_AVX);
+    add_gpu(&machine, "NVIDIA GeForce RTX 3090", 8, 6, 82, 2100);
+    add_gpu(&machine, "Tesla V100-SXM2-16GB", 7, 0, 80, 1530);
+    stoke_recommend(&machine, &recs);
+
+    CHECK_STR_EQ(rec("precision", 0)->text, "bf16");
+    const stoke_rec *r = rec("peak_bf16_flops", 0);
+    /* GA10x: 1024 dense FLOPs/clock/SM, halved on GeForce with fp32 accumulation. */
+    CHECK_NEAR(r->number, 82.0 * 2100e6 * 512, 1);
+    CHECK_STR_CONTAINS(r->reason, "half rate on GeForce");
+    CHECK_NEAR(rec("peak_fp32_flops", 0)->number, 82.0 * 2100e6 * 256, 1);
+
+    r = rec("precision", 1);
+    CHECK_STR_EQ(r->text, "fp16+loss-scaling");
+    CHECK_STR_CONTAINS(r->reason, "7.0");
+    CHECK_STR_CONTAINS(r->reason, "loss scaling");
+    r = rec("tf32", 1);
+    CHECK(r->known && r->number == 0);
+    CHECK_STR_CONTAINS(r->reason, "< 8.0");
+    r = rec("peak_fp16_flops", 1);
+    CHECK_NEAR(r->number, 80.0 * 1530e6 * 1024, 1); /* V100 SXM2: 125 TFLOPS */
+    CHECK_STR_CONTAINS(r->reason, "125.3 TFLOP/s");
+    CHECK(stoke_recs_find(&recs, "peak_bf16_flops", 1) == NULL);
+    CHECK_NEAR(rec("peak_fp32_flops", 1)->number, 80.0 * 1530e6 * 128, 1);
+
+    r = rec("loader_workers", STOKE_TUNE_CPU);
+    CHECK_INT_EQ(r->number, 16 - 1 - 2);
+    CHECK_STR_CONTAINS(r->reason, "2 for GPU feeding");
+    CHECK_STR_CONTAINS(rec("pin_memory", STOKE_TUNE_CPU)->reason, "2 GPUs");
+}
+
+static void test_missing_readings(void)
+{
+    cpu_box(&machine, 4, 4, 0, STOKE_SIMD_AVX2 | STOKE_SIMD_FMA);
+    stoke_gpu_info *g = add_gpu(&machine, "NVIDIA A100-SXM4-40GB", 8, 0, 108, 1410);
+    g->valid &= ~(unsigned)STOKE_GPU_HAS_SM_COUNT;
+    g = add_gpu(&machine, "NVIDIA B200", 10, 0, 148, 1965);
+    g = add_gpu(&machine, "Mystery", 0, 0, 10, 1000);
+    g->valid &= ~(unsigned)STOKE_GPU_HAS_CC;
+    g = add_gpu(&machine, "Tesla P100", 6, 0, 56, 1480);
+    g->valid &= ~(unsigned)STOKE_GPU_HAS_MAX_SM_CLOCK;
+    stoke_recommend(&machine, &recs);
+
+    const stoke_rec *r = rec("peak_bf16_flops", 0);
+    CHECK(!r->known);
+    CHECK_INT_EQ(r->number, 0);
+    CHECK_STR_CONTAINS(r->reason, "no SM count");
+    CHECK(!rec("peak_fp32_flops", 0)->known);
+    CHECK_STR_EQ(rec("precision", 0)->text, "bf16"); /* needs only the cc */
+
+    r = rec("peak_bf16_flops", 1);
+    CHECK(!r->known);
+    CHECK_STR_CONTAINS(r->reason, "no tensor-core rate on file for compute capability 10.0");
+    r = rec("peak_fp32_flops", 1);
+    CHECK(r->known);
+    CHECK_NEAR(r->number, 148.0 * 1965e6 * 256, 1);
+
+    r = rec("precision", 2);
+    CHECK(!r->known);
+    CHECK_STR_EQ(r->text, "");
+    CHECK_STR_CONTAINS(r->reason, "compute capability");
+    CHECK(!rec("tf32", 2)->known);
+    CHECK(!rec("peak_fp32_flops", 2)->known);
+    CHECK(stoke_recs_find(&recs, "peak_bf16_flops", 2) == NULL);
+
+    r = rec("precision", 3);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "no tensor cores");
+    r = rec("peak_fp32_flops", 3);
+    CHECK(!r->known);
+    CHECK_STR_CONTAINS(r->reason, "max SM clock");
+    CHECK(stoke_recs_find(&recs, "peak_fp16_flops", 3) == NULL);
+
+    r = rec("peak_fp32_flops", STOKE_TUNE_CPU);
+    CHECK(!r->known);
+    CHECK_STR_CONTAINS(r->reason, "no CPU clock");
+}
+
+static void test_cpu_only_amx(void)
+{
+    /* This development machine's shape: 2 cores, AVX-512 with BF16 and AMX. */
+    uint32_t simd = STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA | STOKE_SIMD_AVX512F |
+                    STOKE_SIMD_AVX512_BF16 | STOKE_SIMD_AMX_TILE | STOKE_SIMD_AMX_BF16;
+    cpu_box(&machine, 2, 2, 2600, simd);
+    stoke_recommend(&machine, &recs);
+
+    const stoke_rec *r = rec("precision", STOKE_TUNE_CPU);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "AVX512-BF16 and AMX-BF16");
+    CHECK_INT_EQ(rec("loader_workers", STOKE_TUNE_CPU)->number, 1);
+    CHECK_INT_EQ(rec("compute_threads", STOKE_TUNE_CPU)->number, 1);
+    r = rec("pin_memory", STOKE_TUNE_CPU);
+    CHECK(r->known && r->number == 0);
+    CHECK_STR_CONTAINS(r->reason, "no GPU");
+    CHECK_INT_EQ(rec("prefetch_depth", STOKE_TUNE_CPU)->number, 2);
+    r = rec("peak_fp32_flops", STOKE_TUNE_CPU);
+    CHECK_NEAR(r->number, 2 * 2600e6 * 64, 1);
+    CHECK_STR_CONTAINS(r->reason, "AVX-512");
+    r = rec("peak_bf16_flops", STOKE_TUNE_CPU);
+    CHECK_NEAR(r->number, 2 * 2600e6 * 1024, 1);
+    CHECK_STR_CONTAINS(r->reason, "AMX-BF16");
+    CHECK(stoke_recs_find(&recs, "tf32", 0) == NULL);
+
+    /* Without AMX, AVX512-BF16 doubles the fp32 rate. */
+    machine.cpu.simd &= ~(uint32_t)(STOKE_SIMD_AMX_BF16 | STOKE_SIMD_AMX_TILE);
+    stoke_recommend(&machine, &recs);
+    CHECK_NEAR(rec("peak_bf16_flops", STOKE_TUNE_CPU)->number, 2 * 2600e6 * 128, 1);
+    CHECK_STR_CONTAINS(rec("precision", STOKE_TUNE_CPU)->reason, "AVX512-BF16, so");
+}
+
+static void test_cpu_only_avx2(void)
+{
+    cpu_box(&machine, 8, 16, 3700, STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA);
+    stoke_recommend(&machine, &recs);
+    const stoke_rec *r = rec("loader_workers", STOKE_TUNE_CPU);
+    CHECK_INT_EQ(r->number, 4);
+    CHECK_STR_CONTAINS(r->reason, "a quarter of the 16 usable CPUs");
+    CHECK_INT_EQ(rec("compute_threads", STOKE_TUNE_CPU)->number, 12);
+    CHECK_INT_EQ(rec("prefetch_depth", STOKE_TUNE_CPU)->number, 8);
+    CHECK_NEAR(rec("peak_fp32_flops", STOKE_TUNE_CPU)->number, 8 * 3700e6 * 32, 1);
+    CHECK(stoke_recs_find(&recs, "peak_bf16_flops", STOKE_TUNE_CPU) == NULL);
+    CHECK_STR_CONTAINS(rec("precision", STOKE_TUNE_CPU)->reason, "no bf16 instructions");
+
+    /* One CPU: load in the training thread. */
+    cpu_box(&machine, 1, 1, 2000, STOKE_SIMD_SSE42);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(rec("loader_workers", STOKE_TUNE_CPU)->number, 0);
+    CHECK_INT_EQ(rec("compute_threads", STOKE_TUNE_CPU)->number, 1);
+    CHECK_NEAR(rec("peak_fp32_flops", STOKE_TUNE_CPU)->number, 2000e6 * 8, 1);
+
+    /* No SIMD the table knows (another architecture): unknown, not a guess. */
+    cpu_box(&machine, 4, 4, 2000, 0);
+    stoke_recommend(&machine, &recs);
+    const stoke_rec *p = rec("peak_fp32_flops", STOKE_TUNE_CPU);
+    CHECK(!p->known);
+    CHECK_STR_CONTAINS(p->reason, "no SIMD rate");
+}
+
+int main(void)
+{
+    test_h100();
+    test_3090_and_v100();
+    test_missing_readings();
+    test_cpu_only_amx();
+    test_cpu_only_avx2();
+    return CHECK_DONE();
+}
