@@ -1,0 +1,331 @@
+/* monitor.h - samples GPUs, the system and a watched process tree; keeps the series of
+ * a run, summarizes it and diagnoses what bounded it (rules are a data table). */
+#ifndef STOKE_MONITOR_H
+#define STOKE_MONITOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "stoke/core.h"
+#include "stoke/hw.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- One sample ------------------------------------------------------------------
+ * Every reading has a valid bit: a reading that is not available is absent (bit
+ * clear), never zero. */
+
+enum {
+    STOKE_MS_CPU = 1u << 0,      /* cpu_pct, iowait_pct (need two /proc/stat reads) */
+    STOKE_MS_MEM = 1u << 1,      /* mem_used_bytes, mem_total_bytes */
+    STOKE_MS_PROC = 1u << 2,     /* proc_* except io and GPU memory */
+    STOKE_MS_PROC_CPU = 1u << 3, /* proc_cpu_pct (needs two reads of the tree) */
+    STOKE_MS_PROC_IO = 1u << 4,  /* proc_read_Bps, proc_write_Bps */
+    STOKE_MS_PROC_GPU = 1u << 5, /* proc_gpu_mem_bytes (NVML's process lists) */
+};
+
+typedef struct stoke_mon_gpu {
+    stoke_gpu_sample s;          /* the device reading, with its own STOKE_GS_* bits */
+    uint64_t proc_mem_bytes;     /* GPU memory held by the watched tree on this device */
+    bool proc_mem_valid;
+} stoke_mon_gpu;
+
+typedef struct stoke_mon_sample {
+    uint64_t seq;                /* 1, 2, ... */
+    double t;                    /* seconds since sampling started */
+    double wall;                 /* Unix time, seconds */
+    unsigned valid;              /* STOKE_MS_* */
+    double cpu_pct;              /* all CPUs busy (not idle, not iowait), 0..100 */
+    double iowait_pct;           /* all CPUs waiting on I/O, 0..100 */
+    int ncpu;                    /* CPUs counted in /proc/stat */
+    uint64_t mem_used_bytes;     /* MemTotal - MemAvailable */
+    uint64_t mem_total_bytes;
+    int proc_pid;                /* watched root, 0 in whole-system mode */
+    int proc_count;              /* processes in the tree (root and descendants) */
+    double proc_cpu_pct;         /* CPU of the tree, 100 = one core */
+    int proc_threads;
+    uint64_t proc_rss_bytes;     /* sum of RSS over the tree (shared pages count twice) */
+    double proc_read_Bps;        /* storage reads of the tree, bytes/s (/proc/PID/io) */
+    double proc_write_Bps;
+    uint64_t proc_gpu_mem_bytes; /* sum of proc_mem_bytes over the GPUs */
+    int gpu_count;               /* 0 without NVML */
+    stoke_mon_gpu gpus[STOKE_MAX_GPUS];
+} stoke_mon_sample;
+
+/* ---- /proc readers (proc.c) -------------------------------------------------- */
+
+typedef struct stoke_proc_reader stoke_proc_reader;
+
+/* Opens the readers of /proc/stat and /proc/meminfo (kept open, read with pread) and,
+ * if pid > 0, of that process tree. STOKE_ERR_NOTFOUND if pid does not exist,
+ * STOKE_ERR_IO if /proc cannot be read. On success *out must be freed with
+ * stoke_proc_reader_free. */
+stoke_status stoke_proc_reader_open(int pid, stoke_proc_reader **out);
+void stoke_proc_reader_free(stoke_proc_reader *r); /* NULL is fine */
+
+/* Fills the system and tree fields of *s (rates are over the time since the previous
+ * call, so the first call leaves them invalid) and sets their valid bits. When the
+ * watched root has ended, the tree fields stay invalid and *root_alive is false.
+ * Returns STOKE_ERR_IO only if /proc/stat cannot be read. */
+stoke_status stoke_proc_read(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_alive);
+
+/* PIDs of the tree found by the last stoke_proc_read (root first); valid until the
+ * next call. */
+const int *stoke_proc_tree_pids(const stoke_proc_reader *r, int *count);
+
+/* ---- Series and the history of a run (series.c) ------------------------------ */
+
+/* A growable series of values. To bound memory on long runs it keeps at most `limit`
+ * values: when full it drops every other kept value and from then on keeps one value
+ * in `stride`, so percentiles stay those of an evenly thinned run. min, max, mean and
+ * count are exact over every value pushed. */
+typedef struct stoke_series {
+    float *v;
+    size_t n, cap;
+    size_t limit;                /* 0 = default (1 << 18 values, 1 MB) */
+    unsigned stride, phase;
+    size_t count;
+    double min, max, sum;
+} stoke_series;
+
+typedef struct stoke_stats {
+    size_t n;                    /* values pushed; 0 = the series is empty */
+    double min, median, p95, max, mean; /* p95: nearest rank over kept values */
+} stoke_stats;
+
+void stoke_series_init(stoke_series *s);
+void stoke_series_free(stoke_series *s);
+/* Appends x. STOKE_ERR_NOMEM if the series cannot grow (x is then not kept). */
+stoke_status stoke_series_push(stoke_series *s, double x);
+/* Statistics of the series; an empty series gives n = 0 and zeros. STOKE_ERR_NOMEM if
+ * the sort buffer cannot be allocated. */
+stoke_status stoke_series_stats(const stoke_series *s, stoke_stats *out);
+
+/* System and process-tree series of a run. */
+typedef enum stoke_sys_metric {
+    STOKE_M_CPU,        /* % all CPUs */
+    STOKE_M_IOWAIT,     /* % all CPUs */
+    STOKE_M_MEM_USED,   /* bytes */
+    STOKE_M_PROC_CPU,   /* % of one core */
+    STOKE_M_PROC_THREADS,
+    STOKE_M_PROC_RSS,   /* bytes */
+    STOKE_M_PROC_READ,  /* bytes/s */
+    STOKE_M_PROC_WRITE, /* bytes/s */
+    STOKE_M_PROC_GPU_MEM, /* bytes */
+    STOKE_M_COUNT
+} stoke_sys_metric;
+
+/* Per-GPU series. */
+typedef enum stoke_gpu_metric {
+    STOKE_G_UTIL,      /* % */
+    STOKE_G_MEM_UTIL,  /* % */
+    STOKE_G_MEM_USED,  /* bytes */
+    STOKE_G_POWER,     /* watts */
+    STOKE_G_TEMP,      /* degrees C */
+    STOKE_G_SM_CLOCK,  /* MHz */
+    STOKE_G_PCIE_RX,   /* bytes/s */
+    STOKE_G_PCIE_TX,   /* bytes/s */
+    STOKE_G_PROC_MEM,  /* bytes held by the watched tree */
+    STOKE_G_COUNT
+} stoke_gpu_metric;
+
+typedef struct stoke_mon_gpu_history {
+    stoke_series s[STOKE_G_COUNT];
+    uint64_t mem_total_bytes;    /* largest total seen; 0 = never read */
+    double power_limit_w;        /* largest limit seen; 0 = never read */
+    size_t throttle_samples;     /* samples with valid throttle reasons */
+    size_t power_throttled;      /* ... with a power cap/brake or HW slowdown bit */
+    size_t thermal_throttled;    /* ... with a SW/HW thermal bit */
+} stoke_mon_gpu_history;
+
+typedef struct stoke_mon_history {
+    size_t samples;
+    double duration_s;           /* t of the last sample */
+    int ncpu;                    /* CPUs seen in /proc/stat */
+    uint64_t mem_total_bytes;
+    int proc_pid;                /* watched root, 0 = none */
+    stoke_series sys[STOKE_M_COUNT];
+    int gpu_count;               /* most GPUs seen in a sample */
+    stoke_mon_gpu_history gpu[STOKE_MAX_GPUS];
+} stoke_mon_history;
+
+void stoke_mon_history_init(stoke_mon_history *h);
+void stoke_mon_history_free(stoke_mon_history *h);
+/* Adds the valid readings of *s. STOKE_ERR_NOMEM if a series cannot grow. */
+stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample *s);
+
+/* Name ("cpu_pct"), label ("CPU busy") and unit ("%", "bytes", "bytes/s", "W", "C",
+ * "MHz", "") of a metric, for tables and logs. Never NULL. */
+const char *stoke_sys_metric_name(stoke_sys_metric m);
+const char *stoke_sys_metric_unit(stoke_sys_metric m);
+const char *stoke_gpu_metric_name(stoke_gpu_metric m);
+const char *stoke_gpu_metric_unit(stoke_gpu_metric m);
+
+/* The statistics of every series of a run, which the rules read. */
+typedef struct stoke_mon_summary {
+    size_t samples;
+    double duration_s;
+    int ncpu;                    /* CPUs in /proc/stat */
+    int usable_cpus;             /* CPUs the job may use (affinity); = ncpu if unknown */
+    uint64_t mem_total_bytes;
+    int proc_pid;
+    stoke_stats sys[STOKE_M_COUNT];
+    int gpu_count;
+    struct {
+        stoke_stats s[STOKE_G_COUNT];
+        uint64_t mem_total_bytes;
+        double power_limit_w;
+        size_t throttle_samples, power_throttled, thermal_throttled;
+    } gpu[STOKE_MAX_GPUS];
+    /* Storage under --data, for the I/O rule. */
+    bool have_disk;
+    stoke_disk_kind disk_kind;
+    char data_path[256];
+} stoke_mon_summary;
+
+/* Computes the summary of h. usable_cpus <= 0 means "same as ncpu". */
+stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
+                                 stoke_mon_summary *out);
+
+/* Writes the min / median / p95 / max table of every non-empty series to f. */
+void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f);
+
+/* ---- Diagnosis (rules.c) ---------------------------------------------------------
+ * Each rule is a row of a table: its thresholds are fields of the row (documented
+ * below and in docs/monitor.md), its check is a function that reads the summary. */
+
+typedef enum stoke_rule_kind {
+    STOKE_RULE_BOUND,   /* names the resource that bounded the run */
+    STOKE_RULE_RISK,    /* something that can fail the run (out of memory) */
+    STOKE_RULE_WARNING, /* worth knowing; does not name a single cause */
+} stoke_rule_kind;
+
+typedef struct stoke_finding {
+    const struct stoke_rule *rule;
+    int gpu;                     /* GPU index the finding is about, -1 if none */
+    char evidence[400];          /* numbers from the run */
+    char advice[400];            /* what to change, with numbers */
+} stoke_finding;
+
+typedef struct stoke_rule {
+    const char *id;              /* stable name: "input-bound-cpu", ... */
+    stoke_rule_kind kind;
+    const char *resource;        /* what bounded the run: "CPU (input pipeline)" */
+    /* Thresholds; a rule reads only those its check names. */
+    double gpu_util_below;       /* median GPU utilization % under this = mostly idle */
+    double gpu_util_atleast;     /* median GPU utilization % at least this = busy */
+    double cpu_atleast;          /* median CPU busy % (all CPUs) at least this = saturated */
+    double iowait_atleast;       /* median iowait % at least this = waiting on storage */
+    double mem_frac_below;       /* peak memory used / total under this = mostly unused */
+    double mem_frac_atleast;     /* peak memory used / total at least this = nearly full */
+    double mem_target_frac;      /* memory fill to aim for when sizing a batch */
+    double samples_frac_atleast; /* fraction of samples showing a condition */
+    double job_cores_atleast;    /* the job keeps at least this many cores busy */
+    double cores_frac_below;     /* ... but under this fraction of the usable cores */
+    /* Fills *f and returns true when the rule fires. */
+    bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
+} stoke_rule;
+
+/* The rule table, in the order findings are reported. *count receives its length. */
+const stoke_rule *stoke_rules(size_t *count);
+
+/* Runs every rule of the table over s; writes at most cap findings, returns how many
+ * fired (possibly more than cap). Can't fail. */
+size_t stoke_diagnose(const stoke_mon_summary *s, stoke_finding *out, size_t cap);
+
+/* Writes the diagnosis (which resource bounded the run, each finding's evidence and
+ * advice, or plainly that nothing fired) to f. */
+void stoke_diagnosis_print(const stoke_mon_summary *s, const stoke_finding *f, size_t n,
+                           size_t fired, FILE *f_out);
+
+/* ---- Output formats (sink.c) ------------------------------------------------- */
+
+/* The live line ("GPU 85% | VRAM 12.3/24.0 GB (51%) | ... | IO 120 MB/s") of *s into
+ * buf (always NUL-terminated); returns its length. Absent readings are left out. */
+size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size);
+
+/* One JSON object and a newline (schema in docs/monitor.md; absent readings have no
+ * key). Returns the length, or 0 if buf is too small (then buf holds ""). */
+size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size);
+
+/* CSV header for gpu_count GPUs, and one row; both end with a newline. Absent
+ * readings are empty cells. Return the length, or 0 if buf is too small. */
+size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size);
+size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf,
+                                size_t size);
+
+/* Opens (creates, truncates) a log file for appending lines. STOKE_ERR_IO naming the
+ * file if it cannot be opened. Returns the descriptor in *fd (close-on-exec). */
+stoke_status stoke_mon_open_log(const char *path, int *fd);
+
+/* Writes buf[0..len) with a single write(), so a line is never split between two
+ * writes even if the process is killed. STOKE_ERR_IO naming `what` on failure or a
+ * short write. */
+stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const char *what);
+
+/* ---- The sampler (gpu.c, monitor.c) ------------------------------------------ */
+
+typedef struct stoke_monitor stoke_monitor;
+
+/* Called on the sampler thread after each sample; must not call back into the
+ * monitor except stoke_monitor_latest. A non-OK return is recorded (first one wins,
+ * see stoke_monitor_error) and sampling goes on. */
+typedef stoke_status (*stoke_mon_callback)(const stoke_mon_sample *s, void *ctx);
+
+typedef struct stoke_monitor_config {
+    double interval_s;           /* >= 0.05 */
+    int pid;                     /* watched tree root; 0 = whole system */
+    bool no_gpu;                 /* do not load NVML */
+    stoke_mon_callback on_sample; /* may be NULL */
+    void *ctx;
+} stoke_monitor_config;
+
+/* Creates a monitor: opens the /proc readers and NVML (a missing NVML is a normal
+ * state, see stoke_monitor_gpu_note). Takes a first reading so the first sample has
+ * rates. Errors: STOKE_ERR_ARG (interval), STOKE_ERR_NOTFOUND (pid), STOKE_ERR_IO. */
+stoke_status stoke_monitor_create(const stoke_monitor_config *cfg, stoke_monitor **out);
+
+/* Starts the sampler thread. STOKE_ERR_SYSTEM if it cannot be created. */
+stoke_status stoke_monitor_start(stoke_monitor *m);
+
+/* Stops and joins the sampler thread (no-op if not running). Thread-safe with respect
+ * to the sampler; call from one controlling thread. */
+void stoke_monitor_stop(stoke_monitor *m);
+
+/* Copies the latest sample into *out; false if none yet. Safe from any thread. */
+bool stoke_monitor_latest(stoke_monitor *m, stoke_mon_sample *out);
+
+/* True once the watched root has ended (the sampler stops itself). Any thread. */
+bool stoke_monitor_target_gone(stoke_monitor *m);
+
+/* Number of GPUs sampled and why there are none ("" if there are). */
+int stoke_monitor_gpu_count(const stoke_monitor *m);
+const char *stoke_monitor_gpu_note(const stoke_monitor *m);
+
+/* The run's history; read it only while the sampler is stopped. */
+const stoke_mon_history *stoke_monitor_history(const stoke_monitor *m);
+
+/* The first error of the sampler or a callback (STOKE_OK if none), message in msg. */
+stoke_status stoke_monitor_error(stoke_monitor *m, char *msg, size_t size);
+
+void stoke_monitor_free(stoke_monitor *m); /* stops it first; NULL is fine */
+
+/* GPU sampling through NVML (gpu.c); used by the monitor and usable alone. */
+typedef struct stoke_gpu_reader stoke_gpu_reader;
+/* Loads NVML. On STOKE_ERR_UNAVAILABLE (no library, no driver) the message says why;
+ * that is a normal answer. On success *out must be freed. */
+stoke_status stoke_gpu_reader_open(stoke_gpu_reader **out);
+void stoke_gpu_reader_free(stoke_gpu_reader *g);
+int stoke_gpu_reader_count(const stoke_gpu_reader *g);
+/* Fills s->gpus and s->gpu_count, and the tree's GPU memory from the devices' process
+ * lists for the given pids (pids may be NULL). */
+void stoke_gpu_read(stoke_gpu_reader *g, const int *pids, int npids, stoke_mon_sample *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,315 @@
+/* sink.c - the live line, JSON lines and CSV of samples, and the log files they go to. */
+#include "stoke/monitor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* An append-only text buffer that remembers if anything did not fit. */
+typedef struct out {
+    char *buf;
+    size_t size, len;
+    bool full;
+} out;
+
+static void add(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(out *o, const char *fmt, ...)
+{
+    if (o->full)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= o->size - o->len) {
+        o->full = true;
+        o->buf[o->len] = '\0';
+        return;
+    }
+    o->len += (size_t)n;
+}
+
+static const char *const throttle_names[] = {
+    "gpu_idle",   "app_clocks", "sw_power_cap",   "hw_slowdown",   "sync_boost",
+    "sw_thermal", "hw_thermal", "hw_power_brake", "display_clock",
+};
+#define N_THROTTLE (sizeof throttle_names / sizeof throttle_names[0])
+
+/* ---- Live line --------------------------------------------------------------- */
+
+static void sep(out *o)
+{
+    if (o->len)
+        add(o, " | ");
+}
+
+size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
+{
+    out o = {buf, size, 0, false};
+    if (size)
+        buf[0] = '\0';
+    for (int g = 0; g < s->gpu_count && g < STOKE_MAX_GPUS; g++) {
+        const stoke_gpu_sample *x = &s->gpus[g].s;
+        char id[8] = "";
+        if (s->gpu_count > 1)
+            snprintf(id, sizeof id, "%d", g);
+        if (x->valid & STOKE_GS_UTIL) {
+            sep(&o);
+            add(&o, "GPU%s %u%%", id, x->util_gpu_pct);
+        }
+        if ((x->valid & STOKE_GS_MEMORY) && x->mem_total_bytes) {
+            sep(&o);
+            add(&o, "VRAM%s %.1f/%.1f GB (%.0f%%)", id, x->mem_used_bytes / 1e9,
+                x->mem_total_bytes / 1e9, 100.0 * x->mem_used_bytes / x->mem_total_bytes);
+        }
+        if (x->valid & STOKE_GS_POWER) {
+            sep(&o);
+            if (x->valid & STOKE_GS_POWER_LIMIT)
+                add(&o, "PWR%s %.0f/%.0f W", id, x->power_mw / 1000.0,
+                    x->power_limit_mw / 1000.0);
+            else
+                add(&o, "PWR%s %.0f W", id, x->power_mw / 1000.0);
+        }
+        uint64_t slow = STOKE_THROTTLE_SW_POWER_CAP | STOKE_THROTTLE_HW_POWER_BRAKE |
+                        STOKE_THROTTLE_HW_SLOWDOWN | STOKE_THROTTLE_SW_THERMAL |
+                        STOKE_THROTTLE_HW_THERMAL;
+        if ((x->valid & STOKE_GS_THROTTLE) && (x->throttle_reasons & slow)) {
+            sep(&o);
+            bool th = x->throttle_reasons & (STOKE_THROTTLE_SW_THERMAL | STOKE_THROTTLE_HW_THERMAL);
+            add(&o, "THROTTLE%s %s", id, th ? "thermal" : "power");
+        }
+    }
+    if (s->valid & STOKE_MS_CPU) {
+        sep(&o);
+        add(&o, "CPU %.0f%%", s->cpu_pct);
+    }
+    if ((s->valid & STOKE_MS_MEM) && s->mem_total_bytes) {
+        sep(&o);
+        add(&o, "RAM %.1f/%.1f GB (%.0f%%)", s->mem_used_bytes / 1e9, s->mem_total_bytes / 1e9,
+            100.0 * s->mem_used_bytes / s->mem_total_bytes);
+    }
+    if (s->valid & STOKE_MS_PROC_CPU) {
+        sep(&o);
+        add(&o, "JOB %.0f%% %dthr %.1f GB", s->proc_cpu_pct, s->proc_threads,
+            s->proc_rss_bytes / 1e9);
+    }
+    if (s->valid & STOKE_MS_PROC_IO) {
+        char b[32];
+        sep(&o);
+        add(&o, "IO %s/s", stoke_format_bytes(s->proc_read_Bps + s->proc_write_Bps, b, sizeof b));
+    }
+    return o.len;
+}
+
+/* ---- JSON lines ------------------------------------------------------------ */
+
+size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
+{
+    out o = {buf, size, 0, false};
+    if (size == 0)
+        return 0;
+    buf[0] = '\0';
+    add(&o, "{\"seq\":%llu,\"t\":%.3f,\"time\":%.3f", (unsigned long long)s->seq, s->t, s->wall);
+    if (s->valid & STOKE_MS_CPU)
+        add(&o, ",\"cpu_pct\":%.1f,\"iowait_pct\":%.1f", s->cpu_pct, s->iowait_pct);
+    add(&o, ",\"ncpu\":%d", s->ncpu);
+    if (s->valid & STOKE_MS_MEM)
+        add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
+            (unsigned long long)s->mem_used_bytes, (unsigned long long)s->mem_total_bytes);
+    if (s->valid & STOKE_MS_PROC) {
+        add(&o, ",\"proc\":{\"pid\":%d,\"count\":%d,\"threads\":%d,\"rss_bytes\":%llu",
+            s->proc_pid, s->proc_count, s->proc_threads, (unsigned long long)s->proc_rss_bytes);
+        if (s->valid & STOKE_MS_PROC_CPU)
+            add(&o, ",\"cpu_pct\":%.1f", s->proc_cpu_pct);
+        if (s->valid & STOKE_MS_PROC_IO)
+            add(&o, ",\"read_Bps\":%.0f,\"write_Bps\":%.0f", s->proc_read_Bps,
+                s->proc_write_Bps);
+        if (s->valid & STOKE_MS_PROC_GPU)
+            add(&o, ",\"gpu_mem_bytes\":%llu", (unsigned long long)s->proc_gpu_mem_bytes);
+        add(&o, "}");
+    }
+    if (s->gpu_count > 0) {
+        add(&o, ",\"gpus\":[");
+        for (int g = 0; g < s->gpu_count && g < STOKE_MAX_GPUS; g++) {
+            const stoke_gpu_sample *x = &s->gpus[g].s;
+            add(&o, "%s{\"index\":%d", g ? "," : "", g);
+            if (x->valid & STOKE_GS_UTIL)
+                add(&o, ",\"util_pct\":%u,\"mem_util_pct\":%u", x->util_gpu_pct,
+                    x->util_mem_pct);
+            if (x->valid & STOKE_GS_MEMORY)
+                add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
+                    (unsigned long long)x->mem_used_bytes, (unsigned long long)x->mem_total_bytes);
+            if (x->valid & STOKE_GS_POWER)
+                add(&o, ",\"power_w\":%.1f", x->power_mw / 1000.0);
+            if (x->valid & STOKE_GS_POWER_LIMIT)
+                add(&o, ",\"power_limit_w\":%.1f", x->power_limit_mw / 1000.0);
+            if (x->valid & STOKE_GS_TEMP)
+                add(&o, ",\"temp_c\":%u", x->temp_c);
+            if (x->valid & STOKE_GS_SM_CLOCK)
+                add(&o, ",\"sm_clock_mhz\":%u", x->sm_clock_mhz);
+            if (x->valid & STOKE_GS_THROTTLE) {
+                add(&o, ",\"throttle_mask\":%llu,\"throttle\":[",
+                    (unsigned long long)x->throttle_reasons);
+                int k = 0;
+                for (size_t b = 0; b < N_THROTTLE; b++)
+                    if (x->throttle_reasons & (1ull << b))
+                        add(&o, "%s\"%s\"", k++ ? "," : "", throttle_names[b]);
+                add(&o, "]");
+            }
+            if (x->valid & STOKE_GS_PCIE_RX)
+                add(&o, ",\"pcie_rx_Bps\":%llu", (unsigned long long)x->pcie_rx_kBps * 1000ull);
+            if (x->valid & STOKE_GS_PCIE_TX)
+                add(&o, ",\"pcie_tx_Bps\":%llu", (unsigned long long)x->pcie_tx_kBps * 1000ull);
+            if (s->gpus[g].proc_mem_valid)
+                add(&o, ",\"proc_mem_bytes\":%llu", (unsigned long long)s->gpus[g].proc_mem_bytes);
+            add(&o, "}");
+        }
+        add(&o, "]");
+    }
+    add(&o, "}\n");
+    if (o.full) {
+        buf[0] = '\0';
+        return 0;
+    }
+    return o.len;
+}
+
+/* ---- CSV ------------------------------------------------------------------- */
+
+static const char *const csv_sys_cols =
+    "seq,t,time,cpu_pct,iowait_pct,mem_used_bytes,mem_total_bytes,proc_count,proc_cpu_pct,"
+    "proc_threads,proc_rss_bytes,proc_read_Bps,proc_write_Bps,proc_gpu_mem_bytes";
+static const char *const csv_gpu_cols[] = {
+    "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w",
+    "power_limit_w", "temp_c", "sm_clock_mhz", "throttle_mask", "pcie_rx_Bps",
+    "pcie_tx_Bps", "proc_mem_bytes",
+};
+
+size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size)
+{
+    out o = {buf, size, 0, false};
+    if (size == 0)
+        return 0;
+    add(&o, "%s", csv_sys_cols);
+    for (int g = 0; g < gpu_count; g++)
+        for (size_t c = 0; c < sizeof csv_gpu_cols / sizeof csv_gpu_cols[0]; c++)
+            add(&o, ",gpu%d_%s", g, csv_gpu_cols[c]);
+    add(&o, "\n");
+    return o.full ? (buf[0] = '\0', 0) : o.len;
+}
+
+size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf,
+                                size_t size)
+{
+    out o = {buf, size, 0, false};
+    if (size == 0)
+        return 0;
+    unsigned v = s->valid;
+    add(&o, "%llu,%.3f,%.3f", (unsigned long long)s->seq, s->t, s->wall);
+    if (v & STOKE_MS_CPU)
+        add(&o, ",%.1f,%.1f", s->cpu_pct, s->iowait_pct);
+    else
+        add(&o, ",,");
+    if (v & STOKE_MS_MEM)
+        add(&o, ",%llu,%llu", (unsigned long long)s->mem_used_bytes,
+            (unsigned long long)s->mem_total_bytes);
+    else
+        add(&o, ",,");
+    if (v & STOKE_MS_PROC)
+        add(&o, ",%d", s->proc_count);
+    else
+        add(&o, ",");
+    if (v & STOKE_MS_PROC_CPU)
+        add(&o, ",%.1f", s->proc_cpu_pct);
+    else
+        add(&o, ",");
+    if (v & STOKE_MS_PROC)
+        add(&o, ",%d,%llu", s->proc_threads, (unsigned long long)s->proc_rss_bytes);
+    else
+        add(&o, ",,");
+    if (v & STOKE_MS_PROC_IO)
+        add(&o, ",%.0f,%.0f", s->proc_read_Bps, s->proc_write_Bps);
+    else
+        add(&o, ",,");
+    if (v & STOKE_MS_PROC_GPU)
+        add(&o, ",%llu", (unsigned long long)s->proc_gpu_mem_bytes);
+    else
+        add(&o, ",");
+    for (int g = 0; g < gpu_count; g++) {
+        if (g >= s->gpu_count || g >= STOKE_MAX_GPUS) {
+            add(&o, ",,,,,,,,,,,,");
+            continue;
+        }
+        const stoke_gpu_sample *x = &s->gpus[g].s;
+        if (x->valid & STOKE_GS_UTIL)
+            add(&o, ",%u,%u", x->util_gpu_pct, x->util_mem_pct);
+        else
+            add(&o, ",,");
+        if (x->valid & STOKE_GS_MEMORY)
+            add(&o, ",%llu,%llu", (unsigned long long)x->mem_used_bytes,
+                (unsigned long long)x->mem_total_bytes);
+        else
+            add(&o, ",,");
+        if (x->valid & STOKE_GS_POWER)
+            add(&o, ",%.1f", x->power_mw / 1000.0);
+        else
+            add(&o, ",");
+        if (x->valid & STOKE_GS_POWER_LIMIT)
+            add(&o, ",%.1f", x->power_limit_mw / 1000.0);
+        else
+            add(&o, ",");
+        if (x->valid & STOKE_GS_TEMP)
+            add(&o, ",%u", x->temp_c);
+        else
+            add(&o, ",");
+        if (x->valid & STOKE_GS_SM_CLOCK)
+            add(&o, ",%u", x->sm_clock_mhz);
+        else
+            add(&o, ",");
+        if (x->valid & STOKE_GS_THROTTLE)
+            add(&o, ",%llu", (unsigned long long)x->throttle_reasons);
+        else
+            add(&o, ",");
+        if (x->valid & STOKE_GS_PCIE_RX)
+            add(&o, ",%llu", (unsigned long long)x->pcie_rx_kBps * 1000ull);
+        else
+            add(&o, ",");
+        if (x->valid & STOKE_GS_PCIE_TX)
+            add(&o, ",%llu", (unsigned long long)x->pcie_tx_kBps * 1000ull);
+        else
+            add(&o, ",");
+        if (s->gpus[g].proc_mem_valid)
+            add(&o, ",%llu", (unsigned long long)s->gpus[g].proc_mem_bytes);
+        else
+            add(&o, ",");
+    }
+    add(&o, "\n");
+    return o.full ? (buf[0] = '\0', 0) : o.len;
+}
+
+/* ---- Files ------------------------------------------------------------------ */
+
+stoke_status stoke_mon_open_log(const char *path, int *fd)
+{
+    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return stoke_fail(STOKE_ERR_IO, "cannot open '%s' for writing: %s", path,
+                          strerror(errno));
+    return STOKE_OK;
+}
+
+stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const char *what)
+{
+    ssize_t n;
+    do
+        n = write(fd, buf, len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return stoke_fail(STOKE_ERR_IO, "cannot write to '%s': %s", what, strerror(errno));
+    if ((size_t)n != len)
+        return stoke_fail(STOKE_ERR_IO, "short write to '%s' (%zd of %zu bytes)", what, n, len);
+    return STOKE_OK;
+}
