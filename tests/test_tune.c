@@ -53,7 +53,7 @@ static void test_h100(void)
     const stoke_rec *r = rec("precision", 0);
     CHECK(r->known);
     CHECK_STR_EQ(r->text, "bf16");
-    CHECK_STR_CONTAINS(r->reason, "compute capability 9.0 >= 8.0");
+    CHECK_STR_CONTAINS(r->reason, "compute capability 9.0 is >= 8.0");
     r = rec("tf32", 0);
     CHECK(r->known && r->type == STOKE_REC_BOOL && r->number == 1);
     CHECK_STR_CONTAINS(r->reason, "9.0 >= 8.0");

@@ -1,5 +1,343 @@
-/* placeholder until the probe command lands in this session */
+/* cmd_probe.c - `stoke probe`: what the machine has and what stoke will do with it. */
 #include "cli/cli.h"
+
+#include <cjson/cJSON.h>
 #include <stdio.h>
-int cmd_probe(int argc, char **argv) { (void)argc; (void)argv; return cli_error("probe", "not built yet"); }
-void cmd_probe_usage(void) { puts("usage: stoke probe"); }
+#include <stdlib.h>
+#include <string.h>
+
+#include "stoke/hw.h"
+#include "stoke/tune.h"
+
+void cmd_probe_usage(void)
+{
+    puts("usage: stoke probe [--data PATH] [--json]\n"
+         "\n"
+         "Prints the CPU, memory, NVIDIA GPUs and (with --data) the storage under PATH,\n"
+         "then the settings stoke recommends for this machine, each with its reason.\n"
+         "No GPU is a normal answer, not an error.\n"
+         "\n"
+         "options:\n"
+         "  --data PATH   also classify the filesystem holding PATH (memory, ssd,\n"
+         "                rotational, network, overlay)\n"
+         "  --json        print one JSON document instead (schema: docs/probe.md)\n"
+         "  -h, --help    this help\n"
+         "\n"
+         "environment: STOKE_NVML_LIBRARY, STOKE_CUDART_LIBRARY name the NVML and CUDA\n"
+         "runtime libraries to load instead of libnvidia-ml.so.1 and libcudart.so.");
+}
+
+/* Cache sizes come from sysfs in binary units; decimal "49.2 kB" for a 48K L1 would
+ * read as a mistake. */
+static const char *cache_text(uint64_t bytes, char *buf, size_t size)
+{
+    if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+        snprintf(buf, size, "%llu MiB", (unsigned long long)(bytes >> 20));
+    else if (bytes >= (1u << 20))
+        snprintf(buf, size, "%.1f MiB", (double)bytes / (1u << 20));
+    else
+        snprintf(buf, size, "%llu KiB", (unsigned long long)(bytes >> 10));
+    return buf;
+}
+
+static const char *version_text(int v, char *buf, size_t size)
+{
+    snprintf(buf, size, "%d.%d", v / 1000, (v % 1000) / 10);
+    return buf;
+}
+
+static const char *flops_text(double f, char *buf, size_t size)
+{
+    static const char *units[] = {"", "k", "M", "G", "T", "P", "E"};
+    int u = 0;
+    while (f >= 1000.0 && u < 6) {
+        f /= 1000.0;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %sFLOP/s", f, units[u]);
+    return buf;
+}
+
+static const char *rec_value_text(const stoke_rec *r, char *buf, size_t size)
+{
+    if (!r->known)
+        return "unknown";
+    switch (r->type) {
+    case STOKE_REC_TEXT: snprintf(buf, size, "%s", r->text); break;
+    case STOKE_REC_BOOL: snprintf(buf, size, "%s", r->number != 0 ? "on" : "off"); break;
+    case STOKE_REC_COUNT: snprintf(buf, size, "%.0f", r->number); break;
+    case STOKE_REC_FLOPS: flops_text(r->number, buf, size); break;
+    }
+    return buf;
+}
+
+#define ROW "  %-15s "
+
+static void print_human(const stoke_machine *m, const stoke_recs *recs)
+{
+    const stoke_cpu_info *c = &m->cpu;
+    char a[64], b[64], d[64];
+    printf("CPU\n");
+    printf(ROW "%s\n", "model", c->model[0] ? c->model : "unknown");
+    printf(ROW "%d physical, %d logical, %d usable by this process\n", "cores",
+           c->physical_cores, c->logical_cpus, c->usable_cpus);
+    printf(ROW "%d socket%s, %d NUMA node%s\n", "sockets", c->sockets, c->sockets == 1 ? "" : "s",
+           c->numa_nodes, c->numa_nodes == 1 ? "" : "s");
+    printf(ROW "L1d %s, L2 %s, L3 %s\n", "caches",
+           c->l1d_bytes ? cache_text(c->l1d_bytes, a, sizeof a) : "unknown",
+           c->l2_bytes ? cache_text(c->l2_bytes, b, sizeof b) : "unknown",
+           c->l3_bytes ? cache_text(c->l3_bytes, d, sizeof d) : "unknown");
+    char simd[256];
+    stoke_simd_names(c->simd, simd, sizeof simd);
+    printf(ROW "%s\n", "SIMD", simd[0] ? simd : "none known");
+    if (c->max_mhz > 0)
+        printf(ROW "%.0f MHz\n", "max clock", c->max_mhz);
+    else
+        printf(ROW "unknown\n", "max clock");
+
+    printf("\nMemory\n");
+    printf(ROW "%s\n", "total", stoke_format_bytes((double)m->mem.total_bytes, a, sizeof a));
+    printf(ROW "%s\n", "available",
+           m->mem.available_bytes ? stoke_format_bytes((double)m->mem.available_bytes, b, sizeof b)
+                                  : "unknown");
+
+    if (m->have_disk) {
+        const stoke_disk_info *k = &m->disk;
+        printf("\nStorage\n");
+        printf(ROW "%s\n", "path", m->data_path);
+        printf(ROW "%s\n", "mount point", k->mount_point);
+        printf(ROW "%s on %s\n", "filesystem", k->fs_type, k->device);
+        printf(ROW "%s\n", "kind", stoke_disk_kind_name(k->kind));
+        printf(ROW "%s\n", "because", k->reason);
+    }
+
+    printf("\nGPUs\n");
+    if (m->driver_version[0])
+        printf(ROW "%s\n", "driver", m->driver_version);
+    if (m->cuda_driver_version)
+        printf(ROW "%s\n", "CUDA (driver)", version_text(m->cuda_driver_version, a, sizeof a));
+    if (m->cuda_runtime_version)
+        printf(ROW "%s\n", "CUDA runtime", version_text(m->cuda_runtime_version, a, sizeof a));
+    if (m->gpu_count == 0)
+        printf("  %s\n", m->gpu_note);
+    for (int i = 0; i < m->gpu_count; i++) {
+        const stoke_gpu_info *g = &m->gpus[i];
+        const char *na = "not reported";
+        printf("  GPU %d: %s\n", g->index, g->name);
+        printf(ROW "%s\n", "  uuid", g->uuid[0] ? g->uuid : na);
+        printf(ROW "%s\n", "  pci bus id",
+               (g->valid & STOKE_GPU_HAS_PCI_BUS_ID) ? g->pci_bus_id : na);
+        printf(ROW "%s\n", "  memory",
+               (g->valid & STOKE_GPU_HAS_MEMORY)
+                   ? stoke_format_bytes((double)g->memory_total_bytes, a, sizeof a)
+                   : na);
+        if (g->valid & STOKE_GPU_HAS_CC)
+            printf(ROW "%d.%d\n", "  compute cap.", g->cc_major, g->cc_minor);
+        else
+            printf(ROW "%s\n", "  compute cap.", na);
+        if (g->valid & STOKE_GPU_HAS_SM_COUNT)
+            printf(ROW "%d\n", "  SMs", g->sm_count);
+        else
+            printf(ROW "%s\n", "  SMs", "not reported (no CUDA runtime match)");
+        if (g->valid & STOKE_GPU_HAS_POWER_LIMIT)
+            printf(ROW "%.0f W\n", "  power limit", g->power_limit_mw / 1000.0);
+        else
+            printf(ROW "%s\n", "  power limit", na);
+        if (g->valid & STOKE_GPU_HAS_MAX_SM_CLOCK)
+            printf(ROW "%u MHz\n", "  max SM clock", g->max_sm_clock_mhz);
+        else
+            printf(ROW "%s\n", "  max SM clock", na);
+        if (g->valid & STOKE_GPU_HAS_PCIE)
+            printf(ROW "gen %u x%u\n", "  PCIe", g->pcie_gen, g->pcie_width);
+        else
+            printf(ROW "%s\n", "  PCIe", na);
+    }
+    if (m->gpu_count > 0 && m->gpu_note[0])
+        printf("  note: %s\n", m->gpu_note);
+
+    printf("\nRecommendations\n");
+    for (int i = 0; i < recs->count; i++) {
+        const stoke_rec *r = &recs->items[i];
+        char dev[16];
+        if (r->device == STOKE_TUNE_CPU)
+            snprintf(dev, sizeof dev, "cpu");
+        else
+            snprintf(dev, sizeof dev, "gpu %d", m->gpus[r->device].index);
+        printf("  %-6s %-18s %s\n", dev, r->key, rec_value_text(r, a, sizeof a));
+        printf("  %-6s because %s\n", "", r->reason);
+    }
+}
+
+static void add_nonzero(cJSON *o, const char *key, double v)
+{
+    if (v > 0)
+        cJSON_AddNumberToObject(o, key, v);
+}
+
+static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
+{
+    char buf[256];
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "stoke_version", STOKE_VERSION);
+
+    const stoke_cpu_info *c = &m->cpu;
+    cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
+    if (c->model[0])
+        cJSON_AddStringToObject(cpu, "model", c->model);
+    add_nonzero(cpu, "logical_cpus", c->logical_cpus);
+    add_nonzero(cpu, "usable_cpus", c->usable_cpus);
+    add_nonzero(cpu, "physical_cores", c->physical_cores);
+    add_nonzero(cpu, "sockets", c->sockets);
+    add_nonzero(cpu, "numa_nodes", c->numa_nodes);
+    add_nonzero(cpu, "l1d_bytes", (double)c->l1d_bytes);
+    add_nonzero(cpu, "l2_bytes", (double)c->l2_bytes);
+    add_nonzero(cpu, "l3_bytes", (double)c->l3_bytes);
+    cJSON *simd = cJSON_AddArrayToObject(cpu, "simd");
+    stoke_simd_names(c->simd, buf, sizeof buf);
+    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save))
+        cJSON_AddItemToArray(simd, cJSON_CreateString(t));
+    add_nonzero(cpu, "max_mhz", c->max_mhz);
+
+    cJSON *mem = cJSON_AddObjectToObject(root, "memory");
+    add_nonzero(mem, "total_bytes", (double)m->mem.total_bytes);
+    add_nonzero(mem, "available_bytes", (double)m->mem.available_bytes);
+
+    if (m->have_disk) {
+        cJSON *st = cJSON_AddObjectToObject(root, "storage");
+        cJSON_AddStringToObject(st, "path", m->data_path);
+        cJSON_AddStringToObject(st, "mount_point", m->disk.mount_point);
+        cJSON_AddStringToObject(st, "fs_type", m->disk.fs_type);
+        cJSON_AddStringToObject(st, "device", m->disk.device);
+        cJSON_AddStringToObject(st, "kind", stoke_disk_kind_name(m->disk.kind));
+        cJSON_AddStringToObject(st, "reason", m->disk.reason);
+    }
+
+    if (m->driver_version[0])
+        cJSON_AddStringToObject(root, "driver_version", m->driver_version);
+    if (m->cuda_driver_version)
+        cJSON_AddStringToObject(root, "cuda_driver_version",
+                                version_text(m->cuda_driver_version, buf, sizeof buf));
+    if (m->cuda_runtime_version)
+        cJSON_AddStringToObject(root, "cuda_runtime_version",
+                                version_text(m->cuda_runtime_version, buf, sizeof buf));
+    cJSON *gpus = cJSON_AddArrayToObject(root, "gpus");
+    for (int i = 0; i < m->gpu_count; i++) {
+        const stoke_gpu_info *g = &m->gpus[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", g->index);
+        cJSON_AddStringToObject(o, "name", g->name);
+        if (g->uuid[0])
+            cJSON_AddStringToObject(o, "uuid", g->uuid);
+        if (g->valid & STOKE_GPU_HAS_PCI_BUS_ID)
+            cJSON_AddStringToObject(o, "pci_bus_id", g->pci_bus_id);
+        if (g->valid & STOKE_GPU_HAS_MEMORY)
+            cJSON_AddNumberToObject(o, "memory_total_bytes", (double)g->memory_total_bytes);
+        if (g->valid & STOKE_GPU_HAS_CC) {
+            snprintf(buf, sizeof buf, "%d.%d", g->cc_major, g->cc_minor);
+            cJSON_AddStringToObject(o, "compute_capability", buf);
+        }
+        if (g->valid & STOKE_GPU_HAS_SM_COUNT)
+            cJSON_AddNumberToObject(o, "sm_count", g->sm_count);
+        if (g->valid & STOKE_GPU_HAS_POWER_LIMIT)
+            cJSON_AddNumberToObject(o, "power_limit_mw", g->power_limit_mw);
+        if (g->valid & STOKE_GPU_HAS_MAX_SM_CLOCK)
+            cJSON_AddNumberToObject(o, "max_sm_clock_mhz", g->max_sm_clock_mhz);
+        if (g->valid & STOKE_GPU_HAS_PCIE) {
+            cJSON_AddNumberToObject(o, "pcie_gen", g->pcie_gen);
+            cJSON_AddNumberToObject(o, "pcie_width", g->pcie_width);
+        }
+        cJSON_AddItemToArray(gpus, o);
+    }
+    if (m->gpu_note[0])
+        cJSON_AddStringToObject(root, "gpu_note", m->gpu_note);
+
+    cJSON *list = cJSON_AddArrayToObject(root, "recommendations");
+    for (int i = 0; i < recs->count; i++) {
+        const stoke_rec *r = &recs->items[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "key", r->key);
+        if (r->device == STOKE_TUNE_CPU) {
+            cJSON_AddStringToObject(o, "device", "cpu");
+        } else {
+            cJSON_AddStringToObject(o, "device", "gpu");
+            cJSON_AddNumberToObject(o, "gpu", m->gpus[r->device].index);
+        }
+        if (r->known) {
+            switch (r->type) {
+            case STOKE_REC_TEXT: cJSON_AddStringToObject(o, "value", r->text); break;
+            case STOKE_REC_BOOL: cJSON_AddBoolToObject(o, "value", r->number != 0); break;
+            case STOKE_REC_COUNT:
+            case STOKE_REC_FLOPS: cJSON_AddNumberToObject(o, "value", r->number); break;
+            }
+            if (r->type == STOKE_REC_FLOPS)
+                cJSON_AddStringToObject(o, "unit", "FLOP/s");
+        }
+        cJSON_AddStringToObject(o, "reason", r->reason);
+        cJSON_AddItemToArray(list, o);
+    }
+    return root;
+}
+
+int cmd_probe(int argc, char **argv)
+{
+    const char *data = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (cli_is_help(arg)) {
+            cmd_probe_usage();
+            return 0;
+        } else if (strcmp(arg, "--json") == 0) {
+            json = true;
+        } else if (strcmp(arg, "--data") == 0) {
+            if (i + 1 >= argc)
+                return cli_usage_error("probe", "--data needs a path");
+            data = argv[++i];
+        } else if (strncmp(arg, "--data=", 7) == 0) {
+            data = arg + 7;
+        } else if (arg[0] == '-') {
+            return cli_usage_error("probe", "unknown option '%s'", arg);
+        } else {
+            return cli_usage_error("probe", "unexpected argument '%s'", arg);
+        }
+    }
+    if (data && !*data)
+        return cli_usage_error("probe", "--data needs a path");
+
+    stoke_machine *m = calloc(1, sizeof *m);
+    stoke_recs *recs = calloc(1, sizeof *recs);
+    if (!m || !recs) {
+        free(m);
+        free(recs);
+        return cli_error("probe", "out of memory");
+    }
+    stoke_status s = stoke_machine_probe(m, data);
+    if (s != STOKE_OK) {
+        int rc = s == STOKE_ERR_NOTFOUND && data
+                     ? cli_error("probe", "--data: %s", stoke_last_error())
+                     : cli_error("probe", "%s", stoke_last_error());
+        free(m);
+        free(recs);
+        return rc;
+    }
+    stoke_recommend(m, recs);
+    int rc = 0;
+    if (json) {
+        cJSON *doc = machine_json(m, recs);
+        char *text = doc ? cJSON_Print(doc) : NULL;
+        if (text) {
+            puts(text);
+            free(text);
+        } else {
+            rc = cli_error("probe", "out of memory while writing JSON");
+        }
+        cJSON_Delete(doc);
+    } else {
+        print_human(m, recs);
+    }
+    free(m);
+    free(recs);
+    if (fflush(stdout) != 0)
+        rc = cli_error("probe", "cannot write the report");
+    return rc;
+}

@@ -361,7 +361,7 @@ stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out)
     if (stoke_read_file(path, buf, sizeof buf) < 0)
         return stoke_fail(STOKE_ERR_IO, "%s: cannot read: %m", path);
     bool have_total = false;
-    for (char *line = buf; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    for (char *line = buf; line && *line;) {
         unsigned long long kb;
         if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
             out->total_bytes = (uint64_t)kb * 1024;
@@ -369,6 +369,9 @@ stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out)
         } else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
             out->available_bytes = (uint64_t)kb * 1024;
         }
+        line = strchr(line, '\n');
+        if (line)
+            line++;
     }
     if (!have_total)
         return stoke_fail(STOKE_ERR_FORMAT, "%s: no MemTotal line", path);

@@ -61,7 +61,8 @@ static const arch_rate *find_arch(int major, int minor)
     return NULL;
 }
 
-static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void say(char *buf, size_t size, const char *fmt, ...)
 {
     if (!buf || size == 0)
@@ -73,7 +74,8 @@ static void say(char *buf, size_t size, const char *fmt, ...)
 }
 
 /* Appends to a reason already in buf. */
-static void more(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void more(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void more(char *buf, size_t size, const char *fmt, ...)
 {
     size_t used = strlen(buf);
@@ -138,7 +140,8 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
             gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->arch, gpu->cc_major,
             gpu->cc_minor, halved ? ", half rate on GeForce" : "");
     else
-        say(why, why_size, "%d SMs x %u MHz x %d FLOPs/clock/SM (%d fp32 FMA lanes x 2, %s, cc %d.%d)",
+        say(why, why_size,
+            "%d SMs x %u MHz x %d FLOPs/clock/SM (%d fp32 FMA lanes x 2, %s, cc %d.%d)",
             gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->fp32_lanes, a->arch,
             gpu->cc_major, gpu->cc_minor);
     return true;
@@ -220,10 +223,10 @@ static const struct {
     const char *value;
     const char *why;
 } precision_rules[] = {
-    {80, "bf16", ">= 8.0: bf16 tensor cores; bf16 keeps fp32's range, so no loss scaling"},
+    {80, "bf16", "is >= 8.0: bf16 tensor cores; bf16 keeps fp32's range, so no loss scaling"},
     {70, "fp16+loss-scaling",
-     "7.x: fp16 tensor cores but no bf16; fp16's narrow range needs dynamic loss scaling"},
-    {0, "fp32", "< 7.0: no tensor cores, so half precision would save memory but not time"},
+     "is 7.x: fp16 tensor cores but no bf16; fp16's narrow range needs dynamic loss scaling"},
+    {0, "fp32", "is below 7.0: no tensor cores, so half precision would save memory but not time"},
 };
 
 static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
@@ -393,9 +396,9 @@ static bool rule_compute_threads(const stoke_machine *m, int dev, stoke_rec *r)
     int n = m->cpu.usable_cpus - workers;
     r->number = n < 1 ? 1 : n;
     say(r->reason, sizeof r->reason,
-        "CPU-only machine: the %d usable CPUs left after %d loader worker%s run the math "
+        "CPU-only machine: %d usable CPUs - %d loader worker%s = %.0f for the math "
         "(BLAS/OpenMP threads), so nothing oversubscribes",
-        m->cpu.usable_cpus, workers, workers == 1 ? "" : "s");
+        m->cpu.usable_cpus, workers, workers == 1 ? "" : "s", r->number);
     return true;
 }
 

@@ -1,0 +1,181 @@
+#!/bin/sh
+# probe.sh STOKE FAKE_NVML FAKE_CUDART SCENARIOS - runs `stoke probe` as a user would:
+# without a GPU library, with the GPU test doubles replaying scenarios, with --json and
+# --data, and with bad arguments. Fails on the first wrong answer.
+set -u
+stoke=$1 fake_nvml=$2 fake_cudart=$3 scenarios=$4
+out=$(mktemp -d "${TMPDIR:-/tmp}/stoke-probe-e2e.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+fails=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    fails=$((fails + 1))
+}
+
+# run NAME EXPECTED_RC ARGS...: runs stoke probe, keeps stdout/stderr in $out/NAME.*
+run() {
+    name=$1 want=$2
+    shift 2
+    "$stoke" probe "$@" >"$out/$name.out" 2>"$out/$name.err"
+    rc=$?
+    [ "$rc" -eq "$want" ] || fail "$name: exit $rc, expected $want; stderr: $(cat "$out/$name.err")"
+}
+
+has() { # has NAME.STREAM TEXT
+    grep -qF -- "$2" "$out/$1" || fail "$1 lacks '$2': $(cat "$out/$1")"
+}
+
+# json NAME PYTHON-ASSERTIONS: the document parses and the assertions on `d` hold.
+json() {
+    python3 - "$out/$1.out" "$2" <<'EOF' || fail "$1: JSON check failed"
+import json, sys
+d = json.load(open(sys.argv[1]))
+def rec(key, device, gpu=None):
+    for r in d["recommendations"]:
+        if r["key"] == key and r["device"] == device and r.get("gpu") == gpu:
+            return r
+    raise AssertionError("no recommendation %s on %s %s" % (key, device, gpu))
+try:
+    exec(sys.argv[2])
+except AssertionError as e:
+    print("assertion failed:", e, file=sys.stderr)
+    print(json.dumps(d, indent=1), file=sys.stderr)
+    sys.exit(1)
+EOF
+}
+
+# --- No GPU library: a plain line, exit 0. ---
+export STOKE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1
+export STOKE_CUDART_LIBRARY=/nonexistent/libcudart.so
+unset STOKE_FAKE_GPU_SCENARIO
+run nogpu 0
+has nogpu.out "no NVIDIA GPU: "
+has nogpu.out "/nonexistent/libnvidia-ml.so.1"
+for section in CPU Memory GPUs Recommendations; do
+    grep -qx "$section" "$out/nogpu.out" || fail "nogpu: no '$section' section"
+done
+grep -qx Storage "$out/nogpu.out" && fail "nogpu: a Storage section without --data"
+has nogpu.out "pin_memory"
+has nogpu.out "because no GPU"
+[ -s "$out/nogpu.err" ] && fail "nogpu: wrote to stderr: $(cat "$out/nogpu.err")"
+
+ncpu=$(getconf _NPROCESSORS_ONLN)
+run nogpu_json 0 --json
+json nogpu_json "
+assert d['gpus'] == [], d['gpus']
+assert d['gpu_note'].startswith('no NVIDIA GPU: ')
+assert d['cpu']['logical_cpus'] == $ncpu
+assert d['cpu']['physical_cores'] >= 1
+assert isinstance(d['cpu']['simd'], list)
+assert d['memory']['total_bytes'] > 0
+assert 'storage' not in d
+assert 'driver_version' not in d and 'cuda_runtime_version' not in d
+assert rec('precision', 'cpu')['value'] == 'fp32'
+assert rec('pin_memory', 'cpu')['value'] is False
+w = rec('loader_workers', 'cpu')['value']
+t = rec('compute_threads', 'cpu')['value']
+assert w + t == d['cpu']['usable_cpus'] or d['cpu']['usable_cpus'] == 1, (w, t)
+p = rec('peak_fp32_flops', 'cpu')
+assert p['unit'] == 'FLOP/s' and p['value'] > 0, p
+for r in d['recommendations']:
+    assert r['reason'], r
+"
+
+# --- --data: tmpfs is memory; a bad path names itself and exits 1. ---
+run shm 0 --data /dev/shm
+grep -qx Storage "$out/shm.out" || fail "shm: no Storage section"
+has shm.out "tmpfs"
+has shm.out "memory"
+run shm_json 0 --json --data=/dev/shm
+json shm_json "
+s = d['storage']
+assert s['path'] == '/dev/shm' and s['mount_point'] == '/dev/shm', s
+assert s['fs_type'] == 'tmpfs' and s['kind'] == 'memory', s
+assert 'tmpfs' in s['reason']
+"
+run badpath 1 --data /nonexistent/stoke-data
+has badpath.err "/nonexistent/stoke-data"
+[ -s "$out/badpath.out" ] && fail "badpath: printed a report"
+
+# --- Usage errors exit 2; --help exits 0. ---
+run badflag 2 --frobnicate
+has badflag.err "--frobnicate"
+run nodata 2 --data
+run extra 2 extra-arg
+run help 0 --help
+has help.out "usage: stoke probe"
+
+# --- The GPU test doubles. ---
+export STOKE_NVML_LIBRARY="$fake_nvml"
+export STOKE_CUDART_LIBRARY="$fake_cudart"
+
+run zero 0 # no scenario: a driver with zero devices
+has zero.out "no NVIDIA GPU: the driver reports 0 devices"
+
+export STOKE_FAKE_GPU_SCENARIO="$scenarios/probe_nodriver.gpu"
+run nodriver 0
+has nodriver.out "no NVIDIA GPU: "
+has nodriver.out "Driver Not Loaded"
+
+export STOKE_FAKE_GPU_SCENARIO="$scenarios/probe_h100.gpu"
+run h100 0
+has h100.out "GPU 0: NVIDIA H100 PCIe"
+has h100.out "85.5 GB"
+has h100.out "9.0"
+has h100.out "114"
+has h100.out "350 W"
+has h100.out "gen 5 x16"
+has h100.out "550.54.15"
+has h100.out "bf16"
+has h100.out "819.5 TFLOP/s"
+run h100_json 0 --json
+json h100_json "
+assert d['driver_version'] == '550.54.15'
+assert d['cuda_driver_version'] == '12.4' and d['cuda_runtime_version'] == '12.4'
+assert 'gpu_note' not in d
+(g,) = d['gpus']
+assert g['name'] == 'NVIDIA H100 PCIe' and g['uuid'] == 'GPU-9a1b2c3d-h100', g
+assert g['memory_total_bytes'] == 85520809984
+assert g['compute_capability'] == '9.0' and g['sm_count'] == 114, g
+assert g['power_limit_mw'] == 350000 and g['max_sm_clock_mhz'] == 1755
+assert g['pcie_gen'] == 5 and g['pcie_width'] == 16
+assert rec('precision', 'gpu', 0)['value'] == 'bf16'
+assert rec('tf32', 'gpu', 0)['value'] is True
+# 114 SMs x 1755 MHz x 4096 dense bf16 FLOPs/clock/SM (Hopper)
+assert rec('peak_bf16_flops', 'gpu', 0)['value'] == 114 * 1755e6 * 4096
+assert rec('peak_fp32_flops', 'gpu', 0)['value'] == 114 * 1755e6 * 256
+assert rec('pin_memory', 'cpu')['value'] is True
+w = rec('loader_workers', 'cpu')['value']
+assert w == max(1, min(16, d['cpu']['usable_cpus'] - 2)), w
+"
+
+export STOKE_FAKE_GPU_SCENARIO="$scenarios/probe_mixed.gpu"
+run mixed 0
+has mixed.out "GPU 0: NVIDIA GeForce RTX 3090"
+has mixed.out "GPU 1: Tesla V100-PCIE-16GB"
+has mixed.out "fp16+loss-scaling"
+run mixed_json 0 --json
+json mixed_json "
+a, b = d['gpus']
+assert a['compute_capability'] == '8.6' and a['sm_count'] == 82, a
+assert a['power_limit_mw'] == 350000
+assert b['compute_capability'] == '7.0' and b['sm_count'] == 80, b
+assert b['memory_total_bytes'] == 17179869184
+# Unsupported readings are absent, never 0.
+assert 'power_limit_mw' not in b and 'pcie_gen' not in b and 'pcie_width' not in b, b
+assert rec('precision', 'gpu', 0)['value'] == 'bf16'
+assert rec('precision', 'gpu', 1)['value'] == 'fp16+loss-scaling'
+assert 'loss scaling' in rec('precision', 'gpu', 1)['reason']
+assert rec('tf32', 'gpu', 1)['value'] is False
+# GeForce GA10x: half of 1024 with fp32 accumulation; V100: 1024 fp16.
+assert rec('peak_bf16_flops', 'gpu', 0)['value'] == 82 * 2100e6 * 512
+assert rec('peak_fp16_flops', 'gpu', 1)['value'] == 80 * 1380e6 * 1024
+assert rec('peak_fp32_flops', 'gpu', 1)['value'] == 80 * 1380e6 * 128
+"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed" >&2
+    exit 1
+fi
+echo "probe e2e: all checks passed"
