@@ -1,0 +1,159 @@
+#!/bin/sh
+# monitor.sh CASE STOKE FAKE_NVML SCENARIOS WORKDIR - one end-to-end case of
+# `stoke monitor`, run on the built binary as a user would.
+set -u
+case_name=$1 stoke=$2 fake_nvml=$3 scenarios=$4 work=$5
+dir="$work/$case_name"
+rm -rf "$dir"
+mkdir -p "$dir"
+out="$dir/stdout" err="$dir/stderr"
+
+fail() {
+    echo "FAIL [$case_name]: $*"
+    echo "--- stdout"; cat "$out" 2>/dev/null
+    echo "--- stderr"; cat "$err" 2>/dev/null
+    exit 1
+}
+expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1"; }
+expect_out() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
+expect_err() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
+refute_out() { ! grep -qF -- "$1" "$out" || fail "stdout has: $1"; }
+
+# Runs stoke monitor on the fake GPU of scenario $1 with the remaining arguments.
+with_gpu() {
+    scen=$1; shift
+    STOKE_NVML_LIBRARY=$fake_nvml STOKE_FAKE_GPU_SCENARIO="$scenarios/$scen" \
+        "$stoke" monitor "$@" >"$out" 2>"$err"
+    rc=$?
+}
+# Without a GPU whatever the machine has, so the output does not depend on it.
+no_gpu() {
+    STOKE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$stoke" monitor "$@" >"$out" 2>"$err"
+    rc=$?
+}
+
+# Keeps both cores busy for $1 seconds (two busy shells), for the input-bound case.
+burn_both='end=$(($(date +%s) + $0)); spin() { while [ "$(date +%s)" -lt "$end" ]; do :; done; }; spin & spin; wait'
+
+case $case_name in
+exit-status)
+    no_gpu --interval 0.05 -- sh -c 'exit 3'
+    expect_rc 3 ;;
+signal-status)
+    no_gpu --interval 0.05 -- sh -c 'kill -KILL $$'
+    expect_rc 137 ;;
+no-such-command)
+    no_gpu -- stoke-no-such-command --flag
+    expect_rc 127
+    expect_err "cannot start 'stoke-no-such-command': No such file or directory" ;;
+bad-pid)
+    no_gpu --pid 2147483646
+    [ "$rc" -ne 0 ] || fail "exit status 0 for a pid that does not exist"
+    expect_err "no process with pid 2147483646" ;;
+bad-jsonl)
+    no_gpu --jsonl /nonexistent-dir/run.jsonl -- touch "$dir/ran"
+    expect_rc 1
+    expect_err "/nonexistent-dir/run.jsonl"
+    [ ! -e "$dir/ran" ] || fail "the command ran although the log could not be opened" ;;
+bad-data)
+    no_gpu --data /nonexistent-dir/data -- true
+    expect_rc 1
+    expect_err "/nonexistent-dir/data" ;;
+sigterm)
+    # The command exits 42 on SIGTERM; stoke must forward the signal and pass the status on.
+    STOKE_NVML_LIBRARY=/nonexistent "$stoke" monitor --interval 0.05 --jsonl "$dir/m.jsonl" \
+        -- sh -c 'trap "exit 42" TERM; while :; do sleep 0.05; done' >"$out" 2>"$err" &
+    mon=$!
+    i=0
+    while [ ! -s "$dir/m.jsonl" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+    [ -s "$dir/m.jsonl" ] || { kill -KILL $mon; fail "no sample written"; }
+    kill -TERM $mon
+    wait $mon
+    rc=$?
+    expect_rc 42
+    expect_out "summary:" ;;
+pid-ends)
+    sleep 1 &
+    target=$!
+    no_gpu --interval 0.1 --pid $target
+    expect_rc 0
+    expect_out "stoke monitor: pid $target"
+    expect_out "summary:"
+    expect_out "diagnosis:" ;;
+jsonl-csv)
+    no_gpu --interval 0.1 --jsonl "$dir/m.jsonl" --csv "$dir/m.csv" -- sleep 0.6
+    expect_rc 0
+    python3 - "$dir/m.jsonl" "$dir/m.csv" <<'EOF' || fail "JSON lines or CSV check failed"
+import csv, json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) >= 3, f"only {len(lines)} samples"
+prev = 0
+for line in lines:
+    o = json.loads(line)
+    for k, t in [("seq", int), ("t", float), ("time", float), ("cpu_pct", float),
+                 ("iowait_pct", float), ("ncpu", int), ("mem_used_bytes", int),
+                 ("mem_total_bytes", int), ("proc", dict)]:
+        assert isinstance(o[k], t), (k, o)
+    assert o["seq"] == prev + 1, o
+    prev = o["seq"]
+    p = o["proc"]
+    for k in ("pid", "count", "threads", "rss_bytes", "cpu_pct"):
+        assert k in p, (k, p)
+    assert 0 <= o["cpu_pct"] <= 100 and o["mem_used_bytes"] <= o["mem_total_bytes"]
+    assert "gpus" not in o, "no NVML: the gpus key must be absent"
+rows = list(csv.reader(open(sys.argv[2])))
+assert rows[0][:3] == ["seq", "t", "time"], rows[0]
+assert len(rows) == len(lines) + 1, (len(rows), len(lines))
+assert all(len(r) == len(rows[0]) for r in rows), "ragged CSV"
+EOF
+    ;;
+gpu-absent-readings)
+    # The device supports utilization, memory and temperature only.
+    with_gpu monitor_partial.gpu --interval 0.1 --jsonl "$dir/m.jsonl" -- sleep 0.4
+    expect_rc 0
+    refute_out "PWR"
+    python3 - "$dir/m.jsonl" <<'EOF' || fail "absent readings check failed"
+import json, sys
+for line in open(sys.argv[1]):
+    g = json.loads(line)["gpus"][0]
+    assert g["util_pct"] == 50 and g["mem_used_bytes"] == 1000000000 and g["temp_c"] == 60, g
+    for k in ("power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_rx_Bps"):
+        assert k not in g, (k, g)
+EOF
+    ;;
+gpu-input-bound)
+    # Seed 003: GPU 11% while the CPU is pegged by the job.
+    with_gpu monitor_input_bound.gpu --interval 0.1 -- sh -c "$burn_both" 2
+    expect_rc 0
+    expect_out "GPU 11% | VRAM 8.0/24.0 GB (33%) | PWR 120/350 W"
+    expect_out "diagnosis: bounded by CPU (input pipeline)"
+    expect_out "[input-bound-cpu]: GPU 0 utilization median 11%"
+    expect_out "[low-gpu-util]" ;;
+gpu-batch-grow)
+    # Seed 001: GPU 90% with 2.5 of 140 GB used.
+    with_gpu monitor_batch_grow.gpu --interval 0.1 -- sleep 0.6
+    expect_rc 0
+    expect_out "[batch-can-grow]: GPU 0 utilization median"
+    expect_out "memory peak 2.5 of 140.0 GB (1.8%)"
+    expect_out "109.5 GB of headroom" ;;
+gpu-throttle)
+    with_gpu monitor_throttle.gpu --interval 0.1 -- sleep 0.6
+    expect_rc 0
+    expect_out "THROTTLE power"
+    expect_out "[throttling]: GPU 0 throttled in 100% of samples by power"
+    expect_out "temperature p95 89 C" ;;
+gpu-memory-full)
+    with_gpu monitor_memory_full.gpu --interval 0.1 -- sleep 0.6
+    expect_rc 0
+    expect_out "[memory-nearly-full]: GPU 0 memory peak 23.6 of 24.0 GB (98%)" ;;
+gpu-healthy)
+    with_gpu monitor_healthy.gpu --interval 0.1 -- sleep 0.6
+    expect_rc 0
+    expect_out "diagnosis: bounded by the GPU itself"
+    refute_out "- bottleneck ["
+    refute_out "- warning ["
+    refute_out "- risk [" ;;
+*)
+    fail "unknown case" ;;
+esac
+echo "ok [$case_name]"

@@ -1,0 +1,15 @@
+# stoke monitor: unit tests of the library module and end-to-end runs of the binary.
+stoke_unit_test(test_monitor test_monitor.c)
+
+# Each end-to-end case is one run of tests/e2e/monitor.sh; the GPU cases load the NVML
+# test double with a scenario from tests/scenarios/.
+set(STOKE_MONITOR_E2E_CASES exit-status signal-status no-such-command bad-pid bad-jsonl
+    bad-data sigterm pid-ends jsonl-csv gpu-absent-readings gpu-input-bound
+    gpu-batch-grow gpu-throttle gpu-memory-full gpu-healthy)
+foreach(case ${STOKE_MONITOR_E2E_CASES})
+  add_test(NAME monitor_e2e_${case}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/monitor.sh ${case}
+                   $<TARGET_FILE:stoke> $<TARGET_FILE:fake_nvml>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/scenarios ${CMAKE_CURRENT_BINARY_DIR}/monitor-e2e)
+  set_tests_properties(monitor_e2e_${case} PROPERTIES TIMEOUT 60)
+endforeach()

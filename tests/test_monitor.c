@@ -1,0 +1,586 @@
+/* test_monitor.c - series statistics, diagnosis rules on recorded scenarios, output
+ * formats, the /proc process-tree reader and the sampler thread. */
+#include "check.h"
+#include "stoke/monitor.h"
+
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GB 1e9
+
+/* ---- Series -------------------------------------------------------------------- */
+
+static void test_series(void)
+{
+    stoke_series s;
+    stoke_series_init(&s);
+    stoke_stats st;
+    CHECK_INT_EQ(stoke_series_stats(&s, &st), STOKE_OK);
+    CHECK_INT_EQ(st.n, 0);
+    /* 1..100 pushed out of order */
+    for (int i = 0; i < 100; i++)
+        CHECK_INT_EQ(stoke_series_push(&s, (double)((i * 37) % 100 + 1)), STOKE_OK);
+    CHECK_INT_EQ(stoke_series_stats(&s, &st), STOKE_OK);
+    CHECK_INT_EQ(st.n, 100);
+    CHECK_NEAR(st.min, 1, 0);
+    CHECK_NEAR(st.max, 100, 0);
+    CHECK_NEAR(st.median, 50.5, 1e-9);
+    CHECK_NEAR(st.p95, 95, 0);
+    CHECK_NEAR(st.mean, 50.5, 1e-9);
+    stoke_series_free(&s);
+
+    /* An odd count has a middle value. */
+    stoke_series_init(&s);
+    double v[] = {7, 3, 5};
+    for (int i = 0; i < 3; i++)
+        stoke_series_push(&s, v[i]);
+    stoke_series_stats(&s, &st);
+    CHECK_NEAR(st.median, 5, 0);
+    CHECK_NEAR(st.p95, 7, 0);
+    stoke_series_free(&s);
+
+    /* A bounded series thins itself evenly: exact min/max/mean, close percentiles. */
+    stoke_series_init(&s);
+    s.limit = 64;
+    for (int i = 0; i < 1000; i++)
+        stoke_series_push(&s, i);
+    CHECK(s.n <= 64);
+    stoke_series_stats(&s, &st);
+    CHECK_INT_EQ(st.n, 1000);
+    CHECK_NEAR(st.min, 0, 0);
+    CHECK_NEAR(st.max, 999, 0);
+    CHECK_NEAR(st.mean, 499.5, 1e-9);
+    CHECK_NEAR(st.median, 500, 40);
+    CHECK_NEAR(st.p95, 950, 40);
+    stoke_series_free(&s);
+}
+
+/* ---- Recorded scenarios for the rules ------------------------------------------ */
+
+typedef struct scen {
+    double cpu, iowait;           /* system, % */
+    uint64_t ram_used, ram_total;
+    double job_cpu;               /* % of a core, < 0 = no watched job */
+    int gpus;                     /* 0 or 1 */
+    unsigned util;
+    uint64_t vram_used, vram_total;
+    unsigned power_w, limit_w, temp_c;
+    uint64_t throttle;
+} scen;
+
+/* Twenty samples of a scenario, with small deterministic wobble. */
+static void run_scenario(const scen *sc, int ncpu, stoke_mon_summary *sum)
+{
+    stoke_mon_history h;
+    stoke_mon_history_init(&h);
+    for (int i = 0; i < 20; i++) {
+        stoke_mon_sample s;
+        memset(&s, 0, sizeof s);
+        int w = (i % 3) - 1; /* -1, 0, 1 */
+        s.seq = (uint64_t)i + 1;
+        s.t = 0.5 * (i + 1);
+        s.ncpu = ncpu;
+        s.valid = STOKE_MS_CPU | STOKE_MS_MEM;
+        s.cpu_pct = sc->cpu + w;
+        if (s.cpu_pct > 100)
+            s.cpu_pct = 100;
+        s.iowait_pct = sc->iowait;
+        s.mem_used_bytes = sc->ram_used;
+        s.mem_total_bytes = sc->ram_total;
+        if (sc->job_cpu >= 0) {
+            s.valid |= STOKE_MS_PROC | STOKE_MS_PROC_CPU | STOKE_MS_PROC_IO;
+            s.proc_pid = 1234;
+            s.proc_cpu_pct = sc->job_cpu + w;
+            s.proc_threads = 4;
+            s.proc_rss_bytes = 1000000000;
+            s.proc_read_Bps = 20e6;
+        }
+        s.gpu_count = sc->gpus;
+        if (sc->gpus) {
+            stoke_gpu_sample *g = &s.gpus[0].s;
+            g->valid = STOKE_GS_UTIL | STOKE_GS_MEMORY | STOKE_GS_POWER | STOKE_GS_POWER_LIMIT |
+                       STOKE_GS_TEMP | STOKE_GS_SM_CLOCK | STOKE_GS_THROTTLE;
+            g->util_gpu_pct = (unsigned)((int)sc->util + 2 * w);
+            g->mem_used_bytes = sc->vram_used;
+            g->mem_total_bytes = sc->vram_total;
+            g->power_mw = sc->power_w * 1000;
+            g->power_limit_mw = sc->limit_w * 1000;
+            g->temp_c = sc->temp_c;
+            g->sm_clock_mhz = 1800;
+            /* the throttle bits show in three samples out of four */
+            g->throttle_reasons = (i % 4 != 3) ? sc->throttle : 0;
+        }
+        CHECK_INT_EQ(stoke_mon_history_add(&h, &s), STOKE_OK);
+    }
+    CHECK_INT_EQ(stoke_mon_summarize(&h, ncpu, sum), STOKE_OK);
+    stoke_mon_history_free(&h);
+}
+
+static const stoke_finding *find(const stoke_finding *f, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(f[i].rule->id, id) == 0)
+            return &f[i];
+    return NULL;
+}
+
+static const scen healthy_gpu = {.cpu = 40, .iowait = 1, .ram_used = 20 * 1000000000ull,
+                                 .ram_total = 64 * 1000000000ull, .job_cpu = 150, .gpus = 1,
+                                 .util = 95, .vram_used = 17 * 1000000000ull,
+                                 .vram_total = 24 * 1000000000ull, .power_w = 320,
+                                 .limit_w = 350, .temp_c = 72, .throttle = 0};
+
+static void test_rules(void)
+{
+    stoke_mon_summary sum;
+    stoke_finding f[16];
+    size_t n;
+
+    /* Healthy: busy GPU, memory 70% used, no throttling, CPU half busy. */
+    run_scenario(&healthy_gpu, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK_INT_EQ(n, 0);
+    /* A healthy CPU-only job keeps both cores busy. */
+    scen cpu_ok = {.cpu = 98, .iowait = 0, .ram_used = 4 * 1000000000ull,
+                   .ram_total = 64 * 1000000000ull, .job_cpu = 195};
+    run_scenario(&cpu_ok, 2, &sum);
+    CHECK_INT_EQ(stoke_diagnose(&sum, f, 16), 0);
+
+    /* Seed 003: GPU 11%, CPU pegged -> input-bound on the CPU, and the low-util warning. */
+    scen in = healthy_gpu;
+    in.util = 11;
+    in.cpu = 97;
+    in.job_cpu = 190;
+    in.vram_used = 8 * 1000000000ull;
+    run_scenario(&in, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    const stoke_finding *x = find(f, n, "input-bound-cpu");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "GPU 0 utilization median 11%");
+        CHECK_STR_CONTAINS(x->evidence, "97% busy");
+        CHECK_STR_CONTAINS(x->evidence, "1.9 of 2 cores");
+        CHECK_STR_CONTAINS(x->advice, "num_workers=1");
+        CHECK_INT_EQ(x->gpu, 0);
+    }
+    CHECK(find(f, n, "low-gpu-util") != NULL);
+    CHECK(find(f, n, "io-bound") == NULL);
+    CHECK(n > 0 && f[0].rule->kind == STOKE_RULE_BOUND);
+
+    /* GPU idle while the CPUs wait on storage. */
+    scen io = healthy_gpu;
+    io.util = 8;
+    io.cpu = 20;
+    io.iowait = 35;
+    run_scenario(&io, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "io-bound");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "iowait median 35%");
+        CHECK_STR_CONTAINS(x->evidence, "20.0 MB/s");
+        CHECK_STR_CONTAINS(x->advice, "tmpfs");
+    }
+    CHECK(find(f, n, "input-bound-cpu") == NULL);
+    /* ... or low iowait but the data is on a network filesystem. */
+    io.iowait = 1;
+    run_scenario(&io, 2, &sum);
+    sum.have_disk = true;
+    sum.disk_kind = STOKE_DISK_NETWORK;
+    snprintf(sum.data_path, sizeof sum.data_path, "/mnt/nfs/imagenet");
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "io-bound");
+    CHECK(x != NULL);
+    if (x)
+        CHECK_STR_CONTAINS(x->evidence, "/mnt/nfs/imagenet is on network storage");
+    /* The same run on an SSD is not I/O-bound. */
+    sum.disk_kind = STOKE_DISK_SSD;
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "io-bound") == NULL);
+
+    /* Seed 001: GPU 90% with 2.5 of 140 GB -> the batch can grow. */
+    scen bg = healthy_gpu;
+    bg.util = 90;
+    bg.vram_used = 2500000000ull;
+    bg.vram_total = 140 * 1000000000ull;
+    run_scenario(&bg, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "batch-can-grow");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "2.5 of 140.0 GB (1.8%)");
+        CHECK_STR_CONTAINS(x->advice, "109.5 GB of headroom");
+        CHECK_STR_CONTAINS(x->advice, "44x");
+    }
+    CHECK_INT_EQ(n, 1);
+
+    /* Memory nearly full: on the GPU ... */
+    scen mf = healthy_gpu;
+    mf.vram_used = 23600000000ull;
+    run_scenario(&mf, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "memory-nearly-full");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "GPU 0 memory peak 23.6 of 24.0 GB (98%)");
+        CHECK_STR_CONTAINS(x->advice, "0.86");
+    }
+    /* ... and in system RAM. */
+    scen rf = cpu_ok;
+    rf.ram_used = 63 * 1000000000ull;
+    run_scenario(&rf, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "memory-nearly-full");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "RAM peak 63.0 of 64.0 GB (98%)");
+        CHECK_INT_EQ(x->gpu, -1);
+    }
+
+    /* Power capping in 3 samples of 4; then thermal. */
+    scen th = healthy_gpu;
+    th.throttle = STOKE_THROTTLE_SW_POWER_CAP;
+    th.power_w = 349;
+    run_scenario(&th, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "throttling");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "75% of samples by power and 0% by temperature");
+        CHECK_STR_CONTAINS(x->evidence, "349 W of a 350 W limit");
+        CHECK_STR_CONTAINS(x->advice, "power limit");
+    }
+    th.throttle = STOKE_THROTTLE_HW_THERMAL;
+    th.temp_c = 89;
+    run_scenario(&th, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "throttling");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "75% by temperature");
+        CHECK_STR_CONTAINS(x->evidence, "temperature p95 89 C");
+        CHECK_STR_CONTAINS(x->advice, "nvidia-smi -pl 315");
+    }
+    /* The idle bit alone is not throttling. */
+    th.throttle = STOKE_THROTTLE_GPU_IDLE;
+    run_scenario(&th, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "throttling") == NULL);
+
+    /* A CPU-only job on one of two cores. */
+    scen one = cpu_ok;
+    one.cpu = 50;
+    one.job_cpu = 99;
+    run_scenario(&one, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "cpu-underused");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "the job used 1.0 of 2 cores");
+        CHECK_STR_CONTAINS(x->advice, "OMP_NUM_THREADS=2");
+    }
+    /* The same job with a GPU is judged by the GPU rules, not this one. */
+    one.gpus = 1;
+    one.util = 95;
+    one.vram_used = healthy_gpu.vram_used;
+    one.vram_total = healthy_gpu.vram_total;
+    one.limit_w = 350;
+    run_scenario(&one, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "cpu-underused") == NULL);
+
+    /* Low GPU utilization with an idle CPU: the warning, not the input-bound rule. */
+    scen low = healthy_gpu;
+    low.util = 20;
+    low.cpu = 30;
+    run_scenario(&low, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "low-gpu-util");
+    CHECK(x != NULL);
+    if (x)
+        CHECK_STR_CONTAINS(x->evidence, "median 20% (p95 22%, max 22%) is under 30%");
+    CHECK(find(f, n, "input-bound-cpu") == NULL);
+
+    /* Thresholds are fields of the rows: a copy with another threshold decides
+     * differently on the same run. */
+    size_t nrules;
+    const stoke_rule *rules = stoke_rules(&nrules);
+    CHECK(nrules >= 7);
+    for (size_t i = 0; i < nrules; i++) {
+        if (strcmp(rules[i].id, "low-gpu-util") != 0)
+            continue;
+        stoke_rule r = rules[i];
+        stoke_finding one_f;
+        CHECK(r.check(&r, &sum, &one_f));
+        r.gpu_util_below = 15;
+        CHECK(!r.check(&r, &sum, &one_f));
+    }
+
+    /* The printed diagnosis names the bounding resource, or says nothing fired. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mf_out = open_memstream(&text, &len);
+    run_scenario(&in, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    stoke_diagnosis_print(&sum, f, n, n, mf_out);
+    fclose(mf_out);
+    CHECK_STR_CONTAINS(text, "bounded by CPU (input pipeline)");
+    CHECK_STR_CONTAINS(text, "[input-bound-cpu]");
+    free(text);
+    mf_out = open_memstream(&text, &len);
+    run_scenario(&healthy_gpu, 2, &sum);
+    stoke_diagnosis_print(&sum, f, 0, 0, mf_out);
+    fclose(mf_out);
+    CHECK_STR_CONTAINS(text, "no rule fired");
+    free(text);
+}
+
+/* ---- Output formats ------------------------------------------------------------ */
+
+static void sample_for_format(stoke_mon_sample *s)
+{
+    memset(s, 0, sizeof *s);
+    s->seq = 7;
+    s->t = 3.5;
+    s->wall = 1700000000.25;
+    s->ncpu = 8;
+    s->valid = STOKE_MS_CPU | STOKE_MS_MEM | STOKE_MS_PROC | STOKE_MS_PROC_CPU | STOKE_MS_PROC_IO;
+    s->cpu_pct = 45.2;
+    s->iowait_pct = 1.5;
+    s->mem_used_bytes = 18400000000ull;
+    s->mem_total_bytes = 64000000000ull;
+    s->proc_pid = 42;
+    s->proc_count = 3;
+    s->proc_cpu_pct = 180;
+    s->proc_threads = 12;
+    s->proc_rss_bytes = 2000000000;
+    s->proc_read_Bps = 100e6;
+    s->proc_write_Bps = 20e6;
+    s->gpu_count = 1;
+    stoke_gpu_sample *g = &s->gpus[0].s;
+    /* temperature, clocks and PCIe unsupported on this device */
+    g->valid = STOKE_GS_UTIL | STOKE_GS_MEMORY | STOKE_GS_POWER | STOKE_GS_POWER_LIMIT |
+               STOKE_GS_THROTTLE;
+    g->util_gpu_pct = 85;
+    g->util_mem_pct = 40;
+    g->mem_used_bytes = 12300000000ull;
+    g->mem_total_bytes = 24000000000ull;
+    g->power_mw = 340000;
+    g->power_limit_mw = 350000;
+    g->throttle_reasons = STOKE_THROTTLE_SW_POWER_CAP;
+}
+
+static void test_formats(void)
+{
+    stoke_mon_sample s;
+    sample_for_format(&s);
+    char buf[8192];
+    stoke_mon_format_line(&s, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "GPU 85% | VRAM 12.3/24.0 GB (51%) | PWR 340/350 W");
+    CHECK_STR_CONTAINS(buf, "CPU 45% | RAM 18.4/64.0 GB (29%)");
+    CHECK_STR_CONTAINS(buf, "IO 120.0 MB/s");
+    CHECK_STR_CONTAINS(buf, "THROTTLE power");
+
+    size_t n = stoke_mon_format_json(&s, buf, sizeof buf);
+    CHECK(n > 0 && buf[n - 1] == '\n');
+    CHECK(strchr(buf, '\n') == buf + n - 1); /* exactly one line */
+    cJSON *j = cJSON_Parse(buf);
+    CHECK(j != NULL);
+    if (j) {
+        CHECK_INT_EQ(cJSON_GetObjectItem(j, "seq")->valuedouble, 7);
+        CHECK_NEAR(cJSON_GetObjectItem(j, "cpu_pct")->valuedouble, 45.2, 1e-9);
+        CHECK_NEAR(cJSON_GetObjectItem(j, "mem_total_bytes")->valuedouble, 64e9, 0);
+        cJSON *p = cJSON_GetObjectItem(j, "proc");
+        CHECK(p && cJSON_GetObjectItem(p, "cpu_pct")->valuedouble == 180);
+        CHECK(p && cJSON_GetObjectItem(p, "read_Bps")->valuedouble == 100e6);
+        CHECK(p && !cJSON_GetObjectItem(p, "gpu_mem_bytes")); /* absent, never zero */
+        cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "gpus"), 0);
+        CHECK(g && cJSON_GetObjectItem(g, "util_pct")->valuedouble == 85);
+        CHECK(g && cJSON_GetObjectItem(g, "power_w")->valuedouble == 340);
+        CHECK(g && !cJSON_GetObjectItem(g, "temp_c"));
+        CHECK(g && !cJSON_GetObjectItem(g, "sm_clock_mhz"));
+        CHECK(g && !cJSON_GetObjectItem(g, "pcie_rx_Bps"));
+        cJSON *t = g ? cJSON_GetObjectItem(g, "throttle") : NULL;
+        CHECK(t && cJSON_GetArraySize(t) == 1 &&
+              strcmp(cJSON_GetArrayItem(t, 0)->valuestring, "sw_power_cap") == 0);
+        cJSON_Delete(j);
+    }
+    /* Too small a buffer gives nothing rather than half a line. */
+    CHECK_INT_EQ(stoke_mon_format_json(&s, buf, 40), 0);
+    CHECK_STR_EQ(buf, "");
+
+    /* No GPU: no GPU keys in the line or the JSON. */
+    s.gpu_count = 0;
+    stoke_mon_format_line(&s, buf, sizeof buf);
+    CHECK(strstr(buf, "GPU") == NULL && strstr(buf, "VRAM") == NULL);
+    stoke_mon_format_json(&s, buf, sizeof buf);
+    CHECK(strstr(buf, "\"gpus\"") == NULL);
+
+    /* CSV: the header and a row have as many cells; absent readings are empty. */
+    sample_for_format(&s);
+    char hdr[4096];
+    CHECK(stoke_mon_format_csv_header(1, hdr, sizeof hdr) > 0);
+    CHECK(stoke_mon_format_csv_row(&s, 1, buf, sizeof buf) > 0);
+    int ch = 0, cr = 0;
+    for (char *c = hdr; *c; c++)
+        ch += *c == ',';
+    for (char *c = buf; *c; c++)
+        cr += *c == ',';
+    CHECK_INT_EQ(ch, cr);
+    CHECK_STR_CONTAINS(hdr, "gpu0_temp_c");
+    CHECK_STR_CONTAINS(buf, ",340.0,350.0,,,4,,,\n"); /* power, limit, temp, clock, throttle */
+
+    /* Log files: an unwritable path fails with its name. */
+    int fd;
+    CHECK_INT_EQ(stoke_mon_open_log("/nonexistent-dir/m.jsonl", &fd), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "/nonexistent-dir/m.jsonl");
+}
+
+/* ---- /proc readers ----------------------------------------------------------- */
+
+static void burn(void)
+{
+    volatile unsigned long x = 0;
+    for (;;)
+        x++;
+}
+
+/* A child that burns one core (levels 1), or a child that only waits for a grandchild
+ * that burns (levels 2). Its own process group, so one kill ends both. */
+static pid_t burner(int levels)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (levels > 1) {
+            pid_t c = fork();
+            if (c == 0)
+                burn();
+            int st;
+            waitpid(c, &st, 0);
+            _exit(0);
+        }
+        burn();
+    }
+    setpgid(pid, pid); /* either side may run first */
+    return pid;
+}
+
+static void read_tree_cpu(pid_t pid, int expect_count)
+{
+    stoke_proc_reader *r = NULL;
+    CHECK_INT_EQ(stoke_proc_reader_open(pid, &r), STOKE_OK);
+    if (!r)
+        return;
+    stoke_mon_sample s;
+    bool alive;
+    memset(&s, 0, sizeof s);
+    usleep(100000); /* let the grandchild be born before the baseline */
+    CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+    CHECK(alive);
+    CHECK(!(s.valid & STOKE_MS_PROC_CPU)); /* no rate from one reading */
+    usleep(700000);
+    memset(&s, 0, sizeof s);
+    CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+    CHECK(alive);
+    CHECK(s.valid & STOKE_MS_PROC_CPU);
+    CHECK(s.valid & STOKE_MS_CPU);
+    /* One busy core; wide bounds because the machine is shared. */
+    CHECK_MSG(s.proc_cpu_pct >= 60 && s.proc_cpu_pct <= 140, "tree CPU %.1f%%", s.proc_cpu_pct);
+    CHECK_INT_EQ(s.proc_count, expect_count);
+    CHECK(s.proc_threads >= expect_count);
+    CHECK(s.proc_rss_bytes > 0);
+    int npids;
+    const int *pids = stoke_proc_tree_pids(r, &npids);
+    CHECK_INT_EQ(npids, expect_count);
+    CHECK(npids > 0 && pids[0] == pid);
+    CHECK(s.cpu_pct >= 0 && s.cpu_pct <= 100);
+    CHECK(s.mem_total_bytes > 0 && s.mem_used_bytes <= s.mem_total_bytes);
+
+    kill(-pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    memset(&s, 0, sizeof s);
+    CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+    CHECK(!alive);
+    CHECK(!(s.valid & STOKE_MS_PROC));
+    stoke_proc_reader_free(r);
+}
+
+static void test_proc(void)
+{
+    pid_t one = burner(1);
+    read_tree_cpu(one, 1);
+    /* A parent that only waits, and a grandchild that burns: the tree counts both. */
+    pid_t two = burner(2);
+    read_tree_cpu(two, 2);
+
+    stoke_proc_reader *r = NULL;
+    CHECK_INT_EQ(stoke_proc_reader_open(0x7ffffffe, &r), STOKE_ERR_NOTFOUND);
+    CHECK(r == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "no process with pid 2147483646");
+}
+
+/* ---- The sampler thread -------------------------------------------------------- */
+
+typedef struct counter {
+    int calls;
+    uint64_t last_seq;
+    bool ordered;
+} counter;
+
+static stoke_status count_cb(const stoke_mon_sample *s, void *ctx)
+{
+    counter *c = ctx;
+    c->ordered &= s->seq == c->last_seq + 1;
+    c->last_seq = s->seq;
+    c->calls++;
+    return STOKE_OK;
+}
+
+static void test_monitor_thread(void)
+{
+    counter c = {0, 0, true};
+    stoke_monitor_config cfg = {.interval_s = 0.05, .pid = (int)getpid(), .no_gpu = true,
+                                .on_sample = count_cb, .ctx = &c};
+    stoke_monitor *m = NULL;
+    CHECK_INT_EQ(stoke_monitor_create(&cfg, &m), STOKE_OK);
+    if (!m)
+        return;
+    CHECK_INT_EQ(stoke_monitor_gpu_count(m), 0);
+    CHECK_STR_CONTAINS(stoke_monitor_gpu_note(m), "disabled");
+    CHECK_INT_EQ(stoke_monitor_start(m), STOKE_OK);
+    /* Read the latest sample concurrently until three have been taken. */
+    stoke_mon_sample s;
+    uint64_t seen = 0;
+    for (int i = 0; i < 2000 && seen < 3; i++) {
+        if (stoke_monitor_latest(m, &s))
+            seen = s.seq;
+        usleep(5000);
+    }
+    stoke_monitor_stop(m);
+    CHECK(seen >= 3);
+    CHECK(c.calls >= 3 && c.ordered);
+    const stoke_mon_history *h = stoke_monitor_history(m);
+    CHECK_INT_EQ(h->samples, (size_t)c.calls);
+    CHECK_INT_EQ(h->proc_pid, getpid());
+    CHECK(!stoke_monitor_target_gone(m));
+    CHECK_INT_EQ(stoke_monitor_error(m, NULL, 0), STOKE_OK);
+    stoke_monitor_free(m);
+
+    cfg.interval_s = 0.01;
+    CHECK_INT_EQ(stoke_monitor_create(&cfg, &m), STOKE_ERR_ARG);
+}
+
+int main(void)
+{
+    test_series();
+    test_rules();
+    test_formats();
+    test_proc();
+    test_monitor_thread();
+    return CHECK_DONE();
+}
