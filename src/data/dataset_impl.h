@@ -1,0 +1,32 @@
+/* dataset_impl.h - what every dataset format provides: an open function that fills
+ * the common header, and a table of read/close functions. */
+#ifndef STOKE_DATASET_IMPL_H
+#define STOKE_DATASET_IMPL_H
+
+#include "stoke/data.h"
+
+typedef struct stoke_dataset_vt {
+    /* Reads sample i (0 <= i < count, already checked) into input/target (target may
+     * be NULL). Must be thread-safe. */
+    stoke_status (*read)(stoke_dataset *d, int64_t i, void *input, void *target);
+    void (*close)(stoke_dataset *d); /* frees d->impl; not d itself */
+} stoke_dataset_vt;
+
+struct stoke_dataset {
+    const stoke_dataset_vt *vt;
+    stoke_dataset_info info;
+    char path[1024]; /* for messages */
+    void *impl;
+};
+
+/* Each format's opener; called by stoke_dataset_open after it recognised the format.
+ * On success they fill d->vt, d->info (all fields, including input_bytes and
+ * target_bytes) and d->impl. On failure they free what they allocated and leave a
+ * message. */
+stoke_status stoke_idx_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
+stoke_status stoke_npy_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
+stoke_status stoke_hdf5_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
+stoke_status stoke_images_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
+stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
+
+#endif
