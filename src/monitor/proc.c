@@ -1,5 +1,6 @@
 /* proc.c - system CPU, iowait and memory, and a watched process tree, from /proc. */
 #include "stoke/monitor.h"
+#include "monitor/proc_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -75,14 +76,7 @@ static int push_pid(stoke_proc_reader *r, int pid)
     return 0;
 }
 
-/* Parses the fields after the command name of /proc/PID/stat. */
-typedef struct stat_fields {
-    int ppid;
-    unsigned long long ticks, start;
-    long threads, rss_pages;
-} stat_fields;
-
-static bool parse_stat(const char *text, stat_fields *f)
+bool stoke_proc_parse_stat(const char *text, stat_fields *f)
 {
     /* The command name may contain spaces and parentheses: skip to the last ')'. */
     const char *p = strrchr(text, ')');
@@ -107,11 +101,8 @@ static bool parse_stat(const char *text, stat_fields *f)
     return true;
 }
 
-static bool read_io(int fd, char *buf, size_t size, unsigned long long *rd,
-                    unsigned long long *wr)
+bool stoke_proc_parse_io(const char *buf, unsigned long long *rd, unsigned long long *wr)
 {
-    if (fd < 0 || pread_all(fd, buf, size) <= 0)
-        return false;
     const char *a = strstr(buf, "\nread_bytes:");
     const char *b = strstr(buf, "\nwrite_bytes:");
     if (!a || !b)
@@ -119,6 +110,12 @@ static bool read_io(int fd, char *buf, size_t size, unsigned long long *rd,
     *rd = strtoull(a + 12, NULL, 10);
     *wr = strtoull(b + 13, NULL, 10);
     return true;
+}
+
+static bool read_io(int fd, char *buf, size_t size, unsigned long long *rd,
+                    unsigned long long *wr)
+{
+    return fd >= 0 && pread_all(fd, buf, size) > 0 && stoke_proc_parse_io(buf, rd, wr);
 }
 
 static void entry_close(proc_entry *e)
@@ -188,7 +185,7 @@ static int scan_all(stoke_proc_reader *r)
         char path[64];
         snprintf(path, sizeof path, "/proc/%.16s/stat", de->d_name);
         stat_fields f;
-        if (stoke_read_file(path, r->buf, sizeof r->buf) <= 0 || !parse_stat(r->buf, &f))
+        if (stoke_read_file(path, r->buf, sizeof r->buf) <= 0 || !stoke_proc_parse_stat(r->buf, &f))
             continue;
         if (n == cap) {
             cap *= 2;
@@ -343,7 +340,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
         root->stat_fd = open_proc_file(r->root, "stat");
     stat_fields rf;
     if (!root || root->stat_fd < 0 || pread_all(root->stat_fd, r->buf, sizeof r->buf) <= 0 ||
-        !parse_stat(r->buf, &rf)) {
+        !stoke_proc_parse_stat(r->buf, &rf)) {
         *root_alive = false;
         return;
     }
@@ -387,7 +384,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
             e->io_fd = open_proc_file(e->pid, "io");
         stat_fields f;
         if (e->stat_fd < 0 || pread_all(e->stat_fd, r->buf, sizeof r->buf) <= 0 ||
-            !parse_stat(r->buf, &f))
+            !stoke_proc_parse_stat(r->buf, &f))
             continue; /* ended since it was listed */
         e->seen = true;
         unsigned long long rd = 0, wr = 0;
@@ -416,7 +413,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
         }
         stat_fields f;
         if (e->stat_fd >= 0 && pread_all(e->stat_fd, r->buf, sizeof r->buf) > 0 &&
-            parse_stat(r->buf, &f)) {
+            stoke_proc_parse_stat(r->buf, &f)) {
             const char *st2 = strrchr(r->buf, ')');
             if (st2 && st2[2] != 'Z' && st2[2] != 'X') {
                 gone_ticks += e->ticks;

@@ -1,0 +1,21 @@
+/* proc_impl.h - the /proc text parsers of proc.c, exposed for the fuzz targets. */
+#ifndef STOKE_PROC_IMPL_H
+#define STOKE_PROC_IMPL_H
+
+#include <stdbool.h>
+
+/* The fields stoke reads from /proc/PID/stat. */
+typedef struct stat_fields {
+    int ppid;
+    unsigned long long ticks, start; /* own + reaped children's CPU; start time (ticks) */
+    long threads, rss_pages;
+} stat_fields;
+
+/* Parses one /proc/PID/stat text (NUL-terminated). False if it does not have the
+ * expected fields; *f is then unspecified. Can't crash on any input. */
+bool stoke_proc_parse_stat(const char *text, stat_fields *f);
+
+/* Parses read_bytes and write_bytes from a /proc/PID/io text. False if absent. */
+bool stoke_proc_parse_io(const char *text, unsigned long long *rd, unsigned long long *wr);
+
+#endif
