@@ -16,6 +16,8 @@ int cmd_probe(int argc, char **argv);
 void cmd_probe_usage(void);
 int cmd_monitor(int argc, char **argv);
 void cmd_monitor_usage(void);
+int cmd_data(int argc, char **argv);
+void cmd_data_usage(void);
 
 /* Prints "stoke CMD: message" and a hint to stderr; returns 2 (the usage exit code). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -15,6 +15,8 @@ static const cli_command commands[] = {
      cmd_probe_usage},
     {"monitor", "sample GPU, CPU, memory and I/O of a job; diagnose its bottleneck",
      cmd_monitor, cmd_monitor_usage},
+    {"data", "describe a dataset; convert it to stoke's packed records", cmd_data,
+     cmd_data_usage},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -10,6 +10,9 @@ typedef struct stoke_dataset_vt {
      * be NULL). Must be thread-safe. */
     stoke_status (*read)(stoke_dataset *d, int64_t i, void *input, void *target);
     void (*close)(stoke_dataset *d); /* frees d->impl; not d itself */
+    /* Optional (NULL: stoke_dataset_class_counts reads every sample): fills
+     * counts[0..num_classes) faster than reading every sample would. */
+    stoke_status (*class_counts)(stoke_dataset *d, int64_t *counts);
 } stoke_dataset_vt;
 
 struct stoke_dataset {

@@ -1,0 +1,261 @@
+/* cmd_data.c - `stoke data info` (count, shapes, dtypes, class balance of a dataset)
+ * and `stoke data convert` (any supported format to stoke packed records). */
+#include "cli/cli.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stoke/data.h"
+
+#define CMD "data"
+
+void cmd_data_usage(void)
+{
+    puts("usage: stoke data info PATH [--split S] [--targets F] [--json]\n"
+         "       stoke data convert SRC DST [--split S] [--targets F]\n"
+         "\n"
+         "info     prints a dataset's sample count, input shape and dtype, target kind,\n"
+         "         shape and dtype, and for class targets the number of classes and the\n"
+         "         count and share of each class.\n"
+         "convert  writes every sample of SRC as a stoke packed-records file DST (the\n"
+         "         fastest format to read), through a temporary file renamed into place:\n"
+         "         a failure never leaves a partial DST and leaves an existing DST intact.\n"
+         "\n"
+         "PATH / SRC may be an IDX directory or file (plain or .gz), an NPY file, an HDF5\n"
+         "file, a folder of class subfolders of images, or a packed-records file; the\n"
+         "format is recognised from the contents.\n"
+         "  --split S     IDX directories: train (default) or test\n"
+         "  --targets F   NPY: the targets file (default: derived from the inputs file's\n"
+         "                name, x.npy -> y.npy, X_train.npy -> y_train.npy, ...)\n"
+         "  --json        info: print one JSON document\n"
+         "Exit: 0 success, 1 the dataset cannot be read or written (the message names the\n"
+         "file and what was wrong), 2 a usage error. Fields and formats: docs/data.md,\n"
+         "docs/formats.md.");
+}
+
+static const char *kind_name(stoke_target_kind k)
+{
+    switch (k) {
+    case STOKE_TARGET_NONE: return "none";
+    case STOKE_TARGET_CLASS: return "class";
+    case STOKE_TARGET_SCALAR: return "scalar";
+    case STOKE_TARGET_VECTOR: return "vector";
+    }
+    return "?";
+}
+
+static cJSON *shape_json(const stoke_shape *s)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; k < s->ndim; k++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)s->dims[k]));
+    return a;
+}
+
+static void print_json(const char *path, const stoke_dataset_info *f, const int64_t *counts)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "path", path);
+    cJSON_AddStringToObject(root, "format", f->format);
+    cJSON_AddNumberToObject(root, "count", (double)f->count);
+    cJSON *in = cJSON_AddObjectToObject(root, "input");
+    cJSON_AddItemToObject(in, "shape", shape_json(&f->input_shape));
+    cJSON_AddStringToObject(in, "dtype", stoke_dtype_name(f->input_dtype));
+    cJSON_AddNumberToObject(in, "bytes", (double)f->input_bytes);
+    cJSON *t = cJSON_AddObjectToObject(root, "target");
+    cJSON_AddStringToObject(t, "kind", kind_name(f->target_kind));
+    if (f->target_kind != STOKE_TARGET_NONE) {
+        cJSON_AddItemToObject(t, "shape", shape_json(&f->target_shape));
+        cJSON_AddStringToObject(t, "dtype", stoke_dtype_name(f->target_dtype));
+        cJSON_AddNumberToObject(t, "bytes", (double)f->target_bytes);
+    }
+    cJSON_AddNumberToObject(root, "num_classes", (double)f->num_classes);
+    if (counts) {
+        cJSON *bal = cJSON_AddArrayToObject(root, "class_balance");
+        for (int64_t c = 0; c < f->num_classes; c++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "class", (double)c);
+            cJSON_AddNumberToObject(o, "count", (double)counts[c]);
+            cJSON_AddNumberToObject(o, "percent",
+                                    f->count ? 100.0 * (double)counts[c] / (double)f->count : 0);
+            cJSON_AddItemToArray(bal, o);
+        }
+    }
+    char *s = cJSON_Print(root);
+    if (s)
+        puts(s);
+    free(s);
+    cJSON_Delete(root);
+}
+
+static void print_human(const char *path, const stoke_dataset_info *f, const int64_t *counts)
+{
+    char shape[160];
+    printf("path         %s\n", path);
+    printf("format       %s\n", f->format);
+    printf("samples      %" PRId64 "\n", f->count);
+    printf("input        %s %s, %zu byte%s per sample\n",
+           stoke_shape_format(&f->input_shape, shape, sizeof shape),
+           stoke_dtype_name(f->input_dtype), f->input_bytes, f->input_bytes == 1 ? "" : "s");
+    if (f->target_kind == STOKE_TARGET_NONE)
+        printf("target       none\n");
+    else
+        printf("target       %s %s %s, %zu byte%s per sample\n", kind_name(f->target_kind),
+               stoke_shape_format(&f->target_shape, shape, sizeof shape),
+               stoke_dtype_name(f->target_dtype), f->target_bytes,
+               f->target_bytes == 1 ? "" : "s");
+    if (f->target_kind == STOKE_TARGET_CLASS)
+        printf("classes      %" PRId64 "\n", f->num_classes);
+    if (!counts)
+        return;
+    printf("class balance\n  %8s %12s %8s\n", "class", "samples", "%");
+    for (int64_t c = 0; c < f->num_classes; c++)
+        printf("  %8" PRId64 " %12" PRId64 " %8.2f\n", c, counts[c],
+               f->count ? 100.0 * (double)counts[c] / (double)f->count : 0.0);
+}
+
+typedef struct progress_ctx {
+    bool tty;
+    int last_quarter; /* plain output: the last 25% step printed */
+    uint64_t t0;
+} progress_ctx;
+
+static void on_progress(void *arg, int64_t done, int64_t total)
+{
+    progress_ctx *p = arg;
+    double frac = total ? (double)done / (double)total : 1.0;
+    if (p->tty) {
+        char bar[41];
+        int full = (int)(frac * 40);
+        for (int i = 0; i < 40; i++)
+            bar[i] = i < full ? '#' : '-';
+        bar[40] = '\0';
+        double s = (double)(stoke_now_ns() - p->t0) * 1e-9;
+        printf("\r[%s] %3.0f%% %" PRId64 "/%" PRId64 " samples %.0f/s\033[K", bar, frac * 100,
+               done, total, s > 0 ? (double)done / s : 0.0);
+        fflush(stdout);
+        return;
+    }
+    /* Not a terminal (a log, CI): a few plain lines, at 0, 25, 50, 75 and 100%. */
+    int q = (int)(frac * 4);
+    if (q > p->last_quarter) {
+        printf("converting: %" PRId64 "/%" PRId64 " samples (%d%%)\n", done, total, q * 25);
+        fflush(stdout);
+        p->last_quarter = q;
+    }
+}
+
+/* Parses the shared options; collects positional arguments into pos. Returns -1 when
+ * all is well, else the exit code. */
+static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, bool *json,
+                 const char **pos, int max_pos, int *npos)
+{
+    *npos = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cmd_data_usage();
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0 && json) {
+            *json = true;
+        } else if (strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0) {
+            if (i + 1 >= argc)
+                return cli_usage_error(CMD, "%s needs a value", a);
+            if (a[2] == 's')
+                o->split = argv[++i];
+            else
+                o->targets_path = argv[++i];
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error(CMD, "unknown option '%s' for %s", a, sub);
+        } else if (*npos < max_pos) {
+            pos[(*npos)++] = a;
+        } else {
+            return cli_usage_error(CMD, "%s: unexpected argument '%s'", sub, a);
+        }
+    }
+    if (*npos < max_pos)
+        return cli_usage_error(CMD, "%s needs %s", sub, max_pos == 1 ? "a PATH" : "SRC and DST");
+    return -1;
+}
+
+static int data_info(int argc, char **argv)
+{
+    stoke_dataset_opts o = {0};
+    bool json = false;
+    const char *pos[1];
+    int npos;
+    int rc = parse(argc, argv, "info", &o, &json, pos, 1, &npos);
+    if (rc >= 0)
+        return rc;
+    stoke_dataset *d;
+    if (stoke_dataset_open(pos[0], &o, &d) != STOKE_OK)
+        return cli_error(CMD, "%s", stoke_last_error());
+    const stoke_dataset_info *f = stoke_dataset_get_info(d);
+    int64_t *counts = NULL;
+    if (f->target_kind == STOKE_TARGET_CLASS && f->num_classes > 0) {
+        counts = calloc((size_t)f->num_classes, sizeof *counts);
+        if (!counts || stoke_dataset_class_counts(d, counts) != STOKE_OK) {
+            rc = cli_error(CMD, "%s", counts ? stoke_last_error() : "out of memory");
+            free(counts);
+            stoke_dataset_close(d);
+            return rc;
+        }
+    }
+    if (json)
+        print_json(pos[0], f, counts);
+    else
+        print_human(pos[0], f, counts);
+    free(counts);
+    stoke_dataset_close(d);
+    return 0;
+}
+
+static int data_convert(int argc, char **argv)
+{
+    stoke_dataset_opts o = {0};
+    const char *pos[2];
+    int npos;
+    int rc = parse(argc, argv, "convert", &o, NULL, pos, 2, &npos);
+    if (rc >= 0)
+        return rc;
+    stoke_dataset *d;
+    if (stoke_dataset_open(pos[0], &o, &d) != STOKE_OK)
+        return cli_error(CMD, "%s", stoke_last_error());
+    progress_ctx p = {.tty = isatty(STDOUT_FILENO), .last_quarter = -1, .t0 = stoke_now_ns()};
+    stoke_status s = stoke_records_write(d, pos[1], on_progress, &p);
+    double secs = (double)(stoke_now_ns() - p.t0) * 1e-9;
+    int64_t count = stoke_dataset_get_info(d)->count;
+    stoke_dataset_close(d);
+    if (p.tty)
+        printf("\n");
+    if (s != STOKE_OK)
+        return cli_error(CMD, "%s", stoke_last_error());
+    struct stat st = {0};
+    char bytes[32];
+    stoke_format_bytes(stat(pos[1], &st) == 0 ? (double)st.st_size : 0, bytes, sizeof bytes);
+    printf("wrote %" PRId64 " samples, %s (%lld bytes), to %s in %.2f s: %.0f samples/s\n",
+           count, bytes, (long long)st.st_size, pos[1], secs,
+           secs > 0 ? (double)count / secs : 0.0);
+    return 0;
+}
+
+int cmd_data(int argc, char **argv)
+{
+    if (argc < 2)
+        return cli_usage_error(CMD, "needs a subcommand: info or convert");
+    if (cli_is_help(argv[1])) {
+        cmd_data_usage();
+        return 0;
+    }
+    if (strcmp(argv[1], "info") == 0)
+        return data_info(argc, argv);
+    if (strcmp(argv[1], "convert") == 0)
+        return data_convert(argc, argv);
+    return cli_usage_error(CMD, "unknown subcommand '%s' (info or convert)", argv[1]);
+}
