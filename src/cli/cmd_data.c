@@ -184,6 +184,18 @@ static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, 
     return -1;
 }
 
+/* Opens a dataset; -1 when it opened, else the exit code (2 for a bad option value such
+ * as --split, 1 for a dataset that cannot be read). */
+static int open_dataset(const char *path, const stoke_dataset_opts *o, stoke_dataset **d)
+{
+    stoke_status s = stoke_dataset_open(path, o, d);
+    if (s == STOKE_OK)
+        return -1;
+    if (s == STOKE_ERR_ARG)
+        return cli_usage_error(CMD, "%s", stoke_last_error());
+    return cli_error(CMD, "%s", stoke_last_error());
+}
+
 static int data_info(int argc, char **argv)
 {
     stoke_dataset_opts o = {0};
@@ -194,8 +206,9 @@ static int data_info(int argc, char **argv)
     if (rc >= 0)
         return rc;
     stoke_dataset *d;
-    if (stoke_dataset_open(pos[0], &o, &d) != STOKE_OK)
-        return cli_error(CMD, "%s", stoke_last_error());
+    rc = open_dataset(pos[0], &o, &d);
+    if (rc >= 0)
+        return rc;
     const stoke_dataset_info *f = stoke_dataset_get_info(d);
     int64_t *counts = NULL;
     if (f->target_kind == STOKE_TARGET_CLASS && f->num_classes > 0) {
@@ -225,8 +238,9 @@ static int data_convert(int argc, char **argv)
     if (rc >= 0)
         return rc;
     stoke_dataset *d;
-    if (stoke_dataset_open(pos[0], &o, &d) != STOKE_OK)
-        return cli_error(CMD, "%s", stoke_last_error());
+    rc = open_dataset(pos[0], &o, &d);
+    if (rc >= 0)
+        return rc;
     progress_ctx p = {.tty = isatty(STDOUT_FILENO), .last_quarter = -1, .t0 = stoke_now_ns()};
     stoke_status s = stoke_records_write(d, pos[1], on_progress, &p);
     double secs = (double)(stoke_now_ns() - p.t0) * 1e-9;
