@@ -308,6 +308,16 @@ static bool sniff_records(const sniff_input *in)
     return !in->is_dir && in->n >= 8 && memcmp(in->head, "STOKEREC", 8) == 0;
 }
 
+static bool sniff_hdf5(const sniff_input *in)
+{
+    return !in->is_dir && stoke_hdf5_sniff(in->path);
+}
+
+static bool sniff_images(const sniff_input *in)
+{
+    return in->is_dir && stoke_images_sniff(in->path, in->opts);
+}
+
 /* The dispatch table: the first row whose sniffer says yes opens the path. */
 static const struct format_row {
     const char *name;
@@ -318,10 +328,8 @@ static const struct format_row {
     {"idx", sniff_idx_dir, stoke_idx_open},
     {"npy", sniff_npy, stoke_npy_open},
     {"records", sniff_records, stoke_records_open},
-    /* HDF5 ("\x89HDF\r\n\x1a\n", stoke_hdf5_open) and image folders (a directory whose
-     * subdirectories hold JPEG/PNG files, stoke_images_open) get their rows here when
-     * src/data/hdf5.c and src/data/images.c land; until then those inputs are reported
-     * as unrecognised. */
+    {"hdf5", sniff_hdf5, stoke_hdf5_open},
+    {"images", sniff_images, stoke_images_open},
 };
 #define N_FORMATS (sizeof formats / sizeof formats[0])
 
@@ -379,7 +387,8 @@ stoke_status stoke_dataset_open(const char *path, const stoke_dataset_opts *opts
     if (in.is_dir)
         return stoke_fail(STOKE_ERR_FORMAT,
                           "%s: unrecognised directory: no train-images-idx3-ubyte[.gz] or "
-                          "t10k-images-idx3-ubyte[.gz] (IDX) in it", path);
+                          "t10k-images-idx3-ubyte[.gz] (IDX) in it, and no subdirectories of "
+                          ".jpg/.jpeg/.png files (image folder)", path);
     char hex[3 * HEAD_BYTES + 1] = "";
     for (size_t i = 0; i < in.n && i < 8; i++)
         snprintf(hex + 3 * i, sizeof hex - 3 * i, "%02x ", head[i]);

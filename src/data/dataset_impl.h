@@ -32,4 +32,10 @@ stoke_status stoke_hdf5_open(stoke_dataset *d, const char *path, const stoke_dat
 stoke_status stoke_images_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
 stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
 
+/* Sniffers that need more than a file's first bytes: the HDF5 signature at offset 0,
+ * 512, 1024 or 2048; a directory (or its opts->split) whose subdirectories hold
+ * .jpg/.jpeg/.png files. */
+bool stoke_hdf5_sniff(const char *path);
+bool stoke_images_sniff(const char *path, const stoke_dataset_opts *o);
+
 #endif
