@@ -124,7 +124,229 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
                                  void (*progress)(void *ctx, int64_t done, int64_t total),
                                  void *ctx);
 
-/* ---- Sampler, transforms and loader: see below ----------------------------------- */
+/* ---- Sampler ------------------------------------------------------------------- */
+
+/* Which samples, in which order, make each batch of an epoch. Sharding pads by
+ * wrapping around (as PyTorch's DistributedSampler): every rank gets
+ * ceil(count / world_size) samples per epoch, the first ranks' tail repeating the
+ * start of the epoch's order, so every sample is seen at least once per epoch and
+ * exactly once when world_size divides count. */
+typedef struct stoke_sampler_opts {
+    int64_t batch_size; /* samples per batch (>= 1) */
+    bool shuffle;       /* a fresh permutation each epoch, from (seed, epoch) only */
+    uint64_t seed;      /* also keys the transforms' random streams */
+    bool drop_last;     /* drop each epoch's last batch when it is smaller */
+    int rank;           /* 0 <= rank < world_size */
+    int world_size;     /* 0 means 1 */
+} stoke_sampler_opts;
+
+/* Position in the stream of batches: `index` counts this rank's samples of `epoch`
+ * already handed out. Saved with a checkpoint, it resumes training mid-epoch. */
+typedef struct stoke_sampler_state {
+    int64_t epoch;
+    int64_t index;
+} stoke_sampler_state;
+
+typedef struct stoke_sampler stoke_sampler;
+
+/* A sampler over `count` samples, at epoch 0, index 0. STOKE_ERR_ARG for a bad option,
+ * STOKE_ERR_NOMEM. Free with stoke_sampler_destroy. */
+stoke_status stoke_sampler_create(int64_t count, const stoke_sampler_opts *o,
+                                  stoke_sampler **out);
+void stoke_sampler_destroy(stoke_sampler *s); /* NULL is fine */
+
+int64_t stoke_sampler_epoch_samples(const stoke_sampler *s); /* this rank's, per epoch */
+int64_t stoke_sampler_epoch_batches(const stoke_sampler *s); /* after drop_last */
+
+/* The next batch's sample indices into idx (batch_size entries) and its epoch; returns
+ * how many (the last batch of an epoch may be smaller). At the end of an epoch it
+ * returns 0 once (an end-of-epoch marker) and moves to the next epoch. Can't fail. */
+int64_t stoke_sampler_next(stoke_sampler *s, int64_t *idx, int64_t *epoch);
+
+stoke_sampler_state stoke_sampler_get_state(const stoke_sampler *s);
+/* STOKE_ERR_ARG if the state is outside this sampler's epoch (index > epoch samples). */
+stoke_status stoke_sampler_set_state(stoke_sampler *s, stoke_sampler_state st);
+
+/* ---- Transforms ---------------------------------------------------------------- */
+
+/* How a 3-D input is laid out. AUTO: (H, W) for 2-D; for 3-D, HWC when the last dim
+ * is 1, 3 or 4, else CHW when the first is, else an error. */
+typedef enum stoke_image_layout {
+    STOKE_LAYOUT_AUTO = 0,
+    STOKE_LAYOUT_HWC, /* also NHWC ("channels last") for outputs */
+    STOKE_LAYOUT_CHW, /* also NCHW for outputs */
+} stoke_image_layout;
+
+typedef enum stoke_op_kind {
+    STOKE_OP_RESIZE = 1,   /* bilinear, align_corners=False, no antialias */
+    STOKE_OP_CROP,         /* zero-pad `pad` on each side, then a random (or centre)
+                              height x width crop: torchvision RandomCrop(padding=) */
+    STOKE_OP_HFLIP,        /* mirror left-right with probability p */
+    STOKE_OP_COLOR_JITTER, /* torchvision ColorJitter on values in [0, 1] */
+    STOKE_OP_NORMALIZE,    /* (x - mean[c]) / std[c] */
+} stoke_op_kind;
+
+typedef struct stoke_op {
+    stoke_op_kind kind;
+    int height, width;    /* RESIZE, CROP: output size */
+    int pad;              /* CROP: zero padding on every side */
+    bool center;          /* CROP: centre instead of random (evaluation) */
+    float p;              /* HFLIP: probability (0 means 0.5) */
+    float brightness, contrast, saturation, hue; /* COLOR_JITTER: torchvision's
+                             ranges: factor in [max(0, 1-b), 1+b]; hue in [-h, h],
+                             h <= 0.5 */
+    bool random_order;    /* COLOR_JITTER: a random order of the four (as
+                             torchvision); false: b, c, s, h */
+    float mean[4], std[4]; /* NORMALIZE: per channel, in the [0, 1] scale */
+} stoke_op;
+
+/* A transform pipeline: an input sample (u8 or f32) of `in_shape`; u8 values are
+ * scaled to [0, 1] first (as ToTensor), f32 values are taken as they are; then the
+ * ops in order; then conversion to out_dtype in out_layout. The random parameters of
+ * a sample (crop offsets, flip, jitter factors and order) come from a stream keyed by
+ * (seed, epoch, sample index) only, so they never depend on the worker. */
+typedef struct stoke_transform_opts {
+    stoke_shape in_shape;
+    stoke_dtype in_dtype;         /* STOKE_U8 or STOKE_F32 */
+    stoke_image_layout in_layout; /* AUTO: see stoke_image_layout */
+    const stoke_op *ops;          /* copied by stoke_transform_create */
+    int nops;
+    stoke_dtype out_dtype;        /* STOKE_F32, STOKE_BF16 or STOKE_F16 (round to nearest
+                                     even); STOKE_U8, the zero value, means F32 */
+    stoke_image_layout out_layout; /* CHW (AUTO) or HWC */
+} stoke_transform_opts;
+
+typedef struct stoke_transform stoke_transform;
+
+/* Checks the options (STOKE_ERR_ARG naming the op and field) and builds the pipeline.
+ * The common path (u8 -> crop with padding -> flip -> normalize -> f32) runs as one
+ * fused, vectorized pass. Free with stoke_transform_destroy. */
+stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transform **out);
+void stoke_transform_destroy(stoke_transform *t); /* NULL is fine */
+
+/* Output shape (C, H, W) or (H, W, C), dtype, and bytes of one transformed sample. */
+stoke_shape stoke_transform_out_shape(const stoke_transform *t);
+stoke_dtype stoke_transform_out_dtype(const stoke_transform *t);
+size_t stoke_transform_out_bytes(const stoke_transform *t);
+
+/* Bytes of scratch memory stoke_transform_apply needs (0 for the fused path). */
+size_t stoke_transform_scratch_bytes(const stoke_transform *t);
+
+/* Transforms one sample `in` into `out` (stoke_transform_out_bytes). `scratch` is
+ * stoke_transform_scratch_bytes of the caller's memory, one per thread (may be NULL
+ * when that is 0). Thread-safe; can't fail. */
+void stoke_transform_apply(const stoke_transform *t, const void *in, void *out,
+                           void *scratch, uint64_t seed, int64_t epoch, int64_t index);
+
+/* Rounding conversions, exposed for tests and other modules: n floats to IEEE half or
+ * bfloat16, round to nearest even (NaN stays NaN). F16C is used where the CPU has it. */
+void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n);
+void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n);
+float stoke_f16_to_f32(uint16_t h);
+
+/* ---- In-memory datasets ---------------------------------------------------------- */
+
+/* A dataset over the caller's arrays: `inputs` holds info->count samples of
+ * info->input_bytes each, `targets` (NULL if info->target_kind is NONE) as many of
+ * info->target_bytes. copy=false borrows the arrays (they must outlive the dataset);
+ * copy=true copies them. The info's input_bytes and target_bytes must match its shapes
+ * and dtypes (STOKE_ERR_ARG otherwise). Close with stoke_dataset_close. */
+stoke_status stoke_dataset_from_arrays(const stoke_dataset_info *info, const void *inputs,
+                                       const void *targets, bool copy, stoke_dataset **out);
+
+/* Reads every sample of `src` into memory and returns a dataset over that copy (same
+ * info, format "memory"); `src` stays open and owned by the caller. Errors are those of
+ * the reads (file and sample index), or STOKE_ERR_NOMEM. */
+stoke_status stoke_dataset_load(stoke_dataset *src, stoke_dataset **out);
+
+/* ---- Loader -------------------------------------------------------------------- */
+
+typedef struct stoke_loader_opts {
+    stoke_sampler_opts sampler;       /* batch size, shuffle, seed, drop_last, shard */
+    stoke_sampler_state start;        /* where to start (zero: epoch 0, index 0) */
+    const stoke_transform_opts *transform; /* NULL: inputs are copied as read */
+    int workers;                      /* worker threads; 0: the consumer's thread does
+                                         the work inside stoke_loader_next */
+    int prefetch;                     /* ring slots (batches in flight); 0: 2*workers+2,
+                                         at least 2 */
+    bool use_device;                  /* copy batches to CUDA device `device` */
+    int device;
+} stoke_loader_opts;
+
+/* One batch. Its memory belongs to the loader and stays valid until the next call of
+ * stoke_loader_next (device memory: see docs/loader.md). A size of 0 marks the end of
+ * an epoch. */
+typedef struct stoke_batch {
+    int64_t epoch;
+    int64_t index;           /* batch number within the epoch */
+    int64_t size;            /* samples in this batch; 0 at the end of an epoch */
+    const int64_t *samples;  /* the dataset indices of its samples */
+    void *inputs;            /* size x input_shape of input_dtype: on the device when
+                                on_device, else host (pinned where CUDA allows) */
+    void *targets;           /* size x the dataset's target bytes, or NULL */
+    const void *host_inputs; /* the same batch in the host slot */
+    const void *host_targets;
+    stoke_shape input_shape; /* of one sample */
+    stoke_dtype input_dtype;
+    size_t input_bytes;      /* of one sample */
+    size_t target_bytes;     /* of one sample */
+    bool on_device;
+    void *event;             /* on_device: a cudaEvent_t recorded after the copy; make
+                                the compute stream wait on it (or stoke_loader_wait) */
+} stoke_batch;
+
+typedef struct stoke_loader stoke_loader;
+
+/* Starts the loader over `d` (borrowed: it must outlive the loader) with its worker
+ * threads and its ring of slots, allocated once. With use_device, slots are pinned and
+ * each batch is copied to the device on the loader's own stream; when the CUDA runtime
+ * cannot be used the loader falls back to host batches and stoke_loader_device_reason
+ * says why. STOKE_ERR_ARG for bad options, STOKE_ERR_NOMEM, STOKE_ERR_SYSTEM if a
+ * thread cannot start. */
+stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
+                                 stoke_loader **out);
+
+/* The next batch in sampler order, the same bytes whatever the number of workers.
+ * A dataset error (file, sample index, what was wrong) is returned as the error of the
+ * batch holding that sample, after every earlier batch was delivered; the workers are
+ * then stopped and every later call returns the same error. */
+stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b);
+
+/* Blocks until a device batch's copy has finished (cudaEventSynchronize); a no-op for
+ * host batches. */
+stoke_status stoke_loader_wait(stoke_loader *l, const stoke_batch *b);
+
+/* The sampler position after the last batch handed out: give it as opts.start to a
+ * new loader to resume with the following batch. */
+stoke_sampler_state stoke_loader_state(const stoke_loader *l);
+
+bool stoke_loader_on_device(const stoke_loader *l);
+/* Why batches are not on a device ("no device requested", "cudaGetDeviceCount: ...
+ * (error 35)"), or "" when they are. Never NULL. */
+const char *stoke_loader_device_reason(const stoke_loader *l);
+
+/* Instrumentation, measured on every batch. Times in milliseconds. */
+typedef struct stoke_loader_stats {
+    int64_t batches;           /* handed out, end-of-epoch markers excluded */
+    int64_t samples;
+    double wait_avg_ms;        /* the consumer's wait inside stoke_loader_next */
+    double wait_p95_ms;        /*   (p95 over the last 1024 batches) */
+    double wait_max_ms;
+    double fill_avg;           /* batches ready in the ring when the consumer asked */
+    int fill_min, fill_max;
+    int slots;                 /* ring size */
+    int workers;
+    double busy_avg_ms;        /* a worker's time per batch spent reading and
+                                  transforming (all workers' busy time / batches) */
+    double busy_frac[64];      /* each worker's busy time / wall time since create
+                                  (first 64 workers) */
+    double elapsed_s;          /* since create */
+} stoke_loader_stats;
+
+void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s);
+
+/* Stops the workers (joining every thread) and frees everything; NULL is fine. */
+void stoke_loader_destroy(stoke_loader *l);
 
 #ifdef __cplusplus
 }

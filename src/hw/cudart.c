@@ -46,6 +46,19 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
     *(void **)&rt->runtime_get_version = dlsym(lib, "cudaRuntimeGetVersion");
     *(void **)&rt->driver_get_version = dlsym(lib, "cudaDriverGetVersion");
     *(void **)&rt->get_error_string = dlsym(lib, "cudaGetErrorString");
+    *(void **)&rt->set_device = dlsym(lib, "cudaSetDevice");
+    *(void **)&rt->host_alloc = dlsym(lib, "cudaHostAlloc");
+    *(void **)&rt->free_host = dlsym(lib, "cudaFreeHost");
+    *(void **)&rt->malloc = dlsym(lib, "cudaMalloc");
+    *(void **)&rt->free = dlsym(lib, "cudaFree");
+    *(void **)&rt->memcpy_async = dlsym(lib, "cudaMemcpyAsync");
+    *(void **)&rt->stream_create_with_flags = dlsym(lib, "cudaStreamCreateWithFlags");
+    *(void **)&rt->stream_destroy = dlsym(lib, "cudaStreamDestroy");
+    *(void **)&rt->event_create_with_flags = dlsym(lib, "cudaEventCreateWithFlags");
+    *(void **)&rt->event_record = dlsym(lib, "cudaEventRecord");
+    *(void **)&rt->event_synchronize = dlsym(lib, "cudaEventSynchronize");
+    *(void **)&rt->event_query = dlsym(lib, "cudaEventQuery");
+    *(void **)&rt->event_destroy = dlsym(lib, "cudaEventDestroy");
     if (!rt->get_device_count || !rt->device_get_attribute) {
         dlclose(lib);
         free(rt);

@@ -78,9 +78,16 @@ struct stoke_nvml {
 /* ---- CUDA runtime ---- */
 enum {
     CU_SUCCESS = 0,
+    CU_ERROR_MEMORY_ALLOCATION = 2,
     CU_ERROR_INSUFFICIENT_DRIVER = 35,
     CU_ERROR_NO_DEVICE = 100,
+    CU_ERROR_NOT_READY = 600,
 };
+/* Flags and kinds of the loader's pinned memory, copies, streams and events. */
+enum { CU_HOST_ALLOC_DEFAULT = 0 };
+enum { CU_MEMCPY_HOST_TO_DEVICE = 1 };
+enum { CU_STREAM_NON_BLOCKING = 1 };
+enum { CU_EVENT_DISABLE_TIMING = 2 };
 enum {
     CU_ATTR_MULTIPROCESSOR_COUNT = 16,
     CU_ATTR_PCI_BUS_ID = 33,
@@ -97,6 +104,22 @@ struct stoke_cudart {
     int (*runtime_get_version)(int *);
     int (*driver_get_version)(int *);
     const char *(*get_error_string)(int);
+    /* The loader's: pinned host memory, device memory, asynchronous copies on its own
+     * stream, and events. Optional: NULL when the library lacks them. cudaStream_t
+     * and cudaEvent_t are opaque pointers. */
+    int (*set_device)(int);
+    int (*host_alloc)(void **, size_t, unsigned);
+    int (*free_host)(void *);
+    int (*malloc)(void **, size_t);
+    int (*free)(void *);
+    int (*memcpy_async)(void *, const void *, size_t, int, void *);
+    int (*stream_create_with_flags)(void **, unsigned);
+    int (*stream_destroy)(void *);
+    int (*event_create_with_flags)(void **, unsigned);
+    int (*event_record)(void *, void *);
+    int (*event_synchronize)(void *);
+    int (*event_query)(void *);
+    int (*event_destroy)(void *);
     int runtime_version;
 };
 

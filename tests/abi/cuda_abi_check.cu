@@ -22,6 +22,16 @@ static_assert((int)cudaDevAttrComputeCapabilityMajor == CU_ATTR_COMPUTE_CAPABILI
               "ComputeCapabilityMajor");
 static_assert((int)cudaDevAttrComputeCapabilityMinor == CU_ATTR_COMPUTE_CAPABILITY_MINOR,
               "ComputeCapabilityMinor");
+static_assert((int)cudaErrorMemoryAllocation == CU_ERROR_MEMORY_ALLOCATION,
+              "cudaErrorMemoryAllocation");
+static_assert((int)cudaErrorNotReady == CU_ERROR_NOT_READY, "cudaErrorNotReady");
+static_assert(cudaHostAllocDefault == CU_HOST_ALLOC_DEFAULT, "cudaHostAllocDefault");
+static_assert((int)cudaMemcpyHostToDevice == CU_MEMCPY_HOST_TO_DEVICE, "cudaMemcpyHostToDevice");
+static_assert(cudaStreamNonBlocking == CU_STREAM_NON_BLOCKING, "cudaStreamNonBlocking");
+static_assert(cudaEventDisableTiming == CU_EVENT_DISABLE_TIMING, "cudaEventDisableTiming");
+static_assert(sizeof(cudaStream_t) == sizeof(void *), "cudaStream_t is passed as void *");
+static_assert(sizeof(cudaEvent_t) == sizeof(void *), "cudaEvent_t is passed as void *");
+static_assert(sizeof(enum cudaMemcpyKind) == sizeof(int), "cudaMemcpyKind is passed as int");
 static_assert(sizeof(cudaError_t) == sizeof(int), "cudaError_t is passed as int");
 static_assert(sizeof(enum cudaDeviceAttr) == sizeof(int), "cudaDeviceAttr is passed as int");
 

@@ -60,3 +60,315 @@ const char *cudaGetErrorString(int rc)
     default: return "invalid argument";
     }
 }
+
+/* ---- The loader's functions: pinned memory, device memory, streams and events ----
+ * Host allocations are aligned mallocs kept in a registry, so a test can ask whether a
+ * pointer is pinned and whether anything leaked; device memory is host memory. A copy
+ * is not done when issued: it waits in its stream's queue until an event recorded
+ * after it is synchronized (or queried), as a real copy would be in flight. A copy
+ * into device memory that a pending copy still writes is counted as a violation. Every
+ * call is logged in order for the tests (fake_cudart_log). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NOT_READY = 600, MEMORY_ALLOCATION = 2 };
+
+#define FAKE_MAX_ALLOCS 256
+#define FAKE_MAX_QUEUE 64
+#define FAKE_MAX_LOG 4096
+
+typedef struct fake_alloc {
+    void *p;
+    size_t size;
+    int device; /* 0 host (pinned), 1 device */
+} fake_alloc;
+
+typedef struct fake_copy {
+    void *dst;
+    const void *src;
+    size_t n;
+    int event_mark; /* not a copy but an event record: the event's id */
+} fake_copy;
+
+typedef struct fake_stream {
+    int id;
+    int nq;
+    fake_copy q[FAKE_MAX_QUEUE];
+} fake_stream;
+
+typedef struct fake_event {
+    int id;
+    fake_stream *stream; /* where it was last recorded; NULL when complete */
+    int queries;
+} fake_event;
+
+/* One logged call: op is 'C' copy, 'R' record, 'S' event sync, 'Q' query, 'X' copy
+ * executed. */
+typedef struct fake_log_entry {
+    char op;
+    int stream, event;
+    const void *dst;
+} fake_log_entry;
+
+static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
+static fake_alloc allocs[FAKE_MAX_ALLOCS];
+static int live_streams, live_events, next_id = 1, violations, copies_done;
+static fake_log_entry log_entries[FAKE_MAX_LOG];
+static int nlog;
+static int host_alloc_fail; /* tests: make cudaHostAlloc fail */
+
+static void log_op(char op, int stream, int event, const void *dst)
+{
+    if (nlog < FAKE_MAX_LOG)
+        log_entries[nlog++] = (fake_log_entry){op, stream, event, dst};
+}
+
+static int add_alloc(void **p, size_t size, int device)
+{
+    void *m = NULL;
+    if (posix_memalign(&m, 4096, size ? size : 1) != 0)
+        return MEMORY_ALLOCATION;
+    pthread_mutex_lock(&fake_mu);
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (!allocs[i].p) {
+            allocs[i] = (fake_alloc){m, size, device};
+            pthread_mutex_unlock(&fake_mu);
+            *p = m;
+            return OK;
+        }
+    pthread_mutex_unlock(&fake_mu);
+    free(m);
+    return MEMORY_ALLOCATION;
+}
+
+static int drop_alloc(void *p, int device)
+{
+    if (!p)
+        return OK;
+    pthread_mutex_lock(&fake_mu);
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (allocs[i].p == p && allocs[i].device == device) {
+            allocs[i].p = NULL;
+            pthread_mutex_unlock(&fake_mu);
+            free(p);
+            return OK;
+        }
+    pthread_mutex_unlock(&fake_mu);
+    return INVALID_VALUE;
+}
+
+int cudaSetDevice(int dev)
+{
+    return dev >= 0 && dev < fake_scenario_get()->ndevices ? OK : INVALID_DEVICE;
+}
+
+int cudaHostAlloc(void **p, size_t size, unsigned flags)
+{
+    (void)flags;
+    if (host_alloc_fail)
+        return MEMORY_ALLOCATION;
+    return add_alloc(p, size, 0);
+}
+
+int cudaFreeHost(void *p) { return drop_alloc(p, 0); }
+int cudaMalloc(void **p, size_t size) { return add_alloc(p, size, 1); }
+int cudaFree(void *p) { return drop_alloc(p, 1); }
+
+int cudaStreamCreateWithFlags(void **s, unsigned flags)
+{
+    (void)flags;
+    fake_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return MEMORY_ALLOCATION;
+    pthread_mutex_lock(&fake_mu);
+    st->id = next_id++;
+    live_streams++;
+    pthread_mutex_unlock(&fake_mu);
+    *s = st;
+    return OK;
+}
+
+/* Runs the stream's queue up to and including the record of event `upto` (all of it
+ * for 0). Called with fake_mu held. */
+static void run_queue(fake_stream *st, int upto)
+{
+    int k = 0;
+    while (k < st->nq) {
+        fake_copy *c = &st->q[k++];
+        if (c->event_mark) {
+            if (c->event_mark == upto)
+                break;
+            continue;
+        }
+        memcpy(c->dst, c->src, c->n);
+        copies_done++;
+        log_op('X', st->id, 0, c->dst);
+    }
+    memmove(st->q, st->q + k, (size_t)(st->nq - k) * sizeof st->q[0]);
+    st->nq -= k;
+}
+
+int cudaStreamDestroy(void *s)
+{
+    fake_stream *st = s;
+    if (!st)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    run_queue(st, 0);
+    live_streams--;
+    pthread_mutex_unlock(&fake_mu);
+    free(st);
+    return OK;
+}
+
+int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
+{
+    fake_stream *st = s;
+    if (kind != 1 || !st)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    for (int k = 0; k < st->nq; k++) {
+        const fake_copy *c = &st->q[k];
+        if (!c->event_mark && (const char *)dst < (const char *)c->dst + c->n &&
+            (const char *)c->dst < (const char *)dst + n)
+            violations++;
+    }
+    if (st->nq == FAKE_MAX_QUEUE) {
+        pthread_mutex_unlock(&fake_mu);
+        return INVALID_VALUE;
+    }
+    st->q[st->nq++] = (fake_copy){dst, src, n, 0};
+    log_op('C', st->id, 0, dst);
+    pthread_mutex_unlock(&fake_mu);
+    return OK;
+}
+
+int cudaEventCreateWithFlags(void **e, unsigned flags)
+{
+    (void)flags;
+    fake_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return MEMORY_ALLOCATION;
+    pthread_mutex_lock(&fake_mu);
+    ev->id = next_id++;
+    live_events++;
+    pthread_mutex_unlock(&fake_mu);
+    *e = ev;
+    return OK;
+}
+
+int cudaEventRecord(void *e, void *s)
+{
+    fake_event *ev = e;
+    fake_stream *st = s;
+    if (!ev || !st)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    if (st->nq == FAKE_MAX_QUEUE) {
+        pthread_mutex_unlock(&fake_mu);
+        return INVALID_VALUE;
+    }
+    /* A re-record moves the event: drop its older mark so waits use the new one. */
+    for (int k = 0; k < st->nq; k++)
+        if (st->q[k].event_mark == ev->id)
+            st->q[k].event_mark = -1;
+    st->q[st->nq++] = (fake_copy){NULL, NULL, 0, ev->id};
+    ev->stream = st;
+    ev->queries = 0;
+    log_op('R', st->id, ev->id, NULL);
+    pthread_mutex_unlock(&fake_mu);
+    return OK;
+}
+
+int cudaEventSynchronize(void *e)
+{
+    fake_event *ev = e;
+    if (!ev)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    log_op('S', ev->stream ? ev->stream->id : 0, ev->id, NULL);
+    if (ev->stream)
+        run_queue(ev->stream, ev->id);
+    ev->stream = NULL;
+    pthread_mutex_unlock(&fake_mu);
+    return OK;
+}
+
+/* Not ready on the first query after a record, complete on the next: the caller must
+ * cope with both answers. */
+int cudaEventQuery(void *e)
+{
+    fake_event *ev = e;
+    if (!ev)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    log_op('Q', ev->stream ? ev->stream->id : 0, ev->id, NULL);
+    int rc = OK;
+    if (ev->stream && ev->queries++ == 0) {
+        rc = NOT_READY;
+    } else if (ev->stream) {
+        run_queue(ev->stream, ev->id);
+        ev->stream = NULL;
+    }
+    pthread_mutex_unlock(&fake_mu);
+    return rc;
+}
+
+int cudaEventDestroy(void *e)
+{
+    fake_event *ev = e;
+    if (!ev)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    live_events--;
+    pthread_mutex_unlock(&fake_mu);
+    free(ev);
+    return OK;
+}
+
+/* ---- For the tests (found with dlsym) ---- */
+
+/* 1 if p lies in a live pinned host allocation, 2 if in device memory, 0 otherwise. */
+int fake_cudart_kind(const void *p)
+{
+    int kind = 0;
+    pthread_mutex_lock(&fake_mu);
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (allocs[i].p && (const char *)p >= (const char *)allocs[i].p &&
+            (const char *)p < (const char *)allocs[i].p + allocs[i].size)
+            kind = allocs[i].device ? 2 : 1;
+    pthread_mutex_unlock(&fake_mu);
+    return kind;
+}
+
+/* Live host allocations + device allocations + streams + events: 0 when nothing leaked. */
+int fake_cudart_live(void)
+{
+    pthread_mutex_lock(&fake_mu);
+    int n = live_streams + live_events;
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        n += allocs[i].p != NULL;
+    pthread_mutex_unlock(&fake_mu);
+    return n;
+}
+
+int fake_cudart_violations(void) { return violations; }
+int fake_cudart_copies_done(void) { return copies_done; }
+void fake_cudart_fail_host_alloc(int on) { host_alloc_fail = on; }
+
+/* The call log: entry i's op ('C', 'R', 'S', 'Q', 'X'), stream, event and destination. */
+int fake_cudart_log(int i, char *op, int *stream, int *event, const void **dst)
+{
+    if (i < 0 || i >= nlog)
+        return 0;
+    *op = log_entries[i].op;
+    *stream = log_entries[i].stream;
+    *event = log_entries[i].event;
+    *dst = log_entries[i].dst;
+    return 1;
+}
+
+/* The fake's id of an event handle (as in the log). */
+int fake_cudart_event_id(const void *e) { return e ? ((const fake_event *)e)->id : 0; }

@@ -1,0 +1,687 @@
+/* loader.c - worker threads that read and transform samples straight into a ring of
+ * batch slots, handed out in sampler order; pinned slots and an asynchronous copy to
+ * double-buffered device slots where the CUDA runtime allows; timings of every batch. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/dataset_impl.h"
+#include "data/loader_impl.h"
+#include "hw/gpu_impl.h"
+#include "stoke/data.h"
+
+#define CHUNK 32         /* samples a worker claims at once */
+#define WAIT_WINDOW 1024 /* batches kept for the p95 */
+#define MAX_WORKERS 256
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY };
+
+typedef struct slot {
+    int64_t seq;               /* the batch it holds, counted from the loader's start */
+    int state;
+    int64_t epoch, index, size;
+    int64_t next_chunk;        /* samples claimed so far */
+    int64_t done;              /* samples finished */
+    int inflight;              /* chunks claimed and not finished */
+    stoke_sampler_state after; /* the sampler's state after this batch */
+    stoke_status err;
+    int64_t err_pos;           /* position in the batch of the failed sample */
+    char msg[768];
+    int64_t *samples;
+    unsigned char *inputs, *targets; /* host, pinned when on a device */
+} slot;
+
+typedef struct dslot {
+    void *inputs, *targets; /* device memory */
+    void *event;
+    int64_t seq;            /* batch copied into it; -1 none */
+    bool pending;           /* copy issued and not yet synchronized */
+} dslot;
+
+typedef struct worker {
+    struct stoke_loader *l;
+    pthread_t thread;
+    int id;
+    unsigned char *raw;     /* one sample as read, before the transform */
+    void *scratch;
+    uint64_t busy_ns;       /* guarded by the loader's mutex */
+} worker;
+
+struct stoke_loader {
+    stoke_dataset *d;
+    stoke_sampler *sampler; /* under mu */
+    stoke_transform *tf;
+    uint64_t seed;
+    int64_t bs;
+    size_t raw_bytes, in_bytes, tg_bytes; /* per sample: as read, in the slot, target */
+    stoke_shape in_shape;
+    stoke_dtype in_dtype;
+    int K;
+    slot *slots;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, ready_cv;
+    int64_t open_seq;   /* next batch to take from the sampler */
+    int64_t claim_seq;  /* batch whose chunks are being claimed */
+    int64_t released;   /* every batch before it has left the ring */
+    int64_t open_epoch, open_index;
+    bool stop, failed;
+
+    int nworkers;
+    bool threads_running;
+    worker *workers;    /* nworkers, or 1 for the consumer when nworkers is 0 */
+
+    /* Consumer side (one thread). */
+    int64_t next_seq;   /* batch to hand out next */
+    stoke_sampler_state state;
+    stoke_status err;
+    char errmsg[1024];
+
+    /* Device. */
+    stoke_cudart *rt;
+    bool on_device;
+    int device;
+    char reason[512];
+    void *stream;
+    dslot ds[2];
+
+    /* Instrumentation (consumer side, except busy_ns). */
+    uint64_t start_ns;
+    int64_t batches, samples;
+    uint64_t wait_sum_ns, wait_max_ns;
+    float waits_ms[WAIT_WINDOW];
+    int64_t fill_sum;
+    int fill_min, fill_max;
+};
+
+/* ---- workers -------------------------------------------------------------------- */
+
+typedef struct chunk {
+    slot *s;
+    int64_t start, n;
+} chunk;
+
+/* Takes the next batch from the sampler into its slot. Called with mu held. */
+static void open_batch(stoke_loader *l)
+{
+    int64_t g = l->open_seq++;
+    slot *s = &l->slots[g % l->K];
+    int64_t epoch;
+    s->seq = g;
+    s->size = stoke_sampler_next(l->sampler, s->samples, &epoch);
+    if (epoch != l->open_epoch)
+        l->open_epoch = epoch, l->open_index = 0;
+    s->epoch = epoch;
+    s->index = l->open_index++;
+    s->after = stoke_sampler_get_state(l->sampler);
+    s->next_chunk = s->done = 0;
+    s->inflight = 0;
+    s->err = STOKE_OK;
+    s->msg[0] = '\0';
+    s->state = s->size == 0 ? SLOT_READY : SLOT_FILLING;
+    if (s->size == 0)
+        pthread_cond_broadcast(&l->ready_cv);
+}
+
+/* Claims up to CHUNK samples of the oldest batch with unclaimed ones, opening batches
+ * as ring slots come free. Called with mu held. */
+static bool claim(stoke_loader *l, chunk *c)
+{
+    if (l->failed || l->stop)
+        return false;
+    for (;;) {
+        if (l->claim_seq == l->open_seq) {
+            if (l->open_seq >= l->released + l->K)
+                return false;
+            open_batch(l);
+        }
+        slot *s = &l->slots[l->claim_seq % l->K];
+        if (s->next_chunk < s->size) {
+            c->s = s;
+            c->start = s->next_chunk;
+            c->n = s->size - s->next_chunk < CHUNK ? s->size - s->next_chunk : CHUNK;
+            s->next_chunk += c->n;
+            s->inflight++;
+            return true;
+        }
+        l->claim_seq++;
+    }
+}
+
+/* Reads and transforms a chunk's samples into their places in the slot; mu not held.
+ * On failure fills the slot's message (the chunk owns its samples, and only one
+ * chunk of a batch can fail first: the message is written under mu in finish). */
+static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_t *pos,
+                              char *msg, size_t msize)
+{
+    slot *s = c->s;
+    for (int64_t j = c->start; j < c->start + c->n; j++) {
+        int64_t i = s->samples[j];
+        unsigned char *dst = s->inputs + (size_t)j * l->in_bytes;
+        void *tg = l->tg_bytes ? s->targets + (size_t)j * l->tg_bytes : NULL;
+        stoke_status st = l->d->vt->read(l->d, i, l->tf ? w->raw : dst, tg);
+        if (st != STOKE_OK) {
+            *pos = j;
+            snprintf(msg, msize, "%s (sample %" PRId64 ", batch %" PRId64 " of epoch %" PRId64
+                     ")", stoke_last_error(), i, s->index, s->epoch);
+            return st;
+        }
+        if (l->tf)
+            stoke_transform_apply(l->tf, w->raw, dst, w->scratch, l->seed, s->epoch, i);
+    }
+    return STOKE_OK;
+}
+
+/* Records a finished chunk. Called with mu held. */
+static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos,
+                   const char *msg)
+{
+    slot *s = c->s;
+    s->inflight--;
+    s->done += c->n;
+    if (st != STOKE_OK) {
+        /* Chunks finish out of order; the error of the earliest sample wins so the
+         * message does not depend on the number of workers. */
+        if (s->err == STOKE_OK || pos < s->err_pos) {
+            s->err = st;
+            s->err_pos = pos;
+            snprintf(s->msg, sizeof s->msg, "%s", msg);
+        }
+        l->failed = true;
+    }
+    if (s->done == s->size)
+        s->state = SLOT_READY;
+    pthread_cond_signal(&l->ready_cv);
+}
+
+static void do_one(stoke_loader *l, worker *w, const chunk *c)
+{
+    char msg[768];
+    int64_t pos = 0;
+    pthread_mutex_unlock(&l->mu);
+    uint64_t t0 = stoke_now_ns();
+    stoke_status st = run_chunk(l, w, c, &pos, msg, sizeof msg);
+    uint64_t t1 = stoke_now_ns();
+    pthread_mutex_lock(&l->mu);
+    w->busy_ns += t1 - t0;
+    finish(l, c, st, pos, msg);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    stoke_loader *l = w->l;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        chunk c;
+        if (claim(l, &c))
+            do_one(l, w, &c);
+        else
+            pthread_cond_wait(&l->work_cv, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void stop_workers(stoke_loader *l)
+{
+    if (!l->threads_running)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nworkers; i++)
+        pthread_join(l->workers[i].thread, NULL);
+    l->threads_running = false;
+}
+
+/* ---- device ------------------------------------------------------------------------ */
+
+static const char *cu_msg(const stoke_cudart *rt, int rc)
+{
+    const char *s = rt->get_error_string ? rt->get_error_string(rc) : NULL;
+    return s ? s : "unknown CUDA error";
+}
+
+static void *host_alloc(stoke_loader *l, size_t n)
+{
+    if (l->on_device) {
+        void *p = NULL;
+        int rc = l->rt->host_alloc(&p, n ? n : 1, CU_HOST_ALLOC_DEFAULT);
+        if (rc != CU_SUCCESS) {
+            snprintf(l->reason, sizeof l->reason, "cudaHostAlloc(%zu bytes): %s (error %d)", n,
+                     cu_msg(l->rt, rc), rc);
+            return NULL;
+        }
+        return p;
+    }
+    return aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+}
+
+static void host_free(stoke_loader *l, void *p)
+{
+    if (p && l->on_device)
+        l->rt->free_host(p);
+    else
+        free(p);
+}
+
+static void device_teardown(stoke_loader *l)
+{
+    if (!l->rt)
+        return;
+    for (int k = 0; k < 2; k++) {
+        dslot *d = &l->ds[k];
+        if (d->event) {
+            if (d->pending)
+                l->rt->event_synchronize(d->event);
+            l->rt->event_destroy(d->event);
+        }
+        if (d->inputs)
+            l->rt->free(d->inputs);
+        if (d->targets)
+            l->rt->free(d->targets);
+        memset(d, 0, sizeof *d);
+    }
+    if (l->stream)
+        l->rt->stream_destroy(l->stream);
+    l->stream = NULL;
+}
+
+/* Sets up the stream, events and device slots, or says in l->reason why not. */
+static void device_setup(stoke_loader *l, int dev)
+{
+    stoke_cudart *rt = NULL;
+    if (stoke_cudart_open(&rt) != STOKE_OK) {
+        snprintf(l->reason, sizeof l->reason, "%s", stoke_last_error());
+        return;
+    }
+    l->rt = rt;
+    int count = 0;
+    if (stoke_cudart_device_count(rt, &count) != STOKE_OK) {
+        snprintf(l->reason, sizeof l->reason, "%s", stoke_last_error());
+        return;
+    }
+    if (dev < 0 || dev >= count) {
+        snprintf(l->reason, sizeof l->reason, "CUDA device %d requested, %d present", dev,
+                 count);
+        return;
+    }
+    if (!rt->set_device || !rt->host_alloc || !rt->free_host || !rt->malloc || !rt->free ||
+        !rt->memcpy_async || !rt->stream_create_with_flags || !rt->stream_destroy ||
+        !rt->event_create_with_flags || !rt->event_record || !rt->event_synchronize ||
+        !rt->event_query || !rt->event_destroy) {
+        snprintf(l->reason, sizeof l->reason,
+                 "the CUDA runtime lacks the stream, event or memory functions");
+        return;
+    }
+    int rc = rt->set_device(dev);
+    const char *what = "cudaSetDevice";
+    if (rc == CU_SUCCESS)
+        what = "cudaStreamCreateWithFlags",
+        rc = rt->stream_create_with_flags(&l->stream, CU_STREAM_NON_BLOCKING);
+    for (int k = 0; k < 2 && rc == CU_SUCCESS; k++) {
+        l->ds[k].seq = -1;
+        what = "cudaEventCreateWithFlags";
+        rc = rt->event_create_with_flags(&l->ds[k].event, CU_EVENT_DISABLE_TIMING);
+        if (rc == CU_SUCCESS)
+            what = "cudaMalloc", rc = rt->malloc(&l->ds[k].inputs, (size_t)l->bs * l->in_bytes);
+        if (rc == CU_SUCCESS && l->tg_bytes)
+            rc = rt->malloc(&l->ds[k].targets, (size_t)l->bs * l->tg_bytes);
+    }
+    if (rc != CU_SUCCESS) {
+        snprintf(l->reason, sizeof l->reason, "%s: %s (error %d)", what, cu_msg(rt, rc), rc);
+        device_teardown(l);
+        return;
+    }
+    l->on_device = true;
+    l->device = dev;
+    l->reason[0] = '\0';
+}
+
+/* Issues the copy of host slot s into device slot k and records its event. */
+static stoke_status issue_copy(stoke_loader *l, slot *s, int k)
+{
+    stoke_cudart *rt = l->rt;
+    dslot *d = &l->ds[k];
+    if (d->pending) { /* never overwrite a slot whose copy may still be running */
+        int rc = rt->event_synchronize(d->event);
+        if (rc != CU_SUCCESS)
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaEventSynchronize: %s (error %d)",
+                              cu_msg(rt, rc), rc);
+        d->pending = false;
+    }
+    int rc = rt->memcpy_async(d->inputs, s->inputs, (size_t)s->size * l->in_bytes,
+                              CU_MEMCPY_HOST_TO_DEVICE, l->stream);
+    if (rc == CU_SUCCESS && l->tg_bytes)
+        rc = rt->memcpy_async(d->targets, s->targets, (size_t)s->size * l->tg_bytes,
+                              CU_MEMCPY_HOST_TO_DEVICE, l->stream);
+    if (rc == CU_SUCCESS)
+        rc = rt->event_record(d->event, l->stream);
+    if (rc != CU_SUCCESS)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaMemcpyAsync of batch %" PRId64
+                          " to device %d: %s (error %d)", s->index, l->device,
+                          cu_msg(rt, rc), rc);
+    d->seq = s->seq;
+    d->pending = true;
+    return STOKE_OK;
+}
+
+/* ---- create / destroy ----------------------------------------------------------------- */
+
+void stoke_loader_destroy(stoke_loader *l)
+{
+    if (!l)
+        return;
+    stop_workers(l);
+    device_teardown(l);
+    if (l->slots)
+        for (int k = 0; k < l->K; k++) {
+            host_free(l, l->slots[k].inputs);
+            host_free(l, l->slots[k].targets);
+            free(l->slots[k].samples);
+        }
+    free(l->slots);
+    if (l->workers)
+        for (int i = 0; i < (l->nworkers ? l->nworkers : 1); i++) {
+            free(l->workers[i].raw);
+            free(l->workers[i].scratch);
+        }
+    free(l->workers);
+    stoke_cudart_close(l->rt);
+    stoke_sampler_destroy(l->sampler);
+    stoke_transform_destroy(l->tf);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->ready_cv);
+    free(l);
+}
+
+stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
+                                 stoke_loader **out)
+{
+    *out = NULL;
+    if (o->workers < 0 || o->workers > MAX_WORKERS)
+        return stoke_fail(STOKE_ERR_ARG, "loader: %d workers (0..%d)", o->workers, MAX_WORKERS);
+    if (o->prefetch < 0 || o->prefetch > 4096)
+        return stoke_fail(STOKE_ERR_ARG, "loader: prefetch %d (0..4096)", o->prefetch);
+    stoke_loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return stoke_fail(STOKE_ERR_NOMEM, "loader: out of memory");
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->ready_cv, NULL);
+    l->d = d;
+    l->seed = o->sampler.seed;
+    l->bs = o->sampler.batch_size;
+    l->nworkers = o->workers;
+    l->K = o->prefetch ? o->prefetch : 2 * o->workers + 2;
+    if (l->K < 2)
+        l->K = 2;
+    l->fill_min = 1 << 30;
+    l->start_ns = stoke_now_ns();
+    snprintf(l->reason, sizeof l->reason, "no device requested");
+    const stoke_dataset_info *info = &d->info;
+    stoke_status st = stoke_sampler_create(info->count, &o->sampler, &l->sampler);
+    if (st == STOKE_OK)
+        st = stoke_sampler_set_state(l->sampler, o->start);
+    l->state = o->start;
+    l->open_epoch = o->start.epoch;
+    l->open_index = (o->start.index + l->bs - 1) / (l->bs > 0 ? l->bs : 1);
+    l->raw_bytes = info->input_bytes;
+    l->tg_bytes = info->target_bytes;
+    l->in_bytes = info->input_bytes;
+    l->in_shape = info->input_shape;
+    l->in_dtype = info->input_dtype;
+    if (st == STOKE_OK && o->transform) {
+        stoke_transform_opts to = *o->transform;
+        if (to.in_shape.ndim == 0) { /* unset: the dataset's */
+            to.in_shape = info->input_shape;
+            to.in_dtype = info->input_dtype;
+        }
+        st = stoke_transform_create(&to, &l->tf);
+        if (st == STOKE_OK && (stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype) !=
+                               (int64_t)info->input_bytes))
+            st = stoke_fail(STOKE_ERR_ARG, "loader: the transform's input of %" PRId64
+                            " bytes does not match the dataset's samples of %zu bytes",
+                            stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype),
+                            info->input_bytes);
+        if (st == STOKE_OK) {
+            l->in_bytes = stoke_transform_out_bytes(l->tf);
+            l->in_shape = stoke_transform_out_shape(l->tf);
+            l->in_dtype = stoke_transform_out_dtype(l->tf);
+        }
+    }
+    if (st == STOKE_OK && o->use_device)
+        device_setup(l, o->device);
+    if (st == STOKE_OK) {
+        l->slots = calloc((size_t)l->K, sizeof *l->slots);
+        int nw = l->nworkers ? l->nworkers : 1;
+        l->workers = calloc((size_t)nw, sizeof *l->workers);
+        if (!l->slots || !l->workers)
+            st = stoke_fail(STOKE_ERR_NOMEM, "loader: out of memory");
+        for (int k = 0; st == STOKE_OK && k < l->K; k++) {
+            slot *s = &l->slots[k];
+            s->seq = -1;
+            s->samples = malloc((size_t)l->bs * sizeof *s->samples);
+            s->inputs = host_alloc(l, (size_t)l->bs * l->in_bytes);
+            if (l->tg_bytes)
+                s->targets = host_alloc(l, (size_t)l->bs * l->tg_bytes);
+            if (!s->samples || !s->inputs || (l->tg_bytes && !s->targets)) {
+                if (l->on_device && s->samples) { /* pinned memory ran out: say so */
+                    st = stoke_fail(STOKE_ERR_NOMEM, "loader: %s", l->reason);
+                } else {
+                    st = stoke_fail(STOKE_ERR_NOMEM, "loader: cannot allocate %d slots of %"
+                                    PRId64 " samples", l->K, l->bs);
+                }
+            }
+        }
+        size_t scratch = l->tf ? stoke_transform_scratch_bytes(l->tf) : 0;
+        for (int i = 0; st == STOKE_OK && i < nw; i++) {
+            worker *w = &l->workers[i];
+            w->l = l;
+            w->id = i;
+            if (l->tf && (!(w->raw = malloc(l->raw_bytes)) ||
+                          (scratch && !(w->scratch = malloc(scratch)))))
+                st = stoke_fail(STOKE_ERR_NOMEM, "loader: out of memory for worker buffers");
+        }
+    }
+    for (int i = 0; st == STOKE_OK && i < l->nworkers; i++) {
+        int rc = pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]);
+        if (rc != 0) {
+            l->nworkers = i; /* join the ones that started */
+            st = stoke_fail(STOKE_ERR_SYSTEM, "loader: cannot start worker %d: %s", i,
+                            strerror(rc));
+        }
+        l->threads_running = true;
+    }
+    if (st != STOKE_OK) {
+        stoke_loader_destroy(l);
+        return st;
+    }
+    *out = l;
+    return STOKE_OK;
+}
+
+/* ---- the consumer ---------------------------------------------------------------------- */
+
+static bool batch_done(const slot *s)
+{
+    return s->state == SLOT_READY || (s->err != STOKE_OK && s->inflight == 0);
+}
+
+static stoke_status fail_loader(stoke_loader *l, stoke_status st, const char *msg)
+{
+    l->err = st;
+    snprintf(l->errmsg, sizeof l->errmsg, "%s", msg);
+    stop_workers(l);
+    return stoke_fail(st, "%s", l->errmsg);
+}
+
+stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    if (l->err != STOKE_OK)
+        return stoke_fail(l->err, "%s", l->errmsg);
+    uint64_t t0 = stoke_now_ns();
+    int64_t g = l->next_seq;
+    if (l->on_device) {
+        /* The previous batch's copy has had a whole step to finish: make sure it has,
+         * so its host slot can be refilled. */
+        for (int k = 0; k < 2; k++) {
+            dslot *d = &l->ds[k];
+            if (d->pending && d->seq < g) {
+                int rc = l->rt->event_synchronize(d->event);
+                if (rc != CU_SUCCESS) {
+                    char m[256];
+                    snprintf(m, sizeof m, "cudaEventSynchronize: %s (error %d)",
+                             cu_msg(l->rt, rc), rc);
+                    return fail_loader(l, STOKE_ERR_UNAVAILABLE, m);
+                }
+                d->pending = false;
+            }
+        }
+    }
+    pthread_mutex_lock(&l->mu);
+    /* Everything before g has been consumed (and copied): its slots come free. */
+    if (l->released < g) {
+        l->released = g;
+        pthread_cond_broadcast(&l->work_cv);
+    }
+    int fill = 0;
+    for (int64_t s = g; s < l->open_seq; s++)
+        fill += l->slots[s % l->K].state == SLOT_READY;
+    slot *s = &l->slots[g % l->K];
+    while (!(g < l->open_seq && s->seq == g && batch_done(s))) {
+        chunk c;
+        if (l->nworkers == 0 && claim(l, &c))
+            do_one(l, &l->workers[0], &c);
+        else if (l->nworkers == 0) { /* cannot happen: it can always open its batch */
+            pthread_mutex_unlock(&l->mu);
+            return fail_loader(l, STOKE_ERR_SYSTEM, "loader: batch not claimable (bug)");
+        } else
+            pthread_cond_wait(&l->ready_cv, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (s->err != STOKE_OK) {
+        char m[1024];
+        snprintf(m, sizeof m, "%s", s->msg);
+        return fail_loader(l, s->err, m);
+    }
+    b->epoch = s->epoch;
+    b->index = s->index;
+    b->size = s->size;
+    b->samples = s->samples;
+    b->inputs = s->inputs;
+    b->targets = l->tg_bytes ? s->targets : NULL;
+    b->host_inputs = s->inputs;
+    b->host_targets = b->targets;
+    b->input_shape = l->in_shape;
+    b->input_dtype = l->in_dtype;
+    b->input_bytes = l->in_bytes;
+    b->target_bytes = l->tg_bytes;
+    if (l->on_device && s->size > 0) {
+        int k = l->ds[0].seq == g ? 0 : l->ds[1].seq == g ? 1 : -1;
+        if (k < 0) { /* not prefetched: copy now into the slot not holding g-1 */
+            k = l->ds[0].seq < l->ds[1].seq ? 0 : 1;
+            stoke_status st = issue_copy(l, s, k);
+            if (st != STOKE_OK) {
+                char m[512];
+                snprintf(m, sizeof m, "%s", stoke_last_error());
+                return fail_loader(l, st, m);
+            }
+        }
+        /* Prefetch: start the next batch's copy now if it is ready, into the other
+         * device slot (the one the consumer has just finished with). */
+        pthread_mutex_lock(&l->mu);
+        slot *n = &l->slots[(g + 1) % l->K];
+        bool next_ready = g + 1 < l->open_seq && n->seq == g + 1 && n->state == SLOT_READY &&
+                          n->err == STOKE_OK && n->size > 0;
+        pthread_mutex_unlock(&l->mu);
+        if (next_ready && l->K > 1 && issue_copy(l, n, 1 - k) != STOKE_OK) {
+            char m[512];
+            snprintf(m, sizeof m, "%s", stoke_last_error());
+            return fail_loader(l, STOKE_ERR_UNAVAILABLE, m);
+        }
+        b->inputs = l->ds[k].inputs;
+        b->targets = l->tg_bytes ? l->ds[k].targets : NULL;
+        b->on_device = true;
+        b->event = l->ds[k].event;
+    }
+    l->next_seq = g + 1;
+    l->state = s->after;
+    /* Instrumentation. */
+    uint64_t w = stoke_now_ns() - t0;
+    if (s->size > 0) {
+        l->waits_ms[l->batches % WAIT_WINDOW] = (float)(w / 1e6);
+        l->batches++;
+        l->samples += s->size;
+        l->wait_sum_ns += w;
+        if (w > l->wait_max_ns)
+            l->wait_max_ns = w;
+        l->fill_sum += fill;
+        if (fill < l->fill_min)
+            l->fill_min = fill;
+        if (fill > l->fill_max)
+            l->fill_max = fill;
+    }
+    return STOKE_OK;
+}
+
+stoke_status stoke_loader_wait(stoke_loader *l, const stoke_batch *b)
+{
+    if (!b->on_device || !b->event)
+        return STOKE_OK;
+    int rc = l->rt->event_synchronize(b->event);
+    if (rc != CU_SUCCESS)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaEventSynchronize: %s (error %d)",
+                          cu_msg(l->rt, rc), rc);
+    return STOKE_OK;
+}
+
+stoke_sampler_state stoke_loader_state(const stoke_loader *l) { return l->state; }
+bool stoke_loader_on_device(const stoke_loader *l) { return l->on_device; }
+const char *stoke_loader_device_reason(const stoke_loader *l) { return l->reason; }
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->batches = l->batches;
+    s->samples = l->samples;
+    s->slots = l->K;
+    s->workers = l->nworkers;
+    s->elapsed_s = (double)(stoke_now_ns() - l->start_ns) / 1e9;
+    if (l->batches > 0) {
+        s->wait_avg_ms = (double)l->wait_sum_ns / 1e6 / (double)l->batches;
+        s->wait_max_ms = (double)l->wait_max_ns / 1e6;
+        int n = l->batches < WAIT_WINDOW ? (int)l->batches : WAIT_WINDOW;
+        float sorted[WAIT_WINDOW];
+        memcpy(sorted, l->waits_ms, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_float);
+        int k = (int)(0.95 * (n - 1) + 0.5);
+        s->wait_p95_ms = sorted[k];
+        s->fill_avg = (double)l->fill_sum / (double)l->batches;
+        s->fill_min = l->fill_min;
+        s->fill_max = l->fill_max;
+    }
+    uint64_t busy = 0;
+    pthread_mutex_lock(&l->mu);
+    int nw = l->nworkers ? l->nworkers : 1;
+    for (int i = 0; i < nw && l->workers; i++) {
+        busy += l->workers[i].busy_ns;
+        if (i < 64 && s->elapsed_s > 0)
+            s->busy_frac[i] = (double)l->workers[i].busy_ns / 1e9 / s->elapsed_s;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (l->batches > 0)
+        s->busy_avg_ms = (double)busy / 1e6 / (double)l->batches;
+}

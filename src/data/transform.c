@@ -1,0 +1,637 @@
+/* transform.c - per-sample augmentation: resize, crop with padding, flip, color
+ * jitter, normalize, and conversion to f32/bf16/f16 in CHW or HWC, with a fused,
+ * vectorized pass for the common u8 -> crop -> flip -> normalize -> f32 path. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "data/loader_impl.h"
+#include "stoke/data.h"
+
+#define MAX_OPS 16
+#define TRANSFORM_DOMAIN 0x4155474dULL /* "AUGM": separates these streams */
+
+typedef void (*fused_fn)(const stoke_transform *t, const uint8_t *in, float *out,
+                         const int *crop, bool flip);
+
+struct stoke_transform {
+    int C, H, W;            /* input */
+    bool in_hwc;
+    stoke_dtype in_dtype;
+    stoke_op ops[MAX_OPS];
+    int nops;
+    int oH, oW;             /* output (C channels) */
+    bool out_hwc;
+    stoke_dtype out_dtype;
+    size_t stage_elems;     /* largest intermediate image, in floats */
+    /* Fused path: u8 input, ops a subsequence of CROP, HFLIP, NORMALIZE, f32 out. */
+    fused_fn fused;
+    int crop_op, flip_op;   /* their positions in ops, or -1 */
+    float scale[4], bias[4]; /* u8 -> normalized: v * scale + bias */
+};
+
+typedef stoke_op_draw op_params;
+
+static int isa_level = -1; /* -1: detect; 0: baseline; 1: AVX2 (see loader_impl.h) */
+
+void stoke_transform_set_isa(int level) { isa_level = level; }
+
+static bool have_avx2(void)
+{
+    if (isa_level >= 0)
+        return isa_level >= 1;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
+static bool have_f16c(void)
+{
+    if (isa_level >= 0)
+        return isa_level >= 1;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}
+
+/* ---- rounding conversions ----------------------------------------------------------- */
+
+static inline uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half with round to nearest even, by hand for CPUs without F16C (after Fabian
+ * Giesen's float_to_half_fast3_rtne, public domain). */
+static uint16_t f16_scalar(float f)
+{
+    const uint32_t f32infty = 255u << 23, f16max = (127u + 16) << 23;
+    const uint32_t denorm_magic = ((127u - 15) + (23 - 10) + 1) << 23;
+    uint32_t x = f2u(f), sign = x & 0x80000000u, o;
+    x ^= sign;
+    if (x >= f16max) {
+        o = x > f32infty ? 0x7e00 | ((x >> 13) & 0x3ff) : 0x7c00;
+    } else if (x < (113u << 23)) { /* subnormal or zero half: let the FPU round */
+        o = f2u(u2f(x) + u2f(denorm_magic)) - denorm_magic;
+    } else {
+        uint32_t mant_odd = (x >> 13) & 1;
+        x += ((uint32_t)(15 - 127) << 23) + 0xfff + mant_odd;
+        o = x >> 13;
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+
+float stoke_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f)
+        return u2f(sign | 0x7f800000u | (m << 13));
+    if (e == 0) /* zero or subnormal: m * 2^-24, exact in float */
+        return u2f(sign) + (sign ? -1.0f : 1.0f) * (float)m * 0x1.0p-24f;
+    return u2f(sign | ((e + 112) << 23) | (m << 13));
+}
+
+__attribute__((target("avx,f16c"))) static void f16_f16c(const float *in, uint16_t *out,
+                                                          size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(out + i), h);
+    }
+    for (; i < n; i++)
+        out[i] = f16_scalar(in[i]);
+}
+
+void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n)
+{
+    if (have_f16c()) {
+        f16_f16c(in, out, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = f16_scalar(in[i]);
+}
+
+void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = f2u(in[i]);
+        if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and a NaN */
+            out[i] = (uint16_t)((u >> 16) | 0x40);
+        else
+            out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    }
+}
+
+/* ---- options -------------------------------------------------------------------- */
+
+static const char *op_name(stoke_op_kind k)
+{
+    switch (k) {
+    case STOKE_OP_RESIZE: return "resize";
+    case STOKE_OP_CROP: return "crop";
+    case STOKE_OP_HFLIP: return "hflip";
+    case STOKE_OP_COLOR_JITTER: return "color_jitter";
+    case STOKE_OP_NORMALIZE: return "normalize";
+    }
+    return "?";
+}
+
+static stoke_status parse_input(stoke_transform *t, const stoke_transform_opts *o)
+{
+    const stoke_shape *s = &o->in_shape;
+    t->in_dtype = o->in_dtype;
+    if (o->in_dtype != STOKE_U8 && o->in_dtype != STOKE_F32)
+        return stoke_fail(STOKE_ERR_ARG, "transform: input dtype %s (uint8 or float32 only)",
+                          stoke_dtype_name(o->in_dtype));
+    if (s->ndim == 2) {
+        t->H = (int)s->dims[0], t->W = (int)s->dims[1], t->C = 1, t->in_hwc = true;
+    } else if (s->ndim == 3) {
+        bool last = s->dims[2] == 1 || s->dims[2] == 3 || s->dims[2] == 4;
+        bool first = s->dims[0] == 1 || s->dims[0] == 3 || s->dims[0] == 4;
+        bool hwc = o->in_layout == STOKE_LAYOUT_HWC ||
+                   (o->in_layout == STOKE_LAYOUT_AUTO && last);
+        if (o->in_layout == STOKE_LAYOUT_AUTO && !last && !first)
+            return stoke_fail(STOKE_ERR_ARG,
+                              "transform: input shape (%" PRId64 ", %" PRId64 ", %" PRId64
+                              ") has no channel dimension of 1, 3 or 4; give in_layout",
+                              s->dims[0], s->dims[1], s->dims[2]);
+        t->in_hwc = hwc;
+        t->C = (int)(hwc ? s->dims[2] : s->dims[0]);
+        t->H = (int)(hwc ? s->dims[0] : s->dims[1]);
+        t->W = (int)(hwc ? s->dims[1] : s->dims[2]);
+    } else {
+        return stoke_fail(STOKE_ERR_ARG, "transform: input of %d dimensions (2 or 3 only)",
+                          s->ndim);
+    }
+    if (t->C < 1 || t->C > 4 || t->H < 1 || t->W < 1 || t->H > 65536 || t->W > 65536)
+        return stoke_fail(STOKE_ERR_ARG, "transform: image %d x %d x %d outside 1..65536 "
+                          "pixels and 1..4 channels", t->H, t->W, t->C);
+    return STOKE_OK;
+}
+
+static void fused_default(const stoke_transform *t, const uint8_t *in, float *out,
+                          const int *crop, bool flip);
+static void fused_avx2(const stoke_transform *t, const uint8_t *in, float *out,
+                       const int *crop, bool flip);
+
+stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transform **out)
+{
+    *out = NULL;
+    stoke_transform *t = calloc(1, sizeof *t);
+    if (!t)
+        return stoke_fail(STOKE_ERR_NOMEM, "transform: out of memory");
+    stoke_status st = parse_input(t, o);
+    if (st == STOKE_OK && (o->nops < 0 || o->nops > MAX_OPS || (o->nops && !o->ops)))
+        st = stoke_fail(STOKE_ERR_ARG, "transform: %d ops (at most %d)", o->nops, MAX_OPS);
+    t->out_dtype = o->out_dtype == STOKE_U8 ? STOKE_F32 : o->out_dtype;
+    if (st == STOKE_OK && t->out_dtype != STOKE_F32 && t->out_dtype != STOKE_BF16 &&
+        t->out_dtype != STOKE_F16)
+        st = stoke_fail(STOKE_ERR_ARG, "transform: output dtype %s (float32, bfloat16 or "
+                        "float16 only)", stoke_dtype_name(o->out_dtype));
+    t->out_hwc = o->out_layout == STOKE_LAYOUT_HWC;
+    int h = t->H, w = t->W;
+    size_t big = (size_t)h * (size_t)w;
+    bool fusable = o->in_dtype == STOKE_U8 && t->out_dtype == STOKE_F32;
+    int last_kind = 0;
+    t->crop_op = t->flip_op = -1;
+    for (int c = 0; c < 4; c++)
+        t->scale[c] = 1.0f / 255.0f, t->bias[c] = 0.0f;
+    for (int i = 0; st == STOKE_OK && i < o->nops; i++) {
+        stoke_op op = o->ops[i];
+        const char *nm = op_name(op.kind);
+        switch (op.kind) {
+        case STOKE_OP_RESIZE:
+        case STOKE_OP_CROP:
+            if (op.height < 1 || op.width < 1 || op.height > 65536 || op.width > 65536) {
+                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (%s): size %d x %d", i, nm,
+                                op.height, op.width);
+                break;
+            }
+            if (op.kind == STOKE_OP_CROP &&
+                (op.pad < 0 || op.height > h + 2 * op.pad || op.width > w + 2 * op.pad)) {
+                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (crop): %d x %d does not fit "
+                                "a %d x %d image padded by %d", i, op.height, op.width, h,
+                                w, op.pad);
+                break;
+            }
+            if (op.kind == STOKE_OP_RESIZE)
+                fusable = false;
+            else
+                t->crop_op = i;
+            h = op.height, w = op.width;
+            break;
+        case STOKE_OP_HFLIP:
+            if (op.p == 0.0f)
+                op.p = 0.5f;
+            if (!(op.p >= 0.0f && op.p <= 1.0f))
+                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (hflip): p %g outside [0, 1]",
+                                i, (double)op.p);
+            t->flip_op = i;
+            break;
+        case STOKE_OP_COLOR_JITTER:
+            if (!(op.brightness >= 0 && op.contrast >= 0 && op.saturation >= 0 &&
+                  op.hue >= 0 && op.hue <= 0.5f))
+                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (color_jitter): factors must "
+                                "be >= 0 and hue <= 0.5", i);
+            fusable = false;
+            break;
+        case STOKE_OP_NORMALIZE:
+            for (int c = 0; c < t->C && st == STOKE_OK; c++)
+                if (!(op.std[c] != 0.0f) || !isfinite(op.std[c]) || !isfinite(op.mean[c]))
+                    st = stoke_fail(STOKE_ERR_ARG, "transform op %d (normalize): channel %d "
+                                    "has std %g, mean %g", i, c, (double)op.std[c],
+                                    (double)op.mean[c]);
+            for (int c = 0; c < t->C; c++) {
+                /* (v / 255 - mean) / std folded into one multiply-add per value. */
+                t->scale[c] = (float)(1.0 / (255.0 * op.std[c]));
+                t->bias[c] = (float)(-op.mean[c] / (double)op.std[c]);
+            }
+            if (last_kind == STOKE_OP_NORMALIZE)
+                fusable = false; /* two normalizes do not fold into one */
+            break;
+        default:
+            st = stoke_fail(STOKE_ERR_ARG, "transform op %d: unknown kind %d", i, (int)op.kind);
+        }
+        /* The fused pass applies crop, flip, normalize in that order only. */
+        if ((int)op.kind < last_kind && op.kind != STOKE_OP_RESIZE)
+            fusable = false;
+        last_kind = (int)op.kind;
+        t->ops[i] = op;
+        if ((size_t)h * (size_t)w > big)
+            big = (size_t)h * (size_t)w;
+    }
+    if (st != STOKE_OK) {
+        free(t);
+        return st;
+    }
+    t->nops = o->nops;
+    t->oH = h, t->oW = w;
+    t->stage_elems = big * (size_t)t->C;
+    if (fusable)
+        t->fused = have_avx2() ? fused_avx2 : fused_default;
+    *out = t;
+    return STOKE_OK;
+}
+
+void stoke_transform_destroy(stoke_transform *t) { free(t); }
+
+stoke_shape stoke_transform_out_shape(const stoke_transform *t)
+{
+    stoke_shape s = {.ndim = 3};
+    if (t->out_hwc)
+        s.dims[0] = t->oH, s.dims[1] = t->oW, s.dims[2] = t->C;
+    else
+        s.dims[0] = t->C, s.dims[1] = t->oH, s.dims[2] = t->oW;
+    return s;
+}
+
+stoke_dtype stoke_transform_out_dtype(const stoke_transform *t) { return t->out_dtype; }
+
+size_t stoke_transform_out_bytes(const stoke_transform *t)
+{
+    return (size_t)t->C * (size_t)t->oH * (size_t)t->oW * stoke_dtype_size(t->out_dtype);
+}
+
+size_t stoke_transform_scratch_bytes(const stoke_transform *t)
+{
+    return t->fused ? 0 : 2 * t->stage_elems * sizeof(float);
+}
+
+/* ---- random parameters ------------------------------------------------------------ */
+
+void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch,
+                          int64_t index, stoke_op_draw *p)
+{
+    memset(p, 0, (size_t)t->nops * sizeof *p);
+    stoke_rng r = {stoke_stream_key(seed ^ TRANSFORM_DOMAIN, (uint64_t)epoch, (uint64_t)index),
+                   0};
+    int h = t->H, w = t->W;
+    for (int i = 0; i < t->nops; i++) {
+        const stoke_op *op = &t->ops[i];
+        op_params *q = &p[i];
+        switch (op->kind) {
+        case STOKE_OP_RESIZE:
+            h = op->height, w = op->width;
+            break;
+        case STOKE_OP_CROP: {
+            int ph = h + 2 * op->pad - op->height, pw = w + 2 * op->pad - op->width;
+            if (op->center) { /* torchvision CenterCrop's rounding */
+                q->crop_i = (int)lround(ph / 2.0), q->crop_j = (int)lround(pw / 2.0);
+            } else {
+                q->crop_i = (int)stoke_rng_below(&r, (uint64_t)ph + 1);
+                q->crop_j = (int)stoke_rng_below(&r, (uint64_t)pw + 1);
+            }
+            h = op->height, w = op->width;
+            break;
+        }
+        case STOKE_OP_HFLIP:
+            q->flip = stoke_rng_unit(&r) < (double)op->p;
+            break;
+        case STOKE_OP_COLOR_JITTER: {
+            for (int k = 0; k < 4; k++)
+                q->order[k] = k;
+            if (op->random_order)
+                for (int k = 3; k > 0; k--) {
+                    int j = (int)stoke_rng_below(&r, (uint64_t)k + 1), tmp = q->order[k];
+                    q->order[k] = q->order[j], q->order[j] = tmp;
+                }
+            const float amt[3] = {op->brightness, op->contrast, op->saturation};
+            for (int k = 0; k < 3; k++) {
+                double lo = amt[k] < 1 ? 1 - amt[k] : 0, hi = 1 + amt[k];
+                q->factor[k] = (float)(lo + (hi - lo) * stoke_rng_unit(&r));
+            }
+            q->factor[3] = (float)(-op->hue + 2.0 * op->hue * stoke_rng_unit(&r));
+            break;
+        }
+        case STOKE_OP_NORMALIZE:
+            break;
+        }
+    }
+}
+
+/* ---- the fused pass --------------------------------------------------------------- */
+
+/* One output plane row from a u8 source row: the compiler vectorizes both loops (and
+ * the AVX2 copy below gets 256-bit registers). No FMA target, so both copies round
+ * identically. */
+static inline __attribute__((always_inline)) void fused_body(const stoke_transform *t,
+                                                             const uint8_t *in, float *out,
+                                                             const int *crop, bool flip)
+{
+    const int C = t->C, H = t->H, W = t->W, oH = t->oH, oW = t->oW;
+    const int pad = t->crop_op >= 0 ? t->ops[t->crop_op].pad : 0;
+    const int oy = crop ? crop[0] - pad : 0, ox = crop ? crop[1] - pad : 0;
+    /* Output column x reads source column sx = ox + (flip ? oW-1-x : x); the columns
+     * with 0 <= sx < W form one run [x0, x1). */
+    int x0, x1;
+    if (!flip) {
+        x0 = ox < 0 ? -ox : 0;
+        x1 = W - ox < oW ? W - ox : oW;
+    } else {
+        x0 = ox + oW - W > 0 ? ox + oW - W : 0;
+        x1 = ox + oW < oW ? ox + oW : oW;
+    }
+    if (x1 < x0)
+        x1 = x0;
+    const size_t in_sx = t->in_hwc ? (size_t)C : 1, out_sx = t->out_hwc ? (size_t)C : 1;
+    for (int c = 0; c < C; c++) {
+        const float a = t->scale[c], b = t->bias[c];
+        for (int y = 0; y < oH; y++) {
+            float *d = t->out_hwc ? out + (size_t)y * oW * C + c
+                                  : out + ((size_t)c * oH + y) * oW;
+            int sy = y + oy;
+            if (sy < 0 || sy >= H) {
+                for (int x = 0; x < oW; x++)
+                    d[x * out_sx] = b;
+                continue;
+            }
+            const uint8_t *s = t->in_hwc ? in + (size_t)sy * W * C + c
+                                         : in + ((size_t)c * H + sy) * W;
+            for (int x = 0; x < x0; x++)
+                d[x * out_sx] = b;
+            for (int x = x1; x < oW; x++)
+                d[x * out_sx] = b;
+            if (in_sx == 1 && out_sx == 1) {
+                float *restrict dd = d;
+                if (!flip) {
+                    const uint8_t *restrict ss = s + ox;
+                    for (int x = x0; x < x1; x++)
+                        dd[x] = (float)ss[x] * a + b;
+                } else {
+                    const uint8_t *restrict ss = s + ox + oW - 1;
+                    for (int x = x0; x < x1; x++)
+                        dd[x] = (float)ss[-x] * a + b;
+                }
+            } else {
+                for (int x = x0; x < x1; x++) {
+                    int sx = ox + (flip ? oW - 1 - x : x);
+                    d[x * out_sx] = (float)s[(size_t)sx * in_sx] * a + b;
+                }
+            }
+        }
+    }
+}
+
+static void fused_default(const stoke_transform *t, const uint8_t *in, float *out,
+                          const int *crop, bool flip)
+{
+    fused_body(t, in, out, crop, flip);
+}
+
+__attribute__((target("avx2"))) static void fused_avx2(const stoke_transform *t,
+                                                       const uint8_t *in, float *out,
+                                                       const int *crop, bool flip)
+{
+    fused_body(t, in, out, crop, flip);
+}
+
+/* ---- the general path, on float HWC images ------------------------------------------- */
+
+static void resize_bilinear(const float *src, int h, int w, int C, float *dst, int oh, int ow)
+{
+    /* PyTorch's upsample_bilinear2d with align_corners=False, in float as it does. */
+    const float sh = (float)h / (float)oh, sw = (float)w / (float)ow;
+    for (int y = 0; y < oh; y++) {
+        float ry = (y + 0.5f) * sh - 0.5f;
+        if (ry < 0)
+            ry = 0;
+        int y0 = (int)ry, y1 = y0 < h - 1 ? y0 + 1 : y0;
+        float ly = ry - (float)y0, ly0 = 1.0f - ly;
+        for (int x = 0; x < ow; x++) {
+            float rx = (x + 0.5f) * sw - 0.5f;
+            if (rx < 0)
+                rx = 0;
+            int x0 = (int)rx, x1 = x0 < w - 1 ? x0 + 1 : x0;
+            float lx = rx - (float)x0, lx0 = 1.0f - lx;
+            for (int c = 0; c < C; c++) {
+                const float *r0 = src + (size_t)y0 * w * C, *r1 = src + (size_t)y1 * w * C;
+                dst[((size_t)y * ow + x) * C + c] =
+                    ly0 * (lx0 * r0[x0 * C + c] + lx * r0[x1 * C + c]) +
+                    ly * (lx0 * r1[x0 * C + c] + lx * r1[x1 * C + c]);
+            }
+        }
+    }
+}
+
+static float clamp01(float v) { return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v; }
+
+static float gray(const float *px) { return 0.299f * px[0] + 0.587f * px[1] + 0.114f * px[2]; }
+
+static void rgb_to_hsv(const float *px, float *hsv)
+{
+    /* torchvision's _rgb2hsv, one pixel at a time. */
+    float r = px[0], g = px[1], b = px[2];
+    float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+    bool eqc = maxc == minc;
+    float cr = maxc - minc;
+    float s = cr / (eqc ? 1.0f : maxc);
+    float div = eqc ? 1.0f : cr;
+    float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+    float h = 0.0f;
+    if (maxc == r)
+        h = bc - gc;
+    else if (maxc == g)
+        h = 2.0f + rc - bc;
+    else
+        h = 4.0f + gc - rc;
+    h = fmodf(h / 6.0f + 1.0f, 1.0f);
+    hsv[0] = h, hsv[1] = s, hsv[2] = maxc;
+}
+
+static void hsv_to_rgb(const float *hsv, float *px)
+{
+    float h = hsv[0], s = hsv[1], v = hsv[2];
+    float i = floorf(h * 6.0f), f = h * 6.0f - i;
+    int k = ((int)i % 6 + 6) % 6;
+    float p = clamp01(v * (1.0f - s)), q = clamp01(v * (1.0f - s * f)),
+          u = clamp01(v * (1.0f - s * (1.0f - f)));
+    const float rr[6] = {v, q, p, p, u, v}, gg[6] = {u, v, v, q, p, p},
+                bb[6] = {p, p, u, v, v, q};
+    px[0] = rr[k], px[1] = gg[k], px[2] = bb[k];
+}
+
+static void color_jitter(float *img, size_t npx, int C, const stoke_op *op, const op_params *q)
+{
+    for (int k = 0; k < 4; k++) {
+        int fn = q->order[k];
+        float f = q->factor[fn];
+        if (fn == 0 && op->brightness > 0) {
+            for (size_t i = 0; i < npx * C; i++)
+                img[i] = clamp01(img[i] * f);
+        } else if (fn == 1 && op->contrast > 0) {
+            double sum = 0;
+            for (size_t i = 0; i < npx; i++)
+                sum += C >= 3 ? gray(img + i * C) : img[i * C];
+            float mean = (float)(sum / (double)npx);
+            for (size_t i = 0; i < npx * C; i++)
+                img[i] = clamp01(f * img[i] + (1.0f - f) * mean);
+        } else if (fn == 2 && op->saturation > 0 && C >= 3) {
+            for (size_t i = 0; i < npx; i++) {
+                float *px = img + i * C, g = gray(px);
+                for (int c = 0; c < 3; c++)
+                    px[c] = clamp01(f * px[c] + (1.0f - f) * g);
+            }
+        } else if (fn == 3 && op->hue > 0 && C >= 3) {
+            for (size_t i = 0; i < npx; i++) {
+                float hsv[3];
+                rgb_to_hsv(img + i * C, hsv);
+                hsv[0] = hsv[0] + f;
+                hsv[0] -= floorf(hsv[0]);
+                hsv_to_rgb(hsv, img + i * C);
+            }
+        }
+    }
+}
+
+static void general_apply(const stoke_transform *t, const void *in, void *out, float *a,
+                          float *b, const op_params *p)
+{
+    const int C = t->C;
+    int h = t->H, w = t->W;
+    size_t n = (size_t)h * w;
+    /* Load as HWC floats in [0, 1] (u8) or as given (f32). */
+    for (size_t i = 0; i < n; i++)
+        for (int c = 0; c < C; c++) {
+            size_t src = t->in_hwc ? i * C + c : (size_t)c * n + i;
+            a[i * C + c] = t->in_dtype == STOKE_U8 ? ((const uint8_t *)in)[src] / 255.0f
+                                                   : ((const float *)in)[src];
+        }
+    for (int k = 0; k < t->nops; k++) {
+        const stoke_op *op = &t->ops[k];
+        const op_params *q = &p[k];
+        switch (op->kind) {
+        case STOKE_OP_RESIZE: {
+            resize_bilinear(a, h, w, C, b, op->height, op->width);
+            float *tmp = a;
+            a = b, b = tmp;
+            h = op->height, w = op->width;
+            break;
+        }
+        case STOKE_OP_CROP: {
+            int oh = op->height, ow = op->width;
+            for (int y = 0; y < oh; y++)
+                for (int x = 0; x < ow; x++) {
+                    int sy = y + q->crop_i - op->pad, sx = x + q->crop_j - op->pad;
+                    bool in_img = sy >= 0 && sy < h && sx >= 0 && sx < w;
+                    for (int c = 0; c < C; c++)
+                        b[((size_t)y * ow + x) * C + c] =
+                            in_img ? a[((size_t)sy * w + sx) * C + c] : 0.0f;
+                }
+            float *tmp = a;
+            a = b, b = tmp;
+            h = oh, w = ow;
+            break;
+        }
+        case STOKE_OP_HFLIP:
+            if (q->flip)
+                for (int y = 0; y < h; y++)
+                    for (int x = 0; x < w / 2; x++)
+                        for (int c = 0; c < C; c++) {
+                            float *l = a + ((size_t)y * w + x) * C + c;
+                            float *r = a + ((size_t)y * w + (w - 1 - x)) * C + c;
+                            float tmp = *l;
+                            *l = *r, *r = tmp;
+                        }
+            break;
+        case STOKE_OP_COLOR_JITTER:
+            color_jitter(a, (size_t)h * w, C, op, q);
+            break;
+        case STOKE_OP_NORMALIZE:
+            for (size_t i = 0; i < (size_t)h * w; i++)
+                for (int c = 0; c < C; c++)
+                    a[i * C + c] = (a[i * C + c] - op->mean[c]) / op->std[c];
+            break;
+        }
+    }
+    /* Lay out (into b when the layout changes) and convert. */
+    n = (size_t)h * w;
+    const float *src = a;
+    if (!t->out_hwc && C > 1) {
+        for (size_t i = 0; i < n; i++)
+            for (int c = 0; c < C; c++)
+                b[(size_t)c * n + i] = a[i * C + c];
+        src = b;
+    }
+    if (t->out_dtype == STOKE_F32)
+        memcpy(out, src, n * C * sizeof(float));
+    else if (t->out_dtype == STOKE_BF16)
+        stoke_f32_to_bf16(src, out, n * C);
+    else
+        stoke_f32_to_f16(src, out, n * C);
+}
+
+void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, void *scratch,
+                           uint64_t seed, int64_t epoch, int64_t index)
+{
+    op_params p[MAX_OPS];
+    stoke_transform_draw(t, seed, epoch, index, p);
+    if (t->fused) {
+        int crop[2] = {0, 0};
+        if (t->crop_op >= 0)
+            crop[0] = p[t->crop_op].crop_i, crop[1] = p[t->crop_op].crop_j;
+        t->fused(t, in, out, t->crop_op >= 0 ? crop : NULL,
+                 t->flip_op >= 0 && p[t->flip_op].flip);
+        return;
+    }
+    void *own = NULL;
+    if (!scratch && !(scratch = own = malloc(stoke_transform_scratch_bytes(t)))) {
+        memset(out, 0, stoke_transform_out_bytes(t)); /* documented: pass scratch */
+        return;
+    }
+    float *a = scratch, *b = a + t->stage_elems;
+    general_apply(t, in, out, a, b, p);
+    free(own);
+}

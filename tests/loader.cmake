@@ -1,0 +1,11 @@
+# The data pipeline's sampler, transforms and loader (with the CUDA runtime double),
+# and the loader benchmark's driver (bench/loader_bench.sh runs it; not a test).
+stoke_unit_test(test_transform test_transform.c)
+stoke_unit_test(test_loader test_loader.c)
+add_dependencies(test_loader fake_cudart)
+target_compile_definitions(test_loader PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>")
+
+add_executable(stoke_bench_loader ${PROJECT_SOURCE_DIR}/bench/loader_bench.c)
+target_include_directories(stoke_bench_loader PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(stoke_bench_loader PRIVATE _GNU_SOURCE)
+target_link_libraries(stoke_bench_loader PRIVATE stoke_lib)

@@ -1,0 +1,723 @@
+/* test_loader.c - the sampler (permutations, drop_last, sharding, resume), the
+ * in-memory datasets, and the loader: the same bytes for 0, 1, 2 and 8 workers,
+ * resume mid-epoch, a failing sample's error and a clean shutdown, instrumentation,
+ * and the pinned/device path against the CUDA runtime double (tests/fake). */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "data/dataset_impl.h"
+#include "stoke/data.h"
+
+/* ---- sampler ---- */
+
+static void check_permutation(const int64_t *v, int64_t n, const char *what)
+{
+    char *seen = calloc((size_t)n, 1);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= n || seen[v[i]])
+            bad++;
+        else
+            seen[v[i]] = 1;
+    }
+    CHECK_MSG(bad == 0, "%s: %d indices out of range or repeated", what, bad);
+    free(seen);
+}
+
+/* All indices of one epoch of a sampler, in order; returns how many. */
+static int64_t one_epoch(stoke_sampler *s, int64_t *out, int64_t bs)
+{
+    int64_t n = 0, k, e;
+    int64_t *tmp = malloc((size_t)bs * sizeof *tmp);
+    while ((k = stoke_sampler_next(s, tmp, &e)) > 0) {
+        memcpy(out + n, tmp, (size_t)k * sizeof *tmp);
+        n += k;
+    }
+    free(tmp);
+    return n;
+}
+
+static void case_sampler_order(void)
+{
+    enum { N = 1000 };
+    stoke_sampler *s = NULL;
+    stoke_sampler_opts o = {.batch_size = 64};
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s), STOKE_OK);
+    int64_t a[N], b[N], c[N];
+    CHECK_INT_EQ(one_epoch(s, a, 64), N);
+    for (int i = 0; i < N; i++)
+        CHECK(a[i] == i);
+    CHECK_INT_EQ(stoke_sampler_epoch_batches(s), 16);
+    stoke_sampler_destroy(s);
+
+    o.shuffle = true, o.seed = 42;
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s), STOKE_OK);
+    stoke_sampler *s2 = NULL;
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s2), STOKE_OK);
+    int in_place_total = 0;
+    int64_t prev[N];
+    for (int epoch = 0; epoch < 4; epoch++) {
+        CHECK_INT_EQ(one_epoch(s, a, 64), N);
+        CHECK_INT_EQ(one_epoch(s2, b, 64), N);
+        check_permutation(a, N, "shuffled epoch");
+        CHECK(memcmp(a, b, sizeof a) == 0); /* same seed, same order */
+        /* A permutation of 1000 has on average one fixed point; far more means no
+         * shuffle. */
+        for (int i = 0; i < N; i++)
+            in_place_total += a[i] == i;
+        if (epoch > 0) {
+            int same = 0;
+            for (int i = 0; i < N; i++)
+                same += a[i] == prev[i];
+            CHECK_MSG(same < 20, "epochs %d and %d share %d positions", epoch - 1, epoch, same);
+        }
+        memcpy(prev, a, sizeof a);
+    }
+    CHECK_MSG(in_place_total < 20, "%d fixed points over 4 epochs", in_place_total);
+    /* Positions are uniform: sample 0's mean position over many epochs is near N/2. */
+    double pos_sum = 0;
+    for (int epoch = 0; epoch < 200; epoch++) {
+        one_epoch(s, a, 64);
+        for (int i = 0; i < N; i++)
+            if (a[i] == 0)
+                pos_sum += i;
+    }
+    CHECK_NEAR(pos_sum / 200, (N - 1) / 2.0, 80); /* sd of the mean is about 20 */
+    stoke_sampler_destroy(s2);
+    o.seed = 43;
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s2), STOKE_OK);
+    one_epoch(s2, c, 64);
+    stoke_sampler_state st = {0, 0};
+    CHECK_INT_EQ(stoke_sampler_set_state(s, st), STOKE_OK);
+    one_epoch(s, a, 64);
+    CHECK(memcmp(a, c, sizeof a) != 0); /* another seed, another order */
+    stoke_sampler_destroy(s);
+    stoke_sampler_destroy(s2);
+
+    /* drop_last */
+    o.drop_last = true;
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s), STOKE_OK);
+    CHECK_INT_EQ(stoke_sampler_epoch_batches(s), 15);
+    CHECK_INT_EQ(one_epoch(s, a, 64), 960);
+    stoke_sampler_destroy(s);
+    o.batch_size = 0;
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s), STOKE_ERR_ARG);
+    o.batch_size = 8, o.rank = 2, o.world_size = 2;
+    CHECK_INT_EQ(stoke_sampler_create(N, &o, &s), STOKE_ERR_ARG);
+}
+
+static void case_sharding(void)
+{
+    const int64_t counts[] = {100, 103, 7, 3};
+    for (int t = 0; t < 4; t++) {
+        int64_t n = counts[t];
+        int world = 4;
+        int *seen = calloc((size_t)n, sizeof *seen);
+        int64_t per = -1;
+        for (int r = 0; r < world; r++) {
+            stoke_sampler_opts o = {.batch_size = 5, .shuffle = true, .seed = 9, .rank = r,
+                                    .world_size = world};
+            stoke_sampler *s = NULL;
+            CHECK_INT_EQ(stoke_sampler_create(n, &o, &s), STOKE_OK);
+            if (!s)
+                continue;
+            int64_t idx[128];
+            int64_t k = one_epoch(s, idx, 5);
+            CHECK_INT_EQ(k, (n + world - 1) / world);
+            if (per >= 0)
+                CHECK_INT_EQ(k, per); /* equal counts on every rank */
+            per = k;
+            for (int64_t i = 0; i < k; i++)
+                seen[idx[i]]++;
+            stoke_sampler_destroy(s);
+        }
+        int missing = 0, repeated = 0;
+        for (int64_t i = 0; i < n; i++) {
+            missing += seen[i] == 0;
+            repeated += seen[i] > 1;
+        }
+        CHECK_INT_EQ(missing, 0);
+        if (n % world == 0)
+            CHECK_INT_EQ(repeated, 0);
+        else
+            CHECK(repeated <= world - n % world);
+        free(seen);
+    }
+}
+
+static void case_sampler_resume(void)
+{
+    stoke_sampler_opts o = {.batch_size = 10, .shuffle = true, .seed = 5};
+    stoke_sampler *a = NULL, *b = NULL;
+    CHECK_INT_EQ(stoke_sampler_create(95, &o, &a), STOKE_OK);
+    CHECK_INT_EQ(stoke_sampler_create(95, &o, &b), STOKE_OK);
+    int64_t x[10], y[10], e1, e2;
+    for (int i = 0; i < 14; i++) /* epoch 0 (10 batches + end) and 3 of epoch 1 */
+        stoke_sampler_next(a, x, &e1);
+    stoke_sampler_state st = stoke_sampler_get_state(a);
+    CHECK_INT_EQ(st.epoch, 1);
+    CHECK_INT_EQ(st.index, 30);
+    CHECK_INT_EQ(stoke_sampler_set_state(b, st), STOKE_OK);
+    for (int i = 0; i < 12; i++) {
+        int64_t k1 = stoke_sampler_next(a, x, &e1), k2 = stoke_sampler_next(b, y, &e2);
+        CHECK_INT_EQ(k1, k2);
+        CHECK_INT_EQ(e1, e2);
+        CHECK(memcmp(x, y, (size_t)k1 * sizeof *x) == 0);
+    }
+    st.index = 96;
+    CHECK_INT_EQ(stoke_sampler_set_state(b, st), STOKE_ERR_ARG);
+    stoke_sampler_destroy(a);
+    stoke_sampler_destroy(b);
+}
+
+/* ---- datasets ---- */
+
+enum { IMG_H = 12, IMG_W = 10 };
+
+static stoke_dataset_info image_info(int64_t n)
+{
+    stoke_dataset_info info = {.count = n, .input_shape = {2, {IMG_H, IMG_W}},
+                               .input_dtype = STOKE_U8, .target_kind = STOKE_TARGET_CLASS,
+                               .target_dtype = STOKE_I32, .num_classes = 10,
+                               .input_bytes = IMG_H * IMG_W, .target_bytes = 4};
+    return info;
+}
+
+typedef struct arrays {
+    uint8_t *x;
+    int32_t *y;
+} arrays;
+
+static arrays make_arrays(int64_t n)
+{
+    arrays a = {malloc((size_t)n * IMG_H * IMG_W), malloc((size_t)n * 4)};
+    uint64_t z = 1;
+    for (int64_t i = 0; i < n * IMG_H * IMG_W; i++) {
+        z = z * 6364136223846793005ULL + 1;
+        a.x[i] = (uint8_t)(z >> 56);
+    }
+    for (int64_t i = 0; i < n; i++)
+        a.y[i] = (int32_t)(i % 10);
+    return a;
+}
+
+/* A dataset whose sample `bad` fails to read, wrapping an in-memory one. */
+typedef struct failing {
+    stoke_dataset *inner;
+    int64_t bad;
+} failing;
+
+static stoke_status failing_read(stoke_dataset *d, int64_t i, void *in, void *tg)
+{
+    failing *f = d->impl;
+    if (i == f->bad)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: record %lld: checksum mismatch", d->path,
+                          (long long)i);
+    return f->inner->vt->read(f->inner, i, in, tg);
+}
+
+static void failing_close(stoke_dataset *d)
+{
+    failing *f = d->impl;
+    stoke_dataset_close(f->inner);
+    free(f);
+}
+
+static const stoke_dataset_vt failing_vt = {.read = failing_read, .close = failing_close};
+
+static stoke_dataset *make_failing(stoke_dataset *inner, int64_t bad)
+{
+    stoke_dataset *d = calloc(1, sizeof *d);
+    failing *f = calloc(1, sizeof *f);
+    f->inner = inner;
+    f->bad = bad;
+    d->vt = &failing_vt;
+    d->info = inner->info;
+    snprintf(d->path, sizeof d->path, "/data/broken.rec");
+    d->impl = f;
+    return d;
+}
+
+static void case_memory_dataset(void)
+{
+    arrays a = make_arrays(50);
+    stoke_dataset_info info = image_info(50);
+    stoke_dataset *borrowed = NULL, *copied = NULL, *loaded = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &borrowed), STOKE_OK);
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, true, &copied), STOKE_OK);
+    CHECK_INT_EQ(stoke_dataset_load(borrowed, &loaded), STOKE_OK);
+    if (!borrowed || !copied || !loaded)
+        return;
+    CHECK_STR_EQ(stoke_dataset_get_info(loaded)->format, "memory");
+    uint8_t x[IMG_H * IMG_W];
+    int32_t y;
+    a.x[7 * IMG_H * IMG_W] ^= 0xff; /* the borrowed one sees it, the copies do not */
+    CHECK_INT_EQ(stoke_dataset_read(borrowed, 7, x, &y), STOKE_OK);
+    CHECK(memcmp(x, a.x + 7 * IMG_H * IMG_W, sizeof x) == 0);
+    CHECK_INT_EQ(y, 7);
+    CHECK_INT_EQ(stoke_dataset_read(copied, 7, x, NULL), STOKE_OK);
+    CHECK_INT_EQ(x[0], (uint8_t)(a.x[7 * IMG_H * IMG_W] ^ 0xffu));
+    CHECK_INT_EQ(stoke_dataset_read(loaded, 49, x, &y), STOKE_OK);
+    CHECK(memcmp(x, a.x + 49 * IMG_H * IMG_W, sizeof x) == 0);
+    CHECK_INT_EQ(y, 9);
+    /* Loading a failing dataset reports the failing sample. */
+    stoke_dataset *bad = make_failing(copied, 20), *out = (stoke_dataset *)1;
+    CHECK_INT_EQ(stoke_dataset_load(bad, &out), STOKE_ERR_FORMAT);
+    CHECK(out == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "record 20");
+    info.input_bytes = 7;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &out), STOKE_ERR_ARG);
+    stoke_dataset_close(bad);
+    stoke_dataset_close(borrowed);
+    stoke_dataset_close(loaded);
+    free(a.x);
+    free(a.y);
+}
+
+/* ---- loader ---- */
+
+static const stoke_op aug_ops[3] = {
+    {.kind = STOKE_OP_CROP, .height = IMG_H, .width = IMG_W, .pad = 2},
+    {.kind = STOKE_OP_HFLIP},
+    {.kind = STOKE_OP_NORMALIZE, .mean = {0.3f}, .std = {0.35f}},
+};
+
+/* Every byte of `nb` batches (end markers included as a 0 size), appended to out. */
+static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb,
+                         unsigned char *out, size_t cap)
+{
+    stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
+    stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
+                           .transform = &to, .workers = workers, .prefetch = prefetch};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    if (!l)
+        return 0;
+    size_t n = 0;
+    for (int i = 0; i < nb; i++) {
+        stoke_batch b;
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+        size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
+        if (n + in + tg + 16 > cap)
+            break;
+        memcpy(out + n, &b.size, 8);
+        memcpy(out + n + 8, &b.epoch, 8);
+        n += 16;
+        memcpy(out + n, b.inputs, in);
+        n += in;
+        memcpy(out + n, b.targets, tg);
+        n += tg;
+    }
+    stoke_loader_destroy(l);
+    return n;
+}
+
+static void case_loader_workers_identical(void)
+{
+    enum { N = 300 }; /* 10 batches of 32 (the last 12) per epoch */
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    size_t cap = 2u << 20;
+    unsigned char *ref = malloc(cap), *got = malloc(cap);
+    size_t nref = run_loader(d, 0, 0, 25, ref, cap); /* 2 epochs and a bit */
+    CHECK(nref > 0);
+    const int workers[] = {1, 2, 8};
+    const int prefetch[] = {2, 0, 3};
+    for (int k = 0; k < 3; k++) {
+        size_t n = run_loader(d, workers[k], prefetch[k], 25, got, cap);
+        CHECK_INT_EQ(n, nref);
+        CHECK_MSG(n == nref && memcmp(ref, got, n) == 0, "%d workers differ from 0",
+                  workers[k]);
+    }
+    /* The content is right: batch 0 holds samples transformed as the transform alone
+     * does, and their targets. */
+    stoke_transform_opts to = {.in_shape = info.input_shape, .in_dtype = STOKE_U8,
+                               .ops = aug_ops, .nops = 3};
+    stoke_transform *t = NULL;
+    CHECK_INT_EQ(stoke_transform_create(&to, &t), STOKE_OK);
+    stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
+                           .transform = &to, .workers = 2};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_batch b;
+    int epochs_seen = 0, batches = 0;
+    while (l && t && epochs_seen < 2) {
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+        if (b.size == 0) {
+            CHECK_INT_EQ(batches, 10);
+            epochs_seen++, batches = 0;
+            continue;
+        }
+        CHECK_INT_EQ(b.index, batches);
+        CHECK_INT_EQ(b.epoch, epochs_seen);
+        CHECK_INT_EQ(b.input_dtype, STOKE_F32);
+        CHECK_INT_EQ(b.input_shape.ndim, 3);
+        CHECK_INT_EQ(b.input_shape.dims[0], 1);
+        CHECK(!b.on_device);
+        batches++;
+        float want[IMG_H * IMG_W];
+        for (int64_t j = 0; j < b.size; j += 7) {
+            stoke_transform_apply(t, a.x + b.samples[j] * IMG_H * IMG_W, want, NULL, 11,
+                                  b.epoch, b.samples[j]);
+            CHECK(memcmp(want, (float *)b.inputs + j * IMG_H * IMG_W, sizeof want) == 0);
+            CHECK_INT_EQ(((int32_t *)b.targets)[j], b.samples[j] % 10);
+        }
+    }
+    stoke_loader_stats st;
+    stoke_loader_get_stats(l, &st);
+    CHECK_INT_EQ(st.batches, 20);
+    CHECK_INT_EQ(st.samples, 600);
+    CHECK(st.wait_avg_ms >= 0 && st.wait_avg_ms <= st.wait_max_ms);
+    CHECK(st.wait_p95_ms <= st.wait_max_ms);
+    CHECK(st.fill_min >= 0 && st.fill_max <= st.slots && st.fill_avg <= st.fill_max);
+    CHECK_INT_EQ(st.slots, 6);
+    CHECK_INT_EQ(st.workers, 2);
+    CHECK(st.busy_frac[0] >= 0 && st.busy_frac[0] <= 1.01);
+    CHECK(st.busy_avg_ms > 0);
+    CHECK_STR_EQ(stoke_loader_device_reason(l), "no device requested");
+    stoke_loader_destroy(l);
+    stoke_transform_destroy(t);
+    stoke_dataset_close(d);
+    free(ref);
+    free(got);
+    free(a.x);
+    free(a.y);
+}
+
+static void case_loader_resume(void)
+{
+    enum { N = 200 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
+    stoke_loader_opts o = {.sampler = {.batch_size = 16, .shuffle = true, .seed = 3},
+                           .transform = &to, .workers = 2};
+    stoke_loader *l = NULL, *r = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_batch b, c;
+    for (int i = 0; l && i < 13 + 1 + 5; i++) /* epoch 0 (13 batches, end), 5 of epoch 1 */
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+    stoke_sampler_state st = stoke_loader_state(l);
+    CHECK_INT_EQ(st.epoch, 1);
+    CHECK_INT_EQ(st.index, 80);
+    o.start = st; /* a fresh loader, as after a restart from a checkpoint */
+    o.workers = 1;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &r), STOKE_OK);
+    for (int i = 0; l && r && i < 12; i++) {
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+        CHECK_INT_EQ(stoke_loader_next(r, &c), STOKE_OK);
+        CHECK_INT_EQ(b.size, c.size);
+        CHECK_INT_EQ(b.epoch, c.epoch);
+        CHECK_INT_EQ(b.index, c.index);
+        CHECK(memcmp(b.samples, c.samples, (size_t)b.size * 8) == 0);
+        CHECK(memcmp(b.inputs, c.inputs, (size_t)b.size * b.input_bytes) == 0);
+    }
+    stoke_loader_destroy(l);
+    stoke_loader_destroy(r);
+    stoke_dataset_close(d);
+    free(a.x);
+    free(a.y);
+}
+
+static void case_loader_error(void)
+{
+    enum { N = 1500 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    const int workers[] = {0, 2, 8};
+    for (int k = 0; k < 3; k++) {
+        stoke_dataset *inner = NULL;
+        CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &inner), STOKE_OK);
+        stoke_dataset *d = make_failing(inner, 1000);
+        stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
+        stoke_loader_opts o = {.sampler = {.batch_size = 64}, .transform = &to,
+                               .workers = workers[k], .prefetch = 4};
+        stoke_loader *l = NULL;
+        CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+        stoke_batch b;
+        int good = 0;
+        stoke_status st = STOKE_OK;
+        while (l && (st = stoke_loader_next(l, &b)) == STOKE_OK && b.size > 0)
+            good++;
+        CHECK_INT_EQ(good, 15); /* samples 0..959; 960..1023 holds sample 1000 */
+        CHECK_INT_EQ(st, STOKE_ERR_FORMAT);
+        CHECK_STR_CONTAINS(stoke_last_error(), "/data/broken.rec: record 1000: checksum");
+        CHECK_STR_CONTAINS(stoke_last_error(), "sample 1000, batch 15 of epoch 0");
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_ERR_FORMAT); /* and stays failed */
+        CHECK_INT_EQ(b.size, 0);
+        stoke_loader_destroy(l); /* LSan and TSan check the rest */
+        stoke_dataset_close(d);
+    }
+    free(a.x);
+    free(a.y);
+}
+
+static void case_loader_bad_options(void)
+{
+    arrays a = make_arrays(10);
+    stoke_dataset_info info = image_info(10);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    stoke_loader *l = (stoke_loader *)1;
+    stoke_loader_opts o = {.sampler = {.batch_size = 4}, .workers = -1};
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_ARG);
+    CHECK(l == NULL);
+    o.workers = 1;
+    stoke_op big = {.kind = STOKE_OP_CROP, .height = 99, .width = 5};
+    stoke_transform_opts to = {.ops = &big, .nops = 1};
+    o.transform = &to;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "crop");
+    o.transform = NULL;
+    o.start.index = 11;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_ARG);
+    /* No transform: the raw bytes as read. */
+    o.start.index = 0;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_batch b;
+    CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+    CHECK_INT_EQ(b.input_dtype, STOKE_U8);
+    CHECK(memcmp(b.inputs, a.x, 4 * IMG_H * IMG_W) == 0);
+    stoke_loader_destroy(l);
+    stoke_dataset_close(d);
+    free(a.x);
+    free(a.y);
+}
+
+/* ---- the device path, against the CUDA runtime double ---- */
+
+typedef int (*int_fn)(void);
+typedef int (*kind_fn)(const void *);
+typedef int (*log_fn)(int, char *, int *, int *, const void **);
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void device_case(void)
+{
+    char scen[] = "/tmp/stoke-test-loader-XXXXXX";
+    int fd = mkstemp(scen);
+    CHECK(fd >= 0);
+    close(fd);
+    write_file(scen, "driver 550.54.15\ncuda 12040\n"
+                     "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 sm=58\n");
+    setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+
+    enum { N = 300 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    size_t cap = 1u << 20;
+    unsigned char *ref = malloc(cap);
+    size_t nref = run_loader(d, 2, 0, 22, ref, cap); /* host-only reference */
+
+    stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
+    stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
+                           .transform = &to, .workers = 2, .use_device = true};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    void *fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+    CHECK(fake != NULL);
+    if (!l || !fake)
+        return;
+    kind_fn kind = (kind_fn)dlsym(fake, "fake_cudart_kind");
+    int_fn live = (int_fn)dlsym(fake, "fake_cudart_live");
+    int_fn violations = (int_fn)dlsym(fake, "fake_cudart_violations");
+    log_fn getlog = (log_fn)dlsym(fake, "fake_cudart_log");
+    kind_fn event_id = (kind_fn)dlsym(fake, "fake_cudart_event_id");
+    CHECK(stoke_loader_on_device(l));
+    CHECK_STR_EQ(stoke_loader_device_reason(l), "");
+    CHECK(live() > 0);
+    size_t pos = 0;
+    int mismatched = 0, not_after_copy = 0;
+    for (int i = 0; i < 22; i++) {
+        stoke_batch b;
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+        int64_t size, epoch;
+        memcpy(&size, ref + pos, 8);
+        memcpy(&epoch, ref + pos + 8, 8);
+        pos += 16;
+        CHECK_INT_EQ(b.size, size);
+        if (b.size == 0)
+            continue;
+        CHECK(b.on_device);
+        CHECK_INT_EQ(kind(b.inputs), 2);       /* device memory */
+        CHECK_INT_EQ(kind(b.targets), 2);
+        CHECK_INT_EQ(kind(b.host_inputs), 1);  /* pinned host slot */
+        CHECK(b.event != NULL);
+        /* The event handed out was recorded after the last copy into this batch. */
+        int last_copy = -1, record_after = -1, id = event_id(b.event);
+        char op;
+        int stream, ev;
+        const void *dst;
+        for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++) {
+            if (op == 'C' && dst == b.targets)
+                last_copy = k, record_after = -1;
+            if (op == 'R' && ev == id && last_copy >= 0 && record_after < 0)
+                record_after = k;
+        }
+        not_after_copy += last_copy < 0 || record_after < last_copy;
+        CHECK_INT_EQ(stoke_loader_wait(l, &b), STOKE_OK);
+        size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
+        mismatched += memcmp(ref + pos, b.inputs, in) != 0 ||
+                      memcmp(ref + pos + in, b.targets, tg) != 0;
+        pos += in + tg;
+    }
+    CHECK_INT_EQ(pos, nref);
+    CHECK_INT_EQ(mismatched, 0);
+    CHECK_INT_EQ(not_after_copy, 0);
+    CHECK_INT_EQ(violations(), 0); /* no copy into a device slot with one pending */
+    /* The loader waits on its own events before reusing a device slot. */
+    int syncs = 0;
+    char op;
+    int stream, ev;
+    const void *dst;
+    for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++)
+        syncs += op == 'S';
+    CHECK(syncs >= 18);
+    stoke_loader_destroy(l);
+    CHECK_INT_EQ(live(), 0); /* pinned, device memory, stream and events all freed */
+
+    unlink(scen);
+
+    /* This machine's real runtime, if any: a reason, never a crash. */
+    unsetenv("STOKE_CUDART_LIBRARY");
+    stoke_loader *h = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &h), STOKE_OK);
+    if (h && !stoke_loader_on_device(h)) {
+        CHECK(stoke_loader_device_reason(h)[0] != '\0');
+        fprintf(stderr, "note: real CUDA runtime: %s\n", stoke_loader_device_reason(h));
+    }
+    stoke_loader_destroy(h);
+    stoke_dataset_close(d);
+    free(ref);
+    free(a.x);
+    free(a.y);
+}
+
+/* A scenario with a driver and no device: host batches, and the reason. */
+static void no_device_case(void)
+{
+    char scen[] = "/tmp/stoke-test-loader-XXXXXX";
+    int fd = mkstemp(scen);
+    CHECK(fd >= 0);
+    close(fd);
+    write_file(scen, "driver 550.54.15\ncuda 12040\n");
+    setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    arrays a = make_arrays(64);
+    stoke_dataset_info info = image_info(64);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    stoke_loader_opts o = {.sampler = {.batch_size = 32}, .workers = 1, .use_device = true};
+    stoke_loader *h = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &h), STOKE_OK);
+    if (h) {
+        CHECK(!stoke_loader_on_device(h));
+        CHECK_STR_CONTAINS(stoke_loader_device_reason(h), "no CUDA-capable device");
+        stoke_batch b;
+        CHECK_INT_EQ(stoke_loader_next(h, &b), STOKE_OK);
+        CHECK(!b.on_device && b.event == NULL);
+        CHECK_INT_EQ(b.size, 32);
+        CHECK(memcmp(b.inputs, a.x, 32 * IMG_H * IMG_W) == 0);
+    }
+    stoke_loader_destroy(h);
+    stoke_dataset_close(d);
+    unlink(scen);
+    free(a.x);
+    free(a.y);
+}
+
+static void run_in_child(void (*fn)(void), const char *what)
+{
+    /* Its own process: the double and its scenario are process-wide. */
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(check_failures ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed", what);
+}
+
+static void case_device(void)
+{
+    run_in_child(no_device_case, "no-device case");
+    run_in_child(device_case, "device case");
+}
+
+static void case_fashion_mnist(void)
+{
+    const char *path = "/usr/share/datasets/fashion-mnist";
+    stoke_dataset *src = NULL, *mem = NULL;
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "note: %s not installed; skipped\n", path);
+        return;
+    }
+    CHECK_INT_EQ(stoke_dataset_open(path, NULL, &src), STOKE_OK);
+    if (!src)
+        return;
+    CHECK_INT_EQ(stoke_dataset_get_info(src)->count, 60000);
+    CHECK_INT_EQ(stoke_dataset_load(src, &mem), STOKE_OK);
+    stoke_op ops[3] = {{.kind = STOKE_OP_CROP, .height = 28, .width = 28, .pad = 2},
+                       {.kind = STOKE_OP_HFLIP},
+                       {.kind = STOKE_OP_NORMALIZE, .mean = {0.2860f}, .std = {0.3530f}}};
+    stoke_transform_opts to = {.ops = ops, .nops = 3};
+    stoke_loader_opts o = {.sampler = {.batch_size = 256, .shuffle = true, .seed = 1},
+                           .transform = &to, .workers = 2};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(mem, &o, &l), STOKE_OK);
+    stoke_batch b;
+    CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+    CHECK_INT_EQ(b.size, 256);
+    CHECK_INT_EQ(b.input_shape.dims[1], 28);
+    /* The first sample against a direct read and transform of the file. */
+    uint8_t raw[784];
+    uint8_t label;
+    float want[784];
+    CHECK_INT_EQ(stoke_dataset_read(src, b.samples[0], raw, &label), STOKE_OK);
+    to.in_shape = stoke_dataset_get_info(src)->input_shape;
+    to.in_dtype = STOKE_U8;
+    stoke_transform *t = NULL;
+    CHECK_INT_EQ(stoke_transform_create(&to, &t), STOKE_OK);
+    stoke_transform_apply(t, raw, want, NULL, 1, 0, b.samples[0]);
+    CHECK(memcmp(want, b.inputs, sizeof want) == 0);
+    CHECK_INT_EQ(((uint8_t *)b.targets)[0], label);
+    stoke_transform_destroy(t);
+    stoke_loader_destroy(l);
+    stoke_dataset_close(mem);
+    stoke_dataset_close(src);
+}
+
+int main(void)
+{
+    case_sampler_order();
+    case_sharding();
+    case_sampler_resume();
+    case_memory_dataset();
+    case_loader_workers_identical();
+    case_loader_resume();
+    case_loader_error();
+    case_loader_bad_options();
+    case_device();
+    case_fashion_mnist();
+    return CHECK_DONE();
+}
