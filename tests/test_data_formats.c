@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -590,6 +591,59 @@ static void test_records(void)
     stoke_dataset_close(src);
 }
 
+/* Reads are thread-safe: workers reading the same dataset at once get what one
+ * thread reading alone gets (ThreadSanitizer checks the rest in the tsan build). */
+typedef struct reader_arg {
+    stoke_dataset *d;
+    int64_t first, step;
+    uLong crc;
+    int failures;
+} reader_arg;
+
+static void *reader(void *p)
+{
+    reader_arg *a = p;
+    unsigned char img[784], label;
+    a->crc = 0;
+    for (int64_t i = a->first; i < stoke_dataset_get_info(a->d)->count; i += a->step) {
+        if (stoke_dataset_read(a->d, i, img, &label) != STOKE_OK)
+            a->failures++;
+        a->crc += crc32(crc32(0L, Z_NULL, 0), img, sizeof img) + label;
+    }
+    return NULL;
+}
+
+static void test_concurrent_reads(void)
+{
+    const char *paths[] = {FM, NULL};
+    char rec[1200];
+    snprintf(rec, sizeof rec, "%s/fm_test.rec", work);
+    paths[1] = rec;
+    for (int k = 0; k < 2; k++) {
+        stoke_dataset_opts o = {.split = "test"};
+        stoke_dataset *d;
+        if (stoke_dataset_open(paths[k], &o, &d) != STOKE_OK) {
+            CHECK_MSG(0, "%s", stoke_last_error());
+            continue;
+        }
+        reader_arg one = {d, 0, 1, 0, 0}, par[3];
+        reader(&one);
+        pthread_t t[3];
+        for (int i = 0; i < 3; i++) {
+            par[i] = (reader_arg){d, i, 3, 0, 0};
+            CHECK(pthread_create(&t[i], NULL, reader, &par[i]) == 0);
+        }
+        uLong sum = 0;
+        for (int i = 0; i < 3; i++) {
+            pthread_join(t[i], NULL);
+            sum += par[i].crc;
+            CHECK_INT_EQ(par[i].failures, 0);
+        }
+        CHECK_MSG(sum == one.crc, "%s: parallel reads differ", paths[k]);
+        stoke_dataset_close(d);
+    }
+}
+
 int main(int argc, char **argv)
 {
     fixtures = argc > 1 ? argv[1] : STOKE_DATA_FIXTURES;
@@ -600,5 +654,6 @@ int main(int argc, char **argv)
     test_manifest();
     test_naming();
     test_records();
+    test_concurrent_reads();
     return CHECK_DONE();
 }
