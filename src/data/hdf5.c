@@ -17,7 +17,7 @@
 /* Debian's libhdf5 is built thread-safe (one lock inside the library), but a serial
  * build elsewhere may not be: when H5is_library_threadsafe says no, every HDF5 call in
  * this file goes through h5_mutex. Either way HDF5 runs one call at a time, which is
- * why each dataset keeps a cached block of rows so most reads never enter it. */
+ * why each dataset keeps a few cached blocks of rows so most reads never enter it. */
 static pthread_mutex_t h5_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t h5_once = PTHREAD_ONCE_INIT;
 static bool h5_threadsafe;
@@ -64,11 +64,25 @@ static const char *h5_error(char msg[256])
     return msg;
 }
 
-/* Rows cached per field are capped so a huge chunk shape cannot exhaust memory: past
- * this, rows are read one at a time and HDF5's own chunk cache does the rest. */
-#define H5_MAX_BLOCK_BYTES ((size_t)64 << 20)
+/* Cached rows per field are capped so a huge chunk shape cannot exhaust memory: a
+ * block larger than this is not cached (rows are read one at a time and HDF5's own
+ * chunk cache does the rest); smaller blocks get up to H5_SLOTS slots within it. */
+#define H5_CACHE_BYTES ((size_t)64 << 20)
+/* Several slots, so workers streaming different parts of the file (one batch each)
+ * do not evict each other's block on every read. */
+#define H5_SLOTS 8
 /* Contiguous data has no chunk to align to: read-ahead blocks of about this size. */
 #define H5_CONTIG_BLOCK_BYTES ((size_t)1 << 20)
+/* Recent misses remembered to tell sequential streams from shuffled reads. */
+#define H5_RECENT 8
+
+/* One cached block: rows [first, first + n). `data` is replaced, never written in
+ * place, so readers holding the read lock always see a whole block. */
+typedef struct h5_slot {
+    int64_t first, n;
+    unsigned char *data;
+    _Atomic uint64_t used; /* LRU clock of the last hit */
+} h5_slot;
 
 typedef struct h5_field {
     char name[256];
@@ -78,14 +92,15 @@ typedef struct h5_field {
     stoke_dtype dtype;
     size_t row_bytes;
     bool chunked;
-    /* A cache of rows [cache_first, cache_first + cache_n), guarded by lock. */
-    int64_t block_rows; /* rows per cached block; 0: no cache */
-    pthread_rwlock_t lock;
+    int64_t block_rows; /* rows per cached block (chunk-aligned); 0: no cache */
+    int nslots;
+    pthread_rwlock_t lock; /* guards the slots' first, n and data */
     bool lock_ok;
-    int64_t cache_first, cache_n;
-    unsigned char *cache;
+    h5_slot slot[H5_SLOTS];
+    _Atomic uint64_t clock;
     /* Contiguous data reads ahead only when access looks sequential. */
-    _Atomic int64_t last_miss;
+    _Atomic int64_t recent[H5_RECENT];
+    _Atomic unsigned recent_pos;
     unsigned char *all; /* scalar (class / regression) targets: all of them, read on open */
 } h5_field;
 
@@ -330,8 +345,12 @@ static stoke_status h5_field_open(const char *path, hid_t file, h5_field *f, int
     }
     if (f->block_rows > *samples)
         f->block_rows = *samples;
-    if (row == 0 || f->block_rows < 1 || (size_t)f->block_rows > H5_MAX_BLOCK_BYTES / row)
+    if (row == 0 || f->block_rows < 1 || (size_t)f->block_rows > H5_CACHE_BYTES / row)
         f->block_rows = 0;
+    if (f->block_rows > 0) {
+        size_t fit = H5_CACHE_BYTES / ((size_t)f->block_rows * row);
+        f->nslots = fit < 1 ? 1 : fit > H5_SLOTS ? H5_SLOTS : (int)fit;
+    }
 done:
     if (space >= 0)
         H5Sclose(space);
@@ -386,8 +405,20 @@ static stoke_status h5_read_rows_locked(const char *path, h5_field *f, int64_t f
     return st;
 }
 
-/* Sample i of field f into out: from the cached block if it holds i, else from the
- * file, filling the cache with i's block when that is likely to pay off. */
+/* True if a recent miss was near i: someone is reading this region in order. */
+static bool h5_sequential(h5_field *f, int64_t i)
+{
+    for (int k = 0; k < H5_RECENT; k++) {
+        int64_t r = atomic_load_explicit(&f->recent[k], memory_order_relaxed);
+        if (r >= 0 && (i > r ? i - r : r - i) <= f->block_rows)
+            return true;
+    }
+    return false;
+}
+
+/* Sample i of field f into out: from a cached block if one holds i, else from the
+ * file, caching i's block when that is likely to pay off. The block is read outside
+ * the field's lock, so other threads keep copying from cached blocks meanwhile. */
 static stoke_status h5_field_read(const char *path, h5_field *f, int64_t i, void *out)
 {
     if (f->all) {
@@ -396,42 +427,65 @@ static stoke_status h5_field_read(const char *path, h5_field *f, int64_t i, void
     }
     if (f->block_rows == 0)
         return h5_read_rows_locked(path, f, i, 1, out);
+    int64_t first = i / f->block_rows * f->block_rows;
+    bool prev_cached = false;
     pthread_rwlock_rdlock(&f->lock);
-    if (i >= f->cache_first && i < f->cache_first + f->cache_n) {
-        memcpy(out, f->cache + (size_t)(i - f->cache_first) * f->row_bytes, f->row_bytes);
-        pthread_rwlock_unlock(&f->lock);
-        return STOKE_OK;
+    for (int k = 0; k < f->nslots; k++) {
+        h5_slot *s = &f->slot[k];
+        if (s->n && i >= s->first && i < s->first + s->n) {
+            memcpy(out, s->data + (size_t)(i - s->first) * f->row_bytes, f->row_bytes);
+            atomic_store_explicit(&s->used, atomic_fetch_add(&f->clock, 1) + 1,
+                                  memory_order_relaxed);
+            pthread_rwlock_unlock(&f->lock);
+            return STOKE_OK;
+        }
+        if (s->n && s->first + s->n == first)
+            prev_cached = true;
     }
     pthread_rwlock_unlock(&f->lock);
 
     /* A chunk is decompressed whole whatever is read from it, so chunked data always
-     * caches the chunk's rows; contiguous data reads ahead only when the previous miss
-     * was close by (sequential reading), since a shuffled read would waste the block. */
-    int64_t prev = atomic_exchange(&f->last_miss, i);
-    int64_t dist = i > prev ? i - prev : prev - i;
-    if (!f->chunked && dist > f->block_rows)
+     * caches the chunk's rows; contiguous data reads a block only for sequential
+     * reading, since a shuffled read would waste it. */
+    bool seq = prev_cached || h5_sequential(f, i);
+    unsigned pos = atomic_fetch_add_explicit(&f->recent_pos, 1, memory_order_relaxed);
+    atomic_store_explicit(&f->recent[pos % H5_RECENT], i, memory_order_relaxed);
+    if (!f->chunked && !seq)
         return h5_read_rows_locked(path, f, i, 1, out);
-
-    stoke_status st = STOKE_OK;
-    pthread_rwlock_wrlock(&f->lock);
-    if (!(i >= f->cache_first && i < f->cache_first + f->cache_n)) {
-        int64_t first = i / f->block_rows * f->block_rows;
-        int64_t n = f->block_rows;
-        if (first + n > (int64_t)f->dims[0])
-            n = (int64_t)f->dims[0] - first;
-        f->cache_n = 0;
-        st = h5_read_rows_locked(path, f, first, n, f->cache);
-        if (st == STOKE_OK) {
-            f->cache_first = first;
-            f->cache_n = n;
-        }
+    int64_t n = f->block_rows;
+    if (first + n > (int64_t)f->dims[0])
+        n = (int64_t)f->dims[0] - first;
+    unsigned char *block = malloc((size_t)n * f->row_bytes);
+    if (!block) /* not fatal: this read goes row by row */
+        return h5_read_rows_locked(path, f, i, 1, out);
+    if (h5_read_rows_locked(path, f, first, n, block) != STOKE_OK) {
+        free(block); /* say which sample failed, from a read of it alone */
+        return h5_read_rows_locked(path, f, i, 1, out);
     }
-    if (st == STOKE_OK)
-        memcpy(out, f->cache + (size_t)(i - f->cache_first) * f->row_bytes, f->row_bytes);
+    memcpy(out, block + (size_t)(i - first) * f->row_bytes, f->row_bytes);
+
+    pthread_rwlock_wrlock(&f->lock);
+    h5_slot *victim = NULL;
+    for (int k = 0; k < f->nslots && !victim; k++)
+        if (f->slot[k].n && f->slot[k].first == first)
+            victim = &f->slot[k]; /* another thread read the same block meanwhile */
+    for (int k = 0; k < f->nslots && !victim; k++)
+        if (!f->slot[k].n)
+            victim = &f->slot[k];
+    if (!victim) { /* the least recently used */
+        victim = &f->slot[0];
+        for (int k = 1; k < f->nslots; k++)
+            if (atomic_load(&f->slot[k].used) < atomic_load(&victim->used))
+                victim = &f->slot[k];
+    }
+    unsigned char *old = victim->data;
+    victim->data = block;
+    victim->first = first;
+    victim->n = n;
+    atomic_store(&victim->used, atomic_fetch_add(&f->clock, 1) + 1);
     pthread_rwlock_unlock(&f->lock);
-    if (st != STOKE_OK) /* the block failed: say which sample, from a read of it alone */
-        st = h5_read_rows_locked(path, f, i, 1, out);
-    return st;
+    free(old);
+    return STOKE_OK;
 }
 
 static stoke_status h5_read(stoke_dataset *d, int64_t i, void *input, void *target)
@@ -451,7 +505,8 @@ static void h5_field_free(h5_field *f)
         H5Tclose(f->mem_type);
     if (f->lock_ok)
         pthread_rwlock_destroy(&f->lock);
-    free(f->cache);
+    for (int k = 0; k < H5_SLOTS; k++)
+        free(f->slot[k].data);
     free(f->all);
 }
 
@@ -630,11 +685,8 @@ static stoke_status h5_field_alloc(const char *path, h5_field *f)
     if (pthread_rwlock_init(&f->lock, NULL) != 0)
         return stoke_fail(STOKE_ERR_SYSTEM, "%s: cannot create a lock", path);
     f->lock_ok = true;
-    if (f->block_rows > 0 && !f->all) {
-        f->cache = malloc((size_t)f->block_rows * f->row_bytes);
-        if (!f->cache) /* not fatal: read row by row */
-            f->block_rows = 0;
-    }
+    for (int k = 0; k < H5_RECENT; k++)
+        atomic_init(&f->recent[k], -1);
     return STOKE_OK;
 }
 
