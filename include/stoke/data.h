@@ -78,9 +78,9 @@ typedef struct stoke_dataset_opts {
                                  (default: PATH with "x"/"inputs" -> "y"/"targets",
                                  see docs/data.md) */
     const char *input_name;   /* HDF5: dataset of inputs (default "inputs", then "x",
-                                 "data", "features") */
+                                 "X", "data", "features") */
     const char *target_name;  /* HDF5: dataset of targets (default "targets", then
-                                 "y", "labels") */
+                                 "y", "Y", "labels"; none of them: inputs only) */
     int image_height;         /* image folders: every image is resized to this */
     int image_width;          /*   (default 224 x 224) */
     int image_channels;       /* image folders: 1 or 3 (default 3) */
