@@ -193,7 +193,9 @@ static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos
     }
     if (s->done == s->size)
         s->state = SLOT_READY;
-    pthread_cond_signal(&l->ready_cv);
+    /* Wake the consumer only when there is something for it: a batch or an error. */
+    if (s->state == SLOT_READY || (s->err != STOKE_OK && s->inflight == 0))
+        pthread_cond_signal(&l->ready_cv);
 }
 
 static void do_one(stoke_loader *l, worker *w, const chunk *c)

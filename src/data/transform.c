@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "data/loader_impl.h"
@@ -51,8 +52,10 @@ static bool have_f16c(void)
 {
     if (isa_level >= 0)
         return isa_level >= 1;
+    /* cpuid leaf 1, ECX bit 29: clang's __builtin_cpu_supports does not know "f16c". */
+    unsigned a, b, c, d;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
 }
 
 /* ---- rounding conversions ----------------------------------------------------------- */
