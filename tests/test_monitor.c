@@ -4,9 +4,11 @@
 #include "stoke/monitor.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GB 1e9
@@ -469,6 +471,27 @@ static pid_t burner(int levels)
     return pid;
 }
 
+/* CPU seconds used so far by these processes, from the scheduler's own per-process
+ * clocks: an account independent of the tick-based /proc times stoke reads. */
+static double sched_cpu_seconds(const int *pids, int n)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        clockid_t c;
+        struct timespec ts;
+        if (clock_getcpuclockid(pids[i], &c) == 0 && clock_gettime(c, &ts) == 0)
+            sum += (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
+    return sum;
+}
+
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void read_tree_cpu(pid_t pid, int expect_count)
 {
     stoke_proc_reader *r = NULL;
@@ -480,16 +503,32 @@ static void read_tree_cpu(pid_t pid, int expect_count)
     memset(&s, 0, sizeof s);
     usleep(100000); /* let the grandchild be born before the baseline */
     CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+    double w0 = mono_seconds();
+    int n0;
+    const int *p0 = stoke_proc_tree_pids(r, &n0);
+    double c0 = sched_cpu_seconds(p0, n0);
     CHECK(alive);
     CHECK(!(s.valid & STOKE_MS_PROC_CPU)); /* no rate from one reading */
     usleep(700000);
+    double c1 = sched_cpu_seconds(p0, n0);
+    double w1 = mono_seconds();
     memset(&s, 0, sizeof s);
     CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
     CHECK(alive);
     CHECK(s.valid & STOKE_MS_PROC_CPU);
     CHECK(s.valid & STOKE_MS_CPU);
-    /* One busy core; wide bounds because the machine is shared. */
-    CHECK_MSG(s.proc_cpu_pct >= 60 && s.proc_cpu_pct <= 140, "tree CPU %.1f%%", s.proc_cpu_pct);
+    /* The burner uses one core when it has one to itself; on a loaded machine (ctest
+     * -j, other jobs) it gets less. Either way the monitor must agree with the
+     * scheduler's own account of the same window; the tolerance covers /proc's
+     * 10 ms tick granularity over 0.7 s and the few microseconds between the
+     * readings. */
+    double expected = 100.0 * (c1 - c0) / (w1 - w0);
+    CHECK_MSG(fabs(s.proc_cpu_pct - expected) <= 15.0,
+              "tree CPU %.1f%%, scheduler says %.1f%%", s.proc_cpu_pct, expected);
+    CHECK_MSG(expected > 5.0, "the burner got no CPU (%.1f%%)", expected);
+    if (expected < 60.0)
+        fprintf(stderr, "note: the machine is busy: the burner got %.0f%% of a core\n",
+                expected);
     CHECK_INT_EQ(s.proc_count, expect_count);
     CHECK(s.proc_threads >= expect_count);
     CHECK(s.proc_rss_bytes > 0);
