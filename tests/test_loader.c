@@ -529,70 +529,91 @@ static void device_case(void)
 
     stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
     stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
-                           .transform = &to, .workers = 2, .use_device = true};
-    stoke_loader *l = NULL;
-    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
-    void *fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
-    CHECK(fake != NULL);
-    if (!l || !fake)
-        return;
-    kind_fn kind = (kind_fn)dlsym(fake, "fake_cudart_kind");
-    int_fn live = (int_fn)dlsym(fake, "fake_cudart_live");
-    int_fn violations = (int_fn)dlsym(fake, "fake_cudart_violations");
-    log_fn getlog = (log_fn)dlsym(fake, "fake_cudart_log");
-    kind_fn event_id = (kind_fn)dlsym(fake, "fake_cudart_event_id");
-    CHECK(stoke_loader_on_device(l));
-    CHECK_STR_EQ(stoke_loader_device_reason(l), "");
-    CHECK(live() > 0);
-    size_t pos = 0;
-    int mismatched = 0, not_after_copy = 0;
-    for (int i = 0; i < 22; i++) {
-        stoke_batch b;
-        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
-        int64_t size, epoch;
-        memcpy(&size, ref + pos, 8);
-        memcpy(&epoch, ref + pos + 8, 8);
-        pos += 16;
-        CHECK_INT_EQ(b.size, size);
-        if (b.size == 0)
-            continue;
-        CHECK(b.on_device);
-        CHECK_INT_EQ(kind(b.inputs), 2);       /* device memory */
-        CHECK_INT_EQ(kind(b.targets), 2);
-        CHECK_INT_EQ(kind(b.host_inputs), 1);  /* pinned host slot */
-        CHECK(b.event != NULL);
-        /* The event handed out was recorded after the last copy into this batch. */
-        int last_copy = -1, record_after = -1, id = event_id(b.event);
+                           .transform = &to, .use_device = true};
+    /* Workers and ring sizes, the smallest ring included (2 slots: one held by the
+     * pending copy, one being filled). */
+    const int cfg[3][2] = {{2, 0}, {0, 2}, {1, 2}};
+    for (int c = 0; c < 3; c++) {
+        o.workers = cfg[c][0], o.prefetch = cfg[c][1];
+        stoke_loader *l = NULL;
+        CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+        void *fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+        CHECK(fake != NULL);
+        if (!l || !fake)
+            break;
+        kind_fn kind = (kind_fn)dlsym(fake, "fake_cudart_kind");
+        int_fn live = (int_fn)dlsym(fake, "fake_cudart_live");
+        int_fn violations = (int_fn)dlsym(fake, "fake_cudart_violations");
+        log_fn getlog = (log_fn)dlsym(fake, "fake_cudart_log");
+        kind_fn event_id = (kind_fn)dlsym(fake, "fake_cudart_event_id");
+        CHECK(stoke_loader_on_device(l));
+        CHECK_STR_EQ(stoke_loader_device_reason(l), "");
+        CHECK(live() > 0);
+        size_t pos = 0;
+        int mismatched = 0, not_after_copy = 0;
+        for (int i = 0; i < 22; i++) {
+            stoke_batch b;
+            CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+            int64_t size, epoch;
+            memcpy(&size, ref + pos, 8);
+            memcpy(&epoch, ref + pos + 8, 8);
+            pos += 16;
+            CHECK_INT_EQ(b.size, size);
+            if (b.size == 0)
+                continue;
+            CHECK(b.on_device);
+            CHECK_INT_EQ(kind(b.inputs), 2);       /* device memory */
+            CHECK_INT_EQ(kind(b.targets), 2);
+            CHECK_INT_EQ(kind(b.host_inputs), 1);  /* pinned host slot */
+            CHECK(b.event != NULL);
+            /* The event handed out was recorded after the last copy into this batch. */
+            int last_copy = -1, record_after = -1, id = event_id(b.event);
+            char op;
+            int stream, ev;
+            const void *dst;
+            for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++) {
+                if (op == 'C' && dst == b.targets)
+                    last_copy = k, record_after = -1;
+                if (op == 'R' && ev == id && last_copy >= 0 && record_after < 0)
+                    record_after = k;
+            }
+            not_after_copy += last_copy < 0 || record_after < last_copy;
+            CHECK_INT_EQ(stoke_loader_wait(l, &b), STOKE_OK);
+            size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
+            mismatched += memcmp(ref + pos, b.inputs, in) != 0 ||
+                          memcmp(ref + pos + in, b.targets, tg) != 0;
+            pos += in + tg;
+        }
+        CHECK_INT_EQ(pos, nref);
+        CHECK_INT_EQ(mismatched, 0);
+        CHECK_INT_EQ(not_after_copy, 0);
+        CHECK_INT_EQ(violations(), 0); /* no copy into a device slot with one pending */
+        /* The loader waits on its own events before reusing a device slot. */
+        int syncs = 0;
         char op;
         int stream, ev;
         const void *dst;
-        for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++) {
-            if (op == 'C' && dst == b.targets)
-                last_copy = k, record_after = -1;
-            if (op == 'R' && ev == id && last_copy >= 0 && record_after < 0)
-                record_after = k;
-        }
-        not_after_copy += last_copy < 0 || record_after < last_copy;
-        CHECK_INT_EQ(stoke_loader_wait(l, &b), STOKE_OK);
-        size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
-        mismatched += memcmp(ref + pos, b.inputs, in) != 0 ||
-                      memcmp(ref + pos + in, b.targets, tg) != 0;
-        pos += in + tg;
+        for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++)
+            syncs += op == 'S';
+        CHECK(syncs >= 18);
+        stoke_loader_destroy(l);
+        CHECK_INT_EQ(live(), 0); /* pinned, device memory, stream and events all freed */
+        dlclose(fake);
     }
-    CHECK_INT_EQ(pos, nref);
-    CHECK_INT_EQ(mismatched, 0);
-    CHECK_INT_EQ(not_after_copy, 0);
-    CHECK_INT_EQ(violations(), 0); /* no copy into a device slot with one pending */
-    /* The loader waits on its own events before reusing a device slot. */
-    int syncs = 0;
-    char op;
-    int stream, ev;
-    const void *dst;
-    for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++)
-        syncs += op == 'S';
-    CHECK(syncs >= 18);
-    stoke_loader_destroy(l);
-    CHECK_INT_EQ(live(), 0); /* pinned, device memory, stream and events all freed */
+    /* Pinned memory refused: a clear error, nothing left behind. */
+    void *fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+    if (fake) {
+        void (*fail_host)(int) = (void (*)(int))dlsym(fake, "fake_cudart_fail_host_alloc");
+        int_fn live = (int_fn)dlsym(fake, "fake_cudart_live");
+        fail_host(1);
+        stoke_loader *l = (stoke_loader *)1;
+        CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_NOMEM);
+        CHECK(l == NULL);
+        CHECK_STR_CONTAINS(stoke_last_error(), "cudaHostAlloc");
+        CHECK_INT_EQ(live(), 0);
+        fail_host(0);
+        dlclose(fake);
+    }
 
     unlink(scen);
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 
+
 extern "C" {
 #include "hw/gpu_impl.h"
 }
@@ -37,6 +38,24 @@ static_assert(sizeof(enum cudaDeviceAttr) == sizeof(int), "cudaDeviceAttr is pas
 
 int main()
 {
+    // The loader's entries of the driver table: each must convert to the toolkit's
+    // prototype exactly (enums and handles are passed as int and void *, whose sizes
+    // are checked above); a changed prototype fails to compile here.
+#define CHECK_PROTOTYPE(fn, type) (void)static_cast<type>(&fn)
+    CHECK_PROTOTYPE(cudaSetDevice, cudaError_t (*)(int));
+    CHECK_PROTOTYPE(cudaHostAlloc, cudaError_t (*)(void **, size_t, unsigned int));
+    CHECK_PROTOTYPE(cudaFreeHost, cudaError_t (*)(void *));
+    CHECK_PROTOTYPE(cudaMalloc, cudaError_t (*)(void **, size_t));
+    CHECK_PROTOTYPE(cudaFree, cudaError_t (*)(void *));
+    CHECK_PROTOTYPE(cudaMemcpyAsync,
+              cudaError_t (*)(void *, const void *, size_t, cudaMemcpyKind, cudaStream_t));
+    CHECK_PROTOTYPE(cudaStreamCreateWithFlags, cudaError_t (*)(cudaStream_t *, unsigned int));
+    CHECK_PROTOTYPE(cudaStreamDestroy, cudaError_t (*)(cudaStream_t));
+    CHECK_PROTOTYPE(cudaEventCreateWithFlags, cudaError_t (*)(cudaEvent_t *, unsigned int));
+    CHECK_PROTOTYPE(cudaEventRecord, cudaError_t (*)(cudaEvent_t, cudaStream_t));
+    CHECK_PROTOTYPE(cudaEventSynchronize, cudaError_t (*)(cudaEvent_t));
+    CHECK_PROTOTYPE(cudaEventQuery, cudaError_t (*)(cudaEvent_t));
+    CHECK_PROTOTYPE(cudaEventDestroy, cudaError_t (*)(cudaEvent_t));
     // Linked against the real runtime: on a machine without a GPU this reports the
     // runtime's own reason, which is what stoke prints too.
     int n = -1, version = 0;
