@@ -548,6 +548,18 @@ static void device_case(void)
         kind_fn event_id = (kind_fn)dlsym(fake, "fake_cudart_event_id");
         CHECK(stoke_loader_on_device(l));
         CHECK_STR_EQ(stoke_loader_device_reason(l), "");
+        /* In the first configuration the test plays a consumer with its own compute
+         * stream and an event recorded after each step. */
+        typedef int (*create_fn)(void **, unsigned);
+        typedef int (*pp_fn)(void *, void *);
+        typedef int (*p_fn)(void *);
+        void *cstream = NULL, *cevent = NULL;
+        if (c == 0) {
+            ((create_fn)dlsym(fake, "cudaStreamCreateWithFlags"))(&cstream, 1);
+            ((create_fn)dlsym(fake, "cudaEventCreateWithFlags"))(&cevent, 2);
+            stoke_loader_set_consumer_event(l, cevent);
+        }
+        int waits_before = 0, waits = 0;
         CHECK(live() > 0);
         size_t pos = 0;
         int mismatched = 0, not_after_copy = 0;
@@ -579,6 +591,8 @@ static void device_case(void)
             }
             not_after_copy += last_copy < 0 || record_after < last_copy;
             CHECK_INT_EQ(stoke_loader_wait(l, &b), STOKE_OK);
+            if (cevent) /* "kernels" on this batch enqueued: mark their end */
+                ((pp_fn)dlsym(fake, "cudaEventRecord"))(cevent, cstream);
             size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
             mismatched += memcmp(ref + pos, b.inputs, in) != 0 ||
                           memcmp(ref + pos + in, b.targets, tg) != 0;
@@ -596,7 +610,17 @@ static void device_case(void)
         for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++)
             syncs += op == 'S';
         CHECK(syncs >= 18);
+        for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++)
+            waits += op == 'W' && ev == event_id(cevent);
+        if (c == 0) /* every copy into a device slot used before waited on the consumer */
+            CHECK_MSG(waits - waits_before >= 15, "%d waits on the consumer's event", waits);
+        else
+            CHECK_INT_EQ(waits, 0);
         stoke_loader_destroy(l);
+        if (cevent) {
+            ((p_fn)dlsym(fake, "cudaEventDestroy"))(cevent);
+            ((p_fn)dlsym(fake, "cudaStreamDestroy"))(cstream);
+        }
         CHECK_INT_EQ(live(), 0); /* pinned, device memory, stream and events all freed */
         dlclose(fake);
     }

@@ -312,6 +312,15 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
  * then stopped and every later call returns the same error. */
 stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b);
 
+/* For device batches when the caller's kernels read them asynchronously: `event` is a
+ * cudaEvent_t the caller records on its compute stream after the last kernel that
+ * reads the batch it holds, before calling stoke_loader_next again. Before the loader
+ * next overwrites that batch's device memory, its copy stream waits on the event
+ * (cudaStreamWaitEvent), so the copy cannot overtake those kernels. NULL (the
+ * default) means the caller synchronizes its stream before stoke_loader_next. A no-op
+ * for host batches. */
+void stoke_loader_set_consumer_event(stoke_loader *l, void *event);
+
 /* Blocks until a device batch's copy has finished (cudaEventSynchronize); a no-op for
  * host batches. */
 stoke_status stoke_loader_wait(stoke_loader *l, const stoke_batch *b);

@@ -86,6 +86,7 @@ struct stoke_loader {
     char reason[512];
     void *stream;
     dslot ds[2];
+    void *consumer_event; /* the caller's, waited on before a device slot is reused */
 
     /* Instrumentation (consumer side, except busy_ns). */
     uint64_t start_ns;
@@ -315,7 +316,7 @@ static void device_setup(stoke_loader *l, int dev)
     if (!rt->set_device || !rt->host_alloc || !rt->free_host || !rt->malloc || !rt->free ||
         !rt->memcpy_async || !rt->stream_create_with_flags || !rt->stream_destroy ||
         !rt->event_create_with_flags || !rt->event_record || !rt->event_synchronize ||
-        !rt->event_query || !rt->event_destroy) {
+        !rt->event_query || !rt->event_destroy || !rt->stream_wait_event) {
         snprintf(l->reason, sizeof l->reason,
                  "the CUDA runtime lacks the stream, event or memory functions");
         return;
@@ -356,7 +357,11 @@ static stoke_status issue_copy(stoke_loader *l, slot *s, int k)
                               cu_msg(rt, rc), rc);
         d->pending = false;
     }
-    int rc = rt->memcpy_async(d->inputs, s->inputs, (size_t)s->size * l->in_bytes,
+    int rc = CU_SUCCESS;
+    if (d->seq >= 0 && l->consumer_event) /* the caller's kernels on d->seq come first */
+        rc = rt->stream_wait_event(l->stream, l->consumer_event, 0);
+    if (rc == CU_SUCCESS)
+        rc = rt->memcpy_async(d->inputs, s->inputs, (size_t)s->size * l->in_bytes,
                               CU_MEMCPY_HOST_TO_DEVICE, l->stream);
     if (rc == CU_SUCCESS && l->tg_bytes)
         rc = rt->memcpy_async(d->targets, s->targets, (size_t)s->size * l->tg_bytes,
@@ -643,6 +648,8 @@ stoke_status stoke_loader_wait(stoke_loader *l, const stoke_batch *b)
                           cu_msg(l->rt, rc), rc);
     return STOKE_OK;
 }
+
+void stoke_loader_set_consumer_event(stoke_loader *l, void *event) { l->consumer_event = event; }
 
 stoke_sampler_state stoke_loader_state(const stoke_loader *l) { return l->state; }
 bool stoke_loader_on_device(const stoke_loader *l) { return l->on_device; }

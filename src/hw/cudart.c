@@ -59,6 +59,7 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
     *(void **)&rt->event_synchronize = dlsym(lib, "cudaEventSynchronize");
     *(void **)&rt->event_query = dlsym(lib, "cudaEventQuery");
     *(void **)&rt->event_destroy = dlsym(lib, "cudaEventDestroy");
+    *(void **)&rt->stream_wait_event = dlsym(lib, "cudaStreamWaitEvent");
     if (!rt->get_device_count || !rt->device_get_attribute) {
         dlclose(lib);
         free(rt);

@@ -120,6 +120,7 @@ struct stoke_cudart {
     int (*event_synchronize)(void *);
     int (*event_query)(void *);
     int (*event_destroy)(void *);
+    int (*stream_wait_event)(void *, void *, unsigned);
     int runtime_version;
 };
 

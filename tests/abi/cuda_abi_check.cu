@@ -56,6 +56,7 @@ int main()
     CHECK_PROTOTYPE(cudaEventSynchronize, cudaError_t (*)(cudaEvent_t));
     CHECK_PROTOTYPE(cudaEventQuery, cudaError_t (*)(cudaEvent_t));
     CHECK_PROTOTYPE(cudaEventDestroy, cudaError_t (*)(cudaEvent_t));
+    CHECK_PROTOTYPE(cudaStreamWaitEvent, cudaError_t (*)(cudaStream_t, cudaEvent_t, unsigned int));
     // Linked against the real runtime: on a machine without a GPU this reports the
     // runtime's own reason, which is what stoke prints too.
     int n = -1, version = 0;

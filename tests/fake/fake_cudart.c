@@ -104,8 +104,8 @@ typedef struct fake_event {
     int queries;
 } fake_event;
 
-/* One logged call: op is 'C' copy, 'R' record, 'S' event sync, 'Q' query, 'X' copy
- * executed. */
+/* One logged call: op is 'C' copy, 'R' record, 'S' event sync, 'Q' query, 'W' stream
+ * waits on an event, 'X' copy executed. */
 typedef struct fake_log_entry {
     char op;
     int stream, event;
@@ -314,6 +314,24 @@ int cudaEventQuery(void *e)
     }
     pthread_mutex_unlock(&fake_mu);
     return rc;
+}
+
+/* The other stream's work up to the event is run now (the double has no concurrency),
+ * so whatever the waiting stream does next comes after it. */
+int cudaStreamWaitEvent(void *s, void *e, unsigned flags)
+{
+    fake_stream *st = s;
+    fake_event *ev = e;
+    if (!st || !ev || flags != 0)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    log_op('W', st->id, ev->id, NULL);
+    if (ev->stream && ev->stream != st) {
+        run_queue(ev->stream, ev->id);
+        ev->stream = NULL;
+    }
+    pthread_mutex_unlock(&fake_mu);
+    return OK;
 }
 
 int cudaEventDestroy(void *e)
