@@ -17,3 +17,7 @@ add_test(NAME data_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/data.sh $<TARGET_FILE:stoke>
                  ${STOKE_DATA_FIXTURES} ${CMAKE_CURRENT_BINARY_DIR}/data-e2e)
 set_tests_properties(data_e2e PROPERTIES FIXTURES_REQUIRED data_fixtures TIMEOUT 120)
+
+add_test(NAME data_options_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/data_options.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/data-options-e2e)

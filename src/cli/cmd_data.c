@@ -16,8 +16,8 @@
 
 void cmd_data_usage(void)
 {
-    puts("usage: stoke data info PATH [--split S] [--targets F] [--json]\n"
-         "       stoke data convert SRC DST [--split S] [--targets F]\n"
+    puts("usage: stoke data info PATH [OPTIONS] [--json]\n"
+         "       stoke data convert SRC DST [OPTIONS]\n"
          "\n"
          "info     prints a dataset's sample count, input shape and dtype, target kind,\n"
          "         shape and dtype, and for class targets the number of classes and the\n"
@@ -29,9 +29,16 @@ void cmd_data_usage(void)
          "PATH / SRC may be an IDX directory or file (plain or .gz), an NPY file, an HDF5\n"
          "file, a folder of class subfolders of images, or a packed-records file; the\n"
          "format is recognised from the contents.\n"
-         "  --split S     IDX directories: train (default) or test\n"
+         "  --split S     IDX directories: train (default) or test; image folders: the\n"
+         "                subfolder holding the class folders (PATH/S/<class>/...)\n"
          "  --targets F   NPY: the targets file (default: derived from the inputs file's\n"
          "                name, x.npy -> y.npy, X_train.npy -> y_train.npy, ...)\n"
+         "  --input-name N   HDF5: the dataset of inputs (default: inputs, x, X, data,\n"
+         "                features)\n"
+         "  --target-name N  HDF5: the dataset of targets (default: targets, y, Y, labels)\n"
+         "  --size HxW    image folders: resize every image to H x W (default 224x224)\n"
+         "  --channels C  image folders: 1 (gray) or 3 (RGB, default)\n"
+         "  --regression  float targets are regression values, even if whole numbers\n"
          "  --json        info: print one JSON document\n"
          "Exit: 0 success, 1 the dataset cannot be read or written (the message names the\n"
          "file and what was wrong), 2 a usage error. Fields and formats: docs/data.md,\n"
@@ -162,15 +169,37 @@ static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, 
             cmd_data_usage();
             return 0;
         }
+        bool valued = strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0 ||
+                      strcmp(a, "--input-name") == 0 || strcmp(a, "--target-name") == 0 ||
+                      strcmp(a, "--size") == 0 || strcmp(a, "--channels") == 0;
+        if (valued && i + 1 >= argc)
+            return cli_usage_error(CMD, "%s needs a value", a);
+        const char *v = valued ? argv[i + 1] : NULL;
+        i += valued;
         if (strcmp(a, "--json") == 0 && json) {
             *json = true;
-        } else if (strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0) {
-            if (i + 1 >= argc)
-                return cli_usage_error(CMD, "%s needs a value", a);
-            if (a[2] == 's')
-                o->split = argv[++i];
-            else
-                o->targets_path = argv[++i];
+        } else if (strcmp(a, "--regression") == 0) {
+            o->regression = true;
+        } else if (strcmp(a, "--split") == 0) {
+            o->split = v;
+        } else if (strcmp(a, "--targets") == 0) {
+            o->targets_path = v;
+        } else if (strcmp(a, "--input-name") == 0) {
+            o->input_name = v;
+        } else if (strcmp(a, "--target-name") == 0) {
+            o->target_name = v;
+        } else if (strcmp(a, "--size") == 0) {
+            int h = 0, w = 0, used = 0;
+            if (sscanf(v, "%dx%d%n", &h, &w, &used) != 2 || v[used] || h < 1 || w < 1 ||
+                h > 65535 || w > 65535)
+                return cli_usage_error(CMD, "--size takes HxW, e.g. 224x224, not '%s'", v);
+            o->image_height = h;
+            o->image_width = w;
+        } else if (strcmp(a, "--channels") == 0) {
+            long c;
+            if (!cli_parse_long(v, 1, 3, &c) || c == 2)
+                return cli_usage_error(CMD, "--channels takes 1 or 3, not '%s'", v);
+            o->image_channels = (int)c;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(CMD, "unknown option '%s' for %s", a, sub);
         } else if (*npos < max_pos) {
