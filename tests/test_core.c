@@ -26,6 +26,9 @@ int main(void)
     CHECK_STR_EQ(stoke_format_bytes(12.3e9, buf, sizeof buf), "12.3 GB");
     CHECK_STR_EQ(stoke_format_bytes(999, buf, sizeof buf), "999 B");
     CHECK_STR_EQ(stoke_format_bytes(1500, buf, sizeof buf), "1.5 kB");
+    CHECK_STR_EQ(stoke_format_flops(332.8e9, buf, sizeof buf), "332.8 GFLOP/s");
+    CHECK_STR_EQ(stoke_format_flops(5.3248e12, buf, sizeof buf), "5.3 TFLOP/s");
+    CHECK_STR_EQ(stoke_format_flops(12, buf, sizeof buf), "12.0 FLOP/s");
 
     uint64_t t0 = stoke_now_ns();
     usleep(2000);

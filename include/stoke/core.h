@@ -56,6 +56,10 @@ long stoke_read_line(const char *path, char *buf, size_t size);
  * into buf and returns buf. */
 char *stoke_format_bytes(double bytes, char *buf, size_t size);
 
+/* Formats a rate of floating-point operations as "332.8 GFLOP/s" into buf and returns
+ * buf. */
+char *stoke_format_flops(double flops, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

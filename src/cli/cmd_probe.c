@@ -46,18 +46,6 @@ static const char *version_text(int v, char *buf, size_t size)
     return buf;
 }
 
-static const char *flops_text(double f, char *buf, size_t size)
-{
-    static const char *units[] = {"", "k", "M", "G", "T", "P", "E"};
-    int u = 0;
-    while (f >= 1000.0 && u < 6) {
-        f /= 1000.0;
-        u++;
-    }
-    snprintf(buf, size, "%.1f %sFLOP/s", f, units[u]);
-    return buf;
-}
-
 static const char *rec_value_text(const stoke_rec *r, char *buf, size_t size)
 {
     if (!r->known)
@@ -66,7 +54,7 @@ static const char *rec_value_text(const stoke_rec *r, char *buf, size_t size)
     case STOKE_REC_TEXT: snprintf(buf, size, "%s", r->text); break;
     case STOKE_REC_BOOL: snprintf(buf, size, "%s", r->number != 0 ? "on" : "off"); break;
     case STOKE_REC_COUNT: snprintf(buf, size, "%.0f", r->number); break;
-    case STOKE_REC_FLOPS: flops_text(r->number, buf, size); break;
+    case STOKE_REC_FLOPS: stoke_format_flops(r->number, buf, size); break;
     }
     return buf;
 }

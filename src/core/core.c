@@ -103,3 +103,15 @@ char *stoke_format_bytes(double bytes, char *buf, size_t size)
         snprintf(buf, size, "%.1f %s", bytes, units[u]);
     return buf;
 }
+
+char *stoke_format_flops(double flops, char *buf, size_t size)
+{
+    static const char *units[] = {"", "k", "M", "G", "T", "P", "E"};
+    int u = 0;
+    while (flops >= 1000.0 && u < 6) {
+        flops /= 1000.0;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %sFLOP/s", flops, units[u]);
+    return buf;
+}

@@ -87,18 +87,6 @@ static void more(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-static const char *flops_text(double f, char *buf, size_t size)
-{
-    static const char *units[] = {"", "k", "M", "G", "T", "P", "E"};
-    int u = 0;
-    while (f >= 1000.0 && u < 6) {
-        f /= 1000.0;
-        u++;
-    }
-    snprintf(buf, size, "%.1f %sFLOP/s", f, units[u]);
-    return buf;
-}
-
 static bool is_geforce(const stoke_gpu_info *g)
 {
     return strstr(g->name, "GeForce") != NULL;
@@ -281,7 +269,7 @@ static bool peak_rule(const stoke_machine *m, int dev, stoke_rec *r, bool tensor
     r->known = stoke_gpu_peak_flops(g, tensor, &r->number, why, sizeof why);
     if (r->known) {
         char f[32];
-        say(r->reason, sizeof r->reason, "%s = %s", why, flops_text(r->number, f, sizeof f));
+        say(r->reason, sizeof r->reason, "%s = %s", why, stoke_format_flops(r->number, f, sizeof f));
     } else {
         say(r->reason, sizeof r->reason, "%s", why);
     }
@@ -456,7 +444,7 @@ static bool rule_cpu_peak(const stoke_machine *m, stoke_rec *r, bool bf16)
     r->known = stoke_cpu_peak_flops(&m->cpu, bf16, &r->number, why, sizeof why);
     if (r->known) {
         char f[32];
-        say(r->reason, sizeof r->reason, "%s = %s", why, flops_text(r->number, f, sizeof f));
+        say(r->reason, sizeof r->reason, "%s = %s", why, stoke_format_flops(r->number, f, sizeof f));
     } else {
         say(r->reason, sizeof r->reason, "%s", why);
     }
