@@ -13,3 +13,6 @@ foreach(case ${STOKE_MONITOR_E2E_CASES})
                    ${CMAKE_CURRENT_SOURCE_DIR}/scenarios ${CMAKE_CURRENT_BINARY_DIR}/monitor-e2e)
   set_tests_properties(monitor_e2e_${case} PROPERTIES TIMEOUT 60)
 endforeach()
+
+# A real loader feeding a real monitor through the pipeline provider.
+stoke_unit_test(test_pipeline_monitor test_pipeline_monitor.c)

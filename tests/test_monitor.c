@@ -71,6 +71,9 @@ typedef struct scen {
     uint64_t vram_used, vram_total;
     unsigned power_w, limit_w, temp_c;
     uint64_t throttle;
+    bool pipe;                    /* the input pipeline reports */
+    double wait_pct, busy, fill;  /* its wait share %, worker busy 0..1, ring fill */
+    int workers, slots;
 } scen;
 
 /* Twenty samples of a scenario, with small deterministic wobble. */
@@ -114,6 +117,23 @@ static void run_scenario(const scen *sc, int ncpu, stoke_mon_summary *sum)
             g->sm_clock_mhz = 1800;
             /* the throttle bits show in three samples out of four */
             g->throttle_reasons = (i % 4 != 3) ? sc->throttle : 0;
+        }
+        if (sc->pipe) {
+            s.valid |= STOKE_MS_PIPELINE | STOKE_MS_PIPELINE_RATE;
+            s.data_wait_pct = sc->wait_pct + w;
+            if (s.data_wait_pct < 0)
+                s.data_wait_pct = 0;
+            s.batches_per_s = 40 + w;
+            stoke_mon_pipeline *p = &s.pipe;
+            p->batches = 20 * (i + 1);
+            p->wait_total_s = sc->wait_pct / 100.0 * 0.5 * (i + 1);
+            p->wait_avg_ms = 12.5;
+            p->wait_p95_ms = 40;
+            p->wait_max_ms = 78.1;
+            p->fill_avg = sc->fill;
+            p->slots = sc->slots;
+            p->workers = sc->workers;
+            p->busy_frac = sc->busy;
         }
         CHECK_INT_EQ(stoke_mon_history_add(&h, &s), STOKE_OK);
     }
@@ -306,11 +326,133 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->evidence, "median 20% (p95 22%, max 22%) is under 30%");
     CHECK(find(f, n, "input-bound-cpu") == NULL);
 
-    /* Thresholds are fields of the rows: a copy with another threshold decides
+    /* The loop waits for data 35% of the time; its one worker is busy 97%: the
+     * pipeline bounded the run, with the loader's numbers, and the worker count that
+     * keeps up (1 / (1 - 0.35) = 1.5x: 2 workers, at most 3 of 4 cores). */
+    scen dw = healthy_gpu;
+    dw.util = 40;
+    dw.cpu = 97;
+    dw.pipe = true;
+    dw.wait_pct = 35;
+    dw.busy = 0.97;
+    dw.fill = 0.1;
+    dw.workers = 1;
+    dw.slots = 4;
+    run_scenario(&dw, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "waited for data 35% of the time (median; p95 36%)");
+        CHECK_STR_CONTAINS(x->evidence, "avg 12.5 ms, p95 40.0 ms, max 78.1 ms");
+        CHECK_STR_CONTAINS(x->evidence, "the ring of 4 slots held 0.10 ready batches");
+        CHECK_STR_CONTAINS(x->evidence, "1 worker busy 97%");
+        CHECK_STR_CONTAINS(x->evidence, "40.0 batches/s");
+        CHECK_STR_CONTAINS(x->advice, "run 2 loader workers (now 1");
+        CHECK_STR_CONTAINS(x->advice, "1.5x as fast; at most 3");
+        CHECK_STR_CONTAINS(x->advice, "stoke data convert");
+    }
+    /* The same run without the loader's numbers is input-bound-cpu; with them,
+     * data-wait decides alone, so the two worker counts cannot disagree. */
+    CHECK(find(f, n, "input-bound-cpu") == NULL);
+    CHECK(n > 0 && strcmp(f[0].rule->id, "data-wait") == 0);
+    dw.pipe = false;
+    run_scenario(&dw, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "input-bound-cpu") != NULL && find(f, n, "data-wait") == NULL);
+    dw.pipe = true;
+    /* The workers already fill the usable cores: cheaper work, not more workers. */
+    dw.workers = 3;
+    run_scenario(&dw, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->advice, "the 3 workers are busy and use the usable cores (4");
+        CHECK(strstr(x->advice, "run ") == NULL);
+    }
+    /* Busy workers while the CPUs wait on storage: they are reading. */
+    dw.workers = 2;
+    dw.cpu = 30;
+    dw.iowait = 30;
+    run_scenario(&dw, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->advice, "spend their time reading (iowait median 30%");
+        CHECK_STR_CONTAINS(x->advice, "/dev/shm");
+    }
+    CHECK(find(f, n, "io-bound") != NULL);
+    CHECK(n > 0 && strcmp(f[0].rule->id, "data-wait") == 0);
+    /* Idle workers and an empty ring: not the CPU; storage, and a shallow ring. */
+    dw.iowait = 1;
+    dw.busy = 0.3;
+    dw.fill = 0.2;
+    dw.workers = 4;
+    run_scenario(&dw, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->advice, "idle 70% of the time yet the ring is mostly empty");
+        CHECK_STR_CONTAINS(x->advice, "io-bound");
+        CHECK_STR_CONTAINS(x->advice, "prefetch 10");
+    }
+    /* A CPU-only loop on one of two cores that waits for data is not short of threads. */
+    scen cw = cpu_ok;
+    cw.cpu = 50;
+    cw.job_cpu = 99;
+    cw.pipe = true;
+    cw.wait_pct = 45;
+    cw.busy = 0.95;
+    cw.fill = 0.0;
+    cw.workers = 0;
+    cw.slots = 2;
+    run_scenario(&cw, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "no workers: the loop read and transformed");
+        CHECK_STR_CONTAINS(x->advice, "run 1 loader worker (now 0");
+    }
+    CHECK(find(f, n, "cpu-underused") == NULL);
+    CHECK_INT_EQ(x ? x->gpu : 0, -1);
+
+    /* A healthy pipeline: the loop waits 2% of the time, nothing fires ... */
+    scen hp = healthy_gpu;
+    hp.pipe = true;
+    hp.wait_pct = 2;
+    hp.busy = 0.5;
+    hp.fill = 3.5;
+    hp.workers = 2;
+    hp.slots = 6;
+    run_scenario(&hp, 4, &sum);
+    CHECK(sum.have_pipeline);
+    CHECK_INT_EQ(sum.sys[STOKE_M_DATA_WAIT].n, 20);
+    CHECK_INT_EQ(stoke_diagnose(&sum, f, 16), 0);
+    /* ... and a saturated CPU beside an idle GPU is not input-bound when the loader
+     * says the loop does not wait for it. */
+    hp.util = 11;
+    hp.cpu = 97;
+    run_scenario(&hp, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "input-bound-cpu") == NULL);
+    CHECK(find(f, n, "data-wait") == NULL);
+    CHECK(find(f, n, "low-gpu-util") != NULL);
+    /* Without a pipeline the same run is input-bound, as before. */
+    hp.pipe = false;
+    run_scenario(&hp, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "input-bound-cpu") != NULL);
+
+        /* Thresholds are fields of the rows: a copy with another threshold decides
      * differently on the same run. */
+    run_scenario(&low, 2, &sum);
     size_t nrules;
     const stoke_rule *rules = stoke_rules(&nrules);
-    CHECK(nrules >= 7);
+    CHECK(nrules >= 8);
     for (size_t i = 0; i < nrules; i++) {
         if (strcmp(rules[i].id, "low-gpu-util") != 0)
             continue;
@@ -318,6 +460,16 @@ static void test_rules(void)
         stoke_finding one_f;
         CHECK(r.check(&r, &sum, &one_f));
         r.gpu_util_below = 15;
+        CHECK(!r.check(&r, &sum, &one_f));
+    }
+    run_scenario(&dw, 4, &sum);
+    for (size_t i = 0; i < nrules; i++) {
+        if (strcmp(rules[i].id, "data-wait") != 0)
+            continue;
+        stoke_rule r = rules[i];
+        stoke_finding one_f;
+        CHECK(r.check(&r, &sum, &one_f));
+        r.data_wait_atleast = 40;
         CHECK(!r.check(&r, &sum, &one_f));
     }
 
@@ -331,6 +483,22 @@ static void test_rules(void)
     fclose(mf_out);
     CHECK_STR_CONTAINS(text, "bounded by CPU (input pipeline)");
     CHECK_STR_CONTAINS(text, "[input-bound-cpu]");
+    free(text);
+    mf_out = open_memstream(&text, &len);
+    dw.cpu = 97;
+    dw.busy = 0.97;
+    dw.workers = 1;
+    run_scenario(&dw, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    stoke_diagnosis_print(&sum, f, n, n, mf_out);
+    stoke_mon_summary_print(&sum, mf_out);
+    fclose(mf_out);
+    CHECK_STR_CONTAINS(text, "bounded by input pipeline (data loader)");
+    CHECK_STR_CONTAINS(text, "[data-wait]");
+    CHECK_STR_CONTAINS(text, "data_wait_pct");
+    CHECK_STR_CONTAINS(text, "batches_per_s");
+    CHECK_STR_CONTAINS(text, "input pipeline: 400 batches, 1 worker, 4 slots");
+    CHECK_STR_CONTAINS(text, "per batch avg 12.50 ms, p95 40.00 ms, max 78.10 ms");
     free(text);
     mf_out = open_memstream(&text, &len);
     run_scenario(&healthy_gpu, 2, &sum);
@@ -434,6 +602,87 @@ static void test_formats(void)
     CHECK_INT_EQ(ch, cr);
     CHECK_STR_CONTAINS(hdr, "gpu0_temp_c");
     CHECK_STR_CONTAINS(buf, ",340.0,350.0,,,4,,,\n"); /* power, limit, temp, clock, throttle */
+
+    /* The input pipeline: a "pipeline" object, CSV cells and DATA in the line. */
+    sample_for_format(&s);
+    s.valid |= STOKE_MS_PIPELINE | STOKE_MS_PIPELINE_RATE;
+    s.data_wait_pct = 35.25;
+    s.batches_per_s = 48;
+    s.pipe = (stoke_mon_pipeline){.wait_total_s = 12.5, .batches = 1200, .wait_avg_ms = 10.4,
+                                  .wait_p95_ms = 25.3, .wait_max_ms = 78.1, .fill_avg = 0.25,
+                                  .slots = 6, .workers = 2, .busy_frac = 0.97};
+    stoke_mon_format_line(&s, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "| DATA 35% 48.0 batch/s");
+    n = stoke_mon_format_json(&s, buf, sizeof buf);
+    CHECK(n > 0);
+    j = cJSON_Parse(buf);
+    cJSON *pj = j ? cJSON_GetObjectItem(j, "pipeline") : NULL;
+    CHECK(pj != NULL);
+    if (pj) {
+        static const struct { const char *k; double v; } want[] = {
+            {"wait_pct", 35.25}, {"batches_per_s", 48}, {"batches", 1200},
+            {"wait_total_s", 12.5}, {"wait_avg_ms", 10.4}, {"wait_p95_ms", 25.3},
+            {"wait_max_ms", 78.1}, {"fill_avg", 0.25}, {"slots", 6}, {"workers", 2},
+            {"busy_frac", 0.97}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            cJSON *v = cJSON_GetObjectItem(pj, want[i].k);
+            CHECK_MSG(v && cJSON_IsNumber(v), "pipeline.%s missing", want[i].k);
+            if (v)
+                CHECK_NEAR(v->valuedouble, want[i].v, 1e-9);
+        }
+    }
+    cJSON_Delete(j);
+    /* The CSV header names the pipeline columns; the row has their values in place. */
+    CHECK(stoke_mon_format_csv_header(1, hdr, sizeof hdr) > 0);
+    CHECK(stoke_mon_format_csv_row(&s, 1, buf, sizeof buf) > 0);
+    {
+        char *hs = hdr, *rs = buf;
+        int found = 0;
+        ch = cr = 0;
+        for (char *c = hdr; *c; c++)
+            ch += *c == ',';
+        for (char *c = buf; *c; c++)
+            cr += *c == ',';
+        CHECK_INT_EQ(ch, cr);
+        /* strsep keeps empty cells, which strtok would skip */
+        char *h, *r;
+        while ((h = strsep(&hs, ",\n")) && (r = strsep(&rs, ",\n"))) {
+            if (strcmp(h, "pipe_wait_pct") == 0) {
+                found++;
+                CHECK_STR_EQ(r, "35.25");
+            }
+            if (strcmp(h, "pipe_batches") == 0) {
+                found++;
+                CHECK_STR_EQ(r, "1200");
+            }
+            if (strcmp(h, "pipe_workers") == 0) {
+                found++;
+                CHECK_STR_EQ(r, "2");
+            }
+            if (strcmp(h, "pipe_busy_frac") == 0) {
+                found++;
+                CHECK_STR_EQ(r, "0.9700");
+            }
+        }
+        CHECK_INT_EQ(found, 4);
+    }
+    /* A first snapshot has no window: no share or rate, but the snapshot is there. */
+    s.valid &= ~(unsigned)STOKE_MS_PIPELINE_RATE;
+    stoke_mon_format_line(&s, buf, sizeof buf);
+    CHECK(strstr(buf, "DATA") == NULL);
+    stoke_mon_format_json(&s, buf, sizeof buf);
+    j = cJSON_Parse(buf);
+    pj = j ? cJSON_GetObjectItem(j, "pipeline") : NULL;
+    CHECK(pj && !cJSON_GetObjectItem(pj, "wait_pct") && cJSON_GetObjectItem(pj, "batches"));
+    cJSON_Delete(j);
+    /* No pipeline: no key, empty cells, no DATA. */
+    sample_for_format(&s);
+    stoke_mon_format_json(&s, buf, sizeof buf);
+    CHECK(strstr(buf, "\"pipeline\"") == NULL);
+    stoke_mon_format_line(&s, buf, sizeof buf);
+    CHECK(strstr(buf, "DATA") == NULL);
+    stoke_mon_format_csv_row(&s, 1, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, ",,,,,,,,,,,"); /* the eleven pipeline cells */
 
     /* Log files: an unwritable path fails with its name. */
     int fd;

@@ -352,6 +352,8 @@ typedef struct stoke_loader_stats {
     double elapsed_s;          /* since create */
 } stoke_loader_stats;
 
+/* Thread-safe: may run on another thread (the monitor's sampler) while the consumer
+ * calls stoke_loader_next. */
 void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s);
 
 /* Stops the workers (joining every thread) and frees everything; NULL is fine. */

@@ -26,7 +26,29 @@ enum {
     STOKE_MS_PROC_CPU = 1u << 3, /* proc_cpu_pct (needs two reads of the tree) */
     STOKE_MS_PROC_IO = 1u << 4,  /* proc_read_Bps, proc_write_Bps */
     STOKE_MS_PROC_GPU = 1u << 5, /* proc_gpu_mem_bytes (NVML's process lists) */
+    STOKE_MS_PIPELINE = 1u << 6, /* pipe: the input pipeline's snapshot (a provider) */
+    STOKE_MS_PIPELINE_RATE = 1u << 7, /* data_wait_pct, batches_per_s (two snapshots) */
 };
+
+/* What an input pipeline (stoke's loader, or any other) reports to the monitor. The
+ * cumulative counts let the monitor compute each window's share; the rest are the
+ * pipeline's own summaries since it started. */
+typedef struct stoke_mon_pipeline {
+    double wait_total_s;         /* cumulative time the consumer waited for batches */
+    int64_t batches;             /* cumulative batches handed out */
+    double wait_avg_ms;          /* the consumer's wait per batch: mean, */
+    double wait_p95_ms;          /*   p95 (over the pipeline's recent batches), */
+    double wait_max_ms;          /*   and max */
+    double fill_avg;             /* batches ready in the ring when the consumer asked */
+    int slots;                   /* ring size (prefetch depth) */
+    int workers;                 /* worker threads; 0 = the consumer does the work */
+    double busy_frac;            /* mean worker busy fraction 0..1 (reading + transforming) */
+} stoke_mon_pipeline;
+
+/* Fills *out with the pipeline's current numbers; false when there is nothing yet (no
+ * loader). Called on the monitor's sampler thread while the consumer runs, so it must
+ * be thread-safe with respect to the pipeline (stoke_loader_get_stats is). */
+typedef bool (*stoke_mon_pipeline_fn)(void *ctx, stoke_mon_pipeline *out);
 
 typedef struct stoke_mon_gpu {
     stoke_gpu_sample s;          /* the device reading, with its own STOKE_GS_* bits */
@@ -54,6 +76,11 @@ typedef struct stoke_mon_sample {
     uint64_t proc_gpu_mem_bytes; /* sum of proc_mem_bytes over the GPUs */
     int gpu_count;               /* 0 without NVML */
     stoke_mon_gpu gpus[STOKE_MAX_GPUS];
+    stoke_mon_pipeline pipe;     /* STOKE_MS_PIPELINE */
+    double data_wait_pct;        /* % of the wall time since the previous snapshot that
+                                    the consumer waited for data, 0..100 (a wait is
+                                    counted in the window its batch was handed out) */
+    double batches_per_s;        /* batches handed out per second in that window */
 } stoke_mon_sample;
 
 /* ---- /proc readers (proc.c) -------------------------------------------------- */
@@ -116,6 +143,8 @@ typedef enum stoke_sys_metric {
     STOKE_M_PROC_READ,  /* bytes/s */
     STOKE_M_PROC_WRITE, /* bytes/s */
     STOKE_M_PROC_GPU_MEM, /* bytes */
+    STOKE_M_DATA_WAIT,  /* % of wall time the consumer waited for data */
+    STOKE_M_BATCH_RATE, /* batches/s */
     STOKE_M_COUNT
 } stoke_sys_metric;
 
@@ -151,6 +180,8 @@ typedef struct stoke_mon_history {
     stoke_series sys[STOKE_M_COUNT];
     int gpu_count;               /* most GPUs seen in a sample */
     stoke_mon_gpu_history gpu[STOKE_MAX_GPUS];
+    bool have_pipeline;          /* a pipeline snapshot was seen */
+    stoke_mon_pipeline pipeline; /* the last one (its summaries cover the whole run) */
 } stoke_mon_history;
 
 void stoke_mon_history_init(stoke_mon_history *h);
@@ -181,6 +212,8 @@ typedef struct stoke_mon_summary {
         double power_limit_w;
         size_t throttle_samples, power_throttled, thermal_throttled;
     } gpu[STOKE_MAX_GPUS];
+    bool have_pipeline;          /* the input pipeline reported (data-wait rule) */
+    stoke_mon_pipeline pipeline; /* its last snapshot */
     /* Storage under --data, for the I/O rule. */
     bool have_disk;
     stoke_disk_kind disk_kind;
@@ -191,7 +224,8 @@ typedef struct stoke_mon_summary {
 stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
                                  stoke_mon_summary *out);
 
-/* Writes the min / median / p95 / max table of every non-empty series to f. */
+/* Writes the min / median / p95 / max table of every non-empty series to f, and the
+ * input pipeline's own summaries when it reported. */
 void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f);
 
 /* ---- Diagnosis (rules.c) ---------------------------------------------------------
@@ -226,6 +260,9 @@ typedef struct stoke_rule {
     double samples_frac_atleast; /* fraction of samples showing a condition */
     double job_cores_atleast;    /* the job keeps at least this many cores busy */
     double cores_frac_below;     /* ... but under this fraction of the usable cores */
+    double data_wait_atleast;    /* median % of the time the consumer waited for data */
+    double busy_frac_atleast;    /* loader workers busy at least this fraction = saturated */
+    double fill_below;           /* ring fill (batches ready) under this = mostly empty */
     /* Fills *f and returns true when the rule fires. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 } stoke_rule;
@@ -282,11 +319,18 @@ typedef struct stoke_monitor_config {
     bool no_gpu;                 /* do not load NVML */
     stoke_mon_callback on_sample; /* may be NULL */
     void *ctx;
+    /* The input pipeline, may be NULL: called once by stoke_monitor_create (on the
+     * caller's thread) and then on the sampler thread before each sample; see
+     * stoke_mon_pipeline_fn. A snapshot whose counts went backwards (a new loader)
+     * starts the windows afresh. */
+    stoke_mon_pipeline_fn pipeline_fn;
+    void *pipeline_ctx;
 } stoke_monitor_config;
 
 /* Creates a monitor: opens the /proc readers and NVML (a missing NVML is a normal
- * state, see stoke_monitor_gpu_note). Takes a first reading so the first sample has
- * rates. Errors: STOKE_ERR_ARG (interval), STOKE_ERR_NOTFOUND (pid), STOKE_ERR_IO. */
+ * state, see stoke_monitor_gpu_note). Takes a first reading (of the pipeline too) so
+ * the first sample has rates. Errors: STOKE_ERR_ARG (interval), STOKE_ERR_NOTFOUND
+ * (pid), STOKE_ERR_IO. */
 stoke_status stoke_monitor_create(const stoke_monitor_config *cfg, stoke_monitor **out);
 
 /* Starts the sampler thread. STOKE_ERR_SYSTEM if it cannot be created. */

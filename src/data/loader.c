@@ -620,9 +620,11 @@ stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
     }
     l->next_seq = g + 1;
     l->state = s->after;
-    /* Instrumentation. */
+    /* Instrumentation, under mu so stoke_loader_get_stats may run on another thread
+     * (the monitor's sampler) while the consumer runs. */
     uint64_t w = stoke_now_ns() - t0;
     if (s->size > 0) {
+        pthread_mutex_lock(&l->mu);
         l->waits_ms[l->batches % WAIT_WINDOW] = (float)(w / 1e6);
         l->batches++;
         l->samples += s->size;
@@ -634,6 +636,7 @@ stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
             l->fill_min = fill;
         if (fill > l->fill_max)
             l->fill_max = fill;
+        pthread_mutex_unlock(&l->mu);
     }
     return STOKE_OK;
 }
@@ -664,26 +667,23 @@ static int cmp_float(const void *a, const void *b)
 void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
 {
     memset(s, 0, sizeof *s);
-    s->batches = l->batches;
-    s->samples = l->samples;
     s->slots = l->K;
     s->workers = l->nworkers;
-    s->elapsed_s = (double)(stoke_now_ns() - l->start_ns) / 1e9;
-    if (l->batches > 0) {
-        s->wait_avg_ms = (double)l->wait_sum_ns / 1e6 / (double)l->batches;
-        s->wait_max_ms = (double)l->wait_max_ns / 1e6;
-        int n = l->batches < WAIT_WINDOW ? (int)l->batches : WAIT_WINDOW;
-        float sorted[WAIT_WINDOW];
-        memcpy(sorted, l->waits_ms, (size_t)n * sizeof *sorted);
-        qsort(sorted, (size_t)n, sizeof *sorted, cmp_float);
-        int k = (int)(0.95 * (n - 1) + 0.5);
-        s->wait_p95_ms = sorted[k];
-        s->fill_avg = (double)l->fill_sum / (double)l->batches;
-        s->fill_min = l->fill_min;
-        s->fill_max = l->fill_max;
-    }
-    uint64_t busy = 0;
+    /* Copied under mu (the consumer updates them under it), sorted outside it. */
+    float sorted[WAIT_WINDOW];
+    uint64_t wait_sum_ns, wait_max_ns, busy = 0;
+    int64_t fill_sum;
     pthread_mutex_lock(&l->mu);
+    s->elapsed_s = (double)(stoke_now_ns() - l->start_ns) / 1e9;
+    s->batches = l->batches;
+    s->samples = l->samples;
+    wait_sum_ns = l->wait_sum_ns;
+    wait_max_ns = l->wait_max_ns;
+    fill_sum = l->fill_sum;
+    s->fill_min = l->fill_min;
+    s->fill_max = l->fill_max;
+    int n = l->batches < WAIT_WINDOW ? (int)l->batches : WAIT_WINDOW;
+    memcpy(sorted, l->waits_ms, (size_t)n * sizeof *sorted);
     int nw = l->nworkers ? l->nworkers : 1;
     for (int i = 0; i < nw && l->workers; i++) {
         busy += l->workers[i].busy_ns;
@@ -691,6 +691,15 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
             s->busy_frac[i] = (double)l->workers[i].busy_ns / 1e9 / s->elapsed_s;
     }
     pthread_mutex_unlock(&l->mu);
-    if (l->batches > 0)
-        s->busy_avg_ms = (double)busy / 1e6 / (double)l->batches;
+    if (s->batches > 0) {
+        s->wait_avg_ms = (double)wait_sum_ns / 1e6 / (double)s->batches;
+        s->wait_max_ms = (double)wait_max_ns / 1e6;
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_float);
+        int k = (int)(0.95 * (n - 1) + 0.5);
+        s->wait_p95_ms = sorted[k];
+        s->fill_avg = (double)fill_sum / (double)s->batches;
+        s->busy_avg_ms = (double)busy / 1e6 / (double)s->batches;
+    } else {
+        s->fill_min = s->fill_max = 0;
+    }
 }

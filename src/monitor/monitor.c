@@ -17,6 +17,9 @@ struct stoke_monitor {
     stoke_mon_history hist;  /* written by the sampler only while it runs */
     stoke_mon_sample scratch; /* the sampler's sample being built */
     uint64_t t0_ns, seq;
+    stoke_mon_pipeline pipe_prev; /* the pipeline's previous snapshot (sampler only) */
+    uint64_t pipe_prev_ns;
+    bool have_pipe_prev;
     pthread_t thread;
     bool running;
     pthread_mutex_t mu;      /* guards everything below */
@@ -35,6 +38,36 @@ static void record_error(stoke_monitor *m, stoke_status st, const char *msg)
         snprintf(m->errmsg, sizeof m->errmsg, "%s", msg);
     }
     pthread_mutex_unlock(&m->mu);
+}
+
+/* Asks the pipeline for a snapshot and, with the previous one, the window's wait share
+ * and batch rate. The window is the time between the two calls, not between samples,
+ * so a slow provider does not skew it. */
+static void read_pipeline(stoke_monitor *m, stoke_mon_sample *s)
+{
+    stoke_mon_pipeline p;
+    memset(&p, 0, sizeof p);
+    if (!m->cfg.pipeline_fn || !m->cfg.pipeline_fn(m->cfg.pipeline_ctx, &p))
+        return;
+    uint64_t now = stoke_now_ns();
+    if (s) {
+        s->pipe = p;
+        s->valid |= STOKE_MS_PIPELINE;
+        const stoke_mon_pipeline *q = &m->pipe_prev;
+        double dt = (double)(now - m->pipe_prev_ns) * 1e-9;
+        /* Counts going backwards mean a new pipeline: no window across the two. */
+        if (m->have_pipe_prev && dt > 0 && p.batches >= q->batches &&
+            p.wait_total_s >= q->wait_total_s) {
+            double pct = 100.0 * (p.wait_total_s - q->wait_total_s) / dt;
+            /* A wait that began in the previous window is counted whole in this one. */
+            s->data_wait_pct = pct > 100.0 ? 100.0 : pct;
+            s->batches_per_s = (double)(p.batches - q->batches) / dt;
+            s->valid |= STOKE_MS_PIPELINE_RATE;
+        }
+    }
+    m->pipe_prev = p;
+    m->pipe_prev_ns = now;
+    m->have_pipe_prev = true;
 }
 
 stoke_status stoke_monitor_create(const stoke_monitor_config *cfg, stoke_monitor **out)
@@ -77,6 +110,7 @@ stoke_status stoke_monitor_create(const stoke_monitor_config *cfg, stoke_monitor
         stoke_monitor_free(m);
         return stoke_fail(STOKE_ERR_NOTFOUND, "no process with pid %d", cfg->pid);
     }
+    read_pipeline(m, NULL);
     m->t0_ns = stoke_now_ns();
     *out = m;
     return STOKE_OK;
@@ -101,6 +135,7 @@ static bool sample_once(stoke_monitor *m)
         const int *pids = m->cfg.pid > 0 ? stoke_proc_tree_pids(m->proc, &npids) : NULL;
         stoke_gpu_read(m->gpu, pids, npids, s);
     }
+    read_pipeline(m, s);
     st = stoke_mon_history_add(&m->hist, s);
     if (st != STOKE_OK)
         record_error(m, st, stoke_last_error());

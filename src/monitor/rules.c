@@ -45,12 +45,112 @@ static int suggested_workers(const stoke_mon_summary *s)
     return s->usable_cpus > 1 ? s->usable_cpus - 1 : 1;
 }
 
+/* The input pipeline's own account of the run: its wait share series, if it reported. */
+static const stoke_stats *data_wait(const stoke_mon_summary *s)
+{
+    const stoke_stats *w = &s->sys[STOKE_M_DATA_WAIT];
+    return s->have_pipeline && w->n ? w : NULL;
+}
+
+static bool slow_disk(const stoke_mon_summary *s)
+{
+    return s->have_disk &&
+           (s->disk_kind == STOKE_DISK_ROTATIONAL || s->disk_kind == STOKE_DISK_NETWORK);
+}
+
+/* The training loop waits for its input pipeline (measured by the loader itself). */
+static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f)
+{
+    const stoke_stats *w = data_wait(s);
+    if (!w || w->median < r->data_wait_atleast)
+        return false;
+    const stoke_mon_pipeline *p = &s->pipeline;
+    char workers[96], rate[64] = "", cpu[64] = "";
+    if (p->workers > 0)
+        put(workers, sizeof workers, "%d worker%s busy %.0f%% of the time", p->workers,
+            p->workers == 1 ? "" : "s", 100.0 * p->busy_frac);
+    else
+        put(workers, sizeof workers, "no workers: the loop read and transformed its batches "
+            "itself (busy %.0f%% of the time)", 100.0 * p->busy_frac);
+    if (s->sys[STOKE_M_BATCH_RATE].n)
+        put(rate, sizeof rate, "; %.1f batches/s (median)", s->sys[STOKE_M_BATCH_RATE].median);
+    if (s->sys[STOKE_M_CPU].n)
+        put(cpu, sizeof cpu, "; CPUs %.0f%% busy (median)", s->sys[STOKE_M_CPU].median);
+    f->gpu = -1;
+    put(f->evidence, sizeof f->evidence,
+        "the training loop waited for data %.0f%% of the time (median; p95 %.0f%%); per batch "
+        "avg %.1f ms, p95 %.1f ms, max %.1f ms; the ring of %d slots held %.2f ready batches "
+        "on average when asked; %s%s%s",
+        w->median, w->p95, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->slots,
+        p->fill_avg, workers, rate, cpu);
+    const stoke_stats *io = &s->sys[STOKE_M_IOWAIT];
+    bool reading = (io->n && io->median >= r->iowait_atleast) || slow_disk(s);
+    int cap = suggested_workers(s);
+    if (p->busy_frac >= r->busy_frac_atleast && reading) {
+        /* Blocking reads count as busy: busy workers on waiting storage are reading. */
+        char ram[32];
+        stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
+        put(f->advice, sizeof f->advice,
+            "the workers spend their time reading (iowait median %.0f%%%s): storage feeds "
+            "them too slowly - copy the dataset to tmpfs (/dev/shm) if it fits in RAM (%s "
+            "here) or to local SSD, and convert it to stoke packed records (stoke data "
+            "convert SRC DST) so each sample is one sequential read; see io-bound",
+            io->n ? io->median : 0.0, slow_disk(s) ? ", the data is on slow storage" : "", ram);
+    } else if (p->busy_frac >= r->busy_frac_atleast) {
+        /* To keep up, the pipeline must produce 1/(1 - wait share) times as fast. */
+        double share = w->median < 99 ? w->median / 100.0 : 0.99;
+        int have = p->workers > 0 ? p->workers : 1;
+        int need = (int)ceil(have / (1.0 - share));
+        if (need > cap)
+            need = cap;
+        if (p->workers < cap && need > p->workers)
+            put(f->advice, sizeof f->advice,
+                "the workers cannot keep up: run %d loader worker%s (now %d; waiting %.0f%% of "
+                "the time means the pipeline must be %.1fx as fast; at most %d, one of the %d "
+                "usable cores is the training loop's), and make per-sample work cheaper "
+                "(cheaper transforms, decode/resize once: convert the dataset to stoke packed "
+                "records with stoke data convert SRC DST)",
+                need, need == 1 ? "" : "s", p->workers, w->median, 1.0 / (1.0 - share), cap,
+                s->usable_cpus);
+        else
+            put(f->advice, sizeof f->advice,
+                "the %d workers are busy and use the usable cores (%d, one for the training "
+                "loop): make per-sample work cheaper - cheaper transforms, decode/resize once "
+                "by converting the dataset to stoke packed records (stoke data convert SRC "
+                "DST), augmentation on the accelerator; beyond that only more cores help",
+                p->workers, s->usable_cpus);
+    } else if (p->fill_avg < r->fill_below) {
+        char ring[160] = "";
+        if (p->workers > 0 && p->slots < 2 * p->workers + 2)
+            put(ring, sizeof ring, "; a ring of %d slots for %d workers also gives them too "
+                "little to do at once: prefetch %d", p->slots, p->workers, 2 * p->workers + 2);
+        put(f->advice, sizeof f->advice,
+            "the workers idle %.0f%% of the time yet the ring is mostly empty, so they are not "
+            "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD, stoke data "
+            "convert to packed records)%s",
+            100.0 * (1.0 - p->busy_frac), ring);
+    } else {
+        put(f->advice, sizeof f->advice,
+            "batches are ready on average (%.2f) yet the loop still waits: the waits come in "
+            "bursts (max %.1f ms against avg %.1f ms); a deeper prefetch ring absorbs them: "
+            "%d slots instead of %d",
+            p->fill_avg, p->wait_max_ms, p->wait_avg_ms, 2 * p->slots, p->slots);
+    }
+    return true;
+}
+
 /* GPU mostly idle while the CPUs are saturated. */
 static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f)
 {
     const stoke_stats *cpu = &s->sys[STOKE_M_CPU];
     const stoke_stats *job = &s->sys[STOKE_M_PROC_CPU];
     if (cpu->n == 0)
+        return false;
+    /* The loader's own measurement beats inference from utilization: with it, the
+     * data-wait rule (first in the table) decides. A loop that does not wait for data
+     * is not input-bound whatever the CPUs do, and one that does gets data-wait's more
+     * specific advice, which this rule's worker count must not contradict. */
+    if (data_wait(s))
         return false;
     double cores = s->usable_cpus > 0 ? s->usable_cpus : 1;
     bool saturated = cpu->median >= r->cpu_atleast ||
@@ -78,12 +178,6 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
         return true;
     }
     return false;
-}
-
-static bool slow_disk(const stoke_mon_summary *s)
-{
-    return s->have_disk &&
-           (s->disk_kind == STOKE_DISK_ROTATIONAL || s->disk_kind == STOKE_DISK_NETWORK);
 }
 
 /* GPU idle while the CPUs wait on storage, or the data is on slow storage. */
@@ -270,6 +364,9 @@ static bool check_cpu_underused(const stoke_rule *r, const stoke_mon_summary *s,
         return false;
     if (s->sys[STOKE_M_IOWAIT].n && s->sys[STOKE_M_IOWAIT].median >= 10)
         return false; /* waiting on storage, not short of threads */
+    const stoke_stats *dw = data_wait(s);
+    if (dw && dw->median >= r->data_wait_atleast)
+        return false; /* waiting for data (data-wait), not short of threads */
     f->gpu = -1;
     put(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who,
         used, cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
@@ -309,12 +406,17 @@ static bool check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stok
 /* The table. Order matters: findings print in this order, and the first BOUND finding
  * names the resource that bounded the run. */
 static const stoke_rule rules[] = {
+    {.id = "data-wait", .kind = STOKE_RULE_BOUND, .resource = "input pipeline (data loader)",
+     .data_wait_atleast = 10, .busy_frac_atleast = 0.9, .fill_below = 1, .iowait_atleast = 10,
+     .check = check_data_wait},
     {.id = "io-bound", .kind = STOKE_RULE_BOUND, .resource = "storage (I/O)",
      .gpu_util_below = 50, .iowait_atleast = 10, .check = check_io_bound},
     {.id = "input-bound-cpu", .kind = STOKE_RULE_BOUND, .resource = "CPU (input pipeline)",
-     .gpu_util_below = 50, .cpu_atleast = 85, .check = check_input_bound},
+     .gpu_util_below = 50, .cpu_atleast = 85, .data_wait_atleast = 10,
+     .check = check_input_bound},
     {.id = "cpu-underused", .kind = STOKE_RULE_BOUND, .resource = "CPU threads (cores left idle)",
-     .job_cores_atleast = 0.5, .cores_frac_below = 0.75, .check = check_cpu_underused},
+     .job_cores_atleast = 0.5, .cores_frac_below = 0.75, .data_wait_atleast = 10,
+     .check = check_cpu_underused},
     {.id = "memory-nearly-full", .kind = STOKE_RULE_RISK, .resource = "memory",
      .mem_frac_atleast = 0.95, .mem_target_frac = 0.85, .check = check_memory_full},
     {.id = "throttling", .kind = STOKE_RULE_WARNING, .resource = "GPU clocks (power/thermal)",

@@ -139,6 +139,14 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
     }
     if (s->valid & STOKE_MS_PROC_GPU)
         PUSH(&h->sys[STOKE_M_PROC_GPU_MEM], s->proc_gpu_mem_bytes);
+    if (s->valid & STOKE_MS_PIPELINE) {
+        h->have_pipeline = true;
+        h->pipeline = s->pipe;
+    }
+    if (s->valid & STOKE_MS_PIPELINE_RATE) {
+        PUSH(&h->sys[STOKE_M_DATA_WAIT], s->data_wait_pct);
+        PUSH(&h->sys[STOKE_M_BATCH_RATE], s->batches_per_s);
+    }
     int ng = s->gpu_count < STOKE_MAX_GPUS ? s->gpu_count : STOKE_MAX_GPUS;
     if (ng > h->gpu_count)
         h->gpu_count = ng;
@@ -192,6 +200,8 @@ static const char *const sys_names[STOKE_M_COUNT][2] = {
     [STOKE_M_PROC_READ] = {"proc_read", "bytes/s"},
     [STOKE_M_PROC_WRITE] = {"proc_write", "bytes/s"},
     [STOKE_M_PROC_GPU_MEM] = {"proc_gpu_mem", "bytes"},
+    [STOKE_M_DATA_WAIT] = {"data_wait_pct", "%"},
+    [STOKE_M_BATCH_RATE] = {"batches_per_s", "batches/s"},
 };
 
 static const char *const gpu_names[STOKE_G_COUNT][2] = {
@@ -234,6 +244,8 @@ stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
     out->mem_total_bytes = h->mem_total_bytes;
     out->proc_pid = h->proc_pid;
     out->gpu_count = h->gpu_count;
+    out->have_pipeline = h->have_pipeline;
+    out->pipeline = h->pipeline;
     for (int i = 0; i < STOKE_M_COUNT; i++) {
         stoke_status st = stoke_series_stats(&h->sys[i], &out->sys[i]);
         if (st != STOKE_OK)
@@ -293,4 +305,12 @@ void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f)
             snprintf(name, sizeof name, "gpu%d.%s", g, stoke_gpu_metric_name(i));
             print_row(f, name, stoke_gpu_metric_unit(i), &s->gpu[g].s[i]);
         }
+    if (s->have_pipeline) {
+        const stoke_mon_pipeline *p = &s->pipeline;
+        fprintf(f, "  input pipeline: %lld batches, %d worker%s, %d slots; the consumer waited "
+                   "%.1f s in all, per batch avg %.2f ms, p95 %.2f ms, max %.2f ms; ring fill "
+                   "avg %.2f; workers busy %.0f%%\n",
+                (long long)p->batches, p->workers, p->workers == 1 ? "" : "s", p->slots, p->wait_total_s, p->wait_avg_ms,
+                p->wait_p95_ms, p->wait_max_ms, p->fill_avg, 100.0 * p->busy_frac);
+    }
 }

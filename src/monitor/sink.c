@@ -101,6 +101,10 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
         sep(&o);
         add(&o, "IO %s/s", stoke_format_bytes(s->proc_read_Bps + s->proc_write_Bps, b, sizeof b));
     }
+    if (s->valid & STOKE_MS_PIPELINE_RATE) {
+        sep(&o);
+        add(&o, "DATA %.0f%% %.1f batch/s", s->data_wait_pct, s->batches_per_s);
+    }
     return o.len;
 }
 
@@ -169,6 +173,18 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
         }
         add(&o, "]");
     }
+    if (s->valid & STOKE_MS_PIPELINE) {
+        const stoke_mon_pipeline *p = &s->pipe;
+        add(&o, ",\"pipeline\":{");
+        if (s->valid & STOKE_MS_PIPELINE_RATE)
+            add(&o, "\"wait_pct\":%.2f,\"batches_per_s\":%.3f,", s->data_wait_pct,
+                s->batches_per_s);
+        add(&o, "\"batches\":%lld,\"wait_total_s\":%.6f,\"wait_avg_ms\":%.3f,"
+                "\"wait_p95_ms\":%.3f,\"wait_max_ms\":%.3f,\"fill_avg\":%.3f,\"slots\":%d,"
+                "\"workers\":%d,\"busy_frac\":%.4f}",
+            (long long)p->batches, p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms,
+            p->wait_max_ms, p->fill_avg, p->slots, p->workers, p->busy_frac);
+    }
     add(&o, "}\n");
     if (o.full) {
         buf[0] = '\0';
@@ -181,7 +197,9 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
 
 static const char *const csv_sys_cols =
     "seq,t,time,cpu_pct,iowait_pct,mem_used_bytes,mem_total_bytes,proc_count,proc_cpu_pct,"
-    "proc_threads,proc_rss_bytes,proc_read_Bps,proc_write_Bps,proc_gpu_mem_bytes";
+    "proc_threads,proc_rss_bytes,proc_read_Bps,proc_write_Bps,proc_gpu_mem_bytes,"
+    "pipe_wait_pct,pipe_batches_per_s,pipe_batches,pipe_wait_total_s,pipe_wait_avg_ms,"
+    "pipe_wait_p95_ms,pipe_wait_max_ms,pipe_fill_avg,pipe_slots,pipe_workers,pipe_busy_frac";
 static const char *const csv_gpu_cols[] = {
     "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w",
     "power_limit_w", "temp_c", "sm_clock_mhz", "throttle_mask", "pcie_rx_Bps",
@@ -238,6 +256,18 @@ size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *
         add(&o, ",%llu", (unsigned long long)s->proc_gpu_mem_bytes);
     else
         add(&o, ",");
+    if (v & STOKE_MS_PIPELINE_RATE)
+        add(&o, ",%.2f,%.3f", s->data_wait_pct, s->batches_per_s);
+    else
+        add(&o, ",,");
+    if (v & STOKE_MS_PIPELINE) {
+        const stoke_mon_pipeline *p = &s->pipe;
+        add(&o, ",%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%.4f", (long long)p->batches,
+            p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->fill_avg,
+            p->slots, p->workers, p->busy_frac);
+    } else {
+        add(&o, ",,,,,,,,,");
+    }
     for (int g = 0; g < gpu_count; g++) {
         if (g >= s->gpu_count || g >= STOKE_MAX_GPUS) {
             add(&o, ",,,,,,,,,,,,");
