@@ -1,0 +1,390 @@
+/* nn.h - neural networks as static graphs: build a graph of named layers, plan its
+ * memory, compile it into a model (one arena per kind of buffer), then run forward,
+ * backward and optimizer steps through a backend (CPU now; CUDA later). */
+#ifndef STOKE_NN_H
+#define STOKE_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoke/core.h"
+#include "stoke/data.h" /* stoke_shape, stoke_dtype */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Graphs ---------------------------------------------------------------------
+ * A graph is built by calls that only record nodes (as ggml does): nothing is
+ * allocated for data and nothing is computed. Every shape is PER SAMPLE (the batch
+ * dimension is implicit and comes with the model): images (C, H, W), sequences
+ * (T, C), vectors (C). Each builder returns a tensor handle; on a bad argument or a
+ * shape mismatch it records the FIRST error in the graph (naming the layer, e.g.
+ * "fc2: input has 100 features, linear expects ... ") and returns STOKE_NO_TENSOR;
+ * builders given STOKE_NO_TENSOR return it silently, so a whole chain of calls can
+ * be checked once with stoke_graph_status. */
+
+typedef struct stoke_graph stoke_graph;
+
+typedef int32_t stoke_tensor; /* a node of one graph; STOKE_NO_TENSOR is none */
+#define STOKE_NO_TENSOR ((stoke_tensor)-1)
+
+/* Ops. Values only grow at the end (they name nodes in logs and plans). */
+typedef enum stoke_nn_op {
+    STOKE_NN_INPUT = 0,     /* data fed by the caller: fp32, or int32 ids/classes */
+    STOKE_NN_LINEAR,        /* (..., IN) -> (..., OUT): y = x W^T + b over the last dim */
+    STOKE_NN_CONV2D,        /* (C, H, W) -> (OC, OH, OW), stride, zero padding */
+    STOKE_NN_MAXPOOL2D,     /* (C, H, W) -> (C, OH, OW) */
+    STOKE_NN_AVGPOOL2D,     /* (C, H, W) -> (C, OH, OW), padding counted (PyTorch's
+                               count_include_pad=True) */
+    STOKE_NN_GLOBAL_AVGPOOL,/* (C, H, W) -> (C) */
+    STOKE_NN_BATCHNORM,     /* (C, H, W) or (C): per channel over batch (and space) */
+    STOKE_NN_LAYERNORM,     /* (..., C): over the last dim, with weight and bias */
+    STOKE_NN_RELU,
+    STOKE_NN_GELU,          /* exact (erf) GELU, PyTorch's default */
+    STOKE_NN_TANH,
+    STOKE_NN_SIGMOID,
+    STOKE_NN_DROPOUT,       /* inverted dropout; identity in eval mode */
+    STOKE_NN_ADD,           /* a + b, same shapes (residuals) */
+    STOKE_NN_RESHAPE,       /* same elements, new per-sample shape (flatten) */
+    STOKE_NN_EMBEDDING,     /* int32 ids (T) -> (T, C) */
+    STOKE_NN_SOFTMAX,       /* over the last dim */
+    STOKE_NN_ATTENTION,     /* (T, C) -> (T, C): multi-head self-attention with QKV and
+                               output projections (PyTorch nn.MultiheadAttention) */
+    STOKE_NN_PATCHIFY,      /* (C, H, W) -> (H/P * W/P, C*P*P), patches row-major,
+                               each patch vector ordered (c, py, px) */
+    STOKE_NN_POS_EMBED,     /* (T, C) + a learned (T, C) table */
+    STOKE_NN_SEQ_MEAN,      /* (T, C) -> (C): mean over tokens */
+    STOKE_NN_CROSS_ENTROPY, /* logits (K) + int32 class -> scalar, label smoothing */
+    STOKE_NN_BCE_LOGITS,    /* logits (...) + fp32 targets in [0, 1] -> scalar */
+    STOKE_NN_MSE,           /* pred + fp32 target of the same shape -> scalar */
+    STOKE_NN_L1,            /* pred + fp32 target of the same shape -> scalar */
+    STOKE_NN_ACCURACY,      /* metric: logits (K) + int32 class -> fraction correct */
+    STOKE_NN_MAE,           /* metric: mean |pred - target| */
+    STOKE_NN_OP_COUNT
+} stoke_nn_op;
+
+const char *stoke_nn_op_name(stoke_nn_op op); /* "linear", "conv2d", ...; "?" */
+
+/* An empty graph. `name` (copied) names the model in messages. Returns NULL only when
+ * out of memory. Free with stoke_graph_free. */
+stoke_graph *stoke_graph_new(const char *name);
+void stoke_graph_free(stoke_graph *g); /* NULL is fine */
+
+/* STOKE_OK, or the first error recorded while building (the message is recorded
+ * again, so stoke_last_error() shows it on this thread). */
+stoke_status stoke_graph_status(const stoke_graph *g);
+
+/* Builders. `name` is the layer's name (copied): its parameters are "<name>.weight",
+ * "<name>.bias" (and the like, as PyTorch names them), so it must be unique among
+ * layers with parameters. Parameter-free ops take no name; a node's name in messages
+ * is then "<op>#<index>". */
+
+/* An input fed by the caller each step; fp32 data (dtype STOKE_F32) or int32 ids or
+ * class labels (STOKE_I32, for embedding, cross-entropy and accuracy targets). Class
+ * targets have the shape () (ndim 0). */
+stoke_tensor stoke_nn_input(stoke_graph *g, const char *name, stoke_dtype dtype,
+                            const stoke_shape *shape);
+/* PyTorch nn.Linear(in, out, bias) over the last dim of x. */
+stoke_tensor stoke_nn_linear(stoke_graph *g, const char *name, stoke_tensor x,
+                             int64_t out_features, bool bias);
+/* PyTorch nn.Conv2d(C, out_channels, kernel, stride, padding, bias); x is (C, H, W). */
+stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x,
+                             int64_t out_channels, int kernel, int stride, int padding,
+                             bool bias);
+/* Square windows; stride 0 means stride = kernel (PyTorch's default). Output size
+ * floor((H + 2 pad - kernel) / stride) + 1; pad <= kernel / 2. */
+stoke_tensor stoke_nn_maxpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride,
+                                int padding);
+stoke_tensor stoke_nn_avgpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride,
+                                int padding);
+stoke_tensor stoke_nn_global_avgpool(stoke_graph *g, stoke_tensor x);
+/* PyTorch BatchNorm2d (x is (C, H, W)) or BatchNorm1d (x is (C)): parameters
+ * "<name>.weight", "<name>.bias" and buffers "<name>.running_mean",
+ * "<name>.running_var" (unbiased variance, as PyTorch keeps). momentum 0.1 and eps
+ * 1e-5 are PyTorch's defaults. */
+stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x,
+                                float momentum, float eps);
+/* PyTorch nn.LayerNorm(C, eps) over the last dim. */
+stoke_tensor stoke_nn_layernorm(stoke_graph *g, const char *name, stoke_tensor x, float eps);
+stoke_tensor stoke_nn_relu(stoke_graph *g, stoke_tensor x);
+stoke_tensor stoke_nn_gelu(stoke_graph *g, stoke_tensor x);
+stoke_tensor stoke_nn_tanh(stoke_graph *g, stoke_tensor x);
+stoke_tensor stoke_nn_sigmoid(stoke_graph *g, stoke_tensor x);
+/* Zeroes each element with probability p (0 <= p < 1) and scales the rest by
+ * 1/(1-p), in train mode; the mask is a counter-based hash of (model seed, node,
+ * step, element), so it needs no storage and is the same for any thread count. */
+stoke_tensor stoke_nn_dropout(stoke_graph *g, stoke_tensor x, float p);
+stoke_tensor stoke_nn_add(stoke_graph *g, stoke_tensor a, stoke_tensor b);
+stoke_tensor stoke_nn_reshape(stoke_graph *g, stoke_tensor x, const stoke_shape *shape);
+stoke_tensor stoke_nn_flatten(stoke_graph *g, stoke_tensor x); /* -> (elems) */
+/* PyTorch nn.Embedding(vocab, dim): ids is an int32 input of shape (T) (or ()), values
+ * in [0, vocab) (others are an error at forward time, naming the sample). */
+stoke_tensor stoke_nn_embedding(stoke_graph *g, const char *name, stoke_tensor ids,
+                                int64_t vocab, int64_t dim);
+stoke_tensor stoke_nn_softmax(stoke_graph *g, stoke_tensor x);
+/* Multi-head self-attention over x (T, C), C divisible by heads, no mask, no dropout:
+ * PyTorch nn.MultiheadAttention(C, heads, batch_first=True)(x, x, x) with parameters
+ * "<name>.in_proj_weight" (3C, C), "<name>.in_proj_bias" (3C),
+ * "<name>.out_proj.weight" (C, C), "<name>.out_proj.bias" (C). */
+stoke_tensor stoke_nn_attention(stoke_graph *g, const char *name, stoke_tensor x, int heads);
+/* Images (C, H, W) -> (H/P * W/P, C*P*P) patch vectors (H, W divisible by P), for a
+ * transformer (follow it with a linear to the hidden size). */
+stoke_tensor stoke_nn_patchify(stoke_graph *g, stoke_tensor x, int patch);
+/* x (T, C) + "<name>.weight" (T, C), a learned position table (init N(0, 0.02)). */
+stoke_tensor stoke_nn_pos_embed(stoke_graph *g, const char *name, stoke_tensor x);
+stoke_tensor stoke_nn_seq_mean(stoke_graph *g, stoke_tensor x); /* (T, C) -> (C) */
+
+/* Losses: a scalar, the MEAN over the batch (and over elements for BCE, MSE and L1,
+ * as PyTorch's reduction='mean'). Each loss is added to the model's total loss with
+ * its weight (stoke_nn_loss_weight; 1 by default); backward differentiates the
+ * total. A graph may have several losses (heads): the actor-critic's total is
+ * policy cross-entropy + 0.5 x value MSE (see docs/nn.md). */
+stoke_tensor stoke_nn_cross_entropy(stoke_graph *g, stoke_tensor logits, stoke_tensor target,
+                                    float label_smoothing);
+stoke_tensor stoke_nn_bce_logits(stoke_graph *g, stoke_tensor logits, stoke_tensor target);
+stoke_tensor stoke_nn_mse(stoke_graph *g, stoke_tensor pred, stoke_tensor target);
+stoke_tensor stoke_nn_l1(stoke_graph *g, stoke_tensor pred, stoke_tensor target);
+/* Sets the weight of a loss node in the total loss (0 keeps it as a reported value
+ * only). */
+void stoke_nn_loss_weight(stoke_graph *g, stoke_tensor loss, float weight);
+
+/* Metrics: scalars computed in forward, never differentiated. */
+stoke_tensor stoke_nn_accuracy(stoke_graph *g, stoke_tensor logits, stoke_tensor target);
+stoke_tensor stoke_nn_mae(stoke_graph *g, stoke_tensor pred, stoke_tensor target);
+
+/* Marks a tensor as a named output (a head: "logits", "policy", "value"), readable
+ * after forward with stoke_model_output. Losses and metrics are outputs already,
+ * named "loss:<op>#<index>" unless renamed here. */
+void stoke_nn_output(stoke_graph *g, const char *name, stoke_tensor t);
+
+/* Inspection. */
+int stoke_graph_node_count(const stoke_graph *g);
+stoke_nn_op stoke_graph_node_op(const stoke_graph *g, stoke_tensor t);
+/* Per-sample shape (a scalar () for losses and metrics); NULL for a bad handle. */
+const stoke_shape *stoke_graph_shape(const stoke_graph *g, stoke_tensor t);
+const char *stoke_graph_node_name(const stoke_graph *g, stoke_tensor t);
+/* The input or output called `name`, or STOKE_NO_TENSOR. */
+stoke_tensor stoke_graph_find(const stoke_graph *g, const char *name);
+
+/* ---- Parameters -----------------------------------------------------------------
+ * Initialization follows PyTorch's defaults (bounds and distributions, not its random
+ * stream): linear and conv weights Kaiming-uniform with a = sqrt(5), i.e.
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+ * attention in_proj_weight Xavier-uniform U(-sqrt(6/(C+3C)), ...), its biases 0;
+ * embedding N(0, 1); position table N(0, 0.02); batch/layer norm weight 1, bias 0,
+ * running mean 0, running var 1. Each parameter draws from its own stream keyed by
+ * (seed, parameter name), so adding a layer does not change the others' values. */
+
+typedef struct stoke_param_info {
+    const char *name;     /* "conv1.weight", "bn1.running_mean", ... */
+    stoke_shape shape;    /* e.g. (32, 1, 3, 3) */
+    int64_t elems;
+    bool trainable;       /* false for batch norm running statistics */
+    stoke_tensor layer;   /* the node it belongs to */
+} stoke_param_info;
+
+int stoke_graph_param_count(const stoke_graph *g); /* parameters and buffers */
+/* i < stoke_graph_param_count; the pointer lives as long as the graph. */
+const stoke_param_info *stoke_graph_param(const stoke_graph *g, int i);
+/* Sum of elems over trainable parameters (what PyTorch's
+ * sum(p.numel() for p in model.parameters()) counts). */
+int64_t stoke_graph_trainable_elems(const stoke_graph *g);
+
+/* ---- Precision, optimizers, learning rates --------------------------------------- */
+
+typedef enum stoke_precision {
+    STOKE_PREC_FP32 = 0,
+    STOKE_PREC_BF16, /* bf16 copies of linear/conv weights and inputs, fp32 accumulation */
+    STOKE_PREC_FP16, /* fp16 likewise, with dynamic loss scaling */
+} stoke_precision;
+
+const char *stoke_precision_name(stoke_precision p); /* "fp32", "bf16", "fp16" */
+/* "fp32", "bf16", "fp16" -> *out; false otherwise ("auto" is the trainer's). */
+bool stoke_precision_parse(const char *s, stoke_precision *out);
+
+typedef enum stoke_optim_kind {
+    STOKE_SGD = 0, /* PyTorch SGD: momentum, dampening 0, Nesterov, L2 weight decay */
+    STOKE_ADAMW,   /* PyTorch AdamW: decoupled weight decay, bias correction */
+} stoke_optim_kind;
+
+typedef struct stoke_optim {
+    stoke_optim_kind kind;
+    float momentum;     /* SGD; 0 keeps no momentum buffer */
+    bool nesterov;      /* SGD, needs momentum > 0 */
+    float weight_decay; /* SGD: added to the gradient; AdamW: decoupled */
+    float beta1, beta2, eps; /* AdamW (0 means 0.9, 0.999, 1e-8) */
+    float clip_norm;    /* > 0: clip the global gradient L2 norm to this */
+} stoke_optim;
+
+const char *stoke_optim_name(stoke_optim_kind k); /* "sgd", "adamw" */
+
+typedef enum stoke_lr_kind {
+    STOKE_LR_CONSTANT = 0,
+    STOKE_LR_STEP,   /* lr x gamma^(floor(step / step_size)) */
+    STOKE_LR_COSINE, /* from lr down to min_lr over total_steps (after warm-up) */
+} stoke_lr_kind;
+
+typedef struct stoke_lr_schedule {
+    stoke_lr_kind kind;
+    double lr;              /* base learning rate */
+    int64_t warmup_steps;   /* linear warm-up from lr/warmup_steps to lr first */
+    int64_t step_size;      /* STEP */
+    double gamma;           /* STEP */
+    int64_t total_steps;    /* COSINE: steps including the warm-up */
+    double min_lr;          /* COSINE */
+} stoke_lr_schedule;
+
+/* The learning rate for optimizer step `step` (0-based). Can't fail. */
+double stoke_lr_at(const stoke_lr_schedule *s, int64_t step);
+
+/* ---- Memory plan ---------------------------------------------------------------- */
+
+typedef struct stoke_model_opts {
+    int64_t max_batch;          /* the largest batch forward will be given (>= 1) */
+    stoke_precision precision;
+    stoke_optim optim;          /* sizes the optimizer state */
+    bool training;              /* false: inference only: no grads, optimizer state or
+                                   activation grads (eval / predict) */
+    uint64_t seed;              /* initialization and dropout */
+} stoke_model_opts;
+
+/* Bytes of each arena of a model compiled for plan.batch samples. total =
+ * params + grads + optim + batch x activations_per_sample + workspace; every figure
+ * includes alignment padding (each buffer starts on 64 bytes), so total is exactly
+ * what stoke_model_new allocates (stoke_model_used_mem). */
+typedef struct stoke_mem_plan {
+    int64_t batch;
+    size_t params;        /* fp32 parameters and buffers, + the bf16/fp16 weight copies */
+    size_t grads;         /* fp32 gradients of trainable parameters */
+    size_t optim;         /* momentum (SGD), first and second moments (AdamW) */
+    size_t activations_per_sample; /* outputs, saved state and activation grads */
+    size_t workspace;     /* kernel scratch, the largest over the ops, for `batch` */
+    size_t total;
+    /* private: what stoke_plan_max_batch re-plans with */
+    const stoke_graph *graph;
+    stoke_model_opts opts;
+} stoke_mem_plan;
+
+/* Plans the memory of `g` compiled with `o` (o->max_batch is the batch). Needs a
+ * graph without errors and a valid backend for the precision; STOKE_ERR_ARG names
+ * what is wrong. Allocates nothing but small bookkeeping. */
+stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
+                              stoke_mem_plan *out);
+
+/* The largest batch whose plan total fits in budget_bytes (planning again for each
+ * candidate batch, so workspace that is not linear in the batch is counted exactly),
+ * or 0 if not even batch 1 fits. The plan must come from stoke_graph_plan and its
+ * graph must still exist. */
+int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes);
+
+/* ---- Models --------------------------------------------------------------------- */
+
+typedef struct stoke_model stoke_model;
+
+/* Compiles `g` for o->max_batch samples on the CPU backend: allocates the arenas of
+ * stoke_graph_plan (64-byte aligned) and initializes the parameters from o->seed.
+ * The model keeps a pointer to g: free the graph after the model. STOKE_ERR_ARG
+ * (graph errors, bad options), STOKE_ERR_NOMEM (naming the arena and its bytes),
+ * STOKE_ERR_UNAVAILABLE (an op the backend does not provide). */
+stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
+                             stoke_model **out);
+void stoke_model_free(stoke_model *m); /* NULL is fine */
+
+const stoke_graph *stoke_model_graph(const stoke_model *m);
+const stoke_mem_plan *stoke_model_plan(const stoke_model *m);
+size_t stoke_model_used_mem(const stoke_model *m); /* bytes in all arenas */
+
+/* Where to write an input of the next batch: max_batch x elems of its dtype (fp32 or
+ * int32), sample-major. NULL for a tensor that is not an input. The caller (or the
+ * loader's consumer) writes the first `batch` samples, then calls forward. */
+void *stoke_model_input(stoke_model *m, stoke_tensor input);
+
+/* Runs every node in order over the first `batch` (1..max_batch) samples. train:
+ * batch norm uses batch statistics and updates its running statistics, dropout
+ * drops; otherwise the running statistics and no dropout. Errors: STOKE_ERR_ARG (bad
+ * batch, an id or class out of range: names the layer and sample). */
+stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train);
+
+/* After a forward in train mode on the same batch: zeroes the activation grads,
+ * seeds d(total loss) = loss scale (fp16; else 1), and runs the nodes in reverse,
+ * ACCUMULATING into the parameter gradients (so several backward passes accumulate
+ * a larger effective batch; stoke_model_zero_grad starts afresh). STOKE_ERR_ARG if
+ * the model has no loss or was compiled without training. */
+stoke_status stoke_model_backward(stoke_model *m);
+
+void stoke_model_zero_grad(stoke_model *m);
+
+/* Applies one optimizer step with learning rate lr to every trainable parameter:
+ * gradients are first divided by (loss scale x accum) (accum = backward passes since
+ * zero_grad, >= 1), checked for inf/NaN (fp16: an overflow skips the step, halves the
+ * scale and sets *applied false; the scale doubles after 2000 good steps, as
+ * PyTorch's GradScaler), clipped to the global norm, then the update; the bf16/fp16
+ * weight copies are refreshed; the gradients are zeroed. applied may be NULL. In
+ * fp32/bf16 a non-finite gradient is STOKE_ERR_ARG naming the parameter. */
+stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied);
+
+/* The last forward's value of a loss or metric node (batch mean), or of the total
+ * loss (stoke_model_loss). NaN for a bad handle. */
+double stoke_model_value(const stoke_model *m, stoke_tensor t);
+double stoke_model_loss(const stoke_model *m);
+
+/* An output's fp32 data after forward: batch x elems, sample-major; NULL if t is not
+ * an output or not fp32. */
+const float *stoke_model_output(const stoke_model *m, stoke_tensor t);
+
+/* The global L2 norm of the gradients as of the last step, before clipping. */
+double stoke_model_grad_norm(const stoke_model *m);
+float stoke_model_loss_scale(const stoke_model *m);
+void stoke_model_set_loss_scale(stoke_model *m, float scale); /* resume */
+
+/* Parameters, gradients and optimizer state, for optimizers and checkpoints: fp32
+ * arrays of stoke_graph_param(g, i)->elems each, owned by the model. grad and the
+ * state slots are NULL for buffers (running statistics) and for inference models;
+ * slot 0 is SGD's momentum or AdamW's first moment, slot 1 AdamW's second moment.
+ * After writing parameters (a checkpoint load), call stoke_model_params_changed. */
+float *stoke_model_param(stoke_model *m, int i);
+float *stoke_model_grad(stoke_model *m, int i);
+float *stoke_model_optim_state(stoke_model *m, int i, int slot);
+int stoke_model_optim_slots(const stoke_model *m); /* 0, 1 or 2 */
+int64_t stoke_model_step_count(const stoke_model *m); /* optimizer steps applied */
+void stoke_model_set_step_count(stoke_model *m, int64_t steps); /* resume */
+/* Refreshes the bf16/fp16 weight copies from the fp32 masters. Can't fail. */
+void stoke_model_params_changed(stoke_model *m);
+
+/* ---- Presets --------------------------------------------------------------------
+ * Each builds a whole graph with an input "x", a target "y", its loss and metrics,
+ * and an output "logits" (or "policy" and "value"); see docs/nn.md for the layer
+ * tables. On failure NULL, with the message in stoke_last_error(). */
+
+/* Multi-layer perceptron: input (in) -> sizes[0] -> ReLU -> ... -> classes, with
+ * cross-entropy on class targets (classes > 1) or MSE on one scalar (classes 1). */
+stoke_graph *stoke_preset_mlp(const stoke_shape *input, const int64_t *hidden,
+                              int nhidden, int64_t classes);
+/* The reference CNN on (C, H, W) images (H, W divisible by 4): conv 3x3 32 (padding 1)
+ * + ReLU + max-pool 2, conv 3x3 64 (padding 1) + ReLU + max-pool 2, linear 128 +
+ * ReLU, linear to the classes. 28x28 -> 14x14 -> 7x7. classes 1: MSE regression. */
+stoke_graph *stoke_preset_cnn(const stoke_shape *input, int64_t classes);
+/* A small residual CNN: conv 3x3 `width` + BN + ReLU, then `blocks` basic blocks
+ * (conv-BN-ReLU-conv-BN + identity, ReLU), every second block doubling the width
+ * with stride 2 (and a 1x1 conv + BN shortcut), global average pool, linear. */
+stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int width,
+                                 int blocks);
+/* A pre-norm transformer encoder. Images (C, H, W) are patchified (patch > 0) and
+ * projected to `hidden`; feature sequences (T, F) are projected; a learned position
+ * table is added; then `layers` x [LN, attention(heads), residual, LN, linear 4h,
+ * GELU, linear h, residual], a final LN, the mean over tokens, linear to classes. */
+stoke_graph *stoke_preset_transformer(const stoke_shape *input, int patch, int64_t hidden,
+                                      int layers, int heads, int64_t classes);
+/* Actor-critic: a shared trunk (obs -> hidden[0] -> tanh -> ...), a policy head
+ * (linear to `actions`, output "policy", cross-entropy on target "action") and a
+ * value head (linear to 1, output "value", MSE on target "return"); total loss =
+ * CE + 0.5 x MSE. */
+stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden,
+                                       int nhidden, int64_t actions);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
