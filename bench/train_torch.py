@@ -1,0 +1,240 @@
+# train_torch.py: PyTorch's side of bench/train_bench.sh (the peer stoke is measured against).
+#
+# Fashion-MNIST from the gzip IDX files, held in memory as normalized float32 tensors;
+# the reference CNN (conv 3x3 32 pad 1, ReLU, max-pool 2, conv 3x3 64 pad 1, ReLU,
+# max-pool 2, flatten, linear 3136->128, ReLU, linear 128->10; batch 128) and the MLP
+# 784-512-512-10 (ReLU; batch 256); SGD momentum 0.9, cross-entropy. Commands:
+#
+#   train_torch.py sgemm [--repeats R]
+#       torch.mm at 1024^3 with OpenBLAS on 1 and 2 threads: "sgemm_t1 GFLOP/s" lines.
+#   train_torch.py speed MODEL [--steps N] [--repeats R] [--bf16]
+#       training samples/s of MODEL (cnn or mlp) for each configuration a user would try:
+#       torch.set_num_threads 1 or 2, OpenBLAS's own pool at 1 thread or its default (it
+#       ignores torch.set_num_threads: Debian's torch links libopenblas0-pthread), and for
+#       the CNN NCHW or channels_last. Warm-up steps, then R windows of N steps; the best
+#       window is printed ("speed_cnn_t2_b2_cl1 samples/s").
+#   train_torch.py to90 MODEL --threads T --blas-threads B [--channels-last] [--lr LR]
+#                        [--max-epochs E] [--target A]
+#       trains from a seeded initialization, evaluates on the 10,000 test images after
+#       every epoch and prints each epoch's wall time since the first step (training +
+#       evaluation) and test accuracy, then "to90_seconds S" at the first evaluation with
+#       accuracy >= A (default 0.90), or "to90_seconds nan" if E epochs never reach it.
+#
+# OPENBLAS_CORETYPE is read by OpenBLAS when it loads, so bench/train_bench.sh runs this
+# script once with the machine's value and once without it.
+import argparse
+import ctypes
+import gzip
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DATA = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530
+BATCH = {"cnn": 128, "mlp": 256}
+LR = {"cnn": 0.05, "mlp": 0.05}
+
+
+def idx(name):
+    with gzip.open(f"{DATA}/{name}", "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(split, model):
+    x = torch.from_numpy(idx(f"{split}-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+    x = (x - MEAN) / STD
+    x = x.reshape(-1, 784) if model == "mlp" else x.unsqueeze(1)  # (N, 784) or (N, 1, 28, 28)
+    y = torch.from_numpy(idx(f"{split}-labels-idx1-ubyte.gz").astype(np.int64))
+    return x.contiguous(), y
+
+
+def build(model):
+    if model == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10))
+
+
+def forward_flops(model):
+    """FLOPs of one sample's forward pass: 2 per multiply-add of the convolutions and
+    linear layers, counted from the shapes (bias, ReLU, pooling, loss not counted)."""
+    if model == "cnn":
+        macs = 28 * 28 * 32 * (1 * 3 * 3) + 14 * 14 * 64 * (32 * 3 * 3) + 3136 * 128 + 128 * 10
+    else:
+        macs = 784 * 512 + 512 * 512 + 512 * 10
+    return 2 * macs
+
+
+def openblas():
+    """The OpenBLAS that torch loaded (same instance, so its thread count is torch's)."""
+    torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "libopenblas" in line}
+    if not paths:
+        return None
+    lib = ctypes.CDLL(sorted(paths)[0])
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib
+
+
+def set_threads(blas, threads, blas_threads):
+    torch.set_num_threads(threads)
+    if blas is not None:
+        blas.openblas_set_num_threads(blas_threads)
+
+
+def make_step(net, opt, bf16):
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def new_model(model, channels_last, lr, seed=1):
+    torch.manual_seed(seed)
+    net = build(model)
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    return net, opt
+
+
+def batch(x, y, perm, i, b, channels_last):
+    j = perm[i:i + b]
+    xb = x[j]
+    if channels_last:
+        xb = xb.contiguous(memory_format=torch.channels_last)
+    return xb, y[j]
+
+
+def speed(args, blas):
+    x, y = load("train", args.model)
+    b = BATCH[args.model]
+    configs = []
+    for threads, blas_threads in ((1, 1), (1, 2), (2, 2)):
+        for cl in ((False, True) if args.model == "cnn" else (False,)):
+            configs.append((threads, blas_threads, cl))
+    g = torch.Generator().manual_seed(1)
+    perm = torch.randperm(len(x), generator=g)
+    per_window = args.steps * b
+    for threads, blas_threads, cl in configs:
+        set_threads(blas, threads, blas_threads)
+        net, opt = new_model(args.model, cl, LR[args.model])
+        step = make_step(net, opt, args.bf16)
+        pos = 0
+
+        def run(n):
+            nonlocal pos
+            for _ in range(n):
+                if pos + b > len(x):
+                    pos = 0
+                xb, yb = batch(x, y, perm, pos, b, cl)
+                step(xb, yb)
+                pos += b
+        run(args.warmup)
+        best = 0.0
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            run(args.steps)
+            best = max(best, per_window / (time.perf_counter() - t0))
+        tag = f"{args.model}_t{threads}_b{blas_threads}_cl{int(cl)}{'_bf16' if args.bf16 else ''}"
+        print(f"speed_{tag} {best:.0f}", flush=True)
+    print(f"flops_fwd_{args.model} {forward_flops(args.model)}")
+
+
+def evaluate(net, x, y, channels_last):
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), 1000):
+            xb = x[i:i + 1000]
+            if channels_last:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            correct += (net(xb).argmax(1) == y[i:i + 1000]).sum().item()
+    return correct / len(x)
+
+
+def to90(args, blas):
+    x, y = load("train", args.model)
+    tx, ty = load("t10k", args.model)
+    b = BATCH[args.model]
+    set_threads(blas, args.threads, args.blas_threads)
+    net, opt = new_model(args.model, args.channels_last, args.lr or LR[args.model], args.seed)
+    step = make_step(net, opt, args.bf16)
+    g = torch.Generator().manual_seed(args.seed)
+    reached = math.nan
+    t0 = time.perf_counter()
+    for epoch in range(1, args.max_epochs + 1):
+        net.train()
+        perm = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), b):  # the last batch is smaller (no drop_last)
+            step(*batch(x, y, perm, i, b, args.channels_last))
+        net.eval()
+        acc = evaluate(net, tx, ty, args.channels_last)
+        t = time.perf_counter() - t0
+        print(f"epoch {epoch} seconds {t:.2f} test_accuracy {acc:.4f}", flush=True)
+        if acc >= args.target:
+            reached = t
+            break
+    print(f"to90_seconds {reached:.2f}")
+
+
+def sgemm(args, blas):
+    n = 1024
+    a, b_ = torch.randn(n, n), torch.randn(n, n)
+    c = torch.empty(n, n)
+    for threads in (1, 2):
+        set_threads(blas, threads, threads)
+        for _ in range(5):
+            torch.mm(a, b_, out=c)
+        best = 0.0
+        for _ in range(args.repeats):
+            k = 20
+            t0 = time.perf_counter()
+            for _ in range(k):
+                torch.mm(a, b_, out=c)
+            best = max(best, 2 * n ** 3 * k / (time.perf_counter() - t0) / 1e9)
+        print(f"sgemm_t{threads} {best:.1f}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("command", choices=("sgemm", "speed", "to90"))
+    p.add_argument("model", nargs="?", choices=("cnn", "mlp"))
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--blas-threads", type=int, default=2)
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="torch.autocast(cpu, bfloat16)")
+    p.add_argument("--lr", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-epochs", type=int, default=10)
+    p.add_argument("--target", type=float, default=0.90)
+    args = p.parse_args()
+    if args.command != "sgemm" and args.model is None:
+        p.error("MODEL (cnn or mlp) is required")
+    blas = openblas()
+    core = blas.openblas_get_corename().decode() if blas is not None else "none"
+    print(f"# torch {torch.__version__}, OpenBLAS core {core}, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
+    {"sgemm": sgemm, "speed": speed, "to90": to90}[args.command](args, blas)
+
+
+if __name__ == "__main__":
+    main()
