@@ -1,0 +1,231 @@
+/* norm.c - batch norm and layer norm on the CPU: hand-written single-pass-per-channel
+ * kernels (statistics, normalization and affine fused), with parameter gradients
+ * reduced in a fixed order so training is bit-reproducible across thread counts. */
+#include "nn/cpu/norm.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#define PAR_MIN ((size_t)1 << 14)
+
+stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rstd,
+                                   float *running_mean, float *running_var,
+                                   const float *inp, const float *weight, const float *bias,
+                                   int B, int C, int S, int train, float momentum,
+                                   float eps) {
+    /* inp (B, C, S) -> out (B, C, S); save_mean, save_rstd (C,) */
+    size_t count = (size_t)B * (size_t)S;
+    if (train && count < 2) {
+        return stoke_fail(STOKE_ERR_ARG,
+                          "batchnorm: training needs more than 1 value per channel "
+                          "(batch %d x %d positions)",
+                          B, S);
+    }
+    if (!train && (!running_mean || !running_var)) {
+        return stoke_fail(STOKE_ERR_ARG, "batchnorm: eval mode needs running statistics");
+    }
+    size_t total = count * (size_t)C;
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
+    for (int c = 0; c < C; c++) {
+        float mean, rstd;
+        if (train) {
+            double sum = 0.0;
+            for (int b = 0; b < B; b++) {
+                const float *x = inp + ((size_t)b * C + c) * S;
+#pragma omp simd reduction(+ : sum)
+                for (int s = 0; s < S; s++) {
+                    sum += x[s];
+                }
+            }
+            double m = sum / (double)count;
+            /* Two passes (mean, then squared deviations) rather than E[x^2] - m^2,
+             * which cancels badly when |mean| >> std. */
+            double ss = 0.0;
+            for (int b = 0; b < B; b++) {
+                const float *x = inp + ((size_t)b * C + c) * S;
+#pragma omp simd reduction(+ : ss)
+                for (int s = 0; s < S; s++) {
+                    double d = x[s] - m;
+                    ss += d * d;
+                }
+            }
+            double var = ss / (double)count;
+            mean = (float)m;
+            rstd = (float)(1.0 / sqrt(var + (double)eps));
+            if (running_mean && running_var) {
+                double unbiased = ss / (double)(count - 1);
+                running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * m);
+                running_var[c] =
+                    (float)((1.0 - momentum) * running_var[c] + momentum * unbiased);
+            }
+        } else {
+            mean = running_mean[c];
+            rstd = (float)(1.0 / sqrt((double)running_var[c] + (double)eps));
+        }
+        save_mean[c] = mean;
+        save_rstd[c] = rstd;
+        /* y = x * a + b' folds normalization and affine into one multiply-add. */
+        float w = weight ? weight[c] : 1.0f;
+        float a = w * rstd;
+        float sh = (bias ? bias[c] : 0.0f) - mean * a;
+        for (int b = 0; b < B; b++) {
+            const float *x = inp + ((size_t)b * C + c) * S;
+            float *y = out + ((size_t)b * C + c) * S;
+#pragma omp simd
+            for (int s = 0; s < S; s++) {
+                y[s] = x[s] * a + sh;
+            }
+        }
+    }
+    return STOKE_OK;
+}
+
+void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *save_mean,
+                            const float *save_rstd, int B, int C, int S, int train) {
+    /* dout, inp (B, C, S) -> dinp (B, C, S) +=; dweight, dbias (C,) += */
+    size_t count = (size_t)B * (size_t)S;
+    size_t total = count * (size_t)C;
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
+    for (int c = 0; c < C; c++) {
+        float mean = save_mean[c], rstd = save_rstd[c];
+        double sdy = 0.0, sdyx = 0.0; /* sum(dout), sum(dout * xhat) */
+        for (int b = 0; b < B; b++) {
+            const float *x = inp + ((size_t)b * C + c) * S;
+            const float *dy = dout + ((size_t)b * C + c) * S;
+#pragma omp simd reduction(+ : sdy, sdyx)
+            for (int s = 0; s < S; s++) {
+                sdy += dy[s];
+                sdyx += dy[s] * ((x[s] - mean) * rstd);
+            }
+        }
+        if (dweight) {
+            dweight[c] += (float)sdyx;
+        }
+        if (dbias) {
+            dbias[c] += (float)sdy;
+        }
+        float w = weight ? weight[c] : 1.0f;
+        float k = w * rstd;
+        if (train) {
+            /* dx = w rstd (dy - mean(dy) - xhat mean(dy xhat)) */
+            float mdy = (float)(sdy / (double)count);
+            float mdyx = (float)(sdyx / (double)count);
+            for (int b = 0; b < B; b++) {
+                const float *x = inp + ((size_t)b * C + c) * S;
+                const float *dy = dout + ((size_t)b * C + c) * S;
+                float *dx = dinp + ((size_t)b * C + c) * S;
+#pragma omp simd
+                for (int s = 0; s < S; s++) {
+                    float xhat = (x[s] - mean) * rstd;
+                    dx[s] += k * (dy[s] - mdy - xhat * mdyx);
+                }
+            }
+        } else {
+            for (int b = 0; b < B; b++) {
+                const float *dy = dout + ((size_t)b * C + c) * S;
+                float *dx = dinp + ((size_t)b * C + c) * S;
+#pragma omp simd
+                for (int s = 0; s < S; s++) {
+                    dx[s] += k * dy[s];
+                }
+            }
+        }
+    }
+}
+
+void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
+                           const float *inp, const float *weight, const float *bias, int N,
+                           int C, float eps) {
+    /* inp (N, C) -> out (N, C); save_mean, save_rstd (N,) */
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < C; c++) {
+            sum += x[c];
+        }
+        float m = sum / (float)C;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            ss += d * d;
+        }
+        float rstd = 1.0f / sqrtf(ss / (float)C + eps);
+        save_mean[n] = m;
+        save_rstd[n] = rstd;
+        if (weight && bias) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                y[c] = (x[c] - m) * rstd * weight[c] + bias[c];
+            }
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                y[c] = (x[c] - m) * rstd * (weight ? weight[c] : 1.0f) + (bias ? bias[c] : 0.0f);
+            }
+        }
+    }
+}
+
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *save_mean,
+                            const float *save_rstd, int N, int C) {
+    /* dout, inp (N, C) -> dinp (N, C) +=; dweight, dbias (C,) += */
+    size_t total = (size_t)N * (size_t)C;
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *dy = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = save_mean[n], rstd = save_rstd[n];
+        float sg = 0.0f, sgx = 0.0f; /* sum(g), sum(g xhat) with g = dout * weight */
+#pragma omp simd reduction(+ : sg, sgx)
+        for (int c = 0; c < C; c++) {
+            float g = dy[c] * (weight ? weight[c] : 1.0f);
+            sg += g;
+            sgx += g * ((x[c] - m) * rstd);
+        }
+        float mg = sg / (float)C, mgx = sgx / (float)C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) {
+            float g = dy[c] * (weight ? weight[c] : 1.0f);
+            float xhat = (x[c] - m) * rstd;
+            dx[c] += rstd * (g - mg - xhat * mgx);
+        }
+    }
+    if (!dweight && !dbias) {
+        return;
+    }
+    /* Parameter gradients: column blocks of 16 per thread, rows summed in order, so
+     * the sums are the same bits whatever the thread count. */
+    const int blk = 16;
+    int nblk = (C + blk - 1) / blk;
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
+    for (int b = 0; b < nblk; b++) {
+        int c0 = b * blk;
+        int c1 = c0 + blk < C ? c0 + blk : C;
+        float dw[16] = {0}, db[16] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *dy = dout + (size_t)n * C;
+            float m = save_mean[n], rstd = save_rstd[n];
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                dw[c - c0] += dy[c] * ((x[c] - m) * rstd);
+                db[c - c0] += dy[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            if (dweight) {
+                dweight[c] += dw[c - c0];
+            }
+            if (dbias) {
+                dbias[c] += db[c - c0];
+            }
+        }
+    }
+}
