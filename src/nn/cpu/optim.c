@@ -1,0 +1,202 @@
+/* optim.c - SGD and AdamW updates, global-norm clipping and learning-rate schedules,
+ * written as PyTorch's single-tensor code orders them so results match it closely. */
+#include "nn/cpu/optim.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+/* The updates are elementwise loops the compiler vectorizes; they are bound by memory
+ * traffic, so a BLAS call would not help (there is no BLAS "Adam"). */
+
+static bool finite_nonneg(double x) { return isfinite(x) && x >= 0; }
+
+stoke_status cpu_sgd_check(const cpu_sgd_config *c)
+{
+    if (!finite_nonneg(c->momentum))
+        return stoke_fail(STOKE_ERR_ARG, "sgd: momentum %g must be finite and >= 0",
+                          (double)c->momentum);
+    if (!finite_nonneg(c->dampening))
+        return stoke_fail(STOKE_ERR_ARG, "sgd: dampening %g must be finite and >= 0",
+                          (double)c->dampening);
+    if (!finite_nonneg(c->weight_decay))
+        return stoke_fail(STOKE_ERR_ARG, "sgd: weight_decay %g must be finite and >= 0",
+                          (double)c->weight_decay);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "sgd: nesterov needs momentum > 0 and dampening 0 (momentum %g, "
+                          "dampening %g)",
+                          (double)c->momentum, (double)c->dampening);
+    return STOKE_OK;
+}
+
+void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
+                  const float *grad, float *momentum_buf, size_t n)
+{
+    const float wd = c->weight_decay, mom = c->momentum, keep = 1.0f - c->dampening;
+    const float neg_lr = (float)-lr;
+    if (mom == 0) {
+        for (size_t i = 0; i < n; i++)
+            param[i] += neg_lr * (grad[i] + wd * param[i]);
+        return;
+    }
+    const bool first = step <= 1;
+    for (size_t i = 0; i < n; i++) {
+        float d = grad[i] + wd * param[i];
+        float buf = first ? d : mom * momentum_buf[i] + keep * d;
+        momentum_buf[i] = buf;
+        param[i] += neg_lr * (c->nesterov ? d + mom * buf : buf);
+    }
+}
+
+void cpu_adamw_defaults(cpu_adamw_config *c)
+{
+    c->beta1 = 0.9f;
+    c->beta2 = 0.999f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.01f;
+}
+
+stoke_status cpu_adamw_check(const cpu_adamw_config *c)
+{
+    if (!(c->beta1 >= 0 && c->beta1 < 1))
+        return stoke_fail(STOKE_ERR_ARG, "adamw: beta1 %g outside [0, 1)", (double)c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1))
+        return stoke_fail(STOKE_ERR_ARG, "adamw: beta2 %g outside [0, 1)", (double)c->beta2);
+    if (!finite_nonneg(c->eps))
+        return stoke_fail(STOKE_ERR_ARG, "adamw: eps %g must be finite and >= 0",
+                          (double)c->eps);
+    if (!finite_nonneg(c->weight_decay))
+        return stoke_fail(STOKE_ERR_ARG, "adamw: weight_decay %g must be finite and >= 0",
+                          (double)c->weight_decay);
+    return STOKE_OK;
+}
+
+void cpu_adamw_step(const cpu_adamw_config *c, double lr, int64_t step, float *param,
+                    const float *grad, float *m, float *v, size_t n)
+{
+    const float b1 = c->beta1, b2 = c->beta2, one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
+    /* PyTorch computes these on Python floats (double), then the tensor ops take them
+     * as float scalars */
+    const double t = (double)(step < 1 ? 1 : step);
+    const float decay = (float)(1.0 - lr * c->weight_decay);
+    const float neg_step_size = (float)(-lr / (1.0 - pow(c->beta1, t)));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
+    const float eps = c->eps;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i], p = param[i] * decay;
+        float mi = m[i] * b1 + one_b1 * g;
+        float vi = v[i] * b2 + one_b2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p + neg_step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
+/* ---- clipping ------------------------------------------------------------------------ */
+
+double cpu_sum_squares(const float *x, size_t n, bool *finite)
+{
+    /* four partial sums in a fixed order: deterministic, and not one long chain */
+    double s[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            s[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++)
+        s[0] += (double)x[i] * x[i];
+    double total = (s[0] + s[1]) + (s[2] + s[3]);
+    if (finite) /* a float's square overflows no double, so inf/NaN here mean inf/NaN in x */
+        *finite = isfinite(total);
+    return total;
+}
+
+void cpu_scale(float *x, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+double cpu_global_norm(const float *const *grads, const size_t *sizes, int count)
+{
+    double total = 0;
+    for (int a = 0; a < count; a++)
+        total += cpu_sum_squares(grads[a], sizes[a], NULL);
+    return sqrt(total);
+}
+
+double cpu_clip_grad_norm(float *const *grads, const size_t *sizes, int count,
+                          double max_norm)
+{
+    double norm = cpu_global_norm((const float *const *)grads, sizes, count);
+    if (!isfinite(norm))
+        return norm;
+    /* PyTorch multiplies by min(1, coef) always; multiplying by 1 changes nothing */
+    float coef = (float)max_norm / ((float)norm + 1e-6f);
+    if (coef < 1.0f)
+        for (int a = 0; a < count; a++)
+            cpu_scale(grads[a], sizes[a], coef);
+    return norm;
+}
+
+/* ---- schedules ----------------------------------------------------------------------- */
+
+stoke_status cpu_lr_check(const cpu_lr_schedule *s)
+{
+    if (!finite_nonneg(s->base_lr))
+        return stoke_fail(STOKE_ERR_ARG, "lr schedule: base_lr %g must be finite and >= 0",
+                          s->base_lr);
+    if (s->warmup_steps < 0)
+        return stoke_fail(STOKE_ERR_ARG, "lr schedule: warmup_steps %lld is negative",
+                          (long long)s->warmup_steps);
+    if (s->warmup_steps > 0 && !(s->warmup_start_factor > 0 && s->warmup_start_factor <= 1))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "lr schedule: warmup_start_factor %g outside (0, 1]",
+                          s->warmup_start_factor);
+    switch (s->kind) {
+    case CPU_LR_CONSTANT:
+        return STOKE_OK;
+    case CPU_LR_STEP:
+        if (s->step_size < 1)
+            return stoke_fail(STOKE_ERR_ARG, "lr schedule: step_size %lld must be >= 1",
+                              (long long)s->step_size);
+        if (!(isfinite(s->gamma) && s->gamma > 0))
+            return stoke_fail(STOKE_ERR_ARG, "lr schedule: gamma %g must be finite and > 0",
+                              s->gamma);
+        return STOKE_OK;
+    case CPU_LR_COSINE:
+        if (s->total_steps <= s->warmup_steps)
+            return stoke_fail(STOKE_ERR_ARG,
+                              "lr schedule: total_steps %lld must exceed warmup_steps %lld",
+                              (long long)s->total_steps, (long long)s->warmup_steps);
+        if (!finite_nonneg(s->min_lr))
+            return stoke_fail(STOKE_ERR_ARG, "lr schedule: min_lr %g must be finite and >= 0",
+                              s->min_lr);
+        return STOKE_OK;
+    }
+    return stoke_fail(STOKE_ERR_ARG, "lr schedule: unknown kind %d", (int)s->kind);
+}
+
+double cpu_lr_at(const cpu_lr_schedule *s, int64_t step)
+{
+    if (step < 0)
+        step = 0;
+    const int64_t w = s->warmup_steps;
+    if (step < w) {
+        double f = s->warmup_start_factor;
+        return s->base_lr * (f + (1.0 - f) * (double)step / (double)w);
+    }
+    int64_t k = step - (w > 0 ? w : 0);
+    switch (s->kind) {
+    case CPU_LR_STEP:
+        return s->base_lr * pow(s->gamma, (double)(k / s->step_size));
+    case CPU_LR_COSINE: {
+        int64_t T = s->total_steps - (w > 0 ? w : 0);
+        if (k >= T)
+            return s->min_lr;
+        return s->min_lr +
+               (s->base_lr - s->min_lr) * (1.0 + cos(M_PI * (double)k / (double)T)) / 2.0;
+    }
+    default:
+        return s->base_lr;
+    }
+}

@@ -1,0 +1,95 @@
+# nn_loss_optim_ref.py - PyTorch's answers for tests/test_nn_loss_optim.c: reads the
+# cases the test wrote (text, one token stream), runs torch's own losses, optimizers,
+# clipping and schedulers on them, and writes one line of results per case.
+import sys
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore")
+torch.set_num_threads(1)
+tok = open(sys.argv[1]).read().split()
+pos = 0
+
+
+def take(n=None, conv=float):
+    global pos
+    if n is None:
+        pos += 1
+        return conv(tok[pos - 1])
+    pos += n
+    return [conv(t) for t in tok[pos - n:pos]]
+
+
+def f32(vals):
+    return torch.tensor(vals, dtype=torch.float32)
+
+
+out = []
+while pos < len(tok):
+    kind = take(conv=str)
+    if kind == "ce":
+        B, K = take(conv=int), take(conv=int)
+        eps = take()
+        logits = f32(take(B * K)).reshape(B, K).requires_grad_()
+        target = torch.tensor(take(B, int), dtype=torch.long)
+        loss = torch.nn.CrossEntropyLoss(label_smoothing=eps)(logits, target)
+        loss.backward()
+        out.append([loss.item()] + logits.grad.flatten().tolist())
+    elif kind in ("sgd", "adamw"):
+        hp = take(5)
+        n, steps = take(conv=int), take(conv=int)
+        p = torch.nn.Parameter(f32(take(n)))
+        if kind == "sgd":
+            lr, mom, damp, wd, nest = hp
+            opt = torch.optim.SGD([p], lr=lr, momentum=mom, dampening=damp,
+                                  weight_decay=wd, nesterov=bool(nest))
+        else:
+            lr, b1, b2, eps, wd = hp
+            opt = torch.optim.AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+        for _ in range(steps):
+            p.grad = f32(take(n))
+            opt.step()
+        out.append(p.detach().tolist())
+    elif kind == "clip":
+        max_norm = take()
+        count = take(conv=int)
+        sizes = take(count, int)
+        ps = []
+        for s in sizes:
+            q = torch.nn.Parameter(torch.zeros(s))
+            q.grad = f32(take(s))
+            ps.append(q)
+        norm = torch.nn.utils.clip_grad_norm_(ps, max_norm)
+        out.append([norm.item()] + [v for q in ps for v in q.grad.tolist()])
+    elif kind == "sched":
+        k = take(conv=int)
+        base, step_size, gamma, total, min_lr, warm, f, nsteps = take(8)
+        step_size, total, warm, nsteps = int(step_size), int(total), int(warm), int(nsteps)
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
+        S = torch.optim.lr_scheduler
+
+        def main():
+            if k == 1:
+                return S.StepLR(opt, step_size=step_size, gamma=gamma)
+            if k == 2:
+                return S.CosineAnnealingLR(opt, T_max=total - warm, eta_min=min_lr)
+            return S.LambdaLR(opt, lambda e: 1.0)
+
+        if warm > 0:
+            first = S.LinearLR(opt, start_factor=f, end_factor=1.0, total_iters=warm)
+            sched = S.SequentialLR(opt, [first, main()], milestones=[warm])
+        else:
+            sched = main()
+        lrs = []
+        for _ in range(nsteps):
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        out.append(lrs)
+    else:
+        sys.exit("nn_loss_optim_ref.py: unknown case " + kind)
+
+with open(sys.argv[2], "w") as fh:
+    for row in out:
+        fh.write(" ".join(repr(float(v)) for v in row) + "\n")
