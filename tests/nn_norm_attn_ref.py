@@ -6,8 +6,9 @@ writes torch's float32 results to OUT in the order the C test reads them.
   norm IN OUT n N C B BC H W   gelu (exact, tanh) of x (n); layer_norm of (N, C) with
                                weight, bias, dout; batch_norm (train, then eval with
                                the updated running statistics) of (B, BC, H, W)
-  attn IN OUT B T C H causal   nn.MultiheadAttention(batch_first=True) forward and
-                               backward with the given in/out projection parameters
+  attn IN OUT B T C H          nn.MultiheadAttention(batch_first=True) forward and
+                               backward with the given in/out projection parameters,
+                               without and then with a causal mask
 """
 import sys
 
@@ -66,27 +67,29 @@ def norm(r, out, n, N, C, B, BC, H, W):
     write(out, res)
 
 
-def attn(r, out, B, T, C, H, causal):
-    x = r.take(B, T, C).requires_grad_()
+def attn(r, out, B, T, C, H):
+    x0 = r.take(B, T, C)
     w_qkv = r.take(3 * C, C)
     b_qkv = r.take(3 * C)
     w_out = r.take(C, C)
     b_out = r.take(C)
     dy = r.take(B, T, C)
     r.done()
-    m = torch.nn.MultiheadAttention(C, H, batch_first=True)
-    with torch.no_grad():
-        m.in_proj_weight.copy_(w_qkv)
-        m.in_proj_bias.copy_(b_qkv)
-        m.out_proj.weight.copy_(w_out)
-        m.out_proj.bias.copy_(b_out)
-    mask = None
-    if causal:
-        mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
-    y, _ = m(x, x, x, need_weights=False, attn_mask=mask)
-    y.backward(dy)
-    write(out, [y, x.grad, m.in_proj_weight.grad, m.in_proj_bias.grad,
-                m.out_proj.weight.grad, m.out_proj.bias.grad])
+    res = []
+    for causal in (False, True):
+        m = torch.nn.MultiheadAttention(C, H, batch_first=True)
+        with torch.no_grad():
+            m.in_proj_weight.copy_(w_qkv)
+            m.in_proj_bias.copy_(b_qkv)
+            m.out_proj.weight.copy_(w_out)
+            m.out_proj.bias.copy_(b_out)
+        mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1) if causal else None
+        x = x0.clone().requires_grad_()
+        y, _ = m(x, x, x, need_weights=False, attn_mask=mask)
+        y.backward(dy)
+        res += [y, x.grad, m.in_proj_weight.grad, m.in_proj_bias.grad,
+                m.out_proj.weight.grad, m.out_proj.bias.grad]
+    write(out, res)
 
 
 def write(path, tensors):

@@ -1,0 +1,224 @@
+/* attn.c - multi-head self-attention on the CPU: OpenBLAS SGEMMs for the projections
+ * and for each head's q k^T and p v on strided views of the packed qkv buffer,
+ * a fused scale/mask/softmax in between, (batch, head) pairs over OpenMP. */
+#include "nn/cpu/attn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "nn/cpu/eltwise.h"
+
+/* OpenBLAS (the pthread build Debian ships) runs a GEMM on one thread when
+ * m*n*k <= 65536 * GEMM_MULTITHREAD_THRESHOLD (4). Per-head products up to that size
+ * are spread over OpenMP threads, one (b, h) each; bigger ones run one after the
+ * other and OpenBLAS threads each, so the two thread pools never stack up. */
+#define HEAD_GEMM_SERIAL_MAX 262144.0
+
+static stoke_status attention_check(int B, int T, int C, int H) {
+    if (B <= 0 || T <= 0 || C <= 0 || H <= 0) {
+        return stoke_fail(STOKE_ERR_ARG, "attention: sizes B=%d T=%d C=%d H=%d must be positive",
+                          B, T, C, H);
+    }
+    if (C % H != 0) {
+        return stoke_fail(STOKE_ERR_ARG, "attention: %d heads do not divide the width %d", H,
+                          C);
+    }
+    return STOKE_OK;
+}
+
+size_t cpu_attention_saved_floats(int B, int T, int C, int H) {
+    size_t bt = (size_t)B * (size_t)T;
+    return bt * 3 * (size_t)C + (size_t)B * (size_t)H * (size_t)T * (size_t)T +
+           bt * (size_t)C;
+}
+
+size_t cpu_attention_workspace(int B, int T, int C, int H) {
+    size_t bt = (size_t)B * (size_t)T;
+    size_t floats = bt * (size_t)C + bt * 3 * (size_t)C +
+                    (size_t)B * (size_t)H * (size_t)T * (size_t)T;
+    return floats * sizeof(float);
+}
+
+static int heads_in_parallel(int T, int hs) {
+    return (double)T * (double)T * (double)hs <= HEAD_GEMM_SERIAL_MAX;
+}
+
+/* dst (C,) += column sums of src (N, C). Column blocks per thread, rows in order:
+ * the same bits whatever the thread count. */
+static void colsum_add(float *dst, const float *src, int N, int C) {
+    const int blk = 16;
+    int nblk = (C + blk - 1) / blk;
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= ((size_t)1 << 15))
+    for (int b = 0; b < nblk; b++) {
+        int c0 = b * blk;
+        int c1 = c0 + blk < C ? c0 + blk : C;
+        float acc[16] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = src + (size_t)n * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                acc[c - c0] += row[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            dst[c] += acc[c - c0];
+        }
+    }
+}
+
+/* out (M, N) = inp (M, K) w^T (w is (N, K)) + bias (N,) */
+static void linear_forward(float *out, const float *inp, const float *w, const float *bias,
+                           int M, int N, int K) {
+    for (int m = 0; m < M; m++) {
+        memcpy(out + (size_t)m * N, bias, (size_t)N * sizeof *out);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, inp, K, w, K, 1.0f,
+                out, N);
+}
+
+/* One (b, h): p = softmax(scale q k^T [masked]) into att (T, T), y = p v. */
+static void head_forward(float *att, float *y, const float *q, const float *k,
+                         const float *v, int T, int hs, int ldqkv, int ldy, float scale,
+                         int causal) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ldqkv, k, ldqkv,
+                0.0f, att, T);
+    for (int i = 0; i < T; i++) {
+        float *row = att + (size_t)i * T;
+        int len = causal ? i + 1 : T; /* causal: keys j <= i */
+        float mx = cpu_row_max(row, len);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < len; j++) {
+            float e = cpu_fast_expf(row[j] - mx);
+            row[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < len; j++) {
+            row[j] *= inv;
+        }
+        for (int j = len; j < T; j++) {
+            row[j] = 0.0f;
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, att, T, v, ldqkv,
+                0.0f, y, ldy);
+}
+
+stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
+                                   const float *w_qkv, const float *b_qkv,
+                                   const float *w_out, const float *b_out, int B, int T,
+                                   int C, int H, int causal) {
+    /* inp (B, T, C) -> out (B, T, C); saved = qkv (B, T, 3C) | att (B, H, T, T) |
+     * y (B, T, C) */
+    stoke_status st = attention_check(B, T, C, H);
+    if (st != STOKE_OK) {
+        return st;
+    }
+    int hs = C / H, C3 = 3 * C, BT = B * T;
+    float *qkv = saved;
+    float *att = qkv + (size_t)BT * C3;
+    float *y = att + (size_t)B * H * T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+
+    linear_forward(qkv, inp, w_qkv, b_qkv, BT, C3, C);
+    int nbh = B * H;
+#pragma omp parallel for schedule(static) if (heads_in_parallel(T, hs) && nbh > 1)
+    for (int bh = 0; bh < nbh; bh++) {
+        int b = bh / H, h = bh % H;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+        head_forward(att + (size_t)bh * T * T, y + (size_t)b * T * C + (size_t)h * hs, q,
+                     q + C, q + 2 * C, T, hs, C3, C, scale, causal);
+    }
+    linear_forward(out, y, w_out, b_out, BT, C, C);
+    return STOKE_OK;
+}
+
+/* One (b, h), given dy (T, hs) of its output slice: writes dq, dk, dv (T, hs) slices
+ * of dqkv and uses ds (T, T) as scratch. */
+static void head_backward(float *dq, float *dk, float *dv, float *ds, const float *dy,
+                          const float *att, const float *q, const float *k, const float *v,
+                          int T, int hs, int ldqkv, int ldy, float scale) {
+    /* dp = dy v^T; dv = p^T dy */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, ldy, v, ldqkv,
+                0.0f, ds, T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, att, T, dy, ldy,
+                0.0f, dv, ldqkv);
+    /* softmax backward in place: ds = p (dp - sum_j p dp). Masked entries have p = 0,
+     * so they get no gradient. */
+    for (int i = 0; i < T; i++) {
+        float *row = ds + (size_t)i * T;
+        const float *p = att + (size_t)i * T;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j < T; j++) {
+            dot += p[j] * row[j];
+        }
+#pragma omp simd
+        for (int j = 0; j < T; j++) {
+            row[j] = p[j] * (row[j] - dot);
+        }
+    }
+    /* scores = scale q k^T: dq = scale ds k, dk = scale ds^T q */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, ds, T, k, ldqkv,
+                0.0f, dq, ldqkv);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, ds, T, q, ldqkv,
+                0.0f, dk, ldqkv);
+}
+
+stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
+                                    float *dw_out, float *db_out, const float *dout,
+                                    const float *inp, const float *w_qkv,
+                                    const float *w_out, const float *saved, int B, int T,
+                                    int C, int H, int causal, void *ws, size_t ws_size) {
+    /* dout (B, T, C) -> dinp (B, T, C) +=; dw_qkv (3C, C), db_qkv (3C), dw_out (C, C),
+     * db_out (C) += */
+    (void)causal; /* the mask is already in the saved probabilities (zeros) */
+    stoke_status st = attention_check(B, T, C, H);
+    if (st != STOKE_OK) {
+        return st;
+    }
+    size_t need = cpu_attention_workspace(B, T, C, H);
+    if (!ws || ws_size < need) {
+        return stoke_fail(STOKE_ERR_ARG, "attention backward: workspace of %zu bytes, needs %zu",
+                          ws ? ws_size : (size_t)0, need);
+    }
+    int hs = C / H, C3 = 3 * C, BT = B * T;
+    const float *qkv = saved;
+    const float *att = qkv + (size_t)BT * C3;
+    const float *y = att + (size_t)B * H * T * T;
+    float *dy = ws;
+    float *dqkv = dy + (size_t)BT * C;
+    float *ds = dqkv + (size_t)BT * C3;
+    float scale = 1.0f / sqrtf((float)hs);
+
+    /* output projection: db_out += colsum(dout), dw_out += dout^T y, dy = dout w_out */
+    colsum_add(db_out, dout, BT, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, C, BT, 1.0f, dout, C, y, C, 1.0f,
+                dw_out, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, C, 1.0f, dout, C, w_out, C,
+                0.0f, dy, C);
+
+    int nbh = B * H;
+#pragma omp parallel for schedule(static) if (heads_in_parallel(T, hs) && nbh > 1)
+    for (int bh = 0; bh < nbh; bh++) {
+        int b = bh / H, h = bh % H;
+        size_t off = (size_t)b * T * C3 + (size_t)h * hs;
+        const float *q = qkv + off;
+        float *dq = dqkv + off;
+        head_backward(dq, dq + C, dq + 2 * C, ds + (size_t)bh * T * T,
+                      dy + (size_t)b * T * C + (size_t)h * hs, att + (size_t)bh * T * T, q,
+                      q + C, q + 2 * C, T, hs, C3, C, scale);
+    }
+
+    /* input projection: db_qkv += colsum(dqkv), dw_qkv += dqkv^T inp,
+     * dinp += dqkv w_qkv */
+    colsum_add(db_qkv, dqkv, BT, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C3, C, BT, 1.0f, dqkv, C3, inp, C,
+                1.0f, dw_qkv, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, C3, 1.0f, dqkv, C3, w_qkv, C,
+                1.0f, dinp, C);
+    return STOKE_OK;
+}
