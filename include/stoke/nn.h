@@ -239,6 +239,12 @@ typedef struct stoke_lr_schedule {
 /* The learning rate for optimizer step `step` (0-based). Can't fail. */
 double stoke_lr_at(const stoke_lr_schedule *s, int64_t step);
 
+/* Compute threads of the backend's kernels (oneDNN, OpenBLAS, OpenMP loops); the
+ * trainer sets it once, before building models. n <= 0: every online CPU. Results are
+ * bit-identical for a fixed count. */
+void stoke_nn_set_threads(int n);
+int stoke_nn_threads(void);
+
 /* ---- Memory plan ---------------------------------------------------------------- */
 
 typedef struct stoke_model_opts {

@@ -1,0 +1,87 @@
+/* backend_impl.h - the table of functions a compute backend provides (ggml style):
+ * per op a forward, a backward, its workspace and saved-state sizes; plus memory,
+ * reductions and optimizer updates. The graph, memory plan and executor only go
+ * through this table, so a CUDA backend is another table. Internal to src/nn. */
+#ifndef STOKE_NN_BACKEND_IMPL_H
+#define STOKE_NN_BACKEND_IMPL_H
+
+#include "nn/graph_impl.h"
+
+/* The buffers of one node for one call, all in the backend's memory, laid out
+ * sample-major over `batch` samples. Pointers the op does not use are NULL; din[i] is
+ * NULL when input i needs no gradient (data inputs), and kernels then skip it. */
+typedef struct nn_exec_args {
+    const stoke_graph *graph;
+    const nn_node *node;
+    int index;                      /* the node's index (dropout keys) */
+    int64_t batch;
+    bool train;
+    stoke_precision precision;
+    const void *in[NN_MAX_INPUTS];  /* fp32, or int32 ids/classes */
+    float *din[NN_MAX_INPUTS];      /* ACCUMULATED into */
+    float *out;                     /* losses and metrics: out[0] = the batch mean */
+    float *dout;                    /* for losses, NULL: grad_scale seeds it */
+    float *param[NN_MAX_PARAMS];
+    float *grad[NN_MAX_PARAMS];     /* NULL for buffers and inference models */
+    const uint16_t *param_lp[NN_MAX_PARAMS]; /* bf16/fp16 copies, or NULL */
+    void *saved;                    /* saved_bytes(node) x batch, forward -> backward */
+    void *ws;                       /* shared scratch, workspace(node, batch) bytes */
+    size_t ws_size;
+    uint64_t seed;                  /* per node: model seed mixed with the index */
+    uint64_t step;                  /* dropout mask key: advances every train forward */
+    float grad_scale;               /* losses: d(total)/d(this loss), loss scale included */
+} nn_exec_args;
+
+typedef struct nn_op_impl {
+    /* Writes out (and saved). NULL: the backend lacks the op. */
+    stoke_status (*forward)(void *ctx, const nn_exec_args *a);
+    /* Accumulates into din and grad from dout (or grad_scale for losses). NULL for
+     * metrics and inputs. */
+    stoke_status (*backward)(void *ctx, const nn_exec_args *a);
+    /* Bytes of shared scratch either direction needs at this batch (may be NULL: 0).
+     * Also prepares whatever the op caches for the shape (primitives), so the first
+     * step does not pay for it. */
+    stoke_status (*workspace)(void *ctx, const stoke_graph *g, const nn_node *n,
+                              int64_t batch, stoke_precision p, size_t *bytes);
+    /* Bytes per sample kept from forward to backward (may be NULL: 0). */
+    size_t (*saved_bytes)(void *ctx, const stoke_graph *g, const nn_node *n);
+} nn_op_impl;
+
+typedef struct nn_backend {
+    const char *name;   /* "cpu" */
+    void *ctx;
+    nn_op_impl ops[STOKE_NN_OP_COUNT];
+    /* Whether the op runs natively at this precision (its matmul/conv takes bf16 or
+     * fp16 operands); otherwise the executor's plan keeps it in fp32. */
+    bool (*supports)(void *ctx, stoke_nn_op op, stoke_precision p);
+
+    /* Memory: 64-byte aligned, zeroed. */
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void (*zero)(void *ctx, void *p, size_t bytes);
+    /* Copies device bytes to the host and back (the CPU: memcpy). */
+    void (*read)(void *ctx, void *host, const void *dev, size_t bytes);
+    void (*write)(void *ctx, void *dev, const void *host, size_t bytes);
+
+    /* fp32 -> bf16/fp16 bits (weight copies). */
+    void (*to_lowp)(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n);
+    /* Sum of squares in float64 and whether every value is finite. Deterministic. */
+    double (*sum_squares)(void *ctx, const float *x, size_t n, bool *finite);
+    /* x *= s */
+    void (*scale)(void *ctx, float *x, size_t n, float s);
+    /* One parameter's update; t is the 1-based step (SGD's first momentum step, AdamW's
+     * bias correction). check_optim validates the options first (STOKE_ERR_ARG). */
+    stoke_status (*check_optim)(void *ctx, const stoke_optim *o);
+    void (*sgd)(void *ctx, float *w, const float *g, float *mom, size_t n, float lr,
+                int64_t t, const stoke_optim *o);
+    void (*adamw)(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                  float lr, int64_t t, const stoke_optim *o);
+    /* Compute threads the backend's kernels use; n <= 0: every online CPU. */
+    int (*threads)(void *ctx);
+    void (*set_threads)(void *ctx, int n);
+} nn_backend;
+
+/* The CPU backend (src/nn/cpu_backend.c). Never NULL. */
+const nn_backend *nn_cpu_backend(void);
+
+#endif

@@ -1,0 +1,967 @@
+/* cpu_backend.c - the CPU backend table: adapters from graph nodes to the kernels of
+ * src/nn/cpu (oneDNN, OpenBLAS and our own loops), plus the few glue ops too small
+ * for a kernel family (reshape, patchify, position table, mean over tokens). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/backend_impl.h"
+#include "nn/cpu/eltwise.h"
+#include "nn/cpu/norm.h"
+
+/* The kernel families land one by one; until one has, its ops are absent from the
+ * table and compiling a graph that uses them fails with "op X not built yet". */
+#if __has_include("nn/cpu/precision.h")
+#include "nn/cpu/precision.h"
+#define HAVE_PRECISION 1
+#else
+#define HAVE_PRECISION 0
+#endif
+#if __has_include("nn/cpu/dense.h") && HAVE_PRECISION
+#include "nn/cpu/dense.h"
+#define HAVE_DENSE 1
+#else
+#define HAVE_DENSE 0
+#endif
+#if __has_include("nn/cpu/conv.h") && HAVE_PRECISION
+#include "nn/cpu/conv.h"
+#define HAVE_CONV 1
+#else
+#define HAVE_CONV 0
+#endif
+#if __has_include("nn/cpu/attn.h")
+#include "nn/cpu/attn.h"
+#define HAVE_ATTN 1
+#else
+#define HAVE_ATTN 0
+#endif
+#if __has_include("nn/cpu/loss.h")
+#include "nn/cpu/loss.h"
+#define HAVE_LOSS 1
+#else
+#define HAVE_LOSS 0
+#endif
+#if __has_include("nn/cpu/optim.h")
+#include "nn/cpu/optim.h"
+#define HAVE_OPTIM 1
+#else
+#define HAVE_OPTIM 0
+#endif
+
+#define ALIGN 64
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+/* Prefixes the kernel's message with the layer's name (copied first: stoke_fail writes
+ * the buffer stoke_last_error reads). */
+static stoke_status layer_fail(stoke_status st, const nn_node *n) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", stoke_last_error());
+    return stoke_fail(st, "%s: %s", n->name, msg);
+}
+
+static const stoke_shape *in_shape(const nn_exec_args *a, int i) {
+    return &a->graph->nodes[a->node->in[i]].shape;
+}
+
+static int64_t elems(const stoke_shape *s) { return stoke_shape_elems(s); }
+
+#if HAVE_DENSE || HAVE_CONV
+/* Sizes reach the kernels as int: the plan refuses graphs where they would not fit. */
+static stoke_status too_big(const nn_node *n, int64_t v) {
+    return stoke_fail(STOKE_ERR_ARG, "%s: size %lld exceeds the CPU kernels' int range", n->name,
+                      (long long)v);
+}
+#endif
+
+/* ---- low precision operands ----
+ * bf16: the kernels take bf16 bits; activations are converted into the workspace per
+ * call. fp16: the kernels have no fp16 path on the CPU, so fp16 is emulated exactly:
+ * operands are rounded to fp16 (values representable in fp16, stored as fp32) and the
+ * fp32 kernels run on them with fp32 accumulation. */
+
+#if HAVE_DENSE || HAVE_CONV
+static bool lowp(const nn_exec_args *a) { return a->param_lp[0] != NULL; }
+
+/* Converts x (n) into ws at *off as the kernels' operand for precision p: bf16 bits,
+ * or fp32 rounded to fp16. Returns the operand. */
+static const void *operand(const nn_exec_args *a, const float *x, size_t n, size_t *off) {
+    char *dst = (char *)a->ws + *off;
+    if (a->precision == STOKE_PREC_BF16) {
+        cpu_f32_to_bf16(x, (uint16_t *)dst, n);
+        *off += align_up(n * sizeof(uint16_t));
+    } else {
+        memcpy(dst, x, n * sizeof(float));
+        cpu_round_f16((float *)dst, n);
+        *off += align_up(n * sizeof(float));
+    }
+    return dst;
+}
+
+/* The fp16 weight copy widened to fp32 in the workspace (fp16 emulation). */
+static const float *weight16(const nn_exec_args *a, int i, size_t n, size_t *off) {
+    float *dst = (float *)((char *)a->ws + *off);
+    cpu_f16_to_f32(a->param_lp[i], dst, n);
+    *off += align_up(n * sizeof(float));
+    return dst;
+}
+
+/* Workspace of the low-precision operands of one matmul-like op. */
+static size_t operand_bytes(stoke_precision p, size_t n) {
+    if (p == STOKE_PREC_BF16)
+        return align_up(n * sizeof(uint16_t));
+    if (p == STOKE_PREC_FP16)
+        return align_up(n * sizeof(float));
+    return 0;
+}
+
+#endif
+
+#if HAVE_DENSE
+/* ---- linear: (..., C) -> (..., OC) over rows = batch x leading dims ---- */
+
+typedef struct lin_dims {
+    int rows, C, OC;
+} lin_dims;
+
+static stoke_status linear_dims(const stoke_graph *g, const nn_node *n, int64_t batch,
+                                lin_dims *d) {
+    const stoke_shape *s = &g->nodes[n->in[0]].shape;
+    int64_t C = s->dims[s->ndim - 1];
+    int64_t rows = batch * (elems(s) / C);
+    if (rows > INT32_MAX || C > INT32_MAX || n->features > INT32_MAX)
+        return too_big(n, rows);
+    *d = (lin_dims){(int)rows, (int)C, (int)n->features};
+    return STOKE_OK;
+}
+
+static stoke_status linear_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                              stoke_precision p, size_t *bytes) {
+    (void)ctx;
+    lin_dims d = {0, 0, 0};
+    stoke_status st = linear_dims(g, n, batch, &d);
+    if (st != STOKE_OK)
+        return st;
+    /* The kernel holds its own scratch (oneDNN's scratchpad, allocated by prepare); it
+     * is counted here so the plan's total is an upper bound of what training uses. */
+    size_t kernel = 0;
+    st = cpu_linear_workspace(d.rows, d.C, d.OC, n->bias, p == STOKE_PREC_BF16, &kernel);
+    if (st != STOKE_OK)
+        return st;
+    /* + operands: input, output grad, (fp16) widened weight */
+    *bytes = align_up(kernel) + operand_bytes(p, (size_t)d.rows * d.C) + operand_bytes(p, (size_t)d.rows * d.OC) +
+             (p == STOKE_PREC_FP16 ? align_up((size_t)d.OC * d.C * sizeof(float)) : 0);
+    return STOKE_OK;
+}
+
+static stoke_status linear_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    lin_dims d = {0, 0, 0};
+    stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
+    if (st != STOKE_OK)
+        return st;
+    const float *bias = a->node->bias ? a->param[1] : NULL;
+    if (!lowp(a))
+        return cpu_linear_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C, d.OC);
+    size_t off = 0;
+    const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
+    if (a->precision == STOKE_PREC_BF16)
+        return cpu_linear_forward_bf16(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC);
+    const float *w = weight16(a, 0, (size_t)d.OC * d.C, &off);
+    return cpu_linear_forward(a->out, x, w, bias, d.rows, d.C, d.OC);
+}
+
+static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    lin_dims d = {0, 0, 0};
+    stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
+    if (st != STOKE_OK)
+        return st;
+    float *dbias = a->node->bias ? a->grad[1] : NULL;
+    if (!lowp(a))
+        return cpu_linear_backward(a->din[0], a->grad[0], dbias, a->dout, a->in[0], a->param[0],
+                                   d.rows, d.C, d.OC);
+    size_t off = 0;
+    const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
+    const void *dy = operand(a, a->dout, (size_t)d.rows * d.OC, &off);
+    if (a->precision == STOKE_PREC_BF16)
+        return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0],
+                                        d.rows, d.C, d.OC);
+    const float *w = weight16(a, 0, (size_t)d.OC * d.C, &off);
+    return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, x, w, d.rows, d.C, d.OC);
+}
+
+#endif
+
+#if HAVE_CONV
+/* ---- conv2d ---- */
+
+static stoke_status conv_shape(const stoke_graph *g, const nn_node *n, int64_t batch,
+                               cpu_conv2d_shape *s) {
+    const stoke_shape *in = &g->nodes[n->in[0]].shape;
+    if (batch > INT32_MAX || batch * elems(in) > INT32_MAX ||
+        batch * elems(&n->shape) > INT32_MAX)
+        return too_big(n, batch * elems(in));
+    *s = (cpu_conv2d_shape){.B = (int)batch, .C = (int)in->dims[0], .H = (int)in->dims[1],
+                            .W = (int)in->dims[2], .OC = (int)n->features, .KH = n->kernel,
+                            .KW = n->kernel, .stride_h = n->stride, .stride_w = n->stride,
+                            .pad_h = n->padding, .pad_w = n->padding, .has_bias = n->bias};
+    return STOKE_OK;
+}
+
+static stoke_status conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                            stoke_precision p, size_t *bytes) {
+    (void)ctx;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(g, n, batch, &s);
+    if (st != STOKE_OK)
+        return st;
+    size_t kernel = 0;
+    st = cpu_conv2d_workspace(&s, p == STOKE_PREC_BF16, &kernel);
+    if (st != STOKE_OK)
+        return st;
+    size_t in_n = (size_t)batch * (size_t)elems(&g->nodes[n->in[0]].shape);
+    size_t out_n = (size_t)batch * (size_t)elems(&n->shape);
+    size_t w_n = (size_t)s.OC * s.C * s.KH * s.KW;
+    *bytes = align_up(kernel) + operand_bytes(p, in_n) + operand_bytes(p, out_n) +
+             (p == STOKE_PREC_FP16 ? align_up(w_n * sizeof(float)) : 0);
+    return STOKE_OK;
+}
+
+/* The kernel's share of the workspace follows the operands; when a smaller batch than
+ * planned needs more than is left (the plan sized it at max_batch), NULL lets the
+ * kernel use its own cached buffer. */
+static void *conv_kernel_ws(const nn_exec_args *a, const cpu_conv2d_shape *s, size_t off,
+                            size_t *size) {
+    size_t need = 0;
+    if (cpu_conv2d_workspace(s, a->precision == STOKE_PREC_BF16 && lowp(a), &need) != STOKE_OK ||
+        off + need > a->ws_size) {
+        *size = 0;
+        return NULL;
+    }
+    *size = a->ws_size - off;
+    return (char *)a->ws + off;
+}
+
+static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
+    if (st != STOKE_OK)
+        return st;
+    const float *bias = a->node->bias ? a->param[1] : NULL;
+    size_t off = 0, ksize;
+    if (!lowp(a)) {
+        void *kws = conv_kernel_ws(a, &s, 0, &ksize);
+        return cpu_conv2d_forward(a->out, a->in[0], a->param[0], bias, &s, kws, ksize);
+    }
+    size_t in_n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
+    const void *x = operand(a, a->in[0], in_n, &off);
+    if (a->precision == STOKE_PREC_BF16) {
+        void *kws = conv_kernel_ws(a, &s, off, &ksize);
+        return cpu_conv2d_forward_bf16(a->out, x, a->param_lp[0], bias, &s, kws, ksize);
+    }
+    const float *w = weight16(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
+    void *kws = conv_kernel_ws(a, &s, off, &ksize);
+    return cpu_conv2d_forward(a->out, x, w, bias, &s, kws, ksize);
+}
+
+static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
+    if (st != STOKE_OK)
+        return st;
+    float *dbias = a->node->bias ? a->grad[1] : NULL;
+    size_t off = 0, ksize;
+    if (!lowp(a)) {
+        void *kws = conv_kernel_ws(a, &s, 0, &ksize);
+        return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, a->dout, a->in[0], a->param[0],
+                                   &s, kws, ksize);
+    }
+    size_t in_n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
+    size_t out_n = (size_t)a->batch * (size_t)elems(&a->node->shape);
+    const void *x = operand(a, a->in[0], in_n, &off);
+    const void *dy = operand(a, a->dout, out_n, &off);
+    if (a->precision == STOKE_PREC_BF16) {
+        void *kws = conv_kernel_ws(a, &s, off, &ksize);
+        return cpu_conv2d_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0], &s,
+                                        kws, ksize);
+    }
+    const float *w = weight16(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
+    void *kws = conv_kernel_ws(a, &s, off, &ksize);
+    return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, dy, x, w, &s, kws, ksize);
+}
+
+/* ---- pooling ---- */
+
+static cpu_pool2d_shape pool_shape(const nn_exec_args *a) {
+    const stoke_shape *in = in_shape(a, 0);
+    return (cpu_pool2d_shape){.B = (int)a->batch, .C = (int)in->dims[0], .H = (int)in->dims[1],
+                              .W = (int)in->dims[2], .KH = a->node->kernel,
+                              .KW = a->node->kernel, .stride_h = a->node->stride,
+                              .stride_w = a->node->stride, .pad_h = a->node->padding,
+                              .pad_w = a->node->padding};
+}
+
+static stoke_status maxpool_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_pool2d_shape s = pool_shape(a);
+    cpu_maxpool2d_forward(a->out, a->in[0], &s);
+    return STOKE_OK;
+}
+
+static stoke_status maxpool_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_pool2d_shape s = pool_shape(a);
+    if (a->din[0])
+        cpu_maxpool2d_backward(a->din[0], a->dout, a->in[0], &s);
+    return STOKE_OK;
+}
+
+static stoke_status avgpool_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_pool2d_shape s = pool_shape(a);
+    cpu_avgpool2d_forward(a->out, a->in[0], &s);
+    return STOKE_OK;
+}
+
+static stoke_status avgpool_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_pool2d_shape s = pool_shape(a);
+    if (a->din[0])
+        cpu_avgpool2d_backward(a->din[0], a->dout, &s);
+    return STOKE_OK;
+}
+
+static stoke_status gap_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const stoke_shape *in = in_shape(a, 0);
+    cpu_global_avgpool_forward(a->out, a->in[0], (int)a->batch, (int)in->dims[0],
+                               (int)in->dims[1], (int)in->dims[2]);
+    return STOKE_OK;
+}
+
+static stoke_status gap_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const stoke_shape *in = in_shape(a, 0);
+    if (a->din[0])
+        cpu_global_avgpool_backward(a->din[0], a->dout, (int)a->batch, (int)in->dims[0],
+                                    (int)in->dims[1], (int)in->dims[2]);
+    return STOKE_OK;
+}
+
+#endif
+
+/* ---- normalization ----
+ * Batch norm keeps (mean, rstd) per channel; the saved area is per sample, so it is
+ * over-provisioned to 2C floats per sample (small next to the activations) and the
+ * plan stays linear in the batch. */
+
+static size_t bn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
+    (void)ctx;
+    (void)g;
+    return 2 * (size_t)n->shape.dims[0] * sizeof(float);
+}
+
+static void bn_dims(const nn_exec_args *a, int *C, int *S) {
+    const stoke_shape *s = &a->node->shape;
+    *C = (int)s->dims[0];
+    *S = s->ndim == 3 ? (int)(s->dims[1] * s->dims[2]) : 1;
+}
+
+static stoke_status bn_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int C, S;
+    bn_dims(a, &C, &S);
+    float *mean = a->saved, *rstd = (float *)a->saved + C;
+    stoke_status st = cpu_batchnorm_forward(a->out, mean, rstd, a->param[2], a->param[3],
+                                            a->in[0], a->param[0], a->param[1], (int)a->batch,
+                                            C, S, a->train, a->node->momentum, a->node->eps);
+    if (st != STOKE_OK)
+        return layer_fail(st, a->node);
+    return STOKE_OK;
+}
+
+static stoke_status bn_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int C, S;
+    bn_dims(a, &C, &S);
+    const float *mean = a->saved, *rstd = (const float *)a->saved + C;
+    if (!a->din[0]) { /* the kernel always writes dinp; give it the workspace */
+        nn_exec_args b = *a;
+        b.din[0] = a->ws;
+        memset(a->ws, 0, (size_t)a->batch * (size_t)elems(&a->node->shape) * sizeof(float));
+        cpu_batchnorm_backward(b.din[0], a->grad[0], a->grad[1], a->dout, a->in[0], a->param[0],
+                               mean, rstd, (int)a->batch, C, S, a->train);
+        return STOKE_OK;
+    }
+    cpu_batchnorm_backward(a->din[0], a->grad[0], a->grad[1], a->dout, a->in[0], a->param[0],
+                           mean, rstd, (int)a->batch, C, S, a->train);
+    return STOKE_OK;
+}
+
+/* Scratch for a gradient the graph does not want (an input's) when the kernel always
+ * writes one: the layer's input size. */
+static stoke_status input_sized_ws(void *ctx, const stoke_graph *g, const nn_node *n,
+                                   int64_t batch, stoke_precision p, size_t *bytes) {
+    (void)ctx;
+    (void)p;
+    *bytes = align_up((size_t)batch * (size_t)elems(&g->nodes[n->in[0]].shape) * sizeof(float));
+    return STOKE_OK;
+}
+
+static size_t ln_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
+    (void)ctx;
+    (void)g;
+    const stoke_shape *s = &n->shape;
+    return 2 * (size_t)(elems(s) / s->dims[s->ndim - 1]) * sizeof(float);
+}
+
+static void ln_dims(const nn_exec_args *a, int *N, int *C) {
+    const stoke_shape *s = &a->node->shape;
+    *C = (int)s->dims[s->ndim - 1];
+    *N = (int)(a->batch * (elems(s) / *C));
+}
+
+static stoke_status ln_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int N, C;
+    ln_dims(a, &N, &C);
+    cpu_layernorm_forward(a->out, a->saved, (float *)a->saved + N, a->in[0], a->param[0],
+                          a->param[1], N, C, a->node->eps);
+    return STOKE_OK;
+}
+
+static stoke_status ln_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int N, C;
+    ln_dims(a, &N, &C);
+    float *din = a->din[0];
+    if (!din) {
+        din = a->ws;
+        memset(din, 0, (size_t)N * C * sizeof(float));
+    }
+    cpu_layernorm_backward(din, a->grad[0], a->grad[1], a->dout, a->in[0], a->param[0], a->saved,
+                           (const float *)a->saved + N, N, C);
+    return STOKE_OK;
+}
+
+/* ---- element-wise ---- */
+
+static size_t out_n(const nn_exec_args *a) {
+    return (size_t)a->batch * (size_t)elems(&a->node->shape);
+}
+
+static stoke_status relu_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_relu_forward(a->out, a->in[0], out_n(a));
+    return STOKE_OK;
+}
+static stoke_status relu_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (a->din[0])
+        cpu_relu_backward(a->din[0], a->dout, a->out, out_n(a));
+    return STOKE_OK;
+}
+static stoke_status gelu_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_gelu_forward(a->out, a->in[0], out_n(a), 0);
+    return STOKE_OK;
+}
+static stoke_status gelu_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (a->din[0])
+        cpu_gelu_backward(a->din[0], a->dout, a->in[0], out_n(a), 0);
+    return STOKE_OK;
+}
+static stoke_status tanh_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_tanh_forward(a->out, a->in[0], out_n(a));
+    return STOKE_OK;
+}
+static stoke_status tanh_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (a->din[0])
+        cpu_tanh_backward(a->din[0], a->dout, a->out, out_n(a));
+    return STOKE_OK;
+}
+static stoke_status sigmoid_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_sigmoid_forward(a->out, a->in[0], out_n(a));
+    return STOKE_OK;
+}
+static stoke_status sigmoid_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (a->din[0])
+        cpu_sigmoid_backward(a->din[0], a->dout, a->out, out_n(a));
+    return STOKE_OK;
+}
+static stoke_status dropout_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_dropout_forward(a->out, a->in[0], out_n(a), a->node->p, a->seed, a->step, a->train);
+    return STOKE_OK;
+}
+static stoke_status dropout_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (a->din[0])
+        cpu_dropout_backward(a->din[0], a->dout, out_n(a), a->node->p, a->seed, a->step,
+                             a->train);
+    return STOKE_OK;
+}
+static stoke_status add_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_residual_forward(a->out, a->in[0], a->in[1], out_n(a));
+    return STOKE_OK;
+}
+static stoke_status add_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    size_t n = out_n(a);
+    if (a->din[0] && a->din[1]) {
+        cpu_residual_backward(a->din[0], a->din[1], a->dout, n);
+        return STOKE_OK;
+    }
+    for (int k = 0; k < 2; k++)
+        if (a->din[k])
+            for (size_t i = 0; i < n; i++)
+                a->din[k][i] += a->dout[i];
+    return STOKE_OK;
+}
+static stoke_status softmax_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const stoke_shape *s = &a->node->shape;
+    int C = (int)s->dims[s->ndim - 1];
+    cpu_softmax_forward(a->out, a->in[0], (int)(out_n(a) / (size_t)C), C);
+    return STOKE_OK;
+}
+static stoke_status softmax_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const stoke_shape *s = &a->node->shape;
+    int C = (int)s->dims[s->ndim - 1];
+    if (a->din[0])
+        cpu_softmax_backward(a->din[0], a->dout, a->out, (int)(out_n(a) / (size_t)C), C);
+    return STOKE_OK;
+}
+
+/* Reshape never runs: the plan makes its output and gradient alias its input's. */
+static stoke_status nop(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    (void)a;
+    return STOKE_OK;
+}
+
+/* ---- embedding and attention ---- */
+
+static stoke_status emb_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int N = (int)(a->batch * elems(in_shape(a, 0)));
+    stoke_status st = cpu_embedding_forward(a->out, a->in[0], a->param[0], N,
+                                            (int)a->node->vocab, (int)a->node->features);
+    if (st != STOKE_OK)
+        return layer_fail(st, a->node);
+    return STOKE_OK;
+}
+
+static stoke_status emb_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int N = (int)(a->batch * elems(in_shape(a, 0)));
+    return cpu_embedding_backward(a->grad[0], a->dout, a->in[0], N, (int)a->node->vocab,
+                                  (int)a->node->features);
+}
+
+#if HAVE_ATTN
+static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
+    (void)ctx;
+    (void)g;
+    return cpu_attention_saved_floats(1, (int)n->shape.dims[0], (int)n->shape.dims[1], n->heads) *
+           sizeof(float);
+}
+
+static stoke_status attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                            stoke_precision p, size_t *bytes) {
+    (void)ctx;
+    (void)g;
+    (void)p;
+    int T = (int)n->shape.dims[0], C = (int)n->shape.dims[1];
+    /* + an input-gradient sink when the attention reads data directly */
+    *bytes = align_up(cpu_attention_workspace((int)batch, T, C, n->heads)) +
+             align_up((size_t)batch * T * C * sizeof(float));
+    return STOKE_OK;
+}
+
+static stoke_status attn_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const nn_node *n = a->node;
+    return cpu_attention_forward(a->out, a->saved, a->in[0], a->param[0], a->param[1],
+                                 a->param[2], a->param[3], (int)a->batch, (int)n->shape.dims[0],
+                                 (int)n->shape.dims[1], n->heads, 0);
+}
+
+static stoke_status attn_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const nn_node *n = a->node;
+    int T = (int)n->shape.dims[0], C = (int)n->shape.dims[1];
+    size_t kws = align_up(cpu_attention_workspace((int)a->batch, T, C, n->heads));
+    float *din = a->din[0];
+    if (!din) {
+        din = (float *)((char *)a->ws + kws);
+        memset(din, 0, (size_t)a->batch * T * C * sizeof(float));
+    }
+    return cpu_attention_backward(din, a->grad[0], a->grad[1], a->grad[2], a->grad[3], a->dout,
+                                  a->in[0], a->param[0], a->param[2], a->saved, (int)a->batch, T,
+                                  C, n->heads, 0, a->ws, kws);
+}
+
+#endif
+
+/* ---- glue ops, written here because they are plain copies/sums that no library
+ * offers in this layout ---- */
+
+/* (C, H, W) -> (H/P * W/P, C*P*P), patch (ph, pw) row-major, vector (c, py, px): the
+ * layout of a Conv2d(kernel=stride=P) weight, so a following linear equals ViT's
+ * patch embedding. */
+static void patch_index(const nn_exec_args *a, int64_t *C, int64_t *H, int64_t *W, int *P) {
+    const stoke_shape *in = in_shape(a, 0);
+    *C = in->dims[0];
+    *H = in->dims[1];
+    *W = in->dims[2];
+    *P = a->node->patch;
+}
+
+static stoke_status patchify_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int64_t C, H, W;
+    int P;
+    patch_index(a, &C, &H, &W, &P);
+    int64_t NW = W / P, per = C * H * W;
+    const float *x = a->in[0];
+    float *y = a->out;
+    for (int64_t b = 0; b < a->batch; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++) {
+                    int64_t t = (h / P) * NW + w / P;
+                    int64_t k = (c * P + h % P) * P + w % P;
+                    y[b * per + t * (C * P * P) + k] = x[b * per + (c * H + h) * W + w];
+                }
+    return STOKE_OK;
+}
+
+static stoke_status patchify_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (!a->din[0])
+        return STOKE_OK;
+    int64_t C, H, W;
+    int P;
+    patch_index(a, &C, &H, &W, &P);
+    int64_t NW = W / P, per = C * H * W;
+    for (int64_t b = 0; b < a->batch; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++) {
+                    int64_t t = (h / P) * NW + w / P;
+                    int64_t k = (c * P + h % P) * P + w % P;
+                    a->din[0][b * per + (c * H + h) * W + w] += a->dout[b * per + t * (C * P * P) + k];
+                }
+    return STOKE_OK;
+}
+
+static stoke_status pos_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    size_t per = (size_t)elems(&a->node->shape);
+    for (int64_t b = 0; b < a->batch; b++)
+        cpu_residual_forward(a->out + b * per, (const float *)a->in[0] + b * per, a->param[0], per);
+    return STOKE_OK;
+}
+
+static stoke_status pos_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    size_t per = (size_t)elems(&a->node->shape);
+    for (int64_t b = 0; b < a->batch; b++) { /* in batch order: deterministic */
+        const float *dy = a->dout + b * per;
+        for (size_t i = 0; i < per; i++)
+            a->grad[0][i] += dy[i];
+        if (a->din[0])
+            for (size_t i = 0; i < per; i++)
+                a->din[0][b * per + i] += dy[i];
+    }
+    return STOKE_OK;
+}
+
+static stoke_status seqmean_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const stoke_shape *in = in_shape(a, 0);
+    int64_t T = in->dims[0], C = in->dims[1];
+    for (int64_t b = 0; b < a->batch; b++) {
+        const float *x = (const float *)a->in[0] + b * T * C;
+        float *y = a->out + b * C;
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t t = 0; t < T; t++)
+                s += x[t * C + c];
+            y[c] = (float)(s / (double)T);
+        }
+    }
+    return STOKE_OK;
+}
+
+static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (!a->din[0])
+        return STOKE_OK;
+    const stoke_shape *in = in_shape(a, 0);
+    int64_t T = in->dims[0], C = in->dims[1];
+    float inv = 1.0f / (float)T;
+    for (int64_t b = 0; b < a->batch; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < C; c++)
+                a->din[0][(b * T + t) * C + c] += a->dout[b * C + c] * inv;
+    return STOKE_OK;
+}
+
+/* ---- losses and metrics: out[0] = the batch mean ---- */
+
+#if HAVE_LOSS
+static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
+    size_t n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
+    float loss = 0;
+    stoke_status st;
+    switch (a->node->op) {
+    case STOKE_NN_CROSS_ENTROPY:
+        st = cpu_cross_entropy(a->in[0], a->in[1], (int)a->batch, (int)in_shape(a, 0)->dims[0],
+                               a->node->smoothing, scale, &loss, din);
+        break;
+    case STOKE_NN_BCE_LOGITS:
+        st = cpu_bce_with_logits(a->in[0], a->in[1], n, scale, &loss, din);
+        break;
+    case STOKE_NN_MSE:
+        st = cpu_mse(a->in[0], a->in[1], n, scale, &loss, din);
+        break;
+    default:
+        st = cpu_l1(a->in[0], a->in[1], n, scale, &loss, din);
+        break;
+    }
+    if (st != STOKE_OK)
+        return layer_fail(st, a->node);
+    a->out[0] = loss;
+    return STOKE_OK;
+}
+
+static stoke_status loss_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    return loss_run(a, NULL, 1.0f);
+}
+
+static stoke_status loss_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (!a->din[0])
+        return STOKE_OK;
+    return loss_run(a, a->din[0], a->grad_scale);
+}
+
+static stoke_status accuracy_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    int64_t k = cpu_count_correct(a->in[0], a->in[1], (int)a->batch,
+                                  (int)in_shape(a, 0)->dims[0]);
+    a->out[0] = (float)((double)k / (double)a->batch);
+    return STOKE_OK;
+}
+
+static stoke_status mae_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    size_t n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
+    a->out[0] = (float)(cpu_abs_error_sum(a->in[0], a->in[1], n) / (double)n);
+    return STOKE_OK;
+}
+
+#endif
+
+/* ---- the table ---- */
+
+static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
+    (void)ctx;
+    if (p == STOKE_PREC_FP32)
+        return op >= 0 && op < STOKE_NN_OP_COUNT;
+    /* bf16: oneDNN's bf16 matmul and convolution (AVX512-BF16/AMX where present, its
+     * own exact emulation on AVX-512 otherwise); fp16: emulated operands, see above.
+     * Everything else stays fp32. */
+    return (HAVE_DENSE && op == STOKE_NN_LINEAR) || (HAVE_CONV && op == STOKE_NN_CONV2D);
+}
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGN, bytes ? align_up(bytes) : ALIGN) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+static void cpu_zero(void *ctx, void *p, size_t bytes) {
+    (void)ctx;
+    memset(p, 0, bytes);
+}
+
+static void cpu_read(void *ctx, void *host, const void *dev, size_t bytes) {
+    (void)ctx;
+    memcpy(host, dev, bytes);
+}
+
+static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes) {
+    (void)ctx;
+    memcpy(dev, host, bytes);
+}
+
+static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n) {
+    (void)ctx;
+#if !HAVE_PRECISION
+    (void)p, (void)in, (void)out, (void)n; /* unreachable: supports() says no */
+#else
+    if (p == STOKE_PREC_BF16)
+        cpu_f32_to_bf16(in, out, n);
+    else
+        cpu_f32_to_f16(in, out, n);
+#endif
+}
+
+#if HAVE_OPTIM
+static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite) {
+    (void)ctx;
+    return cpu_sum_squares(x, n, finite);
+}
+
+static void cpu_scale_(void *ctx, float *x, size_t n, float s) {
+    (void)ctx;
+    cpu_scale(x, n, s);
+}
+
+static void cpu_sgd(void *ctx, float *w, const float *g, float *mom, size_t n, float lr,
+                    int64_t t, const stoke_optim *o) {
+    (void)ctx;
+    cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
+                        .nesterov = o->nesterov};
+    cpu_sgd_step(&c, lr, t, w, g, mom, n);
+}
+
+static void cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                      float lr, int64_t t, const stoke_optim *o) {
+    (void)ctx;
+    cpu_adamw_config c = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                          .weight_decay = o->weight_decay};
+    cpu_adamw_step(&c, lr, t, w, g, m, v, n);
+}
+
+static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o) {
+    (void)ctx;
+    if (o->kind == STOKE_SGD) {
+        cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
+                            .nesterov = o->nesterov};
+        return cpu_sgd_check(&c);
+    }
+    cpu_adamw_config c = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                          .weight_decay = o->weight_decay};
+    return cpu_adamw_check(&c);
+}
+
+#endif
+
+static int cpu_threads(void *ctx) {
+    (void)ctx;
+#if HAVE_DENSE
+    return cpu_get_threads();
+#else
+    return 1;
+#endif
+}
+
+static void cpu_set_threads_(void *ctx, int n) {
+    (void)ctx;
+#if HAVE_DENSE
+    cpu_set_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+static const nn_backend cpu_backend = {
+    .name = "cpu",
+    .ctx = NULL,
+    .ops =
+        {
+            [STOKE_NN_INPUT] = {nop, NULL, NULL, NULL},
+#if HAVE_DENSE
+            [STOKE_NN_LINEAR] = {linear_fwd, linear_bwd, linear_ws, NULL},
+#endif
+#if HAVE_CONV
+            [STOKE_NN_CONV2D] = {conv_fwd, conv_bwd, conv_ws, NULL},
+#endif
+#if HAVE_CONV
+            [STOKE_NN_MAXPOOL2D] = {maxpool_fwd, maxpool_bwd, NULL, NULL},
+#endif
+#if HAVE_CONV
+            [STOKE_NN_AVGPOOL2D] = {avgpool_fwd, avgpool_bwd, NULL, NULL},
+#endif
+#if HAVE_CONV
+            [STOKE_NN_GLOBAL_AVGPOOL] = {gap_fwd, gap_bwd, NULL, NULL},
+#endif
+            [STOKE_NN_BATCHNORM] = {bn_fwd, bn_bwd, input_sized_ws, bn_saved},
+            [STOKE_NN_LAYERNORM] = {ln_fwd, ln_bwd, input_sized_ws, ln_saved},
+            [STOKE_NN_RELU] = {relu_fwd, relu_bwd, NULL, NULL},
+            [STOKE_NN_GELU] = {gelu_fwd, gelu_bwd, NULL, NULL},
+            [STOKE_NN_TANH] = {tanh_fwd, tanh_bwd, NULL, NULL},
+            [STOKE_NN_SIGMOID] = {sigmoid_fwd, sigmoid_bwd, NULL, NULL},
+            [STOKE_NN_DROPOUT] = {dropout_fwd, dropout_bwd, NULL, NULL},
+            [STOKE_NN_ADD] = {add_fwd, add_bwd, NULL, NULL},
+            [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
+            [STOKE_NN_EMBEDDING] = {emb_fwd, emb_bwd, NULL, NULL},
+            [STOKE_NN_SOFTMAX] = {softmax_fwd, softmax_bwd, NULL, NULL},
+#if HAVE_ATTN
+            [STOKE_NN_ATTENTION] = {attn_fwd, attn_bwd, attn_ws, attn_saved},
+#endif
+            [STOKE_NN_PATCHIFY] = {patchify_fwd, patchify_bwd, NULL, NULL},
+            [STOKE_NN_POS_EMBED] = {pos_fwd, pos_bwd, NULL, NULL},
+            [STOKE_NN_SEQ_MEAN] = {seqmean_fwd, seqmean_bwd, NULL, NULL},
+#if HAVE_LOSS
+            [STOKE_NN_CROSS_ENTROPY] = {loss_fwd, loss_bwd, NULL, NULL},
+#endif
+#if HAVE_LOSS
+            [STOKE_NN_BCE_LOGITS] = {loss_fwd, loss_bwd, NULL, NULL},
+#endif
+#if HAVE_LOSS
+            [STOKE_NN_MSE] = {loss_fwd, loss_bwd, NULL, NULL},
+#endif
+#if HAVE_LOSS
+            [STOKE_NN_L1] = {loss_fwd, loss_bwd, NULL, NULL},
+#endif
+#if HAVE_LOSS
+            [STOKE_NN_ACCURACY] = {accuracy_fwd, NULL, NULL, NULL},
+#endif
+#if HAVE_LOSS
+            [STOKE_NN_MAE] = {mae_fwd, NULL, NULL, NULL},
+#endif
+        },
+    .supports = cpu_supports,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .read = cpu_read,
+    .write = cpu_write,
+    .to_lowp = cpu_to_lowp,
+#if HAVE_OPTIM
+    .sum_squares = cpu_sumsq,
+    .scale = cpu_scale_,
+    .sgd = cpu_sgd,
+    .adamw = cpu_adamw,
+    .check_optim = cpu_check_optim,
+#endif
+    .threads = cpu_threads,
+    .set_threads = cpu_set_threads_,
+};
+
+const nn_backend *nn_cpu_backend(void) { return &cpu_backend; }

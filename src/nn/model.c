@@ -1,0 +1,724 @@
+/* model.c - the memory plan, the model's arenas (llm.c style: one allocation per kind,
+ * cut into named pointers from a table of sizes) and the executor: forward in graph
+ * order, backward in reverse, optimizer steps with loss scaling and clipping. Only
+ * the backend table touches memory or runs kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/backend_impl.h"
+
+#define ALIGN 64
+#define NONE ((size_t)-1)
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+const char *stoke_precision_name(stoke_precision p) {
+    switch (p) {
+    case STOKE_PREC_FP32: return "fp32";
+    case STOKE_PREC_BF16: return "bf16";
+    case STOKE_PREC_FP16: return "fp16";
+    }
+    return "?";
+}
+
+bool stoke_precision_parse(const char *s, stoke_precision *out) {
+    for (int p = STOKE_PREC_FP32; p <= STOKE_PREC_FP16; p++)
+        if (s && strcmp(s, stoke_precision_name((stoke_precision)p)) == 0) {
+            *out = (stoke_precision)p;
+            return true;
+        }
+    return false;
+}
+
+const char *stoke_optim_name(stoke_optim_kind k) {
+    return k == STOKE_SGD ? "sgd" : k == STOKE_ADAMW ? "adamw" : "?";
+}
+
+double stoke_lr_at(const stoke_lr_schedule *s, int64_t step) {
+    if (step < 0)
+        step = 0;
+    if (step < s->warmup_steps) /* linear warm-up: lr/W, 2 lr/W, ..., lr */
+        return s->lr * (double)(step + 1) / (double)s->warmup_steps;
+    int64_t t = step - (s->warmup_steps > 0 ? s->warmup_steps : 0);
+    switch (s->kind) {
+    case STOKE_LR_STEP:
+        return s->step_size > 0 ? s->lr * pow(s->gamma, (double)(t / s->step_size)) : s->lr;
+    case STOKE_LR_COSINE: {
+        int64_t T = s->total_steps - (s->warmup_steps > 0 ? s->warmup_steps : 0);
+        if (T <= 0 || t >= T)
+            return s->min_lr;
+        return s->min_lr + (s->lr - s->min_lr) * (1 + cos(M_PI * (double)t / (double)T)) / 2;
+    }
+    case STOKE_LR_CONSTANT:
+        break;
+    }
+    return s->lr;
+}
+
+void stoke_nn_set_threads(int n) {
+    const nn_backend *be = nn_cpu_backend();
+    be->set_threads(be->ctx, n);
+}
+
+int stoke_nn_threads(void) {
+    const nn_backend *be = nn_cpu_backend();
+    return be->threads(be->ctx);
+}
+
+/* ---- layout: the table of sizes every arena is cut from ---- */
+
+typedef struct layout {
+    int nnodes, nparams;
+    int64_t batch;
+    /* per node */
+    int *alias;          /* the node whose buffers it uses (itself but for reshape) */
+    bool *lowp;          /* runs in the model's low precision */
+    size_t *out_ps;      /* aligned bytes per sample; 0 for aliases */
+    size_t *saved_ps;
+    size_t *dout_ps;     /* 0: no gradient kept */
+    /* per parameter: offsets into their arenas, NONE when absent */
+    size_t *param_off, *lp_off, *grad_off, *state_off;
+    int slots;
+    size_t params, grads, optim, act_ps, fwd_ps, ws;
+} layout;
+
+static void layout_free(layout *L) {
+    free(L->alias);
+    free(L->lowp);
+    free(L->out_ps);
+    free(L->saved_ps);
+    free(L->dout_ps);
+    free(L->param_off);
+    free(L->lp_off);
+    free(L->grad_off);
+    free(L->state_off);
+    memset(L, 0, sizeof *L);
+}
+
+static int optim_slots(const stoke_model_opts *o) {
+    if (!o->training)
+        return 0;
+    if (o->optim.kind == STOKE_ADAMW)
+        return 2;
+    return o->optim.momentum > 0 ? 1 : 0;
+}
+
+static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
+                               const nn_backend *be) {
+    if (!g || !o)
+        return stoke_fail(STOKE_ERR_ARG, "nn: no graph or options");
+    if (g->status != STOKE_OK)
+        return stoke_graph_status(g);
+    if (g->nnodes == 0)
+        return stoke_fail(STOKE_ERR_ARG, "%s: the graph is empty", g->name);
+    if (o->max_batch < 1)
+        return stoke_fail(STOKE_ERR_ARG, "%s: max batch %lld must be >= 1", g->name,
+                          (long long)o->max_batch);
+    if (o->precision < STOKE_PREC_FP32 || o->precision > STOKE_PREC_FP16)
+        return stoke_fail(STOKE_ERR_ARG, "%s: unknown precision %d", g->name, (int)o->precision);
+    if (o->training) {
+        if (o->optim.kind != STOKE_SGD && o->optim.kind != STOKE_ADAMW)
+            return stoke_fail(STOKE_ERR_ARG, "%s: unknown optimizer %d", g->name,
+                              (int)o->optim.kind);
+        if (!(o->optim.clip_norm >= 0))
+            return stoke_fail(STOKE_ERR_ARG, "%s: clip norm %g must be >= 0", g->name,
+                              (double)o->optim.clip_norm);
+        if (!be->check_optim || !be->sgd || !be->adamw || !be->sum_squares || !be->scale)
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: the optimizers are not built yet in the %s backend",
+                              g->name, be->name);
+        stoke_status st = be->check_optim(be->ctx, &o->optim);
+        if (st != STOKE_OK)
+            return st;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        if (!be->ops[g->nodes[i].op].forward)
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: op %s not built yet in the %s backend",
+                              g->nodes[i].name, stoke_nn_op_name(g->nodes[i].op), be->name);
+    return STOKE_OK;
+}
+
+/* The optimizer options with PyTorch's AdamW defaults filled in for zeros. */
+static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
+    stoke_model_opts r = *o;
+    if (r.optim.kind == STOKE_ADAMW) {
+        if (r.optim.beta1 == 0)
+            r.optim.beta1 = 0.9f;
+        if (r.optim.beta2 == 0)
+            r.optim.beta2 = 0.999f;
+        if (r.optim.eps == 0)
+            r.optim.eps = 1e-8f;
+    }
+    return r;
+}
+
+static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o,
+                                 const nn_backend *be, int64_t batch, layout *L) {
+    memset(L, 0, sizeof *L);
+    int n = g->nnodes, np = g->nparams;
+    L->nnodes = n;
+    L->nparams = np;
+    L->batch = batch;
+    L->alias = calloc((size_t)n, sizeof *L->alias);
+    L->lowp = calloc((size_t)n, sizeof *L->lowp);
+    L->out_ps = calloc((size_t)n, sizeof(size_t));
+    L->saved_ps = calloc((size_t)n, sizeof(size_t));
+    L->dout_ps = calloc((size_t)n, sizeof(size_t));
+    L->param_off = calloc((size_t)np + 1, sizeof(size_t));
+    L->lp_off = calloc((size_t)np + 1, sizeof(size_t));
+    L->grad_off = calloc((size_t)np + 1, sizeof(size_t));
+    L->state_off = calloc((size_t)np + 1, sizeof(size_t));
+    if (!L->alias || !L->lowp || !L->out_ps || !L->saved_ps || !L->dout_ps || !L->param_off ||
+        !L->lp_off || !L->grad_off || !L->state_off) {
+        layout_free(L);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory planning", g->name);
+    }
+    L->slots = optim_slots(o);
+    for (int i = 0; i < n; i++) {
+        const nn_node *nd = &g->nodes[i];
+        const nn_op_impl *op = &be->ops[nd->op];
+        L->alias[i] = nd->op == STOKE_NN_RESHAPE ? L->alias[nd->in[0]] : i;
+        L->lowp[i] = o->precision != STOKE_PREC_FP32 && be->supports(be->ctx, nd->op, o->precision);
+        bool scalar = nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op);
+        size_t el = scalar ? 1 : (size_t)stoke_shape_elems(&nd->shape);
+        if (nd->op != STOKE_NN_RESHAPE)
+            L->out_ps[i] = align_up(el * sizeof(float));
+        L->saved_ps[i] = op->saved_bytes ? align_up(op->saved_bytes(be->ctx, g, nd)) : 0;
+        if (o->training && nd->needs_grad && !scalar && nd->op != STOKE_NN_INPUT &&
+            nd->op != STOKE_NN_RESHAPE)
+            L->dout_ps[i] = align_up(el * sizeof(float));
+        L->fwd_ps += L->out_ps[i] + L->saved_ps[i];
+        L->act_ps += L->out_ps[i] + L->saved_ps[i] + L->dout_ps[i];
+        if (op->workspace) {
+            size_t ws = 0;
+            stoke_status st = op->workspace(be->ctx, g, nd, batch,
+                                            L->lowp[i] ? o->precision : STOKE_PREC_FP32, &ws);
+            if (st != STOKE_OK) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", stoke_last_error());
+                layout_free(L);
+                return stoke_fail(st, "%s: planning %s at batch %lld: %s", g->name, nd->name,
+                                  (long long)batch, msg);
+            }
+            if (align_up(ws) > L->ws)
+                L->ws = align_up(ws);
+        }
+    }
+    for (int i = 0; i < np; i++) {
+        const nn_param *p = &g->params[i];
+        size_t bytes = align_up((size_t)p->info.elems * sizeof(float));
+        L->param_off[i] = L->params;
+        L->params += bytes;
+        L->lp_off[i] = L->grad_off[i] = L->state_off[i] = NONE;
+        if (p->lowp && L->lowp[p->info.layer]) {
+            L->lp_off[i] = L->params;
+            L->params += align_up((size_t)p->info.elems * sizeof(uint16_t));
+        }
+        if (o->training && p->info.trainable) {
+            L->grad_off[i] = L->grads;
+            L->grads += bytes;
+            if (L->slots) {
+                L->state_off[i] = L->optim;
+                L->optim += bytes * (size_t)L->slots;
+            }
+        }
+    }
+    return STOKE_OK;
+}
+
+static void plan_fill(const layout *L, const stoke_graph *g, const stoke_model_opts *o,
+                      stoke_mem_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->batch = L->batch;
+    p->params = L->params;
+    p->grads = L->grads;
+    p->optim = L->optim;
+    p->activations_per_sample = L->act_ps;
+    p->workspace = L->ws;
+    p->total = p->params + p->grads + p->optim + (size_t)L->batch * p->activations_per_sample +
+               p->workspace;
+    p->graph = g;
+    p->opts = *o;
+    p->opts.max_batch = L->batch;
+}
+
+stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
+                              stoke_mem_plan *out) {
+    const nn_backend *be = nn_cpu_backend();
+    stoke_status st = check_opts(g, o, be);
+    if (st != STOKE_OK)
+        return st;
+    stoke_model_opts f = fill_defaults(o);
+    layout L;
+    st = layout_build(g, &f, be, f.max_batch, &L);
+    if (st != STOKE_OK)
+        return st;
+    plan_fill(&L, g, &f, out);
+    layout_free(&L);
+    return STOKE_OK;
+}
+
+int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
+    if (!plan || !plan->graph || plan->activations_per_sample == 0)
+        return 0;
+    /* total(b) = fixed + b x per_sample + workspace(b), workspace >= 0 and growing with
+     * b: b0 below is an upper bound, and exact plans are tried downwards from it, so
+     * the answer b has total(b) <= budget < total(b + 1). */
+    size_t fixed = plan->params + plan->grads + plan->optim;
+    if (budget_bytes <= fixed)
+        return 0;
+    int64_t b = (int64_t)((budget_bytes - fixed) / plan->activations_per_sample);
+    if (b > (int64_t)1 << 40)
+        b = (int64_t)1 << 40;
+    int64_t step = 1;
+    int64_t hi = b + 1; /* known not to fit */
+    while (b >= 1) {
+        stoke_model_opts o = plan->opts;
+        o.max_batch = b;
+        stoke_mem_plan p;
+        if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
+            return 0;
+        if (p.total <= budget_bytes) {
+            if (hi - b == 1)
+                return b;
+            /* overshot downwards while galloping: bisect between b and hi */
+            int64_t lo = b;
+            while (hi - lo > 1) {
+                int64_t mid = lo + (hi - lo) / 2;
+                o.max_batch = mid;
+                if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
+                    return 0;
+                if (p.total <= budget_bytes)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            return lo;
+        }
+        hi = b;
+        b -= step;
+        step *= 2;
+    }
+    /* b fell below 1: bisect in [0, hi) */
+    int64_t lo = 0;
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        stoke_model_opts o = plan->opts;
+        o.max_batch = mid;
+        stoke_mem_plan p;
+        if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
+            return 0;
+        if (p.total <= budget_bytes)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- the model ---- */
+
+struct stoke_model {
+    const stoke_graph *g;
+    stoke_model_opts o;
+    const nn_backend *be;
+    layout L;
+    stoke_mem_plan plan;
+    char *params_arena, *grads_arena, *optim_arena, *act_arena, *ws_arena;
+    /* the named pointers cut from the arenas (llm.c's ParameterTensors) */
+    float **param, **grad, **state;  /* state: slots per parameter */
+    uint16_t **param_lp;
+    float **out, **saved, **dout;    /* per node, sized for max_batch */
+    char *dout_base;
+    size_t dout_bytes;
+    double *value;                   /* per node: loss and metric values */
+    double total_loss;
+    int64_t fwd_batch;
+    bool fwd_train, fwd_valid;
+    uint64_t fwd_key, micro;
+    int64_t steps;
+    int backward_passes;
+    double grad_norm;
+    /* dynamic loss scaling (PyTorch GradScaler's defaults) */
+    float loss_scale;
+    int good_steps;
+};
+
+static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
+                   stoke_status *st) {
+    if (*st != STOKE_OK || bytes == 0)
+        return NULL;
+    void *p = be->alloc(be->ctx, bytes);
+    if (!p)
+        *st = stoke_fail(STOKE_ERR_NOMEM, "%s: cannot allocate %zu bytes of %s", model, bytes,
+                         what);
+    return p;
+}
+
+void stoke_model_free(stoke_model *m) {
+    if (!m)
+        return;
+    const nn_backend *be = m->be;
+    be->free(be->ctx, m->params_arena);
+    be->free(be->ctx, m->grads_arena);
+    be->free(be->ctx, m->optim_arena);
+    be->free(be->ctx, m->act_arena);
+    be->free(be->ctx, m->ws_arena);
+    free(m->param);
+    free(m->grad);
+    free(m->state);
+    free(m->param_lp);
+    free(m->out);
+    free(m->saved);
+    free(m->dout);
+    free(m->value);
+    layout_free(&m->L);
+    free(m);
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
+                             stoke_model **out) {
+    *out = NULL;
+    const nn_backend *be = nn_cpu_backend();
+    stoke_status st = check_opts(g, o, be);
+    if (st != STOKE_OK)
+        return st;
+    stoke_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
+    m->g = g;
+    m->o = fill_defaults(o);
+    m->be = be;
+    m->loss_scale = m->o.precision == STOKE_PREC_FP16 ? 65536.0f : 1.0f;
+    st = layout_build(g, &m->o, be, m->o.max_batch, &m->L);
+    if (st != STOKE_OK) {
+        free(m);
+        return st;
+    }
+    layout *L = &m->L;
+    plan_fill(L, g, &m->o, &m->plan);
+    int n = g->nnodes, np = g->nparams;
+    size_t B = (size_t)m->o.max_batch;
+    m->params_arena = arena(be, L->params, "parameters", g->name, &st);
+    m->grads_arena = arena(be, L->grads, "gradients", g->name, &st);
+    m->optim_arena = arena(be, L->optim, "optimizer state", g->name, &st);
+    m->act_arena = arena(be, B * L->act_ps, "activations", g->name, &st);
+    m->ws_arena = arena(be, L->ws, "workspace", g->name, &st);
+    m->param = calloc((size_t)np + 1, sizeof(float *));
+    m->grad = calloc((size_t)np + 1, sizeof(float *));
+    m->state = calloc(2 * (size_t)np + 1, sizeof(float *));
+    m->param_lp = calloc((size_t)np + 1, sizeof(uint16_t *));
+    m->out = calloc((size_t)n, sizeof(float *));
+    m->saved = calloc((size_t)n, sizeof(float *));
+    m->dout = calloc((size_t)n, sizeof(float *));
+    m->value = calloc((size_t)n, sizeof(double));
+    if (st == STOKE_OK && (!m->param || !m->grad || !m->state || !m->param_lp || !m->out ||
+                           !m->saved || !m->dout || !m->value))
+        st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
+    if (st != STOKE_OK) {
+        stoke_model_free(m);
+        return st;
+    }
+    for (int i = 0; i < np; i++) {
+        m->param[i] = (float *)(m->params_arena + L->param_off[i]);
+        if (L->lp_off[i] != NONE)
+            m->param_lp[i] = (uint16_t *)(m->params_arena + L->lp_off[i]);
+        if (L->grad_off[i] != NONE)
+            m->grad[i] = (float *)(m->grads_arena + L->grad_off[i]);
+        for (int s = 0; s < L->slots; s++)
+            if (L->state_off[i] != NONE)
+                m->state[2 * i + s] = (float *)(m->optim_arena + L->state_off[i] +
+                                                (size_t)s * align_up((size_t)g->params[i].info.elems *
+                                                                     sizeof(float)));
+    }
+    /* activations: [outputs and saved state of every node][their gradients], so zeroing
+     * the gradients before backward is one call */
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (L->out_ps[i]) {
+            m->out[i] = (float *)(m->act_arena + off);
+            off += B * L->out_ps[i];
+        }
+        if (L->saved_ps[i]) {
+            m->saved[i] = (float *)(m->act_arena + off);
+            off += B * L->saved_ps[i];
+        }
+    }
+    m->dout_base = m->act_arena ? m->act_arena + off : NULL;
+    for (int i = 0; i < n; i++)
+        if (L->dout_ps[i]) {
+            m->dout[i] = (float *)(m->act_arena + off);
+            off += B * L->dout_ps[i];
+        }
+    m->dout_bytes = (size_t)(m->act_arena + off - m->dout_base);
+    for (int i = 0; i < n; i++)
+        if (L->alias[i] != i) {
+            m->out[i] = m->out[L->alias[i]];
+            m->dout[i] = m->dout[L->alias[i]];
+        }
+    /* initial values, computed on the host and written through the backend */
+    size_t most = 0;
+    for (int i = 0; i < np; i++)
+        if ((size_t)g->params[i].info.elems > most)
+            most = (size_t)g->params[i].info.elems;
+    float *host = malloc((most ? most : 1) * sizeof(float));
+    if (!host) {
+        stoke_model_free(m);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
+    }
+    for (int i = 0; i < np; i++) {
+        nn_param_init(&g->params[i], m->o.seed, host);
+        be->write(be->ctx, m->param[i], host, (size_t)g->params[i].info.elems * sizeof(float));
+    }
+    free(host);
+    stoke_model_params_changed(m);
+    *out = m;
+    return STOKE_OK;
+}
+
+const stoke_graph *stoke_model_graph(const stoke_model *m) { return m->g; }
+const stoke_mem_plan *stoke_model_plan(const stoke_model *m) { return &m->plan; }
+size_t stoke_model_used_mem(const stoke_model *m) {
+    return m->L.params + m->L.grads + m->L.optim + (size_t)m->o.max_batch * m->L.act_ps +
+           m->L.ws;
+}
+
+void *stoke_model_input(stoke_model *m, stoke_tensor t) {
+    const nn_node *n = nn_graph_node(m->g, t);
+    return n && n->op == STOKE_NN_INPUT ? m->out[t] : NULL;
+}
+
+void stoke_model_params_changed(stoke_model *m) {
+    for (int i = 0; i < m->g->nparams; i++)
+        if (m->param_lp[i])
+            m->be->to_lowp(m->be->ctx, m->o.precision, m->param[i], m->param_lp[i],
+                           (size_t)m->g->params[i].info.elems);
+}
+
+static nn_exec_args node_args(const stoke_model *m, int i) {
+    const nn_node *nd = &m->g->nodes[i];
+    nn_exec_args a = {.graph = m->g, .node = nd, .index = i, .batch = m->fwd_batch,
+                      .train = m->fwd_train, .precision = m->o.precision};
+    for (int k = 0; k < nd->nin; k++) {
+        a.in[k] = m->out[nd->in[k]];
+        a.din[k] = m->dout[nd->in[k]];
+    }
+    a.out = m->out[i];
+    a.dout = m->dout[i];
+    for (int k = 0; k < nd->nparam; k++) {
+        int p = nd->param[k];
+        a.param[k] = m->param[p];
+        a.grad[k] = m->grad[p];
+        a.param_lp[k] = m->L.lowp[i] ? m->param_lp[p] : NULL;
+    }
+    if (!m->L.lowp[i])
+        a.precision = STOKE_PREC_FP32;
+    a.saved = m->saved[i];
+    a.ws = m->ws_arena;
+    a.ws_size = m->L.ws;
+    a.seed = mix64(m->o.seed ^ mix64((uint64_t)i + 0x9e3779b97f4a7c15ull));
+    a.step = m->fwd_key;
+    return a;
+}
+
+/* Names the layer unless the kernel's message already does. */
+static stoke_status node_fail(const stoke_model *m, int i, stoke_status st, const char *phase) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", stoke_last_error());
+    const nn_node *nd = &m->g->nodes[i];
+    if (strncmp(msg, nd->name, strlen(nd->name)) == 0)
+        return stoke_fail(st, "%s: %s %s", m->g->name, phase, msg);
+    return stoke_fail(st, "%s: %s %s (%s): %s", m->g->name, phase, nd->name,
+                      stoke_nn_op_name(nd->op), msg);
+}
+
+stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
+    if (batch < 1 || batch > m->o.max_batch)
+        return stoke_fail(STOKE_ERR_ARG, "%s: batch %lld outside 1..%lld (the model's max batch)",
+                          m->g->name, (long long)batch, (long long)m->o.max_batch);
+    m->fwd_valid = false;
+    m->fwd_batch = batch;
+    m->fwd_train = train;
+    /* the dropout key: distinct for every training forward, reproducible from the
+     * optimizer step (and the micro-batch within it) */
+    m->fwd_key = ((uint64_t)m->steps << 20) | (m->micro & 0xfffff);
+    if (train)
+        m->micro++;
+    const nn_backend *be = m->be;
+    double total = 0;
+    for (int i = 0; i < m->g->nnodes; i++) {
+        const nn_node *nd = &m->g->nodes[i];
+        if (nd->op == STOKE_NN_INPUT || nd->op == STOKE_NN_RESHAPE)
+            continue;
+        nn_exec_args a = node_args(m, i);
+        stoke_status st = be->ops[nd->op].forward(be->ctx, &a);
+        if (st != STOKE_OK)
+            return node_fail(m, i, st, "forward");
+        if (nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op)) {
+            float v;
+            be->read(be->ctx, &v, m->out[i], sizeof v);
+            m->value[i] = v;
+            if (nn_op_is_loss(nd->op))
+                total += (double)nd->loss_weight * v;
+        }
+    }
+    m->total_loss = total;
+    m->fwd_valid = true;
+    return STOKE_OK;
+}
+
+stoke_status stoke_model_backward(stoke_model *m) {
+    if (!m->o.training)
+        return stoke_fail(STOKE_ERR_ARG, "%s: backward on a model compiled for inference",
+                          m->g->name);
+    if (!m->fwd_valid || !m->fwd_train)
+        return stoke_fail(STOKE_ERR_ARG, "%s: backward needs a successful forward in train mode",
+                          m->g->name);
+    const nn_backend *be = m->be;
+    bool has_loss = false;
+    for (int i = 0; i < m->g->nnodes; i++)
+        has_loss = has_loss || (nn_op_is_loss(m->g->nodes[i].op) && m->g->nodes[i].needs_grad);
+    if (!has_loss)
+        return stoke_fail(STOKE_ERR_ARG, "%s: no loss depends on a parameter", m->g->name);
+    if (m->dout_bytes)
+        be->zero(be->ctx, m->dout_base, m->dout_bytes);
+    for (int i = m->g->nnodes - 1; i >= 0; i--) {
+        const nn_node *nd = &m->g->nodes[i];
+        if (!nd->needs_grad || !be->ops[nd->op].backward || nd->op == STOKE_NN_RESHAPE)
+            continue;
+        nn_exec_args a = node_args(m, i);
+        if (nn_op_is_loss(nd->op)) {
+            if (nd->loss_weight == 0)
+                continue;
+            a.grad_scale = nd->loss_weight * m->loss_scale;
+        } else if (!a.dout) {
+            continue;
+        }
+        stoke_status st = be->ops[nd->op].backward(be->ctx, &a);
+        if (st != STOKE_OK)
+            return node_fail(m, i, st, "backward");
+    }
+    m->backward_passes++;
+    return STOKE_OK;
+}
+
+void stoke_model_zero_grad(stoke_model *m) {
+    if (m->grads_arena)
+        m->be->zero(m->be->ctx, m->grads_arena, m->L.grads);
+    m->backward_passes = 0;
+}
+
+stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied) {
+    if (applied)
+        *applied = false;
+    if (!m->o.training)
+        return stoke_fail(STOKE_ERR_ARG, "%s: step on a model compiled for inference", m->g->name);
+    if (accum < 1 || !(lr >= 0) || !isfinite(lr))
+        return stoke_fail(STOKE_ERR_ARG, "%s: step with accum %d (>= 1) and lr %g (finite, >= 0)",
+                          m->g->name, accum, lr);
+    const nn_backend *be = m->be;
+    const stoke_graph *g = m->g;
+    double sumsq = 0;
+    int bad = -1;
+    for (int i = 0; i < g->nparams; i++) {
+        if (!m->grad[i])
+            continue;
+        bool finite = true;
+        sumsq += be->sum_squares(be->ctx, m->grad[i], (size_t)g->params[i].info.elems, &finite);
+        if (!finite && bad < 0)
+            bad = i;
+    }
+    bool fp16 = m->o.precision == STOKE_PREC_FP16;
+    if (bad >= 0) {
+        if (!fp16)
+            return stoke_fail(STOKE_ERR_ARG, "%s: gradient of %s is not finite (inf or NaN) at step %lld",
+                              g->name, g->params[bad].name, (long long)m->steps);
+        /* an fp16 overflow: skip the step, halve the scale (GradScaler's backoff) */
+        m->loss_scale *= 0.5f;
+        m->good_steps = 0;
+        m->grad_norm = INFINITY;
+        stoke_model_zero_grad(m);
+        m->micro = 0;
+        return STOKE_OK;
+    }
+    double inv = 1.0 / ((double)m->loss_scale * accum);
+    m->grad_norm = sqrt(sumsq) * inv;
+    double coef = inv;
+    float clip = m->o.optim.clip_norm;
+    if (clip > 0 && m->grad_norm > clip) /* torch.nn.utils.clip_grad_norm_ */
+        coef *= clip / (m->grad_norm + 1e-6);
+    int64_t t = m->steps + 1;
+    for (int i = 0; i < g->nparams; i++) {
+        if (!m->grad[i])
+            continue;
+        size_t n = (size_t)g->params[i].info.elems;
+        if (coef != 1.0)
+            be->scale(be->ctx, m->grad[i], n, (float)coef);
+        if (m->o.optim.kind == STOKE_ADAMW)
+            be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n,
+                      (float)lr, t, &m->o.optim);
+        else
+            be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, (float)lr, t,
+                    &m->o.optim);
+    }
+    m->steps = t;
+    m->micro = 0;
+    stoke_model_params_changed(m);
+    stoke_model_zero_grad(m);
+    if (fp16 && ++m->good_steps >= 2000) {
+        float grown = m->loss_scale * 2.0f;
+        if (isfinite(grown))
+            m->loss_scale = grown;
+        m->good_steps = 0;
+    }
+    if (applied)
+        *applied = true;
+    return STOKE_OK;
+}
+
+double stoke_model_value(const stoke_model *m, stoke_tensor t) {
+    const nn_node *n = nn_graph_node(m->g, t);
+    if (!n || !(nn_op_is_loss(n->op) || nn_op_is_metric(n->op)) || !m->fwd_valid)
+        return NAN;
+    return m->value[t];
+}
+
+double stoke_model_loss(const stoke_model *m) { return m->fwd_valid ? m->total_loss : NAN; }
+
+const float *stoke_model_output(const stoke_model *m, stoke_tensor t) {
+    const nn_node *n = nn_graph_node(m->g, t);
+    if (!n || !n->is_output || n->dtype != STOKE_F32)
+        return NULL;
+    return m->out[t];
+}
+
+double stoke_model_grad_norm(const stoke_model *m) { return m->grad_norm; }
+float stoke_model_loss_scale(const stoke_model *m) { return m->loss_scale; }
+void stoke_model_set_loss_scale(stoke_model *m, float scale) {
+    if (isfinite(scale) && scale > 0)
+        m->loss_scale = scale;
+}
+
+float *stoke_model_param(stoke_model *m, int i) {
+    return (i >= 0 && i < m->g->nparams) ? m->param[i] : NULL;
+}
+float *stoke_model_grad(stoke_model *m, int i) {
+    return (i >= 0 && i < m->g->nparams) ? m->grad[i] : NULL;
+}
+float *stoke_model_optim_state(stoke_model *m, int i, int slot) {
+    return (i >= 0 && i < m->g->nparams && slot >= 0 && slot < m->L.slots) ? m->state[2 * i + slot]
+                                                                          : NULL;
+}
+int stoke_model_optim_slots(const stoke_model *m) { return m->L.slots; }
+int64_t stoke_model_step_count(const stoke_model *m) { return m->steps; }
+void stoke_model_set_step_count(stoke_model *m, int64_t steps) {
+    m->steps = steps < 0 ? 0 : steps;
+    m->micro = 0;
+}
