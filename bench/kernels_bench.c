@@ -1,0 +1,306 @@
+/* kernels_bench.c - GFLOP/s of the CPU linear and conv kernels at the benchmark's
+ * shapes (MLP 784-512-512-10 at batch 256, the reference CNN at batch 128), beside the
+ * best SGEMM this machine reaches (oneDNN matmul and OpenBLAS at 1024^3), with 1 and 2
+ * compute threads. Usage: stoke_bench_kernels [-f NAME_PART] [THREADS...] (default:
+ * 1 2); -f runs only the cases whose name contains NAME_PART. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nn/cpu/conv.h"
+#include "nn/cpu/dense.h"
+#include "stoke/core.h"
+
+static float *frand(size_t n) {
+    float *p = malloc(n * sizeof *p);
+    uint32_t s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+    }
+    return p;
+}
+
+static uint16_t *bf(const float *x, size_t n) {
+    uint16_t *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        p[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+    return p;
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+static double g_cpu_per_call; /* process CPU seconds per call in the best round */
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Seconds per call: 3 warm-up calls (primitive creation), then the best of 7 rounds
+ * of enough calls to fill ~60 ms each (the machine is shared: the best round is the
+ * least disturbed). The process CPU time of that round is kept too: with 1 thread,
+ * CPU time well below wall time means the machine was busy with something else. */
+static double time_call(bench_fn f, void *ctx) {
+    for (int i = 0; i < 3; i++)
+        f(ctx);
+    uint64_t t0 = stoke_now_ns();
+    f(ctx);
+    double one = (double)(stoke_now_ns() - t0) * 1e-9;
+    int reps = one > 0.06 ? 1 : (int)(0.06 / (one > 1e-7 ? one : 1e-7)) + 1;
+    double best = 1e30;
+    for (int r = 0; r < 7; r++) {
+        double c0 = cpu_now();
+        t0 = stoke_now_ns();
+        for (int i = 0; i < reps; i++)
+            f(ctx);
+        double t = (double)(stoke_now_ns() - t0) * 1e-9 / reps;
+        if (t < best) {
+            best = t;
+            g_cpu_per_call = (cpu_now() - c0) / reps;
+        }
+    }
+    return best;
+}
+
+static const char *g_filter; /* run only the cases whose name contains it */
+
+static int wanted(const char *label) {
+    return !g_filter || strstr(label, g_filter);
+}
+
+static void report(const char *name, double flops, double sec) {
+    char buf[64];
+    printf("  %-48s %9.1f us (cpu %9.1f us)  %s\n", name, sec * 1e6, g_cpu_per_call * 1e6,
+           stoke_format_flops(flops / sec, buf, sizeof buf));
+}
+
+/* ---- linear ---- */
+typedef struct lin {
+    int B, C, OC, bf16;
+    float *x, *w, *b, *y, *g, *dx, *dw, *db;
+    uint16_t *xh, *wh, *gh;
+} lin;
+
+static void lin_fwd(void *p) {
+    lin *l = p;
+    stoke_status st = l->bf16 ? cpu_linear_forward_bf16(l->y, l->xh, l->wh, l->b, l->B, l->C, l->OC)
+                              : cpu_linear_forward(l->y, l->x, l->w, l->b, l->B, l->C, l->OC);
+    if (st != STOKE_OK) {
+        fprintf(stderr, "linear forward: %s\n", stoke_last_error());
+        exit(1);
+    }
+}
+
+static void lin_bwd(void *p) {
+    lin *l = p;
+    stoke_status st =
+        l->bf16 ? cpu_linear_backward_bf16(l->dx, l->dw, l->db, l->gh, l->xh, l->wh, l->B, l->C, l->OC)
+                : cpu_linear_backward(l->dx, l->dw, l->db, l->g, l->x, l->w, l->B, l->C, l->OC);
+    if (st != STOKE_OK) {
+        fprintf(stderr, "linear backward: %s\n", stoke_last_error());
+        exit(1);
+    }
+}
+
+static void bench_linear(int B, int C, int OC, const char *label) {
+    if (!wanted(label))
+        return;
+    lin l = {B, C, OC, 0, frand((size_t)B * C), frand((size_t)OC * C), frand(OC),
+             frand((size_t)B * OC), frand((size_t)B * OC), frand((size_t)B * C),
+             frand((size_t)OC * C), frand(OC), NULL, NULL, NULL};
+    l.xh = bf(l.x, (size_t)B * C), l.wh = bf(l.w, (size_t)OC * C), l.gh = bf(l.g, (size_t)B * OC);
+    double f = 2.0 * B * C * OC;
+    char name[96];
+    const char *impls[] = {"", "onednn", "openblas"};
+    for (int impl = CPU_LINEAR_DNNL; impl <= CPU_LINEAR_BLAS; impl++) {
+        cpu_linear_set_impl((cpu_linear_impl)impl);
+        snprintf(name, sizeof name, "%s fwd %s", label, impls[impl]);
+        report(name, f, time_call(lin_fwd, &l));
+        snprintf(name, sizeof name, "%s bwd %s", label, impls[impl]);
+        report(name, 2 * f, time_call(lin_bwd, &l));
+    }
+    cpu_linear_set_impl(CPU_LINEAR_AUTO);
+    l.bf16 = 1;
+    snprintf(name, sizeof name, "%s fwd onednn bf16", label);
+    report(name, f, time_call(lin_fwd, &l));
+    snprintf(name, sizeof name, "%s bwd onednn bf16", label);
+    report(name, 2 * f, time_call(lin_bwd, &l));
+    free(l.x), free(l.w), free(l.b), free(l.y), free(l.g), free(l.dx), free(l.dw), free(l.db);
+    free(l.xh), free(l.wh), free(l.gh);
+}
+
+typedef struct gemm {
+    int n;
+    float *a, *b, *c;
+} gemm;
+
+static void blas_gemm(void *p) {
+    gemm *g = p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n,
+                g->b, g->n, 0.0f, g->c, g->n);
+}
+
+/* ---- conv ---- */
+typedef struct conv {
+    cpu_conv2d_shape s;
+    int bf16, first;
+    float *x, *w, *b, *y, *g, *dx, *dw, *db;
+    uint16_t *xh, *wh, *gh;
+    void *ws;
+    size_t wsz;
+} conv;
+
+static void conv_fwd(void *p) {
+    conv *c = p;
+    stoke_status st = c->bf16 ? cpu_conv2d_forward_bf16(c->y, c->xh, c->wh, c->b, &c->s, c->ws, c->wsz)
+                              : cpu_conv2d_forward(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz);
+    if (st != STOKE_OK) {
+        fprintf(stderr, "conv forward: %s\n", stoke_last_error());
+        exit(1);
+    }
+}
+
+static void conv_bwd(void *p) {
+    conv *c = p;
+    float *dx = c->first ? NULL : c->dx;
+    stoke_status st =
+        c->bf16 ? cpu_conv2d_backward_bf16(dx, c->dw, c->db, c->gh, c->xh, c->wh, &c->s, c->ws, c->wsz)
+                : cpu_conv2d_backward(dx, c->dw, c->db, c->g, c->x, c->w, &c->s, c->ws, c->wsz);
+    if (st != STOKE_OK) {
+        fprintf(stderr, "conv backward: %s\n", stoke_last_error());
+        exit(1);
+    }
+}
+
+static void bench_conv(cpu_conv2d_shape s, int first, const char *label) {
+    if (!wanted(label))
+        return;
+    int OH, OW;
+    if (cpu_conv2d_out_size(&s, &OH, &OW) != STOKE_OK)
+        exit(1);
+    size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * s.KH * s.KW;
+    size_t ny = (size_t)s.B * s.OC * OH * OW;
+    conv c = {s, 0, first, frand(nx), frand(nw), frand(s.OC), frand(ny), frand(ny), frand(nx),
+              frand(nw), frand(s.OC), NULL, NULL, NULL, NULL, 0};
+    c.xh = bf(c.x, nx), c.wh = bf(c.w, nw), c.gh = bf(c.g, ny);
+    double f = 2.0 * s.B * s.OC * OH * OW * s.C * s.KH * s.KW;
+    char name[96];
+    for (int mode = 0; mode < 3; mode++) {
+        c.bf16 = mode == 2;
+        cpu_conv2d_set_plain(mode == 1);
+        if (cpu_conv2d_workspace(&s, c.bf16, &c.wsz) != STOKE_OK) {
+            fprintf(stderr, "conv prepare: %s\n", stoke_last_error());
+            exit(1);
+        }
+        c.ws = c.wsz ? aligned_alloc(64, (c.wsz + 63) / 64 * 64) : NULL;
+        const char *m = mode == 0 ? "blocked" : mode == 1 ? "nchw" : "blocked bf16";
+        snprintf(name, sizeof name, "%s fwd %s", label, m);
+        report(name, f, time_call(conv_fwd, &c));
+        snprintf(name, sizeof name, "%s bwd %s%s", label, m, first ? " (no dinp)" : "");
+        report(name, first ? f : 2 * f, time_call(conv_bwd, &c));
+        free(c.ws);
+    }
+    cpu_conv2d_set_plain(0);
+    free(c.x), free(c.w), free(c.b), free(c.y), free(c.g), free(c.dx), free(c.dw), free(c.db);
+    free(c.xh), free(c.wh), free(c.gh);
+}
+
+/* ---- pooling ---- */
+typedef struct pool {
+    cpu_pool2d_shape s;
+    float *x, *y, *g, *dx;
+} pool;
+
+static void pool_fwd(void *p) {
+    pool *q = p;
+    cpu_maxpool2d_forward(q->y, q->x, &q->s);
+}
+
+static void pool_bwd(void *p) {
+    pool *q = p;
+    cpu_maxpool2d_backward(q->dx, q->g, q->x, &q->s);
+}
+
+static void bench_pool(cpu_pool2d_shape s, const char *label) {
+    if (!wanted(label))
+        return;
+    size_t nx = (size_t)s.B * s.C * s.H * s.W, ny = nx / 4;
+    pool q = {s, frand(nx), frand(ny), frand(ny), frand(nx)};
+    char name[96];
+    double bytes = (double)(nx + ny) * 4;
+    snprintf(name, sizeof name, "%s fwd", label);
+    double t = time_call(pool_fwd, &q);
+    printf("  %-48s %9.1f us (cpu %9.1f us)  %.1f GB/s\n", name, t * 1e6, g_cpu_per_call * 1e6,
+           bytes / t * 1e-9);
+    snprintf(name, sizeof name, "%s bwd", label);
+    t = time_call(pool_bwd, &q);
+    printf("  %-48s %9.1f us (cpu %9.1f us)  %.1f GB/s\n", name, t * 1e6, g_cpu_per_call * 1e6,
+           (bytes + nx * 8.0) / t * 1e-9);
+    free(q.x), free(q.y), free(q.g), free(q.dx);
+}
+
+static void bench_gemm(void) {
+    gemm g = {1024, frand(1 << 20), frand(1 << 20), frand(1 << 20)};
+    double f = 2.0 * 1024 * 1024 * 1024;
+    report("sgemm 1024^3 openblas", f, time_call(blas_gemm, &g));
+    lin l = {1024, 1024, 1024, 0, g.a, g.b, NULL, g.c, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    cpu_linear_set_impl(CPU_LINEAR_DNNL);
+    report("sgemm 1024^3 onednn matmul (A B^T)", f, time_call(lin_fwd, &l));
+    l.bf16 = 1;
+    l.xh = bf(g.a, 1 << 20), l.wh = bf(g.b, 1 << 20);
+    report("bf16 gemm 1024^3 onednn matmul (A B^T)", f, time_call(lin_fwd, &l));
+    cpu_linear_set_impl(CPU_LINEAR_AUTO);
+    free(l.xh), free(l.wh), free(g.a), free(g.b), free(g.c);
+}
+
+static void run(int threads) {
+    cpu_set_threads(threads);
+    printf("compute threads: %d\n", threads);
+    if (wanted("sgemm"))
+        bench_gemm();
+    bench_linear(256, 784, 512, "mlp fc1 256x784->512");
+    bench_linear(256, 512, 512, "mlp fc2 256x512->512");
+    bench_linear(256, 512, 10, "mlp fc3 256x512->10");
+    bench_linear(128, 3136, 128, "cnn fc1 128x3136->128");
+    bench_linear(128, 128, 10, "cnn fc2 128x128->10");
+    bench_conv((cpu_conv2d_shape){128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1}, 1,
+               "cnn conv1 128x1x28x28->32");
+    bench_conv((cpu_conv2d_shape){128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1}, 0,
+               "cnn conv2 128x32x14x14->64");
+    bench_pool((cpu_pool2d_shape){128, 32, 28, 28, 2, 2, 2, 2, 0, 0}, "maxpool 128x32x28x28");
+    bench_pool((cpu_pool2d_shape){128, 64, 14, 14, 2, 2, 2, 2, 0, 0}, "maxpool 128x64x14x14");
+}
+
+int main(int argc, char **argv) {
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
+    int nthreads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-f") == 0 && i + 1 < argc)
+            g_filter = argv[++i];
+        else if (atoi(argv[i]) > 0)
+            nthreads++;
+        else {
+            fprintf(stderr, "usage: %s [-f NAME_PART] [THREADS...]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!nthreads) {
+        run(1);
+        run(2);
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-f") == 0)
+            i++;
+        else
+            run(atoi(argv[i]));
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* conv.h - the CPU backend's 2-D convolution (oneDNN, fp32 and bf16) and pooling
+ * kernels (max, average, global average) over NCHW images. */
+#ifndef STOKE_NN_CPU_CONV_H
+#define STOKE_NN_CPU_CONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoke/core.h"
+
+/* A convolution's shape: input (B, C, H, W), weight (OC, C, KH, KW), bias (OC) if
+ * has_bias, output (B, OC, OH, OW) with OH = (H + 2*pad_h - KH) / stride_h + 1 (and
+ * likewise OW), as PyTorch's Conv2d with groups 1 and dilation 1. */
+typedef struct cpu_conv2d_shape {
+    int B, C, H, W;
+    int OC, KH, KW;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int has_bias;
+} cpu_conv2d_shape;
+
+/* Checks a shape (positive sizes, padding < kernel, output at least 1x1) and gives
+ * OH, OW (either may be NULL). STOKE_ERR_ARG with the offending field otherwise. */
+stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW);
+
+/* Creates and caches the oneDNN forward, backward-data and backward-weights primitives
+ * for the shape (bf16: bf16 input, weights and output gradient; fp32 otherwise) and
+ * their reorders, so the first step does not pay for it; the executor calls it while
+ * planning. Kernel calls on an unprepared shape prepare it themselves. */
+stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int bf16);
+
+/* Bytes of workspace the kernels of the shape need: the reordered (blocked) copies of
+ * their tensors, the gradients before they are added into the caller's, and oneDNN's
+ * scratchpad. One region serves forward and backward (they never overlap). Prepares
+ * the shape. */
+stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int bf16, size_t *bytes);
+
+/* inp (B, C, H, W), weight (OC, C, KH, KW), bias (OC) or NULL (must match
+ * s->has_bias), out (B, OC, OH, OW), overwritten. ws: at least
+ * cpu_conv2d_workspace bytes, 64-byte aligned, or NULL to use a buffer the cache
+ * owns (allocated on the first such call for the shape). */
+stoke_status cpu_conv2d_forward(float *out, const float *inp, const float *weight,
+                                const float *bias, const cpu_conv2d_shape *s, void *ws,
+                                size_t ws_size);
+
+/* dout (B, OC, OH, OW), inp (B, C, H, W), weight (OC, C, KH, KW); ACCUMULATES:
+ * dinp (B, C, H, W) += input gradient (skipped if NULL), dweight (OC, C, KH, KW) +=
+ * weight gradient, dbias (OC) += bias gradient (NULL when the shape has no bias).
+ * Workspace as for forward. Deterministic for a fixed thread count. */
+stoke_status cpu_conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight,
+                                 const cpu_conv2d_shape *s, void *ws, size_t ws_size);
+
+/* bf16 variants (uint16_t holds bf16 bits): bf16 input, weights and output gradient,
+ * fp32 accumulation, output and gradients. Same shapes and semantics as fp32. */
+stoke_status cpu_conv2d_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
+                                     const float *bias, const cpu_conv2d_shape *s, void *ws,
+                                     size_t ws_size);
+stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
+                                      const uint16_t *dout, const uint16_t *inp,
+                                      const uint16_t *weight, const cpu_conv2d_shape *s,
+                                      void *ws, size_t ws_size);
+
+/* Forces plain NCHW layouts inside oneDNN (1) or lets it choose blocked layouts with
+ * reorders at the edges (0, the default). For the benchmark and tests only; applies to
+ * shapes prepared afterwards. */
+void cpu_conv2d_set_plain(int plain);
+
+/* A pooling window: input (B, C, H, W), kernel KH x KW, stride, zero padding;
+ * output (B, C, OH, OW) with OH = (H + 2*pad_h - KH) / stride_h + 1 (floor mode). */
+typedef struct cpu_pool2d_shape {
+    int B, C, H, W;
+    int KH, KW;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+} cpu_pool2d_shape;
+
+/* Checks a pooling shape (positive sizes, padding at most half the kernel as PyTorch
+ * requires, output at least 1x1) and gives OH, OW (either may be NULL). */
+stoke_status cpu_pool2d_out_size(const cpu_pool2d_shape *s, int *OH, int *OW);
+
+/* Max pooling. inp (B, C, H, W), out (B, C, OH, OW); padding never wins (as -inf).
+ * Backward recomputes each window's argmax from inp (first maximum in row-major
+ * window order, as forward picks it), so no index tensor is kept between the passes;
+ * dinp (B, C, H, W) += dout at the argmax. The shape must have passed
+ * cpu_pool2d_out_size. No workspace, can't fail. */
+void cpu_maxpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape *s);
+void cpu_maxpool2d_backward(float *dinp, const float *dout, const float *inp,
+                            const cpu_pool2d_shape *s);
+
+/* Average pooling with padding counted in the divisor (PyTorch's default
+ * count_include_pad=True): every window divides by KH*KW. dinp += dout / (KH*KW)
+ * over each window. No workspace, can't fail. */
+void cpu_avgpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape *s);
+void cpu_avgpool2d_backward(float *dinp, const float *dout, const cpu_pool2d_shape *s);
+
+/* Global average pooling: inp (B, C, H, W) -> out (B, C), the mean of each plane;
+ * backward dinp (B, C, H, W) += dout (B, C) / (H*W). Can't fail. */
+void cpu_global_avgpool_forward(float *out, const float *inp, int B, int C, int H, int W);
+void cpu_global_avgpool_backward(float *dinp, const float *dout, int B, int C, int H, int W);
+
+#endif

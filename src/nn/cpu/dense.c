@@ -1,0 +1,339 @@
+/* dense.c - linear layer kernels on oneDNN matmul (fp32, bf16) or OpenBLAS SGEMM
+ * (fp32), and the compute-thread setting. */
+#include "nn/cpu/dense.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/cpu/dnnl_util.h"
+
+static atomic_int g_threads;              /* 0 until set or first use */
+static atomic_int g_linear_impl = CPU_LINEAR_AUTO;
+
+void cpu_set_threads(int n) {
+    if (n <= 0)
+        n = omp_get_num_procs();
+    if (n < 1)
+        n = 1;
+    atomic_store(&g_threads, n);
+    openblas_set_num_threads(n);
+    omp_set_num_threads(n);
+}
+
+int cpu_get_threads(void) {
+    int n = atomic_load(&g_threads);
+    if (n <= 0) {
+        /* Unset: follow OMP_NUM_THREADS (or all CPUs) like oneDNN would. */
+        n = omp_get_max_threads();
+        if (n < 1)
+            n = 1;
+    }
+    return n;
+}
+
+int cpu_threads_apply(void) {
+    int n = cpu_get_threads();
+    if (omp_get_max_threads() != n)
+        omp_set_num_threads(n);
+    return n;
+}
+
+void cpu_linear_set_impl(cpu_linear_impl impl) {
+    atomic_store(&g_linear_impl, (int)impl);
+}
+
+/* oneDNN vs OpenBLAS, measured by bench/kernels_bench.c on the target machine (2
+ * cores, AVX-512, AMX; OPENBLAS_CORETYPE=Haswell): see use_blas(). */
+static int use_blas(int B, int C, int OC) {
+    int impl = atomic_load(&g_linear_impl);
+    if (impl != CPU_LINEAR_AUTO)
+        return impl == CPU_LINEAR_BLAS;
+    (void)B;
+    (void)C;
+    (void)OC;
+    return 0;
+}
+
+/* One cached shape: the three matmuls and the memory objects they run on. The lock
+ * serializes calls of one shape, since the memory objects' handles are per call. */
+typedef struct linear_key {
+    int B, C, OC, has_bias, bf16, threads;
+} linear_key;
+
+typedef struct linear_entry {
+    pthread_mutex_t lock;
+    dnnl_util_prim fwd, bwd_d, bwd_w;
+    dnnl_memory_t f_inp, f_w, f_bias, f_out; /* inp (B,C), weight^T (C,OC), (1,OC), (B,OC) */
+    dnnl_memory_t d_dout, d_w, d_dinp;       /* dout (B,OC), weight (OC,C), dinp (B,C) */
+    dnnl_memory_t w_doutT, w_inp, w_dw;      /* dout^T (OC,B), inp (B,C), dweight (OC,C) */
+    void *scratch;                           /* max scratchpad of the three */
+    size_t scratch_bytes;
+} linear_entry;
+
+static stoke_status md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, dnnl_data_type_t dt,
+                        int64_t s0, int64_t s1) {
+    dnnl_dims_t dims = {d0, d1}, strides = {s0, s1};
+    return dnnl_util_check(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides), "md");
+}
+
+/* Builds a matmul dst = src @ wei (+ bias) (+ dst if sum) and memory objects for it. */
+static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *src,
+                                const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                const dnnl_memory_desc_t *dst, int sum, dnnl_memory_t *m_src,
+                                dnnl_memory_t *m_wei, dnnl_memory_t *m_bias,
+                                dnnl_memory_t *m_dst) {
+    dnnl_engine_t eng = NULL;
+    stoke_status st = dnnl_util_engine(&eng, NULL);
+    if (st != STOKE_OK)
+        return st;
+    dnnl_matmul_desc_t desc;
+    st = dnnl_util_check(dnnl_matmul_desc_init(&desc, src, wei, bias, dst), "matmul desc");
+    if (st != STOKE_OK)
+        return st;
+    dnnl_primitive_attr_t attr = dnnl_util_attr(sum);
+    if (!attr)
+        return stoke_fail(STOKE_ERR_NOMEM, "oneDNN: cannot create a matmul attribute");
+    dnnl_primitive_desc_t pd = NULL;
+    st = dnnl_util_check(dnnl_primitive_desc_create(&pd, &desc, attr, eng, NULL), "matmul");
+    dnnl_primitive_attr_destroy(attr);
+    if (st != STOKE_OK)
+        return st;
+    st = dnnl_util_prim_init(pr, pd, "matmul");
+    dnnl_primitive_desc_destroy(pd);
+    if (st != STOKE_OK)
+        return st;
+    dnnl_memory_t *mems[4] = {m_src, m_wei, m_bias, m_dst};
+    const dnnl_memory_desc_t *mds[4] = {src, wei, bias, dst};
+    for (int i = 0; i < 4 && st == STOKE_OK; i++)
+        if (mems[i])
+            st = dnnl_util_check(dnnl_memory_create(mems[i], mds[i], eng, DNNL_MEMORY_NONE),
+                                 "memory");
+    return st;
+}
+
+static stoke_status linear_create(const void *key, void **value) {
+    const linear_key *k = key;
+    linear_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return stoke_fail(STOKE_ERR_NOMEM, "linear %dx%d->%d: out of memory", k->B, k->C, k->OC);
+    pthread_mutex_init(&e->lock, NULL);
+    dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
+    int64_t B = k->B, C = k->C, OC = k->OC;
+    dnnl_memory_desc_t inp, wT, bias, out, dout, w, dinp, doutT, dw;
+    stoke_status st = STOKE_OK;
+    if ((st = md2(&inp, B, C, in, C, 1)) || (st = md2(&wT, C, OC, in, 1, C)) ||
+        (st = md2(&bias, 1, OC, f, OC, 1)) || (st = md2(&out, B, OC, f, OC, 1)) ||
+        (st = md2(&dout, B, OC, in, OC, 1)) || (st = md2(&w, OC, C, in, C, 1)) ||
+        (st = md2(&dinp, B, C, f, C, 1)) || (st = md2(&doutT, OC, B, in, 1, OC)) ||
+        (st = md2(&dw, OC, C, f, C, 1)))
+        goto fail;
+    st = make_matmul(&e->fwd, &inp, &wT, k->has_bias ? &bias : NULL, &out, 0, &e->f_inp,
+                     &e->f_w, k->has_bias ? &e->f_bias : NULL, &e->f_out);
+    if (st == STOKE_OK)
+        st = make_matmul(&e->bwd_d, &dout, &w, NULL, &dinp, 1, &e->d_dout, &e->d_w, NULL,
+                         &e->d_dinp);
+    if (st == STOKE_OK)
+        st = make_matmul(&e->bwd_w, &doutT, &inp, NULL, &dw, 1, &e->w_doutT, &e->w_inp, NULL,
+                         &e->w_dw);
+    if (st != STOKE_OK)
+        goto fail;
+    size_t s = e->fwd.scratch_bytes;
+    if (e->bwd_d.scratch_bytes > s)
+        s = e->bwd_d.scratch_bytes;
+    if (e->bwd_w.scratch_bytes > s)
+        s = e->bwd_w.scratch_bytes;
+    e->scratch_bytes = dnnl_util_align(s);
+    if (s && !(e->scratch = aligned_alloc(DNNL_UTIL_ALIGN, e->scratch_bytes))) {
+        st = stoke_fail(STOKE_ERR_NOMEM, "linear %dx%d->%d: out of memory", k->B, k->C, k->OC);
+        goto fail;
+    }
+    *value = e;
+    return STOKE_OK;
+fail:
+    /* Failed shapes are not cached; release what was built. */
+    dnnl_util_prim_destroy(&e->fwd);
+    dnnl_util_prim_destroy(&e->bwd_d);
+    dnnl_util_prim_destroy(&e->bwd_w);
+    dnnl_memory_t ms[] = {e->f_inp, e->f_w, e->f_bias, e->f_out, e->d_dout, e->d_w,
+                          e->d_dinp, e->w_doutT, e->w_inp, e->w_dw};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        if (ms[i])
+            dnnl_memory_destroy(ms[i]);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+    return st;
+}
+
+static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf16,
+                                     linear_entry **e) {
+    if (B <= 0 || C <= 0 || OC <= 0)
+        return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
+                          OC);
+    linear_key k;
+    memset(&k, 0, sizeof k);
+    k = (linear_key){B, C, OC, has_bias != 0, bf16 != 0, cpu_get_threads()};
+    void *v = NULL;
+    stoke_status st = dnnl_util_cache_get(&k, sizeof k, linear_create, &v);
+    *e = v;
+    return st;
+}
+
+stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16) {
+    linear_entry *e = NULL;
+    return linear_entry_get(B, C, OC, has_bias, bf16, &e);
+}
+
+stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16,
+                                  size_t *bytes) {
+    linear_entry *e = NULL;
+    stoke_status st = linear_entry_get(B, C, OC, has_bias, bf16, &e);
+    *bytes = st == STOKE_OK ? e->scratch_bytes : 0;
+    return st;
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* dbias (OC) += sum over b of dout (B, OC). Each column is summed in b order whatever
+ * the thread count, so the result does not depend on the split. Hand-written because
+ * it is a memory-bound column sum that oneDNN has no primitive for outside the
+ * convolution. */
+static void bias_grad(float *dbias, const float *dout, const uint16_t *dout16, int B, int OC) {
+    enum { CHUNK = 256 };
+    int nchunks = (OC + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 1 && (long)B * OC > 65536)
+    for (int c = 0; c < nchunks; c++) {
+        int o0 = c * CHUNK, n = OC - o0 < CHUNK ? OC - o0 : CHUNK;
+        float acc[CHUNK];
+        for (int j = 0; j < n; j++)
+            acc[j] = 0.0f;
+        for (int b = 0; b < B; b++) {
+            if (dout16) {
+                const uint16_t *row = dout16 + (size_t)b * OC + o0;
+                for (int j = 0; j < n; j++)
+                    acc[j] += bf16_to_f32(row[j]);
+            } else {
+                const float *row = dout + (size_t)b * OC + o0;
+                for (int j = 0; j < n; j++)
+                    acc[j] += row[j];
+            }
+        }
+        for (int j = 0; j < n; j++)
+            dbias[o0 + j] += acc[j];
+    }
+}
+
+static void set(dnnl_memory_t m, const void *p) {
+    dnnl_memory_set_data_handle(m, (void *)(uintptr_t)p);
+}
+
+static stoke_status matmul_forward(float *out, const void *inp, const void *weight,
+                                 const float *bias, int B, int C, int OC, int bf16) {
+    linear_entry *e = NULL;
+    stoke_status st = linear_entry_get(B, C, OC, bias != NULL, bf16, &e);
+    if (st != STOKE_OK)
+        return st;
+    pthread_mutex_lock(&e->lock);
+    set(e->f_inp, inp);
+    set(e->f_w, weight);
+    set(e->f_out, out);
+    dnnl_exec_arg_t args[5] = {
+        {DNNL_ARG_SRC, e->f_inp}, {DNNL_ARG_WEIGHTS, e->f_w}, {DNNL_ARG_DST, e->f_out}};
+    int n = 3;
+    if (bias) {
+        set(e->f_bias, bias);
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->f_bias};
+    }
+    st = dnnl_util_exec(&e->fwd, n, args, e->scratch, "linear forward");
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout,
+                                  const void *inp, const void *weight, int B, int C, int OC,
+                                  int bf16) {
+    linear_entry *e = NULL;
+    stoke_status st = linear_entry_get(B, C, OC, dbias != NULL, bf16, &e);
+    if (st != STOKE_OK)
+        return st;
+    pthread_mutex_lock(&e->lock);
+    if (dinp) {
+        set(e->d_dout, dout);
+        set(e->d_w, weight);
+        set(e->d_dinp, dinp);
+        dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, e->d_dout}, {DNNL_ARG_WEIGHTS, e->d_w}, {DNNL_ARG_DST, e->d_dinp}};
+        st = dnnl_util_exec(&e->bwd_d, 3, args, e->scratch, "linear backward data");
+    }
+    if (st == STOKE_OK) {
+        set(e->w_doutT, dout);
+        set(e->w_inp, inp);
+        set(e->w_dw, dweight);
+        dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, e->w_doutT}, {DNNL_ARG_WEIGHTS, e->w_inp}, {DNNL_ARG_DST, e->w_dw}};
+        st = dnnl_util_exec(&e->bwd_w, 3, args, e->scratch, "linear backward weights");
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (st == STOKE_OK && dbias)
+        bias_grad(dbias, bf16 ? NULL : dout, bf16 ? dout : NULL, B, OC);
+    return st;
+}
+
+stoke_status cpu_linear_forward(float *out, const float *inp, const float *weight,
+                                const float *bias, int B, int C, int OC) {
+    cpu_threads_apply();
+    if (!use_blas(B, C, OC))
+        return matmul_forward(out, inp, weight, bias, B, C, OC, 0);
+    if (B <= 0 || C <= 0 || OC <= 0)
+        return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
+                          OC);
+    float beta = 0.0f;
+    if (bias) {
+        for (int b = 0; b < B; b++)
+            memcpy(out + (size_t)b * OC, bias, (size_t)OC * sizeof *out);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OC, C, 1.0f, inp, C, weight, C,
+                beta, out, OC);
+    return STOKE_OK;
+}
+
+stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight,
+                                 int B, int C, int OC) {
+    cpu_threads_apply();
+    if (!use_blas(B, C, OC))
+        return matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, C, OC, 0);
+    if (B <= 0 || C <= 0 || OC <= 0)
+        return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
+                          OC);
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout, OC, weight,
+                    C, 1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, B, 1.0f, dout, OC, inp, C, 1.0f,
+                dweight, C);
+    if (dbias)
+        bias_grad(dbias, dout, NULL, B, OC);
+    return STOKE_OK;
+}
+
+stoke_status cpu_linear_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
+                                     const float *bias, int B, int C, int OC) {
+    cpu_threads_apply();
+    return matmul_forward(out, inp, weight, bias, B, C, OC, 1);
+}
+
+stoke_status cpu_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
+                                      const uint16_t *dout, const uint16_t *inp,
+                                      const uint16_t *weight, int B, int C, int OC) {
+    cpu_threads_apply();
+    return matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, C, OC, 1);
+}

@@ -1,0 +1,75 @@
+/* dense.h - the CPU backend's linear (fully connected) kernels in fp32 and bf16, and
+ * the compute-thread setting every CPU kernel follows. */
+#ifndef STOKE_NN_CPU_DENSE_H
+#define STOKE_NN_CPU_DENSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoke/core.h"
+
+/* Compute threads for every CPU kernel (oneDNN, OpenBLAS and the kernels' own OpenMP
+ * loops). The trainer decides the split between loader workers and compute threads
+ * and calls this once before planning; n <= 0 means the number of online CPUs.
+ * Kernels apply the setting on whatever thread calls them (OpenMP's thread count is
+ * per calling thread), and the primitive cache is keyed by it, so changing it later
+ * is safe but builds new primitives. Results are bit-identical for a fixed count. */
+void cpu_set_threads(int n);
+
+/* The current compute-thread count (resolved, >= 1). */
+int cpu_get_threads(void);
+
+/* Applies the compute-thread setting to the calling thread; every kernel calls it on
+ * entry. Returns the thread count. */
+int cpu_threads_apply(void);
+
+/* Which library runs the fp32 linear GEMMs. AUTO picks, per shape, the faster one as
+ * measured on the target machine (bench/kernels_bench.c); the others force one, for
+ * the benchmark and the tests. bf16 always runs on oneDNN. */
+typedef enum cpu_linear_impl {
+    CPU_LINEAR_AUTO = 0,
+    CPU_LINEAR_DNNL,
+    CPU_LINEAR_BLAS,
+} cpu_linear_impl;
+
+void cpu_linear_set_impl(cpu_linear_impl impl);
+
+/* Creates the oneDNN matmul primitives for a (B, C, OC) linear layer (fp32 if bf16 is
+ * 0, else bf16 inputs) so the first step does not pay for it; the executor calls it
+ * while planning. Forward, backward-data and backward-weights are all built. Kernel
+ * calls for a shape that was not prepared prepare it themselves. Fails with
+ * STOKE_ERR_ARG for non-positive sizes, STOKE_ERR_UNAVAILABLE if oneDNN has no
+ * implementation. */
+stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16);
+
+/* Bytes of scratch the linear primitives of that shape hold (oneDNN's scratchpad).
+ * The kernels own it (allocated once, by prepare), so callers pass no workspace;
+ * the memory plan adds it to its workspace total. Prepares the shape; returns
+ * STOKE_OK and *bytes, or the failure of prepare. */
+stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16,
+                                  size_t *bytes);
+
+/* inp (B, C), weight (OC, C) as PyTorch stores it, bias (OC) or NULL, out (B, OC).
+ * out = inp @ weight^T + bias, overwritten. Fails only if the shape cannot be
+ * prepared (see cpu_linear_prepare); out is then untouched. */
+stoke_status cpu_linear_forward(float *out, const float *inp, const float *weight,
+                                const float *bias, int B, int C, int OC);
+
+/* dout (B, OC), inp (B, C), weight (OC, C); ACCUMULATES:
+ * dinp (B, C) += dout @ weight (skipped if dinp is NULL, e.g. the first layer),
+ * dweight (OC, C) += dout^T @ inp, dbias (OC) += column sums of dout (skipped if
+ * NULL). Deterministic for a fixed thread count. */
+stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight,
+                                 int B, int C, int OC);
+
+/* bf16 variants (uint16_t holds the bf16 bit pattern): bf16 inputs and weights,
+ * fp32 accumulation, fp32 outputs and gradients; same shapes and semantics as the
+ * fp32 kernels. In backward, dout is bf16 too (oneDNN multiplies bf16 by bf16 only). */
+stoke_status cpu_linear_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
+                                     const float *bias, int B, int C, int OC);
+stoke_status cpu_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
+                                      const uint16_t *dout, const uint16_t *inp,
+                                      const uint16_t *weight, int B, int C, int OC);
+
+#endif
