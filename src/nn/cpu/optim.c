@@ -2,11 +2,14 @@
  * written as PyTorch's single-tensor code orders them so results match it closely. */
 #include "nn/cpu/optim.h"
 
+#include <emmintrin.h>
 #include <math.h>
 #include <stdbool.h>
 
-/* The updates are elementwise loops the compiler vectorizes; they are bound by memory
- * traffic, so a BLAS call would not help (there is no BLAS "Adam"). */
+/* The updates are elementwise loops bound by memory traffic (there is no BLAS "Adam"),
+ * on one thread: a second thread gains little on a memory-bound loop and stalls the
+ * step whenever the other core is busy (OpenMP barrier), which is what we measured on
+ * a shared 2-core machine. */
 
 static bool finite_nonneg(double x) { return isfinite(x) && x >= 0; }
 
@@ -29,23 +32,29 @@ stoke_status cpu_sgd_check(const cpu_sgd_config *c)
     return STOKE_OK;
 }
 
-void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
-                  const float *grad, float *momentum_buf, size_t n)
+static void sgd_range(const cpu_sgd_config *c, float neg_lr, bool first, float *param,
+                      const float *grad, float *momentum_buf, size_t lo, size_t hi)
 {
     const float wd = c->weight_decay, mom = c->momentum, keep = 1.0f - c->dampening;
-    const float neg_lr = (float)-lr;
     if (mom == 0) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = lo; i < hi; i++)
             param[i] += neg_lr * (grad[i] + wd * param[i]);
         return;
     }
-    const bool first = step <= 1;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         float d = grad[i] + wd * param[i];
         float buf = first ? d : mom * momentum_buf[i] + keep * d;
         momentum_buf[i] = buf;
         param[i] += neg_lr * (c->nesterov ? d + mom * buf : buf);
     }
+}
+
+void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
+                  const float *grad, float *momentum_buf, size_t n)
+{
+    const float neg_lr = (float)-lr;
+    const bool first = step <= 1;
+    sgd_range(c, neg_lr, first, param, grad, momentum_buf, 0, n);
 }
 
 void cpu_adamw_defaults(cpu_adamw_config *c)
@@ -71,25 +80,60 @@ stoke_status cpu_adamw_check(const cpu_adamw_config *c)
     return STOKE_OK;
 }
 
+typedef struct adamw_k {
+    float b1, b2, one_b1, one_b2, decay, neg_step_size, bc2_sqrt, eps;
+} adamw_k;
+
+/* SSE2 (baseline x86-64): sqrtf under errno rules keeps the compiler from vectorizing
+ * the scalar loop, and the AdamW step would be compute-bound without it. The same
+ * correctly rounded operations in the same order as the scalar tail, so every element
+ * gets the same bits either way. */
+static void adamw_range(const adamw_k *k, float *param, const float *grad, float *m,
+                        float *v, size_t lo, size_t hi)
+{
+    size_t i = lo;
+    const __m128 b1 = _mm_set1_ps(k->b1), b2 = _mm_set1_ps(k->b2);
+    const __m128 ob1 = _mm_set1_ps(k->one_b1), ob2 = _mm_set1_ps(k->one_b2);
+    const __m128 decay = _mm_set1_ps(k->decay), nss = _mm_set1_ps(k->neg_step_size);
+    const __m128 bc2 = _mm_set1_ps(k->bc2_sqrt), eps = _mm_set1_ps(k->eps);
+    for (; i + 4 <= hi; i += 4) {
+        __m128 g = _mm_loadu_ps(grad + i);
+        __m128 p = _mm_mul_ps(_mm_loadu_ps(param + i), decay);
+        __m128 mi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m + i), b1), _mm_mul_ps(ob1, g));
+        __m128 vi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), b2),
+                               _mm_mul_ps(_mm_mul_ps(ob2, g), g));
+        _mm_storeu_ps(m + i, mi);
+        _mm_storeu_ps(v + i, vi);
+        __m128 den = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), bc2), eps);
+        _mm_storeu_ps(param + i, _mm_add_ps(p, _mm_div_ps(_mm_mul_ps(nss, mi), den)));
+    }
+    for (; i < hi; i++) {
+        float g = grad[i], p = param[i] * k->decay;
+        float mi = m[i] * k->b1 + k->one_b1 * g;
+        float vi = v[i] * k->b2 + k->one_b2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p + k->neg_step_size * mi / (sqrtf(vi) / k->bc2_sqrt + k->eps);
+    }
+}
+
 void cpu_adamw_step(const cpu_adamw_config *c, double lr, int64_t step, float *param,
                     const float *grad, float *m, float *v, size_t n)
 {
-    const float b1 = c->beta1, b2 = c->beta2, one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
-    /* PyTorch computes these on Python floats (double), then the tensor ops take them
-     * as float scalars */
+    /* PyTorch computes the scalars on Python floats (double), then the tensor ops take
+     * them as float scalars */
     const double t = (double)(step < 1 ? 1 : step);
-    const float decay = (float)(1.0 - lr * c->weight_decay);
-    const float neg_step_size = (float)(-lr / (1.0 - pow(c->beta1, t)));
-    const float bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
-    const float eps = c->eps;
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i], p = param[i] * decay;
-        float mi = m[i] * b1 + one_b1 * g;
-        float vi = v[i] * b2 + one_b2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] = p + neg_step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-    }
+    const adamw_k k = {
+        .b1 = c->beta1,
+        .b2 = c->beta2,
+        .one_b1 = 1.0f - c->beta1,
+        .one_b2 = 1.0f - c->beta2,
+        .decay = (float)(1.0 - lr * c->weight_decay),
+        .neg_step_size = (float)(-lr / (1.0 - pow(c->beta1, t))),
+        .bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t)),
+        .eps = c->eps,
+    };
+    adamw_range(&k, param, grad, m, v, 0, n);
 }
 
 /* ---- clipping ------------------------------------------------------------------------ */
