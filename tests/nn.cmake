@@ -4,3 +4,5 @@ function(stoke_nn_test name)
   stoke_unit_test(${name} ${ARGN})
   set_tests_properties(${name} PROPERTIES LABELS nn)
 endfunction()
+
+stoke_nn_test(test_nn_graph test_nn_graph.c)

@@ -7,47 +7,14 @@
 #include <string.h>
 
 #include "nn/backend_impl.h"
-#include "nn/cpu/eltwise.h"
-#include "nn/cpu/norm.h"
-
-/* The kernel families land one by one; until one has, its ops are absent from the
- * table and compiling a graph that uses them fails with "op X not built yet". */
-#if __has_include("nn/cpu/precision.h")
-#include "nn/cpu/precision.h"
-#define HAVE_PRECISION 1
-#else
-#define HAVE_PRECISION 0
-#endif
-#if __has_include("nn/cpu/dense.h") && HAVE_PRECISION
-#include "nn/cpu/dense.h"
-#define HAVE_DENSE 1
-#else
-#define HAVE_DENSE 0
-#endif
-#if __has_include("nn/cpu/conv.h") && HAVE_PRECISION
-#include "nn/cpu/conv.h"
-#define HAVE_CONV 1
-#else
-#define HAVE_CONV 0
-#endif
-#if __has_include("nn/cpu/attn.h")
 #include "nn/cpu/attn.h"
-#define HAVE_ATTN 1
-#else
-#define HAVE_ATTN 0
-#endif
-#if __has_include("nn/cpu/loss.h")
+#include "nn/cpu/conv.h"
+#include "nn/cpu/dense.h"
+#include "nn/cpu/eltwise.h"
 #include "nn/cpu/loss.h"
-#define HAVE_LOSS 1
-#else
-#define HAVE_LOSS 0
-#endif
-#if __has_include("nn/cpu/optim.h")
+#include "nn/cpu/norm.h"
 #include "nn/cpu/optim.h"
-#define HAVE_OPTIM 1
-#else
-#define HAVE_OPTIM 0
-#endif
+#include "nn/cpu/precision.h"
 
 #define ALIGN 64
 
@@ -67,13 +34,11 @@ static const stoke_shape *in_shape(const nn_exec_args *a, int i) {
 
 static int64_t elems(const stoke_shape *s) { return stoke_shape_elems(s); }
 
-#if HAVE_DENSE || HAVE_CONV
 /* Sizes reach the kernels as int: the plan refuses graphs where they would not fit. */
 static stoke_status too_big(const nn_node *n, int64_t v) {
     return stoke_fail(STOKE_ERR_ARG, "%s: size %lld exceeds the CPU kernels' int range", n->name,
                       (long long)v);
 }
-#endif
 
 /* ---- low precision operands ----
  * bf16: the kernels take bf16 bits; activations are converted into the workspace per
@@ -81,7 +46,6 @@ static stoke_status too_big(const nn_node *n, int64_t v) {
  * operands are rounded to fp16 (values representable in fp16, stored as fp32) and the
  * fp32 kernels run on them with fp32 accumulation. */
 
-#if HAVE_DENSE || HAVE_CONV
 static bool lowp(const nn_exec_args *a) { return a->param_lp[0] != NULL; }
 
 /* Converts x (n) into ws at *off as the kernels' operand for precision p: bf16 bits,
@@ -116,9 +80,6 @@ static size_t operand_bytes(stoke_precision p, size_t n) {
     return 0;
 }
 
-#endif
-
-#if HAVE_DENSE
 /* ---- linear: (..., C) -> (..., OC) over rows = batch x leading dims ---- */
 
 typedef struct lin_dims {
@@ -192,9 +153,6 @@ static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
     return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, x, w, d.rows, d.C, d.OC);
 }
 
-#endif
-
-#if HAVE_CONV
 /* ---- conv2d ---- */
 
 static stoke_status conv_shape(const stoke_graph *g, const nn_node *n, int64_t batch,
@@ -351,8 +309,6 @@ static stoke_status gap_bwd(void *ctx, const nn_exec_args *a) {
                                     (int)in->dims[1], (int)in->dims[2]);
     return STOKE_OK;
 }
-
-#endif
 
 /* ---- normalization ----
  * Batch norm keeps (mean, rstd) per channel; the saved area is per sample, so it is
@@ -570,7 +526,6 @@ static stoke_status emb_bwd(void *ctx, const nn_exec_args *a) {
                                   (int)a->node->features);
 }
 
-#if HAVE_ATTN
 static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
     (void)ctx;
     (void)g;
@@ -612,8 +567,6 @@ static stoke_status attn_bwd(void *ctx, const nn_exec_args *a) {
                                   a->in[0], a->param[0], a->param[2], a->saved, (int)a->batch, T,
                                   C, n->heads, 0, a->ws, kws);
 }
-
-#endif
 
 /* ---- glue ops, written here because they are plain copies/sums that no library
  * offers in this layout ---- */
@@ -722,7 +675,6 @@ static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
 
 /* ---- losses and metrics: out[0] = the batch mean ---- */
 
-#if HAVE_LOSS
 static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
     size_t n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     float loss = 0;
@@ -775,8 +727,6 @@ static stoke_status mae_fwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-#endif
-
 /* ---- the table ---- */
 
 static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
@@ -786,7 +736,7 @@ static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
     /* bf16: oneDNN's bf16 matmul and convolution (AVX512-BF16/AMX where present, its
      * own exact emulation on AVX-512 otherwise); fp16: emulated operands, see above.
      * Everything else stays fp32. */
-    return (HAVE_DENSE && op == STOKE_NN_LINEAR) || (HAVE_CONV && op == STOKE_NN_CONV2D);
+    return op == STOKE_NN_LINEAR || op == STOKE_NN_CONV2D;
 }
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
@@ -820,17 +770,12 @@ static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes) {
 
 static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n) {
     (void)ctx;
-#if !HAVE_PRECISION
-    (void)p, (void)in, (void)out, (void)n; /* unreachable: supports() says no */
-#else
     if (p == STOKE_PREC_BF16)
         cpu_f32_to_bf16(in, out, n);
     else
         cpu_f32_to_f16(in, out, n);
-#endif
 }
 
-#if HAVE_OPTIM
 static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite) {
     (void)ctx;
     return cpu_sum_squares(x, n, finite);
@@ -869,24 +814,14 @@ static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o) {
     return cpu_adamw_check(&c);
 }
 
-#endif
-
 static int cpu_threads(void *ctx) {
     (void)ctx;
-#if HAVE_DENSE
     return cpu_get_threads();
-#else
-    return 1;
-#endif
 }
 
 static void cpu_set_threads_(void *ctx, int n) {
     (void)ctx;
-#if HAVE_DENSE
     cpu_set_threads(n);
-#else
-    (void)n;
-#endif
 }
 
 static const nn_backend cpu_backend = {
@@ -895,21 +830,11 @@ static const nn_backend cpu_backend = {
     .ops =
         {
             [STOKE_NN_INPUT] = {nop, NULL, NULL, NULL},
-#if HAVE_DENSE
             [STOKE_NN_LINEAR] = {linear_fwd, linear_bwd, linear_ws, NULL},
-#endif
-#if HAVE_CONV
             [STOKE_NN_CONV2D] = {conv_fwd, conv_bwd, conv_ws, NULL},
-#endif
-#if HAVE_CONV
             [STOKE_NN_MAXPOOL2D] = {maxpool_fwd, maxpool_bwd, NULL, NULL},
-#endif
-#if HAVE_CONV
             [STOKE_NN_AVGPOOL2D] = {avgpool_fwd, avgpool_bwd, NULL, NULL},
-#endif
-#if HAVE_CONV
             [STOKE_NN_GLOBAL_AVGPOOL] = {gap_fwd, gap_bwd, NULL, NULL},
-#endif
             [STOKE_NN_BATCHNORM] = {bn_fwd, bn_bwd, input_sized_ws, bn_saved},
             [STOKE_NN_LAYERNORM] = {ln_fwd, ln_bwd, input_sized_ws, ln_saved},
             [STOKE_NN_RELU] = {relu_fwd, relu_bwd, NULL, NULL},
@@ -921,30 +846,16 @@ static const nn_backend cpu_backend = {
             [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
             [STOKE_NN_EMBEDDING] = {emb_fwd, emb_bwd, NULL, NULL},
             [STOKE_NN_SOFTMAX] = {softmax_fwd, softmax_bwd, NULL, NULL},
-#if HAVE_ATTN
             [STOKE_NN_ATTENTION] = {attn_fwd, attn_bwd, attn_ws, attn_saved},
-#endif
             [STOKE_NN_PATCHIFY] = {patchify_fwd, patchify_bwd, NULL, NULL},
             [STOKE_NN_POS_EMBED] = {pos_fwd, pos_bwd, NULL, NULL},
             [STOKE_NN_SEQ_MEAN] = {seqmean_fwd, seqmean_bwd, NULL, NULL},
-#if HAVE_LOSS
             [STOKE_NN_CROSS_ENTROPY] = {loss_fwd, loss_bwd, NULL, NULL},
-#endif
-#if HAVE_LOSS
             [STOKE_NN_BCE_LOGITS] = {loss_fwd, loss_bwd, NULL, NULL},
-#endif
-#if HAVE_LOSS
             [STOKE_NN_MSE] = {loss_fwd, loss_bwd, NULL, NULL},
-#endif
-#if HAVE_LOSS
             [STOKE_NN_L1] = {loss_fwd, loss_bwd, NULL, NULL},
-#endif
-#if HAVE_LOSS
             [STOKE_NN_ACCURACY] = {accuracy_fwd, NULL, NULL, NULL},
-#endif
-#if HAVE_LOSS
             [STOKE_NN_MAE] = {mae_fwd, NULL, NULL, NULL},
-#endif
         },
     .supports = cpu_supports,
     .alloc = cpu_alloc,
@@ -953,13 +864,11 @@ static const nn_backend cpu_backend = {
     .read = cpu_read,
     .write = cpu_write,
     .to_lowp = cpu_to_lowp,
-#if HAVE_OPTIM
     .sum_squares = cpu_sumsq,
     .scale = cpu_scale_,
     .sgd = cpu_sgd,
     .adamw = cpu_adamw,
     .check_optim = cpu_check_optim,
-#endif
     .threads = cpu_threads,
     .set_threads = cpu_set_threads_,
 };
