@@ -8,3 +8,15 @@ add_test(NAME train_safetensors_python
                  $<TARGET_FILE:test_train_checkpoint>
                  ${CMAKE_CURRENT_BINARY_DIR}/fixture.safetensors
                  ${CMAKE_CURRENT_SOURCE_DIR}/safetensors_read.py)
+
+stoke_nn_test(test_train_model_file test_train_model_file.c)
+
+# The loop on a small generated dataset: config precedence, learning, eval of the
+# checkpoint, resume equivalence, stopping with a checkpoint, bf16 against fp32.
+stoke_nn_test(test_train test_train.c)
+set_tests_properties(test_train PROPERTIES TIMEOUT 120)
+
+add_test(NAME train_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-e2e)
+set_tests_properties(train_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

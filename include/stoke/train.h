@@ -9,6 +9,7 @@
 
 #include "stoke/core.h"
 #include "stoke/data.h"
+#include "stoke/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,6 +80,235 @@ void stoke_ckpt_close(stoke_ckpt *c); /* NULL is fine */
  * stoke_ckpt_dtype_parse returns false for a name it does not know. */
 const char *stoke_ckpt_dtype_name(stoke_dtype t);
 bool stoke_ckpt_dtype_parse(const char *name, stoke_dtype *out);
+
+/* ---- Model files (model_file.c, schema in docs/train.md) --------------------------
+ * A YAML document naming a preset with its options ("model: cnn", "model: mlp" with
+ * "hidden: [512, 512]", ...) or listing layers in order ("layers:" a sequence of
+ * {type: conv2d, out: 32, kernel: 3, padding: 1}, ..., with {type: residual, layers:
+ * [...]} blocks), plus the loss. A preset name alone ("cnn") is the same as the
+ * document "model: cnn". */
+
+typedef struct stoke_model_file stoke_model_file;
+
+/* Parses and checks a model document of `len` bytes; `name` is what the messages call
+ * it. Errors (STOKE_ERR_FORMAT) name the file, line and column (1-based) and the field,
+ * e.g. "m.yaml:4:14: layers[1].kernel: expected a positive integer, got 'x'". On
+ * success free with stoke_model_file_free. */
+stoke_status stoke_model_file_parse(const char *text, size_t len, const char *name,
+                                    stoke_model_file **out);
+
+/* `spec` is a preset name (mlp, cnn, resnet, transformer, actor-critic) or the path of
+ * a YAML model file. STOKE_ERR_NOTFOUND names a spec that is neither. */
+stoke_status stoke_model_file_load(const char *spec, stoke_model_file **out);
+
+/* The document's text (saved in checkpoints so eval and predict rebuild the model),
+ * and a short description ("cnn", "layers (7)"). Valid until free. */
+const char *stoke_model_file_text(const stoke_model_file *mf);
+const char *stoke_model_file_describe(const stoke_model_file *mf);
+
+/* Builds the graph for inputs of per-sample `input` shape and the dataset's targets:
+ * inputs "x" and "y" (class targets: int32 (), `classes` logits, cross-entropy and
+ * accuracy; scalar targets: fp32 (1), MSE and MAE; vector targets: fp32 of `target`
+ * shape), output "logits". NULL on failure with the message in stoke_last_error()
+ * (naming the file and the layer). */
+stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shape *input,
+                                    stoke_target_kind kind, const stoke_shape *target,
+                                    int64_t classes);
+
+void stoke_model_file_free(stoke_model_file *mf); /* NULL is fine */
+
+/* ---- Training configuration (train.c, docs/train.md) -----------------------------
+ * Every setting has a key ("batch_size"), a default, and may be set, in increasing
+ * precedence, by a YAML config file (key: value), the environment (BATCH_SIZE,
+ * VAL_BATCH_SIZE, NUM_WORKERS, AMP, as the seeds export them) and command-line flags
+ * (--batch-size). Each source goes through stoke_train_config_set, which records
+ * where the value came from. */
+
+typedef enum stoke_cfg_source {
+    STOKE_CFG_DEFAULT = 0,
+    STOKE_CFG_FILE,
+    STOKE_CFG_ENV,
+    STOKE_CFG_FLAG,
+    STOKE_CFG_CHECKPOINT, /* restored by --resume */
+} stoke_cfg_source;
+
+#define STOKE_CFG_MAX_KEYS 48
+
+typedef struct stoke_train_config {
+    char dataset[512];        /* training data (default: Debian's Fashion-MNIST) */
+    char val_dataset[512];    /* "" = the dataset's "test" split when it has one */
+    char model[512];          /* preset name or YAML model file (default "cnn") */
+    int64_t epochs;           /* default 3 */
+    int64_t max_steps;        /* > 0: stop after this many optimizer steps in total,
+                                 saving a checkpoint as an interruption does */
+    int64_t batch_size;       /* samples per forward/backward (default 128) */
+    int64_t val_batch_size;   /* default 256 */
+    int64_t accumulate;       /* backward passes per optimizer step (default 1): the
+                                 effective batch is batch_size x accumulate */
+    int64_t limit;            /* > 0: train on the first `limit` samples only */
+    int64_t val_limit;        /* > 0: evaluate on the first `val_limit` samples only */
+    int64_t workers;          /* loader threads; -1 = decided by the trainer */
+    int64_t prefetch;         /* ring slots; 0 = the tuner's depth */
+    int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided */
+    char precision[8];        /* auto, fp32, bf16, fp16 */
+    char optimizer[8];        /* sgd, adamw */
+    double lr;                /* default 0.05 (SGD) */
+    double momentum;          /* SGD, default 0.9 */
+    bool nesterov;
+    double weight_decay;
+    double clip_norm;         /* 0 = no clipping */
+    char schedule[12];        /* constant, step, cosine */
+    int64_t warmup_steps;
+    int64_t step_size;        /* schedule step: optimizer steps between decays */
+    double gamma;             /* schedule step: the decay factor */
+    double min_lr;            /* schedule cosine */
+    bool augment;             /* random crop (pad 2) + horizontal flip of images */
+    uint64_t seed;            /* shuffling, augmentation, initialization, dropout */
+    char checkpoint[512];     /* "" = none; written every epoch, at the end, on SIGINT */
+    char resume[512];         /* "" = start afresh */
+    char log[512];            /* JSON-lines log of steps and epochs, "" = none */
+    int64_t log_every;        /* a step record every N optimizer steps (default 10) */
+    bool dry_run;             /* print the memory plan and the largest batch; no training */
+    double memory_budget;     /* bytes for --dry-run's largest batch; 0 = MemAvailable */
+    bool monitor;             /* embed the monitor (CPU/GPU utilization, warnings) */
+    stoke_cfg_source source[STOKE_CFG_MAX_KEYS]; /* per key, in stoke_train_config_key order */
+} stoke_train_config;
+
+/* The defaults. Can't fail. */
+void stoke_train_config_defaults(stoke_train_config *c);
+
+/* Sets `key` (with '-' or '_') from its text form and records `src`. STOKE_ERR_ARG
+ * names the key and the value when the key is unknown or the value is invalid. */
+stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, const char *value,
+                                    stoke_cfg_source src);
+
+/* Applies a YAML file of `key: value` pairs (STOKE_CFG_FILE). Errors name the file,
+ * line, column and key. */
+stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path);
+
+/* Applies BATCH_SIZE, VAL_BATCH_SIZE, NUM_WORKERS, EPOCHS, LR, SEED and AMP
+ * (true/1 -> precision bf16, false/0 -> fp32) from the environment (STOKE_CFG_ENV).
+ * `getenv_fn` may be NULL (getenv). Errors name the variable. */
+stoke_status stoke_train_config_load_env(stoke_train_config *c,
+                                         const char *(*getenv_fn)(const char *name));
+
+/* Key i's name ("batch_size"), or NULL past the last one; and where key `key` came from
+ * (STOKE_CFG_DEFAULT for an unknown key). */
+const char *stoke_train_config_key(int i);
+stoke_cfg_source stoke_train_config_source(const stoke_train_config *c, const char *key);
+const char *stoke_cfg_source_name(stoke_cfg_source s); /* "default", "file", "env", ... */
+
+/* The configuration as one JSON object (malloc'd; NULL when out of memory). */
+char *stoke_train_config_json(const stoke_train_config *c);
+
+/* ---- The trainer -------------------------------------------------------------- */
+
+typedef enum stoke_train_event_kind {
+    STOKE_EV_INFO = 0,   /* a setup line: dataset, model, threads split, precision */
+    STOKE_EV_PROGRESS,   /* live stats within an epoch */
+    STOKE_EV_EPOCH,      /* an epoch ended (and was evaluated) */
+    STOKE_EV_WARNING,    /* a monitor finding (low utilization, ...) */
+    STOKE_EV_CHECKPOINT, /* a checkpoint was written (text: its path) */
+} stoke_train_event_kind;
+
+typedef struct stoke_train_event {
+    stoke_train_event_kind kind;
+    const char *text;         /* INFO / WARNING / CHECKPOINT text */
+    int64_t epoch;            /* 0-based */
+    int64_t epochs;
+    int64_t batch, batches;   /* batches done in this epoch, of */
+    int64_t step;             /* optimizer steps so far (whole run) */
+    bool tick;                /* PROGRESS: a 10% boundary of the epoch was crossed */
+    double loss;              /* running mean training loss over this epoch */
+    double metric;            /* running training accuracy (classes) or MAE, NaN if none */
+    const char *metric_name;  /* "acc" or "mae" */
+    double lr;
+    double samples_per_s;     /* over this epoch */
+    double data_wait_pct;     /* % of this epoch's time spent waiting for batches */
+    double cpu_pct;           /* the process, 100 = one core; NaN if unknown */
+    double gpu_pct;           /* GPU utilization, NaN without a GPU */
+    double elapsed_s;         /* this epoch */
+    double eta_s;             /* PROGRESS: rest of the epoch */
+    double val_loss, val_metric; /* EPOCH: NaN when there is no validation set */
+    int64_t val_samples;
+} stoke_train_event;
+
+typedef void (*stoke_train_callback)(const stoke_train_event *e, void *ctx);
+
+/* The progress line ("epoch 1/3  42% 197/469 | loss 0.4123 acc 85.1% | 5210 samples/s |
+ * data wait 0.4% | CPU 198% | lr 0.05 | eta 3s") and the epoch summary line. Return the
+ * length; buf is always NUL-terminated. */
+size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t size);
+size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t size);
+
+typedef struct stoke_trainer stoke_trainer;
+
+/* Sets everything up: probes the machine, decides precision, threads and loader
+ * workers (reported as INFO events), opens the datasets (held in memory when they are
+ * small), builds the model, loads --resume, starts the loader and the monitor.
+ * `cb` (may be NULL) receives every event on the calling thread. Errors name what
+ * failed (file, key, tensor). Free with stoke_trainer_free. */
+stoke_status stoke_trainer_new(const stoke_train_config *c, stoke_train_callback cb, void *ctx,
+                               stoke_trainer **out);
+
+/* Trains until the last epoch (or max_steps), evaluating after every epoch and writing
+ * the checkpoint (if configured) after every epoch and at the end. When *stop becomes
+ * non-zero (a signal handler's flag; may be NULL) it finishes the current optimizer
+ * step, writes the checkpoint and returns STOKE_OK with result.interrupted set. */
+stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
+
+/* The memory plan for the configured batch and the largest batch that fits
+ * `budget_bytes` (0: the configured memory_budget, else MemAvailable). */
+stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
+                                int64_t *max_batch, size_t *budget_used);
+
+typedef struct stoke_train_result {
+    int64_t epochs_done;      /* completed epochs */
+    int64_t steps;            /* optimizer steps */
+    double train_loss;        /* last epoch's mean */
+    double val_loss, val_metric; /* last evaluation; NaN if none */
+    const char *metric_name;
+    double seconds;           /* wall time of stoke_trainer_run */
+    bool interrupted;         /* stopped by *stop or max_steps */
+} stoke_train_result;
+
+void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r);
+
+/* The model being trained (for tests and tools); owned by the trainer. */
+stoke_model *stoke_trainer_model(stoke_trainer *t);
+
+/* Writes a checkpoint of the current state to `path` now. */
+stoke_status stoke_trainer_save(stoke_trainer *t, const char *path);
+
+void stoke_trainer_free(stoke_trainer *t); /* NULL is fine */
+
+/* ---- Using a saved model (eval, predict) --------------------------------------- */
+
+typedef struct stoke_saved_model stoke_saved_model;
+
+/* Rebuilds the model a checkpoint was trained with (for inference, `batch` samples at
+ * a time) and loads its weights. Errors name the file and the tensor or key. */
+stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out);
+void stoke_saved_model_free(stoke_saved_model *s);
+
+/* The training dataset recorded in the checkpoint, and the model's input shape. */
+const char *stoke_saved_model_dataset(const stoke_saved_model *s);
+const stoke_shape *stoke_saved_model_input_shape(const stoke_saved_model *s);
+int64_t stoke_saved_model_classes(const stoke_saved_model *s); /* 0 for regression */
+
+/* Evaluates on a dataset (opened by the caller, with the checkpoint's normalization):
+ * mean loss and accuracy (classes) or MAE over `limit` samples (0 = all). */
+stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int64_t limit,
+                                    double *loss, double *metric, int64_t *count);
+
+/* Runs `n` samples (each in the dataset's raw dtype and the model's input shape,
+ * u8 or f32, normalized as in training) and writes, per sample, the predicted class
+ * (or the first output for regression) to pred and the outputs to out (n x outputs,
+ * may be NULL). */
+stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
+                                       stoke_dtype dtype, int64_t n, int64_t *pred,
+                                       float *out);
+int64_t stoke_saved_model_outputs(const stoke_saved_model *s); /* values per sample */
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,12 @@ int cmd_monitor(int argc, char **argv);
 void cmd_monitor_usage(void);
 int cmd_data(int argc, char **argv);
 void cmd_data_usage(void);
+int cmd_train(int argc, char **argv);
+void cmd_train_usage(void);
+int cmd_eval(int argc, char **argv);
+void cmd_eval_usage(void);
+int cmd_predict(int argc, char **argv);
+void cmd_predict_usage(void);
 
 /* Prints "stoke CMD: message" and a hint to stderr; returns 2 (the usage exit code). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -17,6 +17,11 @@ static const cli_command commands[] = {
      cmd_monitor, cmd_monitor_usage},
     {"data", "describe a dataset; convert it to stoke's packed records", cmd_data,
      cmd_data_usage},
+    {"train", "train a model (default: the cnn preset on Fashion-MNIST), tuned for the machine",
+     cmd_train, cmd_train_usage},
+    {"eval", "evaluate a checkpoint on a dataset", cmd_eval, cmd_eval_usage},
+    {"predict", "print a checkpoint's predictions for a dataset or .npy samples", cmd_predict,
+     cmd_predict_usage},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

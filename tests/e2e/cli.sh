@@ -27,7 +27,7 @@ expect help-lists-monitor 0 '  monitor ' -- --help
 expect no-args 2 'usage: stoke' --
 expect unknown 2 "unknown command 'frobnicate'" -- frobnicate
 expect help-unknown 2 "unknown command 'frobnicate'" -- help frobnicate
-for cmd in probe monitor data; do
+for cmd in probe monitor data train eval predict; do
     expect "$cmd-help" 0 "stoke $cmd" -- "$cmd" --help
     expect "help-$cmd" 0 "stoke $cmd" -- help "$cmd"
     expect "$cmd-bad-option" 2 "stoke $cmd" -- "$cmd" --no-such-option

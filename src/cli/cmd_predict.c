@@ -1,0 +1,121 @@
+/* cmd_predict.c - `stoke predict CHECKPOINT INPUT`: the saved model's prediction for
+ * each sample of a dataset or an .npy file of samples, one line each. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "stoke/train.h"
+
+void cmd_predict_usage(void)
+{
+    printf("usage: stoke predict CHECKPOINT INPUT [--limit N] [--outputs]\n\n"
+           "Runs a checkpoint written by `stoke train` on INPUT: a dataset in any format\n"
+           "stoke reads (the \"test\" split of an IDX directory) or an .npy file of samples\n"
+           "shaped like the training inputs. Prints one line per sample: its index, the\n"
+           "predicted class (or value), and its label when INPUT has targets; --outputs adds\n"
+           "the model's raw outputs (logits). Ends with the accuracy when labels are known.\n");
+}
+
+int cmd_predict(int argc, char **argv)
+{
+    const char *ckpt = NULL, *input = NULL;
+    long limit = 0;
+    bool outputs = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cmd_predict_usage();
+            return 0;
+        }
+        if (!strcmp(a, "--limit") && i + 1 < argc) {
+            if (!cli_parse_long(argv[++i], 1, 1L << 40, &limit))
+                return cli_usage_error("predict", "--limit: expected a positive count");
+        } else if (!strcmp(a, "--outputs")) {
+            outputs = true;
+        } else if (a[0] == '-') {
+            return cli_usage_error("predict", "unknown option '%s'", a);
+        } else if (!ckpt) {
+            ckpt = a;
+        } else if (!input) {
+            input = a;
+        } else {
+            return cli_usage_error("predict", "unexpected argument '%s'", a);
+        }
+    }
+    if (!ckpt || !input)
+        return cli_usage_error("predict", "give a checkpoint and an input");
+    stoke_saved_model *m;
+    if (stoke_saved_model_open(ckpt, 256, &m) != STOKE_OK)
+        return cli_error("predict", "%s", stoke_last_error());
+    stoke_dataset_opts o = {.split = "test"};
+    stoke_dataset *d;
+    if (stoke_dataset_open(input, &o, &d) != STOKE_OK) {
+        int rc = cli_error("predict", "%s", stoke_last_error());
+        stoke_saved_model_free(m);
+        return rc;
+    }
+    const stoke_dataset_info *in = stoke_dataset_get_info(d);
+    const stoke_shape *want = stoke_saved_model_input_shape(m);
+    int rc = 0;
+    if (stoke_shape_elems(&in->input_shape) != stoke_shape_elems(want)) {
+        char a[64], b[64];
+        rc = cli_error("predict", "%s: samples of shape %s, the model takes %s", input,
+                       stoke_shape_format(&in->input_shape, a, sizeof a),
+                       stoke_shape_format(want, b, sizeof b));
+        goto out;
+    }
+    int64_t n = limit > 0 && limit < in->count ? limit : in->count;
+    int64_t k = stoke_saved_model_outputs(m);
+    unsigned char *x = malloc((size_t)n * in->input_bytes);
+    int64_t *pred = malloc((size_t)n * sizeof *pred);
+    float *out = malloc((size_t)n * (size_t)k * sizeof *out);
+    unsigned char *tg = in->target_bytes ? malloc(in->target_bytes) : NULL;
+    if (!x || !pred || !out) {
+        rc = cli_error("predict", "out of memory for %" PRId64 " samples", n);
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (stoke_dataset_read(d, i, x + (size_t)i * in->input_bytes, NULL) != STOKE_OK) {
+            rc = cli_error("predict", "%s", stoke_last_error());
+            goto done;
+        }
+    if (stoke_saved_model_predict(m, x, in->input_dtype, n, pred, out) != STOKE_OK) {
+        rc = cli_error("predict", "%s", stoke_last_error());
+        goto done;
+    }
+    bool classes = stoke_saved_model_classes(m) > 0;
+    bool labels = classes && in->target_kind == STOKE_TARGET_CLASS && tg;
+    int64_t right = 0;
+    for (int64_t i = 0; i < n; i++) {
+        printf("%" PRId64 "\t", i);
+        if (classes)
+            printf("%" PRId64, pred[i]);
+        else
+            printf("%.6g", (double)out[(size_t)i * (size_t)k]);
+        if (labels && stoke_dataset_read(d, i, x, tg) == STOKE_OK) {
+            int64_t y = in->target_dtype == STOKE_U8 ? tg[0]
+                        : in->target_dtype == STOKE_I64 ? *(int64_t *)(void *)tg
+                        : in->target_dtype == STOKE_I32 ? *(int32_t *)(void *)tg : -1;
+            printf("\tlabel %" PRId64, y);
+            right += y == pred[i];
+        }
+        if (outputs)
+            for (int64_t j = 0; j < k; j++)
+                printf("%s%.6g", j ? " " : "\t", (double)out[(size_t)i * (size_t)k + (size_t)j]);
+        putchar('\n');
+    }
+    if (labels)
+        fprintf(stderr, "accuracy %.2f%% (%" PRId64 " of %" PRId64 ")\n",
+                n ? 100.0 * (double)right / (double)n : 0.0, right, n);
+done:
+    free(x);
+    free(pred);
+    free(out);
+    free(tg);
+out:
+    stoke_dataset_close(d);
+    stoke_saved_model_free(m);
+    return rc;
+}

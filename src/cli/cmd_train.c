@@ -1,0 +1,235 @@
+/* cmd_train.c - `stoke train`: settings from defaults < --config file < environment <
+ * flags, the progress line (in place on a terminal, every 10% otherwise), checkpoints
+ * on SIGINT/SIGTERM, and --dry-run's memory plan. */
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "stoke/train.h"
+
+void cmd_train_usage(void)
+{
+    printf("usage: stoke train [options]\n\n"
+           "Trains a model on a dataset, tuned for the machine: precision, loader workers and\n"
+           "compute threads are decided from `stoke probe` and printed. With no options it\n"
+           "trains the cnn preset on Fashion-MNIST for 3 epochs (>= 90%% test accuracy).\n\n"
+           "  --dataset PATH        training data (default /usr/share/datasets/fashion-mnist)\n"
+           "  --val-dataset PATH    validation data (default: the dataset's test split)\n"
+           "  --model NAME|FILE     preset (mlp, cnn, resnet, transformer, actor-critic) or a\n"
+           "                        YAML model file (docs/train.md); default cnn\n"
+           "  --epochs N            default 3\n"
+           "  --batch-size N        default 128 (env BATCH_SIZE)\n"
+           "  --val-batch-size N    default 256 (env VAL_BATCH_SIZE)\n"
+           "  --accumulate N        backward passes per optimizer step (effective batch)\n"
+           "  --workers N           loader threads (env NUM_WORKERS; default: decided)\n"
+           "  --prefetch N          batches in flight (default: the tuner's depth)\n"
+           "  --threads N           compute threads (default: usable CPUs - workers)\n"
+           "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env AMP)\n"
+           "  --optimizer O         sgd (default, momentum 0.9) or adamw\n"
+           "  --lr X                learning rate (default 0.05)\n"
+           "  --momentum X, --nesterov, --weight-decay X, --clip-norm X\n"
+           "  --schedule S          constant, step, cosine; --warmup-steps N, --step-size N,\n"
+           "                        --gamma X, --min-lr X\n"
+           "  --augment             random crop (pad 2) and horizontal flip of images\n"
+           "  --seed N              shuffling, augmentation, initialization (default 1)\n"
+           "  --limit N             train on the first N samples; --val-limit N likewise\n"
+           "  --max-steps N         stop after N optimizer steps (checkpoint as on SIGINT)\n"
+           "  --checkpoint FILE     safetensors checkpoint, every epoch, at the end, on SIGINT\n"
+           "  --resume FILE         continue a run exactly where its checkpoint stopped\n"
+           "  --log FILE            JSON lines of steps and epochs; --log-every N steps\n"
+           "  --dry-run             print the memory plan and the largest batch that fits\n"
+           "  --memory-budget B     bytes for --dry-run (512M, 4G; default MemAvailable)\n"
+           "  --no-monitor          no embedded utilization monitor\n"
+           "  --config FILE         YAML file of settings (key: value, keys as above with _)\n\n"
+           "Precedence: defaults < --config file < environment < flags. Exit status: 0 done,\n"
+           "1 error, 2 usage, 130/143 interrupted by SIGINT/SIGTERM (checkpoint written).\n");
+}
+
+static volatile int stop_flag;
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_flag = 1;
+    stop_signal = sig;
+    /* A second Ctrl-C ends the process at once. */
+    signal(sig, SIG_DFL);
+}
+
+typedef struct out_state {
+    bool tty;
+    bool line_open; /* a progress line is on screen without its newline */
+} out_state;
+
+static void on_event(const stoke_train_event *e, void *ctx)
+{
+    out_state *o = ctx;
+    char buf[1200];
+    if (o->line_open && e->kind != STOKE_EV_PROGRESS) {
+        fputs("\r\033[K", stdout);
+        o->line_open = false;
+    }
+    switch (e->kind) {
+    case STOKE_EV_INFO:
+        printf("%s\n", e->text);
+        break;
+    case STOKE_EV_PROGRESS:
+        stoke_train_format_progress(e, buf, sizeof buf);
+        if (o->tty) {
+            printf("\r\033[K%s", buf);
+            o->line_open = true;
+        } else if (e->tick) {
+            printf("%s\n", buf);
+        }
+        break;
+    case STOKE_EV_EPOCH:
+        stoke_train_format_epoch(e, buf, sizeof buf);
+        printf("%s\n", buf);
+        break;
+    case STOKE_EV_WARNING:
+        printf("warning: %s\n", e->text);
+        break;
+    case STOKE_EV_CHECKPOINT:
+        printf("checkpoint: %s (step %" PRId64 ")\n", e->text, e->step);
+        break;
+    }
+    fflush(stdout);
+}
+
+static const char *bool_flags[] = {"dry-run", "augment", "nesterov", "monitor", NULL};
+
+static bool is_bool_flag(const char *name)
+{
+    for (int i = 0; bool_flags[i]; i++)
+        if (!strcmp(bool_flags[i], name))
+            return true;
+    return false;
+}
+
+static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget)
+{
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
+    printf("memory plan for batch %" PRId64 ":\n", p->batch);
+    printf("  parameters         %12zu bytes  %s\n", p->params, stoke_format_bytes((double)p->params, a, sizeof a));
+    printf("  gradients          %12zu bytes  %s\n", p->grads, stoke_format_bytes((double)p->grads, b, sizeof b));
+    printf("  optimizer state    %12zu bytes  %s\n", p->optim, stoke_format_bytes((double)p->optim, c, sizeof c));
+    printf("  activations        %12zu bytes  %s (%zu per sample x %" PRId64 ")\n",
+           p->activations_per_sample * (size_t)p->batch,
+           stoke_format_bytes((double)p->activations_per_sample * (double)p->batch, d, sizeof d),
+           p->activations_per_sample, p->batch);
+    printf("  workspace          %12zu bytes  %s\n", p->workspace, stoke_format_bytes((double)p->workspace, e, sizeof e));
+    printf("  total              %12zu bytes  %s\n", p->total, stoke_format_bytes((double)p->total, f, sizeof f));
+    printf("largest batch within %s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
+           max_batch, max_batch == 0 ? " (not even one sample fits)" : "");
+    (void)h;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    stoke_train_config cfg;
+    stoke_train_config_defaults(&cfg);
+    /* The config file comes first whatever its position: flags must override it. */
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            cmd_train_usage();
+            return 0;
+        }
+        if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) {
+            const char *path = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!path)
+                return cli_usage_error("train", "--config needs a file");
+            if (stoke_train_config_load_file(&cfg, path) != STOKE_OK)
+                return cli_error("train", "%s", stoke_last_error());
+        }
+    }
+    if (stoke_train_config_load_env(&cfg, NULL) != STOKE_OK)
+        return cli_error("train", "%s", stoke_last_error());
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            return cli_usage_error("train", "unexpected argument '%s'", a);
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (len >= sizeof name)
+            return cli_usage_error("train", "unknown option '%s'", a);
+        memcpy(name, a + 2, len);
+        name[len] = '\0';
+        if (!strcmp(name, "config")) {
+            if (!eq)
+                i++;
+            continue;
+        }
+        const char *value;
+        if (!strcmp(name, "no-monitor")) {
+            snprintf(name, sizeof name, "monitor");
+            value = "false";
+        } else if (is_bool_flag(name)) {
+            value = eq ? eq + 1 : "true";
+        } else if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            return cli_usage_error("train", "option '%s' needs a value", a);
+        }
+        stoke_status s = stoke_train_config_set(&cfg, name, value, STOKE_CFG_FLAG);
+        if (s != STOKE_OK) {
+            if (strstr(stoke_last_error(), "unknown setting"))
+                return cli_usage_error("train", "unknown option '%s'", a);
+            return cli_usage_error("train", "--%s", stoke_last_error());
+        }
+    }
+    out_state o = {.tty = isatty(STDOUT_FILENO)};
+    stoke_trainer *t;
+    if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
+        return cli_error("train", "%s", stoke_last_error());
+    if (cfg.dry_run) {
+        stoke_mem_plan plan;
+        int64_t maxb;
+        size_t budget;
+        stoke_status s = stoke_trainer_plan(t, 0, &plan, &maxb, &budget);
+        if (s == STOKE_OK)
+            print_plan(&plan, maxb, budget);
+        stoke_trainer_free(t);
+        return s == STOKE_OK ? 0 : cli_error("train", "%s", stoke_last_error());
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    stoke_status s = stoke_trainer_run(t, &stop_flag);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (o.line_open)
+        fputs("\r\033[K", stdout);
+    if (s != STOKE_OK) {
+        int rc = cli_error("train", "%s", stoke_last_error());
+        stoke_trainer_free(t);
+        return rc;
+    }
+    stoke_train_result r;
+    stoke_trainer_result(t, &r);
+    char val[96] = "";
+    if (isfinite(r.val_metric) && !strcmp(r.metric_name, "acc"))
+        snprintf(val, sizeof val, ", val loss %.4f, val acc %.2f%%", r.val_loss, 100 * r.val_metric);
+    else if (isfinite(r.val_loss))
+        snprintf(val, sizeof val, ", val loss %.4f", r.val_loss);
+    if (r.interrupted)
+        printf("stopped after step %" PRId64 " (%s)%s%s\n", r.steps,
+               stop_signal ? (stop_signal == SIGINT ? "SIGINT" : "SIGTERM") : "max steps",
+               cfg.checkpoint[0] ? "; checkpoint written to " : "; no --checkpoint given",
+               cfg.checkpoint);
+    else
+        printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s\n", r.epochs_done,
+               r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val);
+    stoke_trainer_free(t);
+    if (r.interrupted && stop_signal)
+        return 128 + stop_signal;
+    return 0;
+}

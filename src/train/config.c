@@ -1,0 +1,321 @@
+/* config.c - the training configuration: one table of keys with their types and
+ * environment variables, set from defaults < YAML file < environment < flags. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#include "stoke/train.h"
+
+typedef enum { T_STR, T_INT, T_U64, T_DOUBLE, T_BOOL } key_type;
+
+static const struct key {
+    const char *name;
+    key_type type;
+    size_t off;
+    size_t size;      /* T_STR: buffer size */
+    double min, max;  /* T_INT, T_DOUBLE */
+    const char *env;  /* environment variable, or NULL */
+    const char *choices; /* T_STR with fixed values: " a b c " */
+} keys[] = {
+#define S(n, ch) {#n, T_STR, offsetof(stoke_train_config, n), sizeof((stoke_train_config *)0)->n, 0, 0, NULL, ch}
+#define I(n, lo, hi, env) {#n, T_INT, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL}
+#define D(n, lo, hi, env) {#n, T_DOUBLE, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL}
+#define B(n) {#n, T_BOOL, offsetof(stoke_train_config, n), 0, 0, 0, NULL, NULL}
+    S(dataset, NULL),
+    S(val_dataset, NULL),
+    S(model, NULL),
+    I(epochs, 1, 1e6, "EPOCHS"),
+    I(max_steps, 0, 1e15, NULL),
+    I(batch_size, 1, 1 << 24, "BATCH_SIZE"),
+    I(val_batch_size, 1, 1 << 24, "VAL_BATCH_SIZE"),
+    I(accumulate, 1, 1 << 16, NULL),
+    I(limit, 0, 1e15, NULL),
+    I(val_limit, 0, 1e15, NULL),
+    I(workers, -1, 256, "NUM_WORKERS"),
+    I(prefetch, 0, 1024, NULL),
+    I(threads, 0, 4096, NULL),
+    S(precision, " auto fp32 bf16 fp16 "),
+    S(optimizer, " sgd adamw "),
+    D(lr, 0, 1e3, "LR"),
+    D(momentum, 0, 0.9999, NULL),
+    B(nesterov),
+    D(weight_decay, 0, 10, NULL),
+    D(clip_norm, 0, 1e9, NULL),
+    S(schedule, " constant step cosine "),
+    I(warmup_steps, 0, 1e12, NULL),
+    I(step_size, 1, 1e12, NULL),
+    D(gamma, 0, 1, NULL),
+    D(min_lr, 0, 1e3, NULL),
+    B(augment),
+    {"seed", T_U64, offsetof(stoke_train_config, seed), 0, 0, 0, "SEED", NULL},
+    S(checkpoint, NULL),
+    S(resume, NULL),
+    S(log, NULL),
+    I(log_every, 1, 1e12, NULL),
+    B(dry_run),
+    D(memory_budget, 0, 1e18, NULL),
+    B(monitor),
+#undef S
+#undef I
+#undef D
+#undef B
+};
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+_Static_assert(sizeof keys / sizeof keys[0] <= STOKE_CFG_MAX_KEYS, "source[] too small");
+
+const char *stoke_train_config_key(int i) { return i >= 0 && i < N_KEYS ? keys[i].name : NULL; }
+
+const char *stoke_cfg_source_name(stoke_cfg_source s)
+{
+    static const char *n[] = {"default", "file", "env", "flag", "checkpoint"};
+    return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
+}
+
+void stoke_train_config_defaults(stoke_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->dataset, sizeof c->dataset, "/usr/share/datasets/fashion-mnist");
+    snprintf(c->model, sizeof c->model, "cnn");
+    c->epochs = 3;
+    c->batch_size = 128;
+    c->val_batch_size = 256;
+    c->accumulate = 1;
+    c->workers = -1;
+    snprintf(c->precision, sizeof c->precision, "auto");
+    snprintf(c->optimizer, sizeof c->optimizer, "sgd");
+    c->lr = 0.05;
+    c->momentum = 0.9;
+    snprintf(c->schedule, sizeof c->schedule, "constant");
+    c->step_size = 1000;
+    c->gamma = 0.1;
+    c->seed = 1;
+    c->log_every = 10;
+    c->monitor = true;
+}
+
+/* Keys are matched with '-' and '_' taken as the same, so --batch-size and batch_size
+ * name one setting. */
+static int find_key(const char *key)
+{
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *a = keys[i].name, *b = key;
+        while (*a && (*a == *b || (*a == '_' && *b == '-')))
+            a++, b++;
+        if (!*a && !*b)
+            return i;
+    }
+    return -1;
+}
+
+stoke_cfg_source stoke_train_config_source(const stoke_train_config *c, const char *key)
+{
+    int i = find_key(key);
+    return i < 0 ? STOKE_CFG_DEFAULT : c->source[i];
+}
+
+static bool parse_bool(const char *v, bool *out)
+{
+    if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"))
+        *out = true;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "no") ||
+             !strcasecmp(v, "off"))
+        *out = false;
+    else
+        return false;
+    return true;
+}
+
+/* Accepts 512M / 2G / 1.5e9 for byte counts: a budget is easier to say that way. */
+static bool parse_number(const char *v, bool bytes, double *out)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || errno || !isfinite(d))
+        return false;
+    if (bytes && *end) {
+        const char *u = "KMGT";
+        const char *p = strchr(u, *end == 'k' ? 'K' : *end);
+        if (!p || end[1])
+            return false;
+        for (const char *q = u; q <= p; q++)
+            d *= 1e3;
+        end++;
+    }
+    if (*end)
+        return false;
+    *out = d;
+    return true;
+}
+
+stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, const char *value,
+                                    stoke_cfg_source src)
+{
+    int i = find_key(key);
+    if (i < 0)
+        return stoke_fail(STOKE_ERR_ARG, "unknown setting '%s'", key);
+    const struct key *k = &keys[i];
+    char *field = (char *)c + k->off;
+    switch (k->type) {
+    case T_STR: {
+        if (strlen(value) >= k->size)
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is longer than %zu characters", k->name,
+                              value, k->size - 1);
+        if (k->choices) {
+            char want[32];
+            snprintf(want, sizeof want, " %s ", value);
+            if (!*value || strchr(value, ' ') || !strstr(k->choices, want))
+                return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not one of%s", k->name, value,
+                                  k->choices);
+        }
+        snprintf(field, k->size, "%s", value);
+        break;
+    }
+    case T_INT: {
+        double d;
+        if (!parse_number(value, false, &d) || d != floor(d) || d < k->min || d > k->max)
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a whole number in [%.0f, %.0f]",
+                              k->name, value, k->min, k->max);
+        *(int64_t *)(void *)field = (int64_t)d;
+        break;
+    }
+    case T_U64: {
+        char *end;
+        errno = 0;
+        unsigned long long u = strtoull(value, &end, 10);
+        if (!*value || *end || errno || value[0] == '-')
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a non-negative integer", k->name,
+                              value);
+        *(uint64_t *)(void *)field = u;
+        break;
+    }
+    case T_DOUBLE: {
+        double d;
+        if (!parse_number(value, !strcmp(k->name, "memory_budget"), &d) || d < k->min ||
+            d > k->max)
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a number in [%g, %g]", k->name,
+                              value, k->min, k->max);
+        *(double *)(void *)field = d;
+        break;
+    }
+    case T_BOOL:
+        if (!parse_bool(value, (bool *)field))
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not true or false", k->name, value);
+        break;
+    }
+    c->source[i] = src;
+    return STOKE_OK;
+}
+
+stoke_status stoke_train_config_load_env(stoke_train_config *c,
+                                         const char *(*getenv_fn)(const char *name))
+{
+    for (int i = 0; i < N_KEYS; i++) {
+        if (!keys[i].env)
+            continue;
+        const char *v = getenv_fn ? getenv_fn(keys[i].env) : getenv(keys[i].env);
+        if (!v || !*v)
+            continue;
+        if (stoke_train_config_set(c, keys[i].name, v, STOKE_CFG_ENV) != STOKE_OK) {
+            char old[1024];
+            snprintf(old, sizeof old, "%s", stoke_last_error());
+            return stoke_fail(STOKE_ERR_ARG, "environment %s=%s: %s", keys[i].env, v, old);
+        }
+    }
+    /* AMP=true is the seeds' switch for mixed precision: bf16 here (no loss scaling,
+     * emulated exactly where the CPU lacks bf16 instructions); AMP=false is fp32. */
+    const char *amp = getenv_fn ? getenv_fn("AMP") : getenv("AMP");
+    if (amp && *amp) {
+        bool on;
+        if (!parse_bool(amp, &on))
+            return stoke_fail(STOKE_ERR_ARG, "environment AMP=%s: expected true or false", amp);
+        stoke_train_config_set(c, "precision", on ? "bf16" : "fp32", STOKE_CFG_ENV);
+    }
+    return STOKE_OK;
+}
+
+stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
+                          "%s: cannot open: %s", path, strerror(errno));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(f);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", path);
+    }
+    yaml_parser_set_input_file(&parser, f);
+    stoke_status s = STOKE_OK;
+    if (!yaml_parser_load(&parser, &doc)) {
+        s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: not valid YAML: %s", path,
+                       parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                       parser.problem ? parser.problem : "parse error");
+        yaml_parser_delete(&parser);
+        fclose(f);
+        return s;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && root->type != YAML_MAPPING_NODE) {
+        s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: expected a mapping of settings "
+                       "(batch_size: 256, ...)", path, root->start_mark.line + 1,
+                       root->start_mark.column + 1);
+    }
+    for (yaml_node_pair_t *p = root && s == STOKE_OK ? root->data.mapping.pairs.start : NULL;
+         p && p < root->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(&doc, p->value);
+        if (!k || k->type != YAML_SCALAR_NODE || !v || v->type != YAML_SCALAR_NODE) {
+            yaml_node_t *at = k ? k : root;
+            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: settings are plain key: value pairs",
+                           path, at->start_mark.line + 1, at->start_mark.column + 1);
+            break;
+        }
+        if (stoke_train_config_set(c, (const char *)k->data.scalar.value,
+                                   (const char *)v->data.scalar.value, STOKE_CFG_FILE) != STOKE_OK) {
+            char old[1024];
+            snprintf(old, sizeof old, "%s", stoke_last_error());
+            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s", path, k->start_mark.line + 1,
+                           k->start_mark.column + 1, old);
+            break;
+        }
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return s;
+}
+
+char *stoke_train_config_json(const stoke_train_config *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *field = (const char *)c + keys[i].off;
+        switch (keys[i].type) {
+        case T_STR: cJSON_AddStringToObject(o, keys[i].name, field); break;
+        case T_INT: cJSON_AddNumberToObject(o, keys[i].name, (double)*(const int64_t *)(const void *)field); break;
+        case T_U64: {
+            /* A string: a 64-bit seed does not survive a JSON double. */
+            char b[32];
+            snprintf(b, sizeof b, "%" PRIu64, *(const uint64_t *)(const void *)field);
+            cJSON_AddStringToObject(o, keys[i].name, b);
+            break;
+        }
+        case T_DOUBLE: cJSON_AddNumberToObject(o, keys[i].name, *(const double *)(const void *)field); break;
+        case T_BOOL: cJSON_AddBoolToObject(o, keys[i].name, *(const bool *)field); break;
+        }
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

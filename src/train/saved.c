@@ -1,0 +1,257 @@
+/* saved.c - a trained model rebuilt from its checkpoint for evaluation and prediction:
+ * the model file, input shape, targets and normalization come from the metadata. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train_impl.h"
+
+struct stoke_saved_model {
+    stoke_model_file *mf;
+    stoke_graph *graph;
+    stoke_model *model;
+    int64_t batch;
+    train_input input;
+    stoke_op ops[4];
+    stoke_transform_opts topts;
+    stoke_transform *transform;
+    void *scratch;
+    stoke_target_kind kind;
+    int64_t classes;
+    stoke_tensor x, y, logits, metric;
+    int64_t outputs, target_elems;
+    char dataset[512];
+};
+
+void stoke_saved_model_free(stoke_saved_model *s)
+{
+    if (!s)
+        return;
+    stoke_model_free(s->model);
+    stoke_graph_free(s->graph);
+    stoke_model_file_free(s->mf);
+    stoke_transform_destroy(s->transform);
+    free(s->scratch);
+    free(s);
+}
+
+static const char *need(const stoke_ckpt *c, const char *key, stoke_status *st)
+{
+    const char *v = stoke_ckpt_meta(c, key);
+    if (!v && *st == STOKE_OK)
+        *st = stoke_fail(STOKE_ERR_FORMAT, "%s: metadata key %s is missing (not a stoke "
+                         "checkpoint?)", stoke_ckpt_path(c), key);
+    return v ? v : "";
+}
+
+stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out)
+{
+    *out = NULL;
+    stoke_ckpt *c;
+    stoke_status st = stoke_ckpt_open(path, &c);
+    if (st != STOKE_OK)
+        return st;
+    stoke_saved_model *s = calloc(1, sizeof *s);
+    if (!s) {
+        stoke_ckpt_close(c);
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    }
+    s->batch = batch > 0 ? batch : 256;
+    const char *format = need(c, "stoke.format", &st);
+    const char *model = need(c, "stoke.model", &st);
+    const char *data_shape = need(c, "stoke.data_shape", &st);
+    const char *data_dtype = need(c, "stoke.data_dtype", &st);
+    const char *kind = need(c, "stoke.target_kind", &st);
+    const char *classes = need(c, "stoke.classes", &st);
+    const char *tshape = need(c, "stoke.target_shape", &st);
+    const char *mean = need(c, "stoke.normalize_mean", &st);
+    const char *sd = need(c, "stoke.normalize_std", &st);
+    snprintf(s->dataset, sizeof s->dataset, "%s", need(c, "stoke.dataset", &st));
+    stoke_shape in_shape, target_shape;
+    stoke_dtype dt = STOKE_DTYPE_COUNT;
+    for (int i = 0; i < STOKE_DTYPE_COUNT; i++)
+        if (!strcmp(stoke_dtype_name((stoke_dtype)i), data_dtype))
+            dt = (stoke_dtype)i;
+    if (st == STOKE_OK && (strcmp(format, TRAIN_CKPT_FORMAT) || !train_parse_shape(data_shape, &in_shape) ||
+                           !train_parse_shape(tshape, &target_shape) || dt == STOKE_DTYPE_COUNT))
+        st = stoke_fail(STOKE_ERR_FORMAT, "%s: its stoke metadata (format, shapes, dtype) is not "
+                        "understood", path);
+    if (st != STOKE_OK)
+        goto fail;
+    s->kind = !strcmp(kind, "class") ? STOKE_TARGET_CLASS
+              : !strcmp(kind, "vector") ? STOKE_TARGET_VECTOR : STOKE_TARGET_SCALAR;
+    s->classes = strtoll(classes, NULL, 10);
+    if ((st = train_input_init(&s->input, &in_shape, dt)) != STOKE_OK)
+        goto fail;
+    if (s->input.image) {
+        if (train_parse_floats(mean, s->input.mean, TRAIN_MAX_CHANNELS) != s->input.channels ||
+            train_parse_floats(sd, s->input.std, TRAIN_MAX_CHANNELS) != s->input.channels) {
+            st = stoke_fail(STOKE_ERR_FORMAT, "%s: stoke.normalize_mean/std do not have %d values",
+                            path, s->input.channels);
+            goto fail;
+        }
+        train_transform_opts(&s->input, false, s->ops, &s->topts);
+        if ((st = stoke_transform_create(&s->topts, &s->transform)) != STOKE_OK)
+            goto fail;
+        size_t sb = stoke_transform_scratch_bytes(s->transform);
+        s->scratch = sb ? malloc(sb) : NULL;
+    }
+    if ((st = stoke_model_file_parse(model, strlen(model), path, &s->mf)) != STOKE_OK)
+        goto fail;
+    s->graph = stoke_model_file_build(s->mf, &s->input.model_shape, s->kind, &target_shape,
+                                      s->classes);
+    if (!s->graph) {
+        st = STOKE_ERR_FORMAT;
+        goto fail;
+    }
+    s->x = stoke_graph_find(s->graph, "x");
+    s->y = stoke_graph_find(s->graph, "y");
+    s->logits = stoke_graph_find(s->graph, "logits");
+    if (s->logits == STOKE_NO_TENSOR)
+        s->logits = stoke_graph_find(s->graph, "policy");
+    s->metric = STOKE_NO_TENSOR;
+    for (int i = 0; i < stoke_graph_node_count(s->graph); i++) {
+        stoke_nn_op op = stoke_graph_node_op(s->graph, i);
+        if (s->metric == STOKE_NO_TENSOR && (op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE))
+            s->metric = i;
+    }
+    if (s->x == STOKE_NO_TENSOR || s->logits == STOKE_NO_TENSOR) {
+        st = stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits", path);
+        goto fail;
+    }
+    s->outputs = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
+    s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
+    stoke_model_opts mo = {.max_batch = s->batch, .precision = STOKE_PREC_FP32, .training = false};
+    if ((st = stoke_model_new(s->graph, &mo, &s->model)) != STOKE_OK)
+        goto fail;
+    /* Inference reads the fp32 master weights; buffers (batch norm statistics) too. */
+    const stoke_graph *g = s->graph;
+    for (int i = 0; i < stoke_graph_param_count(g); i++) {
+        const stoke_param_info *p = stoke_graph_param(g, i);
+        const stoke_ckpt_tensor *t = stoke_ckpt_find(c, p->name);
+        bool ok = t && t->dtype == STOKE_F32 && t->ndim == p->shape.ndim;
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = t->shape[d] == p->shape.dims[d];
+        if (!ok) {
+            st = stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing or not float32 of the "
+                            "model's shape", path, p->name);
+            goto fail;
+        }
+        memcpy(stoke_model_param(s->model, i), t->data, t->nbytes);
+    }
+    stoke_model_params_changed(s->model);
+    stoke_ckpt_close(c);
+    *out = s;
+    return STOKE_OK;
+fail:
+    stoke_ckpt_close(c);
+    stoke_saved_model_free(s);
+    return st;
+}
+
+const char *stoke_saved_model_dataset(const stoke_saved_model *s) { return s->dataset; }
+const stoke_shape *stoke_saved_model_input_shape(const stoke_saved_model *s)
+{
+    return &s->input.in_shape;
+}
+int64_t stoke_saved_model_classes(const stoke_saved_model *s)
+{
+    return s->kind == STOKE_TARGET_CLASS ? s->classes : 0;
+}
+int64_t stoke_saved_model_outputs(const stoke_saved_model *s) { return s->outputs; }
+
+/* Writes n samples of raw input into the model's input buffer, transformed as in
+ * training. */
+static void feed(stoke_saved_model *s, const unsigned char *in, size_t in_bytes, int64_t n)
+{
+    float *x = stoke_model_input(s->model, s->x);
+    size_t xe = (size_t)stoke_shape_elems(&s->input.model_shape);
+    for (int64_t i = 0; i < n; i++) {
+        if (s->transform)
+            stoke_transform_apply(s->transform, in + (size_t)i * in_bytes, x + (size_t)i * xe,
+                                  s->scratch, 0, 0, i);
+        else
+            memcpy(x + (size_t)i * xe, in + (size_t)i * in_bytes, xe * sizeof(float));
+    }
+}
+
+stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int64_t limit,
+                                    double *loss, double *metric, int64_t *count)
+{
+    const stoke_dataset_info *in = stoke_dataset_get_info(d);
+    if (in->input_dtype != s->input.in_dtype || in->input_shape.ndim != s->input.in_shape.ndim ||
+        memcmp(in->input_shape.dims, s->input.in_shape.dims, sizeof in->input_shape.dims[0] * (size_t)in->input_shape.ndim))
+        return stoke_fail(STOKE_ERR_ARG, "the dataset's samples are not those the model was "
+                          "trained on (shape or dtype differ)");
+    if (in->target_kind == STOKE_TARGET_NONE || s->y == STOKE_NO_TENSOR)
+        return stoke_fail(STOKE_ERR_ARG, "the dataset has no targets to evaluate against");
+    int64_t n = limit > 0 && limit < in->count ? limit : in->count;
+    unsigned char *ib = malloc((size_t)s->batch * in->input_bytes);
+    unsigned char *tb = malloc((size_t)s->batch * (in->target_bytes ? in->target_bytes : 1));
+    int64_t *idx = malloc((size_t)s->batch * sizeof *idx);
+    stoke_status st = ib && tb && idx ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    double ls = 0, ms = 0;
+    for (int64_t at = 0; at < n && st == STOKE_OK; at += s->batch) {
+        int64_t b = n - at < s->batch ? n - at : s->batch;
+        for (int64_t i = 0; i < b && st == STOKE_OK; i++) {
+            idx[i] = at + i;
+            st = stoke_dataset_read(d, at + i, ib + (size_t)i * in->input_bytes,
+                                    tb + (size_t)i * in->target_bytes);
+        }
+        if (st != STOKE_OK)
+            break;
+        feed(s, ib, in->input_bytes, b);
+        st = train_convert_targets(tb, in->target_dtype, b, s->target_elems,
+                                   s->kind == STOKE_TARGET_CLASS, s->classes,
+                                   stoke_model_input(s->model, s->y), idx);
+        if (st == STOKE_OK)
+            st = stoke_model_forward(s->model, b, false);
+        ls += stoke_model_loss(s->model) * (double)b;
+        if (s->metric != STOKE_NO_TENSOR)
+            ms += stoke_model_value(s->model, s->metric) * (double)b;
+    }
+    free(ib);
+    free(tb);
+    free(idx);
+    if (st != STOKE_OK)
+        return st;
+    *loss = n ? ls / (double)n : NAN;
+    *metric = n && s->metric != STOKE_NO_TENSOR ? ms / (double)n : NAN;
+    *count = n;
+    return STOKE_OK;
+}
+
+stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
+                                       stoke_dtype dtype, int64_t n, int64_t *pred, float *out)
+{
+    if (dtype != s->input.in_dtype)
+        return stoke_fail(STOKE_ERR_ARG, "inputs are %s, the model was trained on %s",
+                          stoke_dtype_name(dtype), stoke_dtype_name(s->input.in_dtype));
+    size_t in_bytes = (size_t)stoke_shape_elems(&s->input.in_shape) * stoke_dtype_size(dtype);
+    if (s->y != STOKE_NO_TENSOR) /* forward also computes the loss: give it valid targets */
+        memset(stoke_model_input(s->model, s->y), 0,
+               (size_t)s->batch * (size_t)s->target_elems * 4);
+    for (int64_t at = 0; at < n; at += s->batch) {
+        int64_t b = n - at < s->batch ? n - at : s->batch;
+        feed(s, (const unsigned char *)inputs + (size_t)at * in_bytes, in_bytes, b);
+        stoke_status st = stoke_model_forward(s->model, b, false);
+        if (st != STOKE_OK)
+            return st;
+        const float *o = stoke_model_output(s->model, s->logits);
+        if (!o)
+            return stoke_fail(STOKE_ERR_ARG, "the model's output is not readable");
+        for (int64_t i = 0; i < b; i++) {
+            const float *r = o + (size_t)i * (size_t)s->outputs;
+            int64_t best = 0;
+            for (int64_t k = 1; k < s->outputs; k++)
+                if (r[k] > r[best])
+                    best = k;
+            pred[at + i] = s->kind == STOKE_TARGET_CLASS ? best : 0;
+            if (out)
+                memcpy(out + (size_t)(at + i) * (size_t)s->outputs, r, (size_t)s->outputs * 4);
+        }
+    }
+    return STOKE_OK;
+}

@@ -1,0 +1,121 @@
+#!/bin/sh
+# train.sh STOKE WORKDIR - `stoke train`, `eval` and `predict` as a user runs them, on a
+# small slice of Debian's Fashion-MNIST: a short run with checkpoint and log (read back
+# by the independent reader), eval and predict on the checkpoint, --dry-run, SIGINT and
+# SIGTERM writing a checkpoint that resumes, and bad input giving clear errors.
+set -u
+stoke=$1
+work=$2
+here=$(dirname "$0")
+data=/usr/share/datasets/fashion-mnist
+if [ ! -d "$data" ]; then
+    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+rm -rf "$work"
+mkdir -p "$work"
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+ok() { echo "ok   $*"; }
+out=$work/out.txt
+
+# A short run: 1 epoch of 1000 samples, validated on 500.
+"$stoke" train --limit 1000 --val-limit 500 --epochs 1 --checkpoint "$work/c.safetensors" \
+    --log "$work/log.jsonl" --log-every 1 >"$out" 2>&1
+rc=$?
+if [ $rc -ne 0 ]; then fail "train exit $rc"; sed 's/^/  | /' "$out"; else ok "train runs"; fi
+for want in '^threads: ' '^precision: fp32' '^epoch 1/1 .*samples/s .*data wait' \
+            '^epoch 1/1 done in .* val acc ' '^checkpoint: ' '^done: 1 epoch'; do
+    if grep -q -- "$want" "$out"; then ok "output has '$want'"; else fail "output lacks '$want'"; sed 's/^/  | /' "$out"; fi
+done
+# Not a terminal: progress lines every 10% of the epoch, at most 10 of them.
+n=$(grep -c '^epoch 1/1 .*%.*eta' "$out")
+if [ "$n" -ge 1 ] && [ "$n" -le 10 ]; then ok "progress printed $n times"; else fail "progress printed $n times"; fi
+if /usr/bin/python3 "$here/../safetensors_read.py" model "$work/c.safetensors" >"$work/py.txt" 2>&1; then
+    ok "independent reader accepts the checkpoint"
+else
+    fail "independent reader"; sed 's/^/  | /' "$work/py.txt"
+fi
+if /usr/bin/python3 - "$work/log.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if r["type"] == "step"]
+epochs = [r for r in recs if r["type"] == "epoch"]
+assert len(steps) == 8, len(steps)  # ceil(1000 / 128) steps, one record each
+assert [s["step"] for s in steps] == list(range(1, 9))
+assert len(epochs) == 1 and epochs[0]["val_samples"] == 500
+for k in ("loss", "acc", "val_loss", "val_acc", "seconds", "samples_per_s", "data_wait_pct"):
+    assert k in epochs[0], k
+PY
+then ok "log schema"; else fail "log schema"; fi
+
+"$stoke" eval "$work/c.safetensors" --limit 500 >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q 'test, 500 samples): loss .*accuracy' "$out"; then ok eval; else fail eval; sed 's/^/  | /' "$out"; fi
+"$stoke" predict "$work/c.safetensors" "$data" --limit 3 >"$out" 2>"$work/err.txt"
+if [ $? -eq 0 ] && [ "$(wc -l <"$out")" -eq 3 ] && grep -q '^2	[0-9]	label 1$' "$out"; then
+    ok predict
+else
+    fail predict; sed 's/^/  | /' "$out" "$work/err.txt"
+fi
+
+"$stoke" train --dry-run --memory-budget 100M >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q '^largest batch within 100.0 MB: [1-9]' "$out" && grep -q '^  total ' "$out"; then
+    ok dry-run
+else
+    fail dry-run; sed 's/^/  | /' "$out"
+fi
+
+# SIGINT and SIGTERM: a run that would not end by itself stops at a step boundary,
+# writes its checkpoint, and exits 128 + the signal.
+for sig in INT TERM; do
+    ck=$work/sig-$sig.safetensors
+    log=$work/sig-$sig.jsonl
+    "$stoke" train --limit 512 --val-limit 100 --epochs 1000 --checkpoint "$ck" --log "$log" \
+        --log-every 1 --no-monitor >"$out" 2>&1 &
+    pid=$!
+    i=0
+    while [ ! -s "$log" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    want=130; [ $sig = TERM ] && want=143
+    if [ $rc -eq $want ] && grep -q "stopped after step .*SIG$sig.*checkpoint written" "$out" &&
+        /usr/bin/python3 "$here/../safetensors_read.py" model "$ck" >/dev/null 2>&1; then
+        ok "SIG$sig writes a checkpoint and exits $want"
+    else
+        fail "SIG$sig: exit $rc"; sed 's/^/  | /' "$out"
+    fi
+done
+"$stoke" train --resume "$work/sig-INT.safetensors" --epochs 1 --no-monitor >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q '^resumed from .*epoch 1, sample' "$out" && grep -q '^done: 1 epoch' "$out"; then
+    ok "resume after SIGINT finishes the epoch"
+else
+    fail "resume after SIGINT"; sed 's/^/  | /' "$out"
+fi
+
+# Bad input: clear errors, the right exit codes.
+expect() { # expect NAME STATUS PATTERN ARGS...
+    name=$1 want=$2 pattern=$3
+    shift 3
+    "$stoke" "$@" >"$out" 2>&1
+    got=$?
+    if [ $got -ne "$want" ] || ! grep -q -- "$pattern" "$out"; then
+        fail "$name: exit $got (wanted $want), pattern '$pattern'"; sed 's/^/  | /' "$out"
+    else
+        ok "$name"
+    fi
+}
+printf 'layers:\n  - {type: conv2d, out: 8, kernel: 3}\n  - {type: frob}\n' >"$work/bad.yaml"
+expect bad-model-file 1 'bad.yaml:3:.*unknown layer type' train --model "$work/bad.yaml" --limit 10
+expect unknown-model 1 "nosuch: not a preset" train --model nosuch --limit 10
+expect bad-batch 2 'batch_size' train --batch-size 0
+expect bad-precision 2 'precision' train --precision fp8
+BATCH_SIZE=many "$stoke" train --limit 10 >"$out" 2>&1; if [ $? -eq 1 ] && grep -q 'BATCH_SIZE=many' "$out"; then ok bad-env; else fail bad-env; fi
+expect missing-dataset 1 '/nonexistent' train --dataset /nonexistent --limit 10
+expect eval-missing 1 'cannot open' eval "$work/none.safetensors"
+printf 'not a checkpoint at all' >"$work/junk.safetensors"
+expect eval-junk 1 'junk.safetensors' eval "$work/junk.safetensors"
+expect predict-usage 2 'give a checkpoint and an input' predict "$work/c.safetensors"
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]
