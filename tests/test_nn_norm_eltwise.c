@@ -615,6 +615,39 @@ static void case_batchnorm(void) {
     CHECK_STR_CONTAINS(stoke_last_error(), "more than 1 value per channel");
     CHECK(y[0] == 7 && rm[0] == 0 && rv[0] == 1);
 
+    /* |mean| >> std: the variance must not cancel (E[x^2] - m^2 would lose it all) */
+    {
+        const int B2 = 8, C2 = 2, S2 = 300;
+        size_t n2 = (size_t)B2 * C2 * S2;
+        float *x2 = falloc(n2), *y2 = falloc(n2), m2[2], r2[2], rm2[2] = {0}, rv2[2] = {1, 1};
+        fill_away(x2, n2, 1);
+        for (size_t i = 0; i < n2; i++) {
+            x2[i] += 3000.0f;
+        }
+        CHECK_INT_EQ(cpu_batchnorm_forward(y2, m2, r2, rm2, rv2, x2, NULL, NULL, B2, C2, S2, 1,
+                                           0.1f, 1e-5f),
+                     STOKE_OK);
+        for (int ch = 0; ch < C2; ch++) {
+            double m = 0, v = 0, cnt = (double)B2 * S2;
+            for (int i = 0; i < B2; i++) {
+                for (int k = 0; k < S2; k++) {
+                    m += x2[((size_t)i * C2 + ch) * S2 + k];
+                }
+            }
+            m /= cnt;
+            for (int i = 0; i < B2; i++) {
+                for (int k = 0; k < S2; k++) {
+                    double d = x2[((size_t)i * C2 + ch) * S2 + k] - m;
+                    v += d * d;
+                }
+            }
+            CHECK_NEAR(m2[ch], m, 1e-6 * fabs(m));
+            CHECK_NEAR(r2[ch], 1.0 / sqrt(v / cnt + 1e-5), 1e-5);
+            CHECK_NEAR(rv2[ch], 0.9 + 0.1 * v / (cnt - 1), 1e-5);
+        }
+        free(x2), free(y2);
+    }
+
     /* thread-count independence (forward statistics and backward) */
     const int B = 16, C = 8, S = 196;
     size_t n = (size_t)B * C * S;

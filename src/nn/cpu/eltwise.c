@@ -7,21 +7,55 @@
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define PAR_MIN ((size_t)1 << 15)
+/* Elements per parallel work item: 16 KB of floats, many vector iterations. */
+#define BLK ((size_t)4096)
 
-void cpu_relu_forward(float *out, const float *inp, size_t n) {
-    /* inp (n,), out (n,) */
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+/* The element-wise loops run as a static parallel loop over blocks, each block a
+ * plain `omp simd` loop in its own function: GCC does not vectorize a combined
+ * `parallel for simd` whose body has the exp's selects ("control flow in loop").
+ * On x86-64 those functions are also compiled for AVX2 and AVX-512 and picked at
+ * load time (target_clones), since the baseline target is SSE2 only; the exp-heavy
+ * activations are compute-bound, so wider vectors pay. */
+#if defined(__x86_64__) && !defined(STOKE_NO_CLONES)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+#define FOR_BLOCKS(n, par_min, body)                                                   \
+    do {                                                                               \
+        size_t n_ = (n), nblk_ = (n_ + BLK - 1) / BLK;                                 \
+        int par_ = n_ >= (par_min) && nblk_ > 1;                                       \
+        _Pragma("omp parallel for schedule(static) if (par_)")                         \
+        for (size_t k_ = 0; k_ < nblk_; k_++) {                                        \
+            size_t o = k_ * BLK, m = n_ - o < BLK ? n_ - o : BLK;                      \
+            body;                                                                      \
+        }                                                                              \
+    } while (0)
+
+CLONES static void relu_fwd_span(float *out, const float *inp, size_t n) {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
     }
 }
 
+CLONES static void relu_bwd_span(float *dinp, const float *dout, const float *out, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i]; /* loaded unconditionally, so the select is branch-free */
+        dinp[i] += out[i] > 0.0f ? d : 0.0f;
+    }
+}
+
+void cpu_relu_forward(float *out, const float *inp, size_t n) {
+    /* inp (n,), out (n,) */
+    FOR_BLOCKS(n, PAR_MIN, relu_fwd_span(out + o, inp + o, m));
+}
+
 void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n) {
     /* dout, out (n,) -> dinp (n,) += */
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        dinp[i] += out[i] > 0.0f ? dout[i] : 0.0f;
-    }
+    FOR_BLOCKS(n, PAR_MIN, relu_bwd_span(dinp + o, dout + o, out + o, m));
 }
 
 #define SQRT1_2 0.70710678118654752f
@@ -32,34 +66,31 @@ void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t 
 /* Phi(x) = 0.5 erfc(-x / sqrt2), with the sign folded so both tails keep their
  * relative precision. */
 static inline float normal_cdf(float x) {
-    float z = x * SQRT1_2;
-    float az = z < 0.0f ? -z : z;
-    float q = 0.5f * cpu_fast_erfcf_pos(az);
-    return z < 0.0f ? q : 1.0f - q;
+    float q = 0.5f * cpu_fast_erfcf_pos(fabsf(x) * SQRT1_2);
+    return cpu_select(x < 0.0f, q, 1.0f - q);
 }
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n, int approx_tanh) {
-    /* inp (n,), out (n,) */
+CLONES static void gelu_fwd_span(float *out, const float *inp, size_t n, int approx_tanh) {
     if (approx_tanh) {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN / 4)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
             out[i] = 0.5f * x * (1.0f + cpu_fast_tanhf(u));
         }
     } else {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN / 4)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) {
-            out[i] = inp[i] * normal_cdf(inp[i]);
+            float x = inp[i];
+            out[i] = x * normal_cdf(x);
         }
     }
 }
 
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
-                       int approx_tanh) {
-    /* dout, inp (n,) -> dinp (n,) += */
+CLONES static void gelu_bwd_span(float *dinp, const float *dout, const float *inp, size_t n,
+                                 int approx_tanh) {
     if (approx_tanh) {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN / 4)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
             float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
@@ -69,45 +100,78 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
             dinp[i] += dout[i] * g;
         }
     } else {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN / 4)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) {
             float x = inp[i];
-            float pdf = INV_SQRT_2PI * cpu_fast_expf(-0.5f * x * x);
-            dinp[i] += dout[i] * (normal_cdf(x) + x * pdf);
+            /* one exp serves both: exp(-x^2/2) is the density's and erfc's */
+            float z = fabsf(x) * SQRT1_2;
+            float e = cpu_fast_expf(-z * z);
+            float q = 0.5f * cpu_erfcf_pos_given_exp(z, e);
+            float cdf = cpu_select(x < 0.0f, q, 1.0f - q);
+            dinp[i] += dout[i] * (cdf + x * INV_SQRT_2PI * e);
         }
     }
 }
 
-void cpu_tanh_forward(float *out, const float *inp, size_t n) {
+void cpu_gelu_forward(float *out, const float *inp, size_t n, int approx_tanh) {
     /* inp (n,), out (n,) */
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN / 4)
+    FOR_BLOCKS(n, PAR_MIN / 8, gelu_fwd_span(out + o, inp + o, m, approx_tanh));
+}
+
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                       int approx_tanh) {
+    /* dout, inp (n,) -> dinp (n,) += */
+    FOR_BLOCKS(n, PAR_MIN / 8, gelu_bwd_span(dinp + o, dout + o, inp + o, m, approx_tanh));
+}
+
+CLONES static void tanh_fwd_span(float *out, const float *inp, size_t n) {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = cpu_fast_tanhf(inp[i]);
     }
 }
 
-void cpu_tanh_backward(float *dinp, const float *dout, const float *out, size_t n) {
-    /* dout, out (n,) -> dinp (n,) += */
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+/* d(1 - y^2) for tanh (sigmoid = 0), d y (1 - y) for sigmoid (sigmoid = 1) */
+CLONES static void tanh_sigmoid_bwd_span(float *dinp, const float *dout, const float *out,
+                                         size_t n, int sigmoid) {
+    if (sigmoid) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+        }
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+        }
     }
 }
 
-void cpu_sigmoid_forward(float *out, const float *inp, size_t n) {
-    /* inp (n,), out (n,) */
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN / 4)
+CLONES static void sigmoid_fwd_span(float *out, const float *inp, size_t n) {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = 1.0f / (1.0f + cpu_fast_expf(-inp[i]));
     }
 }
 
+void cpu_tanh_forward(float *out, const float *inp, size_t n) {
+    /* inp (n,), out (n,) */
+    FOR_BLOCKS(n, PAR_MIN / 8, tanh_fwd_span(out + o, inp + o, m));
+}
+
+void cpu_tanh_backward(float *dinp, const float *dout, const float *out, size_t n) {
+    /* dout, out (n,) -> dinp (n,) += */
+    FOR_BLOCKS(n, PAR_MIN, tanh_sigmoid_bwd_span(dinp + o, dout + o, out + o, m, 0));
+}
+
+void cpu_sigmoid_forward(float *out, const float *inp, size_t n) {
+    /* inp (n,), out (n,) */
+    FOR_BLOCKS(n, PAR_MIN / 8, sigmoid_fwd_span(out + o, inp + o, m));
+}
+
 void cpu_sigmoid_backward(float *dinp, const float *dout, const float *out, size_t n) {
     /* dout, out (n,) -> dinp (n,) += */
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
-    }
+    FOR_BLOCKS(n, PAR_MIN, tanh_sigmoid_bwd_span(dinp + o, dout + o, out + o, m, 1));
 }
 
 /* ---- dropout ---- */
@@ -167,8 +231,9 @@ int cpu_dropout_keep(uint64_t seed, uint64_t step, size_t i, float p) {
 
 /* dst[i] (+)= src[i] * mask_i * scale over [begin, end), which lies inside one 2^32
  * block. */
-static void dropout_span(float *dst, const float *src, size_t begin, size_t end,
-                         dropout_key key, uint32_t thr, float scale, int accumulate) {
+CLONES static void dropout_span(float *dst, const float *src, size_t begin, size_t end,
+                                dropout_key key, uint32_t thr, float scale,
+                                int accumulate) {
     if (accumulate) {
 #pragma omp simd
         for (size_t i = begin; i < end; i++) {
@@ -254,10 +319,8 @@ void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
 
 /* ---- softmax ---- */
 
-void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
-    /* inp (N, C) -> out (N, C), softmax over C */
-#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN / 4)
-    for (int r = 0; r < N; r++) {
+CLONES static void softmax_rows(float *out, const float *inp, int rows, int C) {
+    for (int r = 0; r < rows; r++) {
         const float *x = inp + (size_t)r * C;
         float *y = out + (size_t)r * C;
         float mx = cpu_row_max(x, C);
@@ -273,6 +336,17 @@ void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
         for (int c = 0; c < C; c++) {
             y[c] *= inv;
         }
+    }
+}
+
+void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
+    /* inp (N, C) -> out (N, C), softmax over C; rows in blocks of ~BLK elements */
+    int rows = (int)(BLK / (size_t)C) + 1;
+    int nblk = (N + rows - 1) / rows;
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN / 4 && nblk > 1)
+    for (int k = 0; k < nblk; k++) {
+        int r0 = k * rows, m = N - r0 < rows ? N - r0 : rows;
+        softmax_rows(out + (size_t)r0 * C, inp + (size_t)r0 * C, m, C);
     }
 }
 

@@ -3,6 +3,7 @@
 #ifndef STOKE_NN_CPU_ELTWISE_H
 #define STOKE_NN_CPU_ELTWISE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,24 +21,40 @@
 /* ---- vectorizable math ----
  * libm's expf/erff/tanhf are scalar calls that stop the loops around them from
  * vectorizing (GCC only maps them to libmvec under -ffast-math), so the kernels use
- * these branch-free inline versions. Max errors, measured against double-precision
- * libm over the ranges the tests sweep (tests/test_nn_norm_eltwise.c checks them):
- *   cpu_fast_expf    relative 1.5e-7 on [-87, 88]; exp(x) for x < -87.3 is ~1e-38
- *                    (underflows to a tiny normal, never to a subnormal or NaN),
- *                    x > 88.3 is clamped to e^88.3 (no inf).
+ * these inline versions. Max errors, measured against double-precision libm over
+ * the ranges the tests sweep (tests/test_nn_norm_eltwise.c checks them):
+ *   cpu_fast_expf      relative 1.5e-7 on [-87.3, 88.3]; below it returns 0, above
+ *                      it 2.17e38 (e^88.3: never inf).
  *   cpu_fast_erfcf_pos absolute 2.5e-7 for x >= 0 (Abramowitz & Stegun 7.1.26, whose
- *                    own bound is 1.5e-7, above 0.6; a series below).
- *   cpu_fast_tanhf   absolute 1.5e-7.
- * NaN inputs give NaN-or-garbage, never a trap. */
+ *                      own bound is 1.5e-7, above 0.6; a series below).
+ *   cpu_fast_tanhf     absolute 1.5e-7.
+ * NaN inputs give NaN or garbage, never a trap.
+ *
+ * They are branch-free: every select is a bitwise blend (cpu_select). Under GCC's
+ * default -ftrapping-math a `c ? a : b` lets it sink the arithmetic of an arm into
+ * a branch, which it then may not if-convert ("control flow in loop"), and the
+ * loop stays scalar. */
+
+static inline float cpu_select(int c, float a, float b) {
+    uint32_t m = 0u - (uint32_t)(c != 0), ua, ub;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    uint32_t r = (ua & m) | (ub & ~m);
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
 
 static inline float cpu_fast_expf(float x) {
-    /* Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial,
-     * 2^n built in the exponent bits. */
-    x = x > 88.3f ? 88.3f : x;
-    x = x < -87.3f ? -87.3f : x;
-    float t = x * 1.44269504088896341f;
-    int n = (int)(t + (t >= 0.0f ? 0.5f : -0.5f));
-    float fn = (float)n;
+    /* Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n
+     * built in the exponent bits. n comes from the 1.5 * 2^23 rounding trick: its
+     * integer lands in the low mantissa bits, so no float-to-int conversion (which
+     * would be undefined out of range) is needed. */
+    float fm = x * 1.44269504088896341f + 12582912.0f;
+    float fn = fm - 12582912.0f;
+    uint32_t mb;
+    memcpy(&mb, &fm, sizeof mb);
+    uint32_t n = mb - 0x4b400000u; /* round(x / ln2), mod 2^32 */
     float r = x - fn * 0.693359375f;
     r = r - fn * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -47,25 +64,28 @@ static inline float cpu_fast_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = (int32_t)((uint32_t)(n + 127) << 23);
+    uint32_t bits = (n + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    float y = p * scale; /* garbage outside the range; replaced below */
+    y = cpu_select(x > 88.3f, 2.17e38f, y);
+    return cpu_select(x < -87.3f, 0.0f, y);
 }
 
 /* erfc(x) for x >= 0 (callers fold the sign), computed directly so 1 + erf(-x)
  * keeps its relative precision in the tail instead of cancelling. Below 0.6 the
  * A&S polynomial loses ~5e-7 to fp32 rounding (its terms cancel), so there
  * 1 - erf(x) comes from erf's Maclaurin series (truncation < 1e-8); both are
- * computed and one is selected, which keeps the loop branch-free. */
-static inline float cpu_fast_erfcf_pos(float x) {
+ * computed and one is selected. The GELU backward already has exp(-x*x) for the
+ * density, so it passes it in. */
+static inline float cpu_erfcf_pos_given_exp(float x, float e) { /* e = exp(-x*x) */
     float t = 1.0f / (1.0f + 0.3275911f * x);
     float p = 1.061405429f;
     p = p * t - 1.453152027f;
     p = p * t + 1.421413741f;
     p = p * t - 0.284496736f;
     p = p * t + 0.254829592f;
-    float tail = p * t * cpu_fast_expf(-x * x);
+    float tail = p * t * e;
     float x2 = x * x;
     float s = -1.0f / 75600.0f; /* x^(2k+1) (-1)^k / (k! (2k+1)), k = 0..7 */
     s = s * x2 + 1.0f / 9360.0f;
@@ -76,32 +96,34 @@ static inline float cpu_fast_erfcf_pos(float x) {
     s = s * x2 - 1.0f / 3.0f;
     s = s * x2 + 1.0f;
     float head = 1.0f - 1.12837916709551257f * x * s;
-    return x < 0.6f ? head : tail;
+    return cpu_select(x < 0.6f, head, tail);
+}
+
+static inline float cpu_fast_erfcf_pos(float x) {
+    return cpu_erfcf_pos_given_exp(x, cpu_fast_expf(-x * x));
 }
 
 static inline float cpu_fast_tanhf(float x) {
-    float ax = x < 0.0f ? -x : x;
-    float e = cpu_fast_expf(-2.0f * ax);
-    float th = (1.0f - e) / (1.0f + e);
-    return x < 0.0f ? -th : th;
+    float e = cpu_fast_expf(-2.0f * fabsf(x));
+    return copysignf((1.0f - e) / (1.0f + e), x);
 }
 
 /* max of x[0..n) (n >= 1). A `reduction(max)` over floats does not vectorize in
- * clang without -ffast-math (NaN ordering), so eight independent lanes are kept
+ * clang without -ffast-math (NaN ordering), so 16 independent lanes are kept
  * instead; `a > b ? a : b` per lane is exactly what maxps computes. */
 static inline float cpu_row_max(const float *x, int n) {
-    float lane[8];
-    for (int l = 0; l < 8; l++) {
+    float lane[16];
+    for (int l = 0; l < 16; l++) {
         lane[l] = x[0];
     }
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int l = 0; l < 8; l++) {
+    for (; i + 16 <= n; i += 16) {
+        for (int l = 0; l < 16; l++) {
             lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
         }
     }
     float mx = x[0];
-    for (int l = 0; l < 8; l++) {
+    for (int l = 0; l < 16; l++) {
         mx = lane[l] > mx ? lane[l] : mx;
     }
     for (; i < n; i++) {

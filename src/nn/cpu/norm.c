@@ -8,6 +8,43 @@
 
 #define PAR_MIN ((size_t)1 << 14)
 
+/* Sums run in fp32 vector lanes over pieces of at most PIECE elements and add the
+ * pieces in double: fp32 lanes keep the loops full-width (a double accumulator
+ * halves them and adds conversions), and short pieces bound the fp32 rounding. */
+#define PIECE 512
+
+/* sum x[i] and sum (x[i] - m)^2 over [0, n), added to *sum and *sq */
+static void sum_and_sq(const float *x, int n, float m, double *sum, double *sq) {
+    for (int i0 = 0; i0 < n; i0 += PIECE) {
+        int i1 = i0 + PIECE < n ? i0 + PIECE : n;
+        float s = 0.0f, q = 0.0f;
+#pragma omp simd reduction(+ : s, q)
+        for (int i = i0; i < i1; i++) {
+            float d = x[i] - m;
+            s += x[i];
+            q += d * d;
+        }
+        *sum += s;
+        *sq += q;
+    }
+}
+
+/* sum dy[i], sum dy[i] (x[i] - m) r over [0, n) */
+static void sum_dy_dyx(const float *dy, const float *x, int n, float m, float r, double *sdy,
+                       double *sdyx) {
+    for (int i0 = 0; i0 < n; i0 += PIECE) {
+        int i1 = i0 + PIECE < n ? i0 + PIECE : n;
+        float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+        for (int i = i0; i < i1; i++) {
+            a += dy[i];
+            b += dy[i] * ((x[i] - m) * r);
+        }
+        *sdy += a;
+        *sdyx += b;
+    }
+}
+
 stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rstd,
                                    float *running_mean, float *running_var,
                                    const float *inp, const float *weight, const float *bias,
@@ -29,26 +66,21 @@ stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rst
     for (int c = 0; c < C; c++) {
         float mean, rstd;
         if (train) {
-            double sum = 0.0;
+            /* Two passes (a mean, then squared deviations about it) rather than
+             * E[x^2] - m^2, which cancels badly when |mean| >> std. */
+            double sum = 0.0, ss = 0.0, sq0 = 0.0;
             for (int b = 0; b < B; b++) {
-                const float *x = inp + ((size_t)b * C + c) * S;
-#pragma omp simd reduction(+ : sum)
-                for (int s = 0; s < S; s++) {
-                    sum += x[s];
-                }
+                sum_and_sq(inp + ((size_t)b * C + c) * S, S, 0.0f, &sum, &sq0);
             }
-            double m = sum / (double)count;
-            /* Two passes (mean, then squared deviations) rather than E[x^2] - m^2,
-             * which cancels badly when |mean| >> std. */
-            double ss = 0.0;
+            float mf = (float)(sum / (double)count);
+            double s1 = 0.0;
             for (int b = 0; b < B; b++) {
-                const float *x = inp + ((size_t)b * C + c) * S;
-#pragma omp simd reduction(+ : ss)
-                for (int s = 0; s < S; s++) {
-                    double d = x[s] - m;
-                    ss += d * d;
-                }
+                sum_and_sq(inp + ((size_t)b * C + c) * S, S, mf, &s1, &ss);
             }
+            /* The deviations were taken about the fp32 mean mf; sum (x - mf)^2 =
+             * sum (x - m)^2 + n (m - mf)^2 removes that offset. */
+            double m = s1 / (double)count;
+            ss -= (double)count * (m - mf) * (m - mf);
             double var = ss / (double)count;
             mean = (float)m;
             rstd = (float)(1.0 / sqrt(var + (double)eps));
@@ -91,13 +123,8 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
         float mean = save_mean[c], rstd = save_rstd[c];
         double sdy = 0.0, sdyx = 0.0; /* sum(dout), sum(dout * xhat) */
         for (int b = 0; b < B; b++) {
-            const float *x = inp + ((size_t)b * C + c) * S;
-            const float *dy = dout + ((size_t)b * C + c) * S;
-#pragma omp simd reduction(+ : sdy, sdyx)
-            for (int s = 0; s < S; s++) {
-                sdy += dy[s];
-                sdyx += dy[s] * ((x[s] - mean) * rstd);
-            }
+            size_t o = ((size_t)b * C + c) * S;
+            sum_dy_dyx(dout + o, inp + o, S, mean, rstd, &sdy, &sdyx);
         }
         if (dweight) {
             dweight[c] += (float)sdyx;
@@ -200,15 +227,15 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
     if (!dweight && !dbias) {
         return;
     }
-    /* Parameter gradients: column blocks of 16 per thread, rows summed in order, so
+    /* Parameter gradients: column blocks of 64 per thread, rows summed in order, so
      * the sums are the same bits whatever the thread count. */
-    const int blk = 16;
+    const int blk = 64;
     int nblk = (C + blk - 1) / blk;
 #pragma omp parallel for schedule(static) if (total >= PAR_MIN)
     for (int b = 0; b < nblk; b++) {
         int c0 = b * blk;
         int c1 = c0 + blk < C ? c0 + blk : C;
-        float dw[16] = {0}, db[16] = {0};
+        float dw[64] = {0}, db[64] = {0};
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C;
             const float *dy = dout + (size_t)n * C;
