@@ -192,22 +192,24 @@ static void bench_conv(cpu_conv2d_shape s, int first, const char *label) {
     c.xh = bf(c.x, nx), c.wh = bf(c.w, nw), c.gh = bf(c.g, ny);
     double f = 2.0 * s.B * s.OC * OH * OW * s.C * s.KH * s.KW;
     char name[96];
-    for (int mode = 0; mode < 3; mode++) {
-        c.bf16 = mode == 2;
-        cpu_conv2d_set_plain(mode == 1);
+    for (int mode = 0; mode < 4; mode++) {
+        c.bf16 = mode == 3;
+        cpu_conv2d_set_layout(mode == 1   ? CPU_CONV_LAYOUT_BLOCKED
+                              : mode == 2 ? CPU_CONV_LAYOUT_PLAIN
+                                          : CPU_CONV_LAYOUT_AUTO);
         if (cpu_conv2d_workspace(&s, c.bf16, &c.wsz) != STOKE_OK) {
             fprintf(stderr, "conv prepare: %s\n", stoke_last_error());
             exit(1);
         }
         c.ws = c.wsz ? aligned_alloc(64, (c.wsz + 63) / 64 * 64) : NULL;
-        const char *m = mode == 0 ? "blocked" : mode == 1 ? "nchw" : "blocked bf16";
+        const char *m = mode == 0 ? "auto" : mode == 1 ? "blocked" : mode == 2 ? "nchw" : "auto bf16";
         snprintf(name, sizeof name, "%s fwd %s", label, m);
         report(name, f, time_call(conv_fwd, &c));
         snprintf(name, sizeof name, "%s bwd %s%s", label, m, first ? " (no dinp)" : "");
         report(name, first ? f : 2 * f, time_call(conv_bwd, &c));
         free(c.ws);
     }
-    cpu_conv2d_set_plain(0);
+    cpu_conv2d_set_layout(CPU_CONV_LAYOUT_AUTO);
     free(c.x), free(c.w), free(c.b), free(c.y), free(c.g), free(c.dx), free(c.dw), free(c.db);
     free(c.xh), free(c.wh), free(c.gh);
 }

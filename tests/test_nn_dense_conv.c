@@ -350,7 +350,6 @@ static void test_conv(cpu_conv2d_shape s, int use_ws) {
     float *dx = fcopy(dx0, nx), *dw = fcopy(dw0, nw), *db = b ? fcopy(db0, s.OC) : NULL;
     CHECK_MSG(cpu_conv2d_backward(dx, dw, db, g, x, w, &s, ws, wsz) == STOKE_OK, "%s: %s", what,
               stoke_last_error());
-    fprintf(stderr, "  %s\n", what);
     check_fd("conv dinp", dx, dx0, c.x, nx, conv_loss, &c);
     check_fd("conv dweight", dw, dw0, c.w, nw, conv_loss, &c);
     if (b)
@@ -598,8 +597,8 @@ int main(void) {
     test_linear_bf16(32, 96, 48);
 
     /* conv2d: stride 1/2, padding 0/1/2, non-square images and kernels, batch 1, odd
-     * sizes, channel counts that make oneDNN pick blocked layouts; blocked and plain
-     * layouts inside oneDNN, with the caller's workspace and the cache's own. */
+     * sizes, channel counts that make oneDNN pick blocked layouts; each layout choice
+     * inside oneDNN, with the caller's workspace and the cache's own. */
     const cpu_conv2d_shape convs[] = {
         /* B  C  H   W OC KH KW sh sw ph pw bias */
         {2, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1},
@@ -610,12 +609,12 @@ int main(void) {
         {2, 17, 5, 6, 19, 3, 1, 1, 2, 1, 0, 1},  /* odd channel counts, 3x1 kernel */
     };
     size_t nconv = sizeof convs / sizeof convs[0];
-    for (int plain = 0; plain <= 1; plain++) {
-        cpu_conv2d_set_plain(plain);
+    for (int layout = CPU_CONV_LAYOUT_AUTO; layout <= CPU_CONV_LAYOUT_BLOCKED; layout++) {
+        cpu_conv2d_set_layout((cpu_conv_layout)layout);
         for (size_t i = 0; i < nconv; i++)
-            test_conv(convs[i], (int)(i + plain) % 2);
+            test_conv(convs[i], (int)(i + layout) % 2);
     }
-    cpu_conv2d_set_plain(0);
+    cpu_conv2d_set_layout(CPU_CONV_LAYOUT_AUTO);
     test_conv_bf16(convs[0]);
     test_conv_bf16(convs[2]);
     test_conv_bf16(convs[4]);

@@ -11,10 +11,10 @@
 #include "nn/cpu/dense.h"
 #include "nn/cpu/dnnl_util.h"
 
-static atomic_int g_plain;
+static atomic_int g_layout = CPU_CONV_LAYOUT_AUTO;
 
-void cpu_conv2d_set_plain(int plain) {
-    atomic_store(&g_plain, plain != 0);
+void cpu_conv2d_set_layout(cpu_conv_layout layout) {
+    atomic_store(&g_layout, (int)layout);
 }
 
 stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
@@ -41,7 +41,7 @@ stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
 
 typedef struct conv_key {
     cpu_conv2d_shape s;
-    int bf16, plain, threads;
+    int bf16, layout, threads;
 } conv_key;
 
 /* One cached shape. Forward, backward-data and backward-weights each form a phase
@@ -59,6 +59,7 @@ typedef struct conv_entry {
     size_t scratch_bytes, ws_bytes;
     void *owned; /* the workspace used when callers pass none */
     int OC;
+    int share_ddst; /* backward-weights reads backward-data's reordered dout */
 } conv_entry;
 
 static void conv_entry_free(conv_entry *e) {
@@ -123,10 +124,15 @@ static stoke_status conv_create(const void *key, void **value) {
     pthread_mutex_init(&e->lock, NULL);
     e->OC = s->OC;
     dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
-    dnnl_format_tag_t act = k->plain ? dnnl_nchw : dnnl_format_tag_any;
-    dnnl_format_tag_t wt = k->plain ? dnnl_oihw : dnnl_format_tag_any;
+    /* Backward always prefers blocked layouts; forward too, unless the input has so few
+     * channels that blocking it pads 1 channel to 16 (see cpu_conv_layout). */
+    int plain_b = k->layout == CPU_CONV_LAYOUT_PLAIN;
+    int plain_f = plain_b || (k->layout == CPU_CONV_LAYOUT_AUTO && s->C < 4);
+    dnnl_format_tag_t any = dnnl_format_tag_any;
+    dnnl_format_tag_t act_f = plain_f ? dnnl_nchw : any, wt_f = plain_f ? dnnl_oihw : any;
+    dnnl_format_tag_t act = plain_b ? dnnl_nchw : any, wt = plain_b ? dnnl_oihw : any;
     dnnl_memory_desc_t u_src, u_wei, u_dst, u_ddst, u_dsrc, u_dwei, bias;
-    dnnl_memory_desc_t a_src, a_wei, a_dst, a_ddst, a_dsrc, a_dwei;
+    dnnl_memory_desc_t f_src, f_wei, f_dst, a_src, a_wei, a_ddst, a_dsrc, a_dwei;
     dnnl_dims_t bdims = {s->OC};
     if ((st = md4(&u_src, s->B, s->C, s->H, s->W, in, dnnl_nchw)) ||
         (st = md4(&u_wei, s->OC, s->C, s->KH, s->KW, in, dnnl_oihw)) ||
@@ -134,9 +140,11 @@ static stoke_status conv_create(const void *key, void **value) {
         (st = md4(&u_ddst, s->B, s->OC, OH, OW, in, dnnl_nchw)) ||
         (st = md4(&u_dsrc, s->B, s->C, s->H, s->W, f, dnnl_nchw)) ||
         (st = md4(&u_dwei, s->OC, s->C, s->KH, s->KW, f, dnnl_oihw)) ||
+        (st = md4(&f_src, s->B, s->C, s->H, s->W, in, act_f)) ||
+        (st = md4(&f_wei, s->OC, s->C, s->KH, s->KW, in, wt_f)) ||
+        (st = md4(&f_dst, s->B, s->OC, OH, OW, f, act_f)) ||
         (st = md4(&a_src, s->B, s->C, s->H, s->W, in, act)) ||
         (st = md4(&a_wei, s->OC, s->C, s->KH, s->KW, in, wt)) ||
-        (st = md4(&a_dst, s->B, s->OC, OH, OW, f, act)) ||
         (st = md4(&a_ddst, s->B, s->OC, OH, OW, in, act)) ||
         (st = md4(&a_dsrc, s->B, s->C, s->H, s->W, f, act)) ||
         (st = md4(&a_dwei, s->OC, s->C, s->KH, s->KW, f, wt)) ||
@@ -152,8 +160,8 @@ static stoke_status conv_create(const void *key, void **value) {
     dnnl_convolution_desc_t fd, dd, wd;
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     st = dnnl_util_check(dnnl_convolution_forward_desc_init(
-                             &fd, dnnl_forward_training, dnnl_convolution_direct, &a_src, &a_wei,
-                             s->has_bias ? &bias : NULL, &a_dst, strides, pad_l, pad_r),
+                             &fd, dnnl_forward_training, dnnl_convolution_direct, &f_src, &f_wei,
+                             s->has_bias ? &bias : NULL, &f_dst, strides, pad_l, pad_r),
                          "convolution forward desc");
     if (st == STOKE_OK)
         st = make_pd(&fpd, &fd, NULL, "convolution forward");
@@ -195,11 +203,18 @@ static stoke_status conv_create(const void *key, void **value) {
     if (st == STOKE_OK)
         st = dnnl_util_arg_init(&e->d_dsrc, &u_dsrc, q(dpd, dnnl_query_diff_src_md),
                                 DNNL_UTIL_OUT_ACC, &dph);
-    if (st == STOKE_OK)
-        st = dnnl_util_arg_init(&e->w_src, &u_src, q(wpd, dnnl_query_src_md), DNNL_UTIL_IN, &wph);
+    /* The output gradient goes first in both backward phases, so when both primitives
+     * want it in the same layout, backward-weights reuses backward-data's copy. */
     if (st == STOKE_OK)
         st = dnnl_util_arg_init(&e->w_ddst, &u_ddst, q(wpd, dnnl_query_diff_dst_md),
                                 DNNL_UTIL_IN, &wph);
+    if (st == STOKE_OK)
+        e->share_ddst = e->d_ddst.reorder && e->w_ddst.reorder && e->d_ddst.ws_off == 0 &&
+                        e->w_ddst.ws_off == 0 &&
+                        dnnl_memory_desc_equal(q(dpd, dnnl_query_diff_dst_md),
+                                               q(wpd, dnnl_query_diff_dst_md));
+    if (st == STOKE_OK)
+        st = dnnl_util_arg_init(&e->w_src, &u_src, q(wpd, dnnl_query_src_md), DNNL_UTIL_IN, &wph);
     if (st == STOKE_OK)
         st = dnnl_util_arg_init(&e->w_dwei, &u_dwei, q(wpd, dnnl_query_diff_weights_md),
                                 DNNL_UTIL_OUT_ACC, &wph);
@@ -241,7 +256,7 @@ static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int bf16, conv_ent
     k.s = *s;
     k.s.has_bias = s->has_bias != 0;
     k.bf16 = bf16 != 0;
-    k.plain = atomic_load(&g_plain);
+    k.layout = atomic_load(&g_layout);
     k.threads = cpu_get_threads();
     stoke_status st = cpu_conv2d_out_size(s, NULL, NULL);
     if (st != STOKE_OK)
@@ -363,7 +378,7 @@ static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, con
         dnnl_util_arg_bind(&e->w_ddst, dout, phase);
         dnnl_util_arg_bind(&e->w_dwei, dweight, phase);
         st = dnnl_util_arg_pull(&e->w_src, ws_base);
-        if (st == STOKE_OK)
+        if (st == STOKE_OK && !(dinp && e->share_ddst))
             st = dnnl_util_arg_pull(&e->w_ddst, ws_base);
     }
     if (st == STOKE_OK) {

@@ -61,10 +61,19 @@ stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *weight, const cpu_conv2d_shape *s,
                                       void *ws, size_t ws_size);
 
-/* Forces plain NCHW layouts inside oneDNN (1) or lets it choose blocked layouts with
- * reorders at the edges (0, the default). For the benchmark and tests only; applies to
- * shapes prepared afterwards. */
-void cpu_conv2d_set_plain(int plain);
+/* Layouts inside oneDNN. AUTO (the default) lets oneDNN choose blocked layouts
+ * (nChw16c and the like, with reorders from and to NCHW at the edges) except for the
+ * forward pass of a convolution with fewer than 4 input channels, which runs faster
+ * on plain NCHW (measured with bench/kernels_bench.c: the CNN's first layer). PLAIN
+ * and BLOCKED force one choice everywhere, for the benchmark and the tests; the
+ * setting applies to shapes prepared afterwards. */
+typedef enum cpu_conv_layout {
+    CPU_CONV_LAYOUT_AUTO = 0,
+    CPU_CONV_LAYOUT_PLAIN,
+    CPU_CONV_LAYOUT_BLOCKED,
+} cpu_conv_layout;
+
+void cpu_conv2d_set_layout(cpu_conv_layout layout);
 
 /* A pooling window: input (B, C, H, W), kernel KH x KW, stride, zero padding;
  * output (B, C, OH, OW) with OH = (H + 2*pad_h - KH) / stride_h + 1 (floor mode). */

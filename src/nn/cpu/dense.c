@@ -47,15 +47,21 @@ void cpu_linear_set_impl(cpu_linear_impl impl) {
 }
 
 /* oneDNN vs OpenBLAS, measured by bench/kernels_bench.c on the target machine (2
- * cores, AVX-512, AMX; OPENBLAS_CORETYPE=Haswell): see use_blas(). */
-static int use_blas(int B, int C, int OC) {
-    int impl = atomic_load(&g_linear_impl);
-    if (impl != CPU_LINEAR_AUTO)
-        return impl == CPU_LINEAR_BLAS;
-    (void)B;
-    (void)C;
-    (void)OC;
-    return 0;
+ * cores, AVX-512, AMX): oneDNN's matmul is as fast or faster at every benchmark shape
+ * with 1 thread (MLP 784-512-512-10 at batch 256: 5-45% faster; the CNN's 3136-128-10
+ * at batch 128: equal to 2x), so AUTO uses it; OpenBLAS stays selectable. */
+static int use_blas(void) {
+    return atomic_load(&g_linear_impl) == CPU_LINEAR_BLAS;
+}
+
+/* GEMMs below this many multiply-adds run on one thread: splitting a few microseconds
+ * of work costs more in OpenMP fork/join than it saves (OpenBLAS makes the same call
+ * internally), and a second thread that the OS has descheduled would stall them for
+ * a whole time slice. */
+#define LINEAR_SERIAL_MACS (1L << 21)
+
+static int linear_threads(int B, int C, int OC) {
+    return (long)B * C * OC < LINEAR_SERIAL_MACS ? 1 : cpu_get_threads();
 }
 
 /* One cached shape: the three matmuls and the memory objects they run on. The lock
@@ -175,7 +181,10 @@ static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf1
                           OC);
     linear_key k;
     memset(&k, 0, sizeof k);
-    k = (linear_key){B, C, OC, has_bias != 0, bf16 != 0, cpu_get_threads()};
+    k = (linear_key){B, C, OC, has_bias != 0, bf16 != 0, linear_threads(B, C, OC)};
+    /* The primitive runs with the thread count it was created with. */
+    if (omp_get_max_threads() != k.threads)
+        omp_set_num_threads(k.threads);
     void *v = NULL;
     stoke_status st = dnnl_util_cache_get(&k, sizeof k, linear_create, &v);
     *e = v;
@@ -290,7 +299,7 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
 stoke_status cpu_linear_forward(float *out, const float *inp, const float *weight,
                                 const float *bias, int B, int C, int OC) {
     cpu_threads_apply();
-    if (!use_blas(B, C, OC))
+    if (!use_blas())
         return matmul_forward(out, inp, weight, bias, B, C, OC, 0);
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
@@ -310,7 +319,7 @@ stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
                                  const float *dout, const float *inp, const float *weight,
                                  int B, int C, int OC) {
     cpu_threads_apply();
-    if (!use_blas(B, C, OC))
+    if (!use_blas())
         return matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, C, OC, 0);
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,

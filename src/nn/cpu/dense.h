@@ -23,9 +23,10 @@ int cpu_get_threads(void);
  * entry. Returns the thread count. */
 int cpu_threads_apply(void);
 
-/* Which library runs the fp32 linear GEMMs. AUTO picks, per shape, the faster one as
- * measured on the target machine (bench/kernels_bench.c); the others force one, for
- * the benchmark and the tests. bf16 always runs on oneDNN. */
+/* Which library runs the fp32 linear GEMMs. AUTO is oneDNN's matmul, which measured
+ * as fast or faster than OpenBLAS at every benchmark shape (bench/kernels_bench.c);
+ * the others force one, for the benchmark and the tests. bf16 always runs on oneDNN.
+ * GEMMs under 2M multiply-adds run on one thread whatever the setting. */
 typedef enum cpu_linear_impl {
     CPU_LINEAR_AUTO = 0,
     CPU_LINEAR_DNNL,
