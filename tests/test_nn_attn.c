@@ -291,7 +291,7 @@ static void case_torch(void) {
     fill(dy, n, -1, 1);
     attn_shape s = {B, T, C, H, 0, NULL};
     float *all = make_inputs(&s);
-    size_t np = packed_size(&s), off[6];
+    size_t off[6];
     part_bounds(&s, off);
     tbuf ins[6];
     for (int p = 0; p < 5; p++) {
@@ -334,7 +334,6 @@ static void case_torch(void) {
             run_free(&r);
         }
     }
-    (void)np;
     for (int i = 0; i < 12; i++) {
         free(t[i]);
     }

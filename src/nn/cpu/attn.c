@@ -44,25 +44,33 @@ static int heads_in_parallel(int T, int hs) {
     return (double)T * (double)T * (double)hs <= HEAD_GEMM_SERIAL_MAX;
 }
 
-/* dst (C,) += column sums of src (N, C). Column blocks per thread, rows in order:
- * the same bits whatever the thread count. */
+/* acc[0, w) = column sums of src (N rows of stride ld), w <= 64 */
+CPU_CLONES static void colsum_block(float *acc, const float *src, int N, int ld, int w) {
+    for (int c = 0; c < w; c++) {
+        acc[c] = 0.0f;
+    }
+    for (int n = 0; n < N; n++) {
+        const float *row = src + (size_t)n * ld;
+#pragma omp simd
+        for (int c = 0; c < w; c++) {
+            acc[c] += row[c];
+        }
+    }
+}
+
+/* dst (C,) += column sums of src (N, C). Blocks of 64 columns per thread, rows in
+ * order: the same bits whatever the thread count. */
 static void colsum_add(float *dst, const float *src, int N, int C) {
-    const int blk = 16;
+    const int blk = 64;
     int nblk = (C + blk - 1) / blk;
 #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= ((size_t)1 << 15))
     for (int b = 0; b < nblk; b++) {
         int c0 = b * blk;
-        int c1 = c0 + blk < C ? c0 + blk : C;
-        float acc[16] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *row = src + (size_t)n * C;
-#pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                acc[c - c0] += row[c];
-            }
-        }
-        for (int c = c0; c < c1; c++) {
-            dst[c] += acc[c - c0];
+        int w = c0 + blk < C ? blk : C - c0;
+        float acc[64];
+        colsum_block(acc, src + c0, N, C, w);
+        for (int c = 0; c < w; c++) {
+            dst[c0 + c] += acc[c];
         }
     }
 }
@@ -77,12 +85,9 @@ static void linear_forward(float *out, const float *inp, const float *w, const f
                 out, N);
 }
 
-/* One (b, h): p = softmax(scale q k^T [masked]) into att (T, T), y = p v. */
-static void head_forward(float *att, float *y, const float *q, const float *k,
-                         const float *v, int T, int hs, int ldqkv, int ldy, float scale,
-                         int causal) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ldqkv, k, ldqkv,
-                0.0f, att, T);
+/* scores (T, T) -> probabilities in place: row i softmaxes its first len(i) = i + 1
+ * entries (causal) or all T, and zeroes the masked rest. */
+CPU_CLONES static void softmax_rows_masked(float *att, int T, int causal) {
     for (int i = 0; i < T; i++) {
         float *row = att + (size_t)i * T;
         int len = causal ? i + 1 : T; /* causal: keys j <= i */
@@ -103,6 +108,33 @@ static void head_forward(float *att, float *y, const float *q, const float *k,
             row[j] = 0.0f;
         }
     }
+}
+
+/* dp (T, T) -> ds = p (dp - sum_j p dp) in place, per row. Masked entries have
+ * p = 0, so they get no gradient. */
+CPU_CLONES static void softmax_rows_backward(float *ds, const float *att, int T) {
+    for (int i = 0; i < T; i++) {
+        float *row = ds + (size_t)i * T;
+        const float *p = att + (size_t)i * T;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j < T; j++) {
+            dot += p[j] * row[j];
+        }
+#pragma omp simd
+        for (int j = 0; j < T; j++) {
+            row[j] = p[j] * (row[j] - dot);
+        }
+    }
+}
+
+/* One (b, h): p = softmax(scale q k^T [masked]) into att (T, T), y = p v. */
+static void head_forward(float *att, float *y, const float *q, const float *k,
+                         const float *v, int T, int hs, int ldqkv, int ldy, float scale,
+                         int causal) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ldqkv, k, ldqkv,
+                0.0f, att, T);
+    softmax_rows_masked(att, T, causal);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, att, T, v, ldqkv,
                 0.0f, y, ldy);
 }
@@ -146,21 +178,7 @@ static void head_backward(float *dq, float *dk, float *dv, float *ds, const floa
                 0.0f, ds, T);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, att, T, dy, ldy,
                 0.0f, dv, ldqkv);
-    /* softmax backward in place: ds = p (dp - sum_j p dp). Masked entries have p = 0,
-     * so they get no gradient. */
-    for (int i = 0; i < T; i++) {
-        float *row = ds + (size_t)i * T;
-        const float *p = att + (size_t)i * T;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j < T; j++) {
-            dot += p[j] * row[j];
-        }
-#pragma omp simd
-        for (int j = 0; j < T; j++) {
-            row[j] = p[j] * (row[j] - dot);
-        }
-    }
+    softmax_rows_backward(ds, att, T);
     /* scores = scale q k^T: dq = scale ds k, dk = scale ds^T q */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, ds, T, k, ldqkv,
                 0.0f, dq, ldqkv);

@@ -11,17 +11,7 @@
 #define BLK ((size_t)4096)
 
 /* The element-wise loops run as a static parallel loop over blocks, each block a
- * plain `omp simd` loop in its own function: GCC does not vectorize a combined
- * `parallel for simd` whose body has the exp's selects ("control flow in loop").
- * On x86-64 those functions are also compiled for AVX2 and AVX-512 and picked at
- * load time (target_clones), since the baseline target is SSE2 only; the exp-heavy
- * activations are compute-bound, so wider vectors pay. */
-#if defined(__x86_64__) && !defined(STOKE_NO_CLONES)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
-
+ * plain `omp simd` loop in its own CPU_CLONES function (eltwise.h). */
 #define FOR_BLOCKS(n, par_min, body)                                                   \
     do {                                                                               \
         size_t n_ = (n), nblk_ = (n_ + BLK - 1) / BLK;                                 \
@@ -33,14 +23,14 @@
         }                                                                              \
     } while (0)
 
-CLONES static void relu_fwd_span(float *out, const float *inp, size_t n) {
+CPU_CLONES static void relu_fwd_span(float *out, const float *inp, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
     }
 }
 
-CLONES static void relu_bwd_span(float *dinp, const float *dout, const float *out, size_t n) {
+CPU_CLONES static void relu_bwd_span(float *dinp, const float *dout, const float *out, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float d = dout[i]; /* loaded unconditionally, so the select is branch-free */
@@ -70,7 +60,7 @@ static inline float normal_cdf(float x) {
     return cpu_select(x < 0.0f, q, 1.0f - q);
 }
 
-CLONES static void gelu_fwd_span(float *out, const float *inp, size_t n, int approx_tanh) {
+CPU_CLONES static void gelu_fwd_span(float *out, const float *inp, size_t n, int approx_tanh) {
     if (approx_tanh) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -87,7 +77,7 @@ CLONES static void gelu_fwd_span(float *out, const float *inp, size_t n, int app
     }
 }
 
-CLONES static void gelu_bwd_span(float *dinp, const float *dout, const float *inp, size_t n,
+CPU_CLONES static void gelu_bwd_span(float *dinp, const float *dout, const float *inp, size_t n,
                                  int approx_tanh) {
     if (approx_tanh) {
 #pragma omp simd
@@ -124,7 +114,7 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
     FOR_BLOCKS(n, PAR_MIN / 8, gelu_bwd_span(dinp + o, dout + o, inp + o, m, approx_tanh));
 }
 
-CLONES static void tanh_fwd_span(float *out, const float *inp, size_t n) {
+CPU_CLONES static void tanh_fwd_span(float *out, const float *inp, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = cpu_fast_tanhf(inp[i]);
@@ -132,7 +122,7 @@ CLONES static void tanh_fwd_span(float *out, const float *inp, size_t n) {
 }
 
 /* d(1 - y^2) for tanh (sigmoid = 0), d y (1 - y) for sigmoid (sigmoid = 1) */
-CLONES static void tanh_sigmoid_bwd_span(float *dinp, const float *dout, const float *out,
+CPU_CLONES static void tanh_sigmoid_bwd_span(float *dinp, const float *dout, const float *out,
                                          size_t n, int sigmoid) {
     if (sigmoid) {
 #pragma omp simd
@@ -147,7 +137,7 @@ CLONES static void tanh_sigmoid_bwd_span(float *dinp, const float *dout, const f
     }
 }
 
-CLONES static void sigmoid_fwd_span(float *out, const float *inp, size_t n) {
+CPU_CLONES static void sigmoid_fwd_span(float *out, const float *inp, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = 1.0f / (1.0f + cpu_fast_expf(-inp[i]));
@@ -231,7 +221,7 @@ int cpu_dropout_keep(uint64_t seed, uint64_t step, size_t i, float p) {
 
 /* dst[i] (+)= src[i] * mask_i * scale over [begin, end), which lies inside one 2^32
  * block. */
-CLONES static void dropout_span(float *dst, const float *src, size_t begin, size_t end,
+CPU_CLONES static void dropout_span(float *dst, const float *src, size_t begin, size_t end,
                                 dropout_key key, uint32_t thr, float scale,
                                 int accumulate) {
     if (accumulate) {
@@ -319,7 +309,7 @@ void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
 
 /* ---- softmax ---- */
 
-CLONES static void softmax_rows(float *out, const float *inp, int rows, int C) {
+CPU_CLONES static void softmax_rows(float *out, const float *inp, int rows, int C) {
     for (int r = 0; r < rows; r++) {
         const float *x = inp + (size_t)r * C;
         float *y = out + (size_t)r * C;

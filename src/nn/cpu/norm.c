@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "nn/cpu/eltwise.h"
+
 #define PAR_MIN ((size_t)1 << 14)
 
 /* Sums run in fp32 vector lanes over pieces of at most PIECE elements and add the
@@ -14,7 +16,8 @@
 #define PIECE 512
 
 /* sum x[i] and sum (x[i] - m)^2 over [0, n), added to *sum and *sq */
-static void sum_and_sq(const float *x, int n, float m, double *sum, double *sq) {
+CPU_CLONES static void sum_and_sq(const float *x, int n, float m, double *sum,
+                                  double *sq) {
     for (int i0 = 0; i0 < n; i0 += PIECE) {
         int i1 = i0 + PIECE < n ? i0 + PIECE : n;
         float s = 0.0f, q = 0.0f;
@@ -30,8 +33,8 @@ static void sum_and_sq(const float *x, int n, float m, double *sum, double *sq) 
 }
 
 /* sum dy[i], sum dy[i] (x[i] - m) r over [0, n) */
-static void sum_dy_dyx(const float *dy, const float *x, int n, float m, float r, double *sdy,
-                       double *sdyx) {
+CPU_CLONES static void sum_dy_dyx(const float *dy, const float *x, int n, float m,
+                                  float r, double *sdy, double *sdyx) {
     for (int i0 = 0; i0 < n; i0 += PIECE) {
         int i1 = i0 + PIECE < n ? i0 + PIECE : n;
         float a = 0.0f, b = 0.0f;
