@@ -150,7 +150,7 @@ static void blas_gemm(void *p) {
 /* ---- conv ---- */
 typedef struct conv {
     cpu_conv2d_shape s;
-    int bf16, first;
+    int prec, first; /* cpu_conv_prec */
     float *x, *w, *b, *y, *g, *dx, *dw, *db;
     uint16_t *xh, *wh, *gh;
     void *ws;
@@ -159,8 +159,11 @@ typedef struct conv {
 
 static void conv_fwd(void *p) {
     conv *c = p;
-    stoke_status st = c->bf16 ? cpu_conv2d_forward_bf16(c->y, c->xh, c->wh, c->b, &c->s, c->ws, c->wsz)
-                              : cpu_conv2d_forward(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz);
+    stoke_status st =
+        c->prec == CPU_CONV_BF16 ? cpu_conv2d_forward_bf16(c->y, c->xh, c->wh, c->b, &c->s, c->ws, c->wsz)
+        : c->prec == CPU_CONV_MIXED_BF16
+            ? cpu_conv2d_forward_mixed(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz)
+            : cpu_conv2d_forward(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz);
     if (st != STOKE_OK) {
         fprintf(stderr, "conv forward: %s\n", stoke_last_error());
         exit(1);
@@ -171,8 +174,11 @@ static void conv_bwd(void *p) {
     conv *c = p;
     float *dx = c->first ? NULL : c->dx;
     stoke_status st =
-        c->bf16 ? cpu_conv2d_backward_bf16(dx, c->dw, c->db, c->gh, c->xh, c->wh, &c->s, c->ws, c->wsz)
-                : cpu_conv2d_backward(dx, c->dw, c->db, c->g, c->x, c->w, &c->s, c->ws, c->wsz);
+        c->prec == CPU_CONV_BF16
+            ? cpu_conv2d_backward_bf16(dx, c->dw, c->db, c->gh, c->xh, c->wh, &c->s, c->ws, c->wsz)
+        : c->prec == CPU_CONV_MIXED_BF16
+            ? cpu_conv2d_backward_mixed(dx, c->dw, c->db, c->g, c->x, c->w, &c->s, c->ws, c->wsz)
+            : cpu_conv2d_backward(dx, c->dw, c->db, c->g, c->x, c->w, &c->s, c->ws, c->wsz);
     if (st != STOKE_OK) {
         fprintf(stderr, "conv backward: %s\n", stoke_last_error());
         exit(1);
@@ -187,22 +193,26 @@ static void bench_conv(cpu_conv2d_shape s, int first, const char *label) {
         exit(1);
     size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * s.KH * s.KW;
     size_t ny = (size_t)s.B * s.OC * OH * OW;
-    conv c = {s, 0, first, frand(nx), frand(nw), frand(s.OC), frand(ny), frand(ny), frand(nx),
+    conv c = {s, CPU_CONV_FP32, first, frand(nx), frand(nw), frand(s.OC), frand(ny), frand(ny), frand(nx),
               frand(nw), frand(s.OC), NULL, NULL, NULL, NULL, 0};
     c.xh = bf(c.x, nx), c.wh = bf(c.w, nw), c.gh = bf(c.g, ny);
     double f = 2.0 * s.B * s.OC * OH * OW * s.C * s.KH * s.KW;
     char name[96];
-    for (int mode = 0; mode < 4; mode++) {
-        c.bf16 = mode == 3;
+    for (int mode = 0; mode < 5; mode++) {
+        c.prec = mode == 3 ? CPU_CONV_BF16 : mode == 4 ? CPU_CONV_MIXED_BF16 : CPU_CONV_FP32;
         cpu_conv2d_set_layout(mode == 1   ? CPU_CONV_LAYOUT_BLOCKED
                               : mode == 2 ? CPU_CONV_LAYOUT_PLAIN
                                           : CPU_CONV_LAYOUT_AUTO);
-        if (cpu_conv2d_workspace(&s, c.bf16, &c.wsz) != STOKE_OK) {
+        if (cpu_conv2d_workspace(&s, c.prec, &c.wsz) != STOKE_OK) {
             fprintf(stderr, "conv prepare: %s\n", stoke_last_error());
             exit(1);
         }
         c.ws = c.wsz ? aligned_alloc(64, (c.wsz + 63) / 64 * 64) : NULL;
-        const char *m = mode == 0 ? "auto" : mode == 1 ? "blocked" : mode == 2 ? "nchw" : "auto bf16";
+        const char *m = mode == 0   ? "auto"
+                        : mode == 1 ? "blocked"
+                        : mode == 2 ? "nchw"
+                        : mode == 3 ? "auto bf16"
+                                    : "auto mixed (fp32 in, bf16 math)";
         snprintf(name, sizeof name, "%s fwd %s", label, m);
         report(name, f, time_call(conv_fwd, &c));
         snprintf(name, sizeof name, "%s bwd %s%s", label, m, first ? " (no dinp)" : "");

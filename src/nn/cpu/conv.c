@@ -41,7 +41,7 @@ stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
 
 typedef struct conv_key {
     cpu_conv2d_shape s;
-    int bf16, layout, threads;
+    int prec, layout, threads; /* prec: cpu_conv_prec */
 } conv_key;
 
 /* One cached shape. Forward, backward-data and backward-weights each form a phase
@@ -123,7 +123,10 @@ static stoke_status conv_create(const void *key, void **value) {
         return stoke_fail(STOKE_ERR_NOMEM, "conv2d: out of memory");
     pthread_mutex_init(&e->lock, NULL);
     e->OC = s->OC;
-    dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
+    /* in: what the primitives read; uin: what the caller's inputs hold (mixed precision
+     * converts fp32 to bf16 in the reorders that change the layout anyway). */
+    dnnl_data_type_t in = k->prec != CPU_CONV_FP32 ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
+    dnnl_data_type_t uin = k->prec == CPU_CONV_BF16 ? dnnl_bf16 : dnnl_f32;
     /* Backward always prefers blocked layouts; forward too, unless the input has so few
      * channels that blocking it pads 1 channel to 16 (see cpu_conv_layout). */
     int plain_b = k->layout == CPU_CONV_LAYOUT_PLAIN;
@@ -134,10 +137,10 @@ static stoke_status conv_create(const void *key, void **value) {
     dnnl_memory_desc_t u_src, u_wei, u_dst, u_ddst, u_dsrc, u_dwei, bias;
     dnnl_memory_desc_t f_src, f_wei, f_dst, a_src, a_wei, a_ddst, a_dsrc, a_dwei;
     dnnl_dims_t bdims = {s->OC};
-    if ((st = md4(&u_src, s->B, s->C, s->H, s->W, in, dnnl_nchw)) ||
-        (st = md4(&u_wei, s->OC, s->C, s->KH, s->KW, in, dnnl_oihw)) ||
+    if ((st = md4(&u_src, s->B, s->C, s->H, s->W, uin, dnnl_nchw)) ||
+        (st = md4(&u_wei, s->OC, s->C, s->KH, s->KW, uin, dnnl_oihw)) ||
         (st = md4(&u_dst, s->B, s->OC, OH, OW, f, dnnl_nchw)) ||
-        (st = md4(&u_ddst, s->B, s->OC, OH, OW, in, dnnl_nchw)) ||
+        (st = md4(&u_ddst, s->B, s->OC, OH, OW, uin, dnnl_nchw)) ||
         (st = md4(&u_dsrc, s->B, s->C, s->H, s->W, f, dnnl_nchw)) ||
         (st = md4(&u_dwei, s->OC, s->C, s->KH, s->KW, f, dnnl_oihw)) ||
         (st = md4(&f_src, s->B, s->C, s->H, s->W, in, act_f)) ||
@@ -250,12 +253,17 @@ fail:
     return st;
 }
 
-static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int bf16, conv_entry **e) {
+static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int prec, conv_entry **e) {
+    if (prec < CPU_CONV_FP32 || prec > CPU_CONV_MIXED_BF16)
+        return stoke_fail(STOKE_ERR_ARG, "conv2d: precision %d is not a cpu_conv_prec", prec);
     conv_key k;
     memset(&k, 0, sizeof k);
     k.s = *s;
     k.s.has_bias = s->has_bias != 0;
-    k.bf16 = bf16 != 0;
+    /* With under 4 input channels the bf16 kernels are slower than fp32 (a reduction of
+     * C*KH*KW = 9 cannot fill AMX tiles; measured on the CNN's first layer), so mixed
+     * precision keeps fp32 math there: it is allowed, not required, to round. */
+    k.prec = prec == CPU_CONV_MIXED_BF16 && s->C < 4 ? CPU_CONV_FP32 : prec;
     k.layout = atomic_load(&g_layout);
     k.threads = cpu_get_threads();
     stoke_status st = cpu_conv2d_out_size(s, NULL, NULL);
@@ -267,34 +275,37 @@ static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int bf16, conv_ent
     return st;
 }
 
-stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int bf16) {
+stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int prec) {
     conv_entry *e = NULL;
-    return conv_entry_get(s, bf16, &e);
+    return conv_entry_get(s, prec, &e);
 }
 
-stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int bf16, size_t *bytes) {
+stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int prec, size_t *bytes) {
     conv_entry *e = NULL;
-    stoke_status st = conv_entry_get(s, bf16, &e);
-    *bytes = st == STOKE_OK ? e->ws_bytes : 0;
+    stoke_status st = conv_entry_get(s, prec, &e);
+    /* Room to align an arbitrary caller pointer to DNNL_UTIL_ALIGN. */
+    *bytes = st == STOKE_OK && e->ws_bytes ? e->ws_bytes + DNNL_UTIL_ALIGN : 0;
     return st;
 }
 
 /* Locks the entry and resolves the workspace: the caller's, or the entry's own. */
-static stoke_status conv_begin(const cpu_conv2d_shape *s, int bf16, void *ws, size_t ws_size,
+static stoke_status conv_begin(const cpu_conv2d_shape *s, int prec, void *ws, size_t ws_size,
                                conv_entry **out, char **base) {
     cpu_threads_apply();
     conv_entry *e = NULL;
-    stoke_status st = conv_entry_get(s, bf16, &e);
+    stoke_status st = conv_entry_get(s, prec, &e);
     if (st != STOKE_OK)
         return st;
     pthread_mutex_lock(&e->lock);
-    if (ws) {
-        if (ws_size < e->ws_bytes) {
+    if (ws && e->ws_bytes) {
+        uintptr_t p = (uintptr_t)ws, aligned = dnnl_util_align(p);
+        if (ws_size < aligned - p + e->ws_bytes) {
             pthread_mutex_unlock(&e->lock);
             return stoke_fail(STOKE_ERR_ARG, "conv2d: workspace of %zu bytes, %zu needed",
-                              ws_size, e->ws_bytes);
+                              ws_size, e->ws_bytes + DNNL_UTIL_ALIGN);
         }
-    } else {
+        ws = (void *)aligned;
+    } else if (!ws) {
         if (!e->owned && e->ws_bytes)
             e->owned = aligned_alloc(DNNL_UTIL_ALIGN, e->ws_bytes);
         if (!e->owned && e->ws_bytes) {
@@ -311,13 +322,13 @@ static stoke_status conv_begin(const cpu_conv2d_shape *s, int bf16, void *ws, si
 
 static stoke_status conv_forward(float *out, const void *inp, const void *weight,
                                  const float *bias, const cpu_conv2d_shape *s, void *ws,
-                                 size_t ws_size, int bf16) {
+                                 size_t ws_size, int prec) {
     if ((bias != NULL) != (s->has_bias != 0))
         return stoke_fail(STOKE_ERR_ARG, "conv2d forward: bias %s but shape has_bias=%d",
                           bias ? "given" : "missing", s->has_bias);
     conv_entry *e = NULL;
     char *ws_base;
-    stoke_status st = conv_begin(s, bf16, ws, ws_size, &e, &ws_base);
+    stoke_status st = conv_begin(s, prec, ws, ws_size, &e, &ws_base);
     if (st != STOKE_OK)
         return st;
     char *phase = ws_base + e->scratch_bytes;
@@ -347,13 +358,13 @@ static stoke_status conv_forward(float *out, const void *inp, const void *weight
 static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, const void *dout,
                                   const void *inp, const void *weight,
                                   const cpu_conv2d_shape *s, void *ws, size_t ws_size,
-                                  int bf16) {
+                                  int prec) {
     if ((dbias != NULL) != (s->has_bias != 0))
         return stoke_fail(STOKE_ERR_ARG, "conv2d backward: dbias %s but shape has_bias=%d",
                           dbias ? "given" : "missing", s->has_bias);
     conv_entry *e = NULL;
     char *ws_base;
-    stoke_status st = conv_begin(s, bf16, ws, ws_size, &e, &ws_base);
+    stoke_status st = conv_begin(s, prec, ws, ws_size, &e, &ws_base);
     if (st != STOKE_OK)
         return st;
     char *phase = ws_base + e->scratch_bytes;
@@ -405,26 +416,39 @@ static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, con
 stoke_status cpu_conv2d_forward(float *out, const float *inp, const float *weight,
                                 const float *bias, const cpu_conv2d_shape *s, void *ws,
                                 size_t ws_size) {
-    return conv_forward(out, inp, weight, bias, s, ws, ws_size, 0);
+    return conv_forward(out, inp, weight, bias, s, ws, ws_size, CPU_CONV_FP32);
 }
 
 stoke_status cpu_conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight,
                                  const cpu_conv2d_shape *s, void *ws, size_t ws_size) {
-    return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size, 0);
+    return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size, CPU_CONV_FP32);
 }
 
 stoke_status cpu_conv2d_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
                                      const float *bias, const cpu_conv2d_shape *s, void *ws,
                                      size_t ws_size) {
-    return conv_forward(out, inp, weight, bias, s, ws, ws_size, 1);
+    return conv_forward(out, inp, weight, bias, s, ws, ws_size, CPU_CONV_BF16);
 }
 
 stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *dout, const uint16_t *inp,
                                       const uint16_t *weight, const cpu_conv2d_shape *s,
                                       void *ws, size_t ws_size) {
-    return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size, 1);
+    return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size, CPU_CONV_BF16);
+}
+
+stoke_status cpu_conv2d_forward_mixed(float *out, const float *inp, const float *weight,
+                                      const float *bias, const cpu_conv2d_shape *s, void *ws,
+                                      size_t ws_size) {
+    return conv_forward(out, inp, weight, bias, s, ws, ws_size, CPU_CONV_MIXED_BF16);
+}
+
+stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias,
+                                       const float *dout, const float *inp, const float *weight,
+                                       const cpu_conv2d_shape *s, void *ws, size_t ws_size) {
+    return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size,
+                         CPU_CONV_MIXED_BF16);
 }
 
 /* ---- pooling: memory-bound loops over independent planes, hand-written because they

@@ -23,22 +23,34 @@ typedef struct cpu_conv2d_shape {
  * OH, OW (either may be NULL). STOKE_ERR_ARG with the offending field otherwise. */
 stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW);
 
-/* Creates and caches the oneDNN forward, backward-data and backward-weights primitives
- * for the shape (bf16: bf16 input, weights and output gradient; fp32 otherwise) and
- * their reorders, so the first step does not pay for it; the executor calls it while
- * planning. Kernel calls on an unprepared shape prepare it themselves. */
-stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int bf16);
+/* The arithmetic of a convolution: fp32; bf16 (the caller's input, weights and output
+ * gradient are bf16; outputs and gradients fp32); or mixed (every tensor fp32, as in
+ * the fp32 kernels, but the math in bf16 on AMX: the reorders that move the inputs
+ * into oneDNN's layouts round them to bf16 on the way, so no separate conversion pass
+ * is needed). */
+typedef enum cpu_conv_prec {
+    CPU_CONV_FP32 = 0,
+    CPU_CONV_BF16 = 1,
+    CPU_CONV_MIXED_BF16 = 2,
+} cpu_conv_prec;
 
-/* Bytes of workspace the kernels of the shape need: the reordered (blocked) copies of
- * their tensors, the gradients before they are added into the caller's, and oneDNN's
- * scratchpad. One region serves forward and backward (they never overlap). Prepares
- * the shape. */
-stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int bf16, size_t *bytes);
+/* Creates and caches the oneDNN forward, backward-data and backward-weights primitives
+ * for the shape and precision (a cpu_conv_prec) and their reorders, so the first step
+ * does not pay for it; the executor calls it while planning. Kernel calls on an
+ * unprepared shape prepare it themselves. */
+stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int prec);
+
+/* Bytes of workspace the kernels of the shape and precision need: the reordered
+ * (blocked) copies of their tensors, the gradients before they are added into the
+ * caller's, oneDNN's scratchpad, and room to align the caller's pointer. One region
+ * serves forward and backward (they never overlap). Prepares the shape. */
+stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int prec, size_t *bytes);
 
 /* inp (B, C, H, W), weight (OC, C, KH, KW), bias (OC) or NULL (must match
  * s->has_bias), out (B, OC, OH, OW), overwritten. ws: at least
- * cpu_conv2d_workspace bytes, 64-byte aligned, or NULL to use a buffer the cache
- * owns (allocated on the first such call for the shape). */
+ * cpu_conv2d_workspace bytes (any alignment; the kernel aligns it), or NULL to use a
+ * buffer the cache owns (allocated on the first such call for the shape). A workspace
+ * that is too small fails with STOKE_ERR_ARG before anything is written. */
 stoke_status cpu_conv2d_forward(float *out, const float *inp, const float *weight,
                                 const float *bias, const cpu_conv2d_shape *s, void *ws,
                                 size_t ws_size);
@@ -60,6 +72,16 @@ stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *dout, const uint16_t *inp,
                                       const uint16_t *weight, const cpu_conv2d_shape *s,
                                       void *ws, size_t ws_size);
+
+/* Mixed variants: fp32 tensors exactly as the fp32 kernels take them, bf16 math
+ * (inputs, weights and output gradient rounded to bf16 inside; fp32 accumulation),
+ * except with fewer than 4 input channels, where fp32 math is faster and is used. */
+stoke_status cpu_conv2d_forward_mixed(float *out, const float *inp, const float *weight,
+                                      const float *bias, const cpu_conv2d_shape *s, void *ws,
+                                      size_t ws_size);
+stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias,
+                                       const float *dout, const float *inp, const float *weight,
+                                       const cpu_conv2d_shape *s, void *ws, size_t ws_size);
 
 /* Layouts inside oneDNN. AUTO (the default) lets oneDNN choose blocked layouts
  * (nChw16c and the like, with reorders from and to NCHW at the edges) except for the
