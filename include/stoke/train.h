@@ -157,7 +157,7 @@ typedef struct stoke_train_config {
     bool nesterov;
     double weight_decay;
     double clip_norm;         /* 0 = no clipping */
-    char schedule[12];        /* constant, step, cosine */
+    char schedule[12];        /* constant, step, cosine (default: cosine to 0 over the run) */
     int64_t warmup_steps;
     int64_t step_size;        /* schedule step: optimizer steps between decays */
     double gamma;             /* schedule step: the decay factor */

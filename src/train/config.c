@@ -92,7 +92,7 @@ void stoke_train_config_defaults(stoke_train_config *c)
     snprintf(c->optimizer, sizeof c->optimizer, "sgd");
     c->lr = 0.05;
     c->momentum = 0.9;
-    snprintf(c->schedule, sizeof c->schedule, "constant");
+    snprintf(c->schedule, sizeof c->schedule, "cosine");
     c->step_size = 1000;
     c->gamma = 0.1;
     c->seed = 1;
