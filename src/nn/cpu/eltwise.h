@@ -15,8 +15,10 @@
  * In-place forward (out == inp) is allowed where the backward does not need inp.
  * Each backward's comment names the forward buffer it reads, so the executor keeps
  * that one alive until the backward has run. Results do not depend on the thread
- * count (no cross-thread reductions). Nothing here allocates, prints or fails,
- * except embedding, which validates its indices. */
+ * count (no cross-thread reductions); they may differ in the last bits between
+ * machines with different vector units (see CPU_CLONES: lane counts change the
+ * order of sums). Nothing here allocates, prints or fails, except embedding, which
+ * validates its indices. */
 
 /* A kernel's inner loops go in a function marked CPU_CLONES: on x86-64 it is also
  * compiled for AVX2 and AVX-512 and the best version is picked at load time
