@@ -164,12 +164,15 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
     }
 }
 
-void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
-                           const float *inp, const float *weight, const float *bias, int N,
-                           int C, float eps) {
-    /* inp (N, C) -> out (N, C); save_mean, save_rstd (N,) */
-#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN)
-    for (int n = 0; n < N; n++) {
+/* Rows per parallel work item: about 4096 elements. */
+static int rows_per_block(int C) {
+    return 4096 / C + 1;
+}
+
+CPU_CLONES static void layernorm_rows(float *out, float *save_mean, float *save_rstd,
+                                      const float *inp, const float *weight,
+                                      const float *bias, int rows, int C, float eps) {
+    for (int n = 0; n < rows; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
         float sum = 0.0f;
@@ -201,13 +204,25 @@ void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
     }
 }
 
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *save_mean,
-                            const float *save_rstd, int N, int C) {
-    /* dout, inp (N, C) -> dinp (N, C) +=; dweight, dbias (C,) += */
-    size_t total = (size_t)N * (size_t)C;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-    for (int n = 0; n < N; n++) {
+void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
+                           const float *inp, const float *weight, const float *bias, int N,
+                           int C, float eps) {
+    /* inp (N, C) -> out (N, C); save_mean, save_rstd (N,) */
+    int rows = rows_per_block(C), nblk = (N + rows - 1) / rows;
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN && nblk > 1)
+    for (int k = 0; k < nblk; k++) {
+        int r0 = k * rows, m = N - r0 < rows ? N - r0 : rows;
+        size_t o = (size_t)r0 * C;
+        layernorm_rows(out + o, save_mean + r0, save_rstd + r0, inp + o, weight, bias, m, C,
+                       eps);
+    }
+}
+
+CPU_CLONES static void layernorm_rows_backward(float *dinp, const float *dout,
+                                               const float *inp, const float *weight,
+                                               const float *save_mean,
+                                               const float *save_rstd, int rows, int C) {
+    for (int n = 0; n < rows; n++) {
         const float *x = inp + (size_t)n * C;
         const float *dy = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
@@ -227,6 +242,42 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
             dx[c] += rstd * (g - mg - xhat * mgx);
         }
     }
+}
+
+/* dw[0, w) = sum_n dout[n] xhat[n], db[0, w) = sum_n dout[n] over the columns
+ * [0, w) of the row stride C, rows in order. */
+CPU_CLONES static void layernorm_param_block(float *dw, float *db, const float *dout,
+                                             const float *inp, const float *save_mean,
+                                             const float *save_rstd, int N, int C, int w) {
+    for (int c = 0; c < w; c++) {
+        dw[c] = 0.0f;
+        db[c] = 0.0f;
+    }
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *dy = dout + (size_t)n * C;
+        float m = save_mean[n], rstd = save_rstd[n];
+#pragma omp simd
+        for (int c = 0; c < w; c++) {
+            dw[c] += dy[c] * ((x[c] - m) * rstd);
+            db[c] += dy[c];
+        }
+    }
+}
+
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *save_mean,
+                            const float *save_rstd, int N, int C) {
+    /* dout, inp (N, C) -> dinp (N, C) +=; dweight, dbias (C,) += */
+    size_t total = (size_t)N * (size_t)C;
+    int rows = rows_per_block(C), nrb = (N + rows - 1) / rows;
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN && nrb > 1)
+    for (int k = 0; k < nrb; k++) {
+        int r0 = k * rows, m = N - r0 < rows ? N - r0 : rows;
+        size_t o = (size_t)r0 * C;
+        layernorm_rows_backward(dinp + o, dout + o, inp + o, weight, save_mean + r0,
+                                save_rstd + r0, m, C);
+    }
     if (!dweight && !dbias) {
         return;
     }
@@ -234,27 +285,18 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
      * the sums are the same bits whatever the thread count. */
     const int blk = 64;
     int nblk = (C + blk - 1) / blk;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN && nblk > 1)
     for (int b = 0; b < nblk; b++) {
         int c0 = b * blk;
-        int c1 = c0 + blk < C ? c0 + blk : C;
-        float dw[64] = {0}, db[64] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *dy = dout + (size_t)n * C;
-            float m = save_mean[n], rstd = save_rstd[n];
-#pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                dw[c - c0] += dy[c] * ((x[c] - m) * rstd);
-                db[c - c0] += dy[c];
-            }
-        }
-        for (int c = c0; c < c1; c++) {
+        int w = c0 + blk < C ? blk : C - c0;
+        float dw[64], db[64];
+        layernorm_param_block(dw, db, dout + c0, inp + c0, save_mean, save_rstd, N, C, w);
+        for (int c = 0; c < w; c++) {
             if (dweight) {
-                dweight[c] += dw[c - c0];
+                dweight[c0 + c] += dw[c];
             }
             if (dbias) {
-                dbias[c] += db[c - c0];
+                dbias[c0 + c] += db[c];
             }
         }
     }
