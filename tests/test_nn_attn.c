@@ -263,6 +263,21 @@ static void case_threads_and_errors(void) {
     CHECK_MSG(memcmp(r[0].grads, r[1].grads, np * sizeof(float)) == 0,
               "attention backward depends on the thread count");
 
+    /* dinp NULL: the parameter gradients are the same bits */
+    {
+        size_t nx = (size_t)B * T * C;
+        float *pg = falloc(np - nx);
+        size_t C_ = (size_t)C;
+        CHECK_INT_EQ(cpu_attention_backward(NULL, pg, pg + 3 * C_ * C_, pg + 3 * C_ * C_ + 3 * C_,
+                                            pg + 4 * C_ * C_ + 3 * C_, dy, all, all + nx,
+                                            all + nx + 3 * C_ * C_ + 3 * C_, r[1].saved, B, T, C,
+                                            H, 0, r[1].ws, r[1].ws_size),
+                     STOKE_OK);
+        CHECK_MSG(memcmp(pg, r[1].grads + nx, (np - nx) * sizeof(float)) == 0,
+                  "attention parameter gradients change with dinp NULL");
+        free(pg);
+    }
+
     /* a short workspace or bad sizes: an error before any gradient changes */
     float *before = fdup(r[0].grads, np);
     r[0].ws_size -= 4;

@@ -464,6 +464,12 @@ static void case_layernorm(void) {
                           1e-4, 1e-3);
     }
 
+    float *pg = falloc(2 * (size_t)C);
+    cpu_layernorm_backward(NULL, pg, pg + C, dy, x, w, mean, rstd, N, C);
+    check_close("layernorm dweight, dinp NULL", pg, g + n, C, 1e-4, 1e-3);
+    check_close("layernorm dbias, dinp NULL", pg + C, g + n + C, C, 1e-4, 1e-3);
+    free(pg);
+
     /* thread-count independence on a size that runs in parallel */
     {
         const int N2 = 512, C2 = 72;
@@ -597,6 +603,12 @@ static void batchnorm_case(int B, int C, int S, int train) {
         check_accumulates("batchnorm dbias", grads + n + C, grads0 + n + C, g + n + C, C, call,
                           1e-4, 1e-3);
     }
+    /* no input gradient wanted: dinp NULL, the parameter gradients unchanged */
+    float *pg = falloc(2 * (size_t)C);
+    cpu_batchnorm_backward(NULL, pg, pg + C, dy, x, w, sm, sr, B, C, S, train);
+    check_close("batchnorm dweight, dinp NULL", pg, g + n, C, 1e-4, 1e-3);
+    check_close("batchnorm dbias, dinp NULL", pg + C, g + n + C, C, 1e-4, 1e-3);
+    free(pg);
     free(all), free(rm), free(rv), free(rm0), free(rv0), free(y), free(sm), free(sr), free(dy);
     free(xd), free(rd), free(rmd), free(rvd), free(want), free(bm), free(bv), free(g), free(wm);
     free(wv), free(grads0), free(grads);

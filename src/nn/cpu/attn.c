@@ -236,7 +236,9 @@ stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
     colsum_add(db_qkv, dqkv, BT, C3);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C3, C, BT, 1.0f, dqkv, C3, inp, C,
                 1.0f, dw_qkv, C);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, C3, 1.0f, dqkv, C3, w_qkv, C,
-                1.0f, dinp, C);
+    if (dinp) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, C3, 1.0f, dqkv, C3, w_qkv,
+                    C, 1.0f, dinp, C);
+    }
     return STOKE_OK;
 }

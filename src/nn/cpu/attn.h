@@ -39,7 +39,8 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
                                    int C, int H, int causal);
 
 /* dout (B, T, C) -> dinp (B, T, C) +=, dw_qkv (3C, C) +=, db_qkv (3C) +=,
- * dw_out (C, C) +=, db_out (C) +=. Reads the forward INPUT `inp`, the weights
+ * dw_out (C, C) +=, db_out (C) +=; dinp may be NULL (skipped: a layer on the
+ * model's input). Reads the forward INPUT `inp`, the weights
  * w_qkv and w_out, and `saved` from the forward with the same sizes and `causal`.
  * `ws` holds at least cpu_attention_workspace(B, T, C, H) bytes (contents
  * irrelevant). Returns STOKE_ERR_ARG on bad sizes or a short workspace, before

@@ -135,6 +135,9 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
         if (dbias) {
             dbias[c] += (float)sdy;
         }
+        if (!dinp) {
+            continue;
+        }
         float w = weight ? weight[c] : 1.0f;
         float k = w * rstd;
         if (train) {
@@ -270,7 +273,7 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *save_rstd, int N, int C) {
     /* dout, inp (N, C) -> dinp (N, C) +=; dweight, dbias (C,) += */
     size_t total = (size_t)N * (size_t)C;
-    int rows = rows_per_block(C), nrb = (N + rows - 1) / rows;
+    int rows = rows_per_block(C), nrb = dinp ? (N + rows - 1) / rows : 0;
 #pragma omp parallel for schedule(static) if (total >= PAR_MIN && nrb > 1)
     for (int k = 0; k < nrb; k++) {
         int r0 = k * rows, m = N - r0 < rows ? N - r0 : rows;

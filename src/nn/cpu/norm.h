@@ -7,9 +7,10 @@
 
 /* Conventions: fp32 buffers, llm.c style. Forward writes out and the saved
  * statistics; backward ACCUMULATES (+=) into dinp, dweight and dbias. weight/bias
- * may be NULL (no affine: weight 1, bias 0), and then dweight/dbias are ignored
- * (may be NULL). Parameter gradients are reduced per channel in a fixed order, so
- * results do not depend on the thread count. */
+ * may be NULL (no affine: weight 1, bias 0). Any of dinp, dweight, dbias may be
+ * NULL: that gradient is skipped (dinp for a layer on the model's input). Parameter
+ * gradients are reduced per channel in a fixed order, so results do not depend on
+ * the thread count. */
 
 #define CPU_BN_MOMENTUM 0.1f /* PyTorch's default */
 #define CPU_NORM_EPS 1e-5f   /* PyTorch's default for both */
