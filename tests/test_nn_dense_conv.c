@@ -5,6 +5,7 @@
 #include "nn/cpu/conv.h"
 #include "nn/cpu/dense.h"
 
+#include <omp.h>
 #include <stdint.h>
 
 /* Tolerances (stated once, used everywhere):
@@ -619,6 +620,9 @@ int main(void) {
         test_linear(6, 100, 70, 1, (cpu_linear_impl)impl);
     }
     test_linear(5, 13, 11, 1, CPU_LINEAR_AUTO);
+    /* Small GEMMs run on one thread, and the calling thread's OpenMP count (which the
+     * other kernels follow) is restored afterwards. */
+    CHECK_INT_EQ(omp_get_max_threads(), 2);
     test_linear_bf16(3, 5, 4);
     test_linear_bf16(32, 96, 48);
 

@@ -78,6 +78,7 @@ typedef struct linear_entry {
     dnnl_memory_t w_doutT, w_inp, w_dw;      /* dout^T (OC,B), inp (B,C), dweight (OC,C) */
     void *scratch;                           /* max scratchpad of the three */
     size_t scratch_bytes;
+    int threads; /* OpenMP threads the primitives were created for */
 } linear_entry;
 
 static stoke_status md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, dnnl_data_type_t dt,
@@ -127,6 +128,7 @@ static stoke_status linear_create(const void *key, void **value) {
     if (!e)
         return stoke_fail(STOKE_ERR_NOMEM, "linear %dx%d->%d: out of memory", k->B, k->C, k->OC);
     pthread_mutex_init(&e->lock, NULL);
+    e->threads = k->threads;
     dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
     int64_t B = k->B, C = k->C, OC = k->OC;
     dnnl_memory_desc_t inp, wT, bias, out, dout, w, dinp, doutT, dw;
@@ -182,13 +184,30 @@ static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf1
     linear_key k;
     memset(&k, 0, sizeof k);
     k = (linear_key){B, C, OC, has_bias != 0, bf16 != 0, linear_threads(B, C, OC)};
-    /* The primitive runs with the thread count it was created with. */
-    if (omp_get_max_threads() != k.threads)
+    /* The primitive is created and run (see with_threads) with the key's thread count. */
+    int prev = omp_get_max_threads();
+    if (prev != k.threads)
         omp_set_num_threads(k.threads);
     void *v = NULL;
     stoke_status st = dnnl_util_cache_get(&k, sizeof k, linear_create, &v);
+    if (prev != k.threads)
+        omp_set_num_threads(prev);
     *e = v;
     return st;
+}
+
+/* Sets the calling thread's OpenMP count to the entry's for the duration of its
+ * primitives, and back: the other kernels rely on the compute-thread setting. */
+static int with_threads(const linear_entry *e) {
+    int prev = omp_get_max_threads();
+    if (prev != e->threads)
+        omp_set_num_threads(e->threads);
+    return prev;
+}
+
+static void restore_threads(const linear_entry *e, int prev) {
+    if (prev != e->threads)
+        omp_set_num_threads(prev);
 }
 
 stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16) {
@@ -261,7 +280,9 @@ static stoke_status matmul_forward(float *out, const void *inp, const void *weig
         set(e->f_bias, bias);
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->f_bias};
     }
+    int prev = with_threads(e);
     st = dnnl_util_exec(&e->fwd, n, args, e->scratch, "linear forward");
+    restore_threads(e, prev);
     pthread_mutex_unlock(&e->lock);
     return st;
 }
@@ -274,6 +295,7 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
     if (st != STOKE_OK)
         return st;
     pthread_mutex_lock(&e->lock);
+    int prev = with_threads(e);
     if (dinp) {
         set(e->d_dout, dout);
         set(e->d_w, weight);
@@ -290,6 +312,7 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
             {DNNL_ARG_SRC, e->w_doutT}, {DNNL_ARG_WEIGHTS, e->w_inp}, {DNNL_ARG_DST, e->w_dw}};
         st = dnnl_util_exec(&e->bwd_w, 3, args, e->scratch, "linear backward weights");
     }
+    restore_threads(e, prev);
     pthread_mutex_unlock(&e->lock);
     if (st == STOKE_OK && dbias)
         bias_grad(dbias, bf16 ? NULL : dout, bf16 ? dout : NULL, B, OC);
