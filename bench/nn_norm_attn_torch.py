@@ -48,6 +48,15 @@ yb = bn(xb)
 line("batchnorm train bwd", best(lambda: torch.autograd.grad(yb, [xb, bn.weight, bn.bias], dy,
                                                              retain_graph=True)))
 
+bn1 = torch.nn.BatchNorm1d(512)
+x1 = torch.rand(256, 512) * 2 - 1
+dy1 = torch.rand_like(x1)
+line("batchnorm1d train fwd (256,512)", best(lambda: bn1(x1)))
+x1g = x1.detach().requires_grad_()
+y1 = bn1(x1g)
+line("batchnorm1d train bwd", best(lambda: torch.autograd.grad(y1, [x1g, bn1.weight, bn1.bias],
+                                                               dy1, retain_graph=True)))
+
 B, T, C, H = 64, 65, 128, 4
 xt = torch.rand(B, T, C) * 2 - 1
 dyt = torch.rand_like(xt)

@@ -614,6 +614,79 @@ static void batchnorm_case(int B, int C, int S, int train) {
     free(wv), free(grads0), free(grads);
 }
 
+/* BatchNorm1d's own column-block path (S = 1) against the general path on the
+ * transposed data: (B, C) as (1, C, S = B) has the same per-channel statistics.
+ * B crosses a 512-row summation piece, C a 64-column block. fp32 against fp32 in
+ * different orders: atol = rtol = 2e-5 (gradients 1e-4). */
+static void case_batchnorm1d_path(void) {
+    const int B = 600, C = 150;
+    size_t n = (size_t)B * C;
+    float *x = falloc(n), *xt = falloc(n), *dy = falloc(n), *dyt = falloc(n);
+    float *w = falloc(C), *b = falloc(C);
+    fill_away(x, n, 2), fill(dy, n, -1, 1), fill(w, C, 0.5, 1.5), fill_away(b, C, 1);
+    for (int i = 0; i < B; i++) {
+        for (int c = 0; c < C; c++) {
+            x[(size_t)i * C + c] += (float)(c % 7);
+            xt[(size_t)c * B + i] = x[(size_t)i * C + c];
+            dyt[(size_t)c * B + i] = dy[(size_t)i * C + c];
+        }
+    }
+    for (int train = 1; train >= 0; train--) {
+        float *y = falloc(n), *yt = falloc(n), *dx = falloc(n), *dxt = falloc(n);
+        float *st = falloc(8 * (size_t)C); /* mean rstd rm rv | same for the general path */
+        for (int k = 0; k < 2; k++) {
+            fill(st + 4 * k * C + 2 * C, C, 0, 0); /* running mean 0 */
+            fill(st + 4 * k * C + 3 * C, C, 1, 1); /* running var 1 */
+        }
+        float *p1 = st, *p2 = st + 4 * C;
+        CHECK_INT_EQ(cpu_batchnorm_forward(y, p1, p1 + C, p1 + 2 * C, p1 + 3 * C, x, w, b, B, C,
+                                           1, train, 0.1f, 1e-5f),
+                     STOKE_OK);
+        CHECK_INT_EQ(cpu_batchnorm_forward(yt, p2, p2 + C, p2 + 2 * C, p2 + 3 * C, xt, w, b, 1, C,
+                                           B, train, 0.1f, 1e-5f),
+                     STOKE_OK);
+        float *g = falloc(4 * (size_t)C); /* dw db | general dw db */
+        cpu_batchnorm_backward(dx, g, g + C, dy, x, w, p1, p1 + C, B, C, 1, train);
+        cpu_batchnorm_backward(dxt, g + 2 * C, g + 3 * C, dyt, xt, w, p2, p2 + C, 1, C, B, train);
+        double *want = malloc(n * sizeof *want);
+        for (int i = 0; i < B; i++) {
+            for (int c = 0; c < C; c++) {
+                want[(size_t)i * C + c] = yt[(size_t)c * B + i];
+            }
+        }
+        check_close(train ? "batchnorm1d path forward (train)" : "batchnorm1d path forward (eval)",
+                    y, want, n, 2e-5, 2e-5);
+        for (int i = 0; i < B; i++) {
+            for (int c = 0; c < C; c++) {
+                want[(size_t)i * C + c] = dxt[(size_t)c * B + i];
+            }
+        }
+        check_close("batchnorm1d path dinp", dx, want, n, 1e-4, 1e-4);
+        double *ws = to_double(p2, 4 * (size_t)C), *wg = to_double(g + 2 * C, 2 * (size_t)C);
+        check_close("batchnorm1d path statistics", p1, ws, 4 * (size_t)C, 2e-5, 2e-5);
+        check_close("batchnorm1d path dweight, dbias", g, wg, 2 * (size_t)C, 1e-4, 1e-4);
+        free(ws), free(wg), free(want), free(g);
+        free(y), free(yt), free(dx), free(dxt), free(st);
+    }
+    /* thread-count independence */
+    float *r[2];
+    int saved_threads = omp_get_max_threads();
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        r[t] = falloc(2 * n + 6 * (size_t)C); /* y | dx | mean | rstd | rm | rv | dw | db */
+        float *q = r[t] + 2 * n;
+        q[3 * C] = 1.0f;
+        cpu_batchnorm_forward(r[t], q, q + C, q + 2 * C, q + 3 * C, x, w, b, B, C, 1, 1, 0.1f,
+                              1e-5f);
+        cpu_batchnorm_backward(r[t] + n, q + 4 * C, q + 5 * C, dy, x, w, q, q + C, B, C, 1, 1);
+    }
+    omp_set_num_threads(saved_threads);
+    CHECK_MSG(memcmp(r[0], r[1], (2 * n + 6 * (size_t)C) * sizeof(float)) == 0,
+              "batchnorm1d depends on the thread count");
+    free(r[0]), free(r[1]);
+    free(x), free(xt), free(dy), free(dyt), free(w), free(b);
+}
+
 static void case_batchnorm(void) {
     batchnorm_case(4, 3, 10, 1); /* NCHW, H*W = 10 */
     batchnorm_case(4, 3, 10, 0);
@@ -768,6 +841,7 @@ int main(void) {
     case_embedding();
     case_layernorm();
     case_batchnorm();
+    case_batchnorm1d_path();
     case_torch();
     return CHECK_DONE();
 }

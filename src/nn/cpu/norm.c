@@ -48,6 +48,185 @@ CPU_CLONES static void sum_dy_dyx(const float *dy, const float *x, int n, float 
     }
 }
 
+/* ---- batch norm over (B, C), S = 1 ----
+ * A channel is a column here, so the per-channel loops of the general path would
+ * stride through memory one element at a time. Instead threads take blocks of 64
+ * columns and walk the rows with the columns in vector lanes; each column still
+ * sums its rows in order (fp32 over pieces of PIECE rows, pieces in double). */
+
+#define COLS 64
+
+/* Batch statistics of the columns [0, w) (row stride C): fp32 mean mf, and the
+ * exact-mean-corrected sum of squared deviations ss, as the general path. */
+CPU_CLONES static void bn1d_stats(const float *inp, int B, int C, int w, float *mf,
+                                  double *m, double *ss) {
+    double s0[COLS] = {0}, s1[COLS] = {0}, q[COLS] = {0};
+    for (int b0 = 0; b0 < B; b0 += PIECE) {
+        int b1 = b0 + PIECE < B ? b0 + PIECE : B;
+        float acc[COLS] = {0};
+        for (int b = b0; b < b1; b++) {
+            const float *x = inp + (size_t)b * C;
+#pragma omp simd
+            for (int c = 0; c < w; c++) {
+                acc[c] += x[c];
+            }
+        }
+        for (int c = 0; c < w; c++) {
+            s0[c] += acc[c];
+        }
+    }
+    for (int c = 0; c < w; c++) {
+        mf[c] = (float)(s0[c] / (double)B);
+    }
+    for (int b0 = 0; b0 < B; b0 += PIECE) {
+        int b1 = b0 + PIECE < B ? b0 + PIECE : B;
+        float a1[COLS] = {0}, a2[COLS] = {0};
+        for (int b = b0; b < b1; b++) {
+            const float *x = inp + (size_t)b * C;
+#pragma omp simd
+            for (int c = 0; c < w; c++) {
+                float d = x[c] - mf[c];
+                a1[c] += x[c];
+                a2[c] += d * d;
+            }
+        }
+        for (int c = 0; c < w; c++) {
+            s1[c] += a1[c];
+            q[c] += a2[c];
+        }
+    }
+    for (int c = 0; c < w; c++) {
+        m[c] = s1[c] / (double)B;
+        ss[c] = q[c] - (double)B * (m[c] - mf[c]) * (m[c] - mf[c]);
+    }
+}
+
+/* y = x a + sh per column, over B rows */
+CPU_CLONES static void bn1d_apply(float *out, const float *inp, int B, int C, int w,
+                                  const float *a, const float *sh) {
+    for (int b = 0; b < B; b++) {
+        const float *x = inp + (size_t)b * C;
+        float *y = out + (size_t)b * C;
+#pragma omp simd
+        for (int c = 0; c < w; c++) {
+            y[c] = x[c] * a[c] + sh[c];
+        }
+    }
+}
+
+/* sum dy and sum dy xhat per column */
+CPU_CLONES static void bn1d_grad_sums(const float *dout, const float *inp, int B, int C,
+                                      int w, const float *mean, const float *rstd,
+                                      double *sdy, double *sdyx) {
+    for (int c = 0; c < w; c++) {
+        sdy[c] = 0.0;
+        sdyx[c] = 0.0;
+    }
+    for (int b0 = 0; b0 < B; b0 += PIECE) {
+        int b1 = b0 + PIECE < B ? b0 + PIECE : B;
+        float a1[COLS] = {0}, a2[COLS] = {0};
+        for (int b = b0; b < b1; b++) {
+            const float *x = inp + (size_t)b * C;
+            const float *dy = dout + (size_t)b * C;
+#pragma omp simd
+            for (int c = 0; c < w; c++) {
+                a1[c] += dy[c];
+                a2[c] += dy[c] * ((x[c] - mean[c]) * rstd[c]);
+            }
+        }
+        for (int c = 0; c < w; c++) {
+            sdy[c] += a1[c];
+            sdyx[c] += a2[c];
+        }
+    }
+}
+
+/* dx += k (dy - mdy - xhat mdyx) per column (eval: mdy = mdyx = 0) */
+CPU_CLONES static void bn1d_dinp(float *dinp, const float *dout, const float *inp, int B,
+                                 int C, int w, const float *mean, const float *rstd,
+                                 const float *k, const float *mdy, const float *mdyx) {
+    for (int b = 0; b < B; b++) {
+        const float *x = inp + (size_t)b * C;
+        const float *dy = dout + (size_t)b * C;
+        float *dx = dinp + (size_t)b * C;
+#pragma omp simd
+        for (int c = 0; c < w; c++) {
+            float xhat = (x[c] - mean[c]) * rstd[c];
+            dx[c] += k[c] * (dy[c] - mdy[c] - xhat * mdyx[c]);
+        }
+    }
+}
+
+static void batchnorm1d_forward(float *out, float *save_mean, float *save_rstd,
+                                float *running_mean, float *running_var, const float *inp,
+                                const float *weight, const float *bias, int B, int C,
+                                int train, float momentum, float eps) {
+    int nblk = (C + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if ((size_t)B * C >= PAR_MIN && nblk > 1)
+    for (int k = 0; k < nblk; k++) {
+        int c0 = k * COLS, w = C - c0 < COLS ? C - c0 : COLS;
+        float mf[COLS], a[COLS], sh[COLS];
+        double m[COLS], ss[COLS];
+        if (train) {
+            bn1d_stats(inp + c0, B, C, w, mf, m, ss);
+        }
+        for (int c = 0; c < w; c++) {
+            int ch = c0 + c;
+            float mean, rstd;
+            if (train) {
+                mean = (float)m[c];
+                rstd = (float)(1.0 / sqrt(ss[c] / (double)B + (double)eps));
+                if (running_mean && running_var) {
+                    double unbiased = ss[c] / (double)(B - 1);
+                    running_mean[ch] =
+                        (float)((1.0 - momentum) * running_mean[ch] + momentum * m[c]);
+                    running_var[ch] =
+                        (float)((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+                }
+            } else {
+                mean = running_mean[ch];
+                rstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
+            }
+            save_mean[ch] = mean;
+            save_rstd[ch] = rstd;
+            a[c] = (weight ? weight[ch] : 1.0f) * rstd;
+            sh[c] = (bias ? bias[ch] : 0.0f) - mean * a[c];
+        }
+        bn1d_apply(out + c0, inp + c0, B, C, w, a, sh);
+    }
+}
+
+static void batchnorm1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight,
+                                 const float *save_mean, const float *save_rstd, int B, int C,
+                                 int train) {
+    int nblk = (C + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if ((size_t)B * C >= PAR_MIN && nblk > 1)
+    for (int k = 0; k < nblk; k++) {
+        int c0 = k * COLS, w = C - c0 < COLS ? C - c0 : COLS;
+        double sdy[COLS], sdyx[COLS];
+        float kk[COLS], mdy[COLS], mdyx[COLS];
+        bn1d_grad_sums(dout + c0, inp + c0, B, C, w, save_mean + c0, save_rstd + c0, sdy,
+                       sdyx);
+        for (int c = 0; c < w; c++) {
+            int ch = c0 + c;
+            if (dweight) {
+                dweight[ch] += (float)sdyx[c];
+            }
+            if (dbias) {
+                dbias[ch] += (float)sdy[c];
+            }
+            kk[c] = (weight ? weight[ch] : 1.0f) * save_rstd[ch];
+            mdy[c] = train ? (float)(sdy[c] / (double)B) : 0.0f;
+            mdyx[c] = train ? (float)(sdyx[c] / (double)B) : 0.0f;
+        }
+        if (dinp) {
+            bn1d_dinp(dinp + c0, dout + c0, inp + c0, B, C, w, save_mean + c0, save_rstd + c0,
+                      kk, mdy, mdyx);
+        }
+    }
+}
+
 stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rstd,
                                    float *running_mean, float *running_var,
                                    const float *inp, const float *weight, const float *bias,
@@ -63,6 +242,11 @@ stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rst
     }
     if (!train && (!running_mean || !running_var)) {
         return stoke_fail(STOKE_ERR_ARG, "batchnorm: eval mode needs running statistics");
+    }
+    if (S == 1) {
+        batchnorm1d_forward(out, save_mean, save_rstd, running_mean, running_var, inp, weight,
+                            bias, B, C, train, momentum, eps);
+        return STOKE_OK;
     }
     size_t total = count * (size_t)C;
 #pragma omp parallel for schedule(static) if (total >= PAR_MIN)
@@ -119,6 +303,11 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *inp, const float *weight, const float *save_mean,
                             const float *save_rstd, int B, int C, int S, int train) {
     /* dout, inp (B, C, S) -> dinp (B, C, S) +=; dweight, dbias (C,) += */
+    if (S == 1) {
+        batchnorm1d_backward(dinp, dweight, dbias, dout, inp, weight, save_mean, save_rstd, B,
+                             C, train);
+        return;
+    }
     size_t count = (size_t)B * (size_t)S;
     size_t total = count * (size_t)C;
 #pragma omp parallel for schedule(static) if (total >= PAR_MIN)
