@@ -581,6 +581,12 @@ static void test_errors(void) {
     float a[4] = {1, 2, 3, 4};
     CHECK_INT_EQ(cpu_linear_forward(a, a, a, NULL, 0, 2, 2), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "B=0");
+    CHECK_INT_EQ(cpu_linear_prepare(2, 3, -1, 1, 0), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "OC=-1");
+    size_t lin_ws = 1;
+    CHECK_INT_EQ(cpu_linear_prepare(64, 200, 96, 1, 1), STOKE_OK);
+    CHECK_INT_EQ(cpu_linear_workspace(64, 200, 96, 1, 1, &lin_ws), STOKE_OK);
+    CHECK(lin_ws < (size_t)1 << 30);
     cpu_conv2d_shape s = {1, 1, 2, 2, 1, 3, 3, 1, 1, 0, 0, 0};
     CHECK_INT_EQ(cpu_conv2d_out_size(&s, NULL, NULL), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "larger than the padded input");

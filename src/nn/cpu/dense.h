@@ -13,7 +13,14 @@
  * and calls this once before planning; n <= 0 means the number of online CPUs.
  * Kernels apply the setting on whatever thread calls them (OpenMP's thread count is
  * per calling thread), and the primitive cache is keyed by it, so changing it later
- * is safe but builds new primitives. Results are bit-identical for a fixed count. */
+ * is safe but builds new primitives. Results are bit-identical for a fixed count.
+ * Oversubscription is costly: libgomp's threads spin at barriers, so when other
+ * runnable threads (loader workers, other processes) leave fewer free cores than n,
+ * a descheduled compute thread stalls every parallel region for a time slice.
+ * Measured here with 2 threads on a machine at load ~9 (bench/kernels_bench.c):
+ * MLP fc2 forward 13.4 ms instead of 1.5 ms with OMP_WAIT_POLICY=passive, max-pool
+ * 13 ms instead of 1.4 ms. libgomp reads that variable only at start-up, so the
+ * launcher must set it (or keep n at or below the cores left free). */
 void cpu_set_threads(int n);
 
 /* The current compute-thread count (resolved, >= 1). */
