@@ -35,7 +35,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 DATA = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530
 BATCH = {"cnn": 128, "mlp": 256}
 LR = {"cnn": 0.05, "mlp": 0.05}
 
@@ -49,8 +48,11 @@ def idx(name):
 
 
 def load(split, model):
+    # Normalized by the training set's mean and standard deviation, as stoke train does.
+    train = idx("train-images-idx3-ubyte.gz").astype(np.float64) / 255.0
+    mean, std = train.mean(), train.std()
     x = torch.from_numpy(idx(f"{split}-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
-    x = (x - MEAN) / STD
+    x = (x - mean) / std
     x = x.reshape(-1, 784) if model == "mlp" else x.unsqueeze(1)  # (N, 784) or (N, 1, 28, 28)
     y = torch.from_numpy(idx(f"{split}-labels-idx1-ubyte.gz").astype(np.int64))
     return x.contiguous(), y
