@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nn/cpu/attn.h"
+#include "nn/cpu/dense.h"
 #include "nn/cpu/eltwise.h"
 #include "nn/cpu/norm.h"
 #include "stoke/core.h"
@@ -49,7 +50,7 @@ static void line(const char *name, double ms, double bytes, double flops) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : omp_get_max_threads();
-    omp_set_num_threads(threads);
+    cpu_set_threads(threads);
     printf("threads %d\n", threads);
     double ms;
     {

@@ -10,6 +10,8 @@
  *   backward vs finite differences atol 1e-4 rtol 1e-3 (fp32 sums of ~100 terms)
  *   torch: atol 1e-5 (forward), 1e-4 (gradients); torch itself computes in fp32. */
 #include <omp.h>
+
+#include "nn/cpu/dense.h"
 #include <stdint.h>
 
 #include "nn/cpu/eltwise.h"
@@ -185,9 +187,9 @@ static void case_dropout(void) {
     fill(dy, n, -1, 1);
     int saved_threads = omp_get_max_threads();
 
-    omp_set_num_threads(1);
+    cpu_set_threads(1);
     cpu_dropout_forward(y1, x, n, p, 42, 7, 1);
-    omp_set_num_threads(2);
+    cpu_set_threads(2);
     cpu_dropout_forward(y2, x, n, p, 42, 7, 1);
     CHECK_MSG(memcmp(y1, y2, n * sizeof *y1) == 0, "dropout mask differs with thread count");
 
@@ -253,7 +255,7 @@ static void case_dropout(void) {
     cpu_dropout_forward(y2, y2, n, p, 42, 7, 1);
     CHECK(memcmp(y1, y2, n * sizeof *y1) == 0);
 
-    omp_set_num_threads(saved_threads);
+    cpu_set_threads(saved_threads);
     free(g), free(dx0);
     free(x), free(y1), free(y2), free(dy), free(dx);
 }
@@ -372,11 +374,11 @@ static void case_embedding(void) {
     }
     /* same bits with 1 and 2 threads */
     float *t1 = fdup(dt0, (size_t)V * C), *t2 = fdup(dt0, (size_t)V * C);
-    omp_set_num_threads(1);
+    cpu_set_threads(1);
     cpu_embedding_backward(t1, dy, idx, N, V, C);
-    omp_set_num_threads(2);
+    cpu_set_threads(2);
     cpu_embedding_backward(t2, dy, idx, N, V, C);
-    omp_set_num_threads(saved_threads);
+    cpu_set_threads(saved_threads);
     CHECK_MSG(memcmp(t1, t2, (size_t)V * C * sizeof *t1) == 0,
               "embedding backward depends on the thread count");
 
@@ -480,13 +482,13 @@ static void case_layernorm(void) {
         float *gr[2];
         int saved_threads = omp_get_max_threads();
         for (int t = 0; t < 2; t++) {
-            omp_set_num_threads(t + 1);
+            cpu_set_threads(t + 1);
             gr[t] = falloc(n2 + 2 * (size_t)C2);
             cpu_layernorm_forward(y2, m2, s2, x2, w2, b2, N2, C2, CPU_NORM_EPS);
             cpu_layernorm_backward(gr[t], gr[t] + n2, gr[t] + n2 + C2, dy2, x2, w2, m2, s2, N2,
                                    C2);
         }
-        omp_set_num_threads(saved_threads);
+        cpu_set_threads(saved_threads);
         CHECK_MSG(memcmp(gr[0], gr[1], (n2 + 2 * (size_t)C2) * sizeof(float)) == 0,
                   "layernorm backward depends on the thread count");
         free(gr[0]), free(gr[1]);
@@ -672,7 +674,7 @@ static void case_batchnorm1d_path(void) {
     float *r[2];
     int saved_threads = omp_get_max_threads();
     for (int t = 0; t < 2; t++) {
-        omp_set_num_threads(t + 1);
+        cpu_set_threads(t + 1);
         r[t] = falloc(2 * n + 6 * (size_t)C); /* y | dx | mean | rstd | rm | rv | dw | db */
         float *q = r[t] + 2 * n;
         q[3 * C] = 1.0f;
@@ -680,7 +682,7 @@ static void case_batchnorm1d_path(void) {
                               1e-5f);
         cpu_batchnorm_backward(r[t] + n, q + 4 * C, q + 5 * C, dy, x, w, q, q + C, B, C, 1, 1);
     }
-    omp_set_num_threads(saved_threads);
+    cpu_set_threads(saved_threads);
     CHECK_MSG(memcmp(r[0], r[1], (2 * n + 6 * (size_t)C) * sizeof(float)) == 0,
               "batchnorm1d depends on the thread count");
     free(r[0]), free(r[1]);
@@ -741,7 +743,7 @@ static void case_batchnorm(void) {
     float *res[2];
     int saved_threads = omp_get_max_threads();
     for (int t = 0; t < 2; t++) {
-        omp_set_num_threads(t + 1);
+        cpu_set_threads(t + 1);
         res[t] = falloc(2 * n + 6 * (size_t)C); /* y | dx | dw | db | mean | rstd | rm | rv */
         float *r = res[t];
         float *rmt = r + 2 * n + 4 * C, *rvt = rmt + C;
@@ -751,7 +753,7 @@ static void case_batchnorm(void) {
         cpu_batchnorm_backward(r + n, r + 2 * n, r + 2 * n + C, dy, xb, w, r + 2 * n + 2 * C,
                                r + 2 * n + 3 * C, B, C, S, 1);
     }
-    omp_set_num_threads(saved_threads);
+    cpu_set_threads(saved_threads);
     CHECK_MSG(memcmp(res[0], res[1], (2 * n + 6 * (size_t)C) * sizeof(float)) == 0,
               "batchnorm depends on the thread count");
     free(res[0]), free(res[1]), free(xb), free(w), free(b), free(dy);

@@ -1,12 +1,14 @@
-/* attn.c - multi-head self-attention on the CPU: OpenBLAS SGEMMs for the projections
- * and for each head's q k^T and p v on strided views of the packed qkv buffer,
- * a fused scale/mask/softmax in between, (batch, head) pairs over OpenMP. */
+/* attn.c - multi-head self-attention on the CPU: the projections are the linear
+ * kernels (oneDNN matmul, dense.h), each head's q k^T and p v are OpenBLAS SGEMMs on
+ * strided views of the packed qkv buffer, a fused scale/mask/softmax in between,
+ * (batch, head) pairs over OpenMP. */
 #include "nn/cpu/attn.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "nn/cpu/dense.h"
 #include "nn/cpu/eltwise.h"
 
 /* OpenBLAS (the pthread build Debian ships) runs a GEMM on one thread when
@@ -40,49 +42,23 @@ size_t cpu_attention_workspace(int B, int T, int C, int H) {
     return floats * sizeof(float);
 }
 
+stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_bytes) {
+    stoke_status st = attention_check(B, T, C, H);
+    size_t in_bytes = 0, out_bytes = 0;
+    if (st == STOKE_OK) {
+        st = cpu_linear_workspace(B * T, C, 3 * C, 1, 0, &in_bytes);
+    }
+    if (st == STOKE_OK) {
+        st = cpu_linear_workspace(B * T, C, C, 1, 0, &out_bytes);
+    }
+    if (st == STOKE_OK && kernel_bytes) {
+        *kernel_bytes = in_bytes + out_bytes;
+    }
+    return st;
+}
+
 static int heads_in_parallel(int T, int hs) {
     return (double)T * (double)T * (double)hs <= HEAD_GEMM_SERIAL_MAX;
-}
-
-/* acc[0, w) = column sums of src (N rows of stride ld), w <= 64 */
-CPU_CLONES static void colsum_block(float *acc, const float *src, int N, int ld, int w) {
-    for (int c = 0; c < w; c++) {
-        acc[c] = 0.0f;
-    }
-    for (int n = 0; n < N; n++) {
-        const float *row = src + (size_t)n * ld;
-#pragma omp simd
-        for (int c = 0; c < w; c++) {
-            acc[c] += row[c];
-        }
-    }
-}
-
-/* dst (C,) += column sums of src (N, C). Blocks of 64 columns per thread, rows in
- * order: the same bits whatever the thread count. */
-static void colsum_add(float *dst, const float *src, int N, int C) {
-    const int blk = 64;
-    int nblk = (C + blk - 1) / blk;
-#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= ((size_t)1 << 15))
-    for (int b = 0; b < nblk; b++) {
-        int c0 = b * blk;
-        int w = c0 + blk < C ? blk : C - c0;
-        float acc[64];
-        colsum_block(acc, src + c0, N, C, w);
-        for (int c = 0; c < w; c++) {
-            dst[c0 + c] += acc[c];
-        }
-    }
-}
-
-/* out (M, N) = inp (M, K) w^T (w is (N, K)) + bias (N,) */
-static void linear_forward(float *out, const float *inp, const float *w, const float *bias,
-                           int M, int N, int K) {
-    for (int m = 0; m < M; m++) {
-        memcpy(out + (size_t)m * N, bias, (size_t)N * sizeof *out);
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, inp, K, w, K, 1.0f,
-                out, N);
 }
 
 /* scores (T, T) -> probabilities in place: row i softmaxes its first len(i) = i + 1
@@ -145,7 +121,8 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
                                    int C, int H, int causal) {
     /* inp (B, T, C) -> out (B, T, C); saved = qkv (B, T, 3C) | att (B, H, T, T) |
      * y (B, T, C) */
-    stoke_status st = attention_check(B, T, C, H);
+    cpu_threads_apply();
+    stoke_status st = cpu_attention_prepare(B, T, C, H, NULL);
     if (st != STOKE_OK) {
         return st;
     }
@@ -155,7 +132,10 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
     float *y = att + (size_t)B * H * T * T;
     float scale = 1.0f / sqrtf((float)hs);
 
-    linear_forward(qkv, inp, w_qkv, b_qkv, BT, C3, C);
+    st = cpu_linear_forward(qkv, inp, w_qkv, b_qkv, BT, C, C3);
+    if (st != STOKE_OK) {
+        return st;
+    }
     int nbh = B * H;
 #pragma omp parallel for schedule(static) if (heads_in_parallel(T, hs) && nbh > 1)
     for (int bh = 0; bh < nbh; bh++) {
@@ -164,8 +144,7 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
         head_forward(att + (size_t)bh * T * T, y + (size_t)b * T * C + (size_t)h * hs, q,
                      q + C, q + 2 * C, T, hs, C3, C, scale, causal);
     }
-    linear_forward(out, y, w_out, b_out, BT, C, C);
-    return STOKE_OK;
+    return cpu_linear_forward(out, y, w_out, b_out, BT, C, C);
 }
 
 /* One (b, h), given dy (T, hs) of its output slice: writes dq, dk, dv (T, hs) slices
@@ -194,7 +173,8 @@ stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
     /* dout (B, T, C) -> dinp (B, T, C) +=; dw_qkv (3C, C), db_qkv (3C), dw_out (C, C),
      * db_out (C) += */
     (void)causal; /* the mask is already in the saved probabilities (zeros) */
-    stoke_status st = attention_check(B, T, C, H);
+    cpu_threads_apply();
+    stoke_status st = cpu_attention_prepare(B, T, C, H, NULL);
     if (st != STOKE_OK) {
         return st;
     }
@@ -212,12 +192,11 @@ stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
     float *ds = dqkv + (size_t)BT * C3;
     float scale = 1.0f / sqrtf((float)hs);
 
-    /* output projection: db_out += colsum(dout), dw_out += dout^T y, dy = dout w_out */
-    colsum_add(db_out, dout, BT, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, C, BT, 1.0f, dout, C, y, C, 1.0f,
-                dw_out, C);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, C, 1.0f, dout, C, w_out, C,
-                0.0f, dy, C);
+    /* output projection: dy = dout w_out, dw_out += dout^T y, db_out += colsum(dout).
+     * Both shapes were prepared above, so the linear kernels cannot fail now and no
+     * gradient is left half-updated. */
+    memset(dy, 0, (size_t)BT * C * sizeof *dy);
+    cpu_linear_backward(dy, dw_out, db_out, dout, y, w_out, BT, C, C);
 
     int nbh = B * H;
 #pragma omp parallel for schedule(static) if (heads_in_parallel(T, hs) && nbh > 1)
@@ -231,14 +210,7 @@ stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
                       q + C, q + 2 * C, T, hs, C3, C, scale);
     }
 
-    /* input projection: db_qkv += colsum(dqkv), dw_qkv += dqkv^T inp,
-     * dinp += dqkv w_qkv */
-    colsum_add(db_qkv, dqkv, BT, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C3, C, BT, 1.0f, dqkv, C3, inp, C,
-                1.0f, dw_qkv, C);
-    if (dinp) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, C3, 1.0f, dqkv, C3, w_qkv,
-                    C, 1.0f, dinp, C);
-    }
-    return STOKE_OK;
+    /* input projection: dinp += dqkv w_qkv (unless NULL), dw_qkv += dqkv^T inp,
+     * db_qkv += colsum(dqkv) */
+    return cpu_linear_backward(dinp, dw_qkv, db_qkv, dqkv, inp, w_qkv, BT, C, C3);
 }

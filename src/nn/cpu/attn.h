@@ -29,10 +29,20 @@ size_t cpu_attention_saved_floats(int B, int T, int C, int H);
  * does not depend on the thread count. */
 size_t cpu_attention_workspace(int B, int T, int C, int H);
 
-/* Writes out and saved. Projections are OpenBLAS SGEMMs over all B*T rows; the
- * per-head q k^T and p v products are SGEMMs on strided views of qkv (no copies),
- * with (b, h) pairs spread over OpenMP threads. Returns STOKE_ERR_ARG if a size is
- * not positive or H does not divide C; nothing is written then. */
+/* Prepares the two projections' linear kernels for these sizes (oneDNN primitives,
+ * cached; see cpu_linear_prepare in dense.h) and, if kernel_bytes is not NULL, sets
+ * it to the scratch those kernels hold (their own, allocated once: the memory plan
+ * adds it to its workspace total). The executor calls it while planning; forward
+ * and backward call it too (a cache lookup once prepared). Fails with STOKE_ERR_ARG
+ * for bad sizes, or the linear kernels' failure. */
+stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_bytes);
+
+/* Writes out and saved. The projections run on the linear kernels (oneDNN matmul)
+ * over all B*T rows; the per-head q k^T and p v products are OpenBLAS SGEMMs on
+ * strided views of qkv (no copies), with (b, h) pairs spread over OpenMP threads.
+ * Returns STOKE_ERR_ARG if a size is not positive or H does not divide C (or the
+ * failure of cpu_attention_prepare); nothing is written then. Deterministic for a
+ * fixed thread count. */
 stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
                                    const float *w_qkv, const float *b_qkv,
                                    const float *w_out, const float *b_out, int B, int T,
@@ -43,8 +53,9 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
  * model's input). Reads the forward INPUT `inp`, the weights
  * w_qkv and w_out, and `saved` from the forward with the same sizes and `causal`.
  * `ws` holds at least cpu_attention_workspace(B, T, C, H) bytes (contents
- * irrelevant). Returns STOKE_ERR_ARG on bad sizes or a short workspace, before
- * touching any gradient. */
+ * irrelevant). Returns STOKE_ERR_ARG on bad sizes or a short workspace (or the
+ * failure of cpu_attention_prepare), before touching any gradient. Deterministic
+ * for a fixed thread count. */
 stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
                                     float *dw_out, float *db_out, const float *dout,
                                     const float *inp, const float *w_qkv,

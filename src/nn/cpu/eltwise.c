@@ -5,6 +5,8 @@
 
 #include <math.h>
 
+#include "nn/cpu/dense.h"
+
 /* Below this many elements a parallel region costs more than it saves. */
 #define PAR_MIN ((size_t)1 << 15)
 /* Elements per parallel work item: 16 KB of floats, many vector iterations. */
@@ -40,11 +42,13 @@ CPU_CLONES static void relu_bwd_span(float *dinp, const float *dout, const float
 
 void cpu_relu_forward(float *out, const float *inp, size_t n) {
     /* inp (n,), out (n,) */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, relu_fwd_span(out + o, inp + o, m));
 }
 
 void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n) {
     /* dout, out (n,) -> dinp (n,) += */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, relu_bwd_span(dinp + o, dout + o, out + o, m));
 }
 
@@ -105,12 +109,14 @@ CPU_CLONES static void gelu_bwd_span(float *dinp, const float *dout, const float
 
 void cpu_gelu_forward(float *out, const float *inp, size_t n, int approx_tanh) {
     /* inp (n,), out (n,) */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, gelu_fwd_span(out + o, inp + o, m, approx_tanh));
 }
 
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
                        int approx_tanh) {
     /* dout, inp (n,) -> dinp (n,) += */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, gelu_bwd_span(dinp + o, dout + o, inp + o, m, approx_tanh));
 }
 
@@ -146,21 +152,25 @@ CPU_CLONES static void sigmoid_fwd_span(float *out, const float *inp, size_t n) 
 
 void cpu_tanh_forward(float *out, const float *inp, size_t n) {
     /* inp (n,), out (n,) */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, tanh_fwd_span(out + o, inp + o, m));
 }
 
 void cpu_tanh_backward(float *dinp, const float *dout, const float *out, size_t n) {
     /* dout, out (n,) -> dinp (n,) += */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, tanh_sigmoid_bwd_span(dinp + o, dout + o, out + o, m, 0));
 }
 
 void cpu_sigmoid_forward(float *out, const float *inp, size_t n) {
     /* inp (n,), out (n,) */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, sigmoid_fwd_span(out + o, inp + o, m));
 }
 
 void cpu_sigmoid_backward(float *dinp, const float *dout, const float *out, size_t n) {
     /* dout, out (n,) -> dinp (n,) += */
+    cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, tanh_sigmoid_bwd_span(dinp + o, dout + o, out + o, m, 1));
 }
 
@@ -259,6 +269,7 @@ static void dropout_apply(float *dst, const float *src, size_t n, float p, uint6
 void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t seed,
                          uint64_t step, int train) {
     /* inp (n,), out (n,) */
+    cpu_threads_apply();
     if (!train || p <= 0.0f) {
         if (out != inp) {
             memcpy(out, inp, n * sizeof *out);
@@ -275,6 +286,7 @@ void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
                           uint64_t seed, uint64_t step, int train) {
     /* dout (n,) -> dinp (n,) += */
+    cpu_threads_apply();
     if (!train || p <= 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) {
@@ -292,6 +304,7 @@ void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
 
 void cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
     /* a, b (n,) -> out (n,) */
+    cpu_threads_apply();
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         out[i] = a[i] + b[i];
@@ -300,6 +313,7 @@ void cpu_residual_forward(float *out, const float *a, const float *b, size_t n) 
 
 void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
     /* dout (n,) -> da, db (n,) += */
+    cpu_threads_apply();
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         da[i] += dout[i];
@@ -331,6 +345,7 @@ CPU_CLONES static void softmax_rows(float *out, const float *inp, int rows, int 
 
 void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
     /* inp (N, C) -> out (N, C), softmax over C; rows in blocks of ~BLK elements */
+    cpu_threads_apply();
     int rows = (int)(BLK / (size_t)C) + 1;
     int nblk = (N + rows - 1) / rows;
 #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN / 4 && nblk > 1)
@@ -342,6 +357,7 @@ void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
 
 void cpu_softmax_backward(float *dinp, const float *dout, const float *out, int N, int C) {
     /* dout, out (N, C) -> dinp (N, C) += */
+    cpu_threads_apply();
 #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN)
     for (int r = 0; r < N; r++) {
         const float *dy = dout + (size_t)r * C;
@@ -376,6 +392,7 @@ static stoke_status embedding_check(const char *what, const int32_t *idx, int N,
 stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *table,
                                    int N, int V, int C) {
     /* idx (N,), table (V, C) -> out (N, C) */
+    cpu_threads_apply();
     stoke_status st = embedding_check("forward", idx, N, V);
     if (st != STOKE_OK) {
         return st;
@@ -390,6 +407,7 @@ stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *
 stoke_status cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx,
                                     int N, int V, int C) {
     /* dout (N, C), idx (N,) -> dtable (V, C) += */
+    cpu_threads_apply();
     stoke_status st = embedding_check("backward", idx, N, V);
     if (st != STOKE_OK) {
         return st;

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "nn/cpu/dense.h"
 #include "nn/cpu/eltwise.h"
 
 #define PAR_MIN ((size_t)1 << 14)
@@ -233,6 +234,7 @@ stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rst
                                    int B, int C, int S, int train, float momentum,
                                    float eps) {
     /* inp (B, C, S) -> out (B, C, S); save_mean, save_rstd (C,) */
+    cpu_threads_apply();
     size_t count = (size_t)B * (size_t)S;
     if (train && count < 2) {
         return stoke_fail(STOKE_ERR_ARG,
@@ -303,6 +305,7 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *inp, const float *weight, const float *save_mean,
                             const float *save_rstd, int B, int C, int S, int train) {
     /* dout, inp (B, C, S) -> dinp (B, C, S) +=; dweight, dbias (C,) += */
+    cpu_threads_apply();
     if (S == 1) {
         batchnorm1d_backward(dinp, dweight, dbias, dout, inp, weight, save_mean, save_rstd, B,
                              C, train);
@@ -400,6 +403,7 @@ void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
                            const float *inp, const float *weight, const float *bias, int N,
                            int C, float eps) {
     /* inp (N, C) -> out (N, C); save_mean, save_rstd (N,) */
+    cpu_threads_apply();
     int rows = rows_per_block(C), nblk = (N + rows - 1) / rows;
 #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN && nblk > 1)
     for (int k = 0; k < nblk; k++) {
@@ -461,6 +465,7 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *inp, const float *weight, const float *save_mean,
                             const float *save_rstd, int N, int C) {
     /* dout, inp (N, C) -> dinp (N, C) +=; dweight, dbias (C,) += */
+    cpu_threads_apply();
     size_t total = (size_t)N * (size_t)C;
     int rows = rows_per_block(C), nrb = dinp ? (N + rows - 1) / rows : 0;
 #pragma omp parallel for schedule(static) if (total >= PAR_MIN && nrb > 1)
