@@ -539,8 +539,14 @@ static stoke_status attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
     (void)g;
     (void)p;
     int T = (int)n->shape.dims[0], C = (int)n->shape.dims[1];
+    /* The projections' own scratch (oneDNN's, held by the kernel like linear's) is
+     * counted too, so the plan's total stays an upper bound of what training uses. */
+    size_t kernel = 0;
+    stoke_status st = cpu_attention_prepare((int)batch, T, C, n->heads, &kernel);
+    if (st != STOKE_OK)
+        return st;
     /* + an input-gradient sink when the attention reads data directly */
-    *bytes = align_up(cpu_attention_workspace((int)batch, T, C, n->heads)) +
+    *bytes = align_up(kernel) + align_up(cpu_attention_workspace((int)batch, T, C, n->heads)) +
              align_up((size_t)batch * T * C * sizeof(float));
     return STOKE_OK;
 }
