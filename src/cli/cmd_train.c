@@ -114,7 +114,7 @@ static bool is_bool_flag(const char *name)
 
 static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget)
 {
-    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
     printf("memory plan for batch %" PRId64 ":\n", p->batch);
     printf("  parameters         %12zu bytes  %s\n", p->params, stoke_format_bytes((double)p->params, a, sizeof a));
     printf("  gradients          %12zu bytes  %s\n", p->grads, stoke_format_bytes((double)p->grads, b, sizeof b));
@@ -127,7 +127,6 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
     printf("  total              %12zu bytes  %s\n", p->total, stoke_format_bytes((double)p->total, f, sizeof f));
     printf("largest batch within %s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
            max_batch, max_batch == 0 ? " (not even one sample fits)" : "");
-    (void)h;
 }
 
 int cmd_train(int argc, char **argv)
