@@ -204,6 +204,8 @@ def main():
         sb = max([x for x in (s32, sbf) if not math.isnan(x)], default=math.nan)
         goal = 3.0 if model == "cnn" else 1.5
         t90b = min([x for x in (t90_32, t90_bf) if not math.isnan(x)], default=math.nan)
+        if not math.isnan(tbf) and f"torch_to90_{model}_bf16" not in v:
+            t90b = math.nan  # PyTorch's bf16 time was not measured (--quick): no best
         s90b = min([x for x in (s90_32, s90_bf) if not math.isnan(x)], default=math.nan)
         print(f"  goal: stoke >= {goal}x PyTorch's best throughput: stoke fp32 / PyTorch fp32 "
               f"{fmt(ratio(s32, tf32), '{:.2f}x')}, stoke best / PyTorch best (any precision) "
