@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "nn/cpu/precision.h"
+#include "core/precision.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 

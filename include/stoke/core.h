@@ -60,6 +60,14 @@ char *stoke_format_bytes(double bytes, char *buf, size_t size);
  * buf. */
 char *stoke_format_flops(double flops, char *buf, size_t size);
 
+/* Rounding conversions: n floats to IEEE half or bfloat16, round to nearest even
+ * (NaN stays a quiet NaN, overflow becomes infinity, subnormals are rounded, not
+ * flushed), through the CPU's instructions where it has them (F16C, AVX512-BF16) and
+ * an exact scalar path otherwise; every path gives the same bits. Can't fail. */
+void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n);
+void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n);
+float stoke_f16_to_f32(uint16_t h);
+
 #ifdef __cplusplus
 }
 #endif

@@ -238,11 +238,7 @@ size_t stoke_transform_scratch_bytes(const stoke_transform *t);
 void stoke_transform_apply(const stoke_transform *t, const void *in, void *out,
                            void *scratch, uint64_t seed, int64_t epoch, int64_t index);
 
-/* Rounding conversions, exposed for tests and other modules: n floats to IEEE half or
- * bfloat16, round to nearest even (NaN stays NaN). F16C is used where the CPU has it. */
-void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n);
-void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n);
-float stoke_f16_to_f32(uint16_t h);
+/* The rounding conversions to f16/bf16 the transforms use are in core.h. */
 
 /* ---- In-memory datasets ---------------------------------------------------------- */
 

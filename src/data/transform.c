@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cpuid.h>
-#include <immintrin.h>
 
 #include "data/loader_impl.h"
 #include "stoke/data.h"
@@ -48,95 +46,6 @@ static bool have_avx2(void)
     return __builtin_cpu_supports("avx2");
 }
 
-static bool have_f16c(void)
-{
-    if (isa_level >= 0)
-        return isa_level >= 1;
-    /* cpuid leaf 1, ECX bit 29: clang's __builtin_cpu_supports does not know "f16c". */
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
-}
-
-/* ---- rounding conversions ----------------------------------------------------------- */
-
-static inline uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static inline float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* IEEE half with round to nearest even, by hand for CPUs without F16C (after Fabian
- * Giesen's float_to_half_fast3_rtne, public domain). */
-static uint16_t f16_scalar(float f)
-{
-    const uint32_t f32infty = 255u << 23, f16max = (127u + 16) << 23;
-    const uint32_t denorm_magic = ((127u - 15) + (23 - 10) + 1) << 23;
-    uint32_t x = f2u(f), sign = x & 0x80000000u, o;
-    x ^= sign;
-    if (x >= f16max) {
-        o = x > f32infty ? 0x7e00 | ((x >> 13) & 0x3ff) : 0x7c00;
-    } else if (x < (113u << 23)) { /* subnormal or zero half: let the FPU round */
-        o = f2u(u2f(x) + u2f(denorm_magic)) - denorm_magic;
-    } else {
-        uint32_t mant_odd = (x >> 13) & 1;
-        x += ((uint32_t)(15 - 127) << 23) + 0xfff + mant_odd;
-        o = x >> 13;
-    }
-    return (uint16_t)(o | (sign >> 16));
-}
-
-float stoke_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e == 0x1f)
-        return u2f(sign | 0x7f800000u | (m << 13));
-    if (e == 0) /* zero or subnormal: m * 2^-24, exact in float */
-        return u2f(sign) + (sign ? -1.0f : 1.0f) * (float)m * 0x1.0p-24f;
-    return u2f(sign | ((e + 112) << 23) | (m << 13));
-}
-
-__attribute__((target("avx,f16c"))) static void f16_f16c(const float *in, uint16_t *out,
-                                                          size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm_storeu_si128((__m128i *)(out + i), h);
-    }
-    for (; i < n; i++)
-        out[i] = f16_scalar(in[i]);
-}
-
-void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n)
-{
-    if (have_f16c()) {
-        f16_f16c(in, out, n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        out[i] = f16_scalar(in[i]);
-}
-
-void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = f2u(in[i]);
-        if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and a NaN */
-            out[i] = (uint16_t)((u >> 16) | 0x40);
-        else
-            out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-    }
-}
 
 /* ---- options -------------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include "nn/cpu/loss.h"
 #include "nn/cpu/norm.h"
 #include "nn/cpu/optim.h"
-#include "nn/cpu/precision.h"
+#include "core/precision.h"
 
 #define ALIGN 64
 

@@ -1,6 +1,6 @@
 /* precision.c - fp32 <-> bf16 / fp16 conversions (scalar reference, F16C, AVX-512F,
  * AVX512-BF16 paths), bf16/fp16 storage emulation and the dynamic loss scaler. */
-#include "nn/cpu/precision.h"
+#include "core/precision.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -479,3 +479,8 @@ void cpu_loss_scaler_update(cpu_loss_scaler *s, bool overflow)
         s->good_steps = 0;
     }
 }
+
+/* The public conversions of core.h: the same dispatched paths. */
+void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n) { cpu_f32_to_f16(in, out, n); }
+void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n) { cpu_f32_to_bf16(in, out, n); }
+float stoke_f16_to_f32(uint16_t h) { return cpu_f16_to_f32_1(h); }
