@@ -1,6 +1,7 @@
 /* test_pipeline_monitor.c - a real loader feeding a real monitor: the samples carry
  * the input pipeline's numbers, consistent with the loader's own statistics. */
 #include "check.h"
+#include "stoke/train.h"
 #include "stoke/data.h"
 #include "stoke/monitor.h"
 
@@ -10,33 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The adapter a program writes to wire a loader into the monitor (the monitor does not
- * depend on the data module, so it lives with the program; docs/monitor.md shows it).
- * It runs on the sampler thread: stoke_loader_get_stats is safe there. */
-static bool loader_pipeline(void *ctx, stoke_mon_pipeline *out)
-{
-    stoke_loader *l = ctx;
-    if (!l)
-        return false;
-    stoke_loader_stats st;
-    stoke_loader_get_stats(l, &st);
-    out->batches = st.batches;
-    out->wait_total_s = st.wait_avg_ms * (double)st.batches / 1e3;
-    out->wait_avg_ms = st.wait_avg_ms;
-    out->wait_p95_ms = st.wait_p95_ms;
-    out->wait_max_ms = st.wait_max_ms;
-    out->fill_avg = st.fill_avg;
-    out->slots = st.slots;
-    out->workers = st.workers;
-    int n = st.workers > 0 ? st.workers : 1; /* 0 workers: the consumer's own time */
-    if (n > 64)
-        n = 64;
-    double busy = 0;
-    for (int i = 0; i < n; i++)
-        busy += st.busy_frac[i];
-    out->busy_frac = busy / n;
-    return true;
-}
+/* The adapter is the train module's stoke_train_loader_pipeline (the monitor does not
+ * depend on the data module); it runs on the sampler thread. */
 
 #define MAX_SAMPLES 4096
 
@@ -99,7 +75,7 @@ static void test_loader_feeds_monitor(int workers)
         CHECK_INT_EQ(stoke_loader_create(d, &lo, &l), STOKE_OK);
     record *r = calloc(1, sizeof *r);
     stoke_monitor_config mc = {.interval_s = 0.05, .no_gpu = true, .on_sample = keep,
-                               .ctx = r, .pipeline_fn = loader_pipeline, .pipeline_ctx = l};
+                               .ctx = r, .pipeline_fn = stoke_train_loader_pipeline, .pipeline_ctx = l};
     stoke_monitor *m = NULL;
     if (l)
         CHECK_INT_EQ(stoke_monitor_create(&mc, &m), STOKE_OK);

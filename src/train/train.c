@@ -308,25 +308,29 @@ static stoke_status input_stats(stoke_dataset *d, train_input *ti)
     return STOKE_OK;
 }
 
-static bool pipeline_fn(void *ctx, stoke_mon_pipeline *out)
+bool stoke_train_loader_pipeline(void *ctx, stoke_mon_pipeline *out)
 {
     stoke_loader *l = ctx;
-    stoke_loader_stats s;
-    stoke_loader_get_stats(l, &s);
+    if (!l)
+        return false;
+    stoke_loader_stats st;
+    stoke_loader_get_stats(l, &st);
     memset(out, 0, sizeof *out);
-    out->wait_total_s = s.wait_avg_ms * (double)s.batches / 1000.0;
-    out->batches = s.batches;
-    out->wait_avg_ms = s.wait_avg_ms;
-    out->wait_p95_ms = s.wait_p95_ms;
-    out->wait_max_ms = s.wait_max_ms;
-    out->fill_avg = s.fill_avg;
-    out->slots = s.slots;
-    out->workers = s.workers;
+    out->batches = st.batches;
+    out->wait_total_s = st.wait_avg_ms * (double)st.batches / 1e3;
+    out->wait_avg_ms = st.wait_avg_ms;
+    out->wait_p95_ms = st.wait_p95_ms;
+    out->wait_max_ms = st.wait_max_ms;
+    out->fill_avg = st.fill_avg;
+    out->slots = st.slots;
+    out->workers = st.workers;
+    int n = st.workers > 0 ? st.workers : 1; /* 0 workers: the consumer's own time */
+    if (n > 64)
+        n = 64;
     double busy = 0;
-    int nw = s.workers < 64 ? s.workers : 64;
-    for (int i = 0; i < nw; i++)
-        busy += s.busy_frac[i];
-    out->busy_frac = nw ? busy / nw : 0;
+    for (int i = 0; i < n; i++)
+        busy += st.busy_frac[i];
+    out->busy_frac = busy / n;
     return true;
 }
 
@@ -805,7 +809,7 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     }
     if (c->monitor && t->loader) {
         stoke_monitor_config mc = {.interval_s = 0.5, .pid = getpid(), .no_gpu = false,
-                                   .pipeline_fn = pipeline_fn, .pipeline_ctx = t->loader};
+                                   .pipeline_fn = stoke_train_loader_pipeline, .pipeline_ctx = t->loader};
         if (stoke_monitor_create(&mc, &t->monitor) != STOKE_OK)
             t->monitor = NULL; /* utilization is then reported as unknown */
     }
