@@ -25,6 +25,16 @@
  * (target_clones), since the baseline target is SSE2 only. The exp-heavy loops are
  * compute-bound, so wider vectors pay: measured on one core against the SSE2
  * build, GELU 6x, tanh and sigmoid 3.5x, dropout 4x. */
+/* The dynamic loader runs the clones' ifunc resolvers before ThreadSanitizer's
+ * runtime is up, and the instrumented resolvers crash there: a TSan build keeps the
+ * baseline version only. */
+#if defined(__SANITIZE_THREAD__)
+#define STOKE_NO_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STOKE_NO_CLONES 1
+#endif
+#endif
 #if defined(__x86_64__) && !defined(STOKE_NO_CLONES)
 #define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
