@@ -17,6 +17,21 @@ void cpu_conv2d_set_layout(cpu_conv_layout layout) {
     atomic_store(&g_layout, (int)layout);
 }
 
+/* The sliding-window arithmetic conv2d and pooling share (PyTorch's floor rule), after
+ * each has checked its own padding rule; `op` names the caller in messages. */
+static stoke_status window_out(const char *op, int H, int W, int KH, int KW, int sh, int sw,
+                               int ph, int pw, int *OH, int *OW) {
+    int oh = H + 2 * ph - KH, ow = W + 2 * pw - KW;
+    if (oh < 0 || ow < 0)
+        return stoke_fail(STOKE_ERR_ARG, "%s: kernel %dx%d larger than the padded input %dx%d",
+                          op, KH, KW, H + 2 * ph, W + 2 * pw);
+    if (OH)
+        *OH = oh / sh + 1;
+    if (OW)
+        *OW = ow / sw + 1;
+    return STOKE_OK;
+}
+
 stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
     if (s->B <= 0 || s->C <= 0 || s->H <= 0 || s->W <= 0 || s->OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "conv2d: sizes B=%d C=%d H=%d W=%d OC=%d must be positive",
@@ -28,15 +43,8 @@ stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
         return stoke_fail(STOKE_ERR_ARG,
                           "conv2d: padding %dx%d must be non-negative and below the kernel %dx%d",
                           s->pad_h, s->pad_w, s->KH, s->KW);
-    int oh = s->H + 2 * s->pad_h - s->KH, ow = s->W + 2 * s->pad_w - s->KW;
-    if (oh < 0 || ow < 0)
-        return stoke_fail(STOKE_ERR_ARG, "conv2d: kernel %dx%d larger than the padded input %dx%d",
-                          s->KH, s->KW, s->H + 2 * s->pad_h, s->W + 2 * s->pad_w);
-    if (OH)
-        *OH = oh / s->stride_h + 1;
-    if (OW)
-        *OW = ow / s->stride_w + 1;
-    return STOKE_OK;
+    return window_out("conv2d", s->H, s->W, s->KH, s->KW, s->stride_h, s->stride_w, s->pad_h,
+                      s->pad_w, OH, OW);
 }
 
 typedef struct conv_key {
@@ -467,15 +475,8 @@ stoke_status cpu_pool2d_out_size(const cpu_pool2d_shape *s, int *OH, int *OW) {
                           "pool2d: padding %dx%d must be non-negative and at most half the "
                           "kernel %dx%d",
                           s->pad_h, s->pad_w, s->KH, s->KW);
-    int oh = s->H + 2 * s->pad_h - s->KH, ow = s->W + 2 * s->pad_w - s->KW;
-    if (oh < 0 || ow < 0)
-        return stoke_fail(STOKE_ERR_ARG, "pool2d: kernel %dx%d larger than the padded input %dx%d",
-                          s->KH, s->KW, s->H + 2 * s->pad_h, s->W + 2 * s->pad_w);
-    if (OH)
-        *OH = oh / s->stride_h + 1;
-    if (OW)
-        *OW = ow / s->stride_w + 1;
-    return STOKE_OK;
+    return window_out("pool2d", s->H, s->W, s->KH, s->KW, s->stride_h, s->stride_w, s->pad_h,
+                      s->pad_w, OH, OW);
 }
 
 static void pool_dims(const cpu_pool2d_shape *s, int *OH, int *OW) {
