@@ -11,6 +11,7 @@
 
 #include "nn/cpu/conv.h"
 #include "nn/cpu/dense.h"
+#include "nn/cpu/eltwise.h"
 #include "stoke/core.h"
 
 static float *frand(size_t n) {
@@ -78,7 +79,7 @@ static int wanted(const char *label) {
 static void report(const char *name, double flops, double sec) {
     char buf[64];
     printf("  %-48s %9.1f us (cpu %9.1f us)  %s\n", name, sec * 1e6, g_cpu_per_call * 1e6,
-           stoke_format_flops(flops / sec, buf, sizeof buf));
+           flops > 0 ? stoke_format_flops(flops / sec, buf, sizeof buf) : "");
 }
 
 /* ---- linear ---- */
@@ -258,6 +259,94 @@ static void bench_pool(cpu_pool2d_shape s, const char *label) {
     free(q.x), free(q.y), free(q.g), free(q.dx);
 }
 
+/* conv -> ReLU -> max-pool 2: the three kernels as the executor runs them apart
+ * (activation gradients zeroed first, then accumulated), against the fused block. */
+typedef struct block {
+    cpu_conv2d_shape s;
+    cpu_pool2d_shape ps;
+    int prec, first;
+    float *x, *w, *b, *y, *r, *p, *gp, *gr, *gy, *dx, *dw, *db;
+    uint8_t *idx;
+    void *ws;
+    size_t wsz;
+    size_t ny;
+} block;
+
+static void block_apart_fwd(void *v) {
+    block *k = v;
+    (k->prec ? cpu_conv2d_forward_mixed : cpu_conv2d_forward)(k->y, k->x, k->w, k->b, &k->s,
+                                                              k->ws, k->wsz);
+    cpu_relu_forward(k->r, k->y, k->ny);
+    cpu_maxpool2d_forward(k->p, k->r, &k->ps);
+}
+
+static void block_apart_bwd(void *v) {
+    block *k = v;
+    memset(k->gr, 0, k->ny * sizeof(float));
+    memset(k->gy, 0, k->ny * sizeof(float));
+    cpu_maxpool2d_backward(k->gr, k->gp, k->r, &k->ps);
+    cpu_relu_backward(k->gy, k->gr, k->r, k->ny);
+    (k->prec ? cpu_conv2d_backward_mixed : cpu_conv2d_backward)(
+        k->first ? NULL : k->dx, k->dw, k->db, k->gy, k->x, k->w, &k->s, k->ws, k->wsz);
+}
+
+static void block_fused_fwd(void *v) {
+    block *k = v;
+    if (cpu_conv_block_forward(k->p, k->idx, k->x, k->w, k->b, &k->s, 2, k->prec, k->ws,
+                               k->wsz) != STOKE_OK) {
+        fprintf(stderr, "block forward: %s\n", stoke_last_error());
+        exit(1);
+    }
+}
+
+static void block_fused_bwd(void *v) {
+    block *k = v;
+    if (cpu_conv_block_backward(k->first ? NULL : k->dx, k->dw, k->db, k->gp, k->idx, k->x,
+                                k->w, &k->s, 2, k->prec, k->ws, k->wsz) != STOKE_OK) {
+        fprintf(stderr, "block backward: %s\n", stoke_last_error());
+        exit(1);
+    }
+}
+
+static void bench_block(cpu_conv2d_shape s, int first, const char *label) {
+    if (!wanted(label))
+        return;
+    int OH, OW;
+    if (cpu_conv2d_out_size(&s, &OH, &OW) != STOKE_OK)
+        exit(1);
+    size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * s.KH * s.KW;
+    size_t ny = (size_t)s.B * s.OC * OH * OW;
+    block k = {s, {s.B, s.OC, OH, OW, 2, 2, 2, 2, 0, 0}, 0, first, frand(nx), frand(nw),
+               frand(s.OC), frand(ny), frand(ny), frand(ny / 4), frand(ny / 4), frand(ny),
+               frand(ny), frand(nx), frand(nw), frand(s.OC), malloc(ny / 4), NULL, 0, ny};
+    char name[128];
+    for (int prec = 0; prec < 2; prec++) {
+        k.prec = prec ? CPU_CONV_MIXED_BF16 : CPU_CONV_FP32;
+        size_t a = 0, b = 0;
+        if (cpu_conv2d_workspace(&s, k.prec, &a) != STOKE_OK ||
+            cpu_conv_block_workspace(&s, 2, k.prec, &b) != STOKE_OK) {
+            fprintf(stderr, "block prepare: %s\n", stoke_last_error());
+            exit(1);
+        }
+        k.wsz = a > b ? a : b;
+        k.ws = aligned_alloc(64, (k.wsz + 63) / 64 * 64);
+        const char *pn = prec ? "mixed bf16" : "fp32";
+        snprintf(name, sizeof name, "%s %s fwd apart", label, pn);
+        report(name, 0, time_call(block_apart_fwd, &k));
+        snprintf(name, sizeof name, "%s %s fwd fused", label, pn);
+        report(name, 0, time_call(block_fused_fwd, &k));
+        snprintf(name, sizeof name, "%s %s bwd apart", label, pn);
+        report(name, 0, time_call(block_apart_bwd, &k));
+        snprintf(name, sizeof name, "%s %s bwd fused", label, pn);
+        report(name, 0, time_call(block_fused_bwd, &k));
+        free(k.ws);
+    }
+    float *bufs[] = {k.x, k.w, k.b, k.y, k.r, k.p, k.gp, k.gr, k.gy, k.dx, k.dw, k.db};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(k.idx);
+}
+
 static void bench_gemm(void) {
     gemm g = {1024, frand(1 << 20), frand(1 << 20), frand(1 << 20)};
     double f = 2.0 * 1024 * 1024 * 1024;
@@ -286,6 +375,10 @@ static void run(int threads) {
                "cnn conv1 128x1x28x28->32");
     bench_conv((cpu_conv2d_shape){128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1}, 0,
                "cnn conv2 128x32x14x14->64");
+    bench_block((cpu_conv2d_shape){128, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1}, 1,
+                "cnn block1 conv+relu+pool");
+    bench_block((cpu_conv2d_shape){128, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1}, 0,
+                "cnn block2 conv+relu+pool");
     bench_pool((cpu_pool2d_shape){128, 32, 28, 28, 2, 2, 2, 2, 0, 0}, "maxpool 128x32x28x28");
     bench_pool((cpu_pool2d_shape){128, 64, 14, 14, 2, 2, 2, 2, 0, 0}, "maxpool 128x64x14x14");
 }

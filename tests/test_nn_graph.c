@@ -220,7 +220,7 @@ static void test_cnn_plan(void) {
         CHECK(0);
         return;
     }
-    stoke_model_opts o = {.max_batch = 32, .training = true,
+    stoke_model_opts o = {.max_batch = 32, .training = true, .no_fusion = true,
                           .optim = {.kind = STOKE_SGD, .momentum = 0.9f}};
     stoke_mem_plan p;
     CHECK(stoke_graph_plan(g, &o, &p) == STOKE_OK);
@@ -243,6 +243,17 @@ static void test_cnn_plan(void) {
     CHECK_INT_EQ(p.activations_per_sample, act);
     CHECK_INT_EQ(p.total, p.params + p.grads + p.optim + 32 * act + p.workspace);
     CHECK(p.workspace > 0); /* the conv kernels' scratch */
+
+    /* fused (the default): each conv -> relu -> pool chain keeps only the pooled
+     * output, its gradient and a byte per pooled element (the argmax) */
+    o.no_fusion = false;
+    stoke_mem_plan pf;
+    CHECK(stoke_graph_plan(g, &o, &pf) == STOKE_OK);
+    size_t fused = al(784 * 4) + 2 * p1 + al(32 * 14 * 14) + 2 * p2 + al(64 * 7 * 7) + 2 * f1 +
+                   2 * f1 + 2 * f2 + al(4) + al(4) + al(4);
+    CHECK_INT_EQ(pf.activations_per_sample, fused);
+    CHECK_INT_EQ(pf.params + pf.grads + pf.optim, p.params + p.grads + p.optim);
+    o.no_fusion = true;
 
     /* AdamW: two moments; inference: parameters, activations and workspace only */
     o.optim.kind = STOKE_ADAMW;

@@ -254,6 +254,10 @@ typedef struct stoke_model_opts {
     bool training;              /* false: inference only: no grads, optimizer state or
                                    activation grads (eval / predict) */
     uint64_t seed;              /* initialization and dropout */
+    bool no_fusion;             /* run every op apart (the backend otherwise fuses
+                                   chains such as conv2d -> relu -> max_pool2d; same
+                                   values). Also set by the environment variable
+                                   STOKE_NO_FUSION=1, for before/after measurements. */
 } stoke_model_opts;
 
 /* Bytes of each arena of a model compiled for plan.batch samples. total =

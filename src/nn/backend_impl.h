@@ -30,6 +30,10 @@ typedef struct nn_exec_args {
     uint64_t seed;                  /* per node: model seed mixed with the index */
     uint64_t step;                  /* dropout mask key: advances every train forward */
     float grad_scale;               /* losses: d(total)/d(this loss), loss scale included */
+    /* A fused chain (nn_fused_impl): node, in, din, param, grad are its first node's;
+     * out, dout, saved its last node's; chain lists the nodes. Else NULL, 0. */
+    const int *chain;
+    int nchain;
 } nn_exec_args;
 
 typedef struct nn_op_impl {
@@ -47,6 +51,20 @@ typedef struct nn_op_impl {
     size_t (*saved_bytes)(void *ctx, const stoke_graph *g, const nn_node *n);
 } nn_op_impl;
 
+/* Nodes the backend runs as one kernel: chain[k] is the only reader of chain[k-1]'s
+ * output, and no intermediate output is a model output, so the intermediates never
+ * need to exist in memory: only the last node has an output and an output gradient,
+ * and the chain one saved state (saved_bytes per sample). */
+#define NN_MAX_CHAIN 3
+typedef struct nn_fused_impl {
+    const char *name;
+    stoke_status (*forward)(void *ctx, const nn_exec_args *a);
+    stoke_status (*backward)(void *ctx, const nn_exec_args *a);
+    stoke_status (*workspace)(void *ctx, const stoke_graph *g, const int *chain, int n,
+                              int64_t batch, stoke_precision p, size_t *bytes);
+    size_t (*saved_bytes)(void *ctx, const stoke_graph *g, const int *chain, int n);
+} nn_fused_impl;
+
 typedef struct nn_backend {
     const char *name;   /* "cpu" */
     void *ctx;
@@ -54,6 +72,10 @@ typedef struct nn_backend {
     /* Whether the op runs natively at this precision (its matmul/conv takes bf16 or
      * fp16 operands); otherwise the executor's plan keeps it in fp32. */
     bool (*supports)(void *ctx, stoke_nn_op op, stoke_precision p);
+    /* *out: the fused kernel for chain[0..n) at this batch and precision, or NULL.
+     * Fails only on errors (an invalid shape). The entry may be NULL: no fusion. */
+    stoke_status (*fuse)(void *ctx, const stoke_graph *g, const int *chain, int n,
+                         int64_t batch, stoke_precision p, const nn_fused_impl **out);
 
     /* Memory: 64-byte aligned, zeroed. */
     void *(*alloc)(void *ctx, size_t bytes);

@@ -252,6 +252,77 @@ static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
     return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, dy, x, w, &s, kws, ksize);
 }
 
+/* ---- fused conv2d -> relu -> max_pool2d (cpu_conv_block_*) ----
+ * bf16 runs as the mixed convolution (fp32 tensors, bf16 math: the reorders round),
+ * so the block needs no operand copies; fp16's emulation is not fused. */
+
+static int block_prec(stoke_precision p) {
+    return p == STOKE_PREC_BF16 ? CPU_CONV_MIXED_BF16 : CPU_CONV_FP32;
+}
+
+static stoke_status block_ws(void *ctx, const stoke_graph *g, const int *chain, int n,
+                             int64_t batch, stoke_precision p, size_t *bytes) {
+    (void)ctx;
+    (void)n;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(g, &g->nodes[chain[0]], batch, &s);
+    if (st != STOKE_OK)
+        return st;
+    return cpu_conv_block_workspace(&s, g->nodes[chain[2]].kernel, block_prec(p), bytes);
+}
+
+static size_t block_saved(void *ctx, const stoke_graph *g, const int *chain, int n) {
+    (void)ctx;
+    return (size_t)elems(&g->nodes[chain[n - 1]].shape); /* a byte per pooled element */
+}
+
+static stoke_status block_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
+    if (st != STOKE_OK)
+        return st;
+    const float *bias = a->node->bias ? a->param[1] : NULL;
+    return cpu_conv_block_forward(a->out, a->saved, a->in[0], a->param[0], bias, &s,
+                                  a->graph->nodes[a->chain[2]].kernel, block_prec(a->precision),
+                                  a->ws, a->ws_size);
+}
+
+static stoke_status block_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
+    if (st != STOKE_OK)
+        return st;
+    float *dbias = a->node->bias ? a->grad[1] : NULL;
+    return cpu_conv_block_backward(a->din[0], a->grad[0], dbias, a->dout, a->saved, a->in[0],
+                                   a->param[0], &s, a->graph->nodes[a->chain[2]].kernel,
+                                   block_prec(a->precision), a->ws, a->ws_size);
+}
+
+static const nn_fused_impl conv_block = {"conv2d+relu+max_pool2d", block_fwd, block_bwd,
+                                         block_ws, block_saved};
+
+static stoke_status cpu_fuse(void *ctx, const stoke_graph *g, const int *chain, int n,
+                             int64_t batch, stoke_precision p, const nn_fused_impl **out) {
+    (void)ctx;
+    *out = NULL;
+    if (n != 3 || p == STOKE_PREC_FP16)
+        return STOKE_OK;
+    const nn_node *c = &g->nodes[chain[0]], *r = &g->nodes[chain[1]], *m = &g->nodes[chain[2]];
+    if (c->op != STOKE_NN_CONV2D || r->op != STOKE_NN_RELU || m->op != STOKE_NN_MAXPOOL2D ||
+        m->stride != m->kernel || m->padding != 0)
+        return STOKE_OK;
+    cpu_conv2d_shape s = {0};
+    stoke_status st = conv_shape(g, c, batch, &s);
+    int ok = 0;
+    if (st == STOKE_OK)
+        st = cpu_conv_block_supported(&s, m->kernel, block_prec(p), &ok);
+    if (st == STOKE_OK && ok)
+        *out = &conv_block;
+    return st;
+}
+
 /* ---- pooling ---- */
 
 static cpu_pool2d_shape pool_shape(const nn_exec_args *a) {
@@ -881,6 +952,7 @@ static const nn_backend cpu_backend = {
             [STOKE_NN_MAE] = {mae_fwd, NULL, NULL, NULL},
         },
     .supports = cpu_supports,
+    .fuse = cpu_fuse,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,

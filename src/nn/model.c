@@ -78,11 +78,19 @@ typedef struct layout {
     size_t *out_ps;      /* aligned bytes per sample; 0 for aliases */
     size_t *saved_ps;
     size_t *dout_ps;     /* 0: no gradient kept */
+    /* fused chains (nn_fused_impl): for each member the chain's first node, else -1;
+     * at the first node the chain and its kernels */
+    int *head;
+    int (*chain)[NN_MAX_CHAIN];
+    int *chain_len;
+    const nn_fused_impl **fused;
     /* per parameter: offsets into their arenas, NONE when absent */
     size_t *param_off, *lp_off, *grad_off, *state_off;
     int slots;
     size_t params, grads, optim, act_ps, fwd_ps, ws;
 } layout;
+
+static int L_last(const layout *L, int head) { return L->chain[head][L->chain_len[head] - 1]; }
 
 static void layout_free(layout *L) {
     free(L->alias);
@@ -90,6 +98,10 @@ static void layout_free(layout *L) {
     free(L->out_ps);
     free(L->saved_ps);
     free(L->dout_ps);
+    free(L->head);
+    free(L->chain);
+    free(L->chain_len);
+    free(L->fused);
     free(L->param_off);
     free(L->lp_off);
     free(L->grad_off);
@@ -142,6 +154,9 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
 /* The optimizer options with PyTorch's AdamW defaults filled in for zeros. */
 static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
     stoke_model_opts r = *o;
+    const char *nf = getenv("STOKE_NO_FUSION");
+    if (nf && *nf && strcmp(nf, "0") != 0)
+        r.no_fusion = true;
     if (r.optim.kind == STOKE_ADAMW) {
         if (r.optim.beta1 == 0)
             r.optim.beta1 = 0.9f;
@@ -151,6 +166,60 @@ static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
             r.optim.eps = 1e-8f;
     }
     return r;
+}
+
+/* Finds the chains the backend runs fused: from each node, the run of nodes that are
+ * each the only reader of the previous one's output (which is no model output), the
+ * longest the backend takes. Marks L->head, chain, chain_len, fused. */
+static stoke_status find_chains(const stoke_graph *g, const stoke_model_opts *o,
+                                const nn_backend *be, int64_t batch, layout *L) {
+    int n = g->nnodes;
+    for (int i = 0; i < n; i++)
+        L->head[i] = -1;
+    if (o->no_fusion || !be->fuse)
+        return STOKE_OK;
+    int *readers = calloc((size_t)n, sizeof *readers), *reader = calloc((size_t)n, sizeof *reader);
+    if (!readers || !reader) {
+        free(readers);
+        free(reader);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory planning", g->name);
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            readers[g->nodes[i].in[k]]++;
+            reader[g->nodes[i].in[k]] = i;
+        }
+    stoke_status st = STOKE_OK;
+    for (int i = 0; i < n && st == STOKE_OK; i++) {
+        if (L->head[i] >= 0)
+            continue;
+        int c[NN_MAX_CHAIN] = {i}, len = 1;
+        while (len < NN_MAX_CHAIN) {
+            int last = c[len - 1];
+            if (readers[last] != 1 || g->nodes[last].is_output)
+                break;
+            c[len++] = reader[last];
+        }
+        for (; len >= 2; len--) {
+            stoke_precision p = L->lowp[i] ? o->precision : STOKE_PREC_FP32;
+            const nn_fused_impl *f = NULL;
+            st = be->fuse(be->ctx, g, c, len, batch, p, &f);
+            if (st != STOKE_OK)
+                break;
+            if (!f)
+                continue;
+            for (int k = 0; k < len; k++) {
+                L->head[c[k]] = i;
+                L->chain[i][k] = c[k];
+            }
+            L->chain_len[i] = len;
+            L->fused[i] = f;
+            break;
+        }
+    }
+    free(readers);
+    free(reader);
+    return st;
 }
 
 static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o,
@@ -169,31 +238,56 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
     L->lp_off = calloc((size_t)np + 1, sizeof(size_t));
     L->grad_off = calloc((size_t)np + 1, sizeof(size_t));
     L->state_off = calloc((size_t)np + 1, sizeof(size_t));
+    L->head = calloc((size_t)n, sizeof *L->head);
+    L->chain = calloc((size_t)n, sizeof *L->chain);
+    L->chain_len = calloc((size_t)n, sizeof *L->chain_len);
+    L->fused = calloc((size_t)n, sizeof *L->fused);
     if (!L->alias || !L->lowp || !L->out_ps || !L->saved_ps || !L->dout_ps || !L->param_off ||
-        !L->lp_off || !L->grad_off || !L->state_off) {
+        !L->lp_off || !L->grad_off || !L->state_off || !L->head || !L->chain ||
+        !L->chain_len || !L->fused) {
         layout_free(L);
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory planning", g->name);
     }
     L->slots = optim_slots(o);
+    for (int i = 0; i < n; i++)
+        L->lowp[i] = o->precision != STOKE_PREC_FP32 &&
+                     be->supports(be->ctx, g->nodes[i].op, o->precision);
+    stoke_status fst = find_chains(g, o, be, batch, L);
+    if (fst != STOKE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", stoke_last_error());
+        layout_free(L);
+        return stoke_fail(fst, "%s: planning at batch %lld: %s", g->name, (long long)batch, msg);
+    }
     for (int i = 0; i < n; i++) {
         const nn_node *nd = &g->nodes[i];
         const nn_op_impl *op = &be->ops[nd->op];
         L->alias[i] = nd->op == STOKE_NN_RESHAPE ? L->alias[nd->in[0]] : i;
-        L->lowp[i] = o->precision != STOKE_PREC_FP32 && be->supports(be->ctx, nd->op, o->precision);
         bool scalar = nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op);
         size_t el = scalar ? 1 : (size_t)stoke_shape_elems(&nd->shape);
-        if (nd->op != STOKE_NN_RESHAPE)
+        /* a fused chain keeps only its last node's output and gradient, and one saved
+         * state, there; its first node plans the workspace */
+        int h = L->head[i];
+        bool inner = h >= 0 && L->chain[h][L->chain_len[h] - 1] != i;
+        if (nd->op != STOKE_NN_RESHAPE && !inner)
             L->out_ps[i] = align_up(el * sizeof(float));
-        L->saved_ps[i] = op->saved_bytes ? align_up(op->saved_bytes(be->ctx, g, nd)) : 0;
+        if (h < 0)
+            L->saved_ps[i] = op->saved_bytes ? align_up(op->saved_bytes(be->ctx, g, nd)) : 0;
+        else if (!inner)
+            L->saved_ps[i] = align_up(L->fused[h]->saved_bytes(be->ctx, g, L->chain[h],
+                                                                L->chain_len[h]));
         if (o->training && nd->needs_grad && !scalar && nd->op != STOKE_NN_INPUT &&
-            nd->op != STOKE_NN_RESHAPE)
+            nd->op != STOKE_NN_RESHAPE && !inner)
             L->dout_ps[i] = align_up(el * sizeof(float));
         L->fwd_ps += L->out_ps[i] + L->saved_ps[i];
         L->act_ps += L->out_ps[i] + L->saved_ps[i] + L->dout_ps[i];
-        if (op->workspace) {
+        if (h == i || (h < 0 && op->workspace)) {
             size_t ws = 0;
-            stoke_status st = op->workspace(be->ctx, g, nd, batch,
-                                            L->lowp[i] ? o->precision : STOKE_PREC_FP32, &ws);
+            stoke_precision p = L->lowp[i] ? o->precision : STOKE_PREC_FP32;
+            stoke_status st =
+                h == i ? L->fused[i]->workspace(be->ctx, g, L->chain[i], L->chain_len[i], batch,
+                                                p, &ws)
+                       : op->workspace(be->ctx, g, nd, batch, p, &ws);
             if (st != STOKE_OK) {
                 char msg[1024];
                 snprintf(msg, sizeof msg, "%s", stoke_last_error());
@@ -525,6 +619,14 @@ static nn_exec_args node_args(const stoke_model *m, int i) {
     a.ws_size = m->L.ws;
     a.seed = mix64(m->o.seed ^ mix64((uint64_t)i + 0x9e3779b97f4a7c15ull));
     a.step = m->fwd_key;
+    if (m->L.head[i] == i) {
+        int last = m->L.chain[i][m->L.chain_len[i] - 1];
+        a.out = m->out[last];
+        a.dout = m->dout[last];
+        a.saved = m->saved[last];
+        a.chain = m->L.chain[i];
+        a.nchain = m->L.chain_len[i];
+    }
     return a;
 }
 
@@ -557,8 +659,12 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
         const nn_node *nd = &m->g->nodes[i];
         if (nd->op == STOKE_NN_INPUT || nd->op == STOKE_NN_RESHAPE)
             continue;
+        int h = m->L.head[i];
+        if (h >= 0 && h != i)
+            continue; /* ran with its chain's first node */
         nn_exec_args a = node_args(m, i);
-        stoke_status st = be->ops[nd->op].forward(be->ctx, &a);
+        stoke_status st = h == i ? m->L.fused[i]->forward(be->ctx, &a)
+                                 : be->ops[nd->op].forward(be->ctx, &a);
         if (st != STOKE_OK)
             return node_fail(m, i, st, "forward");
         if (nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op)) {
@@ -591,6 +697,19 @@ stoke_status stoke_model_backward(stoke_model *m) {
         be->zero(be->ctx, m->dout_base, m->dout_bytes);
     for (int i = m->g->nnodes - 1; i >= 0; i--) {
         const nn_node *nd = &m->g->nodes[i];
+        int h = m->L.head[i];
+        if (h >= 0) {
+            /* a chain runs backward from its last node, with its first node's args */
+            if (L_last(&m->L, h) != i || !nd->needs_grad)
+                continue;
+            nn_exec_args a = node_args(m, h);
+            if (!a.dout)
+                continue;
+            stoke_status st = m->L.fused[h]->backward(be->ctx, &a);
+            if (st != STOKE_OK)
+                return node_fail(m, h, st, "backward");
+            continue;
+        }
         if (!nd->needs_grad || !be->ops[nd->op].backward || nd->op == STOKE_NN_RESHAPE)
             continue;
         nn_exec_args a = node_args(m, i);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/cpu/conv_impl.h"
 #include "nn/cpu/dense.h"
 #include "nn/cpu/dnnl_util.h"
 
@@ -47,29 +48,6 @@ stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
                       s->pad_w, OH, OW);
 }
 
-typedef struct conv_key {
-    cpu_conv2d_shape s;
-    int prec, layout, threads; /* prec: cpu_conv_prec */
-} conv_key;
-
-/* One cached shape. Forward, backward-data and backward-weights each form a phase
- * whose reordered tensors live in the workspace after the shared scratchpad:
- * ws = [scratchpad (max over all primitives)][phase region (max over phases)]. The
- * lock serializes calls of one shape, since the memory handles are per call. */
-typedef struct conv_entry {
-    pthread_mutex_t lock;
-    dnnl_util_prim fwd, bwd_d, bwd_w;
-    dnnl_util_arg f_src, f_wei, f_dst;
-    dnnl_util_arg d_ddst, d_wei, d_dsrc;
-    dnnl_util_arg w_src, w_ddst, w_dwei;
-    dnnl_memory_t f_bias, w_dbias;
-    size_t w_dbias_off;
-    size_t scratch_bytes, ws_bytes;
-    void *owned; /* the workspace used when callers pass none */
-    int OC;
-    int share_ddst; /* backward-weights reads backward-data's reordered dout */
-} conv_entry;
-
 static void conv_entry_free(conv_entry *e) {
     dnnl_util_prim_destroy(&e->fwd);
     dnnl_util_prim_destroy(&e->bwd_d);
@@ -82,6 +60,12 @@ static void conv_entry_free(conv_entry *e) {
         dnnl_memory_destroy(e->f_bias);
     if (e->w_dbias)
         dnnl_memory_destroy(e->w_dbias);
+    if (e->x_wddst && e->x_wddst != e->x_ddst)
+        dnnl_memory_destroy(e->x_wddst);
+    if (e->x_ddst)
+        dnnl_memory_destroy(e->x_ddst);
+    if (e->x_dst)
+        dnnl_memory_destroy(e->x_dst);
     free(e->owned);
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -103,16 +87,77 @@ static size_t max3(size_t a, size_t b, size_t c) {
 }
 
 static stoke_status make_pd(dnnl_primitive_desc_t *pd, const void *desc,
-                            const_dnnl_primitive_desc_t hint, const char *what) {
+                            const_dnnl_primitive_desc_t hint, int relu, const char *what) {
     dnnl_engine_t eng = NULL;
     stoke_status st = dnnl_util_engine(&eng, NULL);
     if (st != STOKE_OK)
         return st;
-    dnnl_primitive_attr_t attr = dnnl_util_attr(0);
+    dnnl_primitive_attr_t attr = dnnl_util_attr(relu ? DNNL_UTIL_POST_RELU : 0);
     if (!attr)
         return stoke_fail(STOKE_ERR_NOMEM, "oneDNN: cannot create a %s attribute", what);
     st = dnnl_util_check(dnnl_primitive_desc_create(pd, desc, attr, eng, hint), what);
     dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
+/* A conv_layout for md if the fused kernels can address it: 4-D, blocked, with at
+ * most one inner block, on the channels, dividing them. */
+static int layout_of(const dnnl_memory_desc_t *md, conv_layout *l) {
+    if (md->ndims != 4 || md->format_kind != dnnl_blocked ||
+        (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16) || md->offset0 != 0)
+        return 0;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    for (int d = 0; d < 4; d++)
+        if (md->padded_dims[d] != md->dims[d] || md->padded_offsets[d] != 0)
+            return 0;
+    *l = (conv_layout){.sn = b->strides[0], .scb = b->strides[1], .sh = b->strides[2],
+                       .sw = b->strides[3], .cb = 1, .bf16 = md->data_type == dnnl_bf16,
+                       .bytes = dnnl_memory_desc_get_size(md)};
+    if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && md->dims[1] % b->inner_blks[0] == 0) {
+        l->cb = (int)b->inner_blks[0];
+        return 1;
+    }
+    if (b->inner_nblks != 0)
+        return 0;
+    if (b->strides[1] == 1) { /* channels innermost (NHWC): one block of all of them */
+        l->cb = (int)md->dims[1];
+        l->scb = 0;
+    }
+    return 1;
+}
+
+/* The fused block's extra tensors: the forward output and the backward output
+ * gradients in the primitives' own layouts, so no reorder touches them. */
+static stoke_status fused_init(conv_entry *e, const_dnnl_primitive_desc_t fpd,
+                               const_dnnl_primitive_desc_t dpd, const_dnnl_primitive_desc_t wpd,
+                               size_t *xbytes) {
+    dnnl_engine_t eng = NULL;
+    stoke_status st = dnnl_util_engine(&eng, NULL);
+    if (st != STOKE_OK)
+        return st;
+    const dnnl_memory_desc_t *dst = q(fpd, dnnl_query_dst_md);
+    const dnnl_memory_desc_t *dd = q(dpd, dnnl_query_diff_dst_md);
+    const dnnl_memory_desc_t *wd = q(wpd, dnnl_query_diff_dst_md);
+    e->fusable = layout_of(dst, &e->l_dst) && layout_of(dd, &e->l_ddst) &&
+                 layout_of(wd, &e->l_wddst);
+    if (!e->fusable)
+        return STOKE_OK;
+    st = dnnl_util_check(dnnl_memory_create(&e->x_dst, dst, eng, DNNL_MEMORY_NONE), "memory");
+    if (st == STOKE_OK)
+        st = dnnl_util_check(dnnl_memory_create(&e->x_ddst, dd, eng, DNNL_MEMORY_NONE),
+                             "memory");
+    if (st != STOKE_OK)
+        return st;
+    size_t bwd = dnnl_util_align(e->l_ddst.bytes);
+    if (dnnl_memory_desc_equal(dd, wd)) {
+        e->x_wddst = e->x_ddst;
+    } else {
+        st = dnnl_util_check(dnnl_memory_create(&e->x_wddst, wd, eng, DNNL_MEMORY_NONE),
+                             "memory");
+        bwd += dnnl_util_align(e->l_wddst.bytes);
+    }
+    size_t fwd = dnnl_util_align(e->l_dst.bytes);
+    *xbytes = fwd > bwd ? fwd : bwd;
     return st;
 }
 
@@ -131,6 +176,8 @@ static stoke_status conv_create(const void *key, void **value) {
         return stoke_fail(STOKE_ERR_NOMEM, "conv2d: out of memory");
     pthread_mutex_init(&e->lock, NULL);
     e->OC = s->OC;
+    e->OH = OH;
+    e->OW = OW;
     /* in: what the primitives read; uin: what the caller's inputs hold (mixed precision
      * converts fp32 to bf16 in the reorders that change the layout anyway). */
     dnnl_data_type_t in = k->prec != CPU_CONV_FP32 ? dnnl_bf16 : dnnl_f32, f = dnnl_f32;
@@ -138,7 +185,9 @@ static stoke_status conv_create(const void *key, void **value) {
     /* Backward always prefers blocked layouts; forward too, unless the input has so few
      * channels that blocking it pads 1 channel to 16 (see cpu_conv_layout). */
     int plain_b = k->layout == CPU_CONV_LAYOUT_PLAIN;
-    int plain_f = plain_b || (k->layout == CPU_CONV_LAYOUT_AUTO && s->C < 4);
+    /* (oneDNN's NCHW kernel for few channels is a GEMM that applies a ReLU post-op in a
+     * slow separate pass, so the fused block keeps blocked layouts there too.) */
+    int plain_f = plain_b || (k->layout == CPU_CONV_LAYOUT_AUTO && s->C < 4 && !k->relu);
     dnnl_format_tag_t any = dnnl_format_tag_any;
     dnnl_format_tag_t act_f = plain_f ? dnnl_nchw : any, wt_f = plain_f ? dnnl_oihw : any;
     dnnl_format_tag_t act = plain_b ? dnnl_nchw : any, wt = plain_b ? dnnl_oihw : any;
@@ -175,21 +224,21 @@ static stoke_status conv_create(const void *key, void **value) {
                              s->has_bias ? &bias : NULL, &f_dst, strides, pad_l, pad_r),
                          "convolution forward desc");
     if (st == STOKE_OK)
-        st = make_pd(&fpd, &fd, NULL, "convolution forward");
+        st = make_pd(&fpd, &fd, NULL, k->relu, "convolution forward");
     if (st == STOKE_OK)
         st = dnnl_util_check(dnnl_convolution_backward_data_desc_init(
                                  &dd, dnnl_convolution_direct, &a_dsrc, &a_wei, &a_ddst,
                                  strides, pad_l, pad_r),
                              "convolution backward data desc");
     if (st == STOKE_OK)
-        st = make_pd(&dpd, &dd, fpd, "convolution backward data");
+        st = make_pd(&dpd, &dd, fpd, 0, "convolution backward data");
     if (st == STOKE_OK)
         st = dnnl_util_check(dnnl_convolution_backward_weights_desc_init(
                                  &wd, dnnl_convolution_direct, &a_src, &a_dwei,
                                  s->has_bias ? &bias : NULL, &a_ddst, strides, pad_l, pad_r),
                              "convolution backward weights desc");
     if (st == STOKE_OK)
-        st = make_pd(&wpd, &wd, fpd, "convolution backward weights");
+        st = make_pd(&wpd, &wd, fpd, 0, "convolution backward weights");
 
     size_t fph = 0, dph = 0, wph = 0;
     if (st == STOKE_OK)
@@ -238,6 +287,9 @@ static stoke_status conv_create(const void *key, void **value) {
         e->w_dbias_off = wph;
         wph += dnnl_util_align((size_t)s->OC * sizeof(float));
     }
+    size_t xbytes = 0;
+    if (st == STOKE_OK && k->relu)
+        st = fused_init(e, fpd, dpd, wpd, &xbytes);
     if (fpd)
         dnnl_primitive_desc_destroy(fpd);
     if (dpd)
@@ -253,7 +305,8 @@ static stoke_status conv_create(const void *key, void **value) {
         if (args[i]->scratch_bytes > sp)
             sp = args[i]->scratch_bytes;
     e->scratch_bytes = dnnl_util_align(sp);
-    e->ws_bytes = e->scratch_bytes + max3(fph, dph, wph);
+    e->x_off = dnnl_util_align(max3(fph, dph, wph));
+    e->ws_bytes = e->scratch_bytes + (k->relu ? e->x_off + xbytes : max3(fph, dph, wph));
     *value = e;
     return STOKE_OK;
 fail:
@@ -261,7 +314,7 @@ fail:
     return st;
 }
 
-static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int prec, conv_entry **e) {
+stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, conv_entry **e) {
     if (prec < CPU_CONV_FP32 || prec > CPU_CONV_MIXED_BF16)
         return stoke_fail(STOKE_ERR_ARG, "conv2d: precision %d is not a cpu_conv_prec", prec);
     conv_key k;
@@ -274,6 +327,7 @@ static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int prec, conv_ent
     k.prec = prec == CPU_CONV_MIXED_BF16 && s->C < 4 ? CPU_CONV_FP32 : prec;
     k.layout = atomic_load(&g_layout);
     k.threads = cpu_get_threads();
+    k.relu = relu != 0;
     stoke_status st = cpu_conv2d_out_size(s, NULL, NULL);
     if (st != STOKE_OK)
         return st;
@@ -285,23 +339,23 @@ static stoke_status conv_entry_get(const cpu_conv2d_shape *s, int prec, conv_ent
 
 stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int prec) {
     conv_entry *e = NULL;
-    return conv_entry_get(s, prec, &e);
+    return cpu_conv_entry_get(s, prec, 0, &e);
 }
 
 stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int prec, size_t *bytes) {
     conv_entry *e = NULL;
-    stoke_status st = conv_entry_get(s, prec, &e);
+    stoke_status st = cpu_conv_entry_get(s, prec, 0, &e);
     /* Room to align an arbitrary caller pointer to DNNL_UTIL_ALIGN. */
     *bytes = st == STOKE_OK && e->ws_bytes ? e->ws_bytes + DNNL_UTIL_ALIGN : 0;
     return st;
 }
 
 /* Locks the entry and resolves the workspace: the caller's, or the entry's own. */
-static stoke_status conv_begin(const cpu_conv2d_shape *s, int prec, void *ws, size_t ws_size,
-                               conv_entry **out, char **base) {
+stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void *ws,
+                            size_t ws_size, conv_entry **out, char **base) {
     cpu_threads_apply();
     conv_entry *e = NULL;
-    stoke_status st = conv_entry_get(s, prec, &e);
+    stoke_status st = cpu_conv_entry_get(s, prec, relu, &e);
     if (st != STOKE_OK)
         return st;
     pthread_mutex_lock(&e->lock);
@@ -336,7 +390,7 @@ static stoke_status conv_forward(float *out, const void *inp, const void *weight
                           bias ? "given" : "missing", s->has_bias);
     conv_entry *e = NULL;
     char *ws_base;
-    stoke_status st = conv_begin(s, prec, ws, ws_size, &e, &ws_base);
+    stoke_status st = cpu_conv_begin(s, prec, 0, ws, ws_size, &e, &ws_base);
     if (st != STOKE_OK)
         return st;
     char *phase = ws_base + e->scratch_bytes;
@@ -372,7 +426,7 @@ static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, con
                           dbias ? "given" : "missing", s->has_bias);
     conv_entry *e = NULL;
     char *ws_base;
-    stoke_status st = conv_begin(s, prec, ws, ws_size, &e, &ws_base);
+    stoke_status st = cpu_conv_begin(s, prec, 0, ws, ws_size, &e, &ws_base);
     if (st != STOKE_OK)
         return st;
     char *phase = ws_base + e->scratch_bytes;

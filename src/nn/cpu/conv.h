@@ -130,4 +130,39 @@ void cpu_avgpool2d_backward(float *dinp, const float *dout, const cpu_pool2d_sha
 void cpu_global_avgpool_forward(float *out, const float *inp, int B, int C, int H, int W);
 void cpu_global_avgpool_backward(float *dinp, const float *dout, int B, int C, int H, int W);
 
+/* ---- the fused block: conv2d -> ReLU -> max-pool ----
+ * The reference CNN's pattern, run as one kernel: ReLU is a post-op of oneDNN's
+ * convolution, the max-pool reads the convolution's output in the primitive's own
+ * (blocked) layout from the workspace, and only the pooled output (NCHW) and one byte
+ * per pooled element (the window position of its maximum, or 0xff when the maximum
+ * is not positive, so ReLU passes no gradient) leave the kernel. Backward writes the
+ * convolution's output gradient straight into the backward primitives' layouts
+ * (zeros but at the argmax), so neither the unpooled activation nor its gradient is
+ * ever stored, reordered or zeroed. Values are those of the three ops run apart.
+ * The pool: kernel == stride == K (non-overlapping windows), no padding, floor mode
+ * (rows and columns past the last window get no gradient). */
+
+/* Whether the block can run fused for this shape at prec (CPU_CONV_FP32 or
+ * CPU_CONV_MIXED_BF16): K in 1..15 and the convolution's layouts addressable.
+ * Prepares the shape. STOKE_ERR_ARG for an invalid shape. */
+stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec, int *ok);
+
+/* Workspace bytes of the fused kernels (any alignment; the kernels align it). */
+stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec,
+                                      size_t *bytes);
+
+/* out (B, OC, OH/K, OW/K) overwritten; idx (same count, bytes) the argmax window
+ * positions, or NULL (inference). inp, weight, bias as cpu_conv2d_forward. */
+stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp,
+                                    const float *weight, const float *bias,
+                                    const cpu_conv2d_shape *s, int K, int prec, void *ws,
+                                    size_t ws_size);
+
+/* dout (B, OC, OH/K, OW/K) and the forward's idx; ACCUMULATES dinp (skipped if NULL),
+ * dweight and dbias (NULL when the shape has no bias) as cpu_conv2d_backward. */
+stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const uint8_t *idx, const float *inp,
+                                     const float *weight, const cpu_conv2d_shape *s, int K,
+                                     int prec, void *ws, size_t ws_size);
+
 #endif

@@ -101,7 +101,7 @@ static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *sr
     st = dnnl_util_check(dnnl_matmul_desc_init(&desc, src, wei, bias, dst), "matmul desc");
     if (st != STOKE_OK)
         return st;
-    dnnl_primitive_attr_t attr = dnnl_util_attr(sum);
+    dnnl_primitive_attr_t attr = dnnl_util_attr(sum ? DNNL_UTIL_POST_SUM : 0);
     if (!attr)
         return stoke_fail(STOKE_ERR_NOMEM, "oneDNN: cannot create a matmul attribute");
     dnnl_primitive_desc_t pd = NULL;

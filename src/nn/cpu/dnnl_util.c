@@ -94,18 +94,22 @@ out:
     return st;
 }
 
-dnnl_primitive_attr_t dnnl_util_attr(int sum) {
+dnnl_primitive_attr_t dnnl_util_attr(int post) {
     dnnl_primitive_attr_t attr = NULL;
     if (dnnl_primitive_attr_create(&attr) != dnnl_success)
         return NULL;
     if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) !=
         dnnl_success)
         goto fail;
-    if (sum) {
+    if (post) {
         dnnl_post_ops_t po = NULL;
         if (dnnl_post_ops_create(&po) != dnnl_success)
             goto fail;
-        dnnl_status_t s1 = dnnl_post_ops_append_sum(po, 1.0f);
+        dnnl_status_t s1 = dnnl_success;
+        if (post & DNNL_UTIL_POST_RELU)
+            s1 = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (s1 == dnnl_success && (post & DNNL_UTIL_POST_SUM))
+            s1 = dnnl_post_ops_append_sum(po, 1.0f);
         dnnl_status_t s2 = s1 == dnnl_success ? dnnl_primitive_attr_set_post_ops(attr, po) : s1;
         dnnl_post_ops_destroy(po);
         if (s2 != dnnl_success)
@@ -183,7 +187,7 @@ stoke_status dnnl_util_arg_init(dnnl_util_arg *a, const dnnl_memory_desc_t *user
     a->bytes = dnnl_util_align(dnnl_memory_desc_get_size(prim_md));
     a->ws_off = *phase_bytes;
     *phase_bytes += a->bytes;
-    dnnl_primitive_attr_t attr = dnnl_util_attr(kind == DNNL_UTIL_OUT_ACC);
+    dnnl_primitive_attr_t attr = dnnl_util_attr(kind == DNNL_UTIL_OUT_ACC ? DNNL_UTIL_POST_SUM : 0);
     if (!attr) {
         st = stoke_fail(STOKE_ERR_NOMEM, "oneDNN: cannot create a reorder attribute");
         goto fail;

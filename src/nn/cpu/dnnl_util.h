@@ -31,9 +31,12 @@ stoke_status dnnl_util_cache_get(const void *key, size_t key_size,
 /* Rounds up to DNNL_UTIL_ALIGN. */
 size_t dnnl_util_align(size_t n);
 
+/* Post-ops for dnnl_util_attr: dst += result; ReLU of the result (before any sum). */
+enum { DNNL_UTIL_POST_SUM = 1, DNNL_UTIL_POST_RELU = 2 };
+
 /* A primitive attribute with user-managed scratchpad (so oneDNN never allocates while
- * executing) and, if sum is set, a sum post-op (dst += result). NULL on failure. */
-dnnl_primitive_attr_t dnnl_util_attr(int sum);
+ * executing) and the post-ops in `post` (DNNL_UTIL_POST_* bits). NULL on failure. */
+dnnl_primitive_attr_t dnnl_util_attr(int post);
 
 /* Bytes of the scratchpad the primitive descriptor wants (0 if none). */
 size_t dnnl_util_scratchpad_size(const_dnnl_primitive_desc_t pd);
