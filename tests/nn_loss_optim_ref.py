@@ -36,6 +36,24 @@ while pos < len(tok):
         loss = torch.nn.CrossEntropyLoss(label_smoothing=eps)(logits, target)
         loss.backward()
         out.append([loss.item()] + logits.grad.flatten().tolist())
+    elif kind == "pg":
+        # the policy-gradient loss as a PPO implementation writes it (CleanRL style)
+        B, K, cols = take(conv=int), take(conv=int), take(conv=int)
+        clip, beta = take(), take()
+        logits = f32(take(B * K)).reshape(B, K).requires_grad_()
+        t = f32(take(B * cols)).reshape(B, cols)
+        logp = torch.log_softmax(logits, dim=-1)
+        lpa = logp.gather(1, t[:, 0].long()[:, None]).squeeze(1)
+        adv = t[:, 1]
+        if cols == 2:
+            obj = adv * lpa
+        else:
+            ratio = torch.exp(lpa - t[:, 2])
+            obj = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        entropy = -(logp.exp() * logp).sum(-1)
+        loss = (-obj - beta * entropy).mean()
+        loss.backward()
+        out.append([loss.item()] + logits.grad.flatten().tolist())
     elif kind in ("sgd", "adamw"):
         hp = take(5)
         n, steps = take(conv=int), take(conv=int)

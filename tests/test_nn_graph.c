@@ -191,7 +191,8 @@ static void test_preset_params(void) {
 
     stoke_shape obs = shp(1, 6, 0, 0);
     int64_t trunk[] = {32, 32};
-    g = stoke_preset_actor_critic(&obs, trunk, 2, 4);
+    stoke_actor_critic_opts a2c = {.targets = 3};
+    g = stoke_preset_actor_critic(&obs, trunk, 2, 4, &a2c);
     CHECK(g != NULL);
     if (g) {
         CHECK_INT_EQ(stoke_graph_trainable_elems(g),
@@ -199,9 +200,13 @@ static void test_preset_params(void) {
         check_param(g, "policy.weight", 2, (int64_t[]){4, 32}, true);
         check_param(g, "value.weight", 2, (int64_t[]){1, 32}, true);
         CHECK(stoke_graph_find(g, "policy") >= 0 && stoke_graph_find(g, "value") >= 0);
-        CHECK(stoke_graph_find(g, "action") >= 0 && stoke_graph_find(g, "return") >= 0);
+        stoke_tensor y = stoke_graph_find(g, "y");
+        CHECK(y >= 0 && stoke_graph_shape(g, y)->ndim == 1 && stoke_graph_shape(g, y)->dims[0] == 3);
     }
     stoke_graph_free(g);
+    stoke_actor_critic_opts bad_targets = {.targets = 5};
+    CHECK(stoke_preset_actor_critic(&obs, trunk, 2, 4, &bad_targets) == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "not 5");
 
     /* presets refuse bad sizes with a message */
     CHECK(stoke_preset_cnn(&in, 0) == NULL);
@@ -391,6 +396,22 @@ static void fill_inputs(stoke_model *m, int64_t batch, int64_t classes) {
         const char *name = stoke_graph_node_name(g, t);
         bool ids = strcmp(name, "y") == 0 ? classes > 1
                    : strcmp(name, "action") == 0 || strcmp(name, "tok") == 0;
+        const stoke_shape *ts = stoke_graph_shape(g, t);
+        if (!strcmp(name, "y") && stoke_graph_find(g, "policy") >= 0 && ts->ndim == 1) {
+            /* actor-critic rows [action, advantage, (old_log_prob,) return]: the old
+             * log-probability near the initial policy's -log K keeps PPO's ratio near 1,
+             * inside the clip range (the clipped regions are the loss test's) */
+            int64_t cols = ts->dims[0];
+            for (int64_t b = 0; b < batch; b++) {
+                float *r = (float *)p + b * cols;
+                r[0] = (float)(int)(urand() * (double)classes);
+                for (int64_t c = 1; c < cols; c++)
+                    r[c] = (float)(2 * urand() - 1);
+                if (cols == 4)
+                    r[2] = (float)(-log((double)classes) + 0.05 * (2 * urand() - 1));
+            }
+            continue;
+        }
         for (int64_t i = 0; i < n; i++) {
             if (ids)
                 ((int32_t *)p)[i] = (int32_t)(urand() * (double)classes);
@@ -511,11 +532,16 @@ static void test_fd_presets(void) {
     check_fd(stoke_preset_transformer(&img, 4, 8, 2, 2, 3), 3, 3, "transformer");
     stoke_shape seq = shp(2, 5, 6, 0);
     check_fd(stoke_preset_transformer(&seq, 0, 8, 1, 2, 1), 3, 1, "transformer on features");
-    check_fd(stoke_preset_actor_critic(&flat, hid, 2, 3), 6, 3, "actor-critic");
+    check_fd(stoke_preset_actor_critic(&flat, hid, 2, 3, NULL), 6, 3,
+             "actor-critic (behaviour cloning)");
+    stoke_actor_critic_opts a2c = {.targets = 3, .entropy = 0.05f},
+                            ppo = {.targets = 4, .entropy = 0.05f};
+    check_fd(stoke_preset_actor_critic(&flat, hid, 2, 3, &a2c), 6, 3, "actor-critic (A2C)");
+    check_fd(stoke_preset_actor_critic(&flat, hid, 2, 3, &ppo), 6, 3, "actor-critic (PPO)");
 }
 
 /* Every remaining op through the executor: avg pooling, sigmoid, softmax, dropout,
- * embedding, BCE, L1, label smoothing. */
+ * embedding, BCE, L1, slice, label smoothing. */
 static void test_fd_other_ops(void) {
     stoke_shape img = shp(3, 2, 6, 6), ids = shp(1, 5, 0, 0), v4 = shp(1, 4, 0, 0),
                 scalar = {0};
@@ -532,6 +558,7 @@ static void test_fd_other_ops(void) {
     stoke_tensor m1 = stoke_nn_seq_mean(g, s);
     stoke_tensor sum = stoke_nn_add(g, m1, stoke_nn_tanh(g, f));
     stoke_nn_l1(g, sum, t);
+    stoke_nn_mse(g, stoke_nn_slice(g, f, 1, 3), stoke_nn_slice(g, t, 0, 2));
     stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &scalar);
     stoke_tensor k = stoke_nn_linear(g, "cls", stoke_nn_gelu(g, sum), 3, true);
     stoke_tensor ce = stoke_nn_cross_entropy(g, k, y, 0.1f);
@@ -726,11 +753,14 @@ static void test_precision(void) {
     stoke_graph_free(g);
 }
 
-/* The actor-critic's total loss is CE + 0.5 MSE, and both heads read out. */
+/* The actor-critic's total loss: policy loss + 0.5 value MSE (policy gradient forms)
+ * or the cross-entropy alone (behaviour cloning); both heads read out; a bad action
+ * names the layer and the sample; building errors of the policy-gradient op. */
 static void test_actor_critic_loss(void) {
     stoke_shape obs = shp(1, 4, 0, 0);
     int64_t hid[] = {8};
-    stoke_graph *g = stoke_preset_actor_critic(&obs, hid, 1, 3);
+    stoke_actor_critic_opts a2c = {.targets = 3, .entropy = 0.01f};
+    stoke_graph *g = stoke_preset_actor_critic(&obs, hid, 1, 3, &a2c);
     stoke_model_opts o = {.max_batch = 5, .training = true, .seed = 4};
     stoke_model *m = NULL;
     CHECK(g && stoke_model_new(g, &o, &m) == STOKE_OK);
@@ -740,11 +770,74 @@ static void test_actor_critic_loss(void) {
     CHECK(stoke_model_forward(m, 5, true) == STOKE_OK);
     double pl = stoke_model_value(m, stoke_graph_find(g, "policy_loss"));
     double vl = stoke_model_value(m, stoke_graph_find(g, "value_loss"));
-    CHECK(pl > 0 && vl > 0);
-    CHECK_NEAR(stoke_model_loss(m), pl + 0.5 * vl, 1e-6 * (pl + vl));
+    double mae = stoke_model_value(m, stoke_graph_find(g, "value_mae"));
+    CHECK(isfinite(pl) && pl != 0 && vl > 0 && mae > 0);
+    CHECK_NEAR(stoke_model_loss(m), pl + 0.5 * vl, 1e-6 * (fabs(pl) + vl));
+    /* the value head's MSE and MAE read the last column (the return) */
+    const float *val = stoke_model_output(m, stoke_graph_find(g, "value"));
+    const float *y = stoke_model_input(m, stoke_graph_find(g, "y"));
+    double se = 0, ae = 0;
+    for (int b = 0; b < 5; b++) {
+        se += (val[b] - y[b * 3 + 2]) * (double)(val[b] - y[b * 3 + 2]);
+        ae += fabs(val[b] - y[b * 3 + 2]);
+    }
+    CHECK_NEAR(vl, se / 5, 1e-6 * vl);
+    CHECK_NEAR(mae, ae / 5, 1e-6 * mae);
     CHECK(stoke_model_output(m, stoke_graph_find(g, "policy")) != NULL);
-    CHECK(stoke_model_output(m, stoke_graph_find(g, "value")) != NULL);
+    /* an action outside [0, 3) in sample 2: the layer and the sample are named */
+    ((float *)stoke_model_input(m, stoke_graph_find(g, "y")))[2 * 3] = 3.0f;
+    CHECK(stoke_model_forward(m, 5, true) == STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "policy_gradient#");
+    CHECK_STR_CONTAINS(stoke_last_error(), "sample 2 has action 3");
+    ((float *)stoke_model_input(m, stoke_graph_find(g, "y")))[2 * 3] = 1.5f;
+    CHECK(stoke_model_forward(m, 5, true) == STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "sample 2 has action 1.5");
     stoke_model_free(m);
+    stoke_graph_free(g);
+
+    /* behaviour cloning: int32 actions, cross-entropy only, accuracy */
+    g = stoke_preset_actor_critic(&obs, hid, 1, 3, NULL);
+    m = NULL;
+    CHECK(g && stoke_model_new(g, &o, &m) == STOKE_OK);
+    if (m) {
+        fill_inputs(m, 5, 3);
+        CHECK(stoke_model_forward(m, 5, true) == STOKE_OK);
+        CHECK(stoke_graph_find(g, "value_loss") == STOKE_NO_TENSOR);
+        double ce = stoke_model_value(m, stoke_graph_find(g, "policy_loss"));
+        CHECK(ce > 0 && stoke_model_loss(m) == ce);
+        CHECK(stoke_model_value(m, stoke_graph_find(g, "accuracy")) >= 0);
+        CHECK(stoke_model_output(m, stoke_graph_find(g, "value")) != NULL);
+        stoke_model_free(m);
+    }
+    stoke_graph_free(g);
+
+    /* building errors: target widths, clip without an old log-probability, slices */
+    stoke_shape k3 = shp(1, 3, 0, 0), r2 = shp(1, 2, 0, 0), r4 = shp(1, 4, 0, 0);
+    g = stoke_graph_new("pg");
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &k3);
+    stoke_tensor l = stoke_nn_linear(g, "pi", x, 3, true);
+    stoke_tensor t4 = stoke_nn_input(g, "t4", STOKE_F32, &r4);
+    CHECK(stoke_nn_policy_gradient(g, l, t4, 0, 0) == STOKE_NO_TENSOR);
+    CHECK_STR_CONTAINS(stoke_last_error(), "target t4 must be fp32 [action, advantage] (2)");
+    stoke_graph_free(g);
+    g = stoke_graph_new("pg");
+    x = stoke_nn_input(g, "x", STOKE_F32, &k3);
+    l = stoke_nn_linear(g, "pi", x, 3, true);
+    stoke_tensor t2 = stoke_nn_input(g, "t2", STOKE_F32, &r2);
+    CHECK(stoke_nn_policy_gradient(g, l, t2, 0.2f, 0) == STOKE_NO_TENSOR);
+    CHECK_STR_CONTAINS(stoke_last_error(), "needs the old log-probability");
+    stoke_graph_free(g);
+    g = stoke_graph_new("pg");
+    x = stoke_nn_input(g, "x", STOKE_F32, &k3);
+    l = stoke_nn_linear(g, "pi", x, 3, true);
+    stoke_tensor t3 = stoke_nn_input(g, "t3", STOKE_F32, &k3);
+    CHECK(stoke_nn_policy_gradient(g, l, t3, 1.0f, 0) == STOKE_NO_TENSOR);
+    CHECK_STR_CONTAINS(stoke_last_error(), "must be in (0, 1)");
+    stoke_graph_free(g);
+    g = stoke_graph_new("pg");
+    x = stoke_nn_input(g, "x", STOKE_F32, &k3);
+    CHECK(stoke_nn_slice(g, x, 2, 4) == STOKE_NO_TENSOR);
+    CHECK_STR_CONTAINS(stoke_last_error(), "columns [2, 4) are not within the last dim of (3,)");
     stoke_graph_free(g);
 }
 

@@ -1,4 +1,5 @@
-/* test_nn_loss_optim.c - the CPU losses and metrics against float64 references and
+/* test_nn_loss_optim.c - the CPU losses (the policy gradient with PPO's clip
+ * included) and metrics against float64 references and
  * finite differences; SGD, AdamW, clipping and the lr schedules against PyTorch
  * (Debian's python3-torch, through tests/nn_loss_optim_ref.py). */
 #include <float.h>
@@ -92,6 +93,53 @@ static double ref_l1(const double *x, const double *y, size_t n)
     return total / (double)n;
 }
 
+/* the policy-gradient loss from its definition: softmax, its log, the entropy, PPO's
+ * min(r A, clamp(r) A) */
+static double ref_pg(const double *x, const double *t, int B, int K, int cols, double clip,
+                     double beta)
+{
+    double total = 0;
+    for (int b = 0; b < B; b++) {
+        const double *r = x + (size_t)b * K, *tr = t + (size_t)b * cols;
+        double z = 0, H = 0;
+        for (int k = 0; k < K; k++)
+            z += exp(r[k]);
+        for (int k = 0; k < K; k++)
+            H -= exp(r[k]) / z * log(exp(r[k]) / z);
+        int a = (int)tr[0];
+        double A = tr[1], logp = log(exp(r[a]) / z), obj = A * logp;
+        if (cols == 3) {
+            double ratio = exp(logp - tr[2]);
+            double clamped = fmin(fmax(ratio, 1 - clip), 1 + clip);
+            obj = fmin(ratio * A, clamped * A);
+        }
+        total += -obj - beta * H;
+    }
+    return total / B;
+}
+
+/* Rows [action, advantage(, old_log_prob)] for logits x (B, K): advantages of both
+ * signs, and with 3 columns old log-probabilities that put the ratio r = pi / pi_old
+ * below, inside and above [0.8, 1.2], each at least 0.05 from the edges (so central
+ * differences never straddle a kink). */
+static void make_pg_targets(const float *x, int B, int K, int cols, float *t)
+{
+    static const double ratios[8] = {0.5, 0.9, 1.05, 1.6, 0.7, 1.3, 0.95, 1.25};
+    static const double sign[8] = {1, -1, 1, 1, -1, -1, 1, -1};
+    for (int b = 0; b < B; b++) {
+        float *r = t + (size_t)b * cols;
+        int a = (int)(rng_next() % (uint64_t)K);
+        r[0] = (float)a;
+        r[1] = (float)(sign[b % 8] * urand(0.2f, 2.0f));
+        if (cols == 3) {
+            double z = 0;
+            for (int k = 0; k < K; k++)
+                z += exp((double)x[b * K + k]);
+            r[2] = (float)(log(exp((double)x[b * K + a]) / z) - log(ratios[b % 8]));
+        }
+    }
+}
+
 /* ---- losses -------------------------------------------------------------------------- */
 
 enum { B = 6, K = 5, N = B * K };
@@ -165,6 +213,91 @@ static void test_cross_entropy(void)
     CHECK_INT_EQ(cpu_cross_entropy(logits, badt, B, K, 0.0f, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
     CHECK_INT_EQ(cpu_cross_entropy(logits, t, B, K, 1.5f, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
     CHECK_INT_EQ(cpu_cross_entropy(logits, t, 0, K, 0.0f, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
+}
+
+static void test_policy_gradient(void)
+{
+    enum { PB = 8, PK = 5, PN = PB * PK };
+    float x[PN], d[PN], t[PB * 3];
+    double xd[PN], td[PB * 3];
+    fill(x, PN, -3, 3);
+    for (int i = 0; i < PN; i++)
+        xd[i] = x[i];
+    const struct { int cols; float clip, beta; } cases[] = {
+        {2, 0, 0}, {2, 0, 0.05f}, {3, 0.2f, 0}, {3, 0.2f, 0.05f}};
+    for (int c = 0; c < 4; c++) {
+        int cols = cases[c].cols;
+        double clip = cases[c].clip, beta = cases[c].beta;
+        make_pg_targets(x, PB, PK, cols, t);
+        for (int i = 0; i < PB * cols; i++)
+            td[i] = t[i];
+        for (int i = 0; i < PN; i++)
+            d[i] = 0.25f;
+        float loss = 0;
+        CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, cols, cases[c].clip, cases[c].beta, 3.0f,
+                                         &loss, d), STOKE_OK);
+        /* loss: float64 reference, relative 1e-6 */
+        double ref = ref_pg(xd, td, PB, PK, cols, clip, beta);
+        CHECK_MSG(close_rel(loss, ref, 1e-6, 1e-6), "pg %d: %.9g vs %.9g", c, loss, ref);
+        /* gradient: central differences of the float64 reference, h = 1e-5; abs
+         * tolerance 1e-6 on values of size ~0.1 (float32 storage is ~1e-8) */
+        for (int i = 0; i < PN; i++) {
+            double save = xd[i], h = 1e-5;
+            xd[i] = save + h;
+            double up = ref_pg(xd, td, PB, PK, cols, clip, beta);
+            xd[i] = save - h;
+            double dn = ref_pg(xd, td, PB, PK, cols, clip, beta);
+            xd[i] = save;
+            double fd = 3.0 * (up - dn) / (2 * h) + 0.25;
+            CHECK_MSG(fabs(d[i] - fd) <= 1e-6, "pg %d grad %d: %.9g vs %.9g", c, i, d[i], fd);
+        }
+        if (cols == 3 && beta == 0) {
+            /* the clipped samples (3: r 1.6, A > 0; 4: r 0.7, A < 0) get no gradient;
+             * the unclipped outside the range (0: r 0.5, A > 0) do */
+            for (int k = 0; k < PK; k++)
+                CHECK(d[3 * PK + k] == 0.25f && d[4 * PK + k] == 0.25f);
+            CHECK(d[0] != 0.25f);
+        }
+    }
+    /* advantage 1 everywhere, no entropy: exactly the cross-entropy of the actions */
+    int32_t acts[PB];
+    for (int b = 0; b < PB; b++) {
+        acts[b] = (int32_t)(rng_next() % PK);
+        t[b * 2] = (float)acts[b];
+        t[b * 2 + 1] = 1.0f;
+    }
+    float dpg[PN] = {0}, dce[PN] = {0}, lpg = 0, lce = 0;
+    CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, 2, 0, 0, 1.0f, &lpg, dpg), STOKE_OK);
+    CHECK_INT_EQ(cpu_cross_entropy(x, acts, PB, PK, 0, 1.0f, &lce, dce), STOKE_OK);
+    CHECK_MSG(close_rel(lpg, lce, 1e-6, 1e-6), "pg as ce: %.9g vs %.9g", lpg, lce);
+    for (int i = 0; i < PN; i++)
+        CHECK_NEAR(dpg[i], dce[i], 1e-7);
+
+    /* bad rows: errors naming the sample, nothing written */
+    make_pg_targets(x, PB, PK, 3, t);
+    for (int i = 0; i < PN; i++)
+        d[i] = 7.0f;
+    float bad_loss = -1;
+    const struct { int col; float v; const char *msg; } bad[] = {
+        {0, 5.0f, "sample 3 has action 5, not a whole number in [0, 5)"},
+        {0, -1.0f, "sample 3 has action -1"},
+        {0, 2.5f, "sample 3 has action 2.5"},
+        {0, NAN, "sample 3 has action nan"},
+        {1, INFINITY, "sample 3 has advantage inf"},
+        {2, NAN, "sample 3 has old log-probability nan"}};
+    for (int k = 0; k < 6; k++) {
+        float save = t[3 * 3 + bad[k].col];
+        t[3 * 3 + bad[k].col] = bad[k].v;
+        CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, 3, 0.2f, 0.01f, 1.0f, &bad_loss, d),
+                     STOKE_ERR_ARG);
+        CHECK_STR_CONTAINS(stoke_last_error(), bad[k].msg);
+        t[3 * 3 + bad[k].col] = save;
+    }
+    CHECK(bad_loss == -1 && d[0] == 7.0f && d[PN - 1] == 7.0f);
+    CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, 3, 0.0f, 0, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
+    CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, 2, 0.2f, 0, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
+    CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, 4, 0.2f, 0, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
+    CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, 3, 0.2f, -1, 1.0f, &bad_loss, d), STOKE_ERR_ARG);
 }
 
 typedef stoke_status (*pair_loss)(const float *, const float *, size_t, float, float *, float *);
@@ -401,6 +534,23 @@ static void case_ce(FILE *f, float eps)
         e->v[e->n++] = d[i];
 }
 
+static void case_pg(FILE *f, int cols, float clip, float beta)
+{
+    enum { CB = 8, CK = 6 };
+    float x[CB * CK], t[CB * 3], d[CB * CK] = {0}, loss = 0;
+    fill(x, CB * CK, -4, 4);
+    make_pg_targets(x, CB, CK, cols, t);
+    fprintf(f, "pg %d %d %d %.9g %.9g\n", CB, CK, cols, (double)clip, (double)beta);
+    put(f, x, CB * CK);
+    put(f, t, (size_t)CB * cols);
+    CHECK_INT_EQ(cpu_policy_gradient(x, t, CB, CK, cols, clip, beta, 1.0f, &loss, d), STOKE_OK);
+    /* as cross-entropy: torch's float32 softmax rounds at ~1e-7 */
+    expect *e = add_row(cols == 3 ? "policy gradient (PPO clip)" : "policy gradient", 1e-6, 0.1);
+    e->v[e->n++] = loss;
+    for (int i = 0; i < CB * CK; i++)
+        e->v[e->n++] = d[i];
+}
+
 enum { PN = 37, STEPS = 6 };
 
 static void case_optim(FILE *f, const char *name, int adam, double lr, float h1, float h2,
@@ -487,6 +637,10 @@ static void test_against_torch(void)
     case_ce(f, 0.0f);
     case_ce(f, 0.1f);
     case_ce(f, 0.35f);
+    case_pg(f, 2, 0.0f, 0.0f);
+    case_pg(f, 2, 0.0f, 0.01f);
+    case_pg(f, 3, 0.2f, 0.0f);
+    case_pg(f, 3, 0.1f, 0.02f);
     case_optim(f, "sgd", 0, 0.1, 0.0f, 0.0f, 0.0f, 0);
     case_optim(f, "sgd momentum", 0, 0.05, 0.9f, 0.0f, 0.0f, 0);
     case_optim(f, "sgd momentum dampening wd", 0, 0.05, 0.9f, 0.3f, 1e-2f, 0);
@@ -560,6 +714,7 @@ static void test_against_torch(void)
 int main(void)
 {
     test_cross_entropy();
+    test_policy_gradient();
     test_pair_losses();
     test_metrics();
     test_optim_local();

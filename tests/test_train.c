@@ -1,6 +1,7 @@
 /* test_train.c - the training loop on a small generated dataset: configuration
  * precedence, training that learns, checkpoint round trip through eval, resume
- * equivalence (mid-epoch, with accumulation and augmentation: bit-identical weights),
+ * equivalence (mid-epoch, with accumulation, augmentation and dropout: bit-identical
+ * weights),
  * stopping on a flag (what SIGINT sets) with a checkpoint, and bf16 against fp32. */
 #include <dirent.h>
 #include <math.h>
@@ -13,7 +14,7 @@
 #include "stoke/train.h"
 
 static char dir[256];
-static char x_path[512], model_path[512];
+static char x_path[512], model_path[512], dropout_path[512], dropout0_path[512];
 
 static const char *path_in(const char *name)
 {
@@ -79,6 +80,25 @@ static void make_dataset(void)
           "  - {type: relu}\n"
           "  - {type: linear}\n", f);
     fclose(f);
+    /* The same with dropout after the flatten and the hidden layer; and with p = 0
+     * (the identity), to show the dropout changes the training it resumes. */
+    for (int k = 0; k < 2; k++) {
+        char *path = k ? dropout0_path : dropout_path;
+        snprintf(path, sizeof dropout_path, "%s/%s", dir, k ? "dropout0.yaml" : "dropout.yaml");
+        f = fopen(path, "w");
+        fprintf(f, "layers:\n"
+                   "  - {type: conv2d, out: 4, kernel: 3, padding: 1}\n"
+                   "  - {type: batchnorm}\n"
+                   "  - {type: relu}\n"
+                   "  - {type: maxpool2d, kernel: 2}\n"
+                   "  - {type: flatten}\n"
+                   "  - {type: dropout, p: %s}\n"
+                   "  - {type: linear, out: 16}\n"
+                   "  - {type: relu}\n"
+                   "  - {type: dropout, p: %s}\n"
+                   "  - {type: linear}\n", k ? "0" : "0.3", k ? "0" : "0.2");
+        fclose(f);
+    }
 }
 
 static void base_config(stoke_train_config *c)
@@ -229,10 +249,14 @@ static void test_learns_and_eval(void)
     stoke_saved_model_free(m);
 }
 
-static void test_resume(void)
+/* Trains `model` uninterrupted; then the same stopped at step 3 (mid-epoch, as
+ * --max-steps 3 --checkpoint does) and resumed with only --resume given: the final
+ * weights must be bit-identical. Returns the uninterrupted run (the caller frees it). */
+static stoke_trainer *check_resume(const char *model, const char *what)
 {
     stoke_train_config c;
     base_config(&c);
+    snprintf(c.model, sizeof c.model, "%s", model);
     stoke_train_result ra, rb;
     stoke_trainer *a = train(&c, &ra);
     /* 320 samples / (32 x 2) = 5 steps an epoch: stop at step 3, mid-epoch. */
@@ -262,7 +286,8 @@ static void test_resume(void)
     if (a && b2) {
         CHECK_INT_EQ(rr.steps, ra.steps);
         CHECK(!rr.interrupted);
-        CHECK_MSG(same_weights(a, b2, true), "resumed run's weights differ from the uninterrupted run");
+        CHECK_MSG(same_weights(a, b2, true), "%s: resumed run's weights differ from the "
+                  "uninterrupted run", what);
         CHECK(rr.val_metric == ra.val_metric && rr.val_loss == ra.val_loss);
     }
     stoke_trainer_free(b2);
@@ -275,6 +300,25 @@ static void test_resume(void)
     if (a && s)
         CHECK(!same_weights(a, s, false));
     stoke_trainer_free(s);
+    return a;
+}
+
+static void test_resume(void)
+{
+    stoke_trainer_free(check_resume(model_path, "cnn"));
+    /* Dropout masks are keyed by (seed, layer, optimizer step, micro-batch), so a
+     * resumed run drops the same units as the uninterrupted one; with 2 micro-batches
+     * a step (accumulate 2), and augmentation. */
+    stoke_trainer *a = check_resume(dropout_path, "cnn with dropout");
+    /* The dropout matters: the same run with p = 0 ends elsewhere. */
+    stoke_train_config c;
+    base_config(&c);
+    snprintf(c.model, sizeof c.model, "%s", dropout0_path);
+    stoke_train_result r0;
+    stoke_trainer *z = train(&c, &r0);
+    if (a && z)
+        CHECK(!same_weights(a, z, false));
+    stoke_trainer_free(z);
     stoke_trainer_free(a);
 }
 

@@ -72,6 +72,53 @@ static void test_parse(void)
     bad("", "m.yaml:1:1", "empty");
     bad("- 1\n- 2\n", "m.yaml:1:1", "expected a mapping");
     bad("loss: hinge\nmodel: cnn\n", "m.yaml:1:7", "loss");
+    bad("model: actor-critic\nclip: 1.5\n", "m.yaml:2:7", "clip: expected");
+    bad("model: mlp\nentropy: 0.01\n", "m.yaml:2:1", "entropy: applies to the actor-critic");
+}
+
+/* The actor-critic by target kind: classes (behaviour cloning), rows of 3 (A2C) or 4
+ * (PPO) values; anything else is refused with the layouts named. */
+static void test_actor_critic(void)
+{
+    stoke_shape obs = {1, {6}}, none = {0}, r3 = {1, {3}}, r4 = {1, {4}}, r5 = {1, {5}};
+    stoke_model_file *mf = parse("model: actor-critic\nhidden: [16]\nentropy: 0.01\n");
+    stoke_model_file *ppo = parse("model: actor-critic\nclip: 0.1\n");
+    stoke_model_file *plain = parse("model: actor-critic\n");
+    if (!mf || !ppo || !plain)
+        return;
+    stoke_graph *g = stoke_model_file_build(mf, &obs, STOKE_TARGET_VECTOR, &r3, 4);
+    CHECK_MSG(g != NULL, "%s", stoke_last_error());
+    if (g) {
+        const stoke_shape *y = stoke_graph_shape(g, stoke_graph_find(g, "y"));
+        CHECK(y && y->ndim == 1 && y->dims[0] == 3);
+        CHECK_INT_EQ(stoke_graph_shape(g, stoke_graph_find(g, "policy"))->dims[0], 4);
+        bool pg = false;
+        for (int i = 0; i < stoke_graph_node_count(g); i++)
+            pg |= stoke_graph_node_op(g, i) == STOKE_NN_POLICY_GRADIENT;
+        CHECK(pg);
+    }
+    stoke_graph_free(g);
+    g = stoke_model_file_build(ppo, &obs, STOKE_TARGET_VECTOR, &r4, 4);
+    CHECK_MSG(g != NULL, "%s", stoke_last_error());
+    stoke_graph_free(g);
+    g = stoke_model_file_build(plain, &obs, STOKE_TARGET_CLASS, &none, 4);
+    CHECK_MSG(g != NULL && stoke_graph_find(g, "accuracy") != STOKE_NO_TENSOR, "%s",
+              stoke_last_error());
+    stoke_graph_free(g);
+    CHECK(stoke_model_file_build(plain, &obs, STOKE_TARGET_VECTOR, &r5, 4) == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "[action, advantage, old_log_prob, return] (4)");
+    CHECK_STR_CONTAINS(stoke_last_error(), "the dataset's are (5,)");
+    CHECK(stoke_model_file_build(plain, &obs, STOKE_TARGET_SCALAR, &none, 0) == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "single numbers");
+    CHECK(stoke_model_file_build(plain, &obs, STOKE_TARGET_VECTOR, &r3, 1) == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "at least 2 actions");
+    CHECK(stoke_model_file_build(ppo, &obs, STOKE_TARGET_VECTOR, &r3, 4) == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "clip is PPO's");
+    CHECK(stoke_model_file_build(mf, &obs, STOKE_TARGET_CLASS, &none, 4) == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "not to class targets");
+    stoke_model_file_free(mf);
+    stoke_model_file_free(ppo);
+    stoke_model_file_free(plain);
 }
 
 static void test_build(void)
@@ -125,5 +172,6 @@ int main(void)
 {
     test_parse();
     test_build();
+    test_actor_critic();
     return CHECK_DONE();
 }

@@ -20,3 +20,10 @@ add_test(NAME train_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-e2e)
 set_tests_properties(train_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# The actor-critic on generated bandit rollouts (numpy): A2C, PPO and behaviour cloning
+# rows train a policy that picks the best action far above chance; bad rollouts fail.
+add_test(NAME train_actor_critic_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_actor_critic.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-actor-critic-e2e)
+set_tests_properties(train_actor_critic_e2e PROPERTIES LABELS nn TIMEOUT 120 SKIP_RETURN_CODE 77)

@@ -62,6 +62,11 @@ typedef enum stoke_nn_op {
     STOKE_NN_L1,            /* pred + fp32 target of the same shape -> scalar */
     STOKE_NN_ACCURACY,      /* metric: logits (K) + int32 class -> fraction correct */
     STOKE_NN_MAE,           /* metric: mean |pred - target| */
+    STOKE_NN_POLICY_GRADIENT, /* logits (K) + fp32 [action, advantage(, old log-prob)]
+                               -> scalar: -advantage log pi(action) (or PPO's clipped
+                               surrogate), minus an entropy bonus */
+    STOKE_NN_SLICE,         /* (..., C) -> (..., end - begin): columns [begin, end) of
+                               the last dim */
     STOKE_NN_OP_COUNT
 } stoke_nn_op;
 
@@ -135,17 +140,31 @@ stoke_tensor stoke_nn_patchify(stoke_graph *g, stoke_tensor x, int patch);
 /* x (T, C) + "<name>.weight" (T, C), a learned position table (init N(0, 0.02)). */
 stoke_tensor stoke_nn_pos_embed(stoke_graph *g, const char *name, stoke_tensor x);
 stoke_tensor stoke_nn_seq_mean(stoke_graph *g, stoke_tensor x); /* (T, C) -> (C) */
+/* Columns [begin, end) of the last dim of x (0 <= begin < end <= C): splits one target
+ * input into the parts several heads' losses take (the actor-critic's policy target
+ * and return). */
+stoke_tensor stoke_nn_slice(stoke_graph *g, stoke_tensor x, int64_t begin, int64_t end);
 
 /* Losses: a scalar, the MEAN over the batch (and over elements for BCE, MSE and L1,
  * as PyTorch's reduction='mean'). Each loss is added to the model's total loss with
  * its weight (stoke_nn_loss_weight; 1 by default); backward differentiates the
  * total. A graph may have several losses (heads): the actor-critic's total is
- * policy cross-entropy + 0.5 x value MSE (see docs/nn.md). */
+ * policy loss + 0.5 x value MSE (see docs/nn.md). */
 stoke_tensor stoke_nn_cross_entropy(stoke_graph *g, stoke_tensor logits, stoke_tensor target,
                                     float label_smoothing);
 stoke_tensor stoke_nn_bce_logits(stoke_graph *g, stoke_tensor logits, stoke_tensor target);
 stoke_tensor stoke_nn_mse(stoke_graph *g, stoke_tensor pred, stoke_tensor target);
 stoke_tensor stoke_nn_l1(stoke_graph *g, stoke_tensor pred, stoke_tensor target);
+/* Policy-gradient loss of an actor-critic's policy head, the batch mean of
+ *   2 columns [action, advantage]:  -A log pi(a)                       (REINFORCE, A2C)
+ *   3 columns [action, advantage, old_log_prob], clip in (0, 1): PPO's clipped surrogate
+ *       -min(r A, clip(r, 1 - clip, 1 + clip) A),  r = exp(log pi(a) - old_log_prob)
+ * each minus entropy x H(pi), pi = softmax(logits). logits (K), K >= 2; target an fp32
+ * input (or a slice of one) of 2 or 3 values; clip must be 0 with 2 columns. An action
+ * that is not a whole number in [0, K), or a non-finite advantage or old log-prob, is
+ * an error at forward time naming the layer and the sample. */
+stoke_tensor stoke_nn_policy_gradient(stoke_graph *g, stoke_tensor logits, stoke_tensor target,
+                                      float clip, float entropy);
 /* Sets the weight of a loss node in the total loss (0 keeps it as a reported value
  * only). */
 void stoke_nn_loss_weight(stoke_graph *g, stoke_tensor loss, float weight);
@@ -388,11 +407,24 @@ stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int 
 stoke_graph *stoke_preset_transformer(const stoke_shape *input, int patch, int64_t hidden,
                                       int layers, int heads, int64_t classes);
 /* Actor-critic: a shared trunk (obs -> hidden[0] -> tanh -> ...), a policy head
- * (linear to `actions`, output "policy", cross-entropy on target "action") and a
- * value head (linear to 1, output "value", MSE on target "return"); total loss =
- * CE + 0.5 x MSE. */
+ * (linear to `actions`, output "policy") and a value head (linear to 1, output
+ * "value"). The target input "y" holds, per sample (opts->targets):
+ *   0: an int32 action: behaviour cloning, loss "policy_loss" = cross-entropy, metric
+ *      accuracy; the value head has no target and no loss;
+ *   3: fp32 [action, advantage, return]: "policy_loss" = policy gradient
+ *      (stoke_nn_policy_gradient, entropy bonus opts->entropy) + "value_loss" =
+ *      0.5 x MSE(value, return), metric MAE(value, return);
+ *   4: fp32 [action, advantage, old_log_prob, return]: the same with PPO's clipped
+ *      surrogate, epsilon opts->clip (0: 0.2).
+ * opts NULL is behaviour cloning. */
+typedef struct stoke_actor_critic_opts {
+    int targets;   /* 0, 3 or 4 values per sample, as above */
+    float clip;    /* PPO epsilon in (0, 1) for targets 4; 0 means 0.2 */
+    float entropy; /* entropy bonus coefficient, >= 0 (0: none) */
+} stoke_actor_critic_opts;
 stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden,
-                                       int nhidden, int64_t actions);
+                                       int nhidden, int64_t actions,
+                                       const stoke_actor_critic_opts *opts);
 
 #ifdef __cplusplus
 }

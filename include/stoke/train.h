@@ -310,12 +310,16 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
 
 /* Runs `n` samples (each in the dataset's raw dtype and the model's input shape,
  * u8 or f32, normalized as in training) and writes, per sample, the predicted class
- * (or the first output for regression) to pred and the outputs to out (n x outputs,
- * may be NULL). */
+ * (an actor-critic: the most likely action; regression: 0) to pred and the outputs to
+ * out (n x outputs, may be NULL): the logits (an actor-critic: the policy's logits,
+ * then the value). */
 stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
                                        stoke_dtype dtype, int64_t n, int64_t *pred,
                                        float *out);
 int64_t stoke_saved_model_outputs(const stoke_saved_model *s); /* values per sample */
+/* An actor-critic's number of actions (its outputs are that many logits and the
+ * value); 0 for other models. */
+int64_t stoke_saved_model_actions(const stoke_saved_model *s);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,8 @@ void cmd_predict_usage(void)
            "stoke reads (the \"test\" split of an IDX directory) or an .npy file of samples\n"
            "shaped like the training inputs. Prints one line per sample: its index, the\n"
            "predicted class (or value), and its label when INPUT has targets; --outputs adds\n"
-           "the model's raw outputs (logits). Ends with the accuracy when labels are known.\n");
+           "the model's raw outputs (logits). Ends with the accuracy when labels are known.\n"
+           "An actor-critic prints the most likely action and `value V` (the value head).\n");
 }
 
 int cmd_predict(int argc, char **argv)
@@ -85,7 +86,8 @@ int cmd_predict(int argc, char **argv)
         rc = cli_error("predict", "%s", stoke_last_error());
         goto done;
     }
-    bool classes = stoke_saved_model_classes(m) > 0;
+    int64_t actions = stoke_saved_model_actions(m);
+    bool classes = stoke_saved_model_classes(m) > 0 || actions > 0;
     bool labels = classes && in->target_kind == STOKE_TARGET_CLASS && tg;
     int64_t right = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -94,6 +96,8 @@ int cmd_predict(int argc, char **argv)
             printf("%" PRId64, pred[i]);
         else
             printf("%.6g", (double)out[(size_t)i * (size_t)k]);
+        if (actions > 0)
+            printf("\tvalue %.6g", (double)out[(size_t)i * (size_t)k + (size_t)actions]);
         if (labels && stoke_dataset_read(d, i, x, tg) == STOKE_OK) {
             int64_t y = in->target_dtype == STOKE_U8 ? tg[0]
                         : in->target_dtype == STOKE_I64 ? *(int64_t *)(void *)tg

@@ -750,6 +750,32 @@ static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
+/* ---- slice: columns [begin, begin + width) of the last dim ---- */
+
+static stoke_status slice_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    const stoke_shape *in = in_shape(a, 0);
+    int64_t C = in->dims[in->ndim - 1], W = a->node->features, off = a->node->begin;
+    int64_t rows = a->batch * (elems(in) / C);
+    const float *x = a->in[0];
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(a->out + r * W, x + r * C + off, (size_t)W * sizeof(float));
+    return STOKE_OK;
+}
+
+static stoke_status slice_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    if (!a->din[0])
+        return STOKE_OK;
+    const stoke_shape *in = in_shape(a, 0);
+    int64_t C = in->dims[in->ndim - 1], W = a->node->features, off = a->node->begin;
+    int64_t rows = a->batch * (elems(in) / C);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < W; j++)
+            a->din[0][r * C + off + j] += a->dout[r * W + j];
+    return STOKE_OK;
+}
+
 /* ---- losses and metrics: out[0] = the batch mean ---- */
 
 static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
@@ -766,6 +792,11 @@ static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
         break;
     case STOKE_NN_MSE:
         st = cpu_mse(a->in[0], a->in[1], n, scale, &loss, din);
+        break;
+    case STOKE_NN_POLICY_GRADIENT:
+        st = cpu_policy_gradient(a->in[0], a->in[1], (int)a->batch, (int)in_shape(a, 0)->dims[0],
+                                 (int)in_shape(a, 1)->dims[0], a->node->clip, a->node->entropy,
+                                 scale, &loss, din);
         break;
     default:
         st = cpu_l1(a->in[0], a->in[1], n, scale, &loss, din);
@@ -950,6 +981,8 @@ static const nn_backend cpu_backend = {
             [STOKE_NN_L1] = {loss_fwd, loss_bwd, NULL, NULL},
             [STOKE_NN_ACCURACY] = {accuracy_fwd, NULL, NULL, NULL},
             [STOKE_NN_MAE] = {mae_fwd, NULL, NULL, NULL},
+            [STOKE_NN_POLICY_GRADIENT] = {loss_fwd, loss_bwd, NULL, NULL},
+            [STOKE_NN_SLICE] = {slice_fwd, slice_bwd, NULL, NULL},
         },
     .supports = cpu_supports,
     .fuse = cpu_fuse,

@@ -36,6 +36,8 @@ static const char *const op_names[STOKE_NN_OP_COUNT] = {
     [STOKE_NN_L1] = "l1",
     [STOKE_NN_ACCURACY] = "accuracy",
     [STOKE_NN_MAE] = "mae",
+    [STOKE_NN_POLICY_GRADIENT] = "policy_gradient",
+    [STOKE_NN_SLICE] = "slice",
 };
 
 const char *stoke_nn_op_name(stoke_nn_op op) {
@@ -648,6 +650,30 @@ stoke_tensor stoke_nn_seq_mean(stoke_graph *g, stoke_tensor x) {
     return handle(g, n);
 }
 
+stoke_tensor stoke_nn_slice(stoke_graph *g, stoke_tensor x, int64_t begin, int64_t end) {
+    const nn_node *in = float_input(g, x, "slice");
+    if (!in)
+        return STOKE_NO_TENSOR;
+    char b[64];
+    if (in->shape.ndim < 1)
+        return gfail(g, STOKE_ERR_ARG, "slice of %s: needs at least one dimension, got ()",
+                     in->name);
+    int64_t C = in->shape.dims[in->shape.ndim - 1];
+    if (!(begin >= 0 && begin < end && end <= C))
+        return gfail(g, STOKE_ERR_ARG, "slice of %s: columns [%lld, %lld) are not within the "
+                     "last dim of %s", in->name, (long long)begin, (long long)end,
+                     shape_str(&in->shape, b, sizeof b));
+    stoke_shape s = in->shape;
+    s.dims[s.ndim - 1] = end - begin;
+    nn_node *n = node_with_inputs(g, STOKE_NN_SLICE, NULL, x, STOKE_NO_TENSOR);
+    if (!n)
+        return STOKE_NO_TENSOR;
+    n->shape = s;
+    n->begin = begin;
+    n->features = end - begin;
+    return handle(g, n);
+}
+
 /* Losses and metrics: a scalar per batch; every one is an output. */
 static stoke_tensor scalar_node(stoke_graph *g, stoke_nn_op op, stoke_tensor a, stoke_tensor b) {
     nn_node *n = node_with_inputs(g, op, NULL, a, b);
@@ -708,6 +734,37 @@ stoke_tensor stoke_nn_cross_entropy(stoke_graph *g, stoke_tensor logits, stoke_t
     if (t != STOKE_NO_TENSOR)
         g->nodes[t].smoothing = label_smoothing;
     return t;
+}
+
+stoke_tensor stoke_nn_policy_gradient(stoke_graph *g, stoke_tensor logits, stoke_tensor target,
+                                      float clip, float entropy) {
+    const char *what = "policy_gradient";
+    const nn_node *l = float_input(g, logits, what);
+    const nn_node *t = l ? float_input(g, target, what) : NULL;
+    if (!l || !t)
+        return STOKE_NO_TENSOR;
+    char b[64];
+    if (l->shape.ndim != 1 || l->shape.dims[0] < 2)
+        return gfail(g, STOKE_ERR_ARG, "%s#%d: needs logits (K) with K >= 2 actions, %s is %s",
+                     what, g->nnodes, l->name, shape_str(&l->shape, b, sizeof b));
+    if (t->shape.ndim != 1 || (t->shape.dims[0] != 2 && t->shape.dims[0] != 3))
+        return gfail(g, STOKE_ERR_ARG, "%s#%d: target %s must be fp32 [action, advantage] (2) or "
+                     "[action, advantage, old_log_prob] (3), not %s", what, g->nnodes, t->name,
+                     shape_str(&t->shape, b, sizeof b));
+    bool ppo = t->shape.dims[0] == 3;
+    if (ppo ? !(clip > 0 && clip < 1) : clip != 0)
+        return gfail(g, STOKE_ERR_ARG, ppo ? "%s#%d: PPO's clip epsilon %g must be in (0, 1)"
+                     : "%s#%d: clip %g needs the old log-probability (a 3-value target)",
+                     what, g->nnodes, (double)clip);
+    if (!(entropy >= 0 && isfinite(entropy)))
+        return gfail(g, STOKE_ERR_ARG, "%s#%d: entropy coefficient %g must be finite and >= 0",
+                     what, g->nnodes, (double)entropy);
+    stoke_tensor r = scalar_node(g, STOKE_NN_POLICY_GRADIENT, logits, target);
+    if (r != STOKE_NO_TENSOR) {
+        g->nodes[r].clip = clip;
+        g->nodes[r].entropy = entropy;
+    }
+    return r;
 }
 
 stoke_tensor stoke_nn_bce_logits(stoke_graph *g, stoke_tensor logits, stoke_tensor target) {

@@ -42,6 +42,8 @@ typedef struct nn_node {
     int heads, patch;
     bool bias;
     float p, eps, momentum, smoothing;
+    float clip, entropy;      /* policy gradient: PPO epsilon (0: no ratio), bonus */
+    int64_t begin;            /* slice: first column (features: the width) */
     float loss_weight;        /* losses: weight in the total loss */
     bool is_output;
     char out_name[NN_NAME_MAX + 32];
@@ -67,7 +69,7 @@ static inline const nn_node *nn_graph_node(const stoke_graph *g, stoke_tensor t)
 
 static inline bool nn_op_is_loss(stoke_nn_op op) {
     return op == STOKE_NN_CROSS_ENTROPY || op == STOKE_NN_BCE_LOGITS || op == STOKE_NN_MSE ||
-           op == STOKE_NN_L1;
+           op == STOKE_NN_L1 || op == STOKE_NN_POLICY_GRADIENT;
 }
 
 static inline bool nn_op_is_metric(stoke_nn_op op) {

@@ -187,11 +187,21 @@ stoke_graph *stoke_preset_transformer(const stoke_shape *input, int patch, int64
 }
 
 stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden,
-                                       int nhidden, int64_t actions) {
+                                       int nhidden, int64_t actions,
+                                       const stoke_actor_critic_opts *opts) {
+    stoke_actor_critic_opts o = opts ? *opts : (stoke_actor_critic_opts){0};
     if (!obs || nhidden < 1 || !hidden || actions < 2) {
         stoke_fail(STOKE_ERR_ARG, "actor-critic: needs an observation shape, >= 1 hidden layer and >= 2 actions");
         return NULL;
     }
+    if (o.targets != 0 && o.targets != 3 && o.targets != 4) {
+        stoke_fail(STOKE_ERR_ARG, "actor-critic: targets are an action (0), [action, advantage, "
+                   "return] (3) or [action, advantage, old_log_prob, return] (4), not %d",
+                   o.targets);
+        return NULL;
+    }
+    if (o.targets == 4 && o.clip == 0)
+        o.clip = 0.2f; /* PPO's usual epsilon */
     stoke_graph *g = stoke_graph_new("actor-critic");
     if (!g)
         return finish(NULL);
@@ -207,14 +217,25 @@ stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hi
     stoke_tensor value = stoke_nn_linear(g, "value", x, 1, true);
     stoke_nn_output(g, "policy", policy);
     stoke_nn_output(g, "value", value);
-    stoke_shape scalar = {0}, one = {.ndim = 1, .dims = {1}};
-    stoke_tensor action = stoke_nn_input(g, "action", STOKE_I32, &scalar);
-    stoke_tensor ret = stoke_nn_input(g, "return", STOKE_F32, &one);
-    stoke_tensor pl = stoke_nn_cross_entropy(g, policy, action, 0.0f);
+    if (o.targets == 0) { /* behaviour cloning: the taken action is the label */
+        stoke_shape scalar = {0};
+        stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &scalar);
+        stoke_nn_output(g, "policy_loss", stoke_nn_cross_entropy(g, policy, y, 0.0f));
+        stoke_nn_output(g, "accuracy", stoke_nn_accuracy(g, policy, y));
+        return finish(g);
+    }
+    /* one target row per sample, the return last: the policy gradient takes the
+     * columns before it, the value head the return */
+    stoke_shape row = {.ndim = 1, .dims = {o.targets}};
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &row);
+    stoke_tensor pg_target = stoke_nn_slice(g, y, 0, o.targets - 1);
+    stoke_tensor ret = stoke_nn_slice(g, y, o.targets - 1, o.targets);
+    stoke_tensor pl = stoke_nn_policy_gradient(g, policy, pg_target,
+                                               o.targets == 4 ? o.clip : 0.0f, o.entropy);
     stoke_tensor vl = stoke_nn_mse(g, value, ret);
     stoke_nn_loss_weight(g, vl, 0.5f);
     stoke_nn_output(g, "policy_loss", pl);
     stoke_nn_output(g, "value_loss", vl);
-    stoke_nn_output(g, "accuracy", stoke_nn_accuracy(g, policy, action));
+    stoke_nn_output(g, "value_mae", stoke_nn_mae(g, value, ret));
     return finish(g);
 }

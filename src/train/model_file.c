@@ -86,6 +86,7 @@ struct stoke_model_file {
     int nlayers;
     char loss[24];      /* "" = by target kind */
     float label_smoothing;
+    float clip, entropy; /* actor-critic: PPO epsilon (0: 0.2), entropy bonus */
 };
 
 static const char *presets[] = {"mlp", "cnn", "resnet", "transformer", "actor-critic"};
@@ -330,7 +331,7 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
     } else if (root->type != YAML_MAPPING_NODE) {
         return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: [...])");
     }
-    const yaml_node_t *layers_node = NULL, *preset_node = NULL;
+    const yaml_node_t *layers_node = NULL, *preset_node = NULL, *ac_node = NULL;
     if (root->type == YAML_MAPPING_NODE) {
         for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
              p++) {
@@ -383,9 +384,15 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
                 snprintf(mf->loss, sizeof mf->loss, "%s", lv);
             } else if (!strcmp(k, "label_smoothing")) {
                 s = get_float(c, v, k, 0, 0.99, &mf->label_smoothing);
+            } else if (!strcmp(k, "clip")) {
+                s = get_float(c, v, k, 0.001, 0.999, &mf->clip);
+                ac_node = kn;
+            } else if (!strcmp(k, "entropy")) {
+                s = get_float(c, v, k, 0, 10, &mf->entropy);
+                ac_node = kn;
             } else {
                 return fail_at(c, kn, k, "unknown key (model, layers, hidden, width, blocks, "
-                               "patch, heads, loss, label_smoothing)");
+                               "patch, heads, loss, label_smoothing, clip, entropy)");
             }
             if (s != STOKE_OK)
                 return s;
@@ -394,6 +401,8 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
     if (mf->preset[0] && layers_node)
         return fail_at(c, layers_node, "layers", "give either model (a preset) or a list of "
                        "layers, not both");
+    if (ac_node && strcmp(mf->preset, "actor-critic") != 0)
+        return fail_at(c, ac_node, scalar(ac_node), "applies to the actor-critic preset only");
     if (layers_node)
         return parse_layers(c, layers_node, "layers", &mf->layers, &mf->nlayers);
     if (!mf->preset[0])
@@ -585,6 +594,45 @@ static int64_t default_hidden(const stoke_model_file *mf, int i, int64_t d)
     return mf->nhidden > i ? mf->hidden[i] : d;
 }
 
+/* The actor-critic trains on class targets (behaviour cloning) or on rows [action,
+ * advantage, return] / [action, advantage, old_log_prob, return]; `classes` is the
+ * number of actions either way (the trainer counts them for vector targets). */
+static bool actor_critic_targets(const stoke_model_file *mf, stoke_target_kind kind,
+                                 const stoke_shape *target, int64_t classes)
+{
+    char b[64];
+    if (kind == STOKE_TARGET_VECTOR &&
+        (target->ndim != 1 || (target->dims[0] != 3 && target->dims[0] != 4))) {
+        stoke_fail(STOKE_ERR_ARG, "%s: actor-critic targets are rows [action, advantage, "
+                   "return] (3 values) or [action, advantage, old_log_prob, return] (4) per "
+                   "sample, or a class (the action, for behaviour cloning); the dataset's are %s",
+                   mf->name, stoke_shape_format(target, b, sizeof b));
+        return false;
+    }
+    if (kind != STOKE_TARGET_VECTOR && kind != STOKE_TARGET_CLASS) {
+        stoke_fail(STOKE_ERR_ARG, "%s: actor-critic targets are classes (actions, behaviour "
+                   "cloning) or rows [action, advantage, (old_log_prob,) return]; the "
+                   "dataset's are single numbers", mf->name);
+        return false;
+    }
+    if (classes < 2) {
+        stoke_fail(STOKE_ERR_ARG, "%s: actor-critic needs at least 2 actions, the dataset has "
+                   "%lld", mf->name, (long long)classes);
+        return false;
+    }
+    if (kind == STOKE_TARGET_CLASS && (mf->clip != 0 || mf->entropy != 0)) {
+        stoke_fail(STOKE_ERR_ARG, "%s: clip and entropy apply to policy-gradient targets "
+                   "(rows with an advantage), not to class targets", mf->name);
+        return false;
+    }
+    if (kind == STOKE_TARGET_VECTOR && target->dims[0] == 3 && mf->clip != 0) {
+        stoke_fail(STOKE_ERR_ARG, "%s: clip is PPO's and needs the old log-probability: "
+                   "rows [action, advantage, old_log_prob, return] (4 values)", mf->name);
+        return false;
+    }
+    return true;
+}
+
 stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shape *input,
                                     stoke_target_kind kind, const stoke_shape *target,
                                     int64_t classes)
@@ -609,6 +657,8 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
                        "dataset's are vectors: write a layers model", mf->name, p);
             return NULL;
         }
+        if (!strcmp(p, "actor-critic") && !actor_critic_targets(mf, kind, target, classes))
+            return NULL;
         int64_t k = kind == STOKE_TARGET_CLASS ? classes : 1;
         if (!strcmp(p, "cnn")) {
             g = stoke_preset_cnn(input, k);
@@ -630,7 +680,10 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
             int nh = mf->nhidden >= 0 ? mf->nhidden : 2;
             for (int i = 0; i < nh; i++)
                 h[i] = default_hidden(mf, i, h[i]);
-            g = stoke_preset_actor_critic(input, h, nh, k);
+            stoke_actor_critic_opts ao = {
+                .targets = kind == STOKE_TARGET_VECTOR ? (int)stoke_shape_elems(target) : 0,
+                .clip = mf->clip, .entropy = mf->entropy};
+            g = stoke_preset_actor_critic(input, h, nh, classes, &ao);
         }
         if (!g) {
             char where[128];

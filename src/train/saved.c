@@ -20,8 +20,8 @@ struct stoke_saved_model {
     void *scratch;
     stoke_target_kind kind;
     int64_t classes;
-    stoke_tensor x, y, logits, metric;
-    int64_t outputs, target_elems;
+    stoke_tensor x, y, logits, value, metric;
+    int64_t outputs, logit_elems, target_elems;
     char dataset[512];
 };
 
@@ -109,8 +109,11 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
     s->x = stoke_graph_find(s->graph, "x");
     s->y = stoke_graph_find(s->graph, "y");
     s->logits = stoke_graph_find(s->graph, "logits");
-    if (s->logits == STOKE_NO_TENSOR)
+    s->value = STOKE_NO_TENSOR;
+    if (s->logits == STOKE_NO_TENSOR) { /* an actor-critic: policy logits, then the value */
         s->logits = stoke_graph_find(s->graph, "policy");
+        s->value = stoke_graph_find(s->graph, "value");
+    }
     s->metric = STOKE_NO_TENSOR;
     for (int i = 0; i < stoke_graph_node_count(s->graph); i++) {
         stoke_nn_op op = stoke_graph_node_op(s->graph, i);
@@ -121,7 +124,8 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
         st = stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits", path);
         goto fail;
     }
-    s->outputs = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
+    s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
+    s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
     s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
     stoke_model_opts mo = {.max_batch = s->batch, .precision = STOKE_PREC_FP32, .training = false};
     if ((st = stoke_model_new(s->graph, &mo, &s->model)) != STOKE_OK)
@@ -161,6 +165,10 @@ int64_t stoke_saved_model_classes(const stoke_saved_model *s)
     return s->kind == STOKE_TARGET_CLASS ? s->classes : 0;
 }
 int64_t stoke_saved_model_outputs(const stoke_saved_model *s) { return s->outputs; }
+int64_t stoke_saved_model_actions(const stoke_saved_model *s)
+{
+    return s->value != STOKE_NO_TENSOR ? s->logit_elems : 0;
+}
 
 /* Writes n samples of raw input into the model's input buffer, transformed as in
  * training. */
@@ -240,17 +248,23 @@ stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
         if (st != STOKE_OK)
             return st;
         const float *o = stoke_model_output(s->model, s->logits);
-        if (!o)
+        const float *v = s->value != STOKE_NO_TENSOR ? stoke_model_output(s->model, s->value) : NULL;
+        if (!o || (s->value != STOKE_NO_TENSOR && !v))
             return stoke_fail(STOKE_ERR_ARG, "the model's output is not readable");
+        size_t K = (size_t)s->logit_elems;
         for (int64_t i = 0; i < b; i++) {
-            const float *r = o + (size_t)i * (size_t)s->outputs;
+            const float *r = o + (size_t)i * K;
             int64_t best = 0;
-            for (int64_t k = 1; k < s->outputs; k++)
+            for (size_t k = 1; k < K; k++)
                 if (r[k] > r[best])
-                    best = k;
-            pred[at + i] = s->kind == STOKE_TARGET_CLASS ? best : 0;
-            if (out)
-                memcpy(out + (size_t)(at + i) * (size_t)s->outputs, r, (size_t)s->outputs * 4);
+                    best = (int64_t)k;
+            pred[at + i] = s->kind == STOKE_TARGET_CLASS || v ? best : 0;
+            if (out) {
+                float *w = out + (size_t)(at + i) * (size_t)s->outputs;
+                memcpy(w, r, K * 4);
+                if (v)
+                    w[K] = v[i];
+            }
         }
     }
     return STOKE_OK;

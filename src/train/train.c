@@ -627,6 +627,28 @@ static stoke_status open_data(stoke_trainer *t)
     return STOKE_OK;
 }
 
+/* The actor-critic's actions for rows [action, advantage, ...]: the largest action
+ * (column 0) in the training and validation sets + 1, as a class count is found. */
+static stoke_status count_actions(stoke_dataset *d, const char *path, int64_t *actions)
+{
+    const stoke_dataset_info *in = stoke_dataset_get_info(d);
+    unsigned char *x = malloc(in->input_bytes), *y = malloc(in->target_bytes);
+    stoke_status s = x && y ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < in->count && s == STOKE_OK; i++) {
+        if ((s = stoke_dataset_read(d, i, x, y)) != STOKE_OK)
+            break;
+        double a = read_num(y, in->target_dtype, 0);
+        if (!(a >= 0 && a < 1 << 24) || a != floor(a))
+            s = stoke_fail(STOKE_ERR_ARG, "%s: sample %" PRId64 ": action %g (the target's first "
+                           "value) is not a whole number in [0, 2^24)", path, i, a);
+        else if ((int64_t)a + 1 > *actions)
+            *actions = (int64_t)a + 1;
+    }
+    free(x);
+    free(y);
+    return s;
+}
+
 static stoke_status setup_model(stoke_trainer *t, const stoke_ckpt *ck)
 {
     const stoke_train_config *c = &t->cfg;
@@ -646,6 +668,13 @@ static stoke_status setup_model(stoke_trainer *t, const stoke_ckpt *ck)
     t->nclasses = t->classes ? t->info.num_classes : 0;
     if (t->val_d && t->classes && stoke_dataset_get_info(t->val_d)->num_classes > t->nclasses)
         t->nclasses = stoke_dataset_get_info(t->val_d)->num_classes;
+    if (t->info.target_kind == STOKE_TARGET_VECTOR &&
+        !strcmp(stoke_model_file_describe(t->mf), "actor-critic")) {
+        if ((s = count_actions(t->train_d, c->dataset, &t->nclasses)) != STOKE_OK ||
+            (t->val_d && (s = count_actions(t->val_d, c->val_dataset[0] ? c->val_dataset
+                                            : c->dataset, &t->nclasses)) != STOKE_OK))
+            return s;
+    }
     t->graph = stoke_model_file_build(t->mf, &t->input.model_shape, t->info.target_kind,
                                       &t->info.target_shape, t->nclasses);
     if (!t->graph)

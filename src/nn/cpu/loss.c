@@ -1,9 +1,11 @@
-/* loss.c - cross-entropy (label smoothing), BCE with logits, MSE and L1 with their
+/* loss.c - cross-entropy (label smoothing), BCE with logits, MSE, L1 and the policy
+ * gradient (with PPO's clip and an entropy bonus) with their
  * gradients, and the metrics; written by hand because they are a few fused loops over
  * (B, K) that no library call covers with PyTorch's exact definitions. */
 #include "nn/cpu/loss.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 stoke_status cpu_cross_entropy(const float *logits, const int32_t *targets, int B, int K,
@@ -103,6 +105,74 @@ stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad
             dpred[i] += d > 0 ? g : d < 0 ? -g : 0.0f;
     }
     *loss = (float)(total / (double)n);
+    return STOKE_OK;
+}
+
+stoke_status cpu_policy_gradient(const float *logits, const float *target, int B, int K,
+                                 int cols, float clip, float entropy, float grad_scale,
+                                 float *loss, float *dlogits)
+{
+    if (B < 1 || K < 2)
+        return stoke_fail(STOKE_ERR_ARG, "policy gradient: batch %d and actions %d must be >= 1 "
+                          "and >= 2", B, K);
+    if (cols == 2 ? clip != 0 : cols != 3 || !(clip > 0 && clip < 1))
+        return stoke_fail(STOKE_ERR_ARG, "policy gradient: %d target columns with clip %g (2 "
+                          "with clip 0, or 3 with clip in (0, 1))", cols, (double)clip);
+    if (!(entropy >= 0 && isfinite(entropy)))
+        return stoke_fail(STOKE_ERR_ARG, "policy gradient: entropy coefficient %g must be "
+                          "finite and >= 0", (double)entropy);
+    /* every target is checked before anything is written */
+    for (int b = 0; b < B; b++) {
+        const float *t = target + (size_t)b * cols;
+        if (!(t[0] >= 0 && t[0] < (float)K && t[0] == floorf(t[0])))
+            return stoke_fail(STOKE_ERR_ARG, "sample %d has action %g, not a whole number in "
+                              "[0, %d)", b, (double)t[0], K);
+        if (!isfinite(t[1]))
+            return stoke_fail(STOKE_ERR_ARG, "sample %d has advantage %g (not finite)", b,
+                              (double)t[1]);
+        if (cols == 3 && !isfinite(t[2]))
+            return stoke_fail(STOKE_ERR_ARG, "sample %d has old log-probability %g (not finite)",
+                              b, (double)t[2]);
+    }
+    const double g = (double)grad_scale / B, beta = entropy;
+    double total = 0;
+    for (int b = 0; b < B; b++) {
+        const float *x = logits + (size_t)b * K, *t = target + (size_t)b * cols;
+        int a = (int)t[0];
+        double A = t[1];
+        float mx = x[0];
+        for (int k = 1; k < K; k++)
+            mx = x[k] > mx ? x[k] : mx;
+        double sum = 0, px = 0;
+        for (int k = 0; k < K; k++) {
+            double e = exp((double)x[k] - mx);
+            sum += e;
+            px += e * x[k];
+        }
+        double lse = mx + log(sum), logp = x[a] - lse;
+        /* H = -sum p (x - lse) = lse - sum p x */
+        double H = lse - px / sum;
+        double obj, coef; /* the objective and its derivative by log pi(a) */
+        if (cols == 2) {
+            obj = A * logp;
+            coef = A;
+        } else {
+            double r = exp(logp - (double)t[2]);
+            double rc = r < 1.0 - clip ? 1.0 - clip : r > 1.0 + clip ? 1.0 + clip : r;
+            bool unclipped = r * A <= rc * A;
+            obj = unclipped ? r * A : rc * A;
+            coef = unclipped ? r * A : 0.0;
+        }
+        total += -obj - beta * H;
+        if (dlogits) {
+            float *d = dlogits + (size_t)b * K;
+            for (int k = 0; k < K; k++) {
+                double lp = (double)x[k] - lse, p = exp(lp);
+                d[k] += (float)(g * (-coef * ((k == a ? 1.0 : 0.0) - p) + beta * p * (lp + H)));
+            }
+        }
+    }
+    *loss = (float)(total / B);
     return STOKE_OK;
 }
 

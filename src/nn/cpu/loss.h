@@ -50,6 +50,23 @@ stoke_status cpu_mse(const float *pred, const float *target, size_t n, float gra
 stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad_scale,
                     float *loss, float *dpred);
 
+/* Policy-gradient loss (docs/nn-training-math.md), batch mean of per-sample losses:
+ *   logits (B, K), target (B, cols) floats, dlogits (B, K) or NULL; per sample
+ *   a = target[0] (a whole number in [0, K)), A = target[1], log pi = log softmax;
+ *   cols 2:  loss_b = -A log pi(a)                                  (clip must be 0)
+ *   cols 3:  r = exp(log pi(a) - target[2]),
+ *            loss_b = -min(r A, clamp(r, 1 - clip, 1 + clip) A)   (clip in (0, 1))
+ *   and minus entropy * H(pi), H = -sum_k pi_k log pi_k. Gradients:
+ *   d log pi(a) / dx_k = [k == a] - pi_k; the surrogate's is r A (that) where the
+ *   unclipped term is the minimum (ties included, as PyTorch) and 0 where the clamped
+ *   one is; dH/dx_k = -pi_k (log pi_k + H).
+ * Fails with STOKE_ERR_ARG naming the sample when an action is not a whole number in
+ * [0, K) or an advantage or old log-probability is not finite, or when the sizes,
+ * cols, clip or entropy are invalid; nothing is written then. */
+stoke_status cpu_policy_gradient(const float *logits, const float *target, int B, int K,
+                                 int cols, float clip, float entropy, float grad_scale,
+                                 float *loss, float *dlogits);
+
 /* ---- metrics ------------------------------------------------------------------------ */
 
 /* Samples whose argmax over logits (B, K) equals targets (B); ties go to the lowest
