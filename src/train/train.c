@@ -995,7 +995,9 @@ static void log_start(stoke_trainer *t, int64_t steps_per_epoch)
     cJSON_AddStringToObject(o, "type", "start");
     cJSON_AddNumberToObject(o, "time", t->loop_start);
     cJSON_AddStringToObject(o, "model", stoke_model_file_describe(t->mf));
-    if (c->hidden[0])
+    /* A resumed model is the checkpoint's: a --hidden given then is not what it has. */
+    if (c->hidden[0] && (!c->resume[0] || stoke_train_config_source(c, "hidden") ==
+                                              STOKE_CFG_CHECKPOINT))
         cJSON_AddStringToObject(o, "hidden", c->hidden);
     cJSON_AddNumberToObject(o, "parameters", (double)stoke_graph_trainable_elems(t->graph));
     cJSON_AddStringToObject(o, "dataset", c->dataset);
@@ -1049,7 +1051,9 @@ static bool check_target(stoke_trainer *t, double vl, double vm, int64_t vn, int
     bool higher = !strcmp(t->metric_name, "acc");
     if (isfinite(vm) && (isnan(*best) || (higher ? vm > *best : vm < *best)))
         *best = vm;
-    if (!(t->cfg.target_accuracy > 0) || !(vm >= t->cfg.target_accuracy))
+    /* The accuracy is a mean of per-batch fractions: 9000 of 10000 right may come out a
+     * rounding below 0.9, which must still count as reaching 90%. */
+    if (!(t->cfg.target_accuracy > 0) || !(vm >= t->cfg.target_accuracy - 1e-9))
         return false;
     double el = now - t->loop_start;
     t->result.target_reached = true;
