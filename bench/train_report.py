@@ -4,11 +4,11 @@
 #       from a `stoke train --log LOG --log-every 1` run: the best of REPEATS windows of
 #       STEPS optimizer steps after WARMUP steps, in samples/s (the same measure as
 #       train_torch.py speed), from the step records' wall-clock times
-#   train_report.py epochs LOG STDOUT MODEL PREC TARGET
-#       from a `stoke train --log LOG` run and its standard output: each epoch's time
-#       since the training loop started (training + evaluation) and test accuracy, and
-#       the time of the first epoch with accuracy >= TARGET. The loop's start is the
-#       last epoch record's time minus the run time stoke prints ("done: ... in X s")
+#   train_report.py epochs LOG MODEL PREC TARGET
+#       from a `stoke train --target-accuracy TARGET --log LOG` run: each epoch's time
+#       since the training loop started (its record's "elapsed": training + evaluation)
+#       and test accuracy, and the time of the first evaluation with accuracy >= TARGET
+#       (the "target" record's "elapsed"; nan when the run never reached it)
 #
 # Keys of RESULTS (written by the harness):
 # Keys (written by the harness):
@@ -123,23 +123,18 @@ def speed(log, batch, warmup, steps, repeats):
     return best_rate
 
 
-def epochs(log, stdout, model, prec, target):
+def epochs(log, model, prec, target):
     eps = records(log, "epoch")
-    with open(stdout) as f:
-        m = re.search(r"^done: .* in ([0-9.]+)s", f.read(), re.M)
-    if not eps or not m:
-        print(f"missing_{model}_{prec}_to90 stoke train {model} {prec}: no epoch records or "
-              f"no 'done:' line (see its output)")
+    if not eps or any("elapsed" not in r for r in eps):
+        print(f"missing_{model}_{prec}_to90 stoke train {model} {prec}: no epoch records with "
+              f"'elapsed' in its log (see its output)")
         return
-    start = eps[-1]["time"] - float(m.group(1))
-    reached = math.nan
     for r in eps:
-        acc = r.get("val_acc", math.nan)
-        t = r["time"] - start
-        print(f"stoke_epoch_{model}_{prec}_{r['epoch'] + 1} {t:.2f} {acc:.4f}")
-        if math.isnan(reached) and acc >= target:
-            reached = t
-    print(f"stoke_to90_{model}_{prec} {reached:.2f}")
+        acc = r.get("val_acc")
+        print(f"stoke_epoch_{model}_{prec}_{r['epoch'] + 1} {r['elapsed']:.2f} "
+              f"{math.nan if acc is None else acc:.4f}")
+    hit = records(log, "target")
+    print(f"stoke_to90_{model}_{prec} {hit[0]['elapsed'] if hit else math.nan:.2f}")
 
 
 def main():
@@ -148,7 +143,7 @@ def main():
         print(f"{speed(sys.argv[2], *map(int, sys.argv[3:7])):.0f}")
         return
     if cmd == "epochs":
-        epochs(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6]))
+        epochs(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
         return
     v = load(sys.argv[2])
     print("\nMatrix-multiply peaks, 1024^3 (GFLOP/s; best window; OPENBLAS_CORETYPE set / unset):")

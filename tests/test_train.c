@@ -1,8 +1,8 @@
 /* test_train.c - the training loop on a small generated dataset: configuration
  * precedence, training that learns, checkpoint round trip through eval, resume
  * equivalence (mid-epoch, with accumulation, augmentation and dropout: bit-identical
- * weights),
- * stopping on a flag (what SIGINT sets) with a checkpoint, and bf16 against fp32. */
+ * weights), stopping on a flag (what SIGINT sets) with a checkpoint, evaluations every
+ * N steps (same weights) and stopping at a target accuracy, and bf16 against fp32. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -214,6 +214,62 @@ static void test_config(void)
     char *js = stoke_train_config_json(&c);
     CHECK(js && strstr(js, "\"batch_size\":32"));
     free(js);
+
+    /* target_accuracy: a fraction in (0, 1] or a percentage; 0 is off; a bare number
+     * above 1 is refused, not read as a percentage. */
+    static const struct { const char *v; double want; } fractions[] = {
+        {"0.9", 0.9}, {"90%", 0.9}, {"100%", 1}, {"1", 1}, {"0", 0}, {"0%", 0}, {"87.5%", 0.875}};
+    for (size_t i = 0; i < sizeof fractions / sizeof fractions[0]; i++) {
+        CHECK_INT_EQ(stoke_train_config_set(&c, "target-accuracy", fractions[i].v, STOKE_CFG_FLAG),
+                     STOKE_OK);
+        CHECK_NEAR(c.target_accuracy, fractions[i].want, 1e-12);
+    }
+    static const char *bad_fractions[] = {"90", "1.01", "101%", "-0.1", "-5%", "", "%", "abc",
+                                          "0.9x", "90%%", "nan", "inf"};
+    for (size_t i = 0; i < sizeof bad_fractions / sizeof bad_fractions[0]; i++) {
+        CHECK_MSG(stoke_train_config_set(&c, "target_accuracy", bad_fractions[i], STOKE_CFG_FLAG) ==
+                      STOKE_ERR_ARG, "target_accuracy '%s' accepted", bad_fractions[i]);
+        CHECK_STR_CONTAINS(stoke_last_error(), "target_accuracy");
+    }
+    CHECK_NEAR(c.target_accuracy, 0.875, 1e-12); /* a refused value changes nothing */
+    /* hidden: 1 to 16 sizes in [1, 2^20] */
+    static const struct { const char *v, *want; } sizes[] = {
+        {"512,512", "512,512"}, {"64", "64"}, {"64 , 32", "64 , 32"}, {"  ", ""}, {"", ""},
+        {"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"},
+        {"1048576", "1048576"}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        CHECK_INT_EQ(stoke_train_config_set(&c, "hidden", sizes[i].v, STOKE_CFG_FLAG), STOKE_OK);
+        CHECK_STR_EQ(c.hidden, sizes[i].want);
+    }
+    static const char *bad_sizes[] = {"512,,512", "512,", ",512", "0", "-4", "1048577", "wide",
+                                      "64;32", "1.5", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
+                                      "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+        CHECK_MSG(stoke_train_config_set(&c, "hidden", bad_sizes[i], STOKE_CFG_FLAG) == STOKE_ERR_ARG,
+                  "hidden '%s' accepted", bad_sizes[i]);
+        CHECK_STR_CONTAINS(stoke_last_error(), "hidden");
+    }
+    CHECK_INT_EQ(stoke_train_config_set(&c, "eval-every", "25", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(c.eval_every, 25);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "eval_every", "-1", STOKE_CFG_FLAG), STOKE_ERR_ARG);
+    /* In a config file too, and in the JSON a checkpoint keeps. */
+    f = fopen(path_in("cfg.yaml"), "w");
+    fputs("target_accuracy: 88%\nhidden: 256,128\neval_every: 50\n", f);
+    fclose(f);
+    stoke_train_config_defaults(&c);
+    CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_OK);
+    CHECK_NEAR(c.target_accuracy, 0.88, 1e-12);
+    CHECK_STR_EQ(c.hidden, "256,128");
+    CHECK_INT_EQ(c.eval_every, 50);
+    js = stoke_train_config_json(&c);
+    CHECK(js && strstr(js, "\"hidden\":\"256,128\"") && strstr(js, "\"target_accuracy\":0.88") &&
+          strstr(js, "\"eval_every\":50"));
+    free(js);
+    f = fopen(path_in("cfg.yaml"), "w");
+    fputs("epochs: 2\ntarget_accuracy: 95\n", f);
+    fclose(f);
+    CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_ERR_FORMAT);
+    CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:2:1: target_accuracy: '95'");
 }
 
 static void test_learns_and_eval(void)
@@ -363,6 +419,95 @@ static void test_stop_flag(void)
     stoke_trainer_free(t);
 }
 
+typedef struct eval_log {
+    int evals, epochs, targets;
+    int64_t eval_steps[16];
+} eval_log;
+
+static void count_evals(const stoke_train_event *e, void *ctx)
+{
+    eval_log *l = ctx;
+    if (e->kind == STOKE_EV_EVAL && l->evals < 16)
+        l->eval_steps[l->evals++] = e->step;
+    l->epochs += e->kind == STOKE_EV_EPOCH;
+    l->targets += e->kind == STOKE_EV_TARGET;
+}
+
+static stoke_trainer *train_counting(const stoke_train_config *c, eval_log *l,
+                                     stoke_train_result *r)
+{
+    memset(l, 0, sizeof *l);
+    stoke_trainer *t = NULL;
+    CHECK_INT_EQ(stoke_trainer_new(c, count_evals, l, &t), STOKE_OK);
+    if (!t)
+        return NULL;
+    CHECK_MSG(stoke_trainer_run(t, NULL) == STOKE_OK, "%s", stoke_last_error());
+    stoke_trainer_result(t, r);
+    return t;
+}
+
+/* eval_every with accumulation (5 optimizer steps an epoch): evaluations within the
+ * epochs only, none where a step ends an epoch, and the same weights as without them;
+ * target_accuracy stops at the first evaluation reaching it. */
+static void test_eval_every_and_target(void)
+{
+    stoke_train_config c;
+    base_config(&c);
+    stoke_train_result r0, r;
+    eval_log l;
+    stoke_trainer *plain = train_counting(&c, &l, &r0);
+    CHECK_INT_EQ(l.evals, 0);
+    CHECK_INT_EQ(l.epochs, 2);
+    c.eval_every = 2;
+    stoke_trainer *t = train_counting(&c, &l, &r);
+    CHECK_INT_EQ(l.evals, 4);
+    CHECK_INT_EQ(l.eval_steps[0], 2);
+    CHECK_INT_EQ(l.eval_steps[1], 4);
+    CHECK_INT_EQ(l.eval_steps[2], 6);
+    CHECK_INT_EQ(l.eval_steps[3], 8);
+    CHECK_INT_EQ(l.epochs, 2);
+    CHECK_INT_EQ(r.steps, 10);
+    if (plain && t)
+        CHECK_MSG(same_weights(plain, t, true), "--eval-every changed the training");
+    CHECK(r.val_metric == r0.val_metric && r.val_loss == r0.val_loss);
+    CHECK(!r.target_reached && r.best_val_metric >= r.val_metric);
+    stoke_trainer_free(t);
+    stoke_trainer_free(plain);
+    c.eval_every = 5; /* steps 5 and 10 end the epochs */
+    t = train_counting(&c, &l, &r);
+    CHECK_INT_EQ(l.evals, 0);
+    CHECK_INT_EQ(l.epochs, 2);
+    stoke_trainer_free(t);
+    /* A target the first evaluation reaches (above zero: any correct answer). */
+    c.eval_every = 2;
+    c.epochs = 4;
+    c.target_accuracy = 1e-6;
+    snprintf(c.checkpoint, sizeof c.checkpoint, "%s", path_in("target.safetensors"));
+    t = train_counting(&c, &l, &r);
+    CHECK(r.target_reached && !r.interrupted);
+    CHECK_INT_EQ(l.targets, 1);
+    CHECK_INT_EQ(l.evals, 1);
+    CHECK_INT_EQ(l.epochs, 0);
+    CHECK_INT_EQ(r.steps, 2);
+    CHECK_INT_EQ(r.target_step, 2);
+    CHECK_INT_EQ(r.target_epoch, 0);
+    CHECK(r.target_elapsed_s >= 0 && r.val_metric >= c.target_accuracy);
+    stoke_trainer_free(t);
+    stoke_ckpt *ck;
+    CHECK_INT_EQ(stoke_ckpt_open(c.checkpoint, &ck), STOKE_OK);
+    if (ck) {
+        CHECK_STR_EQ(stoke_ckpt_meta(ck, "stoke.step"), "2");
+        stoke_ckpt_close(ck);
+    }
+    /* Unreachable: all epochs run. */
+    c.target_accuracy = 1;
+    c.epochs = 1;
+    c.checkpoint[0] = '\0';
+    t = train_counting(&c, &l, &r);
+    CHECK(!r.target_reached && r.epochs_done == 1 && l.targets == 0);
+    stoke_trainer_free(t);
+}
+
 static void test_bf16(void)
 {
     stoke_train_config c;
@@ -411,6 +556,7 @@ int main(void)
     test_learns_and_eval();
     test_resume();
     test_stop_flag();
+    test_eval_every_and_target();
     test_bf16();
     cleanup();
     return CHECK_DONE();

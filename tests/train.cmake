@@ -27,3 +27,9 @@ add_test(NAME train_actor_critic_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_actor_critic.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-actor-critic-e2e)
 set_tests_properties(train_actor_critic_e2e PROPERTIES LABELS nn TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# --eval-every, --target-accuracy, --hidden and the log's start record and elapsed.
+add_test(NAME train_flags_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_flags.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-flags-e2e)
+set_tests_properties(train_flags_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -139,6 +139,8 @@ typedef struct stoke_train_config {
     char dataset[512];        /* training data (default: Debian's Fashion-MNIST) */
     char val_dataset[512];    /* "" = the dataset's "test" split when it has one */
     char model[512];          /* preset name or YAML model file (default "cnn") */
+    char hidden[160];         /* mlp / actor-critic presets: hidden sizes "512,512";
+                                 "" = the preset's default */
     int64_t epochs;           /* default 3 */
     int64_t max_steps;        /* > 0: stop after this many optimizer steps in total,
                                  saving a checkpoint as an interruption does */
@@ -169,6 +171,9 @@ typedef struct stoke_train_config {
     char resume[512];         /* "" = start afresh */
     char log[512];            /* JSON-lines log of steps and epochs, "" = none */
     int64_t log_every;        /* a step record every N optimizer steps (default 10) */
+    int64_t eval_every;       /* > 0: also evaluate every N optimizer steps */
+    double target_accuracy;   /* > 0: stop after the first evaluation reaching this
+                                 validation accuracy (a fraction; "90%" is 0.9) */
     bool dry_run;             /* print the memory plan and the largest batch; no training */
     double memory_budget;     /* bytes for --dry-run's largest batch; 0 = MemAvailable */
     bool monitor;             /* embed the monitor (CPU/GPU utilization, warnings) */
@@ -210,6 +215,8 @@ typedef enum stoke_train_event_kind {
     STOKE_EV_EPOCH,      /* an epoch ended (and was evaluated) */
     STOKE_EV_WARNING,    /* a monitor finding (low utilization, ...) */
     STOKE_EV_CHECKPOINT, /* a checkpoint was written (text: its path) */
+    STOKE_EV_EVAL,       /* an evaluation within an epoch (eval_every) */
+    STOKE_EV_TARGET,     /* an evaluation reached target_accuracy: training stops */
 } stoke_train_event_kind;
 
 typedef struct stoke_train_event {
@@ -230,8 +237,10 @@ typedef struct stoke_train_event {
     double gpu_pct;           /* GPU utilization, NaN without a GPU */
     double elapsed_s;         /* this epoch */
     double eta_s;             /* PROGRESS: rest of the epoch */
-    double val_loss, val_metric; /* EPOCH: NaN when there is no validation set */
+    double val_loss, val_metric; /* EPOCH, EVAL, TARGET: NaN when there is no validation set */
     int64_t val_samples;
+    double run_elapsed_s;     /* seconds since the training loop started (not setup) */
+    double target;            /* TARGET: target_accuracy */
 } stoke_train_event;
 
 typedef void (*stoke_train_callback)(const stoke_train_event *e, void *ctx);
@@ -241,6 +250,12 @@ typedef void (*stoke_train_callback)(const stoke_train_event *e, void *ctx);
  * length; buf is always NUL-terminated. */
 size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t size);
 size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t size);
+/* An EVAL event ("eval at step 300 (epoch 2/5, 41%) | val loss 0.3012 val acc 89.12% |
+ * 0.8s, at 12.3s": the evaluation's time, then the time since the loop started) and a
+ * TARGET event ("target reached: val acc 90.38% >= 90.00% at step 1407 (epoch 3/5, end),
+ * 33.4s after the start"). */
+size_t stoke_train_format_eval(const stoke_train_event *e, char *buf, size_t size);
+size_t stoke_train_format_target(const stoke_train_event *e, char *buf, size_t size);
 
 typedef struct stoke_trainer stoke_trainer;
 
@@ -252,8 +267,10 @@ typedef struct stoke_trainer stoke_trainer;
 stoke_status stoke_trainer_new(const stoke_train_config *c, stoke_train_callback cb, void *ctx,
                                stoke_trainer **out);
 
-/* Trains until the last epoch (or max_steps), evaluating after every epoch and writing
- * the checkpoint (if configured) after every epoch and at the end. When *stop becomes
+/* Trains until the last epoch (or max_steps), evaluating after every epoch (and every
+ * eval_every steps) and writing the checkpoint (if configured) after every epoch and at
+ * the end. An evaluation reaching target_accuracy ends the run there (checkpoint as at
+ * the end; result.target_reached). When *stop becomes
  * non-zero (a signal handler's flag; may be NULL) it finishes the current optimizer
  * step, writes the checkpoint and returns STOKE_OK with result.interrupted set. */
 stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
@@ -277,6 +294,11 @@ typedef struct stoke_train_result {
     const char *metric_name;
     double seconds;           /* wall time of stoke_trainer_run */
     bool interrupted;         /* stopped by *stop or max_steps */
+    bool target_reached;      /* stopped at target_accuracy: */
+    int64_t target_epoch;     /*   0-based epoch of that evaluation */
+    int64_t target_step;      /*   optimizer steps before it */
+    double target_elapsed_s;  /*   seconds from the loop's start to its end */
+    double best_val_metric;   /* best validation metric of the run; NaN if none */
 } stoke_train_result;
 
 void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r);

@@ -22,6 +22,7 @@ void cmd_train_usage(void)
            "  --val-dataset PATH    validation data (default: the dataset's test split)\n"
            "  --model NAME|FILE     preset (mlp, cnn, resnet, transformer, actor-critic) or a\n"
            "                        YAML model file (docs/train.md); default cnn\n"
+           "  --hidden N,N,...      mlp / actor-critic hidden sizes (default 512,512 / 64,64)\n"
            "  --epochs N            default 3\n"
            "  --batch-size N        default 128 (env BATCH_SIZE)\n"
            "  --val-batch-size N    default 256 (env VAL_BATCH_SIZE)\n"
@@ -40,6 +41,9 @@ void cmd_train_usage(void)
            "  --seed N              shuffling, augmentation, initialization (default 1)\n"
            "  --limit N             train on the first N samples; --val-limit N likewise\n"
            "  --max-steps N         stop after N optimizer steps (checkpoint as on SIGINT)\n"
+           "  --eval-every N        also evaluate every N optimizer steps (default: each epoch)\n"
+           "  --target-accuracy X   stop at the first evaluation with validation accuracy >= X\n"
+           "                        (a fraction, 0.9, or a percentage, 90%%)\n"
            "  --checkpoint FILE     safetensors checkpoint, every epoch, at the end, on SIGINT\n"
            "  --resume FILE         continue a run exactly where its checkpoint stopped\n"
            "  --log FILE            JSON lines of steps and epochs; --log-every N steps\n"
@@ -97,6 +101,14 @@ static void on_event(const stoke_train_event *e, void *ctx)
         break;
     case STOKE_EV_CHECKPOINT:
         printf("checkpoint: %s (step %" PRId64 ")\n", e->text, e->step);
+        break;
+    case STOKE_EV_EVAL:
+        stoke_train_format_eval(e, buf, sizeof buf);
+        printf("%s\n", buf);
+        break;
+    case STOKE_EV_TARGET:
+        stoke_train_format_target(e, buf, sizeof buf);
+        printf("%s\n", buf);
         break;
     }
     fflush(stdout);
@@ -220,14 +232,24 @@ int cmd_train(int argc, char **argv)
         snprintf(val, sizeof val, ", val loss %.4f, val acc %.2f%%", r.val_loss, 100 * r.val_metric);
     else if (isfinite(r.val_loss))
         snprintf(val, sizeof val, ", val loss %.4f", r.val_loss);
+    /* With --target-accuracy the last line says whether it was reached. */
+    char target[160] = "";
+    if (cfg.target_accuracy > 0 && !r.target_reached)
+        snprintf(target, sizeof target, "; target val acc %.2f%% not reached (best %.2f%%)",
+                 100 * cfg.target_accuracy, 100 * r.best_val_metric);
     if (r.interrupted)
-        printf("stopped after step %" PRId64 " (%s)%s%s\n", r.steps,
+        printf("stopped after step %" PRId64 " (%s)%s%s%s\n", r.steps,
                stop_signal ? (stop_signal == SIGINT ? "SIGINT" : "SIGTERM") : "max steps",
                cfg.checkpoint[0] ? "; checkpoint written to " : "; no --checkpoint given",
-               cfg.checkpoint);
+               cfg.checkpoint, target);
+    else if (r.target_reached)
+        printf("done: target val acc %.2f%% reached at step %" PRId64 " (epoch %" PRId64
+               ") in %.1fs%s%s%s\n", 100 * cfg.target_accuracy, r.target_step,
+               r.target_epoch + 1, r.target_elapsed_s, val,
+               cfg.checkpoint[0] ? "; checkpoint written to " : "", cfg.checkpoint);
     else
-        printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s\n", r.epochs_done,
-               r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val);
+        printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s%s\n", r.epochs_done,
+               r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val, target);
     stoke_trainer_free(t);
     if (r.interrupted && stop_signal)
         return 128 + stop_signal;

@@ -11,9 +11,11 @@
 #include <strings.h>
 #include <yaml.h>
 
-#include "stoke/train.h"
+#include "train/train_impl.h"
 
-typedef enum { T_STR, T_INT, T_U64, T_DOUBLE, T_BOOL } key_type;
+/* T_FRACTION: 0 < x <= 1, or a percentage "90%"; 0 = off. T_SIZES: "512,512", a list
+ * of layer sizes kept as text; "" = the model's own. */
+typedef enum { T_STR, T_INT, T_U64, T_DOUBLE, T_BOOL, T_FRACTION, T_SIZES } key_type;
 
 static const struct key {
     const char *name;
@@ -31,6 +33,8 @@ static const struct key {
     S(dataset, NULL),
     S(val_dataset, NULL),
     S(model, NULL),
+    {"hidden", T_SIZES, offsetof(stoke_train_config, hidden),
+     sizeof((stoke_train_config *)0)->hidden, 1, 1 << 20, NULL, NULL},
     I(epochs, 1, 1e6, "EPOCHS"),
     I(max_steps, 0, 1e15, NULL),
     I(batch_size, 1, 1 << 24, "BATCH_SIZE"),
@@ -59,6 +63,9 @@ static const struct key {
     S(resume, NULL),
     S(log, NULL),
     I(log_every, 1, 1e12, NULL),
+    I(eval_every, 0, 1e12, NULL),
+    {"target_accuracy", T_FRACTION, offsetof(stoke_train_config, target_accuracy), 0, 0, 1,
+     NULL, NULL},
     B(dry_run),
     D(memory_budget, 0, 1e18, NULL),
     B(monitor),
@@ -155,6 +162,55 @@ static bool parse_number(const char *v, bool bytes, double *out)
     return true;
 }
 
+/* "90%" -> 0.9, "0.9" -> 0.9, "0" -> 0 (off). A bare number above 1 is refused rather
+ * than guessed to be a percentage. */
+static bool parse_fraction(const char *v, double *out)
+{
+    char num[64];
+    size_t n = strlen(v);
+    bool pct = n > 0 && v[n - 1] == '%';
+    if (n == 0 || n >= sizeof num)
+        return false;
+    snprintf(num, sizeof num, "%.*s", (int)(pct ? n - 1 : n), v);
+    double d;
+    if (!parse_number(num, false, &d) || d < 0)
+        return false;
+    if (pct)
+        d /= 100;
+    if (d > 1)
+        return false;
+    *out = d;
+    return true;
+}
+
+/* "512,512" (spaces allowed around the commas): 1 to TRAIN_MAX_HIDDEN whole numbers in
+ * [lo, hi]; "" is the model's default. */
+static bool parse_sizes(const char *v, double lo, double hi)
+{
+    int n = 0;
+    const char *p = v;
+    while (*p == ' ')
+        p++;
+    if (!*p)
+        return true;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < lo || x > hi || ++n > TRAIN_MAX_HIDDEN)
+            return false;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return true;
+        if (*p++ != ',')
+            return false;
+        while (*p == ' ')
+            p++;
+    }
+}
+
 stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, const char *value,
                                     stoke_cfg_source src)
 {
@@ -208,6 +264,18 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     case T_BOOL:
         if (!parse_bool(value, (bool *)field))
             return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not true or false", k->name, value);
+        break;
+    case T_FRACTION:
+        if (!parse_fraction(value, (double *)(void *)field))
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a fraction in (0, 1] such as 0.9, "
+                              "or a percentage such as 90%% (0 = off)", k->name, value);
+        break;
+    case T_SIZES:
+        if (strlen(value) >= k->size || !parse_sizes(value, k->min, k->max))
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a list of 1 to %d sizes in "
+                              "[%.0f, %.0f] separated by commas, such as 512,512", k->name,
+                              value, TRAIN_MAX_HIDDEN, k->min, k->max);
+        snprintf(field, k->size, "%s", value + strspn(value, " ")); /* blank: the default */
         break;
     }
     c->source[i] = src;
@@ -302,7 +370,8 @@ char *stoke_train_config_json(const stoke_train_config *c)
     for (int i = 0; i < N_KEYS; i++) {
         const char *field = (const char *)c + keys[i].off;
         switch (keys[i].type) {
-        case T_STR: cJSON_AddStringToObject(o, keys[i].name, field); break;
+        case T_STR:
+        case T_SIZES: cJSON_AddStringToObject(o, keys[i].name, field); break;
         case T_INT: cJSON_AddNumberToObject(o, keys[i].name, (double)*(const int64_t *)(const void *)field); break;
         case T_U64: {
             /* A string: a 64-bit seed does not survive a JSON double. */
@@ -311,7 +380,8 @@ char *stoke_train_config_json(const stoke_train_config *c)
             cJSON_AddStringToObject(o, keys[i].name, b);
             break;
         }
-        case T_DOUBLE: cJSON_AddNumberToObject(o, keys[i].name, *(const double *)(const void *)field); break;
+        case T_DOUBLE:
+        case T_FRACTION: cJSON_AddNumberToObject(o, keys[i].name, *(const double *)(const void *)field); break;
         case T_BOOL: cJSON_AddBoolToObject(o, keys[i].name, *(const bool *)field); break;
         }
     }

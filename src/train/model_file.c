@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "stoke/train.h"
+#include "train/train_impl.h"
 
 typedef enum layer_type {
     L_LINEAR,
@@ -72,7 +72,7 @@ typedef struct layer {
     int nchildren;
 } layer;
 
-#define MAX_HIDDEN 16
+#define MAX_HIDDEN TRAIN_MAX_HIDDEN
 
 struct stoke_model_file {
     char *name;

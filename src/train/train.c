@@ -215,6 +215,7 @@ struct stoke_trainer {
     double ep_loss, ep_metric;
     int64_t ep_samples, ep_batches;
     double ep_elapsed_before; /* seconds of this epoch before a resume */
+    double loop_start;        /* wall time the training loop started: log "elapsed" */
     char warned[16][32];
     int nwarned;
     stoke_train_result result;
@@ -659,6 +660,16 @@ static stoke_status setup_model(stoke_trainer *t, const stoke_ckpt *ck)
             return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.model is missing",
                               stoke_ckpt_path(ck));
         s = stoke_model_file_parse(text, strlen(text), stoke_ckpt_path(ck), &t->mf);
+    } else if (c->hidden[0]) {
+        /* --hidden 512,512 is the model document "model: mlp / hidden: [512,512]", so the
+         * checkpoint's stoke.model rebuilds the same sizes for eval and predict. */
+        if (strcmp(c->model, "mlp") && strcmp(c->model, "actor-critic"))
+            return stoke_fail(STOKE_ERR_ARG, "hidden (--hidden %s): only the mlp and actor-critic "
+                              "presets take hidden sizes, not model '%s' (a model file gives "
+                              "its own: hidden: [...] or its layers)", c->hidden, c->model);
+        char doc[256]; /* the model is mlp or actor-critic here */
+        snprintf(doc, sizeof doc, "model: %.12s\nhidden: [%s]\n", c->model, c->hidden);
+        s = stoke_model_file_parse(doc, strlen(doc), c->model, &t->mf);
     } else {
         s = stoke_model_file_load(c->model, &t->mf);
     }
@@ -715,7 +726,7 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     t->cb = cb;
     t->cb_ctx = ctx;
     t->log_fd = -1;
-    t->result.val_loss = t->result.val_metric = NAN;
+    t->result.val_loss = t->result.val_metric = t->result.best_val_metric = NAN;
     stoke_ckpt *ck = NULL;
     stoke_status s = STOKE_OK;
     if (cfg->resume[0]) {
@@ -755,6 +766,19 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     }
     if ((s = setup_model(t, ck)) != STOKE_OK)
         goto fail;
+    if (c->target_accuracy > 0 && strcmp(t->metric_name, "acc")) {
+        s = stoke_fail(STOKE_ERR_ARG, "target_accuracy (--target-accuracy %g): model %s has no "
+                       "accuracy metric (its targets are numbers: the metric is %s)",
+                       c->target_accuracy, stoke_model_file_describe(t->mf),
+                       t->metric_name[0] ? t->metric_name : "none");
+        goto fail;
+    }
+    if ((c->target_accuracy > 0 || c->eval_every > 0) && !t->val_d) {
+        s = stoke_fail(STOKE_ERR_ARG, "%s: there is no validation set to evaluate on (give "
+                       "--val-dataset)", c->target_accuracy > 0 ? "target_accuracy (--target-accuracy)"
+                                                                : "eval_every (--eval-every)");
+        goto fail;
+    }
     if ((s = decide_precision(t)) != STOKE_OK)
         goto fail;
     decide_threads(t, t->train_d != t->train_src, !c->augment || t->input.in_dtype == STOKE_U8);
@@ -989,6 +1013,137 @@ static stoke_status checkpoint(stoke_trainer *t)
     return s;
 }
 
+/* The log's first record of a run (and of each resumed part): what is trained and how,
+ * and the clock "elapsed" counts from. */
+static void log_start(stoke_trainer *t, int64_t steps_per_epoch)
+{
+    const stoke_train_config *c = &t->cfg;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "type", "start");
+    cJSON_AddNumberToObject(o, "time", t->loop_start);
+    cJSON_AddStringToObject(o, "model", stoke_model_file_describe(t->mf));
+    /* A resumed model is the checkpoint's: a --hidden given then is not what it has. */
+    if (c->hidden[0] && (!c->resume[0] || stoke_train_config_source(c, "hidden") ==
+                                              STOKE_CFG_CHECKPOINT))
+        cJSON_AddStringToObject(o, "hidden", c->hidden);
+    cJSON_AddNumberToObject(o, "parameters", (double)stoke_graph_trainable_elems(t->graph));
+    cJSON_AddStringToObject(o, "dataset", c->dataset);
+    cJSON_AddNumberToObject(o, "train_samples", (double)t->info.count);
+    cJSON_AddNumberToObject(o, "val_samples", (double)t->val_count);
+    cJSON_AddNumberToObject(o, "batch", (double)c->batch_size);
+    cJSON_AddNumberToObject(o, "accumulate", (double)c->accumulate);
+    cJSON_AddNumberToObject(o, "epochs", (double)c->epochs);
+    cJSON_AddNumberToObject(o, "steps_per_epoch", (double)steps_per_epoch);
+    cJSON_AddNumberToObject(o, "max_steps", (double)c->max_steps);
+    cJSON_AddStringToObject(o, "precision", stoke_precision_name(t->precision));
+    cJSON_AddNumberToObject(o, "threads", t->threads);
+    cJSON_AddNumberToObject(o, "workers", t->workers);
+    cJSON_AddStringToObject(o, "optimizer", c->optimizer);
+    cJSON_AddNumberToObject(o, "lr", c->lr);
+    cJSON_AddStringToObject(o, "schedule", c->schedule);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, c->seed);
+    cJSON_AddStringToObject(o, "seed", seed); /* a string, as in the checkpoint's config */
+    cJSON_AddNumberToObject(o, "eval_every", (double)c->eval_every);
+    if (c->target_accuracy > 0)
+        cJSON_AddNumberToObject(o, "target_accuracy", c->target_accuracy);
+    else
+        cJSON_AddNullToObject(o, "target_accuracy");
+    if (c->resume[0]) {
+        cJSON_AddNumberToObject(o, "resumed_step", (double)t->step);
+        cJSON_AddNumberToObject(o, "resumed_epoch", (double)t->epoch);
+    }
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!js)
+        return;
+    size_t n = strlen(js);
+    char *line = malloc(n + 2);
+    if (line) {
+        memcpy(line, js, n);
+        memcpy(line + n, "\n", 2);
+        log_line(t, line);
+    }
+    free(line);
+    free(js);
+}
+
+/* After each evaluation: keeps the best metric and checks target_accuracy. True when
+ * the target is reached (the event, the log record and the result say where). `batch`
+ * is the epoch's batches done (= batches at its end). */
+static bool check_target(stoke_trainer *t, double vl, double vm, int64_t vn, int64_t batch,
+                         int64_t batches, double now)
+{
+    double *best = &t->result.best_val_metric;
+    bool higher = !strcmp(t->metric_name, "acc");
+    if (isfinite(vm) && (isnan(*best) || (higher ? vm > *best : vm < *best)))
+        *best = vm;
+    /* The accuracy is a mean of per-batch fractions: 9000 of 10000 right may come out a
+     * rounding below 0.9, which must still count as reaching 90%. */
+    if (!(t->cfg.target_accuracy > 0) || !(vm >= t->cfg.target_accuracy - 1e-9))
+        return false;
+    double el = now - t->loop_start;
+    t->result.target_reached = true;
+    t->result.target_epoch = t->epoch;
+    t->result.target_step = t->step;
+    t->result.target_elapsed_s = el;
+    stoke_train_event e = {.kind = STOKE_EV_TARGET, .epoch = t->epoch, .epochs = t->cfg.epochs,
+                           .batch = batch, .batches = batches, .step = t->step,
+                           .metric = NAN, .metric_name = t->metric_name, .val_loss = vl,
+                           .val_metric = vm, .val_samples = vn, .run_elapsed_s = el,
+                           .target = t->cfg.target_accuracy, .cpu_pct = NAN, .gpu_pct = NAN};
+    emit(t, &e);
+    if (t->log_fd >= 0) {
+        char line[400];
+        snprintf(line, sizeof line,
+                 "{\"type\":\"target\",\"time\":%.3f,\"elapsed\":%.3f,\"epoch\":%" PRId64
+                 ",\"step\":%" PRId64 ",\"batch\":%" PRId64 ",\"epoch_end\":%s,\"val_acc\":%.6g,"
+                 "\"target\":%.6g}\n",
+                 now, el, t->epoch, t->step, batch, batch >= batches ? "true" : "false", vm,
+                 t->cfg.target_accuracy);
+        log_line(t, line);
+    }
+    return true;
+}
+
+/* An evaluation within an epoch (every eval_every steps). It runs on the inference
+ * model with its own loader, so the training trajectory is unchanged. *seconds: how
+ * long it took; *reached: the target check's answer. */
+static stoke_status eval_within_epoch(stoke_trainer *t, int64_t batches, double *seconds,
+                                      bool *reached)
+{
+    double t0 = stoke_wall_time(), vl, vm;
+    int64_t vn;
+    stoke_status s = evaluate(t, &vl, &vm, &vn);
+    if (s != STOKE_OK)
+        return s;
+    double now = stoke_wall_time();
+    *seconds = now - t0;
+    stoke_train_event e = {.kind = STOKE_EV_EVAL, .epoch = t->epoch, .epochs = t->cfg.epochs,
+                           .batch = t->ep_batches, .batches = batches, .step = t->step,
+                           .metric = NAN, .metric_name = t->metric_name, .val_loss = vl,
+                           .val_metric = vm, .val_samples = vn, .elapsed_s = *seconds,
+                           .run_elapsed_s = now - t->loop_start, .cpu_pct = NAN, .gpu_pct = NAN};
+    emit(t, &e);
+    if (t->log_fd >= 0) {
+        char line[400], a[32], m[32];
+        const char *mn = t->metric_name[0] ? t->metric_name : "metric";
+        snprintf(line, sizeof line,
+                 "{\"type\":\"eval\",\"time\":%.3f,\"elapsed\":%.3f,\"epoch\":%" PRId64
+                 ",\"step\":%" PRId64 ",\"batch\":%" PRId64 ",\"val_loss\":%s,\"val_%s\":%s,"
+                 "\"val_samples\":%" PRId64 ",\"seconds\":%.3f}\n",
+                 now, now - t->loop_start, t->epoch, t->step, t->ep_batches,
+                 num(a, sizeof a, vl), mn, num(m, sizeof m, vm), vn, *seconds);
+        log_line(t, line);
+    }
+    t->result.val_loss = vl;
+    t->result.val_metric = vm;
+    *reached = check_target(t, vl, vm, vn, t->ep_batches, batches, now);
+    return STOKE_OK;
+}
+
 stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
 {
     const stoke_train_config *c = &t->cfg;
@@ -1002,12 +1157,15 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
         stoke_monitor_start(t->monitor);
     void *xin = stoke_model_input(t->model, t->x), *yin = stoke_model_input(t->model, t->y);
     int64_t batches = (t->info.count + c->batch_size - 1) / c->batch_size;
+    t->loop_start = stoke_wall_time();
+    log_start(t, (batches + c->accumulate - 1) / c->accumulate);
     double ep_start = stoke_wall_time() - t->ep_elapsed_before;
     double wait0 = loader_wait_s(t->loader);
     int64_t ep_samples_start = t->ep_samples;
     int last_decile = (int)(t->ep_batches * 10 / batches);
     double last_emit = 0;
     int accum = 0;
+    bool stop_mid_epoch = false; /* the target was reached within an epoch */
     stoke_status s = STOKE_OK;
     stoke_batch b;
     for (;;) {
@@ -1056,7 +1214,8 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
                                    .loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : NAN,
                                    .metric = t->metric != STOKE_NO_TENSOR && t->ep_samples
                                                  ? t->ep_metric / (double)t->ep_samples : NAN,
-                                   .metric_name = t->metric_name, .lr = lr, .elapsed_s = el};
+                                   .metric_name = t->metric_name, .lr = lr, .elapsed_s = el,
+                                   .run_elapsed_s = now - t->loop_start};
             e.samples_per_s = el > 0 ? (double)(t->ep_samples - ep_samples_start) /
                                        (now - ep_start - t->ep_elapsed_before + 1e-12)
                                      : 0;
@@ -1074,13 +1233,26 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
             if (t->log_fd >= 0 && t->step % c->log_every == 0) {
                 char line[512], a[32], m[32];
                 snprintf(line, sizeof line,
-                         "{\"type\":\"step\",\"time\":%.3f,\"epoch\":%" PRId64 ",\"step\":%" PRId64
-                         ",\"batch\":%" PRId64 ",\"loss\":%s,\"batch_loss\":%s,\"lr\":%.6g,"
-                         "\"samples_per_s\":%.1f,\"data_wait_pct\":%.2f,\"applied\":%s}\n",
-                         now, t->epoch, t->step, t->ep_batches, num(a, sizeof a, e.loss),
+                         "{\"type\":\"step\",\"time\":%.3f,\"elapsed\":%.3f,\"epoch\":%" PRId64
+                         ",\"step\":%" PRId64 ",\"batch\":%" PRId64 ",\"loss\":%s,\"batch_loss\":%s,"
+                         "\"lr\":%.6g,\"samples_per_s\":%.1f,\"data_wait_pct\":%.2f,\"applied\":%s}\n",
+                         now, now - t->loop_start, t->epoch, t->step, t->ep_batches, num(a, sizeof a, e.loss),
                          num(m, sizeof m, stoke_model_loss(t->model)), lr, e.samples_per_s,
                          e.data_wait_pct, applied ? "true" : "false");
                 log_line(t, line);
+            }
+            /* --eval-every: not on the step that ends the epoch (all its batches are
+             * done), whose evaluation is the epoch's own. */
+            if (c->eval_every > 0 && t->step % c->eval_every == 0 && t->ep_batches < batches) {
+                double eval_s;
+                bool reached;
+                if ((s = eval_within_epoch(t, batches, &eval_s, &reached)) != STOKE_OK)
+                    break;
+                ep_start += eval_s; /* the epoch's figures count training time only */
+                if (reached) {
+                    stop_mid_epoch = true;
+                    break;
+                }
             }
             if (b.size > 0)
                 continue;
@@ -1091,13 +1263,15 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
         int64_t vn;
         if ((s = evaluate(t, &vl, &vm, &vn)) != STOKE_OK)
             break;
+        double end = stoke_wall_time();
         stoke_train_event e = {.kind = STOKE_EV_EPOCH, .epoch = t->epoch, .epochs = c->epochs,
                                .batch = t->ep_batches, .batches = batches, .step = t->step,
                                .loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : NAN,
                                .metric = t->metric != STOKE_NO_TENSOR && t->ep_samples
                                              ? t->ep_metric / (double)t->ep_samples : NAN,
                                .metric_name = t->metric_name, .lr = stoke_lr_at(&t->sched, t->step),
-                               .elapsed_s = el, .val_loss = vl, .val_metric = vm, .val_samples = vn};
+                               .elapsed_s = el, .val_loss = vl, .val_metric = vm, .val_samples = vn,
+                               .run_elapsed_s = end - t->loop_start};
         double run_el = el - t->ep_elapsed_before;
         e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - ep_samples_start) / run_el : 0;
         e.data_wait_pct = run_el > 0 ? 100.0 * (loader_wait_s(t->loader) - wait0) / run_el : 0;
@@ -1106,11 +1280,11 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
         if (t->log_fd >= 0) {
             char line[600], a[32], m[32], vla[32], vma[32], cpu[32];
             snprintf(line, sizeof line,
-                     "{\"type\":\"epoch\",\"time\":%.3f,\"epoch\":%" PRId64 ",\"step\":%" PRId64
-                     ",\"loss\":%s,\"%s\":%s,\"val_loss\":%s,\"val_%s\":%s,\"val_samples\":%" PRId64
-                     ",\"seconds\":%.3f,\"samples_per_s\":%.1f,\"data_wait_pct\":%.2f,"
-                     "\"cpu_pct\":%s}\n",
-                     stoke_wall_time(), t->epoch, t->step, num(a, sizeof a, e.loss),
+                     "{\"type\":\"epoch\",\"time\":%.3f,\"elapsed\":%.3f,\"epoch\":%" PRId64
+                     ",\"step\":%" PRId64 ",\"loss\":%s,\"%s\":%s,\"val_loss\":%s,\"val_%s\":%s,"
+                     "\"val_samples\":%" PRId64 ",\"seconds\":%.3f,\"samples_per_s\":%.1f,"
+                     "\"data_wait_pct\":%.2f,\"cpu_pct\":%s}\n",
+                     end, end - t->loop_start, t->epoch, t->step, num(a, sizeof a, e.loss),
                      t->metric_name[0] ? t->metric_name : "metric", num(m, sizeof m, e.metric),
                      num(vla, sizeof vla, vl), t->metric_name[0] ? t->metric_name : "metric",
                      num(vma, sizeof vma, vm), vn, el, e.samples_per_s, e.data_wait_pct,
@@ -1120,6 +1294,7 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
         t->result.train_loss = e.loss;
         t->result.val_loss = vl;
         t->result.val_metric = vm;
+        bool reached = check_target(t, vl, vm, vn, batches, batches, end);
         t->epoch++;
         t->result.epochs_done = t->epoch;
         t->ep_loss = t->ep_metric = 0;
@@ -1128,7 +1303,7 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
         monitor_warnings(t);
         if ((s = checkpoint(t)) != STOKE_OK)
             break;
-        if (t->epoch >= c->epochs)
+        if (t->epoch >= c->epochs || reached)
             break;
         ep_start = stoke_wall_time();
         wait0 = loader_wait_s(t->loader);
@@ -1141,7 +1316,7 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     t->result.steps = t->step;
     t->result.metric_name = t->metric_name;
     t->result.seconds = stoke_wall_time() - run_start;
-    if (s == STOKE_OK && t->result.interrupted) {
+    if (s == STOKE_OK && (t->result.interrupted || stop_mid_epoch)) {
         t->ep_elapsed_before = stoke_wall_time() - ep_start;
         s = checkpoint(t);
     }
@@ -1222,5 +1397,35 @@ size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t si
                      "data wait %.1f%%%s",
                      e->epoch + 1, e->epochs, e->elapsed_s, e->loss, m, val, e->samples_per_s,
                      e->data_wait_pct, cpu);
+    return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
+}
+
+/* "epoch 2/5, 41%" or "epoch 2/5, end". */
+static void position_text(const stoke_train_event *e, char *buf, size_t size)
+{
+    if (e->batches > 0 && e->batch < e->batches)
+        snprintf(buf, size, "epoch %" PRId64 "/%" PRId64 ", %.0f%%", e->epoch + 1, e->epochs,
+                 100.0 * (double)e->batch / (double)e->batches);
+    else
+        snprintf(buf, size, "epoch %" PRId64 "/%" PRId64 ", end", e->epoch + 1, e->epochs);
+}
+
+size_t stoke_train_format_eval(const stoke_train_event *e, char *buf, size_t size)
+{
+    char pos[64], vm[48];
+    position_text(e, pos, sizeof pos);
+    metric_text(e, e->val_metric, "val ", vm, sizeof vm);
+    int n = snprintf(buf, size, "eval at step %" PRId64 " (%s) | val loss %.4f%s | %.1fs, at %.1fs",
+                     e->step, pos, e->val_loss, vm, e->elapsed_s, e->run_elapsed_s);
+    return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
+}
+
+size_t stoke_train_format_target(const stoke_train_event *e, char *buf, size_t size)
+{
+    char pos[64];
+    position_text(e, pos, sizeof pos);
+    int n = snprintf(buf, size, "target reached: val acc %.2f%% >= %.2f%% at step %" PRId64
+                     " (%s), %.1fs after the start",
+                     100 * e->val_metric, 100 * e->target, e->step, pos, e->run_elapsed_s);
     return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
 }

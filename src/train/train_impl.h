@@ -7,6 +7,7 @@
 
 #define TRAIN_CKPT_FORMAT "stoke-checkpoint-1"
 #define TRAIN_MAX_CHANNELS 4
+#define TRAIN_MAX_HIDDEN 16 /* hidden sizes of a preset (model files and --hidden) */
 
 /* How samples are turned into the model's fp32 input. */
 typedef struct train_input {
