@@ -300,7 +300,9 @@ static void test_learns_and_eval(void)
     CHECK_INT_EQ(stoke_saved_model_eval(m, d, 0, &loss, &metric, &n), STOKE_OK);
     CHECK_INT_EQ(n, N);
     CHECK_NEAR(metric, r.val_metric, 1e-9);
-    CHECK_NEAR(loss, r.val_loss, 1e-5 * fabs(r.val_loss));
+    /* (batches of 64 here, the trainer's own size there: bf16 matmuls may pick other
+     * kernels, so an absolute floor for a loss near zero) */
+    CHECK_NEAR(loss, r.val_loss, 1e-5 * fabs(r.val_loss) + 1e-6);
     stoke_dataset_close(d);
     stoke_saved_model_free(m);
 }

@@ -71,7 +71,7 @@ assert isinstance(d['cpu']['simd'], list)
 assert d['memory']['total_bytes'] > 0
 assert 'storage' not in d
 assert 'driver_version' not in d and 'cuda_runtime_version' not in d
-assert rec('precision', 'cpu')['value'] == 'fp32'
+assert rec('precision', 'cpu')['value'] == ('bf16' if 'amx_bf16' in d['cpu']['simd'] else 'fp32'), (rec('precision', 'cpu'), d['cpu']['simd'])
 assert rec('pin_memory', 'cpu')['value'] is False
 w = rec('loader_workers', 'cpu')['value']
 t = rec('compute_threads', 'cpu')['value']

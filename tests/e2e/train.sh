@@ -24,7 +24,7 @@ out=$work/out.txt
     --log "$work/log.jsonl" --log-every 1 >"$out" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then fail "train exit $rc"; sed 's/^/  | /' "$out"; else ok "train runs"; fi
-for want in '^threads: ' '^precision: fp32' '^epoch 1/1 .*samples/s .*data wait' \
+for want in '^threads: ' '^precision: \(fp32\|bf16\) (auto: ' '^epoch 1/1 .*samples/s .*data wait' \
             '^epoch 1/1 done in .* val acc ' '^checkpoint: ' '^done: 1 epoch'; do
     if grep -q -- "$want" "$out"; then ok "output has '$want'"; else fail "output lacks '$want'"; sed 's/^/  | /' "$out"; fi
 done

@@ -23,7 +23,7 @@ out=$work/out.txt
 show() { sed 's/^/  | /' "$@"; }
 # 1000 training samples (8 steps of 128 an epoch), 300 to validate on; fixed threads so
 # that runs compare bit for bit.
-small="--model mlp --hidden 64,32 --limit 1000 --val-limit 300 --threads 2 --no-monitor"
+small="--model mlp --hidden 64,32 --limit 1000 --val-limit 300 --threads 2 --no-monitor --precision fp32"
 # check NAME PYTHON-CODE ARGS...: runs the code with sys.argv[1:] = ARGS and a helper
 # recs(path) giving a log's records.
 check() {
