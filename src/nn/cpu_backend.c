@@ -305,11 +305,83 @@ static stoke_status block_bwd(void *ctx, const nn_exec_args *a) {
 static const nn_fused_impl conv_block = {"conv2d+relu+max_pool2d", block_fwd, block_bwd,
                                          block_ws, block_saved};
 
+/* ---- fused linear -> relu: the ReLU as the matmul's post-op; backward masks the
+ * gradient into the workspace (as the bf16 operand directly, in bf16), so the
+ * pre-activation and its gradient never exist and nothing is zeroed for them ---- */
+
+static stoke_status linrelu_ws(void *ctx, const stoke_graph *g, const int *chain, int n,
+                               int64_t batch, stoke_precision p, size_t *bytes) {
+    (void)n;
+    const nn_node *lin = &g->nodes[chain[0]];
+    lin_dims d = {0, 0, 0};
+    stoke_status st = linear_dims(g, lin, batch, &d);
+    if (st == STOKE_OK)
+        st = cpu_linear_relu_prepare(d.rows, d.C, d.OC, lin->bias, p == STOKE_PREC_BF16);
+    if (st == STOKE_OK)
+        st = linear_ws(ctx, g, lin, batch, p, bytes);
+    /* + the masked gradient in fp32 (the bf16 operand is already counted) */
+    if (st == STOKE_OK && p != STOKE_PREC_BF16)
+        *bytes += align_up((size_t)d.rows * d.OC * sizeof(float));
+    return st;
+}
+
+static size_t linrelu_saved(void *ctx, const stoke_graph *g, const int *chain, int n) {
+    (void)ctx, (void)g, (void)chain, (void)n;
+    return 0; /* backward reads the ReLU's output, which the chain keeps */
+}
+
+static stoke_status linrelu_fwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    lin_dims d = {0, 0, 0};
+    stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
+    if (st != STOKE_OK)
+        return st;
+    const float *bias = a->node->bias ? a->param[1] : NULL;
+    if (!lowp(a))
+        return cpu_linear_relu_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C, d.OC,
+                                       0);
+    size_t off = 0;
+    const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
+    return cpu_linear_relu_forward(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC, 1);
+}
+
+static stoke_status linrelu_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    lin_dims d = {0, 0, 0};
+    stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
+    if (st != STOKE_OK)
+        return st;
+    float *dbias = a->node->bias ? a->grad[1] : NULL;
+    size_t n_out = (size_t)d.rows * d.OC;
+    if (!lowp(a)) {
+        float *dy = a->ws;
+        cpu_relu_mask_grad(dy, NULL, a->dout, a->out, n_out);
+        return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, a->in[0], a->param[0],
+                                   d.rows, d.C, d.OC);
+    }
+    size_t off = 0;
+    const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
+    uint16_t *dy = (uint16_t *)((char *)a->ws + off);
+    cpu_relu_mask_grad(NULL, dy, a->dout, a->out, n_out);
+    return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0], d.rows,
+                                    d.C, d.OC);
+}
+
+static const nn_fused_impl linear_relu = {"linear+relu", linrelu_fwd, linrelu_bwd, linrelu_ws,
+                                          linrelu_saved};
+
 static stoke_status cpu_fuse(void *ctx, const stoke_graph *g, const int *chain, int n,
                              int64_t batch, stoke_precision p, const nn_fused_impl **out) {
     (void)ctx;
     *out = NULL;
-    if (n != 3 || p == STOKE_PREC_FP16)
+    if (p == STOKE_PREC_FP16)
+        return STOKE_OK;
+    if (n == 2) {
+        if (g->nodes[chain[0]].op == STOKE_NN_LINEAR && g->nodes[chain[1]].op == STOKE_NN_RELU)
+            *out = &linear_relu;
+        return STOKE_OK;
+    }
+    if (n != 3)
         return STOKE_OK;
     const nn_node *c = &g->nodes[chain[0]], *r = &g->nodes[chain[1]], *m = &g->nodes[chain[2]];
     if (c->op != STOKE_NN_CONV2D || r->op != STOKE_NN_RELU || m->op != STOKE_NN_MAXPOOL2D ||

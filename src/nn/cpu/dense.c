@@ -68,6 +68,7 @@ static int linear_threads(int B, int C, int OC) {
  * serializes calls of one shape, since the memory objects' handles are per call. */
 typedef struct linear_key {
     int B, C, OC, has_bias, bf16, threads;
+    int relu; /* forward applies ReLU (a oneDNN post-op): linear -> relu fused */
 } linear_key;
 
 typedef struct linear_entry {
@@ -90,7 +91,7 @@ static stoke_status md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, dnnl_dat
 /* Builds a matmul dst = src @ wei (+ bias) (+ dst if sum) and memory objects for it. */
 static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *src,
                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
-                                const dnnl_memory_desc_t *dst, int sum, dnnl_memory_t *m_src,
+                                const dnnl_memory_desc_t *dst, int post, dnnl_memory_t *m_src,
                                 dnnl_memory_t *m_wei, dnnl_memory_t *m_bias,
                                 dnnl_memory_t *m_dst) {
     dnnl_engine_t eng = NULL;
@@ -101,7 +102,7 @@ static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *sr
     st = dnnl_util_check(dnnl_matmul_desc_init(&desc, src, wei, bias, dst), "matmul desc");
     if (st != STOKE_OK)
         return st;
-    dnnl_primitive_attr_t attr = dnnl_util_attr(sum ? DNNL_UTIL_POST_SUM : 0);
+    dnnl_primitive_attr_t attr = dnnl_util_attr(post);
     if (!attr)
         return stoke_fail(STOKE_ERR_NOMEM, "oneDNN: cannot create a matmul attribute");
     dnnl_primitive_desc_t pd = NULL;
@@ -139,13 +140,14 @@ static stoke_status linear_create(const void *key, void **value) {
         (st = md2(&dinp, B, C, f, C, 1)) || (st = md2(&doutT, OC, B, in, 1, OC)) ||
         (st = md2(&dw, OC, C, f, C, 1)))
         goto fail;
-    st = make_matmul(&e->fwd, &inp, &wT, k->has_bias ? &bias : NULL, &out, 0, &e->f_inp,
+    st = make_matmul(&e->fwd, &inp, &wT, k->has_bias ? &bias : NULL, &out,
+                     k->relu ? DNNL_UTIL_POST_RELU : 0, &e->f_inp,
                      &e->f_w, k->has_bias ? &e->f_bias : NULL, &e->f_out);
     if (st == STOKE_OK)
-        st = make_matmul(&e->bwd_d, &dout, &w, NULL, &dinp, 1, &e->d_dout, &e->d_w, NULL,
+        st = make_matmul(&e->bwd_d, &dout, &w, NULL, &dinp, DNNL_UTIL_POST_SUM, &e->d_dout, &e->d_w, NULL,
                          &e->d_dinp);
     if (st == STOKE_OK)
-        st = make_matmul(&e->bwd_w, &doutT, &inp, NULL, &dw, 1, &e->w_doutT, &e->w_inp, NULL,
+        st = make_matmul(&e->bwd_w, &doutT, &inp, NULL, &dw, DNNL_UTIL_POST_SUM, &e->w_doutT, &e->w_inp, NULL,
                          &e->w_dw);
     if (st != STOKE_OK)
         goto fail;
@@ -176,14 +178,14 @@ fail:
     return st;
 }
 
-static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf16,
+static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf16, int relu,
                                      linear_entry **e) {
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
                           OC);
     linear_key k;
     memset(&k, 0, sizeof k);
-    k = (linear_key){B, C, OC, has_bias != 0, bf16 != 0, linear_threads(B, C, OC)};
+    k = (linear_key){B, C, OC, has_bias != 0, bf16 != 0, linear_threads(B, C, OC), relu != 0};
     /* The primitive is created and run (see with_threads) with the key's thread count. */
     int prev = omp_get_max_threads();
     if (prev != k.threads)
@@ -212,13 +214,13 @@ static void restore_threads(const linear_entry *e, int prev) {
 
 stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16) {
     linear_entry *e = NULL;
-    return linear_entry_get(B, C, OC, has_bias, bf16, &e);
+    return linear_entry_get(B, C, OC, has_bias, bf16, 0, &e);
 }
 
 stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16,
                                   size_t *bytes) {
     linear_entry *e = NULL;
-    stoke_status st = linear_entry_get(B, C, OC, has_bias, bf16, &e);
+    stoke_status st = linear_entry_get(B, C, OC, has_bias, bf16, 0, &e);
     *bytes = st == STOKE_OK ? e->scratch_bytes : 0;
     return st;
 }
@@ -264,9 +266,9 @@ static void set(dnnl_memory_t m, const void *p) {
 }
 
 static stoke_status matmul_forward(float *out, const void *inp, const void *weight,
-                                 const float *bias, int B, int C, int OC, int bf16) {
+                                 const float *bias, int B, int C, int OC, int bf16, int relu) {
     linear_entry *e = NULL;
-    stoke_status st = linear_entry_get(B, C, OC, bias != NULL, bf16, &e);
+    stoke_status st = linear_entry_get(B, C, OC, bias != NULL, bf16, relu, &e);
     if (st != STOKE_OK)
         return st;
     pthread_mutex_lock(&e->lock);
@@ -291,7 +293,7 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
                                   const void *inp, const void *weight, int B, int C, int OC,
                                   int bf16) {
     linear_entry *e = NULL;
-    stoke_status st = linear_entry_get(B, C, OC, dbias != NULL, bf16, &e);
+    stoke_status st = linear_entry_get(B, C, OC, dbias != NULL, bf16, 0, &e);
     if (st != STOKE_OK)
         return st;
     pthread_mutex_lock(&e->lock);
@@ -323,7 +325,7 @@ stoke_status cpu_linear_forward(float *out, const float *inp, const float *weigh
                                 const float *bias, int B, int C, int OC) {
     cpu_threads_apply();
     if (!use_blas())
-        return matmul_forward(out, inp, weight, bias, B, C, OC, 0);
+        return matmul_forward(out, inp, weight, bias, B, C, OC, 0, 0);
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
                           OC);
@@ -360,7 +362,7 @@ stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
 stoke_status cpu_linear_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
                                      const float *bias, int B, int C, int OC) {
     cpu_threads_apply();
-    return matmul_forward(out, inp, weight, bias, B, C, OC, 1);
+    return matmul_forward(out, inp, weight, bias, B, C, OC, 1, 0);
 }
 
 stoke_status cpu_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
@@ -368,4 +370,15 @@ stoke_status cpu_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *weight, int B, int C, int OC) {
     cpu_threads_apply();
     return matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, C, OC, 1);
+}
+
+stoke_status cpu_linear_relu_forward(float *out, const void *inp, const void *weight,
+                                     const float *bias, int B, int C, int OC, int bf16) {
+    cpu_threads_apply();
+    return matmul_forward(out, inp, weight, bias, B, C, OC, bf16 != 0, 1);
+}
+
+stoke_status cpu_linear_relu_prepare(int B, int C, int OC, int has_bias, int bf16) {
+    linear_entry *e = NULL;
+    return linear_entry_get(B, C, OC, has_bias, bf16, 1, &e);
 }

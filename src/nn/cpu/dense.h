@@ -80,4 +80,14 @@ stoke_status cpu_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *dout, const uint16_t *inp,
                                       const uint16_t *weight, int B, int C, int OC);
 
+/* linear -> ReLU fused: out = max(0, inp @ weight^T + bias), the ReLU applied by
+ * oneDNN's matmul as a post-op, so the pre-activation never reaches memory. inp and
+ * weight are fp32, or bf16 bits when bf16 is set (as cpu_linear_forward_bf16). The
+ * backward is cpu_linear_backward on the output gradient masked by out > 0
+ * (cpu_relu_mask_grad). Always oneDNN, whatever cpu_linear_set_impl says. */
+stoke_status cpu_linear_relu_forward(float *out, const void *inp, const void *weight,
+                                     const float *bias, int B, int C, int OC, int bf16);
+/* Builds that shape's primitives while planning. */
+stoke_status cpu_linear_relu_prepare(int B, int C, int OC, int has_bias, int bf16);
+
 #endif

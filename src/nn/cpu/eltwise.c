@@ -40,6 +40,38 @@ CPU_CLONES static void relu_bwd_span(float *dinp, const float *dout, const float
     }
 }
 
+/* bf16 bits of x, rounded to nearest even (NaN kept NaN) as cpu_f32_to_bf16. */
+static inline uint16_t relu_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+
+CPU_CLONES static void relu_mask_span(float *g32, uint16_t *g16, const float *dout,
+                                      const float *out, size_t n) {
+    if (g16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            float d = dout[i];
+            g16[i] = relu_bf16(out[i] > 0.0f ? d : 0.0f);
+        }
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            float d = dout[i];
+            g32[i] = out[i] > 0.0f ? d : 0.0f;
+        }
+    }
+}
+
+void cpu_relu_mask_grad(float *g32, uint16_t *g16, const float *dout, const float *out,
+                        size_t n) {
+    cpu_threads_apply();
+    FOR_BLOCKS(n, PAR_MIN, relu_mask_span(g32 ? g32 + o : NULL, g16 ? g16 + o : NULL, dout + o,
+                                          out + o, m));
+}
+
 void cpu_relu_forward(float *out, const float *inp, size_t n) {
     /* inp (n,), out (n,) */
     cpu_threads_apply();

@@ -162,6 +162,11 @@ void cpu_relu_forward(float *out, const float *inp, size_t n);
 /* dinp += dout * (out > 0). Reads the forward OUTPUT `out` (so the forward may run
  * in place). */
 void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+/* ReLU's gradient written, not accumulated, for a fused linear -> ReLU: dout where
+ * out > 0, else 0, into g32 (fp32) or, when g32 is NULL, g16 (bf16 bits, rounded to
+ * nearest even) for the bf16 matmul that reads it. */
+void cpu_relu_mask_grad(float *g32, uint16_t *g16, const float *dout, const float *out,
+                        size_t n);
 
 /* GELU. approx_tanh = 0: PyTorch's default exact form x * Phi(x) = 0.5 x erfc(-x/sqrt2);
  * approx_tanh = 1: PyTorch's approximate="tanh",

@@ -1,9 +1,10 @@
-/* test_nn_conv_block.c - the fused conv2d -> ReLU -> max-pool block (conv.h) against a
- * float64 reference of the three ops, in fp32 and mixed bf16 (inputs, weights and the
- * output gradient rounded to bf16 in the reference too), with accumulation into the
- * caller's gradients, floor-mode leftovers, inference (no index), errors; and at the
- * model level, a CNN with and without fusion giving the same loss and gradients while
- * planning less activation memory. Random inputs, never zeros; shapes are small so
+/* test_nn_fusion.c - fused chains. The conv2d -> ReLU -> max-pool block (conv.h)
+ * against a float64 reference of the three ops, in fp32 and mixed bf16 (inputs, weights
+ * and the output gradient rounded to bf16 in the reference too), with accumulation
+ * into the caller's gradients, floor-mode leftovers, inference (no index), errors; and
+ * at the model level, the CNN (conv blocks and linear -> ReLU) and an MLP (linear ->
+ * ReLU) with and without fusion giving the same loss and gradients while planning
+ * less activation memory. Random inputs, never zeros; shapes are small so
  * that no two window values are within rounding of each other (the argmax, and so
  * where a gradient goes, is then the same in every precision). */
 #include "check.h"
@@ -229,7 +230,7 @@ static void test_errors(void) {
  * fusion is (its first convolution keeps fp32 math, see conv.h, so it is not
  * bit-for-bit the unfused bf16). The fused plan keeps neither the unpooled activations
  * nor their gradients. */
-static double *run_cnn(const stoke_graph *g, stoke_precision prec, bool no_fusion, int B,
+static double *run_model(const stoke_graph *g, stoke_precision prec, bool no_fusion, int B,
                        const float *xs, double *loss, stoke_mem_plan *plan) {
     stoke_model *m = NULL;
     stoke_model_opts o = {.max_batch = B, .precision = prec, .training = true, .seed = 7,
@@ -279,9 +280,10 @@ static double grad_err(const stoke_graph *g, const double *a, const double *want
     return worst;
 }
 
-static void test_model(void) {
+static void test_model(bool cnn) {
     stoke_shape in = {.ndim = 3, .dims = {1, 12, 12}};
-    stoke_graph *g = stoke_preset_cnn(&in, 10);
+    int64_t hidden[2] = {40, 24};
+    stoke_graph *g = cnn ? stoke_preset_cnn(&in, 10) : stoke_preset_mlp(&in, hidden, 2, 10);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -289,10 +291,10 @@ static void test_model(void) {
     float *xs = frand((size_t)B * 144, 1);
     double l32, l32f, lbf, lbff;
     stoke_mem_plan p32, p32f, pbf, pbff;
-    double *g32 = run_cnn(g, STOKE_PREC_FP32, true, B, xs, &l32, &p32);
-    double *g32f = run_cnn(g, STOKE_PREC_FP32, false, B, xs, &l32f, &p32f);
-    double *gbf = run_cnn(g, STOKE_PREC_BF16, true, B, xs, &lbf, &pbf);
-    double *gbff = run_cnn(g, STOKE_PREC_BF16, false, B, xs, &lbff, &pbff);
+    double *g32 = run_model(g, STOKE_PREC_FP32, true, B, xs, &l32, &p32);
+    double *g32f = run_model(g, STOKE_PREC_FP32, false, B, xs, &l32f, &p32f);
+    double *gbf = run_model(g, STOKE_PREC_BF16, true, B, xs, &lbf, &pbf);
+    double *gbff = run_model(g, STOKE_PREC_BF16, false, B, xs, &lbff, &pbff);
     CHECK_MSG(p32f.activations_per_sample < p32.activations_per_sample,
               "fused plan %zu bytes per sample, unfused %zu", p32f.activations_per_sample,
               p32.activations_per_sample);
@@ -301,9 +303,9 @@ static void test_model(void) {
         CHECK_NEAR(l32f, l32, 1e-5 * fabs(l32));
         double e32 = grad_err(g, g32f, g32), ebf = grad_err(g, gbf, g32),
                ebff = grad_err(g, gbff, g32);
-        CHECK_MSG(e32 <= 1e-4, "fp32 fused gradients differ by %g (relative)", e32);
-        CHECK_MSG(ebff <= 2 * ebf + 1e-3, "bf16 fused gradients %g from fp32, unfused %g", ebff,
-                  ebf);
+        CHECK_MSG(e32 <= 1e-4, "%s: fp32 fused gradients differ by %g (relative)", cnn ? "cnn" : "mlp", e32);
+        CHECK_MSG(ebff <= 2 * ebf + 1e-3, "%s: bf16 fused gradients %g from fp32, unfused %g",
+                  cnn ? "cnn" : "mlp", ebff, ebf);
         CHECK_MSG(fabs(lbff - l32) <= 2 * fabs(lbf - l32) + 1e-3 * fabs(l32),
                   "bf16 fused loss %g, unfused %g, fp32 %g", lbff, lbf, l32);
     }
@@ -326,6 +328,7 @@ int main(void) {
         test_block(s2, 2, mixed, 0);
     }
     test_errors();
-    test_model();
+    test_model(true);
+    test_model(false);
     return CHECK_DONE();
 }
