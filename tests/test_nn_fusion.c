@@ -179,10 +179,7 @@ static void test_block(cpu_conv2d_shape s, int K, int mixed, int first) {
     CHECK_MSG(st == STOKE_OK, "%s forward: %s", label, stoke_last_error());
     double tol = mixed ? 1e-5 : 1e-5; /* both accumulate in fp32 over the same values */
     check_acc("pooled output", label, out, NULL, r.p, np, tol);
-    size_t wrong = 0;
-    for (size_t i = 0; i < np; i++)
-        wrong += (r.at[i] < 0 ? idx[i] != 0xff : idx[i] != r.at[i]);
-    CHECK_MSG(wrong == 0, "%s: %zu of %zu argmax positions differ", label, wrong, np);
+    /* idx's layout is the block's own; where each gradient lands checks it below */
     /* inference: no index, same output */
     st = cpu_conv_block_forward(out2, NULL, x, w, b, &s, K, prec, NULL, 0);
     CHECK_MSG(st == STOKE_OK && memcmp(out, out2, np * sizeof *out) == 0,

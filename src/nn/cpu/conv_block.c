@@ -109,6 +109,7 @@ typedef float v16f __attribute__((vector_size(CHUNK * sizeof(float))));
 typedef int32_t v16i __attribute__((vector_size(CHUNK * sizeof(int32_t))));
 typedef uint32_t v16u __attribute__((vector_size(CHUNK * sizeof(uint32_t))));
 typedef uint16_t v16h __attribute__((vector_size(CHUNK * sizeof(uint16_t))));
+typedef uint8_t v16b __attribute__((vector_size(CHUNK)));
 
 /* (Vectors go by pointer: the baseline target's ABI cannot pass them in registers.) */
 static inline void load16(v16f *v, const float *p) { memcpy(v, p, sizeof *v); }
@@ -145,12 +146,24 @@ static pool_job job_of(const conv_layout *l, int B, int C, int H, int W, int K) 
 
 /* Task t's offsets: of its first element in the layout, of its first pooled element
  * (NCHW). */
-static inline void task_at(const pool_job *j, long t, int64_t *at, size_t *o0) {
+static inline void task_at(const pool_job *j, long t, int64_t *at, size_t *o0, int *n_,
+                           int *c_) {
     long per = (long)j->nb * j->nc;
     int n = (int)(t / per), r = (int)(t % per), b = r / j->nc;
     int c0 = j->vec ? (r % j->nc) * CHUNK : r % j->nc;
     *at = n * j->l->sn + b * j->l->scb + c0;
     *o0 = ((size_t)n * j->C + (size_t)b * j->cb + c0) * j->plane;
+    *n_ = n;
+    *c_ = b * j->cb + c0;
+}
+
+/* The argmax bytes are the block's own business, so when the channels come in runs of
+ * CHUNK they are stored CHUNK channels of one window side by side, whatever the
+ * convolution's layouts (forward and backward may differ), and move as one vector;
+ * the pooled output, a graph tensor, is NCHW. Offset of (n, c, window w): */
+static inline size_t idx_at(const pool_job *j, int n, int c, size_t w) {
+    int L = j->C % CHUNK == 0 ? CHUNK : 1;
+    return (((size_t)n * (j->C / L) + (size_t)(c / L)) * j->plane + w) * L + (size_t)(c % L);
 }
 
 /* Max over each K x K window of y (ReLU already applied): out gets the maximum, idx
@@ -162,7 +175,8 @@ CPU_CLONES static void forward_task(const pool_job *j, long t, const float *y, f
     int K = j->K;
     int64_t at0;
     size_t o0;
-    task_at(j, t, &at0, &o0);
+    int n, c;
+    task_at(j, t, &at0, &o0, &n, &c);
     const float *yb = y + at0;
     for (int ph = 0; ph < j->PH; ph++)
         for (int pw = 0; pw < j->PW; pw++) {
@@ -180,7 +194,7 @@ CPU_CLONES static void forward_task(const pool_job *j, long t, const float *y, f
                 }
                 out[o] = best;
                 if (idx)
-                    idx[o] = best > 0 ? (uint8_t)at : NO_GRAD;
+                    idx[idx_at(j, n, c, (size_t)ph * j->PW + pw)] = best > 0 ? (uint8_t)at : NO_GRAD;
                 continue;
             }
             /* GCC vector types keep the running maximum in registers (plain arrays
@@ -199,9 +213,11 @@ CPU_CLONES static void forward_task(const pool_job *j, long t, const float *y, f
                 }
             for (int i = 0; i < CHUNK; i++)
                 out[o + i * j->plane] = best[i];
-            if (idx)
-                for (int i = 0; i < CHUNK; i++)
-                    idx[o + i * j->plane] = best[i] > 0 ? (uint8_t)at[i] : NO_GRAD;
+            if (idx) {
+                v16i pos = best > 0;
+                v16b bytes = __builtin_convertvector((at & pos) | (NO_GRAD & ~pos), v16b);
+                memcpy(idx + idx_at(j, n, c, (size_t)ph * j->PW + pw), &bytes, sizeof bytes);
+            }
         }
 }
 
@@ -223,7 +239,8 @@ CPU_CLONES static void backward_task(const pool_job *j, long t, char *d, const f
     int K = j->K, m = j->vec ? CHUNK : 1;
     int64_t base;
     size_t o0;
-    task_at(j, t, &base, &o0);
+    int n, c;
+    task_at(j, t, &base, &o0, &n, &c);
     float *df = (float *)d;
     uint16_t *dh = (uint16_t *)d;
     for (int ph = 0; ph < j->PH; ph++)
@@ -231,9 +248,15 @@ CPU_CLONES static void backward_task(const pool_job *j, long t, char *d, const f
             v16f g = {0};
             v16i id = {0};
             size_t o = o0 + (size_t)ph * j->PW + pw;
-            for (int i = 0; i < m; i++) {
+            for (int i = 0; i < m; i++)
                 g[i] = dout[o + i * j->plane];
-                id[i] = idx[o + i * j->plane];
+            size_t ia = idx_at(j, n, c, (size_t)ph * j->PW + pw);
+            if (j->vec) {
+                v16b bytes;
+                memcpy(&bytes, idx + ia, sizeof bytes);
+                id = __builtin_convertvector(bytes, v16i);
+            } else {
+                id[0] = idx[ia];
             }
             for (int kh = 0; kh < K; kh++)
                 for (int kw = 0; kw < K; kw++) {
