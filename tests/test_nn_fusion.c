@@ -317,12 +317,19 @@ int main(void) {
     cpu_conv2d_shape odd = {2, 3, 11, 11, 16, 3, 3, 1, 1, 1, 1, 1};   /* 11x11: floor leftover */
     cpu_conv2d_shape k3 = {2, 16, 9, 9, 16, 3, 3, 1, 1, 0, 0, 0};     /* 7x7, pool 3, no bias */
     cpu_conv2d_shape s2 = {2, 8, 16, 16, 32, 3, 3, 2, 2, 1, 1, 1};    /* stride 2 */
+    /* few input channels, first layer: the direct kernel's general form */
+    cpu_conv2d_shape d5 = {2, 2, 10, 10, 16, 5, 5, 1, 1, 2, 2, 1};    /* 5x5, pad 2 */
+    cpu_conv2d_shape ds2 = {2, 3, 13, 13, 32, 3, 3, 2, 2, 1, 1, 0};   /* stride 2, no bias */
     for (int mixed = 0; mixed < 2; mixed++) {
         test_block(cnn1, 2, mixed, 1);
         test_block(cnn2, 2, mixed, 0);
         test_block(odd, 2, mixed, 0);
         test_block(k3, 3, mixed, 0);
         test_block(s2, 2, mixed, 0);
+        test_block(d5, 2, mixed, 1);
+        test_block(ds2, 2, mixed, 1);
+        test_block(cnn1, 2, mixed, 0); /* an input gradient: oneDNN's backward, the
+                                          direct forward's argmax bytes */
     }
     test_errors();
     test_model(true);

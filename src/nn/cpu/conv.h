@@ -138,7 +138,11 @@ void cpu_global_avgpool_backward(float *dinp, const float *dout, int B, int C, i
  * is not positive, so ReLU passes no gradient) leave the kernel. Backward writes the
  * convolution's output gradient straight into the backward primitives' layouts
  * (zeros but at the argmax), so neither the unpooled activation nor its gradient is
- * ever stored, reordered or zeroed. Values are those of the three ops run apart.
+ * ever stored, reordered or zeroed. With at most 4 input channels and output
+ * channels in multiples of 16 (an image's first layer) a direct kernel replaces
+ * oneDNN: it computes each window in registers, and, when no input gradient is
+ * wanted, its backward too. Values are those of the three ops run apart (up to the
+ * order of fp32 sums).
  * The pool: kernel == stride == K (non-overlapping windows), no padding, floor mode
  * (rows and columns past the last window get no gradient). */
 

@@ -6,11 +6,13 @@
  * convolutions' arithmetic. Here it is written once and read once, in cache-sized
  * pieces, and its gradient is written once, directly in the layout the backward
  * primitives read. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/precision.h"
 #include "nn/cpu/conv_impl.h"
+#include "nn/cpu/dense.h"
 #include "nn/cpu/eltwise.h"
 
 #define CHUNK 16 /* channels handled together: one AVX-512 vector of fp32 */
@@ -394,6 +396,324 @@ static stoke_status one_backward(float *dinp, float *dweight, float *dbias, cons
     return st;
 }
 
+/* ---- few input channels: a direct kernel ----
+ * With C <= 4 input channels (an image's first layer) each output is a dot product of
+ * at most 4*7*7 terms, which oneDNN computes at a fraction of its peak, and the
+ * unpooled output it writes is the block's largest tensor (the reference CNN: 32
+ * channels of 28x28, 12.8 MB per batch of 128). This kernel computes each window's
+ * K*K outputs for 16 output channels in registers, applies ReLU and keeps the
+ * maximum, so the unpooled output never exists; its backward (weights and bias only:
+ * such a layer's input is the data) visits each window's recorded maximum. */
+
+#define DIRECT_MAX_C 4
+#define DIRECT_MAX_K 7
+
+static int direct_ok(const cpu_conv2d_shape *s) {
+    return s->C <= DIRECT_MAX_C && s->OC % CHUNK == 0 && s->KH <= DIRECT_MAX_K &&
+           s->KW <= DIRECT_MAX_K;
+}
+
+typedef struct direct_job {
+    const cpu_conv2d_shape *s;
+    int OH, OW, PH, PW, K, T, nc; /* T: taps C*KH*KW; nc: 16-channel chunks */
+    const float *wt;              /* weights as [tap][OC] */
+    const float *bias;
+} direct_job;
+
+/* Weights (OC, C, KH, KW) as [C*KH*KW][OC], so 16 output channels load as a vector. */
+static float *transpose_weights(const cpu_conv2d_shape *s, const float *w) {
+    int T = s->C * s->KH * s->KW;
+    float *wt = malloc((size_t)T * s->OC * sizeof *wt);
+    if (wt)
+        for (int o = 0; o < s->OC; o++)
+            for (int t = 0; t < T; t++)
+                wt[(size_t)t * s->OC + o] = w[(size_t)o * T + t];
+    return wt;
+}
+
+/* conv + bias + ReLU at output (oh, ow) for channels oc0..oc0+15 of sample xn. */
+static inline void direct_point(const direct_job *j, const float *xn, int oh, int ow, int oc0,
+                                v16f *acc) {
+    const cpu_conv2d_shape *s = j->s;
+    v16f a = {0}, w;
+    if (j->bias)
+        load16(&a, j->bias + oc0);
+    for (int c = 0; c < s->C; c++)
+        for (int kh = 0; kh < s->KH; kh++) {
+            int ih = oh * s->stride_h - s->pad_h + kh;
+            if (ih < 0 || ih >= s->H)
+                continue;
+            for (int kw = 0; kw < s->KW; kw++) {
+                int iw = ow * s->stride_w - s->pad_w + kw;
+                if (iw < 0 || iw >= s->W)
+                    continue;
+                load16(&w, j->wt + (size_t)((c * s->KH + kh) * s->KW + kw) * s->OC + oc0);
+                a += xn[((size_t)c * s->H + ih) * s->W + iw] * w;
+            }
+        }
+    v16f zero = {0};
+    v16i pos = a > zero;
+    *acc = (v16f)((v16i)a & pos);
+}
+
+/* The common first layer, 1 channel, 3x3, stride 1, padding 1: the sample copied into
+ * a zero border so no tap needs a bounds check, the 9 weight vectors in registers. */
+static int direct_3x3(const cpu_conv2d_shape *s) {
+    return s->C == 1 && s->KH == 3 && s->KW == 3 && s->stride_h == 1 && s->stride_w == 1 &&
+           s->pad_h == 1 && s->pad_w == 1;
+}
+
+static void pad_sample(const cpu_conv2d_shape *s, const float *xn, float *xp) {
+    int PWD = s->W + 2;
+    memset(xp, 0, (size_t)(s->H + 2) * PWD * sizeof *xp);
+    for (int h = 0; h < s->H; h++)
+        memcpy(xp + (size_t)(h + 1) * PWD + 1, xn + (size_t)h * s->W, (size_t)s->W * sizeof *xp);
+}
+
+CPU_CLONES static void direct3_forward_task(const direct_job *j, long t, const float *inp,
+                                            float *out, uint8_t *idx, float *xp) {
+    const cpu_conv2d_shape *s = j->s;
+    int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K, PWD = s->W + 2;
+    pad_sample(s, inp + (size_t)n * s->H * s->W, xp);
+    v16f w[9], b = {0}, zero = {0};
+    for (int k = 0; k < 9; k++)
+        load16(&w[k], j->wt + (size_t)k * s->OC + oc0);
+    if (j->bias)
+        load16(&b, j->bias + oc0);
+    size_t plane = (size_t)j->PH * j->PW;
+    pool_job pj = {.C = s->OC, .plane = plane};
+    for (int ph = 0; ph < j->PH; ph++)
+        for (int pw = 0; pw < j->PW; pw++) {
+            v16f best = zero;
+            v16i at = {0};
+            for (int k = 0; k < K * K; k++) {
+                /* output (oh, ow) reads padded rows oh..oh+2, columns ow..ow+2 */
+                const float *r = xp + (size_t)(ph * K + k / K) * PWD + pw * K + k % K;
+                v16f a = b;
+                a += r[0] * w[0] + r[1] * w[1] + r[2] * w[2];
+                a += r[PWD] * w[3] + r[PWD + 1] * w[4] + r[PWD + 2] * w[5];
+                a += r[2 * PWD] * w[6] + r[2 * PWD + 1] * w[7] + r[2 * PWD + 2] * w[8];
+                v16i pos = a > zero;
+                a = (v16f)((v16i)a & pos); /* ReLU */
+                v16i more = a > best;
+                if (k == 0)
+                    more = ~(v16i){0};
+                best = (v16f)(((v16i)a & more) | ((v16i)best & ~more));
+                at = (k & more) | (at & ~more);
+            }
+            size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
+            for (int i = 0; i < CHUNK; i++)
+                out[o + i * plane] = best[i];
+            if (idx) {
+                v16i pos = best > 0;
+                v16b bytes = __builtin_convertvector((at & pos) | (NO_GRAD & ~pos), v16b);
+                memcpy(idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), &bytes, sizeof bytes);
+            }
+        }
+}
+
+CPU_CLONES static void direct3_backward_task(const direct_job *j, long t, const float *inp,
+                                             const float *dout, const uint8_t *idx,
+                                             float *acc, float *xp) {
+    const cpu_conv2d_shape *s = j->s;
+    int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K, PWD = s->W + 2;
+    pad_sample(s, inp + (size_t)n * s->H * s->W, xp);
+    v16f dw[9], db;
+    for (int k = 0; k < 9; k++)
+        load16(&dw[k], acc + (size_t)k * CHUNK);
+    load16(&db, acc + (size_t)9 * CHUNK);
+    size_t plane = (size_t)j->PH * j->PW;
+    pool_job pj = {.C = s->OC, .plane = plane};
+    for (int ph = 0; ph < j->PH; ph++)
+        for (int pw = 0; pw < j->PW; pw++) {
+            size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
+            v16f g;
+            for (int i = 0; i < CHUNK; i++)
+                g[i] = dout[o + i * plane];
+            v16b bytes;
+            memcpy(&bytes, idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), sizeof bytes);
+            v16i id = __builtin_convertvector(bytes, v16i);
+            for (int k = 0; k < K * K; k++) {
+                v16f gk = (v16f)((v16i)g & (id == k));
+                const float *r = xp + (size_t)(ph * K + k / K) * PWD + pw * K + k % K;
+                db += gk;
+                dw[0] += r[0] * gk, dw[1] += r[1] * gk, dw[2] += r[2] * gk;
+                dw[3] += r[PWD] * gk, dw[4] += r[PWD + 1] * gk, dw[5] += r[PWD + 2] * gk;
+                dw[6] += r[2 * PWD] * gk, dw[7] += r[2 * PWD + 1] * gk;
+                dw[8] += r[2 * PWD + 2] * gk;
+            }
+        }
+    for (int k = 0; k < 9; k++)
+        memcpy(acc + (size_t)k * CHUNK, &dw[k], sizeof dw[k]);
+    memcpy(acc + (size_t)9 * CHUNK, &db, sizeof db);
+}
+
+CPU_CLONES static void direct_forward_task(const direct_job *j, long t, const float *inp,
+                                           float *out, uint8_t *idx) {
+    const cpu_conv2d_shape *s = j->s;
+    int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K;
+    const float *xn = inp + (size_t)n * s->C * s->H * s->W;
+    size_t plane = (size_t)j->PH * j->PW;
+    pool_job pj = {.C = s->OC, .plane = plane};
+    for (int ph = 0; ph < j->PH; ph++)
+        for (int pw = 0; pw < j->PW; pw++) {
+            v16f best, v;
+            v16i at = {0};
+            direct_point(j, xn, ph * K, pw * K, oc0, &best);
+            for (int k = 1; k < K * K; k++) {
+                direct_point(j, xn, ph * K + k / K, pw * K + k % K, oc0, &v);
+                v16i more = v > best;
+                best = (v16f)(((v16i)v & more) | ((v16i)best & ~more));
+                at = (k & more) | (at & ~more);
+            }
+            size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
+            for (int i = 0; i < CHUNK; i++)
+                out[o + i * plane] = best[i];
+            if (idx) {
+                v16i pos = best > 0;
+                v16b bytes = __builtin_convertvector((at & pos) | (NO_GRAD & ~pos), v16b);
+                memcpy(idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), &bytes, sizeof bytes);
+            }
+        }
+}
+
+/* Sums into acc ([T][16] weight-gradient taps, then 16 bias lanes) one task's share:
+ * each window's gradient at its recorded maximum, times the input under the kernel. */
+CPU_CLONES static void direct_backward_task(const direct_job *j, long t, const float *inp,
+                                            const float *dout, const uint8_t *idx,
+                                            float *acc) {
+    const cpu_conv2d_shape *s = j->s;
+    int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K;
+    const float *xn = inp + (size_t)n * s->C * s->H * s->W;
+    size_t plane = (size_t)j->PH * j->PW;
+    pool_job pj = {.C = s->OC, .plane = plane};
+    v16f db, a;
+    load16(&db, acc + (size_t)j->T * CHUNK);
+    for (int ph = 0; ph < j->PH; ph++)
+        for (int pw = 0; pw < j->PW; pw++) {
+            size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
+            v16f g;
+            for (int i = 0; i < CHUNK; i++)
+                g[i] = dout[o + i * plane];
+            v16b bytes;
+            memcpy(&bytes, idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), sizeof bytes);
+            v16i id = __builtin_convertvector(bytes, v16i);
+            for (int k = 0; k < K * K; k++) {
+                v16i mask = id == k;
+                v16f gk = (v16f)((v16i)g & mask);
+                int any = 0;
+                for (int i = 0; i < CHUNK; i++)
+                    any |= mask[i];
+                if (!any)
+                    continue;
+                db += gk;
+                int oh = ph * K + k / K, ow = pw * K + k % K;
+                for (int c = 0; c < s->C; c++)
+                    for (int kh = 0; kh < s->KH; kh++) {
+                        int ih = oh * s->stride_h - s->pad_h + kh;
+                        if (ih < 0 || ih >= s->H)
+                            continue;
+                        for (int kw = 0; kw < s->KW; kw++) {
+                            int iw = ow * s->stride_w - s->pad_w + kw;
+                            if (iw < 0 || iw >= s->W)
+                                continue;
+                            float *p = acc + (size_t)((c * s->KH + kh) * s->KW + kw) * CHUNK;
+                            load16(&a, p);
+                            a += xn[((size_t)c * s->H + ih) * s->W + iw] * gk;
+                            memcpy(p, &a, sizeof a);
+                        }
+                    }
+            }
+        }
+    memcpy(acc + (size_t)j->T * CHUNK, &db, sizeof db);
+}
+
+static stoke_status direct_job_init(direct_job *j, const cpu_conv2d_shape *s, int K,
+                                    const float *weight, const float *bias) {
+    *j = (direct_job){.s = s, .K = K, .T = s->C * s->KH * s->KW, .nc = s->OC / CHUNK,
+                      .bias = bias};
+    cpu_conv2d_out_size(s, &j->OH, &j->OW);
+    j->PH = j->OH / K;
+    j->PW = j->OW / K;
+    if (!weight)
+        return STOKE_OK; /* backward reads no weights */
+    j->wt = transpose_weights(s, weight);
+    return j->wt ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "conv block: out of memory");
+}
+
+static stoke_status direct_forward(float *out, uint8_t *idx, const float *inp,
+                                   const float *weight, const float *bias,
+                                   const cpu_conv2d_shape *s, int K) {
+    direct_job j;
+    stoke_status st = direct_job_init(&j, s, K, weight, bias);
+    if (st != STOKE_OK)
+        return st;
+    int nt = cpu_threads_apply();
+    long tasks = (long)s->B * j.nc;
+    size_t padded = (size_t)(s->H + 2) * (s->W + 2);
+    float *xp = direct_3x3(s) ? malloc((size_t)nt * padded * sizeof *xp) : NULL;
+    if (direct_3x3(s) && !xp) {
+        free((void *)j.wt);
+        return stoke_fail(STOKE_ERR_NOMEM, "conv block: out of memory");
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (long t = 0; t < tasks; t++) {
+        if (xp)
+            direct3_forward_task(&j, t, inp, out, idx, xp + omp_get_thread_num() * padded);
+        else
+            direct_forward_task(&j, t, inp, out, idx);
+    }
+    free(xp);
+    free((void *)j.wt);
+    return STOKE_OK;
+}
+
+/* Each thread sums its contiguous range of tasks per 16-channel chunk; the partial
+ * sums are then added in thread order, so results depend on the thread count only
+ * (as oneDNN's do). */
+static stoke_status direct_backward(float *dweight, float *dbias, const float *dout,
+                                    const uint8_t *idx, const float *inp,
+                                    const cpu_conv2d_shape *s, int K) {
+    direct_job j;
+    direct_job_init(&j, s, K, NULL, NULL);
+    int nt = cpu_threads_apply();
+    size_t per = (size_t)(j.T + 1) * CHUNK; /* taps, then bias, per chunk */
+    float *part = calloc((size_t)nt * j.nc * per, sizeof *part);
+    size_t padded = (size_t)(s->H + 2) * (s->W + 2);
+    float *xp = direct_3x3(s) ? malloc((size_t)nt * padded * sizeof *xp) : NULL;
+    if (!part || (direct_3x3(s) && !xp)) {
+        free(part);
+        free(xp);
+        return stoke_fail(STOKE_ERR_NOMEM, "conv block: out of memory");
+    }
+    long tasks = (long)s->B * j.nc;
+#pragma omp parallel num_threads(nt)
+    {
+        int me = omp_get_thread_num(), all = omp_get_num_threads();
+        long lo = tasks * me / all, hi = tasks * (me + 1) / all;
+        for (long t = lo; t < hi; t++) {
+            float *acc = part + ((size_t)me * j.nc + (size_t)(t % j.nc)) * per;
+            if (xp)
+                direct3_backward_task(&j, t, inp, dout, idx, acc, xp + (size_t)me * padded);
+            else
+                direct_backward_task(&j, t, inp, dout, idx, acc);
+        }
+    }
+    free(xp);
+    for (int me = 0; me < nt; me++)
+        for (int c = 0; c < j.nc; c++) {
+            const float *p = part + ((size_t)me * j.nc + c) * per;
+            for (int tap = 0; tap < j.T; tap++)
+                for (int i = 0; i < CHUNK; i++)
+                    dweight[(size_t)(c * CHUNK + i) * j.T + tap] += p[(size_t)tap * CHUNK + i];
+            if (dbias)
+                for (int i = 0; i < CHUNK; i++)
+                    dbias[c * CHUNK + i] += p[(size_t)j.T * CHUNK + i];
+        }
+    free(part);
+    return STOKE_OK;
+}
+
 /* Per-sample element counts of the block's tensors. */
 static void per_sample(const cpu_conv2d_shape *s, int K, size_t *in, size_t *pooled) {
     int OH = 0, OW = 0;
@@ -412,6 +732,8 @@ stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp,
     if ((bias != NULL) != (s->has_bias != 0))
         return stoke_fail(STOKE_ERR_ARG, "conv block forward: bias %s but shape has_bias=%d",
                           bias ? "given" : "missing", s->has_bias);
+    if (direct_ok(s))
+        return direct_forward(out, idx, inp, weight, bias, s, K);
     size_t in, pooled;
     per_sample(s, K, &in, &pooled);
     cpu_conv2d_shape sh[2];
@@ -435,6 +757,8 @@ stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias,
     if ((dbias != NULL) != (s->has_bias != 0))
         return stoke_fail(STOKE_ERR_ARG, "conv block backward: dbias %s but shape has_bias=%d",
                           dbias ? "given" : "missing", s->has_bias);
+    if (direct_ok(s) && !dinp)
+        return direct_backward(dweight, dbias, dout, idx, inp, s, K);
     size_t in, pooled;
     per_sample(s, K, &in, &pooled);
     cpu_conv2d_shape sh[2];
