@@ -270,6 +270,13 @@ static void test_config(void)
     fclose(f);
     CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_ERR_FORMAT);
     CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:2:1: target_accuracy: '95'");
+    /* the same parser from memory (what the fuzz target drives) */
+    static const char text[] = "epochs: 7\nhidden: 64,32\nlr: fast\n";
+    stoke_train_config_defaults(&c);
+    CHECK_INT_EQ(stoke_train_config_parse(&c, text, strlen(text), "mem.yaml"), STOKE_ERR_FORMAT);
+    CHECK_STR_CONTAINS(stoke_last_error(), "mem.yaml:3:1: lr");
+    CHECK_INT_EQ(c.epochs, 7);
+    CHECK_INT_EQ(stoke_train_config_parse(&c, text, 10, "mem.yaml"), STOKE_OK);
 }
 
 static void test_learns_and_eval(void)

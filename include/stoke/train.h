@@ -191,6 +191,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
 /* Applies a YAML file of `key: value` pairs (STOKE_CFG_FILE). Errors name the file,
  * line, column and key. */
 stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path);
+/* The same from `size` bytes in memory; `name` stands for the file in messages. */
+stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, size_t size,
+                                      const char *name);
 
 /* Applies BATCH_SIZE, VAL_BATCH_SIZE, NUM_WORKERS, EPOCHS, LR, SEED and AMP
  * (true/1 -> precision bf16, false/0 -> fp32) from the environment (STOKE_CFG_ENV).

@@ -309,26 +309,17 @@ stoke_status stoke_train_config_load_env(stoke_train_config *c,
     return STOKE_OK;
 }
 
-stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path)
+/* Applies the mapping of settings that `parser` reads; `path` names the source in
+ * messages. Deletes the parser. */
+static stoke_status load_yaml(stoke_train_config *c, yaml_parser_t *parser, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
-                          "%s: cannot open: %s", path, strerror(errno));
-    yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(f);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", path);
-    }
-    yaml_parser_set_input_file(&parser, f);
     stoke_status s = STOKE_OK;
-    if (!yaml_parser_load(&parser, &doc)) {
+    if (!yaml_parser_load(parser, &doc)) {
         s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: not valid YAML: %s", path,
-                       parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                       parser.problem ? parser.problem : "parse error");
-        yaml_parser_delete(&parser);
-        fclose(f);
+                       parser->problem_mark.line + 1, parser->problem_mark.column + 1,
+                       parser->problem ? parser->problem : "parse error");
+        yaml_parser_delete(parser);
         return s;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
@@ -357,9 +348,35 @@ stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *pat
         }
     }
     yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
+    yaml_parser_delete(parser);
+    return s;
+}
+
+stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
+                          "%s: cannot open: %s", path, strerror(errno));
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(f);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", path);
+    }
+    yaml_parser_set_input_file(&parser, f);
+    stoke_status s = load_yaml(c, &parser, path);
     fclose(f);
     return s;
+}
+
+stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, size_t size,
+                                      const char *name)
+{
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", name);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, size);
+    return load_yaml(c, &parser, name);
 }
 
 char *stoke_train_config_json(const stoke_train_config *c)
