@@ -94,8 +94,10 @@ typedef struct nn_backend {
     /* One parameter's update; t is the 1-based step (SGD's first momentum step, AdamW's
      * bias correction). check_optim validates the options first (STOKE_ERR_ARG). */
     stoke_status (*check_optim)(void *ctx, const stoke_optim *o);
-    void (*sgd)(void *ctx, float *w, const float *g, float *mom, size_t n, float lr,
-                int64_t t, const stoke_optim *o);
+    /* SGD, then in the same pass w's low-precision copy refreshed (w_lp non-NULL, in
+     * precision lp) and g zeroed: the step's three passes over the parameters in one. */
+    void (*sgd)(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
+                const stoke_optim *o, uint16_t *w_lp, stoke_precision lp);
     void (*adamw)(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
                   float lr, int64_t t, const stoke_optim *o);
     /* Compute threads the backend's kernels use; n <= 0: every online CPU. */

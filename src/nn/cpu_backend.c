@@ -1017,12 +1017,13 @@ static void cpu_scale_(void *ctx, float *x, size_t n, float s) {
     cpu_scale(x, n, s);
 }
 
-static void cpu_sgd(void *ctx, float *w, const float *g, float *mom, size_t n, float lr,
-                    int64_t t, const stoke_optim *o) {
+static void cpu_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
+                    const stoke_optim *o, uint16_t *w_lp, stoke_precision lp) {
     (void)ctx;
     cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
                         .nesterov = o->nesterov};
-    cpu_sgd_step(&c, lr, t, w, g, mom, n);
+    cpu_after_update after = {.lowp = w_lp, .fp16 = lp == STOKE_PREC_FP16, .zero_grad = true};
+    cpu_sgd_step_then(&c, lr, t, w, g, mom, n, &after);
 }
 
 static void cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,

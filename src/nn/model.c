@@ -774,23 +774,33 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     if (clip > 0 && m->grad_norm > clip) /* torch.nn.utils.clip_grad_norm_ */
         coef *= clip / (m->grad_norm + 1e-6);
     int64_t t = m->steps + 1;
+    bool sgd = m->o.optim.kind != STOKE_ADAMW;
     for (int i = 0; i < g->nparams; i++) {
         if (!m->grad[i])
             continue;
         size_t n = (size_t)g->params[i].info.elems;
         if (coef != 1.0)
             be->scale(be->ctx, m->grad[i], n, (float)coef);
-        if (m->o.optim.kind == STOKE_ADAMW)
+        if (!sgd)
             be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n,
                       (float)lr, t, &m->o.optim);
-        else
+        else /* refreshes the low-precision copy and zeroes the gradient as it goes */
             be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, (float)lr, t,
-                    &m->o.optim);
+                    &m->o.optim, m->param_lp[i], m->o.precision);
     }
     m->steps = t;
     m->micro = 0;
-    stoke_model_params_changed(m);
-    stoke_model_zero_grad(m);
+    if (sgd) {
+        /* what SGD's pass did not cover: copies of parameters without gradients */
+        for (int i = 0; i < g->nparams; i++)
+            if (m->param_lp[i] && !m->grad[i])
+                be->to_lowp(be->ctx, m->o.precision, m->param[i], m->param_lp[i],
+                            (size_t)g->params[i].info.elems);
+        m->backward_passes = 0;
+    } else {
+        stoke_model_params_changed(m);
+        stoke_model_zero_grad(m);
+    }
     if (fp16 && ++m->good_steps >= 2000) {
         float grown = m->loss_scale * 2.0f;
         if (isfinite(grown))

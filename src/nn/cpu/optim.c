@@ -1,11 +1,14 @@
 /* optim.c - SGD and AdamW updates, global-norm clipping and learning-rate schedules,
  * written as PyTorch's single-tensor code orders them so results match it closely. */
 #include "nn/cpu/optim.h"
+#include "core/precision.h"
 #include "nn/cpu/dense.h"
 
 #include <emmintrin.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 #include <xmmintrin.h>
 
 /* A weight whose gradient stays zero (a dead ReLU unit) sees its momentum shrink by the
@@ -76,15 +79,31 @@ static void sgd_range(const cpu_sgd_config *c, float neg_lr, bool first, float *
     flush_end(csr);
 }
 
-void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
-                  const float *grad, float *momentum_buf, size_t n)
+/* One block of the update, then what follows it while the block is in cache: the
+ * weights' low-precision copy and the zeroed gradient. */
+static void sgd_block(const cpu_sgd_config *c, float neg_lr, bool first, float *param,
+                      float *grad, float *momentum_buf, size_t lo, size_t hi,
+                      const cpu_after_update *after)
+{
+    sgd_range(c, neg_lr, first, param, grad, momentum_buf, lo, hi);
+    if (!after)
+        return;
+    if (after->lowp)
+        (after->fp16 ? cpu_f32_to_f16 : cpu_f32_to_bf16)(param + lo, after->lowp + lo, hi - lo);
+    if (after->zero_grad)
+        memset(grad + lo, 0, (hi - lo) * sizeof *grad);
+}
+
+void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *param,
+                       float *grad, float *momentum_buf, size_t n,
+                       const cpu_after_update *after)
 {
     const float neg_lr = (float)-lr;
     const bool first = step <= 1;
     /* Element-wise, so splitting over the threads changes no bits; worth it only for the
      * large weights (the CNN's 3136x128), not for biases. */
     if (n < SGD_PAR_MIN) {
-        sgd_range(c, neg_lr, first, param, grad, momentum_buf, 0, n);
+        sgd_block(c, neg_lr, first, param, grad, momentum_buf, 0, n, after);
         return;
     }
     cpu_threads_apply();
@@ -92,8 +111,15 @@ void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param
 #pragma omp parallel for schedule(static)
     for (long k = 0; k < nblk; k++) {
         size_t lo = (size_t)k * SGD_BLK, hi = n - lo < SGD_BLK ? n : lo + SGD_BLK;
-        sgd_range(c, neg_lr, first, param, grad, momentum_buf, lo, hi);
+        sgd_block(c, neg_lr, first, param, grad, momentum_buf, lo, hi, after);
     }
+}
+
+void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
+                  const float *grad, float *momentum_buf, size_t n)
+{
+    /* grad is only read when nothing follows the update */
+    cpu_sgd_step_then(c, lr, step, param, (float *)(uintptr_t)grad, momentum_buf, n, NULL);
 }
 
 void cpu_adamw_defaults(cpu_adamw_config *c)

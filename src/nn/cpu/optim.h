@@ -33,6 +33,20 @@ stoke_status cpu_sgd_check(const cpu_sgd_config *c);
 void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
                   const float *grad, float *momentum_buf, size_t n);
 
+/* What the same pass does after each block of the update, while it is in cache: the
+ * parameter's low-precision copy refreshed (lowp, n values: fp16 if set, else bf16)
+ * and the gradient zeroed. Saves two passes over every parameter per step. */
+typedef struct cpu_after_update {
+    uint16_t *lowp; /* or NULL */
+    bool fp16;
+    bool zero_grad;
+} cpu_after_update;
+
+/* cpu_sgd_step, then `after` (may be NULL); grad is written only to zero it. */
+void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *param,
+                       float *grad, float *momentum_buf, size_t n,
+                       const cpu_after_update *after);
+
 /* ---- AdamW, as torch.optim.AdamW (amsgrad=False, maximize=False) --------------------
  *   param *= 1 - lr * weight_decay               (decoupled decay)
  *   m = beta1 m + (1 - beta1) grad;  v = beta2 v + (1 - beta2) grad^2
