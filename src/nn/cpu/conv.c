@@ -218,23 +218,25 @@ static stoke_status conv_create(const void *key, void **value) {
                          (int64_t)(OW - 1) * s->stride_w + s->KW - s->W - s->pad_w};
 
     dnnl_convolution_desc_t fd, dd, wd;
+    dnnl_alg_kind_t alg = cpu_conv_winograd(s, k->prec) ? dnnl_convolution_auto
+                                                        : dnnl_convolution_direct;
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     st = dnnl_util_check(dnnl_convolution_forward_desc_init(
-                             &fd, dnnl_forward_training, dnnl_convolution_direct, &f_src, &f_wei,
+                             &fd, dnnl_forward_training, alg, &f_src, &f_wei,
                              s->has_bias ? &bias : NULL, &f_dst, strides, pad_l, pad_r),
                          "convolution forward desc");
     if (st == STOKE_OK)
         st = make_pd(&fpd, &fd, NULL, k->relu, "convolution forward");
     if (st == STOKE_OK)
         st = dnnl_util_check(dnnl_convolution_backward_data_desc_init(
-                                 &dd, dnnl_convolution_direct, &a_dsrc, &a_wei, &a_ddst,
+                                 &dd, alg, &a_dsrc, &a_wei, &a_ddst,
                                  strides, pad_l, pad_r),
                              "convolution backward data desc");
     if (st == STOKE_OK)
         st = make_pd(&dpd, &dd, fpd, 0, "convolution backward data");
     if (st == STOKE_OK)
         st = dnnl_util_check(dnnl_convolution_backward_weights_desc_init(
-                                 &wd, dnnl_convolution_direct, &a_src, &a_dwei,
+                                 &wd, alg, &a_src, &a_dwei,
                                  s->has_bias ? &bias : NULL, &a_ddst, strides, pad_l, pad_r),
                              "convolution backward weights desc");
     if (st == STOKE_OK)
@@ -312,6 +314,11 @@ static stoke_status conv_create(const void *key, void **value) {
 fail:
     conv_entry_free(e);
     return st;
+}
+
+int cpu_conv_winograd(const cpu_conv2d_shape *s, int prec) {
+    return prec == CPU_CONV_FP32 && s->C >= 16 && s->KH == 3 && s->KW == 3 &&
+           s->stride_h == 1 && s->stride_w == 1;
 }
 
 stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, conv_entry **e) {

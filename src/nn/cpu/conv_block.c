@@ -37,9 +37,9 @@ static stoke_status check_block(const cpu_conv2d_shape *s, int K, int prec) {
  * scatter and the backward convolutions): at the reference CNN's batch 128 the whole
  * output is 12.8 MB, and reading it back from memory cost as much as the pooling's
  * arithmetic many times over. */
-static int chunk_samples(const cpu_conv2d_shape *s) {
+static int chunk_samples(const cpu_conv2d_shape *s, int prec) {
     int OH, OW;
-    if (cpu_conv2d_out_size(s, &OH, &OW) != STOKE_OK)
+    if (cpu_conv2d_out_size(s, &OH, &OW) != STOKE_OK || cpu_conv_winograd(s, prec))
         return s->B;
     /* 1 MB: of 256 KB to 100 MB, measured best with bench/kernels_bench.c on 1 and 2
      * threads (the reference CNN's blocks, fp32 and bf16) */
@@ -51,9 +51,9 @@ static int chunk_samples(const cpu_conv2d_shape *s) {
 }
 
 /* The shapes of the full chunks and of the remainder (B 0 when none). */
-static void chunk_shapes(const cpu_conv2d_shape *s, cpu_conv2d_shape *full,
+static void chunk_shapes(const cpu_conv2d_shape *s, int prec, cpu_conv2d_shape *full,
                          cpu_conv2d_shape *rest) {
-    int c = chunk_samples(s);
+    int c = chunk_samples(s, prec);
     *full = *rest = *s;
     full->B = c;
     rest->B = s->B % c;
@@ -65,7 +65,7 @@ stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec
     if (st != STOKE_OK)
         return st;
     cpu_conv2d_shape sh[2];
-    chunk_shapes(s, &sh[0], &sh[1]);
+    chunk_shapes(s, prec, &sh[0], &sh[1]);
     int all = 1;
     for (int i = 0; i < 2 && st == STOKE_OK; i++) {
         conv_entry *e = NULL;
@@ -86,7 +86,7 @@ stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec
     if (st != STOKE_OK)
         return st;
     cpu_conv2d_shape sh[2];
-    chunk_shapes(s, &sh[0], &sh[1]);
+    chunk_shapes(s, prec, &sh[0], &sh[1]);
     for (int i = 0; i < 2 && st == STOKE_OK; i++) {
         conv_entry *e = NULL;
         if (sh[i].B == 0)
@@ -737,7 +737,7 @@ stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp,
     size_t in, pooled;
     per_sample(s, K, &in, &pooled);
     cpu_conv2d_shape sh[2];
-    chunk_shapes(s, &sh[0], &sh[1]);
+    chunk_shapes(s, prec, &sh[0], &sh[1]);
     for (int n = 0; n < s->B && st == STOKE_OK;) {
         const cpu_conv2d_shape *c = s->B - n >= sh[0].B ? &sh[0] : &sh[1];
         st = one_forward(out + n * pooled, idx ? idx + n * pooled : NULL, inp + n * in, weight,
@@ -762,7 +762,7 @@ stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias,
     size_t in, pooled;
     per_sample(s, K, &in, &pooled);
     cpu_conv2d_shape sh[2];
-    chunk_shapes(s, &sh[0], &sh[1]);
+    chunk_shapes(s, prec, &sh[0], &sh[1]);
     for (int n = 0; n < s->B && st == STOKE_OK;) {
         const cpu_conv2d_shape *c = s->B - n >= sh[0].B ? &sh[0] : &sh[1];
         st = one_backward(dinp ? dinp + n * in : NULL, dweight, dbias, dout + n * pooled,
