@@ -118,41 +118,71 @@ static stoke_status linear_ws(void *ctx, const stoke_graph *g, const nn_node *n,
     return STOKE_OK;
 }
 
-static stoke_status linear_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+/* linear, or linear -> relu fused (relu: the ReLU as oneDNN's post-op; fp32 and bf16
+ * only, see cpu_fuse). */
+static stoke_status linear_forward(const nn_exec_args *a, int relu) {
     lin_dims d = {0, 0, 0};
     stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
     if (st != STOKE_OK)
         return st;
     const float *bias = a->node->bias ? a->param[1] : NULL;
     if (!lowp(a))
-        return cpu_linear_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C, d.OC);
+        return relu ? cpu_linear_relu_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C,
+                                              d.OC, 0)
+                    : cpu_linear_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C, d.OC);
     size_t off = 0;
     const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
     if (a->precision == STOKE_PREC_BF16)
-        return cpu_linear_forward_bf16(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC);
+        return relu ? cpu_linear_relu_forward(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC,
+                                              1)
+                    : cpu_linear_forward_bf16(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC);
     const float *w = weight16(a, 0, (size_t)d.OC * d.C, &off);
     return cpu_linear_forward(a->out, x, w, bias, d.rows, d.C, d.OC);
 }
 
-static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status linear_fwd(void *ctx, const nn_exec_args *a) {
     (void)ctx;
+    return linear_forward(a, 0);
+}
+
+/* linear's backward from the output gradient, or for linear -> relu fused (relu) from
+ * the ReLU's output gradient masked by its output into the workspace (in bf16 straight
+ * into the operand the bf16 matmul reads). */
+static stoke_status linear_backward(const nn_exec_args *a, int relu) {
     lin_dims d = {0, 0, 0};
     stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
     if (st != STOKE_OK)
         return st;
     float *dbias = a->node->bias ? a->grad[1] : NULL;
-    if (!lowp(a))
-        return cpu_linear_backward(a->din[0], a->grad[0], dbias, a->dout, a->in[0], a->param[0],
+    size_t n_out = (size_t)d.rows * d.OC;
+    if (!lowp(a)) {
+        const float *dy = a->dout;
+        if (relu) {
+            cpu_relu_mask_grad(a->ws, NULL, a->dout, a->out, n_out);
+            dy = a->ws;
+        }
+        return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, a->in[0], a->param[0],
                                    d.rows, d.C, d.OC);
+    }
     size_t off = 0;
     const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
-    const void *dy = operand(a, a->dout, (size_t)d.rows * d.OC, &off);
+    const void *dy;
+    if (relu && a->precision == STOKE_PREC_BF16) {
+        dy = (char *)a->ws + off;
+        cpu_relu_mask_grad(NULL, (uint16_t *)dy, a->dout, a->out, n_out);
+    } else {
+        dy = operand(a, a->dout, n_out, &off);
+    }
     if (a->precision == STOKE_PREC_BF16)
         return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0],
                                         d.rows, d.C, d.OC);
     const float *w = weight16(a, 0, (size_t)d.OC * d.C, &off);
     return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, x, w, d.rows, d.C, d.OC);
+}
+
+static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
+    (void)ctx;
+    return linear_backward(a, 0);
 }
 
 /* ---- conv2d ---- */
@@ -332,39 +362,12 @@ static size_t linrelu_saved(void *ctx, const stoke_graph *g, const int *chain, i
 
 static stoke_status linrelu_fwd(void *ctx, const nn_exec_args *a) {
     (void)ctx;
-    lin_dims d = {0, 0, 0};
-    stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
-    if (st != STOKE_OK)
-        return st;
-    const float *bias = a->node->bias ? a->param[1] : NULL;
-    if (!lowp(a))
-        return cpu_linear_relu_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C, d.OC,
-                                       0);
-    size_t off = 0;
-    const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
-    return cpu_linear_relu_forward(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC, 1);
+    return linear_forward(a, 1);
 }
 
 static stoke_status linrelu_bwd(void *ctx, const nn_exec_args *a) {
     (void)ctx;
-    lin_dims d = {0, 0, 0};
-    stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
-    if (st != STOKE_OK)
-        return st;
-    float *dbias = a->node->bias ? a->grad[1] : NULL;
-    size_t n_out = (size_t)d.rows * d.OC;
-    if (!lowp(a)) {
-        float *dy = a->ws;
-        cpu_relu_mask_grad(dy, NULL, a->dout, a->out, n_out);
-        return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, a->in[0], a->param[0],
-                                   d.rows, d.C, d.OC);
-    }
-    size_t off = 0;
-    const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
-    uint16_t *dy = (uint16_t *)((char *)a->ws + off);
-    cpu_relu_mask_grad(NULL, dy, a->dout, a->out, n_out);
-    return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0], d.rows,
-                                    d.C, d.OC);
+    return linear_backward(a, 1);
 }
 
 static const nn_fused_impl linear_relu = {"linear+relu", linrelu_fwd, linrelu_bwd, linrelu_ws,

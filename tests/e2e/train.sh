@@ -12,12 +12,7 @@ if [ ! -d "$data" ]; then
     echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
     exit 77
 fi
-rm -rf "$work"
-mkdir -p "$work"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-out=$work/out.txt
+. "$(dirname "$0")/lib.sh"
 
 # A short run: 1 epoch of 1000 samples, validated on 500.
 "$stoke" train --limit 1000 --val-limit 500 --epochs 1 --checkpoint "$work/c.safetensors" \
@@ -125,5 +120,4 @@ printf 'not a checkpoint at all' >"$work/junk.safetensors"
 expect eval-junk 1 'junk.safetensors' eval "$work/junk.safetensors"
 expect predict-usage 2 'give a checkpoint and an input' predict "$work/c.safetensors"
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+e2e_end

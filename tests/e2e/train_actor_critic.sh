@@ -16,12 +16,7 @@ if ! $py -c 'import numpy' 2>/dev/null; then
     echo "skip: /usr/bin/python3 with numpy is missing"
     exit 77
 fi
-rm -rf "$work"
-mkdir -p "$work"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-out=$work/out.txt
+. "$(dirname "$0")/lib.sh"
 
 # gen DIR FORM N: DIR/rollouts_{x,y}.npy (N samples), DIR/val_{x,y}.npy (500),
 # DIR/probe_x.npy and the best actions DIR/probe_best.npy (500); the same bandit
@@ -143,5 +138,4 @@ printf 'model: mlp\nentropy: 0.01\n' >"$work/mlp.yaml"
 expect "entropy on another preset" 'mlp.yaml:2:1: entropy: applies to the actor-critic preset only' \
     train --model "$work/mlp.yaml" --dataset "$work/a2c/rollouts_x.npy" --epochs 1 --no-monitor
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+e2e_end

@@ -14,13 +14,7 @@ if [ ! -d "$data" ]; then
     echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
     exit 77
 fi
-rm -rf "$work"
-mkdir -p "$work"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-out=$work/out.txt
-show() { sed 's/^/  | /' "$@"; }
+. "$(dirname "$0")/lib.sh"
 # 1000 training samples (8 steps of 128 an epoch), 300 to validate on; fixed threads so
 # that runs compare bit for bit.
 small="--model mlp --hidden 64,32 --limit 1000 --val-limit 300 --threads 2 --no-monitor --precision fp32"
@@ -199,5 +193,4 @@ else
     fail "help"; show "$out"
 fi
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+e2e_end

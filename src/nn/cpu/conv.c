@@ -389,6 +389,39 @@ stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void 
     return STOKE_OK;
 }
 
+stoke_status cpu_conv_run_forward(conv_entry *e, dnnl_memory_t dst, const float *bias,
+                                  void *scratch, const char *what) {
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->f_src.prim},
+                               {DNNL_ARG_WEIGHTS, e->f_wei.prim},
+                               {DNNL_ARG_DST, dst}};
+    int n = 3;
+    if (bias) {
+        dnnl_memory_set_data_handle(e->f_bias, (void *)(uintptr_t)bias);
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->f_bias};
+    }
+    return dnnl_util_exec(&e->fwd, n, args, scratch, what);
+}
+
+stoke_status cpu_conv_run_backward_weights(conv_entry *e, dnnl_memory_t ddst, float *dbias,
+                                           char *phase, void *scratch, const char *what) {
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->w_src.prim},
+                               {DNNL_ARG_DIFF_DST, ddst},
+                               {DNNL_ARG_DIFF_WEIGHTS, e->w_dwei.prim}};
+    int n = 3;
+    float *db = (float *)(phase + e->w_dbias_off);
+    if (dbias) {
+        dnnl_memory_set_data_handle(e->w_dbias, db);
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->w_dbias};
+    }
+    stoke_status st = dnnl_util_exec(&e->bwd_w, n, args, scratch, what);
+    if (st == STOKE_OK)
+        st = dnnl_util_arg_push(&e->w_dwei, scratch);
+    if (st == STOKE_OK && dbias)
+        for (int o = 0; o < e->OC; o++)
+            dbias[o] += db[o];
+    return st;
+}
+
 static stoke_status conv_forward(float *out, const void *inp, const void *weight,
                                  const float *bias, const cpu_conv2d_shape *s, void *ws,
                                  size_t ws_size, int prec) {
@@ -407,17 +440,8 @@ static stoke_status conv_forward(float *out, const void *inp, const void *weight
     st = dnnl_util_arg_pull(&e->f_src, ws_base);
     if (st == STOKE_OK)
         st = dnnl_util_arg_pull(&e->f_wei, ws_base);
-    if (st == STOKE_OK) {
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->f_src.prim},
-                                   {DNNL_ARG_WEIGHTS, e->f_wei.prim},
-                                   {DNNL_ARG_DST, e->f_dst.prim}};
-        int n = 3;
-        if (bias) {
-            dnnl_memory_set_data_handle(e->f_bias, (void *)(uintptr_t)bias);
-            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->f_bias};
-        }
-        st = dnnl_util_exec(&e->fwd, n, args, ws_base, "convolution forward");
-    }
+    if (st == STOKE_OK)
+        st = cpu_conv_run_forward(e, e->f_dst.prim, bias, ws_base, "convolution forward");
     if (st == STOKE_OK)
         st = dnnl_util_arg_push(&e->f_dst, ws_base);
     pthread_mutex_unlock(&e->lock);
@@ -461,23 +485,9 @@ static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, con
         if (st == STOKE_OK && !(dinp && e->share_ddst))
             st = dnnl_util_arg_pull(&e->w_ddst, ws_base);
     }
-    if (st == STOKE_OK) {
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->w_src.prim},
-                                   {DNNL_ARG_DIFF_DST, e->w_ddst.prim},
-                                   {DNNL_ARG_DIFF_WEIGHTS, e->w_dwei.prim}};
-        int n = 3;
-        float *db = (float *)(phase + e->w_dbias_off);
-        if (dbias) {
-            dnnl_memory_set_data_handle(e->w_dbias, db);
-            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->w_dbias};
-        }
-        st = dnnl_util_exec(&e->bwd_w, n, args, ws_base, "convolution backward weights");
-        if (st == STOKE_OK)
-            st = dnnl_util_arg_push(&e->w_dwei, ws_base);
-        if (st == STOKE_OK && dbias)
-            for (int o = 0; o < e->OC; o++)
-                dbias[o] += db[o];
-    }
+    if (st == STOKE_OK)
+        st = cpu_conv_run_backward_weights(e, e->w_ddst.prim, dbias, phase, ws_base,
+                                           "convolution backward weights");
     pthread_mutex_unlock(&e->lock);
     return st;
 }

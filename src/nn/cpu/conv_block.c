@@ -168,6 +168,27 @@ static inline size_t idx_at(const pool_job *j, int n, int c, size_t w) {
     return (((size_t)n * (j->C / L) + (size_t)(c / L)) * j->plane + w) * L + (size_t)(c % L);
 }
 
+/* best, at: the running maximum of a window and its position, taking v at position k
+ * when it is larger (the first maximum wins, as PyTorch's max-pool). */
+static inline void keep_max(v16f *best, v16i *at, const v16f *v, int k) {
+    v16i more = *v > *best;
+    *best = (v16f)(((v16i)*v & more) | ((v16i)*best & ~more));
+    *at = (k & more) | (*at & ~more);
+}
+
+/* A window's result for CHUNK channels from c0 of sample n: the maxima into out (NCHW,
+ * element o of the first channel) and, when idx is given, the positions or NO_GRAD. */
+static inline void store_window(const pool_job *j, float *out, uint8_t *idx, int n, int c0,
+                                size_t o, size_t w, const v16f *best, const v16i *at) {
+    for (int i = 0; i < CHUNK; i++)
+        out[o + i * j->plane] = (*best)[i];
+    if (idx) {
+        v16i pos = *best > 0;
+        v16b bytes = __builtin_convertvector((*at & pos) | (NO_GRAD & ~pos), v16b);
+        memcpy(idx + idx_at(j, n, c0, w), &bytes, sizeof bytes);
+    }
+}
+
 /* Max over each K x K window of y (ReLU already applied): out gets the maximum, idx
  * the first window position holding it (row-major, as PyTorch's max-pool picks it),
  * NO_GRAD when it is not positive. */
@@ -209,17 +230,9 @@ CPU_CLONES static void forward_task(const pool_job *j, long t, const float *y, f
                     if (kh == 0 && kw == 0)
                         continue;
                     load16(&v, p0 + kh * l->sh + kw * l->sw);
-                    v16i more = v > best;
-                    best = (v16f)(((v16i)v & more) | ((v16i)best & ~more));
-                    at = ((kh * K + kw) & more) | (at & ~more);
+                    keep_max(&best, &at, &v, kh * K + kw);
                 }
-            for (int i = 0; i < CHUNK; i++)
-                out[o + i * j->plane] = best[i];
-            if (idx) {
-                v16i pos = best > 0;
-                v16b bytes = __builtin_convertvector((at & pos) | (NO_GRAD & ~pos), v16b);
-                memcpy(idx + idx_at(j, n, c, (size_t)ph * j->PW + pw), &bytes, sizeof bytes);
-            }
+            store_window(j, out, idx, n, c, o, (size_t)ph * j->PW + pw, &best, &at);
         }
 }
 
@@ -294,19 +307,27 @@ static void pool_backward(char *d, const conv_layout *l, int B, int C, int H, in
         backward_task(&j, t, d, dout, idx);
 }
 
+/* cpu_conv_begin for the fused entry, which must address its layouts (on success the
+ * entry is locked). */
+static stoke_status block_begin(const cpu_conv2d_shape *s, int prec, void *ws, size_t ws_size,
+                                conv_entry **e, char **base) {
+    stoke_status st = cpu_conv_begin(s, prec, 1, ws, ws_size, e, base);
+    if (st == STOKE_OK && !(*e)->fusable) {
+        pthread_mutex_unlock(&(*e)->lock);
+        st = stoke_fail(STOKE_ERR_ARG, "conv block: oneDNN chose layouts the fused kernel "
+                        "cannot address for this shape");
+    }
+    return st;
+}
+
 static stoke_status one_forward(float *out, uint8_t *idx, const float *inp, const float *weight,
                                 const float *bias, const cpu_conv2d_shape *s, int K, int prec,
                                 void *ws, size_t ws_size) {
     conv_entry *e = NULL;
     char *base;
-    stoke_status st = cpu_conv_begin(s, prec, 1, ws, ws_size, &e, &base);
+    stoke_status st = block_begin(s, prec, ws, ws_size, &e, &base);
     if (st != STOKE_OK)
         return st;
-    if (!e->fusable) {
-        pthread_mutex_unlock(&e->lock);
-        return stoke_fail(STOKE_ERR_ARG, "conv block: oneDNN chose layouts the fused kernel "
-                          "cannot address for this shape");
-    }
     char *phase = base + e->scratch_bytes;
     float *y = (float *)(phase + e->x_off);
     dnnl_util_arg_bind(&e->f_src, inp, phase);
@@ -315,17 +336,8 @@ static stoke_status one_forward(float *out, uint8_t *idx, const float *inp, cons
     st = dnnl_util_arg_pull(&e->f_src, base);
     if (st == STOKE_OK)
         st = dnnl_util_arg_pull(&e->f_wei, base);
-    if (st == STOKE_OK) {
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->f_src.prim},
-                                   {DNNL_ARG_WEIGHTS, e->f_wei.prim},
-                                   {DNNL_ARG_DST, e->x_dst}};
-        int n = 3;
-        if (bias) {
-            dnnl_memory_set_data_handle(e->f_bias, (void *)(uintptr_t)bias);
-            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->f_bias};
-        }
-        st = dnnl_util_exec(&e->fwd, n, args, base, "convolution forward (fused)");
-    }
+    if (st == STOKE_OK)
+        st = cpu_conv_run_forward(e, e->x_dst, bias, base, "convolution forward (fused)");
     if (st == STOKE_OK)
         pool_forward(y, &e->l_dst, s->B, s->OC, e->OH, e->OW, K, out, idx);
     pthread_mutex_unlock(&e->lock);
@@ -338,14 +350,9 @@ static stoke_status one_backward(float *dinp, float *dweight, float *dbias, cons
                                  size_t ws_size) {
     conv_entry *e = NULL;
     char *base;
-    stoke_status st = cpu_conv_begin(s, prec, 1, ws, ws_size, &e, &base);
+    stoke_status st = block_begin(s, prec, ws, ws_size, &e, &base);
     if (st != STOKE_OK)
         return st;
-    if (!e->fusable) {
-        pthread_mutex_unlock(&e->lock);
-        return stoke_fail(STOKE_ERR_ARG, "conv block: oneDNN chose layouts the fused kernel "
-                          "cannot address for this shape");
-    }
     char *phase = base + e->scratch_bytes;
     char *dd = phase + e->x_off, *wd = dd;
     int shared = e->x_wddst == e->x_ddst;
@@ -375,23 +382,9 @@ static stoke_status one_backward(float *dinp, float *dweight, float *dbias, cons
         dnnl_memory_set_data_handle(e->x_wddst, wd);
         st = dnnl_util_arg_pull(&e->w_src, base);
     }
-    if (st == STOKE_OK) {
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->w_src.prim},
-                                   {DNNL_ARG_DIFF_DST, e->x_wddst},
-                                   {DNNL_ARG_DIFF_WEIGHTS, e->w_dwei.prim}};
-        int n = 3;
-        float *db = (float *)(phase + e->w_dbias_off);
-        if (dbias) {
-            dnnl_memory_set_data_handle(e->w_dbias, db);
-            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->w_dbias};
-        }
-        st = dnnl_util_exec(&e->bwd_w, n, args, base, "convolution backward weights (fused)");
-        if (st == STOKE_OK)
-            st = dnnl_util_arg_push(&e->w_dwei, base);
-        if (st == STOKE_OK && dbias)
-            for (int o = 0; o < e->OC; o++)
-                dbias[o] += db[o];
-    }
+    if (st == STOKE_OK)
+        st = cpu_conv_run_backward_weights(e, e->x_wddst, dbias, phase, base,
+                                           "convolution backward weights (fused)");
     pthread_mutex_unlock(&e->lock);
     return st;
 }
@@ -495,20 +488,13 @@ CPU_CLONES static void direct3_forward_task(const direct_job *j, long t, const f
                 a += r[2 * PWD] * w[6] + r[2 * PWD + 1] * w[7] + r[2 * PWD + 2] * w[8];
                 v16i pos = a > zero;
                 a = (v16f)((v16i)a & pos); /* ReLU */
-                v16i more = a > best;
                 if (k == 0)
-                    more = ~(v16i){0};
-                best = (v16f)(((v16i)a & more) | ((v16i)best & ~more));
-                at = (k & more) | (at & ~more);
+                    best = a;
+                else
+                    keep_max(&best, &at, &a, k);
             }
             size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
-            for (int i = 0; i < CHUNK; i++)
-                out[o + i * plane] = best[i];
-            if (idx) {
-                v16i pos = best > 0;
-                v16b bytes = __builtin_convertvector((at & pos) | (NO_GRAD & ~pos), v16b);
-                memcpy(idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), &bytes, sizeof bytes);
-            }
+            store_window(&pj, out, idx, n, oc0, o, (size_t)ph * j->PW + pw, &best, &at);
         }
 }
 
@@ -562,18 +548,10 @@ CPU_CLONES static void direct_forward_task(const direct_job *j, long t, const fl
             direct_point(j, xn, ph * K, pw * K, oc0, &best);
             for (int k = 1; k < K * K; k++) {
                 direct_point(j, xn, ph * K + k / K, pw * K + k % K, oc0, &v);
-                v16i more = v > best;
-                best = (v16f)(((v16i)v & more) | ((v16i)best & ~more));
-                at = (k & more) | (at & ~more);
+                keep_max(&best, &at, &v, k);
             }
             size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
-            for (int i = 0; i < CHUNK; i++)
-                out[o + i * plane] = best[i];
-            if (idx) {
-                v16i pos = best > 0;
-                v16b bytes = __builtin_convertvector((at & pos) | (NO_GRAD & ~pos), v16b);
-                memcpy(idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), &bytes, sizeof bytes);
-            }
+            store_window(&pj, out, idx, n, oc0, o, (size_t)ph * j->PW + pw, &best, &at);
         }
 }
 

@@ -69,4 +69,15 @@ stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, c
 stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void *ws,
                             size_t ws_size, conv_entry **out, char **base);
 
+/* The entry's forward primitive from its (pulled) source and weights into dst, with
+ * the bias if given. */
+stoke_status cpu_conv_run_forward(conv_entry *e, dnnl_memory_t dst, const float *bias,
+                                  void *scratch, const char *what);
+
+/* Its backward-weights primitive from the (pulled) source and the output gradient
+ * ddst: the weight gradient added into the bound user buffer, the bias gradient into
+ * dbias (when given) through the phase region. */
+stoke_status cpu_conv_run_backward_weights(conv_entry *e, dnnl_memory_t ddst, float *dbias,
+                                           char *phase, void *scratch, const char *what);
+
 #endif
