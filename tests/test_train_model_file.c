@@ -68,6 +68,9 @@ static void test_parse(void)
     bad("layers: [{type: conv2d, out: 4}]\n", "m.yaml:1:", "needs out and kernel");
     bad("layers:\n  - type: residual\n    layers:\n      - {type: linear, out: -1}\n",
         "m.yaml:4:", "layers[0].layers[0].out");
+    /* found by fuzz_model_yaml: the second list replaced (and leaked) the first */
+    bad("layers:\n  - type: residual\n    layers: [{type: relu}]\n    layers: [{type: relu}]\n",
+        "m.yaml:4:", "layers[0].layers: given twice");
     bad("layers: [\n", "m.yaml:", "not valid YAML");
     bad("", "m.yaml:1:1", "empty");
     bad("- 1\n- 2\n", "m.yaml:1:1", "expected a mapping");

@@ -275,7 +275,9 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
         } else if (!strcmp(k, "layers")) {
             char sub[128];
             snprintf(sub, sizeof sub, "%.100s.layers", path);
-            s = parse_layers(c, v, sub, &l->children, &l->nchildren);
+            /* a repeated key would replace the first list (and leak it) */
+            s = l->children ? fail_at(c, v, sub, "given twice")
+                            : parse_layers(c, v, sub, &l->children, &l->nchildren);
         }
         if (s != STOKE_OK)
             return s;
