@@ -176,6 +176,18 @@ static inline void keep_max(v16f *best, v16i *at, const v16f *v, int k) {
     *at = (k & more) | (*at & ~more);
 }
 
+/* The pooled gradient of window w (NCHW) for CHUNK channels from c0 of sample n, and
+ * the window positions of their maxima. */
+static inline void load_window(const pool_job *j, const float *dout, const uint8_t *idx,
+                               int n, int c0, size_t w, v16f *g, v16i *id) {
+    const float *p = dout + ((size_t)n * j->C + c0) * j->plane + w;
+    for (int i = 0; i < CHUNK; i++)
+        (*g)[i] = p[i * j->plane];
+    v16b bytes;
+    memcpy(&bytes, idx + idx_at(j, n, c0, w), sizeof bytes);
+    *id = __builtin_convertvector(bytes, v16i);
+}
+
 /* A window's result for CHUNK channels from c0 of sample n: the maxima into out (NCHW,
  * element o of the first channel) and, when idx is given, the positions or NO_GRAD. */
 static inline void store_window(const pool_job *j, float *out, uint8_t *idx, int n, int c0,
@@ -542,13 +554,9 @@ CPU_CLONES static void direct3_backward_task(const direct_job *j, long t, const 
     pool_job pj = {.C = s->OC, .plane = plane};
     for (int ph = 0; ph < j->PH; ph++)
         for (int pw = 0; pw < j->PW; pw++) {
-            size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
             v16f g;
-            for (int i = 0; i < CHUNK; i++)
-                g[i] = dout[o + i * plane];
-            v16b bytes;
-            memcpy(&bytes, idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), sizeof bytes);
-            v16i id = __builtin_convertvector(bytes, v16i);
+            v16i id;
+            load_window(&pj, dout, idx, n, oc0, (size_t)ph * j->PW + pw, &g, &id);
             for (int k = 0; k < K * K; k++) {
                 v16f gk = (v16f)((v16i)g & (id == k));
                 const float *r = xp + (size_t)(ph * K + k / K) * PWD + pw * K + k % K;
@@ -599,13 +607,9 @@ CPU_CLONES static void direct_backward_task(const direct_job *j, long t, const f
     load16(&db, acc + (size_t)j->T * CHUNK);
     for (int ph = 0; ph < j->PH; ph++)
         for (int pw = 0; pw < j->PW; pw++) {
-            size_t o = ((size_t)n * s->OC + oc0) * plane + (size_t)ph * j->PW + pw;
             v16f g;
-            for (int i = 0; i < CHUNK; i++)
-                g[i] = dout[o + i * plane];
-            v16b bytes;
-            memcpy(&bytes, idx + idx_at(&pj, n, oc0, (size_t)ph * j->PW + pw), sizeof bytes);
-            v16i id = __builtin_convertvector(bytes, v16i);
+            v16i id;
+            load_window(&pj, dout, idx, n, oc0, (size_t)ph * j->PW + pw, &g, &id);
             for (int k = 0; k < K * K; k++) {
                 v16i mask = id == k;
                 v16f gk = (v16f)((v16i)g & mask);
