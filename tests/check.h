@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_failures;
 static int check_count;
@@ -59,6 +60,20 @@ static int check_count;
         CHECK_MSG(fabs(check_a_ - check_b_) <= (tol), "%g vs %g (tolerance %g)",       \
                   check_a_, check_b_, (double)(tol));                                  \
     } while (0)
+
+/* Whether /usr/bin/python3 with torch is there for the cross-checks; the first call
+ * without it says why they are skipped (CI installs it: scripts/deps). */
+static inline int check_have_torch(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        cached = access("/usr/bin/python3", X_OK) == 0 &&
+                 system("/usr/bin/python3 -c 'import torch' 2>/dev/null") == 0;
+        if (!cached)
+            fprintf(stderr, "note: /usr/bin/python3 with torch not found; torch references "
+                            "skipped\n");
+    }
+    return cached;
+}
 
 /* Ends main(): prints a summary and returns the exit status. */
 #define CHECK_DONE()                                                                   \

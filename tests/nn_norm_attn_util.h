@@ -104,20 +104,7 @@ static void numgrad(loss_fn f, void *ctx, double *x, size_t n, double *grad) {
     }
 }
 
-/* ---- torch references: tests/nn_norm_attn_ref.py MODE IN OUT ---- */
-
-static int torch_available(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        cached = access("/usr/bin/python3", X_OK) == 0 &&
-                 system("/usr/bin/python3 -c 'import torch' 2>/dev/null") == 0;
-        if (!cached) {
-            fprintf(stderr, "note: /usr/bin/python3 with torch not found; torch references "
-                            "skipped\n");
-        }
-    }
-    return cached;
-}
+/* ---- torch references: tests/nn_norm_attn_ref.py MODE IN OUT (check_have_torch) ---- */
 
 typedef struct tbuf {
     const float *p;

@@ -306,7 +306,7 @@ static void case_threads_and_errors(void) {
 }
 
 static void case_torch(void) {
-    if (!torch_available()) {
+    if (!check_have_torch()) {
         return;
     }
     const int B = 2, T = 9, C = 24, H = 3;

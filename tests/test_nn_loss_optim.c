@@ -621,11 +621,8 @@ static void case_sched(FILE *f, const char *name, cpu_lr_schedule s, int nsteps)
 
 static void test_against_torch(void)
 {
-    if (access("/usr/bin/python3", X_OK) != 0 ||
-        system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-        fprintf(stderr, "note: /usr/bin/python3 with torch not found; torch references skipped\n");
+    if (!check_have_torch())
         return;
-    }
     char in[] = "/tmp/stoke-nn-optim-in-XXXXXX", out[64];
     int fd = mkstemp(in);
     CHECK(fd >= 0);

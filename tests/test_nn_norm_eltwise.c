@@ -762,7 +762,7 @@ static void case_batchnorm(void) {
 /* ---- torch: GELU, layer norm, batch norm ---- */
 
 static void case_torch(void) {
-    if (!torch_available()) {
+    if (!check_have_torch()) {
         return;
     }
     const size_t ng = 4000;

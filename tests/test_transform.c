@@ -310,11 +310,8 @@ static void case_half_and_bfloat(void)
 
 static void case_torch(void)
 {
-    if (access("/usr/bin/python3", X_OK) != 0 ||
-        system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-        fprintf(stderr, "note: /usr/bin/python3 with torch not found; torch references skipped\n");
+    if (!check_have_torch())
         return;
-    }
     enum { H = 13, W = 11, C = 3, RH = 20, RW = 7 };
     uint8_t img[H * W * C];
     fill_u8(img, sizeof img);

@@ -353,6 +353,17 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
     return STOKE_OK;
 }
 
+/* Whether plan's model compiled for b samples fits the budget; -1 if it cannot be
+ * planned. */
+static int plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes) {
+    stoke_model_opts o = plan->opts;
+    o.max_batch = b;
+    stoke_mem_plan p;
+    if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
+        return -1;
+    return p.total <= budget_bytes;
+}
+
 int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     if (!plan || !plan->graph || plan->activations_per_sample == 0)
         return 0;
@@ -365,45 +376,27 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     int64_t b = (int64_t)((budget_bytes - fixed) / plan->activations_per_sample);
     if (b > (int64_t)1 << 40)
         b = (int64_t)1 << 40;
-    int64_t step = 1;
-    int64_t hi = b + 1; /* known not to fit */
+    /* gallop down from b until a batch fits (lo) below one known not to (hi) */
+    int64_t step = 1, lo = 0, hi = b + 1;
     while (b >= 1) {
-        stoke_model_opts o = plan->opts;
-        o.max_batch = b;
-        stoke_mem_plan p;
-        if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
+        int fits = plan_fits(plan, b, budget_bytes);
+        if (fits < 0)
             return 0;
-        if (p.total <= budget_bytes) {
-            if (hi - b == 1)
-                return b;
-            /* overshot downwards while galloping: bisect between b and hi */
-            int64_t lo = b;
-            while (hi - lo > 1) {
-                int64_t mid = lo + (hi - lo) / 2;
-                o.max_batch = mid;
-                if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
-                    return 0;
-                if (p.total <= budget_bytes)
-                    lo = mid;
-                else
-                    hi = mid;
-            }
-            return lo;
+        if (fits) {
+            lo = b;
+            break;
         }
         hi = b;
         b -= step;
         step *= 2;
     }
-    /* b fell below 1: bisect in [0, hi) */
-    int64_t lo = 0;
+    /* then bisect in [lo, hi) (lo = 0 when b fell below 1) */
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        stoke_model_opts o = plan->opts;
-        o.max_batch = mid;
-        stoke_mem_plan p;
-        if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
+        int fits = plan_fits(plan, mid, budget_bytes);
+        if (fits < 0)
             return 0;
-        if (p.total <= budget_bytes)
+        if (fits)
             lo = mid;
         else
             hi = mid;

@@ -59,8 +59,10 @@ assert [x["step"] for x in ep] == [8, 16], ep
 assert [x["step"] for x in r if x["type"] == "step"] == list(range(1, 17))
 last = 0
 for x in r[1:]:
-    # the same clock as "time", counted from the start record
-    assert abs(x["time"] - x["elapsed"] - s["time"]) < 0.003, x
+    # the same clock as "time", counted from the start record: an identity of the
+    # record, not a duration (each of the three values is printed to 0.001 s, so
+    # they agree to within the rounding of three printed values)
+    assert abs(x["time"] - x["elapsed"] - s["time"]) <= 3 * 0.0005 + 1e-9, x
     assert x["elapsed"] >= last, x
     last = x["elapsed"]
 ' "$work/a.jsonl"
@@ -108,7 +110,7 @@ t = r[-1]
 assert t["type"] == "target", t
 assert (t["step"], t["epoch"], t["val_acc"], t["target"]) == (first["step"], first["epoch"], first["val_acc"], 0.5), (t, first)
 assert t["epoch_end"] == (first["type"] == "epoch")
-assert abs(t["elapsed"] - first["elapsed"]) < 0.002
+assert t["elapsed"] == first["elapsed"]  # the same instant: the evaluation that reached it
 assert max(x["step"] for x in r if x["type"] == "step") == t["step"]
 assert t["step"] < 40
 ' "$work/t.jsonl"

@@ -67,22 +67,9 @@ CPU_CLONES static void softmax_rows_masked(float *att, int T, int causal) {
     for (int i = 0; i < T; i++) {
         float *row = att + (size_t)i * T;
         int len = causal ? i + 1 : T; /* causal: keys j <= i */
-        float mx = cpu_row_max(row, len);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < len; j++) {
-            float e = cpu_fast_expf(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = 0; j < len; j++) {
-            row[j] *= inv;
-        }
-        for (int j = len; j < T; j++) {
+        cpu_softmax_row(row, row, len);
+        for (int j = len; j < T; j++)
             row[j] = 0.0f;
-        }
     }
 }
 

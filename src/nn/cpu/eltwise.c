@@ -356,23 +356,8 @@ void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
 /* ---- softmax ---- */
 
 CPU_CLONES static void softmax_rows(float *out, const float *inp, int rows, int C) {
-    for (int r = 0; r < rows; r++) {
-        const float *x = inp + (size_t)r * C;
-        float *y = out + (size_t)r * C;
-        float mx = cpu_row_max(x, C);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < C; c++) {
-            float e = cpu_fast_expf(x[c] - mx);
-            y[c] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int c = 0; c < C; c++) {
-            y[c] *= inv;
-        }
-    }
+    for (int r = 0; r < rows; r++)
+        cpu_softmax_row(out + (size_t)r * C, inp + (size_t)r * C, C);
 }
 
 void cpu_softmax_forward(float *out, const float *inp, int N, int C) {

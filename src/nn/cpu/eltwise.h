@@ -155,6 +155,23 @@ static inline float cpu_row_max(const float *x, int n) {
     return mx;
 }
 
+/* y = softmax(x) over n entries (y may be x): exp(x - max) normalized by its sum. Inline,
+ * so each CPU_CLONES caller gets it in its own vector width. */
+static inline void cpu_softmax_row(float *y, const float *x, int n) {
+    float mx = cpu_row_max(x, n);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < n; c++) {
+        float e = cpu_fast_expf(x[c] - mx);
+        y[c] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int c = 0; c < n; c++)
+        y[c] *= inv;
+}
+
 /* ---- activations ---- inp, out, dinp, dout are (n,) */
 
 /* out = max(inp, 0). */
