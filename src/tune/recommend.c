@@ -261,12 +261,9 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
     return true;
 }
 
-static bool peak_rule(const stoke_machine *m, int dev, stoke_rec *r, bool tensor)
+/* A peak's reason: how it was derived and, when known, the figure. */
+static bool flops_reason(stoke_rec *r, const char *why)
 {
-    const stoke_gpu_info *g = &m->gpus[dev];
-    r->type = STOKE_REC_FLOPS;
-    char why[sizeof r->reason];
-    r->known = stoke_gpu_peak_flops(g, tensor, &r->number, why, sizeof why);
     if (r->known) {
         char f[32];
         say(r->reason, sizeof r->reason, "%s = %s", why, stoke_format_flops(r->number, f, sizeof f));
@@ -274,6 +271,15 @@ static bool peak_rule(const stoke_machine *m, int dev, stoke_rec *r, bool tensor
         say(r->reason, sizeof r->reason, "%s", why);
     }
     return true;
+}
+
+static bool peak_rule(const stoke_machine *m, int dev, stoke_rec *r, bool tensor)
+{
+    const stoke_gpu_info *g = &m->gpus[dev];
+    r->type = STOKE_REC_FLOPS;
+    char why[sizeof r->reason];
+    r->known = stoke_gpu_peak_flops(g, tensor, &r->number, why, sizeof why);
+    return flops_reason(r, why);
 }
 
 static bool rule_gpu_peak_fp32(const stoke_machine *m, int dev, stoke_rec *r)
@@ -451,13 +457,7 @@ static bool rule_cpu_peak(const stoke_machine *m, stoke_rec *r, bool bf16)
     r->type = STOKE_REC_FLOPS;
     char why[sizeof r->reason];
     r->known = stoke_cpu_peak_flops(&m->cpu, bf16, &r->number, why, sizeof why);
-    if (r->known) {
-        char f[32];
-        say(r->reason, sizeof r->reason, "%s = %s", why, stoke_format_flops(r->number, f, sizeof f));
-    } else {
-        say(r->reason, sizeof r->reason, "%s", why);
-    }
-    return true;
+    return flops_reason(r, why);
 }
 
 static bool rule_cpu_peak_fp32(const stoke_machine *m, int dev, stoke_rec *r)
