@@ -268,6 +268,10 @@ int stoke_nn_threads(void);
 
 typedef struct stoke_model_opts {
     int64_t max_batch;          /* the largest batch forward will be given (>= 1) */
+    int64_t epoch_samples;      /* > 0: forward will also be given the last, smaller
+                                   batch of an epoch of this many samples
+                                   (epoch_samples % max_batch), and the plan covers it
+                                   too; 0: only max_batch is planned */
     stoke_precision precision;
     stoke_optim optim;          /* sizes the optimizer state */
     bool training;              /* false: inference only: no grads, optimizer state or
@@ -282,14 +286,22 @@ typedef struct stoke_model_opts {
 /* Bytes of each arena of a model compiled for plan.batch samples. total =
  * params + grads + optim + batch x activations_per_sample + workspace; every figure
  * includes alignment padding (each buffer starts on 64 bytes), so total is exactly
- * what stoke_model_new allocates (stoke_model_used_mem). */
+ * what stoke_model_new allocates (stoke_model_used_mem).
+ * The workspace is not a function of max_batch alone, nor monotone in the batch: the
+ * kernels' libraries pick algorithms per shape (the reference CNN's second fused
+ * convolution block, fp32, needs 107 MB at batch 281 and 45 MB at 282 on an AMD EPYC
+ * Zen 4). So it is the largest need over the batches the model will run: max_batch
+ * and, with epoch_samples, the epoch's last batch; any other batch is checked when
+ * it first runs (stoke_model_reserve). */
 typedef struct stoke_mem_plan {
     int64_t batch;
     size_t params;        /* fp32 parameters and buffers, + the bf16/fp16 weight copies */
     size_t grads;         /* fp32 gradients of trainable parameters */
     size_t optim;         /* momentum (SGD), first and second moments (AdamW) */
     size_t activations_per_sample; /* outputs, saved state and activation grads */
-    size_t workspace;     /* kernel scratch, the largest over the ops, for `batch` */
+    size_t workspace;     /* kernel scratch, the largest over the ops and over the
+                             planned batches (batch, and the epoch's last one) */
+    int64_t last_batch;   /* the epoch's last batch when smaller than batch, else 0 */
     size_t total;
     /* private: what stoke_plan_max_batch re-plans with */
     const stoke_graph *graph;
@@ -302,10 +314,14 @@ typedef struct stoke_mem_plan {
 stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
                               stoke_mem_plan *out);
 
-/* The largest batch whose plan total fits in budget_bytes (planning again for each
- * candidate batch, so workspace that is not linear in the batch is counted exactly),
- * or 0 if not even batch 1 fits. The plan must come from stoke_graph_plan and its
- * graph must still exist. */
+/* A batch whose plan total fits in budget_bytes, or 0 if not even batch 1 fits. Each
+ * candidate is planned exactly (its workspace at that batch and at the epoch's last
+ * batch for it, when the plan's options give epoch_samples), so the answer always
+ * fits and the next batch up does not. It is the largest such batch when the total
+ * grows with the batch; since the workspace need not (see stoke_mem_plan), a larger
+ * batch may fit further up: the search tries batches downwards from the bound that
+ * ignores the workspace, galloping, then bisects. The plan must come from
+ * stoke_graph_plan and its graph must still exist. */
 int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes);
 
 /* ---- Models --------------------------------------------------------------------- */
@@ -329,6 +345,17 @@ size_t stoke_model_used_mem(const stoke_model *m); /* bytes in all arenas */
  * int32), sample-major. NULL for a tensor that is not an input. The caller (or the
  * loader's consumer) writes the first `batch` samples, then calls forward. */
 void *stoke_model_input(stoke_model *m, stoke_tensor input);
+
+/* Makes sure the model can run a batch of `batch` (1..max_batch) samples: the
+ * workspace the kernels need at that batch (which may exceed what max_batch needs,
+ * see stoke_mem_plan) is allocated, growing the workspace arena if needed (the plan's
+ * workspace and total and stoke_model_used_mem then say so), and fused kernels can
+ * run at it. Planned batches are ready at stoke_model_new; forward calls this for any
+ * other, but a caller that knows its batch sizes can call it first, so a failure
+ * comes before any work. STOKE_ERR_ARG (batch out of range), STOKE_ERR_NOMEM (naming
+ * the batch and the bytes), STOKE_ERR_UNAVAILABLE (a fused kernel cannot run at that
+ * batch); the model is unchanged on failure. */
+stoke_status stoke_model_reserve(stoke_model *m, int64_t batch);
 
 /* Runs every node in order over the first `batch` (1..max_batch) samples. train:
  * batch norm uses batch statistics and updates its running statistics, dropout

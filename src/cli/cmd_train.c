@@ -135,7 +135,11 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
            p->activations_per_sample * (size_t)p->batch,
            stoke_format_bytes((double)p->activations_per_sample * (double)p->batch, d, sizeof d),
            p->activations_per_sample, p->batch);
-    printf("  workspace          %12zu bytes  %s\n", p->workspace, stoke_format_bytes((double)p->workspace, e, sizeof e));
+    printf("  workspace          %12zu bytes  %s", p->workspace, stoke_format_bytes((double)p->workspace, e, sizeof e));
+    if (p->last_batch > 0)
+        printf(" (the larger of batch %" PRId64 " and the epoch's last batch, %" PRId64 ")",
+               p->batch, p->last_batch);
+    printf("\n");
     printf("  total              %12zu bytes  %s\n", p->total, stoke_format_bytes((double)p->total, f, sizeof f));
     printf("largest batch within %s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
            max_batch, max_batch == 0 ? " (not even one sample fits)" : "");

@@ -219,17 +219,9 @@ static stoke_status conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
     return STOKE_OK;
 }
 
-/* The kernel's share of the workspace follows the operands; when a smaller batch than
- * planned needs more than is left (the plan sized it at max_batch), NULL lets the
- * kernel use its own cached buffer. */
-static void *conv_kernel_ws(const nn_exec_args *a, const cpu_conv2d_shape *s, size_t off,
-                            size_t *size) {
-    size_t need = 0;
-    if (cpu_conv2d_workspace(s, a->precision == STOKE_PREC_BF16 && lowp(a), &need) != STOKE_OK ||
-        off + need > a->ws_size) {
-        *size = 0;
-        return NULL;
-    }
+/* The kernel's share of the workspace: what follows the operands (the executor sizes
+ * the workspace for the batch it runs, so conv_ws's total is there). */
+static void *conv_kernel_ws(const nn_exec_args *a, size_t off, size_t *size) {
     *size = a->ws_size - off;
     return (char *)a->ws + off;
 }
@@ -243,17 +235,17 @@ static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
     const float *bias = a->node->bias ? a->param[1] : NULL;
     size_t off = 0, ksize;
     if (!lowp(a)) {
-        void *kws = conv_kernel_ws(a, &s, 0, &ksize);
+        void *kws = conv_kernel_ws(a, 0, &ksize);
         return cpu_conv2d_forward(a->out, a->in[0], a->param[0], bias, &s, kws, ksize);
     }
     size_t in_n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     const void *x = operand(a, a->in[0], in_n, &off);
     if (a->precision == STOKE_PREC_BF16) {
-        void *kws = conv_kernel_ws(a, &s, off, &ksize);
+        void *kws = conv_kernel_ws(a, off, &ksize);
         return cpu_conv2d_forward_bf16(a->out, x, a->param_lp[0], bias, &s, kws, ksize);
     }
     const float *w = weight16(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
-    void *kws = conv_kernel_ws(a, &s, off, &ksize);
+    void *kws = conv_kernel_ws(a, off, &ksize);
     return cpu_conv2d_forward(a->out, x, w, bias, &s, kws, ksize);
 }
 
@@ -266,7 +258,7 @@ static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
     float *dbias = a->node->bias ? a->grad[1] : NULL;
     size_t off = 0, ksize;
     if (!lowp(a)) {
-        void *kws = conv_kernel_ws(a, &s, 0, &ksize);
+        void *kws = conv_kernel_ws(a, 0, &ksize);
         return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, a->dout, a->in[0], a->param[0],
                                    &s, kws, ksize);
     }
@@ -275,12 +267,12 @@ static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
     const void *x = operand(a, a->in[0], in_n, &off);
     const void *dy = operand(a, a->dout, out_n, &off);
     if (a->precision == STOKE_PREC_BF16) {
-        void *kws = conv_kernel_ws(a, &s, off, &ksize);
+        void *kws = conv_kernel_ws(a, off, &ksize);
         return cpu_conv2d_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0], &s,
                                         kws, ksize);
     }
     const float *w = weight16(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
-    void *kws = conv_kernel_ws(a, &s, off, &ksize);
+    void *kws = conv_kernel_ws(a, off, &ksize);
     return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, dy, x, w, &s, kws, ksize);
 }
 

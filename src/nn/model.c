@@ -72,6 +72,7 @@ int stoke_nn_threads(void) {
 typedef struct layout {
     int nnodes, nparams;
     int64_t batch;
+    int64_t last_batch;  /* the epoch's last batch when smaller than batch, else 0 */
     /* per node */
     int *alias;          /* the node whose buffers it uses (itself but for reshape) */
     bool *lowp;          /* runs in the model's low precision */
@@ -128,6 +129,9 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
     if (o->max_batch < 1)
         return stoke_fail(STOKE_ERR_ARG, "%s: max batch %lld must be >= 1", g->name,
                           (long long)o->max_batch);
+    if (o->epoch_samples < 0)
+        return stoke_fail(STOKE_ERR_ARG, "%s: epoch samples %lld must be >= 0", g->name,
+                          (long long)o->epoch_samples);
     if (o->precision < STOKE_PREC_FP32 || o->precision > STOKE_PREC_FP16)
         return stoke_fail(STOKE_ERR_ARG, "%s: unknown precision %d", g->name, (int)o->precision);
     if (o->training) {
@@ -168,11 +172,20 @@ static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
     return r;
 }
 
+/* The batches a layout is planned for: its batch, then the epoch's last one if any. */
+static int planned(const layout *L, int64_t b[2]) {
+    b[0] = L->batch;
+    b[1] = L->last_batch;
+    return L->last_batch > 0 ? 2 : 1;
+}
+
 /* Finds the chains the backend runs fused: from each node, the run of nodes that are
  * each the only reader of the previous one's output (which is no model output), the
- * longest the backend takes. Marks L->head, chain, chain_len, fused. */
+ * longest the backend takes at every planned batch (whether a library's kernel can
+ * be fused may depend on the layout it picks for the batch). Marks L->head, chain,
+ * chain_len, fused. */
 static stoke_status find_chains(const stoke_graph *g, const stoke_model_opts *o,
-                                const nn_backend *be, int64_t batch, layout *L) {
+                                const nn_backend *be, layout *L) {
     int n = g->nnodes;
     for (int i = 0; i < n; i++)
         L->head[i] = -1;
@@ -200,13 +213,16 @@ static stoke_status find_chains(const stoke_graph *g, const stoke_model_opts *o,
                 break;
             c[len++] = reader[last];
         }
-        for (; len >= 2; len--) {
+        for (; len >= 2 && st == STOKE_OK; len--) {
             stoke_precision p = L->lowp[i] ? o->precision : STOKE_PREC_FP32;
             const nn_fused_impl *f = NULL;
-            st = be->fuse(be->ctx, g, c, len, batch, p, &f);
-            if (st != STOKE_OK)
-                break;
-            if (!f)
+            int64_t b[2];
+            for (int k = 0, nb = planned(L, b); k < nb && st == STOKE_OK; k++) {
+                const nn_fused_impl *fk = NULL;
+                st = be->fuse(be->ctx, g, c, len, b[k], p, &fk);
+                f = k == 0 || fk == f ? fk : NULL;
+            }
+            if (st != STOKE_OK || !f)
                 continue;
             for (int k = 0; k < len; k++) {
                 L->head[c[k]] = i;
@@ -222,13 +238,47 @@ static stoke_status find_chains(const stoke_graph *g, const stoke_model_opts *o,
     return st;
 }
 
+/* The workspace the nodes need at `batch` (the largest over them, aligned), asking
+ * each op (or fused chain) at the precision it runs in; this also prepares what the
+ * kernels cache for the shape. Fails naming the node if a kernel cannot run there. */
+static stoke_status ws_at(const stoke_graph *g, const stoke_model_opts *o,
+                          const nn_backend *be, const layout *L, int64_t batch, size_t *out) {
+    size_t most = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const nn_node *nd = &g->nodes[i];
+        const nn_op_impl *op = &be->ops[nd->op];
+        int h = L->head[i];
+        if (!(h == i || (h < 0 && op->workspace)))
+            continue; /* a fused chain's workspace is planned at its first node */
+        size_t ws = 0;
+        stoke_precision p = L->lowp[i] ? o->precision : STOKE_PREC_FP32;
+        stoke_status st =
+            h == i ? L->fused[i]->workspace(be->ctx, g, L->chain[i], L->chain_len[i], batch, p,
+                                            &ws)
+                   : op->workspace(be->ctx, g, nd, batch, p, &ws);
+        if (st != STOKE_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", stoke_last_error());
+            return stoke_fail(st, "%s: planning %s at batch %lld: %s", g->name, nd->name,
+                              (long long)batch, msg);
+        }
+        if (align_up(ws) > most)
+            most = align_up(ws);
+    }
+    *out = most;
+    return STOKE_OK;
+}
+
 static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o,
-                                 const nn_backend *be, int64_t batch, layout *L) {
+                                 const nn_backend *be, layout *L) {
+    int64_t batch = o->max_batch;
     memset(L, 0, sizeof *L);
     int n = g->nnodes, np = g->nparams;
     L->nnodes = n;
     L->nparams = np;
     L->batch = batch;
+    if (o->epoch_samples > 0 && o->epoch_samples % batch != 0)
+        L->last_batch = o->epoch_samples % batch;
     L->alias = calloc((size_t)n, sizeof *L->alias);
     L->lowp = calloc((size_t)n, sizeof *L->lowp);
     L->out_ps = calloc((size_t)n, sizeof(size_t));
@@ -252,7 +302,7 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
     for (int i = 0; i < n; i++)
         L->lowp[i] = o->precision != STOKE_PREC_FP32 &&
                      be->supports(be->ctx, g->nodes[i].op, o->precision);
-    stoke_status fst = find_chains(g, o, be, batch, L);
+    stoke_status fst = find_chains(g, o, be, L);
     if (fst != STOKE_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", stoke_last_error());
@@ -281,23 +331,17 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
             L->dout_ps[i] = align_up(el * sizeof(float));
         L->fwd_ps += L->out_ps[i] + L->saved_ps[i];
         L->act_ps += L->out_ps[i] + L->saved_ps[i] + L->dout_ps[i];
-        if (h == i || (h < 0 && op->workspace)) {
-            size_t ws = 0;
-            stoke_precision p = L->lowp[i] ? o->precision : STOKE_PREC_FP32;
-            stoke_status st =
-                h == i ? L->fused[i]->workspace(be->ctx, g, L->chain[i], L->chain_len[i], batch,
-                                                p, &ws)
-                       : op->workspace(be->ctx, g, nd, batch, p, &ws);
-            if (st != STOKE_OK) {
-                char msg[1024];
-                snprintf(msg, sizeof msg, "%s", stoke_last_error());
-                layout_free(L);
-                return stoke_fail(st, "%s: planning %s at batch %lld: %s", g->name, nd->name,
-                                  (long long)batch, msg);
-            }
-            if (align_up(ws) > L->ws)
-                L->ws = align_up(ws);
+    }
+    int64_t b[2];
+    for (int k = 0, nb = planned(L, b); k < nb; k++) {
+        size_t ws = 0;
+        stoke_status st = ws_at(g, o, be, L, b[k], &ws);
+        if (st != STOKE_OK) {
+            layout_free(L);
+            return st;
         }
+        if (ws > L->ws)
+            L->ws = ws;
     }
     for (int i = 0; i < np; i++) {
         const nn_param *p = &g->params[i];
@@ -325,6 +369,7 @@ static void plan_fill(const layout *L, const stoke_graph *g, const stoke_model_o
                       stoke_mem_plan *p) {
     memset(p, 0, sizeof *p);
     p->batch = L->batch;
+    p->last_batch = L->last_batch;
     p->params = L->params;
     p->grads = L->grads;
     p->optim = L->optim;
@@ -345,7 +390,7 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
         return st;
     stoke_model_opts f = fill_defaults(o);
     layout L;
-    st = layout_build(g, &f, be, f.max_batch, &L);
+    st = layout_build(g, &f, be, &L);
     if (st != STOKE_OK)
         return st;
     plan_fill(&L, g, &f, out);
@@ -353,23 +398,22 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
     return STOKE_OK;
 }
 
-/* Whether plan's model compiled for b samples fits the budget; -1 if it cannot be
- * planned. */
-static int plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes) {
+/* Whether plan's model compiled for b samples fits the budget. A batch that cannot
+ * be planned (sizes past the kernels' int range at a huge batch) does not fit. */
+static bool plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes) {
     stoke_model_opts o = plan->opts;
     o.max_batch = b;
     stoke_mem_plan p;
-    if (stoke_graph_plan(plan->graph, &o, &p) != STOKE_OK)
-        return -1;
-    return p.total <= budget_bytes;
+    return stoke_graph_plan(plan->graph, &o, &p) == STOKE_OK && p.total <= budget_bytes;
 }
 
 int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     if (!plan || !plan->graph || plan->activations_per_sample == 0)
         return 0;
-    /* total(b) = fixed + b x per_sample + workspace(b), workspace >= 0 and growing with
-     * b: b0 below is an upper bound, and exact plans are tried downwards from it, so
-     * the answer b has total(b) <= budget < total(b + 1). */
+    /* total(b) = fixed + b x per_sample + workspace(b), workspace >= 0 (but not
+     * monotone in b: see stoke_mem_plan): b below is an upper bound, and exact plans
+     * are tried downwards from it, so the answer b has total(b) <= budget <
+     * total(b + 1). */
     size_t fixed = plan->params + plan->grads + plan->optim;
     if (budget_bytes <= fixed)
         return 0;
@@ -379,10 +423,7 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     /* gallop down from b until a batch fits (lo) below one known not to (hi) */
     int64_t step = 1, lo = 0, hi = b + 1;
     while (b >= 1) {
-        int fits = plan_fits(plan, b, budget_bytes);
-        if (fits < 0)
-            return 0;
-        if (fits) {
+        if (plan_fits(plan, b, budget_bytes)) {
             lo = b;
             break;
         }
@@ -393,10 +434,7 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     /* then bisect in [lo, hi) (lo = 0 when b fell below 1) */
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        int fits = plan_fits(plan, mid, budget_bytes);
-        if (fits < 0)
-            return 0;
-        if (fits)
+        if (plan_fits(plan, mid, budget_bytes))
             lo = mid;
         else
             hi = mid;
@@ -413,6 +451,10 @@ struct stoke_model {
     layout L;
     stoke_mem_plan plan;
     char *params_arena, *grads_arena, *optim_arena, *act_arena, *ws_arena;
+    /* batches whose workspace is known to be enough, and the compute threads that held
+     * then (the libraries' scratch depends on the thread count too) */
+    int64_t *ready;
+    int nready, ready_cap, ready_threads;
     /* the named pointers cut from the arenas (llm.c's ParameterTensors) */
     float **param, **grad, **state;  /* state: slots per parameter */
     uint16_t **param_lp;
@@ -460,6 +502,7 @@ void stoke_model_free(stoke_model *m) {
     free(m->saved);
     free(m->dout);
     free(m->value);
+    free(m->ready);
     layout_free(&m->L);
     free(m);
 }
@@ -484,7 +527,7 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
     m->o = fill_defaults(o);
     m->be = be;
     m->loss_scale = m->o.precision == STOKE_PREC_FP16 ? 65536.0f : 1.0f;
-    st = layout_build(g, &m->o, be, m->o.max_batch, &m->L);
+    st = layout_build(g, &m->o, be, &m->L);
     if (st != STOKE_OK) {
         free(m);
         return st;
@@ -506,8 +549,13 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
     m->saved = calloc((size_t)n, sizeof(float *));
     m->dout = calloc((size_t)n, sizeof(float *));
     m->value = calloc((size_t)n, sizeof(double));
+    m->ready_cap = 8;
+    m->ready = malloc((size_t)m->ready_cap * sizeof *m->ready);
+    if (m->ready)
+        m->nready = planned(L, m->ready);
+    m->ready_threads = be->threads(be->ctx);
     if (st == STOKE_OK && (!m->param || !m->grad || !m->state || !m->param_lp || !m->out ||
-                           !m->saved || !m->dout || !m->value))
+                           !m->saved || !m->dout || !m->value || !m->ready))
         st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
     if (st != STOKE_OK) {
         stoke_model_free(m);
@@ -628,16 +676,59 @@ static stoke_status node_fail(const stoke_model *m, int i, stoke_status st, cons
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", stoke_last_error());
     const nn_node *nd = &m->g->nodes[i];
-    if (strncmp(msg, nd->name, strlen(nd->name)) == 0)
+    size_t len = strlen(nd->name); /* "conv2: ..." names conv2; "conv2d: ..." does not */
+    if (strncmp(msg, nd->name, len) == 0 && msg[len] == ':')
         return stoke_fail(st, "%s: %s %s", m->g->name, phase, msg);
     return stoke_fail(st, "%s: %s %s (%s): %s", m->g->name, phase, nd->name,
                       stoke_nn_op_name(nd->op), msg);
 }
 
-stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
+stoke_status stoke_model_reserve(stoke_model *m, int64_t batch) {
     if (batch < 1 || batch > m->o.max_batch)
         return stoke_fail(STOKE_ERR_ARG, "%s: batch %lld outside 1..%lld (the model's max batch)",
                           m->g->name, (long long)batch, (long long)m->o.max_batch);
+    int threads = m->be->threads(m->be->ctx);
+    if (threads != m->ready_threads) {
+        m->nready = 0;
+        m->ready_threads = threads;
+    }
+    for (int i = 0; i < m->nready; i++)
+        if (m->ready[i] == batch)
+            return STOKE_OK;
+    if (m->nready == m->ready_cap) {
+        int64_t *grown = realloc(m->ready, 2 * (size_t)m->ready_cap * sizeof *grown);
+        if (!grown)
+            return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", m->g->name);
+        m->ready = grown;
+        m->ready_cap *= 2;
+    }
+    size_t need = 0;
+    stoke_status st = ws_at(m->g, &m->o, m->be, &m->L, batch, &need);
+    if (st != STOKE_OK)
+        return st;
+    if (need > m->L.ws) {
+        /* Scratch only: nothing to copy, and the old arena goes only once the new one
+         * exists, so a failure leaves the model as it was. */
+        char *ws = m->be->alloc(m->be->ctx, need);
+        if (!ws)
+            return stoke_fail(STOKE_ERR_NOMEM,
+                              "%s: cannot allocate %zu bytes of workspace for batch %lld "
+                              "(%zu planned for batch %lld)",
+                              m->g->name, need, (long long)batch, m->L.ws,
+                              (long long)m->o.max_batch);
+        m->be->free(m->be->ctx, m->ws_arena);
+        m->ws_arena = ws;
+        m->plan.total += need - m->L.ws;
+        m->plan.workspace = m->L.ws = need;
+    }
+    m->ready[m->nready++] = batch;
+    return STOKE_OK;
+}
+
+stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
+    stoke_status rs = stoke_model_reserve(m, batch);
+    if (rs != STOKE_OK)
+        return rs;
     m->fwd_valid = false;
     m->fwd_batch = batch;
     m->fwd_train = train;

@@ -170,6 +170,18 @@ int64_t stoke_saved_model_actions(const stoke_saved_model *s)
     return s->value != STOKE_NO_TENSOR ? s->logit_elems : 0;
 }
 
+/* Readies the model for the batches n samples come in (the last one smaller), so a
+ * kernel that needs more workspace at that batch fails before any output. */
+static stoke_status reserve(stoke_saved_model *s, int64_t n)
+{
+    stoke_status st = STOKE_OK;
+    if (n >= s->batch)
+        st = stoke_model_reserve(s->model, s->batch);
+    if (st == STOKE_OK && n % s->batch)
+        st = stoke_model_reserve(s->model, n % s->batch);
+    return st;
+}
+
 /* Writes n samples of raw input into the model's input buffer, transformed as in
  * training. */
 static void feed(stoke_saved_model *s, const unsigned char *in, size_t in_bytes, int64_t n)
@@ -196,6 +208,9 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     if (in->target_kind == STOKE_TARGET_NONE || s->y == STOKE_NO_TENSOR)
         return stoke_fail(STOKE_ERR_ARG, "the dataset has no targets to evaluate against");
     int64_t n = limit > 0 && limit < in->count ? limit : in->count;
+    stoke_status rs = reserve(s, n);
+    if (rs != STOKE_OK)
+        return rs;
     unsigned char *ib = malloc((size_t)s->batch * in->input_bytes);
     unsigned char *tb = malloc((size_t)s->batch * (in->target_bytes ? in->target_bytes : 1));
     int64_t *idx = malloc((size_t)s->batch * sizeof *idx);
@@ -238,6 +253,9 @@ stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
         return stoke_fail(STOKE_ERR_ARG, "inputs are %s, the model was trained on %s",
                           stoke_dtype_name(dtype), stoke_dtype_name(s->input.in_dtype));
     size_t in_bytes = (size_t)stoke_shape_elems(&s->input.in_shape) * stoke_dtype_size(dtype);
+    stoke_status rs = reserve(s, n);
+    if (rs != STOKE_OK)
+        return rs;
     if (s->y != STOKE_NO_TENSOR) /* forward also computes the loss: give it valid targets */
         memset(stoke_model_input(s->model, s->y), 0,
                (size_t)s->batch * (size_t)s->target_elems * 4);

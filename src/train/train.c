@@ -809,15 +809,18 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
         *out = t;
         return STOKE_OK;
     }
-    stoke_model_opts mo = {.max_batch = c->batch_size, .precision = t->precision,
-                           .optim = t->optim, .training = true, .seed = c->seed};
+    /* epoch_samples: the epoch's last, smaller batch is planned too (the kernels'
+     * workspace at a smaller batch can be larger) */
+    stoke_model_opts mo = {.max_batch = c->batch_size, .epoch_samples = t->info.count,
+                           .precision = t->precision, .optim = t->optim, .training = true,
+                           .seed = c->seed};
     if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         goto fail;
     /* Evaluation runs on its own inference model (no gradients or saved activations),
      * so a large validation batch does not size the training arenas. */
     if (t->val_d) {
-        stoke_model_opts eo = {.max_batch = c->val_batch_size, .precision = t->precision,
-                               .training = false, .seed = c->seed};
+        stoke_model_opts eo = {.max_batch = c->val_batch_size, .epoch_samples = t->val_count,
+                               .precision = t->precision, .training = false, .seed = c->seed};
         if ((s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
             goto fail;
     }
@@ -886,8 +889,9 @@ fail:
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
                                 int64_t *max_batch, size_t *budget_used)
 {
-    stoke_model_opts mo = {.max_batch = t->cfg.batch_size, .precision = t->precision,
-                           .optim = t->optim, .training = true, .seed = t->cfg.seed};
+    stoke_model_opts mo = {.max_batch = t->cfg.batch_size, .epoch_samples = t->info.count,
+                           .precision = t->precision, .optim = t->optim, .training = true,
+                           .seed = t->cfg.seed};
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s != STOKE_OK)
         return s;

@@ -151,7 +151,10 @@ void cpu_global_avgpool_backward(float *dinp, const float *dout, int B, int C, i
  * Prepares the shape. STOKE_ERR_ARG for an invalid shape. */
 stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec, int *ok);
 
-/* Workspace bytes of the fused kernels (any alignment; the kernels align it). */
+/* Workspace bytes of the fused kernels at s->B (any alignment; the kernels align it).
+ * Not monotone in the batch: oneDNN picks algorithms and layouts per shape. Fails
+ * with STOKE_ERR_UNAVAILABLE when the layouts chosen at this batch cannot be fused
+ * (cpu_conv_block_supported would say no). */
 stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec,
                                       size_t *bytes);
 

@@ -59,8 +59,13 @@ static void chunk_shapes(const cpu_conv2d_shape *s, int prec, cpu_conv2d_shape *
     rest->B = s->B % c;
 }
 
-stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec, int *ok) {
+/* Over the entries of the chunk shapes the block runs at s->B: whether the fused
+ * kernel can address every layout oneDNN chose (which may differ with the batch), and
+ * the largest workspace. */
+static stoke_status block_entries(const cpu_conv2d_shape *s, int K, int prec, int *ok,
+                                  size_t *bytes) {
     *ok = 0;
+    *bytes = 0;
     stoke_status st = check_block(s, K, prec);
     if (st != STOKE_OK)
         return st;
@@ -72,29 +77,29 @@ stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec
         if (sh[i].B == 0)
             continue;
         st = cpu_conv_entry_get(&sh[i], prec, 1, &e);
-        if (st == STOKE_OK)
-            all = all && e->fusable && !e->l_dst.bf16;
+        if (st != STOKE_OK)
+            break;
+        all = all && e->fusable && !e->l_dst.bf16;
+        if (e->ws_bytes + DNNL_UTIL_ALIGN > *bytes)
+            *bytes = e->ws_bytes + DNNL_UTIL_ALIGN;
     }
     *ok = st == STOKE_OK && all;
     return st;
 }
 
+stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec, int *ok) {
+    size_t bytes;
+    return block_entries(s, K, prec, ok, &bytes);
+}
+
 stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec,
                                       size_t *bytes) {
-    *bytes = 0;
-    stoke_status st = check_block(s, K, prec);
-    if (st != STOKE_OK)
-        return st;
-    cpu_conv2d_shape sh[2];
-    chunk_shapes(s, prec, &sh[0], &sh[1]);
-    for (int i = 0; i < 2 && st == STOKE_OK; i++) {
-        conv_entry *e = NULL;
-        if (sh[i].B == 0)
-            continue;
-        st = cpu_conv_entry_get(&sh[i], prec, 1, &e);
-        if (st == STOKE_OK && e->ws_bytes + DNNL_UTIL_ALIGN > *bytes)
-            *bytes = e->ws_bytes + DNNL_UTIL_ALIGN;
-    }
+    int ok = 0;
+    stoke_status st = block_entries(s, K, prec, &ok, bytes);
+    if (st == STOKE_OK && !ok)
+        st = stoke_fail(STOKE_ERR_UNAVAILABLE, "conv block: at batch %d oneDNN chose layouts "
+                        "the fused kernel cannot address (plan this batch, or run unfused: "
+                        "STOKE_NO_FUSION=1)", s->B);
     return st;
 }
 
