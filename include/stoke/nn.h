@@ -264,6 +264,13 @@ double stoke_lr_at(const stoke_lr_schedule *s, int64_t step);
 void stoke_nn_set_threads(int n);
 int stoke_nn_threads(void);
 
+/* Whether the backend runs matmuls and convolutions in precision p on kernels of
+ * that precision (true for fp32; bf16 where oneDNN has bf16 kernels: AVX-512 and up)
+ * or emulates it (false: operands rounded to p, fp32 kernels and accumulation, the
+ * same arithmetic up to the order of sums but no faster than fp32; fp16 always, bf16
+ * below AVX-512 or under an ISA cap below it). Can't fail. */
+bool stoke_nn_precision_native(stoke_precision p);
+
 /* ---- Memory plan ---------------------------------------------------------------- */
 
 typedef struct stoke_model_opts {

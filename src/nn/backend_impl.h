@@ -72,6 +72,8 @@ typedef struct nn_backend {
     /* Whether the op runs natively at this precision (its matmul/conv takes bf16 or
      * fp16 operands); otherwise the executor's plan keeps it in fp32. */
     bool (*supports)(void *ctx, stoke_nn_op op, stoke_precision p);
+    /* Whether those ops run on kernels of precision p, else emulate it (nn.h). */
+    bool (*native)(void *ctx, stoke_precision p);
     /* *out: the fused kernel for chain[0..n) at this batch and precision, or NULL.
      * Fails only on errors (an invalid shape). The entry may be NULL: no fusion. */
     stoke_status (*fuse)(void *ctx, const stoke_graph *g, const int *chain, int n,

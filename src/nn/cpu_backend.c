@@ -10,6 +10,7 @@
 #include "nn/cpu/attn.h"
 #include "nn/cpu/conv.h"
 #include "nn/cpu/dense.h"
+#include "nn/cpu/dnnl_util.h"
 #include "nn/cpu/eltwise.h"
 #include "nn/cpu/loss.h"
 #include "nn/cpu/norm.h"
@@ -41,45 +42,62 @@ static stoke_status too_big(const nn_node *n, int64_t v) {
 }
 
 /* ---- low precision operands ----
- * bf16: the kernels take bf16 bits; activations are converted into the workspace per
- * call. fp16: the kernels have no fp16 path on the CPU, so fp16 is emulated exactly:
- * operands are rounded to fp16 (values representable in fp16, stored as fp32) and the
- * fp32 kernels run on them with fp32 accumulation. */
+ * bf16 where oneDNN has bf16 kernels on this CPU (AVX-512 and up: dnnl_util_bf16_kernels):
+ * the kernels take bf16 bits; activations are converted into the workspace per call.
+ * Otherwise the precision is emulated exactly: operands are rounded to bf16 or fp16
+ * (values representable in it, stored as fp32) and the fp32 kernels run on them with
+ * fp32 accumulation, the arithmetic of the bf16 kernels up to the order of sums. fp16
+ * is always emulated (the CPU kernels have no fp16 path); bf16 on CPUs without
+ * AVX-512, or under an ISA cap below it, so that `--precision bf16` trains the same
+ * way on every CPU. */
 
 static bool lowp(const nn_exec_args *a) { return a->param_lp[0] != NULL; }
 
-/* Converts x (n) into ws at *off as the kernels' operand for precision p: bf16 bits,
- * or fp32 rounded to fp16. Returns the operand. */
+/* Whether precision p runs on oneDNN's bf16 kernels (else fp32 or emulated). */
+static bool bf16_native(stoke_precision p) {
+    return p == STOKE_PREC_BF16 && dnnl_util_bf16_kernels();
+}
+
+/* Converts x (n) into ws at *off as the kernels' operand for the args' precision: bf16
+ * bits, or fp32 rounded to bf16 / fp16. Returns the operand. */
 static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n);
 
 static const void *operand(const nn_exec_args *a, const float *x, size_t n, size_t *off) {
     char *dst = (char *)a->ws + *off;
-    if (a->precision == STOKE_PREC_BF16) {
+    if (bf16_native(a->precision)) {
         cpu_to_lowp(NULL, STOKE_PREC_BF16, x, (uint16_t *)dst, n);
         *off += align_up(n * sizeof(uint16_t));
     } else {
         memcpy(dst, x, n * sizeof(float));
-        cpu_round_f16((float *)dst, n);
+        (a->precision == STOKE_PREC_BF16 ? cpu_round_bf16 : cpu_round_f16)((float *)dst, n);
         *off += align_up(n * sizeof(float));
     }
     return dst;
 }
 
-/* The fp16 weight copy widened to fp32 in the workspace (fp16 emulation). */
-static const float *weight16(const nn_exec_args *a, int i, size_t n, size_t *off) {
+/* The bf16 / fp16 weight copy widened to fp32 in the workspace (emulation). */
+static const float *weight_wide(const nn_exec_args *a, int i, size_t n, size_t *off) {
     float *dst = (float *)((char *)a->ws + *off);
-    cpu_f16_to_f32(a->param_lp[i], dst, n);
+    if (a->precision == STOKE_PREC_BF16)
+        cpu_bf16_to_f32(a->param_lp[i], dst, n);
+    else
+        cpu_f16_to_f32(a->param_lp[i], dst, n);
     *off += align_up(n * sizeof(float));
     return dst;
 }
 
 /* Workspace of the low-precision operands of one matmul-like op. */
 static size_t operand_bytes(stoke_precision p, size_t n) {
-    if (p == STOKE_PREC_BF16)
+    if (bf16_native(p))
         return align_up(n * sizeof(uint16_t));
-    if (p == STOKE_PREC_FP16)
+    if (p != STOKE_PREC_FP32)
         return align_up(n * sizeof(float));
     return 0;
+}
+
+/* Workspace of the widened weight copy (emulated precisions). */
+static size_t wide_bytes(stoke_precision p, size_t n) {
+    return p != STOKE_PREC_FP32 && !bf16_native(p) ? align_up(n * sizeof(float)) : 0;
 }
 
 /* ---- linear: (..., C) -> (..., OC) over rows = batch x leading dims ---- */
@@ -109,12 +127,12 @@ static stoke_status linear_ws(void *ctx, const stoke_graph *g, const nn_node *n,
     /* The kernel holds its own scratch (oneDNN's scratchpad, allocated by prepare); it
      * is counted here so the plan's total is an upper bound of what training uses. */
     size_t kernel = 0;
-    st = cpu_linear_workspace(d.rows, d.C, d.OC, n->bias, p == STOKE_PREC_BF16, &kernel);
+    st = cpu_linear_workspace(d.rows, d.C, d.OC, n->bias, bf16_native(p), &kernel);
     if (st != STOKE_OK)
         return st;
-    /* + operands: input, output grad, (fp16) widened weight */
-    *bytes = align_up(kernel) + operand_bytes(p, (size_t)d.rows * d.C) + operand_bytes(p, (size_t)d.rows * d.OC) +
-             (p == STOKE_PREC_FP16 ? align_up((size_t)d.OC * d.C * sizeof(float)) : 0);
+    /* + operands: input, output grad, (emulation) widened weight */
+    *bytes = align_up(kernel) + operand_bytes(p, (size_t)d.rows * d.C) +
+             operand_bytes(p, (size_t)d.rows * d.OC) + wide_bytes(p, (size_t)d.OC * d.C);
     return STOKE_OK;
 }
 
@@ -132,11 +150,11 @@ static stoke_status linear_forward(const nn_exec_args *a, int relu) {
                     : cpu_linear_forward(a->out, a->in[0], a->param[0], bias, d.rows, d.C, d.OC);
     size_t off = 0;
     const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
-    if (a->precision == STOKE_PREC_BF16)
+    if (bf16_native(a->precision))
         return relu ? cpu_linear_relu_forward(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC,
                                               1)
                     : cpu_linear_forward_bf16(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC);
-    const float *w = weight16(a, 0, (size_t)d.OC * d.C, &off);
+    const float *w = weight_wide(a, 0, (size_t)d.OC * d.C, &off);
     return cpu_linear_forward(a->out, x, w, bias, d.rows, d.C, d.OC);
 }
 
@@ -167,16 +185,16 @@ static stoke_status linear_backward(const nn_exec_args *a, int relu) {
     size_t off = 0;
     const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
     const void *dy;
-    if (relu && a->precision == STOKE_PREC_BF16) {
+    if (relu && bf16_native(a->precision)) {
         dy = (char *)a->ws + off;
         cpu_relu_mask_grad(NULL, (uint16_t *)dy, a->dout, a->out, n_out);
     } else {
         dy = operand(a, a->dout, n_out, &off);
     }
-    if (a->precision == STOKE_PREC_BF16)
+    if (bf16_native(a->precision))
         return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0],
                                         d.rows, d.C, d.OC);
-    const float *w = weight16(a, 0, (size_t)d.OC * d.C, &off);
+    const float *w = weight_wide(a, 0, (size_t)d.OC * d.C, &off);
     return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, x, w, d.rows, d.C, d.OC);
 }
 
@@ -208,14 +226,14 @@ static stoke_status conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
     if (st != STOKE_OK)
         return st;
     size_t kernel = 0;
-    st = cpu_conv2d_workspace(&s, p == STOKE_PREC_BF16, &kernel);
+    st = cpu_conv2d_workspace(&s, bf16_native(p), &kernel);
     if (st != STOKE_OK)
         return st;
     size_t in_n = (size_t)batch * (size_t)elems(&g->nodes[n->in[0]].shape);
     size_t out_n = (size_t)batch * (size_t)elems(&n->shape);
     size_t w_n = (size_t)s.OC * s.C * s.KH * s.KW;
     *bytes = align_up(kernel) + operand_bytes(p, in_n) + operand_bytes(p, out_n) +
-             (p == STOKE_PREC_FP16 ? align_up(w_n * sizeof(float)) : 0);
+             wide_bytes(p, w_n);
     return STOKE_OK;
 }
 
@@ -240,11 +258,11 @@ static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
     }
     size_t in_n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     const void *x = operand(a, a->in[0], in_n, &off);
-    if (a->precision == STOKE_PREC_BF16) {
+    if (bf16_native(a->precision)) {
         void *kws = conv_kernel_ws(a, off, &ksize);
         return cpu_conv2d_forward_bf16(a->out, x, a->param_lp[0], bias, &s, kws, ksize);
     }
-    const float *w = weight16(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
+    const float *w = weight_wide(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
     void *kws = conv_kernel_ws(a, off, &ksize);
     return cpu_conv2d_forward(a->out, x, w, bias, &s, kws, ksize);
 }
@@ -266,12 +284,12 @@ static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
     size_t out_n = (size_t)a->batch * (size_t)elems(&a->node->shape);
     const void *x = operand(a, a->in[0], in_n, &off);
     const void *dy = operand(a, a->dout, out_n, &off);
-    if (a->precision == STOKE_PREC_BF16) {
+    if (bf16_native(a->precision)) {
         void *kws = conv_kernel_ws(a, off, &ksize);
         return cpu_conv2d_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0], &s,
                                         kws, ksize);
     }
-    const float *w = weight16(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
+    const float *w = weight_wide(a, 0, (size_t)s.OC * s.C * s.KH * s.KW, &off);
     void *kws = conv_kernel_ws(a, off, &ksize);
     return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, dy, x, w, &s, kws, ksize);
 }
@@ -369,8 +387,8 @@ static stoke_status cpu_fuse(void *ctx, const stoke_graph *g, const int *chain, 
                              int64_t batch, stoke_precision p, const nn_fused_impl **out) {
     (void)ctx;
     *out = NULL;
-    if (p == STOKE_PREC_FP16)
-        return STOKE_OK;
+    if (p != STOKE_PREC_FP32 && !bf16_native(p))
+        return STOKE_OK; /* the fused kernels have no emulated precision */
     if (n == 2) {
         if (g->nodes[chain[0]].op == STOKE_NN_LINEAR && g->nodes[chain[1]].op == STOKE_NN_RELU)
             *out = &linear_relu;
@@ -911,9 +929,14 @@ static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
     if (p == STOKE_PREC_FP32)
         return op >= 0 && op < STOKE_NN_OP_COUNT;
     /* bf16: oneDNN's bf16 matmul and convolution (AVX512-BF16/AMX where present, its
-     * own exact emulation on AVX-512 otherwise); fp16: emulated operands, see above.
-     * Everything else stays fp32. */
+     * own exact emulation on AVX-512 otherwise, ours below AVX-512); fp16: emulated
+     * operands; see "low precision operands" above. Everything else stays fp32. */
     return op == STOKE_NN_LINEAR || op == STOKE_NN_CONV2D;
+}
+
+static bool cpu_native(void *ctx, stoke_precision p) {
+    (void)ctx;
+    return p == STOKE_PREC_FP32 || bf16_native(p);
 }
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
@@ -1087,6 +1110,7 @@ static const nn_backend cpu_backend = {
             [STOKE_NN_SLICE] = {slice_fwd, slice_bwd, NULL, NULL},
         },
     .supports = cpu_supports,
+    .native = cpu_native,
     .fuse = cpu_fuse,
     .alloc = cpu_alloc,
     .free = cpu_free,

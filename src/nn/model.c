@@ -62,6 +62,11 @@ void stoke_nn_set_threads(int n) {
     be->set_threads(be->ctx, n);
 }
 
+bool stoke_nn_precision_native(stoke_precision p) {
+    const nn_backend *be = nn_cpu_backend();
+    return be->native(be->ctx, p);
+}
+
 int stoke_nn_threads(void) {
     const nn_backend *be = nn_cpu_backend();
     return be->threads(be->ctx);

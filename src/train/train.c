@@ -517,6 +517,18 @@ static stoke_status resume_config(stoke_train_config *c, const stoke_ckpt *ck)
 
 /* ---- Setup -------------------------------------------------------------------------- */
 
+/* What the precision line adds when the CPU has no kernels of that precision. */
+static const char *emulated_note(stoke_precision p)
+{
+    if (stoke_nn_precision_native(p))
+        return "";
+    return p == STOKE_PREC_BF16
+               ? "; emulated: oneDNN has no bf16 kernels on this CPU (they start at AVX-512), "
+                 "so operands are rounded to bf16 and the math runs in fp32, no faster than fp32"
+               : "; emulated: the CPU kernels have no fp16 path, so operands are rounded to "
+                 "fp16 and the math runs in fp32, no faster than fp32";
+}
+
 static stoke_status decide_precision(stoke_trainer *t)
 {
     const char *p = t->cfg.precision;
@@ -532,13 +544,15 @@ static stoke_status decide_precision(stoke_trainer *t)
             t->precision = STOKE_PREC_FP16;
         else
             t->precision = STOKE_PREC_FP32;
-        info(t, "precision: %s (auto: %s)", stoke_precision_name(t->precision),
-             r && r->known ? r->reason : "no recommendation, fp32");
+        info(t, "precision: %s (auto: %s)%s", stoke_precision_name(t->precision),
+             r && r->known ? r->reason : "no recommendation, fp32", emulated_note(t->precision));
         return STOKE_OK;
     }
     if (!stoke_precision_parse(p, &t->precision))
         return stoke_fail(STOKE_ERR_ARG, "precision: '%s' is not auto, fp32, bf16 or fp16", p);
-    info(t, "precision: %s (%s)", p, stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "precision")));
+    info(t, "precision: %s (%s)%s", p,
+         stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "precision")),
+         emulated_note(t->precision));
     return STOKE_OK;
 }
 

@@ -272,3 +272,47 @@ void dnnl_util_arg_destroy(dnnl_util_arg *a) {
         dnnl_memory_destroy(a->user);
     memset(a, 0, sizeof *a);
 }
+
+/* Asked of oneDNN itself rather than read off cpuid: what it implements depends on
+ * its version and on its ISA cap (ONEDNN_MAX_CPU_ISA, stoke's own cap) as well. */
+static int g_bf16_kernels;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static int pd_ok(const void *desc) {
+    dnnl_engine_t eng = NULL;
+    if (dnnl_util_engine(&eng, NULL) != STOKE_OK)
+        return 0;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_primitive_desc_create(&pd, desc, NULL, eng, NULL) != dnnl_success)
+        return 0;
+    dnnl_primitive_desc_destroy(pd);
+    return 1;
+}
+
+static void bf16_probe(void) {
+    dnnl_memory_desc_t a, b, c, src, wei, dst;
+    dnnl_dims_t d2 = {16, 16}, s4 = {1, 16, 8, 8}, w4 = {16, 16, 3, 3};
+    dnnl_dims_t one = {1, 1}, pad = {1, 1};
+    dnnl_matmul_desc_t mm;
+    dnnl_convolution_desc_t conv;
+    g_bf16_kernels =
+        dnnl_memory_desc_init_by_tag(&a, 2, d2, dnnl_bf16, dnnl_ab) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&b, 2, d2, dnnl_bf16, dnnl_ab) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&c, 2, d2, dnnl_f32, dnnl_ab) == dnnl_success &&
+        dnnl_matmul_desc_init(&mm, &a, &b, NULL, &c) == dnnl_success && pd_ok(&mm) &&
+        dnnl_memory_desc_init_by_tag(&src, 4, s4, dnnl_bf16, dnnl_format_tag_any) ==
+            dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&wei, 4, w4, dnnl_bf16, dnnl_format_tag_any) ==
+            dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dst, 4, s4, dnnl_f32, dnnl_format_tag_any) ==
+            dnnl_success &&
+        dnnl_convolution_forward_desc_init(&conv, dnnl_forward_training,
+                                           dnnl_convolution_direct, &src, &wei, NULL, &dst,
+                                           one, pad, pad) == dnnl_success &&
+        pd_ok(&conv);
+}
+
+int dnnl_util_bf16_kernels(void) {
+    pthread_once(&bf16_once, bf16_probe);
+    return g_bf16_kernels;
+}

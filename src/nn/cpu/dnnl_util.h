@@ -16,6 +16,11 @@
  * Returns STOKE_ERR_UNAVAILABLE (message recorded) if oneDNN cannot create them. */
 stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream);
 
+/* Whether oneDNN has bf16 matmul and convolution kernels on this CPU (natively with
+ * AVX512-BF16 or AMX, by its own exact emulation on other AVX-512 CPUs; none below
+ * AVX-512, or under an ISA cap below it). Probed once. */
+int dnnl_util_bf16_kernels(void);
+
 /* Turns a oneDNN status into a stoke status; records "oneDNN <what>: <status>" on
  * failure. */
 stoke_status dnnl_util_check(dnnl_status_t st, const char *what);
