@@ -1,4 +1,7 @@
-/* isa.c - CPU feature detection and the instruction-set cap (STOKE_MAX_CPU_ISA). */
+/* isa.c - CPU feature detection and the instruction-set cap (STOKE_MAX_CPU_ISA). The
+ * one environment variable read below the config layer: the cap must reach code that
+ * runs without it (the kernels, the probe, libstoke used from C or Python), as
+ * ONEDNN_MAX_CPU_ISA reaches oneDNN. */
 #include "core/isa.h"
 
 #include <cpuid.h>
