@@ -6,3 +6,14 @@ function(stoke_nn_test name)
 endfunction()
 
 stoke_nn_test(test_nn_graph test_nn_graph.c)
+
+# The CPU instruction-set cap (STOKE_MAX_CPU_ISA): kernel dispatch, conversions and
+# oneDNN within the cap, each variant against serial references. Once with the
+# caller's environment, once per cap (a cap above this CPU must change nothing), and
+# once with a bad value.
+stoke_nn_test(test_nn_isa test_nn_isa.c)
+foreach(cap sse41 avx2 avx512_core avx512_core_vnni avx512_core_bf16 avx512_core_amx all avx3)
+  add_test(NAME test_nn_isa_${cap} COMMAND test_nn_isa)
+  set_tests_properties(test_nn_isa_${cap} PROPERTIES LABELS nn
+                       ENVIRONMENT "STOKE_MAX_CPU_ISA=${cap}")
+endforeach()

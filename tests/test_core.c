@@ -1,8 +1,63 @@
-/* test_core.c - status names, last error, file helpers, byte formatting. */
+/* test_core.c - status names, last error, file helpers, byte formatting, the CPU
+ * instruction-set cap. */
 #include "check.h"
+#include "core/isa.h"
 #include "stoke/core.h"
 
 #include <unistd.h>
+
+/* The instruction-set cap: names, the levels of CPU features, which dispatch features
+ * a cap allows (pure, for made-up CPUs), and setting it before and after first use. */
+static void test_isa_cap(void)
+{
+    stoke_cpu_isa v = STOKE_CPU_ISA_ALL;
+    CHECK_INT_EQ(stoke_cpu_isa_parse("AVX512_core_VNNI", &v), STOKE_OK);
+    CHECK_INT_EQ(v, STOKE_CPU_ISA_AVX512_CORE_VNNI);
+    for (int i = STOKE_CPU_ISA_SSE41; i <= STOKE_CPU_ISA_ALL; i++) {
+        CHECK_INT_EQ(stoke_cpu_isa_parse(stoke_cpu_isa_name((stoke_cpu_isa)i), &v), STOKE_OK);
+        CHECK_INT_EQ(v, i);
+    }
+    CHECK_INT_EQ(stoke_cpu_isa_parse("avx512", &v), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "'avx512' is not a CPU ISA level (sse41, avx2, ");
+    CHECK_INT_EQ(stoke_cpu_isa_parse("", &v), STOKE_ERR_ARG);
+    CHECK_INT_EQ(v, STOKE_CPU_ISA_ALL); /* untouched */
+    CHECK_STR_EQ(stoke_cpu_isa_name((stoke_cpu_isa)42), "unknown");
+
+    CHECK_INT_EQ(stoke_isa_level_of_flag("sse4_1"), STOKE_CPU_ISA_SSE41);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("sse4_2"), STOKE_CPU_ISA_AVX2);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("f16c"), STOKE_CPU_ISA_AVX2);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("avx512vl"), STOKE_CPU_ISA_AVX512_CORE);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("avx512_vnni"), STOKE_CPU_ISA_AVX512_CORE_VNNI);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("avx512_bf16"), STOKE_CPU_ISA_AVX512_CORE_BF16);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("amx_bf16"), STOKE_CPU_ISA_AVX512_CORE_AMX);
+    CHECK_INT_EQ(stoke_isa_level_of_flag("avx10_2"), STOKE_CPU_ISA_ALL); /* unknown: hidden */
+
+    const unsigned every = STOKE_ISA_F16C | STOKE_ISA_AVX2 | STOKE_ISA_AVX512F |
+                           STOKE_ISA_AVX512_BF16;
+    CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_ALL), every);
+    CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_AVX512_CORE_BF16), every);
+    CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_AVX512_CORE_VNNI),
+                 every & ~(unsigned)STOKE_ISA_AVX512_BF16);
+    CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_AVX2), STOKE_ISA_F16C | STOKE_ISA_AVX2);
+    CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_SSE41), 0);
+    /* a cap above the CPU never adds what it lacks */
+    CHECK_INT_EQ(stoke_isa_allowed(STOKE_ISA_F16C | STOKE_ISA_AVX2, STOKE_CPU_ISA_ALL),
+                 STOKE_ISA_F16C | STOKE_ISA_AVX2);
+    CHECK_INT_EQ(stoke_isa_allowed(0, STOKE_CPU_ISA_AVX512_CORE_AMX), 0);
+
+    /* Set before first use, it overrides STOKE_MAX_CPU_ISA whatever that says (even
+     * a bad value); afterwards only the same level is accepted. */
+    CHECK_INT_EQ(stoke_set_max_cpu_isa((stoke_cpu_isa)42), STOKE_ERR_ARG);
+    CHECK_INT_EQ(stoke_set_max_cpu_isa(STOKE_CPU_ISA_AVX512_CORE), STOKE_OK);
+    CHECK_INT_EQ(stoke_set_max_cpu_isa(STOKE_CPU_ISA_AVX2), STOKE_OK); /* not fixed yet */
+    CHECK_INT_EQ(stoke_max_cpu_isa(&v), STOKE_OK);
+    CHECK_INT_EQ(v, STOKE_CPU_ISA_AVX2);
+    CHECK_INT_EQ(stoke_isa_usable(), stoke_isa_allowed(stoke_isa_present(), STOKE_CPU_ISA_AVX2));
+    CHECK(!(stoke_isa_usable() & STOKE_ISA_AVX512F));
+    CHECK_INT_EQ(stoke_set_max_cpu_isa(STOKE_CPU_ISA_AVX2), STOKE_OK);
+    CHECK_INT_EQ(stoke_set_max_cpu_isa(STOKE_CPU_ISA_ALL), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "already fixed at avx2");
+}
 
 int main(void)
 {
@@ -34,5 +89,6 @@ int main(void)
     usleep(2000);
     CHECK(stoke_now_ns() > t0);
     CHECK(stoke_wall_time() > 1.6e9);
+    test_isa_cap();
     return CHECK_DONE();
 }

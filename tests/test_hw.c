@@ -1,6 +1,7 @@
 /* test_hw.c - CPU, memory and storage probes on recorded trees and on this machine;
  * PCI bus id matching; the whole-machine probe without a GPU library. */
 #include "check.h"
+#include "core/isa.h"
 #include "hw/disk_impl.h"
 #include "stoke/hw.h"
 
@@ -79,6 +80,51 @@ static void test_simd_names(void)
                  "avx avx2");
 }
 
+/* The instruction-set cap on a recorded tree: it is applied only when asked
+ * (stoke_cpu_apply_isa_cap), hides by oneDNN's levels, and only ever lowers. */
+static void test_isa_cap(void)
+{
+    stoke_cpu_info c;
+    CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/cpu-spr-amx", &c), STOKE_OK);
+    CHECK_INT_EQ(c.isa_cap, STOKE_CPU_ISA_ALL);
+    uint32_t all = c.simd;
+    char names[256];
+    CHECK_STR_EQ(stoke_simd_names(all, names, sizeof names),
+                 "sse4_2 avx avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16 "
+                 "avx512_fp16 amx_tile amx_bf16 amx_int8 f16c");
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_ALL);
+    CHECK_INT_EQ(c.simd, all);
+    CHECK_INT_EQ(c.simd_hidden, 0);
+    CHECK_INT_EQ(c.isa_cap, STOKE_CPU_ISA_ALL);
+
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_AVX512_CORE_BF16);
+    CHECK_STR_EQ(stoke_simd_names(c.simd_hidden, names, sizeof names),
+                 "avx512_fp16 amx_tile amx_bf16 amx_int8");
+    CHECK_INT_EQ(c.simd | c.simd_hidden, all);
+    CHECK_INT_EQ(c.isa_cap, STOKE_CPU_ISA_AVX512_CORE_BF16);
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_AVX512_CORE_VNNI); /* lower: hides more */
+    CHECK(!(c.simd & STOKE_SIMD_AVX512_BF16) && (c.simd & STOKE_SIMD_AVX512_VNNI));
+    CHECK_INT_EQ(c.isa_cap, STOKE_CPU_ISA_AVX512_CORE_VNNI);
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_AVX512_CORE_AMX); /* higher: nothing back */
+    CHECK(!(c.simd & STOKE_SIMD_AVX512_BF16));
+    CHECK_INT_EQ(c.isa_cap, STOKE_CPU_ISA_AVX512_CORE_VNNI);
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_AVX512_CORE);
+    CHECK_STR_EQ(stoke_simd_names(c.simd, names, sizeof names),
+                 "sse4_2 avx avx2 fma avx512f avx512bw avx512vl f16c");
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_AVX2);
+    CHECK_STR_EQ(stoke_simd_names(c.simd, names, sizeof names), "sse4_2 avx avx2 fma f16c");
+    stoke_cpu_apply_isa_cap(&c, STOKE_CPU_ISA_SSE41); /* SSE4.2 is above oneDNN's sse41 */
+    CHECK_INT_EQ(c.simd, 0);
+    CHECK_INT_EQ(c.simd_hidden, all);
+    CHECK_INT_EQ(c.isa_cap, STOKE_CPU_ISA_SSE41);
+
+    /* every flag the probe knows has a level, so no cap lets an unknown one through */
+    char every[512];
+    stoke_simd_names(~0u, every, sizeof every);
+    for (char *save = NULL, *t = strtok_r(every, " ", &save); t; t = strtok_r(NULL, " ", &save))
+        CHECK_MSG(stoke_isa_level_of_flag(t) < STOKE_CPU_ISA_ALL, "%s has no level", t);
+}
+
 /* True if /proc/cpuinfo's first flags line names `flag`: an independent reading to
  * compare the probe with. */
 static bool cpuinfo_has(const char *flag)
@@ -117,9 +163,14 @@ static void test_this_machine(void)
                  {"avx512f", STOKE_SIMD_AVX512F},
                  {"avx512_bf16", STOKE_SIMD_AVX512_BF16},
                  {"amx_bf16", STOKE_SIMD_AMX_BF16}};
+    /* what cpuinfo lists is either shown or hidden by the environment's ISA cap */
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        CHECK_MSG(cpuinfo_has(flags[i].flag) == !!(c.simd & flags[i].bit), "%s",
-                  flags[i].flag);
+        CHECK_MSG(cpuinfo_has(flags[i].flag) == !!((c.simd | c.simd_hidden) & flags[i].bit),
+                  "%s", flags[i].flag);
+    CHECK_INT_EQ(c.simd & c.simd_hidden, 0);
+    stoke_cpu_isa cap;
+    CHECK_INT_EQ(stoke_max_cpu_isa(&cap), STOKE_OK);
+    CHECK_INT_EQ(c.isa_cap, cap);
 
     stoke_mem_info m;
     CHECK_INT_EQ(stoke_mem_probe("", &m), STOKE_OK);
@@ -299,6 +350,7 @@ int main(void)
     test_twosocket();
     test_nosysfs();
     test_simd_names();
+    test_isa_cap();
     test_this_machine();
     test_real_disk();
     test_recorded_mounts();

@@ -1,5 +1,6 @@
 /* test_tune.c - recommendations and peak FLOP/s for machines built in C: an H100, an
- * RTX 3090 beside a V100, GPUs with missing readings, and CPU-only boxes. */
+ * RTX 3090 beside a V100, GPUs with missing readings, and CPU-only boxes; the CPU
+ * precision rule on the recorded CPU classes CI runs on, capped and not. */
 #include "check.h"
 #include "stoke/tune.h"
 
@@ -236,6 +237,80 @@ static void test_cpu_only_avx2(void)
     CHECK_STR_CONTAINS(p->reason, "no SIMD rate");
 }
 
+/* The CPU precision rule (what `--precision auto` takes on a CPU-only machine) on the
+ * CPU classes CI runs on, from their recorded /proc/cpuinfo (tests/sysroot/cpu-*), as
+ * found and under an instruction-set cap applied as STOKE_MAX_CPU_ISA applies it. */
+static const stoke_rec *cpu_class(const char *tree, stoke_cpu_isa cap)
+{
+    char root[512];
+    snprintf(root, sizeof root, "%s/sysroot/%s", STOKE_TEST_DATA, tree);
+    stoke_cpu_info cpu;
+    CHECK_INT_EQ(stoke_cpu_probe(root, &cpu), STOKE_OK);
+    /* another machine's tree: the environment's cap is not applied to it */
+    CHECK_INT_EQ(cpu.isa_cap, STOKE_CPU_ISA_ALL);
+    CHECK_INT_EQ(cpu.simd_hidden, 0);
+    stoke_cpu_apply_isa_cap(&cpu, cap);
+    cpu_box(&machine, cpu.physical_cores, cpu.usable_cpus, cpu.max_mhz, cpu.simd);
+    machine.cpu = cpu;
+    stoke_recommend(&machine, &recs);
+    return rec("precision", STOKE_TUNE_CPU);
+}
+
+static void test_cpu_classes(void)
+{
+    /* Sapphire Rapids class, AMX-BF16: bf16, at the AMX rate */
+    const stoke_rec *r = cpu_class("cpu-spr-amx", STOKE_CPU_ISA_ALL);
+    CHECK_STR_EQ(r->text, "bf16");
+    CHECK_STR_CONTAINS(r->reason, "CPU-only with AMX-BF16");
+    CHECK_NEAR(rec("peak_bf16_flops", STOKE_TUNE_CPU)->number, 2 * 2699.998e6 * 1024, 1);
+    /* the same machine capped: a cap that keeps AMX changes nothing ... */
+    CHECK_STR_EQ(cpu_class("cpu-spr-amx", STOKE_CPU_ISA_AVX512_CORE_AMX)->text, "bf16");
+    /* ... one below it hides AMX, and the rule says so */
+    r = cpu_class("cpu-spr-amx", STOKE_CPU_ISA_AVX512_CORE_BF16);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "AMX-BF16 is hidden by the CPU ISA cap avx512_core_bf16 "
+                                  "(STOKE_MAX_CPU_ISA)");
+    CHECK(machine.cpu.simd & STOKE_SIMD_AVX512_BF16);
+    CHECK(machine.cpu.simd_hidden & STOKE_SIMD_AMX_BF16);
+    CHECK_NEAR(rec("peak_bf16_flops", STOKE_TUNE_CPU)->number, 2 * 2699.998e6 * 128, 1);
+    /* capped at AVX2 it is a Haswell as far as stoke can tell */
+    r = cpu_class("cpu-spr-amx", STOKE_CPU_ISA_AVX2);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "AMX-BF16 is hidden by the CPU ISA cap avx2");
+    CHECK_INT_EQ(machine.cpu.simd, STOKE_SIMD_SSE42 | STOKE_SIMD_AVX | STOKE_SIMD_AVX2 |
+                                       STOKE_SIMD_FMA | STOKE_SIMD_F16C);
+    CHECK(stoke_recs_find(&recs, "peak_bf16_flops", STOKE_TUNE_CPU) == NULL);
+    CHECK_NEAR(rec("peak_fp32_flops", STOKE_TUNE_CPU)->number, 2 * 2699.998e6 * 32, 1);
+
+    /* AVX-512 with VNNI, BF16 and AMX hidden by the hypervisor: fp32 */
+    r = cpu_class("cpu-icx-vnni", STOKE_CPU_ISA_ALL);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "no bf16 instructions");
+    CHECK(machine.cpu.simd & STOKE_SIMD_AVX512_VNNI);
+    CHECK(stoke_recs_find(&recs, "peak_bf16_flops", STOKE_TUNE_CPU) == NULL);
+    CHECK_NEAR(rec("peak_fp32_flops", STOKE_TUNE_CPU)->number, 2 * 2899.998e6 * 64, 1);
+
+    /* Zen 4, AVX512-BF16 without AMX: fp32, and the reason names the missing AMX */
+    r = cpu_class("cpu-zen4", STOKE_CPU_ISA_ALL);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "AVX512-BF16 but no AMX");
+    CHECK_NEAR(rec("peak_bf16_flops", STOKE_TUNE_CPU)->number, 2 * 2596.098e6 * 128, 1);
+    r = cpu_class("cpu-zen4", STOKE_CPU_ISA_AVX512_CORE);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "no bf16 instructions");
+
+    /* AVX2 only: fp32; a cap above what it has hides nothing */
+    r = cpu_class("cpu-haswell", STOKE_CPU_ISA_ALL);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_STR_CONTAINS(r->reason, "no bf16 instructions");
+    CHECK_NEAR(rec("peak_fp32_flops", STOKE_TUNE_CPU)->number, 2 * 2400.052e6 * 32, 1);
+    uint32_t simd = machine.cpu.simd;
+    r = cpu_class("cpu-haswell", STOKE_CPU_ISA_AVX512_CORE_AMX);
+    CHECK_STR_EQ(r->text, "fp32");
+    CHECK_INT_EQ(machine.cpu.simd, simd);
+    CHECK_INT_EQ(machine.cpu.simd_hidden, 0);
+}
+
 int main(void)
 {
     test_h100();
@@ -243,5 +318,6 @@ int main(void)
     test_missing_readings();
     test_cpu_only_amx();
     test_cpu_only_avx2();
+    test_cpu_classes();
     return CHECK_DONE();
 }

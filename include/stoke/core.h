@@ -68,6 +68,47 @@ void stoke_f32_to_f16(const float *in, uint16_t *out, size_t n);
 void stoke_f32_to_bf16(const float *in, uint16_t *out, size_t n);
 float stoke_f16_to_f32(uint16_t h);
 
+/* ---- The CPU instruction-set cap (docs/testing.md, "CPUs other than this one") ----
+ * One setting caps every CPU-dependent choice stoke makes: its own vector kernels, the
+ * conversions above, the data transforms, oneDNN's kernels, and the machine
+ * description (`stoke probe`, the CPU precision rule). The levels are oneDNN's, each
+ * allowing everything below it. OpenBLAS picks its kernels when it is loaded, before
+ * any of this runs: cap it with OPENBLAS_CORETYPE (Haswell, SkylakeX). */
+typedef enum stoke_cpu_isa {
+    STOKE_CPU_ISA_SSE41 = 0,        /* "sse41": up to SSE4.1; stoke's baseline kernels */
+    STOKE_CPU_ISA_AVX2,             /* "avx2": + SSE4.2, AVX, AVX2, FMA, F16C */
+    STOKE_CPU_ISA_AVX512_CORE,      /* "avx512_core": + AVX-512 F, CD, BW, DQ, VL */
+    STOKE_CPU_ISA_AVX512_CORE_VNNI, /* "avx512_core_vnni": + AVX512-VNNI */
+    STOKE_CPU_ISA_AVX512_CORE_BF16, /* "avx512_core_bf16": + AVX512-BF16 */
+    STOKE_CPU_ISA_AVX512_CORE_AMX,  /* "avx512_core_amx": + AVX512-FP16, AMX */
+    STOKE_CPU_ISA_ALL,              /* "all": no cap */
+} stoke_cpu_isa;
+
+/* The level named `name` (case-insensitive: "avx2", "AVX512_CORE", "all"). On an
+ * unknown or NULL name: STOKE_ERR_ARG, "'<name>' is not a CPU ISA level (sse41, avx2,
+ * ..., all)", and *out untouched. */
+stoke_status stoke_cpu_isa_parse(const char *name, stoke_cpu_isa *out);
+
+/* Lower-case name of a level ("avx512_core"); "unknown" outside the enum. */
+const char *stoke_cpu_isa_name(stoke_cpu_isa isa);
+
+/* The cap in force. It is fixed by the first call of this function or of anything
+ * CPU-dependent in stoke (a kernel, a probe, a model): the value given to
+ * stoke_set_max_cpu_isa before that, else the environment variable
+ * STOKE_MAX_CPU_ISA (a level name; unset or empty means "all"). Thread-safe. On a bad
+ * STOKE_MAX_CPU_ISA returns STOKE_ERR_ARG with a message naming the variable, its
+ * value and the accepted values, every time it is asked; *out is then
+ * STOKE_CPU_ISA_SSE41, the level the kernels (which cannot fail) run at meanwhile, and
+ * every CPU-dependent call that returns a status (probe, model creation) fails with
+ * the same message. */
+stoke_status stoke_max_cpu_isa(stoke_cpu_isa *out);
+
+/* Sets the cap, overriding STOKE_MAX_CPU_ISA (as dnnl_set_max_cpu_isa overrides
+ * ONEDNN_MAX_CPU_ISA). Only before the cap is fixed (see above): afterwards it returns
+ * STOKE_ERR_ARG naming the level in force, unless `isa` is that level. STOKE_ERR_ARG
+ * for a value outside the enum. Thread-safe. */
+stoke_status stoke_set_max_cpu_isa(stoke_cpu_isa isa);
+
 #ifdef __cplusplus
 }
 #endif

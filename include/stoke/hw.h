@@ -42,15 +42,27 @@ typedef struct stoke_cpu_info {
     uint64_t l1d_bytes;      /* per-core L1 data cache; 0 = unknown */
     uint64_t l2_bytes;       /* per-core (or per-cluster) L2; 0 = unknown */
     uint64_t l3_bytes;       /* per-package L3; 0 = unknown */
-    uint32_t simd;           /* STOKE_SIMD_* bits */
+    uint32_t simd;           /* STOKE_SIMD_* bits, less those the ISA cap hides */
     double max_mhz;          /* highest clock the kernel reports; 0 = unknown */
+    stoke_cpu_isa isa_cap;   /* the instruction-set cap applied; STOKE_CPU_ISA_ALL: none */
+    uint32_t simd_hidden;    /* STOKE_SIMD_* bits the CPU has but the cap hides */
 } stoke_cpu_info;
 
 /* Fills *out from /proc/cpuinfo and /sys/devices/system/{cpu,node}. `root` is a
  * prefix prepended to those paths ("" or NULL for the real system) so tests can feed
- * a recorded tree. Missing files leave their fields 0/"". Returns STOKE_ERR_IO only
- * if /proc/cpuinfo itself cannot be read. */
+ * a recorded tree. Missing files leave their fields 0/"". On the real system the
+ * process's instruction-set cap (stoke_max_cpu_isa, STOKE_MAX_CPU_ISA) is applied with
+ * stoke_cpu_apply_isa_cap, since the cap is part of the machine stoke sees; a recorded
+ * tree describes another machine and stays uncapped (isa_cap STOKE_CPU_ISA_ALL) unless
+ * the caller applies a cap to it. Returns STOKE_ERR_IO only if /proc/cpuinfo itself
+ * cannot be read, STOKE_ERR_ARG (the cap's message) for a bad STOKE_MAX_CPU_ISA. */
 stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out);
+
+/* Hides from info->simd the features `cap` does not allow (oneDNN's levels, core.h:
+ * e.g. avx2 hides avx512f and above, sse41 even sse4_2), adding them to
+ * info->simd_hidden, and records the cap in info->isa_cap (a second cap can only hide
+ * more; the lower one is kept). STOKE_CPU_ISA_ALL changes nothing. Can't fail. */
+void stoke_cpu_apply_isa_cap(stoke_cpu_info *info, stoke_cpu_isa cap);
 
 /* Space-separated names of the bits in `simd` ("avx2 fma avx512f ..."). */
 const char *stoke_simd_names(uint32_t simd, char *buf, size_t size);

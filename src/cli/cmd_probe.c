@@ -24,7 +24,9 @@ void cmd_probe_usage(void)
          "  -h, --help    this help\n"
          "\n"
          "environment: STOKE_NVML_LIBRARY, STOKE_CUDART_LIBRARY name the NVML and CUDA\n"
-         "runtime libraries to load instead of libnvidia-ml.so.1 and libcudart.so.");
+         "runtime libraries to load instead of libnvidia-ml.so.1 and libcudart.so;\n"
+         "STOKE_MAX_CPU_ISA (sse41, avx2, avx512_core, ..., all) caps the instruction\n"
+         "sets stoke uses, and the report shows the CPU as capped.");
 }
 
 /* Cache sizes come from sysfs in binary units; decimal "49.2 kB" for a 48K L1 would
@@ -78,6 +80,11 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
     char simd[256];
     stoke_simd_names(c->simd, simd, sizeof simd);
     printf(ROW "%s\n", "SIMD", simd[0] ? simd : "none known");
+    if (c->isa_cap != STOKE_CPU_ISA_ALL) {
+        stoke_simd_names(c->simd_hidden, simd, sizeof simd);
+        printf(ROW "%s (STOKE_MAX_CPU_ISA): %s%s\n", "ISA cap", stoke_cpu_isa_name(c->isa_cap),
+               simd[0] ? "hides " : "hides nothing this CPU has", simd);
+    }
     if (c->max_mhz > 0)
         printf(ROW "%.0f MHz\n", "max clock", c->max_mhz);
     else
@@ -185,6 +192,13 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
     for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save))
         cJSON_AddItemToArray(simd, cJSON_CreateString(t));
     add_nonzero(cpu, "max_mhz", c->max_mhz);
+    if (c->isa_cap != STOKE_CPU_ISA_ALL) {
+        cJSON_AddStringToObject(cpu, "isa_cap", stoke_cpu_isa_name(c->isa_cap));
+        cJSON *hidden = cJSON_AddArrayToObject(cpu, "simd_hidden");
+        stoke_simd_names(c->simd_hidden, buf, sizeof buf);
+        for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save))
+            cJSON_AddItemToArray(hidden, cJSON_CreateString(t));
+    }
 
     cJSON *mem = cJSON_AddObjectToObject(root, "memory");
     add_nonzero(mem, "total_bytes", (double)m->mem.total_bytes);

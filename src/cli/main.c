@@ -74,6 +74,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "stoke: unknown command '%s' (try `stoke help`)\n", name);
         return 2;
     }
+    /* A bad STOKE_MAX_CPU_ISA is a usage error of every command, found before any work
+     * (the library would only report it at the first probe or model). */
+    stoke_cpu_isa cap;
+    if (stoke_max_cpu_isa(&cap) != STOKE_OK) {
+        fprintf(stderr, "stoke: %s\n", stoke_last_error());
+        return 2;
+    }
     return c->run(argc - 1, argv + 1);
 }
 

@@ -2,10 +2,11 @@
  * AVX512-BF16 paths), bf16/fp16 storage emulation and the dynamic loss scaler. */
 #include "core/precision.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
+
+#include "core/isa.h"
 
 /* Written by hand: the conversions are a few lines each and must agree bit for bit
  * across paths and with the instructions' NaN rules; no Debian library offers bulk
@@ -25,53 +26,25 @@ static inline float u2f(uint32_t u)
     return f;
 }
 
-/* ---- CPU feature detection ----------------------------------------------------------
- * F16C through cpuid: clang's __builtin_cpu_supports does not know "f16c". The AVX-512
- * features through __builtin_cpu_supports, which gcc 12 and clang 14 both accept for
- * these names and which checks that the OS saves the zmm state. */
+/* ---- which paths may run ----------------------------------------------------------
+ * What this CPU has and the instruction-set cap allows (core/isa.h: the one place that
+ * detects features and reads STOKE_MAX_CPU_ISA). */
 
-static bool detect_f16c(void)
+bool cpu_isa_supported(cpu_isa isa)
 {
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
-}
-
-static bool detect(cpu_isa isa)
-{
-    __builtin_cpu_init();
+    unsigned usable = stoke_isa_usable();
     switch (isa) {
     case CPU_ISA_SCALAR:
         return true;
     case CPU_ISA_F16C:
-        return detect_f16c();
+        return usable & STOKE_ISA_F16C;
     case CPU_ISA_AVX512F:
-        return __builtin_cpu_supports("avx512f");
+        return usable & STOKE_ISA_AVX512F;
     case CPU_ISA_AVX512BF16:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512bf16");
+        return usable & STOKE_ISA_AVX512_BF16;
     default:
         return false;
     }
-}
-
-/* Bit isa+1 set once detected; bit 0 means "filled in". Relaxed atomics: every thread
- * computes the same value, so a race only repeats the detection. */
-static unsigned isa_bits;
-
-bool cpu_isa_supported(cpu_isa isa)
-{
-    if ((unsigned)isa >= CPU_ISA_COUNT)
-        return false;
-    unsigned bits = __atomic_load_n(&isa_bits, __ATOMIC_RELAXED);
-    if (!bits) {
-        bits = 1;
-        for (int i = 0; i < CPU_ISA_COUNT; i++)
-            if (detect((cpu_isa)i))
-                bits |= 2u << i;
-        __atomic_store_n(&isa_bits, bits, __ATOMIC_RELAXED);
-    }
-    return (bits >> (isa + 1)) & 1;
 }
 
 const char *cpu_isa_name(cpu_isa isa)

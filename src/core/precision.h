@@ -19,14 +19,15 @@ typedef enum cpu_isa {
     CPU_ISA_COUNT
 } cpu_isa;
 
-/* Whether this CPU and OS (XSAVE state enabled) can run the path. Can't fail. */
+/* Whether this CPU and OS (XSAVE state enabled) can run the path and the instruction-set
+ * cap (STOKE_MAX_CPU_ISA, stoke_max_cpu_isa) allows it. Can't fail. */
 bool cpu_isa_supported(cpu_isa isa);
 
 /* Short name of a path ("scalar", "f16c", "avx512f", "avx512bf16"). Never NULL. */
 const char *cpu_isa_name(cpu_isa isa);
 
 /* The paths the dispatching functions below use: the widest supported one for each
- * direction (detected once, thread-safe). */
+ * direction (thread-safe). */
 cpu_isa cpu_isa_for_bf16(void);
 cpu_isa cpu_isa_for_f16(void);
 

@@ -70,8 +70,9 @@ void stoke_transform_draw(const struct stoke_transform *t, uint64_t seed, int64_
                           int64_t index, stoke_op_draw *p);
 
 /* Tests only: the instruction set the transforms created afterwards use (-1: detect,
- * 0: baseline x86-64, 1: AVX2 and F16C), so the scalar path is tested against the
- * vectorized one on the same machine. */
+ * 0: baseline x86-64, 1: AVX2 where the CPU and the STOKE_MAX_CPU_ISA cap allow it,
+ * else baseline), so the scalar path is tested against the vectorized one on the same
+ * machine. */
 void stoke_transform_set_isa(int level);
 
 #endif

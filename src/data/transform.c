@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-
+#include "core/isa.h"
 #include "data/loader_impl.h"
 #include "stoke/data.h"
 
@@ -38,12 +38,11 @@ static int isa_level = -1; /* -1: detect; 0: baseline; 1: AVX2 (see loader_impl.
 
 void stoke_transform_set_isa(int level) { isa_level = level; }
 
+/* AVX2 where the CPU has it and the instruction-set cap allows it (core/isa.h); the
+ * tests' level can only lower that. */
 static bool have_avx2(void)
 {
-    if (isa_level >= 0)
-        return isa_level >= 1;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
+    return isa_level != 0 && (stoke_isa_usable() & STOKE_ISA_AVX2);
 }
 
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/isa.h"
+
 /* Enough for the kernel's CPU list syntax ("0-3,8-11") and for the CPU indices a
  * recorded tree uses; larger machines are counted but not walked one by one. */
 #define MAX_CPUS 4096
@@ -117,6 +119,21 @@ const char *stoke_simd_names(uint32_t simd, char *buf, size_t size)
         used += (size_t)n;
     }
     return buf;
+}
+
+void stoke_cpu_apply_isa_cap(stoke_cpu_info *info, stoke_cpu_isa cap)
+{
+    if (cap >= STOKE_CPU_ISA_ALL)
+        return;
+    for (size_t i = 0; i < N_SIMD_FLAGS; i++) {
+        uint32_t bit = simd_flags[i].bit;
+        if ((info->simd & bit) && stoke_isa_level_of_flag(simd_flags[i].flag) > cap) {
+            info->simd &= ~bit;
+            info->simd_hidden |= bit;
+        }
+    }
+    if (cap < info->isa_cap)
+        info->isa_cap = cap;
 }
 
 /* A (package, core) pair seen among online CPUs, for counting physical cores. */
@@ -278,6 +295,10 @@ static int count_usable(const char *root, int logical)
 stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
 {
     memset(out, 0, sizeof *out);
+    out->isa_cap = STOKE_CPU_ISA_ALL;
+    stoke_cpu_isa cap = STOKE_CPU_ISA_ALL;
+    if ((!root || !*root) && stoke_max_cpu_isa(&cap) != STOKE_OK)
+        return STOKE_ERR_ARG; /* the cap's message stands */
     topo from_cpuinfo = {0}, from_sysfs = {0};
     int processors = 0;
     double cpuinfo_mhz = 0;
@@ -350,6 +371,7 @@ stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
     out->numa_nodes = nodes > 0 ? nodes : 1;
 
     read_caches(root, out);
+    stoke_cpu_apply_isa_cap(out, cap);
     return STOKE_OK;
 }
 

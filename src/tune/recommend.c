@@ -319,7 +319,11 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     }
     snprintf(r->text, sizeof r->text, "fp32");
     say(r->reason, sizeof r->reason, "CPU-only: the CPU backend computes in fp32");
-    if (s & STOKE_SIMD_AVX512_BF16)
+    if (m->cpu.simd_hidden & STOKE_SIMD_AMX_BF16)
+        more(r->reason, sizeof r->reason,
+             "; its AMX-BF16 is hidden by the CPU ISA cap %s (STOKE_MAX_CPU_ISA)",
+             stoke_cpu_isa_name(m->cpu.isa_cap));
+    else if (s & STOKE_SIMD_AVX512_BF16)
         more(r->reason, sizeof r->reason,
              "; this CPU has AVX512-BF16 but no AMX, so bf16 would at most double the fp32 "
              "rate (not measured: --precision bf16 to try)");

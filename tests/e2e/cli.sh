@@ -33,5 +33,16 @@ for cmd in probe monitor data train eval predict; do
     expect "$cmd-bad-option" 2 "stoke $cmd" -- "$cmd" --no-such-option
 done
 
+# A bad STOKE_MAX_CPU_ISA stops every command before it starts, naming the variable.
+for cmd in probe train; do
+    STOKE_MAX_CPU_ISA=avx3 "$stoke" "$cmd" >"$out" 2>&1
+    got=$?
+    if [ "$got" -eq 2 ] && grep -q "STOKE_MAX_CPU_ISA='avx3' is not a CPU ISA level; accepted values" "$out"; then
+        echo "ok   $cmd-bad-isa-cap"
+    else
+        echo "FAIL $cmd-bad-isa-cap: exit $got"; sed 's/^/  | /' "$out"; fails=$((fails + 1))
+    fi
+done
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -106,6 +106,34 @@ run extra 2 extra-arg
 run help 0 --help
 has help.out "usage: stoke probe"
 
+# --- The CPU ISA cap: the probe shows the capped CPU and says so; the precision rule
+# follows; a bad value is a usage error naming the variable and the accepted values. ---
+export STOKE_MAX_CPU_ISA=avx2
+run capped 0
+has capped.out "ISA cap         avx2 (STOKE_MAX_CPU_ISA)"
+run capped_json 0 --json
+json capped_json "
+c = d['cpu']
+allowed = {'sse4_2', 'avx', 'avx2', 'fma', 'f16c'}
+assert c['isa_cap'] == 'avx2', c
+assert set(c['simd']) <= allowed, c['simd']
+assert 'avx2' in c['simd'] or 'avx2' not in open('/proc/cpuinfo').read(), c
+assert not set(c['simd_hidden']) & allowed, c['simd_hidden']
+assert not set(c['simd']) & set(c['simd_hidden']), c
+assert rec('precision', 'cpu')['value'] == 'fp32', rec('precision', 'cpu')
+"
+export STOKE_MAX_CPU_ISA=AVX512_Core_AMX # case-insensitive; above this CPU hides less
+run capped_high 0 --json
+json capped_high "assert d['cpu']['isa_cap'] == 'avx512_core_amx', d['cpu']"
+export STOKE_MAX_CPU_ISA=avx3
+run badcap 2
+has badcap.err "STOKE_MAX_CPU_ISA='avx3' is not a CPU ISA level"
+has badcap.err "sse41, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16, avx512_core_amx, all"
+[ -s "$out/badcap.out" ] && fail "badcap: printed a report"
+unset STOKE_MAX_CPU_ISA
+run uncapped_json 0 --json
+json uncapped_json "assert 'isa_cap' not in d['cpu'] and 'simd_hidden' not in d['cpu'], d['cpu']"
+
 # --- The GPU test doubles. ---
 export STOKE_NVML_LIBRARY="$fake_nvml"
 export STOKE_CUDART_LIBRARY="$fake_cudart"

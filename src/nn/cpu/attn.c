@@ -63,7 +63,7 @@ static int heads_in_parallel(int T, int hs) {
 
 /* scores (T, T) -> probabilities in place: row i softmaxes its first len(i) = i + 1
  * entries (causal) or all T, and zeroes the masked rest. */
-CPU_CLONES static void softmax_rows_masked(float *att, int T, int causal) {
+CPU_SIMD_KERNEL(softmax_rows_masked, (float *att, int T, int causal), (att, T, causal)) {
     for (int i = 0; i < T; i++) {
         float *row = att + (size_t)i * T;
         int len = causal ? i + 1 : T; /* causal: keys j <= i */
@@ -75,7 +75,7 @@ CPU_CLONES static void softmax_rows_masked(float *att, int T, int causal) {
 
 /* dp (T, T) -> ds = p (dp - sum_j p dp) in place, per row. Masked entries have
  * p = 0, so they get no gradient. */
-CPU_CLONES static void softmax_rows_backward(float *ds, const float *att, int T) {
+CPU_SIMD_KERNEL(softmax_rows_backward, (float *ds, const float *att, int T), (ds, att, T)) {
     for (int i = 0; i < T; i++) {
         float *row = ds + (size_t)i * T;
         const float *p = att + (size_t)i * T;

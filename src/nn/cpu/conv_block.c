@@ -209,8 +209,8 @@ static inline void store_window(const pool_job *j, float *out, uint8_t *idx, int
 /* Max over each K x K window of y (ReLU already applied): out gets the maximum, idx
  * the first window position holding it (row-major, as PyTorch's max-pool picks it),
  * NO_GRAD when it is not positive. */
-CPU_CLONES static void forward_task(const pool_job *j, long t, const float *y, float *out,
-                                    uint8_t *idx) {
+CPU_SIMD_KERNEL(forward_task, (const pool_job *j, long t, const float *y, float *out,
+                               uint8_t *idx), (j, t, y, out, idx)) {
     const conv_layout *l = j->l;
     int K = j->K;
     int64_t at0;
@@ -265,8 +265,8 @@ static void pool_forward(const float *y, const conv_layout *l, int B, int C, int
  * recorded position, zero elsewhere and past the last whole window (floor mode). The
  * CHUNK-wide stores are spelled out per element type so they stay single vector
  * stores. */
-CPU_CLONES static void backward_task(const pool_job *j, long t, char *d, const float *dout,
-                                     const uint8_t *idx) {
+CPU_SIMD_KERNEL(backward_task, (const pool_job *j, long t, char *d, const float *dout,
+                                const uint8_t *idx), (j, t, d, dout, idx)) {
     const conv_layout *l = j->l;
     int K = j->K, m = j->vec ? CHUNK : 1;
     int64_t base;
@@ -480,8 +480,9 @@ static void pad_sample(const cpu_conv2d_shape *s, const float *xn, float *xp) {
         memcpy(xp + (size_t)(h + 1) * PWD + 1, xn + (size_t)h * s->W, (size_t)s->W * sizeof *xp);
 }
 
-CPU_CLONES static void direct3_forward_task(const direct_job *j, long t, const float *inp,
-                                            float *out, uint8_t *idx, float *xp) {
+CPU_SIMD_KERNEL(direct3_forward_task, (const direct_job *j, long t, const float *inp,
+                                       float *out, uint8_t *idx, float *xp),
+                                      (j, t, inp, out, idx, xp)) {
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K, PWD = s->W + 2;
     pad_sample(s, inp + (size_t)n * s->H * s->W, xp);
@@ -545,9 +546,9 @@ CPU_CLONES static void direct3_forward_task(const direct_job *j, long t, const f
         }
 }
 
-CPU_CLONES static void direct3_backward_task(const direct_job *j, long t, const float *inp,
-                                             const float *dout, const uint8_t *idx,
-                                             float *acc, float *xp) {
+CPU_SIMD_KERNEL(direct3_backward_task, (const direct_job *j, long t, const float *inp,
+                                        const float *dout, const uint8_t *idx, float *acc,
+                                        float *xp), (j, t, inp, dout, idx, acc, xp)) {
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K, PWD = s->W + 2;
     pad_sample(s, inp + (size_t)n * s->H * s->W, xp);
@@ -577,8 +578,8 @@ CPU_CLONES static void direct3_backward_task(const direct_job *j, long t, const 
     memcpy(acc + (size_t)9 * CHUNK, &db, sizeof db);
 }
 
-CPU_CLONES static void direct_forward_task(const direct_job *j, long t, const float *inp,
-                                           float *out, uint8_t *idx) {
+CPU_SIMD_KERNEL(direct_forward_task, (const direct_job *j, long t, const float *inp, float *out,
+                                      uint8_t *idx), (j, t, inp, out, idx)) {
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K;
     const float *xn = inp + (size_t)n * s->C * s->H * s->W;
@@ -600,9 +601,9 @@ CPU_CLONES static void direct_forward_task(const direct_job *j, long t, const fl
 
 /* Sums into acc ([T][16] weight-gradient taps, then 16 bias lanes) one task's share:
  * each window's gradient at its recorded maximum, times the input under the kernel. */
-CPU_CLONES static void direct_backward_task(const direct_job *j, long t, const float *inp,
-                                            const float *dout, const uint8_t *idx,
-                                            float *acc) {
+CPU_SIMD_KERNEL(direct_backward_task, (const direct_job *j, long t, const float *inp,
+                                       const float *dout, const uint8_t *idx, float *acc),
+                                      (j, t, inp, dout, idx, acc)) {
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K;
     const float *xn = inp + (size_t)n * s->C * s->H * s->W;

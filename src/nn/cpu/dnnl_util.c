@@ -4,25 +4,117 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* oneDNN's levels (dnnl_types.h: each value's bits include those of the levels below
+ * it) by the names its ONEDNN_MAX_CPU_ISA takes. */
+static const struct {
+    const char *name;
+    dnnl_cpu_isa_t isa;
+} dnnl_levels[] = {
+    {"SSE41", dnnl_cpu_isa_sse41},
+    {"AVX", dnnl_cpu_isa_avx},
+    {"AVX2", dnnl_cpu_isa_avx2},
+    {"AVX2_VNNI", dnnl_cpu_isa_avx2_vnni},
+    {"AVX512_CORE", dnnl_cpu_isa_avx512_core},
+    {"AVX512_CORE_VNNI", dnnl_cpu_isa_avx512_core_vnni},
+    {"AVX512_CORE_BF16", dnnl_cpu_isa_avx512_core_bf16},
+    {"AVX512_CORE_AMX", dnnl_cpu_isa_avx512_core_amx},
+};
+#define N_DNNL_LEVELS (sizeof dnnl_levels / sizeof dnnl_levels[0])
+
+static unsigned isa_bits(dnnl_cpu_isa_t isa) {
+    return isa == dnnl_cpu_isa_all ? ~0u : (unsigned)isa;
+}
+
+static dnnl_cpu_isa_t dnnl_level_of(stoke_cpu_isa cap) {
+    switch (cap) {
+    case STOKE_CPU_ISA_SSE41: return dnnl_cpu_isa_sse41;
+    case STOKE_CPU_ISA_AVX2: return dnnl_cpu_isa_avx2;
+    case STOKE_CPU_ISA_AVX512_CORE: return dnnl_cpu_isa_avx512_core;
+    case STOKE_CPU_ISA_AVX512_CORE_VNNI: return dnnl_cpu_isa_avx512_core_vnni;
+    case STOKE_CPU_ISA_AVX512_CORE_BF16: return dnnl_cpu_isa_avx512_core_bf16;
+    case STOKE_CPU_ISA_AVX512_CORE_AMX: return dnnl_cpu_isa_avx512_core_amx;
+    case STOKE_CPU_ISA_ALL: break;
+    }
+    return dnnl_cpu_isa_all;
+}
+
+dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env) {
+    unsigned want = isa_bits(dnnl_level_of(cap));
+    for (size_t i = 0; onednn_env && i < N_DNNL_LEVELS; i++)
+        if (strcasecmp(onednn_env, dnnl_levels[i].name) == 0)
+            want &= isa_bits(dnnl_levels[i].isa);
+    if (want == ~0u)
+        return dnnl_cpu_isa_all;
+    /* The levels are only partly ordered (AVX2_VNNI beside AVX512_CORE): the one with the
+     * most bits inside both caps is their meet. */
+    dnnl_cpu_isa_t best = dnnl_cpu_isa_all;
+    int best_bits = -1;
+    for (size_t i = 0; i < N_DNNL_LEVELS; i++) {
+        unsigned b = isa_bits(dnnl_levels[i].isa);
+        if ((b & want) == b && __builtin_popcount(b) > best_bits) {
+            best = dnnl_levels[i].isa;
+            best_bits = __builtin_popcount(b);
+        }
+    }
+    return best_bits < 0 ? dnnl_cpu_isa_sse41 : best;
+}
+
+/* dnnl_set_max_cpu_isa works once, before oneDNN's first JIT kernel, and then overrides
+ * ONEDNN_MAX_CPU_ISA, so the user's own oneDNN cap is read here (in oneDNN's order:
+ * ONEDNN_ unless empty, else DNNL_) and the lower of the two is set. If oneDNN was
+ * already used in this process (the setting is taken), that is fine as long as it
+ * runs within the cap. */
+static stoke_status apply_isa_cap(char *err, size_t err_size) {
+    stoke_cpu_isa cap;
+    if (stoke_max_cpu_isa(&cap) != STOKE_OK) {
+        snprintf(err, err_size, "%s", stoke_last_error());
+        return STOKE_ERR_ARG;
+    }
+    const char *env = getenv("ONEDNN_MAX_CPU_ISA");
+    if (!env || !*env)
+        env = getenv("DNNL_MAX_CPU_ISA");
+    dnnl_cpu_isa_t want = dnnl_util_isa_cap(cap, env);
+    if (want == dnnl_cpu_isa_all || dnnl_set_max_cpu_isa(want) == dnnl_success)
+        return STOKE_OK;
+    dnnl_cpu_isa_t now = dnnl_get_effective_cpu_isa();
+    if ((isa_bits(now) & isa_bits(want)) == isa_bits(now))
+        return STOKE_OK;
+    snprintf(err, err_size,
+             "oneDNN: cannot cap its instruction set at %s (STOKE_MAX_CPU_ISA=%s): it was "
+             "used before stoke's first model and runs at %s",
+             dnnl_cpu_isa2str(want), stoke_cpu_isa_name(cap), dnnl_cpu_isa2str(now));
+    return STOKE_ERR_UNAVAILABLE;
+}
 
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
-static dnnl_status_t g_engine_status = dnnl_success;
+static stoke_status g_engine_status = STOKE_OK;
+static char g_engine_error[512];
 
 static void engine_init(void) {
-    g_engine_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
-    if (g_engine_status == dnnl_success)
-        g_engine_status = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags);
+    g_engine_status = apply_isa_cap(g_engine_error, sizeof g_engine_error);
+    if (g_engine_status != STOKE_OK)
+        return;
+    dnnl_status_t st = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+    if (st == dnnl_success)
+        st = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        g_engine_status = STOKE_ERR_UNAVAILABLE;
+        snprintf(g_engine_error, sizeof g_engine_error,
+                 "oneDNN: cannot create the CPU engine: %s", dnnl_status2str(st));
+    }
 }
 
 stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
     pthread_once(&engine_once, engine_init);
-    if (g_engine_status != dnnl_success)
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "oneDNN: cannot create the CPU engine: %s",
-                          dnnl_status2str(g_engine_status));
+    if (g_engine_status != STOKE_OK)
+        return stoke_fail(g_engine_status, "%s", g_engine_error);
     if (engine)
         *engine = g_engine;
     if (stream)

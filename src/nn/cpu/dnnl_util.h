@@ -12,14 +12,24 @@
 /* Workspace regions are cut at this alignment (AVX-512 lines). */
 #define DNNL_UTIL_ALIGN 64
 
-/* The process-wide CPU engine and its in-order stream, created on first use.
- * Returns STOKE_ERR_UNAVAILABLE (message recorded) if oneDNN cannot create them. */
+/* The process-wide CPU engine and its in-order stream, created on first use, after
+ * oneDNN's instruction set is capped (dnnl_set_max_cpu_isa) at the lower of
+ * STOKE_MAX_CPU_ISA and the user's own ONEDNN_MAX_CPU_ISA. Every oneDNN call that may
+ * generate code (a primitive descriptor, dnnl_sgemm) must come after this one.
+ * Returns, with the message recorded, STOKE_ERR_ARG for a bad STOKE_MAX_CPU_ISA,
+ * STOKE_ERR_UNAVAILABLE if oneDNN already runs above the cap (it was used before) or
+ * cannot create the engine. */
 stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream);
 
 /* Whether oneDNN has bf16 matmul and convolution kernels on this CPU (natively with
  * AVX512-BF16 or AMX, by its own exact emulation on other AVX-512 CPUs; none below
  * AVX-512, or under an ISA cap below it). Probed once. */
 int dnnl_util_bf16_kernels(void);
+
+/* The oneDNN level to set for the stoke cap `cap` and the value of ONEDNN_MAX_CPU_ISA
+ * (NULL: unset; case-insensitive; a name oneDNN 2.x does not know caps nothing): the
+ * largest oneDNN level within both, dnnl_cpu_isa_all when neither caps. Pure. */
+dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env);
 
 /* Turns a oneDNN status into a stoke status; records "oneDNN <what>: <status>" on
  * failure. */

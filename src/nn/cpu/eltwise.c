@@ -13,7 +13,7 @@
 #define BLK ((size_t)4096)
 
 /* The element-wise loops run as a static parallel loop over blocks, each block a
- * plain `omp simd` loop in its own CPU_CLONES function (eltwise.h). */
+ * plain `omp simd` loop in its own CPU_SIMD_KERNEL (simd.h). */
 #define FOR_BLOCKS(n, par_min, body)                                                   \
     do {                                                                               \
         size_t n_ = (n), nblk_ = (n_ + BLK - 1) / BLK;                                 \
@@ -25,14 +25,15 @@
         }                                                                              \
     } while (0)
 
-CPU_CLONES static void relu_fwd_span(float *out, const float *inp, size_t n) {
+CPU_SIMD_KERNEL(relu_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n)) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
     }
 }
 
-CPU_CLONES static void relu_bwd_span(float *dinp, const float *dout, const float *out, size_t n) {
+CPU_SIMD_KERNEL(relu_bwd_span, (float *dinp, const float *dout, const float *out, size_t n),
+                               (dinp, dout, out, n)) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float d = dout[i]; /* loaded unconditionally, so the select is branch-free */
@@ -48,8 +49,8 @@ static inline uint16_t relu_bf16(float x) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
 }
 
-CPU_CLONES static void relu_mask_span(float *g32, uint16_t *g16, const float *dout,
-                                      const float *out, size_t n) {
+CPU_SIMD_KERNEL(relu_mask_span, (float *g32, uint16_t *g16, const float *dout, const float *out,
+                                 size_t n), (g32, g16, dout, out, n)) {
     if (g16) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -96,7 +97,8 @@ static inline float normal_cdf(float x) {
     return cpu_select(x < 0.0f, q, 1.0f - q);
 }
 
-CPU_CLONES static void gelu_fwd_span(float *out, const float *inp, size_t n, int approx_tanh) {
+CPU_SIMD_KERNEL(gelu_fwd_span, (float *out, const float *inp, size_t n, int approx_tanh),
+                               (out, inp, n, approx_tanh)) {
     if (approx_tanh) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -113,8 +115,8 @@ CPU_CLONES static void gelu_fwd_span(float *out, const float *inp, size_t n, int
     }
 }
 
-CPU_CLONES static void gelu_bwd_span(float *dinp, const float *dout, const float *inp, size_t n,
-                                 int approx_tanh) {
+CPU_SIMD_KERNEL(gelu_bwd_span, (float *dinp, const float *dout, const float *inp, size_t n,
+                                int approx_tanh), (dinp, dout, inp, n, approx_tanh)) {
     if (approx_tanh) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -152,7 +154,7 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
     FOR_BLOCKS(n, PAR_MIN / 8, gelu_bwd_span(dinp + o, dout + o, inp + o, m, approx_tanh));
 }
 
-CPU_CLONES static void tanh_fwd_span(float *out, const float *inp, size_t n) {
+CPU_SIMD_KERNEL(tanh_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n)) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = cpu_fast_tanhf(inp[i]);
@@ -160,8 +162,8 @@ CPU_CLONES static void tanh_fwd_span(float *out, const float *inp, size_t n) {
 }
 
 /* d(1 - y^2) for tanh (sigmoid = 0), d y (1 - y) for sigmoid (sigmoid = 1) */
-CPU_CLONES static void tanh_sigmoid_bwd_span(float *dinp, const float *dout, const float *out,
-                                         size_t n, int sigmoid) {
+CPU_SIMD_KERNEL(tanh_sigmoid_bwd_span, (float *dinp, const float *dout, const float *out,
+                                        size_t n, int sigmoid), (dinp, dout, out, n, sigmoid)) {
     if (sigmoid) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -175,7 +177,7 @@ CPU_CLONES static void tanh_sigmoid_bwd_span(float *dinp, const float *dout, con
     }
 }
 
-CPU_CLONES static void sigmoid_fwd_span(float *out, const float *inp, size_t n) {
+CPU_SIMD_KERNEL(sigmoid_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n)) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = 1.0f / (1.0f + cpu_fast_expf(-inp[i]));
@@ -263,9 +265,9 @@ int cpu_dropout_keep(uint64_t seed, uint64_t step, size_t i, float p) {
 
 /* dst[i] (+)= src[i] * mask_i * scale over [begin, end), which lies inside one 2^32
  * block. */
-CPU_CLONES static void dropout_span(float *dst, const float *src, size_t begin, size_t end,
-                                dropout_key key, uint32_t thr, float scale,
-                                int accumulate) {
+CPU_SIMD_KERNEL(dropout_span, (float *dst, const float *src, size_t begin, size_t end,
+                               dropout_key key, uint32_t thr, float scale, int accumulate),
+                              (dst, src, begin, end, key, thr, scale, accumulate)) {
     if (accumulate) {
 #pragma omp simd
         for (size_t i = begin; i < end; i++) {
@@ -355,7 +357,8 @@ void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
 
 /* ---- softmax ---- */
 
-CPU_CLONES static void softmax_rows(float *out, const float *inp, int rows, int C) {
+CPU_SIMD_KERNEL(softmax_rows, (float *out, const float *inp, int rows, int C),
+                              (out, inp, rows, C)) {
     for (int r = 0; r < rows; r++)
         cpu_softmax_row(out + (size_t)r * C, inp + (size_t)r * C, C);
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "nn/cpu/simd.h"
 #include "stoke/core.h"
 
 /* Conventions (llm.c style): plain functions over fp32 buffers, `n` is an element
@@ -16,30 +17,13 @@
  * Each backward's comment names the forward buffer it reads, so the executor keeps
  * that one alive until the backward has run. Results do not depend on the thread
  * count (no cross-thread reductions); they may differ in the last bits between
- * machines with different vector units (see CPU_CLONES: lane counts change the
- * order of sums). Nothing here allocates, prints or fails, except embedding, which
+ * machines with different vector units or under different STOKE_MAX_CPU_ISA caps
+ * (see simd.h: lane counts change the order of sums, and the AVX-512 variant fuses
+ * multiply-adds). Nothing here allocates, prints or fails, except embedding, which
  * validates its indices. */
 
-/* A kernel's inner loops go in a function marked CPU_CLONES: on x86-64 it is also
- * compiled for AVX2 and AVX-512 and the best version is picked at load time
- * (target_clones), since the baseline target is SSE2 only. The exp-heavy loops are
- * compute-bound, so wider vectors pay: measured on one core against the SSE2
- * build, GELU 6x, tanh and sigmoid 3.5x, dropout 4x. */
-/* The dynamic loader runs the clones' ifunc resolvers before ThreadSanitizer's
- * runtime is up, and the instrumented resolvers crash there: a TSan build keeps the
- * baseline version only. */
-#if defined(__SANITIZE_THREAD__)
-#define STOKE_NO_CLONES 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define STOKE_NO_CLONES 1
-#endif
-#endif
-#if defined(__x86_64__) && !defined(STOKE_NO_CLONES)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CPU_CLONES
-#endif
+/* A kernel's inner loops go in a CPU_SIMD_KERNEL (simd.h): compiled for AVX-512F,
+ * AVX2 and the baseline, the one run chosen by the CPU and the STOKE_MAX_CPU_ISA cap. */
 
 /* ---- vectorizable math ----
  * libm's expf/erff/tanhf are scalar calls that stop the loops around them from
@@ -156,7 +140,7 @@ static inline float cpu_row_max(const float *x, int n) {
 }
 
 /* y = softmax(x) over n entries (y may be x): exp(x - max) normalized by its sum. Inline,
- * so each CPU_CLONES caller gets it in its own vector width. */
+ * so each CPU_SIMD_KERNEL caller gets it in its own vector width. */
 static inline void cpu_softmax_row(float *y, const float *x, int n) {
     float mx = cpu_row_max(x, n);
     float sum = 0.0f;

@@ -17,8 +17,8 @@
 #define PIECE 512
 
 /* sum x[i] and sum (x[i] - m)^2 over [0, n), added to *sum and *sq */
-CPU_CLONES static void sum_and_sq(const float *x, int n, float m, double *sum,
-                                  double *sq) {
+CPU_SIMD_KERNEL(sum_and_sq, (const float *x, int n, float m, double *sum, double *sq),
+                            (x, n, m, sum, sq)) {
     for (int i0 = 0; i0 < n; i0 += PIECE) {
         int i1 = i0 + PIECE < n ? i0 + PIECE : n;
         float s = 0.0f, q = 0.0f;
@@ -34,8 +34,8 @@ CPU_CLONES static void sum_and_sq(const float *x, int n, float m, double *sum,
 }
 
 /* sum dy[i], sum dy[i] (x[i] - m) r over [0, n) */
-CPU_CLONES static void sum_dy_dyx(const float *dy, const float *x, int n, float m,
-                                  float r, double *sdy, double *sdyx) {
+CPU_SIMD_KERNEL(sum_dy_dyx, (const float *dy, const float *x, int n, float m, float r,
+                             double *sdy, double *sdyx), (dy, x, n, m, r, sdy, sdyx)) {
     for (int i0 = 0; i0 < n; i0 += PIECE) {
         int i1 = i0 + PIECE < n ? i0 + PIECE : n;
         float a = 0.0f, b = 0.0f;
@@ -59,8 +59,8 @@ CPU_CLONES static void sum_dy_dyx(const float *dy, const float *x, int n, float 
 
 /* Batch statistics of the columns [0, w) (row stride C): fp32 mean mf, and the
  * exact-mean-corrected sum of squared deviations ss, as the general path. */
-CPU_CLONES static void bn1d_stats(const float *inp, int B, int C, int w, float *mf,
-                                  double *m, double *ss) {
+CPU_SIMD_KERNEL(bn1d_stats, (const float *inp, int B, int C, int w, float *mf, double *m,
+                             double *ss), (inp, B, C, w, mf, m, ss)) {
     double s0[COLS] = {0}, s1[COLS] = {0}, q[COLS] = {0};
     for (int b0 = 0; b0 < B; b0 += PIECE) {
         int b1 = b0 + PIECE < B ? b0 + PIECE : B;
@@ -103,8 +103,8 @@ CPU_CLONES static void bn1d_stats(const float *inp, int B, int C, int w, float *
 }
 
 /* y = x a + sh per column, over B rows */
-CPU_CLONES static void bn1d_apply(float *out, const float *inp, int B, int C, int w,
-                                  const float *a, const float *sh) {
+CPU_SIMD_KERNEL(bn1d_apply, (float *out, const float *inp, int B, int C, int w, const float *a,
+                             const float *sh), (out, inp, B, C, w, a, sh)) {
     for (int b = 0; b < B; b++) {
         const float *x = inp + (size_t)b * C;
         float *y = out + (size_t)b * C;
@@ -116,9 +116,9 @@ CPU_CLONES static void bn1d_apply(float *out, const float *inp, int B, int C, in
 }
 
 /* sum dy and sum dy xhat per column */
-CPU_CLONES static void bn1d_grad_sums(const float *dout, const float *inp, int B, int C,
-                                      int w, const float *mean, const float *rstd,
-                                      double *sdy, double *sdyx) {
+CPU_SIMD_KERNEL(bn1d_grad_sums, (const float *dout, const float *inp, int B, int C, int w,
+                                 const float *mean, const float *rstd, double *sdy,
+                                 double *sdyx), (dout, inp, B, C, w, mean, rstd, sdy, sdyx)) {
     for (int c = 0; c < w; c++) {
         sdy[c] = 0.0;
         sdyx[c] = 0.0;
@@ -143,9 +143,10 @@ CPU_CLONES static void bn1d_grad_sums(const float *dout, const float *inp, int B
 }
 
 /* dx += k (dy - mdy - xhat mdyx) per column (eval: mdy = mdyx = 0) */
-CPU_CLONES static void bn1d_dinp(float *dinp, const float *dout, const float *inp, int B,
-                                 int C, int w, const float *mean, const float *rstd,
-                                 const float *k, const float *mdy, const float *mdyx) {
+CPU_SIMD_KERNEL(bn1d_dinp, (float *dinp, const float *dout, const float *inp, int B, int C,
+                            int w, const float *mean, const float *rstd, const float *k,
+                            const float *mdy, const float *mdyx),
+                           (dinp, dout, inp, B, C, w, mean, rstd, k, mdy, mdyx)) {
     for (int b = 0; b < B; b++) {
         const float *x = inp + (size_t)b * C;
         const float *dy = dout + (size_t)b * C;
@@ -364,9 +365,10 @@ static int rows_per_block(int C) {
     return 4096 / C + 1;
 }
 
-CPU_CLONES static void layernorm_rows(float *out, float *save_mean, float *save_rstd,
-                                      const float *inp, const float *weight,
-                                      const float *bias, int rows, int C, float eps) {
+CPU_SIMD_KERNEL(layernorm_rows, (float *out, float *save_mean, float *save_rstd,
+                                 const float *inp, const float *weight, const float *bias,
+                                 int rows, int C, float eps),
+                                (out, save_mean, save_rstd, inp, weight, bias, rows, C, eps)) {
     for (int n = 0; n < rows; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -414,10 +416,10 @@ void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
     }
 }
 
-CPU_CLONES static void layernorm_rows_backward(float *dinp, const float *dout,
-                                               const float *inp, const float *weight,
-                                               const float *save_mean,
-                                               const float *save_rstd, int rows, int C) {
+CPU_SIMD_KERNEL(layernorm_rows_backward, (float *dinp, const float *dout, const float *inp,
+                                          const float *weight, const float *save_mean,
+                                          const float *save_rstd, int rows, int C),
+                                         (dinp, dout, inp, weight, save_mean, save_rstd, rows, C)) {
     for (int n = 0; n < rows; n++) {
         const float *x = inp + (size_t)n * C;
         const float *dy = dout + (size_t)n * C;
@@ -442,9 +444,10 @@ CPU_CLONES static void layernorm_rows_backward(float *dinp, const float *dout,
 
 /* dw[0, w) = sum_n dout[n] xhat[n], db[0, w) = sum_n dout[n] over the columns
  * [0, w) of the row stride C, rows in order. */
-CPU_CLONES static void layernorm_param_block(float *dw, float *db, const float *dout,
-                                             const float *inp, const float *save_mean,
-                                             const float *save_rstd, int N, int C, int w) {
+CPU_SIMD_KERNEL(layernorm_param_block, (float *dw, float *db, const float *dout,
+                                        const float *inp, const float *save_mean,
+                                        const float *save_rstd, int N, int C, int w),
+                                       (dw, db, dout, inp, save_mean, save_rstd, N, C, w)) {
     for (int c = 0; c < w; c++) {
         dw[c] = 0.0f;
         db[c] = 0.0f;
