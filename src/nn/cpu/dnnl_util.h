@@ -16,8 +16,9 @@
  * Returns STOKE_ERR_UNAVAILABLE (message recorded) if oneDNN cannot create them. */
 stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream);
 
-/* Turns a oneDNN status into a stoke status; records "oneDNN <what>: <status>" on
- * failure. */
+/* Turns a oneDNN status into a stoke status (unimplemented: STOKE_ERR_UNAVAILABLE,
+ * out of memory: STOKE_ERR_NOMEM, others STOKE_ERR_ARG); records "oneDNN <what>:
+ * <status>" on failure. */
 stoke_status dnnl_util_check(dnnl_status_t st, const char *what);
 
 /* Finds the cache value stored under the key bytes (callers memset their key structs,
