@@ -446,9 +446,9 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     r->known = true;
     uint32_t s = m->cpu.simd;
     if (s & STOKE_SIMD_AMX_BF16) {
-        /* Measured on a 2-core AMX machine (docs/train-bench.md): the reference CNN and
-         * the MLP train about 2x faster in bf16 than in fp32 and end within 0.5 points
-         * of fp32's test accuracy. */
+        /* Measured on the 2-core Sapphire Rapids machine (docs/train-bench.md): the
+         * reference CNN and the MLP train about 2x faster in bf16 than in fp32 and end
+         * within 0.5 points of fp32's test accuracy. */
         snprintf(r->text, sizeof r->text, "bf16");
         say(r->reason, sizeof r->reason,
             "CPU-only with AMX-BF16: bf16 matmuls and convolutions on AMX tiles with fp32 "
