@@ -168,7 +168,7 @@ def main():
     print(f"  {'':34} {'1 thread':>17} {'2 threads':>17}")
     for n, label in (("openblas_sgemm", "OpenBLAS cblas_sgemm"), ("torch_mm", "torch.mm (OpenBLAS)"),
                      ("dnnl_sgemm", "oneDNN dnnl_sgemm"), ("dnnl_matmul_f32", "oneDNN matmul fp32"),
-                     ("dnnl_matmul_bf16", "oneDNN matmul bf16 (AMX)")):
+                     ("dnnl_matmul_bf16", "oneDNN matmul bf16")):
         cells = []
         for t in (1, 2):
             cells.append(f"{fmt(num(v, f'peak_{n}_set_t{t}'), '{:.0f}')} / "
