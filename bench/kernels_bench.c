@@ -13,6 +13,8 @@
 #include "nn/cpu/dense.h"
 #include "nn/cpu/eltwise.h"
 #include "stoke/core.h"
+#include "stoke/hw.h"
+#include "stoke/tune.h"
 
 static float *frand(size_t n) {
     float *p = malloc(n * sizeof *p);
@@ -383,9 +385,26 @@ static void run(int threads) {
     bench_pool((cpu_pool2d_shape){128, 64, 14, 14, 2, 2, 2, 2, 0, 0}, "maxpool 128x64x14x14");
 }
 
-int main(int argc, char **argv) {
+/* The "openblas" rows run whatever kernels OpenBLAS loaded; say which, and whether they
+ * are a fallback far below this CPU, so a slow row is not read as OpenBLAS's best. */
+static void print_openblas(void) {
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
+    stoke_openblas_info ob;
+    stoke_cpu_info cpu;
+    stoke_openblas_probe(&ob);
+    if (stoke_cpu_probe(NULL, &cpu) != STOKE_OK)
+        cpu.simd = 0;
+    stoke_blas_check c;
+    stoke_openblas_check(ob.core, cpu.simd | cpu.simd_hidden, &c);
+    printf("OpenBLAS core %s: %s\n", ob.core[0] ? ob.core : "(none)",
+           stoke_blas_fit_name(c.fit));
+    if (c.fit != STOKE_BLAS_FIT_MATCH)
+        printf("  %s\n", c.reason);
+}
+
+int main(int argc, char **argv) {
+    print_openblas();
     int nthreads = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-f") == 0 && i + 1 < argc)

@@ -12,7 +12,9 @@
 #
 # OPENBLAS_CORETYPE: "set" is the machine's value (Haswell when this shell has none: the
 # value these machines' environment carries); it is changed for PyTorch's and the peak
-# driver's commands only. stoke runs in the caller's environment, unchanged.
+# driver's commands only. stoke runs in the caller's environment, unchanged (its training
+# does not use OpenBLAS). The report names the OpenBLAS kernels PyTorch ran on in each
+# case and warns when they are a fallback far below the CPU (`stoke probe` judges them).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 quick=0
@@ -56,6 +58,15 @@ torch() { "$py" "$here/train_torch.py" "$@" 2>/dev/null; }
     echo "target_cnn 0.90"
     echo "target_mlp 0.88"
 } >>"$out"
+
+# The OpenBLAS kernels PyTorch runs on, set and unset: a fallback core far below this CPU
+# (Debian's OpenBLAS on a CPU model it does not know) would make the comparison one
+# against a crippled peer, and the report says so.
+for w in set unset; do
+    run_ct $w "$py" "$here/train_torch.py" blas --stoke "$stoke" 2>/dev/null |
+        sed -n "s/^peer_openblas /peer_openblas_$w /p" >>"$out"
+done
+note "PyTorch's OpenBLAS kernels: $(sed -n 's/^peer_openblas_//p' "$out" | tr '\n' ';')"
 
 # The peaks, measured at the start and again at the end (the report keeps the best of
 # the two: a shared machine's other jobs lower a measurement, never raise it).

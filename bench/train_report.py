@@ -23,6 +23,8 @@
 #       stoke_epoch_<model>_<prec>_<epoch> "seconds accuracy"
 #   flops_fwd_<model> FLOPs of one sample's forward pass
 #   target_<model> the test accuracy the time-to-target runs stop at
+#   peer_openblas_<set|unset> "CORE FIT [OPENBLAS_CORETYPE=...]": the OpenBLAS kernels
+#       PyTorch ran on, FIT as `stoke probe` judges them (match, below, fallback, ...)
 #   missing_<n> text: what stoke lacked for a measurement
 import math
 import re
@@ -67,6 +69,22 @@ def cfg_text(tag):
     if bf16:
         s += ", autocast bf16"
     return s + (", OPENBLAS_CORETYPE set" if ct == "set" else ", OPENBLAS_CORETYPE unset")
+
+
+def peer_core(v, ct):
+    """(core, fit, advice) of PyTorch's OpenBLAS with OPENBLAS_CORETYPE set or unset."""
+    parts = v.get(f"peer_openblas_{ct}", "").split()
+    return tuple((parts + ["?", "unknown", ""][len(parts):])[:3])
+
+
+def fallback_warning(v, tag):
+    """A warning when a PyTorch configuration ran on a fallback OpenBLAS core, or ""."""
+    ct = "set" if tag.endswith("_set") else "unset"
+    core, fit, advice = peer_core(v, ct)
+    if fit != "fallback":
+        return ""
+    return (f"WARNING: this ran on OpenBLAS's {core} kernels, a fallback far below this CPU: "
+            f"a crippled peer, not PyTorch at its best ({advice} would fix it)")
 
 
 def threads_of(tag):
@@ -150,7 +168,7 @@ def main():
     print(f"  {'':34} {'1 thread':>17} {'2 threads':>17}")
     for n, label in (("openblas_sgemm", "OpenBLAS cblas_sgemm"), ("torch_mm", "torch.mm (OpenBLAS)"),
                      ("dnnl_sgemm", "oneDNN dnnl_sgemm"), ("dnnl_matmul_f32", "oneDNN matmul fp32"),
-                     ("dnnl_matmul_bf16", "oneDNN matmul bf16 (AMX)")):
+                     ("dnnl_matmul_bf16", "oneDNN matmul bf16")):
         cells = []
         for t in (1, 2):
             cells.append(f"{fmt(num(v, f'peak_{n}_set_t{t}'), '{:.0f}')} / "
@@ -160,6 +178,14 @@ def main():
           f"{fmt(peak(v, 2), '{:.0f}'):>17}")
     print(f"  {'best bf16':34} {fmt(peak(v, 1, True), '{:.0f}'):>17} "
           f"{fmt(peak(v, 2, True), '{:.0f}'):>17}")
+    cores = {ct: peer_core(v, ct) for ct in ("set", "unset")}
+    print("PyTorch's OpenBLAS kernels: " + ", ".join(
+        f"OPENBLAS_CORETYPE {ct} -> {c[0]} ({c[1]})" for ct, c in cores.items()))
+    for ct, (core, fit, advice) in cores.items():
+        if fit == "fallback":
+            print(f"  WARNING: with OPENBLAS_CORETYPE {ct}, OpenBLAS ran its {core} kernels, a "
+                  f"fallback far below this CPU ({advice} fixes it): the OpenBLAS and torch.mm "
+                  f"'{ct}' peaks and PyTorch's '{ct}' configurations are crippled")
 
     for model in ("cnn", "mlp"):
         b = BATCH[model]
@@ -174,7 +200,7 @@ def main():
               f"{fmt(train_flops * b / 1e9, '{:.2f}')} GFLOP per step")
         print(f"  {'':44} {'samples/s':>10} {'x PyTorch':>9} {'% peak':>7} {'to ' + fmt(100 * target, '{:.0f}') + '% (s)':>11} {'x PyTorch':>9}")
 
-        def row(label, rate, tag, cores, to90, ref_rate, ref_to90):
+        def row(label, rate, tag, cores, to90, ref_rate, ref_to90, warn=""):
             pk = peak(v, cores)  # bf16 rows too: the fraction of the fp32 SGEMM peak
             frac = 100 * rate * train_flops / 1e9 / pk if not math.isnan(rate) else math.nan
             # time ratio: PyTorch's time / stoke's, so > 1 means stoke is faster
@@ -183,12 +209,16 @@ def main():
                   f"{fmt(ratio(ref_to90, to90), '{:.2f}'):>9}")
             if tag:
                 print(f"    ({tag})")
+            if warn:
+                print(f"    {warn}")
 
         t90_32 = num(v, f"torch_to90_{model}_fp32")
         t90_bf = num(v, f"torch_to90_{model}_bf16")
-        row("PyTorch best fp32", tf32, cfg_text(tcfg32), threads_of(tcfg32), t90_32, tf32, t90_32)
+        row("PyTorch best fp32", tf32, cfg_text(tcfg32), threads_of(tcfg32), t90_32, tf32, t90_32,
+            fallback_warning(v, tcfg32))
         if not math.isnan(tbf):
-            row("PyTorch best bf16 autocast", tbf, cfg_text(tcfgbf), threads_of(tcfgbf), t90_bf, tf32, t90_32)
+            row("PyTorch best bf16 autocast", tbf, cfg_text(tcfgbf), threads_of(tcfgbf), t90_bf, tf32,
+                t90_32, fallback_warning(v, tcfgbf))
         s90_32 = num(v, f"stoke_to90_{model}_fp32")
         s90_bf = num(v, f"stoke_to90_{model}_bf16")
         row("stoke fp32", s32, f"--threads {scfg32[1:]}" if scfg32 else "", int(scfg32[1:] or 2),

@@ -13,6 +13,9 @@
 #       ignores torch.set_num_threads: Debian's torch links libopenblas0-pthread), and for
 #       the CNN NCHW or channels_last. Warm-up steps, then R windows of N steps; the best
 #       window is printed ("speed_cnn_t2_b2_cl1 samples/s").
+#   train_torch.py blas
+#       the OpenBLAS core torch loaded and whether it is a fallback far below this CPU:
+#       "peer_openblas CORE FIT [OPENBLAS_CORETYPE=...]" (FIT as `stoke probe` judges it).
 #   train_torch.py to90 MODEL --threads T --blas-threads B [--channels-last] [--lr LR]
 #                        [--max-epochs E] [--target A]
 #       trains from a seeded initialization, evaluates on the 10,000 test images after
@@ -21,12 +24,20 @@
 #       accuracy >= A (default 0.90), or "to90_seconds nan" if E epochs never reach it.
 #
 # OPENBLAS_CORETYPE is read by OpenBLAS when it loads, so bench/train_bench.sh runs this
-# script once with the machine's value and once without it.
+# script once with the machine's value and once without it. Debian's OpenBLAS picks its
+# kernels by CPU model and falls back to SSE3 ones (Prescott) on models it does not
+# know, which would make this peer several times slower than it can be: every command
+# first prints the core and its fit (`stoke probe --json`, run in the same environment,
+# judges it; --stoke names the binary, default out/release/stoke) and warns on stderr
+# when the core is a fallback.
 import argparse
 import ctypes
 import gzip
+import json
 import math
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -88,6 +99,22 @@ def openblas():
     lib = ctypes.CDLL(sorted(paths)[0])
     lib.openblas_get_corename.restype = ctypes.c_char_p
     return lib
+
+
+def core_fit(core, stoke):
+    """(fit, advice, reason) of the OpenBLAS core torch loaded, as `stoke probe` judges
+    it: stoke links the same library, so in the same environment it loads the same core
+    (checked: a different core is reported as unjudged rather than guessed)."""
+    try:
+        out = subprocess.run([stoke, "probe", "--json"], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+        o = json.loads(out).get("openblas", {})
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        return "unknown", "", f"no `{stoke} probe --json` to judge it ({e.__class__.__name__})"
+    if o.get("core") != core:
+        return "unknown", "", f"stoke's OpenBLAS loaded {o.get('core')}, torch's {core}"
+    advice = f"OPENBLAS_CORETYPE={o['coretype']}" if o.get("coretype") else ""
+    return o.get("fit", "unknown"), advice, o.get("reason", "")
 
 
 def set_threads(blas, threads, blas_threads):
@@ -215,7 +242,7 @@ def sgemm(args, blas):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=("sgemm", "speed", "to90"))
+    p.add_argument("command", choices=("sgemm", "speed", "to90", "blas"))
     p.add_argument("model", nargs="?", choices=("cnn", "mlp"))
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
@@ -228,13 +255,23 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-epochs", type=int, default=10)
     p.add_argument("--target", type=float, default=0.90)
+    p.add_argument("--stoke", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                   "..", "out", "release", "stoke"),
+                   help="the stoke binary whose probe judges OpenBLAS's core")
     args = p.parse_args()
-    if args.command != "sgemm" and args.model is None:
+    if args.command not in ("sgemm", "blas") and args.model is None:
         p.error("MODEL (cnn or mlp) is required")
     blas = openblas()
     core = blas.openblas_get_corename().decode() if blas is not None else "none"
-    print(f"# torch {torch.__version__}, OpenBLAS core {core}, "
+    fit, advice, why = core_fit(core, args.stoke) if blas is not None else ("unknown", "", "")
+    print(f"# torch {torch.__version__}, OpenBLAS core {core} ({fit}), "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
+    if fit == "fallback":
+        print(f"warning: this PyTorch runs on a fallback OpenBLAS core, far below its best: "
+              f"{why}", file=sys.stderr, flush=True)
+    if args.command == "blas":
+        print(f"peer_openblas {core} {fit} {advice}".rstrip())
+        return
     {"sgemm": sgemm, "speed": speed, "to90": to90}[args.command](args, blas)
 
 

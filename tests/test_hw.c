@@ -1,5 +1,6 @@
 /* test_hw.c - CPU, memory and storage probes on recorded trees and on this machine;
- * PCI bus id matching; the whole-machine probe without a GPU library. */
+ * PCI bus id matching; the whole-machine probe (OpenBLAS's core included) without a
+ * GPU library. */
 #include "check.h"
 #include "core/isa.h"
 #include "hw/disk_impl.h"
@@ -334,6 +335,10 @@ static void test_machine_without_gpu(void)
     CHECK(!m.have_disk);
     CHECK(m.cpu.logical_cpus >= 1);
     CHECK(m.mem.total_bytes > 0);
+    /* The linked OpenBLAS names its core and build (the core's fit is test_tune's). */
+    CHECK(m.openblas.valid);
+    CHECK(m.openblas.core[0] != '\0');
+    CHECK_STR_CONTAINS(m.openblas.config, "OpenBLAS");
 
     CHECK_INT_EQ(stoke_machine_probe(&m, "/dev/shm"), STOKE_OK);
     CHECK(m.have_disk);

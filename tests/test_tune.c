@@ -1,6 +1,7 @@
 /* test_tune.c - recommendations and peak FLOP/s for machines built in C: an H100, an
  * RTX 3090 beside a V100, GPUs with missing readings, and CPU-only boxes; the CPU
- * precision rule on the recorded CPU classes CI runs on, capped and not. */
+ * precision rule on the recorded CPU classes CI runs on, capped and not; OpenBLAS's
+ * core judged against every CPU class. */
 #include "check.h"
 #include "stoke/tune.h"
 
@@ -311,6 +312,130 @@ static void test_cpu_classes(void)
     CHECK_INT_EQ(machine.cpu.simd_hidden, 0);
 }
 
+/* OpenBLAS's core against CPU classes no test machine has: each row a core name as
+ * openblas_get_corename() gives it and a CPU's flags. */
+static void test_openblas_check(void)
+{
+    const uint32_t sse = STOKE_SIMD_SSE42, avx = sse | STOKE_SIMD_AVX,
+                   avx2 = avx | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA | STOKE_SIMD_F16C,
+                   /* Emerald Rapids under a hypervisor that hides AVX512-BF16 and AMX */
+        avx512 = avx2 | STOKE_SIMD_AVX512F | STOKE_SIMD_AVX512BW | STOKE_SIMD_AVX512VL |
+                 STOKE_SIMD_AVX512_VNNI,
+                   zen4 = avx512 | STOKE_SIMD_AVX512_BF16,
+                   knl = avx2 | STOKE_SIMD_AVX512F; /* Xeon Phi: no AVX-512 BW, VL */
+    static const struct {
+        const char *core;
+        uint32_t simd;
+        stoke_blas_fit fit;
+        const char *coretype, *core_isa, *cpu_isa;
+    } rows[] = {
+        {"Prescott", avx512, STOKE_BLAS_FIT_FALLBACK, "SkylakeX", "SSE3", "AVX-512"},
+        {"SkylakeX", avx512, STOKE_BLAS_FIT_MATCH, NULL, "AVX-512", "AVX-512"},
+        {"Cooperlake", zen4, STOKE_BLAS_FIT_MATCH, NULL, "AVX-512", "AVX-512"},
+        {"Haswell", zen4, STOKE_BLAS_FIT_BELOW, "SkylakeX", "AVX2", "AVX-512"},
+        {"Zen", avx512, STOKE_BLAS_FIT_BELOW, "SkylakeX", "AVX2", "AVX-512"},
+        {"Sandybridge", avx512, STOKE_BLAS_FIT_FALLBACK, "SkylakeX", "AVX", "AVX-512"},
+        {"Haswell", avx2, STOKE_BLAS_FIT_MATCH, NULL, "AVX2", "AVX2+FMA"},
+        {"HASWELL", avx2, STOKE_BLAS_FIT_MATCH, NULL, "AVX2", "AVX2+FMA"}, /* any case */
+        {"Zen", avx2, STOKE_BLAS_FIT_MATCH, NULL, "AVX2", "AVX2+FMA"},
+        {"Core2", avx2, STOKE_BLAS_FIT_FALLBACK, "Haswell", "SSSE3", "AVX2+FMA"},
+        {"Nehalem", avx2, STOKE_BLAS_FIT_FALLBACK, "Haswell", "SSE4.2", "AVX2+FMA"},
+        {"Sandybridge", avx2, STOKE_BLAS_FIT_FALLBACK, "Haswell", "AVX", "AVX2+FMA"},
+        {"Piledriver", avx2, STOKE_BLAS_FIT_FALLBACK, "Haswell", "AVX+FMA", "AVX2+FMA"},
+        {"generic", avx2, STOKE_BLAS_FIT_FALLBACK, "Haswell", "plain C", "AVX2+FMA"},
+        {"SkylakeX", avx2, STOKE_BLAS_FIT_ABOVE, "Haswell", "AVX-512", "AVX2+FMA"},
+        {"Haswell", knl, STOKE_BLAS_FIT_MATCH, NULL, "AVX2", "AVX2+FMA"},
+        {"SkylakeX", knl, STOKE_BLAS_FIT_ABOVE, "Haswell", "AVX-512", "AVX2+FMA"},
+        {"Sandybridge", avx, STOKE_BLAS_FIT_MATCH, NULL, "AVX", "AVX"},
+        {"Prescott", avx, STOKE_BLAS_FIT_FALLBACK, "Sandybridge", "SSE3", "AVX"},
+        {"Haswell", avx, STOKE_BLAS_FIT_ABOVE, "Sandybridge", "AVX2", "AVX"},
+        {"Nehalem", sse, STOKE_BLAS_FIT_MATCH, NULL, "SSE4.2", "SSE4.2"},
+        {"Prescott", sse, STOKE_BLAS_FIT_MATCH, NULL, "SSE3", "SSE4.2"},
+        {"Sandybridge", sse, STOKE_BLAS_FIT_ABOVE, "Nehalem", "AVX", "SSE4.2"},
+        {"NEOVERSEN1", 0, STOKE_BLAS_FIT_UNKNOWN, NULL, NULL, NULL}, /* arm64 */
+        {"Unknown", avx2, STOKE_BLAS_FIT_UNKNOWN, NULL, NULL, "AVX2+FMA"},
+        {"Prescott", 0, STOKE_BLAS_FIT_UNKNOWN, NULL, "SSE3", NULL},
+        {"", avx2, STOKE_BLAS_FIT_UNKNOWN, NULL, NULL, "AVX2+FMA"},
+        {NULL, avx2, STOKE_BLAS_FIT_UNKNOWN, NULL, NULL, "AVX2+FMA"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        stoke_blas_check c;
+        const char *core = rows[i].core ? rows[i].core : "(null)";
+        stoke_blas_fit fit = stoke_openblas_check(rows[i].core, rows[i].simd, &c);
+        CHECK_MSG(fit == rows[i].fit && c.fit == fit, "%s on %#x: %s, want %s", core,
+                  (unsigned)rows[i].simd, stoke_blas_fit_name(fit),
+                  stoke_blas_fit_name(rows[i].fit));
+#define SAME(got, want)                                                                  \
+    CHECK_MSG((got) == (want) || ((got) && (want) && strcmp((got), (want)) == 0),          \
+              "%s on %#x: " #got " %s, want %s", core, (unsigned)rows[i].simd,            \
+              (got) ? (got) : "NULL", (want) ? (want) : "NULL")
+        SAME(c.coretype, rows[i].coretype);
+        SAME(c.core_isa, rows[i].core_isa);
+        SAME(c.cpu_isa, rows[i].cpu_isa);
+#undef SAME
+        if (fit == STOKE_BLAS_FIT_UNKNOWN)
+            CHECK_STR_CONTAINS(c.reason, "unknown: ");
+        else
+            CHECK_STR_CONTAINS(c.reason, core);
+        if (c.coretype) {
+            char set[64];
+            snprintf(set, sizeof set, "OPENBLAS_CORETYPE=%s", c.coretype);
+            CHECK_STR_CONTAINS(c.reason, set);
+        }
+    }
+    stoke_blas_check c;
+    stoke_openblas_check("Prescott", avx512, &c);
+    CHECK_STR_CONTAINS(c.reason, "fallback far below");
+    stoke_openblas_check("SkylakeX", avx2, &c);
+    CHECK_STR_CONTAINS(c.reason, "illegal instruction");
+    stoke_openblas_check("NEOVERSEN1", 0, &c);
+    CHECK_STR_CONTAINS(c.reason, "not one of the x86-64 cores");
+    stoke_openblas_check("Prescott", 0, &c);
+    CHECK_STR_CONTAINS(c.reason, "no SSE4.2 or wider");
+    CHECK_STR_EQ(stoke_blas_fit_name(STOKE_BLAS_FIT_MATCH), "match");
+    CHECK_STR_EQ(stoke_blas_fit_name(STOKE_BLAS_FIT_BELOW), "below");
+    CHECK_STR_EQ(stoke_blas_fit_name(STOKE_BLAS_FIT_FALLBACK), "fallback");
+    CHECK_STR_EQ(stoke_blas_fit_name(STOKE_BLAS_FIT_ABOVE), "above");
+    CHECK_STR_EQ(stoke_blas_fit_name(STOKE_BLAS_FIT_UNKNOWN), "unknown");
+}
+
+/* The recommendation follows the check: only when there is a core to set. */
+static void test_openblas_rule(void)
+{
+    /* The machine: Emerald Rapids, BF16 and AMX hidden, Debian's OpenBLAS. */
+    uint32_t simd = STOKE_SIMD_SSE42 | STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA |
+                    STOKE_SIMD_AVX512F | STOKE_SIMD_AVX512BW | STOKE_SIMD_AVX512VL;
+    cpu_box(&machine, 2, 2, 2100, simd);
+    machine.openblas.valid = true;
+    snprintf(machine.openblas.core, sizeof machine.openblas.core, "Prescott");
+    stoke_recommend(&machine, &recs);
+    const stoke_rec *r = rec("openblas_coretype", STOKE_TUNE_CPU);
+    CHECK(r->known && r->type == STOKE_REC_TEXT);
+    CHECK_STR_EQ(r->text, "SkylakeX");
+    CHECK_STR_CONTAINS(r->reason, "Prescott kernels (SSE3) on a CPU with AVX-512");
+    CHECK_STR_CONTAINS(r->reason, "stoke's training does not use OpenBLAS"); /* whole */
+
+    snprintf(machine.openblas.core, sizeof machine.openblas.core, "SkylakeX");
+    stoke_recommend(&machine, &recs);
+    CHECK(stoke_recs_find(&recs, "openblas_coretype", STOKE_TUNE_CPU) == NULL);
+
+    snprintf(machine.openblas.core, sizeof machine.openblas.core, "Haswell");
+    stoke_recommend(&machine, &recs);
+    CHECK_STR_EQ(rec("openblas_coretype", STOKE_TUNE_CPU)->text, "SkylakeX");
+
+    /* The longest names still fit the whole reason. */
+    machine.cpu.simd = STOKE_SIMD_SSE42 | STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA;
+    snprintf(machine.openblas.core, sizeof machine.openblas.core, "Opteron_SSE3");
+    stoke_recommend(&machine, &recs);
+    r = rec("openblas_coretype", STOKE_TUNE_CPU);
+    CHECK_STR_EQ(r->text, "Haswell");
+    CHECK_STR_CONTAINS(r->reason, "stoke's training does not use OpenBLAS");
+
+    machine.openblas.valid = false; /* no answer from the library: nothing to say */
+    stoke_recommend(&machine, &recs);
+    CHECK(stoke_recs_find(&recs, "openblas_coretype", STOKE_TUNE_CPU) == NULL);
+}
+
 int main(void)
 {
     test_h100();
@@ -319,5 +444,7 @@ int main(void)
     test_cpu_only_amx();
     test_cpu_only_avx2();
     test_cpu_classes();
+    test_openblas_check();
+    test_openblas_rule();
     return CHECK_DONE();
 }

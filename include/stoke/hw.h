@@ -75,6 +75,23 @@ typedef struct stoke_mem_info {
 /* Reads /proc/meminfo (under `root`, as above). */
 stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out);
 
+/* ---- The BLAS library ----------------------------------------------------------- */
+
+/* The OpenBLAS linked into this process, as it describes itself. OpenBLAS chooses its
+ * kernels (its "core") once, when it is loaded: in DYNAMIC_ARCH builds such as
+ * Debian's by the CPU's family and model, unless OPENBLAS_CORETYPE names one. Other
+ * programs that load the same library in the same environment (numpy, Debian's
+ * torch) get the same core. stoke_openblas_check (tune.h) judges it. */
+typedef struct stoke_openblas_info {
+    bool valid;       /* false when the library reported no core */
+    char core[32];    /* openblas_get_corename(): "Haswell", "SkylakeX", "Prescott", ... */
+    char config[192]; /* openblas_get_config(): version and build options */
+} stoke_openblas_info;
+
+/* Asks the linked OpenBLAS for its core and build configuration. Can't fail; an
+ * empty answer leaves valid false. */
+void stoke_openblas_probe(stoke_openblas_info *out);
+
 /* ---- Storage under a path ----------------------------------------------------- */
 
 typedef enum stoke_disk_kind {
@@ -222,6 +239,7 @@ bool stoke_pci_bus_id_equal(const char *a, const char *b);
 
 typedef struct stoke_machine {
     stoke_cpu_info cpu;
+    stoke_openblas_info openblas; /* the BLAS library this process loaded */
     stoke_mem_info mem;
     bool have_disk;               /* a data path was given and probed */
     char data_path[512];

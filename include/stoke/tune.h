@@ -1,6 +1,6 @@
 /* tune.h - what stoke will do with a machine: recommendations derived from its probed
- * facts (precision, TF32, loader workers, pinned memory, prefetch depth, peak FLOP/s),
- * each with the reason it was made. */
+ * facts (precision, TF32, loader workers, pinned memory, prefetch depth, peak FLOP/s,
+ * OpenBLAS's kernels), each with the reason it was made. */
 #ifndef STOKE_TUNE_H
 #define STOKE_TUNE_H
 
@@ -61,6 +61,36 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
  * SIMD level; `bf16` selects the AMX-BF16 / AVX512-BF16 rate. */
 bool stoke_cpu_peak_flops(const stoke_cpu_info *cpu, bool bf16, double *flops, char *why,
                           size_t why_size);
+
+/* How the kernels OpenBLAS loaded compare with the CPU's vector units. */
+typedef enum stoke_blas_fit {
+    STOKE_BLAS_FIT_UNKNOWN = 0, /* the core or the CPU's level is not in the table */
+    STOKE_BLAS_FIT_MATCH,       /* the core uses the widest vectors the CPU has */
+    STOKE_BLAS_FIT_BELOW,       /* AVX2 kernels on an AVX-512 CPU: slower, not crippled */
+    STOKE_BLAS_FIT_FALLBACK,    /* far below: plain C, SSE-class or AVX-without-AVX2
+                                 * kernels on a CPU with more (AVX2 or AVX-512, say) */
+    STOKE_BLAS_FIT_ABOVE,       /* needs instructions the CPU lacks: GEMMs would fault */
+} stoke_blas_fit;
+
+typedef struct stoke_blas_check {
+    stoke_blas_fit fit;
+    const char *core_isa; /* static: the core's kernels' ISA ("SSE3", "AVX2", "AVX-512"),
+                           * NULL if the core is not in the table */
+    const char *cpu_isa;  /* static: the widest the CPU offers OpenBLAS, NULL if unknown */
+    const char *coretype; /* static: the OPENBLAS_CORETYPE to set when fit is BELOW,
+                           * FALLBACK or ABOVE; NULL otherwise */
+    char reason[320];     /* the facts the verdict came from, and the advice */
+} stoke_blas_check;
+
+/* Judges an OpenBLAS core name (as openblas_get_corename() returns it; any case)
+ * against the CPU's STOKE_SIMD_* bits, from a table of OpenBLAS's x86-64 cores: a
+ * pure function, so every CPU class is testable anywhere. Fills *out and returns its
+ * fit. An empty or unlisted core (other architectures) or a CPU without SSE4.2 in
+ * its flags is UNKNOWN, with the reason. Can't fail. */
+stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_check *out);
+
+/* "unknown", "match", "below", "fallback", "above". */
+const char *stoke_blas_fit_name(stoke_blas_fit fit);
 
 #ifdef __cplusplus
 }

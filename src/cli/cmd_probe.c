@@ -13,8 +13,9 @@ void cmd_probe_usage(void)
 {
     puts("usage: stoke probe [--data PATH] [--json]\n"
          "\n"
-         "Prints the CPU, memory, NVIDIA GPUs and (with --data) the storage under PATH,\n"
-         "then the settings stoke recommends for this machine, each with its reason.\n"
+         "Prints the CPU, the kernels OpenBLAS chose for it, memory, NVIDIA GPUs and\n"
+         "(with --data) the storage under PATH, then the settings stoke recommends for\n"
+         "this machine, each with its reason.\n"
          "No GPU is a normal answer, not an error.\n"
          "\n"
          "options:\n"
@@ -63,6 +64,38 @@ static const char *rec_value_text(const stoke_rec *r, char *buf, size_t size)
 
 #define ROW "  %-15s "
 
+/* A fact about stoke itself, so the OpenBLAS section is read in proportion. */
+static const char openblas_note[] =
+    "stoke's training does not use OpenBLAS (its matrix products run on oneDNN, which "
+    "picks kernels by the instructions the CPU reports); the fit matters to programs "
+    "that load this library (numpy, Debian's torch)";
+
+static void print_openblas(const stoke_machine *m)
+{
+    printf("\nOpenBLAS\n");
+    if (!m->openblas.valid) {
+        printf("  the linked OpenBLAS reported no core\n");
+        return;
+    }
+    stoke_blas_check c;
+    stoke_openblas_check(m->openblas.core, m->cpu.simd | m->cpu.simd_hidden, &c);
+    if (c.core_isa)
+        printf(ROW "%s (%s kernels)\n", "core", m->openblas.core, c.core_isa);
+    else
+        printf(ROW "%s\n", "core", m->openblas.core);
+    printf(ROW "%s\n", "build", m->openblas.config[0] ? m->openblas.config : "unknown");
+    if (c.fit == STOKE_BLAS_FIT_UNKNOWN)
+        printf(ROW "%s\n", "fit", c.reason);
+    else if (c.coretype)
+        printf(ROW "%s: %s kernels on a CPU with %s; set OPENBLAS_CORETYPE=%s "
+                   "(openblas_coretype below)\n",
+               "fit", stoke_blas_fit_name(c.fit), c.core_isa, c.cpu_isa, c.coretype);
+    else
+        printf(ROW "%s: %s kernels on a CPU with %s\n", "fit", stoke_blas_fit_name(c.fit),
+               c.core_isa, c.cpu_isa);
+    printf(ROW "%s\n", "note", openblas_note);
+}
+
 static void print_human(const stoke_machine *m, const stoke_recs *recs)
 {
     const stoke_cpu_info *c = &m->cpu;
@@ -89,6 +122,8 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
         printf(ROW "%.0f MHz\n", "max clock", c->max_mhz);
     else
         printf(ROW "unknown\n", "max clock");
+
+    print_openblas(m);
 
     printf("\nMemory\n");
     printf(ROW "%s\n", "total", stoke_format_bytes((double)m->mem.total_bytes, a, sizeof a));
@@ -198,6 +233,25 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
         stoke_simd_names(c->simd_hidden, buf, sizeof buf);
         for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save))
             cJSON_AddItemToArray(hidden, cJSON_CreateString(t));
+    }
+
+    if (m->openblas.valid) {
+        stoke_blas_check bc;
+        stoke_openblas_check(m->openblas.core, c->simd | c->simd_hidden, &bc);
+        cJSON *ob = cJSON_AddObjectToObject(root, "openblas");
+        cJSON_AddStringToObject(ob, "core", m->openblas.core);
+        if (m->openblas.config[0])
+            cJSON_AddStringToObject(ob, "config", m->openblas.config);
+        cJSON_AddStringToObject(ob, "fit", stoke_blas_fit_name(bc.fit));
+        if (bc.core_isa)
+            cJSON_AddStringToObject(ob, "core_isa", bc.core_isa);
+        if (bc.cpu_isa)
+            cJSON_AddStringToObject(ob, "cpu_isa", bc.cpu_isa);
+        if (bc.coretype)
+            cJSON_AddStringToObject(ob, "coretype", bc.coretype);
+        cJSON_AddStringToObject(ob, "reason", bc.reason);
+        cJSON_AddBoolToObject(ob, "used_by_stoke_training", false);
+        cJSON_AddStringToObject(ob, "note", openblas_note);
     }
 
     cJSON *mem = cJSON_AddObjectToObject(root, "memory");

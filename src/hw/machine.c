@@ -1,4 +1,5 @@
-/* machine.c - the whole machine in one probe: CPU, memory, data storage, NVIDIA GPUs. */
+/* machine.c - the whole machine in one probe: CPU, its OpenBLAS, memory, data storage,
+ * NVIDIA GPUs. */
 #include "stoke/hw.h"
 
 #include <stdio.h>
@@ -129,6 +130,7 @@ stoke_status stoke_machine_probe(stoke_machine *m, const char *data_path)
     stoke_status s = stoke_cpu_probe(NULL, &m->cpu);
     if (s != STOKE_OK)
         return s;
+    stoke_openblas_probe(&m->openblas);
     s = stoke_mem_probe(NULL, &m->mem);
     if (s != STOKE_OK)
         return s;

@@ -1,9 +1,11 @@
-/* recommend.c - the table of recommendation rules and the peak FLOP/s arithmetic. */
+/* recommend.c - the table of recommendation rules, the peak FLOP/s arithmetic and the
+ * judgement of OpenBLAS's kernels against the CPU. */
 #include "stoke/tune.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- Peak FLOP/s tables ---------------------------------------------------------
  * Per-SM rates by compute capability. FP32 is FMA lanes × 2 (an FMA is 2 FLOPs).
@@ -198,6 +200,143 @@ bool stoke_cpu_peak_flops(const stoke_cpu_info *cpu, bool bf16, double *flops, c
     return true;
 }
 
+/* ---- OpenBLAS's kernels -----------------------------------------------------------
+ * OpenBLAS's DYNAMIC_ARCH builds pick a "core" (a set of kernels) from the CPU's
+ * family and model, so a model newer than the library (Debian 12's 0.3.21 on an
+ * Emerald Rapids Xeon) gets a fallback written for SSE3. Both sides are put on one
+ * scale of vector levels and compared. */
+typedef enum blas_level { LVL_C, LVL_SSE, LVL_AVX, LVL_AVX2, LVL_AVX512 } blas_level;
+
+/* OpenBLAS 0.3's x86-64 cores, as openblas_get_corename() names them, and the ISA
+ * their GEMM kernels are written for (kernel/x86_64/KERNEL.<core>). */
+static const struct {
+    const char *core;
+    blas_level level;
+    const char *isa;
+} blas_cores[] = {
+    {"Generic", LVL_C, "plain C"},
+    {"Katmai", LVL_SSE, "SSE"},
+    {"Coppermine", LVL_SSE, "SSE"},
+    {"Northwood", LVL_SSE, "SSE2"},
+    {"Banias", LVL_SSE, "SSE2"},
+    {"Athlon", LVL_SSE, "SSE2"},
+    {"Opteron", LVL_SSE, "SSE2"},
+    {"Prescott", LVL_SSE, "SSE3"},
+    {"Opteron_SSE3", LVL_SSE, "SSE3"},
+    {"Nano", LVL_SSE, "SSE3"},
+    {"Barcelona", LVL_SSE, "SSE3+SSE4a"},
+    {"Core2", LVL_SSE, "SSSE3"},
+    {"Atom", LVL_SSE, "SSSE3"},
+    {"Bobcat", LVL_SSE, "SSSE3"},
+    {"Penryn", LVL_SSE, "SSE4.1"},
+    {"Dunnington", LVL_SSE, "SSE4.1"},
+    {"Nehalem", LVL_SSE, "SSE4.2"},
+    {"Sandybridge", LVL_AVX, "AVX"},
+    {"Bulldozer", LVL_AVX, "AVX+FMA4"},
+    {"Piledriver", LVL_AVX, "AVX+FMA"},
+    {"Steamroller", LVL_AVX, "AVX+FMA"},
+    {"Excavator", LVL_AVX, "AVX+FMA"},
+    {"Haswell", LVL_AVX2, "AVX2"},
+    {"Zen", LVL_AVX2, "AVX2"},
+    {"SkylakeX", LVL_AVX512, "AVX-512"},
+    {"Cooperlake", LVL_AVX512, "AVX-512"},
+    {"SapphireRapids", LVL_AVX512, "AVX-512"},
+};
+
+/* The widest level a CPU offers OpenBLAS, widest first, and the core that uses it.
+ * SkylakeX's kernels need AVX-512 BW and VL besides F (OpenBLAS runs Haswell's on
+ * Xeon Phi, which lacks them). */
+static const struct {
+    uint32_t need;
+    blas_level level;
+    const char *isa;
+    const char *coretype;
+} blas_cpu_levels[] = {
+    {STOKE_SIMD_AVX512F | STOKE_SIMD_AVX512BW | STOKE_SIMD_AVX512VL, LVL_AVX512, "AVX-512",
+     "SkylakeX"},
+    {STOKE_SIMD_AVX2 | STOKE_SIMD_FMA, LVL_AVX2, "AVX2+FMA", "Haswell"},
+    {STOKE_SIMD_AVX, LVL_AVX, "AVX", "Sandybridge"},
+    {STOKE_SIMD_SSE42, LVL_SSE, "SSE4.2", "Nehalem"},
+};
+
+const char *stoke_blas_fit_name(stoke_blas_fit fit)
+{
+    switch (fit) {
+    case STOKE_BLAS_FIT_MATCH: return "match";
+    case STOKE_BLAS_FIT_BELOW: return "below";
+    case STOKE_BLAS_FIT_FALLBACK: return "fallback";
+    case STOKE_BLAS_FIT_ABOVE: return "above";
+    case STOKE_BLAS_FIT_UNKNOWN: break;
+    }
+    return "unknown";
+}
+
+stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_check *out)
+{
+    memset(out, 0, sizeof *out);
+    int c = -1, l = -1;
+    for (size_t i = 0; core && i < sizeof blas_cores / sizeof blas_cores[0]; i++)
+        if (strcasecmp(core, blas_cores[i].core) == 0)
+            c = (int)i;
+    for (size_t i = 0; i < sizeof blas_cpu_levels / sizeof blas_cpu_levels[0]; i++) {
+        if ((simd & blas_cpu_levels[i].need) == blas_cpu_levels[i].need) {
+            l = (int)i;
+            break;
+        }
+    }
+    if (c >= 0)
+        out->core_isa = blas_cores[c].isa;
+    if (l >= 0)
+        out->cpu_isa = blas_cpu_levels[l].isa;
+    if (!core || !*core) {
+        say(out->reason, sizeof out->reason, "unknown: OpenBLAS reported no core");
+        return out->fit;
+    }
+    if (c < 0) {
+        say(out->reason, sizeof out->reason,
+            "unknown: OpenBLAS core %s is not one of the x86-64 cores stoke knows", core);
+        return out->fit;
+    }
+    if (l < 0) {
+        say(out->reason, sizeof out->reason,
+            "unknown: this CPU's flags show no SSE4.2 or wider vectors to judge the %s "
+            "kernels (%s) against", core, out->core_isa);
+        return out->fit;
+    }
+    blas_level have = blas_cores[c].level, can = blas_cpu_levels[l].level;
+    const char *want = blas_cpu_levels[l].coretype;
+    if (have == can) {
+        out->fit = STOKE_BLAS_FIT_MATCH;
+        say(out->reason, sizeof out->reason,
+            "OpenBLAS runs its %s kernels (%s), which use the widest vectors this CPU has "
+            "(%s)", core, out->core_isa, out->cpu_isa);
+        return out->fit;
+    }
+    out->coretype = want;
+    if (have > can) {
+        out->fit = STOKE_BLAS_FIT_ABOVE;
+        say(out->reason, sizeof out->reason,
+            "OpenBLAS runs its %s kernels (%s) but this CPU has only %s: its GEMMs would "
+            "stop on an illegal instruction; set OPENBLAS_CORETYPE=%s or unset it",
+            core, out->core_isa, out->cpu_isa, want);
+    } else if (have == LVL_AVX2 && can == LVL_AVX512) {
+        out->fit = STOKE_BLAS_FIT_BELOW;
+        say(out->reason, sizeof out->reason,
+            "OpenBLAS runs its %s kernels (%s) on a CPU with %s: one level below, slower "
+            "on large products; set OPENBLAS_CORETYPE=%s for programs using this OpenBLAS",
+            core, out->core_isa, out->cpu_isa, want);
+    } else {
+        out->fit = STOKE_BLAS_FIT_FALLBACK;
+        say(out->reason, sizeof out->reason,
+            "OpenBLAS runs its %s kernels (%s) on a CPU with %s: a fallback far below it, "
+            "several times slower (OpenBLAS picks them by CPU model and falls back on "
+            "models it does not know); set OPENBLAS_CORETYPE=%s for programs using this "
+            "OpenBLAS",
+            core, out->core_isa, out->cpu_isa, want);
+    }
+    return out->fit;
+}
+
 /* ---- Rules ----------------------------------------------------------------------
  * Each rule fills one recommendation for one device and returns false when it does
  * not apply there. The table's order is the report's order. */
@@ -307,9 +446,9 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     r->known = true;
     uint32_t s = m->cpu.simd;
     if (s & STOKE_SIMD_AMX_BF16) {
-        /* Measured on a 2-core AMX machine (docs/train-bench.md): the reference CNN and
-         * the MLP train about 2x faster in bf16 than in fp32 and end within 0.5 points
-         * of fp32's test accuracy. */
+        /* Measured on the 2-core Sapphire Rapids machine (docs/train-bench.md): the
+         * reference CNN and the MLP train about 2x faster in bf16 than in fp32 and end
+         * within 0.5 points of fp32's test accuracy. */
         snprintf(r->text, sizeof r->text, "bf16");
         say(r->reason, sizeof r->reason,
             "CPU-only with AMX-BF16: bf16 matmuls and convolutions on AMX tiles with fp32 "
@@ -478,6 +617,25 @@ static bool rule_cpu_peak_bf16(const stoke_machine *m, int dev, stoke_rec *r)
     return rule_cpu_peak(m, r, true);
 }
 
+/* Only when there is something to set: a matching or unjudged core is reported by the
+ * probe's OpenBLAS section, not here. */
+static bool rule_openblas_coretype(const stoke_machine *m, int dev, stoke_rec *r)
+{
+    (void)dev;
+    if (!m->openblas.valid)
+        return false;
+    stoke_blas_check c;
+    /* the CPU as OpenBLAS sees it: STOKE_MAX_CPU_ISA does not reach OpenBLAS */
+    stoke_openblas_check(m->openblas.core, m->cpu.simd | m->cpu.simd_hidden, &c);
+    if (!c.coretype)
+        return false;
+    r->type = STOKE_REC_TEXT;
+    r->known = true;
+    snprintf(r->text, sizeof r->text, "%s", c.coretype);
+    say(r->reason, sizeof r->reason, "%s. stoke's training does not use OpenBLAS", c.reason);
+    return true;
+}
+
 static const struct rule {
     const char *key;
     rule_scope scope;
@@ -490,6 +648,7 @@ static const struct rule {
     {"prefetch_depth", ON_CPU, rule_prefetch_depth},
     {"peak_fp32_flops", ON_CPU, rule_cpu_peak_fp32},
     {"peak_bf16_flops", ON_CPU, rule_cpu_peak_bf16},
+    {"openblas_coretype", ON_CPU, rule_openblas_coretype},
     {"precision", ON_EACH_GPU, rule_gpu_precision},
     {"tf32", ON_EACH_GPU, rule_gpu_tf32},
     {"peak_fp32_flops", ON_EACH_GPU, rule_gpu_peak_fp32},

@@ -52,7 +52,7 @@ unset STOKE_FAKE_GPU_SCENARIO
 run nogpu 0
 has nogpu.out "no NVIDIA GPU: "
 has nogpu.out "/nonexistent/libnvidia-ml.so.1"
-for section in CPU Memory GPUs Recommendations; do
+for section in CPU OpenBLAS Memory GPUs Recommendations; do
     grep -qx "$section" "$out/nogpu.out" || fail "nogpu: no '$section' section"
 done
 grep -qx Storage "$out/nogpu.out" && fail "nogpu: a Storage section without --data"
@@ -80,6 +80,30 @@ p = rec('peak_fp32_flops', 'cpu')
 assert p['unit'] == 'FLOP/s' and p['value'] > 0, p
 for r in d['recommendations']:
     assert r['reason'], r
+"
+
+# --- OpenBLAS: the core it loaded and its fit; a fallback forced with OPENBLAS_CORETYPE
+# (read by OpenBLAS when it loads) is named as one on any CPU with AVX2 or better. ---
+has nogpu.out "stoke's training does not use OpenBLAS"
+json nogpu_json "
+o = d['openblas']
+assert o['core'] and o['config'].startswith('OpenBLAS'), o
+assert o['fit'] in ('match', 'below', 'fallback', 'above', 'unknown'), o
+assert o['used_by_stoke_training'] is False and 'oneDNN' in o['note'], o
+"
+OPENBLAS_CORETYPE=Prescott "$stoke" probe >"$out/prescott.out" 2>"$out/prescott.err" ||
+    fail "prescott: exit $?"
+has prescott.out "Prescott (SSE3 kernels)"
+OPENBLAS_CORETYPE=Prescott "$stoke" probe --json >"$out/prescott_json.out" 2>&1 ||
+    fail "prescott_json: exit $?"
+json prescott_json "
+o, simd = d['openblas'], set(d['cpu']['simd'])
+assert o['core'] == 'Prescott' and o['core_isa'] == 'SSE3', o
+if {'avx2', 'fma'} <= simd:
+    want = 'SkylakeX' if {'avx512f', 'avx512bw', 'avx512vl'} <= simd else 'Haswell'
+    assert o['fit'] == 'fallback' and o['coretype'] == want, o
+    r = rec('openblas_coretype', 'cpu')
+    assert r['value'] == want and 'fallback far below' in r['reason'], r
 "
 
 # --- --data: tmpfs is memory; a bad path names itself and exits 1. ---

@@ -38,11 +38,12 @@ size_t cpu_attention_workspace(int B, int T, int C, int H);
 stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_bytes);
 
 /* Writes out and saved. The projections run on the linear kernels (oneDNN matmul)
- * over all B*T rows; the per-head q k^T and p v products are OpenBLAS SGEMMs on
- * strided views of qkv (no copies), with (b, h) pairs spread over OpenMP threads.
- * Returns STOKE_ERR_ARG if a size is not positive or H does not divide C (or the
- * failure of cpu_attention_prepare); nothing is written then. Deterministic for a
- * fixed thread count. */
+ * over all B*T rows; the per-head q k^T and p v products are oneDNN SGEMMs
+ * (dnnl_sgemm) on strided views of qkv (no copies), with (b, h) pairs spread over
+ * OpenMP threads. Returns STOKE_ERR_ARG if a size is not positive or H does not divide
+ * C (or the failure of cpu_attention_prepare); nothing is written then. If oneDNN's
+ * SGEMM cannot allocate its packing buffers: STOKE_ERR_NOMEM, out unspecified.
+ * Deterministic for a fixed thread count. */
 stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
                                    const float *w_qkv, const float *b_qkv,
                                    const float *w_out, const float *b_out, int B, int T,
@@ -54,8 +55,9 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
  * w_qkv and w_out, and `saved` from the forward with the same sizes and `causal`.
  * `ws` holds at least cpu_attention_workspace(B, T, C, H) bytes (contents
  * irrelevant). Returns STOKE_ERR_ARG on bad sizes or a short workspace (or the
- * failure of cpu_attention_prepare), before touching any gradient. Deterministic
- * for a fixed thread count. */
+ * failure of cpu_attention_prepare), before touching any gradient; STOKE_ERR_NOMEM if
+ * oneDNN's SGEMM cannot allocate its packing buffers, with the gradients then
+ * unspecified. Deterministic for a fixed thread count. */
 stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
                                     float *dw_out, float *db_out, const float *dout,
                                     const float *inp, const float *w_qkv,

@@ -46,10 +46,12 @@ void cpu_linear_set_impl(cpu_linear_impl impl) {
     atomic_store(&g_linear_impl, (int)impl);
 }
 
-/* oneDNN vs OpenBLAS, measured by bench/kernels_bench.c on the target machine (2
- * cores, AVX-512, AMX): oneDNN's matmul is as fast or faster at every benchmark shape
- * with 1 thread (MLP 784-512-512-10 at batch 256: 5-45% faster; the CNN's 3136-128-10
- * at batch 128: equal to 2x), so AUTO uses it; OpenBLAS stays selectable. */
+/* oneDNN vs OpenBLAS, measured by bench/kernels_bench.c on the Sapphire Rapids
+ * machine (Intel Xeon, 2 cores, AVX-512, AMX): oneDNN's matmul is as fast or faster at
+ * every benchmark shape with 1 thread (MLP 784-512-512-10 at batch 256: 5-45% faster;
+ * the CNN's 3136-128-10 at batch 128: equal to 2x), so AUTO uses it; it also does not
+ * depend on the core OpenBLAS picks by CPU model (docs/nn-kernels.md). OpenBLAS stays
+ * selectable for that benchmark and the tests. */
 static int use_blas(void) {
     return atomic_load(&g_linear_impl) == CPU_LINEAR_BLAS;
 }

@@ -17,7 +17,8 @@
  * Oversubscription is costly: libgomp's threads spin at barriers, so when other
  * runnable threads (loader workers, other processes) leave fewer free cores than n,
  * a descheduled compute thread stalls every parallel region for a time slice.
- * Measured here with 2 threads on a machine at load ~9 (bench/kernels_bench.c):
+ * Measured with 2 threads on the Sapphire Rapids machine (Intel Xeon, 2 cores) at
+ * load ~9 (bench/kernels_bench.c):
  * MLP fc2 forward 13.4 ms instead of 1.5 ms with OMP_WAIT_POLICY=passive, max-pool
  * 13 ms instead of 1.4 ms. libgomp reads that variable only at start-up, so the
  * launcher must set it (or keep n at or below the cores left free). */
@@ -32,8 +33,10 @@ int cpu_threads_apply(void);
 
 /* Which library runs the fp32 linear GEMMs. AUTO is oneDNN's matmul, which measured
  * as fast or faster than OpenBLAS at every benchmark shape (bench/kernels_bench.c);
- * the others force one, for the benchmark and the tests. bf16 always runs on oneDNN.
- * GEMMs under 2M multiply-adds run on one thread whatever the setting. */
+ * the others force one, for the benchmark and the tests. BLAS runs whatever kernels
+ * OpenBLAS chose when it loaded, possibly a fallback far below the CPU (the kernels
+ * benchmark prints which; stoke_openblas_check in tune.h). bf16 always runs on
+ * oneDNN. GEMMs under 2M multiply-adds run on one thread whatever the setting. */
 typedef enum cpu_linear_impl {
     CPU_LINEAR_AUTO = 0,
     CPU_LINEAR_DNNL,

@@ -125,8 +125,10 @@ stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
 stoke_status dnnl_util_check(dnnl_status_t st, const char *what) {
     if (st == dnnl_success)
         return STOKE_OK;
-    return stoke_fail(st == dnnl_unimplemented ? STOKE_ERR_UNAVAILABLE : STOKE_ERR_ARG,
-                      "oneDNN %s: %s", what, dnnl_status2str(st));
+    stoke_status code = st == dnnl_unimplemented    ? STOKE_ERR_UNAVAILABLE
+                        : st == dnnl_out_of_memory ? STOKE_ERR_NOMEM
+                                                   : STOKE_ERR_ARG;
+    return stoke_fail(code, "oneDNN %s: %s", what, dnnl_status2str(st));
 }
 
 size_t dnnl_util_align(size_t n) {

@@ -31,8 +31,9 @@ int dnnl_util_bf16_kernels(void);
  * largest oneDNN level within both, dnnl_cpu_isa_all when neither caps. Pure. */
 dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env);
 
-/* Turns a oneDNN status into a stoke status; records "oneDNN <what>: <status>" on
- * failure. */
+/* Turns a oneDNN status into a stoke status (unimplemented: STOKE_ERR_UNAVAILABLE,
+ * out of memory: STOKE_ERR_NOMEM, others STOKE_ERR_ARG); records "oneDNN <what>:
+ * <status>" on failure. */
 stoke_status dnnl_util_check(dnnl_status_t st, const char *what);
 
 /* Finds the cache value stored under the key bytes (callers memset their key structs,
