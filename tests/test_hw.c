@@ -37,6 +37,22 @@ static void test_twosocket(void)
     CHECK_INT_EQ(stoke_mem_probe(SYSROOT "/twosocket", &m), STOKE_OK);
     CHECK_INT_EQ(m.total_bytes, 131900000ull * 1024);
     CHECK_INT_EQ(m.available_bytes, 120000000ull * 1024);
+    CHECK_INT_EQ(m.cgroup_limit_bytes, 0); /* no /proc/self/cgroup there */
+}
+
+/* A cgroup's memory limit caps what is available: the host's MemAvailable is not
+ * what the OOM killer enforces in a container. */
+static void test_cgroup_memory(void)
+{
+    stoke_mem_info m;
+    CHECK_INT_EQ(stoke_mem_probe(SYSROOT "/cgroup2", &m), STOKE_OK);
+    CHECK_INT_EQ(m.meminfo_available_bytes, 120000000ull * 1024);
+    CHECK_INT_EQ(m.cgroup_limit_bytes, 8ull << 30);
+    CHECK_INT_EQ(m.cgroup_used_bytes, 1ull << 30);
+    CHECK_INT_EQ(m.available_bytes, 7ull << 30);
+    CHECK_INT_EQ(stoke_mem_probe(SYSROOT "/cgroup1", &m), STOKE_OK);
+    CHECK_INT_EQ(m.cgroup_limit_bytes, 4ull << 30);
+    CHECK_INT_EQ(m.available_bytes, (4ull << 30) - 1000000000ull);
 }
 
 static void test_nosysfs(void)
@@ -182,6 +198,7 @@ static void test_this_machine(void)
     CHECK_MSG(m.total_bytes <= total + 1024 && m.total_bytes + 1024 >= total, "%llu vs %llu",
               (unsigned long long)m.total_bytes, (unsigned long long)total);
     CHECK(m.available_bytes > 0 && m.available_bytes <= m.total_bytes);
+    CHECK(m.available_bytes <= m.meminfo_available_bytes);
 }
 
 static void test_real_disk(void)
@@ -354,6 +371,7 @@ int main(void)
 {
     test_twosocket();
     test_nosysfs();
+    test_cgroup_memory();
     test_simd_names();
     test_isa_cap();
     test_this_machine();

@@ -309,6 +309,14 @@ static void test_cnn_plan(void) {
     /* 16 fits p.total exactly; a larger batch may too, where the workspace shrinks */
     CHECK(stoke_plan_max_batch(&p, p.total) >= 16);
     CHECK_INT_EQ(stoke_plan_max_batch(&p, p.params), 0);
+    /* a budget far past what the kernels can index (issue 9: 24.6 GB gave 0, where
+     * the bound ignoring the workspace lies beyond the int range of the kernels) */
+    int64_t huge = stoke_plan_max_batch(&p, (size_t)1 << 40);
+    CHECK_MSG(huge >= 1000, "1 TB gave batch %lld", (long long)huge);
+    /* capped by the epoch: a batch larger than the data never runs */
+    o.epoch_samples = 600;
+    CHECK(stoke_graph_plan(g, &o, &p) == STOKE_OK);
+    CHECK_INT_EQ(stoke_plan_max_batch(&p, (size_t)1 << 40), 600);
     stoke_graph_free(g);
 }
 

@@ -69,10 +69,17 @@ const char *stoke_simd_names(uint32_t simd, char *buf, size_t size);
 
 typedef struct stoke_mem_info {
     uint64_t total_bytes;     /* MemTotal */
-    uint64_t available_bytes; /* MemAvailable */
+    uint64_t available_bytes; /* what this process can still use: MemAvailable, or the
+                                 headroom under a cgroup memory limit when smaller;
+                                 0 = unknown */
+    uint64_t meminfo_available_bytes; /* MemAvailable alone */
+    uint64_t cgroup_limit_bytes; /* the tightest cgroup memory limit (this process's
+                                    cgroup or an ancestor), 0 = none */
+    uint64_t cgroup_used_bytes;  /* that cgroup's usage */
 } stoke_mem_info;
 
-/* Reads /proc/meminfo (under `root`, as above). */
+/* Reads /proc/meminfo and the memory limits of /proc/self/cgroup (v1 or v2), all
+ * under `root` as above. */
 stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out);
 
 /* ---- The BLAS library ----------------------------------------------------------- */

@@ -321,14 +321,16 @@ typedef struct stoke_mem_plan {
 stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
                               stoke_mem_plan *out);
 
-/* A batch whose plan total fits in budget_bytes, or 0 if not even batch 1 fits. Each
+/* A batch whose plan total fits in budget_bytes, or 0 if not even batch 1 fits; never
+ * more than the plan's epoch_samples when given (a larger batch never runs). Each
  * candidate is planned exactly (its workspace at that batch and at the epoch's last
- * batch for it, when the plan's options give epoch_samples), so the answer always
- * fits and the next batch up does not. It is the largest such batch when the total
- * grows with the batch; since the workspace need not (see stoke_mem_plan), a larger
- * batch may fit further up: the search tries batches downwards from the bound that
- * ignores the workspace, galloping, then bisects. The plan must come from
- * stoke_graph_plan and its graph must still exist. */
+ * batch for it), so the answer always fits, and the next batch up does not unless
+ * the answer is the epoch. It is the largest such batch when the total grows with
+ * the batch; since the workspace need not (see stoke_mem_plan), the search walks
+ * down from the bound that ignores the workspace in steps of 1/64 of the batch and
+ * bisects below the first step that fits: a larger batch that fits is missed only
+ * when the batches that fit there form a stretch narrower than one step. The plan
+ * must come from stoke_graph_plan and its graph must still exist. */
 int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes);
 
 /* ---- Models --------------------------------------------------------------------- */

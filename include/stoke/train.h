@@ -175,7 +175,8 @@ typedef struct stoke_train_config {
     double target_accuracy;   /* > 0: stop after the first evaluation reaching this
                                  validation accuracy (a fraction; "90%" is 0.9) */
     bool dry_run;             /* print the memory plan and the largest batch; no training */
-    double memory_budget;     /* bytes for --dry-run's largest batch; 0 = MemAvailable */
+    double memory_budget;     /* bytes the models may take (checked before allocating;
+                                 --dry-run's budget); 0 = what is available */
     bool monitor;             /* embed the monitor (CPU/GPU utilization, warnings) */
     stoke_cfg_source source[STOKE_CFG_MAX_KEYS]; /* per key, in stoke_train_config_key order */
 } stoke_train_config;
@@ -285,7 +286,8 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
 bool stoke_train_loader_pipeline(void *loader, stoke_mon_pipeline *out);
 
 /* The memory plan for the configured batch and the largest batch that fits
- * `budget_bytes` (0: the configured memory_budget, else MemAvailable). */
+ * `budget_bytes` (0: the configured memory_budget, else what is available: MemAvailable,
+ * or the headroom under a cgroup limit). */
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
                                 int64_t *max_batch, size_t *budget_used);
 
@@ -318,8 +320,11 @@ void stoke_trainer_free(stoke_trainer *t); /* NULL is fine */
 
 typedef struct stoke_saved_model stoke_saved_model;
 
-/* Rebuilds the model a checkpoint was trained with (for inference, `batch` samples at
- * a time) and loads its weights. Errors name the file and the tensor or key. */
+/* Rebuilds the model a checkpoint was trained with (for inference, up to `batch`
+ * samples at a time) and checks its weights. The model is allocated by the first eval
+ * or predict, at a batch no larger than its sample count, and refused there with the
+ * numbers when its plan does not fit the memory available (STOKE_ERR_NOMEM). Errors
+ * name the file and the tensor or key. */
 stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out);
 void stoke_saved_model_free(stoke_saved_model *s);
 

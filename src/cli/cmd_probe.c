@@ -127,9 +127,17 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
 
     printf("\nMemory\n");
     printf(ROW "%s\n", "total", stoke_format_bytes((double)m->mem.total_bytes, a, sizeof a));
-    printf(ROW "%s\n", "available",
+    printf(ROW "%s%s\n", "available",
            m->mem.available_bytes ? stoke_format_bytes((double)m->mem.available_bytes, b, sizeof b)
-                                  : "unknown");
+                                  : "unknown",
+           m->mem.available_bytes && m->mem.available_bytes < m->mem.meminfo_available_bytes
+               ? " (under the cgroup's limit)" : "");
+    if (m->mem.cgroup_limit_bytes) {
+        char l[32], u[32];
+        printf(ROW "%s, %s used\n", "cgroup limit",
+               stoke_format_bytes((double)m->mem.cgroup_limit_bytes, l, sizeof l),
+               stoke_format_bytes((double)m->mem.cgroup_used_bytes, u, sizeof u));
+    }
 
     if (m->have_disk) {
         const stoke_disk_info *k = &m->disk;
@@ -257,6 +265,9 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
     cJSON *mem = cJSON_AddObjectToObject(root, "memory");
     add_nonzero(mem, "total_bytes", (double)m->mem.total_bytes);
     add_nonzero(mem, "available_bytes", (double)m->mem.available_bytes);
+    add_nonzero(mem, "meminfo_available_bytes", (double)m->mem.meminfo_available_bytes);
+    add_nonzero(mem, "cgroup_limit_bytes", (double)m->mem.cgroup_limit_bytes);
+    add_nonzero(mem, "cgroup_used_bytes", (double)m->mem.cgroup_used_bytes);
 
     if (m->have_disk) {
         cJSON *st = cJSON_AddObjectToObject(root, "storage");

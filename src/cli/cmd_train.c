@@ -48,7 +48,8 @@ void cmd_train_usage(void)
            "  --resume FILE         continue a run exactly where its checkpoint stopped\n"
            "  --log FILE            JSON lines of steps and epochs; --log-every N steps\n"
            "  --dry-run             print the memory plan and the largest batch that fits\n"
-           "  --memory-budget B     bytes for --dry-run (512M, 4G; default MemAvailable)\n"
+           "  --memory-budget B     memory the models may take, checked before allocating and\n"
+           "                        --dry-run's budget (512M, 4G; default what is available)\n"
            "  --no-monitor          no embedded utilization monitor\n"
            "  --config FILE         YAML file of settings (key: value, keys as above with _)\n\n"
            "Precedence: defaults < --config file < environment < flags. Exit status: 0 done,\n"
@@ -142,7 +143,8 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
     printf("\n");
     printf("  total              %12zu bytes  %s\n", p->total, stoke_format_bytes((double)p->total, f, sizeof f));
     printf("largest batch within %s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
-           max_batch, max_batch == 0 ? " (not even one sample fits)" : "");
+           max_batch, max_batch == 0 ? " (not even one sample fits)"
+                      : max_batch == p->opts.epoch_samples ? " (the whole epoch)" : "");
 }
 
 int cmd_train(int argc, char **argv)

@@ -2,6 +2,7 @@
 #include "stoke/hw.h"
 
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,6 +376,85 @@ stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
     return STOKE_OK;
 }
 
+/* A cgroup memory value: bytes, or 0 for none ("max", v1's near-2^63 "unlimited"). */
+static uint64_t cg_value(const char *path)
+{
+    char buf[64];
+    if (stoke_read_line(path, buf, sizeof buf) <= 0)
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (end == buf || v >= (1ull << 62))
+        return 0;
+    return (uint64_t)v;
+}
+
+/* The headroom under the memory limits of this process's cgroup and its ancestors,
+ * the smallest limit - usage among those that set a limit. In a container MemAvailable
+ * is the host's, and the cgroup's limit is what the OOM killer enforces. v2's
+ * "0::/path" and v1's "N:...memory...:/path" name the cgroup; inside a cgroup
+ * namespace the path may not exist under the mount, and the walk up to the mount
+ * itself still finds the container's own limit. */
+static void cg_headroom(const char *root, stoke_mem_info *out)
+{
+    char path[1024], buf[4096];
+    join(path, sizeof path, root, "/proc/self/cgroup");
+    if (stoke_read_file(path, buf, sizeof buf) < 0)
+        return;
+    char rel[512] = "", mount[64] = "", lim[32] = "", use[32] = "";
+    for (char *line = buf; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (c2) {
+            size_t n = (size_t)(c2 - c1 - 1);
+            bool v2 = !strncmp(line, "0:", 2) && n == 0;
+            bool v1 = false;
+            for (char *t = c1 + 1; !v2 && t < c2;) { /* comma-separated controllers */
+                char *e = memchr(t, ',', (size_t)(c2 - t));
+                size_t k = (size_t)((e ? e : c2) - t);
+                v1 |= k == 6 && !strncmp(t, "memory", 6);
+                t += k + 1;
+            }
+            if (v1 || (v2 && !mount[0])) {
+                snprintf(rel, sizeof rel, "%s", c2 + 1);
+                snprintf(mount, sizeof mount, "%s", v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
+                snprintf(lim, sizeof lim, "%s", v1 ? "memory.limit_in_bytes" : "memory.max");
+                snprintf(use, sizeof use, "%s", v1 ? "memory.usage_in_bytes" : "memory.current");
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    if (!mount[0] || rel[0] != '/')
+        return;
+    uint64_t best = UINT64_MAX;
+    for (;;) {
+        char dir[1600], f[1700];
+        snprintf(dir, sizeof dir, "%s%s%s", root ? root : "", mount, rel);
+        snprintf(f, sizeof f, "%s/%s", dir, lim);
+        uint64_t l = cg_value(f);
+        if (l > 0) {
+            snprintf(f, sizeof f, "%s/%s", dir, use);
+            uint64_t u = cg_value(f), room = u < l ? l - u : 0;
+            if (room < best) {
+                best = room;
+                out->cgroup_limit_bytes = l;
+                out->cgroup_used_bytes = u;
+            }
+        }
+        char *slash = strrchr(rel, '/');
+        if (!slash || rel[1] == '\0')
+            break;
+        if (slash == rel)
+            rel[1] = '\0'; /* "/a" -> "/" */
+        else
+            *slash = '\0';
+    }
+    if (best != UINT64_MAX && (out->available_bytes == 0 || best < out->available_bytes))
+        out->available_bytes = best ? best : 1; /* 0 would read as unknown */
+}
+
 stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out)
 {
     memset(out, 0, sizeof *out);
@@ -397,5 +477,7 @@ stoke_status stoke_mem_probe(const char *root, stoke_mem_info *out)
     }
     if (!have_total)
         return stoke_fail(STOKE_ERR_FORMAT, "%s: no MemTotal line", path);
+    out->meminfo_available_bytes = out->available_bytes;
+    cg_headroom(root, out);
     return STOKE_OK;
 }

@@ -23,6 +23,7 @@ struct stoke_saved_model {
     stoke_tensor x, y, logits, value, metric;
     int64_t outputs, logit_elems, target_elems;
     char dataset[512];
+    stoke_ckpt *ck; /* open until the model is allocated, for its weights */
 };
 
 void stoke_saved_model_free(stoke_saved_model *s)
@@ -30,6 +31,7 @@ void stoke_saved_model_free(stoke_saved_model *s)
     if (!s)
         return;
     stoke_model_free(s->model);
+    stoke_ckpt_close(s->ck);
     stoke_graph_free(s->graph);
     stoke_model_file_free(s->mf);
     stoke_transform_destroy(s->transform);
@@ -127,10 +129,8 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
     s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
     s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
     s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
-    stoke_model_opts mo = {.max_batch = s->batch, .precision = STOKE_PREC_FP32, .training = false};
-    if ((st = stoke_model_new(s->graph, &mo, &s->model)) != STOKE_OK)
-        goto fail;
-    /* Inference reads the fp32 master weights; buffers (batch norm statistics) too. */
+    /* Inference reads the fp32 master weights; buffers (batch norm statistics) too.
+     * They are checked now and copied when the model is allocated (ensure_model). */
     const stoke_graph *g = s->graph;
     for (int i = 0; i < stoke_graph_param_count(g); i++) {
         const stoke_param_info *p = stoke_graph_param(g, i);
@@ -143,16 +143,41 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
                             "model's shape", path, p->name);
             goto fail;
         }
-        memcpy(stoke_model_param(s->model, i), t->data, t->nbytes);
     }
-    stoke_model_params_changed(s->model);
-    stoke_ckpt_close(c);
+    s->ck = c;
     *out = s;
     return STOKE_OK;
 fail:
     stoke_ckpt_close(c);
     stoke_saved_model_free(s);
     return st;
+}
+
+/* Allocates the model when the first n samples arrive, at a batch of no more than n:
+ * `eval --batch-size 1048576` on 10,000 samples plans for 10,000, not for a batch
+ * that never runs. A plan that cannot fit is refused before allocating. */
+static stoke_status ensure_model(stoke_saved_model *s, int64_t n)
+{
+    if (s->model)
+        return STOKE_OK;
+    if (n > 0 && n < s->batch)
+        s->batch = n;
+    stoke_model_opts mo = {.max_batch = s->batch, .precision = STOKE_PREC_FP32, .training = false};
+    stoke_mem_plan plan;
+    train_mem_need need = {"inference", &plan};
+    stoke_status st;
+    if ((st = stoke_graph_plan(s->graph, &mo, &plan)) != STOKE_OK ||
+        (st = train_check_memory(stoke_model_file_describe(s->mf), &need, 1, 0, "--batch-size")) != STOKE_OK ||
+        (st = stoke_model_new(s->graph, &mo, &s->model)) != STOKE_OK)
+        return st;
+    for (int i = 0; i < stoke_graph_param_count(s->graph); i++) {
+        const stoke_ckpt_tensor *t = stoke_ckpt_find(s->ck, stoke_graph_param(s->graph, i)->name);
+        memcpy(stoke_model_param(s->model, i), t->data, t->nbytes);
+    }
+    stoke_model_params_changed(s->model);
+    stoke_ckpt_close(s->ck);
+    s->ck = NULL;
+    return STOKE_OK;
 }
 
 const char *stoke_saved_model_dataset(const stoke_saved_model *s) { return s->dataset; }
@@ -208,7 +233,9 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     if (in->target_kind == STOKE_TARGET_NONE || s->y == STOKE_NO_TENSOR)
         return stoke_fail(STOKE_ERR_ARG, "the dataset has no targets to evaluate against");
     int64_t n = limit > 0 && limit < in->count ? limit : in->count;
-    stoke_status rs = reserve(s, n);
+    stoke_status rs = ensure_model(s, n);
+    if (rs == STOKE_OK)
+        rs = reserve(s, n);
     if (rs != STOKE_OK)
         return rs;
     unsigned char *ib = malloc((size_t)s->batch * in->input_bytes);
@@ -253,7 +280,9 @@ stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
         return stoke_fail(STOKE_ERR_ARG, "inputs are %s, the model was trained on %s",
                           stoke_dtype_name(dtype), stoke_dtype_name(s->input.in_dtype));
     size_t in_bytes = (size_t)stoke_shape_elems(&s->input.in_shape) * stoke_dtype_size(dtype);
-    stoke_status rs = reserve(s, n);
+    stoke_status rs = ensure_model(s, n);
+    if (rs == STOKE_OK)
+        rs = reserve(s, n);
     if (rs != STOKE_OK)
         return rs;
     if (s->y != STOKE_NO_TENSOR) /* forward also computes the loss: give it valid targets */

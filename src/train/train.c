@@ -828,16 +828,22 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     stoke_model_opts mo = {.max_batch = c->batch_size, .epoch_samples = t->info.count,
                            .precision = t->precision, .optim = t->optim, .training = true,
                            .seed = c->seed};
-    if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
-        goto fail;
     /* Evaluation runs on its own inference model (no gradients or saved activations),
      * so a large validation batch does not size the training arenas. */
-    if (t->val_d) {
-        stoke_model_opts eo = {.max_batch = c->val_batch_size, .epoch_samples = t->val_count,
-                               .precision = t->precision, .training = false, .seed = c->seed};
-        if ((s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
-            goto fail;
-    }
+    stoke_model_opts eo = {.max_batch = c->val_batch_size, .epoch_samples = t->val_count,
+                           .precision = t->precision, .training = false, .seed = c->seed};
+    stoke_mem_plan tp, ep;
+    if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
+        (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
+        goto fail;
+    train_mem_need need[2] = {{"training", &tp}, {"validation", &ep}};
+    if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1,
+                                c->memory_budget, "--batch-size")) != STOKE_OK)
+        goto fail;
+    if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
+        goto fail;
+    if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
+        goto fail;
     if (ck) {
         stoke_status ms = STOKE_OK;
         const char *opt = meta_req(ck, "stoke.optimizer", &ms);

@@ -60,6 +60,36 @@ else
     fail dry-run; sed 's/^/  | /' "$out"
 fi
 
+# A large budget: the search once gave up ("24.6 GB: 0") where the bound that ignores
+# the workspace lies past the kernels' int range. A batch larger than the epoch never
+# runs: --limit caps the answer.
+"$stoke" train --dry-run --memory-budget 24G >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q '^largest batch within 24.0 GB: [1-9][0-9]\{3,\}' "$out"; then ok "dry-run, large budget"; else fail "dry-run, large budget"; sed 's/^/  | /' "$out"; fi
+"$stoke" train --dry-run --memory-budget 1T --limit 5000 >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q '^largest batch within 1.0 TB: 5000 (the whole epoch)' "$out"; then ok "dry-run, capped by the epoch"; else fail "dry-run, capped by the epoch"; sed 's/^/  | /' "$out"; fi
+
+# A model that cannot fit is refused before allocating, with its numbers (it once grew
+# toward the OOM killer without a word). The budget makes this independent of the
+# machine's memory; without it the check uses MemAvailable (or a cgroup's limit).
+"$stoke" train --model mlp --hidden 65536,65536 --memory-budget 8G --limit 1000 --no-monitor >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'not enough memory for model mlp: training at batch 128 needs 52.[0-9] GB (parameters 17.4 GB' "$out" &&
+   grep -q 'not even one sample fits' "$out" && ! grep -q '^epoch' "$out"; then
+    ok "a model that cannot fit is refused"
+else
+    fail "a model that cannot fit is refused (exit $rc)"; sed 's/^/  | /' "$out"
+fi
+"$stoke" train --batch-size 8192 --memory-budget 300M --limit 10000 --no-monitor >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'the largest training batch that fits is [1-9][0-9]* (--batch-size [1-9]' "$out"; then
+    ok "a batch that cannot fit is refused with the one that would"
+else
+    fail "a batch that cannot fit (exit $rc)"; sed 's/^/  | /' "$out"
+fi
+# eval plans for the samples it has, not for a batch that never runs
+"$stoke" eval "$work/c.safetensors" --limit 300 --batch-size 1048576 >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q 'test, 300 samples): loss' "$out"; then ok "eval, batch larger than the data"; else fail "eval, batch larger than the data"; sed 's/^/  | /' "$out"; fi
+
 # Batches smaller than the largest run in every command: the epoch's last batch (150 =
 # 3 x 43 + 21), validation's (131 = 5 x 22 + 21), eval's and predict's. A kernel's
 # workspace is not monotone in the batch (on AVX-512 CPUs oneDNN's fp32 Winograd

@@ -1,0 +1,76 @@
+/* memory.c - the memory check before a model is allocated. A plan that cannot fit is
+ * refused with its numbers and the largest batch that would fit: allocating it anyway
+ * grows toward the OOM killer, which ends the run without a word. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "stoke/hw.h"
+#include "train/train_impl.h"
+
+static size_t plan_total(const train_mem_need *needs, int n)
+{
+    size_t t = 0;
+    for (int i = 0; i < n; i++)
+        t += needs[i].plan->total;
+    return t;
+}
+
+stoke_status train_check_memory(const char *model, const train_mem_need *needs, int n,
+                                double budget, const char *batch_flag)
+{
+    size_t have;
+    const char *source;
+    if (budget > 0) {
+        have = (size_t)budget;
+        source = "--memory-budget";
+    } else {
+        /* read now, not at startup: the data held in memory is already loaded */
+        stoke_mem_info mi;
+        if (stoke_mem_probe(NULL, &mi) != STOKE_OK || mi.available_bytes == 0)
+            return STOKE_OK; /* unknown: nothing to check against */
+        have = (size_t)mi.available_bytes;
+        source = mi.available_bytes < mi.meminfo_available_bytes ? "under the cgroup's memory limit"
+                                                                 : "MemAvailable";
+    }
+    size_t need = plan_total(needs, n);
+    if (need <= have)
+        return STOKE_OK;
+    char parts[1024] = "", a[32], b[32], c[32], d[32], e[32], f[32], h[32];
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof parts; i++) {
+        const stoke_mem_plan *p = needs[i].plan;
+        len += (size_t)snprintf(parts + len, sizeof parts - len,
+                                "%s%s at batch %" PRId64 " needs %s (parameters %s, gradients %s, "
+                                "optimizer state %s, activations %s, workspace %s)",
+                                i ? "; " : "", needs[i].what, p->batch,
+                                stoke_format_bytes((double)p->total, a, sizeof a),
+                                stoke_format_bytes((double)p->params, b, sizeof b),
+                                stoke_format_bytes((double)p->grads, c, sizeof c),
+                                stoke_format_bytes((double)p->optim, d, sizeof d),
+                                stoke_format_bytes((double)p->activations_per_sample * (double)p->batch,
+                                                   e, sizeof e),
+                                stoke_format_bytes((double)p->workspace, f, sizeof f));
+    }
+    /* the largest batch of the first model that fits beside the others */
+    size_t others = need - needs[0].plan->total;
+    int64_t fits = others < have ? stoke_plan_max_batch(needs[0].plan, have - others) : 0;
+    const stoke_mem_plan *p0 = needs[0].plan;
+    char advice[256];
+    if (fits > 0)
+        snprintf(advice, sizeof advice, "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")",
+                 needs[0].what, fits, batch_flag, fits);
+    else
+        snprintf(advice, sizeof advice, "not even one sample fits: the %s model's parameters, "
+                 "gradients and optimizer state alone need %s", needs[0].what,
+                 stoke_format_bytes((double)(p0->params + p0->grads + p0->optim), f, sizeof f));
+    char all[64] = "";
+    if (n > 1)
+        snprintf(all, sizeof all, "; %s in all", stoke_format_bytes((double)need, a, sizeof a));
+    return stoke_fail(STOKE_ERR_NOMEM,
+                      "not enough memory for model %s: %s%s, and %s is available (%s); %s. "
+                      "`stoke train --dry-run` shows the plan; --memory-budget sets the limit "
+                      "this check uses",
+                      model, parts, all, stoke_format_bytes((double)have, h, sizeof h), source,
+                      advice);
+}
