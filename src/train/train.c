@@ -482,37 +482,108 @@ static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
     return STOKE_OK;
 }
 
-/* Settings the user did not give come from the checkpoint's config, so `--resume F`
- * alone continues the same run. */
-static stoke_status resume_config(stoke_train_config *c, const stoke_ckpt *ck)
+/* How a setting given with --resume relates to the checkpoint. The model, the
+ * optimizer (its saved state) and the seed (the sample order of the epoch being
+ * resumed) are what the checkpoint holds: another value cannot apply. Settings of the
+ * run's machinery apply silently. Any other that differs from the checkpoint's value
+ * changes the training from here on: applied, and said. */
+static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed", NULL};
+static const char *const resume_quiet[] = {"resume", "dry_run", "log", "checkpoint", "log_every",
+                                           "monitor", "workers", "prefetch", "threads",
+                                           "memory_budget", "max_steps", "eval_every",
+                                           "target_accuracy", "val_batch_size", NULL};
+
+static bool in_list(const char *const *l, const char *k)
 {
+    for (; *l; l++)
+        if (!strcmp(*l, k))
+            return true;
+    return false;
+}
+
+/* A config value as the user would write it ("cnn", "0.1", "true"); "" if absent. */
+static void json_value(const cJSON *v, char *buf, size_t n)
+{
+    if (cJSON_IsString(v))
+        snprintf(buf, n, "%s", v->valuestring);
+    else if (cJSON_IsBool(v))
+        snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNumber(v)) /* the shortest form that reads back the same: 0.1 */
+        for (int p = 6; p <= 17; p++) {
+            snprintf(buf, n, "%.*g", p, v->valuedouble);
+            if (strtod(buf, NULL) == v->valuedouble)
+                break;
+        }
+    else
+        buf[0] = '\0';
+}
+
+/* "--batch-size 64", "batch_size: 64 (config file)", "batch_size 64 (environment)" */
+static void given_as(const char *k, stoke_cfg_source src, const char *v, char *buf, size_t n)
+{
+    if (src == STOKE_CFG_FLAG) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "%s", k);
+        for (char *p = flag; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        snprintf(buf, n, "--%s %s", flag, v[0] ? v : "''");
+    } else {
+        snprintf(buf, n, "%s %s (%s)", k, v[0] ? v : "''",
+                 src == STOKE_CFG_FILE ? "config file" : "environment");
+    }
+}
+
+/* Settings the user did not give come from the checkpoint's config, so `--resume F`
+ * alone continues the same run; those given are checked against it (above). */
+static stoke_status resume_config(stoke_trainer *t, const stoke_ckpt *ck)
+{
+    stoke_train_config *c = &t->cfg;
     const char *js = stoke_ckpt_meta(ck, "stoke.config");
     cJSON *o = js ? cJSON_Parse(js) : NULL;
     if (!o)
         return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.config is missing or not JSON",
                           stoke_ckpt_path(ck));
-    for (int i = 0; stoke_train_config_key(i); i++) {
-        const char *k = stoke_train_config_key(i);
-        if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log") ||
-            c->source[i] != STOKE_CFG_DEFAULT)
-            continue;
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-        char buf[600];
-        if (cJSON_IsString(v))
-            snprintf(buf, sizeof buf, "%s", v->valuestring);
-        else if (cJSON_IsBool(v))
-            snprintf(buf, sizeof buf, "%s", cJSON_IsTrue(v) ? "true" : "false");
-        else if (cJSON_IsNumber(v))
-            snprintf(buf, sizeof buf, "%.17g", v->valuedouble);
-        else
-            continue;
-        if (stoke_train_config_set(c, k, buf, STOKE_CFG_CHECKPOINT) != STOKE_OK) {
-            cJSON_Delete(o);
-            return train_wrap_error(STOKE_ERR_FORMAT, stoke_ckpt_path(ck));
-        }
+    char *mine_js = stoke_train_config_json(c);
+    cJSON *mine = mine_js ? cJSON_Parse(mine_js) : NULL;
+    free(mine_js);
+    if (!mine) {
+        cJSON_Delete(o);
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     }
+    stoke_status s = STOKE_OK;
+    for (int i = 0; stoke_train_config_key(i) && s == STOKE_OK; i++) {
+        const char *k = stoke_train_config_key(i);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+        char buf[600], given[700];
+        json_value(v, buf, sizeof buf);
+        if (c->source[i] != STOKE_CFG_DEFAULT) {
+            const cJSON *u = cJSON_GetObjectItemCaseSensitive(mine, k);
+            if (!v || in_list(resume_quiet, k) || cJSON_Compare(u, v, true))
+                continue;
+            char uv[600];
+            json_value(u, uv, sizeof uv);
+            given_as(k, c->source[i], uv, given, sizeof given);
+            if (in_list(resume_fixed, k))
+                s = stoke_fail(STOKE_ERR_ARG, "%s: %s contradicts the checkpoint, which was "
+                               "trained with %s %s: a resumed run continues the checkpoint's "
+                               "model, optimizer state and sample order (drop it, or start a "
+                               "new run without --resume)", stoke_ckpt_path(ck), given, k,
+                               buf[0] ? buf : "unset");
+            else
+                info(t, "resume: %s replaces the checkpoint's %s %s", given, k,
+                     buf[0] ? buf : "unset");
+            continue;
+        }
+        if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log") || !v ||
+            (!cJSON_IsString(v) && !cJSON_IsBool(v) && !cJSON_IsNumber(v)))
+            continue;
+        if (stoke_train_config_set(c, k, buf, STOKE_CFG_CHECKPOINT) != STOKE_OK)
+            s = train_wrap_error(STOKE_ERR_FORMAT, stoke_ckpt_path(ck));
+    }
+    cJSON_Delete(mine);
     cJSON_Delete(o);
-    return STOKE_OK;
+    return s;
 }
 
 /* ---- Setup -------------------------------------------------------------------------- */
@@ -748,7 +819,7 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
         if (s == STOKE_OK && strcmp(meta_req(ck, "stoke.format", &s), TRAIN_CKPT_FORMAT) && s == STOKE_OK)
             s = stoke_fail(STOKE_ERR_FORMAT, "%s: not a stoke training checkpoint", cfg->resume);
         if (s == STOKE_OK)
-            s = resume_config(&t->cfg, ck);
+            s = resume_config(t, ck);
         if (s != STOKE_OK)
             goto fail;
     }
@@ -845,13 +916,8 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
         goto fail;
     if (ck) {
+        /* the optimizer, like the model and seed, was checked by resume_config */
         stoke_status ms = STOKE_OK;
-        const char *opt = meta_req(ck, "stoke.optimizer", &ms);
-        if (ms == STOKE_OK && strcmp(opt, stoke_optim_name(t->optim.kind)) != 0) {
-            s = stoke_fail(STOKE_ERR_ARG, "%s: saved with optimizer %s, resuming with %s",
-                           cfg->resume, opt, stoke_optim_name(t->optim.kind));
-            goto fail;
-        }
         t->step = strtoll(meta_req(ck, "stoke.step", &ms), NULL, 10);
         t->start.epoch = strtoll(meta_req(ck, "stoke.sampler_epoch", &ms), NULL, 10);
         t->start.index = strtoll(meta_req(ck, "stoke.sampler_index", &ms), NULL, 10);
@@ -1048,9 +1114,7 @@ static void log_start(stoke_trainer *t, int64_t steps_per_epoch)
     cJSON_AddStringToObject(o, "type", "start");
     cJSON_AddNumberToObject(o, "time", t->loop_start);
     cJSON_AddStringToObject(o, "model", stoke_model_file_describe(t->mf));
-    /* A resumed model is the checkpoint's: a --hidden given then is not what it has. */
-    if (c->hidden[0] && (!c->resume[0] || stoke_train_config_source(c, "hidden") ==
-                                              STOKE_CFG_CHECKPOINT))
+    if (c->hidden[0]) /* with --resume, the checkpoint's (resume_config) */
         cJSON_AddStringToObject(o, "hidden", c->hidden);
     cJSON_AddNumberToObject(o, "parameters", (double)stoke_graph_trainable_elems(t->graph));
     cJSON_AddStringToObject(o, "dataset", c->dataset);

@@ -156,6 +156,21 @@ expect() { # expect NAME STATUS PATTERN ARGS...
         ok "$name"
     fi
 }
+# --resume with a setting that contradicts the checkpoint: the model, the optimizer and
+# the seed cannot change (once --model was dropped without a word); others apply, said.
+expect resume-other-model 1 'c.safetensors: --model mlp contradicts the checkpoint, which was trained with model cnn' \
+    train --resume "$work/c.safetensors" --model mlp --no-monitor
+expect resume-hidden 1 '--hidden 64 contradicts the checkpoint, which was trained with hidden unset' \
+    train --resume "$work/c.safetensors" --hidden 64 --no-monitor
+expect resume-optimizer 1 '--optimizer adamw contradicts the checkpoint, which was trained with optimizer sgd' \
+    train --resume "$work/c.safetensors" --optimizer adamw --no-monitor
+printf 'seed: 9\n' >"$work/seed.yaml"
+expect resume-seed-file 1 'seed 9 (config file) contradicts the checkpoint, which was trained with seed 1' \
+    train --resume "$work/c.safetensors" --config "$work/seed.yaml" --no-monitor
+expect resume-same-model 0 "^resume: --lr 0.1 replaces the checkpoint's lr 0.05" \
+    train --resume "$work/c.safetensors" --model cnn --epochs 2 --lr 0.1 --val-limit 100 \
+    --checkpoint "$work/c2.safetensors" --no-monitor
+
 printf 'layers:\n  - {type: conv2d, out: 8, kernel: 3}\n  - {type: frob}\n' >"$work/bad.yaml"
 expect bad-model-file 1 'bad.yaml:3:.*unknown layer type' train --model "$work/bad.yaml" --limit 10
 expect unknown-model 1 "nosuch: not a preset" train --model nosuch --limit 10
