@@ -661,10 +661,23 @@ static void decide_threads(stoke_trainer *t, bool in_memory, bool cheap_transfor
          t->cfg.threads > 0 ? " (flag)" : "", why);
 }
 
+static bool is_subdir(const char *path, const char *name)
+{
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", path, name);
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static stoke_status open_data(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
-    stoke_dataset_opts o = {.split = "train"};
+    /* An IDX directory holds both splits side by side (no split: its train-* files);
+     * an image folder either has them as subfolders (PATH/train, PATH/val, as
+     * torchvision's ImageFolder users lay them out) or is itself the training set
+     * (PATH/<class>/...), as `stoke data info PATH` reads it. */
+    bool train_dir = is_subdir(c->dataset, "train");
+    stoke_dataset_opts o = {.split = train_dir ? "train" : NULL};
     stoke_status s = stoke_dataset_open(c->dataset, &o, &t->train_src);
     if (s != STOKE_OK)
         return s;
@@ -688,23 +701,36 @@ static stoke_status open_data(stoke_trainer *t)
          stoke_shape_format(&t->info.input_shape, sh, sizeof sh),
          stoke_dtype_name(t->info.input_dtype), c->limit > 0 ? ", limited" : "",
          stoke_dataset_get_info(t->train_src)->format, in_memory ? ", held in memory" : "");
-    /* Validation: the given set, or the test split of an IDX directory (the only
-     * format with splits in one path). */
+    /* Validation: the given set, the test split of an IDX directory, or the val (else
+     * test) subfolder of an image folder that has a train subfolder. */
     const char *src_format = stoke_dataset_get_info(t->train_src)->format;
-    if (c->val_dataset[0] || !strcmp(src_format, "idx")) {
-        stoke_dataset_opts vo = {.split = "test"};
+    const char *vsplit = !strcmp(src_format, "idx") ? "test"
+                         : !strcmp(src_format, "images") && train_dir
+                             ? (is_subdir(c->dataset, "val") ? "val"
+                                : is_subdir(c->dataset, "test") ? "test" : NULL)
+                             : NULL;
+    if (c->val_dataset[0] || vsplit) {
+        stoke_dataset_opts vo = {.split = vsplit};
         const char *vpath = c->val_dataset[0] ? c->val_dataset : c->dataset;
         s = stoke_dataset_open(vpath, c->val_dataset[0] ? NULL : &vo, &t->val_src);
-        if (s != STOKE_OK && c->val_dataset[0])
+        if (s != STOKE_OK && (c->val_dataset[0] || strcmp(src_format, "idx")))
             return s;
         if (s == STOKE_OK) {
             const stoke_dataset_info *vi = stoke_dataset_get_info(t->val_src);
+            /* class indices follow the sorted folder names: the splits must agree */
+            if (!c->val_dataset[0] && !strcmp(src_format, "images") &&
+                vi->num_classes != t->info.num_classes)
+                return stoke_fail(STOKE_ERR_FORMAT, "%s/%s has %" PRId64 " class folders and "
+                                  "%s/train %" PRId64 ": the class indices would not match",
+                                  c->dataset, vsplit, vi->num_classes, c->dataset,
+                                  t->info.num_classes);
             int64_t vn = c->val_limit > 0 && c->val_limit < vi->count ? c->val_limit : vi->count;
             if ((s = load_prefix(t->val_src, vn, &t->val_d)) != STOKE_OK)
                 return s;
             t->val_count = vn;
-            info(t, "validation: %s%s: %" PRId64 " samples", vpath,
-                 c->val_dataset[0] ? "" : " (test split)", vn);
+            info(t, "validation: %s%s%s%s: %" PRId64 " samples", vpath,
+                 c->val_dataset[0] ? "" : " (", c->val_dataset[0] ? "" : vsplit,
+                 c->val_dataset[0] ? "" : " split)", vn);
             return STOKE_OK;
         }
         t->val_src = NULL;

@@ -195,4 +195,46 @@ else
     fail "help"; show "$out"
 fi
 
+# Image folders: a plain one (PATH/<class>/*.png, as `stoke data info PATH` reads it)
+# is the training set itself (once only PATH/train/<class> worked); with train/ and
+# val/ subfolders, val/ validates; a val/ whose classes differ is refused.
+"$py" - "$work" <<'PY' || fail "cannot write the image folders"
+import os, sys, numpy as np
+from PIL import Image
+w, rng = sys.argv[1], np.random.default_rng(0)
+def folder(root, classes, n):
+    for k, cls in enumerate(classes):
+        os.makedirs(f"{root}/{cls}", exist_ok=True)
+        for i in range(n):
+            px = rng.integers(0, 60, (12, 10, 3), np.uint8) + 150 * k
+            Image.fromarray(px.astype(np.uint8)).save(f"{root}/{cls}/{i}.png")
+folder(f"{w}/plain", ["cat", "dog"], 6)
+folder(f"{w}/split/train", ["cat", "dog"], 6)
+folder(f"{w}/split/val", ["cat", "dog"], 3)
+folder(f"{w}/odd/train", ["cat", "dog"], 4)
+folder(f"{w}/odd/val", ["cat"], 2)
+PY
+imgs="--model mlp --hidden 8 --epochs 1 --batch-size 4 --threads 2 --no-monitor"
+"$stoke" train --dataset "$work/plain" $imgs >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q "^dataset: $work/plain: 12 samples" "$out" && grep -q '^done: 1 epoch' "$out" &&
+   grep -q "^validation: none" "$out"; then
+    ok "train on a plain image folder"
+else
+    fail "train on a plain image folder"; show "$out"
+fi
+"$stoke" train --dataset "$work/split" $imgs >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q "^dataset: $work/split: 12 samples" "$out" &&
+   grep -q "^validation: $work/split (val split): 6 samples" "$out" && grep -q 'val acc' "$out"; then
+    ok "train on an image folder with train/ and val/"
+else
+    fail "train on an image folder with train/ and val/"; show "$out"
+fi
+"$stoke" train --dataset "$work/odd" $imgs >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "odd/val has 1 class folders and .*odd/train 2: the class indices would not match" "$out"; then
+    ok "image splits with different classes are refused"
+else
+    fail "image splits with different classes (exit $rc)"; show "$out"
+fi
+
 e2e_end
