@@ -300,8 +300,9 @@ size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *
 stoke_status stoke_mon_open_log(const char *path, int *fd);
 
 /* Writes buf[0..len) with a single write(), so a line is never split between two
- * writes even if the process is killed. STOKE_ERR_IO naming `what` on failure or a
- * short write. */
+ * writes even if the process is killed; after a short write (a disk filling up) the
+ * rest is retried so that the error names the cause. STOKE_ERR_IO naming `what` and
+ * the cause (ENOSPC, EFBIG: the file size limit) on failure. */
 stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const char *what);
 
 /* ---- The sampler (gpu.c, monitor.c) ------------------------------------------ */

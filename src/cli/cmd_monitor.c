@@ -387,10 +387,16 @@ out:
         close(sfd);
     if (masked)
         sigprocmask(SIG_SETMASK, &old_mask, NULL);
-    if (ctx->csv_fd >= 0)
-        close(ctx->csv_fd);
-    if (ctx->json_fd >= 0)
-        close(ctx->json_fd);
+    /* close() can be the first to report a failed write (NFS): the log is then
+     * incomplete, and the exit status says so unless it is the COMMAND's. */
+    const int fds[2] = {ctx->csv_fd, ctx->json_fd};
+    const char *paths[2] = {ctx->csv_path, ctx->json_path};
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0 && close(fds[i]) != 0) {
+            int e = cli_error(CMD, "cannot write to '%s': %s", paths[i], strerror(errno));
+            if (!(command && child > 0 && child_done))
+                rc = e;
+        }
     free(ctx);
     return rc;
 }

@@ -45,7 +45,21 @@ static const cli_command *find(const char *name)
     return NULL;
 }
 
-int main(int argc, char **argv)
+/* Output that could not be written (stdout on a full disk, /dev/full, a closed pipe
+ * when SIGPIPE is ignored) must not end in exit 0: stdio reports such errors only
+ * when the buffer is flushed, so the last flush is checked here, once for every
+ * command. */
+static int close_stdout(int rc)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "stoke: cannot write the standard output: %s\n",
+                errno ? strerror(errno) : "write error");
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -83,6 +97,8 @@ int main(int argc, char **argv)
     }
     return c->run(argc - 1, argv + 1);
 }
+
+int main(int argc, char **argv) { return close_stdout(run(argc, argv)); }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {

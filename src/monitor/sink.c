@@ -333,13 +333,17 @@ stoke_status stoke_mon_open_log(const char *path, int *fd)
 
 stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const char *what)
 {
-    ssize_t n;
-    do
-        n = write(fd, buf, len);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return stoke_fail(STOKE_ERR_IO, "cannot write to '%s': %s", what, strerror(errno));
-    if ((size_t)n != len)
-        return stoke_fail(STOKE_ERR_IO, "short write to '%s' (%zd of %zu bytes)", what, n, len);
+    /* A short write is retried: the next attempt says why (ENOSPC, EFBIG). */
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, buf + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return stoke_fail(STOKE_ERR_IO, "cannot write to '%s': %s%s", what,
+                              n == 0 ? "no progress" : strerror(errno),
+                              n < 0 && errno == EFBIG ? " (the file size limit, ulimit -f)" : "");
+        done += (size_t)n;
+    }
     return STOKE_OK;
 }

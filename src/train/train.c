@@ -209,6 +209,7 @@ struct stoke_trainer {
     stoke_monitor *monitor;
     int workers, threads;
     int log_fd;
+    char log_error[600]; /* the first record that could not be written */
     /* position */
     int64_t epoch, step;
     /* this epoch's running sums (saved with a mid-epoch checkpoint) */
@@ -1017,10 +1018,45 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
 
 /* ---- The loop ------------------------------------------------------------------------ */
 
+/* A record that cannot be written (a full disk, /dev/full, a file-size limit) stops
+ * the log with a warning: the training goes on, since its checkpoint is worth more
+ * than the log, and the run ends with the error (log_finish). */
 static void log_line(stoke_trainer *t, const char *buf)
 {
-    if (t->log_fd >= 0)
-        stoke_mon_write_line(t->log_fd, buf, strlen(buf), t->cfg.log);
+    if (t->log_fd < 0)
+        return;
+    if (stoke_mon_write_line(t->log_fd, buf, strlen(buf), t->cfg.log) == STOKE_OK)
+        return;
+    snprintf(t->log_error, sizeof t->log_error, "%s", stoke_last_error());
+    close(t->log_fd);
+    t->log_fd = -1;
+    char w[700];
+    snprintf(w, sizeof w, "log: %s; the log stops here, training goes on (the run will end "
+             "with this error)", t->log_error);
+    stoke_train_event e = {.kind = STOKE_EV_WARNING, .text = w};
+    emit(t, &e);
+}
+
+/* The log's end: flushed to the disk and closed, each checked (a network filesystem
+ * reports a failed write only then). The error of any record lost. */
+static stoke_status log_finish(stoke_trainer *t)
+{
+    if (t->log_fd >= 0) {
+        int fd = t->log_fd;
+        t->log_fd = -1;
+        bool ok = fsync(fd) == 0 || errno == EINVAL || errno == EROFS; /* pipes, devices */
+        int e = errno;
+        if (close(fd) != 0 && ok) {
+            ok = false;
+            e = errno;
+        }
+        if (!ok && !t->log_error[0])
+            snprintf(t->log_error, sizeof t->log_error, "cannot write to '%s': %s", t->cfg.log,
+                     strerror(e));
+    }
+    if (!t->log_error[0])
+        return STOKE_OK;
+    return stoke_fail(STOKE_ERR_IO, "the log is incomplete: %s", t->log_error);
 }
 
 /* JSON has no NaN: absent values are null. */
@@ -1273,6 +1309,12 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     int64_t batches = (t->info.count + c->batch_size - 1) / c->batch_size;
     t->loop_start = stoke_wall_time();
     log_start(t, (batches + c->accumulate - 1) / c->accumulate);
+    if (t->log_error[0]) { /* not even the first record: nothing has been trained yet */
+        if (t->monitor)
+            stoke_monitor_stop(t->monitor);
+        return stoke_fail(STOKE_ERR_IO, "log: %s (before the first step: nothing was "
+                          "trained)", t->log_error);
+    }
     double ep_start = stoke_wall_time() - t->ep_elapsed_before;
     double wait0 = loader_wait_s(t->loader);
     int64_t ep_samples_start = t->ep_samples;
@@ -1434,7 +1476,8 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
         t->ep_elapsed_before = stoke_wall_time() - ep_start;
         s = checkpoint(t);
     }
-    return s;
+    stoke_status ls = log_finish(t);
+    return s != STOKE_OK ? s : ls;
 }
 
 void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r)

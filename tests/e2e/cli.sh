@@ -44,5 +44,18 @@ for cmd in probe train; do
     fi
 done
 
+# Output that cannot be written is an error, not exit 0 (/dev/full: every write fails
+# with ENOSPC, as on a full disk), for every command through the one check in main.
+for args in "--version" "help" "probe" "data --help"; do
+    # shellcheck disable=SC2086 # args is a word list
+    "$stoke" $args >/dev/full 2>"$out"
+    got=$?
+    if [ "$got" -eq 1 ] && grep -q "cannot write the standard output: No space left on device\|cannot write the report" "$out"; then
+        echo "ok   stdout full: $args"
+    else
+        echo "FAIL stdout full: $args: exit $got"; sed 's/^/  | /' "$out"; fails=$((fails + 1))
+    fi
+done
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]
