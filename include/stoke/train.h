@@ -285,11 +285,13 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
  * busy fraction is the consumer's own time spent loading. False if ctx is NULL. */
 bool stoke_train_loader_pipeline(void *loader, stoke_mon_pipeline *out);
 
-/* The memory plan for the configured batch and the largest batch that fits
- * `budget_bytes` (0: the configured memory_budget, else what is available: MemAvailable,
- * or the headroom under a cgroup limit). */
+/* The memory plan for the configured batch and the largest batch that fits beside
+ * what else the run holds — the validation model and, against a given budget, the
+ * samples held in memory (*beside) — within `budget_bytes` (0: the configured
+ * memory_budget, else what is available now: MemAvailable, or the headroom under a
+ * cgroup limit; *budget_used). The same budget the check before allocating uses. */
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
-                                int64_t *max_batch, size_t *budget_used);
+                                int64_t *max_batch, size_t *budget_used, size_t *beside);
 
 typedef struct stoke_train_result {
     int64_t epochs_done;      /* completed epochs */

@@ -125,7 +125,7 @@ static bool is_bool_flag(const char *name)
     return false;
 }
 
-static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget)
+static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget, size_t beside)
 {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
     printf("memory plan for batch %" PRId64 ":\n", p->batch);
@@ -142,7 +142,10 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
                p->batch, p->last_batch);
     printf("\n");
     printf("  total              %12zu bytes  %s\n", p->total, stoke_format_bytes((double)p->total, f, sizeof f));
-    printf("largest batch within %s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
+    char h[32];
+    printf("largest batch within %s%s%s%s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
+           beside ? " less " : "", beside ? stoke_format_bytes((double)beside, h, sizeof h) : "",
+           beside ? " for validation and the data held" : "",
            max_batch, max_batch == 0 ? " (not even one sample fits)"
                       : max_batch == p->opts.epoch_samples ? " (the whole epoch)" : "");
 }
@@ -210,10 +213,10 @@ int cmd_train(int argc, char **argv)
     if (cfg.dry_run) {
         stoke_mem_plan plan;
         int64_t maxb;
-        size_t budget;
-        stoke_status s = stoke_trainer_plan(t, 0, &plan, &maxb, &budget);
+        size_t budget, beside;
+        stoke_status s = stoke_trainer_plan(t, 0, &plan, &maxb, &budget, &beside);
         if (s == STOKE_OK)
-            print_plan(&plan, maxb, budget);
+            print_plan(&plan, maxb, budget, beside);
         stoke_trainer_free(t);
         return s == STOKE_OK ? 0 : cli_error("train", "%s", stoke_last_error());
     }

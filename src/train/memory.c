@@ -17,7 +17,7 @@ static size_t plan_total(const train_mem_need *needs, int n)
 }
 
 stoke_status train_check_memory(const char *model, const train_mem_need *needs, int n,
-                                double budget, const char *batch_flag)
+                                double budget)
 {
     size_t have;
     const char *source;
@@ -57,13 +57,19 @@ stoke_status train_check_memory(const char *model, const train_mem_need *needs, 
     int64_t fits = others < have ? stoke_plan_max_batch(needs[0].plan, have - others) : 0;
     const stoke_mem_plan *p0 = needs[0].plan;
     char advice[256];
-    if (fits > 0)
+    size_t fixed0 = p0->params + p0->grads + p0->optim;
+    if (others >= have && fixed0 < have) /* the others are too big, not the first */
+        snprintf(advice, sizeof advice, "the %s model alone needs %s (%s lowers its "
+                 "activations and workspace)", needs[1].what,
+                 stoke_format_bytes((double)needs[1].plan->total, f, sizeof f),
+                 needs[1].batch_flag);
+    else if (fits > 0)
         snprintf(advice, sizeof advice, "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")",
-                 needs[0].what, fits, batch_flag, fits);
+                 needs[0].what, fits, needs[0].batch_flag, fits);
     else
         snprintf(advice, sizeof advice, "not even one sample fits: the %s model's parameters, "
                  "gradients and optimizer state alone need %s", needs[0].what,
-                 stoke_format_bytes((double)(p0->params + p0->grads + p0->optim), f, sizeof f));
+                 stoke_format_bytes((double)fixed0, f, sizeof f));
     char all[64] = "";
     if (n > 1)
         snprintf(all, sizeof all, "; %s in all", stoke_format_bytes((double)need, a, sizeof a));

@@ -210,6 +210,7 @@ struct stoke_trainer {
     int workers, threads;
     int log_fd;
     char log_error[600]; /* the first record that could not be written */
+    double held_bytes;   /* samples held in memory (training and validation) */
     /* position */
     int64_t epoch, step;
     /* this epoch's running sums (saved with a mid-epoch checkpoint) */
@@ -670,6 +671,20 @@ static bool is_subdir(const char *path, const char *name)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Samples held in memory (a --limit prefix, the validation set) must fit in what is
+ * available, or the copy grows toward the OOM killer. */
+static stoke_status check_hold(const char *path, const char *flag, int64_t n, double bytes,
+                               uint64_t avail)
+{
+    if (avail == 0 || bytes <= (double)avail)
+        return STOKE_OK;
+    char a[32], b[32];
+    return stoke_fail(STOKE_ERR_NOMEM, "%s: holding %" PRId64 " samples in memory takes %s, "
+                      "and %s is available: lower %s", path, n,
+                      stoke_format_bytes(bytes, a, sizeof a),
+                      stoke_format_bytes((double)avail, b, sizeof b), flag);
+}
+
 static stoke_status open_data(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
@@ -685,14 +700,18 @@ static stoke_status open_data(stoke_trainer *t)
     t->info = *stoke_dataset_get_info(t->train_src);
     /* Hold the data in memory when it takes at most a quarter of the available RAM:
      * the loader then gathers batches without touching storage. */
-    uint64_t avail = t->machine.mem.available_bytes;
+    uint64_t avail = c->memory_budget > 0 ? (uint64_t)c->memory_budget
+                                          : t->machine.mem.available_bytes;
     int64_t n = c->limit > 0 && c->limit < t->info.count ? c->limit : t->info.count;
     double bytes = (double)n * (double)(t->info.input_bytes + t->info.target_bytes);
     bool in_memory = avail == 0 || bytes <= avail / 4.0;
+    if (!in_memory && c->limit > 0 && (s = check_hold(c->dataset, "--limit", n, bytes, avail)) != STOKE_OK)
+        return s;
     if (in_memory || c->limit > 0) {
         s = load_prefix(t->train_src, n, &t->train_d);
         if (s != STOKE_OK)
             return s;
+        t->held_bytes += bytes;
     } else {
         t->train_d = t->train_src;
     }
@@ -726,8 +745,13 @@ static stoke_status open_data(stoke_trainer *t)
                                   c->dataset, vsplit, vi->num_classes, c->dataset,
                                   t->info.num_classes);
             int64_t vn = c->val_limit > 0 && c->val_limit < vi->count ? c->val_limit : vi->count;
+            if ((s = check_hold(vpath, "--val-limit", vn,
+                                (double)vn * (double)(vi->input_bytes + vi->target_bytes),
+                                avail)) != STOKE_OK)
+                return s;
             if ((s = load_prefix(t->val_src, vn, &t->val_d)) != STOKE_OK)
                 return s;
+            t->held_bytes += (double)vn * (double)(vi->input_bytes + vi->target_bytes);
             t->val_count = vn;
             info(t, "validation: %s%s%s%s: %" PRId64 " samples", vpath,
                  c->val_dataset[0] ? "" : " (", c->val_dataset[0] ? "" : vsplit,
@@ -934,9 +958,14 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
         (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
         goto fail;
-    train_mem_need need[2] = {{"training", &tp}, {"validation", &ep}};
+    train_mem_need need[2] = {{"training", &tp, "--batch-size"},
+                              {"validation", &ep, "--val-batch-size"}};
+    /* --memory-budget covers the data held in memory too; otherwise what is available
+     * now already excludes it */
+    double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
+                    : c->memory_budget > 0 ? 1 : 0;
     if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1,
-                                c->memory_budget, "--batch-size")) != STOKE_OK)
+                                budget)) != STOKE_OK)
         goto fail;
     if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         goto fail;
@@ -1000,7 +1029,7 @@ fail:
 }
 
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
-                                int64_t *max_batch, size_t *budget_used)
+                                int64_t *max_batch, size_t *budget_used, size_t *beside)
 {
     stoke_model_opts mo = {.max_batch = t->cfg.batch_size, .epoch_samples = t->info.count,
                            .precision = t->precision, .optim = t->optim, .training = true,
@@ -1008,11 +1037,30 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s != STOKE_OK)
         return s;
-    size_t budget = budget_bytes ? budget_bytes
-                    : t->cfg.memory_budget > 0 ? (size_t)t->cfg.memory_budget
-                                               : (size_t)t->machine.mem.available_bytes;
+    /* The same budget as the check before allocating (train_check_memory): a given
+     * budget covers the data held in memory; what is available now already excludes
+     * it. The validation model takes its share too. */
+    size_t budget, held = 0;
+    stoke_mem_info mi;
+    if (budget_bytes || t->cfg.memory_budget > 0) {
+        budget = budget_bytes ? budget_bytes : (size_t)t->cfg.memory_budget;
+        held = (size_t)t->held_bytes;
+    } else {
+        budget = stoke_mem_probe(NULL, &mi) == STOKE_OK && mi.available_bytes
+                     ? (size_t)mi.available_bytes : (size_t)t->machine.mem.available_bytes;
+    }
+    size_t others = held;
+    if (t->val_d) {
+        stoke_model_opts eo = {.max_batch = t->cfg.val_batch_size, .epoch_samples = t->val_count,
+                               .precision = t->precision, .training = false, .seed = t->cfg.seed};
+        stoke_mem_plan ep;
+        if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
+            return s;
+        others += ep.total;
+    }
     *budget_used = budget;
-    *max_batch = stoke_plan_max_batch(plan, budget);
+    *beside = others;
+    *max_batch = budget > others ? stoke_plan_max_batch(plan, budget - others) : 0;
     return STOKE_OK;
 }
 

@@ -40,19 +40,20 @@ stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n
                                    const int64_t *samples);
 
 /* A model about to be allocated: what it is for ("training", "validation",
- * "inference") and its plan (stoke_graph_plan). */
+ * "inference"), its plan (stoke_graph_plan) and the option that sets its batch. */
 typedef struct train_mem_need {
     const char *what;
     const stoke_mem_plan *plan;
+    const char *batch_flag;
 } train_mem_need;
 
 /* STOKE_ERR_NOMEM, with each plan's parts, the memory there is and the largest batch
- * of needs[0] that would fit (batch_flag names its option), when the plans together
- * need more than `budget` bytes (> 0: --memory-budget) or, with budget 0, more than
- * is available now (MemAvailable, or less under a cgroup limit: stoke_mem_probe).
+ * of needs[0] that would fit beside the others, when the plans together need more
+ * than `budget` bytes (> 0: --memory-budget) or, with budget 0, more than is
+ * available now (MemAvailable, or less under a cgroup limit: stoke_mem_probe).
  * STOKE_OK when they fit or the memory is unknown. */
 stoke_status train_check_memory(const char *model, const train_mem_need *needs, int n,
-                                double budget, const char *batch_flag);
+                                double budget);
 
 /* "1,28,28" <-> shape; "0.286,0.353" <-> floats. */
 void train_format_shape(const stoke_shape *s, char *buf, size_t size);

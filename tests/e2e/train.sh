@@ -54,7 +54,7 @@ else
 fi
 
 "$stoke" train --dry-run --memory-budget 100M >"$out" 2>&1
-if [ $? -eq 0 ] && grep -q '^largest batch within 100.0 MB: [1-9]' "$out" && grep -q '^  total ' "$out"; then
+if [ $? -eq 0 ] && grep -q '^largest batch within 100.0 MB less [0-9.]* MB for validation and the data held: [1-9]' "$out" && grep -q '^  total ' "$out"; then
     ok dry-run
 else
     fail dry-run; sed 's/^/  | /' "$out"
@@ -64,9 +64,22 @@ fi
 # the workspace lies past the kernels' int range. A batch larger than the epoch never
 # runs: --limit caps the answer.
 "$stoke" train --dry-run --memory-budget 24G >"$out" 2>&1
-if [ $? -eq 0 ] && grep -q '^largest batch within 24.0 GB: [1-9][0-9]\{3,\}' "$out"; then ok "dry-run, large budget"; else fail "dry-run, large budget"; sed 's/^/  | /' "$out"; fi
+if [ $? -eq 0 ] && grep -q '^largest batch within 24.0 GB less .*: [1-9][0-9]\{3,\}' "$out"; then ok "dry-run, large budget"; else fail "dry-run, large budget"; sed 's/^/  | /' "$out"; fi
 "$stoke" train --dry-run --memory-budget 1T --limit 5000 >"$out" 2>&1
-if [ $? -eq 0 ] && grep -q '^largest batch within 1.0 TB: 5000 (the whole epoch)' "$out"; then ok "dry-run, capped by the epoch"; else fail "dry-run, capped by the epoch"; sed 's/^/  | /' "$out"; fi
+if [ $? -eq 0 ] && grep -q '^largest batch within 1.0 TB less .*: 5000 (the whole epoch)' "$out"; then ok "dry-run, capped by the epoch"; else fail "dry-run, capped by the epoch"; sed 's/^/  | /' "$out"; fi
+
+# --dry-run's answer and the check before allocating use one budget: its largest batch
+# runs, and the next one up is refused (the search's answer is a boundary).
+fit="--memory-budget 300M --limit 3000 --val-limit 500 --epochs 1 --max-steps 1 --no-monitor"
+# shellcheck disable=SC2086 # $fit is a word list
+b=$("$stoke" train --dry-run $fit 2>&1 | sed -n 's/^largest batch within .*: \([0-9]*\)$/\1/p')
+# shellcheck disable=SC2086
+if [ -n "$b" ] && [ "$b" -gt 0 ] && "$stoke" train $fit --batch-size "$b" >"$out" 2>&1 &&
+   ! "$stoke" train $fit --batch-size $((b + 1)) >"$out" 2>&1 && grep -q "not enough memory for model cnn: training at batch $((b + 1))" "$out"; then
+    ok "dry-run's largest batch ($b) runs, one more is refused"
+else
+    fail "dry-run's largest batch '$b' and the check disagree"; sed 's/^/  | /' "$out"
+fi
 
 # A model that cannot fit is refused before allocating, with its numbers (it once grew
 # toward the OOM killer without a word). The budget makes this independent of the
@@ -85,6 +98,14 @@ if [ $rc -eq 1 ] && grep -q 'the largest training batch that fits is [1-9][0-9]*
     ok "a batch that cannot fit is refused with the one that would"
 else
     fail "a batch that cannot fit (exit $rc)"; sed 's/^/  | /' "$out"
+fi
+# samples held in memory count too: a --limit prefix that cannot fit is refused
+"$stoke" train --memory-budget 1M --limit 5000 --no-monitor >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'fashion-mnist: holding 5000 samples in memory takes 3.9 MB, and 1.0 MB is available: lower --limit' "$out"; then
+    ok "data that cannot be held is refused"
+else
+    fail "data that cannot be held (exit $rc)"; sed 's/^/  | /' "$out"
 fi
 # eval plans for the samples it has, not for a batch that never runs
 "$stoke" eval "$work/c.safetensors" --limit 300 --batch-size 1048576 >"$out" 2>&1
