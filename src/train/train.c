@@ -883,6 +883,13 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
         goto fail;
     if ((s = train_input_init(&t->input, &t->info.input_shape, t->info.input_dtype)) != STOKE_OK)
         goto fail;
+    if (c->augment && !t->input.image) { /* not dropped without a word */
+        char sh[64];
+        s = stoke_fail(STOKE_ERR_ARG, "augment (--augment): random crops and flips are for "
+                       "images, and %s has samples of %s", c->dataset,
+                       stoke_shape_format(&t->info.input_shape, sh, sizeof sh));
+        goto fail;
+    }
     if (t->input.image) {
         const char *m = ck ? stoke_ckpt_meta(ck, "stoke.normalize_mean") : NULL;
         const char *sd = ck ? stoke_ckpt_meta(ck, "stoke.normalize_std") : NULL;

@@ -236,6 +236,8 @@ folder(f"{w}/split/train", ["cat", "dog"], 6)
 folder(f"{w}/split/val", ["cat", "dog"], 3)
 folder(f"{w}/odd/train", ["cat", "dog"], 4)
 folder(f"{w}/odd/val", ["cat"], 2)
+np.save(f"{w}/vec_x.npy", rng.random((8, 3), np.float32))
+np.save(f"{w}/vec_y.npy", np.arange(8) % 2)
 PY
 imgs="--model mlp --hidden 8 --epochs 1 --batch-size 4 --threads 2 --no-monitor"
 "$stoke" train --dataset "$work/plain" $imgs >"$out" 2>&1
@@ -251,6 +253,14 @@ if [ $? -eq 0 ] && grep -q "^dataset: $work/split: 12 samples" "$out" &&
     ok "train on an image folder with train/ and val/"
 else
     fail "train on an image folder with train/ and val/"; show "$out"
+fi
+# --augment on data that is not images: an error, not dropped without a word
+"$stoke" train --dataset "$work/vec_x.npy" --augment $imgs >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "augment (--augment): random crops and flips are for images, and .*vec_x.npy has samples of (3,)" "$out"; then
+    ok "--augment on vectors is refused"
+else
+    fail "--augment on vectors (exit $rc)"; show "$out"
 fi
 "$stoke" train --dataset "$work/odd" $imgs >"$out" 2>&1
 rc=$?
