@@ -478,8 +478,21 @@ static void case_loader_bad_options(void)
     o.transform = NULL;
     o.start.index = 11;
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_ARG);
-    /* No transform: the raw bytes as read. */
+    /* A ring larger than the memory left is refused before it is allocated: 5 slots
+     * of 4 samples of (IMG_H x IMG_W + 4 + 8) bytes, one byte over and exactly. */
     o.start.index = 0;
+    o.prefetch = 5;
+    size_t ring = 5 * 4 * (size_t)(IMG_H * IMG_W + 4 + 8);
+    o.memory_limit = ring - 1;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_NOMEM);
+    CHECK_STR_CONTAINS(stoke_last_error(), "5 slots (prefetch) of 4 samples");
+    CHECK(l == NULL);
+    o.memory_limit = ring;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_loader_destroy(l);
+    o.prefetch = 0;
+    o.memory_limit = 0;
+    /* No transform: the raw bytes as read. */
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
     stoke_batch b;
     CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);

@@ -297,7 +297,7 @@ static void test_cnn_plan(void) {
     CHECK(stoke_graph_plan(g, &o, &p) == STOKE_OK);
     size_t budgets[] = {p.params * 3 + 5 * act + 12345, p.total, p.total - 1, 40u << 20};
     for (size_t k = 0; k < sizeof budgets / sizeof *budgets; k++) {
-        int64_t b = stoke_plan_max_batch(&p, budgets[k]);
+        int64_t b = stoke_plan_max_batch(&p, budgets[k], 0);
         CHECK_MSG(b >= 1, "budget %zu gave batch %lld", budgets[k], (long long)b);
         stoke_model_opts ob = o;
         stoke_mem_plan pb1, pb2;
@@ -306,17 +306,30 @@ static void test_cnn_plan(void) {
         ob.max_batch = b + 1;
         CHECK(stoke_graph_plan(g, &ob, &pb2) == STOKE_OK && pb2.total > budgets[k]);
     }
+    /* memory outside the model that grows with the batch counts too */
+    size_t extra = 3 * act, bud = 40u << 20;
+    int64_t be = stoke_plan_max_batch(&p, bud, extra);
+    CHECK(be >= 1 && be < stoke_plan_max_batch(&p, bud, 0));
+    {
+        stoke_model_opts ob = o;
+        stoke_mem_plan pe1, pe2;
+        ob.max_batch = be;
+        CHECK(stoke_graph_plan(g, &ob, &pe1) == STOKE_OK && pe1.total + (size_t)be * extra <= bud);
+        ob.max_batch = be + 1;
+        CHECK(stoke_graph_plan(g, &ob, &pe2) == STOKE_OK &&
+              pe2.total + (size_t)(be + 1) * extra > bud);
+    }
     /* 16 fits p.total exactly; a larger batch may too, where the workspace shrinks */
-    CHECK(stoke_plan_max_batch(&p, p.total) >= 16);
-    CHECK_INT_EQ(stoke_plan_max_batch(&p, p.params), 0);
+    CHECK(stoke_plan_max_batch(&p, p.total, 0) >= 16);
+    CHECK_INT_EQ(stoke_plan_max_batch(&p, p.params, 0), 0);
     /* a budget far past what the kernels can index (issue 9: 24.6 GB gave 0, where
      * the bound ignoring the workspace lies beyond the int range of the kernels) */
-    int64_t huge = stoke_plan_max_batch(&p, (size_t)1 << 40);
+    int64_t huge = stoke_plan_max_batch(&p, (size_t)1 << 40, 0);
     CHECK_MSG(huge >= 1000, "1 TB gave batch %lld", (long long)huge);
     /* capped by the epoch: a batch larger than the data never runs */
     o.epoch_samples = 600;
     CHECK(stoke_graph_plan(g, &o, &p) == STOKE_OK);
-    CHECK_INT_EQ(stoke_plan_max_batch(&p, (size_t)1 << 40), 600);
+    CHECK_INT_EQ(stoke_plan_max_batch(&p, (size_t)1 << 40, 0), 600);
     stoke_graph_free(g);
 }
 

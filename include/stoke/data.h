@@ -267,7 +267,14 @@ typedef struct stoke_loader_opts {
                                          at least 2 */
     bool use_device;                  /* copy batches to CUDA device `device` */
     int device;
+    size_t memory_limit;              /* > 0: a ring of more host bytes than this is
+                                         refused (STOKE_ERR_NOMEM with the numbers)
+                                         before anything is allocated */
 } stoke_loader_opts;
+
+/* The ring slots a loader with these options has (prefetch, else 2 x workers + 2, at
+ * least 2): its host memory is slots x batch x (input + target + 8) bytes. */
+int stoke_loader_slots(const stoke_loader_opts *o);
 
 /* One batch. Its memory belongs to the loader and stays valid until the next call of
  * stoke_loader_next (device memory: see docs/loader.md). A size of 0 marks the end of

@@ -321,7 +321,9 @@ typedef struct stoke_mem_plan {
 stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
                               stoke_mem_plan *out);
 
-/* A batch whose plan total fits in budget_bytes, or 0 if not even batch 1 fits; never
+/* A batch b whose plan total, plus b x extra_per_sample (memory outside the model
+ * that grows with the batch: the loader's ring of prefetched batches), fits in
+ * budget_bytes, or 0 if not even batch 1 fits; never
  * more than the plan's epoch_samples when given (a larger batch never runs). Each
  * candidate is planned exactly (its workspace at that batch and at the epoch's last
  * batch for it), so the answer always fits, and the next batch up does not unless
@@ -331,7 +333,8 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
  * bisects below the first step that fits: a larger batch that fits is missed only
  * when the batches that fit there form a stretch narrower than one step. The plan
  * must come from stoke_graph_plan and its graph must still exist. */
-int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes);
+int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes,
+                             size_t extra_per_sample);
 
 /* ---- Models --------------------------------------------------------------------- */
 

@@ -407,6 +407,12 @@ void stoke_loader_destroy(stoke_loader *l)
     free(l);
 }
 
+int stoke_loader_slots(const stoke_loader_opts *o)
+{
+    int k = o->prefetch ? o->prefetch : 2 * o->workers + 2;
+    return k < 2 ? 2 : k;
+}
+
 stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
                                  stoke_loader **out)
 {
@@ -425,9 +431,7 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
     l->seed = o->sampler.seed;
     l->bs = o->sampler.batch_size;
     l->nworkers = o->workers;
-    l->K = o->prefetch ? o->prefetch : 2 * o->workers + 2;
-    if (l->K < 2)
-        l->K = 2;
+    l->K = stoke_loader_slots(o);
     l->fill_min = 1 << 30;
     l->start_ns = stoke_now_ns();
     snprintf(l->reason, sizeof l->reason, "no device requested");
@@ -461,6 +465,17 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
             l->in_shape = stoke_transform_out_shape(l->tf);
             l->in_dtype = stoke_transform_out_dtype(l->tf);
         }
+    }
+    /* The ring is allocated up front and filled as fast as the workers go: one that
+     * cannot fit would grow toward the OOM killer, so it is refused with its numbers. */
+    double ring = (double)l->K * (double)l->bs *
+                  (double)(l->in_bytes + l->tg_bytes + sizeof(int64_t));
+    if (st == STOKE_OK && o->memory_limit > 0 && ring > (double)o->memory_limit) {
+        char a[32], b[32];
+        st = stoke_fail(STOKE_ERR_NOMEM, "loader: %d slots (prefetch) of %" PRId64 " samples "
+                        "(the batch) take %s, and %s is left for them: lower the prefetch or "
+                        "the batch", l->K, l->bs, stoke_format_bytes(ring, a, sizeof a),
+                        stoke_format_bytes((double)o->memory_limit, b, sizeof b));
     }
     if (st == STOKE_OK && o->use_device)
         device_setup(l, o->device);

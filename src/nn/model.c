@@ -405,14 +405,17 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
 
 /* Whether plan's model compiled for b samples fits the budget. A batch that cannot
  * be planned (sizes past the kernels' int range at a huge batch) does not fit. */
-static bool plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes) {
+static bool plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes,
+                      size_t extra_per_sample) {
     stoke_model_opts o = plan->opts;
     o.max_batch = b;
     stoke_mem_plan p;
-    return stoke_graph_plan(plan->graph, &o, &p) == STOKE_OK && p.total <= budget_bytes;
+    return stoke_graph_plan(plan->graph, &o, &p) == STOKE_OK &&
+           (double)p.total + (double)b * (double)extra_per_sample <= (double)budget_bytes;
 }
 
-int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
+int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes,
+                             size_t extra_per_sample) {
     if (!plan || !plan->graph || plan->activations_per_sample == 0)
         return 0;
     /* total(b) = fixed + b x per_sample + workspace(b) with workspace >= 0, so b_max
@@ -426,14 +429,14 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     size_t fixed = plan->params + plan->grads + plan->optim;
     if (budget_bytes <= fixed)
         return 0;
-    int64_t b = (int64_t)((budget_bytes - fixed) / plan->activations_per_sample);
+    int64_t b = (int64_t)((budget_bytes - fixed) / (plan->activations_per_sample + extra_per_sample));
     if (b > (int64_t)1 << 40)
         b = (int64_t)1 << 40;
     if (plan->opts.epoch_samples > 0 && b > plan->opts.epoch_samples)
         b = plan->opts.epoch_samples;
     int64_t lo = 0, hi = b + 1;
     while (b >= 1) {
-        if (plan_fits(plan, b, budget_bytes)) {
+        if (plan_fits(plan, b, budget_bytes, extra_per_sample)) {
             lo = b;
             break;
         }
@@ -442,7 +445,7 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes) {
     }
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (plan_fits(plan, mid, budget_bytes))
+        if (plan_fits(plan, mid, budget_bytes, extra_per_sample))
             lo = mid;
         else
             hi = mid;

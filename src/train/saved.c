@@ -164,10 +164,10 @@ static stoke_status ensure_model(stoke_saved_model *s, int64_t n)
         s->batch = n;
     stoke_model_opts mo = {.max_batch = s->batch, .precision = STOKE_PREC_FP32, .training = false};
     stoke_mem_plan plan;
-    train_mem_need need = {"inference", &plan, "--batch-size"};
+    train_mem_need need = {"inference", &plan, "--batch-size", 0}; /* no loader: it reads samples itself */
     stoke_status st;
     if ((st = stoke_graph_plan(s->graph, &mo, &plan)) != STOKE_OK ||
-        (st = train_check_memory(stoke_model_file_describe(s->mf), &need, 1, 0)) != STOKE_OK ||
+        (st = train_check_memory(stoke_model_file_describe(s->mf), &need, 1, 0, NULL)) != STOKE_OK ||
         (st = stoke_model_new(s->graph, &mo, &s->model)) != STOKE_OK)
         return st;
     for (int i = 0; i < stoke_graph_param_count(s->graph); i++) {

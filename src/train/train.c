@@ -685,6 +685,18 @@ static stoke_status check_hold(const char *path, const char *flag, int64_t n, do
                       stoke_format_bytes((double)avail, b, sizeof b), flag);
 }
 
+/* Host bytes per sample of a loader's ring over d: its slots x (the input as fed to the
+ * model + the target + the sample index), as stoke_loader_create allocates it. */
+static size_t ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers,
+                              int prefetch)
+{
+    stoke_loader_opts o = {.workers = workers, .prefetch = prefetch};
+    const stoke_dataset_info *i = stoke_dataset_get_info(d);
+    size_t in = t->input.image ? (size_t)stoke_shape_elems(&t->input.model_shape) * sizeof(float)
+                               : i->input_bytes;
+    return (size_t)stoke_loader_slots(&o) * (in + i->target_bytes + sizeof(int64_t));
+}
+
 static stoke_status open_data(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
@@ -965,14 +977,16 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
         (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
         goto fail;
-    train_mem_need need[2] = {{"training", &tp, "--batch-size"},
-                              {"validation", &ep, "--val-batch-size"}};
+    train_mem_need need[2] = {
+        {"training", &tp, "--batch-size", ring_per_sample(t, t->train_d, t->workers, (int)c->prefetch)},
+        {"validation", &ep, "--val-batch-size", t->val_d ? ring_per_sample(t, t->val_d, 0, 0) : 0}};
     /* --memory-budget covers the data held in memory too; otherwise what is available
      * now already excludes it */
     double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
                     : c->memory_budget > 0 ? 1 : 0;
+    size_t left;
     if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1,
-                                budget)) != STOKE_OK)
+                                budget, &left)) != STOKE_OK)
         goto fail;
     if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         goto fail;
@@ -1003,12 +1017,14 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     stoke_loader_opts lo = {.sampler = {.batch_size = c->batch_size, .shuffle = true,
                                         .seed = c->seed},
                             .start = t->start, .transform = t->input.image ? &t->topts : NULL,
-                            .workers = t->workers, .prefetch = (int)c->prefetch};
+                            .workers = t->workers, .prefetch = (int)c->prefetch,
+                            .memory_limit = left ? left + need[0].ring_per_sample * (size_t)c->batch_size : 0};
     if (t->start.epoch < c->epochs && (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
         goto fail;
     if (t->val_d) {
         stoke_loader_opts vo = {.sampler = {.batch_size = c->val_batch_size},
-                                .transform = t->input.image ? &t->val_topts : NULL};
+                                .transform = t->input.image ? &t->val_topts : NULL,
+                                .memory_limit = left ? left + need[1].ring_per_sample * (size_t)c->val_batch_size : 0};
         if ((s = stoke_loader_create(t->val_d, &vo, &t->val_loader)) != STOKE_OK)
             goto fail;
     }
@@ -1063,11 +1079,15 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
         stoke_mem_plan ep;
         if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
             return s;
-        others += ep.total;
+        others += ep.total + ring_per_sample(t, t->val_d, 0, 0) * (size_t)t->cfg.val_batch_size;
     }
     *budget_used = budget;
     *beside = others;
-    *max_batch = budget > others ? stoke_plan_max_batch(plan, budget - others) : 0;
+    *max_batch = budget > others
+                     ? stoke_plan_max_batch(plan, budget - others,
+                                            ring_per_sample(t, t->train_d, t->workers,
+                                                            (int)t->cfg.prefetch))
+                     : 0;
     return STOKE_OK;
 }
 

@@ -45,15 +45,17 @@ typedef struct train_mem_need {
     const char *what;
     const stoke_mem_plan *plan;
     const char *batch_flag;
+    size_t ring_per_sample; /* its loader's ring: slots x (input + target + 8) bytes */
 } train_mem_need;
 
 /* STOKE_ERR_NOMEM, with each plan's parts, the memory there is and the largest batch
  * of needs[0] that would fit beside the others, when the plans together need more
  * than `budget` bytes (> 0: --memory-budget) or, with budget 0, more than is
  * available now (MemAvailable, or less under a cgroup limit: stoke_mem_probe).
- * STOKE_OK when they fit or the memory is unknown. */
+ * STOKE_OK when they fit or the memory is unknown; *left (may be NULL) is then what
+ * remains for the rest of the run (the loaders' rings), or 0 when unknown. */
 stoke_status train_check_memory(const char *model, const train_mem_need *needs, int n,
-                                double budget);
+                                double budget, size_t *left);
 
 /* "1,28,28" <-> shape; "0.286,0.353" <-> floats. */
 void train_format_shape(const stoke_shape *s, char *buf, size_t size);

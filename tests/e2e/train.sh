@@ -107,6 +107,14 @@ if [ $rc -eq 1 ] && grep -q 'fashion-mnist: holding 5000 samples in memory takes
 else
     fail "data that cannot be held (exit $rc)"; sed 's/^/  | /' "$out"
 fi
+# and so does the loader's ring of prefetched batches (slots x batch x sample)
+"$stoke" train --model mlp --hidden 8 --batch-size 1000 --prefetch 1024 --memory-budget 500M --limit 2000 --no-monitor >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'training at batch 1000 needs 3.2 GB (.*, loader ring 3.2 GB); .*the largest training batch that fits is [1-9]' "$out"; then
+    ok "a prefetch ring that cannot fit is refused"
+else
+    fail "a prefetch ring that cannot fit (exit $rc)"; sed 's/^/  | /' "$out"
+fi
 # eval plans for the samples it has, not for a batch that never runs
 "$stoke" eval "$work/c.safetensors" --limit 300 --batch-size 1048576 >"$out" 2>&1
 if [ $? -eq 0 ] && grep -q 'test, 300 samples): loss' "$out"; then ok "eval, batch larger than the data"; else fail "eval, batch larger than the data"; sed 's/^/  | /' "$out"; fi
