@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +46,24 @@ static const cli_command *find(const char *name)
     return NULL;
 }
 
+/* The SIGXFSZ disposition stoke was started with, for the commands it starts. */
+static struct sigaction inherited_sigxfsz;
+static bool sigxfsz_changed;
+
+void cli_restore_inherited_signals(void)
+{
+    if (sigxfsz_changed)
+        sigaction(SIGXFSZ, &inherited_sigxfsz, NULL);
+}
+
 int main(int argc, char **argv)
 {
+    /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which the
+     * writer reports by name and cleans up after, instead of the process dying of
+     * SIGXFSZ without a word. */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigxfsz_changed = sigaction(SIGXFSZ, &ign, &inherited_sigxfsz) == 0;
     if (argc < 2) {
         usage(stderr);
         return 2;
