@@ -624,7 +624,9 @@ static stoke_status h5_open_file(stoke_dataset *d, h5_impl *h, const char *path,
     char msg[256];
     stoke_dataset_info *info = &d->info;
     /* HDF5 leaves errno unreliable (it probes other names), and it would open a FIFO
-     * and block: check first, and hold the file open while HDF5 opens it by name. */
+     * and block: check first. HDF5 opens by name and takes no descriptor, so a FIFO
+     * swapped in between this check and H5Fopen could still block; nothing narrower
+     * is possible short of reading the whole file into memory. */
     int fd;
     stoke_status ost = stoke_open_regular(path, &fd, NULL);
     if (ost != STOKE_OK)
