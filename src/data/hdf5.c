@@ -631,8 +631,8 @@ static stoke_status h5_open_file(stoke_dataset *d, h5_impl *h, const char *path,
     stoke_status ost = stoke_open_regular(path, &fd, NULL);
     if (ost != STOKE_OK)
         return ost;
-    h->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     close(fd);
+    h->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (h->file < 0)
         return stoke_fail(STOKE_ERR_FORMAT, "%s: not a readable HDF5 file: %s", path,
                           h5_error(msg));
