@@ -95,7 +95,9 @@ typedef struct stoke_dataset stoke_dataset;
  * or t10k-* for split "test"), an IDX file, an NPY file (with its targets file), an
  * HDF5 file, a directory with one subdirectory of JPEG/PNG images per class, or a
  * stoke packed-records file. The whole file header (and, for records, the whole file
- * size) is checked here so nothing fails halfway through an epoch.
+ * size) is checked here so nothing fails halfway through an epoch. A path (or a file
+ * of the dataset) that is neither a regular file nor a directory (a FIFO, a device) is
+ * STOKE_ERR_IO naming it and what it is; nothing is opened in a way that could block.
  * opts may be NULL. On failure *out is NULL and the message names the file, the
  * offset or field, and what was wrong (STOKE_ERR_NOTFOUND, STOKE_ERR_FORMAT,
  * STOKE_ERR_IO). On success close with stoke_dataset_close. */
@@ -118,8 +120,11 @@ stoke_status stoke_dataset_class_counts(stoke_dataset *d, int64_t *counts);
 
 /* Writes every sample of `d` as a stoke packed-records file at `path` (format in
  * docs/formats.md), through a temporary file renamed into place at the end, so a
- * failure never leaves a partial file under `path`. `progress` (may be NULL) is called
- * now and then with samples done and total. */
+ * failure never leaves a partial file under `path`; the temporary file is removed on
+ * every failure and when SIGINT, SIGTERM, SIGHUP or SIGXFSZ ends the process mid-write.
+ * Failures (STOKE_ERR_IO) name the file and the cause: a full disk, the file-size
+ * limit (with SIGXFSZ ignored), a `path` that is not a regular file. `progress` (may
+ * be NULL) is called now and then with samples done and total. */
 stoke_status stoke_records_write(stoke_dataset *d, const char *path,
                                  void (*progress)(void *ctx, int64_t done, int64_t total),
                                  void *ctx);

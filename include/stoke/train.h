@@ -39,12 +39,14 @@ typedef struct stoke_ckpt_kv {
 } stoke_ckpt_kv;
 
 /* Writes the tensors (in the given order) and the metadata to `path` atomically: into
- * "<path>.tmp-<pid>" in the same directory, fsync, rename over `path`, fsync of the
- * directory. A crash at any point leaves either the previous file or the new one under
- * `path` (a SIGKILL may leave the temporary file behind; the next write from a process
- * with the same pid reuses it). Names must be unique and non-empty, metadata keys
- * unique and not "__metadata__" (STOKE_ERR_ARG naming the tensor or key); write
- * failures are STOKE_ERR_IO naming the file. */
+ * ".<name>.stoke-tmp-XXXXXX" in the same directory, fsync, rename over `path`, fsync of
+ * the directory. A crash at any point leaves either the previous file or the new one
+ * under `path`. The temporary file is removed on every failure and when SIGINT,
+ * SIGTERM, SIGHUP or SIGXFSZ ends the process mid-write (only a SIGKILL or a crash
+ * leaves it). Names must be unique and non-empty, metadata keys unique and not
+ * "__metadata__" (STOKE_ERR_ARG naming the tensor or key); write failures, a full disk
+ * or the file-size limit (with SIGXFSZ ignored, as `stoke` runs), are STOKE_ERR_IO
+ * naming the file and the cause; a `path` that is not a regular file is refused. */
 stoke_status stoke_ckpt_write(const char *path, const stoke_ckpt_tensor *tensors,
                               size_t ntensors, const stoke_ckpt_kv *meta, size_t nmeta);
 
@@ -55,7 +57,8 @@ typedef struct stoke_ckpt stoke_ckpt;
  * and data_offsets, sizes equal to elems x dtype size, no overlaps and no holes (the
  * tensors tile the data exactly), metadata values strings. Errors (STOKE_ERR_FORMAT)
  * name the file, the tensor or key, and the file offset; STOKE_ERR_NOTFOUND / IO if it
- * cannot be read. On success close with stoke_ckpt_close. */
+ * cannot be read or is not a regular file (a FIFO is refused, never waited on). On
+ * success close with stoke_ckpt_close. */
 stoke_status stoke_ckpt_open(const char *path, stoke_ckpt **out);
 
 /* The same checks over a file already in memory (`size` bytes, copied); `name` is what

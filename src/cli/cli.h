@@ -36,6 +36,10 @@ int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(print
 bool cli_parse_double(const char *s, double min, double max, double *out);
 bool cli_parse_long(const char *s, long min, long max, long *out);
 
+/* Gives SIGXFSZ back the disposition stoke inherited (main ignores it); for a child
+ * process before exec. Async-signal-safe. */
+void cli_restore_inherited_signals(void);
+
 /* True if argv[i] is -h or --help. */
 bool cli_is_help(const char *arg);
 

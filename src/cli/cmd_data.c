@@ -41,8 +41,9 @@ void cmd_data_usage(void)
          "  --regression  float targets are regression values, even if whole numbers\n"
          "  --json        info: print one JSON document\n"
          "Exit: 0 success, 1 the dataset cannot be read or written (the message names the\n"
-         "file and what was wrong), 2 a usage error. Fields and formats: docs/data.md,\n"
-         "docs/formats.md.");
+         "file and what was wrong), 2 a usage error, 130 / 143 convert interrupted by\n"
+         "SIGINT / SIGTERM (DST as it was, no temporary file). Fields and formats:\n"
+         "docs/data.md, docs/formats.md.");
 }
 
 static const char *kind_name(stoke_target_kind k)

@@ -98,9 +98,10 @@ static int exit_code_of(int status)
     return 1;
 }
 
-/* Starts argv with the parent's signal mask restored. An exec failure travels back
- * through a close-on-exec pipe, so "cannot start" is told apart from the command's own
- * exit status 127. Returns the pid, or -1 with *err set (errno of fork or exec). */
+/* Starts argv with the parent's signal mask and the SIGXFSZ disposition stoke inherited
+ * restored. An exec failure travels back through a close-on-exec pipe, so "cannot
+ * start" is told apart from the command's own exit status 127. Returns the pid, or -1
+ * with *err set (errno of fork or exec). */
 static pid_t spawn(char **argv, const sigset_t *old_mask, int *err)
 {
     int p[2];
@@ -118,6 +119,7 @@ static pid_t spawn(char **argv, const sigset_t *old_mask, int *err)
     if (pid == 0) {
         close(p[0]);
         sigprocmask(SIG_SETMASK, old_mask, NULL);
+        cli_restore_inherited_signals();
         execvp(argv[0], argv);
         int e = errno;
         ssize_t w = write(p[1], &e, sizeof e);

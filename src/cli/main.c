@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,16 @@ static const cli_command *find(const char *name)
         if (strcmp(commands[i].name, name) == 0)
             return &commands[i];
     return NULL;
+}
+
+/* The SIGXFSZ disposition stoke was started with, for the commands it starts. */
+static struct sigaction inherited_sigxfsz;
+static bool sigxfsz_changed;
+
+void cli_restore_inherited_signals(void)
+{
+    if (sigxfsz_changed)
+        sigaction(SIGXFSZ, &inherited_sigxfsz, NULL);
 }
 
 /* Output that could not be written (stdout on a full disk, /dev/full, a closed pipe
@@ -98,7 +109,16 @@ static int run(int argc, char **argv)
     return c->run(argc - 1, argv + 1);
 }
 
-int main(int argc, char **argv) { return close_stdout(run(argc, argv)); }
+int main(int argc, char **argv)
+{
+    /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which the
+     * writer reports by name and cleans up after, instead of the process dying of
+     * SIGXFSZ without a word. */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigxfsz_changed = sigaction(SIGXFSZ, &ign, &inherited_sigxfsz) == 0;
+    return close_stdout(run(argc, argv));
+}
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/regular.h"
 #include "data/util_impl.h"
 
 /* ---- dtypes and shapes ----------------------------------------------------------- */
@@ -71,18 +72,11 @@ stoke_status stoke_map_file(const char *path, stoke_mapped *m)
 {
     m->data = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
-                          "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = errno;
-        close(fd);
-        return stoke_fail(STOKE_ERR_IO, "%s: %s", path,
-                          S_ISDIR(st.st_mode) ? "is a directory, not a file"
-                          : e ? strerror(e) : "not a regular file");
-    }
+    stoke_status s = stoke_open_regular(path, &fd, &st);
+    if (s != STOKE_OK)
+        return s;
     if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -347,16 +341,22 @@ stoke_status stoke_dataset_open(const char *path, const stoke_dataset_opts *opts
     if (!opts)
         opts = &none;
 
+    /* A directory or a regular file; anything else (a FIFO would hang the first read)
+     * is refused by name before it is opened. */
     struct stat st;
     if (stat(path, &st) != 0)
         return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO, "%s: %s",
                           path, strerror(errno));
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+        return stoke_fail(STOKE_ERR_IO, "%s: is %s: a dataset is a regular file or a "
+                                        "directory", path, stoke_file_kind(st.st_mode));
     sniff_input in = {.path = path, .is_dir = S_ISDIR(st.st_mode), .opts = opts};
     unsigned char head[HEAD_BYTES];
     if (!in.is_dir) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return stoke_fail(STOKE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        int fd;
+        stoke_status s = stoke_open_regular(path, &fd, NULL);
+        if (s != STOKE_OK)
+            return s;
         ssize_t n;
         do
             n = read(fd, head, sizeof head);

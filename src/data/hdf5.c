@@ -1,6 +1,7 @@
 /* hdf5.c - HDF5 files: named datasets of inputs and targets (first dimension = samples),
  * read through libhdf5. */
 #include "data/dataset_impl.h"
+#include "core/regular.h"
 #include "data/util_impl.h"
 
 #include <errno.h>
@@ -622,10 +623,15 @@ static stoke_status h5_open_file(stoke_dataset *d, h5_impl *h, const char *path,
 {
     char msg[256];
     stoke_dataset_info *info = &d->info;
-    /* HDF5 leaves errno unreliable (it probes other names), so ask first. */
-    if (access(path, R_OK) != 0)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO, "%s: %s", path,
-                          strerror(errno));
+    /* HDF5 leaves errno unreliable (it probes other names), and it would open a FIFO
+     * and block: check first. HDF5 opens by name and takes no descriptor, so a FIFO
+     * swapped in between this check and H5Fopen could still block; nothing narrower
+     * is possible short of reading the whole file into memory. */
+    int fd;
+    stoke_status ost = stoke_open_regular(path, &fd, NULL);
+    if (ost != STOKE_OK)
+        return ost;
+    close(fd);
     h->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (h->file < 0)
         return stoke_fail(STOKE_ERR_FORMAT, "%s: not a readable HDF5 file: %s", path,
@@ -696,8 +702,8 @@ bool stoke_hdf5_sniff(const char *path)
 {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     static const off_t where[] = {0, 512, 1024, 2048};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    if (stoke_open_regular(path, &fd, NULL) != STOKE_OK)
         return false;
     bool found = false;
     for (size_t k = 0; k < sizeof where / sizeof where[0] && !found; k++) {

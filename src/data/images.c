@@ -1,6 +1,7 @@
 /* images.c - image folders: one subdirectory per class of JPEG (TurboJPEG) and PNG
  * (libpng) files, decoded and resized to one size on every read. */
 #include "data/dataset_impl.h"
+#include "core/regular.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -223,14 +224,17 @@ typedef struct img_pixels {
 
 static stoke_status img_load_file(const char *path, int64_t i, unsigned char **buf, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
-                          "%s (sample %lld): %s", path, (long long)i, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size > IMG_MAX_FILE_BYTES) {
+    stoke_status os = stoke_open_regular(path, &fd, &st);
+    if (os != STOKE_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", stoke_last_error());
+        return stoke_fail(os, "%s (sample %lld)", why, (long long)i);
+    }
+    if (st.st_size > IMG_MAX_FILE_BYTES) {
         close(fd);
-        return stoke_fail(STOKE_ERR_IO, "%s (sample %lld): cannot stat it or larger than 1 GiB",
+        return stoke_fail(STOKE_ERR_IO, "%s (sample %lld): larger than 1 GiB",
                           path, (long long)i);
     }
     size_t size = (size_t)st.st_size;

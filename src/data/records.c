@@ -1,16 +1,13 @@
 /* records.c - stoke's packed-records format: a checksummed 256-byte header, then
  * fixed-size aligned records (input bytes, then target bytes), memory-mapped on open;
  * and the writer, which goes through a temporary file renamed into place. */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
+#include "core/tmpfile.h"
 #include "data/dataset_impl.h"
 #include "data/records_impl.h"
 #include "data/util_impl.h"
@@ -341,22 +338,6 @@ stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-static stoke_status write_all(int fd, const void *buf, size_t n, const char *tmp)
-{
-    const unsigned char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return stoke_fail(STOKE_ERR_IO, "%s: write failed: %s", tmp,
-                              w < 0 ? strerror(errno) : "no progress");
-        p += w;
-        n -= (size_t)w;
-    }
-    return STOKE_OK;
-}
-
 stoke_status stoke_records_write(stoke_dataset *d, const char *path,
                                  void (*progress)(void *ctx, int64_t done, int64_t total),
                                  void *ctx)
@@ -372,21 +353,16 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
     if (s != STOKE_OK)
         return s;
 
-    /* The temporary file sits in the destination's directory, so rename() is atomic
-     * and never crosses file systems. */
-    const char *slash = strrchr(path, '/');
-    char tmp[2200];
-    snprintf(tmp, sizeof tmp, "%.*s.%s.stoke-tmp-XXXXXX", slash ? (int)(slash - path + 1) : 0,
-             path, slash ? slash + 1 : path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return stoke_fail(STOKE_ERR_IO, "%s: cannot create a temporary file beside it: %s",
-                          path, strerror(errno));
-    fchmod(fd, 0644); /* mkstemp's 0600 would hide a dataset from other users */
+    /* A failure or a signal mid-write leaves the destination as it was and no
+     * temporary file (core/tmpfile.h). */
+    stoke_tmpfile out;
+    s = stoke_tmpfile_open(&out, path);
+    if (s != STOKE_OK)
+        return s;
 
     unsigned char header[STOKE_REC_HEADER_SIZE];
     stoke_records_encode_header(&h, header);
-    s = write_all(fd, header, sizeof header, tmp);
+    s = stoke_tmpfile_write(&out, header, sizeof header);
 
     size_t rs = (size_t)h.record_size;
     size_t batch = rs >= ((size_t)1 << 20) ? 1 : ((size_t)1 << 20) / rs;
@@ -404,30 +380,13 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
             s = d->vt->read(d, i, rec, target);
         }
         if (s == STOKE_OK)
-            s = write_all(fd, buf, k * rs, tmp);
+            s = stoke_tmpfile_write(&out, buf, k * rs);
         if (s == STOKE_OK && progress)
             progress(ctx, i, total);
     }
     free(buf);
-    if (s == STOKE_OK && fsync(fd) != 0)
-        s = stoke_fail(STOKE_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == STOKE_OK)
-        s = stoke_fail(STOKE_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == STOKE_OK && rename(tmp, path) != 0)
-        s = stoke_fail(STOKE_ERR_IO, "%s: cannot rename the finished file into place: %s",
-                       path, strerror(errno));
-    if (s != STOKE_OK) {
-        unlink(tmp);
-        return s;
-    }
-    /* Make the rename itself durable. */
-    char dir[2048];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
-             slash ? path : ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return STOKE_OK;
+    if (s == STOKE_OK)
+        return stoke_tmpfile_commit(&out);
+    stoke_tmpfile_abort(&out);
+    return s;
 }

@@ -15,9 +15,10 @@ typedef struct stoke_mapped {
     size_t size;               /* bytes */
 } stoke_mapped;
 
-/* Maps `path` read-only (MAP_PRIVATE). STOKE_ERR_NOTFOUND if it does not exist,
- * STOKE_ERR_IO otherwise (a directory, a permission, mmap failing); the message names
- * the file and the reason. On failure *m is zeroed. */
+/* Maps `path` read-only (MAP_PRIVATE), opened with stoke_open_regular (core/regular.h:
+ * a FIFO or device is refused without blocking). STOKE_ERR_NOTFOUND if it does not
+ * exist, STOKE_ERR_IO otherwise (not a regular file, a permission, mmap failing); the
+ * message names the file and the reason. On failure *m is zeroed. */
 stoke_status stoke_map_file(const char *path, stoke_mapped *m);
 void stoke_unmap_file(stoke_mapped *m); /* zeroed or mapped; can't fail */
 

@@ -2,9 +2,7 @@
  * whole file on open (header bounds, JSON, dtypes, shapes, offsets tiling the data). */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/regular.h"
+#include "core/tmpfile.h"
 #include "stoke/train.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -68,22 +68,6 @@ static bool tensor_bytes(stoke_dtype t, int ndim, const int64_t *shape, size_t *
 }
 
 /* ---- Writer --------------------------------------------------------------------- */
-
-static stoke_status write_all(int fd, const void *buf, size_t n, const char *path)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return stoke_fail(STOKE_ERR_IO, "%s: write failed: %s", path,
-                              w < 0 ? strerror(errno) : "no progress");
-        p += w;
-        n -= (size_t)w;
-    }
-    return STOKE_OK;
-}
 
 /* The JSON header, padded with spaces so the data starts 8-byte aligned (as the
  * reference writer does). Returns NULL with the error recorded. */
@@ -185,61 +169,29 @@ stoke_status stoke_ckpt_write(const char *path, const stoke_ckpt_tensor *tensors
     char *header = build_header(path, tensors, ntensors, meta, nmeta, &hlen, &data_bytes, &hs);
     if (!header)
         return hs;
-    /* The temporary file sits beside the target so rename() stays within one file
-     * system and is atomic. */
-    size_t tlen = strlen(path) + 32;
-    char *tmp = malloc(tlen);
-    if (!tmp) {
-        free(header);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
-    }
-    snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        stoke_status s = stoke_fail(STOKE_ERR_IO, "%s: cannot create %s: %s", path, tmp,
-                                    strerror(errno));
-        free(tmp);
+    /* A failure or a signal mid-write leaves the previous checkpoint and no temporary
+     * file (core/tmpfile.h). */
+    stoke_tmpfile out;
+    stoke_status s = stoke_tmpfile_open(&out, path);
+    if (s != STOKE_OK) {
         free(header);
         return s;
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    stoke_status s = write_all(fd, len8, 8, tmp);
+    s = stoke_tmpfile_write(&out, len8, 8);
     if (s == STOKE_OK)
-        s = write_all(fd, header, hlen, tmp);
+        s = stoke_tmpfile_write(&out, header, hlen);
     for (size_t i = 0; s == STOKE_OK && i < ntensors; i++) {
         size_t nb = 0;
         tensor_bytes(tensors[i].dtype, tensors[i].ndim, tensors[i].shape, &nb);
         if (nb > 0)
-            s = write_all(fd, tensors[i].data, nb, tmp);
+            s = stoke_tmpfile_write(&out, tensors[i].data, nb);
     }
     free(header);
-    if (s == STOKE_OK && fsync(fd) != 0)
-        s = stoke_fail(STOKE_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == STOKE_OK)
-        s = stoke_fail(STOKE_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (s == STOKE_OK && rename(tmp, path) != 0)
-        s = stoke_fail(STOKE_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                       strerror(errno));
-    if (s != STOKE_OK) {
-        unlink(tmp);
-        free(tmp);
-        return s;
-    }
-    /* Make the rename itself durable: fsync the directory that holds the entry. */
-    char *dcopy = strdup(path);
-    if (dcopy) {
-        int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dcopy);
-    }
-    free(tmp);
     (void)data_bytes;
-    return STOKE_OK;
+    return s == STOKE_OK ? stoke_tmpfile_commit(&out) : s;
 }
 
 /* ---- Reader --------------------------------------------------------------------- */
@@ -591,15 +543,11 @@ stoke_status stoke_ckpt_open_memory(const void *data, size_t size, const char *n
 stoke_status stoke_ckpt_open(const char *path, stoke_ckpt **out)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
-                          "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return stoke_fail(STOKE_ERR_IO, "%s: not a regular file", path);
-    }
+    stoke_status os = stoke_open_regular(path, &fd, &st);
+    if (os != STOKE_OK)
+        return os;
     size_t size = (size_t)st.st_size;
     unsigned char *buf = malloc(size ? size : 1);
     if (!buf) {

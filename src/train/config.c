@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "core/regular.h"
 #include "train/train_impl.h"
 
 /* T_FRACTION: 0 < x <= 1, or a percentage "90%"; 0 = off. T_SIZES: "512,512", a list
@@ -354,10 +355,10 @@ static stoke_status load_yaml(stoke_train_config *c, yaml_parser_t *parser, cons
 
 stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
-                          "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    stoke_status os = stoke_fopen_regular(path, NULL, &f);
+    if (os != STOKE_OK)
+        return os;
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) {
         fclose(f);

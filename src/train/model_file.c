@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "core/regular.h"
 #include "train/train_impl.h"
 
 typedef enum layer_type {
@@ -483,11 +484,11 @@ stoke_status stoke_model_file_load(const char *spec, stoke_model_file **out)
             snprintf(doc, sizeof doc, "model: %s\n", spec);
             return stoke_model_file_parse(doc, strlen(doc), spec, out);
         }
-    FILE *f = fopen(spec, "rb");
-    if (!f)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO,
-                          "%s: not a preset (mlp, cnn, resnet, transformer, actor-critic) "
-                          "and cannot be opened: %s", spec, strerror(errno));
+    FILE *f;
+    stoke_status os = stoke_fopen_regular(
+        spec, "not a preset (mlp, cnn, resnet, transformer, actor-critic)", &f);
+    if (os != STOKE_OK)
+        return os;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {

@@ -57,5 +57,19 @@ for args in "--version" "help" "probe" "data --help"; do
     fi
 done
 
+# stoke ignores SIGXFSZ for its own writes (a file-size limit becomes a message); a
+# command it starts gets the disposition stoke inherited: here the default, so `head`
+# past `ulimit -f` dies of SIGXFSZ (128 + 25) as it would without stoke.
+big=$(mktemp)
+STOKE_NVML_LIBRARY=/nonexistent "$stoke" monitor --interval 0.05 -- \
+    sh -c 'ulimit -f 1; head -c 4096 /dev/zero >"$0"' "$big" >"$out" 2>&1
+got=$?
+rm -f "$big"
+if [ "$got" -eq 153 ]; then
+    echo "ok   monitor-child-sigxfsz"
+else
+    echo "FAIL monitor-child-sigxfsz: exit $got, wanted 153"; sed 's/^/  | /' "$out"; fails=$((fails + 1))
+fi
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -137,14 +137,72 @@ run missing 1 info "$work/does-not-exist"
 has missing.err "does-not-exist"
 
 # --- a failed convert leaves an existing destination intact and nothing beside it. ---
+# Past the file-size limit, as a user's shell runs it (SIGXFSZ at its default): a
+# message naming the file and the limit, not death by SIGXFSZ.
 echo "precious" >"$work/keep.rec"
-( trap '' XFSZ; ulimit -f 100; exec "$stoke" data convert "$fm" "$work/keep.rec" --split test ) \
+( ulimit -f 100; exec "$stoke" data convert "$fm" "$work/keep.rec" --split test ) \
     >"$work/fsize.out" 2>"$work/fsize.err"
 rc=$?
 [ "$rc" -eq 1 ] || fail "convert past the file-size limit: exit $rc, expected 1: $(cat "$work/fsize.err")"
-grep -q "write failed" "$work/fsize.err" || fail "fsize: $(cat "$work/fsize.err")"
+has fsize.err "stoke data: $work/keep.rec: write failed after "
+has fsize.err "the file size limit (ulimit -f) of "
 [ "$(cat "$work/keep.rec")" = precious ] || fail "the existing destination was changed"
 ls -a "$work" | grep -q stoke-tmp && fail "a temporary file was left behind: $(ls -a "$work")"
+
+# Interrupted mid-write by SIGINT (Ctrl-C) or SIGTERM: the status of death by that
+# signal, the destination as it was, no temporary file. STOKE_TEST_WRITE_PAUSE
+# (docs/testing.md) holds the writer after its first chunk until a signal comes, so
+# the signal certainly lands mid-write. `env --default-signal`: a script's background
+# job starts with SIGINT ignored, a terminal's foreground job does not.
+wait_for_content() { # wait_for_content FILE TEXT: polls up to 20 s
+    i=0
+    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+    [ "$(cat "$1" 2>/dev/null)" = "$2" ]
+}
+for sig in INT TERM; do
+    rm -f "$work/paused"
+    env --default-signal=INT,TERM STOKE_TEST_WRITE_PAUSE="$work/paused" \
+        "$stoke" data convert "$fm" "$work/keep.rec" --split test \
+        >"$work/sig$sig.out" 2>"$work/sig$sig.err" &
+    pid=$!
+    wait_for_content "$work/paused" 1 || fail "SIG$sig: the writer never paused mid-write"
+    ls -a "$work" | grep -q stoke-tmp || fail "SIG$sig: no temporary file while writing"
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    want=130; [ $sig = TERM ] && want=143
+    [ $rc -eq $want ] || fail "convert interrupted by SIG$sig: exit $rc, expected $want"
+    [ "$(cat "$work/keep.rec")" = precious ] || fail "SIG$sig: the existing destination was changed"
+    ls -a "$work" | grep -q stoke-tmp && fail "SIG$sig: a temporary file was left behind: $(ls -a "$work")"
+done
+rm -f "$work/paused"
+
+# --- FIFOs and devices are refused by name, at once (`timeout`: a hang fails). ---
+mkfifo "$work/fifo"
+refused() { # refused NAME PATTERN ARGS...: exit 1 within 10 s, stderr has PATTERN
+    name=$1 pattern=$2
+    shift 2
+    timeout 10 "$stoke" data "$@" >"$work/$name.out" 2>"$work/$name.err"
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "$name: exit $rc, expected 1 (124: it hung): $(cat "$work/$name.err")"
+    has "$name.err" "$pattern"
+}
+refused fifo_info "$work/fifo: is a FIFO (named pipe)" info "$work/fifo"
+refused fifo_convert "$work/fifo: is a FIFO (named pipe)" convert "$work/fifo" "$work/never.rec"
+refused dev_info "/dev/zero: is a character device" info /dev/zero
+refused fifo_targets "$work/fifo: is a FIFO (named pipe), not a regular file" \
+    info "$fixtures/npy_v3_f4_regression/inputs.npy" --targets "$work/fifo"
+# A FIFO where the IDX directory's labels file should be.
+mkdir -p "$work/idxfifo"
+cp "$fm/t10k-images-idx3-ubyte.gz" "$work/idxfifo/"
+mkfifo "$work/idxfifo/t10k-labels-idx1-ubyte"
+refused fifo_in_dir "idxfifo/t10k-labels-idx1-ubyte: is a FIFO" info "$work/idxfifo" --split test
+# Destinations that are not regular files are not replaced.
+refused fifo_dest "$work/fifo: is a FIFO (named pipe), not a regular file" \
+    convert "$fm" "$work/fifo" --split test
+[ -p "$work/fifo" ] || fail "fifo_dest: the FIFO was replaced"
+[ -e "$work/never.rec" ] && fail "a FIFO source wrote a destination"
+ls -a "$work" | grep -q stoke-tmp && fail "FIFOs: a temporary file was left behind"
 run unwritable 1 convert "$fm" /nonexistent-dir/out.rec --split test
 has unwritable.err "/nonexistent-dir/out.rec"
 [ -e /nonexistent-dir ] && fail "unwritable: something was created"

@@ -173,6 +173,37 @@ else
     fail "resume after SIGINT"; sed 's/^/  | /' "$out"
 fi
 
+# A second SIGINT while the checkpoint the first one asked for is being written ends
+# the run at once (as documented), yet leaves no temporary file and the previous
+# checkpoint as it was. STOKE_TEST_WRITE_PAUSE (docs/testing.md) holds the writer after
+# each chunk until a signal comes, so both signals land mid-write, in order.
+wait_for_content() { # wait_for_content FILE TEXT: polls up to 60 s
+    i=0
+    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+    [ "$(cat "$1" 2>/dev/null)" = "$2" ]
+}
+ck=$work/twice.safetensors
+"$stoke" train --limit 256 --val-limit 100 --epochs 1 --checkpoint "$ck" --no-monitor >"$out" 2>&1 ||
+    fail "train for the second-SIGINT case"
+cp "$ck" "$work/twice.before"
+rm -f "$work/paused"
+STOKE_TEST_WRITE_PAUSE="$work/paused" "$stoke" train --limit 256 --val-limit 100 --epochs 1000 \
+    --checkpoint "$ck" --no-monitor >"$out" 2>&1 &
+pid=$!
+wait_for_content "$work/paused" 1 || fail "second SIGINT: the checkpoint writer never paused"
+kill -INT $pid
+wait_for_content "$work/paused" 2 || fail "second SIGINT: the write stopped after the first SIGINT"
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 130 ] && cmp -s "$ck" "$work/twice.before" && ! ls -a "$work" | grep -q stoke-tmp; then
+    ok "a second SIGINT mid-checkpoint exits 130, leaves the previous checkpoint and no temporary file"
+else
+    fail "second SIGINT mid-checkpoint: exit $rc; $(cmp "$ck" "$work/twice.before" 2>&1); $(ls -a "$work" | grep stoke-tmp)"
+    sed 's/^/  | /' "$out"
+fi
+rm -f "$work/paused"
+
 # Bad input: clear errors, the right exit codes.
 expect() { # expect NAME STATUS PATTERN ARGS...
     name=$1 want=$2 pattern=$3
@@ -211,5 +242,30 @@ expect eval-missing 1 'cannot open' eval "$work/none.safetensors"
 printf 'not a checkpoint at all' >"$work/junk.safetensors"
 expect eval-junk 1 'junk.safetensors' eval "$work/junk.safetensors"
 expect predict-usage 2 'give a checkpoint and an input' predict "$work/c.safetensors"
+# A FIFO (or a device) wherever a file is read is refused by name, at once: `timeout`
+# turns a hang into exit 124.
+mkfifo "$work/fifo"
+expect_now() { # expect_now NAME PATTERN ARGS...: exit 1 within 10 s
+    name=$1 pattern=$2
+    shift 2
+    timeout 10 "$stoke" "$@" >"$out" 2>&1
+    got=$?
+    if [ $got -ne 1 ] || ! grep -q -- "$pattern" "$out"; then
+        fail "$name: exit $got (wanted 1; 124: it hung), pattern '$pattern'"; sed 's/^/  | /' "$out"
+    else
+        ok "$name"
+    fi
+}
+fifo="fifo: is a FIFO (named pipe)"
+expect_now fifo-config "$fifo" train --config "$work/fifo"
+expect_now fifo-model "fifo: not a preset .*: is a FIFO (named pipe)" train --model "$work/fifo" --limit 10
+expect_now fifo-resume "$fifo" train --resume "$work/fifo"
+expect_now fifo-dataset "$fifo" train --dataset "$work/fifo" --limit 10
+expect_now fifo-val-dataset "$fifo" train --val-dataset "$work/fifo" --limit 10
+expect_now fifo-eval "$fifo" eval "$work/fifo"
+expect_now fifo-eval-dataset "$fifo" eval "$work/c.safetensors" --dataset "$work/fifo"
+expect_now fifo-predict "$fifo" predict "$work/fifo" "$data"
+expect_now fifo-predict-input "$fifo" predict "$work/c.safetensors" "$work/fifo"
+expect_now device-eval "/dev/zero: is a character device" eval /dev/zero
 
 e2e_end

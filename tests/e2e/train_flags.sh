@@ -196,10 +196,10 @@ else
 fi
 
 # A log that cannot be written is never lost without a word. /dev/full fails the first
-# record: nothing is trained, exit 1. A file-size limit reached mid-run (SIGXFSZ
-# ignored, as stoke does itself, so the write fails with EFBIG) stops the log with a
-# warning; training finishes, and the run exits 1 naming the cause. Output goes through
-# a pipe: the limit would stop a file holding it too.
+# record: nothing is trained, exit 1. A file-size limit reached mid-run (stoke ignores
+# SIGXFSZ, so the write fails with EFBIG) stops the log with a warning; training
+# finishes, and the run exits 1 naming the cause. Output goes through a pipe: the limit
+# would stop a file holding it too.
 "$stoke" train $small --epochs 1 --log /dev/full >"$out" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "log: cannot write to '/dev/full': No space left on device (before the first step" "$out" &&
@@ -208,7 +208,7 @@ if [ $rc -eq 1 ] && grep -q "log: cannot write to '/dev/full': No space left on 
 else
     fail "a log on /dev/full (exit $rc)"; show "$out"
 fi
-( ulimit -f 2; trap '' XFSZ
+( ulimit -f 2
   "$stoke" train $small --epochs 1 --log "$work/lim.jsonl" --log-every 1 2>&1; echo "exit $?" ) | cat >"$out"
 if grep -q "^warning: log: cannot write to '$work/lim.jsonl': File too large (the file size limit, ulimit -f); the log stops here" "$out" &&
    grep -q '^epoch 1/1 done' "$out" && grep -q "the log is incomplete: cannot write to '$work/lim.jsonl'" "$out" &&
