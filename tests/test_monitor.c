@@ -686,7 +686,7 @@ static void test_formats(void)
 
     /* Log files: an unwritable path fails with its name. */
     int fd;
-    CHECK_INT_EQ(stoke_mon_open_log("/nonexistent-dir/m.jsonl", &fd), STOKE_ERR_IO);
+    CHECK_INT_EQ(stoke_mon_open_log("/nonexistent-dir/m.jsonl", false, &fd), STOKE_ERR_IO);
     CHECK_STR_CONTAINS(stoke_last_error(), "/nonexistent-dir/m.jsonl");
 }
 

@@ -295,9 +295,11 @@ size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size);
 size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf,
                                 size_t size);
 
-/* Opens (creates, truncates) a log file for appending lines. STOKE_ERR_IO naming the
- * file if it cannot be opened. Returns the descriptor in *fd (close-on-exec). */
-stoke_status stoke_mon_open_log(const char *path, int *fd);
+/* Opens a log file for appending lines: created, and truncated unless `append` (a
+ * resumed run adds to its log). A FIFO is opened without blocking: one with a reader
+ * works, one without is an error rather than a hang. STOKE_ERR_IO naming the file if
+ * it cannot be opened. Returns the descriptor in *fd (close-on-exec). */
+stoke_status stoke_mon_open_log(const char *path, bool append, int *fd);
 
 /* Writes buf[0..len) with a single write(), so a line is never split between two
  * writes even if the process is killed; after a short write (a disk filling up) the

@@ -222,8 +222,8 @@ int cmd_monitor(int argc, char **argv)
     sigaddset(&mask, SIGCHLD);
     bool masked = false;
 
-    if ((json_path && stoke_mon_open_log(json_path, &ctx->json_fd) != STOKE_OK) ||
-        (csv_path && stoke_mon_open_log(csv_path, &ctx->csv_fd) != STOKE_OK)) {
+    if ((json_path && stoke_mon_open_log(json_path, false, &ctx->json_fd) != STOKE_OK) ||
+        (csv_path && stoke_mon_open_log(csv_path, false, &ctx->csv_fd) != STOKE_OK)) {
         rc = cli_error(CMD, "%s", stoke_last_error());
         goto out;
     }

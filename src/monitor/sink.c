@@ -322,12 +322,22 @@ size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *
 
 /* ---- Files ------------------------------------------------------------------ */
 
-stoke_status stoke_mon_open_log(const char *path, int *fd)
+stoke_status stoke_mon_open_log(const char *path, bool append, int *fd)
 {
-    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    /* O_NONBLOCK: open() of a FIFO for writing waits for a reader, forever if none
+     * comes; non-blocking, it fails with ENXIO instead. Writes then block as usual. */
+    *fd = open(path, O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC |
+                         O_NONBLOCK, 0644);
     if (*fd < 0)
         return stoke_fail(STOKE_ERR_IO, "cannot open '%s' for writing: %s", path,
-                          strerror(errno));
+                          errno == ENXIO ? "a FIFO (named pipe) with no reader" : strerror(errno));
+    int fl = fcntl(*fd, F_GETFL);
+    if (fl < 0 || fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(*fd);
+        *fd = -1;
+        return stoke_fail(STOKE_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(e));
+    }
     return STOKE_OK;
 }
 

@@ -1035,13 +1035,8 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
             t->monitor = NULL; /* utilization is then reported as unknown */
     }
     if (c->log[0]) {
-        t->log_fd = open(c->log, O_WRONLY | O_CREAT | O_CLOEXEC | (cfg->resume[0] ? O_APPEND : O_TRUNC),
-                         0644);
-        if (t->log_fd < 0) {
-            s = stoke_fail(STOKE_ERR_IO, "%s: cannot open the log for writing: %s", c->log,
-                           strerror(errno));
+        if ((s = stoke_mon_open_log(c->log, cfg->resume[0] != 0, &t->log_fd)) != STOKE_OK)
             goto fail;
-        }
     }
     *out = t;
     return STOKE_OK;

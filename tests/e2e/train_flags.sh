@@ -208,6 +208,15 @@ if [ $rc -eq 1 ] && grep -q "log: cannot write to '/dev/full': No space left on 
 else
     fail "a log on /dev/full (exit $rc)"; show "$out"
 fi
+# A FIFO with no reader would block the log's open forever: an error instead.
+mkfifo "$work/logfifo"
+timeout 60 "$stoke" train $small --epochs 1 --log "$work/logfifo" >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot open '$work/logfifo' for writing: a FIFO (named pipe) with no reader" "$out"; then
+    ok "a log on a FIFO with no reader is an error, not a hang"
+else
+    fail "a log on a FIFO with no reader (exit $rc)"; show "$out"
+fi
 ( ulimit -f 2
   "$stoke" train $small --epochs 1 --log "$work/lim.jsonl" --log-every 1 2>&1; echo "exit $?" ) | cat >"$out"
 if grep -q "^warning: log: cannot write to '$work/lim.jsonl': File too large (the file size limit, ulimit -f); the log stops here" "$out" &&
