@@ -40,6 +40,16 @@ bool cli_parse_long(const char *s, long min, long max, long *out);
  * process before exec. Async-signal-safe. */
 void cli_restore_inherited_signals(void);
 
+struct stoke_dataset;
+struct stoke_dataset_opts;
+/* An option given for a dataset whose format does not use it (--split on an NPY file,
+ * --size on HDF5, ...) is a usage error, not dropped without a word. `given` holds only
+ * the options the user gave. Returns -1 when all apply, else the exit code (2) after
+ * printing "stoke CMD: --split applies to IDX directories and image folders; PATH is
+ * npy". */
+int cli_check_dataset_options(const char *cmd, const char *path, struct stoke_dataset *d,
+                              const struct stoke_dataset_opts *given);
+
 /* True if argv[i] is -h or --help. */
 bool cli_is_help(const char *arg);
 

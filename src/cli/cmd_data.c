@@ -214,13 +214,41 @@ static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, 
     return -1;
 }
 
+int cli_check_dataset_options(const char *cmd, const char *path, stoke_dataset *d,
+                              const stoke_dataset_opts *given)
+{
+    const char *f = stoke_dataset_get_info(d)->format;
+    bool images = !strcmp(f, "images"), idx = !strcmp(f, "idx");
+    struct stat st;
+    bool idx_dir = idx && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    const char *opt = NULL, *applies = NULL;
+    if (given->split && !images && !idx_dir)
+        opt = "--split", applies = "IDX directories and image folders";
+    else if (given->targets_path && strcmp(f, "npy"))
+        opt = "--targets", applies = "NPY files";
+    else if ((given->input_name || given->target_name) && strcmp(f, "hdf5"))
+        opt = given->input_name ? "--input-name" : "--target-name", applies = "HDF5 files";
+    else if ((given->image_height || given->image_width || given->image_channels) && !images)
+        opt = given->image_channels ? "--channels" : "--size", applies = "image folders";
+    if (!opt)
+        return -1;
+    return cli_usage_error(cmd, "%s applies to %s; %s is %s%s", opt, applies, path, f,
+                           idx && !idx_dir ? " (a single file)" : "");
+}
+
 /* Opens a dataset; -1 when it opened, else the exit code (2 for a bad option value such
- * as --split, 1 for a dataset that cannot be read). */
+ * as --split or one the format does not use, 1 for a dataset that cannot be read). */
 static int open_dataset(const char *path, const stoke_dataset_opts *o, stoke_dataset **d)
 {
     stoke_status s = stoke_dataset_open(path, o, d);
-    if (s == STOKE_OK)
-        return -1;
+    if (s == STOKE_OK) {
+        int rc = cli_check_dataset_options(CMD, path, *d, o);
+        if (rc >= 0) {
+            stoke_dataset_close(*d);
+            *d = NULL;
+        }
+        return rc;
+    }
     if (s == STOKE_ERR_ARG)
         return cli_usage_error(CMD, "%s", stoke_last_error());
     return cli_error(CMD, "%s", stoke_last_error());

@@ -20,6 +20,7 @@ void cmd_eval_usage(void)
 int cmd_eval(int argc, char **argv)
 {
     const char *ckpt = NULL, *dataset = NULL, *split = "test";
+    stoke_dataset_opts given = {0}; /* the options given, checked against the format */
     long limit = 0, batch = 1000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -31,7 +32,7 @@ int cmd_eval(int argc, char **argv)
         if (!strcmp(a, "--dataset") && has)
             dataset = argv[++i];
         else if (!strcmp(a, "--split") && has)
-            split = argv[++i];
+            split = given.split = argv[++i];
         else if (!strcmp(a, "--limit") && has) {
             if (!cli_parse_long(argv[++i], 1, (1L << 40), &limit))
                 return cli_usage_error("eval", "--limit: expected a positive count");
@@ -58,6 +59,12 @@ int cmd_eval(int argc, char **argv)
         int rc = cli_error("eval", "%s", stoke_last_error());
         stoke_saved_model_free(m);
         return rc;
+    }
+    int orc = cli_check_dataset_options("eval", dataset, d, &given);
+    if (orc >= 0) {
+        stoke_dataset_close(d);
+        stoke_saved_model_free(m);
+        return orc;
     }
     double loss, metric;
     int64_t n;

@@ -54,6 +54,14 @@ json "$work/npy_class.out" 'd["target"]["kind"] == "class"'
 run npy_regression 0 info "$work/x.npy" --regression --json
 json "$work/npy_regression.out" 'd["target"]["kind"] == "scalar"'
 
+# An option the format does not use is a usage error, not dropped without a word.
+run unused_split 2 info "$work/x.npy" --split test
+grep -q -- "--split applies to IDX directories and image folders; .*x.npy is npy" "$work/unused_split.err" || fail "unused_split: $(cat "$work/unused_split.err")"
+run unused_size 2 info "$work/named.h5" --input-name pixels --target-name verdict --size 5x6
+grep -q -- "--size applies to image folders; .*named.h5 is hdf5" "$work/unused_size.err" || fail "unused_size: $(cat "$work/unused_size.err")"
+run unused_input_name 2 info "$work/x.npy" --input-name pixels
+run unused_targets 2 info "$work/pets" --split train --targets "$work/y.npy"
+run unused_channels 2 info "$work/x.npy" --channels 1
 run bad_size 2 info "$work/pets" --size 5by6
 run bad_size_zero 2 info "$work/pets" --size 0x6
 run bad_channels 2 info "$work/pets" --channels 2
