@@ -269,12 +269,12 @@ static void test_config(void)
     fputs("epochs: 2\ntarget_accuracy: 95\n", f);
     fclose(f);
     CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_ERR_FORMAT);
-    CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:2:1: target_accuracy: '95'");
+    CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:2:18: target_accuracy: '95'");
     /* the same parser from memory (what the fuzz target drives) */
     static const char text[] = "epochs: 7\nhidden: 64,32\nlr: fast\n";
     stoke_train_config_defaults(&c);
     CHECK_INT_EQ(stoke_train_config_parse(&c, text, strlen(text), "mem.yaml"), STOKE_ERR_FORMAT);
-    CHECK_STR_CONTAINS(stoke_last_error(), "mem.yaml:3:1: lr");
+    CHECK_STR_CONTAINS(stoke_last_error(), "mem.yaml:3:5: lr");
     CHECK_INT_EQ(c.epochs, 7);
     CHECK_INT_EQ(stoke_train_config_parse(&c, text, 10, "mem.yaml"), STOKE_OK);
 }
@@ -307,6 +307,9 @@ static void test_config_shapes(void)
                "supported");
     config_bad("epochs: !!int 2\n", "cfg.yaml:1:9: epochs: tags (!!int) are not supported");
     config_bad("epochs: 2\n---\nepochs: 3\n", "cfg.yaml:2:1: a second document (---)");
+    /* a bad value at its own position, an unknown key at the key's */
+    config_bad("epochs: 2\nbatch_size: \"\"\n", "cfg.yaml:2:13: batch_size: '' is not a whole");
+    config_bad("epochs: 2\n  # c\nbatch_sise: 3\n", "cfg.yaml:3:1: unknown setting 'batch_sise'");
     /* (8): a key given twice, also as batch-size against batch_size (one setting) */
     config_bad("batch_size: 64\nepochs: 2\nbatch_size: 32\n",
                "cfg.yaml:3:1: batch_size: key given twice (first at line 1)");

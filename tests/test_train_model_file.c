@@ -266,6 +266,9 @@ static void test_shapes(void)
         "got nothing (null)");
     bad("loss: [mse]\nmodel: mlp\n", "m.yaml:1:7: loss: expected cross_entropy", "got a list");
     bad("model: mlp\n[a]: 1\n", "m.yaml:2:1: model: keys must be plain names", "");
+    bad("~\n", "m.yaml:1:1: model: expected a mapping", "got nothing (null)");
+    bad("- mlp\n", "m.yaml:1:1: model: expected a mapping", "got a list");
+    stoke_model_file_free(parse("cnn\n"));
     /* tags and more documents than one are refused, not ignored */
     bad("model: !!str mlp\n", "m.yaml:1:8: model: tags (!!str) are not supported", "");
     bad("layers: [!relu {type: relu}]\n", "m.yaml:1:10: layers[0]: tags (!relu)", "");

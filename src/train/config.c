@@ -348,10 +348,11 @@ stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, s
         }
         if (stoke_train_config_set(c, key, (const char *)v->data.scalar.value, STOKE_CFG_FILE) !=
             STOKE_OK) {
+            const yaml_node_t *at = find_key(key) < 0 ? k : v; /* what is wrong */
             char old[1024];
             snprintf(old, sizeof old, "%s", stoke_last_error());
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s", name, k->start_mark.line + 1,
-                           k->start_mark.column + 1, old);
+            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s", name, at->start_mark.line + 1,
+                           at->start_mark.column + 1, old);
             break;
         }
     }

@@ -395,9 +395,13 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
         return fail_at(c, NULL, "model", "the file is empty");
     if (root->type == YAML_SCALAR_NODE) {
         /* A bare preset name, as `--model cnn` gives. */
+        if (!scalar(root))
+            return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: "
+                           "[...]) or a preset name, got %s", WHAT(root));
         snprintf(mf->preset, sizeof mf->preset, "%.31s", scalar(root));
     } else if (root->type != YAML_MAPPING_NODE) {
-        return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: [...])");
+        return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: [...]), "
+                       "got %s", WHAT(root));
     }
     const yaml_node_t *layers_node = NULL, *preset_node = NULL, *ac_node = NULL;
     if (root->type == YAML_MAPPING_NODE) {
@@ -410,7 +414,7 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
             stoke_status s = STOKE_OK;
             if (!strcmp(k, "model")) {
                 const char *pv = scalar(v);
-                if (!pv || strlen(pv) >= sizeof mf->preset)
+                if (!pv || !*pv || strlen(pv) >= sizeof mf->preset)
                     return fail_at(c, v, k, "expected a preset name (mlp, cnn, resnet, "
                                    "transformer, actor-critic), got %s", WHAT(v));
                 snprintf(mf->preset, sizeof mf->preset, "%s", pv);
