@@ -12,11 +12,12 @@
  * - Depth. The loader itself does not recurse (1,000,000 nested "- " load), but it
  *   costs about 300 bytes a level (2 MB of "- - - ..." take 300 MB), and the scanner
  *   rescans every open flow level for each token, so flow nesting is quadratic:
- *   10,000 nested "[{type: residual, layers: " take 5 s, 1,000,000 "[" about an hour.
- *   Events stop at the first level past the limit, having seen a few hundred tokens.
+ *   10,000 nested "[{type: residual, layers: " take 5 s, 1,000,000 "[" had not
+ *   finished after 13 minutes (block nesting is cheap: 5,000 levels, 12 MB, 0.1 s).
+ *   The events stop at the first level past the limit, a few kilobytes in at most.
  * - Aliases. The loader makes an alias share the node it names, so a walk over the
- *   tree follows it: "&a [*a]" is a cycle (a walk never ends: a stack overflow), and a
- *   few lines of anchors each repeating the last ten times are billions of layers.
+ *   tree follows it: "&a [*a]" is a cycle (a walk never ends: a stack overflow), and
+ *   eight anchors each repeating the last ten times are 10^8 layers in 3 KB.
  *   Only the events still say where an alias is. */
 
 typedef struct seen_key {
