@@ -269,14 +269,82 @@ static void test_config(void)
     fputs("epochs: 2\ntarget_accuracy: 95\n", f);
     fclose(f);
     CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_ERR_FORMAT);
-    CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:2:1: target_accuracy: '95'");
+    CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:2:18: target_accuracy: '95'");
     /* the same parser from memory (what the fuzz target drives) */
     static const char text[] = "epochs: 7\nhidden: 64,32\nlr: fast\n";
     stoke_train_config_defaults(&c);
     CHECK_INT_EQ(stoke_train_config_parse(&c, text, strlen(text), "mem.yaml"), STOKE_ERR_FORMAT);
-    CHECK_STR_CONTAINS(stoke_last_error(), "mem.yaml:3:1: lr");
+    CHECK_STR_CONTAINS(stoke_last_error(), "mem.yaml:3:5: lr");
     CHECK_INT_EQ(c.epochs, 7);
     CHECK_INT_EQ(stoke_train_config_parse(&c, text, 10, "mem.yaml"), STOKE_OK);
+}
+
+/* The config reader on `text`: refused with `want` in the message (issue 9: duplicate
+ * keys (8), values of the wrong shape (10), nesting (1)). */
+static void config_bad(const char *text, const char *want)
+{
+    stoke_train_config c;
+    stoke_train_config_defaults(&c);
+    CHECK_MSG(stoke_train_config_parse(&c, text, strlen(text), "cfg.yaml") == STOKE_ERR_FORMAT,
+              "accepted: %.200s", text);
+    CHECK_STR_CONTAINS(stoke_last_error(), want);
+}
+
+static void test_config_shapes(void)
+{
+    /* (10): the file, the value's own line and column, the key, what was expected */
+    config_bad("epochs: 2\nbatch_size: {a: 1}\n",
+               "cfg.yaml:2:13: batch_size: expected a single value (a scalar), got a mapping");
+    config_bad("batch_size: [64]\n", "cfg.yaml:1:13: batch_size: expected a single value "
+               "(a scalar), got a list");
+    config_bad("epochs: 2\nlog:\n", "cfg.yaml:2:5: log: expected a value, got nothing (null)");
+    config_bad("checkpoint: ~\n", "cfg.yaml:1:13: checkpoint: expected a value, got nothing");
+    config_bad("epochs: 2\n[a, b]: 1\n", "cfg.yaml:2:1: settings are plain key: value pairs; "
+               "this key is a list");
+    config_bad("? {a: 1}\n: 2\n", "cfg.yaml:1:3: settings are plain key: value pairs; this key "
+               "is a mapping");
+    config_bad("epochs: &e 2\nmax_steps: *e\n", "cfg.yaml:2:12: max_steps: aliases (*e) are not "
+               "supported");
+    config_bad("epochs: !!int 2\n", "cfg.yaml:1:9: epochs: tags (!!int) are not supported");
+    config_bad("epochs: 2\n---\nepochs: 3\n", "cfg.yaml:2:1: a second document (---)");
+    /* a bad value at its own position, an unknown key at the key's */
+    config_bad("epochs: 2\nbatch_size: \"\"\n", "cfg.yaml:2:13: batch_size: '' is not a whole");
+    config_bad("epochs: 2\n  # c\nbatch_sise: 3\n", "cfg.yaml:3:1: unknown setting 'batch_sise'");
+    /* (8): a key given twice, also as batch-size against batch_size (one setting) */
+    config_bad("batch_size: 64\nepochs: 2\nbatch_size: 32\n",
+               "cfg.yaml:3:1: batch_size: key given twice (first at line 1)");
+    config_bad("batch_size: 64\nbatch-size: 32\n",
+               "cfg.yaml:2:1: batch-size: key given twice (first at line 1 as 'batch_size')");
+    config_bad("lr: 0.1\nepochs: {a: 1, a: 2}\n", "cfg.yaml:2:16: epochs.a: key given twice");
+    /* (1): depth is refused before libyaml reads the rest */
+    size_t n = 1000000;
+    char *deep = malloc(n + 8);
+    if (deep) {
+        memcpy(deep, "lr: ", 4);
+        memset(deep + 4, '[', n);
+        stoke_train_config c;
+        stoke_train_config_defaults(&c);
+        CHECK(stoke_train_config_parse(&c, deep, n + 4, "cfg.yaml") == STOKE_ERR_FORMAT);
+        CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:1:260: lr[0][0]");
+        CHECK_STR_CONTAINS(stoke_last_error(), "lists and mappings nested deeper than 256 levels");
+        free(deep);
+    }
+    /* the same checks from a file, and a file that is fine still loads */
+    FILE *f = fopen(path_in("cfg.yaml"), "w");
+    fputs("batch_size: 64\nepochs: 2\nbatch_size: 32\n", f);
+    fclose(f);
+    stoke_train_config c;
+    stoke_train_config_defaults(&c);
+    CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_ERR_FORMAT);
+    CHECK_STR_CONTAINS(stoke_last_error(), "cfg.yaml:3:1: batch_size: key given twice");
+    f = fopen(path_in("cfg.yaml"), "w");
+    fputs("# a comment\n---\nbatch_size: \"64\"\nlog: ''\n...\n", f);
+    fclose(f);
+    CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("cfg.yaml")), STOKE_OK);
+    CHECK_INT_EQ(c.batch_size, 64);
+    CHECK_INT_EQ(stoke_train_config_load_file(&c, path_in("none.yaml")), STOKE_ERR_NOTFOUND);
+    CHECK_STR_CONTAINS(stoke_last_error(), "none.yaml");
+    CHECK_INT_EQ(stoke_train_config_parse(&c, "", 0, "empty.yaml"), STOKE_OK);
 }
 
 static void test_learns_and_eval(void)
@@ -562,6 +630,7 @@ int main(void)
         return 1;
     make_dataset();
     test_config();
+    test_config_shapes();
     test_learns_and_eval();
     test_resume();
     test_stop_flag();

@@ -96,8 +96,10 @@ typedef struct stoke_model_file stoke_model_file;
 
 /* Parses and checks a model document of `len` bytes; `name` is what the messages call
  * it. Errors (STOKE_ERR_FORMAT) name the file, line and column (1-based) and the field,
- * e.g. "m.yaml:4:14: layers[1].kernel: expected a positive integer, got 'x'". On
- * success free with stoke_model_file_free. */
+ * e.g. "m.yaml:4:14: layers[1].kernel: expected a positive integer, got 'x'". Refused
+ * besides the schema's errors (docs/train.md, YAML rules): a key given twice in a
+ * mapping, nesting past 256 levels or 64 residual blocks, aliases, tags, a second
+ * document. On success free with stoke_model_file_free. */
 stoke_status stoke_model_file_parse(const char *text, size_t len, const char *name,
                                     stoke_model_file **out);
 
@@ -193,7 +195,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
                                     stoke_cfg_source src);
 
 /* Applies a YAML file of `key: value` pairs (STOKE_CFG_FILE). Errors name the file,
- * line, column and key. */
+ * line, column and key: an unknown key or a bad value, a value that is not a single
+ * one (a list, a mapping, null), a key given twice (batch-size and batch_size are one
+ * key), and what model files refuse as well (nesting, aliases, tags, documents). */
 stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path);
 /* The same from `size` bytes in memory; `name` stands for the file in messages. */
 stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, size_t size,

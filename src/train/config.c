@@ -11,8 +11,8 @@
 #include <strings.h>
 #include <yaml.h>
 
-#include "core/regular.h"
 #include "train/train_impl.h"
+#include "train/yaml_util.h"
 
 /* T_FRACTION: 0 < x <= 1, or a percentage "90%"; 0 = off. T_SIZES: "512,512", a list
  * of layer sizes kept as text; "" = the model's own. */
@@ -310,74 +310,66 @@ stoke_status stoke_train_config_load_env(stoke_train_config *c,
     return STOKE_OK;
 }
 
-/* Applies the mapping of settings that `parser` reads; `path` names the source in
- * messages. Deletes the parser. */
-static stoke_status load_yaml(stoke_train_config *c, yaml_parser_t *parser, const char *path)
+/* Applies the mapping of settings in `size` bytes of `data`; `name` names the source in
+ * messages. Keys go through train_yaml_load's duplicate check with '-' taken as '_',
+ * as find_key matches them. */
+stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, size_t size,
+                                      const char *name)
 {
     yaml_document_t doc;
-    stoke_status s = STOKE_OK;
-    if (!yaml_parser_load(parser, &doc)) {
-        s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: not valid YAML: %s", path,
-                       parser->problem_mark.line + 1, parser->problem_mark.column + 1,
-                       parser->problem ? parser->problem : "parse error");
-        yaml_parser_delete(parser);
+    stoke_status s = train_yaml_load(data, size, name, true, &doc);
+    if (s != STOKE_OK)
         return s;
-    }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root && root->type != YAML_MAPPING_NODE) {
         s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: expected a mapping of settings "
-                       "(batch_size: 256, ...)", path, root->start_mark.line + 1,
+                       "(batch_size: 256, ...)", name, root->start_mark.line + 1,
                        root->start_mark.column + 1);
     }
     for (yaml_node_pair_t *p = root && s == STOKE_OK ? root->data.mapping.pairs.start : NULL;
          p && p < root->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(&doc, p->key);
         yaml_node_t *v = yaml_document_get_node(&doc, p->value);
-        if (!k || k->type != YAML_SCALAR_NODE || !v || v->type != YAML_SCALAR_NODE) {
-            yaml_node_t *at = k ? k : root;
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: settings are plain key: value pairs",
-                           path, at->start_mark.line + 1, at->start_mark.column + 1);
+        char what[96];
+        if (k->type != YAML_SCALAR_NODE) {
+            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: settings are plain key: value pairs; "
+                           "this key is %s", name, k->start_mark.line + 1,
+                           k->start_mark.column + 1, train_yaml_what(k, what, sizeof what));
             break;
         }
-        if (stoke_train_config_set(c, (const char *)k->data.scalar.value,
-                                   (const char *)v->data.scalar.value, STOKE_CFG_FILE) != STOKE_OK) {
+        const char *key = (const char *)k->data.scalar.value;
+        /* The value's own position: a wrong value is rarely on its key's column. */
+        if (v->type != YAML_SCALAR_NODE || train_yaml_is_null(v)) {
+            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s: expected %s, got %s", name,
+                           v->start_mark.line + 1, v->start_mark.column + 1, key,
+                           v->type == YAML_SCALAR_NODE ? "a value" : "a single value (a scalar)",
+                           train_yaml_what(v, what, sizeof what));
+            break;
+        }
+        if (stoke_train_config_set(c, key, (const char *)v->data.scalar.value, STOKE_CFG_FILE) !=
+            STOKE_OK) {
+            const yaml_node_t *at = find_key(key) < 0 ? k : v; /* what is wrong */
             char old[1024];
             snprintf(old, sizeof old, "%s", stoke_last_error());
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s", path, k->start_mark.line + 1,
-                           k->start_mark.column + 1, old);
+            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s", name, at->start_mark.line + 1,
+                           at->start_mark.column + 1, old);
             break;
         }
     }
     yaml_document_delete(&doc);
-    yaml_parser_delete(parser);
     return s;
 }
 
 stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *path)
 {
-    FILE *f;
-    stoke_status os = stoke_fopen_regular(path, NULL, &f);
-    if (os != STOKE_OK)
-        return os;
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(f);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", path);
-    }
-    yaml_parser_set_input_file(&parser, f);
-    stoke_status s = load_yaml(c, &parser, path);
-    fclose(f);
+    char *text;
+    size_t len;
+    stoke_status s = train_yaml_read_file(path, NULL, &text, &len);
+    if (s != STOKE_OK)
+        return s;
+    s = stoke_train_config_parse(c, text, len, path);
+    free(text);
     return s;
-}
-
-stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, size_t size,
-                                      const char *name)
-{
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", name);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)data, size);
-    return load_yaml(c, &parser, name);
 }
 
 char *stoke_train_config_json(const stoke_train_config *c)

@@ -9,8 +9,15 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "core/regular.h"
 #include "train/train_impl.h"
+#include "train/yaml_util.h"
+
+/* Residual blocks nest at most this deep. Parsing, building and freeing recurse once
+ * per block, so this bounds their stack: under ASan the parser took about 1.5 KB a
+ * block (it overflowed 8 MB at 5,400), so 64 take some 100 KB; no real model nests
+ * more than a handful. The YAML reader's own depth limit (TRAIN_YAML_MAX_DEPTH, 2
+ * levels a block) comes after this one. */
+#define MAX_BLOCK_NESTING 64
 
 typedef enum layer_type {
     L_LINEAR,
@@ -123,10 +130,17 @@ static stoke_status wrap_error(stoke_status s, const char *prefix)
     return stoke_fail(s, "%s: %s", prefix, old);
 }
 
+/* A value's text; NULL for a mapping, a list or null (each an error where a value is
+ * expected, reported with train_yaml_what). */
 static const char *scalar(const yaml_node_t *n)
 {
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+    return n && n->type == YAML_SCALAR_NODE && !train_yaml_is_null(n)
+               ? (const char *)n->data.scalar.value
+               : NULL;
 }
+
+/* The "got ..." of a message about `n`, in a buffer good for one message. */
+#define WHAT(n) train_yaml_what((n), (char[96]){0}, 96)
 
 static yaml_node_t *node(const ctx *c, int i) { return yaml_document_get_node(c->doc, i); }
 
@@ -138,8 +152,8 @@ static stoke_status get_int(const ctx *c, const yaml_node_t *n, const char *fiel
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < min || v > max)
-        return fail_at(c, n, field, "expected an integer in [%ld, %ld], got '%s'", min, max,
-                       s ? s : "(not a scalar)");
+        return fail_at(c, n, field, "expected an integer in [%ld, %ld], got %s", min, max,
+                       WHAT(n));
     *out = v;
     return STOKE_OK;
 }
@@ -162,8 +176,8 @@ static stoke_status get_float(const ctx *c, const yaml_node_t *n, const char *fi
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
     if (!s || !*s || *end || errno || !isfinite(v) || v < min || v > max)
-        return fail_at(c, n, field, "expected a number in [%g, %g], got '%s'", min, max,
-                       s ? s : "(not a scalar)");
+        return fail_at(c, n, field, "expected a number in [%g, %g], got %s", min, max,
+                       WHAT(n));
     *out = (float)v;
     return STOKE_OK;
 }
@@ -179,9 +193,46 @@ static stoke_status get_bool(const ctx *c, const yaml_node_t *n, const char *fie
         *out = false;
         return STOKE_OK;
     }
-    return fail_at(c, n, field, "expected true or false, got '%s'", s ? s : "(not a scalar)");
+    return fail_at(c, n, field, "expected true or false, got %s", WHAT(n));
 }
 
+/* dst = path + suffix (a field name such as "layers[0].layers[2].out"). A path too long
+ * for dst keeps its start and its end, with " ... " between (as train_yaml_load's
+ * messages do); the message's line and column say exactly where. */
+static void field_path(char *dst, size_t size, const char *path, const char *suffix)
+{
+    size_t pl = strlen(path), sl = strlen(suffix), n;
+    if (pl + sl < size) {
+        memcpy(dst, path, pl);
+        memcpy(dst + pl, suffix, sl);
+        dst[pl + sl] = '\0';
+        return;
+    }
+    const char *cut = strstr(path, " ... "); /* cut before, by this function */
+    size_t head = cut ? (size_t)(cut - path) : (size - 1) / 2;
+    while (!cut && head > 0 && path[head] != '.' && path[head] != '[')
+        head--;
+    if (head + 5 + sl + 1 > size) { /* not with stoke's buffers */
+        snprintf(dst, size, "%s", suffix);
+        return;
+    }
+    const char *rest = cut ? cut + 5 : path + head;
+    const char *tail = path + pl - (size - 1 - head - 5 - sl);
+    if (tail < rest)
+        tail = rest;
+    while (*tail && *tail != '.' && *tail != '[') /* from the start of a part */
+        tail++;
+    tail += *tail == '.';
+    size_t tl = strlen(tail);
+    memcpy(dst, path, head);
+    memcpy(dst + head, " ... ", 5);
+    n = head + 5;
+    memcpy(dst + n, tail, tl);
+    memcpy(dst + n + tl, suffix, sl);
+    dst[n + tl + sl] = '\0';
+}
+
+/* Recurses once per residual block: at most MAX_BLOCK_NESTING deep. */
 static void free_layers(layer *l, int n)
 {
     for (int i = 0; i < n; i++)
@@ -190,12 +241,14 @@ static void free_layers(layer *l, int n)
 }
 
 static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const char *path,
-                                 layer **out, int *count);
+                                 int blocks, layer **out, int *count);
 
-static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *path, layer *l)
+/* `blocks`: how many residual blocks enclose the layer. */
+static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *path, int blocks,
+                                layer *l)
 {
     if (n->type != YAML_MAPPING_NODE)
-        return fail_at(c, n, path, "expected a mapping such as {type: relu}");
+        return fail_at(c, n, path, "expected a mapping such as {type: relu}, got %s", WHAT(n));
     memset(l, 0, sizeof *l);
     l->bias = true;
     l->line = n->start_mark.line + 1;
@@ -208,13 +261,17 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
             type_node = node(c, p->value);
     }
     char field[256];
-    snprintf(field, sizeof field, "%.120s.type", path);
+    field_path(field, sizeof field, path, ".type");
     const char *t = scalar(type_node);
+#define LAYER_TYPES "linear, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm, " \
+                    "layernorm, relu, gelu, tanh, sigmoid, dropout, flatten, attention, " \
+                    "patchify, pos_embed, seq_mean, residual"
+    if (!type_node)
+        return fail_at(c, n, field, "missing (one of " LAYER_TYPES ")");
     if (!t)
-        return fail_at(c, type_node ? type_node : n, field, "missing (one of linear, conv2d, "
-                       "maxpool2d, avgpool2d, global_avgpool, batchnorm, layernorm, relu, "
-                       "gelu, tanh, sigmoid, dropout, flatten, attention, patchify, "
-                       "pos_embed, seq_mean, residual)");
+        return fail_at(c, type_node, field, "expected one of " LAYER_TYPES ", got %s",
+                       WHAT(type_node));
+#undef LAYER_TYPES
     int type = -1;
     for (int i = 0; i < L_COUNT; i++)
         if (!strcmp(layer_types[i].name, t))
@@ -233,7 +290,9 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
         const char *k = scalar(kn);
         if (!k)
             return fail_at(c, kn, path, "keys must be plain names");
-        snprintf(field, sizeof field, "%.120s.%.60s", path, k);
+        char dot_k[72];
+        snprintf(dot_k, sizeof dot_k, ".%.64s", k);
+        field_path(field, sizeof field, path, dot_k);
         if (!strcmp(k, "type"))
             continue;
         char want[40];
@@ -245,7 +304,8 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
         if (!strcmp(k, "name")) {
             const char *nm = scalar(v);
             if (!nm || !*nm || strlen(nm) >= sizeof l->name || strchr(nm, '.'))
-                return fail_at(c, v, field, "expected a name of 1 to 63 characters without '.'");
+                return fail_at(c, v, field, "expected a name of 1 to 63 characters without "
+                               "'.', got %s", WHAT(v));
             snprintf(l->name, sizeof l->name, "%s", nm);
         } else if (!strcmp(k, "out")) {
             const char *sv = scalar(v);
@@ -275,10 +335,13 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
             s = get_float(c, v, field, 0, 1, &l->momentum);
         } else if (!strcmp(k, "layers")) {
             char sub[128];
-            snprintf(sub, sizeof sub, "%.100s.layers", path);
-            /* a repeated key would replace the first list (and leak it) */
-            s = l->children ? fail_at(c, v, sub, "given twice")
-                            : parse_layers(c, v, sub, &l->children, &l->nchildren);
+            field_path(sub, sizeof sub, path, ".layers");
+            /* (a key given twice, which would leak the first list, is refused by
+             * train_yaml_load before this runs) */
+            if (blocks >= MAX_BLOCK_NESTING)
+                return fail_at(c, n, path, "residual blocks nested deeper than %d (stoke's "
+                               "limit)", MAX_BLOCK_NESTING);
+            s = parse_layers(c, v, sub, blocks + 1, &l->children, &l->nchildren);
         }
         if (s != STOKE_OK)
             return s;
@@ -297,10 +360,10 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
 }
 
 static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const char *path,
-                                 layer **out, int *count)
+                                 int blocks, layer **out, int *count)
 {
     if (seq->type != YAML_SEQUENCE_NODE)
-        return fail_at(c, seq, path, "expected a list of layers");
+        return fail_at(c, seq, path, "expected a list of layers, got %s", WHAT(seq));
     int n = (int)(seq->data.sequence.items.top - seq->data.sequence.items.start);
     if (n == 0)
         return fail_at(c, seq, path, "the list of layers is empty");
@@ -311,8 +374,11 @@ static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const cha
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", c->file);
     for (int i = 0; i < n; i++) {
         char sub[128];
-        snprintf(sub, sizeof sub, "%.100s[%d]", path, i);
-        stoke_status s = parse_layer(c, node(c, seq->data.sequence.items.start[i]), sub, &l[i]);
+        char index[16];
+        snprintf(index, sizeof index, "[%d]", i);
+        field_path(sub, sizeof sub, path, index);
+        stoke_status s = parse_layer(c, node(c, seq->data.sequence.items.start[i]), sub, blocks,
+                                     &l[i]);
         if (s != STOKE_OK) {
             free_layers(l, i + 1);
             return s;
@@ -330,9 +396,13 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
         return fail_at(c, NULL, "model", "the file is empty");
     if (root->type == YAML_SCALAR_NODE) {
         /* A bare preset name, as `--model cnn` gives. */
+        if (!scalar(root))
+            return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: "
+                           "[...]) or a preset name, got %s", WHAT(root));
         snprintf(mf->preset, sizeof mf->preset, "%.31s", scalar(root));
     } else if (root->type != YAML_MAPPING_NODE) {
-        return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: [...])");
+        return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: [...]), "
+                       "got %s", WHAT(root));
     }
     const yaml_node_t *layers_node = NULL, *preset_node = NULL, *ac_node = NULL;
     if (root->type == YAML_MAPPING_NODE) {
@@ -345,13 +415,17 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
             stoke_status s = STOKE_OK;
             if (!strcmp(k, "model")) {
                 const char *pv = scalar(v);
-                if (!pv || strlen(pv) >= sizeof mf->preset)
-                    return fail_at(c, v, k, "expected a preset name");
+                if (!pv || !*pv || strlen(pv) >= sizeof mf->preset)
+                    return fail_at(c, v, k, "expected a preset name (mlp, cnn, resnet, "
+                                   "transformer, actor-critic), got %s", WHAT(v));
                 snprintf(mf->preset, sizeof mf->preset, "%s", pv);
                 preset_node = v;
             } else if (!strcmp(k, "layers")) {
                 if (v->type == YAML_SEQUENCE_NODE)
                     layers_node = v;
+                else if (!scalar(v))
+                    return fail_at(c, v, k, "expected a list of layers (or the transformer's "
+                                   "depth), got %s", WHAT(v));
                 else
                     s = get_int32(c, v, k, 1, 256, &mf->depth); /* transformer depth */
             } else if (!strcmp(k, "hidden")) {
@@ -382,8 +456,8 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
                 const char *lv = scalar(v);
                 if (!lv || (strcmp(lv, "cross_entropy") && strcmp(lv, "mse") &&
                             strcmp(lv, "l1") && strcmp(lv, "bce")))
-                    return fail_at(c, v, k, "expected cross_entropy, mse, l1 or bce, got '%s'",
-                                   lv ? lv : "(not a scalar)");
+                    return fail_at(c, v, k, "expected cross_entropy, mse, l1 or bce, got %s",
+                                   WHAT(v));
                 snprintf(mf->loss, sizeof mf->loss, "%s", lv);
             } else if (!strcmp(k, "label_smoothing")) {
                 s = get_float(c, v, k, 0, 0.99, &mf->label_smoothing);
@@ -407,7 +481,7 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
     if (ac_node && strcmp(mf->preset, "actor-critic") != 0)
         return fail_at(c, ac_node, scalar(ac_node), "applies to the actor-critic preset only");
     if (layers_node)
-        return parse_layers(c, layers_node, "layers", &mf->layers, &mf->nlayers);
+        return parse_layers(c, layers_node, "layers", 0, &mf->layers, &mf->nlayers);
     if (!mf->preset[0])
         return fail_at(c, root, "model", "missing: name a preset (model: cnn) or list layers");
     bool known = false;
@@ -441,28 +515,15 @@ stoke_status stoke_model_file_parse(const char *text, size_t len, const char *na
     memcpy(mf->text, text, len);
     mf->text[len] = '\0';
     mf->nhidden = -1;
-    yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
-        stoke_model_file_free(mf);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot initialize the YAML parser", name);
-    }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc)) {
-        stoke_status s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: not valid YAML: %s%s%s",
-                                    name, parser.problem_mark.line + 1,
-                                    parser.problem_mark.column + 1,
-                                    parser.problem ? parser.problem : "parse error",
-                                    parser.context ? " " : "",
-                                    parser.context ? parser.context : "");
-        yaml_parser_delete(&parser);
+    stoke_status s = train_yaml_load(text, len, name, false, &doc);
+    if (s != STOKE_OK) {
         stoke_model_file_free(mf);
         return s;
     }
     ctx c = {name, &doc};
-    stoke_status s = parse_root(&c, mf);
+    s = parse_root(&c, mf);
     yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
     if (s != STOKE_OK) {
         stoke_model_file_free(mf);
         return s;
@@ -484,40 +545,13 @@ stoke_status stoke_model_file_load(const char *spec, stoke_model_file **out)
             snprintf(doc, sizeof doc, "model: %s\n", spec);
             return stoke_model_file_parse(doc, strlen(doc), spec, out);
         }
-    FILE *f;
-    stoke_status os = stoke_fopen_regular(
-        spec, "not a preset (mlp, cnn, resnet, transformer, actor-critic)", &f);
-    if (os != STOKE_OK)
-        return os;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0)
-            break;
-        if (n == cap) {
-            if (cap >= (16u << 20)) {
-                free(buf);
-                fclose(f);
-                return stoke_fail(STOKE_ERR_FORMAT, "%s: larger than 16 MB: not a model file",
-                                  spec);
-            }
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb)
-                free(buf);
-            buf = nb;
-        }
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf)
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", spec);
-    if (err) {
-        free(buf);
-        return stoke_fail(STOKE_ERR_IO, "%s: read failed", spec);
-    }
-    stoke_status s = stoke_model_file_parse(buf, n, spec, out);
+    char *buf;
+    size_t n;
+    stoke_status s = train_yaml_read_file(spec, "not a preset (mlp, cnn, resnet, transformer, "
+                                          "actor-critic)", &buf, &n);
+    if (s != STOKE_OK)
+        return s;
+    s = stoke_model_file_parse(buf, n, spec, out);
     free(buf);
     return s;
 }
@@ -534,6 +568,7 @@ typedef struct builder {
     int64_t outputs;
 } builder;
 
+/* Recurses once per residual block: at most MAX_BLOCK_NESTING deep. */
 static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor x)
 {
     for (int i = 0; i < n && x != STOKE_NO_TENSOR; i++) {

@@ -268,4 +268,34 @@ expect_now fifo-predict "$fifo" predict "$work/fifo" "$data"
 expect_now fifo-predict-input "$fifo" predict "$work/c.safetensors" "$work/fifo"
 expect_now device-eval "/dev/zero: is a character device" eval /dev/zero
 
+# Issue 9 (1): 10,000 nested residual blocks overflowed the stack in train, and in eval
+# and --resume from a checkpoint keeping that model; (8) a key given twice was taken
+# from its last line; (10) a config value of the wrong shape was not named.
+/usr/bin/python3 - "$work" <<'PY'
+import json, struct, sys
+w = sys.argv[1]
+deep = "layers: " + "[{type: residual, layers: " * 10000 + "[{type: relu}]" + "}]" * 10000 + "\n"
+open(w + "/deep.yaml", "w").write(deep)
+f = open(w + "/c.safetensors", "rb").read()
+n = struct.unpack("<Q", f[:8])[0]
+h = json.loads(f[8:8 + n])
+h["__metadata__"]["stoke.model"] = deep
+b = json.dumps(h).encode()
+b += b" " * (-len(b) % 8)
+open(w + "/deep.safetensors", "wb").write(struct.pack("<Q", len(b)) + b + f[8 + n:])
+PY
+deep_msg='1:3312: layers\[0\]\.layers\[0\].*: lists and mappings nested deeper than 256 levels'
+expect deep-model 1 "deep.yaml:$deep_msg" train --model "$work/deep.yaml" --limit 10
+expect deep-model-eval 1 "deep.safetensors:$deep_msg" eval "$work/deep.safetensors" --limit 10
+expect deep-model-resume 1 "deep.safetensors:$deep_msg" train --resume "$work/deep.safetensors" --limit 10
+printf 'layers:\n  - type: linear\n    out: 8\n    out: 16\n' >"$work/dup.yaml"
+expect dup-model-key 1 "dup.yaml:4:5: layers\[0\]\.out: key given twice (first at line 3)" \
+    train --model "$work/dup.yaml" --limit 10
+printf 'batch_size: 64\nepochs: 1\nbatch-size: 32\n' >"$work/dup-cfg.yaml"
+expect dup-config-key 1 "dup-cfg.yaml:3:1: batch-size: key given twice (first at line 1 as 'batch_size')" \
+    train --config "$work/dup-cfg.yaml" --limit 10
+printf 'epochs: 1\nbatch_size: {a: 1}\n' >"$work/shape.yaml"
+expect config-value-shape 1 "shape.yaml:2:13: batch_size: expected a single value (a scalar), got a mapping" \
+    train --config "$work/shape.yaml" --limit 10
+
 e2e_end
