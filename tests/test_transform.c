@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "core/precision.h"
-#include "data/loader_impl.h"
+#include "data/transform_impl.h"
 #include "stoke/data.h"
 
 static uint64_t rng_state = 12345;

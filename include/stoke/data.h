@@ -14,39 +14,6 @@
 extern "C" {
 #endif
 
-/* ---- Element types and shapes ------------------------------------------------- */
-
-typedef enum stoke_dtype {
-    STOKE_U8 = 0,
-    STOKE_I8,
-    STOKE_U16,
-    STOKE_I16,
-    STOKE_U32,
-    STOKE_I32,
-    STOKE_I64,
-    STOKE_F16,
-    STOKE_BF16,
-    STOKE_F32,
-    STOKE_F64,
-    STOKE_DTYPE_COUNT
-} stoke_dtype;
-
-size_t stoke_dtype_size(stoke_dtype t);      /* bytes per element; 0 if invalid */
-const char *stoke_dtype_name(stoke_dtype t); /* "uint8", "float32", ...; "?" if invalid */
-
-#define STOKE_MAX_DIMS 8
-
-/* The shape of ONE sample (no batch dimension). ndim 0 is a scalar. */
-typedef struct stoke_shape {
-    int ndim;
-    int64_t dims[STOKE_MAX_DIMS];
-} stoke_shape;
-
-int64_t stoke_shape_elems(const stoke_shape *s); /* product of dims; 1 for a scalar */
-
-/* Formats a shape as "(28, 28)" or "()" into buf and returns buf. */
-char *stoke_shape_format(const stoke_shape *s, char *buf, size_t size);
-
 /* ---- Datasets ------------------------------------------------------------------ */
 
 typedef enum stoke_target_kind {

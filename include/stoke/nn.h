@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include "stoke/core.h"
-#include "stoke/data.h" /* stoke_shape, stoke_dtype */
 
 #ifdef __cplusplus
 extern "C" {

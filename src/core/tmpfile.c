@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/regular.h"
+#include "core/rng.h"
 
 /* ---- what the signal handler sees ------------------------------------------------ */
 
@@ -176,13 +177,8 @@ static void random_suffix(char out[7])
     static atomic_uint_fast64_t counter;
     static const char alphabet[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    uint64_t x = stoke_now_ns() ^ ((uint64_t)getpid() << 32) ^
-                 (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15u);
-    x ^= x >> 30; /* splitmix64's finalizer */
-    x *= 0xbf58476d1ce4e5b9u;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebu;
-    x ^= x >> 31;
+    uint64_t x = stoke_fmix64(stoke_now_ns() ^ ((uint64_t)getpid() << 32) ^
+                              (atomic_fetch_add(&counter, 1) * STOKE_GOLDEN64));
     for (int i = 0; i < 6; i++, x /= 62)
         out[i] = alphabet[x % 62];
     out[6] = '\0';

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "data/dataset_impl.h"
-#include "data/loader_impl.h"
 #include "hw/gpu_impl.h"
 #include "stoke/data.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/loader_impl.h"
+#include "core/rng.h"
 #include "stoke/data.h"
 
 struct stoke_sampler {

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "core/isa.h"
-#include "data/loader_impl.h"
+#include "core/rng.h"
+#include "data/transform_impl.h"
 #include "stoke/data.h"
 
 #define MAX_OPS 16
@@ -34,7 +35,7 @@ struct stoke_transform {
 
 typedef stoke_op_draw op_params;
 
-static int isa_level = -1; /* -1: detect; 0: baseline; 1: AVX2 (see loader_impl.h) */
+static int isa_level = -1; /* -1: detect; 0: baseline; 1: AVX2 (see transform_impl.h) */
 
 void stoke_transform_set_isa(int level) { isa_level = level; }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "nn/graph_impl.h"
 
 static const char *const op_names[STOKE_NN_OP_COUNT] = {
@@ -875,17 +876,10 @@ int64_t stoke_graph_trainable_elems(const stoke_graph *g) {
     return n;
 }
 
-/* splitmix64: a tiny, well-mixed generator; each parameter gets its own stream keyed
- * by (seed, FNV-1a of its name), so the values do not depend on the layer order. */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* Each parameter gets its own SplitMix64 stream keyed by (seed, FNV-1a of its name), so
+ * the values do not depend on the layer order. */
 static double uniform01(uint64_t *s) { /* [0, 1) with 53 bits */
-    return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+    return stoke_u64_to_unit(stoke_splitmix64_next(s));
 }
 
 void nn_param_init(const nn_param *p, uint64_t seed, float *out) {
@@ -893,7 +887,7 @@ void nn_param_init(const nn_param *p, uint64_t seed, float *out) {
     for (const char *c = p->name; *c; c++)
         h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
     uint64_t s = seed ^ h;
-    splitmix64(&s);
+    stoke_splitmix64_next(&s);
     int64_t n = p->info.elems;
     double bound = 0;
     switch (p->init) {

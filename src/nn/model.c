@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "nn/backend_impl.h"
 
 #define ALIGN 64
@@ -518,12 +519,6 @@ void stoke_model_free(stoke_model *m) {
     free(m);
 }
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
                              stoke_model **out) {
     *out = NULL;
@@ -669,7 +664,7 @@ static nn_exec_args node_args(const stoke_model *m, int i) {
     a.saved = m->saved[i];
     a.ws = m->ws_arena;
     a.ws_size = m->L.ws;
-    a.seed = mix64(m->o.seed ^ mix64((uint64_t)i + 0x9e3779b97f4a7c15ull));
+    a.seed = stoke_fmix64(m->o.seed ^ stoke_mix64((uint64_t)i));
     a.step = m->fwd_key;
     if (m->L.head[i] == i) {
         int last = m->L.chain[i][m->L.chain_len[i] - 1];

@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "core/rng.h"
 #include "nn/cpu/dense.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
@@ -210,13 +211,6 @@ void cpu_sigmoid_backward(float *dinp, const float *dout, const float *out, size
 
 /* ---- dropout ---- */
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Chris Wellons' lowbias32: a 32-bit integer hash with near-ideal avalanche, in
  * 32-bit lanes so the mask loop vectorizes (a 64-bit multiply would not on the
  * baseline x86-64 target). */
@@ -229,7 +223,7 @@ static inline uint32_t hash32(uint32_t x) {
     return x;
 }
 
-/* Element i of a (seed, step) stream: the 64-bit keys come from splitmix64 over seed,
+/* Element i of a (seed, step) stream: the 64-bit keys come from SplitMix64 over seed,
  * step and the high half of i (constant over 2^32 elements), and the low half is
  * hashed with them in 32-bit lanes. */
 typedef struct dropout_key {
@@ -237,7 +231,7 @@ typedef struct dropout_key {
 } dropout_key;
 
 static dropout_key dropout_key_for(uint64_t seed, uint64_t step, uint64_t hi) {
-    uint64_t k = splitmix64(splitmix64(splitmix64(seed) ^ step) ^ hi);
+    uint64_t k = stoke_stream_key(seed, step, hi);
     dropout_key key = {(uint32_t)k, (uint32_t)(k >> 32)};
     return key;
 }
