@@ -235,6 +235,56 @@ stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count);
 stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
                                     char *pci_bus_id, size_t size);
 
+/* ---- Device memory, streams and events -----------------------------------------
+ * What the data loader needs to stage batches on a GPU, as thin wrappers over the
+ * runtime's functions of the same names, so no caller needs a CUDA header or the
+ * runtime's table. Every failure is STOKE_ERR_UNAVAILABLE with the message
+ * "<CUDA function>: <the runtime's reason> (error <code>)". Calls on one stream are
+ * ordered; the destroy and free functions ignore NULL and errors. */
+
+typedef void *stoke_gpu_stream; /* a cudaStream_t */
+typedef void *stoke_gpu_event;  /* a cudaEvent_t */
+
+/* STOKE_OK if the runtime has every function below (old or partial runtimes lack
+ * some); else "the CUDA runtime lacks the stream, event or memory functions". Call it
+ * before the others, which assume it. */
+stoke_status stoke_cudart_check_device_api(const stoke_cudart *rt);
+
+/* cudaSetDevice: the device the calling thread's later calls use. */
+stoke_status stoke_cudart_set_device(stoke_cudart *rt, int dev);
+
+/* Pinned (page-locked) host memory of `bytes` (0 counts as 1) into *out, for copies
+ * that overlap computation; free with stoke_cudart_host_free. The message is
+ * "cudaHostAlloc(<bytes> bytes): ...". *out is NULL on failure. */
+stoke_status stoke_cudart_host_alloc(stoke_cudart *rt, size_t bytes, void **out);
+void stoke_cudart_host_free(stoke_cudart *rt, void *p);
+
+/* Device memory of `bytes` into *out (NULL on failure); free with stoke_cudart_free. */
+stoke_status stoke_cudart_malloc(stoke_cudart *rt, size_t bytes, void **out);
+void stoke_cudart_free(stoke_cudart *rt, void *p);
+
+/* A stream that does not synchronize with the legacy default stream (NonBlocking). */
+stoke_status stoke_cudart_stream_create(stoke_cudart *rt, stoke_gpu_stream *out);
+void stoke_cudart_stream_destroy(stoke_cudart *rt, stoke_gpu_stream s);
+
+/* An event without timing (DisableTiming: cheaper to record and wait for). */
+stoke_status stoke_cudart_event_create(stoke_cudart *rt, stoke_gpu_event *out);
+void stoke_cudart_event_destroy(stoke_cudart *rt, stoke_gpu_event e);
+
+/* Records e on s: it completes when the work queued on s before it has. */
+stoke_status stoke_cudart_event_record(stoke_cudart *rt, stoke_gpu_event e, stoke_gpu_stream s);
+
+/* Blocks the calling thread until e has completed. */
+stoke_status stoke_cudart_event_sync(stoke_cudart *rt, stoke_gpu_event e);
+
+/* Makes the work queued on s from now on wait for e (another stream's event). */
+stoke_status stoke_cudart_stream_wait(stoke_cudart *rt, stoke_gpu_stream s, stoke_gpu_event e);
+
+/* Queues a copy of `bytes` from host memory src (pinned, for it to be asynchronous) to
+ * device memory dst on s. Both must stay valid until the copy has completed. */
+stoke_status stoke_cudart_copy_to_device_async(stoke_cudart *rt, void *dst, const void *src,
+                                               size_t bytes, stoke_gpu_stream s);
+
 /* True if two PCI bus ids name the same device, whatever their spelling: NVML's
  * "00000000:3B:00.0" and CUDA's "0000:3b:00.0" are both domain:bus:device.function in
  * hex, of any case and domain width. False if either does not parse. Can't fail. */

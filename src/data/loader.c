@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "data/dataset_impl.h"
-#include "hw/gpu_impl.h"
 #include "stoke/data.h"
+#include "stoke/hw.h"
 
 #define CHUNK 32         /* samples a worker claims at once */
 #define WAIT_WINDOW 1024 /* batches kept for the p95 */
@@ -242,22 +242,12 @@ static void stop_workers(stoke_loader *l)
 
 /* ---- device ------------------------------------------------------------------------ */
 
-static const char *cu_msg(const stoke_cudart *rt, int rc)
-{
-    const char *s = rt->get_error_string ? rt->get_error_string(rc) : NULL;
-    return s ? s : "unknown CUDA error";
-}
-
 static void *host_alloc(stoke_loader *l, size_t n)
 {
     if (l->on_device) {
         void *p = NULL;
-        int rc = l->rt->host_alloc(&p, n ? n : 1, CU_HOST_ALLOC_DEFAULT);
-        if (rc != CU_SUCCESS) {
-            snprintf(l->reason, sizeof l->reason, "cudaHostAlloc(%zu bytes): %s (error %d)", n,
-                     cu_msg(l->rt, rc), rc);
-            return NULL;
-        }
+        if (stoke_cudart_host_alloc(l->rt, n, &p) != STOKE_OK)
+            snprintf(l->reason, sizeof l->reason, "%s", stoke_last_error());
         return p;
     }
     return aligned_alloc(64, (n + 63) / 64 * 64 + 64);
@@ -265,8 +255,8 @@ static void *host_alloc(stoke_loader *l, size_t n)
 
 static void host_free(stoke_loader *l, void *p)
 {
-    if (p && l->on_device)
-        l->rt->free_host(p);
+    if (l->on_device)
+        stoke_cudart_host_free(l->rt, p);
     else
         free(p);
 }
@@ -277,19 +267,14 @@ static void device_teardown(stoke_loader *l)
         return;
     for (int k = 0; k < 2; k++) {
         dslot *d = &l->ds[k];
-        if (d->event) {
-            if (d->pending)
-                l->rt->event_synchronize(d->event);
-            l->rt->event_destroy(d->event);
-        }
-        if (d->inputs)
-            l->rt->free(d->inputs);
-        if (d->targets)
-            l->rt->free(d->targets);
+        if (d->event && d->pending)
+            stoke_cudart_event_sync(l->rt, d->event);
+        stoke_cudart_event_destroy(l->rt, d->event);
+        stoke_cudart_free(l->rt, d->inputs);
+        stoke_cudart_free(l->rt, d->targets);
         memset(d, 0, sizeof *d);
     }
-    if (l->stream)
-        l->rt->stream_destroy(l->stream);
+    stoke_cudart_stream_destroy(l->rt, l->stream);
     l->stream = NULL;
 }
 
@@ -312,30 +297,24 @@ static void device_setup(stoke_loader *l, int dev)
                  count);
         return;
     }
-    if (!rt->set_device || !rt->host_alloc || !rt->free_host || !rt->malloc || !rt->free ||
-        !rt->memcpy_async || !rt->stream_create_with_flags || !rt->stream_destroy ||
-        !rt->event_create_with_flags || !rt->event_record || !rt->event_synchronize ||
-        !rt->event_query || !rt->event_destroy || !rt->stream_wait_event) {
-        snprintf(l->reason, sizeof l->reason,
-                 "the CUDA runtime lacks the stream, event or memory functions");
+    stoke_status st = stoke_cudart_check_device_api(rt);
+    if (st != STOKE_OK) {
+        snprintf(l->reason, sizeof l->reason, "%s", stoke_last_error());
         return;
     }
-    int rc = rt->set_device(dev);
-    const char *what = "cudaSetDevice";
-    if (rc == CU_SUCCESS)
-        what = "cudaStreamCreateWithFlags",
-        rc = rt->stream_create_with_flags(&l->stream, CU_STREAM_NON_BLOCKING);
-    for (int k = 0; k < 2 && rc == CU_SUCCESS; k++) {
+    st = stoke_cudart_set_device(rt, dev);
+    if (st == STOKE_OK)
+        st = stoke_cudart_stream_create(rt, &l->stream);
+    for (int k = 0; k < 2 && st == STOKE_OK; k++) {
         l->ds[k].seq = -1;
-        what = "cudaEventCreateWithFlags";
-        rc = rt->event_create_with_flags(&l->ds[k].event, CU_EVENT_DISABLE_TIMING);
-        if (rc == CU_SUCCESS)
-            what = "cudaMalloc", rc = rt->malloc(&l->ds[k].inputs, (size_t)l->bs * l->in_bytes);
-        if (rc == CU_SUCCESS && l->tg_bytes)
-            rc = rt->malloc(&l->ds[k].targets, (size_t)l->bs * l->tg_bytes);
+        st = stoke_cudart_event_create(rt, &l->ds[k].event);
+        if (st == STOKE_OK)
+            st = stoke_cudart_malloc(rt, (size_t)l->bs * l->in_bytes, &l->ds[k].inputs);
+        if (st == STOKE_OK && l->tg_bytes)
+            st = stoke_cudart_malloc(rt, (size_t)l->bs * l->tg_bytes, &l->ds[k].targets);
     }
-    if (rc != CU_SUCCESS) {
-        snprintf(l->reason, sizeof l->reason, "%s: %s (error %d)", what, cu_msg(rt, rc), rc);
+    if (st != STOKE_OK) {
+        snprintf(l->reason, sizeof l->reason, "%s", stoke_last_error());
         device_teardown(l);
         return;
     }
@@ -350,27 +329,27 @@ static stoke_status issue_copy(stoke_loader *l, slot *s, int k)
     stoke_cudart *rt = l->rt;
     dslot *d = &l->ds[k];
     if (d->pending) { /* never overwrite a slot whose copy may still be running */
-        int rc = rt->event_synchronize(d->event);
-        if (rc != CU_SUCCESS)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaEventSynchronize: %s (error %d)",
-                              cu_msg(rt, rc), rc);
+        stoke_status st = stoke_cudart_event_sync(rt, d->event);
+        if (st != STOKE_OK)
+            return st;
         d->pending = false;
     }
-    int rc = CU_SUCCESS;
+    stoke_status st = STOKE_OK;
     if (d->seq >= 0 && l->consumer_event) /* the caller's kernels on d->seq come first */
-        rc = rt->stream_wait_event(l->stream, l->consumer_event, 0);
-    if (rc == CU_SUCCESS)
-        rc = rt->memcpy_async(d->inputs, s->inputs, (size_t)s->size * l->in_bytes,
-                              CU_MEMCPY_HOST_TO_DEVICE, l->stream);
-    if (rc == CU_SUCCESS && l->tg_bytes)
-        rc = rt->memcpy_async(d->targets, s->targets, (size_t)s->size * l->tg_bytes,
-                              CU_MEMCPY_HOST_TO_DEVICE, l->stream);
-    if (rc == CU_SUCCESS)
-        rc = rt->event_record(d->event, l->stream);
-    if (rc != CU_SUCCESS)
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaMemcpyAsync of batch %" PRId64
-                          " to device %d: %s (error %d)", s->index, l->device,
-                          cu_msg(rt, rc), rc);
+        st = stoke_cudart_stream_wait(rt, l->stream, l->consumer_event);
+    if (st == STOKE_OK)
+        st = stoke_cudart_copy_to_device_async(rt, d->inputs, s->inputs,
+                                               (size_t)s->size * l->in_bytes, l->stream);
+    if (st == STOKE_OK && l->tg_bytes)
+        st = stoke_cudart_copy_to_device_async(rt, d->targets, s->targets,
+                                               (size_t)s->size * l->tg_bytes, l->stream);
+    if (st == STOKE_OK)
+        st = stoke_cudart_event_record(rt, d->event, l->stream);
+    if (st != STOKE_OK) {
+        char m[512]; /* the message names the CUDA call; say which batch and device */
+        snprintf(m, sizeof m, "%s", stoke_last_error());
+        return stoke_fail(st, "batch %" PRId64 " to device %d: %s", s->index, l->device, m);
+    }
     d->seq = s->seq;
     d->pending = true;
     return STOKE_OK;
@@ -555,12 +534,11 @@ stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
         for (int k = 0; k < 2; k++) {
             dslot *d = &l->ds[k];
             if (d->pending && d->seq < g) {
-                int rc = l->rt->event_synchronize(d->event);
-                if (rc != CU_SUCCESS) {
+                stoke_status st = stoke_cudart_event_sync(l->rt, d->event);
+                if (st != STOKE_OK) {
                     char m[256];
-                    snprintf(m, sizeof m, "cudaEventSynchronize: %s (error %d)",
-                             cu_msg(l->rt, rc), rc);
-                    return fail_loader(l, STOKE_ERR_UNAVAILABLE, m);
+                    snprintf(m, sizeof m, "%s", stoke_last_error());
+                    return fail_loader(l, st, m);
                 }
                 d->pending = false;
             }
@@ -659,11 +637,7 @@ stoke_status stoke_loader_wait(stoke_loader *l, const stoke_batch *b)
 {
     if (!b->on_device || !b->event)
         return STOKE_OK;
-    int rc = l->rt->event_synchronize(b->event);
-    if (rc != CU_SUCCESS)
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaEventSynchronize: %s (error %d)",
-                          cu_msg(l->rt, rc), rc);
-    return STOKE_OK;
+    return stoke_cudart_event_sync(l->rt, b->event);
 }
 
 void stoke_loader_set_consumer_event(stoke_loader *l, void *event) { l->consumer_event = event; }

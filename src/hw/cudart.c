@@ -1,6 +1,6 @@
 /* cudart.c - the CUDA runtime, loaded at run time with dlopen. The probe uses it for
- * what NVML does not report (SM count); the loader will use it for pinned memory and
- * asynchronous copies. */
+ * what NVML does not report (SM count); the loader uses its device API (hw.h) for
+ * pinned memory, streams, asynchronous copies and events. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,4 +117,115 @@ stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
     snprintf(pci_bus_id, size, "%04x:%02x:%02x.0", (unsigned)domain, (unsigned)bus,
              (unsigned)device);
     return STOKE_OK;
+}
+
+/* ---- the device API (hw.h) ------------------------------------------------------ */
+
+static stoke_status cu_fail(const stoke_cudart *rt, const char *what, int rc)
+{
+    return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: %s (error %d)", what, cu_err(rt, rc), rc);
+}
+
+#define CU_CALL(rt, what, call)                                                             \
+    do {                                                                                    \
+        int rc_ = (call);                                                                   \
+        return rc_ == CU_SUCCESS ? STOKE_OK : cu_fail(rt, what, rc_);                       \
+    } while (0)
+
+stoke_status stoke_cudart_check_device_api(const stoke_cudart *rt)
+{
+    if (!rt->set_device || !rt->host_alloc || !rt->free_host || !rt->malloc || !rt->free ||
+        !rt->memcpy_async || !rt->stream_create_with_flags || !rt->stream_destroy ||
+        !rt->event_create_with_flags || !rt->event_record || !rt->event_synchronize ||
+        !rt->event_query || !rt->event_destroy || !rt->stream_wait_event)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "the CUDA runtime lacks the stream, event or memory functions");
+    return STOKE_OK;
+}
+
+stoke_status stoke_cudart_set_device(stoke_cudart *rt, int dev)
+{
+    CU_CALL(rt, "cudaSetDevice", rt->set_device(dev));
+}
+
+stoke_status stoke_cudart_host_alloc(stoke_cudart *rt, size_t bytes, void **out)
+{
+    *out = NULL;
+    int rc = rt->host_alloc(out, bytes ? bytes : 1, CU_HOST_ALLOC_DEFAULT);
+    if (rc != CU_SUCCESS) {
+        *out = NULL;
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaHostAlloc(%zu bytes): %s (error %d)",
+                          bytes, cu_err(rt, rc), rc);
+    }
+    return STOKE_OK;
+}
+
+void stoke_cudart_host_free(stoke_cudart *rt, void *p)
+{
+    if (p)
+        rt->free_host(p);
+}
+
+stoke_status stoke_cudart_malloc(stoke_cudart *rt, size_t bytes, void **out)
+{
+    *out = NULL;
+    int rc = rt->malloc(out, bytes);
+    if (rc != CU_SUCCESS) {
+        *out = NULL;
+        return cu_fail(rt, "cudaMalloc", rc);
+    }
+    return STOKE_OK;
+}
+
+void stoke_cudart_free(stoke_cudart *rt, void *p)
+{
+    if (p)
+        rt->free(p);
+}
+
+stoke_status stoke_cudart_stream_create(stoke_cudart *rt, stoke_gpu_stream *out)
+{
+    *out = NULL;
+    CU_CALL(rt, "cudaStreamCreateWithFlags",
+            rt->stream_create_with_flags(out, CU_STREAM_NON_BLOCKING));
+}
+
+void stoke_cudart_stream_destroy(stoke_cudart *rt, stoke_gpu_stream s)
+{
+    if (s)
+        rt->stream_destroy(s);
+}
+
+stoke_status stoke_cudart_event_create(stoke_cudart *rt, stoke_gpu_event *out)
+{
+    *out = NULL;
+    CU_CALL(rt, "cudaEventCreateWithFlags",
+            rt->event_create_with_flags(out, CU_EVENT_DISABLE_TIMING));
+}
+
+void stoke_cudart_event_destroy(stoke_cudart *rt, stoke_gpu_event e)
+{
+    if (e)
+        rt->event_destroy(e);
+}
+
+stoke_status stoke_cudart_event_record(stoke_cudart *rt, stoke_gpu_event e, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaEventRecord", rt->event_record(e, s));
+}
+
+stoke_status stoke_cudart_event_sync(stoke_cudart *rt, stoke_gpu_event e)
+{
+    CU_CALL(rt, "cudaEventSynchronize", rt->event_synchronize(e));
+}
+
+stoke_status stoke_cudart_stream_wait(stoke_cudart *rt, stoke_gpu_stream s, stoke_gpu_event e)
+{
+    CU_CALL(rt, "cudaStreamWaitEvent", rt->stream_wait_event(s, e, 0));
+}
+
+stoke_status stoke_cudart_copy_to_device_async(stoke_cudart *rt, void *dst, const void *src,
+                                               size_t bytes, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaMemcpyAsync", rt->memcpy_async(dst, src, bytes, CU_MEMCPY_HOST_TO_DEVICE, s));
 }
