@@ -198,6 +198,74 @@ static void case_nvml_535(void) { case_two_devices(FAKE_NVML_535); }
 static void case_nvml(void) { case_two_devices(FAKE_NVML); }
 
 /* The machine's own CUDA runtime, if any: whatever it says, it must say it plainly. */
+/* The device API (hw.h) as the loader uses it: pinned and device memory, a copy that
+ * lands only once an event recorded after it is waited for, and each failure named by
+ * its CUDA call. */
+static void case_device_api(void)
+{
+    write_scenario("device name=\"NVIDIA H100 PCIe\" bus=00000000:3B:00.0 sm=114\n");
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    stoke_cudart *rt = NULL;
+    CHECK_INT_EQ(stoke_cudart_open(&rt), STOKE_OK);
+    void *fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+    CHECK(fake != NULL);
+    if (!rt || !fake)
+        return;
+    int (*kind)(const void *) = (int (*)(const void *))dlsym(fake, "fake_cudart_kind");
+    int (*live)(void) = (int (*)(void))dlsym(fake, "fake_cudart_live");
+    void (*fail_host)(int) = (void (*)(int))dlsym(fake, "fake_cudart_fail_host_alloc");
+    CHECK(kind && live && fail_host);
+    if (!kind || !live || !fail_host)
+        return;
+
+    CHECK_INT_EQ(stoke_cudart_check_device_api(rt), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_set_device(rt, 1), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_EQ(stoke_last_error(), "cudaSetDevice: invalid device ordinal (error 101)");
+    CHECK_INT_EQ(stoke_cudart_set_device(rt, 0), STOKE_OK);
+
+    enum { N = 4096 };
+    unsigned char *host = NULL, *dev = NULL;
+    CHECK_INT_EQ(stoke_cudart_host_alloc(rt, N, (void **)&host), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_malloc(rt, N, (void **)&dev), STOKE_OK);
+    stoke_gpu_stream s = NULL;
+    stoke_gpu_event e = NULL;
+    CHECK_INT_EQ(stoke_cudart_stream_create(rt, &s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_create(rt, &e), STOKE_OK);
+    if (!host || !dev || !s || !e)
+        return;
+    CHECK_INT_EQ(kind(host), 1);
+    CHECK_INT_EQ(kind(dev), 2);
+    for (int i = 0; i < N; i++)
+        host[i] = (unsigned char)(i * 7 + 1), dev[i] = 0; /* the double's device is host memory */
+    CHECK_INT_EQ(stoke_cudart_copy_to_device_async(rt, dev, host, N, s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_record(rt, e, s), STOKE_OK);
+    CHECK_INT_EQ(dev[N - 1], 0); /* still in flight */
+    CHECK_INT_EQ(stoke_cudart_stream_wait(rt, s, e), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_sync(rt, e), STOKE_OK);
+    CHECK(memcmp(dev, host, N) == 0);
+    CHECK_INT_EQ(stoke_cudart_copy_to_device_async(rt, dev, host, N, NULL), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_EQ(stoke_last_error(), "cudaMemcpyAsync: invalid argument (error 1)");
+
+    fail_host(1);
+    void *p = (void *)1;
+    CHECK_INT_EQ(stoke_cudart_host_alloc(rt, 100, &p), STOKE_ERR_UNAVAILABLE);
+    CHECK(p == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "cudaHostAlloc(100 bytes): ");
+    fail_host(0);
+
+    stoke_cudart_event_destroy(rt, e);
+    stoke_cudart_stream_destroy(rt, s);
+    stoke_cudart_free(rt, dev);
+    stoke_cudart_host_free(rt, host);
+    stoke_cudart_event_destroy(rt, NULL);
+    stoke_cudart_stream_destroy(rt, NULL);
+    stoke_cudart_free(rt, NULL);
+    stoke_cudart_host_free(rt, NULL);
+    CHECK_INT_EQ(live(), 0);
+    dlclose(fake);
+    stoke_cudart_close(rt);
+}
+
 static void case_real_runtime(void)
 {
     unsetenv("STOKE_CUDART_LIBRARY");
@@ -244,6 +312,7 @@ int main(void)
     run_case("no_devices", case_no_devices);
     run_case("two_devices", case_nvml);
     run_case("two_devices_535_stride", case_nvml_535);
+    run_case("device_api", case_device_api);
     run_case("real_runtime", case_real_runtime);
     return CHECK_DONE();
 }

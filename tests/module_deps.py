@@ -1,0 +1,63 @@
+"""module_deps.py SRC_ROOT - the wall between modules (docs/architecture.md): which
+modules each of core, hw, data and nn may reach through its #include "..." lines,
+public headers followed transitively, and that no private header (anything outside
+include/stoke/) is included from another module except core's, which every module
+shares. Fails naming the file and the include that crosses."""
+import os
+import re
+import sys
+
+root = sys.argv[1]
+# Modules each may depend on (itself included). core depends on nothing; nn does not
+# see data, so a model can be built without a dataset; data may feed a monitor (the
+# loader's readings), never the reverse.
+ALLOWED = {
+    "core": {"core"},
+    "hw": {"core", "hw"},
+    "data": {"core", "hw", "data", "monitor"},
+    "nn": {"core", "nn"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def includes(path):
+    with open(path, encoding="utf-8") as f:
+        return INCLUDE.findall(f.read())
+
+
+def public_closure(header, seen):
+    """Modules reached from include/stoke/<header>, following its own includes."""
+    if header in seen:
+        return set()
+    seen.add(header)
+    mods = {header[len("stoke/"):-len(".h")]}
+    for inc in includes(os.path.join(root, "include", header)):
+        if inc.startswith("stoke/"):
+            mods |= public_closure(inc, seen)
+    return mods
+
+
+errors = []
+for mod, allowed in ALLOWED.items():
+    for dirpath, _, names in os.walk(os.path.join(root, "src", mod)):
+        for name in sorted(names):
+            if not name.endswith((".c", ".h")):
+                continue
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            for inc in includes(path):
+                if inc.startswith("stoke/"):
+                    reached = public_closure(inc, set())
+                else:
+                    top = inc.split("/")[0]
+                    if top not in (mod, "core"):
+                        errors.append(f"{rel}: includes {inc}, a private header of {top}")
+                    reached = {top}
+                bad = reached - allowed
+                if bad:
+                    errors.append(f"{rel}: includes {inc}, which reaches {', '.join(sorted(bad))}"
+                                  f" ({mod} may depend on {', '.join(sorted(allowed))})")
+for e in errors:
+    print(e)
+print(f"{len(errors)} crossing(s)")
+sys.exit(1 if errors else 0)
