@@ -1,5 +1,5 @@
-/* core.h - status codes, last-error messages, clocks and small helpers shared by
- * every stoke module. */
+/* core.h - status codes, last-error messages, clocks, element types and shapes, and
+ * small helpers shared by every stoke module. */
 #ifndef STOKE_CORE_H
 #define STOKE_CORE_H
 
