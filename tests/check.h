@@ -75,11 +75,12 @@ static inline int check_have_torch(void) {
     return cached;
 }
 
-/* A test binary with torch cross-checks runs them only when called with the argument
- * "torch" (ctest's <name>_torch, see stoke_torch_test), everything else without it, so
- * the torch part can be skipped while the rest still runs. */
-static inline int check_torch_part(int argc, char **argv) {
-    return argc > 1 && strcmp(argv[1], "torch") == 0;
+/* A test executable with cases that need a reference which may be missing (torch, a
+ * dataset) runs them only when its first argument names that part (ctest's
+ * <name>_<part>: stoke_torch_test, stoke_part_test), everything else without an
+ * argument, so the part can be skipped while the rest still runs and counts. */
+static inline int check_part(int argc, char **argv, const char *part) {
+    return argc > 1 && strcmp(argv[1], part) == 0;
 }
 
 /* Ends main() of a torch part when torch is missing: says so, returns the skip code. */

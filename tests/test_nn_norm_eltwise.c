@@ -832,7 +832,7 @@ static void case_torch(void) {
 }
 
 int main(int argc, char **argv) {
-    if (check_torch_part(argc, argv)) {
+    if (check_part(argc, argv, "torch")) {
         if (!check_have_torch())
             return CHECK_SKIP_NO_TORCH();
         case_torch();
