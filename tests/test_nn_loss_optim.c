@@ -641,8 +641,10 @@ static void stepper_free(stepper *s)
 
 static void set_params(stepper *s, const float *x)
 {
-    for (int i = 0; i < s->np; i++, x += param_elems(s, i - 1))
+    for (int i = 0; i < s->np; i++) {
         memcpy(stoke_model_param(s->m, i), x, param_elems(s, i) * sizeof *x);
+        x += param_elems(s, i);
+    }
     stoke_model_params_changed(s->m);
 }
 
@@ -659,8 +661,10 @@ static void set_grads(stepper *s, const float *x, float times)
 
 static void get_params(stepper *s, float *x)
 {
-    for (int i = 0; i < s->np; i++, x += param_elems(s, i - 1))
+    for (int i = 0; i < s->np; i++) {
         memcpy(x, stoke_model_param(s->m, i), param_elems(s, i) * sizeof *x);
+        x += param_elems(s, i);
+    }
 }
 
 /* A step at sizes that take every parallel path on the way: the first weight has
@@ -677,6 +681,12 @@ static void test_step_large(void)
         return;
     size_t n = s.total;
     float *p0 = malloc(n * 4), *g = malloc(n * 4), *p = malloc(n * 4);
+    if (!p0 || !g || !p) {
+        CHECK(0);
+        free(p0), free(g), free(p);
+        stepper_free(&s);
+        return;
+    }
     fill(p0, n, -1, 1);
     fill(g, n, -1, 1);
     set_params(&s, p0);
@@ -711,10 +721,12 @@ static void test_step_loss_scale(void)
         return;
     CHECK(stoke_model_loss_scale(s.m) == 65536.0f);
     bool applied = false;
-    for (int k = 0; k < 1999; k++)
-        stoke_model_step(s.m, 0.1, 1, &applied); /* zero gradients: finite */
-    CHECK(applied && stoke_model_loss_scale(s.m) == 65536.0f);
-    stoke_model_step(s.m, 0.1, 1, &applied);
+    int failed = 0;
+    for (int k = 0; k < 1999; k++) /* zero gradients: finite */
+        failed += stoke_model_step(s.m, 0.1, 1, &applied) != STOKE_OK || !applied;
+    CHECK_INT_EQ(failed, 0);
+    CHECK(stoke_model_loss_scale(s.m) == 65536.0f);
+    CHECK(stoke_model_step(s.m, 0.1, 1, &applied) == STOKE_OK && applied);
     CHECK(stoke_model_loss_scale(s.m) == 131072.0f);
     float w0 = stoke_model_param(s.m, 0)[0];
     stoke_model_grad(s.m, 1)[2] = INFINITY;
@@ -724,9 +736,10 @@ static void test_step_loss_scale(void)
     CHECK(stoke_model_grad(s.m, 1)[2] == 0); /* the skipped step's gradients are dropped */
     CHECK_INT_EQ(stoke_model_step_count(s.m), 2000);
     for (int k = 0; k < 1999; k++)
-        stoke_model_step(s.m, 0.1, 1, &applied);
+        failed += stoke_model_step(s.m, 0.1, 1, &applied) != STOKE_OK || !applied;
+    CHECK_INT_EQ(failed, 0);
     CHECK(stoke_model_loss_scale(s.m) == 65536.0f);
-    stoke_model_step(s.m, 0.1, 1, &applied);
+    CHECK(stoke_model_step(s.m, 0.1, 1, &applied) == STOKE_OK && applied);
     CHECK(stoke_model_loss_scale(s.m) == 131072.0f);
     stepper_free(&s);
 }
@@ -888,8 +901,10 @@ static void case_clip(FILE *f, double max_norm, float spread)
     for (int i = 0; i < s.np; i++)
         fprintf(f, " %zu", param_elems(&s, i));
     fputc('\n', f);
-    for (int i = 0, o = 0; i < s.np; o += (int)param_elems(&s, i), i++)
+    for (int i = 0, o = 0; i < s.np; i++) {
         put(f, g + o, param_elems(&s, i));
+        o += (int)param_elems(&s, i);
+    }
     set_params(&s, p);
     stoke_model_set_loss_scale(s.m, 1024.0f);
     set_grads(&s, g, 2048.0f);
