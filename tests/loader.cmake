@@ -1,7 +1,9 @@
 # The data pipeline's sampler, transforms and loader (with the CUDA runtime double),
 # and the loader benchmark's driver (bench/loader_bench.sh runs it; not a test).
 stoke_unit_test(test_transform test_transform.c)
+stoke_torch_test(test_transform)
 stoke_unit_test(test_loader test_loader.c)
+stoke_part_test(test_loader fashion_mnist)
 add_dependencies(test_loader fake_cudart)
 target_compile_definitions(test_loader PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>")
 

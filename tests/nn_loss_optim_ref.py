@@ -1,6 +1,8 @@
 # nn_loss_optim_ref.py - PyTorch's answers for tests/test_nn_loss_optim.c: reads the
 # cases the test wrote (text, one token stream), runs torch's own losses, optimizers,
-# clipping and schedulers on them, and writes one line of results per case.
+# clipping and schedulers on them, and writes one line of results per case. The
+# optimizer, clipping and schedule cases come from stoke_model_step and stoke_lr_at,
+# the code `stoke train` runs.
 import sys
 import warnings
 
@@ -82,7 +84,7 @@ while pos < len(tok):
         out.append([norm.item()] + [v for q in ps for v in q.grad.tolist()])
     elif kind == "sched":
         k = take(conv=int)
-        base, step_size, gamma, total, min_lr, warm, f, nsteps = take(8)
+        base, step_size, gamma, total, min_lr, warm, nsteps = take(7)
         step_size, total, warm, nsteps = int(step_size), int(total), int(warm), int(nsteps)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
         S = torch.optim.lr_scheduler
@@ -94,8 +96,15 @@ while pos < len(tok):
                 return S.CosineAnnealingLR(opt, T_max=total - warm, eta_min=min_lr)
             return S.LambdaLR(opt, lambda e: 1.0)
 
-        if warm > 0:
-            first = S.LinearLR(opt, start_factor=f, end_factor=1.0, total_iters=warm)
+        # stoke's warm-up, lr (step + 1) / W for step < W, is LinearLR from 1/W to 1
+        # over W - 1 steps (W = 1: the full lr at once), then the main schedule from
+        # its start at step W
+        if warm > 1:
+            first = S.LinearLR(opt, start_factor=1.0 / warm, end_factor=1.0,
+                               total_iters=warm - 1)
+            sched = S.SequentialLR(opt, [first, main()], milestones=[warm])
+        elif warm == 1:
+            first = S.LambdaLR(opt, lambda e: 1.0)
             sched = S.SequentialLR(opt, [first, main()], milestones=[warm])
         else:
             sched = main()

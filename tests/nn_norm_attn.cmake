@@ -1,7 +1,9 @@
 # The CPU backend's norm, element-wise and attention kernels against float64
 # references, finite differences and (where installed) torch via nn_norm_attn_ref.py.
 stoke_nn_test(test_nn_norm_eltwise test_nn_norm_eltwise.c)
+stoke_torch_test(test_nn_norm_eltwise)
 stoke_nn_test(test_nn_attn test_nn_attn.c)
+stoke_torch_test(test_nn_attn)
 
 # The kernels' benchmark driver (not a test): bench/nn_norm_attn_bench.c, with
 # bench/nn_norm_attn_torch.py timing PyTorch on the same shapes.

@@ -311,9 +311,6 @@ static void case_threads_and_errors(void) {
 }
 
 static void case_torch(void) {
-    if (!check_have_torch()) {
-        return;
-    }
     const int B = 2, T = 9, C = 24, H = 3;
     size_t n = (size_t)B * T * C;
     float *dy = falloc(n);
@@ -369,12 +366,17 @@ static void case_torch(void) {
     free(dy), free(all);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (check_part(argc, argv, "torch")) {
+        if (!check_have_torch())
+            return CHECK_SKIP_NO_TORCH();
+        case_torch();
+        return CHECK_DONE();
+    }
     case_against_reference(2, 5, 8, 2, 0);
     case_against_reference(2, 5, 8, 2, 1);
     case_against_reference(1, 7, 12, 3, 1); /* odd sizes, hs = 4 */
     case_serial_heads();
     case_threads_and_errors();
-    case_torch();
     return CHECK_DONE();
 }

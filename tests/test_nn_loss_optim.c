@@ -1,7 +1,10 @@
 /* test_nn_loss_optim.c - the CPU losses (the policy gradient with PPO's clip
- * included) and metrics against float64 references and
- * finite differences; SGD, AdamW, clipping and the lr schedules against PyTorch
- * (Debian's python3-torch, through tests/nn_loss_optim_ref.py). */
+ * included) and metrics against float64 references and finite differences; the SGD
+ * and AdamW kernels against their formulas (and SGD's threaded blocks against its
+ * serial loop); the optimizer step as `stoke train` runs it (stoke_model_step: loss
+ * scale, accumulation, clipping, update) and the lr schedule (stoke_lr_at) against the
+ * formulas and, with the argument "torch", against PyTorch (Debian's python3-torch,
+ * through tests/nn_loss_optim_ref.py). */
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
@@ -13,7 +16,10 @@
 
 #include "check.h"
 #include "nn/cpu/loss.h"
+#include "core/precision.h"
+#include "nn/backend_impl.h"
 #include "nn/cpu/optim.h"
+#include "stoke/nn.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -392,20 +398,82 @@ static void test_metrics(void)
     CHECK_NEAR(cpu_metrics_mae(&m), 4.0 / 8, 1e-12);
 }
 
-/* ---- optimizers, clipping, schedules without torch ------------------------------------ */
+/* ---- the SGD and AdamW kernels without torch ---------------------------------------- */
 
-static void test_optim_local(void)
+/* The update rules of optim.h in double, for one element over `steps` updates with the
+ * gradients g[0..steps). */
+static double ref_sgd(const cpu_sgd_config *c, double lr, double p, const float *g, int steps)
 {
-    /* SGD momentum from a zero buffer equals the step-1 rule (buf = g) */
-    float p1[8], p2[8], g[8], b1[8], b2[8] = {0};
-    fill(p1, 8, -1, 1);
-    fill(g, 8, -1, 1);
-    memcpy(p2, p1, sizeof p1);
-    cpu_sgd_config c = {.momentum = 0.9f, .weight_decay = 1e-2f, .nesterov = 1};
-    CHECK_INT_EQ(cpu_sgd_check(&c), STOKE_OK);
-    cpu_sgd_step(&c, 0.1, 1, p1, g, b1, 8);
-    cpu_sgd_step(&c, 0.1, 2, p2, g, b2, 8);
-    CHECK(memcmp(p1, p2, sizeof p1) == 0 && memcmp(b1, b2, sizeof b1) == 0);
+    double buf = 0;
+    for (int t = 1; t <= steps; t++) {
+        double d = g[t - 1] + (double)c->weight_decay * p;
+        if (c->momentum != 0) {
+            buf = t == 1 ? d : c->momentum * buf + (1 - (double)c->dampening) * d;
+            d = c->nesterov ? d + c->momentum * buf : buf;
+        }
+        p -= lr * d;
+    }
+    return p;
+}
+
+static double ref_adamw(const cpu_adamw_config *c, double lr, double p, const float *g, int steps)
+{
+    double m = 0, v = 0;
+    for (int t = 1; t <= steps; t++) {
+        p *= 1 - lr * c->weight_decay;
+        m = c->beta1 * m + (1 - (double)c->beta1) * g[t - 1];
+        v = c->beta2 * v + (1 - (double)c->beta2) * g[t - 1] * g[t - 1];
+        double mh = m / (1 - pow(c->beta1, t)), vh = v / (1 - pow(c->beta2, t));
+        p -= lr * mh / (sqrt(vh) + c->eps);
+    }
+    return p;
+}
+
+static void test_optim_kernels(void)
+{
+    /* the formulas, over three steps (the first sets the momentum buffer to g) */
+    enum { NK = 37, KS = 3 };
+    const cpu_sgd_config sgds[] = {
+        {.momentum = 0},
+        {.momentum = 0.9f, .weight_decay = 1e-2f},
+        {.momentum = 0.9f, .dampening = 0.3f, .weight_decay = 1e-2f},
+        {.momentum = 0.8f, .weight_decay = 5e-4f, .nesterov = 1}};
+    for (int k = 0; k < 4; k++) {
+        float p[NK], p0[NK], g[KS][NK], buf[NK], gi[KS];
+        fill(p, NK, -1, 1);
+        memcpy(p0, p, sizeof p);
+        CHECK_INT_EQ(cpu_sgd_check(&sgds[k]), STOKE_OK);
+        for (int t = 0; t < KS; t++) {
+            fill(g[t], NK, -1, 1);
+            cpu_sgd_step(&sgds[k], 0.1, t + 1, p, g[t], buf, NK);
+        }
+        int bad = 0;
+        for (int i = 0; i < NK; i++) {
+            for (int t = 0; t < KS; t++)
+                gi[t] = g[t][i];
+            bad += !close_rel(p[i], ref_sgd(&sgds[k], 0.1, p0[i], gi, KS), 1e-6, 1);
+        }
+        CHECK_MSG(bad == 0, "sgd config %d: %d of %d values off the formula", k, bad, NK);
+    }
+    {
+        cpu_adamw_config ac;
+        cpu_adamw_defaults(&ac);
+        ac.weight_decay = 0.1f;
+        float p[NK], p0[NK], g[KS][NK], m[NK] = {0}, v[NK] = {0}, gi[KS];
+        fill(p, NK, -1, 1);
+        memcpy(p0, p, sizeof p);
+        for (int t = 0; t < KS; t++) {
+            fill(g[t], NK, -1, 1);
+            cpu_adamw_step(&ac, 1e-2, t + 1, p, g[t], m, v, NK);
+        }
+        int bad = 0;
+        for (int i = 0; i < NK; i++) {
+            for (int t = 0; t < KS; t++)
+                gi[t] = g[t][i];
+            bad += !close_rel(p[i], ref_adamw(&ac, 1e-2, p0[i], gi, KS), 1e-6, 1);
+        }
+        CHECK_MSG(bad == 0, "adamw: %d of %d values off the formula", bad, NK);
+    }
 
     /* AdamW: the 4-wide loop and the scalar tail give the same bits (one call over 37
      * elements against 37 calls of one element) */
@@ -437,68 +505,287 @@ static void test_optim_local(void)
     CHECK_INT_EQ(cpu_adamw_check(&a), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "beta2");
 
-    /* global norm over several arrays, and clipping */
-    float x[5] = {3, 0, 0, 0, 0}, y[3] = {0, 4, 0};
-    float *arrs[2] = {x, y};
-    size_t sizes[2] = {5, 3};
-    CHECK_NEAR(cpu_global_norm((const float *const *)arrs, sizes, 2), 5.0, 1e-12);
     bool fin = false;
-    CHECK_NEAR(cpu_sum_squares(x, 5, &fin), 9.0, 1e-12);
+    float x[5] = {3, 0, 0, 0, 4};
+    CHECK_NEAR(cpu_sum_squares(x, 5, &fin), 25.0, 1e-12);
     CHECK(fin);
-    double pre = cpu_clip_grad_norm(arrs, sizes, 2, 10.0); /* under the limit: untouched */
-    CHECK_NEAR(pre, 5.0, 1e-12);
-    CHECK(x[0] == 3 && y[1] == 4);
-    pre = cpu_clip_grad_norm(arrs, sizes, 2, 1.0);
-    CHECK_NEAR(pre, 5.0, 1e-12);
-    CHECK_NEAR(cpu_global_norm((const float *const *)arrs, sizes, 2), 1.0, 1e-6);
-    y[2] = INFINITY;
-    x[0] = 0.5f;
-    pre = cpu_clip_grad_norm(arrs, sizes, 2, 1.0);
-    CHECK(isinf(pre) && x[0] == 0.5f); /* non-finite: left alone for the caller to skip */
-    cpu_sum_squares(y, 3, &fin);
+    x[4] = INFINITY;
+    cpu_sum_squares(x, 5, &fin);
     CHECK(!fin);
-    y[2] = NAN;
-    cpu_sum_squares(y, 3, &fin);
+    x[4] = NAN;
+    cpu_sum_squares(x, 5, &fin);
     CHECK(!fin);
+}
 
-    /* schedules: checks of the fields, and shapes without torch */
-    cpu_lr_schedule s = {.kind = CPU_LR_COSINE, .base_lr = 0.1, .total_steps = 10,
-                         .min_lr = 0.001, .warmup_steps = 10, .warmup_start_factor = 0.1};
-    CHECK_INT_EQ(cpu_lr_check(&s), STOKE_ERR_ARG);
-    CHECK_STR_CONTAINS(stoke_last_error(), "total_steps");
-    s.total_steps = 30;
-    CHECK_INT_EQ(cpu_lr_check(&s), STOKE_OK);
-    CHECK_NEAR(cpu_lr_at(&s, 0), 0.01, 1e-15);
-    CHECK_NEAR(cpu_lr_at(&s, 10), 0.1, 1e-15);
-    CHECK_NEAR(cpu_lr_at(&s, 30), 0.001, 1e-15);
-    CHECK_NEAR(cpu_lr_at(&s, 1000), 0.001, 1e-15); /* stays at min_lr past the end */
-    s = (cpu_lr_schedule){.kind = CPU_LR_STEP, .base_lr = 1, .step_size = 0, .gamma = 0.5};
-    CHECK_INT_EQ(cpu_lr_check(&s), STOKE_ERR_ARG);
-    CHECK_STR_CONTAINS(stoke_last_error(), "step_size");
-    s.kind = (cpu_lr_kind)9;
-    s.step_size = 1;
-    CHECK_INT_EQ(cpu_lr_check(&s), STOKE_ERR_ARG);
+/* SGD's threaded path (tensors of SGD_PAR_MIN = 65,536 elements and up, in blocks of
+ * 8,192) against the serial one on pieces below that size: the same bits, with the
+ * bf16 copy and the zeroed gradient that follow each block. 100,000 elements end in a
+ * partial block. */
+static void test_sgd_threaded(void)
+{
+    const size_t n = 100000, piece = 4096;
+    float *p1 = malloc(n * 4), *p2 = malloc(n * 4), *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+    float *b1 = malloc(n * 4), *b2 = malloc(n * 4);
+    uint16_t *l1 = malloc(n * 2), *l2 = malloc(n * 2);
+    if (!p1 || !p2 || !g1 || !g2 || !b1 || !b2 || !l1 || !l2) {
+        CHECK(0);
+        return;
+    }
+    fill(p1, n, -1, 1);
+    memcpy(p2, p1, n * 4);
+    const cpu_sgd_config c = {.momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = 1};
+    for (int t = 1; t <= 2; t++) {
+        fill(g1, n, -1, 1);
+        memcpy(g2, g1, n * 4);
+        cpu_after_update a1 = {.lowp = l1, .zero_grad = true};
+        cpu_sgd_step_then(&c, 0.05, t, p1, g1, b1, n, &a1);
+        for (size_t o = 0; o < n; o += piece) {
+            size_t k = n - o < piece ? n - o : piece;
+            cpu_after_update a2 = {.lowp = l2 + o, .zero_grad = true};
+            cpu_sgd_step_then(&c, 0.05, t, p2 + o, g2 + o, b2 + o, k, &a2);
+        }
+        CHECK_MSG(memcmp(p1, p2, n * 4) == 0 && memcmp(b1, b2, n * 4) == 0,
+                  "step %d: threaded SGD differs from serial", t);
+        CHECK_MSG(memcmp(l1, l2, n * 2) == 0, "step %d: bf16 copies differ", t);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < n; i++)
+            nonzero += g1[i] != 0;
+        CHECK_MSG(nonzero == 0, "step %d: %zu gradients not zeroed", t, nonzero);
+    }
+    free(p1), free(p2), free(g1), free(g2), free(b1), free(b2), free(l1), free(l2);
+}
+
+/* The CPU backend's threaded passes over whole arrays (fixed blocks of 65,536
+ * elements from 131,072 up; zeroing from 1 MiB) against their serial forms: the
+ * low-precision weight copies bit for bit, the sum of squares against a double sum
+ * (its blocks add in a fixed order, so only rounding differs) and its finite flag with
+ * the bad value in the last, partial block. */
+static void test_backend_passes(void)
+{
+    const nn_backend *be = nn_cpu_backend();
+    const size_t n = 300000;
+    float *x = malloc(n * sizeof *x);
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+    if (!x || !a || !b) {
+        CHECK(0);
+        return;
+    }
+    fill(x, n, -3, 3);
+    be->to_lowp(be->ctx, STOKE_PREC_BF16, x, a, n);
+    cpu_f32_to_bf16(x, b, n);
+    CHECK_MSG(memcmp(a, b, n * 2) == 0, "threaded bf16 copy differs from serial");
+    be->to_lowp(be->ctx, STOKE_PREC_FP16, x, a, n);
+    cpu_f32_to_f16(x, b, n);
+    CHECK_MSG(memcmp(a, b, n * 2) == 0, "threaded fp16 copy differs from serial");
+    double want = 0;
+    for (size_t i = 0; i < n; i++)
+        want += (double)x[i] * x[i];
+    bool fin = false;
+    double got = be->sum_squares(be->ctx, x, n, &fin);
+    CHECK_MSG(close_rel(got, want, 1e-12, 0) && fin, "sum of squares %.17g vs %.17g", got, want);
+    x[n - 3] = NAN;
+    be->sum_squares(be->ctx, x, n, &fin);
+    CHECK(!fin);
+    be->zero(be->ctx, x, n * sizeof *x);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += x[i] != 0;
+    CHECK_MSG(nonzero == 0, "%zu values not zeroed", nonzero);
+    free(x), free(a), free(b);
+}
+
+/* ---- the optimizer step as training runs it (stoke_model_step) ----------------------- */
+
+/* An MLP (in -> hidden -> 3 classes) whose parameters and gradients the tests write
+ * directly, then step through stoke_model_step, as `stoke train` does. Its parameters
+ * side by side, in graph order, are one flat vector of `total` floats. */
+typedef struct stepper {
+    stoke_graph *g;
+    stoke_model *m;
+    int np;
+    size_t total;
+} stepper;
+
+static size_t param_elems(const stepper *s, int i)
+{
+    return (size_t)stoke_graph_param(s->g, i)->elems;
+}
+
+static bool stepper_new(stepper *s, int64_t in, int64_t hidden, stoke_precision prec,
+                        stoke_optim optim)
+{
+    stoke_shape shape = {.ndim = 1, .dims = {in}};
+    s->g = stoke_preset_mlp(&shape, &hidden, 1, 3);
+    s->m = NULL;
+    stoke_model_opts o = {.max_batch = 1, .training = true, .seed = 3, .precision = prec,
+                          .optim = optim};
+    if (!s->g || stoke_model_new(s->g, &o, &s->m) != STOKE_OK) {
+        CHECK_MSG(0, "model: %s", stoke_last_error());
+        stoke_graph_free(s->g);
+        return false;
+    }
+    s->np = stoke_graph_param_count(s->g);
+    s->total = 0;
+    for (int i = 0; i < s->np; i++) {
+        CHECK(stoke_graph_param(s->g, i)->trainable);
+        s->total += param_elems(s, i);
+    }
+    return true;
+}
+
+static void stepper_free(stepper *s)
+{
+    stoke_model_free(s->m);
+    stoke_graph_free(s->g);
+}
+
+static void set_params(stepper *s, const float *x)
+{
+    for (int i = 0; i < s->np; i++) {
+        memcpy(stoke_model_param(s->m, i), x, param_elems(s, i) * sizeof *x);
+        x += param_elems(s, i);
+    }
+    stoke_model_params_changed(s->m);
+}
+
+/* the gradients as a backward pass with this loss scale and accumulation count leaves
+ * them: x times scale x accum (exact for powers of two) */
+static void set_grads(stepper *s, const float *x, float times)
+{
+    for (int i = 0; i < s->np; i++) {
+        float *gr = stoke_model_grad(s->m, i);
+        for (size_t k = 0; k < param_elems(s, i); k++)
+            gr[k] = *x++ * times;
+    }
+}
+
+static void get_params(stepper *s, float *x)
+{
+    for (int i = 0; i < s->np; i++) {
+        memcpy(x, stoke_model_param(s->m, i), param_elems(s, i) * sizeof *x);
+        x += param_elems(s, i);
+    }
+}
+
+/* A step at sizes that take every parallel path on the way: the first weight has
+ * 64 x 2100 = 134,400 elements, over the backend's threaded sum of squares (131,072)
+ * and SGD's threaded update (65,536), each ending in a partial block. The loss scale
+ * (4) and accumulation (2) are divided out, the global norm is clipped to 1, then
+ * SGD with momentum and weight decay: all against the formula in double. */
+static void test_step_large(void)
+{
+    stepper s;
+    stoke_optim o = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-3f,
+                     .clip_norm = 1.0f};
+    if (!stepper_new(&s, 64, 2100, STOKE_PREC_FP32, o))
+        return;
+    size_t n = s.total;
+    float *p0 = malloc(n * 4), *g = malloc(n * 4), *p = malloc(n * 4);
+    if (!p0 || !g || !p) {
+        CHECK(0);
+        free(p0), free(g), free(p);
+        stepper_free(&s);
+        return;
+    }
+    fill(p0, n, -1, 1);
+    fill(g, n, -1, 1);
+    set_params(&s, p0);
+    stoke_model_set_loss_scale(s.m, 4.0f);
+    set_grads(&s, g, 8.0f);
+    bool applied = false;
+    CHECK(stoke_model_step(s.m, 0.1, 2, &applied) == STOKE_OK && applied);
+    double sumsq = 0;
+    for (size_t i = 0; i < n; i++)
+        sumsq += (double)g[i] * g[i];
+    double norm = sqrt(sumsq), coef = 1.0 / (norm + 1e-6);
+    CHECK_MSG(close_rel(stoke_model_grad_norm(s.m), norm, 1e-12, 0),
+              "grad norm %.17g, expected %.17g", stoke_model_grad_norm(s.m), norm);
+    get_params(&s, p);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = p0[i] - 0.1 * (coef * g[i] + 1e-3 * p0[i]);
+        if (!close_rel(p[i], want, 1e-6, 1) && bad++ == 0)
+            first = i;
+    }
+    CHECK_MSG(bad == 0, "%zu of %zu parameters off the formula, first [%zu]", bad, n, first);
+    free(p0), free(g), free(p);
+    stepper_free(&s);
+}
+
+/* fp16's dynamic loss scale as the step keeps it: 65536, x2 after 2000 good steps,
+ * x0.5 and no update on an overflow (an overflowed step does not count). */
+static void test_step_loss_scale(void)
+{
+    stepper s;
+    if (!stepper_new(&s, 4, 5, STOKE_PREC_FP16, (stoke_optim){.kind = STOKE_SGD}))
+        return;
+    CHECK(stoke_model_loss_scale(s.m) == 65536.0f);
+    bool applied = false;
+    int failed = 0;
+    for (int k = 0; k < 1999; k++) /* zero gradients: finite */
+        failed += stoke_model_step(s.m, 0.1, 1, &applied) != STOKE_OK || !applied;
+    CHECK_INT_EQ(failed, 0);
+    CHECK(stoke_model_loss_scale(s.m) == 65536.0f);
+    CHECK(stoke_model_step(s.m, 0.1, 1, &applied) == STOKE_OK && applied);
+    CHECK(stoke_model_loss_scale(s.m) == 131072.0f);
+    float w0 = stoke_model_param(s.m, 0)[0];
+    stoke_model_grad(s.m, 1)[2] = INFINITY;
+    stoke_model_grad(s.m, 0)[0] = 65536.0f;
+    CHECK(stoke_model_step(s.m, 0.1, 1, &applied) == STOKE_OK && !applied);
+    CHECK(stoke_model_loss_scale(s.m) == 65536.0f && stoke_model_param(s.m, 0)[0] == w0);
+    CHECK(stoke_model_grad(s.m, 1)[2] == 0); /* the skipped step's gradients are dropped */
+    CHECK_INT_EQ(stoke_model_step_count(s.m), 2000);
+    for (int k = 0; k < 1999; k++)
+        failed += stoke_model_step(s.m, 0.1, 1, &applied) != STOKE_OK || !applied;
+    CHECK_INT_EQ(failed, 0);
+    CHECK(stoke_model_loss_scale(s.m) == 65536.0f);
+    CHECK(stoke_model_step(s.m, 0.1, 1, &applied) == STOKE_OK && applied);
+    CHECK(stoke_model_loss_scale(s.m) == 131072.0f);
+    stepper_free(&s);
+}
+
+/* The schedule's shape and its warm-up convention, lr (step + 1) / W (see
+ * docs/nn-training-math.md), without torch. */
+static void test_lr_schedule(void)
+{
+    stoke_lr_schedule c = {.kind = STOKE_LR_CONSTANT, .lr = 0.1, .warmup_steps = 4};
+    const double want[6] = {0.025, 0.05, 0.075, 0.1, 0.1, 0.1};
+    for (int i = 0; i < 6; i++)
+        CHECK_NEAR(stoke_lr_at(&c, i), want[i], 1e-15);
+    c.warmup_steps = 0;
+    CHECK(stoke_lr_at(&c, 0) == 0.1 && stoke_lr_at(&c, 1000) == 0.1);
+    stoke_lr_schedule cos = {.kind = STOKE_LR_COSINE, .lr = 0.1, .warmup_steps = 10,
+                             .total_steps = 30, .min_lr = 0.001};
+    CHECK_NEAR(stoke_lr_at(&cos, 0), 0.01, 1e-15);
+    CHECK_NEAR(stoke_lr_at(&cos, 9), 0.1, 1e-15);
+    CHECK_NEAR(stoke_lr_at(&cos, 10), 0.1, 1e-15);
+    CHECK_NEAR(stoke_lr_at(&cos, 20), 0.001 + 0.099 * 0.5, 1e-15);
+    CHECK_NEAR(stoke_lr_at(&cos, 30), 0.001, 1e-15);
+    CHECK_NEAR(stoke_lr_at(&cos, 1000), 0.001, 1e-15); /* stays at min_lr past the end */
+    stoke_lr_schedule st = {.kind = STOKE_LR_STEP, .lr = 1, .step_size = 2, .gamma = 0.5};
+    CHECK(stoke_lr_at(&st, 1) == 1 && stoke_lr_at(&st, 2) == 0.5 && stoke_lr_at(&st, 5) == 0.25);
 }
 
 /* ---- against torch ------------------------------------------------------------------- */
 
-enum { MAX_ROWS = 32, MAX_ROW = 512 };
+enum { MAX_ROWS = 32 };
 
 typedef struct expect {
     char name[48];
-    int n;
-    double v[MAX_ROW];
+    size_t n;
+    double *v;
     double rel, floor_; /* |ours - torch| <= rel * max(|torch|, floor_) */
 } expect;
 
 static expect rows[MAX_ROWS];
 static int nrows;
 
-static expect *add_row(const char *name, double rel, double floor_)
+static expect *add_row(const char *name, double rel, double floor_, size_t cap)
 {
     expect *e = &rows[nrows++];
     snprintf(e->name, sizeof e->name, "%s", name);
     e->n = 0;
+    e->v = malloc(cap * sizeof *e->v);
     e->rel = rel;
     e->floor_ = floor_;
     return e;
@@ -528,7 +815,7 @@ static void case_ce(FILE *f, float eps)
     /* torch works in float32, we sum in float64: 1e-6 relative, floored at 0.1 (so 1e-7
      * absolute) since a gradient entry (p - q) / B is a difference of float32
      * probabilities that torch rounds at about 1e-7 */
-    expect *e = add_row(eps > 0 ? "cross-entropy (smoothing)" : "cross-entropy", 1e-6, 0.1);
+    expect *e = add_row(eps > 0 ? "cross-entropy (smoothing)" : "cross-entropy", 1e-6, 0.1, 1 + CB * CK);
     e->v[e->n++] = loss;
     for (int i = 0; i < CB * CK; i++)
         e->v[e->n++] = d[i];
@@ -545,84 +832,106 @@ static void case_pg(FILE *f, int cols, float clip, float beta)
     put(f, t, (size_t)CB * cols);
     CHECK_INT_EQ(cpu_policy_gradient(x, t, CB, CK, cols, clip, beta, 1.0f, &loss, d), STOKE_OK);
     /* as cross-entropy: torch's float32 softmax rounds at ~1e-7 */
-    expect *e = add_row(cols == 3 ? "policy gradient (PPO clip)" : "policy gradient", 1e-6, 0.1);
+    expect *e = add_row(cols == 3 ? "policy gradient (PPO clip)" : "policy gradient", 1e-6, 0.1, 1 + CB * CK);
     e->v[e->n++] = loss;
     for (int i = 0; i < CB * CK; i++)
         e->v[e->n++] = d[i];
 }
 
-enum { PN = 37, STEPS = 6 };
+enum { STEPS = 6 };
 
-static void case_optim(FILE *f, const char *name, int adam, double lr, float h1, float h2,
-                       float h3, float h4)
+/* STEPS optimizer steps of a model (in -> hidden -> 3) through stoke_model_step, its
+ * parameters as one flat tensor for torch (the updates are element-wise). SGD: h1..h3
+ * momentum, weight decay, nesterov; AdamW: beta1, beta2, eps, weight decay. */
+static void case_step(FILE *f, const char *name, int adam, double lr, float h1, float h2,
+                      float h3, float h4, int64_t in, int64_t hidden)
 {
-    float p[PN], g[PN], s1[PN] = {0}, s2[PN] = {0};
-    fill(p, PN, -1, 1);
+    stoke_optim o = adam ? (stoke_optim){.kind = STOKE_ADAMW, .beta1 = h1, .beta2 = h2,
+                                         .eps = h3, .weight_decay = h4}
+                         : (stoke_optim){.kind = STOKE_SGD, .momentum = h1, .weight_decay = h2,
+                                         .nesterov = h3 != 0};
+    stepper s;
+    if (!stepper_new(&s, in, hidden, STOKE_PREC_FP32, o))
+        return;
+    size_t n = s.total;
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+    fill(p, n, -1, 1);
     if (adam)
-        fprintf(f, "adamw %.17g %.9g %.9g %.9g %.9g %d %d\n", lr, (double)h1, (double)h2,
-                (double)h3, (double)h4, PN, STEPS);
-    else
-        fprintf(f, "sgd %.17g %.9g %.9g %.9g %.9g %d %d\n", lr, (double)h1, (double)h2,
-                (double)h3, (double)h4, PN, STEPS);
-    put(f, p, PN);
-    cpu_sgd_config sc = {.momentum = h1, .dampening = h2, .weight_decay = h3,
-                         .nesterov = h4 != 0};
-    cpu_adamw_config ac = {.beta1 = h1, .beta2 = h2, .eps = h3, .weight_decay = h4};
-    CHECK_INT_EQ(adam ? cpu_adamw_check(&ac) : cpu_sgd_check(&sc), STOKE_OK);
-    for (int s = 1; s <= STEPS; s++) {
-        fill(g, PN, -1, 1);
-        if (s == 3)
+        fprintf(f, "adamw %.17g %.9g %.9g %.9g %.9g %zu %d\n", lr, (double)h1, (double)h2,
+                (double)h3, (double)h4, n, STEPS);
+    else /* torch's order: lr, momentum, dampening (0), weight decay, nesterov */
+        fprintf(f, "sgd %.17g %.9g 0 %.9g %.9g %zu %d\n", lr, (double)h1, (double)h2,
+                (double)h3, n, STEPS);
+    put(f, p, n);
+    set_params(&s, p);
+    for (int t = 1; t <= STEPS; t++) {
+        fill(g, n, -1, 1);
+        if (t == 3)
             g[5] = 1e-4f; /* a tiny gradient: AdamW's eps matters */
-        put(f, g, PN);
-        if (adam)
-            cpu_adamw_step(&ac, lr, s, p, g, s1, s2, PN);
-        else
-            cpu_sgd_step(&sc, lr, s, p, g, s1, PN);
+        put(f, g, n);
+        set_grads(&s, g, 1.0f);
+        bool applied = false;
+        CHECK(stoke_model_step(s.m, lr, 1, &applied) == STOKE_OK && applied);
     }
     /* parameters of size ~1 after 6 steps: 1e-6 relative, floored at 1 (1e-6 absolute),
      * since a parameter near 0 is a cancellation of terms of size ~1 that torch rounds
-     * in float32 with FMAs and we without */
-    expect *e = add_row(name, 1e-6, 1.0);
-    for (int i = 0; i < PN; i++)
+     * in float32 with FMAs and we without; the step takes lr as a float */
+    expect *e = add_row(name, 1e-6, 1.0, n);
+    get_params(&s, p);
+    for (size_t i = 0; i < n; i++)
         e->v[e->n++] = p[i];
+    free(p), free(g);
+    stepper_free(&s);
 }
 
+/* Clipping inside stoke_model_step: gradients written with a loss scale of 1024 and
+ * accumulated over 2 passes, clipped to max_norm, then SGD with lr 1 from zero weights,
+ * so the weights come out as minus the clipped gradients; torch's clip_grad_norm_ sees
+ * the unscaled gradients. */
 static void case_clip(FILE *f, double max_norm, float spread)
 {
-    float a[13], b[1], c[20];
-    float *arrs[3] = {a, b, c};
-    size_t sizes[3] = {13, 1, 20};
-    fill(a, 13, -spread, spread);
-    fill(b, 1, -spread, spread);
-    fill(c, 20, -spread, spread);
-    fprintf(f, "clip %.17g 3 13 1 20\n", max_norm);
-    put(f, a, 13);
-    put(f, b, 1);
-    put(f, c, 20);
-    double norm = cpu_clip_grad_norm(arrs, sizes, 3, max_norm);
-    expect *e = add_row(max_norm < 1 ? "clip (clipped)" : "clip (under the limit)", 1e-6, 1e-3);
-    e->v[e->n++] = norm;
-    for (int i = 0; i < 3; i++)
-        for (size_t j = 0; j < sizes[i]; j++)
-            e->v[e->n++] = arrs[i][j];
+    stepper s;
+    if (!stepper_new(&s, 4, 5, STOKE_PREC_FP32,
+                     (stoke_optim){.kind = STOKE_SGD, .clip_norm = (float)max_norm}))
+        return;
+    size_t n = s.total;
+    float *g = malloc(n * sizeof *g), *p = calloc(n, sizeof *p);
+    fill(g, n, -spread, spread);
+    fprintf(f, "clip %.17g %d", max_norm, s.np);
+    for (int i = 0; i < s.np; i++)
+        fprintf(f, " %zu", param_elems(&s, i));
+    fputc('\n', f);
+    for (int i = 0, o = 0; i < s.np; i++) {
+        put(f, g + o, param_elems(&s, i));
+        o += (int)param_elems(&s, i);
+    }
+    set_params(&s, p);
+    stoke_model_set_loss_scale(s.m, 1024.0f);
+    set_grads(&s, g, 2048.0f);
+    CHECK(stoke_model_step(s.m, 1.0, 2, NULL) == STOKE_OK);
+    expect *e = add_row(max_norm < 1 ? "clip (clipped)" : "clip (under the limit)", 1e-6, 1e-3,
+                        n + 1);
+    e->v[e->n++] = stoke_model_grad_norm(s.m);
+    get_params(&s, p);
+    for (size_t i = 0; i < n; i++)
+        e->v[e->n++] = -p[i];
+    free(g), free(p);
+    stepper_free(&s);
 }
 
-static void case_sched(FILE *f, const char *name, cpu_lr_schedule s, int nsteps)
+static void case_sched(FILE *f, const char *name, stoke_lr_schedule s, int nsteps)
 {
-    CHECK_INT_EQ(cpu_lr_check(&s), STOKE_OK);
-    fprintf(f, "sched %d %.17g %lld %.17g %lld %.17g %lld %.17g %d\n", (int)s.kind, s.base_lr,
+    fprintf(f, "sched %d %.17g %lld %.17g %lld %.17g %lld %d\n", (int)s.kind, s.lr,
             (long long)s.step_size, s.gamma, (long long)s.total_steps, s.min_lr,
-            (long long)s.warmup_steps, s.warmup_start_factor, nsteps);
-    /* torch's recursive forms drift by rounding only: 1e-9 relative of base_lr */
-    expect *e = add_row(name, 1e-9, s.base_lr);
+            (long long)s.warmup_steps, nsteps);
+    /* torch's recursive forms drift by rounding only: 1e-9 relative of the base lr */
+    expect *e = add_row(name, 1e-9, s.lr, (size_t)nsteps);
     for (int i = 0; i < nsteps; i++)
-        e->v[e->n++] = cpu_lr_at(&s, i);
+        e->v[e->n++] = stoke_lr_at(&s, i);
 }
 
 static void test_against_torch(void)
 {
-    if (!check_have_torch())
-        return;
     char in[] = "/tmp/stoke-nn-optim-in-XXXXXX", out[64];
     int fd = mkstemp(in);
     CHECK(fd >= 0);
@@ -637,39 +946,44 @@ static void test_against_torch(void)
     case_pg(f, 2, 0.0f, 0.0f);
     case_pg(f, 2, 0.0f, 0.01f);
     case_pg(f, 3, 0.2f, 0.0f);
-    case_pg(f, 3, 0.1f, 0.02f);
-    case_optim(f, "sgd", 0, 0.1, 0.0f, 0.0f, 0.0f, 0);
-    case_optim(f, "sgd momentum", 0, 0.05, 0.9f, 0.0f, 0.0f, 0);
-    case_optim(f, "sgd momentum dampening wd", 0, 0.05, 0.9f, 0.3f, 1e-2f, 0);
-    case_optim(f, "sgd nesterov wd", 0, 0.05, 0.9f, 0.0f, 5e-4f, 1);
-    case_optim(f, "sgd wd only", 0, 0.2, 0.0f, 0.0f, 0.1f, 0);
-    case_optim(f, "adamw defaults", 1, 1e-3, 0.9f, 0.999f, 1e-8f, 1e-2f);
-    case_optim(f, "adamw large lr, wd", 1, 0.05, 0.8f, 0.99f, 1e-6f, 0.1f);
-    case_optim(f, "adamw no wd", 1, 3e-3, 0.9f, 0.999f, 1e-8f, 0.0f);
-    case_optim(f, "adamw eps 1e-2", 1, 0.1, 0.9f, 0.999f, 1e-2f, 0.0f);
+    case_pg(f, 3, 0.15f, 0.02f); /* edges 0.85 and 1.15, away from the ratios */
+    case_step(f, "sgd", 0, 0.1, 0.0f, 0.0f, 0, 0, 5, 6);
+    case_step(f, "sgd momentum", 0, 0.05, 0.9f, 0.0f, 0, 0, 5, 6);
+    case_step(f, "sgd momentum wd", 0, 0.05, 0.9f, 1e-2f, 0, 0, 5, 6);
+    case_step(f, "sgd nesterov wd", 0, 0.05, 0.9f, 5e-4f, 1, 0, 5, 6);
+    case_step(f, "sgd wd only", 0, 0.2, 0.0f, 0.1f, 0, 0, 5, 6);
+    /* a first weight of 64 x 1040 = 66,560 elements: SGD's threaded blocks, the last
+     * one partial */
+    case_step(f, "sgd momentum wd (threaded)", 0, 0.05, 0.9f, 1e-2f, 0, 0, 64, 1040);
+    case_step(f, "adamw defaults", 1, 1e-3, 0.9f, 0.999f, 1e-8f, 1e-2f, 5, 6);
+    case_step(f, "adamw large lr, wd", 1, 0.05, 0.8f, 0.99f, 1e-6f, 0.1f, 5, 6);
+    case_step(f, "adamw no wd", 1, 3e-3, 0.9f, 0.999f, 1e-8f, 0.0f, 5, 6);
+    case_step(f, "adamw eps 1e-2", 1, 0.1, 0.9f, 0.999f, 1e-2f, 0.0f, 5, 6);
     case_clip(f, 0.5, 1.0f);
     case_clip(f, 100.0, 1.0f);
-    case_sched(f, "lr constant", (cpu_lr_schedule){.kind = CPU_LR_CONSTANT, .base_lr = 0.1}, 12);
+    case_sched(f, "lr constant", (stoke_lr_schedule){.kind = STOKE_LR_CONSTANT, .lr = 0.1}, 12);
     case_sched(f, "lr step",
-               (cpu_lr_schedule){.kind = CPU_LR_STEP, .base_lr = 0.1, .step_size = 4,
-                                 .gamma = 0.5},
+               (stoke_lr_schedule){.kind = STOKE_LR_STEP, .lr = 0.1, .step_size = 4, .gamma = 0.5},
                20);
     case_sched(f, "lr cosine",
-               (cpu_lr_schedule){.kind = CPU_LR_COSINE, .base_lr = 0.1, .total_steps = 25,
-                                 .min_lr = 1e-3},
+               (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 25,
+                                   .min_lr = 1e-3},
                26);
     case_sched(f, "lr warm-up + cosine",
-               (cpu_lr_schedule){.kind = CPU_LR_COSINE, .base_lr = 0.1, .total_steps = 30,
-                                 .min_lr = 0, .warmup_steps = 6, .warmup_start_factor = 0.2},
+               (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 30,
+                                   .warmup_steps = 6},
                31);
     case_sched(f, "lr warm-up + step",
-               (cpu_lr_schedule){.kind = CPU_LR_STEP, .base_lr = 0.05, .step_size = 5,
-                                 .gamma = 0.1, .warmup_steps = 4, .warmup_start_factor = 0.25},
+               (stoke_lr_schedule){.kind = STOKE_LR_STEP, .lr = 0.05, .step_size = 5,
+                                   .gamma = 0.1, .warmup_steps = 4},
                22);
     case_sched(f, "lr warm-up + constant",
-               (cpu_lr_schedule){.kind = CPU_LR_CONSTANT, .base_lr = 0.02, .warmup_steps = 5,
-                                 .warmup_start_factor = 0.2},
+               (stoke_lr_schedule){.kind = STOKE_LR_CONSTANT, .lr = 0.02, .warmup_steps = 5},
                12);
+    case_sched(f, "lr warm-up 1 + cosine",
+               (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 10,
+                                   .min_lr = 1e-3, .warmup_steps = 1},
+               11);
     fclose(f);
 
     char cmd[512];
@@ -682,13 +996,13 @@ static void test_against_torch(void)
     if (r) {
         for (int i = 0; i < nrows; i++) {
             expect *e = &rows[i];
-            int bad = 0, first = -1;
+            size_t bad = 0, first = 0;
             double worst_a = 0, worst_b = 0;
-            for (int j = 0; j < e->n; j++) {
+            for (size_t j = 0; j < e->n; j++) {
                 double v;
                 if (fscanf(r, "%lf", &v) != 1) {
-                    CHECK_MSG(0, "%s: torch gave fewer than %d values", e->name, e->n);
-                    bad = -1;
+                    CHECK_MSG(0, "%s: torch gave fewer than %zu values", e->name, e->n);
+                    bad = (size_t)-1;
                     break;
                 }
                 if (!close_rel(e->v[j], v, e->rel, e->floor_) && bad++ == 0) {
@@ -697,24 +1011,36 @@ static void test_against_torch(void)
                     worst_b = v;
                 }
             }
-            if (bad < 0)
+            if (bad == (size_t)-1)
                 break;
-            CHECK_MSG(bad == 0, "%s: %d of %d values differ from torch, first [%d] %.9g vs %.9g",
+            CHECK_MSG(bad == 0, "%s: %zu of %zu values differ from torch, first [%zu] %.9g vs %.9g",
                       e->name, bad, e->n, first, worst_a, worst_b);
         }
         fclose(r);
     }
     unlink(in);
     unlink(out);
+    for (int i = 0; i < nrows; i++)
+        free(rows[i].v);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (check_part(argc, argv, "torch")) {
+        if (!check_have_torch())
+            return CHECK_SKIP_NO_TORCH();
+        test_against_torch();
+        return CHECK_DONE();
+    }
     test_cross_entropy();
     test_policy_gradient();
     test_pair_losses();
     test_metrics();
-    test_optim_local();
-    test_against_torch();
+    test_optim_kernels();
+    test_sgd_threaded();
+    test_backend_passes();
+    test_step_large();
+    test_step_loss_scale();
+    test_lr_schedule();
     return CHECK_DONE();
 }

@@ -762,9 +762,6 @@ static void case_batchnorm(void) {
 /* ---- torch: GELU, layer norm, batch norm ---- */
 
 static void case_torch(void) {
-    if (!check_have_torch()) {
-        return;
-    }
     const size_t ng = 4000;
     const int N = 12, C = 48, B = 5, BC = 6, H = 7, W = 5;
     size_t nl = (size_t)N * C, nb = (size_t)B * BC * H * W;
@@ -834,7 +831,13 @@ static void case_torch(void) {
     free(rv), free(bdy);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (check_part(argc, argv, "torch")) {
+        if (!check_have_torch())
+            return CHECK_SKIP_NO_TORCH();
+        case_torch();
+        return CHECK_DONE();
+    }
     case_fast_math();
     case_activations();
     case_dropout();
@@ -844,6 +847,5 @@ int main(void) {
     case_layernorm();
     case_batchnorm();
     case_batchnorm1d_path();
-    case_torch();
     return CHECK_DONE();
 }

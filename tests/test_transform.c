@@ -310,8 +310,6 @@ static void case_half_and_bfloat(void)
 
 static void case_torch(void)
 {
-    if (!check_have_torch())
-        return;
     enum { H = 13, W = 11, C = 3, RH = 20, RW = 7 };
     uint8_t img[H * W * C];
     fill_u8(img, sizeof img);
@@ -462,14 +460,19 @@ static void case_out_dtypes(void)
     stoke_transform_destroy(tb);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (check_part(argc, argv, "torch")) {
+        if (!check_have_torch())
+            return CHECK_SKIP_NO_TORCH();
+        case_torch();
+        return CHECK_DONE();
+    }
     case_fused_crop_flip_normalize();
     case_general_matches_fused();
     case_color_jitter();
     case_half_and_bfloat();
     case_out_dtypes();
     case_bad_options();
-    case_torch();
     return CHECK_DONE();
 }

@@ -408,35 +408,6 @@ stoke_status cpu_loss_scaler_check(const cpu_loss_scaler *s)
     return STOKE_OK;
 }
 
-/* An exponent of all ones marks inf and NaN; OR-ing a flag over the whole array keeps
- * the loop branch-free, so the compiler vectorizes it. */
-static uint32_t nonfinite_flag(const float *x, size_t n)
-{
-    uint32_t flag = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = f2u(x[i]);
-        flag |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return flag;
-}
-
-bool cpu_all_finite(const float *x, size_t n) { return nonfinite_flag(x, n) == 0; }
-
-bool cpu_loss_scaler_unscale(const cpu_loss_scaler *s, float *const *grads,
-                             const size_t *sizes, int count)
-{
-    /* as GradScaler: the reciprocal is taken in double and rounded to float once */
-    const float inv = (float)(1.0 / (double)s->scale);
-    uint32_t flag = 0;
-    for (int a = 0; a < count; a++) {
-        float *g = grads[a];
-        for (size_t i = 0; i < sizes[a]; i++)
-            g[i] *= inv;
-        flag |= nonfinite_flag(g, sizes[a]);
-    }
-    return flag != 0;
-}
-
 void cpu_loss_scaler_update(cpu_loss_scaler *s, bool overflow)
 {
     if (overflow) {

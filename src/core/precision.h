@@ -66,10 +66,10 @@ void cpu_round_f16_isa(cpu_isa isa, float *x, size_t n);
 
 /* ---- dynamic loss scaling (as torch.cuda.amp.GradScaler) ----------------------------
  * Plain data, so a checkpoint can store every field and restore it exactly. The loss
- * is multiplied by `scale` (fold it into the loss functions' grad_scale); after the
- * backward pass cpu_loss_scaler_unscale() divides the grads by it and reports an
- * overflow; the step is skipped on overflow; then cpu_loss_scaler_update(). Clip
- * gradients after unscaling, never before. */
+ * is multiplied by `scale` (the loss functions' grad_scale); stoke_model_step divides
+ * the gradients by it (together with the accumulation count and the clipping
+ * coefficient: one pass), skips the step if any gradient is inf or NaN, and then calls
+ * cpu_loss_scaler_update(). Clipping sees the unscaled gradients. */
 typedef struct cpu_loss_scaler {
     float scale;             /* current loss scale (initially 65536) */
     float growth_factor;     /* scale *= this after growth_interval good steps (2) */
@@ -86,16 +86,6 @@ void cpu_loss_scaler_init(cpu_loss_scaler *s);
  * interval >= 1, 0 <= good_steps < interval), as after loading a checkpoint.
  * STOKE_ERR_ARG naming the field otherwise. */
 stoke_status cpu_loss_scaler_check(const cpu_loss_scaler *s);
-
-/* True when all of x (n) is finite (no inf, no NaN). A branch-free scan of the bits. */
-bool cpu_all_finite(const float *x, size_t n);
-
-/* Multiplies every gradient array grads[a] (sizes[a] floats), a < count, by the
- * float32 reciprocal of s->scale (as GradScaler.unscale_) and returns true when any
- * value is inf or NaN after it (an overflow: skip this optimizer step). The arrays are
- * unscaled either way. Can't fail. */
-bool cpu_loss_scaler_unscale(const cpu_loss_scaler *s, float *const *grads,
-                             const size_t *sizes, int count);
 
 /* After the step (taken or skipped): on overflow the scale is multiplied by
  * backoff_factor and good_steps restarts; otherwise good_steps grows, and reaching

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/precision.h"
 #include "core/rng.h"
 #include "nn/backend_impl.h"
 
@@ -481,9 +482,8 @@ struct stoke_model {
     int64_t steps;
     int backward_passes;
     double grad_norm;
-    /* dynamic loss scaling (PyTorch GradScaler's defaults) */
-    float loss_scale;
-    int good_steps;
+    /* fp16 only (scale 1 otherwise): PyTorch GradScaler's defaults and rules */
+    cpu_loss_scaler scaler;
 };
 
 static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
@@ -532,7 +532,9 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
     m->g = g;
     m->o = fill_defaults(o);
     m->be = be;
-    m->loss_scale = m->o.precision == STOKE_PREC_FP16 ? 65536.0f : 1.0f;
+    cpu_loss_scaler_init(&m->scaler);
+    if (m->o.precision != STOKE_PREC_FP16)
+        m->scaler.scale = 1.0f;
     st = layout_build(g, &m->o, be, &m->L);
     if (st != STOKE_OK) {
         free(m);
@@ -806,7 +808,7 @@ stoke_status stoke_model_backward(stoke_model *m) {
         if (nn_op_is_loss(nd->op)) {
             if (nd->loss_weight == 0)
                 continue;
-            a.grad_scale = nd->loss_weight * m->loss_scale;
+            a.grad_scale = nd->loss_weight * m->scaler.scale;
         } else if (!a.dout) {
             continue;
         }
@@ -849,15 +851,14 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
         if (!fp16)
             return stoke_fail(STOKE_ERR_ARG, "%s: gradient of %s is not finite (inf or NaN) at step %lld",
                               g->name, g->params[bad].name, (long long)m->steps);
-        /* an fp16 overflow: skip the step, halve the scale (GradScaler's backoff) */
-        m->loss_scale *= 0.5f;
-        m->good_steps = 0;
+        /* an fp16 overflow: skip the step, back the scale off */
+        cpu_loss_scaler_update(&m->scaler, true);
         m->grad_norm = INFINITY;
         stoke_model_zero_grad(m);
         m->micro = 0;
         return STOKE_OK;
     }
-    double inv = 1.0 / ((double)m->loss_scale * accum);
+    double inv = 1.0 / ((double)m->scaler.scale * accum);
     m->grad_norm = sqrt(sumsq) * inv;
     double coef = inv;
     float clip = m->o.optim.clip_norm;
@@ -891,12 +892,8 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
         stoke_model_params_changed(m);
         stoke_model_zero_grad(m);
     }
-    if (fp16 && ++m->good_steps >= 2000) {
-        float grown = m->loss_scale * 2.0f;
-        if (isfinite(grown))
-            m->loss_scale = grown;
-        m->good_steps = 0;
-    }
+    if (fp16)
+        cpu_loss_scaler_update(&m->scaler, false);
     if (applied)
         *applied = true;
     return STOKE_OK;
@@ -919,10 +916,10 @@ const float *stoke_model_output(const stoke_model *m, stoke_tensor t) {
 }
 
 double stoke_model_grad_norm(const stoke_model *m) { return m->grad_norm; }
-float stoke_model_loss_scale(const stoke_model *m) { return m->loss_scale; }
+float stoke_model_loss_scale(const stoke_model *m) { return m->scaler.scale; }
 void stoke_model_set_loss_scale(stoke_model *m, float scale) {
     if (isfinite(scale) && scale > 0)
-        m->loss_scale = scale;
+        m->scaler.scale = scale;
 }
 
 float *stoke_model_param(stoke_model *m, int i) {

@@ -41,8 +41,13 @@ assert [s["step"] for s in steps] == list(range(1, 9))
 assert len(epochs) == 1 and epochs[0]["val_samples"] == 500
 for k in ("loss", "acc", "val_loss", "val_acc", "seconds", "samples_per_s", "data_wait_pct"):
     assert k in epochs[0], k
+# It learns: chance is 10% (10 classes); this run reached 50.6% validation accuracy
+# (val loss 2.137) on AMD EPYC Zen 4 at every ISA cap tried (none, avx2, sse41 with
+# one thread), so 30% leaves room for any CPU's rounding yet fails a broken step.
+assert epochs[0]["val_acc"] >= 0.30, ("val_acc", epochs[0]["val_acc"])
+assert epochs[0]["val_loss"] < 2.25, ("val_loss", epochs[0]["val_loss"])
 PY
-then ok "log schema"; else fail "log schema"; fi
+then ok "log schema, accuracy above the floor"; else fail "log schema or accuracy floor"; fi
 
 "$stoke" eval "$work/c.safetensors" --limit 500 >"$out" 2>&1
 if [ $? -eq 0 ] && grep -q 'test, 500 samples): loss .*accuracy' "$out"; then ok eval; else fail eval; sed 's/^/  | /' "$out"; fi

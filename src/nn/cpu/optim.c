@@ -1,5 +1,5 @@
-/* optim.c - SGD and AdamW updates, global-norm clipping and learning-rate schedules,
- * written as PyTorch's single-tensor code orders them so results match it closely. */
+/* optim.c - SGD and AdamW updates and the passes of global-norm clipping, written as
+ * PyTorch's single-tensor code orders them so results match it closely. */
 #include "nn/cpu/optim.h"
 #include "core/precision.h"
 #include "nn/cpu/dense.h"
@@ -209,7 +209,7 @@ void cpu_adamw_step(const cpu_adamw_config *c, double lr, int64_t step, float *p
     adamw_range(&k, param, grad, m, v, 0, n);
 }
 
-/* ---- clipping ------------------------------------------------------------------------ */
+/* ---- clipping passes ------------------------------------------------------------------------ */
 
 double cpu_sum_squares(const float *x, size_t n, bool *finite)
 {
@@ -231,89 +231,4 @@ void cpu_scale(float *x, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
         x[i] *= s;
-}
-
-double cpu_global_norm(const float *const *grads, const size_t *sizes, int count)
-{
-    double total = 0;
-    for (int a = 0; a < count; a++)
-        total += cpu_sum_squares(grads[a], sizes[a], NULL);
-    return sqrt(total);
-}
-
-double cpu_clip_grad_norm(float *const *grads, const size_t *sizes, int count,
-                          double max_norm)
-{
-    double norm = cpu_global_norm((const float *const *)grads, sizes, count);
-    if (!isfinite(norm))
-        return norm;
-    /* PyTorch multiplies by min(1, coef) always; multiplying by 1 changes nothing */
-    float coef = (float)max_norm / ((float)norm + 1e-6f);
-    if (coef < 1.0f)
-        for (int a = 0; a < count; a++)
-            cpu_scale(grads[a], sizes[a], coef);
-    return norm;
-}
-
-/* ---- schedules ----------------------------------------------------------------------- */
-
-stoke_status cpu_lr_check(const cpu_lr_schedule *s)
-{
-    if (!finite_nonneg(s->base_lr))
-        return stoke_fail(STOKE_ERR_ARG, "lr schedule: base_lr %g must be finite and >= 0",
-                          s->base_lr);
-    if (s->warmup_steps < 0)
-        return stoke_fail(STOKE_ERR_ARG, "lr schedule: warmup_steps %lld is negative",
-                          (long long)s->warmup_steps);
-    if (s->warmup_steps > 0 && !(s->warmup_start_factor > 0 && s->warmup_start_factor <= 1))
-        return stoke_fail(STOKE_ERR_ARG,
-                          "lr schedule: warmup_start_factor %g outside (0, 1]",
-                          s->warmup_start_factor);
-    switch (s->kind) {
-    case CPU_LR_CONSTANT:
-        return STOKE_OK;
-    case CPU_LR_STEP:
-        if (s->step_size < 1)
-            return stoke_fail(STOKE_ERR_ARG, "lr schedule: step_size %lld must be >= 1",
-                              (long long)s->step_size);
-        if (!(isfinite(s->gamma) && s->gamma > 0))
-            return stoke_fail(STOKE_ERR_ARG, "lr schedule: gamma %g must be finite and > 0",
-                              s->gamma);
-        return STOKE_OK;
-    case CPU_LR_COSINE:
-        if (s->total_steps <= s->warmup_steps)
-            return stoke_fail(STOKE_ERR_ARG,
-                              "lr schedule: total_steps %lld must exceed warmup_steps %lld",
-                              (long long)s->total_steps, (long long)s->warmup_steps);
-        if (!finite_nonneg(s->min_lr))
-            return stoke_fail(STOKE_ERR_ARG, "lr schedule: min_lr %g must be finite and >= 0",
-                              s->min_lr);
-        return STOKE_OK;
-    }
-    return stoke_fail(STOKE_ERR_ARG, "lr schedule: unknown kind %d", (int)s->kind);
-}
-
-double cpu_lr_at(const cpu_lr_schedule *s, int64_t step)
-{
-    if (step < 0)
-        step = 0;
-    const int64_t w = s->warmup_steps;
-    if (step < w) {
-        double f = s->warmup_start_factor;
-        return s->base_lr * (f + (1.0 - f) * (double)step / (double)w);
-    }
-    int64_t k = step - (w > 0 ? w : 0);
-    switch (s->kind) {
-    case CPU_LR_STEP:
-        return s->base_lr * pow(s->gamma, (double)(k / s->step_size));
-    case CPU_LR_COSINE: {
-        int64_t T = s->total_steps - (w > 0 ? w : 0);
-        if (k >= T)
-            return s->min_lr;
-        return s->min_lr +
-               (s->base_lr - s->min_lr) * (1.0 + cos(M_PI * (double)k / (double)T)) / 2.0;
-    }
-    default:
-        return s->base_lr;
-    }
 }

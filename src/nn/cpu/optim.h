@@ -1,5 +1,5 @@
 /* optim.h - the CPU backend's optimizer updates (SGD, AdamW) over flat parameter
- * arrays, global-norm gradient clipping and learning-rate schedules. */
+ * arrays and the two passes clipping needs (sum of squares, scale). */
 #ifndef STOKE_NN_CPU_OPTIM_H
 #define STOKE_NN_CPU_OPTIM_H
 
@@ -70,8 +70,7 @@ stoke_status cpu_adamw_check(const cpu_adamw_config *c);
 void cpu_adamw_step(const cpu_adamw_config *c, double lr, int64_t step, float *param,
                     const float *grad, float *m, float *v, size_t n);
 
-/* ---- gradient clipping by global norm (as torch.nn.utils.clip_grad_norm_, p = 2) ----
- * grads[a] has sizes[a] floats, a < count. */
+/* ---- the passes of gradient clipping --------------------------------------------- */
 
 /* Sum of squares of x (n) in double, in a fixed order (deterministic whatever the
  * thread count); *finite (may be NULL) is set to whether every value is finite. */
@@ -80,48 +79,9 @@ double cpu_sum_squares(const float *x, size_t n, bool *finite);
 /* x (n) *= s. Can't fail. */
 void cpu_scale(float *x, size_t n, float s);
 
-/* The L2 norm of all the arrays together, summed in double in a fixed order
- * (deterministic whatever the thread count). Can't fail. */
-double cpu_global_norm(const float *const *grads, const size_t *sizes, int count);
-
-/* Computes the global norm and, when it exceeds max_norm, multiplies every gradient by
- * max_norm / (norm + 1e-6) (rounded to float, as PyTorch). Returns the norm before
- * clipping. If the norm is inf or NaN the gradients are left alone and that value is
- * returned, so the caller can skip the step (PyTorch would fill them with NaN).
- * max_norm > 0. Can't fail. */
-double cpu_clip_grad_norm(float *const *grads, const size_t *sizes, int count,
-                          double max_norm);
-
-/* ---- learning-rate schedules: pure functions of the step ----------------------------
- * `step` counts optimizer updates already taken (0 for the first update), i.e. the lr
- * of PyTorch's scheduler after `step` calls of scheduler.step(). With a warm-up of W
- * steps:
- *   step < W:  lr = base_lr * (f + (1 - f) * step / W)       (f = warmup_start_factor)
- *   step >= W: lr = the main schedule at step - W,
- * which is torch SequentialLR([LinearLR(start_factor=f, total_iters=W), main],
- * milestones=[W]). Main schedules at s = step - W:
- *   CONSTANT: base_lr
- *   STEP:     base_lr * gamma^floor(s / step_size)                       (StepLR)
- *   COSINE:   min_lr + (base_lr - min_lr) (1 + cos(pi s / T)) / 2 with T = total_steps
- *             - W, and min_lr once s >= T            (CosineAnnealingLR, T_max = T) */
-typedef enum cpu_lr_kind { CPU_LR_CONSTANT = 0, CPU_LR_STEP, CPU_LR_COSINE } cpu_lr_kind;
-
-typedef struct cpu_lr_schedule {
-    cpu_lr_kind kind;
-    double base_lr;
-    int64_t step_size;          /* STEP: updates between decays */
-    double gamma;               /* STEP: decay factor */
-    int64_t total_steps;        /* COSINE: updates in the whole run, warm-up included */
-    double min_lr;              /* COSINE: eta_min */
-    int64_t warmup_steps;       /* 0: no warm-up */
-    double warmup_start_factor; /* lr factor at step 0 of the warm-up, in (0, 1] */
-} cpu_lr_schedule;
-
-/* STOKE_ERR_ARG naming the field (base_lr >= 0, step_size >= 1, gamma > 0,
- * total_steps > warmup_steps for cosine, 0 <= min_lr, warm-up factor in (0, 1]). */
-stoke_status cpu_lr_check(const cpu_lr_schedule *s);
-
-/* The learning rate for update number `step` (>= 0). Can't fail. */
-double cpu_lr_at(const cpu_lr_schedule *s, int64_t step);
+/* Global-norm clipping itself (the norm, the coefficient, torch's 1e-6) is in
+ * stoke_model_step (src/nn/model.c), folded into the loss scale's division so the
+ * gradients are multiplied once; the backend only supplies these two passes. The
+ * learning-rate schedule is stoke_lr_at (include/stoke/nn.h). */
 
 #endif
