@@ -7,7 +7,9 @@
  * so two models with different settings run interleaved, or on different threads,
  * each with its own. A kernel called outside the table (tests, benchmarks) runs with
  * the process's default context, which cpu_set_threads, cpu_linear_set_impl and
- * cpu_conv2d_set_layout set, and which new contexts start from. */
+ * cpu_conv2d_set_layout set, and which new contexts start from. The binding is the
+ * calling thread's: OpenMP's other threads in a parallel region see the default, so a
+ * kernel reads what it needs from the context before the region. */
 #ifndef STOKE_NN_CPU_CTX_H
 #define STOKE_NN_CPU_CTX_H
 
