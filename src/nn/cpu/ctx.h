@@ -59,7 +59,8 @@ void cpu_ctx_restore(cpu_ctx **prev);
 
 /* Binds c until the end of the enclosing block, whichever way it is left. */
 #define CPU_CTX_SCOPE(c)                                                                \
-    cpu_ctx *cpu_ctx_prev_ __attribute__((cleanup(cpu_ctx_restore))) = cpu_ctx_bind(c)
+    cpu_ctx *cpu_ctx_prev_ __attribute__((cleanup(cpu_ctx_restore), unused)) =           \
+        cpu_ctx_bind(c)
 
 /* c's compute threads, resolved (>= 1). */
 int cpu_ctx_threads(const cpu_ctx *c);
