@@ -184,6 +184,15 @@ static void test_default_threads(void) {
         CHECK(isfinite(step(a, &omp)));
         CHECK_INT_EQ(omp, 2);
         CHECK_INT_EQ(stoke_nn_threads(), 1); /* a model's count is not the default */
+        stoke_model_set_threads(a, 1);
+        CHECK_INT_EQ(stoke_model_threads(a), 1);
+        CHECK(isfinite(step(a, &omp)));
+        CHECK_INT_EQ(omp, 1);
+        CHECK_INT_EQ(stoke_model_threads(b), 1);
+        stoke_model_set_threads(b, 2);
+        CHECK(isfinite(step(b, &omp)));
+        CHECK_INT_EQ(omp, 2);
+        CHECK_INT_EQ(stoke_nn_threads(), 1);
     }
     stoke_model_opts bad = {.max_batch = B, .threads = -1};
     stoke_model *m = NULL;

@@ -356,8 +356,11 @@ void stoke_model_free(stoke_model *m); /* NULL is fine */
 
 const stoke_graph *stoke_model_graph(const stoke_model *m);
 const stoke_mem_plan *stoke_model_plan(const stoke_model *m);
-/* The compute threads the model's kernels run with (resolved, >= 1). Can't fail. */
+/* The compute threads the model's kernels run with (resolved, >= 1), and a new count
+ * for its next calls (n <= 0: every online CPU; the next forward re-checks the
+ * workspace, which depends on it). Can't fail. */
 int stoke_model_threads(const stoke_model *m);
+void stoke_model_set_threads(stoke_model *m, int n);
 size_t stoke_model_used_mem(const stoke_model *m); /* bytes in all arenas */
 
 /* Where to write an input of the next batch: max_batch x elems of its dtype (fp32 or

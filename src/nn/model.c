@@ -649,6 +649,7 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
 const stoke_graph *stoke_model_graph(const stoke_model *m) { return m->g; }
 const stoke_mem_plan *stoke_model_plan(const stoke_model *m) { return &m->plan; }
 int stoke_model_threads(const stoke_model *m) { return m->be->threads(m->be->ctx); }
+void stoke_model_set_threads(stoke_model *m, int n) { m->be->set_threads(m->be->ctx, n); }
 size_t stoke_model_used_mem(const stoke_model *m) {
     return m->L.params + m->L.grads + m->L.optim + (size_t)m->o.max_batch * m->L.act_ps +
            m->L.ws;
