@@ -719,10 +719,10 @@ static void test_batch_workspace(void) {
         CHECK_INT_EQ(stoke_model_plan(m)->total, stoke_model_used_mem(m));
         CHECK(step_loss(m, M) == step_loss(m, M)); /* M still runs, in the grown arena */
         /* oneDNN's scratch depends on the thread count too: a change is re-checked */
-        stoke_nn_set_threads(1);
+        stoke_model_set_threads(m, 1);
         CHECK(isfinite(step_loss(m, small)) && isfinite(step_loss(m, M)));
         CHECK_INT_EQ(stoke_model_plan(m)->total, stoke_model_used_mem(m));
-        stoke_nn_set_threads(2);
+        stoke_model_set_threads(m, 2);
         CHECK(stoke_model_reserve(m, 0) == STOKE_ERR_ARG);
         CHECK(stoke_model_reserve(m, M + 1) == STOKE_ERR_ARG);
         CHECK(stoke_model_reserve(m, 1) == STOKE_OK);

@@ -257,9 +257,10 @@ typedef struct stoke_lr_schedule {
 /* The learning rate for optimizer step `step` (0-based). Can't fail. */
 double stoke_lr_at(const stoke_lr_schedule *s, int64_t step);
 
-/* Compute threads of the backend's kernels (oneDNN, OpenBLAS, OpenMP loops); the
- * trainer sets it once, before building models. n <= 0: every online CPU. Results are
- * bit-identical for a fixed count. */
+/* The default compute threads of the backend's kernels (oneDNN, OpenBLAS, OpenMP
+ * loops): what models created afterwards with stoke_model_opts.threads 0 run with,
+ * and plans without a count of their own. n <= 0: every online CPU. Results are
+ * bit-identical for a fixed count. A model keeps the count it was created with. */
 void stoke_nn_set_threads(int n);
 int stoke_nn_threads(void);
 
@@ -285,8 +286,12 @@ typedef struct stoke_model_opts {
     uint64_t seed;              /* initialization and dropout */
     bool no_fusion;             /* run every op apart (the backend otherwise fuses
                                    chains such as conv2d -> relu -> max_pool2d; same
-                                   values). Also set by the environment variable
-                                   STOKE_NO_FUSION=1, for before/after measurements. */
+                                   values), for before/after measurements; the trainer
+                                   sets it from STOKE_NO_FUSION=1 (its config layer
+                                   reads the environment, the library never does) */
+    int threads;                /* compute threads of this model's kernels (its backend
+                                   context's; >= 0); 0: stoke_nn_threads() when the
+                                   model is created. Two models may differ. */
 } stoke_model_opts;
 
 /* Bytes of each arena of a model compiled for plan.batch samples. total =
@@ -350,6 +355,11 @@ void stoke_model_free(stoke_model *m); /* NULL is fine */
 
 const stoke_graph *stoke_model_graph(const stoke_model *m);
 const stoke_mem_plan *stoke_model_plan(const stoke_model *m);
+/* The compute threads the model's kernels run with (resolved, >= 1), and a new count
+ * for its next calls (n <= 0: every online CPU; the next forward re-checks the
+ * workspace, which depends on it). Can't fail. */
+int stoke_model_threads(const stoke_model *m);
+void stoke_model_set_threads(stoke_model *m, int n);
 size_t stoke_model_used_mem(const stoke_model *m); /* bytes in all arenas */
 
 /* Where to write an input of the next batch: max_batch x elems of its dtype (fp32 or

@@ -158,6 +158,8 @@ typedef struct stoke_train_config {
     int64_t workers;          /* loader threads; -1 = decided by the trainer */
     int64_t prefetch;         /* ring slots; 0 = the tuner's depth */
     int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided */
+    bool no_fusion;           /* STOKE_NO_FUSION set and not "0" (environment only, not
+                                 a key): the models run every op apart */
     char precision[8];        /* auto, fp32, bf16, fp16 */
     char optimizer[8];        /* sgd, adamw */
     double lr;                /* default 0.05 (SGD) */

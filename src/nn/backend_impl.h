@@ -67,6 +67,9 @@ typedef struct nn_fused_impl {
 
 typedef struct nn_backend {
     const char *name;   /* "cpu" */
+    /* Passed to every entry: what this instance runs with (the CPU's: compute threads,
+     * implementation choices, oneDNN stream and primitive cache). NULL in the shared
+     * table of nn_cpu_backend: the backend's process defaults. */
     void *ctx;
     nn_op_impl ops[STOKE_NN_OP_COUNT];
     /* Whether the op runs natively at this precision (its matmul/conv takes bf16 or
@@ -105,9 +108,21 @@ typedef struct nn_backend {
     /* Compute threads the backend's kernels use; n <= 0: every online CPU. */
     int (*threads)(void *ctx);
     void (*set_threads)(void *ctx, int n);
+    /* Releases a context of this backend (nn_backend_free calls it). */
+    void (*ctx_free)(void *ctx);
 } nn_backend;
 
-/* The CPU backend (src/nn/cpu_backend.c). Never NULL. */
+/* The CPU backend's shared table (src/nn/cpu_backend.c), running with the process
+ * defaults (stoke_nn_set_threads): for planning and the process-wide queries. Never
+ * NULL. */
 const nn_backend *nn_cpu_backend(void);
+
+/* A CPU backend instance with a context of its own: `threads` compute threads (<= 0:
+ * the process default's count now) and the process default's implementation choices.
+ * The caller frees it with nn_backend_free. STOKE_ERR_NOMEM, recorded. */
+stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
+
+/* Frees an instance and its context. NULL is ignored. */
+void nn_backend_free(nn_backend *be);
 
 #endif

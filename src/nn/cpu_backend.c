@@ -2,6 +2,8 @@
  * src/nn/cpu (oneDNN, OpenBLAS and our own loops), plus the few glue ops too small
  * for a kernel family (reshape, patchify, position table, mean over tokens). */
 #include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include "nn/backend_impl.h"
 #include "nn/cpu/attn.h"
 #include "nn/cpu/conv.h"
+#include "nn/cpu/ctx.h"
 #include "nn/cpu/dense.h"
 #include "nn/cpu/dnnl_util.h"
 #include "nn/cpu/eltwise.h"
@@ -119,7 +122,7 @@ static stoke_status linear_dims(const stoke_graph *g, const nn_node *n, int64_t 
 
 static stoke_status linear_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
                               stoke_precision p, size_t *bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     lin_dims d = {0, 0, 0};
     stoke_status st = linear_dims(g, n, batch, &d);
     if (st != STOKE_OK)
@@ -159,7 +162,7 @@ static stoke_status linear_forward(const nn_exec_args *a, int relu) {
 }
 
 static stoke_status linear_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return linear_forward(a, 0);
 }
 
@@ -199,7 +202,7 @@ static stoke_status linear_backward(const nn_exec_args *a, int relu) {
 }
 
 static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return linear_backward(a, 0);
 }
 
@@ -220,7 +223,7 @@ static stoke_status conv_shape(const stoke_graph *g, const nn_node *n, int64_t b
 
 static stoke_status conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
                             stoke_precision p, size_t *bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(g, n, batch, &s);
     if (st != STOKE_OK)
@@ -245,7 +248,7 @@ static void *conv_kernel_ws(const nn_exec_args *a, size_t off, size_t *size) {
 }
 
 static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
     if (st != STOKE_OK)
@@ -268,7 +271,7 @@ static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
     if (st != STOKE_OK)
@@ -304,7 +307,7 @@ static int block_prec(stoke_precision p) {
 
 static stoke_status block_ws(void *ctx, const stoke_graph *g, const int *chain, int n,
                              int64_t batch, stoke_precision p, size_t *bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)n;
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(g, &g->nodes[chain[0]], batch, &s);
@@ -314,12 +317,12 @@ static stoke_status block_ws(void *ctx, const stoke_graph *g, const int *chain, 
 }
 
 static size_t block_saved(void *ctx, const stoke_graph *g, const int *chain, int n) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return (size_t)elems(&g->nodes[chain[n - 1]].shape); /* a byte per pooled element */
 }
 
 static stoke_status block_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
     if (st != STOKE_OK)
@@ -331,7 +334,7 @@ static stoke_status block_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status block_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
     if (st != STOKE_OK)
@@ -371,12 +374,12 @@ static size_t linrelu_saved(void *ctx, const stoke_graph *g, const int *chain, i
 }
 
 static stoke_status linrelu_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return linear_forward(a, 1);
 }
 
 static stoke_status linrelu_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return linear_backward(a, 1);
 }
 
@@ -385,7 +388,7 @@ static const nn_fused_impl linear_relu = {"linear+relu", linrelu_fwd, linrelu_bw
 
 static stoke_status cpu_fuse(void *ctx, const stoke_graph *g, const int *chain, int n,
                              int64_t batch, stoke_precision p, const nn_fused_impl **out) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     *out = NULL;
     if (p != STOKE_PREC_FP32 && !bf16_native(p))
         return STOKE_OK; /* the fused kernels have no emulated precision */
@@ -422,14 +425,14 @@ static cpu_pool2d_shape pool_shape(const nn_exec_args *a) {
 }
 
 static stoke_status maxpool_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     cpu_maxpool2d_forward(a->out, a->in[0], &s);
     return STOKE_OK;
 }
 
 static stoke_status maxpool_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     if (a->din[0])
         cpu_maxpool2d_backward(a->din[0], a->dout, a->in[0], &s);
@@ -437,14 +440,14 @@ static stoke_status maxpool_bwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status avgpool_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     cpu_avgpool2d_forward(a->out, a->in[0], &s);
     return STOKE_OK;
 }
 
 static stoke_status avgpool_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     if (a->din[0])
         cpu_avgpool2d_backward(a->din[0], a->dout, &s);
@@ -452,7 +455,7 @@ static stoke_status avgpool_bwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status gap_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     cpu_global_avgpool_forward(a->out, a->in[0], (int)a->batch, (int)in->dims[0],
                                (int)in->dims[1], (int)in->dims[2]);
@@ -460,7 +463,7 @@ static stoke_status gap_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status gap_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     if (a->din[0])
         cpu_global_avgpool_backward(a->din[0], a->dout, (int)a->batch, (int)in->dims[0],
@@ -474,7 +477,7 @@ static stoke_status gap_bwd(void *ctx, const nn_exec_args *a) {
  * plan stays linear in the batch. */
 
 static size_t bn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)g;
     return 2 * (size_t)n->shape.dims[0] * sizeof(float);
 }
@@ -486,7 +489,7 @@ static void bn_dims(const nn_exec_args *a, int *C, int *S) {
 }
 
 static stoke_status bn_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int C, S;
     bn_dims(a, &C, &S);
     float *mean = a->saved, *rstd = (float *)a->saved + C;
@@ -499,7 +502,7 @@ static stoke_status bn_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status bn_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int C, S;
     bn_dims(a, &C, &S);
     const float *mean = a->saved, *rstd = (const float *)a->saved + C;
@@ -520,14 +523,14 @@ static stoke_status bn_bwd(void *ctx, const nn_exec_args *a) {
  * writes one: the layer's input size. */
 static stoke_status input_sized_ws(void *ctx, const stoke_graph *g, const nn_node *n,
                                    int64_t batch, stoke_precision p, size_t *bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)p;
     *bytes = align_up((size_t)batch * (size_t)elems(&g->nodes[n->in[0]].shape) * sizeof(float));
     return STOKE_OK;
 }
 
 static size_t ln_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)g;
     const stoke_shape *s = &n->shape;
     return 2 * (size_t)(elems(s) / s->dims[s->ndim - 1]) * sizeof(float);
@@ -540,7 +543,7 @@ static void ln_dims(const nn_exec_args *a, int *N, int *C) {
 }
 
 static stoke_status ln_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int N, C;
     ln_dims(a, &N, &C);
     cpu_layernorm_forward(a->out, a->saved, (float *)a->saved + N, a->in[0], a->param[0],
@@ -549,7 +552,7 @@ static stoke_status ln_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status ln_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int N, C;
     ln_dims(a, &N, &C);
     float *din = a->din[0];
@@ -569,68 +572,68 @@ static size_t out_n(const nn_exec_args *a) {
 }
 
 static stoke_status relu_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_relu_forward(a->out, a->in[0], out_n(a));
     return STOKE_OK;
 }
 static stoke_status relu_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_relu_backward(a->din[0], a->dout, a->out, out_n(a));
     return STOKE_OK;
 }
 static stoke_status gelu_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_gelu_forward(a->out, a->in[0], out_n(a), 0);
     return STOKE_OK;
 }
 static stoke_status gelu_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_gelu_backward(a->din[0], a->dout, a->in[0], out_n(a), 0);
     return STOKE_OK;
 }
 static stoke_status tanh_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_tanh_forward(a->out, a->in[0], out_n(a));
     return STOKE_OK;
 }
 static stoke_status tanh_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_tanh_backward(a->din[0], a->dout, a->out, out_n(a));
     return STOKE_OK;
 }
 static stoke_status sigmoid_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_sigmoid_forward(a->out, a->in[0], out_n(a));
     return STOKE_OK;
 }
 static stoke_status sigmoid_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_sigmoid_backward(a->din[0], a->dout, a->out, out_n(a));
     return STOKE_OK;
 }
 static stoke_status dropout_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_dropout_forward(a->out, a->in[0], out_n(a), a->node->p, a->seed, a->step, a->train);
     return STOKE_OK;
 }
 static stoke_status dropout_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_dropout_backward(a->din[0], a->dout, out_n(a), a->node->p, a->seed, a->step,
                              a->train);
     return STOKE_OK;
 }
 static stoke_status add_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_residual_forward(a->out, a->in[0], a->in[1], out_n(a));
     return STOKE_OK;
 }
 static stoke_status add_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     size_t n = out_n(a);
     if (a->din[0] && a->din[1]) {
         cpu_residual_backward(a->din[0], a->din[1], a->dout, n);
@@ -643,14 +646,14 @@ static stoke_status add_bwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 static stoke_status softmax_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const stoke_shape *s = &a->node->shape;
     int C = (int)s->dims[s->ndim - 1];
     cpu_softmax_forward(a->out, a->in[0], (int)(out_n(a) / (size_t)C), C);
     return STOKE_OK;
 }
 static stoke_status softmax_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const stoke_shape *s = &a->node->shape;
     int C = (int)s->dims[s->ndim - 1];
     if (a->din[0])
@@ -660,7 +663,7 @@ static stoke_status softmax_bwd(void *ctx, const nn_exec_args *a) {
 
 /* Reshape never runs: the plan makes its output and gradient alias its input's. */
 static stoke_status nop(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)a;
     return STOKE_OK;
 }
@@ -668,7 +671,7 @@ static stoke_status nop(void *ctx, const nn_exec_args *a) {
 /* ---- embedding and attention ---- */
 
 static stoke_status emb_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int N = (int)(a->batch * elems(in_shape(a, 0)));
     stoke_status st = cpu_embedding_forward(a->out, a->in[0], a->param[0], N,
                                             (int)a->node->vocab, (int)a->node->features);
@@ -678,14 +681,14 @@ static stoke_status emb_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status emb_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int N = (int)(a->batch * elems(in_shape(a, 0)));
     return cpu_embedding_backward(a->grad[0], a->dout, a->in[0], N, (int)a->node->vocab,
                                   (int)a->node->features);
 }
 
 static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)g;
     return cpu_attention_saved_floats(1, (int)n->shape.dims[0], (int)n->shape.dims[1], n->heads) *
            sizeof(float);
@@ -693,7 +696,7 @@ static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
 
 static stoke_status attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
                             stoke_precision p, size_t *bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     (void)g;
     (void)p;
     int T = (int)n->shape.dims[0], C = (int)n->shape.dims[1];
@@ -710,7 +713,7 @@ static stoke_status attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
 }
 
 static stoke_status attn_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const nn_node *n = a->node;
     return cpu_attention_forward(a->out, a->saved, a->in[0], a->param[0], a->param[1],
                                  a->param[2], a->param[3], (int)a->batch, (int)n->shape.dims[0],
@@ -718,7 +721,7 @@ static stoke_status attn_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status attn_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const nn_node *n = a->node;
     int T = (int)n->shape.dims[0], C = (int)n->shape.dims[1];
     size_t kws = align_up(cpu_attention_workspace((int)a->batch, T, C, n->heads));
@@ -747,7 +750,7 @@ static void patch_index(const nn_exec_args *a, int64_t *C, int64_t *H, int64_t *
 }
 
 static stoke_status patchify_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int64_t C, H, W;
     int P;
     patch_index(a, &C, &H, &W, &P);
@@ -766,7 +769,7 @@ static stoke_status patchify_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status patchify_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
     int64_t C, H, W;
@@ -785,7 +788,7 @@ static stoke_status patchify_bwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status pos_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     size_t per = (size_t)elems(&a->node->shape);
     for (int64_t b = 0; b < a->batch; b++)
         cpu_residual_forward(a->out + b * per, (const float *)a->in[0] + b * per, a->param[0], per);
@@ -793,7 +796,7 @@ static stoke_status pos_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status pos_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     size_t per = (size_t)elems(&a->node->shape);
     for (int64_t b = 0; b < a->batch; b++) { /* in batch order: deterministic */
         const float *dy = a->dout + b * per;
@@ -807,7 +810,7 @@ static stoke_status pos_bwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status seqmean_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     int64_t T = in->dims[0], C = in->dims[1];
     for (int64_t b = 0; b < a->batch; b++) {
@@ -824,7 +827,7 @@ static stoke_status seqmean_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
     const stoke_shape *in = in_shape(a, 0);
@@ -840,7 +843,7 @@ static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
 /* ---- slice: columns [begin, begin + width) of the last dim ---- */
 
 static stoke_status slice_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     int64_t C = in->dims[in->ndim - 1], W = a->node->features, off = a->node->begin;
     int64_t rows = a->batch * (elems(in) / C);
@@ -851,7 +854,7 @@ static stoke_status slice_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status slice_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
     const stoke_shape *in = in_shape(a, 0);
@@ -896,19 +899,19 @@ static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
 }
 
 static stoke_status loss_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return loss_run(a, NULL, 1.0f);
 }
 
 static stoke_status loss_bwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
     return loss_run(a, a->din[0], a->grad_scale);
 }
 
 static stoke_status accuracy_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     int64_t k = cpu_count_correct(a->in[0], a->in[1], (int)a->batch,
                                   (int)in_shape(a, 0)->dims[0]);
     a->out[0] = (float)((double)k / (double)a->batch);
@@ -916,7 +919,7 @@ static stoke_status accuracy_fwd(void *ctx, const nn_exec_args *a) {
 }
 
 static stoke_status mae_fwd(void *ctx, const nn_exec_args *a) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     size_t n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     a->out[0] = (float)(cpu_abs_error_sum(a->in[0], a->in[1], n) / (double)n);
     return STOKE_OK;
@@ -925,7 +928,7 @@ static stoke_status mae_fwd(void *ctx, const nn_exec_args *a) {
 /* ---- the table ---- */
 
 static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (p == STOKE_PREC_FP32)
         return op >= 0 && op < STOKE_NN_OP_COUNT;
     /* bf16: oneDNN's bf16 matmul and convolution (AVX512-BF16/AMX where present, its
@@ -935,12 +938,12 @@ static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
 }
 
 static bool cpu_native(void *ctx, stoke_precision p) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     return p == STOKE_PREC_FP32 || bf16_native(p);
 }
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     void *p = NULL;
     if (posix_memalign(&p, ALIGN, bytes ? align_up(bytes) : ALIGN) != 0)
         return NULL;
@@ -949,7 +952,7 @@ static void *cpu_alloc(void *ctx, size_t bytes) {
 }
 
 static void cpu_free(void *ctx, void *p) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     free(p);
 }
 
@@ -960,7 +963,7 @@ static void cpu_free(void *ctx, void *p) {
 #define ZERO_BLK ((size_t)1 << 16)
 
 static void cpu_zero(void *ctx, void *p, size_t bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (bytes < ZERO_PAR_MIN) {
         memset(p, 0, bytes);
         return;
@@ -976,12 +979,12 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
 }
 
 static void cpu_read(void *ctx, void *host, const void *dev, size_t bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     memcpy(host, dev, bytes);
 }
 
 static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     memcpy(dev, host, bytes);
 }
 
@@ -991,7 +994,7 @@ static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes) {
 #define PASS_BLK ((size_t)1 << 16)
 
 static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (n < 2 * PASS_BLK) {
         (p == STOKE_PREC_BF16 ? cpu_f32_to_bf16 : cpu_f32_to_f16)(in, out, n);
         return;
@@ -1008,7 +1011,7 @@ static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t 
 /* Blocks' sums of squares added in block order: the same double for any thread
  * count. */
 static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (n < 2 * PASS_BLK)
         return cpu_sum_squares(x, n, finite);
     long nblk = (long)((n + PASS_BLK - 1) / PASS_BLK);
@@ -1031,13 +1034,13 @@ static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite) {
 }
 
 static void cpu_scale_(void *ctx, float *x, size_t n, float s) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_scale(x, n, s);
 }
 
 static void cpu_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
                     const stoke_optim *o, uint16_t *w_lp, stoke_precision lp) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
                         .nesterov = o->nesterov};
     cpu_after_update after = {.lowp = w_lp, .fp16 = lp == STOKE_PREC_FP16, .zero_grad = true};
@@ -1046,14 +1049,14 @@ static void cpu_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float l
 
 static void cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
                       float lr, int64_t t, const stoke_optim *o) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     cpu_adamw_config c = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                           .weight_decay = o->weight_decay};
     cpu_adamw_step(&c, lr, t, w, g, m, v, n);
 }
 
 static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o) {
-    (void)ctx;
+    CPU_CTX_SCOPE(ctx);
     if (o->kind == STOKE_SGD) {
         cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
                             .nesterov = o->nesterov};
@@ -1065,15 +1068,25 @@ static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o) {
 }
 
 static int cpu_threads(void *ctx) {
-    (void)ctx;
-    return cpu_get_threads();
+    return cpu_ctx_threads(ctx ? ctx : cpu_ctx_default());
 }
 
+/* The default context (the static table's): also OpenBLAS's and the calling thread's
+ * OpenMP count, as before contexts; a model's: its own count. */
 static void cpu_set_threads_(void *ctx, int n) {
-    (void)ctx;
-    cpu_set_threads(n);
+    if (!ctx) {
+        cpu_set_threads(n);
+        return;
+    }
+    if (n <= 0)
+        n = omp_get_num_procs();
+    atomic_store(&((cpu_ctx *)ctx)->threads, n < 1 ? 1 : n);
 }
 
+static void cpu_ctx_free_(void *ctx) { cpu_ctx_free(ctx); }
+
+/* The table with no context: its entries run with the default one (nn/cpu/ctx.h).
+ * Each entry binds its context to the calling thread while it runs, for the kernels. */
 static const nn_backend cpu_backend = {
     .name = "cpu",
     .ctx = NULL,
@@ -1125,6 +1138,30 @@ static const nn_backend cpu_backend = {
     .check_optim = cpu_check_optim,
     .threads = cpu_threads,
     .set_threads = cpu_set_threads_,
+    .ctx_free = cpu_ctx_free_,
 };
 
 const nn_backend *nn_cpu_backend(void) { return &cpu_backend; }
+
+stoke_status nn_cpu_backend_new(int threads, nn_backend **out) {
+    *out = NULL;
+    nn_backend *be = malloc(sizeof *be);
+    if (!be)
+        return stoke_fail(STOKE_ERR_NOMEM, "cpu backend: out of memory");
+    *be = cpu_backend;
+    be->ctx = cpu_ctx_new(threads);
+    if (!be->ctx) {
+        free(be);
+        return STOKE_ERR_NOMEM;
+    }
+    *out = be;
+    return STOKE_OK;
+}
+
+void nn_backend_free(nn_backend *be) {
+    if (!be)
+        return;
+    if (be->ctx_free)
+        be->ctx_free(be->ctx);
+    free(be);
+}

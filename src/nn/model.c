@@ -139,6 +139,8 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
     if (o->epoch_samples < 0)
         return stoke_fail(STOKE_ERR_ARG, "%s: epoch samples %lld must be >= 0", g->name,
                           (long long)o->epoch_samples);
+    if (o->threads < 0)
+        return stoke_fail(STOKE_ERR_ARG, "%s: threads %d must be >= 0", g->name, o->threads);
     if (o->precision < STOKE_PREC_FP32 || o->precision > STOKE_PREC_FP16)
         return stoke_fail(STOKE_ERR_ARG, "%s: unknown precision %d", g->name, (int)o->precision);
     if (o->training) {
@@ -165,9 +167,6 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
 /* The optimizer options with PyTorch's AdamW defaults filled in for zeros. */
 static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
     stoke_model_opts r = *o;
-    const char *nf = getenv("STOKE_NO_FUSION");
-    if (nf && *nf && strcmp(nf, "0") != 0)
-        r.no_fusion = true;
     if (r.optim.kind == STOKE_ADAMW) {
         if (r.optim.beta1 == 0)
             r.optim.beta1 = 0.9f;
@@ -396,13 +395,23 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
     if (st != STOKE_OK)
         return st;
     stoke_model_opts f = fill_defaults(o);
+    /* A thread count of its own is planned in a context of its own (the libraries'
+     * scratch depends on it); otherwise in the shared one, whose primitives stay
+     * cached for the next plan. */
+    nn_backend *own = NULL;
+    if (o->threads > 0) {
+        st = nn_cpu_backend_new(o->threads, &own);
+        if (st != STOKE_OK)
+            return st;
+        be = own;
+    }
     layout L;
     st = layout_build(g, &f, be, &L);
-    if (st != STOKE_OK)
-        return st;
-    plan_fill(&L, g, &f, out);
+    if (st == STOKE_OK)
+        plan_fill(&L, g, &f, out);
     layout_free(&L);
-    return STOKE_OK;
+    nn_backend_free(own);
+    return st;
 }
 
 /* Whether plan's model compiled for b samples fits the budget. A batch that cannot
@@ -460,7 +469,8 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes,
 struct stoke_model {
     const stoke_graph *g;
     stoke_model_opts o;
-    const nn_backend *be;
+    const nn_backend *be; /* == own: the backend with this model's context */
+    nn_backend *own;
     layout L;
     stoke_mem_plan plan;
     char *params_arena, *grads_arena, *optim_arena, *act_arena, *ws_arena;
@@ -516,19 +526,25 @@ void stoke_model_free(stoke_model *m) {
     free(m->value);
     free(m->ready);
     layout_free(&m->L);
+    nn_backend_free(m->own);
     free(m);
 }
 
 stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
                              stoke_model **out) {
     *out = NULL;
-    const nn_backend *be = nn_cpu_backend();
-    stoke_status st = check_opts(g, o, be);
+    stoke_status st = check_opts(g, o, nn_cpu_backend());
     if (st != STOKE_OK)
         return st;
     stoke_model *m = calloc(1, sizeof *m);
     if (!m)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
+    st = nn_cpu_backend_new(o->threads, &m->own);
+    if (st != STOKE_OK) {
+        free(m);
+        return st;
+    }
+    const nn_backend *be = m->own;
     m->g = g;
     m->o = fill_defaults(o);
     m->be = be;
@@ -537,6 +553,7 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
         m->scaler.scale = 1.0f;
     st = layout_build(g, &m->o, be, &m->L);
     if (st != STOKE_OK) {
+        nn_backend_free(m->own);
         free(m);
         return st;
     }
@@ -628,6 +645,8 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
 
 const stoke_graph *stoke_model_graph(const stoke_model *m) { return m->g; }
 const stoke_mem_plan *stoke_model_plan(const stoke_model *m) { return &m->plan; }
+int stoke_model_threads(const stoke_model *m) { return m->be->threads(m->be->ctx); }
+void stoke_model_set_threads(stoke_model *m, int n) { m->be->set_threads(m->be->ctx, n); }
 size_t stoke_model_used_mem(const stoke_model *m) {
     return m->L.params + m->L.grads + m->L.optim + (size_t)m->o.max_batch * m->L.act_ps +
            m->L.ws;

@@ -298,6 +298,10 @@ stoke_status stoke_train_config_load_env(stoke_train_config *c,
             return stoke_fail(STOKE_ERR_ARG, "environment %s=%s: %s", keys[i].env, v, old);
         }
     }
+    /* Fusion changes no value, only speed and memory (for before/after measurements),
+     * so it is an environment switch of the models' options, not a setting. */
+    const char *nf = getenv_fn ? getenv_fn("STOKE_NO_FUSION") : getenv("STOKE_NO_FUSION");
+    c->no_fusion = nf && *nf && strcmp(nf, "0") != 0;
     /* AMP=true is the seeds' switch for mixed precision: bf16 here (no loss scaling,
      * emulated exactly where the CPU lacks bf16 instructions); AMP=false is fp32. */
     const char *amp = getenv_fn ? getenv_fn("AMP") : getenv("AMP");

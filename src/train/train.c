@@ -968,11 +968,12 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
      * workspace at a smaller batch can be larger) */
     stoke_model_opts mo = {.max_batch = c->batch_size, .epoch_samples = t->info.count,
                            .precision = t->precision, .optim = t->optim, .training = true,
-                           .seed = c->seed};
+                           .seed = c->seed, .no_fusion = c->no_fusion};
     /* Evaluation runs on its own inference model (no gradients or saved activations),
      * so a large validation batch does not size the training arenas. */
     stoke_model_opts eo = {.max_batch = c->val_batch_size, .epoch_samples = t->val_count,
-                           .precision = t->precision, .training = false, .seed = c->seed};
+                           .precision = t->precision, .training = false, .seed = c->seed,
+                           .no_fusion = c->no_fusion};
     stoke_mem_plan tp, ep;
     if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
         (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
@@ -1051,7 +1052,7 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
 {
     stoke_model_opts mo = {.max_batch = t->cfg.batch_size, .epoch_samples = t->info.count,
                            .precision = t->precision, .optim = t->optim, .training = true,
-                           .seed = t->cfg.seed};
+                           .seed = t->cfg.seed, .no_fusion = t->cfg.no_fusion};
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s != STOKE_OK)
         return s;
@@ -1070,7 +1071,8 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
     size_t others = held;
     if (t->val_d) {
         stoke_model_opts eo = {.max_batch = t->cfg.val_batch_size, .epoch_samples = t->val_count,
-                               .precision = t->precision, .training = false, .seed = t->cfg.seed};
+                               .precision = t->precision, .training = false, .seed = t->cfg.seed,
+                               .no_fusion = t->cfg.no_fusion};
         stoke_mem_plan ep;
         if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
             return s;

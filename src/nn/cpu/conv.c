@@ -12,10 +12,8 @@
 #include "nn/cpu/dense.h"
 #include "nn/cpu/dnnl_util.h"
 
-static atomic_int g_layout = CPU_CONV_LAYOUT_AUTO;
-
 void cpu_conv2d_set_layout(cpu_conv_layout layout) {
-    atomic_store(&g_layout, (int)layout);
+    atomic_store(&cpu_ctx_default()->conv_layout, (int)layout);
 }
 
 /* The sliding-window arithmetic conv2d and pooling share (PyTorch's floor rule), after
@@ -164,7 +162,7 @@ static stoke_status fused_init(conv_entry *e, const_dnnl_primitive_desc_t fpd,
 static stoke_status conv_create(const void *key, void **value) {
     const conv_key *k = key;
     const cpu_conv2d_shape *s = &k->s;
-    int OH, OW;
+    int OH = 0, OW = 0; /* set by cpu_conv2d_out_size; GCC 12 cannot tell */
     stoke_status st = cpu_conv2d_out_size(s, &OH, &OW);
     if (st != STOKE_OK)
         return st;
@@ -321,6 +319,8 @@ int cpu_conv_winograd(const cpu_conv2d_shape *s, int prec) {
            s->stride_h == 1 && s->stride_w == 1;
 }
 
+static void conv_entry_destroy(void *value) { conv_entry_free(value); }
+
 stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, conv_entry **e) {
     if (prec < CPU_CONV_FP32 || prec > CPU_CONV_MIXED_BF16)
         return stoke_fail(STOKE_ERR_ARG, "conv2d: precision %d is not a cpu_conv_prec", prec);
@@ -332,14 +332,17 @@ stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, c
      * C*KH*KW = 9 cannot fill AMX tiles; measured on the CNN's first layer), so mixed
      * precision keeps fp32 math there: it is allowed, not required, to round. */
     k.prec = prec == CPU_CONV_MIXED_BF16 && s->C < 4 ? CPU_CONV_FP32 : prec;
-    k.layout = atomic_load(&g_layout);
-    k.threads = cpu_get_threads();
+    k.layout = atomic_load(&cpu_ctx_current()->conv_layout);
+    /* oneDNN sizes a primitive for the calling thread's OpenMP count when it creates
+     * it, which must be the count it runs with: the context's (planning calls this
+     * before any kernel has applied it). */
+    k.threads = cpu_threads_apply();
     k.relu = relu != 0;
     stoke_status st = cpu_conv2d_out_size(s, NULL, NULL);
     if (st != STOKE_OK)
         return st;
     void *v = NULL;
-    st = dnnl_util_cache_get(&k, sizeof k, conv_create, &v);
+    st = dnnl_util_cache_get(&k, sizeof k, conv_create, conv_entry_destroy, &v);
     *e = v;
     return st;
 }

@@ -11,29 +11,17 @@
 
 #include "nn/cpu/dnnl_util.h"
 
-static atomic_int g_threads;              /* 0 until set or first use */
-static atomic_int g_linear_impl = CPU_LINEAR_AUTO;
-
 void cpu_set_threads(int n) {
     if (n <= 0)
         n = omp_get_num_procs();
     if (n < 1)
         n = 1;
-    atomic_store(&g_threads, n);
+    atomic_store(&cpu_ctx_default()->threads, n);
     openblas_set_num_threads(n);
     omp_set_num_threads(n);
 }
 
-int cpu_get_threads(void) {
-    int n = atomic_load(&g_threads);
-    if (n <= 0) {
-        /* Unset: follow OMP_NUM_THREADS (or all CPUs) like oneDNN would. */
-        n = omp_get_max_threads();
-        if (n < 1)
-            n = 1;
-    }
-    return n;
-}
+int cpu_get_threads(void) { return cpu_ctx_threads(cpu_ctx_current()); }
 
 int cpu_threads_apply(void) {
     int n = cpu_get_threads();
@@ -43,7 +31,15 @@ int cpu_threads_apply(void) {
 }
 
 void cpu_linear_set_impl(cpu_linear_impl impl) {
-    atomic_store(&g_linear_impl, (int)impl);
+    atomic_store(&cpu_ctx_default()->linear_impl, (int)impl);
+}
+
+/* OpenBLAS keeps one thread count for the process: each BLAS call sets it to its
+ * context's (the default context's unset count leaves OpenBLAS's own). */
+static void blas_threads(void) {
+    int n = atomic_load(&cpu_ctx_current()->threads);
+    if (n > 0 && openblas_get_num_threads() != n)
+        openblas_set_num_threads(n);
 }
 
 /* oneDNN vs OpenBLAS, measured by bench/kernels_bench.c on the Sapphire Rapids
@@ -53,7 +49,7 @@ void cpu_linear_set_impl(cpu_linear_impl impl) {
  * depend on the core OpenBLAS picks by CPU model (docs/nn-kernels.md). OpenBLAS stays
  * selectable for that benchmark and the tests. */
 static int use_blas(void) {
-    return atomic_load(&g_linear_impl) == CPU_LINEAR_BLAS;
+    return atomic_load(&cpu_ctx_current()->linear_impl) == CPU_LINEAR_BLAS;
 }
 
 /* GEMMs below this many multiply-adds run on one thread: splitting a few microseconds
@@ -125,6 +121,21 @@ static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *sr
     return st;
 }
 
+static void linear_entry_free(void *value) {
+    linear_entry *e = value;
+    dnnl_util_prim_destroy(&e->fwd);
+    dnnl_util_prim_destroy(&e->bwd_d);
+    dnnl_util_prim_destroy(&e->bwd_w);
+    dnnl_memory_t ms[] = {e->f_inp, e->f_w, e->f_bias, e->f_out, e->d_dout, e->d_w,
+                          e->d_dinp, e->w_doutT, e->w_inp, e->w_dw};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        if (ms[i])
+            dnnl_memory_destroy(ms[i]);
+    pthread_mutex_destroy(&e->lock);
+    free(e->scratch);
+    free(e);
+}
+
 static stoke_status linear_create(const void *key, void **value) {
     const linear_key *k = key;
     linear_entry *e = calloc(1, sizeof *e);
@@ -167,16 +178,7 @@ static stoke_status linear_create(const void *key, void **value) {
     return STOKE_OK;
 fail:
     /* Failed shapes are not cached; release what was built. */
-    dnnl_util_prim_destroy(&e->fwd);
-    dnnl_util_prim_destroy(&e->bwd_d);
-    dnnl_util_prim_destroy(&e->bwd_w);
-    dnnl_memory_t ms[] = {e->f_inp, e->f_w, e->f_bias, e->f_out, e->d_dout, e->d_w,
-                          e->d_dinp, e->w_doutT, e->w_inp, e->w_dw};
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
-        if (ms[i])
-            dnnl_memory_destroy(ms[i]);
-    pthread_mutex_destroy(&e->lock);
-    free(e);
+    linear_entry_free(e);
     return st;
 }
 
@@ -193,7 +195,7 @@ static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf1
     if (prev != k.threads)
         omp_set_num_threads(k.threads);
     void *v = NULL;
-    stoke_status st = dnnl_util_cache_get(&k, sizeof k, linear_create, &v);
+    stoke_status st = dnnl_util_cache_get(&k, sizeof k, linear_create, linear_entry_free, &v);
     if (prev != k.threads)
         omp_set_num_threads(prev);
     *e = v;
@@ -331,6 +333,7 @@ stoke_status cpu_linear_forward(float *out, const float *inp, const float *weigh
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
                           OC);
+    blas_threads();
     float beta = 0.0f;
     if (bias) {
         for (int b = 0; b < B; b++)
@@ -351,6 +354,7 @@ stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
                           OC);
+    blas_threads();
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout, OC, weight,
                     C, 1.0f, dinp, C);

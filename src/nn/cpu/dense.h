@@ -9,11 +9,11 @@
 #include "stoke/core.h"
 
 /* Compute threads for every CPU kernel (oneDNN, OpenBLAS and the kernels' own OpenMP
- * loops). The trainer decides the split between loader workers and compute threads
- * and calls this once before planning; n <= 0 means the number of online CPUs.
- * Kernels apply the setting on whatever thread calls them (OpenMP's thread count is
- * per calling thread), and the primitive cache is keyed by it, so changing it later
- * is safe but builds new primitives. Results are bit-identical for a fixed count.
+ * loops) run with the default context (nn/cpu/ctx.h), and for the contexts of models
+ * created afterwards without a count of their own; n <= 0 means the number of online
+ * CPUs. Kernels apply their context's count on whatever thread calls them (OpenMP's
+ * thread count is per calling thread), and the primitive cache is keyed by it, so
+ * changing it later is safe but builds new primitives. Results are bit-identical for a fixed count.
  * Oversubscription is costly: libgomp's threads spin at barriers, so when other
  * runnable threads (loader workers, other processes) leave fewer free cores than n,
  * a descheduled compute thread stalls every parallel region for a time slice.
@@ -24,11 +24,11 @@
  * launcher must set it (or keep n at or below the cores left free). */
 void cpu_set_threads(int n);
 
-/* The current compute-thread count (resolved, >= 1). */
+/* The calling thread's context's compute-thread count (resolved, >= 1). */
 int cpu_get_threads(void);
 
-/* Applies the compute-thread setting to the calling thread; every kernel calls it on
- * entry. Returns the thread count. */
+/* Applies the calling thread's context's compute-thread count to the thread's OpenMP
+ * setting; every kernel calls it on entry. Returns the thread count. */
 int cpu_threads_apply(void);
 
 /* Which library runs the fp32 linear GEMMs. AUTO is oneDNN's matmul, which measured
@@ -43,6 +43,8 @@ typedef enum cpu_linear_impl {
     CPU_LINEAR_BLAS,
 } cpu_linear_impl;
 
+/* Sets the default context's choice (kernels called directly, and models created
+ * afterwards). */
 void cpu_linear_set_impl(cpu_linear_impl impl);
 
 /* Creates the oneDNN matmul primitives for a (B, C, OC) linear layer (fp32 if bf16 is

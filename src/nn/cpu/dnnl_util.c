@@ -91,9 +91,12 @@ static stoke_status apply_isa_cap(char *err, size_t err_size) {
     return STOKE_ERR_UNAVAILABLE;
 }
 
+/* One engine for the process: the instruction-set cap it is created under is
+ * process-wide in oneDNN (dnnl_set_max_cpu_isa works once, before the first JIT
+ * kernel), and a CPU engine holds no other state, so every context's primitives and
+ * memory objects are created on it. Streams are per context. */
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t g_engine;
-static dnnl_stream_t g_stream;
 static stoke_status g_engine_status = STOKE_OK;
 static char g_engine_error[512];
 
@@ -102,8 +105,6 @@ static void engine_init(void) {
     if (g_engine_status != STOKE_OK)
         return;
     dnnl_status_t st = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
-    if (st == dnnl_success)
-        st = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags);
     if (st != dnnl_success) {
         g_engine_status = STOKE_ERR_UNAVAILABLE;
         snprintf(g_engine_error, sizeof g_engine_error,
@@ -117,8 +118,18 @@ stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
         return stoke_fail(g_engine_status, "%s", g_engine_error);
     if (engine)
         *engine = g_engine;
-    if (stream)
-        *stream = g_stream;
+    if (stream) {
+        cpu_ctx *c = cpu_ctx_current();
+        pthread_mutex_lock(&c->lock);
+        dnnl_status_t st = dnnl_success;
+        if (!c->stream)
+            st = dnnl_stream_create(&c->stream, g_engine, dnnl_stream_default_flags);
+        *stream = c->stream;
+        pthread_mutex_unlock(&c->lock);
+        if (st != dnnl_success)
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "oneDNN: cannot create a stream: %s",
+                              dnnl_status2str(st));
+    }
     return STOKE_OK;
 }
 
@@ -135,39 +146,32 @@ size_t dnnl_util_align(size_t n) {
     return (n + DNNL_UTIL_ALIGN - 1) / DNNL_UTIL_ALIGN * DNNL_UTIL_ALIGN;
 }
 
-/* The cache: a growing array of (key, value), scanned linearly. A model has a few
- * dozen shapes at most, and lookups happen once per kernel call. */
-typedef struct cache_entry {
-    void *key;
-    size_t key_size;
-    void *value;
-} cache_entry;
-
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static cache_entry *cache;
-static size_t cache_len, cache_cap;
-
+/* The cache of the calling thread's context: a growing array of (key, value), scanned
+ * linearly. A model has a few dozen shapes at most, and lookups happen once per kernel
+ * call. */
 stoke_status dnnl_util_cache_get(const void *key, size_t key_size,
                                  stoke_status (*create)(const void *key, void **value),
-                                 void **value) {
-    pthread_mutex_lock(&cache_lock);
-    for (size_t i = 0; i < cache_len; i++) {
-        if (cache[i].key_size == key_size && memcmp(cache[i].key, key, key_size) == 0) {
-            *value = cache[i].value;
-            pthread_mutex_unlock(&cache_lock);
+                                 void (*destroy)(void *value), void **value) {
+    cpu_ctx *c = cpu_ctx_current();
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->cache_len; i++) {
+        cpu_cache_entry *e = &c->cache[i];
+        if (e->key_size == key_size && memcmp(e->key, key, key_size) == 0) {
+            *value = e->value;
+            pthread_mutex_unlock(&c->lock);
             return STOKE_OK;
         }
     }
     stoke_status st = STOKE_OK;
-    if (cache_len == cache_cap) {
-        size_t cap = cache_cap ? 2 * cache_cap : 32;
-        cache_entry *grown = realloc(cache, cap * sizeof *grown);
+    if (c->cache_len == c->cache_cap) {
+        size_t cap = c->cache_cap ? 2 * c->cache_cap : 32;
+        cpu_cache_entry *grown = realloc(c->cache, cap * sizeof *grown);
         if (!grown) {
             st = stoke_fail(STOKE_ERR_NOMEM, "oneDNN primitive cache: out of memory");
             goto out;
         }
-        cache = grown;
-        cache_cap = cap;
+        c->cache = grown;
+        c->cache_cap = cap;
     }
     void *k = malloc(key_size);
     if (!k) {
@@ -181,10 +185,10 @@ stoke_status dnnl_util_cache_get(const void *key, size_t key_size,
         free(k);
         goto out;
     }
-    cache[cache_len++] = (cache_entry){k, key_size, v};
+    c->cache[c->cache_len++] = (cpu_cache_entry){k, key_size, v, destroy};
     *value = v;
 out:
-    pthread_mutex_unlock(&cache_lock);
+    pthread_mutex_unlock(&c->lock);
     return st;
 }
 

@@ -1,4 +1,4 @@
-/* dnnl_util.h - the CPU backend's shared oneDNN engine and stream, a shape-keyed
+/* dnnl_util.h - the CPU backend's oneDNN engine, its context's stream and shape-keyed
  * primitive cache, and the glue the dense and conv kernels use to run primitives on
  * caller-owned buffers. Internal to src/nn/cpu. */
 #ifndef STOKE_NN_CPU_DNNL_UTIL_H
@@ -7,12 +7,14 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <stddef.h>
 
+#include "nn/cpu/ctx.h"
 #include "stoke/core.h"
 
 /* Workspace regions are cut at this alignment (AVX-512 lines). */
 #define DNNL_UTIL_ALIGN 64
 
-/* The process-wide CPU engine and its in-order stream, created on first use, after
+/* The process-wide CPU engine (created on first use) and the calling thread's context's
+ * in-order stream (created on the context's first use; cpu_ctx_current), after
  * oneDNN's instruction set is capped (dnnl_set_max_cpu_isa) at the lower of
  * STOKE_MAX_CPU_ISA and the user's own ONEDNN_MAX_CPU_ISA. Every oneDNN call that may
  * generate code (a primitive descriptor, dnnl_sgemm) must come after this one.
@@ -36,13 +38,15 @@ dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env);
  * <status>" on failure. */
 stoke_status dnnl_util_check(dnnl_status_t st, const char *what);
 
-/* Finds the cache value stored under the key bytes (callers memset their key structs,
- * so padding compares equal), or calls create(key, &value) once and stores it. The
- * value lives until the process ends. Thread-safe; creation happens under the cache
- * lock, so it is serialized (it is meant for planning time, not the hot path). */
+/* Finds the value stored under the key bytes in the calling thread's context's cache
+ * (callers memset their key structs, so padding compares equal), or calls
+ * create(key, &value) once and stores it. The value lives until the context is freed,
+ * which calls destroy(value) (may be NULL); the default context's live until the
+ * process ends. Thread-safe; creation happens under the context's lock, so it is
+ * serialized (it is meant for planning time, not the hot path). */
 stoke_status dnnl_util_cache_get(const void *key, size_t key_size,
                                  stoke_status (*create)(const void *key, void **value),
-                                 void **value);
+                                 void (*destroy)(void *value), void **value);
 
 /* Rounds up to DNNL_UTIL_ALIGN. */
 size_t dnnl_util_align(size_t n);
