@@ -9,7 +9,6 @@
 
 #include "stoke/core.h"
 #include "stoke/data.h"
-#include "stoke/monitor.h"
 #include "stoke/nn.h"
 
 #ifdef __cplusplus
@@ -285,12 +284,6 @@ stoke_status stoke_trainer_new(const stoke_train_config *c, stoke_train_callback
  * non-zero (a signal handler's flag; may be NULL) it finishes the current optimizer
  * step, writes the checkpoint and returns STOKE_OK with result.interrupted set. */
 stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
-
-/* A stoke_mon_pipeline_fn over a stoke_loader (ctx): how a program that embeds the
- * monitor lets it carry the loader's wait, fill and worker figures. Runs on the
- * monitor's sampler thread (stoke_loader_get_stats is thread-safe). With 0 workers the
- * busy fraction is the consumer's own time spent loading. False if ctx is NULL. */
-bool stoke_train_loader_pipeline(void *loader, stoke_mon_pipeline *out);
 
 /* The memory plan for the configured batch and the largest batch that fits beside
  * what else the run holds — the validation model and, against a given budget, the
