@@ -22,66 +22,67 @@ static const char *emulated_note(stoke_precision p)
                  "fp16 and the math runs in fp32, no faster than fp32";
 }
 
-static stoke_status decide_precision(stoke_trainer *t)
+/* The config layer's sources are the tuner's first ones. */
+_Static_assert((int)STOKE_CFG_DEFAULT == (int)STOKE_SRC_DEFAULT &&
+                   (int)STOKE_CFG_FILE == (int)STOKE_SRC_FILE &&
+                   (int)STOKE_CFG_ENV == (int)STOKE_SRC_ENV &&
+                   (int)STOKE_CFG_FLAG == (int)STOKE_SRC_FLAG &&
+                   (int)STOKE_CFG_CHECKPOINT == (int)STOKE_SRC_CHECKPOINT,
+               "stoke_cfg_source and stoke_source differ");
+
+/* The run's request to the tuner: the settings the user gave (each with its source)
+ * or left open, and the facts of the data it runs on. */
+static stoke_tune_request tune_request(const stoke_trainer *t)
 {
-    const char *p = t->cfg.precision;
-    if (!strcmp(p, "auto")) {
-        const stoke_rec *r = stoke_recs_find(&t->recs, "precision",
-                                             t->machine.gpu_count > 0 ? 0 : STOKE_TUNE_CPU);
-        /* The CPU backend is the only one so far: a GPU's "fp16+loss-scaling" maps to
-         * fp16, "tf32"/"fp32" to fp32. */
-        const char *text = r && r->known ? r->text : "fp32";
-        if (!strncmp(text, "bf16", 4))
-            t->precision = STOKE_PREC_BF16;
-        else if (!strncmp(text, "fp16", 4))
-            t->precision = STOKE_PREC_FP16;
-        else
-            t->precision = STOKE_PREC_FP32;
-        train_info(t, "precision: %s (auto: %s)%s", stoke_precision_name(t->precision),
-             r && r->known ? r->reason : "no recommendation, fp32", emulated_note(t->precision));
-        return STOKE_OK;
-    }
-    if (!stoke_precision_parse(p, &t->precision))
-        return stoke_fail(STOKE_ERR_ARG, "precision: '%s' is not auto, fp32, bf16 or fp16", p);
-    train_info(t, "precision: %s (%s)%s", p,
-         stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "precision")),
-         emulated_note(t->precision));
+    const stoke_train_config *c = &t->cfg;
+#define SRC(key) ((stoke_source)stoke_train_config_source(c, key))
+    return (stoke_tune_request){
+        .precision = c->precision, .precision_src = SRC("precision"),
+        .workers = (int)c->workers, .workers_src = SRC("workers"),
+        .threads = (int)c->threads, .threads_src = SRC("threads"),
+        .prefetch = (int)c->prefetch, .prefetch_src = SRC("prefetch"),
+        .batch = c->batch_size, .batch_src = SRC("batch_size"),
+        .in_memory = t->train_d != t->train_src,
+        .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8};
+#undef SRC
+}
+
+/* "(flag)", or for a tuned setting its reason. */
+static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", w->source == STOKE_SRC_TUNED ? w->reason : stoke_source_name(w->source));
+    return buf;
+}
+
+/* What tune decided, applied (the compute threads; the rest is read from t->decision
+ * where the models and loaders are made) and printed. */
+static stoke_status apply_decision(stoke_trainer *t)
+{
+    stoke_tune_request q = tune_request(t);
+    stoke_status s = stoke_decide(&t->machine, &t->recs, &q, &t->decision);
+    if (s != STOKE_OK)
+        return s;
+    const stoke_decision *d = &t->decision;
+    t->precision = d->precision;
+    t->workers = d->workers;
+    t->threads = d->threads;
+    stoke_nn_set_threads(t->threads);
+    char a[420], b[420];
+    train_info(t, "precision: %s (%s%s)%s", stoke_precision_name(d->precision),
+               d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
+               given_or_why(&d->precision_why, a, sizeof a), emulated_note(d->precision));
+    train_info(t, "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s%s%s"
+               " + %d loader worker%s (%s)", d->usable_cpus, d->usable_cpus == 1 ? "" : "s",
+               d->threads, d->threads_why.source == STOKE_SRC_TUNED ? "" : " (",
+               d->threads_why.source == STOKE_SRC_TUNED ? "" : stoke_source_name(d->threads_why.source),
+               d->threads_why.source == STOKE_SRC_TUNED ? "" : ")", d->workers,
+               d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
+    train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
+               given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
+               given_or_why(&d->pinned_why, b, sizeof b));
     return STOKE_OK;
 }
 
-static void decide_threads(stoke_trainer *t, bool in_memory, bool cheap_transform)
-{
-    int usable = t->machine.cpu.usable_cpus > 0 ? t->machine.cpu.usable_cpus : 1;
-    const stoke_rec *rw = stoke_recs_find(&t->recs, "loader_workers", STOKE_TUNE_CPU);
-    char why[400];
-    if (t->cfg.workers >= 0) {
-        t->workers = (int)t->cfg.workers;
-        snprintf(why, sizeof why, "%d loader worker%s (%s)", t->workers, t->workers == 1 ? "" : "s",
-                 stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "workers")));
-    } else if (in_memory && cheap_transform) {
-        /* A batch gathered from memory through the fused transform costs ~1 us a
-         * sample, far below a step's compute: a worker thread would mostly sleep yet
-         * take a core from the math, so the training thread does it. */
-        t->workers = 0;
-        snprintf(why, sizeof why, "0 loader workers (the dataset is in memory and its "
-                 "transform is one fused pass: the training thread gathers each batch)");
-    } else {
-        t->workers = rw && rw->known ? (int)rw->number : 1;
-        snprintf(why, sizeof why, "%d loader worker%s (the tuner: %s)", t->workers,
-                 t->workers == 1 ? "" : "s", rw ? rw->reason : "");
-    }
-    if (t->cfg.threads > 0) {
-        t->threads = (int)t->cfg.threads;
-    } else {
-        t->threads = usable - t->workers;
-        if (t->threads < 1)
-            t->threads = 1;
-    }
-    stoke_nn_set_threads(t->threads);
-    train_info(t, "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + %s",
-         usable, usable == 1 ? "" : "s", t->threads,
-         t->cfg.threads > 0 ? " (flag)" : "", why);
-}
 static stoke_status setup_model(stoke_trainer *t, const stoke_ckpt *ck)
 {
     const stoke_train_config *c = &t->cfg;
@@ -261,7 +262,7 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
         (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
         return s;
-    ring[0] = train_ring_per_sample(t, t->train_d, t->workers, (int)c->prefetch);
+    ring[0] = train_ring_per_sample(t, t->train_d, t->workers, t->decision.prefetch);
     ring[1] = t->val_d ? train_ring_per_sample(t, t->val_d, 0, 0) : 0;
     train_mem_need need[2] = {{"training", &tp, "--batch-size", ring[0]},
                               {"validation", &ep, "--val-batch-size", ring[1]}};
@@ -287,7 +288,7 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
     stoke_loader_opts lo = {.sampler = {.batch_size = c->batch_size, .shuffle = true,
                                         .seed = c->seed},
                             .start = t->start, .transform = t->input.image ? &t->topts : NULL,
-                            .workers = t->workers, .prefetch = (int)c->prefetch,
+                            .workers = t->workers, .prefetch = t->decision.prefetch,
                             .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
     if (t->start.epoch < c->epochs && (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
         return s;
@@ -312,16 +313,14 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
 /* Everything up to the model line (all a --dry-run does). */
 static stoke_status prepare(stoke_trainer *t, const train_meta *meta, const stoke_ckpt *ck)
 {
-    const stoke_train_config *c = &t->cfg;
     stoke_status s = stoke_machine_probe(&t->machine, NULL);
     if (s != STOKE_OK)
         return s;
     stoke_recommend(&t->machine, &t->recs);
     if ((s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
         (s = setup_model(t, ck)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
-        (s = decide_precision(t)) != STOKE_OK)
+        (s = apply_decision(t)) != STOKE_OK)
         return s;
-    decide_threads(t, t->train_d != t->train_src, !c->augment || t->input.in_dtype == STOKE_U8);
     setup_optim(t);
     return STOKE_OK;
 }
@@ -409,7 +408,7 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
     *max_batch = budget > others
                      ? stoke_plan_max_batch(plan, budget - others,
                                             train_ring_per_sample(t, t->train_d, t->workers,
-                                                            (int)t->cfg.prefetch))
+                                                            t->decision.prefetch))
                      : 0;
     return STOKE_OK;
 }
