@@ -122,7 +122,7 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
 
 void stoke_model_file_free(stoke_model_file *mf); /* NULL is fine */
 
-/* ---- Training configuration (train.c, docs/train.md) -----------------------------
+/* ---- Training configuration (config.c, docs/train.md) -----------------------------
  * Every setting has a key ("batch_size"), a default, and may be set, in increasing
  * precedence, by a YAML config file (key: value), the environment (BATCH_SIZE,
  * VAL_BATCH_SIZE, NUM_WORKERS, AMP, as the seeds export them) and command-line flags

@@ -168,11 +168,11 @@ int cmd_train(int argc, char **argv)
             if (!path)
                 return cli_usage_error("train", "--config needs a file");
             if (stoke_train_config_load_file(&cfg, path) != STOKE_OK)
-                return cli_error("train", "%s", stoke_last_error());
+                return cli_last_error("train");
         }
     }
     if (stoke_train_config_load_env(&cfg, NULL) != STOKE_OK)
-        return cli_error("train", "%s", stoke_last_error());
+        return cli_last_error("train");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0)
@@ -212,7 +212,7 @@ int cmd_train(int argc, char **argv)
     out_state o = {.tty = isatty(STDOUT_FILENO)};
     stoke_trainer *t;
     if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
-        return cli_error("train", "%s", stoke_last_error());
+        return cli_last_error("train");
     if (cfg.dry_run) {
         stoke_mem_plan plan;
         int64_t maxb;
@@ -221,7 +221,7 @@ int cmd_train(int argc, char **argv)
         if (s == STOKE_OK)
             print_plan(&plan, maxb, budget, beside);
         stoke_trainer_free(t);
-        return s == STOKE_OK ? 0 : cli_error("train", "%s", stoke_last_error());
+        return s == STOKE_OK ? 0 : cli_last_error("train");
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -233,7 +233,7 @@ int cmd_train(int argc, char **argv)
     if (o.line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
-        int rc = cli_error("train", "%s", stoke_last_error());
+        int rc = cli_last_error("train");
         stoke_trainer_free(t);
         return rc;
     }

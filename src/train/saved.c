@@ -39,6 +39,53 @@ void stoke_saved_model_free(stoke_saved_model *s)
     free(s);
 }
 
+/* The graph's tensors eval and predict use: input, target, the outputs (logits, or an
+ * actor-critic's policy and value) and the metric. */
+static stoke_status find_tensors(stoke_saved_model *s, const char *path)
+{
+    s->x = stoke_graph_find(s->graph, "x");
+    s->y = stoke_graph_find(s->graph, "y");
+    s->logits = stoke_graph_find(s->graph, "logits");
+    s->value = STOKE_NO_TENSOR;
+    if (s->logits == STOKE_NO_TENSOR) { /* an actor-critic: policy logits, then the value */
+        s->logits = stoke_graph_find(s->graph, "policy");
+        s->value = stoke_graph_find(s->graph, "value");
+    }
+    s->metric = STOKE_NO_TENSOR;
+    for (int i = 0; i < stoke_graph_node_count(s->graph); i++) {
+        stoke_nn_op op = stoke_graph_node_op(s->graph, i);
+        if (s->metric == STOKE_NO_TENSOR && (op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE))
+            s->metric = i;
+    }
+    if (s->x == STOKE_NO_TENSOR || s->logits == STOKE_NO_TENSOR)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits",
+                          path);
+    s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
+    s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
+    s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
+    return STOKE_OK;
+}
+
+/* Every parameter in the checkpoint, float32 of the graph's shape. Inference reads the
+ * fp32 master weights; buffers (batch norm statistics) too. They are checked now and
+ * copied when the model is allocated (ensure_model). */
+static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *c,
+                                  const char *path)
+{
+    const stoke_graph *g = s->graph;
+    for (int i = 0; i < stoke_graph_param_count(g); i++) {
+        const stoke_param_info *p = stoke_graph_param(g, i);
+        const stoke_ckpt_tensor *t = stoke_ckpt_find(c, p->name);
+        bool ok = t && t->dtype == STOKE_F32 && t->ndim == p->shape.ndim;
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = t->shape[d] == p->shape.dims[d];
+        if (!ok)
+            return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing or not float32 of "
+                              "the model's shape", path, p->name);
+    }
+    return STOKE_OK;
+}
+
 stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out)
 {
     *out = NULL;
@@ -92,42 +139,8 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
         st = STOKE_ERR_FORMAT;
         goto fail;
     }
-    s->x = stoke_graph_find(s->graph, "x");
-    s->y = stoke_graph_find(s->graph, "y");
-    s->logits = stoke_graph_find(s->graph, "logits");
-    s->value = STOKE_NO_TENSOR;
-    if (s->logits == STOKE_NO_TENSOR) { /* an actor-critic: policy logits, then the value */
-        s->logits = stoke_graph_find(s->graph, "policy");
-        s->value = stoke_graph_find(s->graph, "value");
-    }
-    s->metric = STOKE_NO_TENSOR;
-    for (int i = 0; i < stoke_graph_node_count(s->graph); i++) {
-        stoke_nn_op op = stoke_graph_node_op(s->graph, i);
-        if (s->metric == STOKE_NO_TENSOR && (op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE))
-            s->metric = i;
-    }
-    if (s->x == STOKE_NO_TENSOR || s->logits == STOKE_NO_TENSOR) {
-        st = stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits", path);
+    if ((st = find_tensors(s, path)) != STOKE_OK || (st = check_weights(s, c, path)) != STOKE_OK)
         goto fail;
-    }
-    s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
-    s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
-    s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
-    /* Inference reads the fp32 master weights; buffers (batch norm statistics) too.
-     * They are checked now and copied when the model is allocated (ensure_model). */
-    const stoke_graph *g = s->graph;
-    for (int i = 0; i < stoke_graph_param_count(g); i++) {
-        const stoke_param_info *p = stoke_graph_param(g, i);
-        const stoke_ckpt_tensor *t = stoke_ckpt_find(c, p->name);
-        bool ok = t && t->dtype == STOKE_F32 && t->ndim == p->shape.ndim;
-        for (int d = 0; ok && d < t->ndim; d++)
-            ok = t->shape[d] == p->shape.dims[d];
-        if (!ok) {
-            st = stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing or not float32 of the "
-                            "model's shape", path, p->name);
-            goto fail;
-        }
-    }
     s->ck = c;
     *out = s;
     return STOKE_OK;
