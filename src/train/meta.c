@@ -232,21 +232,20 @@ static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
     return STOKE_OK;
 }
 
-stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck)
+stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *m)
 {
-    train_meta m;
-    stoke_status s = train_meta_read(ck, &m);
-    if (s != STOKE_OK || (s = load_params(t->model, ck, true)) != STOKE_OK)
+    stoke_status s = load_params(t->model, ck, true);
+    if (s != STOKE_OK)
         return s;
-    t->step = m.step;
-    t->start.epoch = m.sampler_epoch;
-    t->start.index = m.sampler_index;
-    t->ep_loss = m.epoch_loss_sum;
-    t->ep_metric = m.epoch_metric_sum;
-    t->ep_samples = m.epoch_samples;
-    t->ep_batches = m.epoch_batches;
+    t->step = m->step;
+    t->start.epoch = m->sampler_epoch;
+    t->start.index = m->sampler_index;
+    t->ep_loss = m->epoch_loss_sum;
+    t->ep_metric = m->epoch_metric_sum;
+    t->ep_samples = m->epoch_samples;
+    t->ep_batches = m->epoch_batches;
     stoke_model_set_step_count(t->model, t->step);
-    if (m.loss_scale > 0)
-        stoke_model_set_loss_scale(t->model, m.loss_scale);
+    if (m->loss_scale > 0)
+        stoke_model_set_loss_scale(t->model, m->loss_scale);
     return STOKE_OK;
 }

@@ -67,32 +67,30 @@ static stoke_status apply_decision(stoke_trainer *t)
     t->workers = d->workers;
     t->threads = d->threads;
     stoke_nn_set_threads(t->threads);
-    char a[420], b[420];
+    char a[420], b[420], given[32] = "";
+    if (d->threads_why.source != STOKE_SRC_TUNED)
+        snprintf(given, sizeof given, " (%s)", stoke_source_name(d->threads_why.source));
     train_info(t, "precision: %s (%s%s)%s", stoke_precision_name(d->precision),
                d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
                given_or_why(&d->precision_why, a, sizeof a), emulated_note(d->precision));
-    train_info(t, "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s%s%s"
-               " + %d loader worker%s (%s)", d->usable_cpus, d->usable_cpus == 1 ? "" : "s",
-               d->threads, d->threads_why.source == STOKE_SRC_TUNED ? "" : " (",
-               d->threads_why.source == STOKE_SRC_TUNED ? "" : stoke_source_name(d->threads_why.source),
-               d->threads_why.source == STOKE_SRC_TUNED ? "" : ")", d->workers,
-               d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
+    train_info(t, "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
+               "%d loader worker%s (%s)", d->usable_cpus, d->usable_cpus == 1 ? "" : "s",
+               d->threads, given, d->workers, d->workers == 1 ? "" : "s",
+               given_or_why(&d->workers_why, a, sizeof a));
     train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
                given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
                given_or_why(&d->pinned_why, b, sizeof b));
     return STOKE_OK;
 }
 
-static stoke_status setup_model(stoke_trainer *t, const stoke_ckpt *ck)
+/* The model (the checkpoint's when resuming, else the preset, --hidden or model file)
+ * built for the data: its inputs, targets, classes and metric. */
+static stoke_status setup_model(stoke_trainer *t, const train_meta *meta)
 {
     const stoke_train_config *c = &t->cfg;
     stoke_status s;
-    if (ck) {
-        const char *text = stoke_ckpt_meta(ck, "stoke.model");
-        if (!text)
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.model is missing",
-                              stoke_ckpt_path(ck));
-        s = stoke_model_file_parse(text, strlen(text), stoke_ckpt_path(ck), &t->mf);
+    if (meta) {
+        s = stoke_model_file_parse(meta->model, strlen(meta->model), c->resume, &t->mf);
     } else if (c->hidden[0]) {
         /* --hidden 512,512 is the model document "model: mlp / hidden: [512,512]", so the
          * checkpoint's stoke.model rebuilds the same sizes for eval and predict. */
@@ -311,14 +309,14 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
 }
 
 /* Everything up to the model line (all a --dry-run does). */
-static stoke_status prepare(stoke_trainer *t, const train_meta *meta, const stoke_ckpt *ck)
+static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
 {
     stoke_status s = stoke_machine_probe(&t->machine, NULL);
     if (s != STOKE_OK)
         return s;
     stoke_recommend(&t->machine, &t->recs);
     if ((s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
-        (s = setup_model(t, ck)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
+        (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
         (s = apply_decision(t)) != STOKE_OK)
         return s;
     setup_optim(t);
@@ -326,7 +324,7 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta, const stok
 }
 
 /* The rest: memory, models, the checkpoint's state, loaders, monitor and log. */
-static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck)
+static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *meta)
 {
     size_t ring[2], left;
     stoke_status s = allocate_models(t, ring, &left);
@@ -334,7 +332,7 @@ static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck)
         return s;
     if (ck) {
         /* the optimizer, like the model and seed, was checked by train_resume_config */
-        if ((s = train_restore(t, ck)) != STOKE_OK)
+        if ((s = train_restore(t, ck, meta)) != STOKE_OK)
             return s;
         train_info(t, "resumed from %s: epoch %" PRId64 ", sample %" PRId64 " of it, step %"
                    PRId64, t->cfg.resume, t->start.epoch + 1, t->start.index, t->step);
@@ -361,9 +359,9 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     if (cfg->resume[0])
         s = open_resume(t, &ck, &meta);
     if (s == STOKE_OK)
-        s = prepare(t, ck ? &meta : NULL, ck);
+        s = prepare(t, ck ? &meta : NULL);
     if (s == STOKE_OK && !t->cfg.dry_run)
-        s = start(t, ck);
+        s = start(t, ck, &meta);
     stoke_ckpt_close(ck);
     if (s != STOKE_OK) {
         stoke_trainer_free(t);

@@ -72,9 +72,9 @@ stoke_status train_count_actions(stoke_dataset *d, const char *path, int64_t *ac
 size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers,
                              int prefetch);
 
-/* meta.c: the trainer's position and running sums from a checkpoint's metadata, and
- * its weights and optimizer state. */
-stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck);
+/* meta.c: the trainer's position and running sums from a checkpoint's metadata (m,
+ * read by train_meta_read), and its weights and optimizer state from ck. */
+stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *m);
 
 /* resume.c: settings not given come from the checkpoint's config; those given are
  * checked against it. */
