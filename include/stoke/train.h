@@ -154,9 +154,10 @@ typedef struct stoke_train_config {
                                  effective batch is batch_size x accumulate */
     int64_t limit;            /* > 0: train on the first `limit` samples only */
     int64_t val_limit;        /* > 0: evaluate on the first `val_limit` samples only */
-    int64_t workers;          /* loader threads; -1 = decided by the trainer */
-    int64_t prefetch;         /* ring slots; 0 = the tuner's depth */
-    int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided */
+    int64_t workers;          /* loader threads; -1 = decided (stoke_decide) */
+    int64_t prefetch;         /* ring slots; 0 = decided: 2 x workers within [2, 32] */
+    int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided:
+                                 usable CPUs - workers */
     char precision[8];        /* auto, fp32, bf16, fp16 */
     char optimizer[8];        /* sgd, adamw */
     double lr;                /* default 0.05 (SGD) */
@@ -269,9 +270,10 @@ size_t stoke_train_format_target(const stoke_train_event *e, char *buf, size_t s
 
 typedef struct stoke_trainer stoke_trainer;
 
-/* Sets everything up: probes the machine, decides precision, threads and loader
- * workers (reported as INFO events), opens the datasets (held in memory when they are
- * small), builds the model, loads --resume, starts the loader and the monitor.
+/* Sets everything up: probes the machine, opens the datasets (held in memory when they
+ * are small), decides precision, threads, loader workers and prefetch depth (one
+ * stoke_decide, reported as INFO events), builds the model, loads --resume, starts the
+ * loader and the monitor.
  * `cb` (may be NULL) receives every event on the calling thread. Errors name what
  * failed (file, key, tensor). Free with stoke_trainer_free. */
 stoke_status stoke_trainer_new(const stoke_train_config *c, stoke_train_callback cb, void *ctx,
