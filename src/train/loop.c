@@ -9,6 +9,7 @@
 
 #include "train/trainer.h"
 
+/* The monitor's latest CPU and GPU figures into the event (NaN: unknown). */
 static void utilization(stoke_trainer *t, stoke_train_event *e)
 {
     e->cpu_pct = e->gpu_pct = NAN;
@@ -21,12 +22,14 @@ static void utilization(stoke_trainer *t, stoke_train_event *e)
     }
 }
 
+/* Seconds the training thread has waited for batches since the loader started. */
 static double loader_wait_s(stoke_loader *l)
 {
     stoke_loader_stats s;
     stoke_loader_get_stats(l, &s);
     return s.wait_avg_ms * (double)s.batches / 1000.0;
 }
+
 /* The validation set's mean loss and metric with the training model's weights, on the
  * inference model (so the training trajectory is unchanged). NaN and 0 without one. */
 static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int64_t *count)
@@ -84,6 +87,7 @@ static void monitor_warnings(stoke_trainer *t)
     stoke_monitor_start(t->monitor);
 }
 
+/* Writes --checkpoint (if given) and says so. */
 static stoke_status checkpoint(stoke_trainer *t)
 {
     if (!t->cfg.checkpoint[0])
