@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The adapter is the train module's stoke_train_loader_pipeline (the monitor does not
+/* The adapter is the loader's stoke_loader_pipeline (the monitor does not
  * depend on the data module); it runs on the sampler thread. */
 
 #define MAX_SAMPLES 4096
@@ -75,7 +75,7 @@ static void test_loader_feeds_monitor(int workers)
         CHECK_INT_EQ(stoke_loader_create(d, &lo, &l), STOKE_OK);
     record *r = calloc(1, sizeof *r);
     stoke_monitor_config mc = {.interval_s = 0.05, .no_gpu = true, .on_sample = keep,
-                               .ctx = r, .pipeline_fn = stoke_train_loader_pipeline, .pipeline_ctx = l};
+                               .ctx = r, .pipeline_fn = stoke_loader_pipeline, .pipeline_ctx = l};
     stoke_monitor *m = NULL;
     if (l)
         CHECK_INT_EQ(stoke_monitor_create(&mc, &m), STOKE_OK);

@@ -1,7 +1,7 @@
 /* test_tune.c - recommendations and peak FLOP/s for machines built in C: an H100, an
  * RTX 3090 beside a V100, GPUs with missing readings, and CPU-only boxes; the CPU
  * precision rule on the recorded CPU classes CI runs on, capped and not; OpenBLAS's
- * core judged against every CPU class. */
+ * core judged against every CPU class; the decision a training run applies. */
 #include "check.h"
 #include "stoke/tune.h"
 
@@ -436,6 +436,72 @@ static void test_openblas_rule(void)
     CHECK(stoke_recs_find(&recs, "openblas_coretype", STOKE_TUNE_CPU) == NULL);
 }
 
+/* The decision: open settings from the rules, given ones kept with their source. */
+static void test_decide(void)
+{
+    stoke_decision d;
+    /* 8 usable CPUs with AMX, nothing given, data streamed from storage: the rules */
+    cpu_box(&machine, 8, 8, 3000, STOKE_SIMD_AVX512F | STOKE_SIMD_AMX_BF16);
+    stoke_recommend(&machine, &recs);
+    stoke_tune_request q = {.precision = "auto", .workers = -1, .batch = 128};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.precision, STOKE_PREC_BF16);
+    CHECK_INT_EQ(d.precision_why.source, STOKE_SRC_TUNED);
+    CHECK_STR_CONTAINS(d.precision_why.reason, "AMX-BF16");
+    CHECK_INT_EQ(d.workers, 2); /* a quarter of 8 */
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the tuner: CPU-only machine");
+    CHECK_INT_EQ(d.threads, 6);
+    CHECK_INT_EQ(d.prefetch, (int)rec("prefetch_depth", STOKE_TUNE_CPU)->number);
+    CHECK_INT_EQ(d.prefetch, 4);
+    CHECK(!d.pinned);
+    CHECK_INT_EQ(d.device, STOKE_TUNE_CPU);
+    CHECK_INT_EQ(d.batch, 128);
+    CHECK_INT_EQ(d.batch_why.source, STOKE_SRC_DEFAULT);
+
+    /* Held in memory with the fused transform: the training thread loads. */
+    q.in_memory = q.cheap_transform = true;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 0);
+    CHECK_INT_EQ(d.threads, 8);
+    CHECK_INT_EQ(d.prefetch, 2);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the dataset is in memory");
+
+    /* Given settings win and keep their sources. */
+    q = (stoke_tune_request){.precision = "fp16", .precision_src = STOKE_SRC_ENV,
+                             .workers = 3, .workers_src = STOKE_SRC_FLAG, .threads = 1,
+                             .threads_src = STOKE_SRC_FILE, .prefetch = 7,
+                             .prefetch_src = STOKE_SRC_CHECKPOINT, .in_memory = true,
+                             .cheap_transform = true};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.precision, STOKE_PREC_FP16);
+    CHECK_STR_EQ(stoke_source_name(d.precision_why.source), "env");
+    CHECK_INT_EQ(d.workers, 3);
+    CHECK_STR_EQ(stoke_source_name(d.workers_why.source), "flag");
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_EQ(stoke_source_name(d.threads_why.source), "file");
+    CHECK_INT_EQ(d.prefetch, 7);
+    CHECK_STR_EQ(stoke_source_name(d.prefetch_why.source), "checkpoint");
+
+    /* A CPU without AMX: fp32; a GPU's fp16 rule maps to the enum, not to text. */
+    cpu_box(&machine, 2, 1, 3000, STOKE_SIMD_AVX2);
+    stoke_recommend(&machine, &recs);
+    q = (stoke_tune_request){.precision = "auto", .workers = -1};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.precision, STOKE_PREC_FP32);
+    CHECK_INT_EQ(d.workers, 0); /* 1 usable CPU */
+    CHECK_INT_EQ(d.threads, 1);
+    add_gpu(&machine, "Tesla V100", 7, 0, 80, 1530);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.precision, STOKE_PREC_FP16);
+    CHECK(!d.pinned);
+    CHECK_STR_CONTAINS(d.pinned_why.reason, "no batch is copied to a GPU");
+
+    q.precision = "fp64";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "precision: 'fp64' is not auto, fp32, bf16 or fp16");
+}
+
 int main(void)
 {
     test_h100();
@@ -446,5 +512,6 @@ int main(void)
     test_cpu_classes();
     test_openblas_check();
     test_openblas_rule();
+    test_decide();
     return CHECK_DONE();
 }

@@ -331,6 +331,14 @@ typedef struct stoke_loader_stats {
  * calls stoke_loader_next. */
 void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s);
 
+/* A stoke_mon_pipeline_fn (stoke/monitor.h) over a stoke_loader (ctx): how a program
+ * that runs the monitor lets it carry the loader's wait, fill and worker figures. Runs
+ * on the monitor's sampler thread (stoke_loader_get_stats is thread-safe). With 0
+ * workers the busy fraction is the consumer's own time spent loading. False if ctx is
+ * NULL. The monitor's struct is only named here, so data does not include monitor. */
+struct stoke_mon_pipeline;
+bool stoke_loader_pipeline(void *loader, struct stoke_mon_pipeline *out);
+
 /* Stops the workers (joining every thread) and frees everything; NULL is fine. */
 void stoke_loader_destroy(stoke_loader *l);
 

@@ -9,7 +9,6 @@
 
 #include "stoke/core.h"
 #include "stoke/data.h"
-#include "stoke/monitor.h"
 #include "stoke/nn.h"
 
 #ifdef __cplusplus
@@ -123,7 +122,7 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
 
 void stoke_model_file_free(stoke_model_file *mf); /* NULL is fine */
 
-/* ---- Training configuration (train.c, docs/train.md) -----------------------------
+/* ---- Training configuration (config.c, docs/train.md) -----------------------------
  * Every setting has a key ("batch_size"), a default, and may be set, in increasing
  * precedence, by a YAML config file (key: value), the environment (BATCH_SIZE,
  * VAL_BATCH_SIZE, NUM_WORKERS, AMP, as the seeds export them) and command-line flags
@@ -155,9 +154,10 @@ typedef struct stoke_train_config {
                                  effective batch is batch_size x accumulate */
     int64_t limit;            /* > 0: train on the first `limit` samples only */
     int64_t val_limit;        /* > 0: evaluate on the first `val_limit` samples only */
-    int64_t workers;          /* loader threads; -1 = decided by the trainer */
-    int64_t prefetch;         /* ring slots; 0 = the tuner's depth */
-    int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided */
+    int64_t workers;          /* loader threads; -1 = decided (stoke_decide) */
+    int64_t prefetch;         /* ring slots; 0 = decided: 2 x workers within [2, 32] */
+    int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided:
+                                 usable CPUs - workers */
     bool no_fusion;           /* STOKE_NO_FUSION set and not "0" (environment only, not
                                  a key): the models run every op apart */
     char precision[8];        /* auto, fp32, bf16, fp16 */
@@ -272,9 +272,10 @@ size_t stoke_train_format_target(const stoke_train_event *e, char *buf, size_t s
 
 typedef struct stoke_trainer stoke_trainer;
 
-/* Sets everything up: probes the machine, decides precision, threads and loader
- * workers (reported as INFO events), opens the datasets (held in memory when they are
- * small), builds the model, loads --resume, starts the loader and the monitor.
+/* Sets everything up: probes the machine, opens the datasets (held in memory when they
+ * are small), decides precision, threads, loader workers and prefetch depth (one
+ * stoke_decide, reported as INFO events), builds the model, loads --resume, starts the
+ * loader and the monitor.
  * `cb` (may be NULL) receives every event on the calling thread. Errors name what
  * failed (file, key, tensor). Free with stoke_trainer_free. */
 stoke_status stoke_trainer_new(const stoke_train_config *c, stoke_train_callback cb, void *ctx,
@@ -287,12 +288,6 @@ stoke_status stoke_trainer_new(const stoke_train_config *c, stoke_train_callback
  * non-zero (a signal handler's flag; may be NULL) it finishes the current optimizer
  * step, writes the checkpoint and returns STOKE_OK with result.interrupted set. */
 stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
-
-/* A stoke_mon_pipeline_fn over a stoke_loader (ctx): how a program that embeds the
- * monitor lets it carry the loader's wait, fill and worker figures. Runs on the
- * monitor's sampler thread (stoke_loader_get_stats is thread-safe). With 0 workers the
- * busy fraction is the consumer's own time spent loading. False if ctx is NULL. */
-bool stoke_train_loader_pipeline(void *loader, stoke_mon_pipeline *out);
 
 /* The memory plan for the configured batch and the largest batch that fits beside
  * what else the run holds — the validation model and, against a given budget, the

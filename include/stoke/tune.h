@@ -1,12 +1,15 @@
 /* tune.h - what stoke will do with a machine: recommendations derived from its probed
  * facts (precision, TF32, loader workers, pinned memory, prefetch depth, peak FLOP/s,
- * OpenBLAS's kernels), each with the reason it was made. */
+ * OpenBLAS's kernels), each with the reason it was made; and the one decision a
+ * training run applies (stoke_decide): the machine's recommendations, the dataset's
+ * facts and the settings the user gave, each setting with its source and reason. */
 #ifndef STOKE_TUNE_H
 #define STOKE_TUNE_H
 
 #include <stdbool.h>
 
 #include "stoke/hw.h"
+#include "stoke/nn.h" /* stoke_precision */
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +32,8 @@ typedef struct stoke_rec {
     stoke_rec_type type;
     bool known;           /* false: the value could not be derived; `reason` says why */
     char text[32];        /* the value of a STOKE_REC_TEXT recommendation */
+    stoke_precision precision; /* a "precision" recommendation's value as the CPU
+                                  backend runs it (text "fp16+loss-scaling" is fp16) */
     double number;        /* the value of the other types */
     char reason[320];     /* the facts the value came from, for the user */
 } stoke_rec;
@@ -48,6 +53,64 @@ void stoke_recommend(const stoke_machine *m, stoke_recs *out);
 
 /* The first recommendation with this key and device, or NULL. */
 const stoke_rec *stoke_recs_find(const stoke_recs *recs, const char *key, int device);
+
+/* Where a decided setting came from. The first five are the config layer's
+ * (stoke_cfg_source in stoke/train.h has the same values). */
+typedef enum stoke_source {
+    STOKE_SRC_DEFAULT = 0, /* the built-in default */
+    STOKE_SRC_FILE,        /* a --config file */
+    STOKE_SRC_ENV,         /* an environment variable */
+    STOKE_SRC_FLAG,        /* a command-line flag */
+    STOKE_SRC_CHECKPOINT,  /* the config of the checkpoint resumed */
+    STOKE_SRC_TUNED,       /* derived by a rule from the machine and the dataset */
+} stoke_source;
+
+/* "default", "file", "env", "flag", "checkpoint", "tuned". */
+const char *stoke_source_name(stoke_source s);
+
+/* A decided setting's provenance. */
+typedef struct stoke_why {
+    stoke_source source;
+    char reason[400]; /* the facts behind a tuned value; "" for a given one */
+} stoke_why;
+
+/* What a run asks for, each setting with the source of its value, and the facts of
+ * its dataset the rules need. */
+typedef struct stoke_tune_request {
+    const char *precision;   /* "auto" (decide), "fp32", "bf16", "fp16" */
+    stoke_source precision_src;
+    int workers;             /* loader workers; < 0: decide */
+    stoke_source workers_src;
+    int threads;             /* compute threads; <= 0: decide */
+    stoke_source threads_src;
+    int prefetch;            /* batches in flight; <= 0: decide */
+    stoke_source prefetch_src;
+    int64_t batch;           /* samples per batch (given or the default: not tuned yet) */
+    stoke_source batch_src;
+    bool in_memory;          /* the training set is held in memory */
+    bool cheap_transform;    /* its transform is one fused pass (or none) */
+} stoke_tune_request;
+
+/* The settings a training run applies, each with its provenance. */
+typedef struct stoke_decision {
+    stoke_precision precision;
+    int device;              /* STOKE_TUNE_CPU: the CPU backend is the only one so far */
+    int usable_cpus;         /* what threads + workers share (at least 1) */
+    int threads;             /* compute threads (OpenMP: oneDNN, kernels, BLAS) */
+    int workers;             /* loader worker threads; 0: the training thread loads */
+    int prefetch;            /* the loader's ring slots (batches in flight) */
+    bool pinned;             /* page-locked ring slots (only with a device copy) */
+    int64_t batch;
+    stoke_why precision_why, device_why, threads_why, workers_why, prefetch_why, pinned_why,
+        batch_why;
+} stoke_decision;
+
+/* Decides every setting of the request from the machine's recommendations (`recs`
+ * from stoke_recommend on `m`, the rules `stoke probe` prints) where the request
+ * leaves it open. STOKE_ERR_ARG naming the value for a precision that is not auto,
+ * fp32, bf16 or fp16; otherwise STOKE_OK. */
+stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
+                          const stoke_tune_request *req, stoke_decision *out);
 
 /* Theoretical peak FLOP/s from a GPU's own properties: SM count × max SM clock ×
  * FLOPs per clock per SM for its compute capability. `tensor` selects the dense

@@ -30,6 +30,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 
 /* Prints "stoke CMD: message" to stderr; returns 1. */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* cli_error with the library's last error message: "stoke CMD: <message>". Returns 1. */
+int cli_last_error(const char *cmd);
 
 /* Parses a whole string as a number within [min, max]; false on trailing junk,
  * overflow or range. */

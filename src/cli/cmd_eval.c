@@ -50,13 +50,13 @@ int cmd_eval(int argc, char **argv)
         return cli_usage_error("eval", "give a checkpoint file");
     stoke_saved_model *m;
     if (stoke_saved_model_open(ckpt, batch, &m) != STOKE_OK)
-        return cli_error("eval", "%s", stoke_last_error());
+        return cli_last_error("eval");
     if (!dataset)
         dataset = stoke_saved_model_dataset(m);
     stoke_dataset_opts o = {.split = split};
     stoke_dataset *d;
     if (stoke_dataset_open(dataset, &o, &d) != STOKE_OK) {
-        int rc = cli_error("eval", "%s", stoke_last_error());
+        int rc = cli_last_error("eval");
         stoke_saved_model_free(m);
         return rc;
     }

@@ -49,11 +49,11 @@ int cmd_predict(int argc, char **argv)
         return cli_usage_error("predict", "give a checkpoint and an input");
     stoke_saved_model *m;
     if (stoke_saved_model_open(ckpt, 256, &m) != STOKE_OK)
-        return cli_error("predict", "%s", stoke_last_error());
+        return cli_last_error("predict");
     stoke_dataset_opts o = {.split = "test"};
     stoke_dataset *d;
     if (stoke_dataset_open(input, &o, &d) != STOKE_OK) {
-        int rc = cli_error("predict", "%s", stoke_last_error());
+        int rc = cli_last_error("predict");
         stoke_saved_model_free(m);
         return rc;
     }
@@ -79,11 +79,11 @@ int cmd_predict(int argc, char **argv)
     }
     for (int64_t i = 0; i < n; i++)
         if (stoke_dataset_read(d, i, x + (size_t)i * in->input_bytes, NULL) != STOKE_OK) {
-            rc = cli_error("predict", "%s", stoke_last_error());
+            rc = cli_last_error("predict");
             goto done;
         }
     if (stoke_saved_model_predict(m, x, in->input_dtype, n, pred, out) != STOKE_OK) {
-        rc = cli_error("predict", "%s", stoke_last_error());
+        rc = cli_last_error("predict");
         goto done;
     }
     int64_t actions = stoke_saved_model_actions(m);

@@ -27,8 +27,11 @@ void cmd_train_usage(void)
            "  --batch-size N        default 128 (env BATCH_SIZE)\n"
            "  --val-batch-size N    default 256 (env VAL_BATCH_SIZE)\n"
            "  --accumulate N        backward passes per optimizer step (effective batch)\n"
-           "  --workers N           loader threads (env NUM_WORKERS; default: decided)\n"
-           "  --prefetch N          batches in flight (default: the tuner's depth)\n"
+           "  --workers N           loader threads (env NUM_WORKERS; default: 0 for data held\n"
+           "                        in memory with a fused transform, else the probe's\n"
+           "                        loader_workers)\n"
+           "  --prefetch N          batches in flight (default: 2 x workers within [2, 32],\n"
+           "                        the probe's prefetch_depth rule)\n"
            "  --threads N           compute threads (default: usable CPUs - workers)\n"
            "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env AMP)\n"
            "  --optimizer O         sgd (default, momentum 0.9) or adamw\n"
@@ -165,11 +168,11 @@ int cmd_train(int argc, char **argv)
             if (!path)
                 return cli_usage_error("train", "--config needs a file");
             if (stoke_train_config_load_file(&cfg, path) != STOKE_OK)
-                return cli_error("train", "%s", stoke_last_error());
+                return cli_last_error("train");
         }
     }
     if (stoke_train_config_load_env(&cfg, NULL) != STOKE_OK)
-        return cli_error("train", "%s", stoke_last_error());
+        return cli_last_error("train");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0)
@@ -209,7 +212,7 @@ int cmd_train(int argc, char **argv)
     out_state o = {.tty = isatty(STDOUT_FILENO)};
     stoke_trainer *t;
     if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
-        return cli_error("train", "%s", stoke_last_error());
+        return cli_last_error("train");
     if (cfg.dry_run) {
         stoke_mem_plan plan;
         int64_t maxb;
@@ -218,7 +221,7 @@ int cmd_train(int argc, char **argv)
         if (s == STOKE_OK)
             print_plan(&plan, maxb, budget, beside);
         stoke_trainer_free(t);
-        return s == STOKE_OK ? 0 : cli_error("train", "%s", stoke_last_error());
+        return s == STOKE_OK ? 0 : cli_last_error("train");
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -230,7 +233,7 @@ int cmd_train(int argc, char **argv)
     if (o.line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
-        int rc = cli_error("train", "%s", stoke_last_error());
+        int rc = cli_last_error("train");
         stoke_trainer_free(t);
         return rc;
     }

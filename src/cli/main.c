@@ -142,6 +142,8 @@ int cli_error(const char *cmd, const char *fmt, ...)
     return 1;
 }
 
+int cli_last_error(const char *cmd) { return cli_error(cmd, "%s", stoke_last_error()); }
+
 bool cli_parse_double(const char *s, double min, double max, double *out)
 {
     if (!s || !*s)

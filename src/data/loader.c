@@ -10,6 +10,7 @@
 #include "data/dataset_impl.h"
 #include "stoke/data.h"
 #include "stoke/hw.h"
+#include "stoke/monitor.h"
 
 #define CHUNK 32         /* samples a worker claims at once */
 #define WAIT_WINDOW 1024 /* batches kept for the p95 */
@@ -690,4 +691,30 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
     } else {
         s->fill_min = s->fill_max = 0;
     }
+}
+
+bool stoke_loader_pipeline(void *ctx, stoke_mon_pipeline *out)
+{
+    stoke_loader *l = ctx;
+    if (!l)
+        return false;
+    stoke_loader_stats st;
+    stoke_loader_get_stats(l, &st);
+    memset(out, 0, sizeof *out);
+    out->batches = st.batches;
+    out->wait_total_s = st.wait_avg_ms * (double)st.batches / 1e3;
+    out->wait_avg_ms = st.wait_avg_ms;
+    out->wait_p95_ms = st.wait_p95_ms;
+    out->wait_max_ms = st.wait_max_ms;
+    out->fill_avg = st.fill_avg;
+    out->slots = st.slots;
+    out->workers = st.workers;
+    int n = st.workers > 0 ? st.workers : 1; /* 0 workers: the consumer's own time */
+    if (n > 64)
+        n = 64;
+    double busy = 0;
+    for (int i = 0; i < n; i++)
+        busy += st.busy_frac[i];
+    out->busy_frac = busy / n;
+    return true;
 }

@@ -292,11 +292,8 @@ stoke_status stoke_train_config_load_env(stoke_train_config *c,
         const char *v = getenv_fn ? getenv_fn(keys[i].env) : getenv(keys[i].env);
         if (!v || !*v)
             continue;
-        if (stoke_train_config_set(c, keys[i].name, v, STOKE_CFG_ENV) != STOKE_OK) {
-            char old[1024];
-            snprintf(old, sizeof old, "%s", stoke_last_error());
-            return stoke_fail(STOKE_ERR_ARG, "environment %s=%s: %s", keys[i].env, v, old);
-        }
+        if (stoke_train_config_set(c, keys[i].name, v, STOKE_CFG_ENV) != STOKE_OK)
+            return train_wrap_error(STOKE_ERR_ARG, "environment %s=%s", keys[i].env, v);
     }
     /* Fusion changes no value, only speed and memory (for before/after measurements),
      * so it is an environment switch of the models' options, not a setting. */
@@ -353,10 +350,8 @@ stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, s
         if (stoke_train_config_set(c, key, (const char *)v->data.scalar.value, STOKE_CFG_FILE) !=
             STOKE_OK) {
             const yaml_node_t *at = find_key(key) < 0 ? k : v; /* what is wrong */
-            char old[1024];
-            snprintf(old, sizeof old, "%s", stoke_last_error());
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s", name, at->start_mark.line + 1,
-                           at->start_mark.column + 1, old);
+            s = train_wrap_error(STOKE_ERR_FORMAT, "%s:%zu:%zu", name, at->start_mark.line + 1,
+                                 at->start_mark.column + 1);
             break;
         }
     }

@@ -121,15 +121,6 @@ static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *fiel
                       msg);
 }
 
-/* Prefixes the last error message with "prefix: " (stoke_fail cannot be given its own
- * buffer as an argument, so the old message is copied first). */
-static stoke_status wrap_error(stoke_status s, const char *prefix)
-{
-    char old[1024];
-    snprintf(old, sizeof old, "%s", stoke_last_error());
-    return stoke_fail(s, "%s: %s", prefix, old);
-}
-
 /* A value's text; NULL for a mapping, a list or null (each an error where a value is
  * expected, reported with train_yaml_what). */
 static const char *scalar(const yaml_node_t *n)
@@ -617,10 +608,8 @@ static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor
         case L_COUNT: break;
         }
         if (stoke_graph_status(g) != STOKE_OK || x == STOKE_NO_TENSOR) {
-            char where[256];
-            snprintf(where, sizeof where, "%s:%zu:%zu: %s layer", b->mf->name, y->line, y->col,
-                     layer_types[y->type].name);
-            wrap_error(STOKE_ERR_FORMAT, where);
+            train_wrap_error(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s layer", b->mf->name, y->line,
+                             y->col, layer_types[y->type].name);
             return STOKE_NO_TENSOR;
         }
     }
@@ -724,9 +713,7 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
             g = stoke_preset_actor_critic(input, h, nh, classes, &ao);
         }
         if (!g) {
-            char where[128];
-            snprintf(where, sizeof where, "%s: preset %s", mf->name, p);
-            wrap_error(STOKE_ERR_ARG, where);
+            train_wrap_error(STOKE_ERR_ARG, "%s: preset %s", mf->name, p);
             return NULL;
         }
         return g;
@@ -771,9 +758,7 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
         stoke_nn_mae(g, out, y);
     }
     if (stoke_graph_status(g) != STOKE_OK) {
-        char where[128];
-        snprintf(where, sizeof where, "%s: loss", mf->name);
-        wrap_error(STOKE_ERR_FORMAT, where);
+        train_wrap_error(STOKE_ERR_FORMAT, "%s: loss", mf->name);
         goto fail;
     }
     return g;

@@ -39,13 +39,51 @@ void stoke_saved_model_free(stoke_saved_model *s)
     free(s);
 }
 
-static const char *need(const stoke_ckpt *c, const char *key, stoke_status *st)
+/* The graph's tensors eval and predict use: input, target, the outputs (logits, or an
+ * actor-critic's policy and value) and the metric. */
+static stoke_status find_tensors(stoke_saved_model *s, const char *path)
 {
-    const char *v = stoke_ckpt_meta(c, key);
-    if (!v && *st == STOKE_OK)
-        *st = stoke_fail(STOKE_ERR_FORMAT, "%s: metadata key %s is missing (not a stoke "
-                         "checkpoint?)", stoke_ckpt_path(c), key);
-    return v ? v : "";
+    s->x = stoke_graph_find(s->graph, "x");
+    s->y = stoke_graph_find(s->graph, "y");
+    s->logits = stoke_graph_find(s->graph, "logits");
+    s->value = STOKE_NO_TENSOR;
+    if (s->logits == STOKE_NO_TENSOR) { /* an actor-critic: policy logits, then the value */
+        s->logits = stoke_graph_find(s->graph, "policy");
+        s->value = stoke_graph_find(s->graph, "value");
+    }
+    s->metric = STOKE_NO_TENSOR;
+    for (int i = 0; i < stoke_graph_node_count(s->graph); i++) {
+        stoke_nn_op op = stoke_graph_node_op(s->graph, i);
+        if (s->metric == STOKE_NO_TENSOR && (op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE))
+            s->metric = i;
+    }
+    if (s->x == STOKE_NO_TENSOR || s->logits == STOKE_NO_TENSOR)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits",
+                          path);
+    s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
+    s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
+    s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
+    return STOKE_OK;
+}
+
+/* Every parameter in the checkpoint, float32 of the graph's shape. Inference reads the
+ * fp32 master weights; buffers (batch norm statistics) too. They are checked now and
+ * copied when the model is allocated (ensure_model). */
+static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *c,
+                                  const char *path)
+{
+    const stoke_graph *g = s->graph;
+    for (int i = 0; i < stoke_graph_param_count(g); i++) {
+        const stoke_param_info *p = stoke_graph_param(g, i);
+        const stoke_ckpt_tensor *t = stoke_ckpt_find(c, p->name);
+        bool ok = t && t->dtype == STOKE_F32 && t->ndim == p->shape.ndim;
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = t->shape[d] == p->shape.dims[d];
+        if (!ok)
+            return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing or not float32 of "
+                              "the model's shape", path, p->name);
+    }
+    return STOKE_OK;
 }
 
 stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out)
@@ -61,35 +99,28 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     }
     s->batch = batch > 0 ? batch : 256;
-    const char *format = need(c, "stoke.format", &st);
-    const char *model = need(c, "stoke.model", &st);
-    const char *data_shape = need(c, "stoke.data_shape", &st);
-    const char *data_dtype = need(c, "stoke.data_dtype", &st);
-    const char *kind = need(c, "stoke.target_kind", &st);
-    const char *classes = need(c, "stoke.classes", &st);
-    const char *tshape = need(c, "stoke.target_shape", &st);
-    const char *mean = need(c, "stoke.normalize_mean", &st);
-    const char *sd = need(c, "stoke.normalize_std", &st);
-    snprintf(s->dataset, sizeof s->dataset, "%s", need(c, "stoke.dataset", &st));
-    stoke_shape in_shape, target_shape;
+    train_meta m;
+    if ((st = train_meta_read(c, &m)) != STOKE_OK)
+        goto fail;
+    snprintf(s->dataset, sizeof s->dataset, "%s", m.dataset);
     stoke_dtype dt = STOKE_DTYPE_COUNT;
     for (int i = 0; i < STOKE_DTYPE_COUNT; i++)
-        if (!strcmp(stoke_dtype_name((stoke_dtype)i), data_dtype))
+        if (!strcmp(stoke_dtype_name((stoke_dtype)i), m.data_dtype))
             dt = (stoke_dtype)i;
-    if (st == STOKE_OK && (strcmp(format, TRAIN_CKPT_FORMAT) || !train_parse_shape(data_shape, &in_shape) ||
-                           !train_parse_shape(tshape, &target_shape) || dt == STOKE_DTYPE_COUNT))
+    if (strcmp(m.format, TRAIN_CKPT_FORMAT) || dt == STOKE_DTYPE_COUNT) {
         st = stoke_fail(STOKE_ERR_FORMAT, "%s: its stoke metadata (format, shapes, dtype) is not "
                         "understood", path);
-    if (st != STOKE_OK)
         goto fail;
-    s->kind = !strcmp(kind, "class") ? STOKE_TARGET_CLASS
-              : !strcmp(kind, "vector") ? STOKE_TARGET_VECTOR : STOKE_TARGET_SCALAR;
-    s->classes = strtoll(classes, NULL, 10);
-    if ((st = train_input_init(&s->input, &in_shape, dt)) != STOKE_OK)
+    }
+    s->kind = !strcmp(m.target_kind, "class") ? STOKE_TARGET_CLASS
+              : !strcmp(m.target_kind, "vector") ? STOKE_TARGET_VECTOR : STOKE_TARGET_SCALAR;
+    s->classes = m.classes;
+    if ((st = train_input_init(&s->input, &m.data_shape, dt)) != STOKE_OK)
         goto fail;
     if (s->input.image) {
-        if (train_parse_floats(mean, s->input.mean, TRAIN_MAX_CHANNELS) != s->input.channels ||
-            train_parse_floats(sd, s->input.std, TRAIN_MAX_CHANNELS) != s->input.channels) {
+        memcpy(s->input.mean, m.mean.v, sizeof s->input.mean);
+        memcpy(s->input.std, m.std.v, sizeof s->input.std);
+        if (m.mean.n != s->input.channels || m.std.n != s->input.channels) {
             st = stoke_fail(STOKE_ERR_FORMAT, "%s: stoke.normalize_mean/std do not have %d values",
                             path, s->input.channels);
             goto fail;
@@ -100,50 +131,16 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
         size_t sb = stoke_transform_scratch_bytes(s->transform);
         s->scratch = sb ? malloc(sb) : NULL;
     }
-    if ((st = stoke_model_file_parse(model, strlen(model), path, &s->mf)) != STOKE_OK)
+    if ((st = stoke_model_file_parse(m.model, strlen(m.model), path, &s->mf)) != STOKE_OK)
         goto fail;
-    s->graph = stoke_model_file_build(s->mf, &s->input.model_shape, s->kind, &target_shape,
+    s->graph = stoke_model_file_build(s->mf, &s->input.model_shape, s->kind, &m.target_shape,
                                       s->classes);
     if (!s->graph) {
         st = STOKE_ERR_FORMAT;
         goto fail;
     }
-    s->x = stoke_graph_find(s->graph, "x");
-    s->y = stoke_graph_find(s->graph, "y");
-    s->logits = stoke_graph_find(s->graph, "logits");
-    s->value = STOKE_NO_TENSOR;
-    if (s->logits == STOKE_NO_TENSOR) { /* an actor-critic: policy logits, then the value */
-        s->logits = stoke_graph_find(s->graph, "policy");
-        s->value = stoke_graph_find(s->graph, "value");
-    }
-    s->metric = STOKE_NO_TENSOR;
-    for (int i = 0; i < stoke_graph_node_count(s->graph); i++) {
-        stoke_nn_op op = stoke_graph_node_op(s->graph, i);
-        if (s->metric == STOKE_NO_TENSOR && (op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE))
-            s->metric = i;
-    }
-    if (s->x == STOKE_NO_TENSOR || s->logits == STOKE_NO_TENSOR) {
-        st = stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits", path);
+    if ((st = find_tensors(s, path)) != STOKE_OK || (st = check_weights(s, c, path)) != STOKE_OK)
         goto fail;
-    }
-    s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
-    s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
-    s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
-    /* Inference reads the fp32 master weights; buffers (batch norm statistics) too.
-     * They are checked now and copied when the model is allocated (ensure_model). */
-    const stoke_graph *g = s->graph;
-    for (int i = 0; i < stoke_graph_param_count(g); i++) {
-        const stoke_param_info *p = stoke_graph_param(g, i);
-        const stoke_ckpt_tensor *t = stoke_ckpt_find(c, p->name);
-        bool ok = t && t->dtype == STOKE_F32 && t->ndim == p->shape.ndim;
-        for (int d = 0; ok && d < t->ndim; d++)
-            ok = t->shape[d] == p->shape.dims[d];
-        if (!ok) {
-            st = stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing or not float32 of the "
-                            "model's shape", path, p->name);
-            goto fail;
-        }
-    }
     s->ck = c;
     *out = s;
     return STOKE_OK;
@@ -242,7 +239,9 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     unsigned char *tb = malloc((size_t)s->batch * (in->target_bytes ? in->target_bytes : 1));
     int64_t *idx = malloc((size_t)s->batch * sizeof *idx);
     stoke_status st = ib && tb && idx ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "out of memory");
-    double ls = 0, ms = 0;
+    train_targets tg = {in->target_dtype, s->target_elems, s->kind == STOKE_TARGET_CLASS,
+                        s->classes};
+    train_eval acc = {0};
     for (int64_t at = 0; at < n && st == STOKE_OK; at += s->batch) {
         int64_t b = n - at < s->batch ? n - at : s->batch;
         for (int64_t i = 0; i < b && st == STOKE_OK; i++) {
@@ -253,23 +252,14 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
         if (st != STOKE_OK)
             break;
         feed(s, ib, in->input_bytes, b);
-        st = train_convert_targets(tb, in->target_dtype, b, s->target_elems,
-                                   s->kind == STOKE_TARGET_CLASS, s->classes,
-                                   stoke_model_input(s->model, s->y), idx);
-        if (st == STOKE_OK)
-            st = stoke_model_forward(s->model, b, false);
-        ls += stoke_model_loss(s->model) * (double)b;
-        if (s->metric != STOKE_NO_TENSOR)
-            ms += stoke_model_value(s->model, s->metric) * (double)b;
+        st = train_eval_batch(s->model, s->y, s->metric, &tg, tb, idx, b, &acc);
     }
     free(ib);
     free(tb);
     free(idx);
     if (st != STOKE_OK)
         return st;
-    *loss = n ? ls / (double)n : NAN;
-    *metric = n && s->metric != STOKE_NO_TENSOR ? ms / (double)n : NAN;
-    *count = n;
+    train_eval_means(&acc, s->metric != STOKE_NO_TENSOR, loss, metric, count);
     return STOKE_OK;
 }
 

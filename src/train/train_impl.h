@@ -1,5 +1,6 @@
-/* train_impl.h - helpers shared by the trainer (train.c) and saved models (saved.c):
- * how a dataset's samples become model inputs and targets, and the checkpoint keys. */
+/* train_impl.h - helpers shared by the trainer (trainer.h and its files) and saved
+ * models (saved.c): how a dataset's samples become model inputs and targets (input.c),
+ * one evaluation pass, and the checkpoint's metadata (meta.c). */
 #ifndef STOKE_TRAIN_IMPL_H
 #define STOKE_TRAIN_IMPL_H
 
@@ -20,8 +21,10 @@ typedef struct train_input {
     stoke_shape model_shape;        /* the model's input "x" shape */
 } train_input;
 
-/* Prefixes the last error message with "prefix: ". Returns s. */
-stoke_status train_wrap_error(stoke_status s, const char *prefix);
+/* Prefixes the last error message with the formatted prefix and ": " (where the error
+ * happened: a file's line, a setting, "validation"). Returns s. */
+stoke_status train_wrap_error(stoke_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Decides how inputs of this shape and dtype are fed (images: channel count and
  * layout; f32 vectors as they are). STOKE_ERR_ARG for what cannot be trained on. */
@@ -32,12 +35,41 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
 void train_transform_opts(const train_input *ti, bool augment, stoke_op *ops,
                           stoke_transform_opts *o);
 
+/* A number of any dtype at element i of src (NaN for an unknown dtype). */
+double train_read_num(const void *src, stoke_dtype t, int64_t i);
+
 /* Converts n targets of the dataset's dtype into the model's "y" input: int32 class
  * indices (checked against classes: STOKE_ERR_ARG naming the sample) or float32 values.
  * `samples` (may be NULL) gives the dataset indices for messages. */
 stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n,
                                    int64_t elems, bool classes, int64_t nclasses, void *dst,
                                    const int64_t *samples);
+
+/* How a dataset's targets feed the model's "y" (train_convert_targets' arguments). */
+typedef struct train_targets {
+    stoke_dtype dtype;
+    int64_t elems;
+    bool classes;
+    int64_t nclasses;
+} train_targets;
+
+/* An evaluation's running sums: loss and metric weighted by the batch size. */
+typedef struct train_eval {
+    double loss, metric;
+    int64_t n;
+} train_eval;
+
+/* One evaluation batch, the same for validation in training and for `stoke eval`: the
+ * n inputs are already in the model's "x"; converts the targets into "y", runs the
+ * forward pass (no training) and adds the batch's loss and metric (when `metric` is
+ * not STOKE_NO_TENSOR) to *acc. On error *acc is unchanged. */
+stoke_status train_eval_batch(stoke_model *m, stoke_tensor y, stoke_tensor metric,
+                              const train_targets *tg, const void *targets,
+                              const int64_t *samples, int64_t n, train_eval *acc);
+
+/* The means of *acc (NaN when nothing was evaluated, or no metric) and its count. */
+void train_eval_means(const train_eval *acc, bool has_metric, double *loss, double *metric,
+                      int64_t *count);
 
 /* A model about to be allocated: what it is for ("training", "validation",
  * "inference"), its plan (stoke_graph_plan) and the option that sets its batch. */
@@ -56,6 +88,44 @@ typedef struct train_mem_need {
  * remains for the rest of the run (the loaders' rings), or 0 when unknown. */
 stoke_status train_check_memory(const char *model, const train_mem_need *needs, int n,
                                 double budget, size_t *left);
+
+/* Per-channel values of the normalize transform (n = 0 for inputs that are not
+ * images). */
+typedef struct train_floats {
+    float v[TRAIN_MAX_CHANNELS];
+    int n;
+} train_floats;
+
+/* A checkpoint's stoke.* metadata, as the fields it is made from and read into. The
+ * keys, their fields and their text forms are one table in meta.c, so writing and
+ * reading cannot disagree. Strings point into the checkpoint (read) or at the
+ * caller's text (write). */
+typedef struct train_meta {
+    const char *format;             /* TRAIN_CKPT_FORMAT */
+    int64_t epoch;                  /* the sampler's epoch (the one being trained) */
+    int64_t step;                   /* optimizer steps taken */
+    uint64_t seed;
+    int64_t sampler_epoch, sampler_index; /* where the next batch starts */
+    float loss_scale;               /* the dynamic loss scale (fp16) */
+    const char *precision, *optimizer;
+    stoke_shape input_shape;        /* the model's input "x" */
+    stoke_shape data_shape;         /* the dataset's per-sample shape */
+    const char *data_dtype;
+    const char *target_kind;        /* "class", "vector" or "scalar" */
+    int64_t classes;
+    stoke_shape target_shape;
+    train_floats mean, std;         /* the normalize transform's */
+    double epoch_loss_sum, epoch_metric_sum; /* this epoch's running sums */
+    int64_t epoch_samples, epoch_batches;
+    const char *model;              /* the model file's text */
+    const char *dataset;            /* the training set's path */
+    const char *config;             /* the run's config as JSON */
+} train_meta;
+
+/* Reads every key of the table from c into *m. STOKE_ERR_FORMAT naming the file and
+ * the key when one is missing ("not a stoke checkpoint?") or its value is not of its
+ * type. *m points into c: valid while c is open. */
+stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m);
 
 /* "1,28,28" <-> shape; "0.286,0.353" <-> floats. */
 void train_format_shape(const stoke_shape *s, char *buf, size_t size);

@@ -1,6 +1,7 @@
 /* recommend.c - the table of recommendation rules, the peak FLOP/s arithmetic and the
  * judgement of OpenBLAS's kernels against the CPU. */
 #include "stoke/tune.h"
+#include "tune/tune_impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -348,12 +349,15 @@ typedef enum rule_scope { ON_CPU, ON_EACH_GPU } rule_scope;
 static const struct {
     int min_cc; /* 10 * major + minor */
     const char *value;
+    stoke_precision precision;
     const char *why;
 } precision_rules[] = {
-    {80, "bf16", "is >= 8.0: bf16 tensor cores; bf16 keeps fp32's range, so no loss scaling"},
-    {70, "fp16+loss-scaling",
+    {80, "bf16", STOKE_PREC_BF16,
+     "is >= 8.0: bf16 tensor cores; bf16 keeps fp32's range, so no loss scaling"},
+    {70, "fp16+loss-scaling", STOKE_PREC_FP16,
      "is 7.x: fp16 tensor cores but no bf16; fp16's narrow range needs dynamic loss scaling"},
-    {0, "fp32", "is below 7.0: no tensor cores, so half precision would save memory but not time"},
+    {0, "fp32", STOKE_PREC_FP32,
+     "is below 7.0: no tensor cores, so half precision would save memory but not time"},
 };
 
 static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
@@ -370,6 +374,7 @@ static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
         if (cc >= precision_rules[i].min_cc) {
             r->known = true;
             snprintf(r->text, sizeof r->text, "%s", precision_rules[i].value);
+            r->precision = precision_rules[i].precision;
             say(r->reason, sizeof r->reason, "compute capability %d.%d %s", g->cc_major,
                 g->cc_minor, precision_rules[i].why);
             break;
@@ -450,6 +455,7 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
          * reference CNN and the MLP train about 2x faster in bf16 than in fp32 and end
          * within 0.5 points of fp32's test accuracy. */
         snprintf(r->text, sizeof r->text, "bf16");
+        r->precision = STOKE_PREC_BF16;
         say(r->reason, sizeof r->reason,
             "CPU-only with AMX-BF16: bf16 matmuls and convolutions on AMX tiles with fp32 "
             "accumulation and fp32 master weights (about 2x fp32's training speed, same "
@@ -457,6 +463,7 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
         return true;
     }
     snprintf(r->text, sizeof r->text, "fp32");
+    r->precision = STOKE_PREC_FP32;
     say(r->reason, sizeof r->reason, "CPU-only: the CPU backend computes in fp32");
     if (m->cpu.simd_hidden & STOKE_SIMD_AMX_BF16)
         more(r->reason, sizeof r->reason,
@@ -567,9 +574,11 @@ static bool rule_pin_memory(const stoke_machine *m, int dev, stoke_rec *r)
     return true;
 }
 
-/* Two batches per worker keep one being filled and one ready; the floor of 2 keeps
- * the next batch ready even without workers; 32 bounds the RAM the ring holds. */
-enum { MIN_PREFETCH = 2, MAX_PREFETCH = 32 };
+int tune_prefetch_depth(int workers)
+{
+    int depth = 2 * workers;
+    return depth < MIN_PREFETCH ? MIN_PREFETCH : depth > MAX_PREFETCH ? MAX_PREFETCH : depth;
+}
 
 static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
 {
@@ -581,11 +590,7 @@ static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
         return true;
     }
     int workers = loader_workers(m);
-    int depth = 2 * workers;
-    if (depth < MIN_PREFETCH)
-        depth = MIN_PREFETCH;
-    if (depth > MAX_PREFETCH)
-        depth = MAX_PREFETCH;
+    int depth = tune_prefetch_depth(workers);
     r->known = true;
     r->number = depth;
     say(r->reason, sizeof r->reason,

@@ -1,0 +1,382 @@
+/* loop.c - stoke_trainer_run: the training loop. Each batch is a forward and backward
+ * pass (train_batch); every `accumulate` batches an optimizer step (step), which may
+ * evaluate within the epoch; at the end of the loader's epoch, epoch_end evaluates,
+ * reports and checkpoints. One evaluate serves both. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train/trainer.h"
+
+/* The monitor's latest CPU and GPU figures into the event (NaN: unknown). */
+static void utilization(stoke_trainer *t, stoke_train_event *e)
+{
+    e->cpu_pct = e->gpu_pct = NAN;
+    stoke_mon_sample s;
+    if (t->monitor && stoke_monitor_latest(t->monitor, &s)) {
+        if (s.valid & STOKE_MS_PROC_CPU)
+            e->cpu_pct = s.proc_cpu_pct;
+        if (s.gpu_count > 0 && (s.gpus[0].s.valid & STOKE_GS_UTIL))
+            e->gpu_pct = s.gpus[0].s.util_gpu_pct;
+    }
+}
+
+/* Seconds the training thread has waited for batches since the loader started. */
+static double loader_wait_s(stoke_loader *l)
+{
+    stoke_loader_stats s;
+    stoke_loader_get_stats(l, &s);
+    return s.wait_avg_ms * (double)s.batches / 1000.0;
+}
+
+/* The validation set's mean loss and metric with the training model's weights, on the
+ * inference model (so the training trajectory is unchanged). NaN and 0 without one. */
+static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int64_t *count)
+{
+    *loss = *metric = NAN;
+    *count = 0;
+    if (!t->val_loader)
+        return STOKE_OK;
+    stoke_model *m = t->eval_model;
+    for (int i = 0; i < stoke_graph_param_count(t->graph); i++)
+        memcpy(stoke_model_param(m, i), stoke_model_param(t->model, i),
+               (size_t)stoke_graph_param(t->graph, i)->elems * sizeof(float));
+    stoke_model_params_changed(m);
+    void *xin = stoke_model_input(m, t->x);
+    train_targets tg = {t->info.target_dtype, t->target_elems, t->classes, t->nclasses};
+    train_eval acc = {0};
+    stoke_batch b;
+    stoke_status s;
+    while ((s = stoke_loader_next(t->val_loader, &b)) == STOKE_OK && b.size > 0) {
+        memcpy(xin, b.inputs, (size_t)b.size * b.input_bytes);
+        s = train_eval_batch(m, t->y, t->metric, &tg, b.targets, b.samples, b.size, &acc);
+        if (s != STOKE_OK)
+            return train_wrap_error(s, "validation");
+    }
+    if (s != STOKE_OK)
+        return s;
+    train_eval_means(&acc, t->metric != STOKE_NO_TENSOR, loss, metric, count);
+    return STOKE_OK;
+}
+
+/* The monitor's rules over the run so far; each finding is reported once. */
+static void monitor_warnings(stoke_trainer *t)
+{
+    if (!t->monitor)
+        return;
+    stoke_monitor_stop(t->monitor);
+    stoke_mon_summary sum;
+    if (stoke_mon_summarize(stoke_monitor_history(t->monitor), t->machine.cpu.usable_cpus, &sum) ==
+        STOKE_OK) {
+        stoke_finding f[8];
+        size_t n = stoke_diagnose(&sum, f, 8);
+        for (size_t i = 0; i < n && i < 8; i++) {
+            bool seen = false;
+            for (int k = 0; k < t->nwarned; k++)
+                seen |= !strcmp(t->warned[k], f[i].rule->id);
+            if (seen || t->nwarned >= 16)
+                continue;
+            snprintf(t->warned[t->nwarned++], sizeof t->warned[0], "%s", f[i].rule->id);
+            char text[1000];
+            snprintf(text, sizeof text, "%s: %s; %s", f[i].rule->id, f[i].evidence, f[i].advice);
+            stoke_train_event e = {.kind = STOKE_EV_WARNING, .text = text, .epoch = t->epoch};
+            train_emit(t, &e);
+        }
+    }
+    stoke_monitor_start(t->monitor);
+}
+
+/* Writes --checkpoint (if given) and says so. */
+static stoke_status checkpoint(stoke_trainer *t)
+{
+    if (!t->cfg.checkpoint[0])
+        return STOKE_OK;
+    stoke_status s = stoke_trainer_save(t, t->cfg.checkpoint);
+    if (s == STOKE_OK) {
+        stoke_train_event e = {.kind = STOKE_EV_CHECKPOINT, .text = t->cfg.checkpoint,
+                               .epoch = t->epoch, .step = t->step};
+        train_emit(t, &e);
+    }
+    return s;
+}
+
+/* After each evaluation: keeps the best metric and checks target_accuracy. True when
+ * the target is reached (the event, the log record and the result say where). `batch`
+ * is the epoch's batches done (= batches at its end). */
+static bool check_target(stoke_trainer *t, double vl, double vm, int64_t vn, int64_t batch,
+                         int64_t batches, double now)
+{
+    double *best = &t->result.best_val_metric;
+    bool higher = !strcmp(t->metric_name, "acc");
+    if (isfinite(vm) && (isnan(*best) || (higher ? vm > *best : vm < *best)))
+        *best = vm;
+    /* The accuracy is a mean of per-batch fractions: 9000 of 10000 right may come out a
+     * rounding below 0.9, which must still count as reaching 90%. */
+    if (!(t->cfg.target_accuracy > 0) || !(vm >= t->cfg.target_accuracy - 1e-9))
+        return false;
+    double el = now - t->loop_start;
+    t->result.target_reached = true;
+    t->result.target_epoch = t->epoch;
+    t->result.target_step = t->step;
+    t->result.target_elapsed_s = el;
+    stoke_train_event e = {.kind = STOKE_EV_TARGET, .epoch = t->epoch, .epochs = t->cfg.epochs,
+                           .batch = batch, .batches = batches, .step = t->step,
+                           .metric = NAN, .metric_name = t->metric_name, .val_loss = vl,
+                           .val_metric = vm, .val_samples = vn, .run_elapsed_s = el,
+                           .target = t->cfg.target_accuracy, .cpu_pct = NAN, .gpu_pct = NAN};
+    train_emit(t, &e);
+    train_log_target(t, &e, now);
+    return true;
+}
+
+/* An evaluation within an epoch (every eval_every steps). It runs on the inference
+ * model with its own loader, so the training trajectory is unchanged. *seconds: how
+ * long it took; *reached: the target check's answer. */
+static stoke_status eval_within_epoch(stoke_trainer *t, int64_t batches, double *seconds,
+                                      bool *reached)
+{
+    double t0 = stoke_wall_time(), vl, vm;
+    int64_t vn;
+    stoke_status s = evaluate(t, &vl, &vm, &vn);
+    if (s != STOKE_OK)
+        return s;
+    double now = stoke_wall_time();
+    *seconds = now - t0;
+    stoke_train_event e = {.kind = STOKE_EV_EVAL, .epoch = t->epoch, .epochs = t->cfg.epochs,
+                           .batch = t->ep_batches, .batches = batches, .step = t->step,
+                           .metric = NAN, .metric_name = t->metric_name, .val_loss = vl,
+                           .val_metric = vm, .val_samples = vn, .elapsed_s = *seconds,
+                           .run_elapsed_s = now - t->loop_start, .cpu_pct = NAN, .gpu_pct = NAN};
+    train_emit(t, &e);
+    train_log_eval(t, &e, now);
+    t->result.val_loss = vl;
+    t->result.val_metric = vm;
+    *reached = check_target(t, vl, vm, vn, t->ep_batches, batches, now);
+    return STOKE_OK;
+}
+
+
+/* An epoch's clock and the figures its progress is measured from. */
+typedef struct epoch_clock {
+    int64_t batches;        /* the loader's batches per epoch */
+    double start;           /* when the epoch started (earlier by the part before a
+                             * resume; later by the evaluations within it) */
+    double wait0;           /* the loader's total wait at the start */
+    int64_t samples_start;  /* the epoch's samples before this part of the run */
+    int last_decile;        /* the progress line's last tick, in tenths of the epoch */
+    double last_emit;       /* when the last progress event went out (any epoch) */
+} epoch_clock;
+
+static void epoch_clock_start(stoke_trainer *t, epoch_clock *k)
+{
+    k->start = stoke_wall_time() - t->ep_elapsed_before;
+    k->wait0 = loader_wait_s(t->loader);
+    k->samples_start = t->ep_samples;
+    k->last_decile = (int)(t->ep_batches * 10 / k->batches);
+}
+
+/* The epoch's running means so far (NaN before its first sample). */
+static double epoch_loss(const stoke_trainer *t)
+{
+    return t->ep_samples ? t->ep_loss / (double)t->ep_samples : NAN;
+}
+
+static double epoch_metric(const stoke_trainer *t)
+{
+    return t->metric != STOKE_NO_TENSOR && t->ep_samples ? t->ep_metric / (double)t->ep_samples
+                                                         : NAN;
+}
+
+/* Forward and backward over one batch; its loss and metric join the epoch's sums. */
+static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
+{
+    memcpy(stoke_model_input(t->model, t->x), b->inputs, (size_t)b->size * b->input_bytes);
+    stoke_status s = train_convert_targets(b->targets, t->info.target_dtype, b->size,
+                                           t->target_elems, t->classes, t->nclasses,
+                                           stoke_model_input(t->model, t->y), b->samples);
+    if (s == STOKE_OK)
+        s = stoke_model_forward(t->model, b->size, true);
+    if (s == STOKE_OK)
+        s = stoke_model_backward(t->model);
+    if (s != STOKE_OK)
+        return s;
+    t->ep_loss += stoke_model_loss(t->model) * (double)b->size;
+    if (t->metric != STOKE_NO_TENSOR)
+        t->ep_metric += stoke_model_value(t->model, t->metric) * (double)b->size;
+    t->ep_samples += b->size;
+    t->ep_batches++;
+    return STOKE_OK;
+}
+
+/* The progress event after a step: shown at each tenth of the epoch and at most four
+ * times a second otherwise. */
+static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e, double now)
+{
+    double el = now - k->start;
+    double ran = now - k->start - t->ep_elapsed_before + 1e-12; /* this part of the epoch */
+    e->samples_per_s = el > 0 ? (double)(t->ep_samples - k->samples_start) / ran : 0;
+    e->data_wait_pct = el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / ran : 0;
+    e->eta_s = t->ep_batches > 0
+                   ? el * (double)(k->batches - t->ep_batches) / (double)t->ep_batches : 0;
+    int decile = (int)(t->ep_batches * 10 / k->batches);
+    e->tick = decile > k->last_decile && t->ep_batches < k->batches;
+    if (e->tick || now - k->last_emit >= 0.25) {
+        utilization(t, e);
+        train_emit(t, e);
+        k->last_emit = now;
+        k->last_decile = decile;
+    }
+}
+
+/* An optimizer step over the `accum` batches accumulated, its progress event and log
+ * record, and an evaluation when --eval-every asks for one. *reached: the target
+ * accuracy was reached (the run stops). */
+static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reached)
+{
+    const stoke_train_config *c = &t->cfg;
+    *reached = false;
+    double lr = stoke_lr_at(&t->sched, t->step);
+    bool applied = true;
+    stoke_status s = stoke_model_step(t->model, lr, accum, &applied);
+    if (s != STOKE_OK)
+        return s;
+    t->step++;
+    double now = stoke_wall_time();
+    stoke_train_event e = {.kind = STOKE_EV_PROGRESS, .epoch = t->epoch, .epochs = c->epochs,
+                           .batch = t->ep_batches, .batches = k->batches, .step = t->step,
+                           .loss = epoch_loss(t), .metric = epoch_metric(t),
+                           .metric_name = t->metric_name, .lr = lr, .elapsed_s = now - k->start,
+                           .run_elapsed_s = now - t->loop_start};
+    step_progress(t, k, &e, now);
+    if (t->step % c->log_every == 0)
+        train_log_step(t, &e, now, stoke_model_loss(t->model), applied);
+    /* --eval-every: not on the step that ends the epoch (all its batches are done),
+     * whose evaluation is the epoch's own. */
+    if (c->eval_every > 0 && t->step % c->eval_every == 0 && t->ep_batches < k->batches) {
+        double eval_s;
+        if ((s = eval_within_epoch(t, k->batches, &eval_s, reached)) != STOKE_OK)
+            return s;
+        k->start += eval_s; /* the epoch's figures count training time only */
+    }
+    return STOKE_OK;
+}
+
+/* The loader's epoch is over: evaluation, the epoch's event and record, the monitor's
+ * warnings and the checkpoint. *done: the last epoch, or the target reached. */
+static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
+{
+    const stoke_train_config *c = &t->cfg;
+    double el = stoke_wall_time() - k->start;
+    double vl, vm;
+    int64_t vn;
+    stoke_status s = evaluate(t, &vl, &vm, &vn);
+    if (s != STOKE_OK)
+        return s;
+    double end = stoke_wall_time();
+    stoke_train_event e = {.kind = STOKE_EV_EPOCH, .epoch = t->epoch, .epochs = c->epochs,
+                           .batch = t->ep_batches, .batches = k->batches, .step = t->step,
+                           .loss = epoch_loss(t), .metric = epoch_metric(t),
+                           .metric_name = t->metric_name, .lr = stoke_lr_at(&t->sched, t->step),
+                           .elapsed_s = el, .val_loss = vl, .val_metric = vm, .val_samples = vn,
+                           .run_elapsed_s = end - t->loop_start};
+    double run_el = el - t->ep_elapsed_before;
+    e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - k->samples_start) / run_el : 0;
+    e.data_wait_pct = run_el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / run_el : 0;
+    utilization(t, &e);
+    train_emit(t, &e);
+    train_log_epoch(t, &e, end);
+    t->result.train_loss = e.loss;
+    t->result.val_loss = vl;
+    t->result.val_metric = vm;
+    bool reached = check_target(t, vl, vm, vn, k->batches, k->batches, end);
+    t->epoch++;
+    t->result.epochs_done = t->epoch;
+    t->ep_loss = t->ep_metric = 0;
+    t->ep_samples = t->ep_batches = 0;
+    t->ep_elapsed_before = 0;
+    monitor_warnings(t);
+    if ((s = checkpoint(t)) != STOKE_OK)
+        return s;
+    *done = t->epoch >= c->epochs || reached;
+    if (!*done)
+        epoch_clock_start(t, k);
+    return STOKE_OK;
+}
+
+/* Batches until the last epoch ends, the target is reached, max_steps is reached or
+ * *stop is set (these two only between optimizer steps). *mid_epoch: it stopped
+ * within an epoch (the run's end then saves the position). */
+static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *stop,
+                         bool *mid_epoch)
+{
+    const stoke_train_config *c = &t->cfg;
+    int accum = 0; /* batches since the last optimizer step */
+    for (;;) {
+        if (accum == 0 && ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps))) {
+            t->result.interrupted = true;
+            return STOKE_OK;
+        }
+        stoke_batch b;
+        stoke_status s = stoke_loader_next(t->loader, &b);
+        if (s != STOKE_OK)
+            return s;
+        if (b.size > 0) {
+            if ((s = train_batch(t, &b)) != STOKE_OK)
+                return s;
+            if (++accum < c->accumulate)
+                continue;
+        }
+        /* a step after `accumulate` batches, or over the epoch's last few */
+        if (accum > 0) {
+            bool reached;
+            s = step(t, k, accum, &reached);
+            accum = 0;
+            if (s != STOKE_OK || reached) {
+                *mid_epoch = reached;
+                return s;
+            }
+        }
+        if (b.size > 0)
+            continue;
+        bool done; /* b.size == 0: the loader's epoch is over */
+        if ((s = epoch_end(t, k, &done)) != STOKE_OK || done)
+            return s;
+    }
+}
+
+stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
+{
+    const stoke_train_config *c = &t->cfg;
+    double run_start = stoke_wall_time();
+    if (!t->loader) { /* resumed a finished run */
+        t->result.epochs_done = t->epoch;
+        t->result.steps = t->step;
+        return STOKE_OK;
+    }
+    if (t->monitor)
+        stoke_monitor_start(t->monitor);
+    epoch_clock k = {.batches = (t->info.count + c->batch_size - 1) / c->batch_size};
+    t->loop_start = stoke_wall_time();
+    train_log_start(t, (k.batches + c->accumulate - 1) / c->accumulate);
+    if (t->log_error[0]) { /* not even the first record: nothing has been trained yet */
+        if (t->monitor)
+            stoke_monitor_stop(t->monitor);
+        return stoke_fail(STOKE_ERR_IO, "log: %s (before the first step: nothing was "
+                          "trained)", t->log_error);
+    }
+    epoch_clock_start(t, &k);
+    bool mid_epoch = false; /* the target was reached within an epoch */
+    stoke_status s = loop(t, &k, stop, &mid_epoch);
+    if (t->monitor)
+        stoke_monitor_stop(t->monitor);
+    t->result.steps = t->step;
+    t->result.metric_name = t->metric_name;
+    t->result.seconds = stoke_wall_time() - run_start;
+    if (s == STOKE_OK && (t->result.interrupted || mid_epoch)) {
+        t->ep_elapsed_before = stoke_wall_time() - k.start;
+        s = checkpoint(t);
+    }
+    stoke_status ls = train_log_finish(t);
+    return s != STOKE_OK ? s : ls;
+}

@@ -1,0 +1,251 @@
+/* meta.c - a training checkpoint: its stoke.* metadata as one table of {key, field,
+ * type} that both the writer (stoke_trainer_save) and the readers (resume, eval,
+ * predict) go through, and the tensors (weights, then the optimizer's state). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer.h"
+
+typedef enum meta_type {
+    META_TEXT,   /* const char *, as it is */
+    META_I64,    /* int64_t, decimal */
+    META_U64,    /* uint64_t, decimal */
+    META_F32,    /* float, %.9g (reads back the same float) */
+    META_F64,    /* double, %.17g (reads back the same double) */
+    META_SHAPE,  /* stoke_shape, "1,28,28" */
+    META_FLOATS, /* train_floats, "0.286,0.353" */
+} meta_type;
+
+typedef struct meta_row {
+    const char *key;
+    size_t field; /* offsetof(train_meta, ...) */
+    meta_type type;
+} meta_row;
+
+#define ROW(key, field, type) {key, offsetof(train_meta, field), type}
+/* In the order they are written (the checkpoint's bytes depend on it). */
+static const meta_row rows[] = {
+    ROW("stoke.format", format, META_TEXT),
+    ROW("stoke.epoch", epoch, META_I64),
+    ROW("stoke.step", step, META_I64),
+    ROW("stoke.seed", seed, META_U64),
+    ROW("stoke.sampler_epoch", sampler_epoch, META_I64),
+    ROW("stoke.sampler_index", sampler_index, META_I64),
+    ROW("stoke.loss_scale", loss_scale, META_F32),
+    ROW("stoke.precision", precision, META_TEXT),
+    ROW("stoke.optimizer", optimizer, META_TEXT),
+    ROW("stoke.input_shape", input_shape, META_SHAPE),
+    ROW("stoke.data_shape", data_shape, META_SHAPE),
+    ROW("stoke.data_dtype", data_dtype, META_TEXT),
+    ROW("stoke.target_kind", target_kind, META_TEXT),
+    ROW("stoke.classes", classes, META_I64),
+    ROW("stoke.target_shape", target_shape, META_SHAPE),
+    ROW("stoke.normalize_mean", mean, META_FLOATS),
+    ROW("stoke.normalize_std", std, META_FLOATS),
+    ROW("stoke.epoch_loss_sum", epoch_loss_sum, META_F64),
+    ROW("stoke.epoch_metric_sum", epoch_metric_sum, META_F64),
+    ROW("stoke.epoch_samples", epoch_samples, META_I64),
+    ROW("stoke.epoch_batches", epoch_batches, META_I64),
+    ROW("stoke.model", model, META_TEXT),
+    ROW("stoke.dataset", dataset, META_TEXT),
+    ROW("stoke.config", config, META_TEXT),
+};
+#undef ROW
+enum { N_ROWS = sizeof rows / sizeof rows[0] };
+
+/* A row's value as text into buf (a META_TEXT row's own string is returned instead). */
+static const char *meta_format(const meta_row *r, const train_meta *m, char *buf, size_t n)
+{
+    const void *f = (const char *)m + r->field;
+    switch (r->type) {
+    case META_TEXT: return *(const char *const *)f;
+    case META_I64: snprintf(buf, n, "%" PRId64, *(const int64_t *)f); break;
+    case META_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)f); break;
+    case META_F32: snprintf(buf, n, "%.9g", (double)*(const float *)f); break;
+    case META_F64: snprintf(buf, n, "%.17g", *(const double *)f); break;
+    case META_SHAPE: train_format_shape(f, buf, n); break;
+    case META_FLOATS: {
+        const train_floats *fl = f;
+        train_format_floats(fl->v, fl->n, buf, n);
+        break;
+    }
+    }
+    return buf;
+}
+
+/* Parses v into the row's field; false when it is not of the row's type. */
+static bool meta_parse(const meta_row *r, const char *v, train_meta *m)
+{
+    void *f = (char *)m + r->field;
+    char *end = NULL;
+    errno = 0;
+    switch (r->type) {
+    case META_TEXT: *(const char **)f = v; return true;
+    case META_I64: *(int64_t *)f = strtoll(v, &end, 10); break;
+    case META_U64: *(uint64_t *)f = strtoull(v, &end, 10); break;
+    case META_F32: *(float *)f = strtof(v, &end); break;
+    case META_F64: *(double *)f = strtod(v, &end); break;
+    case META_SHAPE: return train_parse_shape(v, f);
+    case META_FLOATS: {
+        train_floats *fl = f;
+        fl->n = train_parse_floats(v, fl->v, TRAIN_MAX_CHANNELS);
+        return fl->n >= 0;
+    }
+    }
+    return end != v && !*end && errno == 0;
+}
+
+stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < N_ROWS; i++) {
+        const char *v = stoke_ckpt_meta(c, rows[i].key);
+        if (!v)
+            return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata key %s is missing (not a stoke "
+                              "checkpoint?)", stoke_ckpt_path(c), rows[i].key);
+        if (!meta_parse(&rows[i], v, m))
+            return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata %s: '%.80s' is not understood",
+                              stoke_ckpt_path(c), rows[i].key, v);
+    }
+    return STOKE_OK;
+}
+
+/* The checkpoint's tensors: every parameter, then each optimizer slot's state of the
+ * trainable ones ("optim.m.NAME", "optim.v.NAME"). */
+static stoke_ckpt_tensor *collect_tensors(stoke_model *model, char (*names)[160], size_t *count)
+{
+    const stoke_graph *g = stoke_model_graph(model);
+    int np = stoke_graph_param_count(g);
+    int slots = stoke_model_optim_slots(model);
+    stoke_ckpt_tensor *ts = calloc((size_t)np * 3, sizeof *ts);
+    if (!ts)
+        return NULL;
+    size_t n = 0;
+    for (int i = 0; i < np; i++) {
+        const stoke_param_info *p = stoke_graph_param(g, i);
+        ts[n++] = (stoke_ckpt_tensor){.name = p->name, .dtype = STOKE_F32, .ndim = p->shape.ndim,
+                                      .data = stoke_model_param(model, i)};
+        memcpy(ts[n - 1].shape, p->shape.dims, sizeof p->shape.dims);
+    }
+    for (int slot = 0; slot < slots; slot++)
+        for (int i = 0; i < np; i++) {
+            const stoke_param_info *p = stoke_graph_param(g, i);
+            float *st = stoke_model_optim_state(model, i, slot);
+            if (!p->trainable || !st)
+                continue;
+            char *nm = names[slot * np + i];
+            snprintf(nm, sizeof names[0], "optim.%s.%s", slot == 0 ? "m" : "v", p->name);
+            ts[n++] = (stoke_ckpt_tensor){.name = nm, .dtype = STOKE_F32, .ndim = p->shape.ndim,
+                                          .data = st};
+            memcpy(ts[n - 1].shape, p->shape.dims, sizeof p->shape.dims);
+        }
+    *count = n;
+    return ts;
+}
+
+/* The trainer's state as metadata; `config` is the run's config as JSON. */
+static void trainer_meta(const stoke_trainer *t, const char *config, train_meta *m)
+{
+    stoke_sampler_state ss = t->loader ? stoke_loader_state(t->loader) : t->start;
+    int channels = t->input.image ? t->input.channels : 0;
+    *m = (train_meta){
+        .format = TRAIN_CKPT_FORMAT, .epoch = ss.epoch, .step = t->step, .seed = t->cfg.seed,
+        .sampler_epoch = ss.epoch, .sampler_index = ss.index,
+        .loss_scale = stoke_model_loss_scale(t->model),
+        .precision = stoke_precision_name(t->precision),
+        .optimizer = stoke_optim_name(t->optim.kind), .input_shape = t->input.model_shape,
+        .data_shape = t->info.input_shape, .data_dtype = stoke_dtype_name(t->info.input_dtype),
+        .target_kind = t->classes ? "class"
+                       : t->info.target_kind == STOKE_TARGET_VECTOR ? "vector" : "scalar",
+        .classes = t->nclasses, .target_shape = t->info.target_shape,
+        .mean.n = channels, .std.n = channels,
+        .epoch_loss_sum = t->ep_loss, .epoch_metric_sum = t->ep_metric,
+        .epoch_samples = t->ep_samples, .epoch_batches = t->ep_batches,
+        .model = stoke_model_file_text(t->mf), .dataset = t->cfg.dataset, .config = config};
+    memcpy(m->mean.v, t->input.mean, sizeof m->mean.v);
+    memcpy(m->std.v, t->input.std, sizeof m->std.v);
+}
+
+stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
+{
+    int np = stoke_graph_param_count(t->graph);
+    char (*names)[160] = calloc((size_t)np * 2, sizeof *names);
+    size_t n = 0;
+    stoke_ckpt_tensor *ts = names ? collect_tensors(t->model, names, &n) : NULL;
+    char *cfg = stoke_train_config_json(&t->cfg);
+    if (!ts) {
+        free(names);
+        free(cfg);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
+    }
+    train_meta m;
+    trainer_meta(t, cfg ? cfg : "{}", &m);
+    char text[N_ROWS][128];
+    stoke_ckpt_kv kv[1 + N_ROWS] = {
+        {"format", "pt"}, /* what Hugging Face's loaders expect for plain tensors */
+    };
+    for (int i = 0; i < N_ROWS; i++)
+        kv[1 + i] = (stoke_ckpt_kv){rows[i].key, meta_format(&rows[i], &m, text[i], sizeof text[i])};
+    stoke_status s = stoke_ckpt_write(path, ts, n, kv, 1 + N_ROWS);
+    free(cfg);
+    free(ts);
+    free(names);
+    return s;
+}
+
+/* Copies parameters (and, when `optim`, the optimizer state) from a checkpoint. Every
+ * parameter must be present with its shape. */
+static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
+{
+    const stoke_graph *g = stoke_model_graph(m);
+    int np = stoke_graph_param_count(g);
+    int slots = optim ? stoke_model_optim_slots(m) : 0;
+    for (int slot = -1; slot < slots; slot++)
+        for (int i = 0; i < np; i++) {
+            const stoke_param_info *p = stoke_graph_param(g, i);
+            float *dst = slot < 0 ? stoke_model_param(m, i) : stoke_model_optim_state(m, i, slot);
+            if (!dst || (slot >= 0 && !p->trainable))
+                continue;
+            char name[160];
+            if (slot < 0)
+                snprintf(name, sizeof name, "%s", p->name);
+            else
+                snprintf(name, sizeof name, "optim.%s.%s", slot == 0 ? "m" : "v", p->name);
+            const stoke_ckpt_tensor *ct = stoke_ckpt_find(c, name);
+            if (!ct)
+                return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing", stoke_ckpt_path(c),
+                                  name);
+            bool same = ct->dtype == STOKE_F32 && ct->ndim == p->shape.ndim;
+            for (int d = 0; same && d < ct->ndim; d++)
+                same = ct->shape[d] == p->shape.dims[d];
+            if (!same)
+                return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' has %s of another shape than "
+                                  "the model's", stoke_ckpt_path(c), name,
+                                  stoke_ckpt_dtype_name(ct->dtype));
+            memcpy(dst, ct->data, ct->nbytes);
+        }
+    stoke_model_params_changed(m);
+    return STOKE_OK;
+}
+
+stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *m)
+{
+    stoke_status s = load_params(t->model, ck, true);
+    if (s != STOKE_OK)
+        return s;
+    t->step = m->step;
+    t->start.epoch = m->sampler_epoch;
+    t->start.index = m->sampler_index;
+    t->ep_loss = m->epoch_loss_sum;
+    t->ep_metric = m->epoch_metric_sum;
+    t->ep_samples = m->epoch_samples;
+    t->ep_batches = m->epoch_batches;
+    stoke_model_set_step_count(t->model, t->step);
+    if (m->loss_scale > 0)
+        stoke_model_set_loss_scale(t->model, m->loss_scale);
+    return STOKE_OK;
+}

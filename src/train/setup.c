@@ -1,0 +1,444 @@
+/* setup.c - stoke_trainer_new: the checkpoint to resume, the machine and what to do on
+ * it (precision, threads), the data, the model and its optimizer, the memory check,
+ * the loaders, the monitor and the log; and the trainer's end. The loop is loop.c. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train/trainer.h"
+
+/* What the precision line adds when the CPU has no kernels of that precision. */
+static const char *emulated_note(stoke_precision p)
+{
+    if (stoke_nn_precision_native(p))
+        return "";
+    return p == STOKE_PREC_BF16
+               ? "; emulated: oneDNN has no bf16 kernels on this CPU (they start at AVX-512), "
+                 "so operands are rounded to bf16 and the math runs in fp32, no faster than fp32"
+               : "; emulated: the CPU kernels have no fp16 path, so operands are rounded to "
+                 "fp16 and the math runs in fp32, no faster than fp32";
+}
+
+/* The config layer's sources are the tuner's first ones. */
+_Static_assert((int)STOKE_CFG_DEFAULT == (int)STOKE_SRC_DEFAULT &&
+                   (int)STOKE_CFG_FILE == (int)STOKE_SRC_FILE &&
+                   (int)STOKE_CFG_ENV == (int)STOKE_SRC_ENV &&
+                   (int)STOKE_CFG_FLAG == (int)STOKE_SRC_FLAG &&
+                   (int)STOKE_CFG_CHECKPOINT == (int)STOKE_SRC_CHECKPOINT,
+               "stoke_cfg_source and stoke_source differ");
+
+/* The run's request to the tuner: the settings the user gave (each with its source)
+ * or left open, and the facts of the data it runs on. */
+static stoke_tune_request tune_request(const stoke_trainer *t)
+{
+    const stoke_train_config *c = &t->cfg;
+#define SRC(key) ((stoke_source)stoke_train_config_source(c, key))
+    return (stoke_tune_request){
+        .precision = c->precision, .precision_src = SRC("precision"),
+        .workers = (int)c->workers, .workers_src = SRC("workers"),
+        .threads = (int)c->threads, .threads_src = SRC("threads"),
+        .prefetch = (int)c->prefetch, .prefetch_src = SRC("prefetch"),
+        .batch = c->batch_size, .batch_src = SRC("batch_size"),
+        .in_memory = t->train_d != t->train_src,
+        .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8};
+#undef SRC
+}
+
+/* "(flag)", or for a tuned setting its reason. */
+static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", w->source == STOKE_SRC_TUNED ? w->reason : stoke_source_name(w->source));
+    return buf;
+}
+
+/* What tune decided, applied (the compute threads; the rest is read from t->decision
+ * where the models and loaders are made) and printed. */
+static stoke_status apply_decision(stoke_trainer *t)
+{
+    stoke_tune_request q = tune_request(t);
+    stoke_status s = stoke_decide(&t->machine, &t->recs, &q, &t->decision);
+    if (s != STOKE_OK)
+        return s;
+    const stoke_decision *d = &t->decision;
+    t->precision = d->precision;
+    t->workers = d->workers;
+    t->threads = d->threads;
+    stoke_nn_set_threads(t->threads);
+    char a[420], b[420], given[32] = "";
+    if (d->threads_why.source != STOKE_SRC_TUNED)
+        snprintf(given, sizeof given, " (%s)", stoke_source_name(d->threads_why.source));
+    train_info(t, "precision: %s (%s%s)%s", stoke_precision_name(d->precision),
+               d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
+               given_or_why(&d->precision_why, a, sizeof a), emulated_note(d->precision));
+    train_info(t, "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
+               "%d loader worker%s (%s)", d->usable_cpus, d->usable_cpus == 1 ? "" : "s",
+               d->threads, given, d->workers, d->workers == 1 ? "" : "s",
+               given_or_why(&d->workers_why, a, sizeof a));
+    train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
+               given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
+               given_or_why(&d->pinned_why, b, sizeof b));
+    return STOKE_OK;
+}
+
+/* The model (the checkpoint's when resuming, else the preset, --hidden or model file)
+ * built for the data: its inputs, targets, classes and metric. */
+static stoke_status setup_model(stoke_trainer *t, const train_meta *meta)
+{
+    const stoke_train_config *c = &t->cfg;
+    stoke_status s;
+    if (meta) {
+        s = stoke_model_file_parse(meta->model, strlen(meta->model), c->resume, &t->mf);
+    } else if (c->hidden[0]) {
+        /* --hidden 512,512 is the model document "model: mlp / hidden: [512,512]", so the
+         * checkpoint's stoke.model rebuilds the same sizes for eval and predict. */
+        if (strcmp(c->model, "mlp") && strcmp(c->model, "actor-critic"))
+            return stoke_fail(STOKE_ERR_ARG, "hidden (--hidden %s): only the mlp and actor-critic "
+                              "presets take hidden sizes, not model '%s' (a model file gives "
+                              "its own: hidden: [...] or its layers)", c->hidden, c->model);
+        char doc[256]; /* the model is mlp or actor-critic here */
+        snprintf(doc, sizeof doc, "model: %.12s\nhidden: [%s]\n", c->model, c->hidden);
+        s = stoke_model_file_parse(doc, strlen(doc), c->model, &t->mf);
+    } else {
+        s = stoke_model_file_load(c->model, &t->mf);
+    }
+    if (s != STOKE_OK)
+        return s;
+    t->classes = t->info.target_kind == STOKE_TARGET_CLASS;
+    t->nclasses = t->classes ? t->info.num_classes : 0;
+    if (t->val_d && t->classes && stoke_dataset_get_info(t->val_d)->num_classes > t->nclasses)
+        t->nclasses = stoke_dataset_get_info(t->val_d)->num_classes;
+    if (t->info.target_kind == STOKE_TARGET_VECTOR &&
+        !strcmp(stoke_model_file_describe(t->mf), "actor-critic")) {
+        if ((s = train_count_actions(t->train_d, c->dataset, &t->nclasses)) != STOKE_OK ||
+            (t->val_d && (s = train_count_actions(t->val_d, c->val_dataset[0] ? c->val_dataset
+                                            : c->dataset, &t->nclasses)) != STOKE_OK))
+            return s;
+    }
+    t->graph = stoke_model_file_build(t->mf, &t->input.model_shape, t->info.target_kind,
+                                      &t->info.target_shape, t->nclasses);
+    if (!t->graph)
+        return STOKE_ERR_ARG;
+    t->x = stoke_graph_find(t->graph, "x");
+    t->y = stoke_graph_find(t->graph, "y");
+    if (t->x == STOKE_NO_TENSOR || t->y == STOKE_NO_TENSOR)
+        return stoke_fail(STOKE_ERR_ARG, "model %s: stoke train feeds inputs \"x\" and \"y\"; "
+                          "this model has other inputs", stoke_model_file_describe(t->mf));
+    t->target_elems = stoke_shape_elems(stoke_graph_shape(t->graph, t->y));
+    int64_t data_target_elems = t->info.target_kind == STOKE_TARGET_NONE ? 0
+                                : stoke_shape_elems(&t->info.target_shape);
+    if (t->target_elems != data_target_elems)
+        return stoke_fail(STOKE_ERR_ARG, "model %s: its target has %" PRId64 " values per sample, "
+                          "the dataset's %" PRId64, stoke_model_file_describe(t->mf),
+                          t->target_elems, data_target_elems);
+    t->metric = STOKE_NO_TENSOR;
+    for (int i = 0; i < stoke_graph_node_count(t->graph); i++) {
+        stoke_nn_op op = stoke_graph_node_op(t->graph, i);
+        if (t->metric == STOKE_NO_TENSOR && (op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE)) {
+            t->metric = i;
+            t->metric_name = op == STOKE_NN_ACCURACY ? "acc" : "mae";
+        }
+    }
+    if (!t->metric_name)
+        t->metric_name = "";
+    return STOKE_OK;
+}
+
+/* --resume: the checkpoint opened and its metadata read; the run's settings completed
+ * from its config. */
+static stoke_status open_resume(stoke_trainer *t, stoke_ckpt **ck, train_meta *meta)
+{
+    const char *path = t->cfg.resume;
+    stoke_status s = stoke_ckpt_open(path, ck);
+    if (s == STOKE_OK)
+        s = train_meta_read(*ck, meta);
+    if (s == STOKE_OK && strcmp(meta->format, TRAIN_CKPT_FORMAT))
+        s = stoke_fail(STOKE_ERR_FORMAT, "%s: not a stoke training checkpoint", path);
+    if (s == STOKE_OK)
+        s = train_resume_config(t, *ck);
+    return s;
+}
+
+/* How samples feed the model; for images, the normalization (the checkpoint's when
+ * resuming, else the training set's) and the transforms. */
+static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
+{
+    const stoke_train_config *c = &t->cfg;
+    stoke_status s = train_input_init(&t->input, &t->info.input_shape, t->info.input_dtype);
+    if (s != STOKE_OK)
+        return s;
+    if (c->augment && !t->input.image) { /* not dropped without a word */
+        char sh[64];
+        return stoke_fail(STOKE_ERR_ARG, "augment (--augment): random crops and flips are for "
+                          "images, and %s has samples of %s", c->dataset,
+                          stoke_shape_format(&t->info.input_shape, sh, sizeof sh));
+    }
+    if (!t->input.image)
+        return STOKE_OK;
+    if (meta) {
+        memcpy(t->input.mean, meta->mean.v, (size_t)meta->mean.n * sizeof(float));
+        memcpy(t->input.std, meta->std.v, (size_t)meta->std.n * sizeof(float));
+    } else if ((s = train_input_stats(t->train_d, &t->input)) != STOKE_OK) {
+        return s;
+    }
+    train_transform_opts(&t->input, c->augment, t->ops, &t->topts);
+    train_transform_opts(&t->input, false, t->val_ops, &t->val_topts);
+    char mean[64], std[64];
+    train_format_floats(t->input.mean, t->input.channels, mean, sizeof mean);
+    train_format_floats(t->input.std, t->input.channels, std, sizeof std);
+    train_info(t, "transforms: %snormalize (mean %s, std %s, from the training set)",
+               c->augment ? "random crop (pad 2), horizontal flip, " : "", mean, std);
+    return STOKE_OK;
+}
+
+/* Settings that need what the model and the data offer. */
+static stoke_status check_evaluation(const stoke_trainer *t)
+{
+    const stoke_train_config *c = &t->cfg;
+    if (c->target_accuracy > 0 && strcmp(t->metric_name, "acc"))
+        return stoke_fail(STOKE_ERR_ARG, "target_accuracy (--target-accuracy %g): model %s has no "
+                          "accuracy metric (its targets are numbers: the metric is %s)",
+                          c->target_accuracy, stoke_model_file_describe(t->mf),
+                          t->metric_name[0] ? t->metric_name : "none");
+    if ((c->target_accuracy > 0 || c->eval_every > 0) && !t->val_d)
+        return stoke_fail(STOKE_ERR_ARG, "%s: there is no validation set to evaluate on (give "
+                          "--val-dataset)", c->target_accuracy > 0
+                                                ? "target_accuracy (--target-accuracy)"
+                                                : "eval_every (--eval-every)");
+    return STOKE_OK;
+}
+
+/* The optimizer and the learning-rate schedule, and the model line. */
+static void setup_optim(stoke_trainer *t)
+{
+    const stoke_train_config *c = &t->cfg;
+    t->optim = (stoke_optim){.kind = strcmp(c->optimizer, "adamw") ? STOKE_SGD : STOKE_ADAMW,
+                             .momentum = (float)c->momentum, .nesterov = c->nesterov,
+                             .weight_decay = (float)c->weight_decay,
+                             .clip_norm = (float)c->clip_norm};
+    if (t->optim.kind == STOKE_ADAMW)
+        t->optim.momentum = 0;
+    int64_t steps_per_epoch = (t->info.count + c->batch_size * c->accumulate - 1) /
+                              (c->batch_size * c->accumulate);
+    t->sched = (stoke_lr_schedule){
+        .kind = !strcmp(c->schedule, "cosine") ? STOKE_LR_COSINE
+                : !strcmp(c->schedule, "step") ? STOKE_LR_STEP : STOKE_LR_CONSTANT,
+        .lr = c->lr, .warmup_steps = c->warmup_steps, .step_size = c->step_size,
+        .gamma = c->gamma, .total_steps = steps_per_epoch * c->epochs, .min_lr = c->min_lr};
+    char sh[64];
+    train_info(t, "model: %s on %s, %" PRId64 " parameters; %s lr %g%s, batch %" PRId64 " x %"
+               PRId64 " accumulated = %" PRId64 ", %" PRId64 " epoch%s, seed %" PRIu64,
+               stoke_model_file_describe(t->mf),
+               stoke_shape_format(&t->input.model_shape, sh, sizeof sh),
+               stoke_graph_trainable_elems(t->graph), c->optimizer, c->lr,
+               t->sched.kind == STOKE_LR_COSINE ? " (cosine)"
+               : t->sched.kind == STOKE_LR_STEP ? " (step)" : "",
+               c->batch_size, c->accumulate, c->batch_size * c->accumulate, c->epochs,
+               c->epochs == 1 ? "" : "s", c->seed);
+}
+
+/* The training model and (with a validation set) the inference model, allocated when
+ * their plans and the loaders' rings fit in memory. ring[]: the training and the
+ * validation loaders' bytes per sample; *left: the memory that remains for the rings
+ * (0: unknown). */
+static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *left)
+{
+    const stoke_train_config *c = &t->cfg;
+    /* epoch_samples: the epoch's last, smaller batch is planned too (the kernels'
+     * workspace at a smaller batch can be larger) */
+    stoke_model_opts mo = {.max_batch = c->batch_size, .epoch_samples = t->info.count,
+                           .precision = t->precision, .optim = t->optim, .training = true,
+                           .seed = c->seed, .no_fusion = c->no_fusion};
+    /* Evaluation runs on its own inference model (no gradients or saved activations),
+     * so a large validation batch does not size the training arenas. */
+    stoke_model_opts eo = {.max_batch = c->val_batch_size, .epoch_samples = t->val_count,
+                           .precision = t->precision, .training = false, .seed = c->seed,
+                           .no_fusion = c->no_fusion};
+    stoke_mem_plan tp, ep;
+    stoke_status s;
+    if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
+        (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
+        return s;
+    ring[0] = train_ring_per_sample(t, t->train_d, t->workers, t->decision.prefetch);
+    ring[1] = t->val_d ? train_ring_per_sample(t, t->val_d, 0, 0) : 0;
+    train_mem_need need[2] = {{"training", &tp, "--batch-size", ring[0]},
+                              {"validation", &ep, "--val-batch-size", ring[1]}};
+    /* --memory-budget covers the data held in memory too; otherwise what is available
+     * now already excludes it */
+    double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
+                    : c->memory_budget > 0 ? 1 : 0;
+    if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1,
+                                budget, left)) != STOKE_OK ||
+        (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
+        return s;
+    if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
+        return s;
+    return STOKE_OK;
+}
+
+/* The loaders (none for the training set of a finished run), the monitor watching the
+ * training loader, and the log. */
+static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_t left)
+{
+    const stoke_train_config *c = &t->cfg;
+    stoke_status s;
+    stoke_loader_opts lo = {.sampler = {.batch_size = c->batch_size, .shuffle = true,
+                                        .seed = c->seed},
+                            .start = t->start, .transform = t->input.image ? &t->topts : NULL,
+                            .workers = t->workers, .prefetch = t->decision.prefetch,
+                            .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
+    if (t->start.epoch < c->epochs && (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
+        return s;
+    if (t->val_d) {
+        stoke_loader_opts vo = {.sampler = {.batch_size = c->val_batch_size},
+                                .transform = t->input.image ? &t->val_topts : NULL,
+                                .memory_limit = left ? left + ring[1] * (size_t)c->val_batch_size : 0};
+        if ((s = stoke_loader_create(t->val_d, &vo, &t->val_loader)) != STOKE_OK)
+            return s;
+    }
+    if (c->monitor && t->loader) {
+        stoke_monitor_config mc = {.interval_s = 0.5, .pid = getpid(), .no_gpu = false,
+                                   .pipeline_fn = stoke_loader_pipeline, .pipeline_ctx = t->loader};
+        if (stoke_monitor_create(&mc, &t->monitor) != STOKE_OK)
+            t->monitor = NULL; /* utilization is then reported as unknown */
+    }
+    if (c->log[0])
+        return stoke_mon_open_log(c->log, c->resume[0] != 0, &t->log_fd);
+    return STOKE_OK;
+}
+
+/* Everything up to the model line (all a --dry-run does). */
+static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
+{
+    stoke_status s = stoke_machine_probe(&t->machine, NULL);
+    if (s != STOKE_OK)
+        return s;
+    stoke_recommend(&t->machine, &t->recs);
+    if ((s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
+        (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
+        (s = apply_decision(t)) != STOKE_OK)
+        return s;
+    setup_optim(t);
+    return STOKE_OK;
+}
+
+/* The rest: memory, models, the checkpoint's state, loaders, monitor and log. */
+static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *meta)
+{
+    size_t ring[2], left;
+    stoke_status s = allocate_models(t, ring, &left);
+    if (s != STOKE_OK)
+        return s;
+    if (ck) {
+        /* the optimizer, like the model and seed, was checked by train_resume_config */
+        if ((s = train_restore(t, ck, meta)) != STOKE_OK)
+            return s;
+        train_info(t, "resumed from %s: epoch %" PRId64 ", sample %" PRId64 " of it, step %"
+                   PRId64, t->cfg.resume, t->start.epoch + 1, t->start.index, t->step);
+    }
+    t->epoch = t->start.epoch;
+    return start_pipeline(t, ring, left);
+}
+
+stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
+                               stoke_trainer **out)
+{
+    *out = NULL;
+    stoke_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    t->cfg = *cfg;
+    t->cb = cb;
+    t->cb_ctx = ctx;
+    t->log_fd = -1;
+    t->result.val_loss = t->result.val_metric = t->result.best_val_metric = NAN;
+    stoke_ckpt *ck = NULL;
+    train_meta meta;
+    stoke_status s = STOKE_OK;
+    if (cfg->resume[0])
+        s = open_resume(t, &ck, &meta);
+    if (s == STOKE_OK)
+        s = prepare(t, ck ? &meta : NULL);
+    if (s == STOKE_OK && !t->cfg.dry_run)
+        s = start(t, ck, &meta);
+    stoke_ckpt_close(ck);
+    if (s != STOKE_OK) {
+        stoke_trainer_free(t);
+        return s;
+    }
+    *out = t;
+    return STOKE_OK;
+}
+
+stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
+                                int64_t *max_batch, size_t *budget_used, size_t *beside)
+{
+    stoke_model_opts mo = {.max_batch = t->cfg.batch_size, .epoch_samples = t->info.count,
+                           .precision = t->precision, .optim = t->optim, .training = true,
+                           .seed = t->cfg.seed, .no_fusion = t->cfg.no_fusion};
+    stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
+    if (s != STOKE_OK)
+        return s;
+    /* The same budget as the check before allocating (train_check_memory): a given
+     * budget covers the data held in memory; what is available now already excludes
+     * it. The validation model takes its share too. */
+    size_t budget, held = 0;
+    stoke_mem_info mi;
+    if (budget_bytes || t->cfg.memory_budget > 0) {
+        budget = budget_bytes ? budget_bytes : (size_t)t->cfg.memory_budget;
+        held = (size_t)t->held_bytes;
+    } else {
+        budget = stoke_mem_probe(NULL, &mi) == STOKE_OK && mi.available_bytes
+                     ? (size_t)mi.available_bytes : (size_t)t->machine.mem.available_bytes;
+    }
+    size_t others = held;
+    if (t->val_d) {
+        stoke_model_opts eo = {.max_batch = t->cfg.val_batch_size, .epoch_samples = t->val_count,
+                               .precision = t->precision, .training = false, .seed = t->cfg.seed,
+                               .no_fusion = t->cfg.no_fusion};
+        stoke_mem_plan ep;
+        if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
+            return s;
+        others += ep.total + train_ring_per_sample(t, t->val_d, 0, 0) * (size_t)t->cfg.val_batch_size;
+    }
+    *budget_used = budget;
+    *beside = others;
+    *max_batch = budget > others
+                     ? stoke_plan_max_batch(plan, budget - others,
+                                            train_ring_per_sample(t, t->train_d, t->workers,
+                                                            t->decision.prefetch))
+                     : 0;
+    return STOKE_OK;
+}
+
+void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r)
+{
+    *r = t->result;
+    r->metric_name = t->metric_name ? t->metric_name : "";
+}
+
+stoke_model *stoke_trainer_model(stoke_trainer *t) { return t->model; }
+
+void stoke_trainer_free(stoke_trainer *t)
+{
+    if (!t)
+        return;
+    stoke_monitor_free(t->monitor);
+    stoke_loader_destroy(t->loader);
+    stoke_loader_destroy(t->val_loader);
+    stoke_model_free(t->model);
+    stoke_model_free(t->eval_model);
+    stoke_graph_free(t->graph);
+    stoke_model_file_free(t->mf);
+    if (t->train_d != t->train_src)
+        stoke_dataset_close(t->train_d);
+    stoke_dataset_close(t->train_src);
+    if (t->val_d != t->val_src)
+        stoke_dataset_close(t->val_d);
+    stoke_dataset_close(t->val_src);
+    if (t->log_fd >= 0)
+        close(t->log_fd);
+    free(t);
+}

@@ -1,0 +1,119 @@
+/* decide.c - the one decision a training run applies: each setting the user left open
+ * is taken from the machine's recommendations (the rules `stoke probe` prints) and the
+ * dataset's facts; each given one is kept with its source. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "stoke/tune.h"
+#include "tune/tune_impl.h"
+
+const char *stoke_source_name(stoke_source s)
+{
+    static const char *n[] = {"default", "file", "env", "flag", "checkpoint", "tuned"};
+    return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
+}
+
+static void why(stoke_why *w, stoke_source src, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void why(stoke_why *w, stoke_source src, const char *fmt, ...)
+{
+    w->source = src;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->reason, sizeof w->reason, fmt, ap);
+    va_end(ap);
+}
+
+/* "auto" takes the machine's rule: the first GPU's if there is one (the CPU backend is
+ * the only one so far: its fp16 stands for a GPU's fp16 with loss scaling, its fp32
+ * for TF32), else the CPU's. */
+static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *recs,
+                                     const stoke_tune_request *q, stoke_decision *d)
+{
+    if (strcmp(q->precision, "auto")) {
+        if (!stoke_precision_parse(q->precision, &d->precision))
+            return stoke_fail(STOKE_ERR_ARG, "precision: '%s' is not auto, fp32, bf16 or fp16",
+                              q->precision);
+        why(&d->precision_why, q->precision_src, "%s", "");
+        return STOKE_OK;
+    }
+    const stoke_rec *r = stoke_recs_find(recs, "precision", m->gpu_count > 0 ? 0 : STOKE_TUNE_CPU);
+    d->precision = r && r->known ? r->precision : STOKE_PREC_FP32;
+    why(&d->precision_why, STOKE_SRC_TUNED, "%s",
+        r && r->known ? r->reason : "no recommendation, fp32");
+    return STOKE_OK;
+}
+
+/* Loader workers, then the compute threads on the CPUs they leave. */
+static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q,
+                           stoke_decision *d)
+{
+    if (q->workers >= 0) {
+        d->workers = q->workers;
+        why(&d->workers_why, q->workers_src, "%s", "");
+    } else if (q->in_memory && q->cheap_transform) {
+        /* A batch gathered from memory through the fused transform costs ~1 us a
+         * sample, far below a step's compute: a worker thread would mostly sleep yet
+         * take a core from the math, so the training thread does it. */
+        d->workers = 0;
+        why(&d->workers_why, STOKE_SRC_TUNED, "the dataset is in memory and its transform is "
+            "one fused pass: the training thread gathers each batch");
+    } else {
+        const stoke_rec *rw = stoke_recs_find(recs, "loader_workers", STOKE_TUNE_CPU);
+        d->workers = rw && rw->known ? (int)rw->number : 1;
+        why(&d->workers_why, STOKE_SRC_TUNED, "the tuner: %s", rw ? rw->reason : "");
+    }
+    if (q->threads > 0) {
+        d->threads = q->threads;
+        why(&d->threads_why, q->threads_src, "%s", "");
+    } else {
+        d->threads = d->usable_cpus - d->workers;
+        if (d->threads < 1)
+            d->threads = 1;
+        why(&d->threads_why, STOKE_SRC_TUNED, "the usable CPUs less the loader workers, at "
+            "least 1");
+    }
+}
+
+/* The loader's ring and where its slots live. */
+static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
+                          const stoke_tune_request *q, stoke_decision *d)
+{
+    if (q->prefetch > 0) {
+        d->prefetch = q->prefetch;
+        why(&d->prefetch_why, q->prefetch_src, "%s", "");
+    } else {
+        d->prefetch = tune_prefetch_depth(d->workers);
+        why(&d->prefetch_why, STOKE_SRC_TUNED, "2 per loader worker (one being filled, one "
+            "ready), within [%d, %d]", MIN_PREFETCH, MAX_PREFETCH);
+    }
+    const stoke_rec *rp = stoke_recs_find(recs, "pin_memory", STOKE_TUNE_CPU);
+    d->pinned = false; /* only a device copy gains from pinned slots */
+    if (m->gpu_count > 0)
+        why(&d->pinned_why, STOKE_SRC_TUNED, "the CPU backend computes: no batch is copied "
+            "to a GPU");
+    else
+        why(&d->pinned_why, STOKE_SRC_TUNED, "%s", rp ? rp->reason : "no GPU");
+}
+
+stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
+                          const stoke_tune_request *req, stoke_decision *out)
+{
+    memset(out, 0, sizeof *out);
+    out->usable_cpus = m->cpu.usable_cpus > 0 ? m->cpu.usable_cpus : 1;
+    out->device = STOKE_TUNE_CPU;
+    if (m->gpu_count > 0)
+        why(&out->device_why, STOKE_SRC_DEFAULT, "the CPU: stoke has no GPU backend yet "
+            "(%d GPU%s found)", m->gpu_count, m->gpu_count == 1 ? "" : "s");
+    else
+        why(&out->device_why, STOKE_SRC_DEFAULT, "the CPU: no GPU found");
+    out->batch = req->batch;
+    why(&out->batch_why, req->batch_src, "%s", "");
+    stoke_status s = decide_precision(m, recs, req, out);
+    if (s != STOKE_OK)
+        return s;
+    decide_threads(recs, req, out);
+    decide_loader(m, recs, req, out);
+    return STOKE_OK;
+}

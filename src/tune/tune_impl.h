@@ -1,0 +1,13 @@
+/* tune_impl.h - rules shared by the recommendations (recommend.c) and the decision a
+ * run applies (decide.c), so `stoke probe` and `stoke train` say and do the same. */
+#ifndef STOKE_TUNE_IMPL_H
+#define STOKE_TUNE_IMPL_H
+
+/* Two batches per worker keep one being filled and one ready; the floor of 2 keeps
+ * the next batch ready even without workers; 32 bounds the RAM the ring holds. */
+enum { MIN_PREFETCH = 2, MAX_PREFETCH = 32 };
+
+/* The loader's ring slots for this many workers: 2 x workers within [2, 32]. */
+int tune_prefetch_depth(int workers);
+
+#endif
