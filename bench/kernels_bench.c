@@ -16,7 +16,8 @@
 #include "stoke/hw.h"
 #include "stoke/tune.h"
 
-static float *frand(size_t n) {
+static float *frand(size_t n)
+{
     float *p = malloc(n * sizeof *p);
     uint32_t s = 12345;
     for (size_t i = 0; i < n; i++) {
@@ -26,7 +27,8 @@ static float *frand(size_t n) {
     return p;
 }
 
-static uint16_t *bf(const float *x, size_t n) {
+static uint16_t *bf(const float *x, size_t n)
+{
     uint16_t *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
@@ -40,7 +42,8 @@ typedef void (*bench_fn)(void *ctx);
 
 static double g_cpu_per_call; /* process CPU seconds per call in the best round */
 
-static double cpu_now(void) {
+static double cpu_now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -50,7 +53,8 @@ static double cpu_now(void) {
  * of enough calls to fill ~60 ms each (the machine is shared: the best round is the
  * least disturbed). The process CPU time of that round is kept too: with 1 thread,
  * CPU time well below wall time means the machine was busy with something else. */
-static double time_call(bench_fn f, void *ctx) {
+static double time_call(bench_fn f, void *ctx)
+{
     for (int i = 0; i < 3; i++)
         f(ctx);
     uint64_t t0 = stoke_now_ns();
@@ -74,11 +78,10 @@ static double time_call(bench_fn f, void *ctx) {
 
 static const char *g_filter; /* run only the cases whose name contains it */
 
-static int wanted(const char *label) {
-    return !g_filter || strstr(label, g_filter);
-}
+static int wanted(const char *label) { return !g_filter || strstr(label, g_filter); }
 
-static void report(const char *name, double flops, double sec) {
+static void report(const char *name, double flops, double sec)
+{
     char buf[64];
     printf("  %-48s %9.1f us (cpu %9.1f us)  %s\n", name, sec * 1e6, g_cpu_per_call * 1e6,
            flops > 0 ? stoke_format_flops(flops / sec, buf, sizeof buf) : "");
@@ -91,7 +94,8 @@ typedef struct lin {
     uint16_t *xh, *wh, *gh;
 } lin;
 
-static void lin_fwd(void *p) {
+static void lin_fwd(void *p)
+{
     lin *l = p;
     stoke_status st = l->bf16 ? cpu_linear_forward_bf16(l->y, l->xh, l->wh, l->b, l->B, l->C, l->OC)
                               : cpu_linear_forward(l->y, l->x, l->w, l->b, l->B, l->C, l->OC);
@@ -101,23 +105,38 @@ static void lin_fwd(void *p) {
     }
 }
 
-static void lin_bwd(void *p) {
+static void lin_bwd(void *p)
+{
     lin *l = p;
     stoke_status st =
-        l->bf16 ? cpu_linear_backward_bf16(l->dx, l->dw, l->db, l->gh, l->xh, l->wh, l->B, l->C, l->OC)
-                : cpu_linear_backward(l->dx, l->dw, l->db, l->g, l->x, l->w, l->B, l->C, l->OC);
+        l->bf16
+            ? cpu_linear_backward_bf16(l->dx, l->dw, l->db, l->gh, l->xh, l->wh, l->B, l->C, l->OC)
+            : cpu_linear_backward(l->dx, l->dw, l->db, l->g, l->x, l->w, l->B, l->C, l->OC);
     if (st != STOKE_OK) {
         fprintf(stderr, "linear backward: %s\n", stoke_last_error());
         exit(1);
     }
 }
 
-static void bench_linear(int B, int C, int OC, const char *label) {
+static void bench_linear(int B, int C, int OC, const char *label)
+{
     if (!wanted(label))
         return;
-    lin l = {B, C, OC, 0, frand((size_t)B * C), frand((size_t)OC * C), frand(OC),
-             frand((size_t)B * OC), frand((size_t)B * OC), frand((size_t)B * C),
-             frand((size_t)OC * C), frand(OC), NULL, NULL, NULL};
+    lin l = {B,
+             C,
+             OC,
+             0,
+             frand((size_t)B * C),
+             frand((size_t)OC * C),
+             frand(OC),
+             frand((size_t)B * OC),
+             frand((size_t)B * OC),
+             frand((size_t)B * C),
+             frand((size_t)OC * C),
+             frand(OC),
+             NULL,
+             NULL,
+             NULL};
     l.xh = bf(l.x, (size_t)B * C), l.wh = bf(l.w, (size_t)OC * C), l.gh = bf(l.g, (size_t)B * OC);
     double f = 2.0 * B * C * OC;
     char name[96];
@@ -144,10 +163,11 @@ typedef struct gemm {
     float *a, *b, *c;
 } gemm;
 
-static void blas_gemm(void *p) {
+static void blas_gemm(void *p)
+{
     gemm *g = p;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n,
-                g->b, g->n, 0.0f, g->c, g->n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b,
+                g->n, 0.0f, g->c, g->n);
 }
 
 /* ---- conv ---- */
@@ -160,20 +180,22 @@ typedef struct conv {
     size_t wsz;
 } conv;
 
-static void conv_fwd(void *p) {
+static void conv_fwd(void *p)
+{
     conv *c = p;
-    stoke_status st =
-        c->prec == CPU_CONV_BF16 ? cpu_conv2d_forward_bf16(c->y, c->xh, c->wh, c->b, &c->s, c->ws, c->wsz)
-        : c->prec == CPU_CONV_MIXED_BF16
-            ? cpu_conv2d_forward_mixed(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz)
-            : cpu_conv2d_forward(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz);
+    stoke_status st = c->prec == CPU_CONV_BF16
+                          ? cpu_conv2d_forward_bf16(c->y, c->xh, c->wh, c->b, &c->s, c->ws, c->wsz)
+                      : c->prec == CPU_CONV_MIXED_BF16
+                          ? cpu_conv2d_forward_mixed(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz)
+                          : cpu_conv2d_forward(c->y, c->x, c->w, c->b, &c->s, c->ws, c->wsz);
     if (st != STOKE_OK) {
         fprintf(stderr, "conv forward: %s\n", stoke_last_error());
         exit(1);
     }
 }
 
-static void conv_bwd(void *p) {
+static void conv_bwd(void *p)
+{
     conv *c = p;
     float *dx = c->first ? NULL : c->dx;
     stoke_status st =
@@ -188,7 +210,8 @@ static void conv_bwd(void *p) {
     }
 }
 
-static void bench_conv(cpu_conv2d_shape s, int first, const char *label) {
+static void bench_conv(cpu_conv2d_shape s, int first, const char *label)
+{
     if (!wanted(label))
         return;
     int OH, OW;
@@ -196,8 +219,9 @@ static void bench_conv(cpu_conv2d_shape s, int first, const char *label) {
         exit(1);
     size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * s.KH * s.KW;
     size_t ny = (size_t)s.B * s.OC * OH * OW;
-    conv c = {s, CPU_CONV_FP32, first, frand(nx), frand(nw), frand(s.OC), frand(ny), frand(ny), frand(nx),
-              frand(nw), frand(s.OC), NULL, NULL, NULL, NULL, 0};
+    conv c = {s,         CPU_CONV_FP32, first,     frand(nx), frand(nw),   frand(s.OC),
+              frand(ny), frand(ny),     frand(nx), frand(nw), frand(s.OC), NULL,
+              NULL,      NULL,          NULL,      0};
     c.xh = bf(c.x, nx), c.wh = bf(c.w, nw), c.gh = bf(c.g, ny);
     double f = 2.0 * s.B * s.OC * OH * OW * s.C * s.KH * s.KW;
     char name[96];
@@ -233,17 +257,20 @@ typedef struct pool {
     float *x, *y, *g, *dx;
 } pool;
 
-static void pool_fwd(void *p) {
+static void pool_fwd(void *p)
+{
     pool *q = p;
     cpu_maxpool2d_forward(q->y, q->x, &q->s);
 }
 
-static void pool_bwd(void *p) {
+static void pool_bwd(void *p)
+{
     pool *q = p;
     cpu_maxpool2d_backward(q->dx, q->g, q->x, &q->s);
 }
 
-static void bench_pool(cpu_pool2d_shape s, const char *label) {
+static void bench_pool(cpu_pool2d_shape s, const char *label)
+{
     if (!wanted(label))
         return;
     size_t nx = (size_t)s.B * s.C * s.H * s.W, ny = nx / 4;
@@ -274,15 +301,17 @@ typedef struct block {
     size_t ny;
 } block;
 
-static void block_apart_fwd(void *v) {
+static void block_apart_fwd(void *v)
+{
     block *k = v;
-    (k->prec ? cpu_conv2d_forward_mixed : cpu_conv2d_forward)(k->y, k->x, k->w, k->b, &k->s,
-                                                              k->ws, k->wsz);
+    (k->prec ? cpu_conv2d_forward_mixed : cpu_conv2d_forward)(k->y, k->x, k->w, k->b, &k->s, k->ws,
+                                                              k->wsz);
     cpu_relu_forward(k->r, k->y, k->ny);
     cpu_maxpool2d_forward(k->p, k->r, &k->ps);
 }
 
-static void block_apart_bwd(void *v) {
+static void block_apart_bwd(void *v)
+{
     block *k = v;
     memset(k->gr, 0, k->ny * sizeof(float));
     memset(k->gy, 0, k->ny * sizeof(float));
@@ -292,25 +321,28 @@ static void block_apart_bwd(void *v) {
         k->first ? NULL : k->dx, k->dw, k->db, k->gy, k->x, k->w, &k->s, k->ws, k->wsz);
 }
 
-static void block_fused_fwd(void *v) {
+static void block_fused_fwd(void *v)
+{
     block *k = v;
-    if (cpu_conv_block_forward(k->p, k->idx, k->x, k->w, k->b, &k->s, 2, k->prec, k->ws,
-                               k->wsz) != STOKE_OK) {
+    if (cpu_conv_block_forward(k->p, k->idx, k->x, k->w, k->b, &k->s, 2, k->prec, k->ws, k->wsz) !=
+        STOKE_OK) {
         fprintf(stderr, "block forward: %s\n", stoke_last_error());
         exit(1);
     }
 }
 
-static void block_fused_bwd(void *v) {
+static void block_fused_bwd(void *v)
+{
     block *k = v;
-    if (cpu_conv_block_backward(k->first ? NULL : k->dx, k->dw, k->db, k->gp, k->idx, k->x,
-                                k->w, &k->s, 2, k->prec, k->ws, k->wsz) != STOKE_OK) {
+    if (cpu_conv_block_backward(k->first ? NULL : k->dx, k->dw, k->db, k->gp, k->idx, k->x, k->w,
+                                &k->s, 2, k->prec, k->ws, k->wsz) != STOKE_OK) {
         fprintf(stderr, "block backward: %s\n", stoke_last_error());
         exit(1);
     }
 }
 
-static void bench_block(cpu_conv2d_shape s, int first, const char *label) {
+static void bench_block(cpu_conv2d_shape s, int first, const char *label)
+{
     if (!wanted(label))
         return;
     int OH, OW;
@@ -318,9 +350,26 @@ static void bench_block(cpu_conv2d_shape s, int first, const char *label) {
         exit(1);
     size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * s.KH * s.KW;
     size_t ny = (size_t)s.B * s.OC * OH * OW;
-    block k = {s, {s.B, s.OC, OH, OW, 2, 2, 2, 2, 0, 0}, 0, first, frand(nx), frand(nw),
-               frand(s.OC), frand(ny), frand(ny), frand(ny / 4), frand(ny / 4), frand(ny),
-               frand(ny), frand(nx), frand(nw), frand(s.OC), malloc(ny / 4), NULL, 0, ny};
+    block k = {s,
+               {s.B, s.OC, OH, OW, 2, 2, 2, 2, 0, 0},
+               0,
+               first,
+               frand(nx),
+               frand(nw),
+               frand(s.OC),
+               frand(ny),
+               frand(ny),
+               frand(ny / 4),
+               frand(ny / 4),
+               frand(ny),
+               frand(ny),
+               frand(nx),
+               frand(nw),
+               frand(s.OC),
+               malloc(ny / 4),
+               NULL,
+               0,
+               ny};
     char name[128];
     for (int prec = 0; prec < 2; prec++) {
         k.prec = prec ? CPU_CONV_MIXED_BF16 : CPU_CONV_FP32;
@@ -349,7 +398,8 @@ static void bench_block(cpu_conv2d_shape s, int first, const char *label) {
     free(k.idx);
 }
 
-static void bench_gemm(void) {
+static void bench_gemm(void)
+{
     gemm g = {1024, frand(1 << 20), frand(1 << 20), frand(1 << 20)};
     double f = 2.0 * 1024 * 1024 * 1024;
     report("sgemm 1024^3 openblas", f, time_call(blas_gemm, &g));
@@ -363,7 +413,8 @@ static void bench_gemm(void) {
     free(l.xh), free(l.wh), free(g.a), free(g.b), free(g.c);
 }
 
-static void run(int threads) {
+static void run(int threads)
+{
     cpu_set_threads(threads);
     printf("compute threads: %d\n", threads);
     if (wanted("sgemm"))
@@ -387,7 +438,8 @@ static void run(int threads) {
 
 /* The "openblas" rows run whatever kernels OpenBLAS loaded; say which, and whether they
  * are a fallback far below this CPU, so a slow row is not read as OpenBLAS's best. */
-static void print_openblas(void) {
+static void print_openblas(void)
+{
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
     stoke_openblas_info ob;
@@ -397,13 +449,13 @@ static void print_openblas(void) {
         cpu.simd = 0;
     stoke_blas_check c;
     stoke_openblas_check(ob.core, cpu.simd | cpu.simd_hidden, &c);
-    printf("OpenBLAS core %s: %s\n", ob.core[0] ? ob.core : "(none)",
-           stoke_blas_fit_name(c.fit));
+    printf("OpenBLAS core %s: %s\n", ob.core[0] ? ob.core : "(none)", stoke_blas_fit_name(c.fit));
     if (c.fit != STOKE_BLAS_FIT_MATCH)
         printf("  %s\n", c.reason);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     print_openblas();
     int nthreads = 0;
     for (int i = 1; i < argc; i++) {

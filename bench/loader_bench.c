@@ -13,7 +13,8 @@ static double run(stoke_dataset *d, const stoke_transform_opts *to, int workers,
                   stoke_loader_stats *stats)
 {
     stoke_loader_opts o = {.sampler = {.batch_size = 256, .shuffle = true, .seed = 1},
-                           .transform = to, .workers = workers};
+                           .transform = to,
+                           .workers = workers};
     stoke_loader *l = NULL;
     if (stoke_loader_create(d, &o, &l) != STOKE_OK) {
         fprintf(stderr, "loader: %s\n", stoke_last_error());
@@ -76,15 +77,16 @@ int main(int argc, char **argv)
         double r = run(mem, &to, w, epochs, &st);
         printf("stoke_transform_w%d %.0f\n", w, r);
         printf("# stoke transform, %d workers: wait avg %.3f ms p95 %.3f max %.3f, "
-               "fill avg %.2f of %d, busy %.3f ms/batch\n", w, st.wait_avg_ms, st.wait_p95_ms,
-               st.wait_max_ms, st.fill_avg, st.slots, st.busy_avg_ms);
+               "fill avg %.2f of %d, busy %.3f ms/batch\n",
+               w, st.wait_avg_ms, st.wait_p95_ms, st.wait_max_ms, st.fill_avg, st.slots,
+               st.busy_avg_ms);
     }
     for (int w = 1; w <= 2; w++) {
         double r = run(f32, NULL, w, epochs, &st);
         printf("stoke_plain_w%d %.0f\n", w, r);
         printf("# stoke plain, %d workers: wait avg %.3f ms p95 %.3f max %.3f, "
-               "fill avg %.2f of %d\n", w, st.wait_avg_ms, st.wait_p95_ms, st.wait_max_ms,
-               st.fill_avg, st.slots);
+               "fill avg %.2f of %d\n",
+               w, st.wait_avg_ms, st.wait_p95_ms, st.wait_max_ms, st.fill_avg, st.slots);
     }
     /* The physical limit: memcpy of the same bytes, batch by batch, in order. */
     size_t batch_bytes = 256 * fi.input_bytes;

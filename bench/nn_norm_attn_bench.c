@@ -13,7 +13,8 @@
 #include "nn/cpu/norm.h"
 #include "stoke/core.h"
 
-static float *buf(size_t n) {
+static float *buf(size_t n)
+{
     float *p = malloc(n * sizeof *p);
     if (!p) {
         abort();
@@ -25,19 +26,20 @@ static float *buf(size_t n) {
 }
 
 /* Best of `reps` timed runs of `body`, in ms. */
-#define TIME_BEST(ms, reps, body)                                                      \
-    do {                                                                               \
-        body;                                                                          \
-        ms = 1e30;                                                                     \
-        for (int r_ = 0; r_ < (reps); r_++) {                                          \
-            uint64_t t0_ = stoke_now_ns();                                             \
-            body;                                                                      \
-            double d_ = (double)(stoke_now_ns() - t0_) / 1e6;                          \
-            ms = d_ < ms ? d_ : ms;                                                    \
-        }                                                                              \
+#define TIME_BEST(ms, reps, body)                             \
+    do {                                                      \
+        body;                                                 \
+        ms = 1e30;                                            \
+        for (int r_ = 0; r_ < (reps); r_++) {                 \
+            uint64_t t0_ = stoke_now_ns();                    \
+            body;                                             \
+            double d_ = (double)(stoke_now_ns() - t0_) / 1e6; \
+            ms = d_ < ms ? d_ : ms;                           \
+        }                                                     \
     } while (0)
 
-static void line(const char *name, double ms, double bytes, double flops) {
+static void line(const char *name, double ms, double bytes, double flops)
+{
     printf("%-34s %9.3f ms", name, ms);
     if (bytes > 0) {
         printf("  %7.1f GB/s", bytes / ms / 1e6);
@@ -48,7 +50,8 @@ static void line(const char *name, double ms, double bytes, double flops) {
     printf("\n");
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     int threads = argc > 1 ? atoi(argv[1]) : omp_get_max_threads();
     cpu_set_threads(threads);
     printf("threads %d\n", threads);
@@ -77,8 +80,7 @@ int main(int argc, char **argv) {
             rv[c] = 1.0f;
         }
         TIME_BEST(ms, 10,
-                  cpu_batchnorm_forward(y, sm, sr, rm, rv, x, w, b, 128, 32, 784, 1, 0.1f,
-                                        1e-5f));
+                  cpu_batchnorm_forward(y, sm, sr, rm, rv, x, w, b, 128, 32, 784, 1, 0.1f, 1e-5f));
         line("batchnorm train fwd", ms, 12.0 * n, 0);
         float *dw = buf(32), *db = buf(32);
         TIME_BEST(ms, 10, cpu_batchnorm_backward(dx, dw, db, dy, x, w, sm, sr, 128, 32, 784, 1));
@@ -136,8 +138,8 @@ int main(int argc, char **argv) {
         TIME_BEST(ms, 10, cpu_attention_forward(y, saved, x, wqkv, bqkv, wo, bo, B, T, C, H, 0));
         line("attention fwd B64 T65 C128 H4", ms, 0, fl);
         TIME_BEST(ms, 10,
-                  cpu_attention_backward(dx, gwqkv, gbqkv, gwo, gbo, dy, x, wqkv, wo, saved, B,
-                                         T, C, H, 0, ws, wsz));
+                  cpu_attention_backward(dx, gwqkv, gbqkv, gwo, gbo, dy, x, wqkv, wo, saved, B, T,
+                                         C, H, 0, ws, wsz));
         line("attention bwd", ms, 0, 2 * fl);
         free(x), free(y), free(dy), free(dx), free(m), free(r), free(w), free(b), free(dw);
         free(db), free(g), free(gy), free(wqkv), free(bqkv), free(wo), free(bo), free(gwqkv);

@@ -72,8 +72,8 @@ typedef struct {
 static void matmul_run(void *p)
 {
     matmul_ctx *m = p;
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m->src}, {DNNL_ARG_WEIGHTS, m->wei},
-                               {DNNL_ARG_DST, m->dst}};
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, m->src}, {DNNL_ARG_WEIGHTS, m->wei}, {DNNL_ARG_DST, m->dst}};
     check(dnnl_primitive_execute(m->prim, m->stream, 3, args), "matmul execute");
     check(dnnl_stream_wait(m->stream), "stream wait");
 }

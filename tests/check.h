@@ -13,52 +13,51 @@
 static int check_failures;
 static int check_count;
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        check_count++;                                                                 \
-        if (!(cond)) {                                                                 \
-            check_failures++;                                                          \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-        }                                                                              \
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        check_count++;                                                               \
+        if (!(cond)) {                                                               \
+            check_failures++;                                                        \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                            \
     } while (0)
 
-#define CHECK_MSG(cond, ...)                                                           \
-    do {                                                                               \
-        check_count++;                                                                 \
-        if (!(cond)) {                                                                 \
-            check_failures++;                                                          \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);   \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fputc('\n', stderr);                                                       \
-        }                                                                              \
+#define CHECK_MSG(cond, ...)                                                         \
+    do {                                                                             \
+        check_count++;                                                               \
+        if (!(cond)) {                                                               \
+            check_failures++;                                                        \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+        }                                                                            \
     } while (0)
 
-#define CHECK_INT_EQ(a, b)                                                             \
-    do {                                                                               \
-        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                \
-        CHECK_MSG(check_a_ == check_b_, "%lld != %lld", check_a_, check_b_);           \
+#define CHECK_INT_EQ(a, b)                                                   \
+    do {                                                                     \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);      \
+        CHECK_MSG(check_a_ == check_b_, "%lld != %lld", check_a_, check_b_); \
     } while (0)
 
-#define CHECK_STR_EQ(a, b)                                                             \
-    do {                                                                               \
-        const char *check_a_ = (a), *check_b_ = (b);                                   \
-        CHECK_MSG(check_a_ && check_b_ && strcmp(check_a_, check_b_) == 0,             \
-                  "\"%s\" != \"%s\"", check_a_ ? check_a_ : "(null)",                  \
-                  check_b_ ? check_b_ : "(null)");                                     \
+#define CHECK_STR_EQ(a, b)                                                                   \
+    do {                                                                                     \
+        const char *check_a_ = (a), *check_b_ = (b);                                         \
+        CHECK_MSG(check_a_ &&check_b_ &&strcmp(check_a_, check_b_) == 0, "\"%s\" != \"%s\"", \
+                  check_a_ ? check_a_ : "(null)", check_b_ ? check_b_ : "(null)");           \
     } while (0)
 
-#define CHECK_STR_CONTAINS(hay, needle)                                                \
-    do {                                                                               \
-        const char *check_h_ = (hay), *check_n_ = (needle);                            \
-        CHECK_MSG(check_h_ && strstr(check_h_, check_n_), "\"%s\" lacks \"%s\"",       \
-                  check_h_ ? check_h_ : "(null)", check_n_);                           \
+#define CHECK_STR_CONTAINS(hay, needle)                                         \
+    do {                                                                        \
+        const char *check_h_ = (hay), *check_n_ = (needle);                     \
+        CHECK_MSG(check_h_ &&strstr(check_h_, check_n_), "\"%s\" lacks \"%s\"", \
+                  check_h_ ? check_h_ : "(null)", check_n_);                    \
     } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                          \
-    do {                                                                               \
-        double check_a_ = (double)(a), check_b_ = (double)(b);                         \
-        CHECK_MSG(fabs(check_a_ - check_b_) <= (tol), "%g vs %g (tolerance %g)",       \
-                  check_a_, check_b_, (double)(tol));                                  \
+#define CHECK_NEAR(a, b, tol)                                                              \
+    do {                                                                                   \
+        double check_a_ = (double)(a), check_b_ = (double)(b);                             \
+        CHECK_MSG(fabs(check_a_ - check_b_) <= (tol), "%g vs %g (tolerance %g)", check_a_, \
+                  check_b_, (double)(tol));                                                \
     } while (0)
 
 /* The exit status ctest counts as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt):
@@ -67,7 +66,8 @@ static int check_count;
 
 /* Whether /usr/bin/python3 with torch is there for the cross-checks (CI installs it:
  * scripts/deps). */
-static inline int check_have_torch(void) {
+static inline int check_have_torch(void)
+{
     static int cached = -1;
     if (cached < 0)
         cached = access("/usr/bin/python3", X_OK) == 0 &&
@@ -79,17 +79,18 @@ static inline int check_have_torch(void) {
  * dataset) runs them only when its first argument names that part (ctest's
  * <name>_<part>: stoke_torch_test, stoke_part_test), everything else without an
  * argument, so the part can be skipped while the rest still runs and counts. */
-static inline int check_part(int argc, char **argv, const char *part) {
+static inline int check_part(int argc, char **argv, const char *part)
+{
     return argc > 1 && strcmp(argv[1], part) == 0;
 }
 
 /* Ends main() of a torch part when torch is missing: says so, returns the skip code. */
-#define CHECK_SKIP_NO_TORCH()                                                          \
+#define CHECK_SKIP_NO_TORCH() \
     (fprintf(stderr, "skipped: /usr/bin/python3 with torch not found\n"), CHECK_SKIPPED)
 
 /* Ends main(): prints a summary and returns the exit status. */
-#define CHECK_DONE()                                                                   \
-    (fprintf(stderr, "%d checks, %d failed\n", check_count, check_failures),           \
+#define CHECK_DONE()                                                         \
+    (fprintf(stderr, "%d checks, %d failed\n", check_count, check_failures), \
      (check_failures == 0 && check_count > 0) ? 0 : 1)
 
 #endif

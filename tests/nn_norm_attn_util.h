@@ -11,7 +11,8 @@
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 
-static double rnd_unit(void) { /* uniform in [0, 1) */
+static double rnd_unit(void)
+{ /* uniform in [0, 1) */
     rng_state += 0x9e3779b97f4a7c15ull;
     uint64_t z = rng_state;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -21,21 +22,24 @@ static double rnd_unit(void) { /* uniform in [0, 1) */
 }
 
 /* Uniform in [lo, hi). */
-static void fill(float *p, size_t n, double lo, double hi) {
+static void fill(float *p, size_t n, double lo, double hi)
+{
     for (size_t i = 0; i < n; i++) {
         p[i] = (float)(lo + (hi - lo) * rnd_unit());
     }
 }
 
 /* Uniform magnitudes in [0.1, scale) with random signs: never zero, never at a kink. */
-static void fill_away(float *p, size_t n, double scale) {
+static void fill_away(float *p, size_t n, double scale)
+{
     for (size_t i = 0; i < n; i++) {
         double m = 0.1 + (scale - 0.1) * rnd_unit();
         p[i] = (float)(rnd_unit() < 0.5 ? -m : m);
     }
 }
 
-static double *to_double(const float *p, size_t n) {
+static double *to_double(const float *p, size_t n)
+{
     double *d = malloc(n * sizeof *d);
     for (size_t i = 0; i < n; i++) {
         d[i] = p[i];
@@ -43,7 +47,8 @@ static double *to_double(const float *p, size_t n) {
     return d;
 }
 
-static float *falloc(size_t n) {
+static float *falloc(size_t n)
+{
     float *p = calloc(n ? n : 1, sizeof *p);
     if (!p) {
         abort();
@@ -51,7 +56,8 @@ static float *falloc(size_t n) {
     return p;
 }
 
-static float *fdup(const float *src, size_t n) {
+static float *fdup(const float *src, size_t n)
+{
     float *p = falloc(n);
     memcpy(p, src, n * sizeof *p);
     return p;
@@ -59,7 +65,8 @@ static float *fdup(const float *src, size_t n) {
 
 /* Every |got - want| <= atol + rtol |want|; reports the worst element. */
 static void check_close_(const char *file, int line, const char *what, const float *got,
-                         const double *want, size_t n, double atol, double rtol) {
+                         const double *want, size_t n, double atol, double rtol)
+{
     double worst = -1.0;
     size_t wi = 0;
     int bad = 0;
@@ -82,7 +89,7 @@ static void check_close_(const char *file, int line, const char *what, const flo
                 file, line, what, wi, (double)got[wi], want[wi], atol, rtol);
     }
 }
-#define check_close(what, got, want, n, atol, rtol)                                    \
+#define check_close(what, got, want, n, atol, rtol) \
     check_close_(__FILE__, __LINE__, what, got, want, n, atol, rtol)
 
 /* The float64 reference of an op as a scalar loss: sum(out * R) over its outputs,
@@ -91,7 +98,8 @@ typedef double (*loss_fn)(const double *x, void *ctx);
 
 /* Central differences in float64 (step h): truncation O(h^2 f''') ~ 1e-10 and
  * rounding ~ 1e-16 / h for these O(1) functions. */
-static void numgrad(loss_fn f, void *ctx, double *x, size_t n, double *grad) {
+static void numgrad(loss_fn f, void *ctx, double *x, size_t n, double *grad)
+{
     const double h = 1e-5;
     for (size_t i = 0; i < n; i++) {
         double keep = x[i];
@@ -113,8 +121,9 @@ typedef struct tbuf {
 
 /* Writes the inputs as one float32 file, runs the script in `mode` with `args`
  * (sizes), reads `nout` float32 arrays back into outs. Returns 0 on success. */
-static int torch_run(const char *mode, const char *args, const tbuf *ins, int nin,
-                     float **outs, const size_t *outn, int nout) {
+static int torch_run(const char *mode, const char *args, const tbuf *ins, int nin, float **outs,
+                     const size_t *outn, int nout)
+{
     char in_path[] = "/tmp/stoke-nn-ref-in-XXXXXX";
     char out_path[] = "/tmp/stoke-nn-ref-out-XXXXXX";
     int fi = mkstemp(in_path), fo = mkstemp(out_path);

@@ -32,8 +32,8 @@ static void test_isa_cap(void)
     CHECK_INT_EQ(stoke_isa_level_of_flag("amx_bf16"), STOKE_CPU_ISA_AVX512_CORE_AMX);
     CHECK_INT_EQ(stoke_isa_level_of_flag("avx10_2"), STOKE_CPU_ISA_ALL); /* unknown: hidden */
 
-    const unsigned every = STOKE_ISA_F16C | STOKE_ISA_AVX2 | STOKE_ISA_AVX512F |
-                           STOKE_ISA_AVX512_BF16;
+    const unsigned every =
+        STOKE_ISA_F16C | STOKE_ISA_AVX2 | STOKE_ISA_AVX512F | STOKE_ISA_AVX512_BF16;
     CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_ALL), every);
     CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_AVX512_CORE_BF16), every);
     CHECK_INT_EQ(stoke_isa_allowed(every, STOKE_CPU_ISA_AVX512_CORE_VNNI),

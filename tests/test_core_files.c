@@ -228,8 +228,8 @@ static int in_child(void (*fn)(void))
 
 static void expect_killed(int st, int sig, const char *what)
 {
-    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == sig, "%s: status %#x, wanted death by %s",
-              what, st, strsignal(sig));
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == sig, "%s: status %#x, wanted death by %s", what,
+              st, strsignal(sig));
     CHECK_MSG(count_tmp() == 0, "%s: a temporary file was left", what);
     CHECK_MSG(strcmp(get(in_dir("keep")), "old") == 0, "%s: the destination changed", what);
 }

@@ -91,9 +91,9 @@ static void read_all(stoke_dataset *d, unsigned char **in, unsigned char **tg)
     *in = malloc((size_t)f->count * f->input_bytes + 1);
     *tg = malloc((size_t)f->count * f->target_bytes + 1);
     for (int64_t i = 0; i < f->count; i++) {
-        stoke_status s = stoke_dataset_read(d, i, *in + (size_t)i * f->input_bytes,
-                                            f->target_bytes ? *tg + (size_t)i * f->target_bytes
-                                                            : NULL);
+        stoke_status s =
+            stoke_dataset_read(d, i, *in + (size_t)i * f->input_bytes,
+                               f->target_bytes ? *tg + (size_t)i * f->target_bytes : NULL);
         CHECK_MSG(s == STOKE_OK, "sample %" PRId64 ": %s", i, stoke_last_error());
     }
 }
@@ -239,8 +239,8 @@ static void check_case(char **w)
     CHECK_MSG(shape_eq(&f->input_shape, &ish), "%s: input shape", name);
     CHECK_MSG(f->input_dtype == dtype_named(w[8]), "%s: input dtype %s, want %s", name,
               stoke_dtype_name(f->input_dtype), w[8]);
-    CHECK_MSG(strcmp(kind_name(f->target_kind), w[9]) == 0, "%s: target kind %s, want %s",
-              name, kind_name(f->target_kind), w[9]);
+    CHECK_MSG(strcmp(kind_name(f->target_kind), w[9]) == 0, "%s: target kind %s, want %s", name,
+              kind_name(f->target_kind), w[9]);
     if (strcmp(w[9], "none") != 0) {
         CHECK_MSG(shape_eq(&f->target_shape, &tsh), "%s: target shape", name);
         CHECK_MSG(f->target_dtype == dtype_named(w[11]), "%s: target dtype %s, want %s", name,
@@ -252,13 +252,13 @@ static void check_case(char **w)
     read_all(d, &in, &tg);
     size_t n;
     unsigned char *want = slurp(w[4], &n);
-    CHECK_MSG(want && n == (size_t)f->count * f->input_bytes &&
-                  memcmp(in, want, n) == 0, "%s: inputs differ from numpy's", name);
+    CHECK_MSG(want && n == (size_t)f->count * f->input_bytes && memcmp(in, want, n) == 0,
+              "%s: inputs differ from numpy's", name);
     free(want);
     if (strcmp(w[5], "-") != 0) {
         want = slurp(w[5], &n);
-        CHECK_MSG(want && n == (size_t)f->count * f->target_bytes &&
-                      memcmp(tg, want, n) == 0, "%s: targets differ from numpy's", name);
+        CHECK_MSG(want && n == (size_t)f->count * f->target_bytes && memcmp(tg, want, n) == 0,
+                  "%s: targets differ from numpy's", name);
         free(want);
     }
     free(in);
@@ -275,9 +275,8 @@ static void check_case(char **w)
         CHECK_STR_EQ(g->format, "records");
         CHECK(g->count == f->count && shape_eq(&g->input_shape, &f->input_shape) &&
               g->input_dtype == f->input_dtype && g->target_kind == f->target_kind &&
-              shape_eq(&g->target_shape, &f->target_shape) &&
-              g->num_classes == f->num_classes && g->input_bytes == f->input_bytes &&
-              g->target_bytes == f->target_bytes);
+              shape_eq(&g->target_shape, &f->target_shape) && g->num_classes == f->num_classes &&
+              g->input_bytes == f->input_bytes && g->target_bytes == f->target_bytes);
         unsigned char *in2, *tg2;
         read_all(d, &in, &tg);
         read_all(r, &in2, &tg2);
@@ -396,16 +395,18 @@ static void test_naming(void)
 static void test_npy_parser(void)
 {
     stoke_npy_header h;
-#define LIT(x) x, sizeof(x) - 1
+#define LIT(x)  x, sizeof(x) - 1
 #define ULIT(x) (const unsigned char *)(x), sizeof(x) - 1
     CHECK_MSG(stoke_npy_parse_header(ULIT("\x93NUMPY\x01\x00\x44\x00{'descr': '>i2', "
-                                         "'fortran_order': False, 'shape': (), }            \n"),
-                                     "buf", &h) == STOKE_OK, "%s", stoke_last_error());
+                                          "'fortran_order': False, 'shape': (), }            \n"),
+                                     "buf", &h) == STOKE_OK,
+              "%s", stoke_last_error());
     CHECK(h.ndim == 0 && h.dtype == STOKE_I16 && h.swap && h.data_bytes == 2);
     CHECK_INT_EQ(h.data_offset, 78);
     CHECK_MSG(stoke_npy_parse_header(ULIT("\x93NUMPY\x03\x00\x3b\x00\x00\x00{\"shape\": (7L, 2), "
-                                         "\"descr\": \"|b1\", \"fortran_order\": False}\n"),
-                                     "buf", &h) == STOKE_OK, "%s", stoke_last_error());
+                                          "\"descr\": \"|b1\", \"fortran_order\": False}\n"),
+                                     "buf", &h) == STOKE_OK,
+              "%s", stoke_last_error());
     CHECK(h.ndim == 2 && h.shape[0] == 7 && h.shape[1] == 2 && h.dtype == STOKE_U8 && !h.swap);
     CHECK(h.major == 3 && h.data_offset == 71);
     static const struct {
@@ -425,16 +426,19 @@ static void test_npy_parser(void)
          "offset 20: structured dtypes"},
         {LIT("\x93NUMPY\x02\x00\x05"), "offset 9: truncated preamble"},
         {LIT("\x93NUMPY\x01\x00\x4a\x00{'descr': '<f8', 'fortran_order': False, 'shape': "
-             "(99999999999999999999,)}"), "dimension too large"},
+             "(99999999999999999999,)}"),
+         "dimension too large"},
         {LIT("\x93NUMPY\x01\x00\x4c\x00{'descr': '<f8', 'fortran_order': False, 'shape': "
-             "(4294967296, 4294967296,)}"), "more bytes than this machine"},
+             "(4294967296, 4294967296,)}"),
+         "more bytes than this machine"},
         {LIT("\x93NUMPX\x01\x00"), "offset 0: not an NPY file"},
     };
 #undef LIT
 #undef ULIT
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
         CHECK_MSG(stoke_npy_parse_header((const unsigned char *)bads[i].buf, bads[i].n, "buf",
-                                         &h) == STOKE_ERR_FORMAT, "case %zu accepted", i);
+                                         &h) == STOKE_ERR_FORMAT,
+                  "case %zu accepted", i);
         CHECK_STR_CONTAINS(stoke_last_error(), bads[i].why);
         CHECK_STR_CONTAINS(stoke_last_error(), "buf: NPY header, offset ");
     }
@@ -515,7 +519,7 @@ static void test_records(void)
     snprintf(bad, sizeof bad, "%s/bad.rec", work);
     struct {
         const char *what;
-        size_t at;    /* byte to change (SIZE_MAX: none) */
+        size_t at; /* byte to change (SIZE_MAX: none) */
         unsigned char value;
         size_t len;   /* bytes of the file to keep */
         bool fix_crc; /* recompute the checksum after the change */

@@ -65,8 +65,8 @@ static void open_fails(const char *rel, const stoke_dataset_opts *o, stoke_statu
     char p[4096];
     stoke_dataset *d = (stoke_dataset *)1;
     stoke_status s = stoke_dataset_open(fxpath(p, sizeof p, rel), o, &d);
-    CHECK_MSG(s == want, "%s: got %s (%s), want %s", rel, stoke_status_name(s),
-              stoke_last_error(), stoke_status_name(want));
+    CHECK_MSG(s == want, "%s: got %s (%s), want %s", rel, stoke_status_name(s), stoke_last_error(),
+              stoke_status_name(want));
     CHECK(d == NULL);
     CHECK_STR_CONTAINS(stoke_last_error(), p);
     CHECK_STR_CONTAINS(stoke_last_error(), needle);
@@ -276,14 +276,12 @@ static void test_hdf5_corrupt(void)
     char p[4096];
     stoke_dataset *d = NULL;
     stoke_status s = stoke_dataset_open(fxpath(p, sizeof p, "h5/cut.h5"), NULL, &d);
-    CHECK_MSG(s == STOKE_ERR_FORMAT, "cut.h5: %s: %s", stoke_status_name(s),
-              stoke_last_error());
+    CHECK_MSG(s == STOKE_ERR_FORMAT, "cut.h5: %s: %s", stoke_status_name(s), stoke_last_error());
     CHECK_STR_CONTAINS(stoke_last_error(), "cut.h5");
     stoke_dataset_close(d);
     /* Straight to the opener: a file that does not exist. */
     stoke_dataset *raw = calloc(1, sizeof *raw);
-    CHECK_INT_EQ(stoke_hdf5_open(raw, fxpath(p, sizeof p, "h5/none.h5"), NULL),
-                 STOKE_ERR_NOTFOUND);
+    CHECK_INT_EQ(stoke_hdf5_open(raw, fxpath(p, sizeof p, "h5/none.h5"), NULL), STOKE_ERR_NOTFOUND);
     CHECK_STR_CONTAINS(stoke_last_error(), "none.h5");
     free(raw);
 }
@@ -329,15 +327,15 @@ static void check_images(stoke_dataset *d, const manifest *m, const char *ref_ra
         int64_t label = -1;
         stoke_status s = stoke_dataset_read(d, i, a, &label);
         CHECK_MSG(s == STOKE_OK, "%s: %s", m->rel[i], stoke_last_error());
-        CHECK_MSG(label == m->label[i], "%s: label %lld, want %lld", m->rel[i],
-                  (long long)label, (long long)m->label[i]);
+        CHECK_MSG(label == m->label[i], "%s: label %lld, want %lld", m->rel[i], (long long)label,
+                  (long long)m->label[i]);
         int maxd = 0;
         for (size_t k = 0; k < px; k++) {
             int diff = abs((int)a[k] - (int)ref[(size_t)i * px + k]);
             maxd = diff > maxd ? diff : maxd;
         }
-        CHECK_MSG(maxd <= m->tol[i], "%s (%d channels): max abs difference %d > %d", m->rel[i],
-                  c, maxd, m->tol[i]);
+        CHECK_MSG(maxd <= m->tol[i], "%s (%d channels): max abs difference %d > %d", m->rel[i], c,
+                  maxd, m->tol[i]);
     }
     free(a);
     free(ref);

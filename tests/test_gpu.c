@@ -149,11 +149,10 @@ static void case_two_devices(const char *library)
         CHECK_INT_EQ(stoke_nvml_sample(n, 0, &s), STOKE_OK);
         CHECK_INT_EQ(s.util_gpu_pct, 97);
         CHECK_INT_EQ(s.mem_used_bytes, 60000000000LL);
-        CHECK_INT_EQ(s.throttle_reasons,
-                     STOKE_THROTTLE_SW_POWER_CAP | STOKE_THROTTLE_SW_THERMAL);
+        CHECK_INT_EQ(s.throttle_reasons, STOKE_THROTTLE_SW_POWER_CAP | STOKE_THROTTLE_SW_THERMAL);
         /* The second row has no power, clock or PCIe: absent, not zero. */
-        CHECK(!(s.valid & (STOKE_GS_POWER | STOKE_GS_SM_CLOCK | STOKE_GS_PCIE_RX |
-                           STOKE_GS_PCIE_TX)));
+        CHECK(!(s.valid &
+                (STOKE_GS_POWER | STOKE_GS_SM_CLOCK | STOKE_GS_PCIE_RX | STOKE_GS_PCIE_TX)));
         CHECK(s.valid & STOKE_GS_POWER_LIMIT);
     }
     /* A device with no samples at all reads as nothing but its memory. */

@@ -27,8 +27,8 @@ static void test_twosocket(void)
     CHECK_INT_EQ(c.l2_bytes, 256 * 1024);
     CHECK_INT_EQ(c.l3_bytes, 15 * 1024 * 1024);
     CHECK_NEAR(c.max_mhz, 3700.0, 1e-9); /* cpufreq beats cpuinfo's current 1200 */
-    uint32_t want = STOKE_SIMD_SSE42 | STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA |
-                    STOKE_SIMD_F16C;
+    uint32_t want =
+        STOKE_SIMD_SSE42 | STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA | STOKE_SIMD_F16C;
     CHECK_INT_EQ(c.simd, want);
     char names[256];
     CHECK_STR_EQ(stoke_simd_names(c.simd, names, sizeof names), "sse4_2 avx avx2 fma f16c");
@@ -92,9 +92,9 @@ static void test_simd_names(void)
                  "avx512_bf16 amx_bf16");
     /* A short buffer holds whole names only. */
     char tiny[12];
-    CHECK_STR_EQ(stoke_simd_names(STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA, tiny,
-                                  sizeof tiny),
-                 "avx avx2");
+    CHECK_STR_EQ(
+        stoke_simd_names(STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA, tiny, sizeof tiny),
+        "avx avx2");
 }
 
 /* The instruction-set cap on a recorded tree: it is applied only when asked
@@ -182,8 +182,8 @@ static void test_this_machine(void)
                  {"amx_bf16", STOKE_SIMD_AMX_BF16}};
     /* what cpuinfo lists is either shown or hidden by the environment's ISA cap */
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        CHECK_MSG(cpuinfo_has(flags[i].flag) == !!((c.simd | c.simd_hidden) & flags[i].bit),
-                  "%s", flags[i].flag);
+        CHECK_MSG(cpuinfo_has(flags[i].flag) == !!((c.simd | c.simd_hidden) & flags[i].bit), "%s",
+                  flags[i].flag);
     CHECK_INT_EQ(c.simd & c.simd_hidden, 0);
     stoke_cpu_isa cap;
     CHECK_INT_EQ(stoke_max_cpu_isa(&cap), STOKE_OK);
@@ -239,8 +239,8 @@ static void test_recorded_mounts(void)
 {
     char base[] = "/tmp/stoke-mounts-XXXXXX";
     CHECK(mkdtemp(base) != NULL);
-    static const char *dirs[] = {"hdd", "nvme", "my data", "nfs", "ovl", "dm", "gone",
-                                 "hddx", "my data/sub"};
+    static const char *dirs[] = {"hdd", "nvme", "my data", "nfs",        "ovl",
+                                 "dm",  "gone", "hddx",    "my data/sub"};
     char p[512];
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", base, dirs[i]);

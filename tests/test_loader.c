@@ -118,8 +118,8 @@ static void case_sharding(void)
         int *seen = calloc((size_t)n, sizeof *seen);
         int64_t per = -1;
         for (int r = 0; r < world; r++) {
-            stoke_sampler_opts o = {.batch_size = 5, .shuffle = true, .seed = 9, .rank = r,
-                                    .world_size = world};
+            stoke_sampler_opts o = {
+                .batch_size = 5, .shuffle = true, .seed = 9, .rank = r, .world_size = world};
             stoke_sampler *s = NULL;
             CHECK_INT_EQ(stoke_sampler_create(n, &o, &s), STOKE_OK);
             if (!s)
@@ -179,10 +179,14 @@ enum { IMG_H = 12, IMG_W = 10 };
 
 static stoke_dataset_info image_info(int64_t n)
 {
-    stoke_dataset_info info = {.count = n, .input_shape = {2, {IMG_H, IMG_W}},
-                               .input_dtype = STOKE_U8, .target_kind = STOKE_TARGET_CLASS,
-                               .target_dtype = STOKE_I32, .num_classes = 10,
-                               .input_bytes = IMG_H * IMG_W, .target_bytes = 4};
+    stoke_dataset_info info = {.count = n,
+                               .input_shape = {2, {IMG_H, IMG_W}},
+                               .input_dtype = STOKE_U8,
+                               .target_kind = STOKE_TARGET_CLASS,
+                               .target_dtype = STOKE_I32,
+                               .num_classes = 10,
+                               .input_bytes = IMG_H * IMG_W,
+                               .target_bytes = 4};
     return info;
 }
 
@@ -286,12 +290,14 @@ static const stoke_op aug_ops[3] = {
 };
 
 /* Every byte of `nb` batches (end markers included as a 0 size), appended to out. */
-static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb,
-                         unsigned char *out, size_t cap)
+static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb, unsigned char *out,
+                         size_t cap)
 {
     stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
     stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
-                           .transform = &to, .workers = workers, .prefetch = prefetch};
+                           .transform = &to,
+                           .workers = workers,
+                           .prefetch = prefetch};
     stoke_loader *l = NULL;
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
     if (!l)
@@ -331,17 +337,16 @@ static void case_loader_workers_identical(void)
     for (int k = 0; k < 3; k++) {
         size_t n = run_loader(d, workers[k], prefetch[k], 25, got, cap);
         CHECK_INT_EQ(n, nref);
-        CHECK_MSG(n == nref && memcmp(ref, got, n) == 0, "%d workers differ from 0",
-                  workers[k]);
+        CHECK_MSG(n == nref && memcmp(ref, got, n) == 0, "%d workers differ from 0", workers[k]);
     }
     /* The content is right: batch 0 holds samples transformed as the transform alone
      * does, and their targets. */
-    stoke_transform_opts to = {.in_shape = info.input_shape, .in_dtype = STOKE_U8,
-                               .ops = aug_ops, .nops = 3};
+    stoke_transform_opts to = {
+        .in_shape = info.input_shape, .in_dtype = STOKE_U8, .ops = aug_ops, .nops = 3};
     stoke_transform *t = NULL;
     CHECK_INT_EQ(stoke_transform_create(&to, &t), STOKE_OK);
-    stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
-                           .transform = &to, .workers = 2};
+    stoke_loader_opts o = {
+        .sampler = {.batch_size = 32, .shuffle = true, .seed = 11}, .transform = &to, .workers = 2};
     stoke_loader *l = NULL;
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
     stoke_batch b;
@@ -362,8 +367,8 @@ static void case_loader_workers_identical(void)
         batches++;
         float want[IMG_H * IMG_W];
         for (int64_t j = 0; j < b.size; j += 7) {
-            stoke_transform_apply(t, a.x + b.samples[j] * IMG_H * IMG_W, want, NULL, 11,
-                                  b.epoch, b.samples[j]);
+            stoke_transform_apply(t, a.x + b.samples[j] * IMG_H * IMG_W, want, NULL, 11, b.epoch,
+                                  b.samples[j]);
             CHECK(memcmp(want, (float *)b.inputs + j * IMG_H * IMG_W, sizeof want) == 0);
             CHECK_INT_EQ(((int32_t *)b.targets)[j], b.samples[j] % 10);
         }
@@ -397,8 +402,8 @@ static void case_loader_resume(void)
     stoke_dataset *d = NULL;
     CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
     stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
-    stoke_loader_opts o = {.sampler = {.batch_size = 16, .shuffle = true, .seed = 3},
-                           .transform = &to, .workers = 2};
+    stoke_loader_opts o = {
+        .sampler = {.batch_size = 16, .shuffle = true, .seed = 3}, .transform = &to, .workers = 2};
     stoke_loader *l = NULL, *r = NULL;
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
     stoke_batch b, c;
@@ -437,8 +442,8 @@ static void case_loader_error(void)
         CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &inner), STOKE_OK);
         stoke_dataset *d = make_failing(inner, 1000);
         stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
-        stoke_loader_opts o = {.sampler = {.batch_size = 64}, .transform = &to,
-                               .workers = workers[k], .prefetch = 4};
+        stoke_loader_opts o = {
+            .sampler = {.batch_size = 64}, .transform = &to, .workers = workers[k], .prefetch = 4};
         stoke_loader *l = NULL;
         CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
         stoke_batch b;
@@ -526,8 +531,9 @@ static void device_case(void)
     int fd = mkstemp(scen);
     CHECK(fd >= 0);
     close(fd);
-    write_file(scen, "driver 550.54.15\ncuda 12040\n"
-                     "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 sm=58\n");
+    write_file(scen,
+               "driver 550.54.15\ncuda 12040\n"
+               "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 sm=58\n");
     setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
     setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
 
@@ -542,7 +548,8 @@ static void device_case(void)
 
     stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
     stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
-                           .transform = &to, .use_device = true};
+                           .transform = &to,
+                           .use_device = true};
     /* Workers and ring sizes, the smallest ring included (2 slots: one held by the
      * pending copy, one being filled). */
     const int cfg[3][2] = {{2, 0}, {0, 2}, {1, 2}};
@@ -587,9 +594,9 @@ static void device_case(void)
             if (b.size == 0)
                 continue;
             CHECK(b.on_device);
-            CHECK_INT_EQ(kind(b.inputs), 2);       /* device memory */
+            CHECK_INT_EQ(kind(b.inputs), 2); /* device memory */
             CHECK_INT_EQ(kind(b.targets), 2);
-            CHECK_INT_EQ(kind(b.host_inputs), 1);  /* pinned host slot */
+            CHECK_INT_EQ(kind(b.host_inputs), 1); /* pinned host slot */
             CHECK(b.event != NULL);
             /* The event handed out was recorded after the last copy into this batch. */
             int last_copy = -1, record_after = -1, id = event_id(b.event);
@@ -607,8 +614,8 @@ static void device_case(void)
             if (cevent) /* "kernels" on this batch enqueued: mark their end */
                 ((pp_fn)dlsym(fake, "cudaEventRecord"))(cevent, cstream);
             size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
-            mismatched += memcmp(ref + pos, b.inputs, in) != 0 ||
-                          memcmp(ref + pos + in, b.targets, tg) != 0;
+            mismatched +=
+                memcmp(ref + pos, b.inputs, in) != 0 || memcmp(ref + pos + in, b.targets, tg) != 0;
             pos += in + tg;
         }
         CHECK_INT_EQ(pos, nref);
@@ -735,8 +742,8 @@ static void case_fashion_mnist(void)
                        {.kind = STOKE_OP_HFLIP},
                        {.kind = STOKE_OP_NORMALIZE, .mean = {0.2860f}, .std = {0.3530f}}};
     stoke_transform_opts to = {.ops = ops, .nops = 3};
-    stoke_loader_opts o = {.sampler = {.batch_size = 256, .shuffle = true, .seed = 1},
-                           .transform = &to, .workers = 2};
+    stoke_loader_opts o = {
+        .sampler = {.batch_size = 256, .shuffle = true, .seed = 1}, .transform = &to, .workers = 2};
     stoke_loader *l = NULL;
     CHECK_INT_EQ(stoke_loader_create(mem, &o, &l), STOKE_OK);
     stoke_batch b;

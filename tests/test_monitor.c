@@ -63,16 +63,16 @@ static void test_series(void)
 /* ---- Recorded scenarios for the rules ------------------------------------------ */
 
 typedef struct scen {
-    double cpu, iowait;           /* system, % */
+    double cpu, iowait; /* system, % */
     uint64_t ram_used, ram_total;
-    double job_cpu;               /* % of a core, < 0 = no watched job */
-    int gpus;                     /* 0 or 1 */
+    double job_cpu; /* % of a core, < 0 = no watched job */
+    int gpus;       /* 0 or 1 */
     unsigned util;
     uint64_t vram_used, vram_total;
     unsigned power_w, limit_w, temp_c;
     uint64_t throttle;
-    bool pipe;                    /* the input pipeline reports */
-    double wait_pct, busy, fill;  /* its wait share %, worker busy 0..1, ring fill */
+    bool pipe;                   /* the input pipeline reports */
+    double wait_pct, busy, fill; /* its wait share %, worker busy 0..1, ring fill */
     int workers, slots;
 } scen;
 
@@ -149,11 +149,19 @@ static const stoke_finding *find(const stoke_finding *f, size_t n, const char *i
     return NULL;
 }
 
-static const scen healthy_gpu = {.cpu = 40, .iowait = 1, .ram_used = 20 * 1000000000ull,
-                                 .ram_total = 64 * 1000000000ull, .job_cpu = 150, .gpus = 1,
-                                 .util = 95, .vram_used = 17 * 1000000000ull,
-                                 .vram_total = 24 * 1000000000ull, .power_w = 320,
-                                 .limit_w = 350, .temp_c = 72, .throttle = 0};
+static const scen healthy_gpu = {.cpu = 40,
+                                 .iowait = 1,
+                                 .ram_used = 20 * 1000000000ull,
+                                 .ram_total = 64 * 1000000000ull,
+                                 .job_cpu = 150,
+                                 .gpus = 1,
+                                 .util = 95,
+                                 .vram_used = 17 * 1000000000ull,
+                                 .vram_total = 24 * 1000000000ull,
+                                 .power_w = 320,
+                                 .limit_w = 350,
+                                 .temp_c = 72,
+                                 .throttle = 0};
 
 static void test_rules(void)
 {
@@ -166,8 +174,11 @@ static void test_rules(void)
     n = stoke_diagnose(&sum, f, 16);
     CHECK_INT_EQ(n, 0);
     /* A healthy CPU-only job keeps both cores busy. */
-    scen cpu_ok = {.cpu = 98, .iowait = 0, .ram_used = 4 * 1000000000ull,
-                   .ram_total = 64 * 1000000000ull, .job_cpu = 195};
+    scen cpu_ok = {.cpu = 98,
+                   .iowait = 0,
+                   .ram_used = 4 * 1000000000ull,
+                   .ram_total = 64 * 1000000000ull,
+                   .job_cpu = 195};
     run_scenario(&cpu_ok, 2, &sum);
     CHECK_INT_EQ(stoke_diagnose(&sum, f, 16), 0);
 
@@ -447,7 +458,7 @@ static void test_rules(void)
     n = stoke_diagnose(&sum, f, 16);
     CHECK(find(f, n, "input-bound-cpu") != NULL);
 
-        /* Thresholds are fields of the rows: a copy with another threshold decides
+    /* Thresholds are fields of the rows: a copy with another threshold decides
      * differently on the same run. */
     run_scenario(&low, 2, &sum);
     size_t nrules;
@@ -532,8 +543,8 @@ static void sample_for_format(stoke_mon_sample *s)
     s->gpu_count = 1;
     stoke_gpu_sample *g = &s->gpus[0].s;
     /* temperature, clocks and PCIe unsupported on this device */
-    g->valid = STOKE_GS_UTIL | STOKE_GS_MEMORY | STOKE_GS_POWER | STOKE_GS_POWER_LIMIT |
-               STOKE_GS_THROTTLE;
+    g->valid =
+        STOKE_GS_UTIL | STOKE_GS_MEMORY | STOKE_GS_POWER | STOKE_GS_POWER_LIMIT | STOKE_GS_THROTTLE;
     g->util_gpu_pct = 85;
     g->util_mem_pct = 40;
     g->mem_used_bytes = 12300000000ull;
@@ -608,9 +619,15 @@ static void test_formats(void)
     s.valid |= STOKE_MS_PIPELINE | STOKE_MS_PIPELINE_RATE;
     s.data_wait_pct = 35.25;
     s.batches_per_s = 48;
-    s.pipe = (stoke_mon_pipeline){.wait_total_s = 12.5, .batches = 1200, .wait_avg_ms = 10.4,
-                                  .wait_p95_ms = 25.3, .wait_max_ms = 78.1, .fill_avg = 0.25,
-                                  .slots = 6, .workers = 2, .busy_frac = 0.97};
+    s.pipe = (stoke_mon_pipeline){.wait_total_s = 12.5,
+                                  .batches = 1200,
+                                  .wait_avg_ms = 10.4,
+                                  .wait_p95_ms = 25.3,
+                                  .wait_max_ms = 78.1,
+                                  .fill_avg = 0.25,
+                                  .slots = 6,
+                                  .workers = 2,
+                                  .busy_frac = 0.97};
     stoke_mon_format_line(&s, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "| DATA 35% 48.0 batch/s");
     n = stoke_mon_format_json(&s, buf, sizeof buf);
@@ -619,11 +636,13 @@ static void test_formats(void)
     cJSON *pj = j ? cJSON_GetObjectItem(j, "pipeline") : NULL;
     CHECK(pj != NULL);
     if (pj) {
-        static const struct { const char *k; double v; } want[] = {
-            {"wait_pct", 35.25}, {"batches_per_s", 48}, {"batches", 1200},
-            {"wait_total_s", 12.5}, {"wait_avg_ms", 10.4}, {"wait_p95_ms", 25.3},
-            {"wait_max_ms", 78.1}, {"fill_avg", 0.25}, {"slots", 6}, {"workers", 2},
-            {"busy_frac", 0.97}};
+        static const struct {
+            const char *k;
+            double v;
+        } want[] = {{"wait_pct", 35.25},    {"batches_per_s", 48}, {"batches", 1200},
+                    {"wait_total_s", 12.5}, {"wait_avg_ms", 10.4}, {"wait_p95_ms", 25.3},
+                    {"wait_max_ms", 78.1},  {"fill_avg", 0.25},    {"slots", 6},
+                    {"workers", 2},         {"busy_frac", 0.97}};
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
             cJSON *v = cJSON_GetObjectItem(pj, want[i].k);
             CHECK_MSG(v && cJSON_IsNumber(v), "pipeline.%s missing", want[i].k);
@@ -772,12 +791,11 @@ static void read_tree_cpu(pid_t pid, int expect_count)
      * 10 ms tick granularity over 0.7 s and the few microseconds between the
      * readings. */
     double expected = 100.0 * (c1 - c0) / (w1 - w0);
-    CHECK_MSG(fabs(s.proc_cpu_pct - expected) <= 15.0,
-              "tree CPU %.1f%%, scheduler says %.1f%%", s.proc_cpu_pct, expected);
+    CHECK_MSG(fabs(s.proc_cpu_pct - expected) <= 15.0, "tree CPU %.1f%%, scheduler says %.1f%%",
+              s.proc_cpu_pct, expected);
     CHECK_MSG(expected > 5.0, "the burner got no CPU (%.1f%%)", expected);
     if (expected < 60.0)
-        fprintf(stderr, "note: the machine is busy: the burner got %.0f%% of a core\n",
-                expected);
+        fprintf(stderr, "note: the machine is busy: the burner got %.0f%% of a core\n", expected);
     CHECK_INT_EQ(s.proc_count, expect_count);
     CHECK(s.proc_threads >= expect_count);
     CHECK(s.proc_rss_bytes > 0);
@@ -832,8 +850,8 @@ static stoke_status count_cb(const stoke_mon_sample *s, void *ctx)
 static void test_monitor_thread(void)
 {
     counter c = {0, 0, true};
-    stoke_monitor_config cfg = {.interval_s = 0.05, .pid = (int)getpid(), .no_gpu = true,
-                                .on_sample = count_cb, .ctx = &c};
+    stoke_monitor_config cfg = {
+        .interval_s = 0.05, .pid = (int)getpid(), .no_gpu = true, .on_sample = count_cb, .ctx = &c};
     stoke_monitor *m = NULL;
     CHECK_INT_EQ(stoke_monitor_create(&cfg, &m), STOKE_OK);
     if (!m)

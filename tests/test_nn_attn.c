@@ -21,14 +21,16 @@ typedef struct attn_shape {
 } attn_shape;
 
 /* Sizes of the differentiated inputs, packed as x | w_qkv | b_qkv | w_out | b_out. */
-static size_t packed_size(const attn_shape *s) {
+static size_t packed_size(const attn_shape *s)
+{
     size_t C = (size_t)s->C;
     return (size_t)s->B * s->T * C + 3 * C * C + 3 * C + C * C + C;
 }
 
 /* The definition, in float64. */
 static void attn_ref(double *out, const double *x, const double *wqkv, const double *bqkv,
-                     const double *wo, const double *bo, const attn_shape *s) {
+                     const double *wo, const double *bo, const attn_shape *s)
+{
     int B = s->B, T = s->T, C = s->C, H = s->H, hs = C / H;
     double *qkv = malloc((size_t)T * 3 * C * sizeof *qkv);
     double *y = malloc((size_t)T * C * sizeof *y);
@@ -82,7 +84,8 @@ static void attn_ref(double *out, const double *x, const double *wqkv, const dou
     free(qkv), free(y), free(p);
 }
 
-static double attn_loss(const double *all, void *vctx) {
+static double attn_loss(const double *all, void *vctx)
+{
     attn_shape *s = vctx;
     size_t C = (size_t)s->C, n = (size_t)s->B * s->T * C;
     const double *x = all, *wqkv = x + n, *bqkv = wqkv + 3 * C * C, *wo = bqkv + 3 * C,
@@ -98,7 +101,8 @@ static double attn_loss(const double *all, void *vctx) {
 
 /* Random inputs and parameters, packed; weights ~ U(-1/sqrt C, 1/sqrt C) like
  * torch's init, so scores stay O(1). */
-static float *make_inputs(const attn_shape *s) {
+static float *make_inputs(const attn_shape *s)
+{
     size_t C = (size_t)s->C, n = (size_t)s->B * s->T * C;
     float *all = falloc(packed_size(s));
     double k = 1.0 / sqrt((double)C);
@@ -116,7 +120,8 @@ typedef struct attn_run {
     size_t ws_size;
 } attn_run;
 
-static void run_alloc(attn_run *r, const attn_shape *s) {
+static void run_alloc(attn_run *r, const attn_shape *s)
+{
     r->out = falloc((size_t)s->B * s->T * s->C);
     r->saved = falloc(cpu_attention_saved_floats(s->B, s->T, s->C, s->H));
     r->grads = falloc(packed_size(s));
@@ -124,31 +129,32 @@ static void run_alloc(attn_run *r, const attn_shape *s) {
     r->ws = malloc(r->ws_size);
 }
 
-static void run_free(attn_run *r) {
-    free(r->out), free(r->saved), free(r->grads), free(r->ws);
-}
+static void run_free(attn_run *r) { free(r->out), free(r->saved), free(r->grads), free(r->ws); }
 
-static stoke_status run_forward(attn_run *r, const float *all, const attn_shape *s) {
+static stoke_status run_forward(attn_run *r, const float *all, const attn_shape *s)
+{
     size_t C = (size_t)s->C, n = (size_t)s->B * s->T * C;
     const float *x = all, *wqkv = x + n, *bqkv = wqkv + 3 * C * C, *wo = bqkv + 3 * C,
                 *bo = wo + C * C;
-    return cpu_attention_forward(r->out, r->saved, x, wqkv, bqkv, wo, bo, s->B, s->T, s->C,
-                                 s->H, s->causal);
+    return cpu_attention_forward(r->out, r->saved, x, wqkv, bqkv, wo, bo, s->B, s->T, s->C, s->H,
+                                 s->causal);
 }
 
 static stoke_status run_backward(attn_run *r, const float *all, const float *dout,
-                                 const attn_shape *s) {
+                                 const attn_shape *s)
+{
     size_t C = (size_t)s->C, n = (size_t)s->B * s->T * C;
     float *g = r->grads;
     return cpu_attention_backward(g, g + n, g + n + 3 * C * C, g + n + 3 * C * C + 3 * C,
                                   g + n + 4 * C * C + 3 * C, dout, all, all + n,
-                                  all + n + 3 * C * C + 3 * C, r->saved, s->B, s->T, s->C,
-                                  s->H, s->causal, r->ws, r->ws_size);
+                                  all + n + 3 * C * C + 3 * C, r->saved, s->B, s->T, s->C, s->H,
+                                  s->causal, r->ws, r->ws_size);
 }
 
 static const char *const part_name[] = {"dinp", "dw_qkv", "db_qkv", "dw_out", "db_out"};
 
-static void part_bounds(const attn_shape *s, size_t off[6]) {
+static void part_bounds(const attn_shape *s, size_t off[6])
+{
     size_t C = (size_t)s->C;
     off[0] = 0;
     off[1] = (size_t)s->B * s->T * C;
@@ -158,7 +164,8 @@ static void part_bounds(const attn_shape *s, size_t off[6]) {
     off[5] = off[4] + C;
 }
 
-static void case_against_reference(int B, int T, int C, int H, int causal) {
+static void case_against_reference(int B, int T, int C, int H, int causal)
+{
     size_t n = (size_t)B * T * C;
     float *dy = falloc(n);
     fill(dy, n, -1, 1);
@@ -207,7 +214,8 @@ static void case_against_reference(int B, int T, int C, int H, int causal) {
  * the other and oneDNN threads each product: forward against the reference, backward
  * by a directional derivative (L(x + h v) - L(x - h v)) / 2h = <grad, v> over all
  * inputs at once. */
-static void case_serial_heads(void) {
+static void case_serial_heads(void)
+{
     const int B = 1, T = 96, C = 64, H = 1;
     int saved_threads = omp_get_max_threads();
     cpu_set_threads(2);
@@ -241,14 +249,15 @@ static void case_serial_heads(void) {
         xp[i] = xd[i] - h * v[i];
     }
     double fd = (up - attn_loss(xp, &s)) / (2 * h);
-    CHECK_MSG(fabs(dot - fd) <= 1e-3 * fabs(fd) + 1e-3, "directional derivative %.9g vs %.9g",
-              dot, fd);
+    CHECK_MSG(fabs(dot - fd) <= 1e-3 * fabs(fd) + 1e-3, "directional derivative %.9g vs %.9g", dot,
+              fd);
     cpu_set_threads(saved_threads);
     run_free(&r);
     free(dy), free(rd), free(all), free(xd), free(want), free(v), free(xp);
 }
 
-static void case_threads_and_errors(void) {
+static void case_threads_and_errors(void)
+{
     const int B = 8, T = 32, C = 64, H = 4; /* projections over 2M MACs: threaded */
     size_t n = (size_t)B * T * C;
     float *dy = falloc(n);
@@ -284,8 +293,8 @@ static void case_threads_and_errors(void) {
         size_t C_ = (size_t)C;
         CHECK_INT_EQ(cpu_attention_backward(NULL, pg, pg + 3 * C_ * C_, pg + 3 * C_ * C_ + 3 * C_,
                                             pg + 4 * C_ * C_ + 3 * C_, dy, all, all + nx,
-                                            all + nx + 3 * C_ * C_ + 3 * C_, r[1].saved, B, T, C,
-                                            H, 0, r[1].ws, r[1].ws_size),
+                                            all + nx + 3 * C_ * C_ + 3 * C_, r[1].saved, B, T, C, H,
+                                            0, r[1].ws, r[1].ws_size),
                      STOKE_OK);
         CHECK_MSG(memcmp(pg, r[1].grads + nx, (np - nx) * sizeof(float)) == 0,
                   "attention parameter gradients change with dinp NULL");
@@ -310,7 +319,8 @@ static void case_threads_and_errors(void) {
     free(before), free(dy), free(all);
 }
 
-static void case_torch(void) {
+static void case_torch(void)
+{
     const int B = 2, T = 9, C = 24, H = 3;
     size_t n = (size_t)B * T * C;
     float *dy = falloc(n);
@@ -366,7 +376,8 @@ static void case_torch(void) {
     free(dy), free(all);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (check_part(argc, argv, "torch")) {
         if (!check_have_torch())
             return CHECK_SKIP_NO_TORCH();

@@ -17,7 +17,8 @@ enum { B = 64, STEPS = 3 };
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
-static float rnd(void) { /* uniform in [-1, 1) */
+static float rnd(void)
+{ /* uniform in [-1, 1) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
@@ -26,16 +27,22 @@ static float *xs;
 
 /* Large enough that the linear layers (64 x 784 x 512 multiply-adds) and the
  * convolutions run on every compute thread. */
-static stoke_graph *graph(bool cnn) {
+static stoke_graph *graph(bool cnn)
+{
     stoke_shape img = {.ndim = 3, .dims = {1, 28, 28}}, flat = {.ndim = 1, .dims = {784}};
     int64_t hidden[2] = {512, 256};
     return cnn ? stoke_preset_cnn(&img, 10) : stoke_preset_mlp(&flat, hidden, 2, 10);
 }
 
-static stoke_model *model(const stoke_graph *g, int threads, bool no_fusion) {
-    stoke_model_opts o = {.max_batch = B, .precision = STOKE_PREC_FP32, .training = true,
-                          .seed = 11, .optim = {.kind = STOKE_SGD, .momentum = 0.9f},
-                          .threads = threads, .no_fusion = no_fusion};
+static stoke_model *model(const stoke_graph *g, int threads, bool no_fusion)
+{
+    stoke_model_opts o = {.max_batch = B,
+                          .precision = STOKE_PREC_FP32,
+                          .training = true,
+                          .seed = 11,
+                          .optim = {.kind = STOKE_SGD, .momentum = 0.9f},
+                          .threads = threads,
+                          .no_fusion = no_fusion};
     stoke_model *m = NULL;
     CHECK_MSG(stoke_model_new(g, &o, &m) == STOKE_OK, "%s", stoke_last_error());
     return m;
@@ -43,7 +50,8 @@ static stoke_model *model(const stoke_graph *g, int threads, bool no_fusion) {
 
 /* One training step on the fixed batch; the loss, and in *omp the OpenMP thread count
  * the kernels left on the calling thread (they apply their context's on entry). */
-static double step(stoke_model *m, int *omp) {
+static double step(stoke_model *m, int *omp)
+{
     const stoke_graph *g = stoke_model_graph(m);
     size_t n = (size_t)B * 784 * sizeof(float);
     memcpy(stoke_model_input(m, stoke_graph_find(g, "x")), xs, n);
@@ -63,7 +71,8 @@ static double step(stoke_model *m, int *omp) {
 }
 
 /* The parameters after the steps, flattened. */
-static float *params(stoke_model *m) {
+static float *params(stoke_model *m)
+{
     const stoke_graph *g = stoke_model_graph(m);
     size_t total = 0;
     for (int p = 0; p < stoke_graph_param_count(g); p++)
@@ -77,7 +86,8 @@ static float *params(stoke_model *m) {
     return all;
 }
 
-static size_t nparams(const stoke_graph *g) {
+static size_t nparams(const stoke_graph *g)
+{
     size_t total = 0;
     for (int p = 0; p < stoke_graph_param_count(g); p++)
         total += (size_t)stoke_graph_param(g, p)->elems;
@@ -93,7 +103,8 @@ typedef struct run {
 } run;
 
 /* A model alone: the reference for its thread count. */
-static void *run_alone(void *arg) {
+static void *run_alone(void *arg)
+{
     run *r = arg;
     stoke_model *m = model(r->g, r->threads, false);
     r->ok = m != NULL;
@@ -104,7 +115,8 @@ static void *run_alone(void *arg) {
     return NULL;
 }
 
-static void same_as(const char *what, const run *got, const run *want, size_t n) {
+static void same_as(const char *what, const run *got, const run *want, size_t n)
+{
     for (int s = 0; s < STEPS; s++)
         CHECK_MSG(got->loss[s] == want->loss[s], "%s, %d threads: step %d loss %.9g, alone %.9g",
                   what, want->threads, s, got->loss[s], want->loss[s]);
@@ -112,7 +124,8 @@ static void same_as(const char *what, const run *got, const run *want, size_t n)
               "%s, %d threads: parameters differ from the model run alone", what, want->threads);
 }
 
-static void test_threads(bool cnn) {
+static void test_threads(bool cnn)
+{
     const char *name = cnn ? "cnn" : "mlp";
     stoke_graph *g = graph(cnn);
     CHECK(g != NULL);
@@ -168,7 +181,8 @@ static void test_threads(bool cnn) {
 }
 
 /* 0 takes the process default when the model is created; the model keeps it. */
-static void test_default_threads(void) {
+static void test_default_threads(void)
+{
     stoke_graph *g = graph(false);
     if (!g)
         return;
@@ -206,7 +220,8 @@ static void test_default_threads(void) {
 
 /* Fusion per model, interleaved: same values, the fused plan smaller. The library
  * ignores STOKE_NO_FUSION (set here); the config layer reads it. */
-static void test_fusion(void) {
+static void test_fusion(void)
+{
     CHECK(setenv("STOKE_NO_FUSION", "1", 1) == 0);
     stoke_graph *g = graph(true);
     if (!g)
@@ -236,7 +251,8 @@ static void test_fusion(void) {
     unsetenv("STOKE_NO_FUSION");
 }
 
-int main(void) {
+int main(void)
+{
     stoke_nn_set_threads(2);
     xs = malloc((size_t)B * 784 * sizeof *xs);
     for (size_t i = 0; i < (size_t)B * 784; i++)

@@ -18,18 +18,19 @@
  * - bf16 kernels vs the fp32 kernels on the same (bf16-rounded) values:
  *   BF16_SAME_TOL * max(1, max |fp32|); vs the fp32 kernels on the unrounded values
  *   (the price of bf16 storage): BF16_TOL * max(1, max |fp32|). */
-#define FWD_TOL 1e-5
-#define BWD_TOL 1e-4
-#define FD_H 1e-4
+#define FWD_TOL       1e-5
+#define BWD_TOL       1e-4
+#define FD_H          1e-4
 #define BF16_SAME_TOL 1e-4
-#define BF16_TOL 3e-2
+#define BF16_TOL      3e-2
 /* Elements checked by finite differences per tensor: all of them up to this many,
  * else this many spread over the tensor. */
 #define FD_MAX 48
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
-static double rnd(void) { /* uniform in [-1, 1), never exactly zero */
+static double rnd(void)
+{ /* uniform in [-1, 1), never exactly zero */
     rng_state ^= rng_state << 13;
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
@@ -37,21 +38,24 @@ static double rnd(void) { /* uniform in [-1, 1), never exactly zero */
     return u == 0.0 ? 0.5 : u;
 }
 
-static float *frand(size_t n) {
+static float *frand(size_t n)
+{
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)rnd();
     return p;
 }
 
-static double *to_d(const float *x, size_t n) {
+static double *to_d(const float *x, size_t n)
+{
     double *d = malloc(n * sizeof *d);
     for (size_t i = 0; i < n; i++)
         d[i] = x[i];
     return d;
 }
 
-static float *fcopy(const float *x, size_t n) {
+static float *fcopy(const float *x, size_t n)
+{
     float *p = malloc(n * sizeof *p);
     memcpy(p, x, n * sizeof *p);
     return p;
@@ -60,35 +64,40 @@ static float *fcopy(const float *x, size_t n) {
 static float *fzero(size_t n) { return calloc(n, sizeof(float)); }
 
 /* fp32 -> bf16, round to nearest even (inputs are finite). */
-static uint16_t f2bf(float f) {
+static uint16_t f2bf(float f)
+{
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     u += 0x7FFFu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
-static float bf2f(uint16_t h) {
+static float bf2f(uint16_t h)
+{
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static uint16_t *to_bf(const float *x, size_t n) {
+static uint16_t *to_bf(const float *x, size_t n)
+{
     uint16_t *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++)
         p[i] = f2bf(x[i]);
     return p;
 }
 
-static float *bf_round(const float *x, size_t n) { /* the fp32 values bf16 stores */
+static float *bf_round(const float *x, size_t n)
+{ /* the fp32 values bf16 stores */
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++)
         p[i] = bf2f(f2bf(x[i]));
     return p;
 }
 
-static double max_abs(const float *x, size_t n) {
+static double max_abs(const float *x, size_t n)
+{
     double m = 0;
     for (size_t i = 0; i < n; i++)
         m = fabs(x[i]) > m ? fabs(x[i]) : m;
@@ -96,8 +105,8 @@ static double max_abs(const float *x, size_t n) {
 }
 
 /* Compares two fp32 tensors within tol * max(1, max|ref|); reports the first miss. */
-static void check_close(const char *what, const float *got, const float *ref, size_t n,
-                        double tol) {
+static void check_close(const char *what, const float *got, const float *ref, size_t n, double tol)
+{
     double lim = tol * fmax(1.0, max_abs(ref, n));
     for (size_t i = 0; i < n; i++)
         if (!(fabs((double)got[i] - ref[i]) <= lim)) {
@@ -107,7 +116,8 @@ static void check_close(const char *what, const float *got, const float *ref, si
     CHECK(1);
 }
 
-static void check_bits(const char *what, const float *a, const float *b, size_t n) {
+static void check_bits(const char *what, const float *a, const float *b, size_t n)
+{
     CHECK_MSG(memcmp(a, b, n * sizeof *a) == 0, "%s: results differ in bits", what);
 }
 
@@ -118,8 +128,9 @@ typedef double (*loss_fn)(void *ctx);
 
 /* Checks got (a gradient already accumulated onto `base`) against central
  * differences of loss over x (float64, perturbed in place). */
-static void check_fd(const char *what, const float *got, const float *base, double *x,
-                     size_t n, loss_fn loss, void *ctx) {
+static void check_fd(const char *what, const float *got, const float *base, double *x, size_t n,
+                     loss_fn loss, void *ctx)
+{
     size_t cnt = n <= FD_MAX ? n : FD_MAX;
     double *fd = malloc(cnt * sizeof *fd);
     size_t *idx = malloc(cnt * sizeof *idx);
@@ -143,8 +154,8 @@ static void check_fd(const char *what, const float *got, const float *base, doub
     for (size_t k = 0; k < cnt && !bad; k++) {
         double g = (double)got[idx[k]] - (base ? base[idx[k]] : 0.0);
         if (!(fabs(g - fd[k]) <= lim)) {
-            CHECK_MSG(0, "%s[%zu]: %.8g vs finite difference %.8g (tolerance %.3g)", what,
-                      idx[k], g, fd[k], lim);
+            CHECK_MSG(0, "%s[%zu]: %.8g vs finite difference %.8g (tolerance %.3g)", what, idx[k],
+                      g, fd[k], lim);
             bad = 1;
         }
     }
@@ -161,7 +172,8 @@ typedef struct lin_ctx {
     double *x, *w, *b, *g; /* b may be NULL */
 } lin_ctx;
 
-static void lin_ref(const lin_ctx *c, double *out, double *mag) {
+static void lin_ref(const lin_ctx *c, double *out, double *mag)
+{
     for (int b = 0; b < c->B; b++)
         for (int o = 0; o < c->OC; o++) {
             double s = c->b ? c->b[o] : 0, m = c->b ? fabs(c->b[o]) : 0;
@@ -175,7 +187,8 @@ static void lin_ref(const lin_ctx *c, double *out, double *mag) {
         }
 }
 
-static double lin_loss(void *p) {
+static double lin_loss(void *p)
+{
     lin_ctx *c = p;
     size_t n = (size_t)c->B * c->OC;
     double *out = malloc(n * sizeof *out), L = 0;
@@ -186,7 +199,8 @@ static double lin_loss(void *p) {
     return L;
 }
 
-static void test_linear(int B, int C, int OC, int has_bias, cpu_linear_impl impl) {
+static void test_linear(int B, int C, int OC, int has_bias, cpu_linear_impl impl)
+{
     char what[96];
     snprintf(what, sizeof what, "linear B=%d C=%d OC=%d bias=%d impl=%d", B, C, OC, has_bias,
              (int)impl);
@@ -244,7 +258,8 @@ static void test_linear(int B, int C, int OC, int has_bias, cpu_linear_impl impl
     cpu_linear_set_impl(CPU_LINEAR_AUTO);
 }
 
-static void test_linear_bf16(int B, int C, int OC) {
+static void test_linear_bf16(int B, int C, int OC)
+{
     size_t nx = (size_t)B * C, nw = (size_t)OC * C, ny = (size_t)B * OC;
     float *x = frand(nx), *w = frand(nw), *b = frand(OC), *g = frand(ny);
     float *xr = bf_round(x, nx), *wr = bf_round(w, nw), *gr = bf_round(g, ny);
@@ -283,7 +298,8 @@ typedef struct conv_ctx {
     double *x, *w, *b, *g;
 } conv_ctx;
 
-static void conv_ref(const conv_ctx *c, double *out, double *mag) {
+static void conv_ref(const conv_ctx *c, double *out, double *mag)
+{
     const cpu_conv2d_shape *s = &c->s;
     for (int n = 0; n < s->B; n++)
         for (int o = 0; o < s->OC; o++)
@@ -309,7 +325,8 @@ static void conv_ref(const conv_ctx *c, double *out, double *mag) {
                 }
 }
 
-static double conv_loss(void *p) {
+static double conv_loss(void *p)
+{
     conv_ctx *c = p;
     size_t n = (size_t)c->s.B * c->s.OC * c->OH * c->OW;
     double *out = malloc(n * sizeof *out), L = 0;
@@ -320,7 +337,8 @@ static double conv_loss(void *p) {
     return L;
 }
 
-static void test_conv(cpu_conv2d_shape s, int use_ws) {
+static void test_conv(cpu_conv2d_shape s, int use_ws)
+{
     char what[160];
     snprintf(what, sizeof what, "conv B=%d C=%d %dx%d OC=%d k%dx%d s%dx%d p%dx%d bias=%d ws=%d",
              s.B, s.C, s.H, s.W, s.OC, s.KH, s.KW, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
@@ -383,7 +401,8 @@ static void test_conv(cpu_conv2d_shape s, int use_ws) {
     free(c.x), free(c.w), free(c.b), free(c.g);
 }
 
-static void test_conv_bf16(cpu_conv2d_shape s) {
+static void test_conv_bf16(cpu_conv2d_shape s)
+{
     int OH = 0, OW = 0;
     CHECK_INT_EQ(cpu_conv2d_out_size(&s, &OH, &OW), STOKE_OK);
     size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * s.KH * s.KW;
@@ -402,7 +421,8 @@ static void test_conv_bf16(cpu_conv2d_shape s) {
     float *dx = fzero(nx), *dw = fzero(nw), *db = fzero(nb);
     float *sx = fzero(nx), *sw = fzero(nw), *sb = fzero(nb);
     float *fx = fzero(nx), *fw = fzero(nw), *fb = fzero(nb);
-    float *pb = s.has_bias ? db : NULL, *psb = s.has_bias ? sb : NULL, *pfb = s.has_bias ? fb : NULL;
+    float *pb = s.has_bias ? db : NULL, *psb = s.has_bias ? sb : NULL,
+          *pfb = s.has_bias ? fb : NULL;
     CHECK_MSG(cpu_conv2d_backward_bf16(dx, dw, pb, gh, xh, wh, &s, NULL, 0) == STOKE_OK, "%s",
               stoke_last_error());
     CHECK_INT_EQ(cpu_conv2d_backward(sx, sw, psb, gr, xr, wr, &s, NULL, 0), STOKE_OK);
@@ -448,7 +468,8 @@ typedef struct pool_ctx {
     double *x, *g;
 } pool_ctx;
 
-static void pool_ref(const pool_ctx *c, double *out) {
+static void pool_ref(const pool_ctx *c, double *out)
+{
     const cpu_pool2d_shape *s = &c->s;
     for (int p = 0; p < s->B * s->C; p++) {
         const double *x = c->x + (size_t)p * s->H * s->W;
@@ -464,7 +485,8 @@ static void pool_ref(const pool_ctx *c, double *out) {
                 double m = -INFINITY, sum = 0;
                 for (int kh = 0; kh < s->KH; kh++)
                     for (int kw = 0; kw < s->KW; kw++) {
-                        int h = oh * s->stride_h - s->pad_h + kh, w = ow * s->stride_w - s->pad_w + kw;
+                        int h = oh * s->stride_h - s->pad_h + kh,
+                            w = ow * s->stride_w - s->pad_w + kw;
                         if (h < 0 || h >= s->H || w < 0 || w >= s->W)
                             continue; /* padding: -inf for max, 0 for the sum */
                         m = fmax(m, x[h * s->W + w]);
@@ -476,12 +498,14 @@ static void pool_ref(const pool_ctx *c, double *out) {
     }
 }
 
-static size_t pool_out_n(const pool_ctx *c) {
+static size_t pool_out_n(const pool_ctx *c)
+{
     return c->kind == POOL_GLOBAL ? (size_t)c->s.B * c->s.C
                                   : (size_t)c->s.B * c->s.C * c->OH * c->OW;
 }
 
-static double pool_loss(void *p) {
+static double pool_loss(void *p)
+{
     pool_ctx *c = p;
     size_t n = pool_out_n(c);
     double *out = malloc(n * sizeof *out), L = 0;
@@ -492,7 +516,8 @@ static double pool_loss(void *p) {
     return L;
 }
 
-static void test_pool(int kind, cpu_pool2d_shape s) {
+static void test_pool(int kind, cpu_pool2d_shape s)
+{
     pool_ctx c = {s, kind, 1, 1, NULL, NULL};
     if (kind != POOL_GLOBAL)
         CHECK_INT_EQ(cpu_pool2d_out_size(&s, &c.OH, &c.OW), STOKE_OK);
@@ -523,20 +548,24 @@ static void test_pool(int kind, cpu_pool2d_shape s) {
         cpu_avgpool2d_backward(dx, g, &s);
     else
         cpu_global_avgpool_backward(dx, g, s.B, s.C, s.H, s.W);
-    check_fd(kind == POOL_MAX ? "maxpool dinp" : kind == POOL_AVG ? "avgpool dinp" : "gap dinp",
+    check_fd(kind == POOL_MAX   ? "maxpool dinp"
+             : kind == POOL_AVG ? "avgpool dinp"
+                                : "gap dinp",
              dx, dx0, c.x, nx, pool_loss, &c);
     free(x), free(g), free(y), free(yr), free(dx0), free(dx), free(c.x), free(c.g);
 }
 
 /* ---- determinism: fresh buffers, same inputs, same threads -> same bits ---- */
 
-static void test_determinism(int threads) {
+static void test_determinism(int threads)
+{
     cpu_set_threads(threads);
     CHECK_INT_EQ(cpu_get_threads(), threads);
     cpu_conv2d_shape s = {4, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1};
     int OH, OW;
     CHECK_INT_EQ(cpu_conv2d_out_size(&s, &OH, &OW), STOKE_OK);
-    size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * 9, ny = (size_t)s.B * s.OC * OH * OW;
+    size_t nx = (size_t)s.B * s.C * s.H * s.W, nw = (size_t)s.OC * s.C * 9,
+           ny = (size_t)s.B * s.OC * OH * OW;
     float *x = frand(nx), *w = frand(nw), *b = frand(s.OC), *g = frand(ny);
     float *r[2][4];
     for (int run = 0; run < 2; run++) {
@@ -578,7 +607,8 @@ static void test_determinism(int threads) {
     cpu_linear_set_impl(CPU_LINEAR_AUTO);
 }
 
-static void test_errors(void) {
+static void test_errors(void)
+{
     float a[4] = {1, 2, 3, 4};
     CHECK_INT_EQ(cpu_linear_forward(a, a, a, NULL, 0, 2, 2), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "B=0");
@@ -617,7 +647,8 @@ static void test_errors(void) {
     CHECK_STR_CONTAINS(stoke_last_error(), "half the kernel");
 }
 
-int main(void) {
+int main(void)
+{
     cpu_set_threads(2);
 
     /* linear: odd sizes, batch 1, with and without bias, both GEMM libraries. */
@@ -650,7 +681,7 @@ int main(void) {
     const cpu_conv2d_shape convs[] = {
         /* B  C  H   W OC KH KW sh sw ph pw bias */
         {2, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1},
-        {1, 2, 9, 6, 3, 3, 2, 2, 2, 0, 0, 0},  /* stride 2 does not divide: short right pad */
+        {1, 2, 9, 6, 3, 3, 2, 2, 2, 0, 0, 0}, /* stride 2 does not divide: short right pad */
         {3, 4, 8, 11, 5, 5, 5, 2, 2, 2, 2, 1},
         {2, 1, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1}, /* the CNN's first layer, smaller image */
         {1, 16, 8, 8, 24, 3, 3, 1, 1, 1, 1, 1},  /* blocked channels */
@@ -671,8 +702,9 @@ int main(void) {
     } else {
         uint16_t h[24 * 16 * 9] = {0};
         float o[24 * 64];
-        CHECK(cpu_conv2d_forward_bf16(o, h, h, NULL, &(cpu_conv2d_shape){1, 16, 8, 8, 24, 3, 3,
-                                      1, 1, 1, 1, 0}, NULL, 0) == STOKE_ERR_UNAVAILABLE);
+        CHECK(cpu_conv2d_forward_bf16(o, h, h, NULL,
+                                      &(cpu_conv2d_shape){1, 16, 8, 8, 24, 3, 3, 1, 1, 1, 1, 0},
+                                      NULL, 0) == STOKE_ERR_UNAVAILABLE);
     }
 
     const cpu_pool2d_shape pools[] = {

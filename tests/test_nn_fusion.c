@@ -16,20 +16,23 @@
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 
-static double rnd(void) { /* uniform in [-1, 1), never exactly zero */
+static double rnd(void)
+{ /* uniform in [-1, 1), never exactly zero */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     double v = (double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
     return v == 0 ? 0.5 : v;
 }
 
-static float *frand(size_t n, double scale) {
+static float *frand(size_t n, double scale)
+{
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(rnd() * scale);
     return p;
 }
 
-static float bf_round(float f) { /* the value bf16 stores, round to nearest even */
+static float bf_round(float f)
+{ /* the value bf16 stores, round to nearest even */
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
@@ -40,14 +43,15 @@ static float bf_round(float f) { /* the value bf16 stores, round to nearest even
 static double q(float v, int mixed) { return mixed ? (double)bf_round(v) : (double)v; }
 
 typedef struct ref {
-    double *y;           /* conv + bias, unpooled (B, OC, OH, OW) */
-    double *p;           /* pooled after ReLU */
-    int *at;             /* window position of the first maximum, -1: no gradient */
+    double *y;            /* conv + bias, unpooled (B, OC, OH, OW) */
+    double *p;            /* pooled after ReLU */
+    int *at;              /* window position of the first maximum, -1: no gradient */
     double *dx, *dw, *db; /* gradients from dp alone */
 } ref;
 
-static void reference(const cpu_conv2d_shape *s, int K, int mixed, const float *x,
-                      const float *w, const float *b, const float *dp, int OH, int OW, ref *r) {
+static void reference(const cpu_conv2d_shape *s, int K, int mixed, const float *x, const float *w,
+                      const float *b, const float *dp, int OH, int OW, ref *r)
+{
     int PH = OH / K, PW = OW / K;
     size_t ny = (size_t)s->B * s->OC * OH * OW, np = (size_t)s->B * s->OC * PH * PW;
     size_t nx = (size_t)s->B * s->C * s->H * s->W, nw = (size_t)s->OC * s->C * s->KH * s->KW;
@@ -58,8 +62,8 @@ static void reference(const cpu_conv2d_shape *s, int K, int mixed, const float *
     r->dw = calloc(nw, sizeof(double));
     r->db = calloc((size_t)s->OC, sizeof(double));
     double *dy = calloc(ny, sizeof(double));
-#define X(n, c, h, w_) x[(((size_t)(n) * s->C + (c)) * s->H + (h)) * s->W + (w_)]
-#define W(o, c, kh, kw) w[(((size_t)(o) * s->C + (c)) * s->KH + (kh)) * s->KW + (kw)]
+#define X(n, c, h, w_)  x[(((size_t)(n)*s->C + (c)) * s->H + (h)) * s->W + (w_)]
+#define W(o, c, kh, kw) w[(((size_t)(o)*s->C + (c)) * s->KH + (kh)) * s->KW + (kw)]
     for (int n = 0; n < s->B; n++)
         for (int o = 0; o < s->OC; o++)
             for (int oh = 0; oh < OH; oh++)
@@ -123,14 +127,16 @@ static void reference(const cpu_conv2d_shape *s, int K, int mixed, const float *
     free(dy);
 }
 
-static void ref_free(ref *r) {
+static void ref_free(ref *r)
+{
     free(r->y), free(r->p), free(r->at), free(r->dx), free(r->dw), free(r->db);
 }
 
 /* got - before must equal want, within tol relative to the largest |want| (at least
  * 1). */
-static void check_acc(const char *what, const char *label, const float *got,
-                      const float *before, const double *want, size_t n, double tol) {
+static void check_acc(const char *what, const char *label, const float *got, const float *before,
+                      const double *want, size_t n, double tol)
+{
     double mag = 1, worst = 0;
     for (size_t i = 0; i < n; i++)
         mag = fabs(want[i]) > mag ? fabs(want[i]) : mag;
@@ -138,11 +144,11 @@ static void check_acc(const char *what, const char *label, const float *got,
         double d = fabs(((double)got[i] - (before ? before[i] : 0)) - want[i]);
         worst = d > worst ? d : worst;
     }
-    CHECK_MSG(worst <= tol * mag, "%s %s: max error %g, allowed %g", label, what, worst,
-              tol * mag);
+    CHECK_MSG(worst <= tol * mag, "%s %s: max error %g, allowed %g", label, what, worst, tol * mag);
 }
 
-static void test_block(cpu_conv2d_shape s, int K, int mixed, int first) {
+static void test_block(cpu_conv2d_shape s, int K, int mixed, int first)
+{
     int prec = mixed ? CPU_CONV_MIXED_BF16 : CPU_CONV_FP32;
     /* with under 4 input channels mixed precision computes in fp32 (conv.h) */
     int rounds = mixed && s.C >= 4;
@@ -186,8 +192,8 @@ static void test_block(cpu_conv2d_shape s, int K, int mixed, int first) {
     CHECK_MSG(st == STOKE_OK && memcmp(out, out2, np * sizeof *out) == 0,
               "%s: inference output differs", label);
 
-    st = cpu_conv_block_backward(first ? NULL : dx, dw, s.has_bias ? db : NULL, dp, idx, x, w,
-                                 &s, K, prec, ws + 3, wsz);
+    st = cpu_conv_block_backward(first ? NULL : dx, dw, s.has_bias ? db : NULL, dp, idx, x, w, &s,
+                                 K, prec, ws + 3, wsz);
     CHECK_MSG(st == STOKE_OK, "%s backward: %s", label, stoke_last_error());
     /* mixed: oneDNN's backward rounds its inputs to bf16 too; fp32 accumulation of up
      * to a few thousand terms */
@@ -205,7 +211,8 @@ static void test_block(cpu_conv2d_shape s, int K, int mixed, int first) {
     free(dx0), free(dw0), free(db0), free(idx), free(ws);
 }
 
-static void test_errors(void) {
+static void test_errors(void)
+{
     cpu_conv2d_shape s = {2, 4, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1};
     float x[2 * 4 * 64], w[16 * 4 * 9], b[16], out[2 * 16 * 16];
     int ok = 1;
@@ -229,10 +236,15 @@ static void test_errors(void) {
  * bit-for-bit the unfused bf16). The fused plan keeps neither the unpooled activations
  * nor their gradients. */
 static double *run_model(const stoke_graph *g, stoke_precision prec, bool no_fusion, int B,
-                       const float *xs, double *loss, stoke_mem_plan *plan) {
+                         const float *xs, double *loss, stoke_mem_plan *plan)
+{
     stoke_model *m = NULL;
-    stoke_model_opts o = {.max_batch = B, .precision = prec, .training = true, .seed = 7,
-                          .optim = {.kind = STOKE_SGD}, .no_fusion = no_fusion};
+    stoke_model_opts o = {.max_batch = B,
+                          .precision = prec,
+                          .training = true,
+                          .seed = 7,
+                          .optim = {.kind = STOKE_SGD},
+                          .no_fusion = no_fusion};
     CHECK_MSG(stoke_model_new(g, &o, &m) == STOKE_OK, "%s", stoke_last_error());
     CHECK(stoke_graph_plan(g, &o, plan) == STOKE_OK);
     if (!m)
@@ -262,7 +274,8 @@ static double *run_model(const stoke_graph *g, stoke_precision prec, bool no_fus
 }
 
 /* Largest difference of each parameter's gradient, over its largest |reference|. */
-static double grad_err(const stoke_graph *g, const double *a, const double *want) {
+static double grad_err(const stoke_graph *g, const double *a, const double *want)
+{
     double worst = 0;
     size_t off = 0;
     for (int p = 0; p < stoke_graph_param_count(g); p++) {
@@ -278,7 +291,8 @@ static double grad_err(const stoke_graph *g, const double *a, const double *want
     return worst;
 }
 
-static void test_model(bool cnn) {
+static void test_model(bool cnn)
+{
     stoke_shape in = {.ndim = 3, .dims = {1, 12, 12}};
     int64_t hidden[2] = {40, 24};
     stoke_graph *g = cnn ? stoke_preset_cnn(&in, 10) : stoke_preset_mlp(&in, hidden, 2, 10);
@@ -304,7 +318,8 @@ static void test_model(bool cnn) {
         CHECK_NEAR(l32f, l32, 1e-5 * fabs(l32));
         double e32 = grad_err(g, g32f, g32), ebf = grad_err(g, gbf, g32),
                ebff = grad_err(g, gbff, g32);
-        CHECK_MSG(e32 <= 1e-4, "%s: fp32 fused gradients differ by %g (relative)", cnn ? "cnn" : "mlp", e32);
+        CHECK_MSG(e32 <= 1e-4, "%s: fp32 fused gradients differ by %g (relative)",
+                  cnn ? "cnn" : "mlp", e32);
         CHECK_MSG(ebff <= 2 * ebf + 1e-3, "%s: bf16 fused gradients %g from fp32, unfused %g",
                   cnn ? "cnn" : "mlp", ebff, ebf);
         CHECK_MSG(fabs(lbff - l32) <= 2 * fabs(lbf - l32) + 1e-3 * fabs(l32),
@@ -314,16 +329,17 @@ static void test_model(bool cnn) {
     stoke_graph_free(g);
 }
 
-int main(void) {
+int main(void)
+{
     /* B, C, H, W, OC, KH, KW, stride, stride, pad, pad, bias */
     cpu_conv2d_shape cnn1 = {3, 1, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1};
     cpu_conv2d_shape cnn2 = {2, 32, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1};
-    cpu_conv2d_shape odd = {2, 3, 11, 11, 16, 3, 3, 1, 1, 1, 1, 1};   /* 11x11: floor leftover */
-    cpu_conv2d_shape k3 = {2, 16, 9, 9, 16, 3, 3, 1, 1, 0, 0, 0};     /* 7x7, pool 3, no bias */
-    cpu_conv2d_shape s2 = {2, 8, 16, 16, 32, 3, 3, 2, 2, 1, 1, 1};    /* stride 2 */
+    cpu_conv2d_shape odd = {2, 3, 11, 11, 16, 3, 3, 1, 1, 1, 1, 1}; /* 11x11: floor leftover */
+    cpu_conv2d_shape k3 = {2, 16, 9, 9, 16, 3, 3, 1, 1, 0, 0, 0};   /* 7x7, pool 3, no bias */
+    cpu_conv2d_shape s2 = {2, 8, 16, 16, 32, 3, 3, 2, 2, 1, 1, 1};  /* stride 2 */
     /* few input channels, first layer: the direct kernel's general form */
-    cpu_conv2d_shape d5 = {2, 2, 10, 10, 16, 5, 5, 1, 1, 2, 2, 1};    /* 5x5, pad 2 */
-    cpu_conv2d_shape ds2 = {2, 3, 13, 13, 32, 3, 3, 2, 2, 1, 1, 0};   /* stride 2, no bias */
+    cpu_conv2d_shape d5 = {2, 2, 10, 10, 16, 5, 5, 1, 1, 2, 2, 1};  /* 5x5, pad 2 */
+    cpu_conv2d_shape ds2 = {2, 3, 13, 13, 32, 3, 3, 2, 2, 1, 1, 0}; /* stride 2, no bias */
     /* mixed precision needs oneDNN's bf16 kernels: AVX-512 and up (the suite runs
      * capped to AVX2 too); below, the block says so and the model runs bf16 unfused */
     int bf16 = dnnl_util_bf16_kernels();

@@ -10,14 +10,16 @@
 #include "check.h"
 #include "stoke/nn.h"
 
-static stoke_shape shp(int ndim, int64_t a, int64_t b, int64_t c) {
+static stoke_shape shp(int ndim, int64_t a, int64_t b, int64_t c)
+{
     stoke_shape s = {.ndim = ndim, .dims = {a, b, c}};
     return s;
 }
 
 /* A small deterministic generator for test data (xorshift64*). */
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static double urand(void) {
+static double urand(void)
+{
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
     rng_state ^= rng_state >> 27;
@@ -28,7 +30,8 @@ static size_t al(size_t n) { return (n + 63) / 64 * 64; }
 
 /* ---- graph building errors ---- */
 
-static void test_graph_errors(void) {
+static void test_graph_errors(void)
+{
     stoke_shape img = shp(3, 1, 8, 8), vec = shp(1, 10, 0, 0), s12 = shp(1, 12, 0, 0);
     stoke_graph *g = stoke_graph_new("bad");
     stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &img);
@@ -104,7 +107,8 @@ static void test_graph_errors(void) {
 
 /* ---- presets: parameter names and counts ---- */
 
-static int find_param(const stoke_graph *g, const char *name) {
+static int find_param(const stoke_graph *g, const char *name)
+{
     for (int i = 0; i < stoke_graph_param_count(g); i++)
         if (strcmp(stoke_graph_param(g, i)->name, name) == 0)
             return i;
@@ -112,7 +116,8 @@ static int find_param(const stoke_graph *g, const char *name) {
 }
 
 static void check_param(const stoke_graph *g, const char *name, int ndim, const int64_t *dims,
-                        bool trainable) {
+                        bool trainable)
+{
     int i = find_param(g, name);
     CHECK_MSG(i >= 0, "no parameter %s", name);
     if (i < 0)
@@ -124,7 +129,8 @@ static void check_param(const stoke_graph *g, const char *name, int ndim, const 
     CHECK(p->trainable == trainable);
 }
 
-static void test_preset_params(void) {
+static void test_preset_params(void)
+{
     /* the reference CNN on Fashion-MNIST, as PyTorch counts it:
      * sum(p.numel() for p in model.parameters()) of Conv2d(1,32,3,padding=1),
      * Conv2d(32,64,3,padding=1), Linear(64*7*7,128), Linear(128,10) */
@@ -150,8 +156,7 @@ static void test_preset_params(void) {
     stoke_shape flat = shp(1, 784, 0, 0);
     int64_t hidden[] = {512, 512};
     g = stoke_preset_mlp(&flat, hidden, 2, 10);
-    CHECK(g && stoke_graph_trainable_elems(g) ==
-                   784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+    CHECK(g && stoke_graph_trainable_elems(g) == 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
     if (g)
         check_param(g, "fc3.weight", 2, (int64_t[]){10, 512}, true);
     stoke_graph_free(g);
@@ -178,8 +183,8 @@ static void test_preset_params(void) {
     CHECK(g != NULL);
     if (g) {
         int64_t T = 4, P = 16, h = 16;
-        int64_t layer = 2 * (2 * h) + (3 * h * h + 3 * h + h * h + h) + (4 * h * h + 4 * h) +
-                        (h * 4 * h + h);
+        int64_t layer =
+            2 * (2 * h) + (3 * h * h + 3 * h + h * h + h) + (4 * h * h + 4 * h) + (h * 4 * h + h);
         int64_t want = (h * P + h) + T * h + 2 * layer + 2 * h + (5 * h + 5);
         CHECK_INT_EQ(stoke_graph_trainable_elems(g), want);
         check_param(g, "layer1.attn.in_proj_weight", 2, (int64_t[]){48, 16}, true);
@@ -201,7 +206,8 @@ static void test_preset_params(void) {
         check_param(g, "value.weight", 2, (int64_t[]){1, 32}, true);
         CHECK(stoke_graph_find(g, "policy") >= 0 && stoke_graph_find(g, "value") >= 0);
         stoke_tensor y = stoke_graph_find(g, "y");
-        CHECK(y >= 0 && stoke_graph_shape(g, y)->ndim == 1 && stoke_graph_shape(g, y)->dims[0] == 3);
+        CHECK(y >= 0 && stoke_graph_shape(g, y)->ndim == 1 &&
+              stoke_graph_shape(g, y)->dims[0] == 3);
     }
     stoke_graph_free(g);
     stoke_actor_critic_opts bad_targets = {.targets = 5};
@@ -218,14 +224,17 @@ static void test_preset_params(void) {
 
 /* ---- memory plan of the cnn preset, by hand ---- */
 
-static void test_cnn_plan(void) {
+static void test_cnn_plan(void)
+{
     stoke_shape in = shp(2, 28, 28, 0);
     stoke_graph *g = stoke_preset_cnn(&in, 10);
     if (!g) {
         CHECK(0);
         return;
     }
-    stoke_model_opts o = {.max_batch = 32, .training = true, .no_fusion = true,
+    stoke_model_opts o = {.max_batch = 32,
+                          .training = true,
+                          .no_fusion = true,
                           .optim = {.kind = STOKE_SGD, .momentum = 0.9f}};
     stoke_mem_plan p;
     CHECK(stoke_graph_plan(g, &o, &p) == STOKE_OK);
@@ -239,12 +248,12 @@ static void test_cnn_plan(void) {
      * upstream), 64-byte aligned; reshape and flatten alias their input */
     size_t c1 = al(32 * 28 * 28 * 4), p1 = al(32 * 14 * 14 * 4), c2 = al(64 * 14 * 14 * 4),
            p2 = al(64 * 7 * 7 * 4), f1 = al(128 * 4), f2 = al(10 * 4);
-    size_t act = al(784 * 4)            /* x */
-                 + 2 * c1 + 2 * c1      /* conv1, relu: out + grad */
+    size_t act = al(784 * 4)                         /* x */
+                 + 2 * c1 + 2 * c1                   /* conv1, relu: out + grad */
                  + 2 * p1 + 2 * c2 + 2 * c2 + 2 * p2 /* pool1, conv2, relu, pool2 */
-                 + 2 * f1 + 2 * f1 + 2 * f2 /* fc1, relu, fc2 */
-                 + al(4)                 /* y */
-                 + al(4) + al(4);        /* loss, accuracy */
+                 + 2 * f1 + 2 * f1 + 2 * f2          /* fc1, relu, fc2 */
+                 + al(4)                             /* y */
+                 + al(4) + al(4);                    /* loss, accuracy */
     CHECK_INT_EQ(p.activations_per_sample, act);
     CHECK_INT_EQ(p.total, p.params + p.grads + p.optim + 32 * act + p.workspace);
     CHECK(p.workspace > 0); /* the conv kernels' scratch */
@@ -270,8 +279,8 @@ static void test_cnn_plan(void) {
     stoke_mem_plan pi;
     CHECK(stoke_graph_plan(g, &o, &pi) == STOKE_OK);
     CHECK_INT_EQ(pi.grads + pi.optim, 0);
-    CHECK_INT_EQ(pi.activations_per_sample, al(784 * 4) + 2 * c1 + p1 + 2 * c2 + p2 + 2 * f1 +
-                                                f2 + 3 * al(4));
+    CHECK_INT_EQ(pi.activations_per_sample,
+                 al(784 * 4) + 2 * c1 + p1 + 2 * c2 + p2 + 2 * f1 + f2 + 3 * al(4));
     /* bf16: a bf16 copy of each conv/linear weight */
     o.training = true;
     o.optim.kind = STOKE_SGD;
@@ -335,7 +344,8 @@ static void test_cnn_plan(void) {
 
 /* ---- seeded initialization ---- */
 
-static void test_init(void) {
+static void test_init(void)
+{
     stoke_shape in = shp(2, 28, 28, 0);
     stoke_graph *g = stoke_preset_cnn(&in, 10);
     stoke_model_opts o = {.max_batch = 2, .seed = 7};
@@ -356,8 +366,10 @@ static void test_init(void) {
         CHECK_MSG(memcmp(stoke_model_param(a, i), stoke_model_param(c, i), bytes) != 0,
                   "%s equal for seeds 7 and 8", p->name);
         /* PyTorch's bounds: 1/sqrt(fan_in) for weights and biases of conv and linear */
-        int64_t fan_in = strstr(p->name, "conv1") ? 9 : strstr(p->name, "conv2") ? 32 * 9
-                         : strstr(p->name, "fc1") ? 3136 : 128;
+        int64_t fan_in = strstr(p->name, "conv1")   ? 9
+                         : strstr(p->name, "conv2") ? 32 * 9
+                         : strstr(p->name, "fc1")   ? 3136
+                                                    : 128;
         double bound = 1.0 / sqrt((double)fan_in);
         const float *w = stoke_model_param(a, i);
         double mx = 0, mean = 0, var = 0;
@@ -372,8 +384,8 @@ static void test_init(void) {
         if (p->elems >= 1000) { /* U(-b, b): mean 0, variance b^2/3, max near b */
             double sd = bound / sqrt(3.0 * (double)p->elems);
             CHECK_MSG(fabs(mean) < 5 * sd, "%s: mean %g", p->name, mean);
-            CHECK_MSG(fabs(var / (bound * bound / 3) - 1) < 0.05, "%s: variance %g vs %g",
-                      p->name, var, bound * bound / 3);
+            CHECK_MSG(fabs(var / (bound * bound / 3) - 1) < 0.05, "%s: variance %g vs %g", p->name,
+                      var, bound * bound / 3);
             CHECK_MSG(mx > 0.99 * bound, "%s: max %g of bound %g", p->name, mx, bound);
         }
     }
@@ -409,7 +421,8 @@ static void test_init(void) {
 /* ---- the executor ---- */
 
 /* Random inputs for every input of the model: floats in [-1, 1], classes in [0, K). */
-static void fill_inputs(stoke_model *m, int64_t batch, int64_t classes) {
+static void fill_inputs(stoke_model *m, int64_t batch, int64_t classes)
+{
     const stoke_graph *g = stoke_model_graph(m);
     for (int t = 0; t < stoke_graph_node_count(g); t++) {
         void *p = stoke_model_input(m, t);
@@ -418,7 +431,7 @@ static void fill_inputs(stoke_model *m, int64_t batch, int64_t classes) {
         int64_t n = batch * stoke_shape_elems(stoke_graph_shape(g, t));
         const char *name = stoke_graph_node_name(g, t);
         bool ids = strcmp(name, "y") == 0 ? classes > 1
-                   : strcmp(name, "action") == 0 || strcmp(name, "tok") == 0;
+                                          : strcmp(name, "action") == 0 || strcmp(name, "tok") == 0;
         const stoke_shape *ts = stoke_graph_shape(g, t);
         if (!strcmp(name, "y") && stoke_graph_find(g, "policy") >= 0 && ts->ndim == 1) {
             /* actor-critic rows [action, advantage, (old_log_prob,) return]: the old
@@ -444,7 +457,8 @@ static void fill_inputs(stoke_model *m, int64_t batch, int64_t classes) {
     }
 }
 
-static double loss_at(stoke_model *m, int64_t batch) {
+static double loss_at(stoke_model *m, int64_t batch)
+{
     CHECK(stoke_model_forward(m, batch, true) == STOKE_OK);
     return stoke_model_loss(m);
 }
@@ -459,13 +473,14 @@ static double loss_at(stoke_model *m, int64_t batch) {
  * off by 3e-4 absolute, the smooth models by < 0.1%), hence 1% relative + 5e-4
  * absolute: a missing or doubled gradient term is far outside it. Also two single
  * coordinates with h = 1e-2 at 5% + 2e-4. */
-static void check_fd(stoke_graph *g, int64_t batch, int64_t classes, const char *what) {
+static void check_fd(stoke_graph *g, int64_t batch, int64_t classes, const char *what)
+{
     if (!g) {
         CHECK_MSG(0, "%s: preset failed: %s", what, stoke_last_error());
         return;
     }
-    stoke_model_opts o = {.max_batch = batch, .training = true, .seed = 3,
-                          .optim = {.kind = STOKE_SGD}};
+    stoke_model_opts o = {
+        .max_batch = batch, .training = true, .seed = 3, .optim = {.kind = STOKE_SGD}};
     stoke_model *m = NULL;
     stoke_status st = stoke_model_new(g, &o, &m);
     CHECK_MSG(st == STOKE_OK, "%s: %s", what, stoke_last_error());
@@ -511,7 +526,8 @@ static void check_fd(stoke_graph *g, int64_t batch, int64_t classes, const char 
     }
     double fd = (lp - lm) / (2 * h);
     if (getenv("NN_FD_DEBUG"))
-        fprintf(stderr, "%s: dot %.6g fd %.6g rel %.3g\n", what, dot, fd, fabs(fd - dot) / fabs(dot));
+        fprintf(stderr, "%s: dot %.6g fd %.6g rel %.3g\n", what, dot, fd,
+                fabs(fd - dot) / fabs(dot));
     CHECK_MSG(fabs(fd - dot) <= 0.01 * fabs(dot) + 5e-4,
               "%s: directional derivative %g, finite difference %g", what, dot, fd);
     /* single coordinates: the first weight of the first and last layers */
@@ -545,7 +561,8 @@ static void check_fd(stoke_graph *g, int64_t batch, int64_t classes, const char 
     stoke_graph_free(g);
 }
 
-static void test_fd_presets(void) {
+static void test_fd_presets(void)
+{
     stoke_shape flat = shp(1, 12, 0, 0), img = shp(3, 1, 8, 8), rgb = shp(3, 3, 8, 8);
     int64_t hid[] = {16, 8};
     check_fd(stoke_preset_mlp(&flat, hid, 2, 4), 5, 4, "mlp");
@@ -565,9 +582,9 @@ static void test_fd_presets(void) {
 
 /* Every remaining op through the executor: avg pooling, sigmoid, softmax, dropout,
  * embedding, BCE, L1, slice, label smoothing. */
-static void test_fd_other_ops(void) {
-    stoke_shape img = shp(3, 2, 6, 6), ids = shp(1, 5, 0, 0), v4 = shp(1, 4, 0, 0),
-                scalar = {0};
+static void test_fd_other_ops(void)
+{
+    stoke_shape img = shp(3, 2, 6, 6), ids = shp(1, 5, 0, 0), v4 = shp(1, 4, 0, 0), scalar = {0};
     stoke_graph *g = stoke_graph_new("ops");
     stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &img);
     stoke_tensor c = stoke_nn_conv2d(g, "conv", x, 3, 3, 2, 1, true); /* 6 -> 3 */
@@ -628,7 +645,8 @@ static void test_fd_other_ops(void) {
  * than at 22 for the reference CNN's second block), so a workspace sized at max_batch
  * alone can be too small for the epoch's last batch. */
 
-static size_t ws_of(const stoke_graph *g, stoke_model_opts o, int64_t batch, int64_t epoch) {
+static size_t ws_of(const stoke_graph *g, stoke_model_opts o, int64_t batch, int64_t epoch)
+{
     o.max_batch = batch;
     o.epoch_samples = epoch;
     stoke_mem_plan p;
@@ -641,21 +659,21 @@ static size_t ws_of(const stoke_graph *g, stoke_model_opts o, int64_t batch, int
 
 /* Forward + backward at `batch`, returning the loss; the inputs are the same values
  * whatever the model's max_batch (rng_state reset). */
-static double step_loss(stoke_model *m, int64_t batch) {
+static double step_loss(stoke_model *m, int64_t batch)
+{
     rng_state = 7;
     fill_inputs(m, batch, 10);
     stoke_status st = stoke_model_forward(m, batch, true);
-    CHECK_MSG(st == STOKE_OK, "forward at batch %lld: %s", (long long)batch,
-              stoke_last_error());
+    CHECK_MSG(st == STOKE_OK, "forward at batch %lld: %s", (long long)batch, stoke_last_error());
     if (st != STOKE_OK)
         return NAN;
     st = stoke_model_backward(m);
-    CHECK_MSG(st == STOKE_OK, "backward at batch %lld: %s", (long long)batch,
-              stoke_last_error());
+    CHECK_MSG(st == STOKE_OK, "backward at batch %lld: %s", (long long)batch, stoke_last_error());
     return stoke_model_loss(m);
 }
 
-static void test_batch_workspace(void) {
+static void test_batch_workspace(void)
+{
     stoke_shape in = shp(2, 28, 28, 0);
     stoke_graph *g = stoke_preset_cnn(&in, 10);
     if (!g) {
@@ -698,8 +716,7 @@ static void test_batch_workspace(void) {
         printf("note: no batch in 1..%d needs more workspace than a larger one on this CPU\n",
                SCAN);
     else
-        printf("batch %d needs %zu bytes of workspace, batch %d %zu\n", small, ws[small], M,
-               ws[M]);
+        printf("batch %d needs %zu bytes of workspace, batch %d %zu\n", small, ws[small], M, ws[M]);
 
     /* a model compiled for M runs at `small`: the workspace grows, and says so */
     o.max_batch = M;
@@ -711,8 +728,8 @@ static void test_batch_workspace(void) {
         size_t before = stoke_model_used_mem(m);
         CHECK_INT_EQ(stoke_model_plan(m)->workspace, ws[M]);
         double l = step_loss(m, small), lr = step_loss(ref, small);
-        CHECK_MSG(l == lr, "batch %d: loss %.9g in a model for %d, %.9g in one for %d", small,
-                  l, M, lr, small);
+        CHECK_MSG(l == lr, "batch %d: loss %.9g in a model for %d, %.9g in one for %d", small, l, M,
+                  lr, small);
         size_t grown = ws[small] > ws[M] ? ws[small] - ws[M] : 0;
         CHECK_INT_EQ(stoke_model_used_mem(m), before + grown);
         CHECK_INT_EQ(stoke_model_plan(m)->workspace, ws[M] + grown);
@@ -755,7 +772,8 @@ static void test_batch_workspace(void) {
     stoke_graph_free(g);
 }
 
-static void test_train_tiny_mlp(void) {
+static void test_train_tiny_mlp(void)
+{
     stoke_shape in = shp(1, 8, 0, 0);
     int64_t hid[] = {16};
     stoke_graph *g = stoke_preset_mlp(&in, hid, 1, 3);
@@ -788,10 +806,14 @@ static void test_train_tiny_mlp(void) {
 
 /* N optimizer steps; returns a copy of every parameter. */
 static float *train_copy(const stoke_graph *g, stoke_precision prec, stoke_optim_kind kind,
-                         int steps, double *final_loss) {
-    stoke_model_opts o = {.max_batch = 8, .training = true, .seed = 11, .precision = prec,
-                          .optim = {.kind = kind, .momentum = 0.9f, .weight_decay = 1e-4f,
-                                    .clip_norm = 5.0f}};
+                         int steps, double *final_loss)
+{
+    stoke_model_opts o = {
+        .max_batch = 8,
+        .training = true,
+        .seed = 11,
+        .precision = prec,
+        .optim = {.kind = kind, .momentum = 0.9f, .weight_decay = 1e-4f, .clip_norm = 5.0f}};
     stoke_model *m = NULL;
     if (stoke_model_new(g, &o, &m) != STOKE_OK) {
         CHECK_MSG(0, "%s", stoke_last_error());
@@ -820,14 +842,16 @@ static float *train_copy(const stoke_graph *g, stoke_precision prec, stoke_optim
     return copy;
 }
 
-static size_t total_elems(const stoke_graph *g) {
+static size_t total_elems(const stoke_graph *g)
+{
     size_t total = 0;
     for (int i = 0; i < stoke_graph_param_count(g); i++)
         total += (size_t)stoke_graph_param(g, i)->elems;
     return total;
 }
 
-static void test_reproducible(void) {
+static void test_reproducible(void)
+{
     stoke_shape img = shp(3, 1, 8, 8);
     stoke_graph *g = stoke_preset_resnet(&img, 3, 4, 2);
     if (!g) {
@@ -850,7 +874,8 @@ static void test_reproducible(void) {
 /* bf16 and fp16 run the conv/linear operands in low precision: after a few steps the
  * loss stays within a few percent of fp32's. fp16 loss scaling: an injected inf in a
  * gradient skips the step and halves the scale, the weights stay. */
-static void test_precision(void) {
+static void test_precision(void)
+{
     stoke_shape img = shp(3, 1, 8, 8);
     stoke_graph *g = stoke_preset_cnn(&img, 3);
     if (!g) {
@@ -867,8 +892,11 @@ static void test_precision(void) {
     free(b);
     free(c);
 
-    stoke_model_opts o = {.max_batch = 4, .training = true, .seed = 2,
-                          .precision = STOKE_PREC_FP16, .optim = {.kind = STOKE_SGD}};
+    stoke_model_opts o = {.max_batch = 4,
+                          .training = true,
+                          .seed = 2,
+                          .precision = STOKE_PREC_FP16,
+                          .optim = {.kind = STOKE_SGD}};
     stoke_model *m = NULL;
     CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
     if (m) {
@@ -912,7 +940,8 @@ static void test_precision(void) {
 /* The actor-critic's total loss: policy loss + 0.5 value MSE (policy gradient forms)
  * or the cross-entropy alone (behaviour cloning); both heads read out; a bad action
  * names the layer and the sample; building errors of the policy-gradient op. */
-static void test_actor_critic_loss(void) {
+static void test_actor_critic_loss(void)
+{
     stoke_shape obs = shp(1, 4, 0, 0);
     int64_t hid[] = {8};
     stoke_actor_critic_opts a2c = {.targets = 3, .entropy = 0.01f};
@@ -997,9 +1026,13 @@ static void test_actor_critic_loss(void) {
     stoke_graph_free(g);
 }
 
-static void test_lr(void) {
-    stoke_lr_schedule s = {.kind = STOKE_LR_COSINE, .lr = 0.1, .warmup_steps = 10,
-                           .total_steps = 110, .min_lr = 0.001};
+static void test_lr(void)
+{
+    stoke_lr_schedule s = {.kind = STOKE_LR_COSINE,
+                           .lr = 0.1,
+                           .warmup_steps = 10,
+                           .total_steps = 110,
+                           .min_lr = 0.001};
     CHECK_NEAR(stoke_lr_at(&s, 0), 0.01, 1e-12);
     CHECK_NEAR(stoke_lr_at(&s, 9), 0.1, 1e-12);
     CHECK_NEAR(stoke_lr_at(&s, 10), 0.1, 1e-12);
@@ -1014,7 +1047,8 @@ static void test_lr(void) {
     CHECK(!stoke_precision_parse("auto", &p));
 }
 
-int main(void) {
+int main(void)
+{
     stoke_nn_set_threads(2);
     test_graph_errors();
     test_preset_params();

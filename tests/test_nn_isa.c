@@ -32,7 +32,8 @@
 #include "stoke/hw.h"
 
 /* What this CPU has, found without stoke's own detection. */
-static bool cpu_has(const char *what) {
+static bool cpu_has(const char *what)
+{
     __builtin_cpu_init();
     if (!strcmp(what, "avx2"))
         return __builtin_cpu_supports("avx2");
@@ -43,13 +44,13 @@ static bool cpu_has(const char *what) {
                __builtin_cpu_supports("avx512bf16");
     if (!strcmp(what, "f16c")) { /* clang's builtin does not know "f16c" */
         unsigned a, b, c, d;
-        return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) &&
-               (c & bit_F16C);
+        return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
     }
     return false;
 }
 
-static cpu_simd expected_variant(stoke_cpu_isa cap) {
+static cpu_simd expected_variant(stoke_cpu_isa cap)
+{
     if (cap >= STOKE_CPU_ISA_AVX512_CORE && cpu_has("avx512f"))
         return CPU_SIMD_AVX512F;
     if (cap >= STOKE_CPU_ISA_AVX2 && cpu_has("avx2"))
@@ -57,7 +58,8 @@ static cpu_simd expected_variant(stoke_cpu_isa cap) {
     return CPU_SIMD_DEFAULT;
 }
 
-static void check_dispatch(stoke_cpu_isa cap) {
+static void check_dispatch(stoke_cpu_isa cap)
+{
     cpu_simd want = expected_variant(cap), got = cpu_simd_variant();
     fprintf(stderr, "cap %s: kernels run the %s variant\n", stoke_cpu_isa_name(cap),
             cpu_simd_name(got));
@@ -76,11 +78,13 @@ static void check_dispatch(stoke_cpu_isa cap) {
 
 /* ---- oneDNN ---- */
 
-static unsigned dnnl_bits(dnnl_cpu_isa_t isa) {
+static unsigned dnnl_bits(dnnl_cpu_isa_t isa)
+{
     return isa == dnnl_cpu_isa_all ? ~0u : (unsigned)isa;
 }
 
-static void check_onednn_levels(void) {
+static void check_onednn_levels(void)
+{
     /* the lower of the two caps wins, whichever variable gives it */
     CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_ALL, NULL), dnnl_cpu_isa_all);
     CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_ALL, "avx2"), dnnl_cpu_isa_avx2);
@@ -93,15 +97,14 @@ static void check_onednn_levels(void) {
     CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_AVX512_CORE_BF16, "ALL"),
                  dnnl_cpu_isa_avx512_core_bf16);
     /* AVX2_VNNI sits beside AVX512_CORE: what both allow is AVX2 */
-    CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_AVX512_CORE_BF16, "AVX2_VNNI"),
-                 dnnl_cpu_isa_avx2);
+    CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_AVX512_CORE_BF16, "AVX2_VNNI"), dnnl_cpu_isa_avx2);
     CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_ALL, "AVX2_VNNI"), dnnl_cpu_isa_avx2_vnni);
     /* a name oneDNN does not know caps nothing, as in oneDNN */
-    CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_AVX512_CORE, "bogus"),
-                 dnnl_cpu_isa_avx512_core);
+    CHECK_INT_EQ(dnnl_util_isa_cap(STOKE_CPU_ISA_AVX512_CORE, "bogus"), dnnl_cpu_isa_avx512_core);
 }
 
-static void check_onednn(stoke_cpu_isa cap) {
+static void check_onednn(stoke_cpu_isa cap)
+{
     CHECK_INT_EQ(dnnl_util_engine(NULL, NULL), STOKE_OK);
     const char *env = getenv("ONEDNN_MAX_CPU_ISA");
     if (!env || !*env)
@@ -109,8 +112,8 @@ static void check_onednn(stoke_cpu_isa cap) {
     dnnl_cpu_isa_t want = dnnl_util_isa_cap(cap, env), now = dnnl_get_effective_cpu_isa();
     fprintf(stderr, "cap %s, ONEDNN_MAX_CPU_ISA %s: oneDNN runs at 0x%x (within 0x%x)\n",
             stoke_cpu_isa_name(cap), env ? env : "unset", (unsigned)now, (unsigned)want);
-    CHECK_MSG((dnnl_bits(now) & dnnl_bits(want)) == dnnl_bits(now),
-              "oneDNN at 0x%x, above 0x%x", (unsigned)now, (unsigned)want);
+    CHECK_MSG((dnnl_bits(now) & dnnl_bits(want)) == dnnl_bits(now), "oneDNN at 0x%x, above 0x%x",
+              (unsigned)now, (unsigned)want);
     /* on a CPU with AVX-512 the cap is what holds it back, so it is reached exactly */
     if (cpu_has("avx512f") && want != dnnl_cpu_isa_all && cap <= STOKE_CPU_ISA_AVX512_CORE)
         CHECK_INT_EQ(now, want);
@@ -122,12 +125,14 @@ enum { N = 3 * 4096 + 45 }; /* several blocks of the element-wise loops, and a t
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static float rnd(float lo, float hi) {
+static float rnd(float lo, float hi)
+{
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     return lo + (hi - lo) * (float)((rng >> 40) * 0x1.0p-24);
 }
 
-static float *fill(size_t n, float lo, float hi) {
+static float *fill(size_t n, float lo, float hi)
+{
     float *p = malloc(n * sizeof *p);
     if (!p)
         abort();
@@ -138,7 +143,8 @@ static float *fill(size_t n, float lo, float hi) {
 
 /* Bit for bit when `exact`, else within atol + rtol |ref|; reports the worst element. */
 static void same(const char *what, const float *got, const float *ref, size_t n, bool exact,
-                 double atol, double rtol) {
+                 double atol, double rtol)
+{
     size_t bad = n;
     double worst = 0, max_abs = 0, max_rel = 0;
     for (size_t i = 0; i < n; i++) {
@@ -157,27 +163,30 @@ static void same(const char *what, const float *got, const float *ref, size_t n,
         fprintf(stderr, "  %-20s %-8s largest difference %.2g (relative %.2g)\n", what,
                 cpu_simd_name(cpu_simd_variant()), max_abs, max_rel);
     CHECK_MSG(bad == n, "%s (%s, %s): [%zu] %.9g vs reference %.9g", what,
-              cpu_simd_name(cpu_simd_variant()), exact ? "bit for bit" : "within tolerance",
-              bad, bad < n ? got[bad] : 0.0, bad < n ? ref[bad] : 0.0);
+              cpu_simd_name(cpu_simd_variant()), exact ? "bit for bit" : "within tolerance", bad,
+              bad < n ? got[bad] : 0.0, bad < n ? ref[bad] : 0.0);
 }
 
-#define SQRT1_2 0.70710678118654752f
-#define INV_SQRT_2PI 0.39894228040143268f
+#define SQRT1_2        0.70710678118654752f
+#define INV_SQRT_2PI   0.39894228040143268f
 #define SQRT_2_OVER_PI 0.79788456080286536f
-#define GELU_K 0.044715f
+#define GELU_K         0.044715f
 
 /* eltwise.c's per-element formulas, serially */
-static float gelu_ref(float x) {
+static float gelu_ref(float x)
+{
     float q = 0.5f * cpu_fast_erfcf_pos(fabsf(x) * SQRT1_2);
     return x * cpu_select(x < 0.0f, q, 1.0f - q);
 }
 
-static float gelu_tanh_ref(float x) {
+static float gelu_tanh_ref(float x)
+{
     float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
     return 0.5f * x * (1.0f + cpu_fast_tanhf(u));
 }
 
-static float gelu_grad_ref(float x) {
+static float gelu_grad_ref(float x)
+{
     float z = fabsf(x) * SQRT1_2;
     float e = cpu_fast_expf(-z * z);
     float q = 0.5f * cpu_erfcf_pos_given_exp(z, e);
@@ -185,14 +194,16 @@ static float gelu_grad_ref(float x) {
     return cdf + x * INV_SQRT_2PI * e;
 }
 
-static float gelu_tanh_grad_ref(float x) {
+static float gelu_tanh_grad_ref(float x)
+{
     float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
     float th = cpu_fast_tanhf(u);
     float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_K * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
 }
 
-static void check_eltwise(void) {
+static void check_eltwise(void)
+{
     /* without FMA contraction the vector loops compute exactly what the scalar code does */
     bool fused = cpu_simd_variant() == CPU_SIMD_AVX512F;
     const double atol = 1e-6, rtol = 4e-6;
@@ -225,15 +236,12 @@ static void check_eltwise(void) {
         cpu_gelu_forward(got, x, N, tanh_form);
         for (size_t i = 0; i < N; i++)
             ref[i] = tanh_form ? gelu_tanh_ref(x[i]) : gelu_ref(x[i]);
-        same(tanh_form ? "gelu(tanh) forward" : "gelu forward", got, ref, N, !fused, atol,
-             rtol);
+        same(tanh_form ? "gelu(tanh) forward" : "gelu forward", got, ref, N, !fused, atol, rtol);
         memcpy(got, acc, N * sizeof *got);
         cpu_gelu_backward(got, dy, x, N, tanh_form);
         for (size_t i = 0; i < N; i++)
-            ref[i] = acc[i] +
-                     dy[i] * (tanh_form ? gelu_tanh_grad_ref(x[i]) : gelu_grad_ref(x[i]));
-        same(tanh_form ? "gelu(tanh) backward" : "gelu backward", got, ref, N, !fused, atol,
-             rtol);
+            ref[i] = acc[i] + dy[i] * (tanh_form ? gelu_tanh_grad_ref(x[i]) : gelu_grad_ref(x[i]));
+        same(tanh_form ? "gelu(tanh) backward" : "gelu backward", got, ref, N, !fused, atol, rtol);
     }
 
     cpu_tanh_forward(got, x, N);
@@ -277,7 +285,8 @@ static void check_eltwise(void) {
 
 /* Softmax and layer norm: rows long enough for the vector loops (and a row length
  * that leaves a tail), summed serially here. */
-static void check_rows(void) {
+static void check_rows(void)
+{
     const int rows = 24;
     const int widths[] = {1000, 37};
     for (int wi = 0; wi < 2; wi++) {
@@ -316,15 +325,15 @@ static void check_rows(void) {
             for (int c = 0; c < C; c++)
                 ref[(size_t)r * C + c] = (xr[c] - m) * rs * w[c] + b[c];
         }
-        same(C == 1000 ? "layernorm C=1000" : "layernorm C=37", got, ref, n, false, 1e-5,
-             1e-5);
+        same(C == 1000 ? "layernorm C=1000" : "layernorm C=37", got, ref, n, false, 1e-5, 1e-5);
         free(x), free(got), free(ref), free(w), free(b);
     }
 }
 
 /* ---- a bad STOKE_MAX_CPU_ISA ---- */
 
-static void check_bad_value(const char *value) {
+static void check_bad_value(const char *value)
+{
     stoke_cpu_isa cap = STOKE_CPU_ISA_ALL;
     CHECK_INT_EQ(stoke_max_cpu_isa(&cap), STOKE_ERR_ARG);
     const char *msg = stoke_last_error();
@@ -350,7 +359,8 @@ static void check_bad_value(const char *value) {
     CHECK(cpu.simd & STOKE_SIMD_AMX_BF16);
 }
 
-int main(void) {
+int main(void)
+{
     const char *env = getenv("STOKE_MAX_CPU_ISA");
     stoke_cpu_isa cap = STOKE_CPU_ISA_ALL;
     check_onednn_levels();

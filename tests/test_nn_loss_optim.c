@@ -181,8 +181,7 @@ static void test_cross_entropy(void)
             double dn = ref_ce(xd, t, B, K, eps);
             xd[i] = save;
             double fd = 3.0 * (up - dn) / (2 * h) + 0.25;
-            CHECK_MSG(fabs(d[i] - fd) <= 1e-6, "ce eps %g grad %d: %.9g vs %.9g", eps, i,
-                      d[i], fd);
+            CHECK_MSG(fabs(d[i] - fd) <= 1e-6, "ce eps %g grad %d: %.9g vs %.9g", eps, i, d[i], fd);
         }
     }
     /* loss only */
@@ -229,8 +228,10 @@ static void test_policy_gradient(void)
     fill(x, PN, -3, 3);
     for (int i = 0; i < PN; i++)
         xd[i] = x[i];
-    const struct { int cols; float clip, beta; } cases[] = {
-        {2, 0, 0}, {2, 0, 0.05f}, {3, 0.2f, 0}, {3, 0.2f, 0.05f}};
+    const struct {
+        int cols;
+        float clip, beta;
+    } cases[] = {{2, 0, 0}, {2, 0, 0.05f}, {3, 0.2f, 0}, {3, 0.2f, 0.05f}};
     for (int c = 0; c < 4; c++) {
         int cols = cases[c].cols;
         double clip = cases[c].clip, beta = cases[c].beta;
@@ -240,8 +241,9 @@ static void test_policy_gradient(void)
         for (int i = 0; i < PN; i++)
             d[i] = 0.25f;
         float loss = 0;
-        CHECK_INT_EQ(cpu_policy_gradient(x, t, PB, PK, cols, cases[c].clip, cases[c].beta, 3.0f,
-                                         &loss, d), STOKE_OK);
+        CHECK_INT_EQ(
+            cpu_policy_gradient(x, t, PB, PK, cols, cases[c].clip, cases[c].beta, 3.0f, &loss, d),
+            STOKE_OK);
         /* loss: float64 reference, relative 1e-6 */
         double ref = ref_pg(xd, td, PB, PK, cols, clip, beta);
         CHECK_MSG(close_rel(loss, ref, 1e-6, 1e-6), "pg %d: %.9g vs %.9g", c, loss, ref);
@@ -284,13 +286,16 @@ static void test_policy_gradient(void)
     for (int i = 0; i < PN; i++)
         d[i] = 7.0f;
     float bad_loss = -1;
-    const struct { int col; float v; const char *msg; } bad[] = {
-        {0, 5.0f, "sample 3 has action 5, not a whole number in [0, 5)"},
-        {0, -1.0f, "sample 3 has action -1"},
-        {0, 2.5f, "sample 3 has action 2.5"},
-        {0, NAN, "sample 3 has action nan"},
-        {1, INFINITY, "sample 3 has advantage inf"},
-        {2, NAN, "sample 3 has old log-probability nan"}};
+    const struct {
+        int col;
+        float v;
+        const char *msg;
+    } bad[] = {{0, 5.0f, "sample 3 has action 5, not a whole number in [0, 5)"},
+               {0, -1.0f, "sample 3 has action -1"},
+               {0, 2.5f, "sample 3 has action 2.5"},
+               {0, NAN, "sample 3 has action nan"},
+               {1, INFINITY, "sample 3 has advantage inf"},
+               {2, NAN, "sample 3 has old log-probability nan"}};
     for (int k = 0; k < 6; k++) {
         float save = t[3 * 3 + bad[k].col];
         t[3 * 3 + bad[k].col] = bad[k].v;
@@ -370,7 +375,7 @@ static void test_pair_losses(void)
 static void test_metrics(void)
 {
     /* ties go to the lowest index; NaN never wins */
-    float lg[4 * 3] = {1, 3, 3, /* argmax 1 */ 2, 2, 2, /* 0 */ NAN, 0.5f, 0.25f, /* 1 */
+    float lg[4 * 3] = {1,  3,  3,    /* argmax 1 */ 2, 2, 2, /* 0 */ NAN, 0.5f, 0.25f, /* 1 */
                        -1, -2, -0.5f /* 2 */};
     int32_t t1[4] = {1, 0, 1, 2}, t2[4] = {2, 1, 0, 7};
     CHECK_INT_EQ(cpu_count_correct(lg, t1, 4, 3), 4);
@@ -433,11 +438,10 @@ static void test_optim_kernels(void)
 {
     /* the formulas, over three steps (the first sets the momentum buffer to g) */
     enum { NK = 37, KS = 3 };
-    const cpu_sgd_config sgds[] = {
-        {.momentum = 0},
-        {.momentum = 0.9f, .weight_decay = 1e-2f},
-        {.momentum = 0.9f, .dampening = 0.3f, .weight_decay = 1e-2f},
-        {.momentum = 0.8f, .weight_decay = 5e-4f, .nesterov = 1}};
+    const cpu_sgd_config sgds[] = {{.momentum = 0},
+                                   {.momentum = 0.9f, .weight_decay = 1e-2f},
+                                   {.momentum = 0.9f, .dampening = 0.3f, .weight_decay = 1e-2f},
+                                   {.momentum = 0.8f, .weight_decay = 5e-4f, .nesterov = 1}};
     for (int k = 0; k < 4; k++) {
         float p[NK], p0[NK], g[KS][NK], buf[NK], gi[KS];
         fill(p, NK, -1, 1);
@@ -617,8 +621,8 @@ static bool stepper_new(stepper *s, int64_t in, int64_t hidden, stoke_precision 
     stoke_shape shape = {.ndim = 1, .dims = {in}};
     s->g = stoke_preset_mlp(&shape, &hidden, 1, 3);
     s->m = NULL;
-    stoke_model_opts o = {.max_batch = 1, .training = true, .seed = 3, .precision = prec,
-                          .optim = optim};
+    stoke_model_opts o = {
+        .max_batch = 1, .training = true, .seed = 3, .precision = prec, .optim = optim};
     if (!s->g || stoke_model_new(s->g, &o, &s->m) != STOKE_OK) {
         CHECK_MSG(0, "model: %s", stoke_last_error());
         stoke_graph_free(s->g);
@@ -675,8 +679,7 @@ static void get_params(stepper *s, float *x)
 static void test_step_large(void)
 {
     stepper s;
-    stoke_optim o = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-3f,
-                     .clip_norm = 1.0f};
+    stoke_optim o = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-3f, .clip_norm = 1.0f};
     if (!stepper_new(&s, 64, 2100, STOKE_PREC_FP32, o))
         return;
     size_t n = s.total;
@@ -754,8 +757,8 @@ static void test_lr_schedule(void)
         CHECK_NEAR(stoke_lr_at(&c, i), want[i], 1e-15);
     c.warmup_steps = 0;
     CHECK(stoke_lr_at(&c, 0) == 0.1 && stoke_lr_at(&c, 1000) == 0.1);
-    stoke_lr_schedule cos = {.kind = STOKE_LR_COSINE, .lr = 0.1, .warmup_steps = 10,
-                             .total_steps = 30, .min_lr = 0.001};
+    stoke_lr_schedule cos = {
+        .kind = STOKE_LR_COSINE, .lr = 0.1, .warmup_steps = 10, .total_steps = 30, .min_lr = 0.001};
     CHECK_NEAR(stoke_lr_at(&cos, 0), 0.01, 1e-15);
     CHECK_NEAR(stoke_lr_at(&cos, 9), 0.1, 1e-15);
     CHECK_NEAR(stoke_lr_at(&cos, 10), 0.1, 1e-15);
@@ -815,7 +818,8 @@ static void case_ce(FILE *f, float eps)
     /* torch works in float32, we sum in float64: 1e-6 relative, floored at 0.1 (so 1e-7
      * absolute) since a gradient entry (p - q) / B is a difference of float32
      * probabilities that torch rounds at about 1e-7 */
-    expect *e = add_row(eps > 0 ? "cross-entropy (smoothing)" : "cross-entropy", 1e-6, 0.1, 1 + CB * CK);
+    expect *e =
+        add_row(eps > 0 ? "cross-entropy (smoothing)" : "cross-entropy", 1e-6, 0.1, 1 + CB * CK);
     e->v[e->n++] = loss;
     for (int i = 0; i < CB * CK; i++)
         e->v[e->n++] = d[i];
@@ -832,7 +836,8 @@ static void case_pg(FILE *f, int cols, float clip, float beta)
     put(f, t, (size_t)CB * cols);
     CHECK_INT_EQ(cpu_policy_gradient(x, t, CB, CK, cols, clip, beta, 1.0f, &loss, d), STOKE_OK);
     /* as cross-entropy: torch's float32 softmax rounds at ~1e-7 */
-    expect *e = add_row(cols == 3 ? "policy gradient (PPO clip)" : "policy gradient", 1e-6, 0.1, 1 + CB * CK);
+    expect *e = add_row(cols == 3 ? "policy gradient (PPO clip)" : "policy gradient", 1e-6, 0.1,
+                        1 + CB * CK);
     e->v[e->n++] = loss;
     for (int i = 0; i < CB * CK; i++)
         e->v[e->n++] = d[i];
@@ -843,13 +848,17 @@ enum { STEPS = 6 };
 /* STEPS optimizer steps of a model (in -> hidden -> 3) through stoke_model_step, its
  * parameters as one flat tensor for torch (the updates are element-wise). SGD: h1..h3
  * momentum, weight decay, nesterov; AdamW: beta1, beta2, eps, weight decay. */
-static void case_step(FILE *f, const char *name, int adam, double lr, float h1, float h2,
-                      float h3, float h4, int64_t in, int64_t hidden)
+static void case_step(FILE *f, const char *name, int adam, double lr, float h1, float h2, float h3,
+                      float h4, int64_t in, int64_t hidden)
 {
-    stoke_optim o = adam ? (stoke_optim){.kind = STOKE_ADAMW, .beta1 = h1, .beta2 = h2,
-                                         .eps = h3, .weight_decay = h4}
-                         : (stoke_optim){.kind = STOKE_SGD, .momentum = h1, .weight_decay = h2,
-                                         .nesterov = h3 != 0};
+    stoke_optim o =
+        adam ? (stoke_optim){.kind = STOKE_ADAMW,
+                             .beta1 = h1,
+                             .beta2 = h2,
+                             .eps = h3,
+                             .weight_decay = h4}
+             : (stoke_optim){
+                   .kind = STOKE_SGD, .momentum = h1, .weight_decay = h2, .nesterov = h3 != 0};
     stepper s;
     if (!stepper_new(&s, in, hidden, STOKE_PREC_FP32, o))
         return;
@@ -860,8 +869,8 @@ static void case_step(FILE *f, const char *name, int adam, double lr, float h1, 
         fprintf(f, "adamw %.17g %.9g %.9g %.9g %.9g %zu %d\n", lr, (double)h1, (double)h2,
                 (double)h3, (double)h4, n, STEPS);
     else /* torch's order: lr, momentum, dampening (0), weight decay, nesterov */
-        fprintf(f, "sgd %.17g %.9g 0 %.9g %.9g %zu %d\n", lr, (double)h1, (double)h2,
-                (double)h3, n, STEPS);
+        fprintf(f, "sgd %.17g %.9g 0 %.9g %.9g %zu %d\n", lr, (double)h1, (double)h2, (double)h3, n,
+                STEPS);
     put(f, p, n);
     set_params(&s, p);
     for (int t = 1; t <= STEPS; t++) {
@@ -909,8 +918,8 @@ static void case_clip(FILE *f, double max_norm, float spread)
     stoke_model_set_loss_scale(s.m, 1024.0f);
     set_grads(&s, g, 2048.0f);
     CHECK(stoke_model_step(s.m, 1.0, 2, NULL) == STOKE_OK);
-    expect *e = add_row(max_norm < 1 ? "clip (clipped)" : "clip (under the limit)", 1e-6, 1e-3,
-                        n + 1);
+    expect *e =
+        add_row(max_norm < 1 ? "clip (clipped)" : "clip (under the limit)", 1e-6, 1e-3, n + 1);
     e->v[e->n++] = stoke_model_grad_norm(s.m);
     get_params(&s, p);
     for (size_t i = 0; i < n; i++)
@@ -965,30 +974,33 @@ static void test_against_torch(void)
     case_sched(f, "lr step",
                (stoke_lr_schedule){.kind = STOKE_LR_STEP, .lr = 0.1, .step_size = 4, .gamma = 0.5},
                20);
-    case_sched(f, "lr cosine",
-               (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 25,
-                                   .min_lr = 1e-3},
-               26);
+    case_sched(
+        f, "lr cosine",
+        (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 25, .min_lr = 1e-3},
+        26);
     case_sched(f, "lr warm-up + cosine",
-               (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 30,
-                                   .warmup_steps = 6},
+               (stoke_lr_schedule){
+                   .kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 30, .warmup_steps = 6},
                31);
-    case_sched(f, "lr warm-up + step",
-               (stoke_lr_schedule){.kind = STOKE_LR_STEP, .lr = 0.05, .step_size = 5,
-                                   .gamma = 0.1, .warmup_steps = 4},
-               22);
+    case_sched(
+        f, "lr warm-up + step",
+        (stoke_lr_schedule){
+            .kind = STOKE_LR_STEP, .lr = 0.05, .step_size = 5, .gamma = 0.1, .warmup_steps = 4},
+        22);
     case_sched(f, "lr warm-up + constant",
-               (stoke_lr_schedule){.kind = STOKE_LR_CONSTANT, .lr = 0.02, .warmup_steps = 5},
-               12);
+               (stoke_lr_schedule){.kind = STOKE_LR_CONSTANT, .lr = 0.02, .warmup_steps = 5}, 12);
     case_sched(f, "lr warm-up 1 + cosine",
-               (stoke_lr_schedule){.kind = STOKE_LR_COSINE, .lr = 0.1, .total_steps = 10,
-                                   .min_lr = 1e-3, .warmup_steps = 1},
+               (stoke_lr_schedule){.kind = STOKE_LR_COSINE,
+                                   .lr = 0.1,
+                                   .total_steps = 10,
+                                   .min_lr = 1e-3,
+                                   .warmup_steps = 1},
                11);
     fclose(f);
 
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/nn_loss_optim_ref.py %s %s", STOKE_TEST_DATA,
-             in, out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/nn_loss_optim_ref.py %s %s", STOKE_TEST_DATA, in,
+             out);
     int rc = system(cmd);
     CHECK_MSG(rc == 0, "%s failed (%d)", cmd, rc);
     FILE *r = fopen(out, "r");

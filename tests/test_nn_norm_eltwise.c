@@ -20,7 +20,8 @@
 
 /* ---- the fast math: stated max errors ---- */
 
-static void case_fast_math(void) {
+static void case_fast_math(void)
+{
     double e_exp = 0.0, e_erfc = 0.0, e_tanh = 0.0;
     for (int i = 0; i <= 2000000; i++) {
         float x = (float)(-87.0 + 175.0 * i / 2000000.0);
@@ -52,54 +53,38 @@ static void case_fast_math(void) {
 enum act { ACT_RELU, ACT_GELU, ACT_GELU_TANH, ACT_TANH, ACT_SIGMOID, ACT_COUNT };
 static const char *const act_name[] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
 
-static double act_ref(int a, double x) {
+static double act_ref(int a, double x)
+{
     switch (a) {
-    case ACT_RELU:
-        return x > 0 ? x : 0;
-    case ACT_GELU:
-        return 0.5 * x * erfc(-x / sqrt(2.0));
-    case ACT_GELU_TANH:
-        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    case ACT_TANH:
-        return tanh(x);
-    default:
-        return 1 / (1 + exp(-x));
+    case ACT_RELU: return x > 0 ? x : 0;
+    case ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
+    case ACT_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case ACT_TANH: return tanh(x);
+    default: return 1 / (1 + exp(-x));
     }
 }
 
-static void act_forward(int a, float *out, const float *inp, size_t n) {
+static void act_forward(int a, float *out, const float *inp, size_t n)
+{
     switch (a) {
-    case ACT_RELU:
-        cpu_relu_forward(out, inp, n);
-        break;
+    case ACT_RELU: cpu_relu_forward(out, inp, n); break;
     case ACT_GELU:
-    case ACT_GELU_TANH:
-        cpu_gelu_forward(out, inp, n, a == ACT_GELU_TANH);
-        break;
-    case ACT_TANH:
-        cpu_tanh_forward(out, inp, n);
-        break;
-    default:
-        cpu_sigmoid_forward(out, inp, n);
+    case ACT_GELU_TANH: cpu_gelu_forward(out, inp, n, a == ACT_GELU_TANH); break;
+    case ACT_TANH: cpu_tanh_forward(out, inp, n); break;
+    default: cpu_sigmoid_forward(out, inp, n);
     }
 }
 
 /* Calls the backward with the buffer its contract names (input or output). */
-static void act_backward(int a, float *dinp, const float *dout, const float *inp,
-                         const float *out, size_t n) {
+static void act_backward(int a, float *dinp, const float *dout, const float *inp, const float *out,
+                         size_t n)
+{
     switch (a) {
-    case ACT_RELU:
-        cpu_relu_backward(dinp, dout, out, n);
-        break;
+    case ACT_RELU: cpu_relu_backward(dinp, dout, out, n); break;
     case ACT_GELU:
-    case ACT_GELU_TANH:
-        cpu_gelu_backward(dinp, dout, inp, n, a == ACT_GELU_TANH);
-        break;
-    case ACT_TANH:
-        cpu_tanh_backward(dinp, dout, out, n);
-        break;
-    default:
-        cpu_sigmoid_backward(dinp, dout, out, n);
+    case ACT_GELU_TANH: cpu_gelu_backward(dinp, dout, inp, n, a == ACT_GELU_TANH); break;
+    case ACT_TANH: cpu_tanh_backward(dinp, dout, out, n); break;
+    default: cpu_sigmoid_backward(dinp, dout, out, n);
     }
 }
 
@@ -108,7 +93,8 @@ typedef struct act_ctx {
     const double *r;
 } act_ctx;
 
-static double act_loss(const double *x, void *vctx) {
+static double act_loss(const double *x, void *vctx)
+{
     act_ctx *c = vctx;
     /* element-wise: the loss of element i only; numgrad calls it per element */
     return act_ref(c->a, x[0]) * c->r[0];
@@ -116,9 +102,9 @@ static double act_loss(const double *x, void *vctx) {
 
 /* Backward twice into a random starting gradient: the first call adds g, the
  * second 2g (the accumulation contract). */
-static void check_accumulates(const char *what, float *grad_buf, const float *init,
-                              const double *g, size_t n, int call, double atol,
-                              double rtol) {
+static void check_accumulates(const char *what, float *grad_buf, const float *init, const double *g,
+                              size_t n, int call, double atol, double rtol)
+{
     double *want = malloc(n * sizeof *want);
     float *delta = falloc(n);
     for (size_t i = 0; i < n; i++) {
@@ -132,7 +118,8 @@ static void check_accumulates(const char *what, float *grad_buf, const float *in
     free(delta);
 }
 
-static void case_activations(void) {
+static void case_activations(void)
+{
     const size_t n = 3000; /* crosses the vector tails; below the parallel cutoff */
     float *x = falloc(n), *y = falloc(n), *dy = falloc(n), *dx = falloc(n), *dx0 = falloc(n);
     for (int a = 0; a < ACT_COUNT; a++) {
@@ -179,7 +166,8 @@ static void case_activations(void) {
 
 /* ---- dropout ---- */
 
-static void case_dropout(void) {
+static void case_dropout(void)
+{
     const size_t n = 100000;
     const float p = 0.3f;
     float *x = falloc(n), *y1 = falloc(n), *y2 = falloc(n), *dy = falloc(n), *dx = falloc(n);
@@ -203,8 +191,8 @@ static void case_dropout(void) {
     CHECK_INT_EQ(agree, n);
     /* keep count ~ Binomial(n, 1 - p): sd = sqrt(n p (1-p)) = 145; 6 sd bound */
     double sd = sqrt((double)n * p * (1.0 - p));
-    CHECK_MSG(fabs((double)kept - n * (1.0 - p)) < 6.0 * sd, "kept %zu of %zu at p=%g", kept,
-              n, (double)p);
+    CHECK_MSG(fabs((double)kept - n * (1.0 - p)) < 6.0 * sd, "kept %zu of %zu at p=%g", kept, n,
+              (double)p);
 
     /* backward: the same mask, recomputed; accumulates */
     double *g = malloc(n * sizeof *g);
@@ -262,7 +250,8 @@ static void case_dropout(void) {
 
 /* ---- residual ---- */
 
-static void case_residual(void) {
+static void case_residual(void)
+{
     const size_t n = 1000;
     float *a = falloc(n), *b = falloc(n), *y = falloc(n), *dy = falloc(n);
     float *da = falloc(n), *db = falloc(n), *da0 = falloc(n), *db0 = falloc(n);
@@ -292,7 +281,8 @@ typedef struct rows_ctx {
     const double *r; /* (N, C) weights of the loss */
 } rows_ctx;
 
-static void softmax_ref(double *y, const double *x, int N, int C) {
+static void softmax_ref(double *y, const double *x, int N, int C)
+{
     for (int n = 0; n < N; n++) {
         double mx = -INFINITY, s = 0;
         for (int c = 0; c < C; c++) {
@@ -307,7 +297,8 @@ static void softmax_ref(double *y, const double *x, int N, int C) {
     }
 }
 
-static double softmax_loss(const double *x, void *vctx) {
+static double softmax_loss(const double *x, void *vctx)
+{
     rows_ctx *c = vctx;
     size_t n = (size_t)c->N * c->C;
     double *y = malloc(n * sizeof *y), l = 0;
@@ -319,7 +310,8 @@ static double softmax_loss(const double *x, void *vctx) {
     return l;
 }
 
-static void case_softmax(void) {
+static void case_softmax(void)
+{
     const int N = 7, C = 37;
     size_t n = (size_t)N * C;
     float *x = falloc(n), *y = falloc(n), *dy = falloc(n), *dx = falloc(n), *dx0 = falloc(n);
@@ -343,7 +335,8 @@ static void case_softmax(void) {
 
 /* ---- embedding ---- */
 
-static void case_embedding(void) {
+static void case_embedding(void)
+{
     const int N = 2000, V = 7, C = 40; /* N*C over the parallel cutoff; many repeats */
     int32_t *idx = malloc((size_t)N * sizeof *idx);
     for (int i = 0; i < N; i++) {
@@ -403,7 +396,8 @@ static void case_embedding(void) {
 /* ---- layer norm ---- */
 
 static void layernorm_ref(double *y, const double *x, const double *w, const double *b, int N,
-                          int C) {
+                          int C)
+{
     for (int n = 0; n < N; n++) {
         const double *r = x + (size_t)n * C;
         double m = 0, v = 0;
@@ -422,7 +416,8 @@ static void layernorm_ref(double *y, const double *x, const double *w, const dou
 }
 
 /* x = inp (N, C) | weight (C) | bias (C) */
-static double layernorm_loss(const double *x, void *vctx) {
+static double layernorm_loss(const double *x, void *vctx)
+{
     rows_ctx *c = vctx;
     size_t n = (size_t)c->N * c->C;
     double *y = malloc(n * sizeof *y), l = 0;
@@ -434,7 +429,8 @@ static double layernorm_loss(const double *x, void *vctx) {
     return l;
 }
 
-static void case_layernorm(void) {
+static void case_layernorm(void)
+{
     const int N = 6, C = 37;
     size_t n = (size_t)N * C, nx = n + 2 * (size_t)C;
     float *all = falloc(nx); /* inp | weight | bias, as the loss takes them */
@@ -460,8 +456,7 @@ static void case_layernorm(void) {
     for (int call = 1; call <= 2; call++) {
         cpu_layernorm_backward(grads, grads + n, grads + n + C, dy, x, w, mean, rstd, N, C);
         check_accumulates("layernorm dinp", grads, grads0, g, n, call, 1e-4, 1e-3);
-        check_accumulates("layernorm dweight", grads + n, grads0 + n, g + n, C, call, 1e-4,
-                          1e-3);
+        check_accumulates("layernorm dweight", grads + n, grads0 + n, g + n, C, call, 1e-4, 1e-3);
         check_accumulates("layernorm dbias", grads + n + C, grads0 + n + C, g + n + C, C, call,
                           1e-4, 1e-3);
     }
@@ -485,8 +480,7 @@ static void case_layernorm(void) {
             cpu_set_threads(t + 1);
             gr[t] = falloc(n2 + 2 * (size_t)C2);
             cpu_layernorm_forward(y2, m2, s2, x2, w2, b2, N2, C2, CPU_NORM_EPS);
-            cpu_layernorm_backward(gr[t], gr[t] + n2, gr[t] + n2 + C2, dy2, x2, w2, m2, s2, N2,
-                                   C2);
+            cpu_layernorm_backward(gr[t], gr[t] + n2, gr[t] + n2 + C2, dy2, x2, w2, m2, s2, N2, C2);
         }
         cpu_set_threads(saved_threads);
         CHECK_MSG(memcmp(gr[0], gr[1], (n2 + 2 * (size_t)C2) * sizeof(float)) == 0,
@@ -506,8 +500,9 @@ typedef struct bn_ctx {
     const double *rmean, *rvar; /* eval statistics */
 } bn_ctx;
 
-static void batchnorm_ref(double *y, double *bmean, double *bvar, const double *x,
-                          const double *w, const double *b, const bn_ctx *c) {
+static void batchnorm_ref(double *y, double *bmean, double *bvar, const double *x, const double *w,
+                          const double *b, const bn_ctx *c)
+{
     int B = c->B, C = c->C, S = c->S;
     for (int ch = 0; ch < C; ch++) {
         double m = 0, v = 0;
@@ -541,7 +536,8 @@ static void batchnorm_ref(double *y, double *bmean, double *bvar, const double *
     }
 }
 
-static double batchnorm_loss(const double *x, void *vctx) {
+static double batchnorm_loss(const double *x, void *vctx)
+{
     bn_ctx *c = vctx;
     size_t n = (size_t)c->B * c->C * c->S;
     double *y = malloc(n * sizeof *y), l = 0;
@@ -553,7 +549,8 @@ static double batchnorm_loss(const double *x, void *vctx) {
     return l;
 }
 
-static void batchnorm_case(int B, int C, int S, int train) {
+static void batchnorm_case(int B, int C, int S, int train)
+{
     size_t n = (size_t)B * C * S, nx = n + 2 * (size_t)C;
     float *all = falloc(nx);
     fill_away(all, n, 2);
@@ -568,8 +565,8 @@ static void batchnorm_case(int B, int C, int S, int train) {
     memcpy(rm, rm0, C * sizeof *rm), memcpy(rv, rv0, C * sizeof *rv);
     float *y = falloc(n), *sm = falloc(C), *sr = falloc(C), *dy = falloc(n);
     fill(dy, n, -1, 1);
-    CHECK_INT_EQ(cpu_batchnorm_forward(y, sm, sr, rm, rv, x, w, b, B, C, S, train,
-                                       CPU_BN_MOMENTUM, CPU_NORM_EPS),
+    CHECK_INT_EQ(cpu_batchnorm_forward(y, sm, sr, rm, rv, x, w, b, B, C, S, train, CPU_BN_MOMENTUM,
+                                       CPU_NORM_EPS),
                  STOKE_OK);
     double *xd = to_double(all, nx), *rd = to_double(dy, n);
     double *rmd = to_double(rm0, C), *rvd = to_double(rv0, C);
@@ -578,8 +575,8 @@ static void batchnorm_case(int B, int C, int S, int train) {
            *bv = malloc(C * sizeof *bv), *g = malloc(nx * sizeof *g);
     batchnorm_ref(want, bm, bv, xd, xd + n, xd + n + C, &c);
     char label[96];
-    snprintf(label, sizeof label, "batchnorm %s (%d,%d,%d) forward", train ? "train" : "eval",
-             B, C, S);
+    snprintf(label, sizeof label, "batchnorm %s (%d,%d,%d) forward", train ? "train" : "eval", B, C,
+             S);
     check_close(label, y, want, n, 1e-5, 1e-5);
     /* running statistics: PyTorch's update with the unbiased batch variance */
     double *wm = malloc(C * sizeof *wm), *wv = malloc(C * sizeof *wv);
@@ -600,8 +597,7 @@ static void batchnorm_case(int B, int C, int S, int train) {
         snprintf(label, sizeof label, "batchnorm %s (%d,%d,%d) dinp", train ? "train" : "eval", B,
                  C, S);
         check_accumulates(label, grads, grads0, g, n, call, 1e-4, 1e-3);
-        check_accumulates("batchnorm dweight", grads + n, grads0 + n, g + n, C, call, 1e-4,
-                          1e-3);
+        check_accumulates("batchnorm dweight", grads + n, grads0 + n, g + n, C, call, 1e-4, 1e-3);
         check_accumulates("batchnorm dbias", grads + n + C, grads0 + n + C, g + n + C, C, call,
                           1e-4, 1e-3);
     }
@@ -620,7 +616,8 @@ static void batchnorm_case(int B, int C, int S, int train) {
  * transposed data: (B, C) as (1, C, S = B) has the same per-channel statistics.
  * B crosses a 512-row summation piece, C a 64-column block. fp32 against fp32 in
  * different orders: atol = rtol = 2e-5 (gradients 1e-4). */
-static void case_batchnorm1d_path(void) {
+static void case_batchnorm1d_path(void)
+{
     const int B = 600, C = 150;
     size_t n = (size_t)B * C;
     float *x = falloc(n), *xt = falloc(n), *dy = falloc(n), *dyt = falloc(n);
@@ -641,8 +638,8 @@ static void case_batchnorm1d_path(void) {
             fill(st + 4 * k * C + 3 * C, C, 1, 1); /* running var 1 */
         }
         float *p1 = st, *p2 = st + 4 * C;
-        CHECK_INT_EQ(cpu_batchnorm_forward(y, p1, p1 + C, p1 + 2 * C, p1 + 3 * C, x, w, b, B, C,
-                                           1, train, 0.1f, 1e-5f),
+        CHECK_INT_EQ(cpu_batchnorm_forward(y, p1, p1 + C, p1 + 2 * C, p1 + 3 * C, x, w, b, B, C, 1,
+                                           train, 0.1f, 1e-5f),
                      STOKE_OK);
         CHECK_INT_EQ(cpu_batchnorm_forward(yt, p2, p2 + C, p2 + 2 * C, p2 + 3 * C, xt, w, b, 1, C,
                                            B, train, 0.1f, 1e-5f),
@@ -689,7 +686,8 @@ static void case_batchnorm1d_path(void) {
     free(x), free(xt), free(dy), free(dyt), free(w), free(b);
 }
 
-static void case_batchnorm(void) {
+static void case_batchnorm(void)
+{
     batchnorm_case(4, 3, 10, 1); /* NCHW, H*W = 10 */
     batchnorm_case(4, 3, 10, 0);
     batchnorm_case(9, 5, 1, 1); /* BatchNorm1d */
@@ -711,9 +709,9 @@ static void case_batchnorm(void) {
         for (size_t i = 0; i < n2; i++) {
             x2[i] += 3000.0f;
         }
-        CHECK_INT_EQ(cpu_batchnorm_forward(y2, m2, r2, rm2, rv2, x2, NULL, NULL, B2, C2, S2, 1,
-                                           0.1f, 1e-5f),
-                     STOKE_OK);
+        CHECK_INT_EQ(
+            cpu_batchnorm_forward(y2, m2, r2, rm2, rv2, x2, NULL, NULL, B2, C2, S2, 1, 0.1f, 1e-5f),
+            STOKE_OK);
         for (int ch = 0; ch < C2; ch++) {
             double m = 0, v = 0, cnt = (double)B2 * S2;
             for (int i = 0; i < B2; i++) {
@@ -761,7 +759,8 @@ static void case_batchnorm(void) {
 
 /* ---- torch: GELU, layer norm, batch norm ---- */
 
-static void case_torch(void) {
+static void case_torch(void)
+{
     const size_t ng = 4000;
     const int N = 12, C = 48, B = 5, BC = 6, H = 7, W = 5;
     size_t nl = (size_t)N * C, nb = (size_t)B * BC * H * W;
@@ -772,8 +771,8 @@ static void case_torch(void) {
     fill(gx, ng, -8, 8), fill_away(lx, nl, 3), fill(lw, C, 0.5, 1.5), fill_away(lb, C, 1);
     fill(ldy, nl, -1, 1), fill_away(bx, nb, 3), fill(bw, BC, 0.5, 1.5), fill_away(bb, BC, 1);
     fill(rm, BC, -0.5, 0.5), fill(rv, BC, 0.5, 2), fill(bdy, nb, -1, 1);
-    tbuf ins[] = {{gx, ng},  {lx, nl}, {lw, C},   {lb, C},   {ldy, nl}, {bx, nb},
-                  {bw, BC},  {bb, BC}, {rm, BC},  {rv, BC},  {bdy, nb}};
+    tbuf ins[] = {{gx, ng}, {lx, nl}, {lw, C},  {lb, C},  {ldy, nl}, {bx, nb},
+                  {bw, BC}, {bb, BC}, {rm, BC}, {rv, BC}, {bdy, nb}};
     size_t outn[] = {ng, ng, nl, nl, C, C, nb, BC, BC, nb, BC, BC, nb};
     enum { NOUT = 13 };
     float *t[NOUT];
@@ -787,11 +786,11 @@ static void case_torch(void) {
         size_t ny = ng > nb ? (ng > nl ? ng : nl) : (nb > nl ? nb : nl);
         float *y = falloc(ny);
         /* ours against torch's fp32: the comparison is fp32 vs fp32 */
-#define AGAINST(what, got, ti, n, tol)                                                 \
-    do {                                                                               \
-        want = to_double(t[ti], n);                                                    \
-        check_close(what, got, want, n, tol, tol);                                     \
-        free(want);                                                                    \
+#define AGAINST(what, got, ti, n, tol)             \
+    do {                                           \
+        want = to_double(t[ti], n);                \
+        check_close(what, got, want, n, tol, tol); \
+        free(want);                                \
     } while (0)
         cpu_gelu_forward(y, gx, ng, 0);
         AGAINST("gelu vs torch", y, 0, ng, 1e-6);
@@ -831,7 +830,8 @@ static void case_torch(void) {
     free(rv), free(bdy);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (check_part(argc, argv, "torch")) {
         if (!check_have_torch())
             return CHECK_SKIP_NO_TORCH();

@@ -144,8 +144,7 @@ static void test_to_f32_exhaustive(void)
     CHECK_INT_EQ(bad, 0);
     for (int p = 0; p < npaths; p++) {
         cpu_bf16_to_f32_isa(paths[p], h, got, 65536);
-        CHECK_MSG(memcmp(got, ref, 65536 * 4) == 0, "bf16 -> f32 path %s",
-                  cpu_isa_name(paths[p]));
+        CHECK_MSG(memcmp(got, ref, 65536 * 4) == 0, "bf16 -> f32 path %s", cpu_isa_name(paths[p]));
     }
 
     bad = 0;
@@ -168,8 +167,7 @@ static void test_to_f32_exhaustive(void)
     CHECK_INT_EQ(bad, 0);
     for (int p = 0; p < npaths; p++) {
         cpu_f16_to_f32_isa(paths[p], h, got, 65536);
-        CHECK_MSG(memcmp(got, ref, 65536 * 4) == 0, "f16 -> f32 path %s",
-                  cpu_isa_name(paths[p]));
+        CHECK_MSG(memcmp(got, ref, 65536 * 4) == 0, "f16 -> f32 path %s", cpu_isa_name(paths[p]));
         /* a misaligned start and an odd length exercise every tail */
         cpu_f16_to_f32_isa(paths[p], h + 1, got, 65533);
         CHECK_MSG(memcmp(got, ref + 1, 65533 * 4) == 0, "f16 -> f32 path %s, offset 1",
@@ -185,13 +183,13 @@ static void test_to_f32_exhaustive(void)
 static const uint32_t edges[] = {
     0x00000000, 0x80000000, 0x7f800000, 0xff800000, /* zeros, infinities */
     0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fa00000, 0x7fbfffff, 0x7fffffff,
-    0x7f810000, 0x7f80ffff,                         /* NaNs: quiet, signaling, payloads */
+    0x7f810000, 0x7f80ffff, /* NaNs: quiet, signaling, payloads */
     0x7f7fffff, 0xff7fffff, 0x7f7f0000, 0x7f7f8000, 0x7f7f7fff, /* fp32 max, bf16 max */
     0x00000001, 0x80000001, 0x007fffff, 0x00400000, 0x00008000, 0x00018000, 0x00007fff,
-    0x0000ffff, 0x807f8000, 0x00800000, 0x007f8000, 0x007fc000, /* subnormal fp32 */
-    0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, 0xbf808000, /* bf16 ties */
+    0x0000ffff, 0x807f8000, 0x00800000, 0x007f8000, 0x007fc000,             /* subnormal fp32 */
+    0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, 0xbf808000,             /* bf16 ties */
     0x477fe000, 0x477fefff, 0x477ff000, 0x477ff001, 0x47800000, 0xc77ff000, /* fp16 max */
-    0x3f801000, 0x3f803000, 0x3f801001, 0x3f800fff,             /* fp16 ties */
+    0x3f801000, 0x3f803000, 0x3f801001, 0x3f800fff,                         /* fp16 ties */
     0x33800000, 0x33000000, 0x33000001, 0x32ffffff, 0x33c00000, 0x33a00000, 0x34400000,
     0x387fc000, 0x387fe000, 0x387ff000, 0x38800000, 0x387fffff, 0xb87fe000, /* fp16 subn. */
     0x3f800000, 0x40490fdb, 0xc0490fdb, 0x3eaaaaab,
@@ -206,8 +204,8 @@ static void test_from_f32(void)
         float x = u2f(edges[i]);
         CHECK_MSG(cpu_f32_to_bf16_1(x) == ref_f32_to_bf16(x), "bf16 of %08x: %04x vs %04x",
                   edges[i], cpu_f32_to_bf16_1(x), ref_f32_to_bf16(x));
-        CHECK_MSG(cpu_f32_to_f16_1(x) == ref_f32_to_f16(x), "f16 of %08x: %04x vs %04x",
-                  edges[i], cpu_f32_to_f16_1(x), ref_f32_to_f16(x));
+        CHECK_MSG(cpu_f32_to_f16_1(x) == ref_f32_to_f16(x), "f16 of %08x: %04x vs %04x", edges[i],
+                  cpu_f32_to_f16_1(x), ref_f32_to_f16(x));
     }
     /* named values */
     CHECK_INT_EQ(cpu_f32_to_bf16_1(u2f(0x3f808000)), 0x3f80); /* tie to even, down */
@@ -235,8 +233,7 @@ static void test_from_f32(void)
         uint64_t r = rng_next();
         uint32_t u = (uint32_t)r;
         switch ((r >> 32) % 4) {
-        case 0: /* any pattern */
-            break;
+        case 0: /* any pattern */ break;
         case 1: /* magnitudes 2^-26 .. 2^17: the fp16 range and its edges */
             u = (u & 0x807fffffu) | ((uint32_t)(101 + (r >> 40) % 43) << 23);
             break;

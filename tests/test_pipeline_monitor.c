@@ -62,20 +62,31 @@ static void test_loader_feeds_monitor(int workers)
         x[i] = (uint8_t)(i * 2654435761u >> 24);
     for (int i = 0; i < N; i++)
         y[i] = i % 10;
-    stoke_dataset_info info = {.count = N, .input_shape = {2, {H, W}}, .input_dtype = STOKE_U8,
-                               .target_kind = STOKE_TARGET_CLASS, .target_dtype = STOKE_I32,
-                               .num_classes = 10, .input_bytes = H * W, .target_bytes = 4};
+    stoke_dataset_info info = {.count = N,
+                               .input_shape = {2, {H, W}},
+                               .input_dtype = STOKE_U8,
+                               .target_kind = STOKE_TARGET_CLASS,
+                               .target_dtype = STOKE_I32,
+                               .num_classes = 10,
+                               .input_bytes = H * W,
+                               .target_bytes = 4};
     stoke_dataset *d = NULL;
     CHECK_INT_EQ(stoke_dataset_from_arrays(&info, x, y, false, &d), STOKE_OK);
     stoke_transform_opts to = {.ops = ops, .nops = 3};
     stoke_loader_opts lo = {.sampler = {.batch_size = 16, .shuffle = true, .seed = 5},
-                            .transform = &to, .workers = workers, .prefetch = 3};
+                            .transform = &to,
+                            .workers = workers,
+                            .prefetch = 3};
     stoke_loader *l = NULL;
     if (d)
         CHECK_INT_EQ(stoke_loader_create(d, &lo, &l), STOKE_OK);
     record *r = calloc(1, sizeof *r);
-    stoke_monitor_config mc = {.interval_s = 0.05, .no_gpu = true, .on_sample = keep,
-                               .ctx = r, .pipeline_fn = stoke_loader_pipeline, .pipeline_ctx = l};
+    stoke_monitor_config mc = {.interval_s = 0.05,
+                               .no_gpu = true,
+                               .on_sample = keep,
+                               .ctx = r,
+                               .pipeline_fn = stoke_loader_pipeline,
+                               .pipeline_ctx = l};
     stoke_monitor *m = NULL;
     if (l)
         CHECK_INT_EQ(stoke_monitor_create(&mc, &m), STOKE_OK);

@@ -30,8 +30,8 @@ static void write_npy(const char *path, const char *descr, const char *shape, co
                       size_t bytes)
 {
     char h[128];
-    int n = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                     descr, shape);
+    int n = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr,
+                     shape);
     int total = 10 + n + 1;
     int pad = (64 - total % 64) % 64;
     FILE *f = fopen(path, "wb");
@@ -78,7 +78,8 @@ static void make_dataset(void)
           "  - {type: flatten}\n"
           "  - {type: linear, out: 16}\n"
           "  - {type: relu}\n"
-          "  - {type: linear}\n", f);
+          "  - {type: linear}\n",
+          f);
     fclose(f);
     /* The same with dropout after the flatten and the hidden layer; and with p = 0
      * (the identity), to show the dropout changes the training it resumes. */
@@ -86,17 +87,19 @@ static void make_dataset(void)
         char *path = k ? dropout0_path : dropout_path;
         snprintf(path, sizeof dropout_path, "%s/%s", dir, k ? "dropout0.yaml" : "dropout.yaml");
         f = fopen(path, "w");
-        fprintf(f, "layers:\n"
-                   "  - {type: conv2d, out: 4, kernel: 3, padding: 1}\n"
-                   "  - {type: batchnorm}\n"
-                   "  - {type: relu}\n"
-                   "  - {type: maxpool2d, kernel: 2}\n"
-                   "  - {type: flatten}\n"
-                   "  - {type: dropout, p: %s}\n"
-                   "  - {type: linear, out: 16}\n"
-                   "  - {type: relu}\n"
-                   "  - {type: dropout, p: %s}\n"
-                   "  - {type: linear}\n", k ? "0" : "0.3", k ? "0" : "0.2");
+        fprintf(f,
+                "layers:\n"
+                "  - {type: conv2d, out: 4, kernel: 3, padding: 1}\n"
+                "  - {type: batchnorm}\n"
+                "  - {type: relu}\n"
+                "  - {type: maxpool2d, kernel: 2}\n"
+                "  - {type: flatten}\n"
+                "  - {type: dropout, p: %s}\n"
+                "  - {type: linear, out: 16}\n"
+                "  - {type: relu}\n"
+                "  - {type: dropout, p: %s}\n"
+                "  - {type: linear}\n",
+                k ? "0" : "0.3", k ? "0" : "0.2");
         fclose(f);
     }
 }
@@ -188,10 +191,10 @@ static void test_config(void)
     CHECK_INT_EQ(stoke_train_config_set(&c, "lr", "0.2", STOKE_CFG_FLAG), STOKE_OK);
     CHECK_INT_EQ(c.batch_size, 16); /* flag > env > file */
     CHECK_INT_EQ(stoke_train_config_source(&c, "batch_size"), STOKE_CFG_FLAG);
-    CHECK_INT_EQ(c.epochs, 5);      /* file > default */
+    CHECK_INT_EQ(c.epochs, 5); /* file > default */
     CHECK_INT_EQ(stoke_train_config_source(&c, "epochs"), STOKE_CFG_FILE);
     CHECK_INT_EQ(c.val_batch_size, 500);
-    CHECK_INT_EQ(c.workers, 3);     /* env > default */
+    CHECK_INT_EQ(c.workers, 3); /* env > default */
     CHECK_INT_EQ(stoke_train_config_source(&c, "workers"), STOKE_CFG_ENV);
     CHECK_STR_EQ(c.precision, "bf16"); /* AMP=true */
     CHECK_NEAR(c.lr, 0.2, 0);
@@ -217,35 +220,54 @@ static void test_config(void)
 
     /* target_accuracy: a fraction in (0, 1] or a percentage; 0 is off; a bare number
      * above 1 is refused, not read as a percentage. */
-    static const struct { const char *v; double want; } fractions[] = {
-        {"0.9", 0.9}, {"90%", 0.9}, {"100%", 1}, {"1", 1}, {"0", 0}, {"0%", 0}, {"87.5%", 0.875}};
+    static const struct {
+        const char *v;
+        double want;
+    } fractions[] = {{"0.9", 0.9}, {"90%", 0.9}, {"100%", 1},     {"1", 1},
+                     {"0", 0},     {"0%", 0},    {"87.5%", 0.875}};
     for (size_t i = 0; i < sizeof fractions / sizeof fractions[0]; i++) {
         CHECK_INT_EQ(stoke_train_config_set(&c, "target-accuracy", fractions[i].v, STOKE_CFG_FLAG),
                      STOKE_OK);
         CHECK_NEAR(c.target_accuracy, fractions[i].want, 1e-12);
     }
-    static const char *bad_fractions[] = {"90", "1.01", "101%", "-0.1", "-5%", "", "%", "abc",
-                                          "0.9x", "90%%", "nan", "inf"};
+    static const char *bad_fractions[] = {"90", "1.01", "101%", "-0.1", "-5%", "",
+                                          "%",  "abc",  "0.9x", "90%%", "nan", "inf"};
     for (size_t i = 0; i < sizeof bad_fractions / sizeof bad_fractions[0]; i++) {
         CHECK_MSG(stoke_train_config_set(&c, "target_accuracy", bad_fractions[i], STOKE_CFG_FLAG) ==
-                      STOKE_ERR_ARG, "target_accuracy '%s' accepted", bad_fractions[i]);
+                      STOKE_ERR_ARG,
+                  "target_accuracy '%s' accepted", bad_fractions[i]);
         CHECK_STR_CONTAINS(stoke_last_error(), "target_accuracy");
     }
     CHECK_NEAR(c.target_accuracy, 0.875, 1e-12); /* a refused value changes nothing */
     /* hidden: 1 to 16 sizes in [1, 2^20] */
-    static const struct { const char *v, *want; } sizes[] = {
-        {"512,512", "512,512"}, {"64", "64"}, {"64 , 32", "64 , 32"}, {"  ", ""}, {"", ""},
+    static const struct {
+        const char *v, *want;
+    } sizes[] = {
+        {"512,512", "512,512"},
+        {"64", "64"},
+        {"64 , 32", "64 , 32"},
+        {"  ", ""},
+        {"", ""},
         {"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"},
         {"1048576", "1048576"}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         CHECK_INT_EQ(stoke_train_config_set(&c, "hidden", sizes[i].v, STOKE_CFG_FLAG), STOKE_OK);
         CHECK_STR_EQ(c.hidden, sizes[i].want);
     }
-    static const char *bad_sizes[] = {"512,,512", "512,", ",512", "0", "-4", "1048577", "wide",
-                                      "64;32", "1.5", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
+    static const char *bad_sizes[] = {"512,,512",
+                                      "512,",
+                                      ",512",
+                                      "0",
+                                      "-4",
+                                      "1048577",
+                                      "wide",
+                                      "64;32",
+                                      "1.5",
+                                      "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
                                       "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
-        CHECK_MSG(stoke_train_config_set(&c, "hidden", bad_sizes[i], STOKE_CFG_FLAG) == STOKE_ERR_ARG,
+        CHECK_MSG(stoke_train_config_set(&c, "hidden", bad_sizes[i], STOKE_CFG_FLAG) ==
+                      STOKE_ERR_ARG,
                   "hidden '%s' accepted", bad_sizes[i]);
         CHECK_STR_CONTAINS(stoke_last_error(), "hidden");
     }
@@ -296,15 +318,15 @@ static void test_config_shapes(void)
     config_bad("epochs: 2\nbatch_size: {a: 1}\n",
                "cfg.yaml:2:13: batch_size: expected a single value (a scalar), got a mapping");
     config_bad("batch_size: [64]\n", "cfg.yaml:1:13: batch_size: expected a single value "
-               "(a scalar), got a list");
+                                     "(a scalar), got a list");
     config_bad("epochs: 2\nlog:\n", "cfg.yaml:2:5: log: expected a value, got nothing (null)");
     config_bad("checkpoint: ~\n", "cfg.yaml:1:13: checkpoint: expected a value, got nothing");
     config_bad("epochs: 2\n[a, b]: 1\n", "cfg.yaml:2:1: settings are plain key: value pairs; "
-               "this key is a list");
+                                         "this key is a list");
     config_bad("? {a: 1}\n: 2\n", "cfg.yaml:1:3: settings are plain key: value pairs; this key "
-               "is a mapping");
+                                  "is a mapping");
     config_bad("epochs: &e 2\nmax_steps: *e\n", "cfg.yaml:2:12: max_steps: aliases (*e) are not "
-               "supported");
+                                                "supported");
     config_bad("epochs: !!int 2\n", "cfg.yaml:1:9: epochs: tags (!!int) are not supported");
     config_bad("epochs: 2\n---\nepochs: 3\n", "cfg.yaml:2:1: a second document (---)");
     /* a bad value at its own position, an unknown key at the key's */
@@ -419,8 +441,10 @@ static stoke_trainer *check_resume(const char *model, const char *what)
     if (a && b2) {
         CHECK_INT_EQ(rr.steps, ra.steps);
         CHECK(!rr.interrupted);
-        CHECK_MSG(same_weights(a, b2, true), "%s: resumed run's weights differ from the "
-                  "uninterrupted run", what);
+        CHECK_MSG(same_weights(a, b2, true),
+                  "%s: resumed run's weights differ from the "
+                  "uninterrupted run",
+                  what);
         CHECK(rr.val_metric == ra.val_metric && rr.val_loss == ra.val_loss);
     }
     stoke_trainer_free(b2);

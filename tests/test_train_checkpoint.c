@@ -57,18 +57,28 @@ static stoke_status write_fixture(const char *path)
 {
     make_fixture_values();
     stoke_ckpt_tensor t[] = {
-        {.name = "conv1.weight", .dtype = STOKE_F32, .ndim = 2, .shape = {FX_A, FX_B},
+        {.name = "conv1.weight",
+         .dtype = STOKE_F32,
+         .ndim = 2,
+         .shape = {FX_A, FX_B},
          .data = fx_f32},
-        {.name = "conv1.weight.bf16", .dtype = STOKE_BF16, .ndim = 2, .shape = {FX_A, FX_B},
+        {.name = "conv1.weight.bf16",
+         .dtype = STOKE_BF16,
+         .ndim = 2,
+         .shape = {FX_A, FX_B},
          .data = fx_bf16},
-        {.name = "conv1.weight.f16", .dtype = STOKE_F16, .ndim = 3, .shape = {FX_A, 1, FX_B},
+        {.name = "conv1.weight.f16",
+         .dtype = STOKE_F16,
+         .ndim = 3,
+         .shape = {FX_A, 1, FX_B},
          .data = fx_f16},
         {.name = "step", .dtype = STOKE_I64, .ndim = 1, .shape = {7}, .data = fx_i64},
         {.name = "bytes", .dtype = STOKE_U8, .ndim = 3, .shape = {3, 2, 2}, .data = fx_u8},
         {.name = "scalar", .dtype = STOKE_F64, .ndim = 0, .data = fx_f64},
         {.name = "empty", .dtype = STOKE_F32, .ndim = 2, .shape = {0, 4}, .data = NULL},
     };
-    stoke_ckpt_kv meta[] = {{"format", "pt"}, {"stoke.step", "1234"},
+    stoke_ckpt_kv meta[] = {{"format", "pt"},
+                            {"stoke.step", "1234"},
                             {"stoke.note", "quotes \" and \\ and unicode \xc3\xa9"}};
     return stoke_ckpt_write(path, t, sizeof t / sizeof t[0], meta, 3);
 }
@@ -107,7 +117,8 @@ static void test_round_trip(void)
     const stoke_ckpt_tensor *b = stoke_ckpt_find(c, "conv1.weight.bf16");
     CHECK(b && b->dtype == STOKE_BF16 && memcmp(b->data, fx_bf16, sizeof fx_bf16) == 0);
     const stoke_ckpt_tensor *h = stoke_ckpt_find(c, "conv1.weight.f16");
-    CHECK(h && h->dtype == STOKE_F16 && h->ndim == 3 && memcmp(h->data, fx_f16, sizeof fx_f16) == 0);
+    CHECK(h && h->dtype == STOKE_F16 && h->ndim == 3 &&
+          memcmp(h->data, fx_f16, sizeof fx_f16) == 0);
     const stoke_ckpt_tensor *i = stoke_ckpt_find(c, "step");
     CHECK(i && i->dtype == STOKE_I64 && memcmp(i->data, fx_i64, sizeof fx_i64) == 0);
     const stoke_ckpt_tensor *u = stoke_ckpt_find(c, "bytes");
@@ -154,15 +165,16 @@ static void test_write_errors(void)
     CHECK_INT_EQ(stoke_ckpt_write(p, dup, 2, NULL, 0), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "'a'");
     CHECK(access(p, F_OK) != 0);
-    stoke_ckpt_tensor noname[] = {{.name = "", .dtype = STOKE_F32, .ndim = 1, .shape = {2}, .data = x}};
+    stoke_ckpt_tensor noname[] = {
+        {.name = "", .dtype = STOKE_F32, .ndim = 1, .shape = {2}, .data = x}};
     CHECK_INT_EQ(stoke_ckpt_write(p, noname, 1, NULL, 0), STOKE_ERR_ARG);
-    stoke_ckpt_tensor neg[] = {{.name = "n", .dtype = STOKE_F32, .ndim = 1, .shape = {-2}, .data = x}};
+    stoke_ckpt_tensor neg[] = {
+        {.name = "n", .dtype = STOKE_F32, .ndim = 1, .shape = {-2}, .data = x}};
     CHECK_INT_EQ(stoke_ckpt_write(p, neg, 1, NULL, 0), STOKE_ERR_ARG);
     stoke_ckpt_kv meta[] = {{"k", "1"}, {"k", "2"}};
     CHECK_INT_EQ(stoke_ckpt_write(p, dup, 1, meta, 2), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "'k'");
-    CHECK_INT_EQ(stoke_ckpt_write("/nonexistent-dir/x.safetensors", dup, 1, NULL, 0),
-                 STOKE_ERR_IO);
+    CHECK_INT_EQ(stoke_ckpt_write("/nonexistent-dir/x.safetensors", dup, 1, NULL, 0), STOKE_ERR_IO);
     CHECK_STR_CONTAINS(stoke_last_error(), "/nonexistent-dir/x.safetensors");
 
     /* Past the file-size limit (SIGXFSZ ignored, as `stoke` runs): an error naming the
@@ -229,32 +241,29 @@ static void test_reader_checks(void)
 {
     stoke_ckpt *c = NULL;
     /* A valid minimal file first, so the failures below are the edits' fault. */
-    CHECK_INT_EQ(open_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                             8, &c), STOKE_OK);
+    CHECK_INT_EQ(
+        open_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, &c),
+        STOKE_OK);
     stoke_ckpt_close(c);
     CHECK_INT_EQ(open_header("{}", 0, &c), STOKE_OK);
     stoke_ckpt_close(c);
 
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "'a'");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
-               "need 12");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "need 12");
     expect_bad("{\"a\":{\"dtype\":\"F99\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "F99");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
-               "shape[0]");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8,
-               "shape[0]");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape[0]");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8, "shape[0]");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "'a'");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8,
-               "data_offsets");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, "data_offsets");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "data_offsets");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                12, "overlap");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "hole");
-    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8,
-               "cover 4");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "cover 4");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "twice");
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+               8, "twice");
     expect_bad("{\"__metadata__\":{\"k\":1}}", 0, "'k'");
     expect_bad("{\"__metadata__\":[]}", 0, "__metadata__");
     expect_bad("{\"a\":", 0, "valid JSON");
@@ -263,7 +272,8 @@ static void test_reader_checks(void)
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
                4, "dimensions");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
-               "\"data_offsets\":[0,4]}}", 4, "'a'");
+               "\"data_offsets\":[0,4]}}",
+               4, "'a'");
 
     /* Header lengths beyond the file, and files too short for a length. */
     unsigned char big[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
@@ -307,7 +317,10 @@ static void write_generation(const char *path, float *buf, long g)
     snprintf(gs, sizeof gs, "%ld", g);
     stoke_ckpt_tensor t[] = {
         {.name = "w1", .dtype = STOKE_F32, .ndim = 1, .shape = {KILL_FLOATS / 2}, .data = buf},
-        {.name = "w2", .dtype = STOKE_F32, .ndim = 2, .shape = {2, KILL_FLOATS / 4},
+        {.name = "w2",
+         .dtype = STOKE_F32,
+         .ndim = 2,
+         .shape = {2, KILL_FLOATS / 4},
          .data = buf + KILL_FLOATS / 2},
     };
     stoke_ckpt_kv meta[] = {{"generation", gs}};
@@ -367,8 +380,8 @@ static void test_sigkill(void)
         /* The killed child's temporary file may remain; it never replaces the target. */
         remove_temporary_files();
     }
-    fprintf(stderr, "sigkill: %d rounds, final generation %ld (%d rounds advanced)\n", rounds,
-            last, grew);
+    fprintf(stderr, "sigkill: %d rounds, final generation %ld (%d rounds advanced)\n", rounds, last,
+            grew);
     free(buf);
 }
 

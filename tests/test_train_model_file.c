@@ -58,8 +58,8 @@ static void test_parse(void)
     CHECK_INT_EQ(stoke_model_file_load("/no/such/model.yaml", &mf), STOKE_ERR_NOTFOUND);
     CHECK_STR_CONTAINS(stoke_last_error(), "/no/such/model.yaml");
 
-    bad("layers:\n  - {type: conv2d, out: 32, kernel: x}\n", "m.yaml:2:",
-        "layers[0].kernel: expected an integer");
+    bad("layers:\n  - {type: conv2d, out: 32, kernel: x}\n",
+        "m.yaml:2:", "layers[0].kernel: expected an integer");
     bad("layers:\n  - {type: relu}\n  - {type: frob}\n", "m.yaml:3:", "unknown layer type 'frob'");
     bad("layers:\n  - {type: relu, out: 3}\n", "m.yaml:2:", "layers[0].out: not a field");
     bad("layers:\n  - {out: 3}\n", "m.yaml:2:", "layers[0].type: missing");
@@ -204,11 +204,11 @@ static void test_aliases(void)
     bad("layers: &x [{type: residual, layers: *x}]\n", "m.yaml:1:38: layers[0].layers",
         "aliases (*x) are not supported");
     char laughs[4096];
-    int n = snprintf(laughs, sizeof laughs,
-                     "layers: [{type: residual, layers: &a0 [{type: relu}]}");
+    int n =
+        snprintf(laughs, sizeof laughs, "layers: [{type: residual, layers: &a0 [{type: relu}]}");
     for (int i = 1; i < 8; i++) {
-        n += snprintf(laughs + n, sizeof laughs - (size_t)n,
-                      ", {type: residual, layers: &a%d [", i);
+        n +=
+            snprintf(laughs + n, sizeof laughs - (size_t)n, ", {type: residual, layers: &a%d [", i);
         for (int j = 0; j < 10; j++)
             n += snprintf(laughs + n, sizeof laughs - (size_t)n, "%s{type: residual, layers: *a%d}",
                           j ? ", " : "", i - 1);

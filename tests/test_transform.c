@@ -32,8 +32,8 @@ static float px(const uint8_t *img, int H, int W, int C, bool hwc, int y, int x,
 }
 
 /* Reference for pad + crop + flip + normalize, written as the definition reads. */
-static void ref_crop_flip_norm(const uint8_t *img, int H, int W, int C, bool hwc, int pad,
-                               int oh, int ow, int ci, int cj, bool flip, const float *mean,
+static void ref_crop_flip_norm(const uint8_t *img, int H, int W, int C, bool hwc, int pad, int oh,
+                               int ow, int ci, int cj, bool flip, const float *mean,
                                const float *std, bool out_hwc, float *out)
 {
     for (int c = 0; c < C; c++)
@@ -42,7 +42,8 @@ static void ref_crop_flip_norm(const uint8_t *img, int H, int W, int C, bool hwc
                 int xx = flip ? ow - 1 - x : x;
                 int sy = y + ci - pad, sx = xx + cj - pad;
                 float v = (sy >= 0 && sy < H && sx >= 0 && sx < W)
-                              ? px(img, H, W, C, hwc, sy, sx, c) : 0.0f;
+                              ? px(img, H, W, C, hwc, sy, sx, c)
+                              : 0.0f;
                 v = (v - mean[c]) / std[c];
                 size_t o = out_hwc ? ((size_t)y * ow + x) * C + c : ((size_t)c * oh + y) * ow + x;
                 out[o] = v;
@@ -60,11 +61,14 @@ static void case_fused_crop_flip_normalize(void)
         stoke_op ops[3] = {
             {.kind = STOKE_OP_CROP, .height = H, .width = W - 1, .pad = 4},
             {.kind = STOKE_OP_HFLIP},
-            {.kind = STOKE_OP_NORMALIZE, .mean = {0.5f, 0.4f, 0.3f, 0.2f},
+            {.kind = STOKE_OP_NORMALIZE,
+             .mean = {0.5f, 0.4f, 0.3f, 0.2f},
              .std = {0.25f, 0.3f, 0.2f, 0.5f}},
         };
         for (int out_hwc = 0; out_hwc < 2; out_hwc++) {
-            stoke_transform_opts o = {.in_dtype = STOKE_U8, .ops = ops, .nops = 3,
+            stoke_transform_opts o = {.in_dtype = STOKE_U8,
+                                      .ops = ops,
+                                      .nops = 3,
                                       .out_layout = out_hwc ? STOKE_LAYOUT_HWC : STOKE_LAYOUT_CHW};
             o.in_shape.ndim = C == 1 && k == 0 ? 2 : 3;
             if (o.in_shape.ndim == 2) {
@@ -94,8 +98,7 @@ static void case_fused_crop_flip_normalize(void)
                 CHECK(memcmp(out, out2, n * sizeof(float)) == 0); /* AVX2 == scalar */
                 stoke_op_draw p[3];
                 stoke_transform_draw(fast, 7, 3, i, p);
-                CHECK(p[0].crop_i >= 0 && p[0].crop_i <= 8 && p[0].crop_j >= 0 &&
-                      p[0].crop_j <= 9);
+                CHECK(p[0].crop_i >= 0 && p[0].crop_i <= 8 && p[0].crop_j >= 0 && p[0].crop_j <= 9);
                 flips += p[1].flip;
                 corners += p[0].crop_i == 0 || p[0].crop_i == 8;
                 ref_crop_flip_norm(img, H, W, C, hwc, 4, H, W - 1, p[0].crop_i, p[0].crop_j,
@@ -127,8 +130,8 @@ static void case_general_matches_fused(void)
     stoke_op ops[3] = {{.kind = STOKE_OP_CROP, .height = 28, .width = 28, .pad = 2},
                        {.kind = STOKE_OP_HFLIP},
                        {.kind = STOKE_OP_NORMALIZE, .mean = {0.2860f}, .std = {0.3530f}}};
-    stoke_transform_opts o = {.in_shape = {2, {28, 28}}, .in_dtype = STOKE_U8, .ops = ops,
-                              .nops = 3};
+    stoke_transform_opts o = {
+        .in_shape = {2, {28, 28}}, .in_dtype = STOKE_U8, .ops = ops, .nops = 3};
     stoke_transform *a = NULL, *b = NULL;
     CHECK_INT_EQ(stoke_transform_create(&o, &a), STOKE_OK);
     o.in_dtype = STOKE_F32;
@@ -211,10 +214,17 @@ static void case_color_jitter(void)
     uint8_t img[H * W * 3];
     fill_u8(img, sizeof img);
     img[0] = img[1] = img[2] = 200; /* a gray pixel: hue undefined, saturation 0 */
-    stoke_op ops[1] = {{.kind = STOKE_OP_COLOR_JITTER, .brightness = 0.4f, .contrast = 0.4f,
-                        .saturation = 0.4f, .hue = 0.1f, .random_order = true}};
-    stoke_transform_opts o = {.in_shape = {3, {H, W, 3}}, .in_dtype = STOKE_U8, .ops = ops,
-                              .nops = 1, .out_layout = STOKE_LAYOUT_HWC};
+    stoke_op ops[1] = {{.kind = STOKE_OP_COLOR_JITTER,
+                        .brightness = 0.4f,
+                        .contrast = 0.4f,
+                        .saturation = 0.4f,
+                        .hue = 0.1f,
+                        .random_order = true}};
+    stoke_transform_opts o = {.in_shape = {3, {H, W, 3}},
+                              .in_dtype = STOKE_U8,
+                              .ops = ops,
+                              .nops = 1,
+                              .out_layout = STOKE_LAYOUT_HWC};
     stoke_transform *t = NULL;
     CHECK_INT_EQ(stoke_transform_create(&o, &t), STOKE_OK);
     if (!t)
@@ -261,14 +271,29 @@ static void case_half_and_bfloat(void)
     float v[N];
     for (int i = 0; i < N; i++)
         v[i] = bits_f(rnd() ^ ((uint32_t)rnd() << 16));
-    const float special[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f,
-                             5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f, INFINITY, -INFINITY,
-                             NAN, 1.0f + 0x1.0p-11f, 1.0f + 0x1.8p-11f, 1.0f + 0x1.0p-8f,
-                             1.0f + 0x1.8p-8f, 3.0e38f};
+    const float special[] = {0.0f,
+                             -0.0f,
+                             1.0f,
+                             65504.0f,
+                             65519.0f,
+                             65520.0f,
+                             1e-8f,
+                             5.96e-8f,
+                             2.98e-8f,
+                             2.99e-8f,
+                             6.1e-5f,
+                             INFINITY,
+                             -INFINITY,
+                             NAN,
+                             1.0f + 0x1.0p-11f,
+                             1.0f + 0x1.8p-11f,
+                             1.0f + 0x1.0p-8f,
+                             1.0f + 0x1.8p-8f,
+                             3.0e38f};
     memcpy(v, special, sizeof special);
     uint16_t a[N], b[N];
-    stoke_f32_to_f16(v, a, N);                    /* the dispatched path (F16C here) */
-    cpu_f32_to_f16_isa(CPU_ISA_SCALAR, v, b, N);  /* the exact scalar path */
+    stoke_f32_to_f16(v, a, N);                   /* the dispatched path (F16C here) */
+    cpu_f32_to_f16_isa(CPU_ISA_SCALAR, v, b, N); /* the exact scalar path */
     int mismatches = 0;
     for (int i = 0; i < N; i++) {
         bool nan_a = (a[i] & 0x7c00) == 0x7c00 && (a[i] & 0x3ff);
@@ -279,9 +304,9 @@ static void case_half_and_bfloat(void)
     CHECK_INT_EQ(mismatches, 0); /* F16C and the scalar rounding agree bit for bit */
     CHECK_INT_EQ(b[2], 0x3c00);
     CHECK_INT_EQ(b[3], 0x7bff);
-    CHECK_INT_EQ(b[4], 0x7bff); /* 65519 rounds down */
-    CHECK_INT_EQ(b[5], 0x7c00); /* 65520 rounds to infinity */
-    CHECK_INT_EQ(b[8], 0x0000); /* 2^-25 ties to even: zero */
+    CHECK_INT_EQ(b[4], 0x7bff);  /* 65519 rounds down */
+    CHECK_INT_EQ(b[5], 0x7c00);  /* 65520 rounds to infinity */
+    CHECK_INT_EQ(b[8], 0x0000);  /* 2^-25 ties to even: zero */
     CHECK_INT_EQ(b[14], 0x3c00); /* 1 + 2^-11 ties to even: 1 */
     CHECK_INT_EQ(b[15], 0x3c01); /* above the tie: up */
     CHECK_NEAR(stoke_f16_to_f32(0x0001), 0x1.0p-24, 0);
@@ -355,10 +380,11 @@ static void case_torch(void)
     /* stoke's crop at the same offsets: find the sample whose draw is (2, 5, flip). */
     stoke_op ops[3] = {{.kind = STOKE_OP_CROP, .height = 10, .width = 9, .pad = 3},
                        {.kind = STOKE_OP_HFLIP},
-                       {.kind = STOKE_OP_NORMALIZE, .mean = {0.485f, 0.456f, 0.406f},
+                       {.kind = STOKE_OP_NORMALIZE,
+                        .mean = {0.485f, 0.456f, 0.406f},
                         .std = {0.229f, 0.224f, 0.225f}}};
-    stoke_transform_opts o = {.in_shape = {3, {H, W, C}}, .in_dtype = STOKE_U8, .ops = ops,
-                              .nops = 3};
+    stoke_transform_opts o = {
+        .in_shape = {3, {H, W, C}}, .in_dtype = STOKE_U8, .ops = ops, .nops = 3};
     stoke_transform *t = NULL;
     CHECK_INT_EQ(stoke_transform_create(&o, &t), STOKE_OK);
     int64_t found = -1;
@@ -380,8 +406,8 @@ static void case_torch(void)
     stoke_transform_destroy(t);
 
     stoke_op rs[1] = {{.kind = STOKE_OP_RESIZE, .height = RH, .width = RW}};
-    stoke_transform_opts ro = {.in_shape = {3, {H, W, C}}, .in_dtype = STOKE_U8, .ops = rs,
-                               .nops = 1};
+    stoke_transform_opts ro = {
+        .in_shape = {3, {H, W, C}}, .in_dtype = STOKE_U8, .ops = rs, .nops = 1};
     CHECK_INT_EQ(stoke_transform_create(&ro, &t), STOKE_OK);
     if (t) {
         float out[NRES];
@@ -403,8 +429,8 @@ static void case_bad_options(void)
 {
     stoke_transform *t = (stoke_transform *)1;
     stoke_op crop = {.kind = STOKE_OP_CROP, .height = 40, .width = 8, .pad = 2};
-    stoke_transform_opts o = {.in_shape = {2, {28, 28}}, .in_dtype = STOKE_U8, .ops = &crop,
-                              .nops = 1};
+    stoke_transform_opts o = {
+        .in_shape = {2, {28, 28}}, .in_dtype = STOKE_U8, .ops = &crop, .nops = 1};
     CHECK_INT_EQ(stoke_transform_create(&o, &t), STOKE_ERR_ARG);
     CHECK(t == NULL);
     CHECK_STR_CONTAINS(stoke_last_error(), "op 0 (crop)");
@@ -425,11 +451,11 @@ static void case_out_dtypes(void)
     /* bf16 and f16 outputs are the f32 output rounded. */
     uint8_t img[6 * 5 * 3];
     fill_u8(img, sizeof img);
-    stoke_op ops[2] = {{.kind = STOKE_OP_HFLIP, .p = 1.0f},
-                       {.kind = STOKE_OP_NORMALIZE, .mean = {0.1f, 0.2f, 0.3f},
-                        .std = {0.3f, 0.3f, 0.3f}}};
-    stoke_transform_opts o = {.in_shape = {3, {3, 6, 5}}, .in_dtype = STOKE_U8, .ops = ops,
-                              .nops = 2};
+    stoke_op ops[2] = {
+        {.kind = STOKE_OP_HFLIP, .p = 1.0f},
+        {.kind = STOKE_OP_NORMALIZE, .mean = {0.1f, 0.2f, 0.3f}, .std = {0.3f, 0.3f, 0.3f}}};
+    stoke_transform_opts o = {
+        .in_shape = {3, {3, 6, 5}}, .in_dtype = STOKE_U8, .ops = ops, .nops = 2};
     stoke_transform *t32 = NULL, *t16 = NULL, *tb = NULL;
     CHECK_INT_EQ(stoke_transform_create(&o, &t32), STOKE_OK);
     o.out_dtype = STOKE_F16;

@@ -22,8 +22,8 @@ static void cpu_box(stoke_machine *m, int cores, int usable, double mhz, uint32_
     snprintf(m->gpu_note, sizeof m->gpu_note, "no NVIDIA GPU: test");
 }
 
-static stoke_gpu_info *add_gpu(stoke_machine *m, const char *name, int major, int minor,
-                               int sms, unsigned mhz)
+static stoke_gpu_info *add_gpu(stoke_machine *m, const char *name, int major, int minor, int sms,
+                               unsigned mhz)
 {
     stoke_gpu_info *g = &m->gpus[m->gpu_count];
     memset(g, 0, sizeof *g);
@@ -365,9 +365,9 @@ static void test_openblas_check(void)
         CHECK_MSG(fit == rows[i].fit && c.fit == fit, "%s on %#x: %s, want %s", core,
                   (unsigned)rows[i].simd, stoke_blas_fit_name(fit),
                   stoke_blas_fit_name(rows[i].fit));
-#define SAME(got, want)                                                                  \
-    CHECK_MSG((got) == (want) || ((got) && (want) && strcmp((got), (want)) == 0),          \
-              "%s on %#x: " #got " %s, want %s", core, (unsigned)rows[i].simd,            \
+#define SAME(got, want)                                                           \
+    CHECK_MSG((got) == (want) || ((got) && (want) && strcmp((got), (want)) == 0), \
+              "%s on %#x: " #got " %s, want %s", core, (unsigned)rows[i].simd,    \
               (got) ? (got) : "NULL", (want) ? (want) : "NULL")
         SAME(c.coretype, rows[i].coretype);
         SAME(c.core_isa, rows[i].core_isa);
@@ -467,10 +467,15 @@ static void test_decide(void)
     CHECK_STR_CONTAINS(d.workers_why.reason, "the dataset is in memory");
 
     /* Given settings win and keep their sources. */
-    q = (stoke_tune_request){.precision = "fp16", .precision_src = STOKE_SRC_ENV,
-                             .workers = 3, .workers_src = STOKE_SRC_FLAG, .threads = 1,
-                             .threads_src = STOKE_SRC_FILE, .prefetch = 7,
-                             .prefetch_src = STOKE_SRC_CHECKPOINT, .in_memory = true,
+    q = (stoke_tune_request){.precision = "fp16",
+                             .precision_src = STOKE_SRC_ENV,
+                             .workers = 3,
+                             .workers_src = STOKE_SRC_FLAG,
+                             .threads = 1,
+                             .threads_src = STOKE_SRC_FILE,
+                             .prefetch = 7,
+                             .prefetch_src = STOKE_SRC_CHECKPOINT,
+                             .in_memory = true,
                              .cheap_transform = true};
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
     CHECK_INT_EQ(d.precision, STOKE_PREC_FP16);

@@ -31,8 +31,7 @@ const char *stoke_status_name(stoke_status s);
 /* Records the calling thread's last error message (printf-style) and returns `s`,
  * so library code can write `return stoke_fail(STOKE_ERR_IO, "%s: %s", path, ...)`.
  * The message is truncated to 1023 bytes. Can't fail. */
-stoke_status stoke_fail(stoke_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+stoke_status stoke_fail(stoke_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The calling thread's last error message, or "" if none. Valid until the next
  * stoke_fail on the same thread. */

@@ -24,17 +24,17 @@ typedef enum stoke_target_kind {
 } stoke_target_kind;
 
 typedef struct stoke_dataset_info {
-    char format[16];          /* "idx", "npy", "hdf5", "images", "records" */
-    int64_t count;            /* number of samples */
-    stoke_shape input_shape;  /* per sample, e.g. (28, 28) or (224, 224, 3) */
+    char format[16];         /* "idx", "npy", "hdf5", "images", "records" */
+    int64_t count;           /* number of samples */
+    stoke_shape input_shape; /* per sample, e.g. (28, 28) or (224, 224, 3) */
     stoke_dtype input_dtype;
     stoke_target_kind target_kind;
     stoke_shape target_shape; /* per sample; ndim 0 for class and scalar targets */
     stoke_dtype target_dtype;
-    int64_t num_classes;      /* for class targets: max label + 1, or the folder count
+    int64_t num_classes; /* for class targets: max label + 1, or the folder count
                                  for image folders; 0 otherwise */
-    size_t input_bytes;       /* bytes of one sample's input, as read */
-    size_t target_bytes;      /* bytes of one sample's target, as read (0 if none) */
+    size_t input_bytes;  /* bytes of one sample's input, as read */
+    size_t target_bytes; /* bytes of one sample's target, as read (0 if none) */
 } stoke_dataset_info;
 
 /* Options for opening; zero-initialize and set what applies. */
@@ -123,8 +123,7 @@ typedef struct stoke_sampler stoke_sampler;
 
 /* A sampler over `count` samples, at epoch 0, index 0. STOKE_ERR_ARG for a bad option,
  * STOKE_ERR_NOMEM. Free with stoke_sampler_destroy. */
-stoke_status stoke_sampler_create(int64_t count, const stoke_sampler_opts *o,
-                                  stoke_sampler **out);
+stoke_status stoke_sampler_create(int64_t count, const stoke_sampler_opts *o, stoke_sampler **out);
 void stoke_sampler_destroy(stoke_sampler *s); /* NULL is fine */
 
 int64_t stoke_sampler_epoch_samples(const stoke_sampler *s); /* this rank's, per epoch */
@@ -160,16 +159,16 @@ typedef enum stoke_op_kind {
 
 typedef struct stoke_op {
     stoke_op_kind kind;
-    int height, width;    /* RESIZE, CROP: output size */
-    int pad;              /* CROP: zero padding on every side */
-    bool center;          /* CROP: centre instead of random (evaluation) */
-    float p;              /* HFLIP: probability (0 means 0.5) */
+    int height, width;                           /* RESIZE, CROP: output size */
+    int pad;                                     /* CROP: zero padding on every side */
+    bool center;                                 /* CROP: centre instead of random (evaluation) */
+    float p;                                     /* HFLIP: probability (0 means 0.5) */
     float brightness, contrast, saturation, hue; /* COLOR_JITTER: torchvision's
                              ranges: factor in [max(0, 1-b), 1+b]; hue in [-h, h],
                              h <= 0.5 */
-    bool random_order;    /* COLOR_JITTER: a random order of the four (as
+    bool random_order;                           /* COLOR_JITTER: a random order of the four (as
                              torchvision); false: b, c, s, h */
-    float mean[4], std[4]; /* NORMALIZE: per channel, in the [0, 1] scale */
+    float mean[4], std[4];                       /* NORMALIZE: per channel, in the [0, 1] scale */
 } stoke_op;
 
 /* A transform pipeline: an input sample (u8 or f32) of `in_shape`; u8 values are
@@ -183,7 +182,7 @@ typedef struct stoke_transform_opts {
     stoke_image_layout in_layout; /* AUTO: see stoke_image_layout */
     const stoke_op *ops;          /* copied by stoke_transform_create */
     int nops;
-    stoke_dtype out_dtype;        /* STOKE_F32, STOKE_BF16 or STOKE_F16 (round to nearest
+    stoke_dtype out_dtype;         /* STOKE_F32, STOKE_BF16 or STOKE_F16 (round to nearest
                                      even); STOKE_U8, the zero value, means F32 */
     stoke_image_layout out_layout; /* CHW (AUTO) or HWC */
 } stoke_transform_opts;
@@ -207,8 +206,8 @@ size_t stoke_transform_scratch_bytes(const stoke_transform *t);
 /* Transforms one sample `in` into `out` (stoke_transform_out_bytes). `scratch` is
  * stoke_transform_scratch_bytes of the caller's memory, one per thread (may be NULL
  * when that is 0). Thread-safe; can't fail. */
-void stoke_transform_apply(const stoke_transform *t, const void *in, void *out,
-                           void *scratch, uint64_t seed, int64_t epoch, int64_t index);
+void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, void *scratch,
+                           uint64_t seed, int64_t epoch, int64_t index);
 
 /* The rounding conversions to f16/bf16 the transforms use are in core.h. */
 
@@ -230,16 +229,16 @@ stoke_status stoke_dataset_load(stoke_dataset *src, stoke_dataset **out);
 /* ---- Loader -------------------------------------------------------------------- */
 
 typedef struct stoke_loader_opts {
-    stoke_sampler_opts sampler;       /* batch size, shuffle, seed, drop_last, shard */
-    stoke_sampler_state start;        /* where to start (zero: epoch 0, index 0) */
+    stoke_sampler_opts sampler;            /* batch size, shuffle, seed, drop_last, shard */
+    stoke_sampler_state start;             /* where to start (zero: epoch 0, index 0) */
     const stoke_transform_opts *transform; /* NULL: inputs are copied as read */
-    int workers;                      /* worker threads; 0: the consumer's thread does
+    int workers;                           /* worker threads; 0: the consumer's thread does
                                          the work inside stoke_loader_next */
-    int prefetch;                     /* ring slots (batches in flight); 0: 2*workers+2,
+    int prefetch;                          /* ring slots (batches in flight); 0: 2*workers+2,
                                          at least 2 */
-    bool use_device;                  /* copy batches to CUDA device `device` */
+    bool use_device;                       /* copy batches to CUDA device `device` */
     int device;
-    size_t memory_limit;              /* > 0: a ring of more host bytes than this is
+    size_t memory_limit; /* > 0: a ring of more host bytes than this is
                                          refused (STOKE_ERR_NOMEM with the numbers)
                                          before anything is allocated */
 } stoke_loader_opts;
@@ -263,10 +262,10 @@ typedef struct stoke_batch {
     const void *host_targets;
     stoke_shape input_shape; /* of one sample */
     stoke_dtype input_dtype;
-    size_t input_bytes;      /* of one sample */
-    size_t target_bytes;     /* of one sample */
+    size_t input_bytes;  /* of one sample */
+    size_t target_bytes; /* of one sample */
     bool on_device;
-    void *event;             /* on_device: a cudaEvent_t recorded after the copy; make
+    void *event; /* on_device: a cudaEvent_t recorded after the copy; make
                                 the compute stream wait on it (or stoke_loader_wait) */
 } stoke_batch;
 
@@ -278,8 +277,7 @@ typedef struct stoke_loader stoke_loader;
  * cannot be used the loader falls back to host batches and stoke_loader_device_reason
  * says why. STOKE_ERR_ARG for bad options, STOKE_ERR_NOMEM, STOKE_ERR_SYSTEM if a
  * thread cannot start. */
-stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
-                                 stoke_loader **out);
+stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o, stoke_loader **out);
 
 /* The next batch in sampler order, the same bytes whatever the number of workers.
  * A dataset error (file, sample index, what was wrong) is returned as the error of the
@@ -311,20 +309,20 @@ const char *stoke_loader_device_reason(const stoke_loader *l);
 
 /* Instrumentation, measured on every batch. Times in milliseconds. */
 typedef struct stoke_loader_stats {
-    int64_t batches;           /* handed out, end-of-epoch markers excluded */
+    int64_t batches; /* handed out, end-of-epoch markers excluded */
     int64_t samples;
-    double wait_avg_ms;        /* the consumer's wait inside stoke_loader_next */
-    double wait_p95_ms;        /*   (p95 over the last 1024 batches) */
+    double wait_avg_ms; /* the consumer's wait inside stoke_loader_next */
+    double wait_p95_ms; /*   (p95 over the last 1024 batches) */
     double wait_max_ms;
-    double fill_avg;           /* batches ready in the ring when the consumer asked */
+    double fill_avg; /* batches ready in the ring when the consumer asked */
     int fill_min, fill_max;
-    int slots;                 /* ring size */
+    int slots; /* ring size */
     int workers;
-    double busy_avg_ms;        /* a worker's time per batch spent reading and
+    double busy_avg_ms;   /* a worker's time per batch spent reading and
                                   transforming (all workers' busy time / batches) */
-    double busy_frac[64];      /* each worker's busy time / wall time since create
+    double busy_frac[64]; /* each worker's busy time / wall time since create
                                   (first 64 workers) */
-    double elapsed_s;          /* since create */
+    double elapsed_s;     /* since create */
 } stoke_loader_stats;
 
 /* Thread-safe: may run on another thread (the monitor's sampler) while the consumer

@@ -33,19 +33,19 @@ enum {
 };
 
 typedef struct stoke_cpu_info {
-    char model[128];         /* "model name" of the first CPU, "" if unknown */
-    int logical_cpus;        /* online logical CPUs */
-    int usable_cpus;         /* CPUs this process may run on (sched_getaffinity) */
-    int physical_cores;      /* distinct (package, core id) pairs among online CPUs */
-    int sockets;             /* distinct physical package ids */
-    int numa_nodes;          /* online NUMA nodes, 1 if the kernel shows none */
-    uint64_t l1d_bytes;      /* per-core L1 data cache; 0 = unknown */
-    uint64_t l2_bytes;       /* per-core (or per-cluster) L2; 0 = unknown */
-    uint64_t l3_bytes;       /* per-package L3; 0 = unknown */
-    uint32_t simd;           /* STOKE_SIMD_* bits, less those the ISA cap hides */
-    double max_mhz;          /* highest clock the kernel reports; 0 = unknown */
-    stoke_cpu_isa isa_cap;   /* the instruction-set cap applied; STOKE_CPU_ISA_ALL: none */
-    uint32_t simd_hidden;    /* STOKE_SIMD_* bits the CPU has but the cap hides */
+    char model[128];       /* "model name" of the first CPU, "" if unknown */
+    int logical_cpus;      /* online logical CPUs */
+    int usable_cpus;       /* CPUs this process may run on (sched_getaffinity) */
+    int physical_cores;    /* distinct (package, core id) pairs among online CPUs */
+    int sockets;           /* distinct physical package ids */
+    int numa_nodes;        /* online NUMA nodes, 1 if the kernel shows none */
+    uint64_t l1d_bytes;    /* per-core L1 data cache; 0 = unknown */
+    uint64_t l2_bytes;     /* per-core (or per-cluster) L2; 0 = unknown */
+    uint64_t l3_bytes;     /* per-package L3; 0 = unknown */
+    uint32_t simd;         /* STOKE_SIMD_* bits, less those the ISA cap hides */
+    double max_mhz;        /* highest clock the kernel reports; 0 = unknown */
+    stoke_cpu_isa isa_cap; /* the instruction-set cap applied; STOKE_CPU_ISA_ALL: none */
+    uint32_t simd_hidden;  /* STOKE_SIMD_* bits the CPU has but the cap hides */
 } stoke_cpu_info;
 
 /* Fills *out from /proc/cpuinfo and /sys/devices/system/{cpu,node}. `root` is a
@@ -68,14 +68,14 @@ void stoke_cpu_apply_isa_cap(stoke_cpu_info *info, stoke_cpu_isa cap);
 const char *stoke_simd_names(uint32_t simd, char *buf, size_t size);
 
 typedef struct stoke_mem_info {
-    uint64_t total_bytes;     /* MemTotal */
-    uint64_t available_bytes; /* what this process can still use: MemAvailable, or the
+    uint64_t total_bytes;             /* MemTotal */
+    uint64_t available_bytes;         /* what this process can still use: MemAvailable, or the
                                  headroom under a cgroup memory limit when smaller;
                                  0 = unknown */
     uint64_t meminfo_available_bytes; /* MemAvailable alone */
-    uint64_t cgroup_limit_bytes; /* the tightest cgroup memory limit (this process's
+    uint64_t cgroup_limit_bytes;      /* the tightest cgroup memory limit (this process's
                                     cgroup or an ancestor), 0 = none */
-    uint64_t cgroup_used_bytes;  /* that cgroup's usage */
+    uint64_t cgroup_used_bytes;       /* that cgroup's usage */
 } stoke_mem_info;
 
 /* Reads /proc/meminfo and the memory limits of /proc/self/cgroup (v1 or v2), all
@@ -115,7 +115,7 @@ typedef struct stoke_disk_info {
     char fs_type[32];      /* "ext4", "tmpfs", "nfs4", ... */
     char device[128];      /* mount source, e.g. "/dev/nvme0n1p2" */
     stoke_disk_kind kind;
-    char reason[160];      /* how the kind was decided, for the user */
+    char reason[160]; /* how the kind was decided, for the user */
 } stoke_disk_info;
 
 /* Finds the filesystem under `path` (which must exist) from /proc/self/mountinfo and
@@ -139,23 +139,23 @@ enum {
 };
 
 typedef struct stoke_gpu_info {
-    int index;                  /* NVML index */
+    int index; /* NVML index */
     char name[96];
     char uuid[96];
-    char pci_bus_id[32];        /* "00000000:3B:00.0" */
+    char pci_bus_id[32]; /* "00000000:3B:00.0" */
     uint64_t memory_total_bytes;
-    int cc_major, cc_minor;     /* compute capability */
-    int sm_count;               /* streaming multiprocessors (CUDA runtime) */
-    unsigned power_limit_mw;    /* enforced power limit, milliwatts */
+    int cc_major, cc_minor;  /* compute capability */
+    int sm_count;            /* streaming multiprocessors (CUDA runtime) */
+    unsigned power_limit_mw; /* enforced power limit, milliwatts */
     unsigned max_sm_clock_mhz;
     unsigned pcie_gen, pcie_width; /* current link generation and lanes */
-    unsigned valid;             /* STOKE_GPU_HAS_* */
+    unsigned valid;                /* STOKE_GPU_HAS_* */
 } stoke_gpu_info;
 
 enum {
-    STOKE_GS_UTIL = 1u << 0,      /* util_gpu_pct and util_mem_pct */
-    STOKE_GS_MEMORY = 1u << 1,    /* mem_used_bytes and mem_total_bytes */
-    STOKE_GS_POWER = 1u << 2,     /* power_mw */
+    STOKE_GS_UTIL = 1u << 0,   /* util_gpu_pct and util_mem_pct */
+    STOKE_GS_MEMORY = 1u << 1, /* mem_used_bytes and mem_total_bytes */
+    STOKE_GS_POWER = 1u << 2,  /* power_mw */
     STOKE_GS_POWER_LIMIT = 1u << 3,
     STOKE_GS_TEMP = 1u << 4,
     STOKE_GS_SM_CLOCK = 1u << 5,
@@ -178,21 +178,21 @@ enum {
 };
 
 typedef struct stoke_gpu_sample {
-    unsigned valid;             /* STOKE_GS_* */
-    unsigned util_gpu_pct;      /* % of time a kernel ran over the driver's window */
-    unsigned util_mem_pct;      /* % of time device memory was read or written */
+    unsigned valid;        /* STOKE_GS_* */
+    unsigned util_gpu_pct; /* % of time a kernel ran over the driver's window */
+    unsigned util_mem_pct; /* % of time device memory was read or written */
     uint64_t mem_used_bytes, mem_total_bytes;
     unsigned power_mw, power_limit_mw;
     unsigned temp_c;
     unsigned sm_clock_mhz;
-    uint64_t throttle_reasons;  /* STOKE_THROTTLE_* bits */
+    uint64_t throttle_reasons;           /* STOKE_THROTTLE_* bits */
     unsigned pcie_rx_kBps, pcie_tx_kBps; /* KB/s over NVML's 20 ms window */
 } stoke_gpu_sample;
 
 typedef struct stoke_gpu_proc {
     unsigned pid;
     uint64_t used_bytes;
-    bool used_valid;            /* false when the driver does not report it */
+    bool used_valid; /* false when the driver does not report it */
 } stoke_gpu_proc;
 
 typedef struct stoke_nvml stoke_nvml; /* a loaded NVML and its function table */
@@ -232,8 +232,8 @@ int stoke_cudart_runtime_version(const stoke_cudart *rt); /* 13000, or 0 */
 stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count);
 
 /* SM count and PCI bus id ("0000:3b:00.0" form, lower case) of CUDA device `dev`. */
-stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
-                                    char *pci_bus_id, size_t size);
+stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count, char *pci_bus_id,
+                                    size_t size);
 
 /* ---- Device memory, streams and events -----------------------------------------
  * What the data loader needs to stage batches on a GPU, as thin wrappers over the
@@ -298,15 +298,15 @@ typedef struct stoke_machine {
     stoke_cpu_info cpu;
     stoke_openblas_info openblas; /* the BLAS library this process loaded */
     stoke_mem_info mem;
-    bool have_disk;               /* a data path was given and probed */
+    bool have_disk; /* a data path was given and probed */
     char data_path[512];
     stoke_disk_info disk;
     int gpu_count;
     stoke_gpu_info gpus[STOKE_MAX_GPUS];
-    char gpu_note[256];           /* why there are no GPUs, or "" */
-    char driver_version[80];      /* NVIDIA driver, "" if unknown */
-    int cuda_driver_version;      /* 1000*major + 10*minor, 0 if unknown */
-    int cuda_runtime_version;     /* same encoding, 0 if no runtime */
+    char gpu_note[256];       /* why there are no GPUs, or "" */
+    char driver_version[80];  /* NVIDIA driver, "" if unknown */
+    int cuda_driver_version;  /* 1000*major + 10*minor, 0 if unknown */
+    int cuda_runtime_version; /* same encoding, 0 if no runtime */
 } stoke_machine;
 
 /* Probes everything. `data_path` may be NULL. A missing GPU, NVML or runtime is

@@ -20,13 +20,13 @@ extern "C" {
  * clear), never zero. */
 
 enum {
-    STOKE_MS_CPU = 1u << 0,      /* cpu_pct, iowait_pct (need two /proc/stat reads) */
-    STOKE_MS_MEM = 1u << 1,      /* mem_used_bytes, mem_total_bytes */
-    STOKE_MS_PROC = 1u << 2,     /* proc_* except io and GPU memory */
-    STOKE_MS_PROC_CPU = 1u << 3, /* proc_cpu_pct (needs two reads of the tree) */
-    STOKE_MS_PROC_IO = 1u << 4,  /* proc_read_Bps, proc_write_Bps */
-    STOKE_MS_PROC_GPU = 1u << 5, /* proc_gpu_mem_bytes (NVML's process lists) */
-    STOKE_MS_PIPELINE = 1u << 6, /* pipe: the input pipeline's snapshot (a provider) */
+    STOKE_MS_CPU = 1u << 0,           /* cpu_pct, iowait_pct (need two /proc/stat reads) */
+    STOKE_MS_MEM = 1u << 1,           /* mem_used_bytes, mem_total_bytes */
+    STOKE_MS_PROC = 1u << 2,          /* proc_* except io and GPU memory */
+    STOKE_MS_PROC_CPU = 1u << 3,      /* proc_cpu_pct (needs two reads of the tree) */
+    STOKE_MS_PROC_IO = 1u << 4,       /* proc_read_Bps, proc_write_Bps */
+    STOKE_MS_PROC_GPU = 1u << 5,      /* proc_gpu_mem_bytes (NVML's process lists) */
+    STOKE_MS_PIPELINE = 1u << 6,      /* pipe: the input pipeline's snapshot (a provider) */
     STOKE_MS_PIPELINE_RATE = 1u << 7, /* data_wait_pct, batches_per_s (two snapshots) */
 };
 
@@ -34,15 +34,15 @@ enum {
  * cumulative counts let the monitor compute each window's share; the rest are the
  * pipeline's own summaries since it started. */
 typedef struct stoke_mon_pipeline {
-    double wait_total_s;         /* cumulative time the consumer waited for batches */
-    int64_t batches;             /* cumulative batches handed out */
-    double wait_avg_ms;          /* the consumer's wait per batch: mean, */
-    double wait_p95_ms;          /*   p95 (over the pipeline's recent batches), */
-    double wait_max_ms;          /*   and max */
-    double fill_avg;             /* batches ready in the ring when the consumer asked */
-    int slots;                   /* ring size (prefetch depth) */
-    int workers;                 /* worker threads; 0 = the consumer does the work */
-    double busy_frac;            /* mean worker busy fraction 0..1 (reading + transforming) */
+    double wait_total_s; /* cumulative time the consumer waited for batches */
+    int64_t batches;     /* cumulative batches handed out */
+    double wait_avg_ms;  /* the consumer's wait per batch: mean, */
+    double wait_p95_ms;  /*   p95 (over the pipeline's recent batches), */
+    double wait_max_ms;  /*   and max */
+    double fill_avg;     /* batches ready in the ring when the consumer asked */
+    int slots;           /* ring size (prefetch depth) */
+    int workers;         /* worker threads; 0 = the consumer does the work */
+    double busy_frac;    /* mean worker busy fraction 0..1 (reading + transforming) */
 } stoke_mon_pipeline;
 
 /* Fills *out with the pipeline's current numbers; false when there is nothing yet (no
@@ -51,36 +51,36 @@ typedef struct stoke_mon_pipeline {
 typedef bool (*stoke_mon_pipeline_fn)(void *ctx, stoke_mon_pipeline *out);
 
 typedef struct stoke_mon_gpu {
-    stoke_gpu_sample s;          /* the device reading, with its own STOKE_GS_* bits */
-    uint64_t proc_mem_bytes;     /* GPU memory held by the watched tree on this device */
+    stoke_gpu_sample s;      /* the device reading, with its own STOKE_GS_* bits */
+    uint64_t proc_mem_bytes; /* GPU memory held by the watched tree on this device */
     bool proc_mem_valid;
 } stoke_mon_gpu;
 
 typedef struct stoke_mon_sample {
-    uint64_t seq;                /* 1, 2, ... */
-    double t;                    /* seconds since sampling started */
-    double wall;                 /* Unix time, seconds */
-    unsigned valid;              /* STOKE_MS_* */
-    double cpu_pct;              /* all CPUs busy (not idle, not iowait), 0..100 */
-    double iowait_pct;           /* all CPUs waiting on I/O, 0..100 */
-    int ncpu;                    /* CPUs counted in /proc/stat */
-    uint64_t mem_used_bytes;     /* MemTotal - MemAvailable */
+    uint64_t seq;            /* 1, 2, ... */
+    double t;                /* seconds since sampling started */
+    double wall;             /* Unix time, seconds */
+    unsigned valid;          /* STOKE_MS_* */
+    double cpu_pct;          /* all CPUs busy (not idle, not iowait), 0..100 */
+    double iowait_pct;       /* all CPUs waiting on I/O, 0..100 */
+    int ncpu;                /* CPUs counted in /proc/stat */
+    uint64_t mem_used_bytes; /* MemTotal - MemAvailable */
     uint64_t mem_total_bytes;
-    int proc_pid;                /* watched root, 0 in whole-system mode */
-    int proc_count;              /* processes in the tree (root and descendants) */
-    double proc_cpu_pct;         /* CPU of the tree, 100 = one core */
+    int proc_pid;        /* watched root, 0 in whole-system mode */
+    int proc_count;      /* processes in the tree (root and descendants) */
+    double proc_cpu_pct; /* CPU of the tree, 100 = one core */
     int proc_threads;
-    uint64_t proc_rss_bytes;     /* sum of RSS over the tree (shared pages count twice) */
-    double proc_read_Bps;        /* storage reads of the tree, bytes/s (/proc/PID/io) */
+    uint64_t proc_rss_bytes; /* sum of RSS over the tree (shared pages count twice) */
+    double proc_read_Bps;    /* storage reads of the tree, bytes/s (/proc/PID/io) */
     double proc_write_Bps;
     uint64_t proc_gpu_mem_bytes; /* sum of proc_mem_bytes over the GPUs */
     int gpu_count;               /* 0 without NVML */
     stoke_mon_gpu gpus[STOKE_MAX_GPUS];
-    stoke_mon_pipeline pipe;     /* STOKE_MS_PIPELINE */
-    double data_wait_pct;        /* % of the wall time since the previous snapshot that
+    stoke_mon_pipeline pipe; /* STOKE_MS_PIPELINE */
+    double data_wait_pct;    /* % of the wall time since the previous snapshot that
                                     the consumer waited for data, 0..100 (a wait is
                                     counted in the window its batch was handed out) */
-    double batches_per_s;        /* batches handed out per second in that window */
+    double batches_per_s;    /* batches handed out per second in that window */
 } stoke_mon_sample;
 
 /* ---- /proc readers (proc.c) -------------------------------------------------- */
@@ -113,14 +113,14 @@ const int *stoke_proc_tree_pids(const stoke_proc_reader *r, int *count);
 typedef struct stoke_series {
     float *v;
     size_t n, cap;
-    size_t limit;                /* 0 = default (1 << 18 values, 1 MB) */
+    size_t limit; /* 0 = default (1 << 18 values, 1 MB) */
     unsigned stride, phase;
     size_t count;
     double min, max, sum;
 } stoke_series;
 
 typedef struct stoke_stats {
-    size_t n;                    /* values pushed; 0 = the series is empty */
+    size_t n;                           /* values pushed; 0 = the series is empty */
     double min, median, p95, max, mean; /* p95: nearest rank over kept values */
 } stoke_stats;
 
@@ -134,51 +134,51 @@ stoke_status stoke_series_stats(const stoke_series *s, stoke_stats *out);
 
 /* System and process-tree series of a run. */
 typedef enum stoke_sys_metric {
-    STOKE_M_CPU,        /* % all CPUs */
-    STOKE_M_IOWAIT,     /* % all CPUs */
-    STOKE_M_MEM_USED,   /* bytes */
-    STOKE_M_PROC_CPU,   /* % of one core */
+    STOKE_M_CPU,      /* % all CPUs */
+    STOKE_M_IOWAIT,   /* % all CPUs */
+    STOKE_M_MEM_USED, /* bytes */
+    STOKE_M_PROC_CPU, /* % of one core */
     STOKE_M_PROC_THREADS,
-    STOKE_M_PROC_RSS,   /* bytes */
-    STOKE_M_PROC_READ,  /* bytes/s */
-    STOKE_M_PROC_WRITE, /* bytes/s */
+    STOKE_M_PROC_RSS,     /* bytes */
+    STOKE_M_PROC_READ,    /* bytes/s */
+    STOKE_M_PROC_WRITE,   /* bytes/s */
     STOKE_M_PROC_GPU_MEM, /* bytes */
-    STOKE_M_DATA_WAIT,  /* % of wall time the consumer waited for data */
-    STOKE_M_BATCH_RATE, /* batches/s */
+    STOKE_M_DATA_WAIT,    /* % of wall time the consumer waited for data */
+    STOKE_M_BATCH_RATE,   /* batches/s */
     STOKE_M_COUNT
 } stoke_sys_metric;
 
 /* Per-GPU series. */
 typedef enum stoke_gpu_metric {
-    STOKE_G_UTIL,      /* % */
-    STOKE_G_MEM_UTIL,  /* % */
-    STOKE_G_MEM_USED,  /* bytes */
-    STOKE_G_POWER,     /* watts */
-    STOKE_G_TEMP,      /* degrees C */
-    STOKE_G_SM_CLOCK,  /* MHz */
-    STOKE_G_PCIE_RX,   /* bytes/s */
-    STOKE_G_PCIE_TX,   /* bytes/s */
-    STOKE_G_PROC_MEM,  /* bytes held by the watched tree */
+    STOKE_G_UTIL,     /* % */
+    STOKE_G_MEM_UTIL, /* % */
+    STOKE_G_MEM_USED, /* bytes */
+    STOKE_G_POWER,    /* watts */
+    STOKE_G_TEMP,     /* degrees C */
+    STOKE_G_SM_CLOCK, /* MHz */
+    STOKE_G_PCIE_RX,  /* bytes/s */
+    STOKE_G_PCIE_TX,  /* bytes/s */
+    STOKE_G_PROC_MEM, /* bytes held by the watched tree */
     STOKE_G_COUNT
 } stoke_gpu_metric;
 
 typedef struct stoke_mon_gpu_history {
     stoke_series s[STOKE_G_COUNT];
-    uint64_t mem_total_bytes;    /* largest total seen; 0 = never read */
-    double power_limit_w;        /* largest limit seen; 0 = never read */
-    size_t throttle_samples;     /* samples with valid throttle reasons */
-    size_t power_throttled;      /* ... with a power cap/brake or HW slowdown bit */
-    size_t thermal_throttled;    /* ... with a SW/HW thermal bit */
+    uint64_t mem_total_bytes; /* largest total seen; 0 = never read */
+    double power_limit_w;     /* largest limit seen; 0 = never read */
+    size_t throttle_samples;  /* samples with valid throttle reasons */
+    size_t power_throttled;   /* ... with a power cap/brake or HW slowdown bit */
+    size_t thermal_throttled; /* ... with a SW/HW thermal bit */
 } stoke_mon_gpu_history;
 
 typedef struct stoke_mon_history {
     size_t samples;
-    double duration_s;           /* t of the last sample */
-    int ncpu;                    /* CPUs seen in /proc/stat */
+    double duration_s; /* t of the last sample */
+    int ncpu;          /* CPUs seen in /proc/stat */
     uint64_t mem_total_bytes;
-    int proc_pid;                /* watched root, 0 = none */
+    int proc_pid; /* watched root, 0 = none */
     stoke_series sys[STOKE_M_COUNT];
-    int gpu_count;               /* most GPUs seen in a sample */
+    int gpu_count; /* most GPUs seen in a sample */
     stoke_mon_gpu_history gpu[STOKE_MAX_GPUS];
     bool have_pipeline;          /* a pipeline snapshot was seen */
     stoke_mon_pipeline pipeline; /* the last one (its summaries cover the whole run) */
@@ -200,8 +200,8 @@ const char *stoke_gpu_metric_unit(stoke_gpu_metric m);
 typedef struct stoke_mon_summary {
     size_t samples;
     double duration_s;
-    int ncpu;                    /* CPUs in /proc/stat */
-    int usable_cpus;             /* CPUs the job may use (affinity); = ncpu if unknown */
+    int ncpu;        /* CPUs in /proc/stat */
+    int usable_cpus; /* CPUs the job may use (affinity); = ncpu if unknown */
     uint64_t mem_total_bytes;
     int proc_pid;
     stoke_stats sys[STOKE_M_COUNT];
@@ -240,15 +240,15 @@ typedef enum stoke_rule_kind {
 
 typedef struct stoke_finding {
     const struct stoke_rule *rule;
-    int gpu;                     /* GPU index the finding is about, -1 if none */
-    char evidence[400];          /* numbers from the run */
-    char advice[400];            /* what to change, with numbers */
+    int gpu;            /* GPU index the finding is about, -1 if none */
+    char evidence[400]; /* numbers from the run */
+    char advice[400];   /* what to change, with numbers */
 } stoke_finding;
 
 typedef struct stoke_rule {
-    const char *id;              /* stable name: "input-bound-cpu", ... */
+    const char *id; /* stable name: "input-bound-cpu", ... */
     stoke_rule_kind kind;
-    const char *resource;        /* what bounded the run: "CPU (input pipeline)" */
+    const char *resource; /* what bounded the run: "CPU (input pipeline)" */
     /* Thresholds; a rule reads only those its check names. */
     double gpu_util_below;       /* median GPU utilization % under this = mostly idle */
     double gpu_util_atleast;     /* median GPU utilization % at least this = busy */
@@ -292,8 +292,7 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size);
 /* CSV header for gpu_count GPUs, and one row; both end with a newline. Absent
  * readings are empty cells. Return the length, or 0 if buf is too small. */
 size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size);
-size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf,
-                                size_t size);
+size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf, size_t size);
 
 /* Opens a log file for appending lines: created, and truncated unless `append` (a
  * resumed run adds to its log). A FIFO is opened without blocking: one with a reader
@@ -317,9 +316,9 @@ typedef struct stoke_monitor stoke_monitor;
 typedef stoke_status (*stoke_mon_callback)(const stoke_mon_sample *s, void *ctx);
 
 typedef struct stoke_monitor_config {
-    double interval_s;           /* >= 0.05 */
-    int pid;                     /* watched tree root; 0 = whole system */
-    bool no_gpu;                 /* do not load NVML */
+    double interval_s;            /* >= 0.05 */
+    int pid;                      /* watched tree root; 0 = whole system */
+    bool no_gpu;                  /* do not load NVML */
     stoke_mon_callback on_sample; /* may be NULL */
     void *ctx;
     /* The input pipeline, may be NULL: called once by stoke_monitor_create (on the

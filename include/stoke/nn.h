@@ -31,40 +31,40 @@ typedef int32_t stoke_tensor; /* a node of one graph; STOKE_NO_TENSOR is none */
 
 /* Ops. Values only grow at the end (they name nodes in logs and plans). */
 typedef enum stoke_nn_op {
-    STOKE_NN_INPUT = 0,     /* data fed by the caller: fp32, or int32 ids/classes */
-    STOKE_NN_LINEAR,        /* (..., IN) -> (..., OUT): y = x W^T + b over the last dim */
-    STOKE_NN_CONV2D,        /* (C, H, W) -> (OC, OH, OW), stride, zero padding */
-    STOKE_NN_MAXPOOL2D,     /* (C, H, W) -> (C, OH, OW) */
-    STOKE_NN_AVGPOOL2D,     /* (C, H, W) -> (C, OH, OW), padding counted (PyTorch's
+    STOKE_NN_INPUT = 0,      /* data fed by the caller: fp32, or int32 ids/classes */
+    STOKE_NN_LINEAR,         /* (..., IN) -> (..., OUT): y = x W^T + b over the last dim */
+    STOKE_NN_CONV2D,         /* (C, H, W) -> (OC, OH, OW), stride, zero padding */
+    STOKE_NN_MAXPOOL2D,      /* (C, H, W) -> (C, OH, OW) */
+    STOKE_NN_AVGPOOL2D,      /* (C, H, W) -> (C, OH, OW), padding counted (PyTorch's
                                count_include_pad=True) */
-    STOKE_NN_GLOBAL_AVGPOOL,/* (C, H, W) -> (C) */
-    STOKE_NN_BATCHNORM,     /* (C, H, W) or (C): per channel over batch (and space) */
-    STOKE_NN_LAYERNORM,     /* (..., C): over the last dim, with weight and bias */
+    STOKE_NN_GLOBAL_AVGPOOL, /* (C, H, W) -> (C) */
+    STOKE_NN_BATCHNORM,      /* (C, H, W) or (C): per channel over batch (and space) */
+    STOKE_NN_LAYERNORM,      /* (..., C): over the last dim, with weight and bias */
     STOKE_NN_RELU,
-    STOKE_NN_GELU,          /* exact (erf) GELU, PyTorch's default */
+    STOKE_NN_GELU, /* exact (erf) GELU, PyTorch's default */
     STOKE_NN_TANH,
     STOKE_NN_SIGMOID,
-    STOKE_NN_DROPOUT,       /* inverted dropout; identity in eval mode */
-    STOKE_NN_ADD,           /* a + b, same shapes (residuals) */
-    STOKE_NN_RESHAPE,       /* same elements, new per-sample shape (flatten) */
-    STOKE_NN_EMBEDDING,     /* int32 ids (T) -> (T, C) */
-    STOKE_NN_SOFTMAX,       /* over the last dim */
-    STOKE_NN_ATTENTION,     /* (T, C) -> (T, C): multi-head self-attention with QKV and
+    STOKE_NN_DROPOUT,         /* inverted dropout; identity in eval mode */
+    STOKE_NN_ADD,             /* a + b, same shapes (residuals) */
+    STOKE_NN_RESHAPE,         /* same elements, new per-sample shape (flatten) */
+    STOKE_NN_EMBEDDING,       /* int32 ids (T) -> (T, C) */
+    STOKE_NN_SOFTMAX,         /* over the last dim */
+    STOKE_NN_ATTENTION,       /* (T, C) -> (T, C): multi-head self-attention with QKV and
                                output projections (PyTorch nn.MultiheadAttention) */
-    STOKE_NN_PATCHIFY,      /* (C, H, W) -> (H/P * W/P, C*P*P), patches row-major,
+    STOKE_NN_PATCHIFY,        /* (C, H, W) -> (H/P * W/P, C*P*P), patches row-major,
                                each patch vector ordered (c, py, px) */
-    STOKE_NN_POS_EMBED,     /* (T, C) + a learned (T, C) table */
-    STOKE_NN_SEQ_MEAN,      /* (T, C) -> (C): mean over tokens */
-    STOKE_NN_CROSS_ENTROPY, /* logits (K) + int32 class -> scalar, label smoothing */
-    STOKE_NN_BCE_LOGITS,    /* logits (...) + fp32 targets in [0, 1] -> scalar */
-    STOKE_NN_MSE,           /* pred + fp32 target of the same shape -> scalar */
-    STOKE_NN_L1,            /* pred + fp32 target of the same shape -> scalar */
-    STOKE_NN_ACCURACY,      /* metric: logits (K) + int32 class -> fraction correct */
-    STOKE_NN_MAE,           /* metric: mean |pred - target| */
+    STOKE_NN_POS_EMBED,       /* (T, C) + a learned (T, C) table */
+    STOKE_NN_SEQ_MEAN,        /* (T, C) -> (C): mean over tokens */
+    STOKE_NN_CROSS_ENTROPY,   /* logits (K) + int32 class -> scalar, label smoothing */
+    STOKE_NN_BCE_LOGITS,      /* logits (...) + fp32 targets in [0, 1] -> scalar */
+    STOKE_NN_MSE,             /* pred + fp32 target of the same shape -> scalar */
+    STOKE_NN_L1,              /* pred + fp32 target of the same shape -> scalar */
+    STOKE_NN_ACCURACY,        /* metric: logits (K) + int32 class -> fraction correct */
+    STOKE_NN_MAE,             /* metric: mean |pred - target| */
     STOKE_NN_POLICY_GRADIENT, /* logits (K) + fp32 [action, advantage(, old log-prob)]
                                -> scalar: -advantage log pi(action) (or PPO's clipped
                                surrogate), minus an entropy bonus */
-    STOKE_NN_SLICE,         /* (..., C) -> (..., end - begin): columns [begin, end) of
+    STOKE_NN_SLICE,           /* (..., C) -> (..., end - begin): columns [begin, end) of
                                the last dim */
     STOKE_NN_OP_COUNT
 } stoke_nn_op;
@@ -91,12 +91,11 @@ stoke_status stoke_graph_status(const stoke_graph *g);
 stoke_tensor stoke_nn_input(stoke_graph *g, const char *name, stoke_dtype dtype,
                             const stoke_shape *shape);
 /* PyTorch nn.Linear(in, out, bias) over the last dim of x. */
-stoke_tensor stoke_nn_linear(stoke_graph *g, const char *name, stoke_tensor x,
-                             int64_t out_features, bool bias);
-/* PyTorch nn.Conv2d(C, out_channels, kernel, stride, padding, bias); x is (C, H, W). */
-stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x,
-                             int64_t out_channels, int kernel, int stride, int padding,
+stoke_tensor stoke_nn_linear(stoke_graph *g, const char *name, stoke_tensor x, int64_t out_features,
                              bool bias);
+/* PyTorch nn.Conv2d(C, out_channels, kernel, stride, padding, bias); x is (C, H, W). */
+stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x, int64_t out_channels,
+                             int kernel, int stride, int padding, bool bias);
 /* Square windows; stride 0 means stride = kernel (PyTorch's default). Output size
  * floor((H + 2 pad - kernel) / stride) + 1; pad <= kernel / 2. */
 stoke_tensor stoke_nn_maxpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride,
@@ -108,8 +107,8 @@ stoke_tensor stoke_nn_global_avgpool(stoke_graph *g, stoke_tensor x);
  * "<name>.weight", "<name>.bias" and buffers "<name>.running_mean",
  * "<name>.running_var" (unbiased variance, as PyTorch keeps). momentum 0.1 and eps
  * 1e-5 are PyTorch's defaults. */
-stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x,
-                                float momentum, float eps);
+stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x, float momentum,
+                                float eps);
 /* PyTorch nn.LayerNorm(C, eps) over the last dim. */
 stoke_tensor stoke_nn_layernorm(stoke_graph *g, const char *name, stoke_tensor x, float eps);
 stoke_tensor stoke_nn_relu(stoke_graph *g, stoke_tensor x);
@@ -125,8 +124,8 @@ stoke_tensor stoke_nn_reshape(stoke_graph *g, stoke_tensor x, const stoke_shape 
 stoke_tensor stoke_nn_flatten(stoke_graph *g, stoke_tensor x); /* -> (elems) */
 /* PyTorch nn.Embedding(vocab, dim): ids is an int32 input of shape (T) (or ()), values
  * in [0, vocab) (others are an error at forward time, naming the sample). */
-stoke_tensor stoke_nn_embedding(stoke_graph *g, const char *name, stoke_tensor ids,
-                                int64_t vocab, int64_t dim);
+stoke_tensor stoke_nn_embedding(stoke_graph *g, const char *name, stoke_tensor ids, int64_t vocab,
+                                int64_t dim);
 stoke_tensor stoke_nn_softmax(stoke_graph *g, stoke_tensor x);
 /* Multi-head self-attention over x (T, C), C divisible by heads, no mask, no dropout:
  * PyTorch nn.MultiheadAttention(C, heads, batch_first=True)(x, x, x) with parameters
@@ -196,11 +195,11 @@ stoke_tensor stoke_graph_find(const stoke_graph *g, const char *name);
  * (seed, parameter name), so adding a layer does not change the others' values. */
 
 typedef struct stoke_param_info {
-    const char *name;     /* "conv1.weight", "bn1.running_mean", ... */
-    stoke_shape shape;    /* e.g. (32, 1, 3, 3) */
+    const char *name;  /* "conv1.weight", "bn1.running_mean", ... */
+    stoke_shape shape; /* e.g. (32, 1, 3, 3) */
     int64_t elems;
-    bool trainable;       /* false for batch norm running statistics */
-    stoke_tensor layer;   /* the node it belongs to */
+    bool trainable;     /* false for batch norm running statistics */
+    stoke_tensor layer; /* the node it belongs to */
 } stoke_param_info;
 
 int stoke_graph_param_count(const stoke_graph *g); /* parameters and buffers */
@@ -229,11 +228,11 @@ typedef enum stoke_optim_kind {
 
 typedef struct stoke_optim {
     stoke_optim_kind kind;
-    float momentum;     /* SGD; 0 keeps no momentum buffer */
-    bool nesterov;      /* SGD, needs momentum > 0 */
-    float weight_decay; /* SGD: added to the gradient; AdamW: decoupled */
+    float momentum;          /* SGD; 0 keeps no momentum buffer */
+    bool nesterov;           /* SGD, needs momentum > 0 */
+    float weight_decay;      /* SGD: added to the gradient; AdamW: decoupled */
     float beta1, beta2, eps; /* AdamW (0 means 0.9, 0.999, 1e-8) */
-    float clip_norm;    /* > 0: clip the global gradient L2 norm to this */
+    float clip_norm;         /* > 0: clip the global gradient L2 norm to this */
 } stoke_optim;
 
 const char *stoke_optim_name(stoke_optim_kind k); /* "sgd", "adamw" */
@@ -246,12 +245,12 @@ typedef enum stoke_lr_kind {
 
 typedef struct stoke_lr_schedule {
     stoke_lr_kind kind;
-    double lr;              /* base learning rate */
-    int64_t warmup_steps;   /* linear warm-up from lr/warmup_steps to lr first */
-    int64_t step_size;      /* STEP */
-    double gamma;           /* STEP */
-    int64_t total_steps;    /* COSINE: steps including the warm-up */
-    double min_lr;          /* COSINE */
+    double lr;            /* base learning rate */
+    int64_t warmup_steps; /* linear warm-up from lr/warmup_steps to lr first */
+    int64_t step_size;    /* STEP */
+    double gamma;         /* STEP */
+    int64_t total_steps;  /* COSINE: steps including the warm-up */
+    double min_lr;        /* COSINE */
 } stoke_lr_schedule;
 
 /* The learning rate for optimizer step `step` (0-based). Can't fail. */
@@ -274,22 +273,22 @@ bool stoke_nn_precision_native(stoke_precision p);
 /* ---- Memory plan ---------------------------------------------------------------- */
 
 typedef struct stoke_model_opts {
-    int64_t max_batch;          /* the largest batch forward will be given (>= 1) */
-    int64_t epoch_samples;      /* > 0: forward will also be given the last, smaller
+    int64_t max_batch;     /* the largest batch forward will be given (>= 1) */
+    int64_t epoch_samples; /* > 0: forward will also be given the last, smaller
                                    batch of an epoch of this many samples
                                    (epoch_samples % max_batch), and the plan covers it
                                    too; 0: only max_batch is planned */
     stoke_precision precision;
-    stoke_optim optim;          /* sizes the optimizer state */
-    bool training;              /* false: inference only: no grads, optimizer state or
+    stoke_optim optim; /* sizes the optimizer state */
+    bool training;     /* false: inference only: no grads, optimizer state or
                                    activation grads (eval / predict) */
-    uint64_t seed;              /* initialization and dropout */
-    bool no_fusion;             /* run every op apart (the backend otherwise fuses
+    uint64_t seed;     /* initialization and dropout */
+    bool no_fusion;    /* run every op apart (the backend otherwise fuses
                                    chains such as conv2d -> relu -> max_pool2d; same
                                    values), for before/after measurements; the trainer
                                    sets it from STOKE_NO_FUSION=1 (its config layer
                                    reads the environment, the library never does) */
-    int threads;                /* compute threads of this model's kernels (its backend
+    int threads;       /* compute threads of this model's kernels (its backend
                                    context's; >= 0); 0: stoke_nn_threads() when the
                                    model is created. Two models may differ. */
 } stoke_model_opts;
@@ -306,13 +305,13 @@ typedef struct stoke_model_opts {
  * it first runs (stoke_model_reserve). */
 typedef struct stoke_mem_plan {
     int64_t batch;
-    size_t params;        /* fp32 parameters and buffers, + the bf16/fp16 weight copies */
-    size_t grads;         /* fp32 gradients of trainable parameters */
-    size_t optim;         /* momentum (SGD), first and second moments (AdamW) */
+    size_t params;                 /* fp32 parameters and buffers, + the bf16/fp16 weight copies */
+    size_t grads;                  /* fp32 gradients of trainable parameters */
+    size_t optim;                  /* momentum (SGD), first and second moments (AdamW) */
     size_t activations_per_sample; /* outputs, saved state and activation grads */
-    size_t workspace;     /* kernel scratch, the largest over the ops and over the
+    size_t workspace;              /* kernel scratch, the largest over the ops and over the
                              planned batches (batch, and the epoch's last one) */
-    int64_t last_batch;   /* the epoch's last batch when smaller than batch, else 0 */
+    int64_t last_batch;            /* the epoch's last batch when smaller than batch, else 0 */
     size_t total;
     /* private: what stoke_plan_max_batch re-plans with */
     const stoke_graph *graph;
@@ -322,8 +321,7 @@ typedef struct stoke_mem_plan {
 /* Plans the memory of `g` compiled with `o` (o->max_batch is the batch). Needs a
  * graph without errors and a valid backend for the precision; STOKE_ERR_ARG names
  * what is wrong. Allocates nothing but small bookkeeping. */
-stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
-                              stoke_mem_plan *out);
+stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o, stoke_mem_plan *out);
 
 /* A batch b whose plan total, plus b x extra_per_sample (memory outside the model
  * that grows with the batch: the loader's ring of prefetched batches), fits in
@@ -349,8 +347,7 @@ typedef struct stoke_model stoke_model;
  * The model keeps a pointer to g: free the graph after the model. STOKE_ERR_ARG
  * (graph errors, bad options), STOKE_ERR_NOMEM (naming the arena and its bytes),
  * STOKE_ERR_UNAVAILABLE (an op the backend does not provide). */
-stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
-                             stoke_model **out);
+stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, stoke_model **out);
 void stoke_model_free(stoke_model *m); /* NULL is fine */
 
 const stoke_graph *stoke_model_graph(const stoke_model *m);
@@ -424,8 +421,8 @@ void stoke_model_set_loss_scale(stoke_model *m, float scale); /* resume */
 float *stoke_model_param(stoke_model *m, int i);
 float *stoke_model_grad(stoke_model *m, int i);
 float *stoke_model_optim_state(stoke_model *m, int i, int slot);
-int stoke_model_optim_slots(const stoke_model *m); /* 0, 1 or 2 */
-int64_t stoke_model_step_count(const stoke_model *m); /* optimizer steps applied */
+int stoke_model_optim_slots(const stoke_model *m);              /* 0, 1 or 2 */
+int64_t stoke_model_step_count(const stoke_model *m);           /* optimizer steps applied */
 void stoke_model_set_step_count(stoke_model *m, int64_t steps); /* resume */
 /* Refreshes the bf16/fp16 weight copies from the fp32 masters. Can't fail. */
 void stoke_model_params_changed(stoke_model *m);
@@ -437,8 +434,8 @@ void stoke_model_params_changed(stoke_model *m);
 
 /* Multi-layer perceptron: input (in) -> sizes[0] -> ReLU -> ... -> classes, with
  * cross-entropy on class targets (classes > 1) or MSE on one scalar (classes 1). */
-stoke_graph *stoke_preset_mlp(const stoke_shape *input, const int64_t *hidden,
-                              int nhidden, int64_t classes);
+stoke_graph *stoke_preset_mlp(const stoke_shape *input, const int64_t *hidden, int nhidden,
+                              int64_t classes);
 /* The reference CNN on (C, H, W) images (H, W divisible by 4): conv 3x3 32 (padding 1)
  * + ReLU + max-pool 2, conv 3x3 64 (padding 1) + ReLU + max-pool 2, linear 128 +
  * ReLU, linear to the classes. 28x28 -> 14x14 -> 7x7. classes 1: MSE regression. */
@@ -446,8 +443,7 @@ stoke_graph *stoke_preset_cnn(const stoke_shape *input, int64_t classes);
 /* A small residual CNN: conv 3x3 `width` + BN + ReLU, then `blocks` basic blocks
  * (conv-BN-ReLU-conv-BN + identity, ReLU), every second block doubling the width
  * with stride 2 (and a 1x1 conv + BN shortcut), global average pool, linear. */
-stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int width,
-                                 int blocks);
+stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int width, int blocks);
 /* A pre-norm transformer encoder. Images (C, H, W) are patchified (patch > 0) and
  * projected to `hidden`; feature sequences (T, F) are projected; a learned position
  * table is added; then `layers` x [LN, attention(heads), residual, LN, linear 4h,
@@ -470,9 +466,8 @@ typedef struct stoke_actor_critic_opts {
     float clip;    /* PPO epsilon in (0, 1) for targets 4; 0 means 0.2 */
     float entropy; /* entropy bonus coefficient, >= 0 (0: none) */
 } stoke_actor_critic_opts;
-stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden,
-                                       int nhidden, int64_t actions,
-                                       const stoke_actor_critic_opts *opts);
+stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden, int nhidden,
+                                       int64_t actions, const stoke_actor_critic_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -25,10 +25,10 @@ extern "C" {
  * pointers into the opened checkpoint (valid until stoke_ckpt_close). */
 typedef struct stoke_ckpt_tensor {
     const char *name;
-    stoke_dtype dtype;        /* any stoke dtype; safetensors names F32, BF16, I64, ... */
-    int ndim;                 /* 0..STOKE_MAX_DIMS (0 is a scalar) */
+    stoke_dtype dtype; /* any stoke dtype; safetensors names F32, BF16, I64, ... */
+    int ndim;          /* 0..STOKE_MAX_DIMS (0 is a scalar) */
     int64_t shape[STOKE_MAX_DIMS];
-    const void *data;         /* elems x dtype size bytes */
+    const void *data; /* elems x dtype size bytes */
     size_t nbytes;
 } stoke_ckpt_tensor;
 
@@ -46,8 +46,8 @@ typedef struct stoke_ckpt_kv {
  * "__metadata__" (STOKE_ERR_ARG naming the tensor or key); write failures, a full disk
  * or the file-size limit (with SIGXFSZ ignored, as `stoke` runs), are STOKE_ERR_IO
  * naming the file and the cause; a `path` that is not a regular file is refused. */
-stoke_status stoke_ckpt_write(const char *path, const stoke_ckpt_tensor *tensors,
-                              size_t ntensors, const stoke_ckpt_kv *meta, size_t nmeta);
+stoke_status stoke_ckpt_write(const char *path, const stoke_ckpt_tensor *tensors, size_t ntensors,
+                              const stoke_ckpt_kv *meta, size_t nmeta);
 
 typedef struct stoke_ckpt stoke_ckpt;
 
@@ -140,51 +140,51 @@ typedef enum stoke_cfg_source {
 #define STOKE_CFG_MAX_KEYS 48
 
 typedef struct stoke_train_config {
-    char dataset[512];        /* training data (default: Debian's Fashion-MNIST) */
-    char val_dataset[512];    /* "" = the dataset's "test" split when it has one */
-    char model[512];          /* preset name or YAML model file (default "cnn") */
-    char hidden[160];         /* mlp / actor-critic presets: hidden sizes "512,512";
+    char dataset[512];      /* training data (default: Debian's Fashion-MNIST) */
+    char val_dataset[512];  /* "" = the dataset's "test" split when it has one */
+    char model[512];        /* preset name or YAML model file (default "cnn") */
+    char hidden[160];       /* mlp / actor-critic presets: hidden sizes "512,512";
                                  "" = the preset's default */
-    int64_t epochs;           /* default 3 */
-    int64_t max_steps;        /* > 0: stop after this many optimizer steps in total,
+    int64_t epochs;         /* default 3 */
+    int64_t max_steps;      /* > 0: stop after this many optimizer steps in total,
                                  saving a checkpoint as an interruption does */
-    int64_t batch_size;       /* samples per forward/backward (default 128) */
-    int64_t val_batch_size;   /* default 256 */
-    int64_t accumulate;       /* backward passes per optimizer step (default 1): the
+    int64_t batch_size;     /* samples per forward/backward (default 128) */
+    int64_t val_batch_size; /* default 256 */
+    int64_t accumulate;     /* backward passes per optimizer step (default 1): the
                                  effective batch is batch_size x accumulate */
-    int64_t limit;            /* > 0: train on the first `limit` samples only */
-    int64_t val_limit;        /* > 0: evaluate on the first `val_limit` samples only */
-    int64_t workers;          /* loader threads; -1 = decided (stoke_decide) */
-    int64_t prefetch;         /* ring slots; 0 = decided: 2 x workers within [2, 32] */
-    int64_t threads;          /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided:
+    int64_t limit;          /* > 0: train on the first `limit` samples only */
+    int64_t val_limit;      /* > 0: evaluate on the first `val_limit` samples only */
+    int64_t workers;        /* loader threads; -1 = decided (stoke_decide) */
+    int64_t prefetch;       /* ring slots; 0 = decided: 2 x workers within [2, 32] */
+    int64_t threads;        /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided:
                                  usable CPUs - workers */
-    bool no_fusion;           /* STOKE_NO_FUSION set and not "0" (environment only, not
+    bool no_fusion;         /* STOKE_NO_FUSION set and not "0" (environment only, not
                                  a key): the models run every op apart */
-    char precision[8];        /* auto, fp32, bf16, fp16 */
-    char optimizer[8];        /* sgd, adamw */
-    double lr;                /* default 0.05 (SGD) */
-    double momentum;          /* SGD, default 0.9 */
+    char precision[8];      /* auto, fp32, bf16, fp16 */
+    char optimizer[8];      /* sgd, adamw */
+    double lr;              /* default 0.05 (SGD) */
+    double momentum;        /* SGD, default 0.9 */
     bool nesterov;
     double weight_decay;
-    double clip_norm;         /* 0 = no clipping */
-    char schedule[12];        /* constant, step, cosine (default: cosine to 0 over the run) */
+    double clip_norm;  /* 0 = no clipping */
+    char schedule[12]; /* constant, step, cosine (default: cosine to 0 over the run) */
     int64_t warmup_steps;
-    int64_t step_size;        /* schedule step: optimizer steps between decays */
-    double gamma;             /* schedule step: the decay factor */
-    double min_lr;            /* schedule cosine */
-    bool augment;             /* random crop (pad 2) + horizontal flip of images */
-    uint64_t seed;            /* shuffling, augmentation, initialization, dropout */
-    char checkpoint[512];     /* "" = none; written every epoch, at the end, on SIGINT */
-    char resume[512];         /* "" = start afresh */
-    char log[512];            /* JSON-lines log of steps and epochs, "" = none */
-    int64_t log_every;        /* a step record every N optimizer steps (default 10) */
-    int64_t eval_every;       /* > 0: also evaluate every N optimizer steps */
-    double target_accuracy;   /* > 0: stop after the first evaluation reaching this
+    int64_t step_size;      /* schedule step: optimizer steps between decays */
+    double gamma;           /* schedule step: the decay factor */
+    double min_lr;          /* schedule cosine */
+    bool augment;           /* random crop (pad 2) + horizontal flip of images */
+    uint64_t seed;          /* shuffling, augmentation, initialization, dropout */
+    char checkpoint[512];   /* "" = none; written every epoch, at the end, on SIGINT */
+    char resume[512];       /* "" = start afresh */
+    char log[512];          /* JSON-lines log of steps and epochs, "" = none */
+    int64_t log_every;      /* a step record every N optimizer steps (default 10) */
+    int64_t eval_every;     /* > 0: also evaluate every N optimizer steps */
+    double target_accuracy; /* > 0: stop after the first evaluation reaching this
                                  validation accuracy (a fraction; "90%" is 0.9) */
-    bool dry_run;             /* print the memory plan and the largest batch; no training */
-    double memory_budget;     /* bytes the models may take (checked before allocating;
+    bool dry_run;           /* print the memory plan and the largest batch; no training */
+    double memory_budget;   /* bytes the models may take (checked before allocating;
                                  --dry-run's budget); 0 = what is available */
-    bool monitor;             /* embed the monitor (CPU/GPU utilization, warnings) */
+    bool monitor;           /* embed the monitor (CPU/GPU utilization, warnings) */
     stoke_cfg_source source[STOKE_CFG_MAX_KEYS]; /* per key, in stoke_train_config_key order */
 } stoke_train_config;
 
@@ -234,26 +234,26 @@ typedef enum stoke_train_event_kind {
 
 typedef struct stoke_train_event {
     stoke_train_event_kind kind;
-    const char *text;         /* INFO / WARNING / CHECKPOINT text */
-    int64_t epoch;            /* 0-based */
+    const char *text; /* INFO / WARNING / CHECKPOINT text */
+    int64_t epoch;    /* 0-based */
     int64_t epochs;
-    int64_t batch, batches;   /* batches done in this epoch, of */
-    int64_t step;             /* optimizer steps so far (whole run) */
-    bool tick;                /* PROGRESS: a 10% boundary of the epoch was crossed */
-    double loss;              /* running mean training loss over this epoch */
-    double metric;            /* running training accuracy (classes) or MAE, NaN if none */
-    const char *metric_name;  /* "acc" or "mae" */
+    int64_t batch, batches;  /* batches done in this epoch, of */
+    int64_t step;            /* optimizer steps so far (whole run) */
+    bool tick;               /* PROGRESS: a 10% boundary of the epoch was crossed */
+    double loss;             /* running mean training loss over this epoch */
+    double metric;           /* running training accuracy (classes) or MAE, NaN if none */
+    const char *metric_name; /* "acc" or "mae" */
     double lr;
-    double samples_per_s;     /* over this epoch */
-    double data_wait_pct;     /* % of this epoch's time spent waiting for batches */
-    double cpu_pct;           /* the process, 100 = one core; NaN if unknown */
-    double gpu_pct;           /* GPU utilization, NaN without a GPU */
-    double elapsed_s;         /* this epoch */
-    double eta_s;             /* PROGRESS: rest of the epoch */
+    double samples_per_s;        /* over this epoch */
+    double data_wait_pct;        /* % of this epoch's time spent waiting for batches */
+    double cpu_pct;              /* the process, 100 = one core; NaN if unknown */
+    double gpu_pct;              /* GPU utilization, NaN without a GPU */
+    double elapsed_s;            /* this epoch */
+    double eta_s;                /* PROGRESS: rest of the epoch */
     double val_loss, val_metric; /* EPOCH, EVAL, TARGET: NaN when there is no validation set */
     int64_t val_samples;
-    double run_elapsed_s;     /* seconds since the training loop started (not setup) */
-    double target;            /* TARGET: target_accuracy */
+    double run_elapsed_s; /* seconds since the training loop started (not setup) */
+    double target;        /* TARGET: target_accuracy */
 } stoke_train_event;
 
 typedef void (*stoke_train_callback)(const stoke_train_event *e, void *ctx);
@@ -298,18 +298,18 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
                                 int64_t *max_batch, size_t *budget_used, size_t *beside);
 
 typedef struct stoke_train_result {
-    int64_t epochs_done;      /* completed epochs */
-    int64_t steps;            /* optimizer steps */
-    double train_loss;        /* last epoch's mean */
+    int64_t epochs_done;         /* completed epochs */
+    int64_t steps;               /* optimizer steps */
+    double train_loss;           /* last epoch's mean */
     double val_loss, val_metric; /* last evaluation; NaN if none */
     const char *metric_name;
-    double seconds;           /* wall time of stoke_trainer_run */
-    bool interrupted;         /* stopped by *stop or max_steps */
-    bool target_reached;      /* stopped at target_accuracy: */
-    int64_t target_epoch;     /*   0-based epoch of that evaluation */
-    int64_t target_step;      /*   optimizer steps before it */
-    double target_elapsed_s;  /*   seconds from the loop's start to its end */
-    double best_val_metric;   /* best validation metric of the run; NaN if none */
+    double seconds;          /* wall time of stoke_trainer_run */
+    bool interrupted;        /* stopped by *stop or max_steps */
+    bool target_reached;     /* stopped at target_accuracy: */
+    int64_t target_epoch;    /*   0-based epoch of that evaluation */
+    int64_t target_step;     /*   optimizer steps before it */
+    double target_elapsed_s; /*   seconds from the loop's start to its end */
+    double best_val_metric;  /* best validation metric of the run; NaN if none */
 } stoke_train_result;
 
 void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r);
@@ -349,9 +349,8 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
  * (an actor-critic: the most likely action; regression: 0) to pred and the outputs to
  * out (n x outputs, may be NULL): the logits (an actor-critic: the policy's logits,
  * then the value). */
-stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
-                                       stoke_dtype dtype, int64_t n, int64_t *pred,
-                                       float *out);
+stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs, stoke_dtype dtype,
+                                       int64_t n, int64_t *pred, float *out);
 int64_t stoke_saved_model_outputs(const stoke_saved_model *s); /* values per sample */
 /* An actor-critic's number of actions (its outputs are that many logits and the
  * value); 0 for other models. */

@@ -27,15 +27,15 @@ typedef enum stoke_rec_type {
 } stoke_rec_type;
 
 typedef struct stoke_rec {
-    const char *key;      /* static: "precision", "tf32", "loader_workers", ... */
-    int device;           /* STOKE_TUNE_CPU or the GPU's index in stoke_machine.gpus */
+    const char *key; /* static: "precision", "tf32", "loader_workers", ... */
+    int device;      /* STOKE_TUNE_CPU or the GPU's index in stoke_machine.gpus */
     stoke_rec_type type;
-    bool known;           /* false: the value could not be derived; `reason` says why */
-    char text[32];        /* the value of a STOKE_REC_TEXT recommendation */
+    bool known;                /* false: the value could not be derived; `reason` says why */
+    char text[32];             /* the value of a STOKE_REC_TEXT recommendation */
     stoke_precision precision; /* a "precision" recommendation's value as the CPU
                                   backend runs it (text "fp16+loss-scaling" is fp16) */
-    double number;        /* the value of the other types */
-    char reason[320];     /* the facts the value came from, for the user */
+    double number;             /* the value of the other types */
+    char reason[320];          /* the facts the value came from, for the user */
 } stoke_rec;
 
 #define STOKE_MAX_RECS (8 + 6 * STOKE_MAX_GPUS)
@@ -77,29 +77,29 @@ typedef struct stoke_why {
 /* What a run asks for, each setting with the source of its value, and the facts of
  * its dataset the rules need. */
 typedef struct stoke_tune_request {
-    const char *precision;   /* "auto" (decide), "fp32", "bf16", "fp16" */
+    const char *precision; /* "auto" (decide), "fp32", "bf16", "fp16" */
     stoke_source precision_src;
-    int workers;             /* loader workers; < 0: decide */
+    int workers; /* loader workers; < 0: decide */
     stoke_source workers_src;
-    int threads;             /* compute threads; <= 0: decide */
+    int threads; /* compute threads; <= 0: decide */
     stoke_source threads_src;
-    int prefetch;            /* batches in flight; <= 0: decide */
+    int prefetch; /* batches in flight; <= 0: decide */
     stoke_source prefetch_src;
-    int64_t batch;           /* samples per batch (given or the default: not tuned yet) */
+    int64_t batch; /* samples per batch (given or the default: not tuned yet) */
     stoke_source batch_src;
-    bool in_memory;          /* the training set is held in memory */
-    bool cheap_transform;    /* its transform is one fused pass (or none) */
+    bool in_memory;       /* the training set is held in memory */
+    bool cheap_transform; /* its transform is one fused pass (or none) */
 } stoke_tune_request;
 
 /* The settings a training run applies, each with its provenance. */
 typedef struct stoke_decision {
     stoke_precision precision;
-    int device;              /* STOKE_TUNE_CPU: the CPU backend is the only one so far */
-    int usable_cpus;         /* what threads + workers share (at least 1) */
-    int threads;             /* compute threads (OpenMP: oneDNN, kernels, BLAS) */
-    int workers;             /* loader worker threads; 0: the training thread loads */
-    int prefetch;            /* the loader's ring slots (batches in flight) */
-    bool pinned;             /* page-locked ring slots (only with a device copy) */
+    int device;      /* STOKE_TUNE_CPU: the CPU backend is the only one so far */
+    int usable_cpus; /* what threads + workers share (at least 1) */
+    int threads;     /* compute threads (OpenMP: oneDNN, kernels, BLAS) */
+    int workers;     /* loader worker threads; 0: the training thread loads */
+    int prefetch;    /* the loader's ring slots (batches in flight) */
+    bool pinned;     /* page-locked ring slots (only with a device copy) */
     int64_t batch;
     stoke_why precision_why, device_why, threads_why, workers_why, prefetch_why, pinned_why,
         batch_why;

@@ -7,9 +7,9 @@
 
 typedef struct cli_command {
     const char *name;
-    const char *summary;            /* one line for `stoke help` */
+    const char *summary;               /* one line for `stoke help` */
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
-    void (*usage)(void);            /* full help, printed to stdout */
+    void (*usage)(void);               /* full help, printed to stdout */
 } cli_command;
 
 int cmd_probe(int argc, char **argv);

@@ -115,8 +115,7 @@ static void print_human(const char *path, const stoke_dataset_info *f, const int
     else
         printf("target       %s %s %s, %zu byte%s per sample\n", kind_name(f->target_kind),
                stoke_shape_format(&f->target_shape, shape, sizeof shape),
-               stoke_dtype_name(f->target_dtype), f->target_bytes,
-               f->target_bytes == 1 ? "" : "s");
+               stoke_dtype_name(f->target_dtype), f->target_bytes, f->target_bytes == 1 ? "" : "s");
     if (f->target_kind == STOKE_TARGET_CLASS)
         printf("classes      %" PRId64 "\n", f->num_classes);
     if (!counts)
@@ -144,8 +143,8 @@ static void on_progress(void *arg, int64_t done, int64_t total)
             bar[i] = i < full ? '#' : '-';
         bar[40] = '\0';
         double s = (double)(stoke_now_ns() - p->t0) * 1e-9;
-        printf("\r[%s] %3.0f%% %" PRId64 "/%" PRId64 " samples %.0f/s\033[K", bar, frac * 100,
-               done, total, s > 0 ? (double)done / s : 0.0);
+        printf("\r[%s] %3.0f%% %" PRId64 "/%" PRId64 " samples %.0f/s\033[K", bar, frac * 100, done,
+               total, s > 0 ? (double)done / s : 0.0);
         fflush(stdout);
         return;
     }
@@ -311,9 +310,8 @@ static int data_convert(int argc, char **argv)
     struct stat st = {0};
     char bytes[32];
     stoke_format_bytes(stat(pos[1], &st) == 0 ? (double)st.st_size : 0, bytes, sizeof bytes);
-    printf("wrote %" PRId64 " samples, %s (%lld bytes), to %s in %.2f s: %.0f samples/s\n",
-           count, bytes, (long long)st.st_size, pos[1], secs,
-           secs > 0 ? (double)count / secs : 0.0);
+    printf("wrote %" PRId64 " samples, %s (%lld bytes), to %s in %.2f s: %.0f samples/s\n", count,
+           bytes, (long long)st.st_size, pos[1], secs, secs > 0 ? (double)count / secs : 0.0);
     return 0;
 }
 

@@ -76,8 +76,8 @@ int cmd_eval(int argc, char **argv)
         printf("%s on %s (%s, %" PRId64 " samples): loss %.4f, accuracy %.2f%%\n", ckpt, dataset,
                split, n, loss, 100 * metric);
     } else {
-        printf("%s on %s (%s, %" PRId64 " samples): loss %.4f, MAE %.4g\n", ckpt, dataset, split,
-               n, loss, metric);
+        printf("%s on %s (%s, %" PRId64 " samples): loss %.4f, MAE %.4g\n", ckpt, dataset, split, n,
+               loss, metric);
     }
     stoke_dataset_close(d);
     stoke_saved_model_free(m);

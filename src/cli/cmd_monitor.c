@@ -179,11 +179,15 @@ int cmd_monitor(int argc, char **argv)
             return cli_usage_error(CMD, "%s needs a value", a);
         i++;
         if (strcmp(a, "--interval") == 0 && !cli_parse_double(v, 0.05, 86400, &interval))
-            return cli_usage_error(CMD, "--interval must be a number of seconds from 0.05 "
-                                        "to 86400, not '%s'", v);
+            return cli_usage_error(CMD,
+                                   "--interval must be a number of seconds from 0.05 "
+                                   "to 86400, not '%s'",
+                                   v);
         if (strcmp(a, "--duration") == 0 && !cli_parse_double(v, 0.001, 1e9, &duration))
-            return cli_usage_error(CMD, "--duration must be a positive number of seconds, "
-                                        "not '%s'", v);
+            return cli_usage_error(CMD,
+                                   "--duration must be a positive number of seconds, "
+                                   "not '%s'",
+                                   v);
         if (strcmp(a, "--pid") == 0 && !cli_parse_long(v, 1, 0x7fffffff, &pid_arg))
             return cli_usage_error(CMD, "--pid must be a process id, not '%s'", v);
         if (strcmp(a, "--csv") == 0)
@@ -250,8 +254,8 @@ int cmd_monitor(int argc, char **argv)
         watch = child;
     }
 
-    stoke_monitor_config cfg = {.interval_s = interval, .pid = watch, .on_sample = on_sample,
-                                .ctx = ctx};
+    stoke_monitor_config cfg = {
+        .interval_s = interval, .pid = watch, .on_sample = on_sample, .ctx = ctx};
     stoke_status st = stoke_monitor_create(&cfg, &mon);
     if (st != STOKE_OK && !(command && st == STOKE_ERR_NOTFOUND)) {
         rc = cli_error(CMD, "%s", stoke_last_error());

@@ -99,9 +99,10 @@ int cmd_predict(int argc, char **argv)
         if (actions > 0)
             printf("\tvalue %.6g", (double)out[(size_t)i * (size_t)k + (size_t)actions]);
         if (labels && stoke_dataset_read(d, i, x, tg) == STOKE_OK) {
-            int64_t y = in->target_dtype == STOKE_U8 ? tg[0]
+            int64_t y = in->target_dtype == STOKE_U8    ? tg[0]
                         : in->target_dtype == STOKE_I64 ? *(int64_t *)(void *)tg
-                        : in->target_dtype == STOKE_I32 ? *(int32_t *)(void *)tg : -1;
+                        : in->target_dtype == STOKE_I32 ? *(int32_t *)(void *)tg
+                                                        : -1;
             printf("\tlabel %" PRId64, y);
             right += y == pred[i];
         }

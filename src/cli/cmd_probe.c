@@ -102,8 +102,8 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
     char a[64], b[64], d[64];
     printf("CPU\n");
     printf(ROW "%s\n", "model", c->model[0] ? c->model : "unknown");
-    printf(ROW "%d physical, %d logical, %d usable by this process\n", "cores",
-           c->physical_cores, c->logical_cpus, c->usable_cpus);
+    printf(ROW "%d physical, %d logical, %d usable by this process\n", "cores", c->physical_cores,
+           c->logical_cpus, c->usable_cpus);
     printf(ROW "%d socket%s, %d NUMA node%s\n", "sockets", c->sockets, c->sockets == 1 ? "" : "s",
            c->numa_nodes, c->numa_nodes == 1 ? "" : "s");
     printf(ROW "L1d %s, L2 %s, L3 %s\n", "caches",
@@ -131,7 +131,8 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
            m->mem.available_bytes ? stoke_format_bytes((double)m->mem.available_bytes, b, sizeof b)
                                   : "unknown",
            m->mem.available_bytes && m->mem.available_bytes < m->mem.meminfo_available_bytes
-               ? " (under the cgroup's limit)" : "");
+               ? " (under the cgroup's limit)"
+               : "");
     if (m->mem.cgroup_limit_bytes) {
         char l[32], u[32];
         printf(ROW "%s, %s used\n", "cgroup limit",

@@ -84,9 +84,7 @@ static void on_event(const stoke_train_event *e, void *ctx)
         o->line_open = false;
     }
     switch (e->kind) {
-    case STOKE_EV_INFO:
-        printf("%s\n", e->text);
-        break;
+    case STOKE_EV_INFO: printf("%s\n", e->text); break;
     case STOKE_EV_PROGRESS:
         stoke_train_format_progress(e, buf, sizeof buf);
         if (o->tty) {
@@ -100,9 +98,7 @@ static void on_event(const stoke_train_event *e, void *ctx)
         stoke_train_format_epoch(e, buf, sizeof buf);
         printf("%s\n", buf);
         break;
-    case STOKE_EV_WARNING:
-        printf("warning: %s\n", e->text);
-        break;
+    case STOKE_EV_WARNING: printf("warning: %s\n", e->text); break;
     case STOKE_EV_CHECKPOINT:
         printf("checkpoint: %s (step %" PRId64 ")\n", e->text, e->step);
         break;
@@ -132,25 +128,32 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
 {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
     printf("memory plan for batch %" PRId64 ":\n", p->batch);
-    printf("  parameters         %12zu bytes  %s\n", p->params, stoke_format_bytes((double)p->params, a, sizeof a));
-    printf("  gradients          %12zu bytes  %s\n", p->grads, stoke_format_bytes((double)p->grads, b, sizeof b));
-    printf("  optimizer state    %12zu bytes  %s\n", p->optim, stoke_format_bytes((double)p->optim, c, sizeof c));
+    printf("  parameters         %12zu bytes  %s\n", p->params,
+           stoke_format_bytes((double)p->params, a, sizeof a));
+    printf("  gradients          %12zu bytes  %s\n", p->grads,
+           stoke_format_bytes((double)p->grads, b, sizeof b));
+    printf("  optimizer state    %12zu bytes  %s\n", p->optim,
+           stoke_format_bytes((double)p->optim, c, sizeof c));
     printf("  activations        %12zu bytes  %s (%zu per sample x %" PRId64 ")\n",
            p->activations_per_sample * (size_t)p->batch,
            stoke_format_bytes((double)p->activations_per_sample * (double)p->batch, d, sizeof d),
            p->activations_per_sample, p->batch);
-    printf("  workspace          %12zu bytes  %s", p->workspace, stoke_format_bytes((double)p->workspace, e, sizeof e));
+    printf("  workspace          %12zu bytes  %s", p->workspace,
+           stoke_format_bytes((double)p->workspace, e, sizeof e));
     if (p->last_batch > 0)
         printf(" (the larger of batch %" PRId64 " and the epoch's last batch, %" PRId64 ")",
                p->batch, p->last_batch);
     printf("\n");
-    printf("  total              %12zu bytes  %s\n", p->total, stoke_format_bytes((double)p->total, f, sizeof f));
+    printf("  total              %12zu bytes  %s\n", p->total,
+           stoke_format_bytes((double)p->total, f, sizeof f));
     char h[32];
-    printf("largest batch within %s%s%s%s: %" PRId64 "%s\n", stoke_format_bytes((double)budget, g, sizeof g),
-           beside ? " less " : "", beside ? stoke_format_bytes((double)beside, h, sizeof h) : "",
-           beside ? " for validation and the data held" : "",
-           max_batch, max_batch == 0 ? " (not even one sample fits)"
-                      : max_batch == p->opts.epoch_samples ? " (the whole epoch)" : "");
+    printf("largest batch within %s%s%s%s: %" PRId64 "%s\n",
+           stoke_format_bytes((double)budget, g, sizeof g), beside ? " less " : "",
+           beside ? stoke_format_bytes((double)beside, h, sizeof h) : "",
+           beside ? " for validation and the data held" : "", max_batch,
+           max_batch == 0                       ? " (not even one sample fits)"
+           : max_batch == p->opts.epoch_samples ? " (the whole epoch)"
+                                                : "");
 }
 
 int cmd_train(int argc, char **argv)
@@ -241,7 +244,8 @@ int cmd_train(int argc, char **argv)
     stoke_trainer_result(t, &r);
     char val[96] = "";
     if (isfinite(r.val_metric) && !strcmp(r.metric_name, "acc"))
-        snprintf(val, sizeof val, ", val loss %.4f, val acc %.2f%%", r.val_loss, 100 * r.val_metric);
+        snprintf(val, sizeof val, ", val loss %.4f, val acc %.2f%%", r.val_loss,
+                 100 * r.val_metric);
     else if (isfinite(r.val_loss))
         snprintf(val, sizeof val, ", val loss %.4f", r.val_loss);
     /* With --target-accuracy the last line says whether it was reached. */
@@ -256,9 +260,9 @@ int cmd_train(int argc, char **argv)
                cfg.checkpoint, target);
     else if (r.target_reached)
         printf("done: target val acc %.2f%% reached at step %" PRId64 " (epoch %" PRId64
-               ") in %.1fs%s%s%s\n", 100 * cfg.target_accuracy, r.target_step,
-               r.target_epoch + 1, r.target_elapsed_s, val,
-               cfg.checkpoint[0] ? "; checkpoint written to " : "", cfg.checkpoint);
+               ") in %.1fs%s%s%s\n",
+               100 * cfg.target_accuracy, r.target_step, r.target_epoch + 1, r.target_elapsed_s,
+               val, cfg.checkpoint[0] ? "; checkpoint written to " : "", cfg.checkpoint);
     else
         printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s%s\n", r.epochs_done,
                r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val, target);

@@ -14,10 +14,9 @@
 static const cli_command commands[] = {
     {"probe", "print what the machine has and what stoke will do with it", cmd_probe,
      cmd_probe_usage},
-    {"monitor", "sample GPU, CPU, memory and I/O of a job; diagnose its bottleneck",
-     cmd_monitor, cmd_monitor_usage},
-    {"data", "describe a dataset; convert it to stoke's packed records", cmd_data,
-     cmd_data_usage},
+    {"monitor", "sample GPU, CPU, memory and I/O of a job; diagnose its bottleneck", cmd_monitor,
+     cmd_monitor_usage},
+    {"data", "describe a dataset; convert it to stoke's packed records", cmd_data, cmd_data_usage},
     {"train", "train a model (default: the cnn preset on Fashion-MNIST), tuned for the machine",
      cmd_train, cmd_train_usage},
     {"eval", "evaluate a checkpoint on a dataset", cmd_eval, cmd_eval_usage},
@@ -28,10 +27,11 @@ static const cli_command commands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "stoke %s - a training runtime that keeps the accelerator fed\n\n"
-               "usage: stoke <command> [options]\n"
-               "       stoke help [command]\n"
-               "       stoke --version\n\ncommands:\n",
+    fprintf(f,
+            "stoke %s - a training runtime that keeps the accelerator fed\n\n"
+            "usage: stoke <command> [options]\n"
+            "       stoke help [command]\n"
+            "       stoke --version\n\ncommands:\n",
             STOKE_VERSION);
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
@@ -170,7 +170,4 @@ bool cli_parse_long(const char *s, long min, long max, long *out)
     return true;
 }
 
-bool cli_is_help(const char *arg)
-{
-    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
-}
+bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }

@@ -83,8 +83,8 @@ long stoke_read_line(const char *path, char *buf, size_t size)
     long n = stoke_read_file(path, buf, size);
     if (n < 0)
         return -1;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\t' ||
-                     buf[n - 1] == '\r'))
+    while (n > 0 &&
+           (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\t' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
     return n;
 }

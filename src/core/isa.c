@@ -22,8 +22,9 @@ static const char *const level_names[] = {
     [STOKE_CPU_ISA_ALL] = "all",
 };
 #define N_LEVELS (sizeof level_names / sizeof level_names[0])
-#define LEVEL_LIST "sse41, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16, " \
-                   "avx512_core_amx, all"
+#define LEVEL_LIST                                                   \
+    "sse41, avx2, avx512_core, avx512_core_vnni, avx512_core_bf16, " \
+    "avx512_core_amx, all"
 
 const char *stoke_cpu_isa_name(stoke_cpu_isa isa)
 {
@@ -56,17 +57,27 @@ static const struct {
     const char *flag;
     stoke_cpu_isa level;
 } flag_levels[] = {
-    {"sse", STOKE_CPU_ISA_SSE41},          {"sse2", STOKE_CPU_ISA_SSE41},
-    {"pni", STOKE_CPU_ISA_SSE41},          {"ssse3", STOKE_CPU_ISA_SSE41},
-    {"sse4_1", STOKE_CPU_ISA_SSE41},       {"sse4_2", STOKE_CPU_ISA_AVX2},
-    {"avx", STOKE_CPU_ISA_AVX2},           {"avx2", STOKE_CPU_ISA_AVX2},
-    {"fma", STOKE_CPU_ISA_AVX2},           {"f16c", STOKE_CPU_ISA_AVX2},
-    {"avx512f", STOKE_CPU_ISA_AVX512_CORE}, {"avx512cd", STOKE_CPU_ISA_AVX512_CORE},
-    {"avx512bw", STOKE_CPU_ISA_AVX512_CORE}, {"avx512dq", STOKE_CPU_ISA_AVX512_CORE},
-    {"avx512vl", STOKE_CPU_ISA_AVX512_CORE}, {"avx512_vnni", STOKE_CPU_ISA_AVX512_CORE_VNNI},
+    {"sse", STOKE_CPU_ISA_SSE41},
+    {"sse2", STOKE_CPU_ISA_SSE41},
+    {"pni", STOKE_CPU_ISA_SSE41},
+    {"ssse3", STOKE_CPU_ISA_SSE41},
+    {"sse4_1", STOKE_CPU_ISA_SSE41},
+    {"sse4_2", STOKE_CPU_ISA_AVX2},
+    {"avx", STOKE_CPU_ISA_AVX2},
+    {"avx2", STOKE_CPU_ISA_AVX2},
+    {"fma", STOKE_CPU_ISA_AVX2},
+    {"f16c", STOKE_CPU_ISA_AVX2},
+    {"avx512f", STOKE_CPU_ISA_AVX512_CORE},
+    {"avx512cd", STOKE_CPU_ISA_AVX512_CORE},
+    {"avx512bw", STOKE_CPU_ISA_AVX512_CORE},
+    {"avx512dq", STOKE_CPU_ISA_AVX512_CORE},
+    {"avx512vl", STOKE_CPU_ISA_AVX512_CORE},
+    {"avx512_vnni", STOKE_CPU_ISA_AVX512_CORE_VNNI},
     {"avx512_bf16", STOKE_CPU_ISA_AVX512_CORE_BF16},
-    {"avx512_fp16", STOKE_CPU_ISA_AVX512_CORE_AMX}, {"amx_tile", STOKE_CPU_ISA_AVX512_CORE_AMX},
-    {"amx_bf16", STOKE_CPU_ISA_AVX512_CORE_AMX},    {"amx_int8", STOKE_CPU_ISA_AVX512_CORE_AMX},
+    {"avx512_fp16", STOKE_CPU_ISA_AVX512_CORE_AMX},
+    {"amx_tile", STOKE_CPU_ISA_AVX512_CORE_AMX},
+    {"amx_bf16", STOKE_CPU_ISA_AVX512_CORE_AMX},
+    {"amx_int8", STOKE_CPU_ISA_AVX512_CORE_AMX},
 };
 
 stoke_cpu_isa stoke_isa_level_of_flag(const char *flag)

@@ -34,32 +34,22 @@ bool cpu_isa_supported(cpu_isa isa)
 {
     unsigned usable = stoke_isa_usable();
     switch (isa) {
-    case CPU_ISA_SCALAR:
-        return true;
-    case CPU_ISA_F16C:
-        return usable & STOKE_ISA_F16C;
-    case CPU_ISA_AVX512F:
-        return usable & STOKE_ISA_AVX512F;
-    case CPU_ISA_AVX512BF16:
-        return usable & STOKE_ISA_AVX512_BF16;
-    default:
-        return false;
+    case CPU_ISA_SCALAR: return true;
+    case CPU_ISA_F16C: return usable & STOKE_ISA_F16C;
+    case CPU_ISA_AVX512F: return usable & STOKE_ISA_AVX512F;
+    case CPU_ISA_AVX512BF16: return usable & STOKE_ISA_AVX512_BF16;
+    default: return false;
     }
 }
 
 const char *cpu_isa_name(cpu_isa isa)
 {
     switch (isa) {
-    case CPU_ISA_SCALAR:
-        return "scalar";
-    case CPU_ISA_F16C:
-        return "f16c";
-    case CPU_ISA_AVX512F:
-        return "avx512f";
-    case CPU_ISA_AVX512BF16:
-        return "avx512bf16";
-    default:
-        return "unknown";
+    case CPU_ISA_SCALAR: return "scalar";
+    case CPU_ISA_F16C: return "f16c";
+    case CPU_ISA_AVX512F: return "avx512f";
+    case CPU_ISA_AVX512BF16: return "avx512bf16";
+    default: return "unknown";
     }
 }
 
@@ -155,20 +145,20 @@ static void f16_to_f32_scalar(const uint16_t *in, float *out, size_t n)
 
 /* ---- F16C ---------------------------------------------------------------------------- */
 
-__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *in,
-                                                                 uint16_t *out, size_t n)
+__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *in, uint16_t *out,
+                                                                size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m128i h =
+            _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         _mm_storeu_si128((__m128i *)(out + i), h);
     }
     f32_to_f16_scalar(in + i, out + i, n - i);
 }
 
-__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *in,
-                                                                 float *out, size_t n)
+__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *in, float *out,
+                                                                size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -178,25 +168,24 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *
 
 /* ---- AVX-512F ------------------------------------------------------------------------ */
 
-__attribute__((target("avx512f"))) static void f32_to_f16_avx512(const float *in,
-                                                                 uint16_t *out, size_t n)
+__attribute__((target("avx512f"))) static void f32_to_f16_avx512(const float *in, uint16_t *out,
+                                                                 size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(in + i),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256i h =
+            _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         _mm256_storeu_si256((__m256i *)(out + i), h);
     }
     f32_to_f16_scalar(in + i, out + i, n - i);
 }
 
-__attribute__((target("avx512f"))) static void f16_to_f32_avx512(const uint16_t *in,
-                                                                 float *out, size_t n)
+__attribute__((target("avx512f"))) static void f16_to_f32_avx512(const uint16_t *in, float *out,
+                                                                 size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i,
-                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(in + i))));
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(in + i))));
     f16_to_f32_scalar(in + i, out + i, n - i);
 }
 
@@ -212,8 +201,8 @@ __attribute__((target("avx512f"))) static inline __m256i bf16_round_16(__m512i u
     return _mm512_cvtepi32_epi16(r);
 }
 
-__attribute__((target("avx512f"))) static void f32_to_bf16_avx512(const float *in,
-                                                                  uint16_t *out, size_t n)
+__attribute__((target("avx512f"))) static void f32_to_bf16_avx512(const float *in, uint16_t *out,
+                                                                  size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -222,8 +211,8 @@ __attribute__((target("avx512f"))) static void f32_to_bf16_avx512(const float *i
     f32_to_bf16_scalar(in + i, out + i, n - i);
 }
 
-__attribute__((target("avx512f"))) static void bf16_to_f32_avx512(const uint16_t *in,
-                                                                  float *out, size_t n)
+__attribute__((target("avx512f"))) static void bf16_to_f32_avx512(const uint16_t *in, float *out,
+                                                                  size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -241,8 +230,7 @@ __attribute__((target("avx512f"))) static void bf16_to_f32_avx512(const uint16_t
 __attribute__((target("avx512f"))) static inline __mmask16 subnormal_lanes(__m512i u)
 {
     __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    return _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000)) &
-           _mm512_test_epi32_mask(a, a);
+    return _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000)) & _mm512_test_epi32_mask(a, a);
 }
 
 __attribute__((target("avx512bf16,avx512vl,avx512f"))) static void
@@ -270,15 +258,9 @@ static cpu_isa usable(cpu_isa isa) { return cpu_isa_supported(isa) ? isa : CPU_I
 void cpu_f32_to_bf16_isa(cpu_isa isa, const float *in, uint16_t *out, size_t n)
 {
     switch (usable(isa)) {
-    case CPU_ISA_AVX512BF16:
-        f32_to_bf16_avx512bf16(in, out, n);
-        break;
-    case CPU_ISA_AVX512F:
-        f32_to_bf16_avx512(in, out, n);
-        break;
-    default: /* F16C has nothing for bf16 */
-        f32_to_bf16_scalar(in, out, n);
-        break;
+    case CPU_ISA_AVX512BF16: f32_to_bf16_avx512bf16(in, out, n); break;
+    case CPU_ISA_AVX512F: f32_to_bf16_avx512(in, out, n); break;
+    default: /* F16C has nothing for bf16 */ f32_to_bf16_scalar(in, out, n); break;
     }
 }
 
@@ -286,12 +268,8 @@ void cpu_bf16_to_f32_isa(cpu_isa isa, const uint16_t *in, float *out, size_t n)
 {
     switch (usable(isa)) {
     case CPU_ISA_AVX512BF16: /* widening is a shift: the AVX-512F code is the same */
-    case CPU_ISA_AVX512F:
-        bf16_to_f32_avx512(in, out, n);
-        break;
-    default:
-        bf16_to_f32_scalar(in, out, n);
-        break;
+    case CPU_ISA_AVX512F: bf16_to_f32_avx512(in, out, n); break;
+    default: bf16_to_f32_scalar(in, out, n); break;
     }
 }
 
@@ -299,15 +277,9 @@ void cpu_f32_to_f16_isa(cpu_isa isa, const float *in, uint16_t *out, size_t n)
 {
     switch (usable(isa)) {
     case CPU_ISA_AVX512BF16: /* implies AVX-512F */
-    case CPU_ISA_AVX512F:
-        f32_to_f16_avx512(in, out, n);
-        break;
-    case CPU_ISA_F16C:
-        f32_to_f16_f16c(in, out, n);
-        break;
-    default:
-        f32_to_f16_scalar(in, out, n);
-        break;
+    case CPU_ISA_AVX512F: f32_to_f16_avx512(in, out, n); break;
+    case CPU_ISA_F16C: f32_to_f16_f16c(in, out, n); break;
+    default: f32_to_f16_scalar(in, out, n); break;
     }
 }
 
@@ -315,15 +287,9 @@ void cpu_f16_to_f32_isa(cpu_isa isa, const uint16_t *in, float *out, size_t n)
 {
     switch (usable(isa)) {
     case CPU_ISA_AVX512BF16:
-    case CPU_ISA_AVX512F:
-        f16_to_f32_avx512(in, out, n);
-        break;
-    case CPU_ISA_F16C:
-        f16_to_f32_f16c(in, out, n);
-        break;
-    default:
-        f16_to_f32_scalar(in, out, n);
-        break;
+    case CPU_ISA_AVX512F: f16_to_f32_avx512(in, out, n); break;
+    case CPU_ISA_F16C: f16_to_f32_f16c(in, out, n); break;
+    default: f16_to_f32_scalar(in, out, n); break;
     }
 }
 

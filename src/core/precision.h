@@ -12,10 +12,10 @@
 /* The instruction-set paths of the bulk conversions. Every path gives the same bits as
  * CPU_ISA_SCALAR on every input (tests/test_nn_precision.c checks it). */
 typedef enum cpu_isa {
-    CPU_ISA_SCALAR = 0,  /* portable C, exact */
-    CPU_ISA_F16C,        /* AVX + F16C: 8-wide fp16 conversions */
-    CPU_ISA_AVX512F,     /* AVX-512F: 16-wide fp16 conversions, integer bf16 rounding */
-    CPU_ISA_AVX512BF16,  /* AVX512-BF16 (vcvtne2ps2bf16) for fp32 -> bf16 */
+    CPU_ISA_SCALAR = 0, /* portable C, exact */
+    CPU_ISA_F16C,       /* AVX + F16C: 8-wide fp16 conversions */
+    CPU_ISA_AVX512F,    /* AVX-512F: 16-wide fp16 conversions, integer bf16 rounding */
+    CPU_ISA_AVX512BF16, /* AVX512-BF16 (vcvtne2ps2bf16) for fp32 -> bf16 */
     CPU_ISA_COUNT
 } cpu_isa;
 

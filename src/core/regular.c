@@ -37,8 +37,7 @@ static stoke_status not_regular(const char *path, const char *context, mode_t mo
                       context ? context : "", context ? ": " : "", stoke_file_kind(mode));
 }
 
-static stoke_status open_regular(const char *path, const char *context, int *fd,
-                                 struct stat *st)
+static stoke_status open_regular(const char *path, const char *context, int *fd, struct stat *st)
 {
     *fd = -1;
     struct stat before, after;

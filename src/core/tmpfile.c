@@ -65,8 +65,7 @@ static bool is_ours(const struct sigaction *sa)
 
 static bool is_function(const struct sigaction *sa)
 {
-    return (sa->sa_flags & SA_SIGINFO) ||
-           (sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN);
+    return (sa->sa_flags & SA_SIGINFO) || (sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN);
 }
 
 /* The handler's own disposition in front of `behind`: the other cleanup signals are
@@ -175,8 +174,7 @@ static void uninstall(void)
 static void random_suffix(char out[7])
 {
     static atomic_uint_fast64_t counter;
-    static const char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     uint64_t x = stoke_fmix64(stoke_now_ns() ^ ((uint64_t)getpid() << 32) ^
                               (atomic_fetch_add(&counter, 1) * STOKE_GOLDEN64));
     for (int i = 0; i < 6; i++, x /= 62)
@@ -278,19 +276,23 @@ stoke_status stoke_tmpfile_open(stoke_tmpfile *t, const char *path)
              slash ? path : ".");
     t->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (t->dirfd < 0)
-        return stoke_fail(STOKE_ERR_IO, "%s: cannot create a temporary file beside it: %s",
-                          path, strerror(errno));
+        return stoke_fail(STOKE_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+                          strerror(errno));
     struct stat st;
     if (fstatat(t->dirfd, t->base, &st, 0) == 0 && !S_ISREG(st.st_mode)) {
         release(t);
-        return stoke_fail(STOKE_ERR_IO, "%s: is %s, not a regular file: stoke does not "
-                                        "replace it", path, stoke_file_kind(st.st_mode));
+        return stoke_fail(STOKE_ERR_IO,
+                          "%s: is %s, not a regular file: stoke does not "
+                          "replace it",
+                          path, stoke_file_kind(st.st_mode));
     }
     t->slot = claim_slot();
     if (t->slot < 0) {
         release(t);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: more than %d files are being written "
-                                                 "at once", path, STOKE_TMPFILE_MAX_OPEN);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "%s: more than %d files are being written "
+                          "at once",
+                          path, STOKE_TMPFILE_MAX_OPEN);
     }
     /* The name is armed before the file exists, so no moment passes where a signal
      * could end the process and leave an unregistered file. */
@@ -309,8 +311,8 @@ stoke_status stoke_tmpfile_open(stoke_tmpfile *t, const char *path)
     }
     if (t->fd < 0) {
         release(t);
-        return stoke_fail(STOKE_ERR_IO, "%s: cannot create a temporary file beside it: %s",
-                          path, strerror(e));
+        return stoke_fail(STOKE_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+                          strerror(e));
     }
     t->pause_file = getenv("STOKE_TEST_WRITE_PAUSE");
     if (t->pause_file && !*t->pause_file)
@@ -354,9 +356,10 @@ stoke_status stoke_tmpfile_write(stoke_tmpfile *t, const void *buf, size_t n)
         if (w <= 0) {
             char why[160];
             describe(w < 0 ? errno : 0, t->written, n, why, sizeof why);
-            stoke_status s = stoke_fail(STOKE_ERR_IO, "%s: write failed after %llu bytes: "
-                                                      "%s; %s is unchanged", t->path,
-                                        (unsigned long long)t->written, why, t->path);
+            stoke_status s = stoke_fail(STOKE_ERR_IO,
+                                        "%s: write failed after %llu bytes: "
+                                        "%s; %s is unchanged",
+                                        t->path, (unsigned long long)t->written, why, t->path);
             stoke_tmpfile_abort(t);
             return s;
         }
@@ -394,15 +397,18 @@ stoke_status stoke_tmpfile_commit(stoke_tmpfile *t)
     }
     if (what) {
         describe(e, t->written, 0, why, sizeof why);
-        stoke_status s = stoke_fail(STOKE_ERR_IO, "%s: %s failed after %llu bytes: %s; %s "
-                                                  "is unchanged", t->path, what,
-                                    (unsigned long long)t->written, why, t->path);
+        stoke_status s = stoke_fail(STOKE_ERR_IO,
+                                    "%s: %s failed after %llu bytes: %s; %s "
+                                    "is unchanged",
+                                    t->path, what, (unsigned long long)t->written, why, t->path);
         stoke_tmpfile_abort(t);
         return s;
     }
     if (renameat(t->dirfd, t->tmp, t->dirfd, t->base) != 0) {
-        stoke_status s = stoke_fail(STOKE_ERR_IO, "%s: cannot rename the finished file into "
-                                                  "place: %s", t->path, strerror(errno));
+        stoke_status s = stoke_fail(STOKE_ERR_IO,
+                                    "%s: cannot rename the finished file into "
+                                    "place: %s",
+                                    t->path, strerror(errno));
         stoke_tmpfile_abort(t);
         return s;
     }

@@ -33,8 +33,8 @@ static bool idx_magic(const unsigned char *h, size_t n)
 {
     /* 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64; 1..9 dimensions. */
     return n >= 4 && h[0] == 0 && h[1] == 0 &&
-           (h[2] == 0x08 || h[2] == 0x09 || (h[2] >= 0x0B && h[2] <= 0x0E)) &&
-           h[3] >= 1 && h[3] <= STOKE_MAX_DIMS + 1;
+           (h[2] == 0x08 || h[2] == 0x09 || (h[2] >= 0x0B && h[2] <= 0x0E)) && h[3] >= 1 &&
+           h[3] <= STOKE_MAX_DIMS + 1;
 }
 
 /* gzip is claimed by IDX, the only compressed format stoke reads, so a damaged gzip
@@ -72,10 +72,7 @@ static bool sniff_records(const sniff_input *in)
     return !in->is_dir && in->n >= 8 && memcmp(in->head, "STOKEREC", 8) == 0;
 }
 
-static bool sniff_hdf5(const sniff_input *in)
-{
-    return !in->is_dir && stoke_hdf5_sniff(in->path);
-}
+static bool sniff_hdf5(const sniff_input *in) { return !in->is_dir && stoke_hdf5_sniff(in->path); }
 
 static bool sniff_images(const sniff_input *in)
 {
@@ -88,12 +85,9 @@ static const struct format_row {
     bool (*sniff)(const sniff_input *in);
     stoke_status (*open)(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
 } formats[] = {
-    {"idx", sniff_idx_file, stoke_idx_open},
-    {"idx", sniff_idx_dir, stoke_idx_open},
-    {"npy", sniff_npy, stoke_npy_open},
-    {"records", sniff_records, stoke_records_open},
-    {"hdf5", sniff_hdf5, stoke_hdf5_open},
-    {"images", sniff_images, stoke_images_open},
+    {"idx", sniff_idx_file, stoke_idx_open}, {"idx", sniff_idx_dir, stoke_idx_open},
+    {"npy", sniff_npy, stoke_npy_open},      {"records", sniff_records, stoke_records_open},
+    {"hdf5", sniff_hdf5, stoke_hdf5_open},   {"images", sniff_images, stoke_images_open},
 };
 #define N_FORMATS (sizeof formats / sizeof formats[0])
 
@@ -115,11 +109,13 @@ stoke_status stoke_dataset_open(const char *path, const stoke_dataset_opts *opts
      * is refused by name before it is opened. */
     struct stat st;
     if (stat(path, &st) != 0)
-        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO, "%s: %s",
-                          path, strerror(errno));
+        return stoke_fail(errno == ENOENT ? STOKE_ERR_NOTFOUND : STOKE_ERR_IO, "%s: %s", path,
+                          strerror(errno));
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-        return stoke_fail(STOKE_ERR_IO, "%s: is %s: a dataset is a regular file or a "
-                                        "directory", path, stoke_file_kind(st.st_mode));
+        return stoke_fail(STOKE_ERR_IO,
+                          "%s: is %s: a dataset is a regular file or a "
+                          "directory",
+                          path, stoke_file_kind(st.st_mode));
     sniff_input in = {.path = path, .is_dir = S_ISDIR(st.st_mode), .opts = opts};
     unsigned char head[HEAD_BYTES];
     if (!in.is_dir) {
@@ -158,7 +154,8 @@ stoke_status stoke_dataset_open(const char *path, const stoke_dataset_opts *opts
         return stoke_fail(STOKE_ERR_FORMAT,
                           "%s: unrecognised directory: no train-images-idx3-ubyte[.gz] or "
                           "t10k-images-idx3-ubyte[.gz] (IDX) in it, and no subdirectories of "
-                          ".jpg/.jpeg/.png files (image folder)", path);
+                          ".jpg/.jpeg/.png files (image folder)",
+                          path);
     char hex[3 * HEAD_BYTES + 1] = "";
     for (size_t i = 0; i < in.n && i < 8; i++)
         snprintf(hex + 3 * i, sizeof hex - 3 * i, "%02x ", head[i]);
@@ -178,11 +175,11 @@ const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d)
 stoke_status stoke_dataset_read(stoke_dataset *d, int64_t i, void *input, void *target)
 {
     if (!d || !input)
-        return stoke_fail(STOKE_ERR_ARG, "stoke_dataset_read: %s is NULL",
-                          d ? "input" : "dataset");
+        return stoke_fail(STOKE_ERR_ARG, "stoke_dataset_read: %s is NULL", d ? "input" : "dataset");
     if (i < 0 || i >= d->info.count)
-        return stoke_fail(STOKE_ERR_ARG, "%s: sample %" PRId64 " out of range (%" PRId64
-                                         " samples)", d->path, i, d->info.count);
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: sample %" PRId64 " out of range (%" PRId64 " samples)", d->path, i,
+                          d->info.count);
     if (d->info.target_kind == STOKE_TARGET_NONE)
         target = NULL;
     return d->vt->read(d, i, input, target);
@@ -219,13 +216,13 @@ stoke_status stoke_dataset_class_counts(stoke_dataset *d, int64_t *counts)
         s = d->vt->read(d, i, in, tgt);
         int64_t c = 0;
         if (s == STOKE_OK && !stoke_class_of(tgt, f->target_dtype, f->num_classes, &c))
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s: sample %" PRId64 ": class %g is not in "
-                                             "[0, %" PRId64 ")", d->path, i,
-                           stoke_value_as_double(tgt, f->target_dtype), f->num_classes);
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: sample %" PRId64 ": class %g is not in "
+                           "[0, %" PRId64 ")",
+                           d->path, i, stoke_value_as_double(tgt, f->target_dtype), f->num_classes);
         if (s == STOKE_OK)
             counts[c]++;
     }
     free(in);
     return s;
 }
-

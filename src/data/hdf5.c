@@ -131,8 +131,8 @@ static const char *h5_class_name(H5T_class_t c)
 
 /* Chooses the memory type HDF5 converts the stored type into (byte order, e.g. a
  * big-endian '>f8', is converted by HDF5 on read) and the stoke dtype it is. */
-static stoke_status h5_map_type(const char *path, const h5_field *f, hid_t ftype,
-                                stoke_dtype *dt, hid_t *mem)
+static stoke_status h5_map_type(const char *path, const h5_field *f, hid_t ftype, stoke_dtype *dt,
+                                hid_t *mem)
 {
     H5T_class_t c = H5Tget_class(ftype);
     size_t size = H5Tget_size(ftype);
@@ -163,8 +163,8 @@ static stoke_status h5_map_type(const char *path, const h5_field *f, hid_t ftype
             break;
         default:
             return stoke_fail(STOKE_ERR_FORMAT,
-                              "%s: HDF5 dataset '%s': %zu-byte integers are not supported",
-                              path, f->name, size);
+                              "%s: HDF5 dataset '%s': %zu-byte integers are not supported", path,
+                              f->name, size);
         }
     } else if (c == H5T_FLOAT) {
         if (size == 2) {
@@ -172,8 +172,7 @@ static stoke_status h5_map_type(const char *path, const h5_field *f, hid_t ftype
              * IEEE layout. Keep it 2 bytes, in the machine's byte order. */
             size_t spos, epos, esize, mpos, msize;
             if (H5Tget_fields(ftype, &spos, &epos, &esize, &mpos, &msize) < 0 || spos != 15 ||
-                epos != 10 || esize != 5 || mpos != 0 || msize != 10 ||
-                H5Tget_ebias(ftype) != 15)
+                epos != 10 || esize != 5 || mpos != 0 || msize != 10 || H5Tget_ebias(ftype) != 15)
                 return stoke_fail(STOKE_ERR_FORMAT,
                                   "%s: HDF5 dataset '%s': 2-byte floats that are not IEEE "
                                   "half precision are not supported",
@@ -181,8 +180,8 @@ static stoke_status h5_map_type(const char *path, const h5_field *f, hid_t ftype
             *mem = H5Tcopy(ftype);
             if (*mem < 0 || H5Tset_order(*mem, H5Tget_order(H5T_NATIVE_FLOAT)) < 0)
                 return stoke_fail(STOKE_ERR_FORMAT,
-                                  "%s: HDF5 dataset '%s': cannot make a float16 memory type",
-                                  path, f->name);
+                                  "%s: HDF5 dataset '%s': cannot make a float16 memory type", path,
+                                  f->name);
             *dt = STOKE_F16;
             return STOKE_OK;
         }
@@ -295,29 +294,27 @@ static stoke_status h5_field_open(const char *path, hid_t file, h5_field *f, int
     char msg[256];
     f->dset = H5Dopen2(file, f->name, H5P_DEFAULT);
     if (f->dset < 0)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s': cannot open: %s", path,
-                          f->name, h5_error(msg));
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s': cannot open: %s", path, f->name,
+                          h5_error(msg));
     hid_t space = H5Dget_space(f->dset);
     hid_t ftype = H5Dget_type(f->dset);
     hid_t dcpl = H5Dget_create_plist(f->dset);
     stoke_status st = STOKE_OK;
     if (space < 0 || ftype < 0 || dcpl < 0) {
-        st = stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s': cannot read its header: %s",
-                        path, f->name, h5_error(msg));
+        st = stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s': cannot read its header: %s", path,
+                        f->name, h5_error(msg));
         goto done;
     }
     f->rank = H5Sget_simple_extent_ndims(space);
     if (f->rank < 1) {
-        st = stoke_fail(
-            STOKE_ERR_FORMAT,
-            "%s: HDF5 dataset '%s' is a scalar: it needs a first dimension of samples", path,
-            f->name);
+        st = stoke_fail(STOKE_ERR_FORMAT,
+                        "%s: HDF5 dataset '%s' is a scalar: it needs a first dimension of samples",
+                        path, f->name);
         goto done;
     }
     if (f->rank > STOKE_MAX_DIMS + 1) {
-        st =
-            stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' has %d dimensions (at most %d)",
-                       path, f->name, f->rank, STOKE_MAX_DIMS + 1);
+        st = stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' has %d dimensions (at most %d)",
+                        path, f->name, f->rank, STOKE_MAX_DIMS + 1);
         goto done;
     }
     H5Sget_simple_extent_dims(space, f->dims, NULL);
@@ -363,8 +360,7 @@ done:
 }
 
 /* Reads rows [first, first + n) of f into buf. Call between h5_enter and h5_leave. */
-static stoke_status h5_read_rows(const char *path, h5_field *f, int64_t first, int64_t n,
-                                 void *buf)
+static stoke_status h5_read_rows(const char *path, h5_field *f, int64_t first, int64_t n, void *buf)
 {
     char msg[256];
     hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
@@ -382,13 +378,12 @@ static stoke_status h5_read_rows(const char *path, h5_field *f, int64_t first, i
     stoke_status st = STOKE_OK;
     if (rc < 0) {
         if (n == 1)
-            st = stoke_fail(STOKE_ERR_FORMAT,
-                            "%s: HDF5 dataset '%s' sample %lld: read failed: %s", path, f->name,
-                            (long long)first, h5_error(msg));
+            st = stoke_fail(STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' sample %lld: read failed: %s",
+                            path, f->name, (long long)first, h5_error(msg));
         else
-            st = stoke_fail(
-                STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' samples %lld to %lld: read failed: %s",
-                path, f->name, (long long)first, (long long)(first + n - 1), h5_error(msg));
+            st = stoke_fail(STOKE_ERR_FORMAT,
+                            "%s: HDF5 dataset '%s' samples %lld to %lld: read failed: %s", path,
+                            f->name, (long long)first, (long long)(first + n - 1), h5_error(msg));
     }
     if (fspace >= 0)
         H5Sclose(fspace);
@@ -585,8 +580,8 @@ static stoke_status h5_load_scalar_targets(const char *path, h5_field *f, int64_
     f->all = malloc(bytes ? bytes : 1);
     if (!f->all)
         return stoke_fail(STOKE_ERR_NOMEM,
-                          "%s: HDF5 dataset '%s': cannot hold %zu bytes of targets", path,
-                          f->name, bytes);
+                          "%s: HDF5 dataset '%s': cannot hold %zu bytes of targets", path, f->name,
+                          bytes);
     stoke_status st = count ? h5_read_rows(path, f, 0, count, f->all) : STOKE_OK;
     if (st != STOKE_OK)
         return st;
@@ -600,8 +595,8 @@ static stoke_status h5_load_scalar_targets(const char *path, h5_field *f, int64_
         int64_t v = h5_label(f, i);
         if (v < 0 || v >= STOKE_MAX_CLASSES)
             return stoke_fail(
-                STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' sample %lld: %s class label %lld",
-                path, f->name, (long long)i, v < 0 ? "negative" : "too large a", (long long)v);
+                STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' sample %lld: %s class label %lld", path,
+                f->name, (long long)i, v < 0 ? "negative" : "too large a", (long long)v);
         if (v > max)
             max = v;
     }
@@ -675,8 +670,8 @@ static stoke_status h5_open_file(stoke_dataset *d, h5_impl *h, const char *path,
         return st;
     if (n_tg != n_in)
         return stoke_fail(STOKE_ERR_FORMAT,
-                          "%s: HDF5 inputs '%s' have %lld samples but targets '%s' have %lld",
-                          path, h->in.name, (long long)n_in, h->tg.name, (long long)n_tg);
+                          "%s: HDF5 inputs '%s' have %lld samples but targets '%s' have %lld", path,
+                          h->in.name, (long long)n_in, h->tg.name, (long long)n_tg);
     h5_shape_of(&h->tg, &info->target_shape);
     info->target_dtype = h->tg.dtype;
     info->target_bytes = h->tg.row_bytes;

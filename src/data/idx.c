@@ -56,18 +56,26 @@ static bool idx_dtype(unsigned char code, stoke_dtype *t)
 static stoke_status parse_magic(idx_file *f, const unsigned char *h, size_t n)
 {
     if (n < 4)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: truncated: %zu bytes, an IDX header needs "
-                                            "at least 4", f->path, n);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: truncated: %zu bytes, an IDX header needs "
+                          "at least 4",
+                          f->path, n);
     if (h[0] != 0 || h[1] != 0)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset 0: bad IDX magic %02x %02x (expected "
-                                            "00 00)", f->path, h[0], h[1]);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: offset 0: bad IDX magic %02x %02x (expected "
+                          "00 00)",
+                          f->path, h[0], h[1]);
     if (!idx_dtype(h[2], &f->dtype))
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset 2: unknown IDX element type 0x%02x "
-                                            "(known: 08 u8, 09 i8, 0B i16, 0C i32, 0D f32, "
-                                            "0E f64)", f->path, h[2]);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: offset 2: unknown IDX element type 0x%02x "
+                          "(known: 08 u8, 09 i8, 0B i16, 0C i32, 0D f32, "
+                          "0E f64)",
+                          f->path, h[2]);
     if (h[3] < 1 || h[3] > IDX_MAX_NDIM)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset 3: %u dimensions (1 to %d "
-                                            "supported)", f->path, h[3], IDX_MAX_NDIM);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: offset 3: %u dimensions (1 to %d "
+                          "supported)",
+                          f->path, h[3], IDX_MAX_NDIM);
     f->ndim = h[3];
     f->header = 4 + 4 * (size_t)f->ndim;
     return STOKE_OK;
@@ -86,9 +94,10 @@ static stoke_status parse_dims(idx_file *f, const unsigned char *h, size_t *expe
                               4 + 4 * k, k);
         f->dims[k] = v;
         if (__builtin_mul_overflow(total, (uint64_t)v, &total) || total > SIZE_MAX / 4)
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: offset %d: dimensions too large "
-                                                "(more than %zu bytes)", f->path, 4 + 4 * k,
-                              SIZE_MAX / 4);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: offset %d: dimensions too large "
+                              "(more than %zu bytes)",
+                              f->path, 4 + 4 * k, SIZE_MAX / 4);
     }
     *expect = (size_t)total + f->header;
     return STOKE_OK;
@@ -99,17 +108,16 @@ static void shape_text(const idx_file *f, char *buf, size_t size)
     size_t len = 0;
     buf[0] = '\0';
     for (int k = 0; k < f->ndim && len < size; k++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%" PRId64, k ? " x " : "",
-                                f->dims[k]);
+        len += (size_t)snprintf(buf + len, size - len, "%s%" PRId64, k ? " x " : "", f->dims[k]);
 }
 
-static stoke_status size_mismatch(const idx_file *f, size_t expect, size_t actual,
-                                  const char *what)
+static stoke_status size_mismatch(const idx_file *f, size_t expect, size_t actual, const char *what)
 {
     char dims[160];
     shape_text(f, dims, sizeof dims);
-    return stoke_fail(STOKE_ERR_FORMAT, "%s: %s: the header says %s %s (%zu bytes with the "
-                                        "%zu-byte header), the file holds %s%zu bytes%s",
+    return stoke_fail(STOKE_ERR_FORMAT,
+                      "%s: %s: the header says %s %s (%zu bytes with the "
+                      "%zu-byte header), the file holds %s%zu bytes%s",
                       f->path, actual < expect ? "truncated" : "oversized", dims,
                       stoke_dtype_name(f->dtype), expect, f->header,
                       actual > expect ? "at least " : "", actual, what);
@@ -155,8 +163,8 @@ static stoke_status inflate_all(idx_file *f)
                 ncap = limit;
             unsigned char *nb = realloc(buf, ncap);
             if (!nb) {
-                s = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory inflating %zu bytes",
-                               f->path, ncap);
+                s = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory inflating %zu bytes", f->path,
+                               ncap);
                 break;
             }
             buf = nb;
@@ -183,9 +191,10 @@ static stoke_status inflate_all(idx_file *f)
             else if (inflateReset(&z) != Z_OK)
                 s = stoke_fail(STOKE_ERR_FORMAT, "%s: zlib: cannot restart", f->path);
         } else if (r == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s: bad gzip: the compressed stream ends "
-                                             "early, at compressed byte %zu", f->path,
-                           f->map.size);
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: bad gzip: the compressed stream ends "
+                           "early, at compressed byte %zu",
+                           f->path, f->map.size);
         } else if (r == Z_MEM_ERROR) {
             s = stoke_fail(STOKE_ERR_NOMEM, "%s: zlib: out of memory", f->path);
         } else if (r != Z_OK && r != Z_BUF_ERROR) {
@@ -198,8 +207,9 @@ static stoke_status inflate_all(idx_file *f)
         if (len < 4)
             s = parse_magic(f, buf, len);
         if (s == STOKE_OK)
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s: truncated: the %d-dimension header needs "
-                                             "%zu bytes, the file holds %zu (uncompressed)",
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: truncated: the %d-dimension header needs "
+                           "%zu bytes, the file holds %zu (uncompressed)",
                            f->path, f->ndim, f->header, len);
     }
     if (s == STOKE_OK && len != expect)
@@ -231,9 +241,10 @@ static stoke_status idx_load(const char *path, idx_file *f)
         size_t expect = 0;
         s = parse_magic(f, f->data, f->size);
         if (s == STOKE_OK && f->size < f->header)
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s: truncated: the %d-dimension header needs "
-                                             "%zu bytes, the file holds %zu", path, f->ndim,
-                           f->header, f->size);
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: truncated: the %d-dimension header needs "
+                           "%zu bytes, the file holds %zu",
+                           path, f->ndim, f->header, f->size);
         if (s == STOKE_OK)
             s = parse_dims(f, f->data, &expect);
         if (s == STOKE_OK && f->size != expect)
@@ -254,8 +265,7 @@ static stoke_status idx_read(stoke_dataset *d, int64_t i, void *input, void *tar
                        f->input_bytes / es, es, swap);
     if (target && m->has_labels) {
         size_t ts = stoke_dtype_size(f->target_dtype);
-        stoke_copy_swapped(target,
-                           m->labels.data + m->labels.header + (size_t)i * f->target_bytes,
+        stoke_copy_swapped(target, m->labels.data + m->labels.header + (size_t)i * f->target_bytes,
                            f->target_bytes / ts, ts, swap);
     }
     return STOKE_OK;
@@ -309,8 +319,10 @@ stoke_status stoke_idx_open(stoke_dataset *d, const char *path, const stoke_data
                              : strcmp(split, "test") == 0 ? "t10k"
                                                           : NULL;
         if (!prefix)
-            return stoke_fail(STOKE_ERR_ARG, "%s: split '%s' of an IDX directory must be "
-                                             "'train' or 'test'", path, split);
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: split '%s' of an IDX directory must be "
+                              "'train' or 'test'",
+                              path, split);
         char name[64];
         snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
         if (!find_with_gz(path, name, images, sizeof images))
@@ -350,9 +362,9 @@ stoke_status stoke_idx_open(stoke_dataset *d, const char *path, const stoke_data
     if (m->has_labels) {
         const idx_file *lb = &m->labels;
         if (lb->dims[0] != im->dims[0]) {
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s holds %" PRId64 " samples but %s holds %"
-                                             PRId64 " labels", im->path, im->dims[0],
-                           lb->path, lb->dims[0]);
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s holds %" PRId64 " samples but %s holds %" PRId64 " labels", im->path,
+                           im->dims[0], lb->path, lb->dims[0]);
             idx_close(d);
             return s;
         }
@@ -360,8 +372,7 @@ stoke_status stoke_idx_open(stoke_dataset *d, const char *path, const stoke_data
         f->target_shape.ndim = lb->ndim - 1;
         for (int k = 1; k < lb->ndim; k++)
             f->target_shape.dims[k - 1] = lb->dims[k];
-        f->target_bytes =
-            (size_t)stoke_shape_elems(&f->target_shape) * stoke_dtype_size(lb->dtype);
+        f->target_bytes = (size_t)stoke_shape_elems(&f->target_shape) * stoke_dtype_size(lb->dtype);
         if (lb->ndim > 1) {
             f->target_kind = STOKE_TARGET_VECTOR;
         } else {

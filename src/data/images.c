@@ -234,15 +234,13 @@ static stoke_status img_load_file(const char *path, int64_t i, unsigned char **b
     }
     if (st.st_size > IMG_MAX_FILE_BYTES) {
         close(fd);
-        return stoke_fail(STOKE_ERR_IO, "%s (sample %lld): larger than 1 GiB",
-                          path, (long long)i);
+        return stoke_fail(STOKE_ERR_IO, "%s (sample %lld): larger than 1 GiB", path, (long long)i);
     }
     size_t size = (size_t)st.st_size;
     unsigned char *b = malloc(size ? size : 1);
     if (!b) {
         close(fd);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): out of memory", path,
-                          (long long)i);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): out of memory", path, (long long)i);
     }
     size_t got = 0;
     while (got < size) {
@@ -253,8 +251,8 @@ static stoke_status img_load_file(const char *path, int64_t i, unsigned char **b
             int err = errno;
             free(b);
             close(fd);
-            return stoke_fail(STOKE_ERR_IO, "%s (sample %lld): read failed at offset %zu: %s",
-                              path, (long long)i, got, r < 0 ? strerror(err) : "file shrank");
+            return stoke_fail(STOKE_ERR_IO, "%s (sample %lld): read failed at offset %zu: %s", path,
+                              (long long)i, got, r < 0 ? strerror(err) : "file shrank");
         }
         got += (size_t)r;
     }
@@ -283,9 +281,8 @@ static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned 
 {
     tjhandle tj = tjInitDecompress(); /* one per call: handles are not thread-safe */
     if (!tj)
-        return stoke_fail(STOKE_ERR_NOMEM,
-                          "%s (sample %lld): cannot start the JPEG decoder: %s", path,
-                          (long long)i, tjGetErrorStr2(NULL));
+        return stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): cannot start the JPEG decoder: %s",
+                          path, (long long)i, tjGetErrorStr2(NULL));
     stoke_status st = STOKE_OK;
     int w, h, subsamp, cs;
     if (tjDecompressHeader3(tj, buf, (unsigned long)len, &w, &h, &subsamp, &cs) != 0) {
@@ -294,9 +291,8 @@ static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned 
         goto done;
     }
     if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
-        st =
-            stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): CMYK JPEG images are not supported",
-                       path, (long long)i);
+        st = stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): CMYK JPEG images are not supported",
+                        path, (long long)i);
         goto done;
     }
     if ((st = img_check_size(path, i, w, h)) != STOKE_OK)
@@ -322,8 +318,8 @@ static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned 
     }
     if (tjDecompress2(tj, buf, (unsigned long)len, px->data, px->w, 0, px->h,
                       c == 3 ? TJPF_RGB : TJPF_GRAY, TJFLAG_ACCURATEDCT) != 0) {
-        st = stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): corrupt JPEG: %s", path,
-                        (long long)i, tjGetErrorStr2(tj));
+        st = stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): corrupt JPEG: %s", path, (long long)i,
+                        tjGetErrorStr2(tj));
         free(px->data);
         px->data = NULL;
     }
@@ -422,16 +418,16 @@ static stoke_status img_decode_png(const char *path, int64_t i, const unsigned c
     png_infop info = p ? png_create_info_struct(p) : NULL;
     if (!p || !info) {
         png_destroy_read_struct(p ? &p : NULL, NULL, NULL);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): cannot start the PNG decoder",
-                          path, (long long)i);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): cannot start the PNG decoder", path,
+                          (long long)i);
     }
     bool ok = img_png_run(p, info, &j);
     png_destroy_read_struct(&p, &info, NULL);
     free(j.rows);
     if (!ok) {
         free(j.px.data);
-        return stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): corrupt PNG: %s", path,
-                          (long long)i, j.err);
+        return stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): corrupt PNG: %s", path, (long long)i,
+                          j.err);
     }
     *px = j.px;
     return STOKE_OK;
@@ -526,8 +522,8 @@ static unsigned char img_clip8(int v)
 }
 
 /* in is (ih, iw, c), out is (oh, ow, c). False if out of memory. */
-static bool img_resize(const unsigned char *in, int iw, int ih, unsigned char *out, int ow,
-                       int oh, int c)
+static bool img_resize(const unsigned char *in, int iw, int ih, unsigned char *out, int ow, int oh,
+                       int c)
 {
     img_coeffs hx = {0}, vy = {0};
     unsigned char *tmp = NULL;
@@ -699,8 +695,8 @@ stoke_status stoke_images_open(stoke_dataset *d, const char *path, const stoke_d
     int w = o && o->image_width ? o->image_width : 224;
     int c = o && o->image_channels ? o->image_channels : 3;
     if (h < 1 || w < 1 || h > 16384 || w > 16384)
-        return stoke_fail(STOKE_ERR_ARG, "%s: image size %dx%d is out of range (1 to 16384)",
-                          path, h, w);
+        return stoke_fail(STOKE_ERR_ARG, "%s: image size %dx%d is out of range (1 to 16384)", path,
+                          h, w);
     if (c != 1 && c != 3)
         return stoke_fail(STOKE_ERR_ARG, "%s: image channels must be 1 or 3, not %d", path, c);
     img_impl *im = calloc(1, sizeof *im);

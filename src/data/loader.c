@@ -12,14 +12,14 @@
 #include "stoke/hw.h"
 #include "stoke/monitor.h"
 
-#define CHUNK 32         /* samples a worker claims at once */
+#define CHUNK       32   /* samples a worker claims at once */
 #define WAIT_WINDOW 1024 /* batches kept for the p95 */
 #define MAX_WORKERS 256
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY };
 
 typedef struct slot {
-    int64_t seq;               /* the batch it holds, counted from the loader's start */
+    int64_t seq; /* the batch it holds, counted from the loader's start */
     int state;
     int64_t epoch, index, size;
     int64_t next_chunk;        /* samples claimed so far */
@@ -27,7 +27,7 @@ typedef struct slot {
     int inflight;              /* chunks claimed and not finished */
     stoke_sampler_state after; /* the sampler's state after this batch */
     stoke_status err;
-    int64_t err_pos;           /* position in the batch of the failed sample */
+    int64_t err_pos; /* position in the batch of the failed sample */
     char msg[768];
     int64_t *samples;
     unsigned char *inputs, *targets; /* host, pinned when on a device */
@@ -36,17 +36,17 @@ typedef struct slot {
 typedef struct dslot {
     void *inputs, *targets; /* device memory */
     void *event;
-    int64_t seq;            /* batch copied into it; -1 none */
-    bool pending;           /* copy issued and not yet synchronized */
+    int64_t seq;  /* batch copied into it; -1 none */
+    bool pending; /* copy issued and not yet synchronized */
 } dslot;
 
 typedef struct worker {
     struct stoke_loader *l;
     pthread_t thread;
     int id;
-    unsigned char *raw;     /* one sample as read, before the transform */
+    unsigned char *raw; /* one sample as read, before the transform */
     void *scratch;
-    uint64_t busy_ns;       /* guarded by the loader's mutex */
+    uint64_t busy_ns; /* guarded by the loader's mutex */
 } worker;
 
 struct stoke_loader {
@@ -63,18 +63,18 @@ struct stoke_loader {
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, ready_cv;
-    int64_t open_seq;   /* next batch to take from the sampler */
-    int64_t claim_seq;  /* batch whose chunks are being claimed */
-    int64_t released;   /* every batch before it has left the ring */
+    int64_t open_seq;  /* next batch to take from the sampler */
+    int64_t claim_seq; /* batch whose chunks are being claimed */
+    int64_t released;  /* every batch before it has left the ring */
     int64_t open_epoch, open_index;
     bool stop, failed;
 
     int nworkers;
     bool threads_running;
-    worker *workers;    /* nworkers, or 1 for the consumer when nworkers is 0 */
+    worker *workers; /* nworkers, or 1 for the consumer when nworkers is 0 */
 
     /* Consumer side (one thread). */
-    int64_t next_seq;   /* batch to hand out next */
+    int64_t next_seq; /* batch to hand out next */
     stoke_sampler_state state;
     stoke_status err;
     char errmsg[1024];
@@ -154,8 +154,8 @@ static bool claim(stoke_loader *l, chunk *c)
 /* Reads and transforms a chunk's samples into their places in the slot; mu not held.
  * On failure fills the slot's message (the chunk owns its samples, and only one
  * chunk of a batch can fail first: the message is written under mu in finish). */
-static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_t *pos,
-                              char *msg, size_t msize)
+static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_t *pos, char *msg,
+                              size_t msize)
 {
     slot *s = c->s;
     for (int64_t j = c->start; j < c->start + c->n; j++) {
@@ -165,8 +165,8 @@ static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_
         stoke_status st = l->d->vt->read(l->d, i, l->tf ? w->raw : dst, tg);
         if (st != STOKE_OK) {
             *pos = j;
-            snprintf(msg, msize, "%s (sample %" PRId64 ", batch %" PRId64 " of epoch %" PRId64
-                     ")", stoke_last_error(), i, s->index, s->epoch);
+            snprintf(msg, msize, "%s (sample %" PRId64 ", batch %" PRId64 " of epoch %" PRId64 ")",
+                     stoke_last_error(), i, s->index, s->epoch);
             return st;
         }
         if (l->tf)
@@ -176,8 +176,7 @@ static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_
 }
 
 /* Records a finished chunk. Called with mu held. */
-static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos,
-                   const char *msg)
+static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos, const char *msg)
 {
     slot *s = c->s;
     s->inflight--;
@@ -294,8 +293,7 @@ static void device_setup(stoke_loader *l, int dev)
         return;
     }
     if (dev < 0 || dev >= count) {
-        snprintf(l->reason, sizeof l->reason, "CUDA device %d requested, %d present", dev,
-                 count);
+        snprintf(l->reason, sizeof l->reason, "CUDA device %d requested, %d present", dev, count);
         return;
     }
     stoke_status st = stoke_cudart_check_device_api(rt);
@@ -392,8 +390,7 @@ int stoke_loader_slots(const stoke_loader_opts *o)
     return k < 2 ? 2 : k;
 }
 
-stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
-                                 stoke_loader **out)
+stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o, stoke_loader **out)
 {
     *out = NULL;
     if (o->workers < 0 || o->workers > MAX_WORKERS)
@@ -433,12 +430,15 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
             to.in_dtype = info->input_dtype;
         }
         st = stoke_transform_create(&to, &l->tf);
-        if (st == STOKE_OK && (stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype) !=
-                               (int64_t)info->input_bytes))
-            st = stoke_fail(STOKE_ERR_ARG, "loader: the transform's input of %" PRId64
-                            " bytes does not match the dataset's samples of %zu bytes",
-                            stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype),
-                            info->input_bytes);
+        if (st == STOKE_OK &&
+            (stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype) !=
+             (int64_t)info->input_bytes))
+            st =
+                stoke_fail(STOKE_ERR_ARG,
+                           "loader: the transform's input of %" PRId64
+                           " bytes does not match the dataset's samples of %zu bytes",
+                           stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype),
+                           info->input_bytes);
         if (st == STOKE_OK) {
             l->in_bytes = stoke_transform_out_bytes(l->tf);
             l->in_shape = stoke_transform_out_shape(l->tf);
@@ -447,13 +447,15 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
     }
     /* The ring is allocated up front and filled as fast as the workers go: one that
      * cannot fit would grow toward the OOM killer, so it is refused with its numbers. */
-    double ring = (double)l->K * (double)l->bs *
-                  (double)(l->in_bytes + l->tg_bytes + sizeof(int64_t));
+    double ring =
+        (double)l->K * (double)l->bs * (double)(l->in_bytes + l->tg_bytes + sizeof(int64_t));
     if (st == STOKE_OK && o->memory_limit > 0 && ring > (double)o->memory_limit) {
         char a[32], b[32];
-        st = stoke_fail(STOKE_ERR_NOMEM, "loader: %d slots (prefetch) of %" PRId64 " samples "
+        st = stoke_fail(STOKE_ERR_NOMEM,
+                        "loader: %d slots (prefetch) of %" PRId64 " samples "
                         "(the batch) take %s, and %s is left for them: lower the prefetch or "
-                        "the batch", l->K, l->bs, stoke_format_bytes(ring, a, sizeof a),
+                        "the batch",
+                        l->K, l->bs, stoke_format_bytes(ring, a, sizeof a),
                         stoke_format_bytes((double)o->memory_limit, b, sizeof b));
     }
     if (st == STOKE_OK && o->use_device)
@@ -475,8 +477,9 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
                 if (l->on_device && s->samples) { /* pinned memory ran out: say so */
                     st = stoke_fail(STOKE_ERR_NOMEM, "loader: %s", l->reason);
                 } else {
-                    st = stoke_fail(STOKE_ERR_NOMEM, "loader: cannot allocate %d slots of %"
-                                    PRId64 " samples", l->K, l->bs);
+                    st = stoke_fail(STOKE_ERR_NOMEM,
+                                    "loader: cannot allocate %d slots of %" PRId64 " samples", l->K,
+                                    l->bs);
                 }
             }
         }
@@ -485,8 +488,8 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
             worker *w = &l->workers[i];
             w->l = l;
             w->id = i;
-            if (l->tf && (!(w->raw = malloc(l->raw_bytes)) ||
-                          (scratch && !(w->scratch = malloc(scratch)))))
+            if (l->tf &&
+                (!(w->raw = malloc(l->raw_bytes)) || (scratch && !(w->scratch = malloc(scratch)))))
                 st = stoke_fail(STOKE_ERR_NOMEM, "loader: out of memory for worker buffers");
         }
     }
@@ -494,8 +497,8 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o,
         int rc = pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]);
         if (rc != 0) {
             l->nworkers = i; /* join the ones that started */
-            st = stoke_fail(STOKE_ERR_SYSTEM, "loader: cannot start worker %d: %s", i,
-                            strerror(rc));
+            st =
+                stoke_fail(STOKE_ERR_SYSTEM, "loader: cannot start worker %d: %s", i, strerror(rc));
         }
         l->threads_running = true;
     }

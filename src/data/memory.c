@@ -42,27 +42,28 @@ static stoke_status check_info(const stoke_dataset_info *info)
     if (info->input_shape.ndim < 0 || info->input_shape.ndim > STOKE_MAX_DIMS ||
         info->target_shape.ndim < 0 || info->target_shape.ndim > STOKE_MAX_DIMS)
         return stoke_fail(STOKE_ERR_ARG, "memory dataset: ndim outside 0..%d", STOKE_MAX_DIMS);
-    size_t want = (size_t)stoke_shape_elems(&info->input_shape) *
-                  stoke_dtype_size(info->input_dtype);
+    size_t want =
+        (size_t)stoke_shape_elems(&info->input_shape) * stoke_dtype_size(info->input_dtype);
     if (want == 0 || info->input_bytes != want)
         return stoke_fail(STOKE_ERR_ARG,
                           "memory dataset: input_bytes %zu does not match the shape and "
-                          "dtype (%zu)", info->input_bytes, want);
-    size_t twant = info->target_kind == STOKE_TARGET_NONE
-                       ? 0
-                       : (size_t)stoke_shape_elems(&info->target_shape) *
-                             stoke_dtype_size(info->target_dtype);
+                          "dtype (%zu)",
+                          info->input_bytes, want);
+    size_t twant =
+        info->target_kind == STOKE_TARGET_NONE
+            ? 0
+            : (size_t)stoke_shape_elems(&info->target_shape) * stoke_dtype_size(info->target_dtype);
     if (info->target_bytes != twant)
         return stoke_fail(STOKE_ERR_ARG,
                           "memory dataset: target_bytes %zu does not match the target "
-                          "kind, shape and dtype (%zu)", info->target_bytes, twant);
+                          "kind, shape and dtype (%zu)",
+                          info->target_bytes, twant);
     return STOKE_OK;
 }
 
 /* Builds the dataset around arrays whose ownership is already decided. */
-static stoke_status wrap(const stoke_dataset_info *info, const void *inputs,
-                         const void *targets, void *own_in, void *own_tg,
-                         stoke_dataset **out)
+static stoke_status wrap(const stoke_dataset_info *info, const void *inputs, const void *targets,
+                         void *own_in, void *own_tg, stoke_dataset **out)
 {
     stoke_dataset *d = calloc(1, sizeof *d);
     mem_impl *m = calloc(1, sizeof *m);
@@ -104,8 +105,7 @@ stoke_status stoke_dataset_from_arrays(const stoke_dataset_info *info, const voi
     if (!ci || (nt && !ct)) {
         free(ci);
         free(ct);
-        return stoke_fail(STOKE_ERR_NOMEM, "memory dataset: cannot allocate %zu bytes",
-                          ni + nt);
+        return stoke_fail(STOKE_ERR_NOMEM, "memory dataset: cannot allocate %zu bytes", ni + nt);
     }
     if (ni)
         memcpy(ci, inputs, ni);
@@ -124,8 +124,8 @@ stoke_status stoke_dataset_load(stoke_dataset *src, stoke_dataset **out)
     if (!ci || (nt && !ct)) {
         free(ci);
         free(ct);
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot allocate %zu bytes to load it",
-                          src->path, ni + nt);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: cannot allocate %zu bytes to load it", src->path,
+                          ni + nt);
     }
     for (int64_t i = 0; i < info->count; i++) {
         /* Straight through the table: the index is in range by construction. */

@@ -26,8 +26,7 @@ static size_t off(const cursor *c) { return (size_t)(c->p - c->base); }
 
 static stoke_status bad(const cursor *c, const char *what)
 {
-    return stoke_fail(STOKE_ERR_FORMAT, "%s: NPY header, offset %zu: %s", c->path, off(c),
-                      what);
+    return stoke_fail(STOKE_ERR_FORMAT, "%s: NPY header, offset %zu: %s", c->path, off(c), what);
 }
 
 static void skip_ws(cursor *c)
@@ -155,8 +154,10 @@ static stoke_status parse_descr(cursor *c, const char *s, stoke_npy_header *h)
             ok = false; /* '|' means "no byte order", true only of single bytes */
     }
     if (!ok) {
-        snprintf(msg, sizeof msg, "unsupported dtype '%.40s' (stoke reads u1 b1 i1 u2 i2 u4 "
-                                  "i4 i8 f2 f4 f8)", s);
+        snprintf(msg, sizeof msg,
+                 "unsupported dtype '%.40s' (stoke reads u1 b1 i1 u2 i2 u4 "
+                 "i4 i8 f2 f4 f8)",
+                 s);
         return bad(c, msg);
     }
     bool file_little = order == '<' || (order == '=' && stoke_host_little());
@@ -186,21 +187,22 @@ stoke_status stoke_npy_parse_header(const unsigned char *buf, size_t n, const ch
             c.p = buf + n;
             return bad(&c, "truncated preamble");
         }
-        hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 |
-               (size_t)buf[11] << 24;
+        hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         start = 12;
     } else {
         char msg[96];
         c.p = buf + 6;
-        snprintf(msg, sizeof msg, "format version %d.%d (stoke reads 1.0, 2.0 and 3.0)",
-                 h->major, h->minor);
+        snprintf(msg, sizeof msg, "format version %d.%d (stoke reads 1.0, 2.0 and 3.0)", h->major,
+                 h->minor);
         return bad(&c, msg);
     }
     if (hlen > n - start) {
         char msg[128];
         c.p = buf + 8;
-        snprintf(msg, sizeof msg, "header length %zu runs past the end of the file (%zu "
-                                  "bytes)", hlen, n);
+        snprintf(msg, sizeof msg,
+                 "header length %zu runs past the end of the file (%zu "
+                 "bytes)",
+                 hlen, n);
         return bad(&c, msg);
     }
     c.p = buf + start;
@@ -227,8 +229,10 @@ stoke_status stoke_npy_parse_header(const unsigned char *buf, size_t n, const ch
         if (!seen || *seen) {
             char msg[96];
             c.p = key_at;
-            snprintf(msg, sizeof msg, "%s key '%s' (NPY has 'descr', 'fortran_order' and "
-                                      "'shape')", seen ? "repeated" : "unknown", key);
+            snprintf(msg, sizeof msg,
+                     "%s key '%s' (NPY has 'descr', 'fortran_order' and "
+                     "'shape')",
+                     seen ? "repeated" : "unknown", key);
             return bad(&c, msg);
         }
         *seen = true;
@@ -275,8 +279,7 @@ stoke_status stoke_npy_parse_header(const unsigned char *buf, size_t n, const ch
     }
     uint64_t total = stoke_dtype_size(h->dtype);
     for (int k = 0; k < h->ndim; k++) {
-        if (__builtin_mul_overflow(total, (uint64_t)h->shape[k], &total) ||
-            total > SIZE_MAX / 4) {
+        if (__builtin_mul_overflow(total, (uint64_t)h->shape[k], &total) || total > SIZE_MAX / 4) {
             c.p = buf + start;
             return bad(&c, "'shape' describes more bytes than this machine can address");
         }
@@ -308,19 +311,23 @@ static stoke_status npy_load(const char *path, npy_file *f)
         return s;
     s = stoke_npy_parse_header(f->map.data, f->map.size, path, &f->h);
     if (s == STOKE_OK && f->map.size - f->h.data_offset != f->h.data_bytes)
-        s = stoke_fail(STOKE_ERR_FORMAT, "%s: %s data: the header describes %zu bytes "
-                                         "from offset %zu, the file holds %zu",
-                       path, f->map.size - f->h.data_offset < f->h.data_bytes ? "truncated"
-                                                                              : "oversized",
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s: %s data: the header describes %zu bytes "
+                       "from offset %zu, the file holds %zu",
+                       path,
+                       f->map.size - f->h.data_offset < f->h.data_bytes ? "truncated" : "oversized",
                        f->h.data_bytes, f->h.data_offset, f->map.size - f->h.data_offset);
     if (s == STOKE_OK && f->h.ndim == 0)
-        s = stoke_fail(STOKE_ERR_FORMAT, "%s: offset %zu: shape () is a single value with no "
-                                         "sample axis; a dataset needs at least (n,)",
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s: offset %zu: shape () is a single value with no "
+                       "sample axis; a dataset needs at least (n,)",
                        path, f->h.data_offset);
     for (int k = 1; s == STOKE_OK && k < f->h.ndim; k++)
         if (f->h.shape[k] == 0)
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s: 'shape' dimension %d is 0: samples would "
-                                             "be empty", path, k);
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: 'shape' dimension %d is 0: samples would "
+                           "be empty",
+                           path, k);
     if (s != STOKE_OK)
         stoke_unmap_file(&f->map);
     return s;
@@ -336,10 +343,9 @@ static stoke_status npy_read(stoke_dataset *d, int64_t i, void *input, void *tar
                        f->input_bytes / es, es, m->inputs.h.swap);
     if (target && m->has_targets) {
         size_t ts = stoke_dtype_size(f->target_dtype);
-        stoke_copy_swapped(target,
-                           m->targets.map.data + m->targets.h.data_offset +
-                               (size_t)i * f->target_bytes,
-                           f->target_bytes / ts, ts, m->targets.h.swap);
+        stoke_copy_swapped(
+            target, m->targets.map.data + m->targets.h.data_offset + (size_t)i * f->target_bytes,
+            f->target_bytes / ts, ts, m->targets.h.swap);
     }
     return STOKE_OK;
 }
@@ -440,8 +446,9 @@ stoke_status stoke_npy_open(stoke_dataset *d, const char *path, const stoke_data
         return STOKE_OK;
     const stoke_npy_header *th = &m->targets.h;
     if (th->shape[0] != ih->shape[0]) {
-        s = stoke_fail(STOKE_ERR_FORMAT, "%s holds %" PRId64 " samples but %s holds %" PRId64
-                                         " targets", path, ih->shape[0], tpath, th->shape[0]);
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s holds %" PRId64 " samples but %s holds %" PRId64 " targets", path,
+                       ih->shape[0], tpath, th->shape[0]);
         npy_close(d);
         return s;
     }

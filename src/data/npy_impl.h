@@ -11,13 +11,13 @@
 #define STOKE_NPY_MAX_NDIM (STOKE_MAX_DIMS + 1) /* the sample axis plus a sample's */
 
 typedef struct stoke_npy_header {
-    int major, minor;    /* format version: 1.0, 2.0 or 3.0 */
+    int major, minor; /* format version: 1.0, 2.0 or 3.0 */
     stoke_dtype dtype;
-    bool swap;           /* the file's byte order differs from the host's */
-    int ndim;            /* of the whole array; 0 for shape () */
+    bool swap; /* the file's byte order differs from the host's */
+    int ndim;  /* of the whole array; 0 for shape () */
     int64_t shape[STOKE_NPY_MAX_NDIM];
-    size_t data_offset;  /* bytes from the file's start to the first element */
-    size_t data_bytes;   /* elements x element size, as the header describes */
+    size_t data_offset; /* bytes from the file's start to the first element */
+    size_t data_bytes;  /* elements x element size, as the header describes */
 } stoke_npy_header;
 
 /* Parses the NPY preamble and header dict in buf[0..n) (n: the bytes available, e.g.

@@ -115,16 +115,19 @@ static stoke_status get_shape(const unsigned char *buf, int ndim_off, int dims_o
 {
     int nd = buf[ndim_off];
     if (nd > STOKE_MAX_DIMS)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: %s ndim %d "
-                                            "(at most %d)", path, ndim_off, which, nd,
-                          STOKE_MAX_DIMS);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: %s ndim %d "
+                          "(at most %d)",
+                          path, ndim_off, which, nd, STOKE_MAX_DIMS);
     s->ndim = nd;
     for (int k = 0; k < STOKE_MAX_DIMS; k++) {
         uint64_t v = get_u64(buf + dims_off + 8 * k);
         if (k < nd ? v == 0 || v > ((uint64_t)1 << 40) : v != 0)
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: %s dimension "
-                                                "%d is %" PRIu64 "%s", path, dims_off + 8 * k,
-                              which, k, v, k < nd ? "" : " past ndim (must be 0)");
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records header, offset %d: %s dimension "
+                              "%d is %" PRIu64 "%s",
+                              path, dims_off + 8 * k, which, k, v,
+                              k < nd ? "" : " past ndim (must be 0)");
         s->dims[k] = (int64_t)v;
     }
     return STOKE_OK;
@@ -142,60 +145,71 @@ static uint64_t shape_bytes(const stoke_shape *s, stoke_dtype t)
     return total;
 }
 
-stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n,
-                                        uint64_t file_size, const char *path,
-                                        stoke_rec_header *h)
+stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint64_t file_size,
+                                        const char *path, stoke_rec_header *h)
 {
     memset(h, 0, sizeof *h);
     if (n < STOKE_REC_HEADER_SIZE)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header truncated: %zu bytes, the "
-                                            "header is %d", path, n, STOKE_REC_HEADER_SIZE);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header truncated: %zu bytes, the "
+                          "header is %d",
+                          path, n, STOKE_REC_HEADER_SIZE);
     if (memcmp(buf, STOKE_REC_MAGIC, 8) != 0)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset 0: bad magic (expected "
-                                            "\"STOKEREC\")", path);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset 0: bad magic (expected "
+                          "\"STOKEREC\")",
+                          path);
     h->version = get_u32(buf + OFF_VERSION);
     if (h->version != STOKE_REC_VERSION)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: version %" PRIu32
-                                            " (this stoke reads version %d)", path,
-                          OFF_VERSION, h->version, STOKE_REC_VERSION);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: version %" PRIu32
+                          " (this stoke reads version %d)",
+                          path, OFF_VERSION, h->version, STOKE_REC_VERSION);
     uint32_t stored = get_u32(buf + STOKE_REC_CRC_OFFSET), computed = header_crc(buf);
     if (stored != computed)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: bad checksum "
-                                            "(stored %08" PRIx32 ", computed %08" PRIx32
-                                            "): the header is corrupt", path,
-                          STOKE_REC_CRC_OFFSET, stored, computed);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: bad checksum "
+                          "(stored %08" PRIx32 ", computed %08" PRIx32 "): the header is corrupt",
+                          path, STOKE_REC_CRC_OFFSET, stored, computed);
     if (get_u32(buf + OFF_HEADER_SIZE) != STOKE_REC_HEADER_SIZE)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: header size %"
-                                            PRIu32 " (expected %d)", path, OFF_HEADER_SIZE,
-                          get_u32(buf + OFF_HEADER_SIZE), STOKE_REC_HEADER_SIZE);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: header size %" PRIu32 " (expected %d)",
+                          path, OFF_HEADER_SIZE, get_u32(buf + OFF_HEADER_SIZE),
+                          STOKE_REC_HEADER_SIZE);
     for (int i = 61; i < 64; i++)
         if (buf[i])
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: reserved "
-                                                "byte is not 0", path, i);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records header, offset %d: reserved "
+                              "byte is not 0",
+                              path, i);
     for (int i = OFF_RESERVED; i < STOKE_REC_CRC_OFFSET; i++)
         if (buf[i])
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: reserved "
-                                                "byte is not 0", path, i);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records header, offset %d: reserved "
+                              "byte is not 0",
+                              path, i);
     stoke_dataset_info *f = &h->info;
     snprintf(f->format, sizeof f->format, "records");
     if (buf[OFF_INPUT_DTYPE] >= STOKE_DTYPE_COUNT)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: unknown input "
-                                            "dtype %u", path, OFF_INPUT_DTYPE,
-                          buf[OFF_INPUT_DTYPE]);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: unknown input "
+                          "dtype %u",
+                          path, OFF_INPUT_DTYPE, buf[OFF_INPUT_DTYPE]);
     f->input_dtype = buf[OFF_INPUT_DTYPE];
-    stoke_status s = get_shape(buf, OFF_INPUT_NDIM, OFF_INPUT_DIMS, path, "input",
-                               &f->input_shape);
+    stoke_status s = get_shape(buf, OFF_INPUT_NDIM, OFF_INPUT_DIMS, path, "input", &f->input_shape);
     if (s != STOKE_OK)
         return s;
     if (buf[OFF_TARGET_KIND] > STOKE_TARGET_VECTOR)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: unknown target "
-                                            "kind %u", path, OFF_TARGET_KIND,
-                          buf[OFF_TARGET_KIND]);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: unknown target "
+                          "kind %u",
+                          path, OFF_TARGET_KIND, buf[OFF_TARGET_KIND]);
     f->target_kind = buf[OFF_TARGET_KIND];
     if (buf[OFF_TARGET_DTYPE] >= STOKE_DTYPE_COUNT)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: unknown target "
-                                            "dtype %u", path, OFF_TARGET_DTYPE,
-                          buf[OFF_TARGET_DTYPE]);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: unknown target "
+                          "dtype %u",
+                          path, OFF_TARGET_DTYPE, buf[OFF_TARGET_DTYPE]);
     f->target_dtype = buf[OFF_TARGET_DTYPE];
     s = get_shape(buf, OFF_TARGET_NDIM, OFF_TARGET_DIMS, path, "target", &f->target_shape);
     if (s != STOKE_OK)
@@ -204,60 +218,72 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n,
     uint64_t in_bytes = get_u64(buf + OFF_INPUT_BYTES);
     uint64_t want_in = shape_bytes(&f->input_shape, f->input_dtype);
     if (in_bytes != want_in)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: input bytes %"
-                                            PRIu64 " do not match the input shape and dtype",
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: input bytes %" PRIu64
+                          " do not match the input shape and dtype",
                           path, OFF_INPUT_BYTES, in_bytes);
     f->input_bytes = (size_t)in_bytes;
     uint64_t tg_bytes = get_u64(buf + OFF_TARGET_BYTES);
-    uint64_t want_tg = f->target_kind == STOKE_TARGET_NONE
-                           ? 0
-                           : shape_bytes(&f->target_shape, f->target_dtype);
+    uint64_t want_tg =
+        f->target_kind == STOKE_TARGET_NONE ? 0 : shape_bytes(&f->target_shape, f->target_dtype);
     if (tg_bytes != want_tg)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: target bytes %"
-                                            PRIu64 " do not match the target kind, shape and "
-                                            "dtype", path, OFF_TARGET_BYTES, tg_bytes);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: target bytes %" PRIu64
+                          " do not match the target kind, shape and "
+                          "dtype",
+                          path, OFF_TARGET_BYTES, tg_bytes);
     f->target_bytes = (size_t)tg_bytes;
-    bool scalar_kind = f->target_kind == STOKE_TARGET_CLASS ||
-                       f->target_kind == STOKE_TARGET_SCALAR;
+    bool scalar_kind =
+        f->target_kind == STOKE_TARGET_CLASS || f->target_kind == STOKE_TARGET_SCALAR;
     if ((scalar_kind || f->target_kind == STOKE_TARGET_NONE) && f->target_shape.ndim != 0)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: a %s target has "
-                                            "ndim %d (must be 0)", path, OFF_TARGET_NDIM,
-                          scalar_kind ? "class or scalar" : "missing", f->target_shape.ndim);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: a %s target has "
+                          "ndim %d (must be 0)",
+                          path, OFF_TARGET_NDIM, scalar_kind ? "class or scalar" : "missing",
+                          f->target_shape.ndim);
     if (f->target_kind == STOKE_TARGET_VECTOR && f->target_shape.ndim == 0)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: a vector target "
-                                            "has ndim 0", path, OFF_TARGET_NDIM);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: a vector target "
+                          "has ndim 0",
+                          path, OFF_TARGET_NDIM);
     f->num_classes = (int64_t)get_u64(buf + OFF_NUM_CLASSES);
     if (f->target_kind == STOKE_TARGET_CLASS
             ? f->num_classes < 1 || f->num_classes > STOKE_MAX_CLASSES
             : f->num_classes != 0)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: num_classes %" PRId64
-                                            " (class targets: 1 to %d; others: 0)", path,
-                          OFF_NUM_CLASSES, f->num_classes, STOKE_MAX_CLASSES);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: num_classes %" PRId64
+                          " (class targets: 1 to %d; others: 0)",
+                          path, OFF_NUM_CLASSES, f->num_classes, STOKE_MAX_CLASSES);
 
     h->target_offset = get_u64(buf + OFF_TARGET_OFFSET);
     if (h->target_offset != align_up(in_bytes, 8))
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: target offset %"
-                                            PRIu64 " (expected %" PRIu64 ")", path,
-                          OFF_TARGET_OFFSET, h->target_offset, align_up(in_bytes, 8));
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: target offset %" PRIu64
+                          " (expected %" PRIu64 ")",
+                          path, OFF_TARGET_OFFSET, h->target_offset, align_up(in_bytes, 8));
     h->record_size = get_u64(buf + OFF_RECORD_SIZE);
     uint64_t want_rs = align_up(h->target_offset + tg_bytes, 16);
     if (want_rs == 0)
         want_rs = 16;
     if (h->record_size != want_rs)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: record size %"
-                                            PRIu64 " (expected %" PRIu64 ")", path,
-                          OFF_RECORD_SIZE, h->record_size, want_rs);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: record size %" PRIu64
+                          " (expected %" PRIu64 ")",
+                          path, OFF_RECORD_SIZE, h->record_size, want_rs);
     h->count = get_u64(buf + OFF_COUNT);
     uint64_t body;
     if (h->count > INT64_MAX || __builtin_mul_overflow(h->count, h->record_size, &body) ||
         body > UINT64_MAX - STOKE_REC_HEADER_SIZE)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: records header, offset %d: count %" PRIu64
-                                            " is impossible", path, OFF_COUNT, h->count);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: count %" PRIu64 " is impossible", path,
+                          OFF_COUNT, h->count);
     f->count = (int64_t)h->count;
     if (body + STOKE_REC_HEADER_SIZE != file_size)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: %s: the header says %" PRIu64 " records of %"
-                                            PRIu64 " bytes (%" PRIu64 " bytes with the "
-                                            "header), the file holds %" PRIu64, path,
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: %s: the header says %" PRIu64 " records of %" PRIu64
+                          " bytes (%" PRIu64 " bytes with the "
+                          "header), the file holds %" PRIu64,
+                          path,
                           file_size < body + STOKE_REC_HEADER_SIZE ? "truncated" : "oversized",
                           h->count, h->record_size, body + STOKE_REC_HEADER_SIZE, file_size);
     return STOKE_OK;
@@ -291,9 +317,11 @@ static stoke_status records_class_counts(stoke_dataset *d, int64_t *counts)
                                  (size_t)i * (size_t)m->h.record_size + m->h.target_offset;
         int64_t c;
         if (!stoke_class_of(t, f->target_dtype, f->num_classes, &c))
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: sample %" PRId64 ": class %g is not in "
-                                                "[0, %" PRId64 ")", d->path, i,
-                              stoke_value_as_double(t, f->target_dtype), f->num_classes);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: sample %" PRId64 ": class %g is not in "
+                              "[0, %" PRId64 ")",
+                              d->path, i, stoke_value_as_double(t, f->target_dtype),
+                              f->num_classes);
         counts[c]++;
     }
     return STOKE_OK;
@@ -317,8 +345,10 @@ stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_
     (void)o;
     /* Samples are stored in the host's order; stoke writes and reads little-endian. */
     if (!stoke_host_little())
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: packed records need a little-endian "
-                                                 "host", path);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "%s: packed records need a little-endian "
+                          "host",
+                          path);
     records_impl *m = calloc(1, sizeof *m);
     if (!m)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
@@ -346,8 +376,10 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
         return stoke_fail(STOKE_ERR_ARG, "stoke_records_write: %s is missing",
                           d ? "the path" : "the dataset");
     if (!stoke_host_little())
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: packed records need a little-endian "
-                                                 "host", path);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "%s: packed records need a little-endian "
+                          "host",
+                          path);
     stoke_rec_header h;
     stoke_status s = stoke_records_layout(&d->info, &h);
     if (s != STOKE_OK)

@@ -9,7 +9,7 @@
 #include "stoke/data.h"
 
 struct stoke_sampler {
-    int64_t count;       /* samples in the dataset */
+    int64_t count; /* samples in the dataset */
     stoke_sampler_opts o;
     int64_t per_rank;    /* this rank's samples per epoch, before drop_last */
     int64_t usable;      /* after drop_last */
@@ -38,8 +38,7 @@ static void build_order(stoke_sampler *s, int64_t epoch)
     s->order_epoch = epoch;
 }
 
-stoke_status stoke_sampler_create(int64_t count, const stoke_sampler_opts *o,
-                                  stoke_sampler **out)
+stoke_status stoke_sampler_create(int64_t count, const stoke_sampler_opts *o, stoke_sampler **out)
 {
     *out = NULL;
     int world = o->world_size ? o->world_size : 1;
@@ -48,13 +47,11 @@ stoke_status stoke_sampler_create(int64_t count, const stoke_sampler_opts *o,
     if (o->batch_size < 1)
         return stoke_fail(STOKE_ERR_ARG, "sampler: batch_size %" PRId64 " < 1", o->batch_size);
     if (world < 1 || o->rank < 0 || o->rank >= world)
-        return stoke_fail(STOKE_ERR_ARG, "sampler: rank %d outside world size %d", o->rank,
-                          world);
+        return stoke_fail(STOKE_ERR_ARG, "sampler: rank %d outside world size %d", o->rank, world);
     stoke_sampler *s = calloc(1, sizeof *s);
     if (!s || !(s->order = malloc((size_t)count * sizeof *s->order))) {
         free(s);
-        return stoke_fail(STOKE_ERR_NOMEM, "sampler: out of memory for %" PRId64 " indices",
-                          count);
+        return stoke_fail(STOKE_ERR_NOMEM, "sampler: out of memory for %" PRId64 " indices", count);
     }
     s->count = count;
     s->o = *o;

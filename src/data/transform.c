@@ -11,25 +11,25 @@
 #include "data/transform_impl.h"
 #include "stoke/data.h"
 
-#define MAX_OPS 16
+#define MAX_OPS          16
 #define TRANSFORM_DOMAIN 0x4155474dULL /* "AUGM": separates these streams */
 
-typedef void (*fused_fn)(const stoke_transform *t, const uint8_t *in, float *out,
-                         const int *crop, bool flip);
+typedef void (*fused_fn)(const stoke_transform *t, const uint8_t *in, float *out, const int *crop,
+                         bool flip);
 
 struct stoke_transform {
-    int C, H, W;            /* input */
+    int C, H, W; /* input */
     bool in_hwc;
     stoke_dtype in_dtype;
     stoke_op ops[MAX_OPS];
     int nops;
-    int oH, oW;             /* output (C channels) */
+    int oH, oW; /* output (C channels) */
     bool out_hwc;
     stoke_dtype out_dtype;
-    size_t stage_elems;     /* largest intermediate image, in floats */
+    size_t stage_elems; /* largest intermediate image, in floats */
     /* Fused path: u8 input, ops a subsequence of CROP, HFLIP, NORMALIZE, f32 out. */
     fused_fn fused;
-    int crop_op, flip_op;   /* their positions in ops, or -1 */
+    int crop_op, flip_op;    /* their positions in ops, or -1 */
     float scale[4], bias[4]; /* u8 -> normalized: v * scale + bias */
 };
 
@@ -41,11 +41,7 @@ void stoke_transform_set_isa(int level) { isa_level = level; }
 
 /* AVX2 where the CPU has it and the instruction-set cap allows it (core/isa.h); the
  * tests' level can only lower that. */
-static bool have_avx2(void)
-{
-    return isa_level != 0 && (stoke_isa_usable() & STOKE_ISA_AVX2);
-}
-
+static bool have_avx2(void) { return isa_level != 0 && (stoke_isa_usable() & STOKE_ISA_AVX2); }
 
 /* ---- options -------------------------------------------------------------------- */
 
@@ -73,8 +69,7 @@ static stoke_status parse_input(stoke_transform *t, const stoke_transform_opts *
     } else if (s->ndim == 3) {
         bool last = s->dims[2] == 1 || s->dims[2] == 3 || s->dims[2] == 4;
         bool first = s->dims[0] == 1 || s->dims[0] == 3 || s->dims[0] == 4;
-        bool hwc = o->in_layout == STOKE_LAYOUT_HWC ||
-                   (o->in_layout == STOKE_LAYOUT_AUTO && last);
+        bool hwc = o->in_layout == STOKE_LAYOUT_HWC || (o->in_layout == STOKE_LAYOUT_AUTO && last);
         if (o->in_layout == STOKE_LAYOUT_AUTO && !last && !first)
             return stoke_fail(STOKE_ERR_ARG,
                               "transform: input shape (%" PRId64 ", %" PRId64 ", %" PRId64
@@ -89,15 +84,17 @@ static stoke_status parse_input(stoke_transform *t, const stoke_transform_opts *
                           s->ndim);
     }
     if (t->C < 1 || t->C > 4 || t->H < 1 || t->W < 1 || t->H > 65536 || t->W > 65536)
-        return stoke_fail(STOKE_ERR_ARG, "transform: image %d x %d x %d outside 1..65536 "
-                          "pixels and 1..4 channels", t->H, t->W, t->C);
+        return stoke_fail(STOKE_ERR_ARG,
+                          "transform: image %d x %d x %d outside 1..65536 "
+                          "pixels and 1..4 channels",
+                          t->H, t->W, t->C);
     return STOKE_OK;
 }
 
-static void fused_default(const stoke_transform *t, const uint8_t *in, float *out,
-                          const int *crop, bool flip);
-static void fused_avx2(const stoke_transform *t, const uint8_t *in, float *out,
-                       const int *crop, bool flip);
+static void fused_default(const stoke_transform *t, const uint8_t *in, float *out, const int *crop,
+                          bool flip);
+static void fused_avx2(const stoke_transform *t, const uint8_t *in, float *out, const int *crop,
+                       bool flip);
 
 stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transform **out)
 {
@@ -111,8 +108,10 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
     t->out_dtype = o->out_dtype == STOKE_U8 ? STOKE_F32 : o->out_dtype;
     if (st == STOKE_OK && t->out_dtype != STOKE_F32 && t->out_dtype != STOKE_BF16 &&
         t->out_dtype != STOKE_F16)
-        st = stoke_fail(STOKE_ERR_ARG, "transform: output dtype %s (float32, bfloat16 or "
-                        "float16 only)", stoke_dtype_name(o->out_dtype));
+        st = stoke_fail(STOKE_ERR_ARG,
+                        "transform: output dtype %s (float32, bfloat16 or "
+                        "float16 only)",
+                        stoke_dtype_name(o->out_dtype));
     t->out_hwc = o->out_layout == STOKE_LAYOUT_HWC;
     int h = t->H, w = t->W;
     size_t big = (size_t)h * (size_t)w;
@@ -134,9 +133,10 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
             }
             if (op.kind == STOKE_OP_CROP &&
                 (op.pad < 0 || op.height > h + 2 * op.pad || op.width > w + 2 * op.pad)) {
-                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (crop): %d x %d does not fit "
-                                "a %d x %d image padded by %d", i, op.height, op.width, h,
-                                w, op.pad);
+                st = stoke_fail(STOKE_ERR_ARG,
+                                "transform op %d (crop): %d x %d does not fit "
+                                "a %d x %d image padded by %d",
+                                i, op.height, op.width, h, w, op.pad);
                 break;
             }
             if (op.kind == STOKE_OP_RESIZE)
@@ -149,23 +149,26 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
             if (op.p == 0.0f)
                 op.p = 0.5f;
             if (!(op.p >= 0.0f && op.p <= 1.0f))
-                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (hflip): p %g outside [0, 1]",
-                                i, (double)op.p);
+                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (hflip): p %g outside [0, 1]", i,
+                                (double)op.p);
             t->flip_op = i;
             break;
         case STOKE_OP_COLOR_JITTER:
-            if (!(op.brightness >= 0 && op.contrast >= 0 && op.saturation >= 0 &&
-                  op.hue >= 0 && op.hue <= 0.5f))
-                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (color_jitter): factors must "
-                                "be >= 0 and hue <= 0.5", i);
+            if (!(op.brightness >= 0 && op.contrast >= 0 && op.saturation >= 0 && op.hue >= 0 &&
+                  op.hue <= 0.5f))
+                st = stoke_fail(STOKE_ERR_ARG,
+                                "transform op %d (color_jitter): factors must "
+                                "be >= 0 and hue <= 0.5",
+                                i);
             fusable = false;
             break;
         case STOKE_OP_NORMALIZE:
             for (int c = 0; c < t->C && st == STOKE_OK; c++)
                 if (!(op.std[c] != 0.0f) || !isfinite(op.std[c]) || !isfinite(op.mean[c]))
-                    st = stoke_fail(STOKE_ERR_ARG, "transform op %d (normalize): channel %d "
-                                    "has std %g, mean %g", i, c, (double)op.std[c],
-                                    (double)op.mean[c]);
+                    st = stoke_fail(STOKE_ERR_ARG,
+                                    "transform op %d (normalize): channel %d "
+                                    "has std %g, mean %g",
+                                    i, c, (double)op.std[c], (double)op.mean[c]);
             for (int c = 0; c < t->C; c++) {
                 /* (v / 255 - mean) / std folded into one multiply-add per value. */
                 t->scale[c] = (float)(1.0 / (255.0 * op.std[c]));
@@ -224,20 +227,17 @@ size_t stoke_transform_scratch_bytes(const stoke_transform *t)
 
 /* ---- random parameters ------------------------------------------------------------ */
 
-void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch,
-                          int64_t index, stoke_op_draw *p)
+void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch, int64_t index,
+                          stoke_op_draw *p)
 {
     memset(p, 0, (size_t)t->nops * sizeof *p);
-    stoke_rng r = {stoke_stream_key(seed ^ TRANSFORM_DOMAIN, (uint64_t)epoch, (uint64_t)index),
-                   0};
+    stoke_rng r = {stoke_stream_key(seed ^ TRANSFORM_DOMAIN, (uint64_t)epoch, (uint64_t)index), 0};
     int h = t->H, w = t->W;
     for (int i = 0; i < t->nops; i++) {
         const stoke_op *op = &t->ops[i];
         op_params *q = &p[i];
         switch (op->kind) {
-        case STOKE_OP_RESIZE:
-            h = op->height, w = op->width;
-            break;
+        case STOKE_OP_RESIZE: h = op->height, w = op->width; break;
         case STOKE_OP_CROP: {
             int ph = h + 2 * op->pad - op->height, pw = w + 2 * op->pad - op->width;
             if (op->center) { /* torchvision CenterCrop's rounding */
@@ -249,9 +249,7 @@ void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch
             h = op->height, w = op->width;
             break;
         }
-        case STOKE_OP_HFLIP:
-            q->flip = stoke_rng_unit(&r) < (double)op->p;
-            break;
+        case STOKE_OP_HFLIP: q->flip = stoke_rng_unit(&r) < (double)op->p; break;
         case STOKE_OP_COLOR_JITTER: {
             for (int k = 0; k < 4; k++)
                 q->order[k] = k;
@@ -268,8 +266,7 @@ void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch
             q->factor[3] = (float)(-op->hue + 2.0 * op->hue * stoke_rng_unit(&r));
             break;
         }
-        case STOKE_OP_NORMALIZE:
-            break;
+        case STOKE_OP_NORMALIZE: break;
         }
     }
 }
@@ -279,9 +276,8 @@ void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch
 /* One output plane row from a u8 source row: the compiler vectorizes both loops (and
  * the AVX2 copy below gets 256-bit registers). No FMA target, so both copies round
  * identically. */
-static inline __attribute__((always_inline)) void fused_body(const stoke_transform *t,
-                                                             const uint8_t *in, float *out,
-                                                             const int *crop, bool flip)
+static inline __attribute__((always_inline)) void
+fused_body(const stoke_transform *t, const uint8_t *in, float *out, const int *crop, bool flip)
 {
     const int C = t->C, H = t->H, W = t->W, oH = t->oH, oW = t->oW;
     const int pad = t->crop_op >= 0 ? t->ops[t->crop_op].pad : 0;
@@ -302,16 +298,15 @@ static inline __attribute__((always_inline)) void fused_body(const stoke_transfo
     for (int c = 0; c < C; c++) {
         const float a = t->scale[c], b = t->bias[c];
         for (int y = 0; y < oH; y++) {
-            float *d = t->out_hwc ? out + (size_t)y * oW * C + c
-                                  : out + ((size_t)c * oH + y) * oW;
+            float *d = t->out_hwc ? out + (size_t)y * oW * C + c : out + ((size_t)c * oH + y) * oW;
             int sy = y + oy;
             if (sy < 0 || sy >= H) {
                 for (int x = 0; x < oW; x++)
                     d[x * out_sx] = b;
                 continue;
             }
-            const uint8_t *s = t->in_hwc ? in + (size_t)sy * W * C + c
-                                         : in + ((size_t)c * H + sy) * W;
+            const uint8_t *s =
+                t->in_hwc ? in + (size_t)sy * W * C + c : in + ((size_t)c * H + sy) * W;
             for (int x = 0; x < x0; x++)
                 d[x * out_sx] = b;
             for (int x = x1; x < oW; x++)
@@ -337,15 +332,14 @@ static inline __attribute__((always_inline)) void fused_body(const stoke_transfo
     }
 }
 
-static void fused_default(const stoke_transform *t, const uint8_t *in, float *out,
-                          const int *crop, bool flip)
+static void fused_default(const stoke_transform *t, const uint8_t *in, float *out, const int *crop,
+                          bool flip)
 {
     fused_body(t, in, out, crop, flip);
 }
 
-__attribute__((target("avx2"))) static void fused_avx2(const stoke_transform *t,
-                                                       const uint8_t *in, float *out,
-                                                       const int *crop, bool flip)
+__attribute__((target("avx2"))) static void fused_avx2(const stoke_transform *t, const uint8_t *in,
+                                                       float *out, const int *crop, bool flip)
 {
     fused_body(t, in, out, crop, flip);
 }
@@ -410,8 +404,7 @@ static void hsv_to_rgb(const float *hsv, float *px)
     int k = ((int)i % 6 + 6) % 6;
     float p = clamp01(v * (1.0f - s)), q = clamp01(v * (1.0f - s * f)),
           u = clamp01(v * (1.0f - s * (1.0f - f)));
-    const float rr[6] = {v, q, p, p, u, v}, gg[6] = {u, v, v, q, p, p},
-                bb[6] = {p, p, u, v, v, q};
+    const float rr[6] = {v, q, p, p, u, v}, gg[6] = {u, v, v, q, p, p}, bb[6] = {p, p, u, v, v, q};
     px[0] = rr[k], px[1] = gg[k], px[2] = bb[k];
 }
 
@@ -448,8 +441,8 @@ static void color_jitter(float *img, size_t npx, int C, const stoke_op *op, cons
     }
 }
 
-static void general_apply(const stoke_transform *t, const void *in, void *out, float *a,
-                          float *b, const op_params *p)
+static void general_apply(const stoke_transform *t, const void *in, void *out, float *a, float *b,
+                          const op_params *p)
 {
     const int C = t->C;
     int h = t->H, w = t->W;
@@ -498,9 +491,7 @@ static void general_apply(const stoke_transform *t, const void *in, void *out, f
                             *l = *r, *r = tmp;
                         }
             break;
-        case STOKE_OP_COLOR_JITTER:
-            color_jitter(a, (size_t)h * w, C, op, q);
-            break;
+        case STOKE_OP_COLOR_JITTER: color_jitter(a, (size_t)h * w, C, op, q); break;
         case STOKE_OP_NORMALIZE:
             for (size_t i = 0; i < (size_t)h * w; i++)
                 for (int c = 0; c < C; c++)
@@ -534,8 +525,7 @@ void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, 
         int crop[2] = {0, 0};
         if (t->crop_op >= 0)
             crop[0] = p[t->crop_op].crop_i, crop[1] = p[t->crop_op].crop_j;
-        t->fused(t, in, out, t->crop_op >= 0 ? crop : NULL,
-                 t->flip_op >= 0 && p[t->flip_op].flip);
+        t->fused(t, in, out, t->crop_op >= 0 ? crop : NULL, t->flip_op >= 0 && p[t->flip_op].flip);
         return;
     }
     void *own = NULL;

@@ -93,9 +93,7 @@ static double half_to_double(uint16_t h)
 {
     int e = (h >> 10) & 0x1f;
     double m = h & 0x3ff;
-    double v = e == 0    ? ldexp(m, -24)
-               : e == 31 ? (m ? NAN : INFINITY)
-                         : ldexp(m + 1024, e - 25);
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
     return (h & 0x8000) ? -v : v;
 }
 
@@ -140,8 +138,8 @@ double stoke_value_as_double(const void *p, stoke_dtype t)
 
 bool stoke_dtype_is_integer(stoke_dtype t)
 {
-    return t == STOKE_U8 || t == STOKE_I8 || t == STOKE_U16 || t == STOKE_I16 ||
-           t == STOKE_U32 || t == STOKE_I32 || t == STOKE_I64;
+    return t == STOKE_U8 || t == STOKE_I8 || t == STOKE_U16 || t == STOKE_I16 || t == STOKE_U32 ||
+           t == STOKE_I32 || t == STOKE_I64;
 }
 
 bool stoke_class_of(const void *p, stoke_dtype t, int64_t limit, int64_t *out)
@@ -179,9 +177,10 @@ stoke_status stoke_scalar_targets(const char *path, const unsigned char *data, i
         if (!stoke_class_of(v, t, STOKE_MAX_CLASSES, &c)) {
             if (!integer)
                 return STOKE_OK; /* not whole numbers: regression targets */
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: sample %" PRId64 ": label %.0f is not a "
-                                                "class index (0 to %d)", path, i,
-                              stoke_value_as_double(v, t), STOKE_MAX_CLASSES - 1);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: sample %" PRId64 ": label %.0f is not a "
+                              "class index (0 to %d)",
+                              path, i, stoke_value_as_double(v, t), STOKE_MAX_CLASSES - 1);
         }
         if (c > max)
             max = c;

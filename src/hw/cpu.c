@@ -204,8 +204,8 @@ static const char *cpuinfo_value(const char *line, const char *key)
 
 /* Reads the facts /proc/cpuinfo holds; the topology it gives is only used when
  * sysfs has none (some containers and old kernels). */
-static stoke_status read_cpuinfo(const char *root, stoke_cpu_info *out, int *processors,
-                                 topo *t, double *max_cpuinfo_mhz)
+static stoke_status read_cpuinfo(const char *root, stoke_cpu_info *out, int *processors, topo *t,
+                                 double *max_cpuinfo_mhz)
 {
     char path[1024];
     join(path, sizeof path, root, "/proc/cpuinfo");
@@ -339,8 +339,7 @@ stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
         long core = -1, package = -1;
         if (stoke_read_line(path, buf, sizeof buf) > 0)
             core = strtol(buf, NULL, 10);
-        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
-                 i);
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", i);
         join(path, sizeof path, root, rel);
         if (stoke_read_line(path, buf, sizeof buf) > 0)
             package = strtol(buf, NULL, 10);
@@ -419,7 +418,8 @@ static void cg_headroom(const char *root, stoke_mem_info *out)
             }
             if (v1 || (v2 && !mount[0])) {
                 snprintf(rel, sizeof rel, "%s", c2 + 1);
-                snprintf(mount, sizeof mount, "%s", v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
+                snprintf(mount, sizeof mount, "%s",
+                         v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
                 snprintf(lim, sizeof lim, "%s", v1 ? "memory.limit_in_bytes" : "memory.max");
                 snprintf(use, sizeof use, "%s", v1 ? "memory.usage_in_bytes" : "memory.current");
             }

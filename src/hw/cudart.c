@@ -100,8 +100,8 @@ stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count)
     return STOKE_OK;
 }
 
-stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count,
-                                    char *pci_bus_id, size_t size)
+stoke_status stoke_cudart_device_sm(stoke_cudart *rt, int dev, int *sm_count, char *pci_bus_id,
+                                    size_t size)
 {
     int domain = 0, bus = 0, device = 0;
     int rc = rt->device_get_attribute(sm_count, CU_ATTR_MULTIPROCESSOR_COUNT, dev);
@@ -126,10 +126,10 @@ static stoke_status cu_fail(const stoke_cudart *rt, const char *what, int rc)
     return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: %s (error %d)", what, cu_err(rt, rc), rc);
 }
 
-#define CU_CALL(rt, what, call)                                                             \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        return rc_ == CU_SUCCESS ? STOKE_OK : cu_fail(rt, what, rc_);                       \
+#define CU_CALL(rt, what, call)                                       \
+    do {                                                              \
+        int rc_ = (call);                                             \
+        return rc_ == CU_SUCCESS ? STOKE_OK : cu_fail(rt, what, rc_); \
     } while (0)
 
 stoke_status stoke_cudart_check_device_api(const stoke_cudart *rt)
@@ -154,8 +154,8 @@ stoke_status stoke_cudart_host_alloc(stoke_cudart *rt, size_t bytes, void **out)
     int rc = rt->host_alloc(out, bytes ? bytes : 1, CU_HOST_ALLOC_DEFAULT);
     if (rc != CU_SUCCESS) {
         *out = NULL;
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaHostAlloc(%zu bytes): %s (error %d)",
-                          bytes, cu_err(rt, rc), rc);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaHostAlloc(%zu bytes): %s (error %d)", bytes,
+                          cu_err(rt, rc), rc);
     }
     return STOKE_OK;
 }

@@ -62,8 +62,7 @@ static bool contains(const char *mp, const char *path)
 }
 
 /* Reads sysfs for a block device number and sets kind and reason. */
-static void classify_block(const char *sys_root, unsigned maj, unsigned mnr,
-                           stoke_disk_info *out)
+static void classify_block(const char *sys_root, unsigned maj, unsigned mnr, stoke_disk_info *out)
 {
     char link[PATH_MAX], dev[PATH_MAX], path[PATH_MAX + 32], buf[32];
     snprintf(link, sizeof link, "%s/sys/dev/block/%u:%u", sys_root, maj, mnr);
@@ -100,8 +99,8 @@ stoke_status stoke_disk_probe(const char *path, stoke_disk_info *out)
     return stoke_disk_probe_from("/proc/self/mountinfo", "", path, out);
 }
 
-stoke_status stoke_disk_probe_from(const char *mountinfo, const char *sys_root,
-                                   const char *path, stoke_disk_info *out)
+stoke_status stoke_disk_probe_from(const char *mountinfo, const char *sys_root, const char *path,
+                                   stoke_disk_info *out)
 {
     memset(out, 0, sizeof *out);
     char real[PATH_MAX];
@@ -154,8 +153,8 @@ stoke_status stoke_disk_probe_from(const char *mountinfo, const char *sys_root,
     free(line);
     fclose(f);
     if (!found)
-        return stoke_fail(STOKE_ERR_NOTFOUND, "%s: no mount in %s contains %s", path,
-                          mountinfo, real);
+        return stoke_fail(STOKE_ERR_NOTFOUND, "%s: no mount in %s contains %s", path, mountinfo,
+                          real);
 
     for (size_t i = 0; i < sizeof fs_kinds / sizeof fs_kinds[0]; i++) {
         if (strcmp(out->fs_type, fs_kinds[i].fs) == 0) {
@@ -172,8 +171,8 @@ stoke_status stoke_disk_probe_from(const char *mountinfo, const char *sys_root,
      * virtual filesystems, whose real disk sysfs cannot name. */
     if (best_maj == 0) {
         snprintf(out->reason, sizeof out->reason,
-                 "%s on an anonymous device (0:%u): the backing disk is not visible",
-                 out->fs_type, best_min);
+                 "%s on an anonymous device (0:%u): the backing disk is not visible", out->fs_type,
+                 best_min);
         return STOKE_OK;
     }
     classify_block(sys_root, best_maj, best_min, out);

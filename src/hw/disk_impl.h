@@ -8,7 +8,7 @@
 /* stoke_disk_probe reading `mountinfo` (a file in /proc/self/mountinfo's format)
  * and block devices under `sys_root` + "/sys/dev/block" ("" for the real system).
  * Same results and errors as stoke_disk_probe. */
-stoke_status stoke_disk_probe_from(const char *mountinfo, const char *sys_root,
-                                   const char *path, stoke_disk_info *out);
+stoke_status stoke_disk_probe_from(const char *mountinfo, const char *sys_root, const char *path,
+                                   stoke_disk_info *out);
 
 #endif

@@ -68,7 +68,7 @@ struct stoke_nvml {
     int (*pcie_width)(nv_device, unsigned *);
     int (*clock_reasons)(nv_device, unsigned long long *);
     int (*processes)(nv_device, unsigned *, void *);
-    size_t process_stride;      /* bytes per entry written by `processes` */
+    size_t process_stride; /* bytes per entry written by `processes` */
     unsigned count;
     nv_device devices[STOKE_MAX_GPUS];
     char driver[80];

@@ -87,13 +87,11 @@ static void probe_gpus(stoke_machine *m)
         snprintf(m->gpu_note, sizeof m->gpu_note, "no NVIDIA GPU: %s", stoke_last_error());
         return;
     }
-    snprintf(m->driver_version, sizeof m->driver_version, "%s",
-             stoke_nvml_driver_version(nvml));
+    snprintf(m->driver_version, sizeof m->driver_version, "%s", stoke_nvml_driver_version(nvml));
     m->cuda_driver_version = stoke_nvml_cuda_driver_version(nvml);
     int count = stoke_nvml_device_count(nvml);
     if (count <= 0) {
-        snprintf(m->gpu_note, sizeof m->gpu_note,
-                 "no NVIDIA GPU: the driver reports 0 devices");
+        snprintf(m->gpu_note, sizeof m->gpu_note, "no NVIDIA GPU: the driver reports 0 devices");
         stoke_nvml_close(nvml);
         return;
     }

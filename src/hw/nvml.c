@@ -18,10 +18,10 @@ static void *sym(void *lib, const char *const *names)
     return NULL;
 }
 
-#define LOAD(field, ...)                                                               \
-    do {                                                                               \
-        static const char *const names_[] = {__VA_ARGS__, NULL};                       \
-        *(void **)&n->field = sym(n->lib, names_);                                     \
+#define LOAD(field, ...)                                         \
+    do {                                                         \
+        static const char *const names_[] = {__VA_ARGS__, NULL}; \
+        *(void **)&n->field = sym(n->lib, names_);               \
     } while (0)
 
 static const char *nv_err(const stoke_nvml *n, int rc)
@@ -53,8 +53,7 @@ stoke_status stoke_nvml_open(stoke_nvml **out)
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         if (env && *env)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "STOKE_NVML_LIBRARY=%s: %s", env,
-                              dlerror());
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "STOKE_NVML_LIBRARY=%s: %s", env, dlerror());
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "libnvidia-ml.so.1 not found");
     }
     stoke_nvml *n = calloc(1, sizeof *n);
@@ -73,8 +72,7 @@ stoke_status stoke_nvml_open(stoke_nvml **out)
     LOAD(handle_by_index, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
     LOAD(name, "nvmlDeviceGetName");
     LOAD(uuid, "nvmlDeviceGetUUID");
-    LOAD(pci_info, "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2",
-         "nvmlDeviceGetPciInfo");
+    LOAD(pci_info, "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo");
     LOAD(memory, "nvmlDeviceGetMemoryInfo");
     LOAD(utilization, "nvmlDeviceGetUtilizationRates");
     LOAD(power_usage, "nvmlDeviceGetPowerUsage");
@@ -95,13 +93,11 @@ stoke_status stoke_nvml_open(stoke_nvml **out)
     if (!n->init || !n->shutdown || !n->device_count || !n->handle_by_index) {
         dlclose(lib);
         free(n);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s lacks nvmlInit/nvmlDeviceGetCount",
-                          path);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s lacks nvmlInit/nvmlDeviceGetCount", path);
     }
     int rc = n->init();
     if (rc != NV_SUCCESS) {
-        stoke_status s = stoke_fail(STOKE_ERR_UNAVAILABLE, "nvmlInit_v2 failed: %s",
-                                    nv_err(n, rc));
+        stoke_status s = stoke_fail(STOKE_ERR_UNAVAILABLE, "nvmlInit_v2 failed: %s", nv_err(n, rc));
         dlclose(lib);
         free(n);
         return s;
@@ -109,8 +105,8 @@ stoke_status stoke_nvml_open(stoke_nvml **out)
     unsigned count = 0;
     rc = n->device_count(&count);
     if (rc != NV_SUCCESS) {
-        stoke_status s = stoke_fail(STOKE_ERR_UNAVAILABLE, "nvmlDeviceGetCount failed: %s",
-                                    nv_err(n, rc));
+        stoke_status s =
+            stoke_fail(STOKE_ERR_UNAVAILABLE, "nvmlDeviceGetCount failed: %s", nv_err(n, rc));
         stoke_nvml_close(n);
         return s;
     }
@@ -152,8 +148,7 @@ static stoke_status device(stoke_nvml *n, int i, nv_device *d)
 }
 
 /* Copies a driver string, guaranteeing termination even if the driver did not. */
-static bool get_string(int (*fn)(nv_device, char *, unsigned), nv_device d, char *dst,
-                       size_t size)
+static bool get_string(int (*fn)(nv_device, char *, unsigned), nv_device d, char *dst, size_t size)
 {
     dst[0] = '\0';
     if (!fn || fn(d, dst, (unsigned)size) != NV_SUCCESS) {
@@ -245,8 +240,7 @@ stoke_status stoke_nvml_sample(stoke_nvml *n, int i, stoke_gpu_sample *out)
     return STOKE_OK;
 }
 
-stoke_status stoke_nvml_processes(stoke_nvml *n, int i, stoke_gpu_proc *procs, int cap,
-                                  int *count)
+stoke_status stoke_nvml_processes(stoke_nvml *n, int i, stoke_gpu_proc *procs, int cap, int *count)
 {
     *count = 0;
     nv_device d = NULL;
@@ -263,8 +257,7 @@ stoke_status stoke_nvml_processes(stoke_nvml *n, int i, stoke_gpu_proc *procs, i
         if (rc == NV_SUCCESS)
             return STOKE_OK; /* no processes */
         if (rc != NV_ERROR_INSUFFICIENT_SIZE)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "GPU %d process list: %s", i,
-                              nv_err(n, rc));
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "GPU %d process list: %s", i, nv_err(n, rc));
         unsigned have = want + 8;
         unsigned char *buf = calloc(have, n->process_stride);
         if (!buf)
@@ -276,8 +269,7 @@ stoke_status stoke_nvml_processes(stoke_nvml *n, int i, stoke_gpu_proc *procs, i
         }
         if (rc != NV_SUCCESS) {
             free(buf);
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "GPU %d process list: %s", i,
-                              nv_err(n, rc));
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "GPU %d process list: %s", i, nv_err(n, rc));
         }
         int w = 0;
         for (unsigned k = 0; k < have && w < cap; k++) {

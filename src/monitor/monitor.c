@@ -14,7 +14,7 @@ struct stoke_monitor {
     stoke_proc_reader *proc;
     stoke_gpu_reader *gpu;
     char gpu_note[256];
-    stoke_mon_history hist;  /* written by the sampler only while it runs */
+    stoke_mon_history hist;   /* written by the sampler only while it runs */
     stoke_mon_sample scratch; /* the sampler's sample being built */
     uint64_t t0_ns, seq;
     stoke_mon_pipeline pipe_prev; /* the pipeline's previous snapshot (sampler only) */
@@ -22,7 +22,7 @@ struct stoke_monitor {
     bool have_pipe_prev;
     pthread_t thread;
     bool running;
-    pthread_mutex_t mu;      /* guards everything below */
+    pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;
     bool stop_req, gone, have_latest;
     stoke_mon_sample latest;

@@ -18,7 +18,7 @@ typedef struct proc_entry {
     int pid;
     unsigned long long start; /* starttime, clock ticks after boot */
     int stat_fd, io_fd;
-    unsigned long long ticks; /* utime + stime + cutime + cstime at the last read */
+    unsigned long long ticks;  /* utime + stime + cutime + cstime at the last read */
     unsigned long long rd, wr; /* read_bytes, write_bytes at the last read */
     bool have_io;
     bool init; /* read at least once */
@@ -39,9 +39,9 @@ struct stoke_proc_reader {
     int nents, cap_ents;
     int *pids;
     int npids, cap_pids;
-    double prev_tree_t;       /* monotonic seconds of the previous tree read, 0 = none */
+    double prev_tree_t; /* monotonic seconds of the previous tree read, 0 = none */
     unsigned long long prev_ticks, prev_rd, prev_wr; /* tree totals then */
-    bool prev_io;             /* every process's io file was readable then */
+    bool prev_io;                                    /* every process's io file was readable then */
     char buf[16384];
 };
 
@@ -112,8 +112,7 @@ bool stoke_proc_parse_io(const char *buf, unsigned long long *rd, unsigned long 
     return true;
 }
 
-static bool read_io(int fd, char *buf, size_t size, unsigned long long *rd,
-                    unsigned long long *wr)
+static bool read_io(int fd, char *buf, size_t size, unsigned long long *rd, unsigned long long *wr)
 {
     return fd >= 0 && pread_all(fd, buf, size) > 0 && stoke_proc_parse_io(buf, rd, wr);
 }
@@ -173,7 +172,7 @@ static int scan_all(stoke_proc_reader *r)
     if (!d)
         return -1;
     int cap = 256, n = 0;
-    int (*pp)[2] = malloc((size_t)cap * sizeof *pp);
+    int(*pp)[2] = malloc((size_t)cap * sizeof *pp);
     if (!pp) {
         closedir(d);
         return -1;
@@ -248,8 +247,7 @@ stoke_status stoke_proc_reader_open(int pid, stoke_proc_reader **out)
     if (r->stat_fd < 0 || r->meminfo_fd < 0) {
         int e = errno;
         stoke_proc_reader_free(r);
-        return stoke_fail(STOKE_ERR_IO, "cannot open /proc/stat or /proc/meminfo: %s",
-                          strerror(e));
+        return stoke_fail(STOKE_ERR_IO, "cannot open /proc/stat or /proc/meminfo: %s", strerror(e));
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     r->ncpu = n > 0 ? (int)n : 1;
@@ -290,8 +288,8 @@ static stoke_status read_system(stoke_proc_reader *r, stoke_mon_sample *s)
     if (pread_all(r->stat_fd, line, sizeof line) <= 0)
         return stoke_fail(STOKE_ERR_IO, "cannot read /proc/stat: %s", strerror(errno));
     unsigned long long v[8] = {0};
-    if (sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-               &v[3], &v[4], &v[5], &v[6], &v[7]) < 5)
+    if (sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) < 5)
         return stoke_fail(STOKE_ERR_FORMAT, "/proc/stat: unexpected first line");
     unsigned long long total = 0;
     for (int i = 0; i < 8; i++)
@@ -303,9 +301,8 @@ static stoke_status read_system(stoke_proc_reader *r, stoke_mon_sample *s)
         double dt = (double)(total - r->prev_total);
         s->cpu_pct = 100.0 * (double)(busy - r->prev_busy) / dt;
         /* iowait may go backwards on some kernels (it is per-CPU idle accounting) */
-        s->iowait_pct = iowait >= r->prev_iowait
-                            ? 100.0 * (double)(iowait - r->prev_iowait) / dt
-                            : 0.0;
+        s->iowait_pct =
+            iowait >= r->prev_iowait ? 100.0 * (double)(iowait - r->prev_iowait) / dt : 0.0;
         if (s->cpu_pct < 0)
             s->cpu_pct = 0;
         s->valid |= STOKE_MS_CPU;
@@ -424,7 +421,8 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
         entry_close(e);
         r->ents[i] = r->ents[--r->nents];
     }
-    unsigned long long pt = r->prev_ticks - (gone_ticks < r->prev_ticks ? gone_ticks : r->prev_ticks);
+    unsigned long long pt =
+        r->prev_ticks - (gone_ticks < r->prev_ticks ? gone_ticks : r->prev_ticks);
     unsigned long long prd = r->prev_rd - (gone_rd < r->prev_rd ? gone_rd : r->prev_rd);
     unsigned long long pwr = r->prev_wr - (gone_wr < r->prev_wr ? gone_wr : r->prev_wr);
     if (rates && dt > 0) {

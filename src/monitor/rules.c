@@ -70,8 +70,10 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
         put(workers, sizeof workers, "%d worker%s busy %.0f%% of the time", p->workers,
             p->workers == 1 ? "" : "s", 100.0 * p->busy_frac);
     else
-        put(workers, sizeof workers, "no workers: the loop read and transformed its batches "
-            "itself (busy %.0f%% of the time)", 100.0 * p->busy_frac);
+        put(workers, sizeof workers,
+            "no workers: the loop read and transformed its batches "
+            "itself (busy %.0f%% of the time)",
+            100.0 * p->busy_frac);
     if (s->sys[STOKE_M_BATCH_RATE].n)
         put(rate, sizeof rate, "; %.1f batches/s (median)", s->sys[STOKE_M_BATCH_RATE].median);
     if (s->sys[STOKE_M_CPU].n)
@@ -81,8 +83,8 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
         "the training loop waited for data %.0f%% of the time (median; p95 %.0f%%); per batch "
         "avg %.1f ms, p95 %.1f ms, max %.1f ms; the ring of %d slots held %.2f ready batches "
         "on average when asked; %s%s%s",
-        w->median, w->p95, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->slots,
-        p->fill_avg, workers, rate, cpu);
+        w->median, w->p95, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->slots, p->fill_avg,
+        workers, rate, cpu);
     const stoke_stats *io = &s->sys[STOKE_M_IOWAIT];
     bool reading = (io->n && io->median >= r->iowait_atleast) || slow_disk(s);
     int cap = suggested_workers(s);
@@ -122,11 +124,14 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     } else if (p->fill_avg < r->fill_below) {
         char ring[160] = "";
         if (p->workers > 0 && p->slots < 2 * p->workers + 2)
-            put(ring, sizeof ring, "; a ring of %d slots for %d workers also gives them too "
-                "little to do at once: prefetch %d", p->slots, p->workers, 2 * p->workers + 2);
+            put(ring, sizeof ring,
+                "; a ring of %d slots for %d workers also gives them too "
+                "little to do at once: prefetch %d",
+                p->slots, p->workers, 2 * p->workers + 2);
         put(f->advice, sizeof f->advice,
             "the workers idle %.0f%% of the time yet the ring is mostly empty, so they are not "
-            "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD, stoke data "
+            "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD, "
+            "stoke data "
             "convert to packed records)%s",
             100.0 * (1.0 - p->busy_frac), ring);
     } else {
@@ -199,10 +204,10 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
     }
     char ram[32];
     stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
-#define IO_ADVICE                                                                      \
-    "storage feeds the job too slowly: copy the dataset to local SSD or to tmpfs "     \
+#define IO_ADVICE                                                                        \
+    "storage feeds the job too slowly: copy the dataset to local SSD or to tmpfs "       \
     "(/dev/shm) if it fits in RAM (%s here), or read it once so later epochs come from " \
-    "the page cache; pack small files into large records and use more loader workers " \
+    "the page cache; pack small files into large records and use more loader workers "   \
     "(%d) so reads overlap"
     if (!any_gpu(s)) {
         /* A CPU-only job: the cores that wait on storage are the idle accelerator. */
@@ -222,8 +227,8 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
         char wait[64] = "";
         if (io->n)
             put(wait, sizeof wait, "; iowait median %.0f%% (p95 %.0f%%)", io->median, io->p95);
-        put(f->evidence, sizeof f->evidence, "GPU %d utilization median %.0f%%%s%s%s", g,
-            u->median, wait, rd, disk);
+        put(f->evidence, sizeof f->evidence, "GPU %d utilization median %.0f%%%s%s%s", g, u->median,
+            wait, rd, disk);
         put(f->advice, sizeof f->advice, IO_ADVICE, ram, suggested_workers(s));
         return true;
     }
@@ -263,7 +268,8 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
     for (int g = 0; g < s->gpu_count; g++) {
         const stoke_stats *m = &s->gpu[g].s[STOKE_G_MEM_USED];
         double total = (double)s->gpu[g].mem_total_bytes;
-        if (!gpu_considered(s, g) || m->n == 0 || total <= 0 || m->max / total < r->mem_frac_atleast)
+        if (!gpu_considered(s, g) || m->n == 0 || total <= 0 ||
+            m->max / total < r->mem_frac_atleast)
             continue;
         double keep = r->mem_target_frac * total / m->max;
         f->gpu = g;
@@ -286,8 +292,8 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
         if (s->sys[STOKE_M_PROC_RSS].n)
             put(rss, sizeof rss, "; the job's RSS peaked at %.1f GB",
                 s->sys[STOKE_M_PROC_RSS].max / GB);
-        put(f->evidence, sizeof f->evidence, "RAM peak %.1f of %.1f GB (%.0f%%)%s",
-            m->max / GB, total / GB, 100.0 * m->max / total, rss);
+        put(f->evidence, sizeof f->evidence, "RAM peak %.1f of %.1f GB (%.0f%%)%s", m->max / GB,
+            total / GB, 100.0 * m->max / total, rss);
         put(f->advice, sizeof f->advice,
             "system memory is nearly full (the kernel's OOM killer or swapping is next): free "
             "about %.1f GB - fewer loader workers or a shallower prefetch (each worker holds "
@@ -323,8 +329,8 @@ static bool check_throttle(const stoke_rule *r, const stoke_mon_summary *s, stok
         if (c->n)
             put(clk, sizeof clk, "; SM clock median %.0f MHz (max seen %.0f)", c->median, c->max);
         put(f->evidence, sizeof f->evidence,
-            "GPU %d throttled in %.0f%% of samples by power and %.0f%% by temperature%s%s%s",
-            g, 100.0 * pw, 100.0 * th, pwr, temp, clk);
+            "GPU %d throttled in %.0f%% of samples by power and %.0f%% by temperature%s%s%s", g,
+            100.0 * pw, 100.0 * th, pwr, temp, clk);
         if (th >= r->samples_frac_atleast)
             put(f->advice, sizeof f->advice,
                 "the GPU slows down to cool off: improve airflow or the fan curve, or cap "
@@ -368,8 +374,8 @@ static bool check_cpu_underused(const stoke_rule *r, const stoke_mon_summary *s,
     if (dw && dw->median >= r->data_wait_atleast)
         return false; /* waiting for data (data-wait), not short of threads */
     f->gpu = -1;
-    put(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who,
-        used, cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
+    put(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who, used,
+        cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
     put(f->advice, sizeof f->advice,
         "the work runs on fewer threads than there are cores: set OMP_NUM_THREADS=%d (and "
         "MKL_NUM_THREADS / OPENBLAS_NUM_THREADS, torch.set_num_threads(%d)), or use %d "
@@ -406,26 +412,57 @@ static bool check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stok
 /* The table. Order matters: findings print in this order, and the first BOUND finding
  * names the resource that bounded the run. */
 static const stoke_rule rules[] = {
-    {.id = "data-wait", .kind = STOKE_RULE_BOUND, .resource = "input pipeline (data loader)",
-     .data_wait_atleast = 10, .busy_frac_atleast = 0.9, .fill_below = 1, .iowait_atleast = 10,
+    {.id = "data-wait",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "input pipeline (data loader)",
+     .data_wait_atleast = 10,
+     .busy_frac_atleast = 0.9,
+     .fill_below = 1,
+     .iowait_atleast = 10,
      .check = check_data_wait},
-    {.id = "io-bound", .kind = STOKE_RULE_BOUND, .resource = "storage (I/O)",
-     .gpu_util_below = 50, .iowait_atleast = 10, .check = check_io_bound},
-    {.id = "input-bound-cpu", .kind = STOKE_RULE_BOUND, .resource = "CPU (input pipeline)",
-     .gpu_util_below = 50, .cpu_atleast = 85, .data_wait_atleast = 10,
+    {.id = "io-bound",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "storage (I/O)",
+     .gpu_util_below = 50,
+     .iowait_atleast = 10,
+     .check = check_io_bound},
+    {.id = "input-bound-cpu",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "CPU (input pipeline)",
+     .gpu_util_below = 50,
+     .cpu_atleast = 85,
+     .data_wait_atleast = 10,
      .check = check_input_bound},
-    {.id = "cpu-underused", .kind = STOKE_RULE_BOUND, .resource = "CPU threads (cores left idle)",
-     .job_cores_atleast = 0.5, .cores_frac_below = 0.75, .data_wait_atleast = 10,
+    {.id = "cpu-underused",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "CPU threads (cores left idle)",
+     .job_cores_atleast = 0.5,
+     .cores_frac_below = 0.75,
+     .data_wait_atleast = 10,
      .check = check_cpu_underused},
-    {.id = "memory-nearly-full", .kind = STOKE_RULE_RISK, .resource = "memory",
-     .mem_frac_atleast = 0.95, .mem_target_frac = 0.85, .check = check_memory_full},
-    {.id = "throttling", .kind = STOKE_RULE_WARNING, .resource = "GPU clocks (power/thermal)",
-     .samples_frac_atleast = 0.2, .check = check_throttle},
-    {.id = "batch-can-grow", .kind = STOKE_RULE_WARNING, .resource = "GPU memory (unused)",
-     .gpu_util_atleast = 60, .mem_frac_below = 0.5, .mem_target_frac = 0.8,
+    {.id = "memory-nearly-full",
+     .kind = STOKE_RULE_RISK,
+     .resource = "memory",
+     .mem_frac_atleast = 0.95,
+     .mem_target_frac = 0.85,
+     .check = check_memory_full},
+    {.id = "throttling",
+     .kind = STOKE_RULE_WARNING,
+     .resource = "GPU clocks (power/thermal)",
+     .samples_frac_atleast = 0.2,
+     .check = check_throttle},
+    {.id = "batch-can-grow",
+     .kind = STOKE_RULE_WARNING,
+     .resource = "GPU memory (unused)",
+     .gpu_util_atleast = 60,
+     .mem_frac_below = 0.5,
+     .mem_target_frac = 0.8,
      .check = check_batch_grow},
-    {.id = "low-gpu-util", .kind = STOKE_RULE_WARNING, .resource = "GPU (idle)",
-     .gpu_util_below = 30, .check = check_low_util},
+    {.id = "low-gpu-util",
+     .kind = STOKE_RULE_WARNING,
+     .resource = "GPU (idle)",
+     .gpu_util_below = 30,
+     .check = check_low_util},
 };
 
 const stoke_rule *stoke_rules(size_t *count)
@@ -476,15 +513,19 @@ void stoke_diagnosis_print(const stoke_mon_summary *s, const stoke_finding *f, s
             busiest_gpu = g;
         }
     if (s->samples < 2) {
-        fprintf(out, "diagnosis: too few samples (%zu) to judge; run longer or with a "
-                     "shorter --interval\n", s->samples);
+        fprintf(out,
+                "diagnosis: too few samples (%zu) to judge; run longer or with a "
+                "shorter --interval\n",
+                s->samples);
         return;
     }
     if (bound)
         fprintf(out, "diagnosis: bounded by %s\n", bound->rule->resource);
     else if (busiest >= 80)
-        fprintf(out, "diagnosis: bounded by the GPU itself (GPU %d busy %.0f%% of the time, "
-                     "median): that is the goal\n", busiest_gpu, busiest);
+        fprintf(out,
+                "diagnosis: bounded by the GPU itself (GPU %d busy %.0f%% of the time, "
+                "median): that is the goal\n",
+                busiest_gpu, busiest);
     else if (fired)
         fprintf(out, "diagnosis: no single resource bounded the run\n");
     if (fired == 0) {
@@ -494,13 +535,14 @@ void stoke_diagnosis_print(const stoke_mon_summary *s, const stoke_finding *f, s
                 s->sys[STOKE_M_IOWAIT].median);
         if (busiest_gpu >= 0)
             put(gpu, sizeof gpu, ", GPU %d median %.0f%%", busiest_gpu, busiest);
-        fprintf(out, "diagnosis: no rule fired - no bottleneck found (%s%s); nothing to "
-                     "change\n", cpu, gpu);
+        fprintf(out,
+                "diagnosis: no rule fired - no bottleneck found (%s%s); nothing to "
+                "change\n",
+                cpu, gpu);
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        fprintf(out, "- %s [%s]: %s\n", kind_name(f[i].rule->kind), f[i].rule->id,
-                f[i].evidence);
+        fprintf(out, "- %s [%s]: %s\n", kind_name(f[i].rule->kind), f[i].rule->id, f[i].evidence);
         fprintf(out, "  change: %s\n", f[i].advice);
     }
 }

@@ -106,11 +106,11 @@ void stoke_mon_history_free(stoke_mon_history *h)
 stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample *s)
 {
     stoke_status st = STOKE_OK;
-#define PUSH(series, x)                                                                \
-    do {                                                                               \
-        stoke_status e_ = stoke_series_push(series, (double)(x));                      \
-        if (e_ != STOKE_OK)                                                            \
-            st = e_;                                                                   \
+#define PUSH(series, x)                                           \
+    do {                                                          \
+        stoke_status e_ = stoke_series_push(series, (double)(x)); \
+        if (e_ != STOKE_OK)                                       \
+            st = e_;                                              \
     } while (0)
     h->samples++;
     h->duration_s = s->t;
@@ -178,8 +178,7 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
             PUSH(&gh->s[STOKE_G_PROC_MEM], s->gpus[g].proc_mem_bytes);
         if (x->valid & STOKE_GS_THROTTLE) {
             gh->throttle_samples++;
-            if (x->throttle_reasons & (STOKE_THROTTLE_SW_POWER_CAP |
-                                       STOKE_THROTTLE_HW_POWER_BRAKE |
+            if (x->throttle_reasons & (STOKE_THROTTLE_SW_POWER_CAP | STOKE_THROTTLE_HW_POWER_BRAKE |
                                        STOKE_THROTTLE_HW_SLOWDOWN))
                 gh->power_throttled++;
             if (x->throttle_reasons & (STOKE_THROTTLE_SW_THERMAL | STOKE_THROTTLE_HW_THERMAL))
@@ -295,8 +294,8 @@ static void print_row(FILE *f, const char *name, const char *unit, const stoke_s
 void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f)
 {
     fprintf(f, "summary: %zu samples over %.1f s\n", s->samples, s->duration_s);
-    fprintf(f, "  %-22s %-12s %12s %12s %12s %12s\n", "series", "unit", "min", "median",
-            "p95", "max");
+    fprintf(f, "  %-22s %-12s %12s %12s %12s %12s\n", "series", "unit", "min", "median", "p95",
+            "max");
     for (int i = 0; i < STOKE_M_COUNT; i++)
         print_row(f, stoke_sys_metric_name(i), stoke_sys_metric_unit(i), &s->sys[i]);
     for (int g = 0; g < s->gpu_count; g++)
@@ -307,10 +306,12 @@ void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f)
         }
     if (s->have_pipeline) {
         const stoke_mon_pipeline *p = &s->pipeline;
-        fprintf(f, "  input pipeline: %lld batches, %d worker%s, %d slots; the consumer waited "
-                   "%.1f s in all, per batch avg %.2f ms, p95 %.2f ms, max %.2f ms; ring fill "
-                   "avg %.2f; workers busy %.0f%%\n",
-                (long long)p->batches, p->workers, p->workers == 1 ? "" : "s", p->slots, p->wait_total_s, p->wait_avg_ms,
-                p->wait_p95_ms, p->wait_max_ms, p->fill_avg, 100.0 * p->busy_frac);
+        fprintf(f,
+                "  input pipeline: %lld batches, %d worker%s, %d slots; the consumer waited "
+                "%.1f s in all, per batch avg %.2f ms, p95 %.2f ms, max %.2f ms; ring fill "
+                "avg %.2f; workers busy %.0f%%\n",
+                (long long)p->batches, p->workers, p->workers == 1 ? "" : "s", p->slots,
+                p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->fill_avg,
+                100.0 * p->busy_frac);
     }
 }

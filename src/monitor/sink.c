@@ -68,8 +68,7 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
         if (x->valid & STOKE_GS_POWER) {
             sep(&o);
             if (x->valid & STOKE_GS_POWER_LIMIT)
-                add(&o, "PWR%s %.0f/%.0f W", id, x->power_mw / 1000.0,
-                    x->power_limit_mw / 1000.0);
+                add(&o, "PWR%s %.0f/%.0f W", id, x->power_mw / 1000.0, x->power_limit_mw / 1000.0);
             else
                 add(&o, "PWR%s %.0f W", id, x->power_mw / 1000.0);
         }
@@ -124,13 +123,12 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
         add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
             (unsigned long long)s->mem_used_bytes, (unsigned long long)s->mem_total_bytes);
     if (s->valid & STOKE_MS_PROC) {
-        add(&o, ",\"proc\":{\"pid\":%d,\"count\":%d,\"threads\":%d,\"rss_bytes\":%llu",
-            s->proc_pid, s->proc_count, s->proc_threads, (unsigned long long)s->proc_rss_bytes);
+        add(&o, ",\"proc\":{\"pid\":%d,\"count\":%d,\"threads\":%d,\"rss_bytes\":%llu", s->proc_pid,
+            s->proc_count, s->proc_threads, (unsigned long long)s->proc_rss_bytes);
         if (s->valid & STOKE_MS_PROC_CPU)
             add(&o, ",\"cpu_pct\":%.1f", s->proc_cpu_pct);
         if (s->valid & STOKE_MS_PROC_IO)
-            add(&o, ",\"read_Bps\":%.0f,\"write_Bps\":%.0f", s->proc_read_Bps,
-                s->proc_write_Bps);
+            add(&o, ",\"read_Bps\":%.0f,\"write_Bps\":%.0f", s->proc_read_Bps, s->proc_write_Bps);
         if (s->valid & STOKE_MS_PROC_GPU)
             add(&o, ",\"gpu_mem_bytes\":%llu", (unsigned long long)s->proc_gpu_mem_bytes);
         add(&o, "}");
@@ -141,8 +139,7 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
             const stoke_gpu_sample *x = &s->gpus[g].s;
             add(&o, "%s{\"index\":%d", g ? "," : "", g);
             if (x->valid & STOKE_GS_UTIL)
-                add(&o, ",\"util_pct\":%u,\"mem_util_pct\":%u", x->util_gpu_pct,
-                    x->util_mem_pct);
+                add(&o, ",\"util_pct\":%u,\"mem_util_pct\":%u", x->util_gpu_pct, x->util_mem_pct);
             if (x->valid & STOKE_GS_MEMORY)
                 add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
                     (unsigned long long)x->mem_used_bytes, (unsigned long long)x->mem_total_bytes);
@@ -179,11 +176,12 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
         if (s->valid & STOKE_MS_PIPELINE_RATE)
             add(&o, "\"wait_pct\":%.2f,\"batches_per_s\":%.3f,", s->data_wait_pct,
                 s->batches_per_s);
-        add(&o, "\"batches\":%lld,\"wait_total_s\":%.6f,\"wait_avg_ms\":%.3f,"
-                "\"wait_p95_ms\":%.3f,\"wait_max_ms\":%.3f,\"fill_avg\":%.3f,\"slots\":%d,"
-                "\"workers\":%d,\"busy_frac\":%.4f}",
-            (long long)p->batches, p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms,
-            p->wait_max_ms, p->fill_avg, p->slots, p->workers, p->busy_frac);
+        add(&o,
+            "\"batches\":%lld,\"wait_total_s\":%.6f,\"wait_avg_ms\":%.3f,"
+            "\"wait_p95_ms\":%.3f,\"wait_max_ms\":%.3f,\"fill_avg\":%.3f,\"slots\":%d,"
+            "\"workers\":%d,\"busy_frac\":%.4f}",
+            (long long)p->batches, p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms,
+            p->fill_avg, p->slots, p->workers, p->busy_frac);
     }
     add(&o, "}\n");
     if (o.full) {
@@ -201,9 +199,9 @@ static const char *const csv_sys_cols =
     "pipe_wait_pct,pipe_batches_per_s,pipe_batches,pipe_wait_total_s,pipe_wait_avg_ms,"
     "pipe_wait_p95_ms,pipe_wait_max_ms,pipe_fill_avg,pipe_slots,pipe_workers,pipe_busy_frac";
 static const char *const csv_gpu_cols[] = {
-    "util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w",
-    "power_limit_w", "temp_c", "sm_clock_mhz", "throttle_mask", "pcie_rx_Bps",
-    "pcie_tx_Bps", "proc_mem_bytes",
+    "util_pct",      "mem_util_pct",  "mem_used_bytes", "mem_total_bytes",
+    "power_w",       "power_limit_w", "temp_c",         "sm_clock_mhz",
+    "throttle_mask", "pcie_rx_Bps",   "pcie_tx_Bps",    "proc_mem_bytes",
 };
 
 size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size)
@@ -219,8 +217,7 @@ size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size)
     return o.full ? (buf[0] = '\0', 0) : o.len;
 }
 
-size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf,
-                                size_t size)
+size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf, size_t size)
 {
     out o = {buf, size, 0, false};
     if (size == 0)
@@ -262,9 +259,9 @@ size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *
         add(&o, ",,");
     if (v & STOKE_MS_PIPELINE) {
         const stoke_mon_pipeline *p = &s->pipe;
-        add(&o, ",%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%.4f", (long long)p->batches,
-            p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->fill_avg,
-            p->slots, p->workers, p->busy_frac);
+        add(&o, ",%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%.4f", (long long)p->batches, p->wait_total_s,
+            p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->fill_avg, p->slots, p->workers,
+            p->busy_frac);
     } else {
         add(&o, ",,,,,,,,,");
     }
@@ -326,8 +323,9 @@ stoke_status stoke_mon_open_log(const char *path, bool append, int *fd)
 {
     /* O_NONBLOCK: open() of a FIFO for writing waits for a reader, forever if none
      * comes; non-blocking, it fails with ENXIO instead. Writes then block as usual. */
-    *fd = open(path, O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC |
-                         O_NONBLOCK, 0644);
+    *fd =
+        open(path, O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC | O_NONBLOCK,
+             0644);
     if (*fd < 0)
         return stoke_fail(STOKE_ERR_IO, "cannot open '%s' for writing: %s", path,
                           errno == ENXIO ? "a FIFO (named pipe) with no reader" : strerror(errno));

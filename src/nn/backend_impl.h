@@ -13,23 +13,23 @@
 typedef struct nn_exec_args {
     const stoke_graph *graph;
     const nn_node *node;
-    int index;                      /* the node's index (dropout keys) */
+    int index; /* the node's index (dropout keys) */
     int64_t batch;
     bool train;
     stoke_precision precision;
-    const void *in[NN_MAX_INPUTS];  /* fp32, or int32 ids/classes */
-    float *din[NN_MAX_INPUTS];      /* ACCUMULATED into */
-    float *out;                     /* losses and metrics: out[0] = the batch mean */
-    float *dout;                    /* for losses, NULL: grad_scale seeds it */
+    const void *in[NN_MAX_INPUTS]; /* fp32, or int32 ids/classes */
+    float *din[NN_MAX_INPUTS];     /* ACCUMULATED into */
+    float *out;                    /* losses and metrics: out[0] = the batch mean */
+    float *dout;                   /* for losses, NULL: grad_scale seeds it */
     float *param[NN_MAX_PARAMS];
-    float *grad[NN_MAX_PARAMS];     /* NULL for buffers and inference models */
+    float *grad[NN_MAX_PARAMS];              /* NULL for buffers and inference models */
     const uint16_t *param_lp[NN_MAX_PARAMS]; /* bf16/fp16 copies, or NULL */
-    void *saved;                    /* saved_bytes(node) x batch, forward -> backward */
-    void *ws;                       /* shared scratch, workspace(node, batch) bytes */
+    void *saved;                             /* saved_bytes(node) x batch, forward -> backward */
+    void *ws;                                /* shared scratch, workspace(node, batch) bytes */
     size_t ws_size;
-    uint64_t seed;                  /* per node: model seed mixed with the index */
-    uint64_t step;                  /* dropout mask key: advances every train forward */
-    float grad_scale;               /* losses: d(total)/d(this loss), loss scale included */
+    uint64_t seed;    /* per node: model seed mixed with the index */
+    uint64_t step;    /* dropout mask key: advances every train forward */
+    float grad_scale; /* losses: d(total)/d(this loss), loss scale included */
     /* A fused chain (nn_fused_impl): node, in, din, param, grad are its first node's;
      * out, dout, saved its last node's; chain lists the nodes. Else NULL, 0. */
     const int *chain;
@@ -45,8 +45,8 @@ typedef struct nn_op_impl {
     /* Bytes of shared scratch either direction needs at this batch (may be NULL: 0).
      * Also prepares whatever the op caches for the shape (primitives), so the first
      * step does not pay for it. */
-    stoke_status (*workspace)(void *ctx, const stoke_graph *g, const nn_node *n,
-                              int64_t batch, stoke_precision p, size_t *bytes);
+    stoke_status (*workspace)(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                              stoke_precision p, size_t *bytes);
     /* Bytes per sample kept from forward to backward (may be NULL: 0). */
     size_t (*saved_bytes)(void *ctx, const stoke_graph *g, const nn_node *n);
 } nn_op_impl;
@@ -66,7 +66,7 @@ typedef struct nn_fused_impl {
 } nn_fused_impl;
 
 typedef struct nn_backend {
-    const char *name;   /* "cpu" */
+    const char *name; /* "cpu" */
     /* Passed to every entry: what this instance runs with (the CPU's: compute threads,
      * implementation choices, oneDNN stream and primitive cache). NULL in the shared
      * table of nn_cpu_backend: the backend's process defaults. */
@@ -79,8 +79,8 @@ typedef struct nn_backend {
     bool (*native)(void *ctx, stoke_precision p);
     /* *out: the fused kernel for chain[0..n) at this batch and precision, or NULL.
      * Fails only on errors (an invalid shape). The entry may be NULL: no fusion. */
-    stoke_status (*fuse)(void *ctx, const stoke_graph *g, const int *chain, int n,
-                         int64_t batch, stoke_precision p, const nn_fused_impl **out);
+    stoke_status (*fuse)(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
+                         stoke_precision p, const nn_fused_impl **out);
 
     /* Memory: 64-byte aligned, zeroed. */
     void *(*alloc)(void *ctx, size_t bytes);
@@ -103,8 +103,8 @@ typedef struct nn_backend {
      * precision lp) and g zeroed: the step's three passes over the parameters in one. */
     void (*sgd)(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
                 const stoke_optim *o, uint16_t *w_lp, stoke_precision lp);
-    void (*adamw)(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                  float lr, int64_t t, const stoke_optim *o);
+    void (*adamw)(void *ctx, float *w, const float *g, float *m, float *v, size_t n, float lr,
+                  int64_t t, const stoke_optim *o);
     /* Compute threads the backend's kernels use; n <= 0: every online CPU. */
     int (*threads)(void *ctx);
     void (*set_threads)(void *ctx, int n);

@@ -26,20 +26,23 @@ static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1)
 
 /* Prefixes the kernel's message with the layer's name (copied first: stoke_fail writes
  * the buffer stoke_last_error reads). */
-static stoke_status layer_fail(stoke_status st, const nn_node *n) {
+static stoke_status layer_fail(stoke_status st, const nn_node *n)
+{
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", stoke_last_error());
     return stoke_fail(st, "%s: %s", n->name, msg);
 }
 
-static const stoke_shape *in_shape(const nn_exec_args *a, int i) {
+static const stoke_shape *in_shape(const nn_exec_args *a, int i)
+{
     return &a->graph->nodes[a->node->in[i]].shape;
 }
 
 static int64_t elems(const stoke_shape *s) { return stoke_shape_elems(s); }
 
 /* Sizes reach the kernels as int: the plan refuses graphs where they would not fit. */
-static stoke_status too_big(const nn_node *n, int64_t v) {
+static stoke_status too_big(const nn_node *n, int64_t v)
+{
     return stoke_fail(STOKE_ERR_ARG, "%s: size %lld exceeds the CPU kernels' int range", n->name,
                       (long long)v);
 }
@@ -57,7 +60,8 @@ static stoke_status too_big(const nn_node *n, int64_t v) {
 static bool lowp(const nn_exec_args *a) { return a->param_lp[0] != NULL; }
 
 /* Whether precision p runs on oneDNN's bf16 kernels (else fp32 or emulated). */
-static bool bf16_native(stoke_precision p) {
+static bool bf16_native(stoke_precision p)
+{
     return p == STOKE_PREC_BF16 && dnnl_util_bf16_kernels();
 }
 
@@ -65,7 +69,8 @@ static bool bf16_native(stoke_precision p) {
  * bits, or fp32 rounded to bf16 / fp16. Returns the operand. */
 static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n);
 
-static const void *operand(const nn_exec_args *a, const float *x, size_t n, size_t *off) {
+static const void *operand(const nn_exec_args *a, const float *x, size_t n, size_t *off)
+{
     char *dst = (char *)a->ws + *off;
     if (bf16_native(a->precision)) {
         cpu_to_lowp(NULL, STOKE_PREC_BF16, x, (uint16_t *)dst, n);
@@ -79,7 +84,8 @@ static const void *operand(const nn_exec_args *a, const float *x, size_t n, size
 }
 
 /* The bf16 / fp16 weight copy widened to fp32 in the workspace (emulation). */
-static const float *weight_wide(const nn_exec_args *a, int i, size_t n, size_t *off) {
+static const float *weight_wide(const nn_exec_args *a, int i, size_t n, size_t *off)
+{
     float *dst = (float *)((char *)a->ws + *off);
     if (a->precision == STOKE_PREC_BF16)
         cpu_bf16_to_f32(a->param_lp[i], dst, n);
@@ -90,7 +96,8 @@ static const float *weight_wide(const nn_exec_args *a, int i, size_t n, size_t *
 }
 
 /* Workspace of the low-precision operands of one matmul-like op. */
-static size_t operand_bytes(stoke_precision p, size_t n) {
+static size_t operand_bytes(stoke_precision p, size_t n)
+{
     if (bf16_native(p))
         return align_up(n * sizeof(uint16_t));
     if (p != STOKE_PREC_FP32)
@@ -99,7 +106,8 @@ static size_t operand_bytes(stoke_precision p, size_t n) {
 }
 
 /* Workspace of the widened weight copy (emulated precisions). */
-static size_t wide_bytes(stoke_precision p, size_t n) {
+static size_t wide_bytes(stoke_precision p, size_t n)
+{
     return p != STOKE_PREC_FP32 && !bf16_native(p) ? align_up(n * sizeof(float)) : 0;
 }
 
@@ -109,8 +117,8 @@ typedef struct lin_dims {
     int rows, C, OC;
 } lin_dims;
 
-static stoke_status linear_dims(const stoke_graph *g, const nn_node *n, int64_t batch,
-                                lin_dims *d) {
+static stoke_status linear_dims(const stoke_graph *g, const nn_node *n, int64_t batch, lin_dims *d)
+{
     const stoke_shape *s = &g->nodes[n->in[0]].shape;
     int64_t C = s->dims[s->ndim - 1];
     int64_t rows = batch * (elems(s) / C);
@@ -121,7 +129,8 @@ static stoke_status linear_dims(const stoke_graph *g, const nn_node *n, int64_t 
 }
 
 static stoke_status linear_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
-                              stoke_precision p, size_t *bytes) {
+                              stoke_precision p, size_t *bytes)
+{
     CPU_CTX_SCOPE(ctx);
     lin_dims d = {0, 0, 0};
     stoke_status st = linear_dims(g, n, batch, &d);
@@ -141,7 +150,8 @@ static stoke_status linear_ws(void *ctx, const stoke_graph *g, const nn_node *n,
 
 /* linear, or linear -> relu fused (relu: the ReLU as oneDNN's post-op; fp32 and bf16
  * only, see cpu_fuse). */
-static stoke_status linear_forward(const nn_exec_args *a, int relu) {
+static stoke_status linear_forward(const nn_exec_args *a, int relu)
+{
     lin_dims d = {0, 0, 0};
     stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
     if (st != STOKE_OK)
@@ -154,14 +164,14 @@ static stoke_status linear_forward(const nn_exec_args *a, int relu) {
     size_t off = 0;
     const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
     if (bf16_native(a->precision))
-        return relu ? cpu_linear_relu_forward(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC,
-                                              1)
+        return relu ? cpu_linear_relu_forward(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC, 1)
                     : cpu_linear_forward_bf16(a->out, x, a->param_lp[0], bias, d.rows, d.C, d.OC);
     const float *w = weight_wide(a, 0, (size_t)d.OC * d.C, &off);
     return cpu_linear_forward(a->out, x, w, bias, d.rows, d.C, d.OC);
 }
 
-static stoke_status linear_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status linear_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     return linear_forward(a, 0);
 }
@@ -169,7 +179,8 @@ static stoke_status linear_fwd(void *ctx, const nn_exec_args *a) {
 /* linear's backward from the output gradient, or for linear -> relu fused (relu) from
  * the ReLU's output gradient masked by its output into the workspace (in bf16 straight
  * into the operand the bf16 matmul reads). */
-static stoke_status linear_backward(const nn_exec_args *a, int relu) {
+static stoke_status linear_backward(const nn_exec_args *a, int relu)
+{
     lin_dims d = {0, 0, 0};
     stoke_status st = linear_dims(a->graph, a->node, a->batch, &d);
     if (st != STOKE_OK)
@@ -182,8 +193,8 @@ static stoke_status linear_backward(const nn_exec_args *a, int relu) {
             cpu_relu_mask_grad(a->ws, NULL, a->dout, a->out, n_out);
             dy = a->ws;
         }
-        return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, a->in[0], a->param[0],
-                                   d.rows, d.C, d.OC);
+        return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, a->in[0], a->param[0], d.rows,
+                                   d.C, d.OC);
     }
     size_t off = 0;
     const void *x = operand(a, a->in[0], (size_t)d.rows * d.C, &off);
@@ -195,13 +206,14 @@ static stoke_status linear_backward(const nn_exec_args *a, int relu) {
         dy = operand(a, a->dout, n_out, &off);
     }
     if (bf16_native(a->precision))
-        return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0],
-                                        d.rows, d.C, d.OC);
+        return cpu_linear_backward_bf16(a->din[0], a->grad[0], dbias, dy, x, a->param_lp[0], d.rows,
+                                        d.C, d.OC);
     const float *w = weight_wide(a, 0, (size_t)d.OC * d.C, &off);
     return cpu_linear_backward(a->din[0], a->grad[0], dbias, dy, x, w, d.rows, d.C, d.OC);
 }
 
-static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status linear_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     return linear_backward(a, 0);
 }
@@ -209,20 +221,29 @@ static stoke_status linear_bwd(void *ctx, const nn_exec_args *a) {
 /* ---- conv2d ---- */
 
 static stoke_status conv_shape(const stoke_graph *g, const nn_node *n, int64_t batch,
-                               cpu_conv2d_shape *s) {
+                               cpu_conv2d_shape *s)
+{
     const stoke_shape *in = &g->nodes[n->in[0]].shape;
-    if (batch > INT32_MAX || batch * elems(in) > INT32_MAX ||
-        batch * elems(&n->shape) > INT32_MAX)
+    if (batch > INT32_MAX || batch * elems(in) > INT32_MAX || batch * elems(&n->shape) > INT32_MAX)
         return too_big(n, batch * elems(in));
-    *s = (cpu_conv2d_shape){.B = (int)batch, .C = (int)in->dims[0], .H = (int)in->dims[1],
-                            .W = (int)in->dims[2], .OC = (int)n->features, .KH = n->kernel,
-                            .KW = n->kernel, .stride_h = n->stride, .stride_w = n->stride,
-                            .pad_h = n->padding, .pad_w = n->padding, .has_bias = n->bias};
+    *s = (cpu_conv2d_shape){.B = (int)batch,
+                            .C = (int)in->dims[0],
+                            .H = (int)in->dims[1],
+                            .W = (int)in->dims[2],
+                            .OC = (int)n->features,
+                            .KH = n->kernel,
+                            .KW = n->kernel,
+                            .stride_h = n->stride,
+                            .stride_w = n->stride,
+                            .pad_h = n->padding,
+                            .pad_w = n->padding,
+                            .has_bias = n->bias};
     return STOKE_OK;
 }
 
 static stoke_status conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
-                            stoke_precision p, size_t *bytes) {
+                            stoke_precision p, size_t *bytes)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(g, n, batch, &s);
@@ -235,19 +256,21 @@ static stoke_status conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
     size_t in_n = (size_t)batch * (size_t)elems(&g->nodes[n->in[0]].shape);
     size_t out_n = (size_t)batch * (size_t)elems(&n->shape);
     size_t w_n = (size_t)s.OC * s.C * s.KH * s.KW;
-    *bytes = align_up(kernel) + operand_bytes(p, in_n) + operand_bytes(p, out_n) +
-             wide_bytes(p, w_n);
+    *bytes =
+        align_up(kernel) + operand_bytes(p, in_n) + operand_bytes(p, out_n) + wide_bytes(p, w_n);
     return STOKE_OK;
 }
 
 /* The kernel's share of the workspace: what follows the operands (the executor sizes
  * the workspace for the batch it runs, so conv_ws's total is there). */
-static void *conv_kernel_ws(const nn_exec_args *a, size_t off, size_t *size) {
+static void *conv_kernel_ws(const nn_exec_args *a, size_t off, size_t *size)
+{
     *size = a->ws_size - off;
     return (char *)a->ws + off;
 }
 
-static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status conv_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
@@ -270,7 +293,8 @@ static stoke_status conv_fwd(void *ctx, const nn_exec_args *a) {
     return cpu_conv2d_forward(a->out, x, w, bias, &s, kws, ksize);
 }
 
-static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status conv_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
@@ -280,8 +304,8 @@ static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
     size_t off = 0, ksize;
     if (!lowp(a)) {
         void *kws = conv_kernel_ws(a, 0, &ksize);
-        return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, a->dout, a->in[0], a->param[0],
-                                   &s, kws, ksize);
+        return cpu_conv2d_backward(a->din[0], a->grad[0], dbias, a->dout, a->in[0], a->param[0], &s,
+                                   kws, ksize);
     }
     size_t in_n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     size_t out_n = (size_t)a->batch * (size_t)elems(&a->node->shape);
@@ -301,12 +325,14 @@ static stoke_status conv_bwd(void *ctx, const nn_exec_args *a) {
  * bf16 runs as the mixed convolution (fp32 tensors, bf16 math: the reorders round),
  * so the block needs no operand copies; fp16's emulation is not fused. */
 
-static int block_prec(stoke_precision p) {
+static int block_prec(stoke_precision p)
+{
     return p == STOKE_PREC_BF16 ? CPU_CONV_MIXED_BF16 : CPU_CONV_FP32;
 }
 
 static stoke_status block_ws(void *ctx, const stoke_graph *g, const int *chain, int n,
-                             int64_t batch, stoke_precision p, size_t *bytes) {
+                             int64_t batch, stoke_precision p, size_t *bytes)
+{
     CPU_CTX_SCOPE(ctx);
     (void)n;
     cpu_conv2d_shape s = {0};
@@ -316,12 +342,14 @@ static stoke_status block_ws(void *ctx, const stoke_graph *g, const int *chain, 
     return cpu_conv_block_workspace(&s, g->nodes[chain[2]].kernel, block_prec(p), bytes);
 }
 
-static size_t block_saved(void *ctx, const stoke_graph *g, const int *chain, int n) {
+static size_t block_saved(void *ctx, const stoke_graph *g, const int *chain, int n)
+{
     CPU_CTX_SCOPE(ctx);
     return (size_t)elems(&g->nodes[chain[n - 1]].shape); /* a byte per pooled element */
 }
 
-static stoke_status block_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status block_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
@@ -333,7 +361,8 @@ static stoke_status block_fwd(void *ctx, const nn_exec_args *a) {
                                   a->ws, a->ws_size);
 }
 
-static stoke_status block_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status block_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_conv2d_shape s = {0};
     stoke_status st = conv_shape(a->graph, a->node, a->batch, &s);
@@ -345,15 +374,16 @@ static stoke_status block_bwd(void *ctx, const nn_exec_args *a) {
                                    block_prec(a->precision), a->ws, a->ws_size);
 }
 
-static const nn_fused_impl conv_block = {"conv2d+relu+max_pool2d", block_fwd, block_bwd,
-                                         block_ws, block_saved};
+static const nn_fused_impl conv_block = {"conv2d+relu+max_pool2d", block_fwd, block_bwd, block_ws,
+                                         block_saved};
 
 /* ---- fused linear -> relu: the ReLU as the matmul's post-op; backward masks the
  * gradient into the workspace (as the bf16 operand directly, in bf16), so the
  * pre-activation and its gradient never exist and nothing is zeroed for them ---- */
 
 static stoke_status linrelu_ws(void *ctx, const stoke_graph *g, const int *chain, int n,
-                               int64_t batch, stoke_precision p, size_t *bytes) {
+                               int64_t batch, stoke_precision p, size_t *bytes)
+{
     (void)n;
     const nn_node *lin = &g->nodes[chain[0]];
     lin_dims d = {0, 0, 0};
@@ -368,17 +398,20 @@ static stoke_status linrelu_ws(void *ctx, const stoke_graph *g, const int *chain
     return st;
 }
 
-static size_t linrelu_saved(void *ctx, const stoke_graph *g, const int *chain, int n) {
+static size_t linrelu_saved(void *ctx, const stoke_graph *g, const int *chain, int n)
+{
     (void)ctx, (void)g, (void)chain, (void)n;
     return 0; /* backward reads the ReLU's output, which the chain keeps */
 }
 
-static stoke_status linrelu_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status linrelu_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     return linear_forward(a, 1);
 }
 
-static stoke_status linrelu_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status linrelu_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     return linear_backward(a, 1);
 }
@@ -387,7 +420,8 @@ static const nn_fused_impl linear_relu = {"linear+relu", linrelu_fwd, linrelu_bw
                                           linrelu_saved};
 
 static stoke_status cpu_fuse(void *ctx, const stoke_graph *g, const int *chain, int n,
-                             int64_t batch, stoke_precision p, const nn_fused_impl **out) {
+                             int64_t batch, stoke_precision p, const nn_fused_impl **out)
+{
     CPU_CTX_SCOPE(ctx);
     *out = NULL;
     if (p != STOKE_PREC_FP32 && !bf16_native(p))
@@ -415,23 +449,31 @@ static stoke_status cpu_fuse(void *ctx, const stoke_graph *g, const int *chain, 
 
 /* ---- pooling ---- */
 
-static cpu_pool2d_shape pool_shape(const nn_exec_args *a) {
+static cpu_pool2d_shape pool_shape(const nn_exec_args *a)
+{
     const stoke_shape *in = in_shape(a, 0);
-    return (cpu_pool2d_shape){.B = (int)a->batch, .C = (int)in->dims[0], .H = (int)in->dims[1],
-                              .W = (int)in->dims[2], .KH = a->node->kernel,
-                              .KW = a->node->kernel, .stride_h = a->node->stride,
-                              .stride_w = a->node->stride, .pad_h = a->node->padding,
+    return (cpu_pool2d_shape){.B = (int)a->batch,
+                              .C = (int)in->dims[0],
+                              .H = (int)in->dims[1],
+                              .W = (int)in->dims[2],
+                              .KH = a->node->kernel,
+                              .KW = a->node->kernel,
+                              .stride_h = a->node->stride,
+                              .stride_w = a->node->stride,
+                              .pad_h = a->node->padding,
                               .pad_w = a->node->padding};
 }
 
-static stoke_status maxpool_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status maxpool_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     cpu_maxpool2d_forward(a->out, a->in[0], &s);
     return STOKE_OK;
 }
 
-static stoke_status maxpool_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status maxpool_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     if (a->din[0])
@@ -439,14 +481,16 @@ static stoke_status maxpool_bwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status avgpool_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status avgpool_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     cpu_avgpool2d_forward(a->out, a->in[0], &s);
     return STOKE_OK;
 }
 
-static stoke_status avgpool_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status avgpool_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_pool2d_shape s = pool_shape(a);
     if (a->din[0])
@@ -454,15 +498,17 @@ static stoke_status avgpool_bwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status gap_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status gap_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
-    cpu_global_avgpool_forward(a->out, a->in[0], (int)a->batch, (int)in->dims[0],
-                               (int)in->dims[1], (int)in->dims[2]);
+    cpu_global_avgpool_forward(a->out, a->in[0], (int)a->batch, (int)in->dims[0], (int)in->dims[1],
+                               (int)in->dims[2]);
     return STOKE_OK;
 }
 
-static stoke_status gap_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status gap_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     if (a->din[0])
@@ -476,32 +522,36 @@ static stoke_status gap_bwd(void *ctx, const nn_exec_args *a) {
  * over-provisioned to 2C floats per sample (small next to the activations) and the
  * plan stays linear in the batch. */
 
-static size_t bn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
+static size_t bn_saved(void *ctx, const stoke_graph *g, const nn_node *n)
+{
     CPU_CTX_SCOPE(ctx);
     (void)g;
     return 2 * (size_t)n->shape.dims[0] * sizeof(float);
 }
 
-static void bn_dims(const nn_exec_args *a, int *C, int *S) {
+static void bn_dims(const nn_exec_args *a, int *C, int *S)
+{
     const stoke_shape *s = &a->node->shape;
     *C = (int)s->dims[0];
     *S = s->ndim == 3 ? (int)(s->dims[1] * s->dims[2]) : 1;
 }
 
-static stoke_status bn_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status bn_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int C, S;
     bn_dims(a, &C, &S);
     float *mean = a->saved, *rstd = (float *)a->saved + C;
-    stoke_status st = cpu_batchnorm_forward(a->out, mean, rstd, a->param[2], a->param[3],
-                                            a->in[0], a->param[0], a->param[1], (int)a->batch,
-                                            C, S, a->train, a->node->momentum, a->node->eps);
+    stoke_status st = cpu_batchnorm_forward(a->out, mean, rstd, a->param[2], a->param[3], a->in[0],
+                                            a->param[0], a->param[1], (int)a->batch, C, S, a->train,
+                                            a->node->momentum, a->node->eps);
     if (st != STOKE_OK)
         return layer_fail(st, a->node);
     return STOKE_OK;
 }
 
-static stoke_status bn_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status bn_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int C, S;
     bn_dims(a, &C, &S);
@@ -514,35 +564,39 @@ static stoke_status bn_bwd(void *ctx, const nn_exec_args *a) {
                                mean, rstd, (int)a->batch, C, S, a->train);
         return STOKE_OK;
     }
-    cpu_batchnorm_backward(a->din[0], a->grad[0], a->grad[1], a->dout, a->in[0], a->param[0],
-                           mean, rstd, (int)a->batch, C, S, a->train);
+    cpu_batchnorm_backward(a->din[0], a->grad[0], a->grad[1], a->dout, a->in[0], a->param[0], mean,
+                           rstd, (int)a->batch, C, S, a->train);
     return STOKE_OK;
 }
 
 /* Scratch for a gradient the graph does not want (an input's) when the kernel always
  * writes one: the layer's input size. */
-static stoke_status input_sized_ws(void *ctx, const stoke_graph *g, const nn_node *n,
-                                   int64_t batch, stoke_precision p, size_t *bytes) {
+static stoke_status input_sized_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                                   stoke_precision p, size_t *bytes)
+{
     CPU_CTX_SCOPE(ctx);
     (void)p;
     *bytes = align_up((size_t)batch * (size_t)elems(&g->nodes[n->in[0]].shape) * sizeof(float));
     return STOKE_OK;
 }
 
-static size_t ln_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
+static size_t ln_saved(void *ctx, const stoke_graph *g, const nn_node *n)
+{
     CPU_CTX_SCOPE(ctx);
     (void)g;
     const stoke_shape *s = &n->shape;
     return 2 * (size_t)(elems(s) / s->dims[s->ndim - 1]) * sizeof(float);
 }
 
-static void ln_dims(const nn_exec_args *a, int *N, int *C) {
+static void ln_dims(const nn_exec_args *a, int *N, int *C)
+{
     const stoke_shape *s = &a->node->shape;
     *C = (int)s->dims[s->ndim - 1];
     *N = (int)(a->batch * (elems(s) / *C));
 }
 
-static stoke_status ln_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status ln_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int N, C;
     ln_dims(a, &N, &C);
@@ -551,7 +605,8 @@ static stoke_status ln_fwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status ln_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status ln_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int N, C;
     ln_dims(a, &N, &C);
@@ -567,72 +622,84 @@ static stoke_status ln_bwd(void *ctx, const nn_exec_args *a) {
 
 /* ---- element-wise ---- */
 
-static size_t out_n(const nn_exec_args *a) {
+static size_t out_n(const nn_exec_args *a)
+{
     return (size_t)a->batch * (size_t)elems(&a->node->shape);
 }
 
-static stoke_status relu_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status relu_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_relu_forward(a->out, a->in[0], out_n(a));
     return STOKE_OK;
 }
-static stoke_status relu_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status relu_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_relu_backward(a->din[0], a->dout, a->out, out_n(a));
     return STOKE_OK;
 }
-static stoke_status gelu_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status gelu_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_gelu_forward(a->out, a->in[0], out_n(a), 0);
     return STOKE_OK;
 }
-static stoke_status gelu_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status gelu_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_gelu_backward(a->din[0], a->dout, a->in[0], out_n(a), 0);
     return STOKE_OK;
 }
-static stoke_status tanh_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status tanh_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_tanh_forward(a->out, a->in[0], out_n(a));
     return STOKE_OK;
 }
-static stoke_status tanh_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status tanh_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_tanh_backward(a->din[0], a->dout, a->out, out_n(a));
     return STOKE_OK;
 }
-static stoke_status sigmoid_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status sigmoid_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_sigmoid_forward(a->out, a->in[0], out_n(a));
     return STOKE_OK;
 }
-static stoke_status sigmoid_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status sigmoid_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (a->din[0])
         cpu_sigmoid_backward(a->din[0], a->dout, a->out, out_n(a));
     return STOKE_OK;
 }
-static stoke_status dropout_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status dropout_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_dropout_forward(a->out, a->in[0], out_n(a), a->node->p, a->seed, a->step, a->train);
     return STOKE_OK;
 }
-static stoke_status dropout_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status dropout_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (a->din[0])
-        cpu_dropout_backward(a->din[0], a->dout, out_n(a), a->node->p, a->seed, a->step,
-                             a->train);
+        cpu_dropout_backward(a->din[0], a->dout, out_n(a), a->node->p, a->seed, a->step, a->train);
     return STOKE_OK;
 }
-static stoke_status add_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status add_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_residual_forward(a->out, a->in[0], a->in[1], out_n(a));
     return STOKE_OK;
 }
-static stoke_status add_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status add_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     size_t n = out_n(a);
     if (a->din[0] && a->din[1]) {
@@ -645,14 +712,16 @@ static stoke_status add_bwd(void *ctx, const nn_exec_args *a) {
                 a->din[k][i] += a->dout[i];
     return STOKE_OK;
 }
-static stoke_status softmax_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status softmax_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const stoke_shape *s = &a->node->shape;
     int C = (int)s->dims[s->ndim - 1];
     cpu_softmax_forward(a->out, a->in[0], (int)(out_n(a) / (size_t)C), C);
     return STOKE_OK;
 }
-static stoke_status softmax_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status softmax_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const stoke_shape *s = &a->node->shape;
     int C = (int)s->dims[s->ndim - 1];
@@ -662,7 +731,8 @@ static stoke_status softmax_bwd(void *ctx, const nn_exec_args *a) {
 }
 
 /* Reshape never runs: the plan makes its output and gradient alias its input's. */
-static stoke_status nop(void *ctx, const nn_exec_args *a) {
+static stoke_status nop(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     (void)a;
     return STOKE_OK;
@@ -670,24 +740,27 @@ static stoke_status nop(void *ctx, const nn_exec_args *a) {
 
 /* ---- embedding and attention ---- */
 
-static stoke_status emb_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status emb_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int N = (int)(a->batch * elems(in_shape(a, 0)));
-    stoke_status st = cpu_embedding_forward(a->out, a->in[0], a->param[0], N,
-                                            (int)a->node->vocab, (int)a->node->features);
+    stoke_status st = cpu_embedding_forward(a->out, a->in[0], a->param[0], N, (int)a->node->vocab,
+                                            (int)a->node->features);
     if (st != STOKE_OK)
         return layer_fail(st, a->node);
     return STOKE_OK;
 }
 
-static stoke_status emb_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status emb_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int N = (int)(a->batch * elems(in_shape(a, 0)));
     return cpu_embedding_backward(a->grad[0], a->dout, a->in[0], N, (int)a->node->vocab,
                                   (int)a->node->features);
 }
 
-static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
+static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n)
+{
     CPU_CTX_SCOPE(ctx);
     (void)g;
     return cpu_attention_saved_floats(1, (int)n->shape.dims[0], (int)n->shape.dims[1], n->heads) *
@@ -695,7 +768,8 @@ static size_t attn_saved(void *ctx, const stoke_graph *g, const nn_node *n) {
 }
 
 static stoke_status attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
-                            stoke_precision p, size_t *bytes) {
+                            stoke_precision p, size_t *bytes)
+{
     CPU_CTX_SCOPE(ctx);
     (void)g;
     (void)p;
@@ -712,15 +786,17 @@ static stoke_status attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
     return STOKE_OK;
 }
 
-static stoke_status attn_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status attn_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const nn_node *n = a->node;
-    return cpu_attention_forward(a->out, a->saved, a->in[0], a->param[0], a->param[1],
-                                 a->param[2], a->param[3], (int)a->batch, (int)n->shape.dims[0],
+    return cpu_attention_forward(a->out, a->saved, a->in[0], a->param[0], a->param[1], a->param[2],
+                                 a->param[3], (int)a->batch, (int)n->shape.dims[0],
                                  (int)n->shape.dims[1], n->heads, 0);
 }
 
-static stoke_status attn_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status attn_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const nn_node *n = a->node;
     int T = (int)n->shape.dims[0], C = (int)n->shape.dims[1];
@@ -731,8 +807,8 @@ static stoke_status attn_bwd(void *ctx, const nn_exec_args *a) {
         memset(din, 0, (size_t)a->batch * T * C * sizeof(float));
     }
     return cpu_attention_backward(din, a->grad[0], a->grad[1], a->grad[2], a->grad[3], a->dout,
-                                  a->in[0], a->param[0], a->param[2], a->saved, (int)a->batch, T,
-                                  C, n->heads, 0, a->ws, kws);
+                                  a->in[0], a->param[0], a->param[2], a->saved, (int)a->batch, T, C,
+                                  n->heads, 0, a->ws, kws);
 }
 
 /* ---- glue ops, written here because they are plain copies/sums that no library
@@ -741,7 +817,8 @@ static stoke_status attn_bwd(void *ctx, const nn_exec_args *a) {
 /* (C, H, W) -> (H/P * W/P, C*P*P), patch (ph, pw) row-major, vector (c, py, px): the
  * layout of a Conv2d(kernel=stride=P) weight, so a following linear equals ViT's
  * patch embedding. */
-static void patch_index(const nn_exec_args *a, int64_t *C, int64_t *H, int64_t *W, int *P) {
+static void patch_index(const nn_exec_args *a, int64_t *C, int64_t *H, int64_t *W, int *P)
+{
     const stoke_shape *in = in_shape(a, 0);
     *C = in->dims[0];
     *H = in->dims[1];
@@ -749,7 +826,8 @@ static void patch_index(const nn_exec_args *a, int64_t *C, int64_t *H, int64_t *
     *P = a->node->patch;
 }
 
-static stoke_status patchify_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status patchify_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     int64_t C, H, W;
     int P;
@@ -768,7 +846,8 @@ static stoke_status patchify_fwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status patchify_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status patchify_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
@@ -782,12 +861,14 @@ static stoke_status patchify_bwd(void *ctx, const nn_exec_args *a) {
                 for (int64_t w = 0; w < W; w++) {
                     int64_t t = (h / P) * NW + w / P;
                     int64_t k = (c * P + h % P) * P + w % P;
-                    a->din[0][b * per + (c * H + h) * W + w] += a->dout[b * per + t * (C * P * P) + k];
+                    a->din[0][b * per + (c * H + h) * W + w] +=
+                        a->dout[b * per + t * (C * P * P) + k];
                 }
     return STOKE_OK;
 }
 
-static stoke_status pos_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status pos_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     size_t per = (size_t)elems(&a->node->shape);
     for (int64_t b = 0; b < a->batch; b++)
@@ -795,7 +876,8 @@ static stoke_status pos_fwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status pos_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status pos_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     size_t per = (size_t)elems(&a->node->shape);
     for (int64_t b = 0; b < a->batch; b++) { /* in batch order: deterministic */
@@ -809,7 +891,8 @@ static stoke_status pos_bwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status seqmean_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status seqmean_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     int64_t T = in->dims[0], C = in->dims[1];
@@ -826,7 +909,8 @@ static stoke_status seqmean_fwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
@@ -842,7 +926,8 @@ static stoke_status seqmean_bwd(void *ctx, const nn_exec_args *a) {
 
 /* ---- slice: columns [begin, begin + width) of the last dim ---- */
 
-static stoke_status slice_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status slice_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     const stoke_shape *in = in_shape(a, 0);
     int64_t C = in->dims[in->ndim - 1], W = a->node->features, off = a->node->begin;
@@ -853,7 +938,8 @@ static stoke_status slice_fwd(void *ctx, const nn_exec_args *a) {
     return STOKE_OK;
 }
 
-static stoke_status slice_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status slice_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
@@ -868,7 +954,8 @@ static stoke_status slice_bwd(void *ctx, const nn_exec_args *a) {
 
 /* ---- losses and metrics: out[0] = the batch mean ---- */
 
-static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
+static stoke_status loss_run(const nn_exec_args *a, float *din, float scale)
+{
     size_t n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     float loss = 0;
     stoke_status st;
@@ -880,17 +967,13 @@ static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
     case STOKE_NN_BCE_LOGITS:
         st = cpu_bce_with_logits(a->in[0], a->in[1], n, scale, &loss, din);
         break;
-    case STOKE_NN_MSE:
-        st = cpu_mse(a->in[0], a->in[1], n, scale, &loss, din);
-        break;
+    case STOKE_NN_MSE: st = cpu_mse(a->in[0], a->in[1], n, scale, &loss, din); break;
     case STOKE_NN_POLICY_GRADIENT:
         st = cpu_policy_gradient(a->in[0], a->in[1], (int)a->batch, (int)in_shape(a, 0)->dims[0],
                                  (int)in_shape(a, 1)->dims[0], a->node->clip, a->node->entropy,
                                  scale, &loss, din);
         break;
-    default:
-        st = cpu_l1(a->in[0], a->in[1], n, scale, &loss, din);
-        break;
+    default: st = cpu_l1(a->in[0], a->in[1], n, scale, &loss, din); break;
     }
     if (st != STOKE_OK)
         return layer_fail(st, a->node);
@@ -898,27 +981,30 @@ static stoke_status loss_run(const nn_exec_args *a, float *din, float scale) {
     return STOKE_OK;
 }
 
-static stoke_status loss_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status loss_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     return loss_run(a, NULL, 1.0f);
 }
 
-static stoke_status loss_bwd(void *ctx, const nn_exec_args *a) {
+static stoke_status loss_bwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     if (!a->din[0])
         return STOKE_OK;
     return loss_run(a, a->din[0], a->grad_scale);
 }
 
-static stoke_status accuracy_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status accuracy_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
-    int64_t k = cpu_count_correct(a->in[0], a->in[1], (int)a->batch,
-                                  (int)in_shape(a, 0)->dims[0]);
+    int64_t k = cpu_count_correct(a->in[0], a->in[1], (int)a->batch, (int)in_shape(a, 0)->dims[0]);
     a->out[0] = (float)((double)k / (double)a->batch);
     return STOKE_OK;
 }
 
-static stoke_status mae_fwd(void *ctx, const nn_exec_args *a) {
+static stoke_status mae_fwd(void *ctx, const nn_exec_args *a)
+{
     CPU_CTX_SCOPE(ctx);
     size_t n = (size_t)a->batch * (size_t)elems(in_shape(a, 0));
     a->out[0] = (float)(cpu_abs_error_sum(a->in[0], a->in[1], n) / (double)n);
@@ -927,7 +1013,8 @@ static stoke_status mae_fwd(void *ctx, const nn_exec_args *a) {
 
 /* ---- the table ---- */
 
-static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
+static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p)
+{
     CPU_CTX_SCOPE(ctx);
     if (p == STOKE_PREC_FP32)
         return op >= 0 && op < STOKE_NN_OP_COUNT;
@@ -937,12 +1024,14 @@ static bool cpu_supports(void *ctx, stoke_nn_op op, stoke_precision p) {
     return op == STOKE_NN_LINEAR || op == STOKE_NN_CONV2D;
 }
 
-static bool cpu_native(void *ctx, stoke_precision p) {
+static bool cpu_native(void *ctx, stoke_precision p)
+{
     CPU_CTX_SCOPE(ctx);
     return p == STOKE_PREC_FP32 || bf16_native(p);
 }
 
-static void *cpu_alloc(void *ctx, size_t bytes) {
+static void *cpu_alloc(void *ctx, size_t bytes)
+{
     CPU_CTX_SCOPE(ctx);
     void *p = NULL;
     if (posix_memalign(&p, ALIGN, bytes ? align_up(bytes) : ALIGN) != 0)
@@ -951,7 +1040,8 @@ static void *cpu_alloc(void *ctx, size_t bytes) {
     return p;
 }
 
-static void cpu_free(void *ctx, void *p) {
+static void cpu_free(void *ctx, void *p)
+{
     CPU_CTX_SCOPE(ctx);
     free(p);
 }
@@ -960,9 +1050,10 @@ static void cpu_free(void *ctx, void *p) {
  * thread's memset leaves the other core spinning in OpenMP's barrier, so large spans are
  * split over the threads in 64 KB-aligned pieces (the result is the same zeros). */
 #define ZERO_PAR_MIN ((size_t)1 << 20)
-#define ZERO_BLK ((size_t)1 << 16)
+#define ZERO_BLK     ((size_t)1 << 16)
 
-static void cpu_zero(void *ctx, void *p, size_t bytes) {
+static void cpu_zero(void *ctx, void *p, size_t bytes)
+{
     CPU_CTX_SCOPE(ctx);
     if (bytes < ZERO_PAR_MIN) {
         memset(p, 0, bytes);
@@ -978,12 +1069,14 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
     }
 }
 
-static void cpu_read(void *ctx, void *host, const void *dev, size_t bytes) {
+static void cpu_read(void *ctx, void *host, const void *dev, size_t bytes)
+{
     CPU_CTX_SCOPE(ctx);
     memcpy(host, dev, bytes);
 }
 
-static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes) {
+static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes)
+{
     CPU_CTX_SCOPE(ctx);
     memcpy(dev, host, bytes);
 }
@@ -993,7 +1086,8 @@ static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes) {
  * (measured: a fifth of the MLP's step). Results do not depend on the thread count. */
 #define PASS_BLK ((size_t)1 << 16)
 
-static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n) {
+static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n)
+{
     CPU_CTX_SCOPE(ctx);
     if (n < 2 * PASS_BLK) {
         (p == STOKE_PREC_BF16 ? cpu_f32_to_bf16 : cpu_f32_to_f16)(in, out, n);
@@ -1010,7 +1104,8 @@ static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t 
 
 /* Blocks' sums of squares added in block order: the same double for any thread
  * count. */
-static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite) {
+static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite)
+{
     CPU_CTX_SCOPE(ctx);
     if (n < 2 * PASS_BLK)
         return cpu_sum_squares(x, n, finite);
@@ -1033,47 +1128,50 @@ static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite) {
     return total;
 }
 
-static void cpu_scale_(void *ctx, float *x, size_t n, float s) {
+static void cpu_scale_(void *ctx, float *x, size_t n, float s)
+{
     CPU_CTX_SCOPE(ctx);
     cpu_scale(x, n, s);
 }
 
 static void cpu_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
-                    const stoke_optim *o, uint16_t *w_lp, stoke_precision lp) {
+                    const stoke_optim *o, uint16_t *w_lp, stoke_precision lp)
+{
     CPU_CTX_SCOPE(ctx);
-    cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
-                        .nesterov = o->nesterov};
+    cpu_sgd_config c = {
+        .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
     cpu_after_update after = {.lowp = w_lp, .fp16 = lp == STOKE_PREC_FP16, .zero_grad = true};
     cpu_sgd_step_then(&c, lr, t, w, g, mom, n, &after);
 }
 
-static void cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                      float lr, int64_t t, const stoke_optim *o) {
+static void cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n, float lr,
+                      int64_t t, const stoke_optim *o)
+{
     CPU_CTX_SCOPE(ctx);
-    cpu_adamw_config c = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
-                          .weight_decay = o->weight_decay};
+    cpu_adamw_config c = {
+        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .weight_decay = o->weight_decay};
     cpu_adamw_step(&c, lr, t, w, g, m, v, n);
 }
 
-static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o) {
+static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o)
+{
     CPU_CTX_SCOPE(ctx);
     if (o->kind == STOKE_SGD) {
-        cpu_sgd_config c = {.momentum = o->momentum, .weight_decay = o->weight_decay,
-                            .nesterov = o->nesterov};
+        cpu_sgd_config c = {
+            .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
         return cpu_sgd_check(&c);
     }
-    cpu_adamw_config c = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
-                          .weight_decay = o->weight_decay};
+    cpu_adamw_config c = {
+        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .weight_decay = o->weight_decay};
     return cpu_adamw_check(&c);
 }
 
-static int cpu_threads(void *ctx) {
-    return cpu_ctx_threads(ctx ? ctx : cpu_ctx_default());
-}
+static int cpu_threads(void *ctx) { return cpu_ctx_threads(ctx ? ctx : cpu_ctx_default()); }
 
 /* The default context (the static table's): also OpenBLAS's and the calling thread's
  * OpenMP count, as before contexts; a model's: its own count. */
-static void cpu_set_threads_(void *ctx, int n) {
+static void cpu_set_threads_(void *ctx, int n)
+{
     if (!ctx) {
         cpu_set_threads(n);
         return;
@@ -1143,7 +1241,8 @@ static const nn_backend cpu_backend = {
 
 const nn_backend *nn_cpu_backend(void) { return &cpu_backend; }
 
-stoke_status nn_cpu_backend_new(int threads, nn_backend **out) {
+stoke_status nn_cpu_backend_new(int threads, nn_backend **out)
+{
     *out = NULL;
     nn_backend *be = malloc(sizeof *be);
     if (!be)
@@ -1158,7 +1257,8 @@ stoke_status nn_cpu_backend_new(int threads, nn_backend **out) {
     return STOKE_OK;
 }
 
-void nn_backend_free(nn_backend *be) {
+void nn_backend_free(nn_backend *be)
+{
     if (!be)
         return;
     if (be->ctx_free)

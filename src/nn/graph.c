@@ -41,11 +41,13 @@ static const char *const op_names[STOKE_NN_OP_COUNT] = {
     [STOKE_NN_SLICE] = "slice",
 };
 
-const char *stoke_nn_op_name(stoke_nn_op op) {
+const char *stoke_nn_op_name(stoke_nn_op op)
+{
     return (op >= 0 && op < STOKE_NN_OP_COUNT && op_names[op]) ? op_names[op] : "?";
 }
 
-stoke_graph *stoke_graph_new(const char *name) {
+stoke_graph *stoke_graph_new(const char *name)
+{
     stoke_graph *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
@@ -53,7 +55,8 @@ stoke_graph *stoke_graph_new(const char *name) {
     return g;
 }
 
-void stoke_graph_free(stoke_graph *g) {
+void stoke_graph_free(stoke_graph *g)
+{
     if (!g)
         return;
     free(g->nodes);
@@ -61,7 +64,8 @@ void stoke_graph_free(stoke_graph *g) {
     free(g);
 }
 
-stoke_status stoke_graph_status(const stoke_graph *g) {
+stoke_status stoke_graph_status(const stoke_graph *g)
+{
     if (!g)
         return stoke_fail(STOKE_ERR_ARG, "nn: no graph");
     if (g->status != STOKE_OK)
@@ -70,9 +74,9 @@ stoke_status stoke_graph_status(const stoke_graph *g) {
 }
 
 /* Records the first error only: later ones are usually consequences of it. */
-__attribute__((format(printf, 3, 4))) static stoke_tensor gfail(stoke_graph *g,
-                                                                 stoke_status s,
-                                                                 const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static stoke_tensor gfail(stoke_graph *g, stoke_status s,
+                                                                const char *fmt, ...)
+{
     if (g->status == STOKE_OK) {
         va_list ap;
         va_start(ap, fmt);
@@ -86,11 +90,13 @@ __attribute__((format(printf, 3, 4))) static stoke_tensor gfail(stoke_graph *g,
     return STOKE_NO_TENSOR;
 }
 
-static char *shape_str(const stoke_shape *s, char *buf, size_t size) {
+static char *shape_str(const stoke_shape *s, char *buf, size_t size)
+{
     return stoke_shape_format(s, buf, size);
 }
 
-static stoke_shape shape_of(int ndim, const int64_t *dims) {
+static stoke_shape shape_of(int ndim, const int64_t *dims)
+{
     stoke_shape s = {.ndim = ndim};
     for (int i = 0; i < ndim; i++)
         s.dims[i] = dims[i];
@@ -99,20 +105,21 @@ static stoke_shape shape_of(int ndim, const int64_t *dims) {
 
 static stoke_shape shape1(int64_t a) { return shape_of(1, (int64_t[]){a}); }
 static stoke_shape shape2(int64_t a, int64_t b) { return shape_of(2, (int64_t[]){a, b}); }
-static stoke_shape shape3(int64_t a, int64_t b, int64_t c) {
+static stoke_shape shape3(int64_t a, int64_t b, int64_t c)
+{
     return shape_of(3, (int64_t[]){a, b, c});
 }
 
 /* A handle usable as an input: valid, from this graph. Silent for STOKE_NO_TENSOR so
  * that chains report only the first error. */
-static bool usable(stoke_graph *g, stoke_tensor t, const char *what) {
+static bool usable(stoke_graph *g, stoke_tensor t, const char *what)
+{
     if (!g || g->status != STOKE_OK)
         return false;
     if (t == STOKE_NO_TENSOR)
         return false;
     if (t < 0 || t >= g->nnodes) {
-        gfail(g, STOKE_ERR_ARG, "%s: tensor handle %d is not a node of this graph", what,
-              (int)t);
+        gfail(g, STOKE_ERR_ARG, "%s: tensor handle %d is not a node of this graph", what, (int)t);
         return false;
     }
     if (nn_op_is_loss(g->nodes[t].op) || nn_op_is_metric(g->nodes[t].op)) {
@@ -123,7 +130,8 @@ static bool usable(stoke_graph *g, stoke_tensor t, const char *what) {
     return true;
 }
 
-static bool name_taken(const stoke_graph *g, const char *name) {
+static bool name_taken(const stoke_graph *g, const char *name)
+{
     for (int i = 0; i < g->nnodes; i++)
         if (strcmp(g->nodes[i].name, name) == 0 ||
             (g->nodes[i].is_output && strcmp(g->nodes[i].out_name, name) == 0))
@@ -133,7 +141,8 @@ static bool name_taken(const stoke_graph *g, const char *name) {
 
 /* Appends a node. `name` NULL gives "<op>#<index>". The pointer is valid until the
  * next node is added. */
-static nn_node *new_node(stoke_graph *g, stoke_nn_op op, const char *name) {
+static nn_node *new_node(stoke_graph *g, stoke_nn_op op, const char *name)
+{
     if (g->status != STOKE_OK)
         return NULL;
     if (name) {
@@ -171,8 +180,9 @@ static nn_node *new_node(stoke_graph *g, stoke_nn_op op, const char *name) {
     return n;
 }
 
-static nn_node *node_with_inputs(stoke_graph *g, stoke_nn_op op, const char *name,
-                                 stoke_tensor a, stoke_tensor b) {
+static nn_node *node_with_inputs(stoke_graph *g, stoke_nn_op op, const char *name, stoke_tensor a,
+                                 stoke_tensor b)
+{
     nn_node *n = new_node(g, op, name);
     if (!n)
         return NULL;
@@ -186,12 +196,14 @@ static nn_node *node_with_inputs(stoke_graph *g, stoke_nn_op op, const char *nam
     return n;
 }
 
-static stoke_tensor handle(const stoke_graph *g, const nn_node *n) {
+static stoke_tensor handle(const stoke_graph *g, const nn_node *n)
+{
     return (stoke_tensor)(n - g->nodes);
 }
 
 static int add_param(stoke_graph *g, nn_node *n, const char *suffix, stoke_shape shape,
-                     nn_init init, double fan_in, double fan_out, bool trainable, bool lowp) {
+                     nn_init init, double fan_in, double fan_out, bool trainable, bool lowp)
+{
     if (g->status != STOKE_OK)
         return -1;
     if (g->nparams == g->cap_params) {
@@ -225,7 +237,8 @@ static int add_param(stoke_graph *g, nn_node *n, const char *suffix, stoke_shape
     return i;
 }
 
-static bool positive(stoke_graph *g, const char *layer, const char *what, int64_t v) {
+static bool positive(stoke_graph *g, const char *layer, const char *what, int64_t v)
+{
     if (v >= 1)
         return true;
     gfail(g, STOKE_ERR_ARG, "%s: %s must be >= 1, got %lld", layer, what, (long long)v);
@@ -233,7 +246,8 @@ static bool positive(stoke_graph *g, const char *layer, const char *what, int64_
 }
 
 stoke_tensor stoke_nn_input(stoke_graph *g, const char *name, stoke_dtype dtype,
-                            const stoke_shape *shape) {
+                            const stoke_shape *shape)
+{
     if (!g || g->status != STOKE_OK)
         return STOKE_NO_TENSOR;
     if (!name || !shape)
@@ -255,7 +269,8 @@ stoke_tensor stoke_nn_input(stoke_graph *g, const char *name, stoke_dtype dtype,
 }
 
 /* A float tensor input check shared by the layers. */
-static const nn_node *float_input(stoke_graph *g, stoke_tensor x, const char *layer) {
+static const nn_node *float_input(stoke_graph *g, stoke_tensor x, const char *layer)
+{
     if (!usable(g, x, layer))
         return NULL;
     const nn_node *in = &g->nodes[x];
@@ -267,8 +282,9 @@ static const nn_node *float_input(stoke_graph *g, stoke_tensor x, const char *la
     return in;
 }
 
-stoke_tensor stoke_nn_linear(stoke_graph *g, const char *name, stoke_tensor x,
-                             int64_t out_features, bool bias) {
+stoke_tensor stoke_nn_linear(stoke_graph *g, const char *name, stoke_tensor x, int64_t out_features,
+                             bool bias)
+{
     const char *layer = name ? name : "linear";
     const nn_node *in = float_input(g, x, layer);
     if (!in || !positive(g, layer, "out_features", out_features))
@@ -287,21 +303,23 @@ stoke_tensor stoke_nn_linear(stoke_graph *g, const char *name, stoke_tensor x,
     n->shape = s;
     n->features = out_features;
     n->bias = bias;
-    add_param(g, n, "weight", shape2(out_features, fan_in), NN_INIT_UNIFORM_FAN_IN,
-              (double)fan_in, (double)out_features, true, true);
+    add_param(g, n, "weight", shape2(out_features, fan_in), NN_INIT_UNIFORM_FAN_IN, (double)fan_in,
+              (double)out_features, true, true);
     if (bias)
-        add_param(g, n, "bias", shape1(out_features), NN_INIT_UNIFORM_FAN_IN, (double)fan_in,
-                  0, true, false);
+        add_param(g, n, "bias", shape1(out_features), NN_INIT_UNIFORM_FAN_IN, (double)fan_in, 0,
+                  true, false);
     return g->status == STOKE_OK ? handle(g, n) : STOKE_NO_TENSOR;
 }
 
 /* Output size of a window op along one spatial dim, or 0 when it does not fit. */
-static int64_t window_out(int64_t in, int kernel, int stride, int pad) {
+static int64_t window_out(int64_t in, int kernel, int stride, int pad)
+{
     int64_t span = in + 2 * (int64_t)pad - kernel;
     return span < 0 ? 0 : span / stride + 1;
 }
 
-static bool image_input(stoke_graph *g, const nn_node *in, const char *layer) {
+static bool image_input(stoke_graph *g, const nn_node *in, const char *layer)
+{
     if (in->shape.ndim == 3)
         return true;
     char b[64];
@@ -310,9 +328,9 @@ static bool image_input(stoke_graph *g, const nn_node *in, const char *layer) {
     return false;
 }
 
-stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x,
-                             int64_t out_channels, int kernel, int stride, int padding,
-                             bool bias) {
+stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x, int64_t out_channels,
+                             int kernel, int stride, int padding, bool bias)
+{
     const char *layer = name ? name : "conv2d";
     const nn_node *in = float_input(g, x, layer);
     if (!in || !image_input(g, in, layer) || !positive(g, layer, "out_channels", out_channels) ||
@@ -323,11 +341,13 @@ stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x,
     if (!name)
         return gfail(g, STOKE_ERR_ARG, "conv2d: a layer with parameters needs a name");
     int64_t C = in->shape.dims[0], H = in->shape.dims[1], W = in->shape.dims[2];
-    int64_t OH = window_out(H, kernel, stride, padding), OW = window_out(W, kernel, stride, padding);
+    int64_t OH = window_out(H, kernel, stride, padding),
+            OW = window_out(W, kernel, stride, padding);
     if (OH < 1 || OW < 1) {
         char b[64];
-        return gfail(g, STOKE_ERR_ARG, "%s: a %dx%d kernel with padding %d does not fit input %s %s",
-                     layer, kernel, kernel, padding, in->name, shape_str(&in->shape, b, sizeof b));
+        return gfail(g, STOKE_ERR_ARG,
+                     "%s: a %dx%d kernel with padding %d does not fit input %s %s", layer, kernel,
+                     kernel, padding, in->name, shape_str(&in->shape, b, sizeof b));
     }
     nn_node *n = node_with_inputs(g, STOKE_NN_CONV2D, name, x, STOKE_NO_TENSOR);
     if (!n)
@@ -348,7 +368,8 @@ stoke_tensor stoke_nn_conv2d(stoke_graph *g, const char *name, stoke_tensor x,
 }
 
 static stoke_tensor pool(stoke_graph *g, stoke_nn_op op, stoke_tensor x, int kernel, int stride,
-                         int padding) {
+                         int padding)
+{
     const char *layer = stoke_nn_op_name(op);
     const nn_node *in = float_input(g, x, layer);
     if (!in || !image_input(g, in, layer) || !positive(g, layer, "kernel", kernel))
@@ -357,14 +378,14 @@ static stoke_tensor pool(stoke_graph *g, stoke_nn_op op, stoke_tensor x, int ker
         stride = kernel;
     if (stride < 0 || padding < 0 || padding > kernel / 2)
         return gfail(g, STOKE_ERR_ARG,
-                     "%s after %s: stride %d, padding %d (padding must be <= kernel/2 = %d)",
-                     layer, in->name, stride, padding, kernel / 2);
+                     "%s after %s: stride %d, padding %d (padding must be <= kernel/2 = %d)", layer,
+                     in->name, stride, padding, kernel / 2);
     int64_t OH = window_out(in->shape.dims[1], kernel, stride, padding);
     int64_t OW = window_out(in->shape.dims[2], kernel, stride, padding);
     if (OH < 1 || OW < 1) {
         char b[64];
-        return gfail(g, STOKE_ERR_ARG, "%s: a %dx%d window does not fit input %s %s", layer,
-                     kernel, kernel, in->name, shape_str(&in->shape, b, sizeof b));
+        return gfail(g, STOKE_ERR_ARG, "%s: a %dx%d window does not fit input %s %s", layer, kernel,
+                     kernel, in->name, shape_str(&in->shape, b, sizeof b));
     }
     nn_node *n = node_with_inputs(g, op, NULL, x, STOKE_NO_TENSOR);
     if (!n)
@@ -376,17 +397,18 @@ static stoke_tensor pool(stoke_graph *g, stoke_nn_op op, stoke_tensor x, int ker
     return handle(g, n);
 }
 
-stoke_tensor stoke_nn_maxpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride,
-                                int padding) {
+stoke_tensor stoke_nn_maxpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride, int padding)
+{
     return pool(g, STOKE_NN_MAXPOOL2D, x, kernel, stride, padding);
 }
 
-stoke_tensor stoke_nn_avgpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride,
-                                int padding) {
+stoke_tensor stoke_nn_avgpool2d(stoke_graph *g, stoke_tensor x, int kernel, int stride, int padding)
+{
     return pool(g, STOKE_NN_AVGPOOL2D, x, kernel, stride, padding);
 }
 
-stoke_tensor stoke_nn_global_avgpool(stoke_graph *g, stoke_tensor x) {
+stoke_tensor stoke_nn_global_avgpool(stoke_graph *g, stoke_tensor x)
+{
     const nn_node *in = float_input(g, x, "global_avgpool");
     if (!in || !image_input(g, in, "global_avgpool"))
         return STOKE_NO_TENSOR;
@@ -398,8 +420,9 @@ stoke_tensor stoke_nn_global_avgpool(stoke_graph *g, stoke_tensor x) {
     return handle(g, n);
 }
 
-stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x,
-                                float momentum, float eps) {
+stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x, float momentum,
+                                float eps)
+{
     const char *layer = name ? name : "batchnorm";
     const nn_node *in = float_input(g, x, layer);
     if (!in)
@@ -428,7 +451,8 @@ stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x
     return g->status == STOKE_OK ? handle(g, n) : STOKE_NO_TENSOR;
 }
 
-stoke_tensor stoke_nn_layernorm(stoke_graph *g, const char *name, stoke_tensor x, float eps) {
+stoke_tensor stoke_nn_layernorm(stoke_graph *g, const char *name, stoke_tensor x, float eps)
+{
     const char *layer = name ? name : "layernorm";
     const nn_node *in = float_input(g, x, layer);
     if (!in)
@@ -450,7 +474,8 @@ stoke_tensor stoke_nn_layernorm(stoke_graph *g, const char *name, stoke_tensor x
     return g->status == STOKE_OK ? handle(g, n) : STOKE_NO_TENSOR;
 }
 
-static stoke_tensor unary(stoke_graph *g, stoke_nn_op op, stoke_tensor x) {
+static stoke_tensor unary(stoke_graph *g, stoke_nn_op op, stoke_tensor x)
+{
     const nn_node *in = float_input(g, x, stoke_nn_op_name(op));
     if (!in)
         return STOKE_NO_TENSOR;
@@ -465,18 +490,21 @@ static stoke_tensor unary(stoke_graph *g, stoke_nn_op op, stoke_tensor x) {
 stoke_tensor stoke_nn_relu(stoke_graph *g, stoke_tensor x) { return unary(g, STOKE_NN_RELU, x); }
 stoke_tensor stoke_nn_gelu(stoke_graph *g, stoke_tensor x) { return unary(g, STOKE_NN_GELU, x); }
 stoke_tensor stoke_nn_tanh(stoke_graph *g, stoke_tensor x) { return unary(g, STOKE_NN_TANH, x); }
-stoke_tensor stoke_nn_sigmoid(stoke_graph *g, stoke_tensor x) {
+stoke_tensor stoke_nn_sigmoid(stoke_graph *g, stoke_tensor x)
+{
     return unary(g, STOKE_NN_SIGMOID, x);
 }
 
-stoke_tensor stoke_nn_softmax(stoke_graph *g, stoke_tensor x) {
+stoke_tensor stoke_nn_softmax(stoke_graph *g, stoke_tensor x)
+{
     const nn_node *in = float_input(g, x, "softmax");
     if (in && in->shape.ndim < 1)
         return gfail(g, STOKE_ERR_ARG, "softmax: input %s has no last dimension", in->name);
     return unary(g, STOKE_NN_SOFTMAX, x);
 }
 
-stoke_tensor stoke_nn_dropout(stoke_graph *g, stoke_tensor x, float p) {
+stoke_tensor stoke_nn_dropout(stoke_graph *g, stoke_tensor x, float p)
+{
     if (g && g->status == STOKE_OK && !(p >= 0 && p < 1))
         return gfail(g, STOKE_ERR_ARG, "dropout#%d: p %g must be in [0, 1)", g->nnodes, (double)p);
     stoke_tensor t = unary(g, STOKE_NN_DROPOUT, x);
@@ -485,7 +513,8 @@ stoke_tensor stoke_nn_dropout(stoke_graph *g, stoke_tensor x, float p) {
     return t;
 }
 
-stoke_tensor stoke_nn_add(stoke_graph *g, stoke_tensor a, stoke_tensor b) {
+stoke_tensor stoke_nn_add(stoke_graph *g, stoke_tensor a, stoke_tensor b)
+{
     const nn_node *na = float_input(g, a, "add");
     const nn_node *nb = na ? float_input(g, b, "add") : NULL;
     if (!na || !nb)
@@ -508,7 +537,8 @@ stoke_tensor stoke_nn_add(stoke_graph *g, stoke_tensor a, stoke_tensor b) {
     return handle(g, n);
 }
 
-stoke_tensor stoke_nn_reshape(stoke_graph *g, stoke_tensor x, const stoke_shape *shape) {
+stoke_tensor stoke_nn_reshape(stoke_graph *g, stoke_tensor x, const stoke_shape *shape)
+{
     const nn_node *in = float_input(g, x, "reshape");
     if (!in)
         return STOKE_NO_TENSOR;
@@ -520,10 +550,9 @@ stoke_tensor stoke_nn_reshape(stoke_graph *g, stoke_tensor x, const stoke_shape 
                          (long long)shape->dims[i]);
     if (stoke_shape_elems(shape) != stoke_shape_elems(&in->shape)) {
         char b1[64], b2[64];
-        return gfail(g, STOKE_ERR_ARG, "reshape of %s: %s has %lld elements, %s has %lld",
-                     in->name, shape_str(&in->shape, b1, sizeof b1),
-                     (long long)stoke_shape_elems(&in->shape), shape_str(shape, b2, sizeof b2),
-                     (long long)stoke_shape_elems(shape));
+        return gfail(g, STOKE_ERR_ARG, "reshape of %s: %s has %lld elements, %s has %lld", in->name,
+                     shape_str(&in->shape, b1, sizeof b1), (long long)stoke_shape_elems(&in->shape),
+                     shape_str(shape, b2, sizeof b2), (long long)stoke_shape_elems(shape));
     }
     nn_node *n = node_with_inputs(g, STOKE_NN_RESHAPE, NULL, x, STOKE_NO_TENSOR);
     if (!n)
@@ -532,23 +561,25 @@ stoke_tensor stoke_nn_reshape(stoke_graph *g, stoke_tensor x, const stoke_shape 
     return handle(g, n);
 }
 
-stoke_tensor stoke_nn_flatten(stoke_graph *g, stoke_tensor x) {
+stoke_tensor stoke_nn_flatten(stoke_graph *g, stoke_tensor x)
+{
     if (!usable(g, x, "flatten"))
         return STOKE_NO_TENSOR;
     stoke_shape s = shape1(stoke_shape_elems(&g->nodes[x].shape));
     return stoke_nn_reshape(g, x, &s);
 }
 
-stoke_tensor stoke_nn_embedding(stoke_graph *g, const char *name, stoke_tensor ids,
-                                int64_t vocab, int64_t dim) {
+stoke_tensor stoke_nn_embedding(stoke_graph *g, const char *name, stoke_tensor ids, int64_t vocab,
+                                int64_t dim)
+{
     const char *layer = name ? name : "embedding";
     if (!usable(g, ids, layer) || !positive(g, layer, "vocab", vocab) ||
         !positive(g, layer, "dim", dim))
         return STOKE_NO_TENSOR;
     const nn_node *in = &g->nodes[ids];
     if (in->op != STOKE_NN_INPUT || in->dtype != STOKE_I32 || in->shape.ndim > 1)
-        return gfail(g, STOKE_ERR_ARG, "%s: needs an int32 input of shape (T) or (), got %s",
-                     layer, in->name);
+        return gfail(g, STOKE_ERR_ARG, "%s: needs an int32 input of shape (T) or (), got %s", layer,
+                     in->name);
     if (!name)
         return gfail(g, STOKE_ERR_ARG, "embedding: a layer with parameters needs a name");
     stoke_shape s = in->shape.ndim == 1 ? shape2(in->shape.dims[0], dim) : shape1(dim);
@@ -564,7 +595,8 @@ stoke_tensor stoke_nn_embedding(stoke_graph *g, const char *name, stoke_tensor i
     return g->status == STOKE_OK ? handle(g, n) : STOKE_NO_TENSOR;
 }
 
-static const nn_node *sequence_input(stoke_graph *g, stoke_tensor x, const char *layer) {
+static const nn_node *sequence_input(stoke_graph *g, stoke_tensor x, const char *layer)
+{
     const nn_node *in = float_input(g, x, layer);
     if (in && in->shape.ndim != 2) {
         char b[64];
@@ -575,15 +607,16 @@ static const nn_node *sequence_input(stoke_graph *g, stoke_tensor x, const char 
     return in;
 }
 
-stoke_tensor stoke_nn_attention(stoke_graph *g, const char *name, stoke_tensor x, int heads) {
+stoke_tensor stoke_nn_attention(stoke_graph *g, const char *name, stoke_tensor x, int heads)
+{
     const char *layer = name ? name : "attention";
     const nn_node *in = sequence_input(g, x, layer);
     if (!in || !positive(g, layer, "heads", heads))
         return STOKE_NO_TENSOR;
     int64_t T = in->shape.dims[0], C = in->shape.dims[1];
     if (C % heads != 0)
-        return gfail(g, STOKE_ERR_ARG, "%s: %lld channels of %s do not split into %d heads",
-                     layer, (long long)C, in->name, heads);
+        return gfail(g, STOKE_ERR_ARG, "%s: %lld channels of %s do not split into %d heads", layer,
+                     (long long)C, in->name, heads);
     if (!name)
         return gfail(g, STOKE_ERR_ARG, "attention: a layer with parameters needs a name");
     nn_node *n = node_with_inputs(g, STOKE_NN_ATTENTION, name, x, STOKE_NO_TENSOR);
@@ -596,22 +629,24 @@ stoke_tensor stoke_nn_attention(stoke_graph *g, const char *name, stoke_tensor x
     /* nn.MultiheadAttention._reset_parameters: xavier_uniform_ on the packed (3C, C)
      * in_proj_weight (fan_in C, fan_out 3C), zero biases; out_proj keeps nn.Linear's
      * default weight init. */
-    add_param(g, n, "in_proj_weight", shape2(3 * C, C), NN_INIT_XAVIER, (double)C,
-              (double)(3 * C), true, true);
+    add_param(g, n, "in_proj_weight", shape2(3 * C, C), NN_INIT_XAVIER, (double)C, (double)(3 * C),
+              true, true);
     add_param(g, n, "in_proj_bias", shape1(3 * C), NN_INIT_ZEROS, 0, 0, true, false);
-    add_param(g, n, "out_proj.weight", shape2(C, C), NN_INIT_UNIFORM_FAN_IN, (double)C,
-              (double)C, true, true);
+    add_param(g, n, "out_proj.weight", shape2(C, C), NN_INIT_UNIFORM_FAN_IN, (double)C, (double)C,
+              true, true);
     add_param(g, n, "out_proj.bias", shape1(C), NN_INIT_ZEROS, 0, 0, true, false);
     return g->status == STOKE_OK ? handle(g, n) : STOKE_NO_TENSOR;
 }
 
-stoke_tensor stoke_nn_patchify(stoke_graph *g, stoke_tensor x, int patch) {
+stoke_tensor stoke_nn_patchify(stoke_graph *g, stoke_tensor x, int patch)
+{
     const nn_node *in = float_input(g, x, "patchify");
     if (!in || !image_input(g, in, "patchify") || !positive(g, "patchify", "patch", patch))
         return STOKE_NO_TENSOR;
     int64_t C = in->shape.dims[0], H = in->shape.dims[1], W = in->shape.dims[2];
     if (H % patch || W % patch)
-        return gfail(g, STOKE_ERR_ARG, "patchify: %lldx%lld image %s is not divisible into %dx%d patches",
+        return gfail(g, STOKE_ERR_ARG,
+                     "patchify: %lldx%lld image %s is not divisible into %dx%d patches",
                      (long long)H, (long long)W, in->name, patch, patch);
     nn_node *n = node_with_inputs(g, STOKE_NN_PATCHIFY, NULL, x, STOKE_NO_TENSOR);
     if (!n)
@@ -621,7 +656,8 @@ stoke_tensor stoke_nn_patchify(stoke_graph *g, stoke_tensor x, int patch) {
     return handle(g, n);
 }
 
-stoke_tensor stoke_nn_pos_embed(stoke_graph *g, const char *name, stoke_tensor x) {
+stoke_tensor stoke_nn_pos_embed(stoke_graph *g, const char *name, stoke_tensor x)
+{
     const char *layer = name ? name : "pos_embed";
     const nn_node *in = sequence_input(g, x, layer);
     if (!in)
@@ -639,7 +675,8 @@ stoke_tensor stoke_nn_pos_embed(stoke_graph *g, const char *name, stoke_tensor x
     return g->status == STOKE_OK ? handle(g, n) : STOKE_NO_TENSOR;
 }
 
-stoke_tensor stoke_nn_seq_mean(stoke_graph *g, stoke_tensor x) {
+stoke_tensor stoke_nn_seq_mean(stoke_graph *g, stoke_tensor x)
+{
     const nn_node *in = sequence_input(g, x, "seq_mean");
     if (!in)
         return STOKE_NO_TENSOR;
@@ -651,7 +688,8 @@ stoke_tensor stoke_nn_seq_mean(stoke_graph *g, stoke_tensor x) {
     return handle(g, n);
 }
 
-stoke_tensor stoke_nn_slice(stoke_graph *g, stoke_tensor x, int64_t begin, int64_t end) {
+stoke_tensor stoke_nn_slice(stoke_graph *g, stoke_tensor x, int64_t begin, int64_t end)
+{
     const nn_node *in = float_input(g, x, "slice");
     if (!in)
         return STOKE_NO_TENSOR;
@@ -661,8 +699,10 @@ stoke_tensor stoke_nn_slice(stoke_graph *g, stoke_tensor x, int64_t begin, int64
                      in->name);
     int64_t C = in->shape.dims[in->shape.ndim - 1];
     if (!(begin >= 0 && begin < end && end <= C))
-        return gfail(g, STOKE_ERR_ARG, "slice of %s: columns [%lld, %lld) are not within the "
-                     "last dim of %s", in->name, (long long)begin, (long long)end,
+        return gfail(g, STOKE_ERR_ARG,
+                     "slice of %s: columns [%lld, %lld) are not within the "
+                     "last dim of %s",
+                     in->name, (long long)begin, (long long)end,
                      shape_str(&in->shape, b, sizeof b));
     stoke_shape s = in->shape;
     s.dims[s.ndim - 1] = end - begin;
@@ -676,7 +716,8 @@ stoke_tensor stoke_nn_slice(stoke_graph *g, stoke_tensor x, int64_t begin, int64
 }
 
 /* Losses and metrics: a scalar per batch; every one is an output. */
-static stoke_tensor scalar_node(stoke_graph *g, stoke_nn_op op, stoke_tensor a, stoke_tensor b) {
+static stoke_tensor scalar_node(stoke_graph *g, stoke_nn_op op, stoke_tensor a, stoke_tensor b)
+{
     nn_node *n = node_with_inputs(g, op, NULL, a, b);
     if (!n)
         return STOKE_NO_TENSOR;
@@ -687,7 +728,8 @@ static stoke_tensor scalar_node(stoke_graph *g, stoke_nn_op op, stoke_tensor a, 
     return handle(g, n);
 }
 
-static bool class_pair(stoke_graph *g, stoke_nn_op op, stoke_tensor logits, stoke_tensor target) {
+static bool class_pair(stoke_graph *g, stoke_nn_op op, stoke_tensor logits, stoke_tensor target)
+{
     const char *what = stoke_nn_op_name(op);
     const nn_node *l = float_input(g, logits, what);
     if (!l || !usable(g, target, what))
@@ -708,7 +750,8 @@ static bool class_pair(stoke_graph *g, stoke_nn_op op, stoke_tensor logits, stok
     return true;
 }
 
-static bool same_elems(stoke_graph *g, stoke_nn_op op, stoke_tensor pred, stoke_tensor target) {
+static bool same_elems(stoke_graph *g, stoke_nn_op op, stoke_tensor pred, stoke_tensor target)
+{
     const char *what = stoke_nn_op_name(op);
     const nn_node *p = float_input(g, pred, what);
     const nn_node *t = p ? float_input(g, target, what) : NULL;
@@ -725,7 +768,8 @@ static bool same_elems(stoke_graph *g, stoke_nn_op op, stoke_tensor pred, stoke_
 }
 
 stoke_tensor stoke_nn_cross_entropy(stoke_graph *g, stoke_tensor logits, stoke_tensor target,
-                                    float label_smoothing) {
+                                    float label_smoothing)
+{
     if (!class_pair(g, STOKE_NN_CROSS_ENTROPY, logits, target))
         return STOKE_NO_TENSOR;
     if (!(label_smoothing >= 0 && label_smoothing < 1))
@@ -738,7 +782,8 @@ stoke_tensor stoke_nn_cross_entropy(stoke_graph *g, stoke_tensor logits, stoke_t
 }
 
 stoke_tensor stoke_nn_policy_gradient(stoke_graph *g, stoke_tensor logits, stoke_tensor target,
-                                      float clip, float entropy) {
+                                      float clip, float entropy)
+{
     const char *what = "policy_gradient";
     const nn_node *l = float_input(g, logits, what);
     const nn_node *t = l ? float_input(g, target, what) : NULL;
@@ -749,13 +794,15 @@ stoke_tensor stoke_nn_policy_gradient(stoke_graph *g, stoke_tensor logits, stoke
         return gfail(g, STOKE_ERR_ARG, "%s#%d: needs logits (K) with K >= 2 actions, %s is %s",
                      what, g->nnodes, l->name, shape_str(&l->shape, b, sizeof b));
     if (t->shape.ndim != 1 || (t->shape.dims[0] != 2 && t->shape.dims[0] != 3))
-        return gfail(g, STOKE_ERR_ARG, "%s#%d: target %s must be fp32 [action, advantage] (2) or "
-                     "[action, advantage, old_log_prob] (3), not %s", what, g->nnodes, t->name,
-                     shape_str(&t->shape, b, sizeof b));
+        return gfail(g, STOKE_ERR_ARG,
+                     "%s#%d: target %s must be fp32 [action, advantage] (2) or "
+                     "[action, advantage, old_log_prob] (3), not %s",
+                     what, g->nnodes, t->name, shape_str(&t->shape, b, sizeof b));
     bool ppo = t->shape.dims[0] == 3;
     if (ppo ? !(clip > 0 && clip < 1) : clip != 0)
-        return gfail(g, STOKE_ERR_ARG, ppo ? "%s#%d: PPO's clip epsilon %g must be in (0, 1)"
-                     : "%s#%d: clip %g needs the old log-probability (a 3-value target)",
+        return gfail(g, STOKE_ERR_ARG,
+                     ppo ? "%s#%d: PPO's clip epsilon %g must be in (0, 1)"
+                         : "%s#%d: clip %g needs the old log-probability (a 3-value target)",
                      what, g->nnodes, (double)clip);
     if (!(entropy >= 0 && isfinite(entropy)))
         return gfail(g, STOKE_ERR_ARG, "%s#%d: entropy coefficient %g must be finite and >= 0",
@@ -768,37 +815,43 @@ stoke_tensor stoke_nn_policy_gradient(stoke_graph *g, stoke_tensor logits, stoke
     return r;
 }
 
-stoke_tensor stoke_nn_bce_logits(stoke_graph *g, stoke_tensor logits, stoke_tensor target) {
+stoke_tensor stoke_nn_bce_logits(stoke_graph *g, stoke_tensor logits, stoke_tensor target)
+{
     if (!same_elems(g, STOKE_NN_BCE_LOGITS, logits, target))
         return STOKE_NO_TENSOR;
     return scalar_node(g, STOKE_NN_BCE_LOGITS, logits, target);
 }
 
-stoke_tensor stoke_nn_mse(stoke_graph *g, stoke_tensor pred, stoke_tensor target) {
+stoke_tensor stoke_nn_mse(stoke_graph *g, stoke_tensor pred, stoke_tensor target)
+{
     if (!same_elems(g, STOKE_NN_MSE, pred, target))
         return STOKE_NO_TENSOR;
     return scalar_node(g, STOKE_NN_MSE, pred, target);
 }
 
-stoke_tensor stoke_nn_l1(stoke_graph *g, stoke_tensor pred, stoke_tensor target) {
+stoke_tensor stoke_nn_l1(stoke_graph *g, stoke_tensor pred, stoke_tensor target)
+{
     if (!same_elems(g, STOKE_NN_L1, pred, target))
         return STOKE_NO_TENSOR;
     return scalar_node(g, STOKE_NN_L1, pred, target);
 }
 
-stoke_tensor stoke_nn_accuracy(stoke_graph *g, stoke_tensor logits, stoke_tensor target) {
+stoke_tensor stoke_nn_accuracy(stoke_graph *g, stoke_tensor logits, stoke_tensor target)
+{
     if (!class_pair(g, STOKE_NN_ACCURACY, logits, target))
         return STOKE_NO_TENSOR;
     return scalar_node(g, STOKE_NN_ACCURACY, logits, target);
 }
 
-stoke_tensor stoke_nn_mae(stoke_graph *g, stoke_tensor pred, stoke_tensor target) {
+stoke_tensor stoke_nn_mae(stoke_graph *g, stoke_tensor pred, stoke_tensor target)
+{
     if (!same_elems(g, STOKE_NN_MAE, pred, target))
         return STOKE_NO_TENSOR;
     return scalar_node(g, STOKE_NN_MAE, pred, target);
 }
 
-void stoke_nn_loss_weight(stoke_graph *g, stoke_tensor loss, float weight) {
+void stoke_nn_loss_weight(stoke_graph *g, stoke_tensor loss, float weight)
+{
     if (!g || g->status != STOKE_OK || loss == STOKE_NO_TENSOR)
         return;
     if (loss < 0 || loss >= g->nnodes || !nn_op_is_loss(g->nodes[loss].op)) {
@@ -813,7 +866,8 @@ void stoke_nn_loss_weight(stoke_graph *g, stoke_tensor loss, float weight) {
     g->nodes[loss].loss_weight = weight;
 }
 
-void stoke_nn_output(stoke_graph *g, const char *name, stoke_tensor t) {
+void stoke_nn_output(stoke_graph *g, const char *name, stoke_tensor t)
+{
     if (!g || g->status != STOKE_OK || t == STOKE_NO_TENSOR)
         return;
     if (t < 0 || t >= g->nnodes) {
@@ -835,22 +889,26 @@ void stoke_nn_output(stoke_graph *g, const char *name, stoke_tensor t) {
 
 int stoke_graph_node_count(const stoke_graph *g) { return g ? g->nnodes : 0; }
 
-stoke_nn_op stoke_graph_node_op(const stoke_graph *g, stoke_tensor t) {
+stoke_nn_op stoke_graph_node_op(const stoke_graph *g, stoke_tensor t)
+{
     const nn_node *n = g ? nn_graph_node(g, t) : NULL;
     return n ? n->op : STOKE_NN_OP_COUNT;
 }
 
-const stoke_shape *stoke_graph_shape(const stoke_graph *g, stoke_tensor t) {
+const stoke_shape *stoke_graph_shape(const stoke_graph *g, stoke_tensor t)
+{
     const nn_node *n = g ? nn_graph_node(g, t) : NULL;
     return n ? &n->shape : NULL;
 }
 
-const char *stoke_graph_node_name(const stoke_graph *g, stoke_tensor t) {
+const char *stoke_graph_node_name(const stoke_graph *g, stoke_tensor t)
+{
     const nn_node *n = g ? nn_graph_node(g, t) : NULL;
     return n ? n->name : NULL;
 }
 
-stoke_tensor stoke_graph_find(const stoke_graph *g, const char *name) {
+stoke_tensor stoke_graph_find(const stoke_graph *g, const char *name)
+{
     if (!g || !name)
         return STOKE_NO_TENSOR;
     for (int i = 0; i < g->nnodes; i++) {
@@ -864,11 +922,13 @@ stoke_tensor stoke_graph_find(const stoke_graph *g, const char *name) {
 
 int stoke_graph_param_count(const stoke_graph *g) { return g ? g->nparams : 0; }
 
-const stoke_param_info *stoke_graph_param(const stoke_graph *g, int i) {
+const stoke_param_info *stoke_graph_param(const stoke_graph *g, int i)
+{
     return (g && i >= 0 && i < g->nparams) ? &g->params[i].info : NULL;
 }
 
-int64_t stoke_graph_trainable_elems(const stoke_graph *g) {
+int64_t stoke_graph_trainable_elems(const stoke_graph *g)
+{
     int64_t n = 0;
     for (int i = 0; g && i < g->nparams; i++)
         if (g->params[i].info.trainable)
@@ -878,11 +938,13 @@ int64_t stoke_graph_trainable_elems(const stoke_graph *g) {
 
 /* Each parameter gets its own SplitMix64 stream keyed by (seed, FNV-1a of its name), so
  * the values do not depend on the layer order. */
-static double uniform01(uint64_t *s) { /* [0, 1) with 53 bits */
+static double uniform01(uint64_t *s)
+{ /* [0, 1) with 53 bits */
     return stoke_u64_to_unit(stoke_splitmix64_next(s));
 }
 
-void nn_param_init(const nn_param *p, uint64_t seed, float *out) {
+void nn_param_init(const nn_param *p, uint64_t seed, float *out)
+{
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *c = p->name; *c; c++)
         h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
@@ -896,9 +958,7 @@ void nn_param_init(const nn_param *p, uint64_t seed, float *out) {
          * 1/sqrt(fan_in); PyTorch's bias bound is the same 1/sqrt(fan_in). */
         bound = 1.0 / sqrt(p->fan_in);
         break;
-    case NN_INIT_XAVIER:
-        bound = sqrt(6.0 / (p->fan_in + p->fan_out));
-        break;
+    case NN_INIT_XAVIER: bound = sqrt(6.0 / (p->fan_in + p->fan_out)); break;
     case NN_INIT_NORMAL:
         for (int64_t i = 0; i < n; i += 2) { /* Box-Muller, both values used */
             double u1 = 1.0 - uniform01(&s), u2 = uniform01(&s);

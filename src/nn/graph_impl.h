@@ -5,7 +5,7 @@
 
 #include "stoke/nn.h"
 
-#define NN_NAME_MAX 80
+#define NN_NAME_MAX   80
 #define NN_MAX_INPUTS 2
 #define NN_MAX_PARAMS 4
 
@@ -19,19 +19,19 @@ typedef enum nn_init {
 } nn_init;
 
 typedef struct nn_param {
-    stoke_param_info info; /* info.name points at name below */
+    stoke_param_info info;       /* info.name points at name below */
     char name[NN_NAME_MAX + 32]; /* "<layer>.<suffix>" */
     nn_init init;
     double fan_in, fan_out, std;
-    bool lowp;             /* gets a bf16/fp16 copy (linear and conv weights) */
+    bool lowp; /* gets a bf16/fp16 copy (linear and conv weights) */
 } nn_param;
 
 /* One op. Attributes not used by the op are 0. */
 typedef struct nn_node {
     stoke_nn_op op;
-    char name[NN_NAME_MAX];   /* layer name, or "<op>#<index>" */
-    stoke_dtype dtype;        /* of the output: STOKE_F32, or STOKE_I32 for id inputs */
-    stoke_shape shape;        /* per-sample output shape (() for losses, metrics) */
+    char name[NN_NAME_MAX]; /* layer name, or "<op>#<index>" */
+    stoke_dtype dtype;      /* of the output: STOKE_F32, or STOKE_I32 for id inputs */
+    stoke_shape shape;      /* per-sample output shape (() for losses, metrics) */
     int nin;
     stoke_tensor in[NN_MAX_INPUTS];
     int nparam;
@@ -42,17 +42,17 @@ typedef struct nn_node {
     int heads, patch;
     bool bias;
     float p, eps, momentum, smoothing;
-    float clip, entropy;      /* policy gradient: PPO epsilon (0: no ratio), bonus */
-    int64_t begin;            /* slice: first column (features: the width) */
-    float loss_weight;        /* losses: weight in the total loss */
+    float clip, entropy; /* policy gradient: PPO epsilon (0: no ratio), bonus */
+    int64_t begin;       /* slice: first column (features: the width) */
+    float loss_weight;   /* losses: weight in the total loss */
     bool is_output;
     char out_name[NN_NAME_MAX + 32];
-    bool needs_grad;          /* some parameter lies upstream: backward visits it */
+    bool needs_grad; /* some parameter lies upstream: backward visits it */
 } nn_node;
 
 struct stoke_graph {
     char name[NN_NAME_MAX];
-    stoke_status status;      /* first error */
+    stoke_status status; /* first error */
     char error[512];
     nn_node *nodes;
     int nnodes, cap_nodes;
@@ -63,16 +63,19 @@ struct stoke_graph {
 /* Writes parameter p's initial values (p->info.elems floats) for `seed`. */
 void nn_param_init(const nn_param *p, uint64_t seed, float *out);
 
-static inline const nn_node *nn_graph_node(const stoke_graph *g, stoke_tensor t) {
+static inline const nn_node *nn_graph_node(const stoke_graph *g, stoke_tensor t)
+{
     return (t >= 0 && t < g->nnodes) ? &g->nodes[t] : NULL;
 }
 
-static inline bool nn_op_is_loss(stoke_nn_op op) {
+static inline bool nn_op_is_loss(stoke_nn_op op)
+{
     return op == STOKE_NN_CROSS_ENTROPY || op == STOKE_NN_BCE_LOGITS || op == STOKE_NN_MSE ||
            op == STOKE_NN_L1 || op == STOKE_NN_POLICY_GRADIENT;
 }
 
-static inline bool nn_op_is_metric(stoke_nn_op op) {
+static inline bool nn_op_is_metric(stoke_nn_op op)
+{
     return op == STOKE_NN_ACCURACY || op == STOKE_NN_MAE;
 }
 

@@ -12,11 +12,12 @@
 #include "nn/backend_impl.h"
 
 #define ALIGN 64
-#define NONE ((size_t)-1)
+#define NONE  ((size_t)-1)
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
-const char *stoke_precision_name(stoke_precision p) {
+const char *stoke_precision_name(stoke_precision p)
+{
     switch (p) {
     case STOKE_PREC_FP32: return "fp32";
     case STOKE_PREC_BF16: return "bf16";
@@ -25,7 +26,8 @@ const char *stoke_precision_name(stoke_precision p) {
     return "?";
 }
 
-bool stoke_precision_parse(const char *s, stoke_precision *out) {
+bool stoke_precision_parse(const char *s, stoke_precision *out)
+{
     for (int p = STOKE_PREC_FP32; p <= STOKE_PREC_FP16; p++)
         if (s && strcmp(s, stoke_precision_name((stoke_precision)p)) == 0) {
             *out = (stoke_precision)p;
@@ -34,11 +36,13 @@ bool stoke_precision_parse(const char *s, stoke_precision *out) {
     return false;
 }
 
-const char *stoke_optim_name(stoke_optim_kind k) {
+const char *stoke_optim_name(stoke_optim_kind k)
+{
     return k == STOKE_SGD ? "sgd" : k == STOKE_ADAMW ? "adamw" : "?";
 }
 
-double stoke_lr_at(const stoke_lr_schedule *s, int64_t step) {
+double stoke_lr_at(const stoke_lr_schedule *s, int64_t step)
+{
     if (step < 0)
         step = 0;
     if (step < s->warmup_steps) /* linear warm-up: lr/W, 2 lr/W, ..., lr */
@@ -53,23 +57,25 @@ double stoke_lr_at(const stoke_lr_schedule *s, int64_t step) {
             return s->min_lr;
         return s->min_lr + (s->lr - s->min_lr) * (1 + cos(M_PI * (double)t / (double)T)) / 2;
     }
-    case STOKE_LR_CONSTANT:
-        break;
+    case STOKE_LR_CONSTANT: break;
     }
     return s->lr;
 }
 
-void stoke_nn_set_threads(int n) {
+void stoke_nn_set_threads(int n)
+{
     const nn_backend *be = nn_cpu_backend();
     be->set_threads(be->ctx, n);
 }
 
-bool stoke_nn_precision_native(stoke_precision p) {
+bool stoke_nn_precision_native(stoke_precision p)
+{
     const nn_backend *be = nn_cpu_backend();
     return be->native(be->ctx, p);
 }
 
-int stoke_nn_threads(void) {
+int stoke_nn_threads(void)
+{
     const nn_backend *be = nn_cpu_backend();
     return be->threads(be->ctx);
 }
@@ -79,13 +85,13 @@ int stoke_nn_threads(void) {
 typedef struct layout {
     int nnodes, nparams;
     int64_t batch;
-    int64_t last_batch;  /* the epoch's last batch when smaller than batch, else 0 */
+    int64_t last_batch; /* the epoch's last batch when smaller than batch, else 0 */
     /* per node */
-    int *alias;          /* the node whose buffers it uses (itself but for reshape) */
-    bool *lowp;          /* runs in the model's low precision */
-    size_t *out_ps;      /* aligned bytes per sample; 0 for aliases */
+    int *alias;     /* the node whose buffers it uses (itself but for reshape) */
+    bool *lowp;     /* runs in the model's low precision */
+    size_t *out_ps; /* aligned bytes per sample; 0 for aliases */
     size_t *saved_ps;
-    size_t *dout_ps;     /* 0: no gradient kept */
+    size_t *dout_ps; /* 0: no gradient kept */
     /* fused chains (nn_fused_impl): for each member the chain's first node, else -1;
      * at the first node the chain and its kernels */
     int *head;
@@ -100,7 +106,8 @@ typedef struct layout {
 
 static int L_last(const layout *L, int head) { return L->chain[head][L->chain_len[head] - 1]; }
 
-static void layout_free(layout *L) {
+static void layout_free(layout *L)
+{
     free(L->alias);
     free(L->lowp);
     free(L->out_ps);
@@ -117,7 +124,8 @@ static void layout_free(layout *L) {
     memset(L, 0, sizeof *L);
 }
 
-static int optim_slots(const stoke_model_opts *o) {
+static int optim_slots(const stoke_model_opts *o)
+{
     if (!o->training)
         return 0;
     if (o->optim.kind == STOKE_ADAMW)
@@ -126,7 +134,8 @@ static int optim_slots(const stoke_model_opts *o) {
 }
 
 static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
-                               const nn_backend *be) {
+                               const nn_backend *be)
+{
     if (!g || !o)
         return stoke_fail(STOKE_ERR_ARG, "nn: no graph or options");
     if (g->status != STOKE_OK)
@@ -151,8 +160,9 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
             return stoke_fail(STOKE_ERR_ARG, "%s: clip norm %g must be >= 0", g->name,
                               (double)o->optim.clip_norm);
         if (!be->check_optim || !be->sgd || !be->adamw || !be->sum_squares || !be->scale)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: the optimizers are not built yet in the %s backend",
-                              g->name, be->name);
+            return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                              "%s: the optimizers are not built yet in the %s backend", g->name,
+                              be->name);
         stoke_status st = be->check_optim(be->ctx, &o->optim);
         if (st != STOKE_OK)
             return st;
@@ -165,7 +175,8 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
 }
 
 /* The optimizer options with PyTorch's AdamW defaults filled in for zeros. */
-static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
+static stoke_model_opts fill_defaults(const stoke_model_opts *o)
+{
     stoke_model_opts r = *o;
     if (r.optim.kind == STOKE_ADAMW) {
         if (r.optim.beta1 == 0)
@@ -179,7 +190,8 @@ static stoke_model_opts fill_defaults(const stoke_model_opts *o) {
 }
 
 /* The batches a layout is planned for: its batch, then the epoch's last one if any. */
-static int planned(const layout *L, int64_t b[2]) {
+static int planned(const layout *L, int64_t b[2])
+{
     b[0] = L->batch;
     b[1] = L->last_batch;
     return L->last_batch > 0 ? 2 : 1;
@@ -191,7 +203,8 @@ static int planned(const layout *L, int64_t b[2]) {
  * be fused may depend on the layout it picks for the batch). Marks L->head, chain,
  * chain_len, fused. */
 static stoke_status find_chains(const stoke_graph *g, const stoke_model_opts *o,
-                                const nn_backend *be, layout *L) {
+                                const nn_backend *be, layout *L)
+{
     int n = g->nnodes;
     for (int i = 0; i < n; i++)
         L->head[i] = -1;
@@ -247,8 +260,9 @@ static stoke_status find_chains(const stoke_graph *g, const stoke_model_opts *o,
 /* The workspace the nodes need at `batch` (the largest over them, aligned), asking
  * each op (or fused chain) at the precision it runs in; this also prepares what the
  * kernels cache for the shape. Fails naming the node if a kernel cannot run there. */
-static stoke_status ws_at(const stoke_graph *g, const stoke_model_opts *o,
-                          const nn_backend *be, const layout *L, int64_t batch, size_t *out) {
+static stoke_status ws_at(const stoke_graph *g, const stoke_model_opts *o, const nn_backend *be,
+                          const layout *L, int64_t batch, size_t *out)
+{
     size_t most = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const nn_node *nd = &g->nodes[i];
@@ -259,8 +273,7 @@ static stoke_status ws_at(const stoke_graph *g, const stoke_model_opts *o,
         size_t ws = 0;
         stoke_precision p = L->lowp[i] ? o->precision : STOKE_PREC_FP32;
         stoke_status st =
-            h == i ? L->fused[i]->workspace(be->ctx, g, L->chain[i], L->chain_len[i], batch, p,
-                                            &ws)
+            h == i ? L->fused[i]->workspace(be->ctx, g, L->chain[i], L->chain_len[i], batch, p, &ws)
                    : op->workspace(be->ctx, g, nd, batch, p, &ws);
         if (st != STOKE_OK) {
             char msg[1024];
@@ -276,7 +289,8 @@ static stoke_status ws_at(const stoke_graph *g, const stoke_model_opts *o,
 }
 
 static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o,
-                                 const nn_backend *be, layout *L) {
+                                 const nn_backend *be, layout *L)
+{
     int64_t batch = o->max_batch;
     memset(L, 0, sizeof *L);
     int n = g->nnodes, np = g->nparams;
@@ -299,15 +313,15 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
     L->chain_len = calloc((size_t)n, sizeof *L->chain_len);
     L->fused = calloc((size_t)n, sizeof *L->fused);
     if (!L->alias || !L->lowp || !L->out_ps || !L->saved_ps || !L->dout_ps || !L->param_off ||
-        !L->lp_off || !L->grad_off || !L->state_off || !L->head || !L->chain ||
-        !L->chain_len || !L->fused) {
+        !L->lp_off || !L->grad_off || !L->state_off || !L->head || !L->chain || !L->chain_len ||
+        !L->fused) {
         layout_free(L);
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory planning", g->name);
     }
     L->slots = optim_slots(o);
     for (int i = 0; i < n; i++)
-        L->lowp[i] = o->precision != STOKE_PREC_FP32 &&
-                     be->supports(be->ctx, g->nodes[i].op, o->precision);
+        L->lowp[i] =
+            o->precision != STOKE_PREC_FP32 && be->supports(be->ctx, g->nodes[i].op, o->precision);
     stoke_status fst = find_chains(g, o, be, L);
     if (fst != STOKE_OK) {
         char msg[1024];
@@ -330,8 +344,8 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
         if (h < 0)
             L->saved_ps[i] = op->saved_bytes ? align_up(op->saved_bytes(be->ctx, g, nd)) : 0;
         else if (!inner)
-            L->saved_ps[i] = align_up(L->fused[h]->saved_bytes(be->ctx, g, L->chain[h],
-                                                                L->chain_len[h]));
+            L->saved_ps[i] =
+                align_up(L->fused[h]->saved_bytes(be->ctx, g, L->chain[h], L->chain_len[h]));
         if (o->training && nd->needs_grad && !scalar && nd->op != STOKE_NN_INPUT &&
             nd->op != STOKE_NN_RESHAPE && !inner)
             L->dout_ps[i] = align_up(el * sizeof(float));
@@ -372,7 +386,8 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
 }
 
 static void plan_fill(const layout *L, const stoke_graph *g, const stoke_model_opts *o,
-                      stoke_mem_plan *p) {
+                      stoke_mem_plan *p)
+{
     memset(p, 0, sizeof *p);
     p->batch = L->batch;
     p->last_batch = L->last_batch;
@@ -388,8 +403,8 @@ static void plan_fill(const layout *L, const stoke_graph *g, const stoke_model_o
     p->opts.max_batch = L->batch;
 }
 
-stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
-                              stoke_mem_plan *out) {
+stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o, stoke_mem_plan *out)
+{
     const nn_backend *be = nn_cpu_backend();
     stoke_status st = check_opts(g, o, be);
     if (st != STOKE_OK)
@@ -417,7 +432,8 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o,
 /* Whether plan's model compiled for b samples fits the budget. A batch that cannot
  * be planned (sizes past the kernels' int range at a huge batch) does not fit. */
 static bool plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes,
-                      size_t extra_per_sample) {
+                      size_t extra_per_sample)
+{
     stoke_model_opts o = plan->opts;
     o.max_batch = b;
     stoke_mem_plan p;
@@ -426,7 +442,8 @@ static bool plan_fits(const stoke_mem_plan *plan, int64_t b, size_t budget_bytes
 }
 
 int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes,
-                             size_t extra_per_sample) {
+                             size_t extra_per_sample)
+{
     if (!plan || !plan->graph || plan->activations_per_sample == 0)
         return 0;
     /* total(b) = fixed + b x per_sample + workspace(b) with workspace >= 0, so b_max
@@ -440,7 +457,8 @@ int64_t stoke_plan_max_batch(const stoke_mem_plan *plan, size_t budget_bytes,
     size_t fixed = plan->params + plan->grads + plan->optim;
     if (budget_bytes <= fixed)
         return 0;
-    int64_t b = (int64_t)((budget_bytes - fixed) / (plan->activations_per_sample + extra_per_sample));
+    int64_t b =
+        (int64_t)((budget_bytes - fixed) / (plan->activations_per_sample + extra_per_sample));
     if (b > (int64_t)1 << 40)
         b = (int64_t)1 << 40;
     if (plan->opts.epoch_samples > 0 && b > plan->opts.epoch_samples)
@@ -479,12 +497,12 @@ struct stoke_model {
     int64_t *ready;
     int nready, ready_cap, ready_threads;
     /* the named pointers cut from the arenas (llm.c's ParameterTensors) */
-    float **param, **grad, **state;  /* state: slots per parameter */
+    float **param, **grad, **state; /* state: slots per parameter */
     uint16_t **param_lp;
-    float **out, **saved, **dout;    /* per node, sized for max_batch */
+    float **out, **saved, **dout; /* per node, sized for max_batch */
     char *dout_base;
     size_t dout_bytes;
-    double *value;                   /* per node: loss and metric values */
+    double *value; /* per node: loss and metric values */
     double total_loss;
     int64_t fwd_batch;
     bool fwd_train, fwd_valid;
@@ -497,17 +515,19 @@ struct stoke_model {
 };
 
 static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
-                   stoke_status *st) {
+                   stoke_status *st)
+{
     if (*st != STOKE_OK || bytes == 0)
         return NULL;
     void *p = be->alloc(be->ctx, bytes);
     if (!p)
-        *st = stoke_fail(STOKE_ERR_NOMEM, "%s: cannot allocate %zu bytes of %s", model, bytes,
-                         what);
+        *st =
+            stoke_fail(STOKE_ERR_NOMEM, "%s: cannot allocate %zu bytes of %s", model, bytes, what);
     return p;
 }
 
-void stoke_model_free(stoke_model *m) {
+void stoke_model_free(stoke_model *m)
+{
     if (!m)
         return;
     const nn_backend *be = m->be;
@@ -530,8 +550,8 @@ void stoke_model_free(stoke_model *m) {
     free(m);
 }
 
-stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
-                             stoke_model **out) {
+stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, stoke_model **out)
+{
     *out = NULL;
     stoke_status st = check_opts(g, o, nn_cpu_backend());
     if (st != STOKE_OK)
@@ -594,9 +614,10 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o,
             m->grad[i] = (float *)(m->grads_arena + L->grad_off[i]);
         for (int s = 0; s < L->slots; s++)
             if (L->state_off[i] != NONE)
-                m->state[2 * i + s] = (float *)(m->optim_arena + L->state_off[i] +
-                                                (size_t)s * align_up((size_t)g->params[i].info.elems *
-                                                                     sizeof(float)));
+                m->state[2 * i + s] =
+                    (float *)(m->optim_arena + L->state_off[i] +
+                              (size_t)s *
+                                  align_up((size_t)g->params[i].info.elems * sizeof(float)));
     }
     /* activations: [outputs and saved state of every node][their gradients], so zeroing
      * the gradients before backward is one call */
@@ -647,27 +668,34 @@ const stoke_graph *stoke_model_graph(const stoke_model *m) { return m->g; }
 const stoke_mem_plan *stoke_model_plan(const stoke_model *m) { return &m->plan; }
 int stoke_model_threads(const stoke_model *m) { return m->be->threads(m->be->ctx); }
 void stoke_model_set_threads(stoke_model *m, int n) { m->be->set_threads(m->be->ctx, n); }
-size_t stoke_model_used_mem(const stoke_model *m) {
-    return m->L.params + m->L.grads + m->L.optim + (size_t)m->o.max_batch * m->L.act_ps +
-           m->L.ws;
+size_t stoke_model_used_mem(const stoke_model *m)
+{
+    return m->L.params + m->L.grads + m->L.optim + (size_t)m->o.max_batch * m->L.act_ps + m->L.ws;
 }
 
-void *stoke_model_input(stoke_model *m, stoke_tensor t) {
+void *stoke_model_input(stoke_model *m, stoke_tensor t)
+{
     const nn_node *n = nn_graph_node(m->g, t);
     return n && n->op == STOKE_NN_INPUT ? m->out[t] : NULL;
 }
 
-void stoke_model_params_changed(stoke_model *m) {
+void stoke_model_params_changed(stoke_model *m)
+{
     for (int i = 0; i < m->g->nparams; i++)
         if (m->param_lp[i])
             m->be->to_lowp(m->be->ctx, m->o.precision, m->param[i], m->param_lp[i],
                            (size_t)m->g->params[i].info.elems);
 }
 
-static nn_exec_args node_args(const stoke_model *m, int i) {
+static nn_exec_args node_args(const stoke_model *m, int i)
+{
     const nn_node *nd = &m->g->nodes[i];
-    nn_exec_args a = {.graph = m->g, .node = nd, .index = i, .batch = m->fwd_batch,
-                      .train = m->fwd_train, .precision = m->o.precision};
+    nn_exec_args a = {.graph = m->g,
+                      .node = nd,
+                      .index = i,
+                      .batch = m->fwd_batch,
+                      .train = m->fwd_train,
+                      .precision = m->o.precision};
     for (int k = 0; k < nd->nin; k++) {
         a.in[k] = m->out[nd->in[k]];
         a.din[k] = m->dout[nd->in[k]];
@@ -699,7 +727,8 @@ static nn_exec_args node_args(const stoke_model *m, int i) {
 }
 
 /* Names the layer unless the kernel's message already does. */
-static stoke_status node_fail(const stoke_model *m, int i, stoke_status st, const char *phase) {
+static stoke_status node_fail(const stoke_model *m, int i, stoke_status st, const char *phase)
+{
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", stoke_last_error());
     const nn_node *nd = &m->g->nodes[i];
@@ -710,7 +739,8 @@ static stoke_status node_fail(const stoke_model *m, int i, stoke_status st, cons
                       stoke_nn_op_name(nd->op), msg);
 }
 
-stoke_status stoke_model_reserve(stoke_model *m, int64_t batch) {
+stoke_status stoke_model_reserve(stoke_model *m, int64_t batch)
+{
     if (batch < 1 || batch > m->o.max_batch)
         return stoke_fail(STOKE_ERR_ARG, "%s: batch %lld outside 1..%lld (the model's max batch)",
                           m->g->name, (long long)batch, (long long)m->o.max_batch);
@@ -752,7 +782,8 @@ stoke_status stoke_model_reserve(stoke_model *m, int64_t batch) {
     return STOKE_OK;
 }
 
-stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
+stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
+{
     stoke_status rs = stoke_model_reserve(m, batch);
     if (rs != STOKE_OK)
         return rs;
@@ -774,8 +805,8 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
         if (h >= 0 && h != i)
             continue; /* ran with its chain's first node */
         nn_exec_args a = node_args(m, i);
-        stoke_status st = h == i ? m->L.fused[i]->forward(be->ctx, &a)
-                                 : be->ops[nd->op].forward(be->ctx, &a);
+        stoke_status st =
+            h == i ? m->L.fused[i]->forward(be->ctx, &a) : be->ops[nd->op].forward(be->ctx, &a);
         if (st != STOKE_OK)
             return node_fail(m, i, st, "forward");
         if (nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op)) {
@@ -791,7 +822,8 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train) {
     return STOKE_OK;
 }
 
-stoke_status stoke_model_backward(stoke_model *m) {
+stoke_status stoke_model_backward(stoke_model *m)
+{
     if (!m->o.training)
         return stoke_fail(STOKE_ERR_ARG, "%s: backward on a model compiled for inference",
                           m->g->name);
@@ -839,13 +871,15 @@ stoke_status stoke_model_backward(stoke_model *m) {
     return STOKE_OK;
 }
 
-void stoke_model_zero_grad(stoke_model *m) {
+void stoke_model_zero_grad(stoke_model *m)
+{
     if (m->grads_arena)
         m->be->zero(m->be->ctx, m->grads_arena, m->L.grads);
     m->backward_passes = 0;
 }
 
-stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied) {
+stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied)
+{
     if (applied)
         *applied = false;
     if (!m->o.training)
@@ -868,8 +902,9 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     bool fp16 = m->o.precision == STOKE_PREC_FP16;
     if (bad >= 0) {
         if (!fp16)
-            return stoke_fail(STOKE_ERR_ARG, "%s: gradient of %s is not finite (inf or NaN) at step %lld",
-                              g->name, g->params[bad].name, (long long)m->steps);
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: gradient of %s is not finite (inf or NaN) at step %lld", g->name,
+                              g->params[bad].name, (long long)m->steps);
         /* an fp16 overflow: skip the step, back the scale off */
         cpu_loss_scaler_update(&m->scaler, true);
         m->grad_norm = INFINITY;
@@ -895,8 +930,8 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
             be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n,
                       (float)lr, t, &m->o.optim);
         else /* refreshes the low-precision copy and zeroes the gradient as it goes */
-            be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, (float)lr, t,
-                    &m->o.optim, m->param_lp[i], m->o.precision);
+            be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, (float)lr, t, &m->o.optim,
+                    m->param_lp[i], m->o.precision);
     }
     m->steps = t;
     m->micro = 0;
@@ -918,7 +953,8 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     return STOKE_OK;
 }
 
-double stoke_model_value(const stoke_model *m, stoke_tensor t) {
+double stoke_model_value(const stoke_model *m, stoke_tensor t)
+{
     const nn_node *n = nn_graph_node(m->g, t);
     if (!n || !(nn_op_is_loss(n->op) || nn_op_is_metric(n->op)) || !m->fwd_valid)
         return NAN;
@@ -927,7 +963,8 @@ double stoke_model_value(const stoke_model *m, stoke_tensor t) {
 
 double stoke_model_loss(const stoke_model *m) { return m->fwd_valid ? m->total_loss : NAN; }
 
-const float *stoke_model_output(const stoke_model *m, stoke_tensor t) {
+const float *stoke_model_output(const stoke_model *m, stoke_tensor t)
+{
     const nn_node *n = nn_graph_node(m->g, t);
     if (!n || !n->is_output || n->dtype != STOKE_F32)
         return NULL;
@@ -936,24 +973,29 @@ const float *stoke_model_output(const stoke_model *m, stoke_tensor t) {
 
 double stoke_model_grad_norm(const stoke_model *m) { return m->grad_norm; }
 float stoke_model_loss_scale(const stoke_model *m) { return m->scaler.scale; }
-void stoke_model_set_loss_scale(stoke_model *m, float scale) {
+void stoke_model_set_loss_scale(stoke_model *m, float scale)
+{
     if (isfinite(scale) && scale > 0)
         m->scaler.scale = scale;
 }
 
-float *stoke_model_param(stoke_model *m, int i) {
+float *stoke_model_param(stoke_model *m, int i)
+{
     return (i >= 0 && i < m->g->nparams) ? m->param[i] : NULL;
 }
-float *stoke_model_grad(stoke_model *m, int i) {
+float *stoke_model_grad(stoke_model *m, int i)
+{
     return (i >= 0 && i < m->g->nparams) ? m->grad[i] : NULL;
 }
-float *stoke_model_optim_state(stoke_model *m, int i, int slot) {
+float *stoke_model_optim_state(stoke_model *m, int i, int slot)
+{
     return (i >= 0 && i < m->g->nparams && slot >= 0 && slot < m->L.slots) ? m->state[2 * i + slot]
-                                                                          : NULL;
+                                                                           : NULL;
 }
 int stoke_model_optim_slots(const stoke_model *m) { return m->L.slots; }
 int64_t stoke_model_step_count(const stoke_model *m) { return m->steps; }
-void stoke_model_set_step_count(stoke_model *m, int64_t steps) {
+void stoke_model_set_step_count(stoke_model *m, int64_t steps)
+{
     m->steps = steps < 0 ? 0 : steps;
     m->micro = 0;
 }

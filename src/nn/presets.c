@@ -5,7 +5,8 @@
 #include "nn/graph_impl.h"
 
 /* Returns g when it built cleanly, else frees it (the error message stays). */
-static stoke_graph *finish(stoke_graph *g) {
+static stoke_graph *finish(stoke_graph *g)
+{
     if (!g) {
         stoke_fail(STOKE_ERR_NOMEM, "nn: out of memory building a preset");
         return NULL;
@@ -20,7 +21,8 @@ static stoke_graph *finish(stoke_graph *g) {
 /* The head shared by the classifiers and regressors: cross-entropy and accuracy on an
  * int32 class target "y" (classes > 1), or MSE and MAE on a float target "y" of the
  * output's shape (classes == 1). */
-static void head(stoke_graph *g, stoke_tensor logits, int64_t classes) {
+static void head(stoke_graph *g, stoke_tensor logits, int64_t classes)
+{
     stoke_shape scalar = {0};
     stoke_nn_output(g, "logits", logits);
     if (classes > 1) {
@@ -36,7 +38,8 @@ static void head(stoke_graph *g, stoke_tensor logits, int64_t classes) {
     }
 }
 
-static bool check_classes(int64_t classes, const char *preset) {
+static bool check_classes(int64_t classes, const char *preset)
+{
     if (classes >= 1)
         return true;
     stoke_fail(STOKE_ERR_ARG, "%s: classes %lld must be >= 1 (1: regression)", preset,
@@ -45,7 +48,8 @@ static bool check_classes(int64_t classes, const char *preset) {
 }
 
 stoke_graph *stoke_preset_mlp(const stoke_shape *input, const int64_t *hidden, int nhidden,
-                              int64_t classes) {
+                              int64_t classes)
+{
     if (!check_classes(classes, "mlp"))
         return NULL;
     if (!input || nhidden < 0 || (nhidden > 0 && !hidden)) {
@@ -68,7 +72,8 @@ stoke_graph *stoke_preset_mlp(const stoke_shape *input, const int64_t *hidden, i
     return finish(g);
 }
 
-stoke_graph *stoke_preset_cnn(const stoke_shape *input, int64_t classes) {
+stoke_graph *stoke_preset_cnn(const stoke_shape *input, int64_t classes)
+{
     if (!input || !check_classes(classes, "cnn"))
         return NULL;
     stoke_graph *g = stoke_graph_new("cnn");
@@ -91,7 +96,8 @@ stoke_graph *stoke_preset_cnn(const stoke_shape *input, int64_t classes) {
 
 /* conv (no bias: batch norm follows, as torchvision's ResNets) + BN. */
 static stoke_tensor conv_bn(stoke_graph *g, const char *name, stoke_tensor x, int64_t ch,
-                            int kernel, int stride) {
+                            int kernel, int stride)
+{
     char conv[80], bn[80];
     snprintf(conv, sizeof conv, "%s.conv", name);
     snprintf(bn, sizeof bn, "%s.bn", name);
@@ -99,8 +105,8 @@ static stoke_tensor conv_bn(stoke_graph *g, const char *name, stoke_tensor x, in
     return stoke_nn_batchnorm(g, bn, x, 0.1f, 1e-5f);
 }
 
-stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int width,
-                                 int blocks) {
+stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int width, int blocks)
+{
     if (!input || !check_classes(classes, "resnet"))
         return NULL;
     if (width < 1 || blocks < 0) {
@@ -141,11 +147,13 @@ stoke_graph *stoke_preset_resnet(const stoke_shape *input, int64_t classes, int 
 }
 
 stoke_graph *stoke_preset_transformer(const stoke_shape *input, int patch, int64_t hidden,
-                                      int layers, int heads, int64_t classes) {
+                                      int layers, int heads, int64_t classes)
+{
     if (!input || !check_classes(classes, "transformer"))
         return NULL;
     if (hidden < 1 || layers < 0 || heads < 1) {
-        stoke_fail(STOKE_ERR_ARG, "transformer: hidden %lld, layers %d and heads %d must be positive",
+        stoke_fail(STOKE_ERR_ARG,
+                   "transformer: hidden %lld, layers %d and heads %d must be positive",
                    (long long)hidden, layers, heads);
         return NULL;
     }
@@ -186,16 +194,18 @@ stoke_graph *stoke_preset_transformer(const stoke_shape *input, int patch, int64
     return finish(g);
 }
 
-stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden,
-                                       int nhidden, int64_t actions,
-                                       const stoke_actor_critic_opts *opts) {
+stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hidden, int nhidden,
+                                       int64_t actions, const stoke_actor_critic_opts *opts)
+{
     stoke_actor_critic_opts o = opts ? *opts : (stoke_actor_critic_opts){0};
     if (!obs || nhidden < 1 || !hidden || actions < 2) {
-        stoke_fail(STOKE_ERR_ARG, "actor-critic: needs an observation shape, >= 1 hidden layer and >= 2 actions");
+        stoke_fail(STOKE_ERR_ARG,
+                   "actor-critic: needs an observation shape, >= 1 hidden layer and >= 2 actions");
         return NULL;
     }
     if (o.targets != 0 && o.targets != 3 && o.targets != 4) {
-        stoke_fail(STOKE_ERR_ARG, "actor-critic: targets are an action (0), [action, advantage, "
+        stoke_fail(STOKE_ERR_ARG,
+                   "actor-critic: targets are an action (0), [action, advantage, "
                    "return] (3) or [action, advantage, old_log_prob, return] (4), not %d",
                    o.targets);
         return NULL;
@@ -230,8 +240,8 @@ stoke_graph *stoke_preset_actor_critic(const stoke_shape *obs, const int64_t *hi
     stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &row);
     stoke_tensor pg_target = stoke_nn_slice(g, y, 0, o.targets - 1);
     stoke_tensor ret = stoke_nn_slice(g, y, o.targets - 1, o.targets);
-    stoke_tensor pl = stoke_nn_policy_gradient(g, policy, pg_target,
-                                               o.targets == 4 ? o.clip : 0.0f, o.entropy);
+    stoke_tensor pl =
+        stoke_nn_policy_gradient(g, policy, pg_target, o.targets == 4 ? o.clip : 0.0f, o.entropy);
     stoke_tensor vl = stoke_nn_mse(g, value, ret);
     stoke_nn_loss_weight(g, vl, 0.5f);
     stoke_nn_output(g, "policy_loss", pl);

@@ -72,8 +72,8 @@ static bool tensor_bytes(stoke_dtype t, int ndim, const int64_t *shape, size_t *
 /* The JSON header, padded with spaces so the data starts 8-byte aligned (as the
  * reference writer does). Returns NULL with the error recorded. */
 static char *build_header(const char *path, const stoke_ckpt_tensor *t, size_t nt,
-                          const stoke_ckpt_kv *meta, size_t nmeta, size_t *hlen,
-                          size_t *data_bytes, stoke_status *status)
+                          const stoke_ckpt_kv *meta, size_t nmeta, size_t *hlen, size_t *data_bytes,
+                          stoke_status *status)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -159,8 +159,8 @@ nomem:
     return NULL;
 }
 
-stoke_status stoke_ckpt_write(const char *path, const stoke_ckpt_tensor *tensors,
-                              size_t ntensors, const stoke_ckpt_kv *meta, size_t nmeta)
+stoke_status stoke_ckpt_write(const char *path, const stoke_ckpt_tensor *tensors, size_t ntensors,
+                              const stoke_ckpt_kv *meta, size_t nmeta)
 {
     if (!path || !*path || (ntensors > 0 && !tensors) || (nmeta > 0 && !meta))
         return stoke_fail(STOKE_ERR_ARG, "checkpoint write: no path or no tensors");
@@ -200,7 +200,7 @@ struct stoke_ckpt {
     char *path;
     unsigned char *buf; /* the whole file */
     size_t size;
-    size_t data_start;  /* 8 + header length */
+    size_t data_start; /* 8 + header length */
     size_t n;
     stoke_ckpt_tensor *t; /* sorted by offset; names point into `names` */
     char *names;
@@ -282,22 +282,23 @@ static stoke_status parse_entry(const char *file, const cJSON *item, uint64_t da
 {
     const char *name = item->string;
     if (!cJSON_IsObject(item))
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': entry is not an object", file,
-                          name);
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': entry is not an object", file, name);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
     if (!cJSON_IsString(dt) || !stoke_ckpt_dtype_parse(dt->valuestring, &t->dtype))
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': dtype %s%s%s is missing or "
-                          "not supported", file, name, cJSON_IsString(dt) ? "'" : "",
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: tensor '%s': dtype %s%s%s is missing or "
+                          "not supported",
+                          file, name, cJSON_IsString(dt) ? "'" : "",
                           cJSON_IsString(dt) ? dt->valuestring : "", cJSON_IsString(dt) ? "'" : "");
     if (!cJSON_IsArray(shape))
         return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': shape is missing or not an array",
                           file, name);
     int nd = cJSON_GetArraySize(shape);
     if (nd > STOKE_MAX_DIMS)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': %d dimensions (at most %d)",
-                          file, name, nd, STOKE_MAX_DIMS);
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': %d dimensions (at most %d)", file,
+                          name, nd, STOKE_MAX_DIMS);
     t->ndim = nd;
     int d = 0;
     const cJSON *v;
@@ -305,25 +306,30 @@ static stoke_status parse_entry(const char *file, const cJSON *item, uint64_t da
     {
         uint64_t x;
         if (!json_uint(v, &x) || x > INT64_MAX)
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a "
-                              "non-negative integer", file, name, d);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: tensor '%s': shape[%d] is not a "
+                              "non-negative integer",
+                              file, name, d);
         t->shape[d++] = (int64_t)x;
     }
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         !json_uint(cJSON_GetArrayItem(offs, 0), &e->begin) ||
         !json_uint(cJSON_GetArrayItem(offs, 1), &e->end))
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': data_offsets is not a pair of "
-                          "non-negative integers", file, name);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: tensor '%s': data_offsets is not a pair of "
+                          "non-negative integers",
+                          file, name);
     if (e->begin > e->end || e->end > data_size)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': data_offsets [%" PRIu64 ", %"
-                          PRIu64 ") outside the %" PRIu64 " data bytes (file offset %" PRIu64
-                          ")", file, name, e->begin, e->end, data_size,
-                          (uint64_t)data_start + e->begin);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                          ") outside the %" PRIu64 " data bytes (file offset %" PRIu64 ")",
+                          file, name, e->begin, e->end, data_size, (uint64_t)data_start + e->begin);
     size_t nb = 0;
     if (!tensor_bytes(t->dtype, t->ndim, t->shape, &nb) || nb != e->end - e->begin)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': %" PRIu64 " bytes at file "
-                          "offset %" PRIu64 ", but its dtype and shape need %zu", file, name,
-                          e->end - e->begin, (uint64_t)data_start + e->begin, nb);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: tensor '%s': %" PRIu64 " bytes at file "
+                          "offset %" PRIu64 ", but its dtype and shape need %zu",
+                          file, name, e->end - e->begin, (uint64_t)data_start + e->begin, nb);
     t->nbytes = nb;
     e->item = item;
     return STOKE_OK;
@@ -333,18 +339,20 @@ static stoke_status parse(stoke_ckpt *c)
 {
     const char *file = c->path;
     if (c->size < 8)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: %zu bytes, too short for the 8-byte header "
-                          "length", file, c->size);
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: %zu bytes, too short for the 8-byte header "
+                          "length",
+                          file, c->size);
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)c->buf[i] << (8 * i);
     if (hlen > MAX_HEADER_BYTES || hlen > c->size - 8)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset 0: header length %" PRIu64 " exceeds "
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: offset 0: header length %" PRIu64 " exceeds "
                           "the file (%zu bytes) or the 100 MB limit: not a safetensors file?",
                           file, hlen, c->size);
     if (hlen < 2 || c->buf[8] != '{')
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset 8: the header is not a JSON object",
-                          file);
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset 8: the header is not a JSON object", file);
     c->data_start = 8 + (size_t)hlen;
     uint64_t data_size = c->size - c->data_start;
     const char *end = NULL;
@@ -352,15 +360,17 @@ static stoke_status parse(stoke_ckpt *c)
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at ? (size_t)(at - (const char *)c->buf) : 8;
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset %zu: the header is not valid JSON",
-                          file, off);
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: offset %zu: the header is not valid JSON", file,
+                          off);
     }
     /* Only padding may follow the object inside the header. */
     for (const char *p = end; p < (const char *)c->buf + 8 + hlen; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
             cJSON_Delete(root);
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: offset %zu: junk after the header's JSON "
-                              "object", file, (size_t)(p - (const char *)c->buf));
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: offset %zu: junk after the header's JSON "
+                              "object",
+                              file, (size_t)(p - (const char *)c->buf));
         }
     stoke_status s = STOKE_OK;
     if (!cJSON_IsObject(root)) {
@@ -447,20 +457,22 @@ static stoke_status parse(stoke_ckpt *c)
     uint64_t at = 0;
     for (i = 0; i < n; i++) {
         if (e[i].begin != at) {
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s': starts at data offset %" PRIu64
-                           " (file offset %" PRIu64 ") but the previous tensor ends at %"
-                           PRIu64 ": %s", file, e[i].item->string, e[i].begin,
-                           (uint64_t)c->data_start + e[i].begin, at,
-                           e[i].begin < at ? "overlap" : "hole");
+            s = stoke_fail(
+                STOKE_ERR_FORMAT,
+                "%s: tensor '%s': starts at data offset %" PRIu64 " (file offset %" PRIu64
+                ") but the previous tensor ends at %" PRIu64 ": %s",
+                file, e[i].item->string, e[i].begin, (uint64_t)c->data_start + e[i].begin, at,
+                e[i].begin < at ? "overlap" : "hole");
             free(e);
             goto out;
         }
         at = e[i].end;
     }
     if (at != data_size) {
-        s = stoke_fail(STOKE_ERR_FORMAT, "%s: the tensors cover %" PRIu64 " data bytes but the "
-                       "file has %" PRIu64 " after its header (file offset %" PRIu64 ")", file,
-                       at, data_size, (uint64_t)c->data_start + at);
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s: the tensors cover %" PRIu64 " data bytes but the "
+                       "file has %" PRIu64 " after its header (file offset %" PRIu64 ")",
+                       file, at, data_size, (uint64_t)c->data_start + at);
         free(e);
         goto out;
     }
@@ -506,8 +518,7 @@ out:
     return s;
 }
 
-static stoke_status open_buffer(unsigned char *buf, size_t size, const char *name,
-                                stoke_ckpt **out)
+static stoke_status open_buffer(unsigned char *buf, size_t size, const char *name, stoke_ckpt **out)
 {
     *out = NULL;
     stoke_ckpt *c = calloc(1, sizeof *c);

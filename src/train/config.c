@@ -22,15 +22,28 @@ static const struct key {
     const char *name;
     key_type type;
     size_t off;
-    size_t size;      /* T_STR: buffer size */
-    double min, max;  /* T_INT, T_DOUBLE */
-    const char *env;  /* environment variable, or NULL */
+    size_t size;         /* T_STR: buffer size */
+    double min, max;     /* T_INT, T_DOUBLE */
+    const char *env;     /* environment variable, or NULL */
     const char *choices; /* T_STR with fixed values: " a b c " */
 } keys[] = {
-#define S(n, ch) {#n, T_STR, offsetof(stoke_train_config, n), sizeof((stoke_train_config *)0)->n, 0, 0, NULL, ch}
-#define I(n, lo, hi, env) {#n, T_INT, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL}
-#define D(n, lo, hi, env) {#n, T_DOUBLE, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL}
-#define B(n) {#n, T_BOOL, offsetof(stoke_train_config, n), 0, 0, 0, NULL, NULL}
+#define S(n, ch)                                                                              \
+    {                                                                                         \
+#n, T_STR, offsetof(stoke_train_config, n), sizeof((stoke_train_config *)0)->n, 0, 0, \
+            NULL, ch                                                                          \
+    }
+#define I(n, lo, hi, env)                                                \
+    {                                                                    \
+#n, T_INT, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL \
+    }
+#define D(n, lo, hi, env)                                                   \
+    {                                                                       \
+#n, T_DOUBLE, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL \
+    }
+#define B(n)                                                             \
+    {                                                                    \
+#n, T_BOOL, offsetof(stoke_train_config, n), 0, 0, 0, NULL, NULL \
+    }
     S(dataset, NULL),
     S(val_dataset, NULL),
     S(model, NULL),
@@ -65,8 +78,8 @@ static const struct key {
     S(log, NULL),
     I(log_every, 1, 1e12, NULL),
     I(eval_every, 0, 1e12, NULL),
-    {"target_accuracy", T_FRACTION, offsetof(stoke_train_config, target_accuracy), 0, 0, 1,
-     NULL, NULL},
+    {"target_accuracy", T_FRACTION, offsetof(stoke_train_config, target_accuracy), 0, 0, 1, NULL,
+     NULL},
     B(dry_run),
     D(memory_budget, 0, 1e18, NULL),
     B(monitor),
@@ -255,10 +268,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     }
     case T_DOUBLE: {
         double d;
-        if (!parse_number(value, !strcmp(k->name, "memory_budget"), &d) || d < k->min ||
-            d > k->max)
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a number in [%g, %g]", k->name,
-                              value, k->min, k->max);
+        if (!parse_number(value, !strcmp(k->name, "memory_budget"), &d) || d < k->min || d > k->max)
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a number in [%g, %g]", k->name, value,
+                              k->min, k->max);
         *(double *)(void *)field = d;
         break;
     }
@@ -268,14 +280,17 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
         break;
     case T_FRACTION:
         if (!parse_fraction(value, (double *)(void *)field))
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a fraction in (0, 1] such as 0.9, "
-                              "or a percentage such as 90%% (0 = off)", k->name, value);
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: '%s' is not a fraction in (0, 1] such as 0.9, "
+                              "or a percentage such as 90%% (0 = off)",
+                              k->name, value);
         break;
     case T_SIZES:
         if (strlen(value) >= k->size || !parse_sizes(value, k->min, k->max))
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a list of 1 to %d sizes in "
-                              "[%.0f, %.0f] separated by commas, such as 512,512", k->name,
-                              value, TRAIN_MAX_HIDDEN, k->min, k->max);
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: '%s' is not a list of 1 to %d sizes in "
+                              "[%.0f, %.0f] separated by commas, such as 512,512",
+                              k->name, value, TRAIN_MAX_HIDDEN, k->min, k->max);
         snprintf(field, k->size, "%s", value + strspn(value, " ")); /* blank: the default */
         break;
     }
@@ -323,9 +338,10 @@ stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, s
         return s;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root && root->type != YAML_MAPPING_NODE) {
-        s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: expected a mapping of settings "
-                       "(batch_size: 256, ...)", name, root->start_mark.line + 1,
-                       root->start_mark.column + 1);
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s:%zu:%zu: expected a mapping of settings "
+                       "(batch_size: 256, ...)",
+                       name, root->start_mark.line + 1, root->start_mark.column + 1);
     }
     for (yaml_node_pair_t *p = root && s == STOKE_OK ? root->data.mapping.pairs.start : NULL;
          p && p < root->data.mapping.pairs.top; p++) {
@@ -333,9 +349,11 @@ stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, s
         yaml_node_t *v = yaml_document_get_node(&doc, p->value);
         char what[96];
         if (k->type != YAML_SCALAR_NODE) {
-            s = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: settings are plain key: value pairs; "
-                           "this key is %s", name, k->start_mark.line + 1,
-                           k->start_mark.column + 1, train_yaml_what(k, what, sizeof what));
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s:%zu:%zu: settings are plain key: value pairs; "
+                           "this key is %s",
+                           name, k->start_mark.line + 1, k->start_mark.column + 1,
+                           train_yaml_what(k, what, sizeof what));
             break;
         }
         const char *key = (const char *)k->data.scalar.value;
@@ -381,7 +399,9 @@ char *stoke_train_config_json(const stoke_train_config *c)
         switch (keys[i].type) {
         case T_STR:
         case T_SIZES: cJSON_AddStringToObject(o, keys[i].name, field); break;
-        case T_INT: cJSON_AddNumberToObject(o, keys[i].name, (double)*(const int64_t *)(const void *)field); break;
+        case T_INT:
+            cJSON_AddNumberToObject(o, keys[i].name, (double)*(const int64_t *)(const void *)field);
+            break;
         case T_U64: {
             /* A string: a 64-bit seed does not survive a JSON double. */
             char b[32];
@@ -390,7 +410,9 @@ char *stoke_train_config_json(const stoke_train_config *c)
             break;
         }
         case T_DOUBLE:
-        case T_FRACTION: cJSON_AddNumberToObject(o, keys[i].name, *(const double *)(const void *)field); break;
+        case T_FRACTION:
+            cJSON_AddNumberToObject(o, keys[i].name, *(const double *)(const void *)field);
+            break;
         case T_BOOL: cJSON_AddBoolToObject(o, keys[i].name, *(const bool *)field); break;
         }
     }

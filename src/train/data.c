@@ -63,7 +63,8 @@ stoke_status train_input_stats(stoke_dataset *d, train_input *ti)
         }
         for (int64_t i = 0; i < elems; i++) {
             int c = C == 1 ? 0 : (int)(hwc ? i % C : i / plane);
-            double v = in->input_dtype == STOKE_U8 ? buf[i] / 255.0 : ((const float *)(void *)buf)[i];
+            double v =
+                in->input_dtype == STOKE_U8 ? buf[i] / 255.0 : ((const float *)(void *)buf)[i];
             sum[c] += v;
             sq[c] += v * v;
             cnt[c]++;
@@ -95,16 +96,16 @@ static stoke_status check_hold(const char *path, const char *flag, int64_t n, do
     if (avail == 0 || bytes <= (double)avail)
         return STOKE_OK;
     char a[32], b[32];
-    return stoke_fail(STOKE_ERR_NOMEM, "%s: holding %" PRId64 " samples in memory takes %s, "
-                      "and %s is available: lower %s", path, n,
-                      stoke_format_bytes(bytes, a, sizeof a),
+    return stoke_fail(STOKE_ERR_NOMEM,
+                      "%s: holding %" PRId64 " samples in memory takes %s, "
+                      "and %s is available: lower %s",
+                      path, n, stoke_format_bytes(bytes, a, sizeof a),
                       stoke_format_bytes((double)avail, b, sizeof b), flag);
 }
 
 /* Host bytes per sample of a loader's ring over d: its slots x (the input as fed to the
  * model + the target + the sample index), as stoke_loader_create allocates it. */
-size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers,
-                              int prefetch)
+size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers, int prefetch)
 {
     stoke_loader_opts o = {.workers = workers, .prefetch = prefetch};
     const stoke_dataset_info *i = stoke_dataset_get_info(d);
@@ -128,12 +129,13 @@ stoke_status train_open_data(stoke_trainer *t)
     t->info = *stoke_dataset_get_info(t->train_src);
     /* Hold the data in memory when it takes at most a quarter of the available RAM:
      * the loader then gathers batches without touching storage. */
-    uint64_t avail = c->memory_budget > 0 ? (uint64_t)c->memory_budget
-                                          : t->machine.mem.available_bytes;
+    uint64_t avail =
+        c->memory_budget > 0 ? (uint64_t)c->memory_budget : t->machine.mem.available_bytes;
     int64_t n = c->limit > 0 && c->limit < t->info.count ? c->limit : t->info.count;
     double bytes = (double)n * (double)(t->info.input_bytes + t->info.target_bytes);
     bool in_memory = avail == 0 || bytes <= avail / 4.0;
-    if (!in_memory && c->limit > 0 && (s = check_hold(c->dataset, "--limit", n, bytes, avail)) != STOKE_OK)
+    if (!in_memory && c->limit > 0 &&
+        (s = check_hold(c->dataset, "--limit", n, bytes, avail)) != STOKE_OK)
         return s;
     if (in_memory || c->limit > 0) {
         s = load_prefix(t->train_src, n, &t->train_d);
@@ -146,16 +148,17 @@ stoke_status train_open_data(stoke_trainer *t)
     t->info = *stoke_dataset_get_info(t->train_d);
     char sh[64];
     train_info(t, "dataset: %s: %" PRId64 " samples of %s %s%s (%s)%s", c->dataset, t->info.count,
-         stoke_shape_format(&t->info.input_shape, sh, sizeof sh),
-         stoke_dtype_name(t->info.input_dtype), c->limit > 0 ? ", limited" : "",
-         stoke_dataset_get_info(t->train_src)->format, in_memory ? ", held in memory" : "");
+               stoke_shape_format(&t->info.input_shape, sh, sizeof sh),
+               stoke_dtype_name(t->info.input_dtype), c->limit > 0 ? ", limited" : "",
+               stoke_dataset_get_info(t->train_src)->format, in_memory ? ", held in memory" : "");
     /* Validation: the given set, the test split of an IDX directory, or the val (else
      * test) subfolder of an image folder that has a train subfolder. */
     const char *src_format = stoke_dataset_get_info(t->train_src)->format;
     const char *vsplit = !strcmp(src_format, "idx") ? "test"
                          : !strcmp(src_format, "images") && train_dir
-                             ? (is_subdir(c->dataset, "val") ? "val"
-                                : is_subdir(c->dataset, "test") ? "test" : NULL)
+                             ? (is_subdir(c->dataset, "val")    ? "val"
+                                : is_subdir(c->dataset, "test") ? "test"
+                                                                : NULL)
                              : NULL;
     if (c->val_dataset[0] || vsplit) {
         stoke_dataset_opts vo = {.split = vsplit};
@@ -168,7 +171,8 @@ stoke_status train_open_data(stoke_trainer *t)
             /* class indices follow the sorted folder names: the splits must agree */
             if (!c->val_dataset[0] && !strcmp(src_format, "images") &&
                 vi->num_classes != t->info.num_classes)
-                return stoke_fail(STOKE_ERR_FORMAT, "%s/%s has %" PRId64 " class folders and "
+                return stoke_fail(STOKE_ERR_FORMAT,
+                                  "%s/%s has %" PRId64 " class folders and "
                                   "%s/train %" PRId64 ": the class indices would not match",
                                   c->dataset, vsplit, vi->num_classes, c->dataset,
                                   t->info.num_classes);
@@ -182,8 +186,8 @@ stoke_status train_open_data(stoke_trainer *t)
             t->held_bytes += (double)vn * (double)(vi->input_bytes + vi->target_bytes);
             t->val_count = vn;
             train_info(t, "validation: %s%s%s%s: %" PRId64 " samples", vpath,
-                 c->val_dataset[0] ? "" : " (", c->val_dataset[0] ? "" : vsplit,
-                 c->val_dataset[0] ? "" : " split)", vn);
+                       c->val_dataset[0] ? "" : " (", c->val_dataset[0] ? "" : vsplit,
+                       c->val_dataset[0] ? "" : " split)", vn);
             return STOKE_OK;
         }
         t->val_src = NULL;
@@ -204,8 +208,10 @@ stoke_status train_count_actions(stoke_dataset *d, const char *path, int64_t *ac
             break;
         double a = train_read_num(y, in->target_dtype, 0);
         if (!(a >= 0 && a < 1 << 24) || a != floor(a))
-            s = stoke_fail(STOKE_ERR_ARG, "%s: sample %" PRId64 ": action %g (the target's first "
-                           "value) is not a whole number in [0, 2^24)", path, i, a);
+            s = stoke_fail(STOKE_ERR_ARG,
+                           "%s: sample %" PRId64 ": action %g (the target's first "
+                           "value) is not a whole number in [0, 2^24)",
+                           path, i, a);
         else if ((int64_t)a + 1 > *actions)
             *actions = (int64_t)a + 1;
     }
@@ -213,4 +219,3 @@ stoke_status train_count_actions(stoke_dataset *d, const char *path, int64_t *ac
     free(y);
     return s;
 }
-

@@ -26,7 +26,8 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
     memset(ti, 0, sizeof *ti);
     ti->in_shape = *shape;
     ti->in_dtype = dtype;
-    bool imagey = (dtype == STOKE_U8 || dtype == STOKE_F32) && (shape->ndim == 2 || shape->ndim == 3);
+    bool imagey =
+        (dtype == STOKE_U8 || dtype == STOKE_F32) && (shape->ndim == 2 || shape->ndim == 3);
     if (imagey && shape->ndim == 3) {
         int64_t last = shape->dims[2], first = shape->dims[0];
         imagey = last == 1 || last == 3 || last == 4 || first == 1 || first == 3 || first == 4;
@@ -44,15 +45,16 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
             int64_t last = shape->dims[2];
             bool hwc = last == 1 || last == 3 || last == 4;
             ti->channels = (int)(hwc ? last : shape->dims[0]);
-            ti->model_shape = hwc ? (stoke_shape){3, {last, shape->dims[0], shape->dims[1]}}
-                                  : *shape;
+            ti->model_shape =
+                hwc ? (stoke_shape){3, {last, shape->dims[0], shape->dims[1]}} : *shape;
         }
         for (int c = 0; c < TRAIN_MAX_CHANNELS; c++)
             ti->mean[c] = 0, ti->std[c] = 1;
         return STOKE_OK;
     }
     if (dtype != STOKE_F32)
-        return stoke_fail(STOKE_ERR_ARG, "inputs of %s %s samples are not supported for "
+        return stoke_fail(STOKE_ERR_ARG,
+                          "inputs of %s %s samples are not supported for "
                           "training (uint8 images or float32 data; convert with stoke data)",
                           stoke_dtype_name(dtype), shape->ndim == 1 ? "vector" : "tensor");
     ti->model_shape = *shape;
@@ -104,16 +106,18 @@ double train_read_num(const void *src, stoke_dtype t, int64_t i)
     }
 }
 
-stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n,
-                                   int64_t elems, bool classes, int64_t nclasses, void *dst,
+stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n, int64_t elems,
+                                   bool classes, int64_t nclasses, void *dst,
                                    const int64_t *samples)
 {
     for (int64_t i = 0; i < n * elems; i++) {
         double v = train_read_num(src, dtype, i);
         if (classes) {
             if (!(v >= 0 && v < (double)nclasses) || v != floor(v))
-                return stoke_fail(STOKE_ERR_ARG, "sample %" PRId64 ": class %g is outside "
-                                  "[0, %" PRId64 ")", samples ? samples[i] : i, v, nclasses);
+                return stoke_fail(STOKE_ERR_ARG,
+                                  "sample %" PRId64 ": class %g is outside "
+                                  "[0, %" PRId64 ")",
+                                  samples ? samples[i] : i, v, nclasses);
             ((int32_t *)dst)[i] = (int32_t)v;
         } else {
             ((float *)dst)[i] = (float)v;
@@ -176,8 +180,8 @@ int train_parse_floats(const char *s, float *v, int max)
 /* ---- The trainer -------------------------------------------------------------------- */
 
 stoke_status train_eval_batch(stoke_model *m, stoke_tensor y, stoke_tensor metric,
-                              const train_targets *tg, const void *targets,
-                              const int64_t *samples, int64_t n, train_eval *acc)
+                              const train_targets *tg, const void *targets, const int64_t *samples,
+                              int64_t n, train_eval *acc)
 {
     stoke_status s = train_convert_targets(targets, tg->dtype, n, tg->elems, tg->classes,
                                            tg->nclasses, stoke_model_input(m, y), samples);

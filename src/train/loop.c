@@ -94,8 +94,10 @@ static stoke_status checkpoint(stoke_trainer *t)
         return STOKE_OK;
     stoke_status s = stoke_trainer_save(t, t->cfg.checkpoint);
     if (s == STOKE_OK) {
-        stoke_train_event e = {.kind = STOKE_EV_CHECKPOINT, .text = t->cfg.checkpoint,
-                               .epoch = t->epoch, .step = t->step};
+        stoke_train_event e = {.kind = STOKE_EV_CHECKPOINT,
+                               .text = t->cfg.checkpoint,
+                               .epoch = t->epoch,
+                               .step = t->step};
         train_emit(t, &e);
     }
     return s;
@@ -120,11 +122,21 @@ static bool check_target(stoke_trainer *t, double vl, double vm, int64_t vn, int
     t->result.target_epoch = t->epoch;
     t->result.target_step = t->step;
     t->result.target_elapsed_s = el;
-    stoke_train_event e = {.kind = STOKE_EV_TARGET, .epoch = t->epoch, .epochs = t->cfg.epochs,
-                           .batch = batch, .batches = batches, .step = t->step,
-                           .metric = NAN, .metric_name = t->metric_name, .val_loss = vl,
-                           .val_metric = vm, .val_samples = vn, .run_elapsed_s = el,
-                           .target = t->cfg.target_accuracy, .cpu_pct = NAN, .gpu_pct = NAN};
+    stoke_train_event e = {.kind = STOKE_EV_TARGET,
+                           .epoch = t->epoch,
+                           .epochs = t->cfg.epochs,
+                           .batch = batch,
+                           .batches = batches,
+                           .step = t->step,
+                           .metric = NAN,
+                           .metric_name = t->metric_name,
+                           .val_loss = vl,
+                           .val_metric = vm,
+                           .val_samples = vn,
+                           .run_elapsed_s = el,
+                           .target = t->cfg.target_accuracy,
+                           .cpu_pct = NAN,
+                           .gpu_pct = NAN};
     train_emit(t, &e);
     train_log_target(t, &e, now);
     return true;
@@ -143,11 +155,21 @@ static stoke_status eval_within_epoch(stoke_trainer *t, int64_t batches, double 
         return s;
     double now = stoke_wall_time();
     *seconds = now - t0;
-    stoke_train_event e = {.kind = STOKE_EV_EVAL, .epoch = t->epoch, .epochs = t->cfg.epochs,
-                           .batch = t->ep_batches, .batches = batches, .step = t->step,
-                           .metric = NAN, .metric_name = t->metric_name, .val_loss = vl,
-                           .val_metric = vm, .val_samples = vn, .elapsed_s = *seconds,
-                           .run_elapsed_s = now - t->loop_start, .cpu_pct = NAN, .gpu_pct = NAN};
+    stoke_train_event e = {.kind = STOKE_EV_EVAL,
+                           .epoch = t->epoch,
+                           .epochs = t->cfg.epochs,
+                           .batch = t->ep_batches,
+                           .batches = batches,
+                           .step = t->step,
+                           .metric = NAN,
+                           .metric_name = t->metric_name,
+                           .val_loss = vl,
+                           .val_metric = vm,
+                           .val_samples = vn,
+                           .elapsed_s = *seconds,
+                           .run_elapsed_s = now - t->loop_start,
+                           .cpu_pct = NAN,
+                           .gpu_pct = NAN};
     train_emit(t, &e);
     train_log_eval(t, &e, now);
     t->result.val_loss = vl;
@@ -156,16 +178,15 @@ static stoke_status eval_within_epoch(stoke_trainer *t, int64_t batches, double 
     return STOKE_OK;
 }
 
-
 /* An epoch's clock and the figures its progress is measured from. */
 typedef struct epoch_clock {
-    int64_t batches;        /* the loader's batches per epoch */
-    double start;           /* when the epoch started (earlier by the part before a
+    int64_t batches;       /* the loader's batches per epoch */
+    double start;          /* when the epoch started (earlier by the part before a
                              * resume; later by the evaluations within it) */
-    double wait0;           /* the loader's total wait at the start */
-    int64_t samples_start;  /* the epoch's samples before this part of the run */
-    int last_decile;        /* the progress line's last tick, in tenths of the epoch */
-    double last_emit;       /* when the last progress event went out (any epoch) */
+    double wait0;          /* the loader's total wait at the start */
+    int64_t samples_start; /* the epoch's samples before this part of the run */
+    int last_decile;       /* the progress line's last tick, in tenths of the epoch */
+    double last_emit;      /* when the last progress event went out (any epoch) */
 } epoch_clock;
 
 static void epoch_clock_start(stoke_trainer *t, epoch_clock *k)
@@ -217,8 +238,8 @@ static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e
     double ran = now - k->start - t->ep_elapsed_before + 1e-12; /* this part of the epoch */
     e->samples_per_s = el > 0 ? (double)(t->ep_samples - k->samples_start) / ran : 0;
     e->data_wait_pct = el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / ran : 0;
-    e->eta_s = t->ep_batches > 0
-                   ? el * (double)(k->batches - t->ep_batches) / (double)t->ep_batches : 0;
+    e->eta_s =
+        t->ep_batches > 0 ? el * (double)(k->batches - t->ep_batches) / (double)t->ep_batches : 0;
     int decile = (int)(t->ep_batches * 10 / k->batches);
     e->tick = decile > k->last_decile && t->ep_batches < k->batches;
     if (e->tick || now - k->last_emit >= 0.25) {
@@ -243,10 +264,17 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
         return s;
     t->step++;
     double now = stoke_wall_time();
-    stoke_train_event e = {.kind = STOKE_EV_PROGRESS, .epoch = t->epoch, .epochs = c->epochs,
-                           .batch = t->ep_batches, .batches = k->batches, .step = t->step,
-                           .loss = epoch_loss(t), .metric = epoch_metric(t),
-                           .metric_name = t->metric_name, .lr = lr, .elapsed_s = now - k->start,
+    stoke_train_event e = {.kind = STOKE_EV_PROGRESS,
+                           .epoch = t->epoch,
+                           .epochs = c->epochs,
+                           .batch = t->ep_batches,
+                           .batches = k->batches,
+                           .step = t->step,
+                           .loss = epoch_loss(t),
+                           .metric = epoch_metric(t),
+                           .metric_name = t->metric_name,
+                           .lr = lr,
+                           .elapsed_s = now - k->start,
                            .run_elapsed_s = now - t->loop_start};
     step_progress(t, k, &e, now);
     if (t->step % c->log_every == 0)
@@ -274,11 +302,20 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     if (s != STOKE_OK)
         return s;
     double end = stoke_wall_time();
-    stoke_train_event e = {.kind = STOKE_EV_EPOCH, .epoch = t->epoch, .epochs = c->epochs,
-                           .batch = t->ep_batches, .batches = k->batches, .step = t->step,
-                           .loss = epoch_loss(t), .metric = epoch_metric(t),
-                           .metric_name = t->metric_name, .lr = stoke_lr_at(&t->sched, t->step),
-                           .elapsed_s = el, .val_loss = vl, .val_metric = vm, .val_samples = vn,
+    stoke_train_event e = {.kind = STOKE_EV_EPOCH,
+                           .epoch = t->epoch,
+                           .epochs = c->epochs,
+                           .batch = t->ep_batches,
+                           .batches = k->batches,
+                           .step = t->step,
+                           .loss = epoch_loss(t),
+                           .metric = epoch_metric(t),
+                           .metric_name = t->metric_name,
+                           .lr = stoke_lr_at(&t->sched, t->step),
+                           .elapsed_s = el,
+                           .val_loss = vl,
+                           .val_metric = vm,
+                           .val_samples = vn,
                            .run_elapsed_s = end - t->loop_start};
     double run_el = el - t->ep_elapsed_before;
     e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - k->samples_start) / run_el : 0;
@@ -362,8 +399,10 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     if (t->log_error[0]) { /* not even the first record: nothing has been trained yet */
         if (t->monitor)
             stoke_monitor_stop(t->monitor);
-        return stoke_fail(STOKE_ERR_IO, "log: %s (before the first step: nothing was "
-                          "trained)", t->log_error);
+        return stoke_fail(STOKE_ERR_IO,
+                          "log: %s (before the first step: nothing was "
+                          "trained)",
+                          t->log_error);
     }
     epoch_clock_start(t, &k);
     bool mid_epoch = false; /* the target was reached within an epoch */

@@ -53,39 +53,43 @@ stoke_status train_check_memory(const char *model, const train_mem_need *needs, 
         char r[64] = "";
         if (needs[i].ring_per_sample)
             snprintf(r, sizeof r, ", loader ring %s",
-                     stoke_format_bytes((double)needs[i].ring_per_sample * (double)p->batch,
-                                        h, sizeof h));
-        len += (size_t)snprintf(parts + len, sizeof parts - len,
-                                "%s%s at batch %" PRId64 " needs %s (parameters %s, gradients %s, "
-                                "optimizer state %s, activations %s, workspace %s%s)",
-                                i ? "; " : "", needs[i].what, p->batch,
-                                stoke_format_bytes((double)need_total(&needs[i]), a, sizeof a),
-                                stoke_format_bytes((double)p->params, b, sizeof b),
-                                stoke_format_bytes((double)p->grads, c, sizeof c),
-                                stoke_format_bytes((double)p->optim, d, sizeof d),
-                                stoke_format_bytes((double)p->activations_per_sample * (double)p->batch,
-                                                   e, sizeof e),
-                                stoke_format_bytes((double)p->workspace, f, sizeof f), r);
+                     stoke_format_bytes((double)needs[i].ring_per_sample * (double)p->batch, h,
+                                        sizeof h));
+        len += (size_t)snprintf(
+            parts + len, sizeof parts - len,
+            "%s%s at batch %" PRId64 " needs %s (parameters %s, gradients %s, "
+            "optimizer state %s, activations %s, workspace %s%s)",
+            i ? "; " : "", needs[i].what, p->batch,
+            stoke_format_bytes((double)need_total(&needs[i]), a, sizeof a),
+            stoke_format_bytes((double)p->params, b, sizeof b),
+            stoke_format_bytes((double)p->grads, c, sizeof c),
+            stoke_format_bytes((double)p->optim, d, sizeof d),
+            stoke_format_bytes((double)p->activations_per_sample * (double)p->batch, e, sizeof e),
+            stoke_format_bytes((double)p->workspace, f, sizeof f), r);
     }
     /* the largest batch of the first model that fits beside the others */
     size_t others = need - need_total(&needs[0]);
-    int64_t fits = others < have ? stoke_plan_max_batch(needs[0].plan, have - others,
-                                                        needs[0].ring_per_sample) : 0;
+    int64_t fits =
+        others < have ? stoke_plan_max_batch(needs[0].plan, have - others, needs[0].ring_per_sample)
+                      : 0;
     const stoke_mem_plan *p0 = needs[0].plan;
     char advice[256];
     size_t fixed0 = p0->params + p0->grads + p0->optim;
     if (others >= have && fixed0 < have) /* the others are too big, not the first */
-        snprintf(advice, sizeof advice, "the %s model alone needs %s (%s lowers its "
-                 "activations and workspace)", needs[1].what,
-                 stoke_format_bytes((double)need_total(&needs[1]), f, sizeof f),
+        snprintf(advice, sizeof advice,
+                 "the %s model alone needs %s (%s lowers its "
+                 "activations and workspace)",
+                 needs[1].what, stoke_format_bytes((double)need_total(&needs[1]), f, sizeof f),
                  needs[1].batch_flag);
     else if (fits > 0)
-        snprintf(advice, sizeof advice, "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")",
-                 needs[0].what, fits, needs[0].batch_flag, fits);
+        snprintf(advice, sizeof advice,
+                 "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")", needs[0].what,
+                 fits, needs[0].batch_flag, fits);
     else
-        snprintf(advice, sizeof advice, "not even one sample fits: the %s model's parameters, "
-                 "gradients and optimizer state alone need %s", needs[0].what,
-                 stoke_format_bytes((double)fixed0, f, sizeof f));
+        snprintf(advice, sizeof advice,
+                 "not even one sample fits: the %s model's parameters, "
+                 "gradients and optimizer state alone need %s",
+                 needs[0].what, stoke_format_bytes((double)fixed0, f, sizeof f));
     char all[64] = "";
     if (n > 1)
         snprintf(all, sizeof all, "; %s in all", stoke_format_bytes((double)need, a, sizeof a));

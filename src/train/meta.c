@@ -26,7 +26,10 @@ typedef struct meta_row {
     meta_type type;
 } meta_row;
 
-#define ROW(key, field, type) {key, offsetof(train_meta, field), type}
+#define ROW(key, field, type)                  \
+    {                                          \
+        key, offsetof(train_meta, field), type \
+    }
 /* In the order they are written (the checkpoint's bytes depend on it). */
 static const meta_row rows[] = {
     ROW("stoke.format", format, META_TEXT),
@@ -105,8 +108,10 @@ stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
     for (int i = 0; i < N_ROWS; i++) {
         const char *v = stoke_ckpt_meta(c, rows[i].key);
         if (!v)
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata key %s is missing (not a stoke "
-                              "checkpoint?)", stoke_ckpt_path(c), rows[i].key);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: metadata key %s is missing (not a stoke "
+                              "checkpoint?)",
+                              stoke_ckpt_path(c), rows[i].key);
         if (!meta_parse(&rows[i], v, m))
             return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata %s: '%.80s' is not understood",
                               stoke_ckpt_path(c), rows[i].key, v);
@@ -127,7 +132,9 @@ static stoke_ckpt_tensor *collect_tensors(stoke_model *model, char (*names)[160]
     size_t n = 0;
     for (int i = 0; i < np; i++) {
         const stoke_param_info *p = stoke_graph_param(g, i);
-        ts[n++] = (stoke_ckpt_tensor){.name = p->name, .dtype = STOKE_F32, .ndim = p->shape.ndim,
+        ts[n++] = (stoke_ckpt_tensor){.name = p->name,
+                                      .dtype = STOKE_F32,
+                                      .ndim = p->shape.ndim,
                                       .data = stoke_model_param(model, i)};
         memcpy(ts[n - 1].shape, p->shape.dims, sizeof p->shape.dims);
     }
@@ -139,8 +146,8 @@ static stoke_ckpt_tensor *collect_tensors(stoke_model *model, char (*names)[160]
                 continue;
             char *nm = names[slot * np + i];
             snprintf(nm, sizeof names[0], "optim.%s.%s", slot == 0 ? "m" : "v", p->name);
-            ts[n++] = (stoke_ckpt_tensor){.name = nm, .dtype = STOKE_F32, .ndim = p->shape.ndim,
-                                          .data = st};
+            ts[n++] = (stoke_ckpt_tensor){
+                .name = nm, .dtype = STOKE_F32, .ndim = p->shape.ndim, .data = st};
             memcpy(ts[n - 1].shape, p->shape.dims, sizeof p->shape.dims);
         }
     *count = n;
@@ -152,20 +159,32 @@ static void trainer_meta(const stoke_trainer *t, const char *config, train_meta 
 {
     stoke_sampler_state ss = t->loader ? stoke_loader_state(t->loader) : t->start;
     int channels = t->input.image ? t->input.channels : 0;
-    *m = (train_meta){
-        .format = TRAIN_CKPT_FORMAT, .epoch = ss.epoch, .step = t->step, .seed = t->cfg.seed,
-        .sampler_epoch = ss.epoch, .sampler_index = ss.index,
-        .loss_scale = stoke_model_loss_scale(t->model),
-        .precision = stoke_precision_name(t->precision),
-        .optimizer = stoke_optim_name(t->optim.kind), .input_shape = t->input.model_shape,
-        .data_shape = t->info.input_shape, .data_dtype = stoke_dtype_name(t->info.input_dtype),
-        .target_kind = t->classes ? "class"
-                       : t->info.target_kind == STOKE_TARGET_VECTOR ? "vector" : "scalar",
-        .classes = t->nclasses, .target_shape = t->info.target_shape,
-        .mean.n = channels, .std.n = channels,
-        .epoch_loss_sum = t->ep_loss, .epoch_metric_sum = t->ep_metric,
-        .epoch_samples = t->ep_samples, .epoch_batches = t->ep_batches,
-        .model = stoke_model_file_text(t->mf), .dataset = t->cfg.dataset, .config = config};
+    *m = (train_meta){.format = TRAIN_CKPT_FORMAT,
+                      .epoch = ss.epoch,
+                      .step = t->step,
+                      .seed = t->cfg.seed,
+                      .sampler_epoch = ss.epoch,
+                      .sampler_index = ss.index,
+                      .loss_scale = stoke_model_loss_scale(t->model),
+                      .precision = stoke_precision_name(t->precision),
+                      .optimizer = stoke_optim_name(t->optim.kind),
+                      .input_shape = t->input.model_shape,
+                      .data_shape = t->info.input_shape,
+                      .data_dtype = stoke_dtype_name(t->info.input_dtype),
+                      .target_kind = t->classes                                   ? "class"
+                                     : t->info.target_kind == STOKE_TARGET_VECTOR ? "vector"
+                                                                                  : "scalar",
+                      .classes = t->nclasses,
+                      .target_shape = t->info.target_shape,
+                      .mean.n = channels,
+                      .std.n = channels,
+                      .epoch_loss_sum = t->ep_loss,
+                      .epoch_metric_sum = t->ep_metric,
+                      .epoch_samples = t->ep_samples,
+                      .epoch_batches = t->ep_batches,
+                      .model = stoke_model_file_text(t->mf),
+                      .dataset = t->cfg.dataset,
+                      .config = config};
     memcpy(m->mean.v, t->input.mean, sizeof m->mean.v);
     memcpy(m->std.v, t->input.std, sizeof m->std.v);
 }
@@ -173,7 +192,7 @@ static void trainer_meta(const stoke_trainer *t, const char *config, train_meta 
 stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
 {
     int np = stoke_graph_param_count(t->graph);
-    char (*names)[160] = calloc((size_t)np * 2, sizeof *names);
+    char(*names)[160] = calloc((size_t)np * 2, sizeof *names);
     size_t n = 0;
     stoke_ckpt_tensor *ts = names ? collect_tensors(t->model, names, &n) : NULL;
     char *cfg = stoke_train_config_json(&t->cfg);
@@ -189,7 +208,8 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
         {"format", "pt"}, /* what Hugging Face's loaders expect for plain tensors */
     };
     for (int i = 0; i < N_ROWS; i++)
-        kv[1 + i] = (stoke_ckpt_kv){rows[i].key, meta_format(&rows[i], &m, text[i], sizeof text[i])};
+        kv[1 + i] =
+            (stoke_ckpt_kv){rows[i].key, meta_format(&rows[i], &m, text[i], sizeof text[i])};
     stoke_status s = stoke_ckpt_write(path, ts, n, kv, 1 + N_ROWS);
     free(cfg);
     free(ts);
@@ -217,15 +237,16 @@ static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
                 snprintf(name, sizeof name, "optim.%s.%s", slot == 0 ? "m" : "v", p->name);
             const stoke_ckpt_tensor *ct = stoke_ckpt_find(c, name);
             if (!ct)
-                return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing", stoke_ckpt_path(c),
-                                  name);
+                return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing",
+                                  stoke_ckpt_path(c), name);
             bool same = ct->dtype == STOKE_F32 && ct->ndim == p->shape.ndim;
             for (int d = 0; same && d < ct->ndim; d++)
                 same = ct->shape[d] == p->shape.dims[d];
             if (!same)
-                return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' has %s of another shape than "
-                                  "the model's", stoke_ckpt_path(c), name,
-                                  stoke_ckpt_dtype_name(ct->dtype));
+                return stoke_fail(STOKE_ERR_FORMAT,
+                                  "%s: tensor '%s' has %s of another shape than "
+                                  "the model's",
+                                  stoke_ckpt_path(c), name, stoke_ckpt_dtype_name(ct->dtype));
             memcpy(dst, ct->data, ct->nbytes);
         }
     stoke_model_params_changed(m);

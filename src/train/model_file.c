@@ -71,11 +71,11 @@ static const struct {
 typedef struct layer {
     layer_type type;
     char name[64];
-    int64_t out;        /* 0: the model's outputs (classes) */
+    int64_t out; /* 0: the model's outputs (classes) */
     int kernel, stride, padding, heads, patch;
     bool bias;
     float p, eps, momentum;
-    size_t line, col;   /* 1-based, for build errors */
+    size_t line, col; /* 1-based, for build errors */
     struct layer *children;
     int nchildren;
 } layer;
@@ -86,13 +86,13 @@ struct stoke_model_file {
     char *name;
     char *text;
     char desc[64];
-    char preset[32];    /* "" for a layers model */
+    char preset[32]; /* "" for a layers model */
     int64_t hidden[MAX_HIDDEN];
-    int nhidden;        /* -1: not given */
+    int nhidden; /* -1: not given */
     int width, blocks, patch, depth, heads;
     layer *layers;
     int nlayers;
-    char loss[24];      /* "" = by target kind */
+    char loss[24]; /* "" = by target kind */
     float label_smoothing;
     float clip, entropy; /* actor-critic: PPO epsilon (0: 0.2), entropy bonus */
 };
@@ -105,11 +105,11 @@ typedef struct ctx {
     yaml_document_t *doc;
 } ctx;
 
-static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field,
-                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
+                            ...) __attribute__((format(printf, 4, 5)));
 
-static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field,
-                            const char *fmt, ...)
+static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
+                            ...)
 {
     char msg[512];
     va_list ap;
@@ -117,8 +117,7 @@ static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *fiel
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s: %s", c->file,
-                      n ? n->start_mark.line + 1 : 1, n ? n->start_mark.column + 1 : 1, field,
-                      msg);
+                      n ? n->start_mark.line + 1 : 1, n ? n->start_mark.column + 1 : 1, field, msg);
 }
 
 /* A value's text; NULL for a mapping, a list or null (each an error where a value is
@@ -143,8 +142,7 @@ static stoke_status get_int(const ctx *c, const yaml_node_t *n, const char *fiel
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < min || v > max)
-        return fail_at(c, n, field, "expected an integer in [%ld, %ld], got %s", min, max,
-                       WHAT(n));
+        return fail_at(c, n, field, "expected an integer in [%ld, %ld], got %s", min, max, WHAT(n));
     *out = v;
     return STOKE_OK;
 }
@@ -167,8 +165,7 @@ static stoke_status get_float(const ctx *c, const yaml_node_t *n, const char *fi
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
     if (!s || !*s || *end || errno || !isfinite(v) || v < min || v > max)
-        return fail_at(c, n, field, "expected a number in [%g, %g], got %s", min, max,
-                       WHAT(n));
+        return fail_at(c, n, field, "expected a number in [%g, %g], got %s", min, max, WHAT(n));
     *out = (float)v;
     return STOKE_OK;
 }
@@ -231,8 +228,8 @@ static void free_layers(layer *l, int n)
     free(l);
 }
 
-static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const char *path,
-                                 int blocks, layer **out, int *count);
+static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const char *path, int blocks,
+                                 layer **out, int *count);
 
 /* `blocks`: how many residual blocks enclose the layer. */
 static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *path, int blocks,
@@ -254,9 +251,10 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
     char field[256];
     field_path(field, sizeof field, path, ".type");
     const char *t = scalar(type_node);
-#define LAYER_TYPES "linear, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm, " \
-                    "layernorm, relu, gelu, tanh, sigmoid, dropout, flatten, attention, " \
-                    "patchify, pos_embed, seq_mean, residual"
+#define LAYER_TYPES                                                       \
+    "linear, conv2d, maxpool2d, avgpool2d, global_avgpool, batchnorm, "   \
+    "layernorm, relu, gelu, tanh, sigmoid, dropout, flatten, attention, " \
+    "patchify, pos_embed, seq_mean, residual"
     if (!type_node)
         return fail_at(c, n, field, "missing (one of " LAYER_TYPES ")");
     if (!t)
@@ -295,8 +293,10 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
         if (!strcmp(k, "name")) {
             const char *nm = scalar(v);
             if (!nm || !*nm || strlen(nm) >= sizeof l->name || strchr(nm, '.'))
-                return fail_at(c, v, field, "expected a name of 1 to 63 characters without "
-                               "'.', got %s", WHAT(v));
+                return fail_at(c, v, field,
+                               "expected a name of 1 to 63 characters without "
+                               "'.', got %s",
+                               WHAT(v));
             snprintf(l->name, sizeof l->name, "%s", nm);
         } else if (!strcmp(k, "out")) {
             const char *sv = scalar(v);
@@ -330,8 +330,10 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
             /* (a key given twice, which would leak the first list, is refused by
              * train_yaml_load before this runs) */
             if (blocks >= MAX_BLOCK_NESTING)
-                return fail_at(c, n, path, "residual blocks nested deeper than %d (stoke's "
-                               "limit)", MAX_BLOCK_NESTING);
+                return fail_at(c, n, path,
+                               "residual blocks nested deeper than %d (stoke's "
+                               "limit)",
+                               MAX_BLOCK_NESTING);
             s = parse_layers(c, v, sub, blocks + 1, &l->children, &l->nchildren);
         }
         if (s != STOKE_OK)
@@ -350,8 +352,8 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
     return STOKE_OK;
 }
 
-static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const char *path,
-                                 int blocks, layer **out, int *count)
+static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const char *path, int blocks,
+                                 layer **out, int *count)
 {
     if (seq->type != YAML_SEQUENCE_NODE)
         return fail_at(c, seq, path, "expected a list of layers, got %s", WHAT(seq));
@@ -368,8 +370,8 @@ static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const cha
         char index[16];
         snprintf(index, sizeof index, "[%d]", i);
         field_path(sub, sizeof sub, path, index);
-        stoke_status s = parse_layer(c, node(c, seq->data.sequence.items.start[i]), sub, blocks,
-                                     &l[i]);
+        stoke_status s =
+            parse_layer(c, node(c, seq->data.sequence.items.start[i]), sub, blocks, &l[i]);
         if (s != STOKE_OK) {
             free_layers(l, i + 1);
             return s;
@@ -388,12 +390,16 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
     if (root->type == YAML_SCALAR_NODE) {
         /* A bare preset name, as `--model cnn` gives. */
         if (!scalar(root))
-            return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: "
-                           "[...]) or a preset name, got %s", WHAT(root));
+            return fail_at(c, root, "model",
+                           "expected a mapping (model: cnn, or layers: "
+                           "[...]) or a preset name, got %s",
+                           WHAT(root));
         snprintf(mf->preset, sizeof mf->preset, "%.31s", scalar(root));
     } else if (root->type != YAML_MAPPING_NODE) {
-        return fail_at(c, root, "model", "expected a mapping (model: cnn, or layers: [...]), "
-                       "got %s", WHAT(root));
+        return fail_at(c, root, "model",
+                       "expected a mapping (model: cnn, or layers: [...]), "
+                       "got %s",
+                       WHAT(root));
     }
     const yaml_node_t *layers_node = NULL, *preset_node = NULL, *ac_node = NULL;
     if (root->type == YAML_MAPPING_NODE) {
@@ -407,16 +413,20 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
             if (!strcmp(k, "model")) {
                 const char *pv = scalar(v);
                 if (!pv || !*pv || strlen(pv) >= sizeof mf->preset)
-                    return fail_at(c, v, k, "expected a preset name (mlp, cnn, resnet, "
-                                   "transformer, actor-critic), got %s", WHAT(v));
+                    return fail_at(c, v, k,
+                                   "expected a preset name (mlp, cnn, resnet, "
+                                   "transformer, actor-critic), got %s",
+                                   WHAT(v));
                 snprintf(mf->preset, sizeof mf->preset, "%s", pv);
                 preset_node = v;
             } else if (!strcmp(k, "layers")) {
                 if (v->type == YAML_SEQUENCE_NODE)
                     layers_node = v;
                 else if (!scalar(v))
-                    return fail_at(c, v, k, "expected a list of layers (or the transformer's "
-                                   "depth), got %s", WHAT(v));
+                    return fail_at(c, v, k,
+                                   "expected a list of layers (or the transformer's "
+                                   "depth), got %s",
+                                   WHAT(v));
                 else
                     s = get_int32(c, v, k, 1, 256, &mf->depth); /* transformer depth */
             } else if (!strcmp(k, "hidden")) {
@@ -445,8 +455,8 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
                 s = get_int32(c, v, k, 1, 1024, &mf->heads);
             } else if (!strcmp(k, "loss")) {
                 const char *lv = scalar(v);
-                if (!lv || (strcmp(lv, "cross_entropy") && strcmp(lv, "mse") &&
-                            strcmp(lv, "l1") && strcmp(lv, "bce")))
+                if (!lv || (strcmp(lv, "cross_entropy") && strcmp(lv, "mse") && strcmp(lv, "l1") &&
+                            strcmp(lv, "bce")))
                     return fail_at(c, v, k, "expected cross_entropy, mse, l1 or bce, got %s",
                                    WHAT(v));
                 snprintf(mf->loss, sizeof mf->loss, "%s", lv);
@@ -459,7 +469,8 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
                 s = get_float(c, v, k, 0, 10, &mf->entropy);
                 ac_node = kn;
             } else {
-                return fail_at(c, kn, k, "unknown key (model, layers, hidden, width, blocks, "
+                return fail_at(c, kn, k,
+                               "unknown key (model, layers, hidden, width, blocks, "
                                "patch, heads, loss, label_smoothing, clip, entropy)");
             }
             if (s != STOKE_OK)
@@ -467,7 +478,8 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
         }
     }
     if (mf->preset[0] && layers_node)
-        return fail_at(c, layers_node, "layers", "give either model (a preset) or a list of "
+        return fail_at(c, layers_node, "layers",
+                       "give either model (a preset) or a list of "
                        "layers, not both");
     if (ac_node && strcmp(mf->preset, "actor-critic") != 0)
         return fail_at(c, ac_node, scalar(ac_node), "applies to the actor-critic preset only");
@@ -479,8 +491,10 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
     for (size_t i = 0; i < N_PRESETS; i++)
         known |= !strcmp(presets[i], mf->preset);
     if (!known)
-        return fail_at(c, preset_node ? preset_node : root, "model", "unknown preset '%s' "
-                       "(mlp, cnn, resnet, transformer, actor-critic)", mf->preset);
+        return fail_at(c, preset_node ? preset_node : root, "model",
+                       "unknown preset '%s' "
+                       "(mlp, cnn, resnet, transformer, actor-critic)",
+                       mf->preset);
     return STOKE_OK;
 }
 
@@ -538,8 +552,10 @@ stoke_status stoke_model_file_load(const char *spec, stoke_model_file **out)
         }
     char *buf;
     size_t n;
-    stoke_status s = train_yaml_read_file(spec, "not a preset (mlp, cnn, resnet, transformer, "
-                                          "actor-critic)", &buf, &n);
+    stoke_status s = train_yaml_read_file(spec,
+                                          "not a preset (mlp, cnn, resnet, transformer, "
+                                          "actor-critic)",
+                                          &buf, &n);
     if (s != STOKE_OK)
         return s;
     s = stoke_model_file_parse(buf, n, spec, out);
@@ -568,8 +584,7 @@ static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor
         if (y->name[0])
             snprintf(name, sizeof name, "%s", y->name);
         else if (layer_types[y->type].prefix)
-            snprintf(name, sizeof name, "%s%d", layer_types[y->type].prefix,
-                     ++b->counts[y->type]);
+            snprintf(name, sizeof name, "%s%d", layer_types[y->type].prefix, ++b->counts[y->type]);
         else
             name[0] = '\0';
         stoke_graph *g = b->g;
@@ -581,12 +596,8 @@ static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor
             x = stoke_nn_conv2d(g, name, x, y->out ? y->out : b->outputs, y->kernel,
                                 y->stride ? y->stride : 1, y->padding, y->bias);
             break;
-        case L_MAXPOOL:
-            x = stoke_nn_maxpool2d(g, x, y->kernel, y->stride, y->padding);
-            break;
-        case L_AVGPOOL:
-            x = stoke_nn_avgpool2d(g, x, y->kernel, y->stride, y->padding);
-            break;
+        case L_MAXPOOL: x = stoke_nn_maxpool2d(g, x, y->kernel, y->stride, y->padding); break;
+        case L_AVGPOOL: x = stoke_nn_avgpool2d(g, x, y->kernel, y->stride, y->padding); break;
         case L_GLOBAL_AVGPOOL: x = stoke_nn_global_avgpool(g, x); break;
         case L_BATCHNORM: x = stoke_nn_batchnorm(g, name, x, y->momentum, y->eps); break;
         case L_LAYERNORM: x = stoke_nn_layernorm(g, name, x, y->eps); break;
@@ -608,8 +619,8 @@ static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor
         case L_COUNT: break;
         }
         if (stoke_graph_status(g) != STOKE_OK || x == STOKE_NO_TENSOR) {
-            train_wrap_error(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s layer", b->mf->name, y->line,
-                             y->col, layer_types[y->type].name);
+            train_wrap_error(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s layer", b->mf->name, y->line, y->col,
+                             layer_types[y->type].name);
             return STOKE_NO_TENSOR;
         }
     }
@@ -630,31 +641,40 @@ static bool actor_critic_targets(const stoke_model_file *mf, stoke_target_kind k
     char b[64];
     if (kind == STOKE_TARGET_VECTOR &&
         (target->ndim != 1 || (target->dims[0] != 3 && target->dims[0] != 4))) {
-        stoke_fail(STOKE_ERR_ARG, "%s: actor-critic targets are rows [action, advantage, "
+        stoke_fail(STOKE_ERR_ARG,
+                   "%s: actor-critic targets are rows [action, advantage, "
                    "return] (3 values) or [action, advantage, old_log_prob, return] (4) per "
                    "sample, or a class (the action, for behaviour cloning); the dataset's are %s",
                    mf->name, stoke_shape_format(target, b, sizeof b));
         return false;
     }
     if (kind != STOKE_TARGET_VECTOR && kind != STOKE_TARGET_CLASS) {
-        stoke_fail(STOKE_ERR_ARG, "%s: actor-critic targets are classes (actions, behaviour "
+        stoke_fail(STOKE_ERR_ARG,
+                   "%s: actor-critic targets are classes (actions, behaviour "
                    "cloning) or rows [action, advantage, (old_log_prob,) return]; the "
-                   "dataset's are single numbers", mf->name);
+                   "dataset's are single numbers",
+                   mf->name);
         return false;
     }
     if (classes < 2) {
-        stoke_fail(STOKE_ERR_ARG, "%s: actor-critic needs at least 2 actions, the dataset has "
-                   "%lld", mf->name, (long long)classes);
+        stoke_fail(STOKE_ERR_ARG,
+                   "%s: actor-critic needs at least 2 actions, the dataset has "
+                   "%lld",
+                   mf->name, (long long)classes);
         return false;
     }
     if (kind == STOKE_TARGET_CLASS && (mf->clip != 0 || mf->entropy != 0)) {
-        stoke_fail(STOKE_ERR_ARG, "%s: clip and entropy apply to policy-gradient targets "
-                   "(rows with an advantage), not to class targets", mf->name);
+        stoke_fail(STOKE_ERR_ARG,
+                   "%s: clip and entropy apply to policy-gradient targets "
+                   "(rows with an advantage), not to class targets",
+                   mf->name);
         return false;
     }
     if (kind == STOKE_TARGET_VECTOR && target->dims[0] == 3 && mf->clip != 0) {
-        stoke_fail(STOKE_ERR_ARG, "%s: clip is PPO's and needs the old log-probability: "
-                   "rows [action, advantage, old_log_prob, return] (4 values)", mf->name);
+        stoke_fail(STOKE_ERR_ARG,
+                   "%s: clip is PPO's and needs the old log-probability: "
+                   "rows [action, advantage, old_log_prob, return] (4 values)",
+                   mf->name);
         return false;
     }
     return true;
@@ -664,12 +684,12 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
                                     stoke_target_kind kind, const stoke_shape *target,
                                     int64_t classes)
 {
-    int64_t outputs = kind == STOKE_TARGET_CLASS ? classes
+    int64_t outputs = kind == STOKE_TARGET_CLASS    ? classes
                       : kind == STOKE_TARGET_VECTOR ? stoke_shape_elems(target)
                                                     : 1;
     if (kind == STOKE_TARGET_CLASS && classes < 2) {
-        stoke_fail(STOKE_ERR_ARG, "%s: class targets with %lld classes (need at least 2)",
-                   mf->name, (long long)classes);
+        stoke_fail(STOKE_ERR_ARG, "%s: class targets with %lld classes (need at least 2)", mf->name,
+                   (long long)classes);
         return NULL;
     }
     if (kind == STOKE_TARGET_NONE) {
@@ -680,8 +700,10 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
     const char *p = mf->preset;
     if (*p) {
         if (kind == STOKE_TARGET_VECTOR && strcmp(p, "actor-critic") != 0) {
-            stoke_fail(STOKE_ERR_ARG, "%s: preset %s takes class or scalar targets; the "
-                       "dataset's are vectors: write a layers model", mf->name, p);
+            stoke_fail(STOKE_ERR_ARG,
+                       "%s: preset %s takes class or scalar targets; the "
+                       "dataset's are vectors: write a layers model",
+                       mf->name, p);
             return NULL;
         }
         if (!strcmp(p, "actor-critic") && !actor_critic_targets(mf, kind, target, classes))
@@ -709,7 +731,8 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
                 h[i] = default_hidden(mf, i, h[i]);
             stoke_actor_critic_opts ao = {
                 .targets = kind == STOKE_TARGET_VECTOR ? (int)stoke_shape_elems(target) : 0,
-                .clip = mf->clip, .entropy = mf->entropy};
+                .clip = mf->clip,
+                .entropy = mf->entropy};
             g = stoke_preset_actor_critic(input, h, nh, classes, &ao);
         }
         if (!g) {
@@ -743,8 +766,10 @@ stoke_graph *stoke_model_file_build(const stoke_model_file *mf, const stoke_shap
         stoke_nn_accuracy(g, out, y);
     } else {
         if (kind == STOKE_TARGET_CLASS) {
-            stoke_fail(STOKE_ERR_ARG, "%s: loss %s needs numeric targets; the dataset's are "
-                       "classes", mf->name, loss);
+            stoke_fail(STOKE_ERR_ARG,
+                       "%s: loss %s needs numeric targets; the dataset's are "
+                       "classes",
+                       mf->name, loss);
             goto fail;
         }
         stoke_shape ts = *stoke_graph_shape(g, out);

@@ -62,11 +62,12 @@ size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t si
         snprintf(val, sizeof val, " | val loss %.4f%s", e->val_loss, vm);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, ", CPU %.0f%%", e->cpu_pct);
-    int n = snprintf(buf, size,
-                     "epoch %" PRId64 "/%" PRId64 " done in %.1fs | loss %.4f%s%s | %.0f samples/s, "
-                     "data wait %.1f%%%s",
-                     e->epoch + 1, e->epochs, e->elapsed_s, e->loss, m, val, e->samples_per_s,
-                     e->data_wait_pct, cpu);
+    int n =
+        snprintf(buf, size,
+                 "epoch %" PRId64 "/%" PRId64 " done in %.1fs | loss %.4f%s%s | %.0f samples/s, "
+                 "data wait %.1f%%%s",
+                 e->epoch + 1, e->epochs, e->elapsed_s, e->loss, m, val, e->samples_per_s,
+                 e->data_wait_pct, cpu);
     return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
 }
 
@@ -94,7 +95,8 @@ size_t stoke_train_format_target(const stoke_train_event *e, char *buf, size_t s
 {
     char pos[64];
     position_text(e, pos, sizeof pos);
-    int n = snprintf(buf, size, "target reached: val acc %.2f%% >= %.2f%% at step %" PRId64
+    int n = snprintf(buf, size,
+                     "target reached: val acc %.2f%% >= %.2f%% at step %" PRId64
                      " (%s), %.1fs after the start",
                      100 * e->val_metric, 100 * e->target, e->step, pos, e->run_elapsed_s);
     return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;

@@ -25,8 +25,10 @@ static void log_line(stoke_trainer *t, const char *buf)
     close(t->log_fd);
     t->log_fd = -1;
     char w[700];
-    snprintf(w, sizeof w, "log: %s; the log stops here, training goes on (the run will end "
-             "with this error)", t->log_error);
+    snprintf(w, sizeof w,
+             "log: %s; the log stops here, training goes on (the run will end "
+             "with this error)",
+             t->log_error);
     stoke_train_event e = {.kind = STOKE_EV_WARNING, .text = w};
     train_emit(t, &e);
 }

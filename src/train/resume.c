@@ -13,10 +13,10 @@
  * run's machinery apply silently. Any other that differs from the checkpoint's value
  * changes the training from here on: applied, and said. */
 static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed", NULL};
-static const char *const resume_quiet[] = {"resume", "dry_run", "log", "checkpoint", "log_every",
-                                           "monitor", "workers", "prefetch", "threads",
-                                           "memory_budget", "max_steps", "eval_every",
-                                           "target_accuracy", "val_batch_size", NULL};
+static const char *const resume_quiet[] = {
+    "resume",          "dry_run",        "log",     "checkpoint",    "log_every", "monitor",
+    "workers",         "prefetch",       "threads", "memory_budget", "max_steps", "eval_every",
+    "target_accuracy", "val_batch_size", NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {
@@ -90,14 +90,15 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
             json_value(u, uv, sizeof uv);
             given_as(k, c->source[i], uv, given, sizeof given);
             if (in_list(resume_fixed, k))
-                s = stoke_fail(STOKE_ERR_ARG, "%s: %s contradicts the checkpoint, which was "
+                s = stoke_fail(STOKE_ERR_ARG,
+                               "%s: %s contradicts the checkpoint, which was "
                                "trained with %s %s: a resumed run continues the checkpoint's "
                                "model, optimizer state and sample order (drop it, or start a "
-                               "new run without --resume)", stoke_ckpt_path(ck), given, k,
-                               buf[0] ? buf : "unset");
+                               "new run without --resume)",
+                               stoke_ckpt_path(ck), given, k, buf[0] ? buf : "unset");
             else
                 train_info(t, "resume: %s replaces the checkpoint's %s %s", given, k,
-                     buf[0] ? buf : "unset");
+                           buf[0] ? buf : "unset");
             continue;
         }
         if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log") || !v ||

@@ -58,19 +58,18 @@ static stoke_status find_tensors(stoke_saved_model *s, const char *path)
             s->metric = i;
     }
     if (s->x == STOKE_NO_TENSOR || s->logits == STOKE_NO_TENSOR)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits",
-                          path);
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: the model has no input x or output logits", path);
     s->logit_elems = stoke_shape_elems(stoke_graph_shape(s->graph, s->logits));
     s->outputs = s->logit_elems + (s->value != STOKE_NO_TENSOR ? 1 : 0);
-    s->target_elems = s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
+    s->target_elems =
+        s->y != STOKE_NO_TENSOR ? stoke_shape_elems(stoke_graph_shape(s->graph, s->y)) : 0;
     return STOKE_OK;
 }
 
 /* Every parameter in the checkpoint, float32 of the graph's shape. Inference reads the
  * fp32 master weights; buffers (batch norm statistics) too. They are checked now and
  * copied when the model is allocated (ensure_model). */
-static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *c,
-                                  const char *path)
+static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *c, const char *path)
 {
     const stoke_graph *g = s->graph;
     for (int i = 0; i < stoke_graph_param_count(g); i++) {
@@ -80,8 +79,10 @@ static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *
         for (int d = 0; ok && d < t->ndim; d++)
             ok = t->shape[d] == p->shape.dims[d];
         if (!ok)
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing or not float32 of "
-                              "the model's shape", path, p->name);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: tensor '%s' is missing or not float32 of "
+                              "the model's shape",
+                              path, p->name);
     }
     return STOKE_OK;
 }
@@ -108,12 +109,15 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
         if (!strcmp(stoke_dtype_name((stoke_dtype)i), m.data_dtype))
             dt = (stoke_dtype)i;
     if (strcmp(m.format, TRAIN_CKPT_FORMAT) || dt == STOKE_DTYPE_COUNT) {
-        st = stoke_fail(STOKE_ERR_FORMAT, "%s: its stoke metadata (format, shapes, dtype) is not "
-                        "understood", path);
+        st = stoke_fail(STOKE_ERR_FORMAT,
+                        "%s: its stoke metadata (format, shapes, dtype) is not "
+                        "understood",
+                        path);
         goto fail;
     }
-    s->kind = !strcmp(m.target_kind, "class") ? STOKE_TARGET_CLASS
-              : !strcmp(m.target_kind, "vector") ? STOKE_TARGET_VECTOR : STOKE_TARGET_SCALAR;
+    s->kind = !strcmp(m.target_kind, "class")    ? STOKE_TARGET_CLASS
+              : !strcmp(m.target_kind, "vector") ? STOKE_TARGET_VECTOR
+                                                 : STOKE_TARGET_SCALAR;
     s->classes = m.classes;
     if ((st = train_input_init(&s->input, &m.data_shape, dt)) != STOKE_OK)
         goto fail;
@@ -133,8 +137,8 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
     }
     if ((st = stoke_model_file_parse(m.model, strlen(m.model), path, &s->mf)) != STOKE_OK)
         goto fail;
-    s->graph = stoke_model_file_build(s->mf, &s->input.model_shape, s->kind, &m.target_shape,
-                                      s->classes);
+    s->graph =
+        stoke_model_file_build(s->mf, &s->input.model_shape, s->kind, &m.target_shape, s->classes);
     if (!s->graph) {
         st = STOKE_ERR_FORMAT;
         goto fail;
@@ -161,10 +165,12 @@ static stoke_status ensure_model(stoke_saved_model *s, int64_t n)
         s->batch = n;
     stoke_model_opts mo = {.max_batch = s->batch, .precision = STOKE_PREC_FP32, .training = false};
     stoke_mem_plan plan;
-    train_mem_need need = {"inference", &plan, "--batch-size", 0}; /* no loader: it reads samples itself */
+    train_mem_need need = {"inference", &plan, "--batch-size",
+                           0}; /* no loader: it reads samples itself */
     stoke_status st;
     if ((st = stoke_graph_plan(s->graph, &mo, &plan)) != STOKE_OK ||
-        (st = train_check_memory(stoke_model_file_describe(s->mf), &need, 1, 0, NULL)) != STOKE_OK ||
+        (st = train_check_memory(stoke_model_file_describe(s->mf), &need, 1, 0, NULL)) !=
+            STOKE_OK ||
         (st = stoke_model_new(s->graph, &mo, &s->model)) != STOKE_OK)
         return st;
     for (int i = 0; i < stoke_graph_param_count(s->graph); i++) {
@@ -224,9 +230,10 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
 {
     const stoke_dataset_info *in = stoke_dataset_get_info(d);
     if (in->input_dtype != s->input.in_dtype || in->input_shape.ndim != s->input.in_shape.ndim ||
-        memcmp(in->input_shape.dims, s->input.in_shape.dims, sizeof in->input_shape.dims[0] * (size_t)in->input_shape.ndim))
+        memcmp(in->input_shape.dims, s->input.in_shape.dims,
+               sizeof in->input_shape.dims[0] * (size_t)in->input_shape.ndim))
         return stoke_fail(STOKE_ERR_ARG, "the dataset's samples are not those the model was "
-                          "trained on (shape or dtype differ)");
+                                         "trained on (shape or dtype differ)");
     if (in->target_kind == STOKE_TARGET_NONE || s->y == STOKE_NO_TENSOR)
         return stoke_fail(STOKE_ERR_ARG, "the dataset has no targets to evaluate against");
     int64_t n = limit > 0 && limit < in->count ? limit : in->count;
@@ -263,8 +270,8 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     return STOKE_OK;
 }
 
-stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
-                                       stoke_dtype dtype, int64_t n, int64_t *pred, float *out)
+stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs, stoke_dtype dtype,
+                                       int64_t n, int64_t *pred, float *out)
 {
     if (dtype != s->input.in_dtype)
         return stoke_fail(STOKE_ERR_ARG, "inputs are %s, the model was trained on %s",
@@ -285,7 +292,8 @@ stoke_status stoke_saved_model_predict(stoke_saved_model *s, const void *inputs,
         if (st != STOKE_OK)
             return st;
         const float *o = stoke_model_output(s->model, s->logits);
-        const float *v = s->value != STOKE_NO_TENSOR ? stoke_model_output(s->model, s->value) : NULL;
+        const float *v =
+            s->value != STOKE_NO_TENSOR ? stoke_model_output(s->model, s->value) : NULL;
         if (!o || (s->value != STOKE_NO_TENSOR && !v))
             return stoke_fail(STOKE_ERR_ARG, "the model's output is not readable");
         size_t K = (size_t)s->logit_elems;

@@ -36,14 +36,18 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
 #define SRC(key) ((stoke_source)stoke_train_config_source(c, key))
-    return (stoke_tune_request){
-        .precision = c->precision, .precision_src = SRC("precision"),
-        .workers = (int)c->workers, .workers_src = SRC("workers"),
-        .threads = (int)c->threads, .threads_src = SRC("threads"),
-        .prefetch = (int)c->prefetch, .prefetch_src = SRC("prefetch"),
-        .batch = c->batch_size, .batch_src = SRC("batch_size"),
-        .in_memory = t->train_d != t->train_src,
-        .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8};
+    return (stoke_tune_request){.precision = c->precision,
+                                .precision_src = SRC("precision"),
+                                .workers = (int)c->workers,
+                                .workers_src = SRC("workers"),
+                                .threads = (int)c->threads,
+                                .threads_src = SRC("threads"),
+                                .prefetch = (int)c->prefetch,
+                                .prefetch_src = SRC("prefetch"),
+                                .batch = c->batch_size,
+                                .batch_src = SRC("batch_size"),
+                                .in_memory = t->train_d != t->train_src,
+                                .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8};
 #undef SRC
 }
 
@@ -73,10 +77,11 @@ static stoke_status apply_decision(stoke_trainer *t)
     train_info(t, "precision: %s (%s%s)%s", stoke_precision_name(d->precision),
                d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
                given_or_why(&d->precision_why, a, sizeof a), emulated_note(d->precision));
-    train_info(t, "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
-               "%d loader worker%s (%s)", d->usable_cpus, d->usable_cpus == 1 ? "" : "s",
-               d->threads, given, d->workers, d->workers == 1 ? "" : "s",
-               given_or_why(&d->workers_why, a, sizeof a));
+    train_info(t,
+               "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
+               "%d loader worker%s (%s)",
+               d->usable_cpus, d->usable_cpus == 1 ? "" : "s", d->threads, given, d->workers,
+               d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
     train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
                given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
                given_or_why(&d->pinned_why, b, sizeof b));
@@ -95,9 +100,11 @@ static stoke_status setup_model(stoke_trainer *t, const train_meta *meta)
         /* --hidden 512,512 is the model document "model: mlp / hidden: [512,512]", so the
          * checkpoint's stoke.model rebuilds the same sizes for eval and predict. */
         if (strcmp(c->model, "mlp") && strcmp(c->model, "actor-critic"))
-            return stoke_fail(STOKE_ERR_ARG, "hidden (--hidden %s): only the mlp and actor-critic "
+            return stoke_fail(STOKE_ERR_ARG,
+                              "hidden (--hidden %s): only the mlp and actor-critic "
                               "presets take hidden sizes, not model '%s' (a model file gives "
-                              "its own: hidden: [...] or its layers)", c->hidden, c->model);
+                              "its own: hidden: [...] or its layers)",
+                              c->hidden, c->model);
         char doc[256]; /* the model is mlp or actor-critic here */
         snprintf(doc, sizeof doc, "model: %.12s\nhidden: [%s]\n", c->model, c->hidden);
         s = stoke_model_file_parse(doc, strlen(doc), c->model, &t->mf);
@@ -113,8 +120,9 @@ static stoke_status setup_model(stoke_trainer *t, const train_meta *meta)
     if (t->info.target_kind == STOKE_TARGET_VECTOR &&
         !strcmp(stoke_model_file_describe(t->mf), "actor-critic")) {
         if ((s = train_count_actions(t->train_d, c->dataset, &t->nclasses)) != STOKE_OK ||
-            (t->val_d && (s = train_count_actions(t->val_d, c->val_dataset[0] ? c->val_dataset
-                                            : c->dataset, &t->nclasses)) != STOKE_OK))
+            (t->val_d &&
+             (s = train_count_actions(t->val_d, c->val_dataset[0] ? c->val_dataset : c->dataset,
+                                      &t->nclasses)) != STOKE_OK))
             return s;
     }
     t->graph = stoke_model_file_build(t->mf, &t->input.model_shape, t->info.target_kind,
@@ -124,15 +132,18 @@ static stoke_status setup_model(stoke_trainer *t, const train_meta *meta)
     t->x = stoke_graph_find(t->graph, "x");
     t->y = stoke_graph_find(t->graph, "y");
     if (t->x == STOKE_NO_TENSOR || t->y == STOKE_NO_TENSOR)
-        return stoke_fail(STOKE_ERR_ARG, "model %s: stoke train feeds inputs \"x\" and \"y\"; "
-                          "this model has other inputs", stoke_model_file_describe(t->mf));
+        return stoke_fail(STOKE_ERR_ARG,
+                          "model %s: stoke train feeds inputs \"x\" and \"y\"; "
+                          "this model has other inputs",
+                          stoke_model_file_describe(t->mf));
     t->target_elems = stoke_shape_elems(stoke_graph_shape(t->graph, t->y));
-    int64_t data_target_elems = t->info.target_kind == STOKE_TARGET_NONE ? 0
-                                : stoke_shape_elems(&t->info.target_shape);
+    int64_t data_target_elems =
+        t->info.target_kind == STOKE_TARGET_NONE ? 0 : stoke_shape_elems(&t->info.target_shape);
     if (t->target_elems != data_target_elems)
-        return stoke_fail(STOKE_ERR_ARG, "model %s: its target has %" PRId64 " values per sample, "
-                          "the dataset's %" PRId64, stoke_model_file_describe(t->mf),
-                          t->target_elems, data_target_elems);
+        return stoke_fail(STOKE_ERR_ARG,
+                          "model %s: its target has %" PRId64 " values per sample, "
+                          "the dataset's %" PRId64,
+                          stoke_model_file_describe(t->mf), t->target_elems, data_target_elems);
     t->metric = STOKE_NO_TENSOR;
     for (int i = 0; i < stoke_graph_node_count(t->graph); i++) {
         stoke_nn_op op = stoke_graph_node_op(t->graph, i);
@@ -171,9 +182,10 @@ static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
         return s;
     if (c->augment && !t->input.image) { /* not dropped without a word */
         char sh[64];
-        return stoke_fail(STOKE_ERR_ARG, "augment (--augment): random crops and flips are for "
-                          "images, and %s has samples of %s", c->dataset,
-                          stoke_shape_format(&t->info.input_shape, sh, sizeof sh));
+        return stoke_fail(STOKE_ERR_ARG,
+                          "augment (--augment): random crops and flips are for "
+                          "images, and %s has samples of %s",
+                          c->dataset, stoke_shape_format(&t->info.input_shape, sh, sizeof sh));
     }
     if (!t->input.image)
         return STOKE_OK;
@@ -198,15 +210,17 @@ static stoke_status check_evaluation(const stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
     if (c->target_accuracy > 0 && strcmp(t->metric_name, "acc"))
-        return stoke_fail(STOKE_ERR_ARG, "target_accuracy (--target-accuracy %g): model %s has no "
+        return stoke_fail(STOKE_ERR_ARG,
+                          "target_accuracy (--target-accuracy %g): model %s has no "
                           "accuracy metric (its targets are numbers: the metric is %s)",
                           c->target_accuracy, stoke_model_file_describe(t->mf),
                           t->metric_name[0] ? t->metric_name : "none");
     if ((c->target_accuracy > 0 || c->eval_every > 0) && !t->val_d)
-        return stoke_fail(STOKE_ERR_ARG, "%s: there is no validation set to evaluate on (give "
-                          "--val-dataset)", c->target_accuracy > 0
-                                                ? "target_accuracy (--target-accuracy)"
-                                                : "eval_every (--eval-every)");
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: there is no validation set to evaluate on (give "
+                          "--val-dataset)",
+                          c->target_accuracy > 0 ? "target_accuracy (--target-accuracy)"
+                                                 : "eval_every (--eval-every)");
     return STOKE_OK;
 }
 
@@ -215,26 +229,33 @@ static void setup_optim(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
     t->optim = (stoke_optim){.kind = strcmp(c->optimizer, "adamw") ? STOKE_SGD : STOKE_ADAMW,
-                             .momentum = (float)c->momentum, .nesterov = c->nesterov,
+                             .momentum = (float)c->momentum,
+                             .nesterov = c->nesterov,
                              .weight_decay = (float)c->weight_decay,
                              .clip_norm = (float)c->clip_norm};
     if (t->optim.kind == STOKE_ADAMW)
         t->optim.momentum = 0;
-    int64_t steps_per_epoch = (t->info.count + c->batch_size * c->accumulate - 1) /
-                              (c->batch_size * c->accumulate);
-    t->sched = (stoke_lr_schedule){
-        .kind = !strcmp(c->schedule, "cosine") ? STOKE_LR_COSINE
-                : !strcmp(c->schedule, "step") ? STOKE_LR_STEP : STOKE_LR_CONSTANT,
-        .lr = c->lr, .warmup_steps = c->warmup_steps, .step_size = c->step_size,
-        .gamma = c->gamma, .total_steps = steps_per_epoch * c->epochs, .min_lr = c->min_lr};
+    int64_t steps_per_epoch =
+        (t->info.count + c->batch_size * c->accumulate - 1) / (c->batch_size * c->accumulate);
+    t->sched = (stoke_lr_schedule){.kind = !strcmp(c->schedule, "cosine") ? STOKE_LR_COSINE
+                                           : !strcmp(c->schedule, "step") ? STOKE_LR_STEP
+                                                                          : STOKE_LR_CONSTANT,
+                                   .lr = c->lr,
+                                   .warmup_steps = c->warmup_steps,
+                                   .step_size = c->step_size,
+                                   .gamma = c->gamma,
+                                   .total_steps = steps_per_epoch * c->epochs,
+                                   .min_lr = c->min_lr};
     char sh[64];
-    train_info(t, "model: %s on %s, %" PRId64 " parameters; %s lr %g%s, batch %" PRId64 " x %"
-               PRId64 " accumulated = %" PRId64 ", %" PRId64 " epoch%s, seed %" PRIu64,
+    train_info(t,
+               "model: %s on %s, %" PRId64 " parameters; %s lr %g%s, batch %" PRId64 " x %" PRId64
+               " accumulated = %" PRId64 ", %" PRId64 " epoch%s, seed %" PRIu64,
                stoke_model_file_describe(t->mf),
                stoke_shape_format(&t->input.model_shape, sh, sizeof sh),
                stoke_graph_trainable_elems(t->graph), c->optimizer, c->lr,
                t->sched.kind == STOKE_LR_COSINE ? " (cosine)"
-               : t->sched.kind == STOKE_LR_STEP ? " (step)" : "",
+               : t->sched.kind == STOKE_LR_STEP ? " (step)"
+                                                : "",
                c->batch_size, c->accumulate, c->batch_size * c->accumulate, c->epochs,
                c->epochs == 1 ? "" : "s", c->seed);
 }
@@ -248,13 +269,20 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     const stoke_train_config *c = &t->cfg;
     /* epoch_samples: the epoch's last, smaller batch is planned too (the kernels'
      * workspace at a smaller batch can be larger) */
-    stoke_model_opts mo = {.max_batch = c->batch_size, .epoch_samples = t->info.count,
-                           .precision = t->precision, .optim = t->optim, .training = true,
-                           .seed = c->seed, .no_fusion = c->no_fusion};
+    stoke_model_opts mo = {.max_batch = c->batch_size,
+                           .epoch_samples = t->info.count,
+                           .precision = t->precision,
+                           .optim = t->optim,
+                           .training = true,
+                           .seed = c->seed,
+                           .no_fusion = c->no_fusion};
     /* Evaluation runs on its own inference model (no gradients or saved activations),
      * so a large validation batch does not size the training arenas. */
-    stoke_model_opts eo = {.max_batch = c->val_batch_size, .epoch_samples = t->val_count,
-                           .precision = t->precision, .training = false, .seed = c->seed,
+    stoke_model_opts eo = {.max_batch = c->val_batch_size,
+                           .epoch_samples = t->val_count,
+                           .precision = t->precision,
+                           .training = false,
+                           .seed = c->seed,
                            .no_fusion = c->no_fusion};
     stoke_mem_plan tp, ep;
     stoke_status s;
@@ -268,9 +296,10 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     /* --memory-budget covers the data held in memory too; otherwise what is available
      * now already excludes it */
     double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
-                    : c->memory_budget > 0 ? 1 : 0;
-    if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1,
-                                budget, left)) != STOKE_OK ||
+                    : c->memory_budget > 0           ? 1
+                                                     : 0;
+    if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1, budget,
+                                left)) != STOKE_OK ||
         (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         return s;
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
@@ -284,23 +313,30 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
 {
     const stoke_train_config *c = &t->cfg;
     stoke_status s;
-    stoke_loader_opts lo = {.sampler = {.batch_size = c->batch_size, .shuffle = true,
-                                        .seed = c->seed},
-                            .start = t->start, .transform = t->input.image ? &t->topts : NULL,
-                            .workers = t->workers, .prefetch = t->decision.prefetch,
-                            .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
-    if (t->start.epoch < c->epochs && (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
+    stoke_loader_opts lo = {
+        .sampler = {.batch_size = c->batch_size, .shuffle = true, .seed = c->seed},
+        .start = t->start,
+        .transform = t->input.image ? &t->topts : NULL,
+        .workers = t->workers,
+        .prefetch = t->decision.prefetch,
+        .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
+    if (t->start.epoch < c->epochs &&
+        (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
         return s;
     if (t->val_d) {
         stoke_loader_opts vo = {.sampler = {.batch_size = c->val_batch_size},
                                 .transform = t->input.image ? &t->val_topts : NULL,
-                                .memory_limit = left ? left + ring[1] * (size_t)c->val_batch_size : 0};
+                                .memory_limit =
+                                    left ? left + ring[1] * (size_t)c->val_batch_size : 0};
         if ((s = stoke_loader_create(t->val_d, &vo, &t->val_loader)) != STOKE_OK)
             return s;
     }
     if (c->monitor && t->loader) {
-        stoke_monitor_config mc = {.interval_s = 0.5, .pid = getpid(), .no_gpu = false,
-                                   .pipeline_fn = stoke_loader_pipeline, .pipeline_ctx = t->loader};
+        stoke_monitor_config mc = {.interval_s = 0.5,
+                                   .pid = getpid(),
+                                   .no_gpu = false,
+                                   .pipeline_fn = stoke_loader_pipeline,
+                                   .pipeline_ctx = t->loader};
         if (stoke_monitor_create(&mc, &t->monitor) != STOKE_OK)
             t->monitor = NULL; /* utilization is then reported as unknown */
     }
@@ -335,8 +371,8 @@ static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_me
         /* the optimizer, like the model and seed, was checked by train_resume_config */
         if ((s = train_restore(t, ck, meta)) != STOKE_OK)
             return s;
-        train_info(t, "resumed from %s: epoch %" PRId64 ", sample %" PRId64 " of it, step %"
-                   PRId64, t->cfg.resume, t->start.epoch + 1, t->start.index, t->step);
+        train_info(t, "resumed from %s: epoch %" PRId64 ", sample %" PRId64 " of it, step %" PRId64,
+                   t->cfg.resume, t->start.epoch + 1, t->start.index, t->step);
     }
     t->epoch = t->start.epoch;
     return start_pipeline(t, ring, left);
@@ -375,9 +411,13 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
                                 int64_t *max_batch, size_t *budget_used, size_t *beside)
 {
-    stoke_model_opts mo = {.max_batch = t->cfg.batch_size, .epoch_samples = t->info.count,
-                           .precision = t->precision, .optim = t->optim, .training = true,
-                           .seed = t->cfg.seed, .no_fusion = t->cfg.no_fusion};
+    stoke_model_opts mo = {.max_batch = t->cfg.batch_size,
+                           .epoch_samples = t->info.count,
+                           .precision = t->precision,
+                           .optim = t->optim,
+                           .training = true,
+                           .seed = t->cfg.seed,
+                           .no_fusion = t->cfg.no_fusion};
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s != STOKE_OK)
         return s;
@@ -391,24 +431,29 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
         held = (size_t)t->held_bytes;
     } else {
         budget = stoke_mem_probe(NULL, &mi) == STOKE_OK && mi.available_bytes
-                     ? (size_t)mi.available_bytes : (size_t)t->machine.mem.available_bytes;
+                     ? (size_t)mi.available_bytes
+                     : (size_t)t->machine.mem.available_bytes;
     }
     size_t others = held;
     if (t->val_d) {
-        stoke_model_opts eo = {.max_batch = t->cfg.val_batch_size, .epoch_samples = t->val_count,
-                               .precision = t->precision, .training = false, .seed = t->cfg.seed,
+        stoke_model_opts eo = {.max_batch = t->cfg.val_batch_size,
+                               .epoch_samples = t->val_count,
+                               .precision = t->precision,
+                               .training = false,
+                               .seed = t->cfg.seed,
                                .no_fusion = t->cfg.no_fusion};
         stoke_mem_plan ep;
         if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
             return s;
-        others += ep.total + train_ring_per_sample(t, t->val_d, 0, 0) * (size_t)t->cfg.val_batch_size;
+        others +=
+            ep.total + train_ring_per_sample(t, t->val_d, 0, 0) * (size_t)t->cfg.val_batch_size;
     }
     *budget_used = budget;
     *beside = others;
     *max_batch = budget > others
-                     ? stoke_plan_max_batch(plan, budget - others,
-                                            train_ring_per_sample(t, t->train_d, t->workers,
-                                                            t->decision.prefetch))
+                     ? stoke_plan_max_batch(
+                           plan, budget - others,
+                           train_ring_per_sample(t, t->train_d, t->workers, t->decision.prefetch))
                      : 0;
     return STOKE_OK;
 }

@@ -7,18 +7,18 @@
 #include "stoke/nn.h"
 #include "stoke/train.h"
 
-#define TRAIN_CKPT_FORMAT "stoke-checkpoint-1"
+#define TRAIN_CKPT_FORMAT  "stoke-checkpoint-1"
 #define TRAIN_MAX_CHANNELS 4
-#define TRAIN_MAX_HIDDEN 16 /* hidden sizes of a preset (model files and --hidden) */
+#define TRAIN_MAX_HIDDEN   16 /* hidden sizes of a preset (model files and --hidden) */
 
 /* How samples are turned into the model's fp32 input. */
 typedef struct train_input {
-    bool image;                     /* transformed (u8/f32 image -> normalized f32 CHW) */
+    bool image; /* transformed (u8/f32 image -> normalized f32 CHW) */
     int channels;
     float mean[TRAIN_MAX_CHANNELS], std[TRAIN_MAX_CHANNELS];
-    stoke_shape in_shape;           /* the dataset's per-sample shape */
+    stoke_shape in_shape; /* the dataset's per-sample shape */
     stoke_dtype in_dtype;
-    stoke_shape model_shape;        /* the model's input "x" shape */
+    stoke_shape model_shape; /* the model's input "x" shape */
 } train_input;
 
 /* Prefixes the last error message with the formatted prefix and ": " (where the error
@@ -41,8 +41,8 @@ double train_read_num(const void *src, stoke_dtype t, int64_t i);
 /* Converts n targets of the dataset's dtype into the model's "y" input: int32 class
  * indices (checked against classes: STOKE_ERR_ARG naming the sample) or float32 values.
  * `samples` (may be NULL) gives the dataset indices for messages. */
-stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n,
-                                   int64_t elems, bool classes, int64_t nclasses, void *dst,
+stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n, int64_t elems,
+                                   bool classes, int64_t nclasses, void *dst,
                                    const int64_t *samples);
 
 /* How a dataset's targets feed the model's "y" (train_convert_targets' arguments). */
@@ -64,8 +64,8 @@ typedef struct train_eval {
  * forward pass (no training) and adds the batch's loss and metric (when `metric` is
  * not STOKE_NO_TENSOR) to *acc. On error *acc is unchanged. */
 stoke_status train_eval_batch(stoke_model *m, stoke_tensor y, stoke_tensor metric,
-                              const train_targets *tg, const void *targets,
-                              const int64_t *samples, int64_t n, train_eval *acc);
+                              const train_targets *tg, const void *targets, const int64_t *samples,
+                              int64_t n, train_eval *acc);
 
 /* The means of *acc (NaN when nothing was evaluated, or no metric) and its count. */
 void train_eval_means(const train_eval *acc, bool has_metric, double *loss, double *metric,
@@ -101,25 +101,25 @@ typedef struct train_floats {
  * reading cannot disagree. Strings point into the checkpoint (read) or at the
  * caller's text (write). */
 typedef struct train_meta {
-    const char *format;             /* TRAIN_CKPT_FORMAT */
-    int64_t epoch;                  /* the sampler's epoch (the one being trained) */
-    int64_t step;                   /* optimizer steps taken */
+    const char *format; /* TRAIN_CKPT_FORMAT */
+    int64_t epoch;      /* the sampler's epoch (the one being trained) */
+    int64_t step;       /* optimizer steps taken */
     uint64_t seed;
     int64_t sampler_epoch, sampler_index; /* where the next batch starts */
-    float loss_scale;               /* the dynamic loss scale (fp16) */
+    float loss_scale;                     /* the dynamic loss scale (fp16) */
     const char *precision, *optimizer;
-    stoke_shape input_shape;        /* the model's input "x" */
-    stoke_shape data_shape;         /* the dataset's per-sample shape */
+    stoke_shape input_shape; /* the model's input "x" */
+    stoke_shape data_shape;  /* the dataset's per-sample shape */
     const char *data_dtype;
-    const char *target_kind;        /* "class", "vector" or "scalar" */
+    const char *target_kind; /* "class", "vector" or "scalar" */
     int64_t classes;
     stoke_shape target_shape;
-    train_floats mean, std;         /* the normalize transform's */
+    train_floats mean, std;                  /* the normalize transform's */
     double epoch_loss_sum, epoch_metric_sum; /* this epoch's running sums */
     int64_t epoch_samples, epoch_batches;
-    const char *model;              /* the model file's text */
-    const char *dataset;            /* the training set's path */
-    const char *config;             /* the run's config as JSON */
+    const char *model;   /* the model file's text */
+    const char *dataset; /* the training set's path */
+    const char *config;  /* the run's config as JSON */
 } train_meta;
 
 /* Reads every key of the table from c into *m. STOKE_ERR_FORMAT naming the file and

@@ -69,8 +69,7 @@ stoke_status train_input_stats(stoke_dataset *d, train_input *ti);
 /* The actor-critic's action count (the largest first target value + 1) into *actions. */
 stoke_status train_count_actions(stoke_dataset *d, const char *path, int64_t *actions);
 /* Host bytes per sample of a loader's ring over d with these settings. */
-size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers,
-                             int prefetch);
+size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers, int prefetch);
 
 /* meta.c: the trainer's position and running sums from a checkpoint's metadata (m,
  * read by train_meta_read), and its weights and optimizer state from ck. */

@@ -23,8 +23,8 @@
  *   Only the events still say where an alias is. */
 
 typedef struct seen_key {
-    char *text;       /* as written, for messages */
-    char *same;       /* as compared: '-' taken as '_' where the reader says so */
+    char *text; /* as written, for messages */
+    char *same; /* as compared: '-' taken as '_' where the reader says so */
     size_t len;
     size_t line, col; /* 0-based, as libyaml's marks */
     size_t order;     /* position in the mapping */
@@ -32,11 +32,11 @@ typedef struct seen_key {
 
 typedef struct level {
     bool mapping;
-    bool want_key;    /* mapping: the next node is a key */
+    bool want_key; /* mapping: the next node is a key */
     bool has_key;
-    char key[64];     /* mapping: the current key, cut to fit, for paths */
-    long items;       /* sequence: items so far */
-    seen_key *keys;   /* mapping: every key, for the duplicate check */
+    char key[64];   /* mapping: the current key, cut to fit, for paths */
+    long items;     /* sequence: items so far */
+    seen_key *keys; /* mapping: every key, for the duplicate check */
     size_t nkeys, cap;
 } level;
 
@@ -108,13 +108,12 @@ static void path_of(const scan *s, bool at_key, char *buf, size_t size)
     buf[n < size ? n : size - 1] = '\0';
 }
 
-static stoke_status scan_fail(const scan *s, const yaml_mark_t *m, bool at_key,
-                              const char *what)
+static stoke_status scan_fail(const scan *s, const yaml_mark_t *m, bool at_key, const char *what)
 {
     char path[112];
     path_of(s, at_key, path, sizeof path);
-    return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s%s%s", s->name, m->line + 1,
-                      m->column + 1, path, path[0] ? ": " : "", what);
+    return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s%s%s", s->name, m->line + 1, m->column + 1,
+                      path, path[0] ? ": " : "", what);
 }
 
 static int same_key(const seen_key *a, const seen_key *b)
@@ -156,9 +155,11 @@ static stoke_status check_keys(scan *s, level *l)
     path_of(s, true, path, sizeof path);
     if (first->len != dup->len || memcmp(first->text, dup->text, dup->len) != 0)
         snprintf(as, sizeof as, " as '%.64s'", first->text);
-    return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s%s%.64s: key given twice (first at "
-                      "line %zu%s)", s->name, dup->line + 1, dup->col + 1, path,
-                      path[0] ? "." : "", dup->text, first->line + 1, as);
+    return stoke_fail(STOKE_ERR_FORMAT,
+                      "%s:%zu:%zu: %s%s%.64s: key given twice (first at "
+                      "line %zu%s)",
+                      s->name, dup->line + 1, dup->col + 1, path, path[0] ? "." : "", dup->text,
+                      first->line + 1, as);
 }
 
 static stoke_status add_key(scan *s, level *l, const yaml_event_t *e)
@@ -183,8 +184,8 @@ static stoke_status add_key(scan *s, level *l, const yaml_event_t *e)
     if (same != text)
         for (size_t i = 0; i <= len; i++)
             same[i] = text[i] == '-' ? '_' : text[i];
-    l->keys[l->nkeys] = (seen_key){text, same, len, e->start_mark.line, e->start_mark.column,
-                                   l->nkeys};
+    l->keys[l->nkeys] =
+        (seen_key){text, same, len, e->start_mark.line, e->start_mark.column, l->nkeys};
     l->nkeys++;
     return STOKE_OK;
 }
@@ -210,10 +211,10 @@ static stoke_status on_node(scan *s, const yaml_event_t *e)
     } else if (top) {
         top->items++;
     }
-    const yaml_char_t *tag = e->type == YAML_SCALAR_EVENT ? e->data.scalar.tag
+    const yaml_char_t *tag = e->type == YAML_SCALAR_EVENT           ? e->data.scalar.tag
                              : e->type == YAML_SEQUENCE_START_EVENT ? e->data.sequence_start.tag
-                             : e->type == YAML_MAPPING_START_EVENT ? e->data.mapping_start.tag
-                                                                   : NULL;
+                             : e->type == YAML_MAPPING_START_EVENT  ? e->data.mapping_start.tag
+                                                                    : NULL;
     if (e->type == YAML_ALIAS_EVENT) {
         char what[160];
         snprintf(what, sizeof what, "aliases (*%.64s) are not supported: write the value out",
@@ -232,8 +233,10 @@ static stoke_status on_node(scan *s, const yaml_event_t *e)
     if (e->type == YAML_SEQUENCE_START_EVENT || e->type == YAML_MAPPING_START_EVENT) {
         if (s->depth == TRAIN_YAML_MAX_DEPTH) {
             char what[160];
-            snprintf(what, sizeof what, "lists and mappings nested deeper than %d levels "
-                     "(stoke's limit)", TRAIN_YAML_MAX_DEPTH);
+            snprintf(what, sizeof what,
+                     "lists and mappings nested deeper than %d levels "
+                     "(stoke's limit)",
+                     TRAIN_YAML_MAX_DEPTH);
             return scan_fail(s, &e->start_mark, at_key, what);
         }
         level *l = &s->lv[s->depth++];
@@ -277,16 +280,15 @@ static stoke_status check_events(const char *text, size_t len, const char *name,
         switch (e.type) {
         case YAML_DOCUMENT_START_EVENT:
             if (++documents > 1)
-                st = stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: a second document (---): the "
-                                "file holds one", name, e.start_mark.line + 1,
-                                e.start_mark.column + 1);
+                st = stoke_fail(STOKE_ERR_FORMAT,
+                                "%s:%zu:%zu: a second document (---): the "
+                                "file holds one",
+                                name, e.start_mark.line + 1, e.start_mark.column + 1);
             break;
         case YAML_SCALAR_EVENT:
         case YAML_ALIAS_EVENT:
         case YAML_SEQUENCE_START_EVENT:
-        case YAML_MAPPING_START_EVENT:
-            st = on_node(s, &e);
-            break;
+        case YAML_MAPPING_START_EVENT: st = on_node(s, &e); break;
         case YAML_SEQUENCE_END_EVENT:
         case YAML_MAPPING_END_EVENT: {
             level *l = &s->lv[s->depth - 1];
@@ -324,8 +326,7 @@ stoke_status train_yaml_load(const char *text, size_t len, const char *name,
     return st;
 }
 
-stoke_status train_yaml_read_file(const char *path, const char *unopened, char **text,
-                                  size_t *len)
+stoke_status train_yaml_read_file(const char *path, const char *unopened, char **text, size_t *len)
 {
     *text = NULL;
     *len = 0;
@@ -373,8 +374,7 @@ bool train_yaml_is_null(const yaml_node_t *n)
     if (!n || n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
         return false;
     const char *v = (const char *)n->data.scalar.value;
-    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") ||
-           !strcmp(v, "NULL");
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
 const char *train_yaml_what(const yaml_node_t *n, char *buf, size_t size)

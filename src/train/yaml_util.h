@@ -38,8 +38,7 @@ stoke_status train_yaml_load(const char *text, size_t len, const char *name,
  * name the path, the context `unopened` if not NULL, and the reason ("PATH: not a
  * preset (...): cannot open: No such file or directory", "PATH: is a FIFO (named
  * pipe), not a regular file"), STOKE_ERR_FORMAT a file that is too large. */
-stoke_status train_yaml_read_file(const char *path, const char *unopened, char **text,
-                                  size_t *len);
+stoke_status train_yaml_read_file(const char *path, const char *unopened, char **text, size_t *len);
 
 /* True for YAML's null: an empty plain value, ~, null, Null or NULL. */
 bool train_yaml_is_null(const yaml_node_t *n);

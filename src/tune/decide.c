@@ -46,8 +46,7 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
 }
 
 /* Loader workers, then the compute threads on the CPUs they leave. */
-static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q,
-                           stoke_decision *d)
+static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, stoke_decision *d)
 {
     if (q->workers >= 0) {
         d->workers = q->workers;
@@ -57,7 +56,8 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q,
          * sample, far below a step's compute: a worker thread would mostly sleep yet
          * take a core from the math, so the training thread does it. */
         d->workers = 0;
-        why(&d->workers_why, STOKE_SRC_TUNED, "the dataset is in memory and its transform is "
+        why(&d->workers_why, STOKE_SRC_TUNED,
+            "the dataset is in memory and its transform is "
             "one fused pass: the training thread gathers each batch");
     } else {
         const stoke_rec *rw = stoke_recs_find(recs, "loader_workers", STOKE_TUNE_CPU);
@@ -71,7 +71,8 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q,
         d->threads = d->usable_cpus - d->workers;
         if (d->threads < 1)
             d->threads = 1;
-        why(&d->threads_why, STOKE_SRC_TUNED, "the usable CPUs less the loader workers, at "
+        why(&d->threads_why, STOKE_SRC_TUNED,
+            "the usable CPUs less the loader workers, at "
             "least 1");
     }
 }
@@ -85,13 +86,16 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
         why(&d->prefetch_why, q->prefetch_src, "%s", "");
     } else {
         d->prefetch = tune_prefetch_depth(d->workers);
-        why(&d->prefetch_why, STOKE_SRC_TUNED, "2 per loader worker (one being filled, one "
-            "ready), within [%d, %d]", MIN_PREFETCH, MAX_PREFETCH);
+        why(&d->prefetch_why, STOKE_SRC_TUNED,
+            "2 per loader worker (one being filled, one "
+            "ready), within [%d, %d]",
+            MIN_PREFETCH, MAX_PREFETCH);
     }
     const stoke_rec *rp = stoke_recs_find(recs, "pin_memory", STOKE_TUNE_CPU);
     d->pinned = false; /* only a device copy gains from pinned slots */
     if (m->gpu_count > 0)
-        why(&d->pinned_why, STOKE_SRC_TUNED, "the CPU backend computes: no batch is copied "
+        why(&d->pinned_why, STOKE_SRC_TUNED,
+            "the CPU backend computes: no batch is copied "
             "to a GPU");
     else
         why(&d->pinned_why, STOKE_SRC_TUNED, "%s", rp ? rp->reason : "no GPU");
@@ -104,8 +108,10 @@ stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
     out->usable_cpus = m->cpu.usable_cpus > 0 ? m->cpu.usable_cpus : 1;
     out->device = STOKE_TUNE_CPU;
     if (m->gpu_count > 0)
-        why(&out->device_why, STOKE_SRC_DEFAULT, "the CPU: stoke has no GPU backend yet "
-            "(%d GPU%s found)", m->gpu_count, m->gpu_count == 1 ? "" : "s");
+        why(&out->device_why, STOKE_SRC_DEFAULT,
+            "the CPU: stoke has no GPU backend yet "
+            "(%d GPU%s found)",
+            m->gpu_count, m->gpu_count == 1 ? "" : "s");
     else
         why(&out->device_why, STOKE_SRC_DEFAULT, "the CPU: no GPU found");
     out->batch = req->batch;

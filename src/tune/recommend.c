@@ -29,7 +29,7 @@
  *       tensor cores × 512 FMA; Hopper whitepaper).
  *   10.x, 12.x Blackwell: 128 lanes; no per-SM tensor figure verified, so unknown. */
 typedef struct arch_rate {
-    int cc;              /* 10 * major + minor; -1 in `minor_any` rows matches any minor */
+    int cc; /* 10 * major + minor; -1 in `minor_any` rows matches any minor */
     bool any_minor;
     int fp32_lanes;      /* fp32 FMA lanes per SM */
     int tensor_flops;    /* dense bf16/fp16 FLOPs per clock per SM; 0 = unknown/none */
@@ -38,20 +38,13 @@ typedef struct arch_rate {
 } arch_rate;
 
 static const arch_rate arch_rates[] = {
-    {50, true, 128, 0, false, "Maxwell"},
-    {60, false, 64, 0, false, "Pascal GP100"},
-    {61, false, 128, 0, false, "Pascal"},
-    {62, false, 128, 0, false, "Pascal"},
-    {70, false, 64, 1024, false, "Volta"},
-    {72, false, 64, 1024, false, "Volta (Xavier)"},
-    {75, false, 64, 1024, true, "Turing"},
-    {80, false, 64, 2048, false, "Ampere GA100"},
-    {86, false, 128, 1024, true, "Ampere GA10x"},
-    {87, false, 128, 0, false, "Ampere (Orin)"},
-    {89, false, 128, 512, false, "Ada"},
-    {90, false, 128, 4096, false, "Hopper"},
-    {100, true, 128, 0, false, "Blackwell"},
-    {120, true, 128, 0, false, "Blackwell"},
+    {50, true, 128, 0, false, "Maxwell"},         {60, false, 64, 0, false, "Pascal GP100"},
+    {61, false, 128, 0, false, "Pascal"},         {62, false, 128, 0, false, "Pascal"},
+    {70, false, 64, 1024, false, "Volta"},        {72, false, 64, 1024, false, "Volta (Xavier)"},
+    {75, false, 64, 1024, true, "Turing"},        {80, false, 64, 2048, false, "Ampere GA100"},
+    {86, false, 128, 1024, true, "Ampere GA10x"}, {87, false, 128, 0, false, "Ampere (Orin)"},
+    {89, false, 128, 512, false, "Ada"},          {90, false, 128, 4096, false, "Hopper"},
+    {100, true, 128, 0, false, "Blackwell"},      {120, true, 128, 0, false, "Blackwell"},
 };
 
 static const arch_rate *find_arch(int major, int minor)
@@ -64,8 +57,7 @@ static const arch_rate *find_arch(int major, int minor)
     return NULL;
 }
 
-static void say(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *buf, size_t size, const char *fmt, ...)
 {
     if (!buf || size == 0)
@@ -90,10 +82,7 @@ static void more(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-static bool is_geforce(const stoke_gpu_info *g)
-{
-    return strstr(g->name, "GeForce") != NULL;
-}
+static bool is_geforce(const stoke_gpu_info *g) { return strstr(g->name, "GeForce") != NULL; }
 
 bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops, char *why,
                           size_t why_size)
@@ -128,13 +117,13 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
         say(why, why_size,
             "%d SMs x %u MHz x %d dense FLOPs/clock/SM (%s tensor cores, cc %d.%d, fp32 "
             "accumulate%s)",
-            gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->arch, gpu->cc_major,
-            gpu->cc_minor, halved ? ", half rate on GeForce" : "");
+            gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->arch, gpu->cc_major, gpu->cc_minor,
+            halved ? ", half rate on GeForce" : "");
     else
         say(why, why_size,
             "%d SMs x %u MHz x %d FLOPs/clock/SM (%d fp32 FMA lanes x 2, %s, cc %d.%d)",
-            gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->fp32_lanes, a->arch,
-            gpu->cc_major, gpu->cc_minor);
+            gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->fp32_lanes, a->arch, gpu->cc_major,
+            gpu->cc_minor);
     return true;
 }
 
@@ -174,8 +163,7 @@ bool stoke_cpu_peak_flops(const stoke_cpu_info *cpu, bool bf16, double *flops, c
             what = "AMX-BF16 tile unit";
         } else if (cpu->simd & STOKE_SIMD_AVX512_BF16) {
             /* VDPBF16PS does a pair of bf16 products per fp32 lane: twice fp32. */
-            snprintf(bf16_what, sizeof bf16_what, "AVX512-BF16: 2 x the %d fp32 rate",
-                     per_cycle);
+            snprintf(bf16_what, sizeof bf16_what, "AVX512-BF16: 2 x the %d fp32 rate", per_cycle);
             per_cycle *= 2;
             what = bf16_what;
         } else {
@@ -301,7 +289,8 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
     if (l < 0) {
         say(out->reason, sizeof out->reason,
             "unknown: this CPU's flags show no SSE4.2 or wider vectors to judge the %s "
-            "kernels (%s) against", core, out->core_isa);
+            "kernels (%s) against",
+            core, out->core_isa);
         return out->fit;
     }
     blas_level have = blas_cores[c].level, can = blas_cpu_levels[l].level;
@@ -310,7 +299,8 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
         out->fit = STOKE_BLAS_FIT_MATCH;
         say(out->reason, sizeof out->reason,
             "OpenBLAS runs its %s kernels (%s), which use the widest vectors this CPU has "
-            "(%s)", core, out->core_isa, out->cpu_isa);
+            "(%s)",
+            core, out->core_isa, out->cpu_isa);
         return out->fit;
     }
     out->coretype = want;
@@ -365,8 +355,9 @@ static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     const stoke_gpu_info *g = &m->gpus[dev];
     r->type = STOKE_REC_TEXT;
     if (!(g->valid & STOKE_GPU_HAS_CC)) {
-        say(r->reason, sizeof r->reason, "unknown: the driver did not report the compute "
-                                         "capability");
+        say(r->reason, sizeof r->reason,
+            "unknown: the driver did not report the compute "
+            "capability");
         return true;
     }
     int cc = 10 * g->cc_major + g->cc_minor;
@@ -388,8 +379,9 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
     const stoke_gpu_info *g = &m->gpus[dev];
     r->type = STOKE_REC_BOOL;
     if (!(g->valid & STOKE_GPU_HAS_CC)) {
-        say(r->reason, sizeof r->reason, "unknown: the driver did not report the compute "
-                                         "capability");
+        say(r->reason, sizeof r->reason,
+            "unknown: the driver did not report the compute "
+            "capability");
         return true;
     }
     r->known = true;
@@ -400,8 +392,8 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
             "tensor cores (10-bit mantissa, fp32 range)",
             g->cc_major, g->cc_minor);
     else
-        say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32",
-            g->cc_major, g->cc_minor);
+        say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32", g->cc_major,
+            g->cc_minor);
     return true;
 }
 
@@ -410,7 +402,8 @@ static bool flops_reason(stoke_rec *r, const char *why)
 {
     if (r->known) {
         char f[32];
-        say(r->reason, sizeof r->reason, "%s = %s", why, stoke_format_flops(r->number, f, sizeof f));
+        say(r->reason, sizeof r->reason, "%s = %s", why,
+            stoke_format_flops(r->number, f, sizeof f));
     } else {
         say(r->reason, sizeof r->reason, "%s", why);
     }
@@ -516,8 +509,7 @@ static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
     int n = loader_workers(m);
     r->number = n;
     if (usable == 1) {
-        say(r->reason, sizeof r->reason,
-            "1 usable CPU: batches are loaded in the training thread");
+        say(r->reason, sizeof r->reason, "1 usable CPU: batches are loaded in the training thread");
     } else if (m->gpu_count > 0) {
         int raw = usable - 1 - m->gpu_count;
         say(r->reason, sizeof r->reason,
@@ -585,8 +577,9 @@ static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
     (void)dev;
     r->type = STOKE_REC_COUNT;
     if (m->cpu.usable_cpus <= 0) {
-        say(r->reason, sizeof r->reason, "unknown: follows the loader workers, which are "
-                                         "unknown");
+        say(r->reason, sizeof r->reason,
+            "unknown: follows the loader workers, which are "
+            "unknown");
         return true;
     }
     int workers = loader_workers(m);

@@ -76,8 +76,8 @@ const char *cudaGetErrorString(int rc)
 enum { NOT_READY = 600, MEMORY_ALLOCATION = 2 };
 
 #define FAKE_MAX_ALLOCS 256
-#define FAKE_MAX_QUEUE 64
-#define FAKE_MAX_LOG 4096
+#define FAKE_MAX_QUEUE  64
+#define FAKE_MAX_LOG    4096
 
 typedef struct fake_alloc {
     void *p;

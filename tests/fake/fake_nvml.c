@@ -170,17 +170,17 @@ int nvmlDeviceGetUtilizationRates(void *h, unsigned u[2])
     return OK;
 }
 
-#define READING(fn, key)                                                            \
-    int fn(void *h, unsigned *out)                                                     \
-    {                                                                                  \
-        const fake_device *d = dev_of(h);                                              \
-        if (!d)                                                                        \
-            return INVALID;                                                            \
-        const fake_row *r = row(d, false, key);                                            \
-        if (!r)                                                                        \
-            return NOT_SUPPORTED;                                                      \
-        *out = (unsigned)r->v[key];                                                    \
-        return OK;                                                                     \
+#define READING(fn, key)                        \
+    int fn(void *h, unsigned *out)              \
+    {                                           \
+        const fake_device *d = dev_of(h);       \
+        if (!d)                                 \
+            return INVALID;                     \
+        const fake_row *r = row(d, false, key); \
+        if (!r)                                 \
+            return NOT_SUPPORTED;               \
+        *out = (unsigned)r->v[key];             \
+        return OK;                              \
     }
 READING(nvmlDeviceGetPowerUsage, K_POWER)
 
@@ -235,16 +235,16 @@ int nvmlDeviceGetPcieThroughput(void *h, int counter, unsigned *kbps)
     return OK;
 }
 
-#define STATIC_FACT(fn, has, field)                                                    \
-    int fn(void *h, unsigned *out)                                                     \
-    {                                                                                  \
-        const fake_device *d = dev_of(h);                                              \
-        if (!d)                                                                        \
-            return INVALID;                                                            \
-        if (!d->has)                                                                   \
-            return NOT_SUPPORTED;                                                      \
-        *out = d->field;                                                               \
-        return OK;                                                                     \
+#define STATIC_FACT(fn, has, field)       \
+    int fn(void *h, unsigned *out)        \
+    {                                     \
+        const fake_device *d = dev_of(h); \
+        if (!d)                           \
+            return INVALID;               \
+        if (!d->has)                      \
+            return NOT_SUPPORTED;         \
+        *out = d->field;                  \
+        return OK;                        \
     }
 STATIC_FACT(nvmlDeviceGetEnforcedPowerLimit, has_power_limit, power_limit)
 STATIC_FACT(nvmlDeviceGetCurrPcieLinkGeneration, has_pcie, pcie_gen)

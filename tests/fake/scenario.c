@@ -74,9 +74,8 @@ static void load(void)
     char buf[1024];
     int line = 0;
     fake_device *dev = NULL;
-    static const char *const keys[K_NKEYS] = {"util", "mem_util", "mem_used", "power",
-                                              "temp", "sm_clock", "throttle", "pcie_rx",
-                                              "pcie_tx"};
+    static const char *const keys[K_NKEYS] = {"util",     "mem_util", "mem_used", "power",  "temp",
+                                              "sm_clock", "throttle", "pcie_rx",  "pcie_tx"};
     while (fgets(buf, sizeof buf, f)) {
         line++;
         char *p = buf, *word, *val;
@@ -118,11 +117,9 @@ static void load(void)
                 } else if (!strcmp(word, "sm"))
                     dev->has_sm = true, dev->sm = (int)num(file, line, val);
                 else if (!strcmp(word, "power_limit"))
-                    dev->has_power_limit = true,
-                    dev->power_limit = (unsigned)num(file, line, val);
+                    dev->has_power_limit = true, dev->power_limit = (unsigned)num(file, line, val);
                 else if (!strcmp(word, "max_sm_clock"))
-                    dev->has_max_clock = true,
-                    dev->max_sm_clock = (unsigned)num(file, line, val);
+                    dev->has_max_clock = true, dev->max_sm_clock = (unsigned)num(file, line, val);
                 else if (!strcmp(word, "pcie_gen"))
                     dev->has_pcie = true, dev->pcie_gen = (unsigned)num(file, line, val);
                 else if (!strcmp(word, "pcie_width"))

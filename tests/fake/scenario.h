@@ -7,12 +7,20 @@
 
 #define FAKE_MAX_DEVICES 8
 #define FAKE_MAX_SAMPLES 512
-#define FAKE_MAX_PROCS 16
+#define FAKE_MAX_PROCS   16
 
 /* A sample row: which keys were given, and their values. */
 enum fake_key {
-    K_UTIL, K_MEM_UTIL, K_MEM_USED, K_POWER, K_TEMP, K_SM_CLOCK, K_THROTTLE, K_PCIE_RX,
-    K_PCIE_TX, K_NKEYS
+    K_UTIL,
+    K_MEM_UTIL,
+    K_MEM_USED,
+    K_POWER,
+    K_TEMP,
+    K_SM_CLOCK,
+    K_THROTTLE,
+    K_PCIE_RX,
+    K_PCIE_TX,
+    K_NKEYS
 };
 
 typedef struct fake_row {

@@ -13,32 +13,34 @@
 #include "nn/cpu/dnnl_util.h"
 #include "nn/cpu/eltwise.h"
 
-static stoke_status attention_check(int B, int T, int C, int H) {
+static stoke_status attention_check(int B, int T, int C, int H)
+{
     if (B <= 0 || T <= 0 || C <= 0 || H <= 0) {
-        return stoke_fail(STOKE_ERR_ARG, "attention: sizes B=%d T=%d C=%d H=%d must be positive",
-                          B, T, C, H);
+        return stoke_fail(STOKE_ERR_ARG, "attention: sizes B=%d T=%d C=%d H=%d must be positive", B,
+                          T, C, H);
     }
     if (C % H != 0) {
-        return stoke_fail(STOKE_ERR_ARG, "attention: %d heads do not divide the width %d", H,
-                          C);
+        return stoke_fail(STOKE_ERR_ARG, "attention: %d heads do not divide the width %d", H, C);
     }
     return STOKE_OK;
 }
 
-size_t cpu_attention_saved_floats(int B, int T, int C, int H) {
+size_t cpu_attention_saved_floats(int B, int T, int C, int H)
+{
     size_t bt = (size_t)B * (size_t)T;
-    return bt * 3 * (size_t)C + (size_t)B * (size_t)H * (size_t)T * (size_t)T +
-           bt * (size_t)C;
+    return bt * 3 * (size_t)C + (size_t)B * (size_t)H * (size_t)T * (size_t)T + bt * (size_t)C;
 }
 
-size_t cpu_attention_workspace(int B, int T, int C, int H) {
+size_t cpu_attention_workspace(int B, int T, int C, int H)
+{
     size_t bt = (size_t)B * (size_t)T;
-    size_t floats = bt * (size_t)C + bt * 3 * (size_t)C +
-                    (size_t)B * (size_t)H * (size_t)T * (size_t)T;
+    size_t floats =
+        bt * (size_t)C + bt * 3 * (size_t)C + (size_t)B * (size_t)H * (size_t)T * (size_t)T;
     return floats * sizeof(float);
 }
 
-stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_bytes) {
+stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_bytes)
+{
     stoke_status st = attention_check(B, T, C, H);
     size_t in_bytes = 0, out_bytes = 0;
     if (st == STOKE_OK) {
@@ -58,13 +60,12 @@ stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_by
  * so nothing nests, and whole heads split better than oneDNN splits one small product
  * (2 threads, AMD EPYC Zen 4: B 8, T 256, C 256, H 4 forward 23 -> 9 ms). Fewer pairs
  * run one after the other, oneDNN threading each product. */
-static int heads_in_parallel(int nbh) {
-    return nbh > 1 && nbh >= cpu_get_threads();
-}
+static int heads_in_parallel(int nbh) { return nbh > 1 && nbh >= cpu_get_threads(); }
 
 /* scores (T, T) -> probabilities in place: row i softmaxes its first len(i) = i + 1
  * entries (causal) or all T, and zeroes the masked rest. */
-CPU_SIMD_KERNEL(softmax_rows_masked, (float *att, int T, int causal), (att, T, causal)) {
+CPU_SIMD_KERNEL(softmax_rows_masked, (float *att, int T, int causal), (att, T, causal))
+{
     for (int i = 0; i < T; i++) {
         float *row = att + (size_t)i * T;
         int len = causal ? i + 1 : T; /* causal: keys j <= i */
@@ -76,7 +77,8 @@ CPU_SIMD_KERNEL(softmax_rows_masked, (float *att, int T, int causal), (att, T, c
 
 /* dp (T, T) -> ds = p (dp - sum_j p dp) in place, per row. Masked entries have
  * p = 0, so they get no gradient. */
-CPU_SIMD_KERNEL(softmax_rows_backward, (float *ds, const float *att, int T), (ds, att, T)) {
+CPU_SIMD_KERNEL(softmax_rows_backward, (float *ds, const float *att, int T), (ds, att, T))
+{
     for (int i = 0; i < T; i++) {
         float *row = ds + (size_t)i * T;
         const float *p = att + (size_t)i * T;
@@ -95,8 +97,9 @@ CPU_SIMD_KERNEL(softmax_rows_backward, (float *ds, const float *att, int T), (ds
 /* One (b, h): p = softmax(scale q k^T [masked]) into att (T, T), y = p v. Returns
  * oneDNN's status (row-major SGEMMs). */
 static dnnl_status_t head_forward(float *att, float *y, const float *q, const float *k,
-                                  const float *v, int T, int hs, int ldqkv, int ldy,
-                                  float scale, int causal) {
+                                  const float *v, int T, int hs, int ldqkv, int ldy, float scale,
+                                  int causal)
+{
     dnnl_status_t s = dnnl_sgemm('N', 'T', T, T, hs, scale, q, ldqkv, k, ldqkv, 0.0f, att, T);
     if (s != dnnl_success)
         return s;
@@ -104,10 +107,10 @@ static dnnl_status_t head_forward(float *att, float *y, const float *q, const fl
     return dnnl_sgemm('N', 'N', T, hs, T, 1.0f, att, T, v, ldqkv, 0.0f, y, ldy);
 }
 
-stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
-                                   const float *w_qkv, const float *b_qkv,
-                                   const float *w_out, const float *b_out, int B, int T,
-                                   int C, int H, int causal) {
+stoke_status cpu_attention_forward(float *out, float *saved, const float *inp, const float *w_qkv,
+                                   const float *b_qkv, const float *w_out, const float *b_out,
+                                   int B, int T, int C, int H, int causal)
+{
     /* inp (B, T, C) -> out (B, T, C); saved = qkv (B, T, 3C) | att (B, H, T, T) |
      * y (B, T, C) */
     cpu_threads_apply();
@@ -141,10 +144,10 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
 
 /* One (b, h), given dy (T, hs) of its output slice: writes dq, dk, dv (T, hs) slices
  * of dqkv and uses ds (T, T) as scratch. Returns oneDNN's status. */
-static dnnl_status_t head_backward(float *dq, float *dk, float *dv, float *ds,
-                                   const float *dy, const float *att, const float *q,
-                                   const float *k, const float *v, int T, int hs, int ldqkv,
-                                   int ldy, float scale) {
+static dnnl_status_t head_backward(float *dq, float *dk, float *dv, float *ds, const float *dy,
+                                   const float *att, const float *q, const float *k, const float *v,
+                                   int T, int hs, int ldqkv, int ldy, float scale)
+{
     /* dp = dy v^T; dv = p^T dy */
     dnnl_status_t s = dnnl_sgemm('N', 'T', T, T, hs, 1.0f, dy, ldy, v, ldqkv, 0.0f, ds, T);
     if (s == dnnl_success)
@@ -159,11 +162,12 @@ static dnnl_status_t head_backward(float *dq, float *dk, float *dv, float *ds,
     return s;
 }
 
-stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
-                                    float *dw_out, float *db_out, const float *dout,
-                                    const float *inp, const float *w_qkv,
-                                    const float *w_out, const float *saved, int B, int T,
-                                    int C, int H, int causal, void *ws, size_t ws_size) {
+stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv, float *dw_out,
+                                    float *db_out, const float *dout, const float *inp,
+                                    const float *w_qkv, const float *w_out, const float *saved,
+                                    int B, int T, int C, int H, int causal, void *ws,
+                                    size_t ws_size)
+{
     /* dout (B, T, C) -> dinp (B, T, C) +=; dw_qkv (3C, C), db_qkv (3C), dw_out (C, C),
      * db_out (C) += */
     (void)causal; /* the mask is already in the saved probabilities (zeros) */
@@ -199,10 +203,10 @@ stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
         size_t off = (size_t)b * T * C3 + (size_t)h * hs;
         const float *q = qkv + off;
         float *dq = dqkv + off;
-        int s = (int)head_backward(dq, dq + C, dq + 2 * C, ds + (size_t)bh * T * T,
-                                   dy + (size_t)b * T * C + (size_t)h * hs,
-                                   att + (size_t)bh * T * T, q, q + C, q + 2 * C, T, hs, C3, C,
-                                   scale);
+        int s =
+            (int)head_backward(dq, dq + C, dq + 2 * C, ds + (size_t)bh * T * T,
+                               dy + (size_t)b * T * C + (size_t)h * hs, att + (size_t)bh * T * T, q,
+                               q + C, q + 2 * C, T, hs, C3, C, scale);
         bad = s > bad ? s : bad;
     }
     /* The sizes were checked, so only oneDNN running out of memory for its packing

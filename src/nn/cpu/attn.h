@@ -44,10 +44,9 @@ stoke_status cpu_attention_prepare(int B, int T, int C, int H, size_t *kernel_by
  * C (or the failure of cpu_attention_prepare); nothing is written then. If oneDNN's
  * SGEMM cannot allocate its packing buffers: STOKE_ERR_NOMEM, out unspecified.
  * Deterministic for a fixed thread count. */
-stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
-                                   const float *w_qkv, const float *b_qkv,
-                                   const float *w_out, const float *b_out, int B, int T,
-                                   int C, int H, int causal);
+stoke_status cpu_attention_forward(float *out, float *saved, const float *inp, const float *w_qkv,
+                                   const float *b_qkv, const float *w_out, const float *b_out,
+                                   int B, int T, int C, int H, int causal);
 
 /* dout (B, T, C) -> dinp (B, T, C) +=, dw_qkv (3C, C) +=, db_qkv (3C) +=,
  * dw_out (C, C) +=, db_out (C) +=; dinp may be NULL (skipped: a layer on the
@@ -58,10 +57,10 @@ stoke_status cpu_attention_forward(float *out, float *saved, const float *inp,
  * failure of cpu_attention_prepare), before touching any gradient; STOKE_ERR_NOMEM if
  * oneDNN's SGEMM cannot allocate its packing buffers, with the gradients then
  * unspecified. Deterministic for a fixed thread count. */
-stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv,
-                                    float *dw_out, float *db_out, const float *dout,
-                                    const float *inp, const float *w_qkv,
-                                    const float *w_out, const float *saved, int B, int T,
-                                    int C, int H, int causal, void *ws, size_t ws_size);
+stoke_status cpu_attention_backward(float *dinp, float *dw_qkv, float *db_qkv, float *dw_out,
+                                    float *db_out, const float *dout, const float *inp,
+                                    const float *w_qkv, const float *w_out, const float *saved,
+                                    int B, int T, int C, int H, int causal, void *ws,
+                                    size_t ws_size);
 
 #endif

@@ -12,18 +12,20 @@
 #include "nn/cpu/dense.h"
 #include "nn/cpu/dnnl_util.h"
 
-void cpu_conv2d_set_layout(cpu_conv_layout layout) {
+void cpu_conv2d_set_layout(cpu_conv_layout layout)
+{
     atomic_store(&cpu_ctx_default()->conv_layout, (int)layout);
 }
 
 /* The sliding-window arithmetic conv2d and pooling share (PyTorch's floor rule), after
  * each has checked its own padding rule; `op` names the caller in messages. */
-static stoke_status window_out(const char *op, int H, int W, int KH, int KW, int sh, int sw,
-                               int ph, int pw, int *OH, int *OW) {
+static stoke_status window_out(const char *op, int H, int W, int KH, int KW, int sh, int sw, int ph,
+                               int pw, int *OH, int *OW)
+{
     int oh = H + 2 * ph - KH, ow = W + 2 * pw - KW;
     if (oh < 0 || ow < 0)
-        return stoke_fail(STOKE_ERR_ARG, "%s: kernel %dx%d larger than the padded input %dx%d",
-                          op, KH, KW, H + 2 * ph, W + 2 * pw);
+        return stoke_fail(STOKE_ERR_ARG, "%s: kernel %dx%d larger than the padded input %dx%d", op,
+                          KH, KW, H + 2 * ph, W + 2 * pw);
     if (OH)
         *OH = oh / sh + 1;
     if (OW)
@@ -31,7 +33,8 @@ static stoke_status window_out(const char *op, int H, int W, int KH, int KW, int
     return STOKE_OK;
 }
 
-stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
+stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW)
+{
     if (s->B <= 0 || s->C <= 0 || s->H <= 0 || s->W <= 0 || s->OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "conv2d: sizes B=%d C=%d H=%d W=%d OC=%d must be positive",
                           s->B, s->C, s->H, s->W, s->OC);
@@ -46,11 +49,12 @@ stoke_status cpu_conv2d_out_size(const cpu_conv2d_shape *s, int *OH, int *OW) {
                       s->pad_w, OH, OW);
 }
 
-static void conv_entry_free(conv_entry *e) {
+static void conv_entry_free(conv_entry *e)
+{
     dnnl_util_prim_destroy(&e->fwd);
     dnnl_util_prim_destroy(&e->bwd_d);
     dnnl_util_prim_destroy(&e->bwd_w);
-    dnnl_util_arg *args[] = {&e->f_src,  &e->f_wei, &e->f_dst, &e->d_ddst, &e->d_wei,
+    dnnl_util_arg *args[] = {&e->f_src,  &e->f_wei, &e->f_dst,  &e->d_ddst, &e->d_wei,
                              &e->d_dsrc, &e->w_src, &e->w_ddst, &e->w_dwei};
     for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
         dnnl_util_arg_destroy(args[i]);
@@ -70,22 +74,26 @@ static void conv_entry_free(conv_entry *e) {
 }
 
 static stoke_status md4(dnnl_memory_desc_t *md, int64_t a, int64_t b, int64_t c, int64_t d,
-                        dnnl_data_type_t dt, dnnl_format_tag_t tag) {
+                        dnnl_data_type_t dt, dnnl_format_tag_t tag)
+{
     dnnl_dims_t dims = {a, b, c, d};
     return dnnl_util_check(dnnl_memory_desc_init_by_tag(md, 4, dims, dt, tag), "md");
 }
 
-static const dnnl_memory_desc_t *q(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+static const dnnl_memory_desc_t *q(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
+{
     return dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
-static size_t max3(size_t a, size_t b, size_t c) {
+static size_t max3(size_t a, size_t b, size_t c)
+{
     size_t m = a > b ? a : b;
     return m > c ? m : c;
 }
 
 static stoke_status make_pd(dnnl_primitive_desc_t *pd, const void *desc,
-                            const_dnnl_primitive_desc_t hint, int relu, const char *what) {
+                            const_dnnl_primitive_desc_t hint, int relu, const char *what)
+{
     dnnl_engine_t eng = NULL;
     stoke_status st = dnnl_util_engine(&eng, NULL);
     if (st != STOKE_OK)
@@ -100,7 +108,8 @@ static stoke_status make_pd(dnnl_primitive_desc_t *pd, const void *desc,
 
 /* A conv_layout for md if the fused kernels can address it: 4-D, blocked, with at
  * most one inner block, on the channels, dividing them. */
-static int layout_of(const dnnl_memory_desc_t *md, conv_layout *l) {
+static int layout_of(const dnnl_memory_desc_t *md, conv_layout *l)
+{
     if (md->ndims != 4 || md->format_kind != dnnl_blocked ||
         (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16) || md->offset0 != 0)
         return 0;
@@ -108,8 +117,12 @@ static int layout_of(const dnnl_memory_desc_t *md, conv_layout *l) {
     for (int d = 0; d < 4; d++)
         if (md->padded_dims[d] != md->dims[d] || md->padded_offsets[d] != 0)
             return 0;
-    *l = (conv_layout){.sn = b->strides[0], .scb = b->strides[1], .sh = b->strides[2],
-                       .sw = b->strides[3], .cb = 1, .bf16 = md->data_type == dnnl_bf16,
+    *l = (conv_layout){.sn = b->strides[0],
+                       .scb = b->strides[1],
+                       .sh = b->strides[2],
+                       .sw = b->strides[3],
+                       .cb = 1,
+                       .bf16 = md->data_type == dnnl_bf16,
                        .bytes = dnnl_memory_desc_get_size(md)};
     if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && md->dims[1] % b->inner_blks[0] == 0) {
         l->cb = (int)b->inner_blks[0];
@@ -128,7 +141,8 @@ static int layout_of(const dnnl_memory_desc_t *md, conv_layout *l) {
  * gradients in the primitives' own layouts, so no reorder touches them. */
 static stoke_status fused_init(conv_entry *e, const_dnnl_primitive_desc_t fpd,
                                const_dnnl_primitive_desc_t dpd, const_dnnl_primitive_desc_t wpd,
-                               size_t *xbytes) {
+                               size_t *xbytes)
+{
     dnnl_engine_t eng = NULL;
     stoke_status st = dnnl_util_engine(&eng, NULL);
     if (st != STOKE_OK)
@@ -136,22 +150,20 @@ static stoke_status fused_init(conv_entry *e, const_dnnl_primitive_desc_t fpd,
     const dnnl_memory_desc_t *dst = q(fpd, dnnl_query_dst_md);
     const dnnl_memory_desc_t *dd = q(dpd, dnnl_query_diff_dst_md);
     const dnnl_memory_desc_t *wd = q(wpd, dnnl_query_diff_dst_md);
-    e->fusable = layout_of(dst, &e->l_dst) && layout_of(dd, &e->l_ddst) &&
-                 layout_of(wd, &e->l_wddst);
+    e->fusable =
+        layout_of(dst, &e->l_dst) && layout_of(dd, &e->l_ddst) && layout_of(wd, &e->l_wddst);
     if (!e->fusable)
         return STOKE_OK;
     st = dnnl_util_check(dnnl_memory_create(&e->x_dst, dst, eng, DNNL_MEMORY_NONE), "memory");
     if (st == STOKE_OK)
-        st = dnnl_util_check(dnnl_memory_create(&e->x_ddst, dd, eng, DNNL_MEMORY_NONE),
-                             "memory");
+        st = dnnl_util_check(dnnl_memory_create(&e->x_ddst, dd, eng, DNNL_MEMORY_NONE), "memory");
     if (st != STOKE_OK)
         return st;
     size_t bwd = dnnl_util_align(e->l_ddst.bytes);
     if (dnnl_memory_desc_equal(dd, wd)) {
         e->x_wddst = e->x_ddst;
     } else {
-        st = dnnl_util_check(dnnl_memory_create(&e->x_wddst, wd, eng, DNNL_MEMORY_NONE),
-                             "memory");
+        st = dnnl_util_check(dnnl_memory_create(&e->x_wddst, wd, eng, DNNL_MEMORY_NONE), "memory");
         bwd += dnnl_util_align(e->l_wddst.bytes);
     }
     size_t fwd = dnnl_util_align(e->l_dst.bytes);
@@ -159,7 +171,8 @@ static stoke_status fused_init(conv_entry *e, const_dnnl_primitive_desc_t fpd,
     return st;
 }
 
-static stoke_status conv_create(const void *key, void **value) {
+static stoke_status conv_create(const void *key, void **value)
+{
     const conv_key *k = key;
     const cpu_conv2d_shape *s = &k->s;
     int OH = 0, OW = 0; /* set by cpu_conv2d_out_size; GCC 12 cannot tell */
@@ -216,26 +229,25 @@ static stoke_status conv_create(const void *key, void **value) {
                          (int64_t)(OW - 1) * s->stride_w + s->KW - s->W - s->pad_w};
 
     dnnl_convolution_desc_t fd, dd, wd;
-    dnnl_alg_kind_t alg = cpu_conv_winograd(s, k->prec) ? dnnl_convolution_auto
-                                                        : dnnl_convolution_direct;
+    dnnl_alg_kind_t alg =
+        cpu_conv_winograd(s, k->prec) ? dnnl_convolution_auto : dnnl_convolution_direct;
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
-    st = dnnl_util_check(dnnl_convolution_forward_desc_init(
-                             &fd, dnnl_forward_training, alg, &f_src, &f_wei,
-                             s->has_bias ? &bias : NULL, &f_dst, strides, pad_l, pad_r),
+    st = dnnl_util_check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, &f_src,
+                                                            &f_wei, s->has_bias ? &bias : NULL,
+                                                            &f_dst, strides, pad_l, pad_r),
                          "convolution forward desc");
     if (st == STOKE_OK)
         st = make_pd(&fpd, &fd, NULL, k->relu, "convolution forward");
     if (st == STOKE_OK)
         st = dnnl_util_check(dnnl_convolution_backward_data_desc_init(
-                                 &dd, alg, &a_dsrc, &a_wei, &a_ddst,
-                                 strides, pad_l, pad_r),
+                                 &dd, alg, &a_dsrc, &a_wei, &a_ddst, strides, pad_l, pad_r),
                              "convolution backward data desc");
     if (st == STOKE_OK)
         st = make_pd(&dpd, &dd, fpd, 0, "convolution backward data");
     if (st == STOKE_OK)
         st = dnnl_util_check(dnnl_convolution_backward_weights_desc_init(
-                                 &wd, alg, &a_src, &a_dwei,
-                                 s->has_bias ? &bias : NULL, &a_ddst, strides, pad_l, pad_r),
+                                 &wd, alg, &a_src, &a_dwei, s->has_bias ? &bias : NULL, &a_ddst,
+                                 strides, pad_l, pad_r),
                              "convolution backward weights desc");
     if (st == STOKE_OK)
         st = make_pd(&wpd, &wd, fpd, 0, "convolution backward weights");
@@ -266,21 +278,21 @@ static stoke_status conv_create(const void *key, void **value) {
     /* The output gradient goes first in both backward phases, so when both primitives
      * want it in the same layout, backward-weights reuses backward-data's copy. */
     if (st == STOKE_OK)
-        st = dnnl_util_arg_init(&e->w_ddst, &u_ddst, q(wpd, dnnl_query_diff_dst_md),
-                                DNNL_UTIL_IN, &wph);
+        st = dnnl_util_arg_init(&e->w_ddst, &u_ddst, q(wpd, dnnl_query_diff_dst_md), DNNL_UTIL_IN,
+                                &wph);
     if (st == STOKE_OK)
-        e->share_ddst = e->d_ddst.reorder && e->w_ddst.reorder && e->d_ddst.ws_off == 0 &&
-                        e->w_ddst.ws_off == 0 &&
-                        dnnl_memory_desc_equal(q(dpd, dnnl_query_diff_dst_md),
-                                               q(wpd, dnnl_query_diff_dst_md));
+        e->share_ddst =
+            e->d_ddst.reorder && e->w_ddst.reorder && e->d_ddst.ws_off == 0 &&
+            e->w_ddst.ws_off == 0 &&
+            dnnl_memory_desc_equal(q(dpd, dnnl_query_diff_dst_md), q(wpd, dnnl_query_diff_dst_md));
     if (st == STOKE_OK)
         st = dnnl_util_arg_init(&e->w_src, &u_src, q(wpd, dnnl_query_src_md), DNNL_UTIL_IN, &wph);
     if (st == STOKE_OK)
         st = dnnl_util_arg_init(&e->w_dwei, &u_dwei, q(wpd, dnnl_query_diff_weights_md),
                                 DNNL_UTIL_OUT_ACC, &wph);
     if (st == STOKE_OK && s->has_bias) {
-        st = dnnl_util_check(dnnl_memory_create(&e->f_bias, &bias, eng, DNNL_MEMORY_NONE),
-                             "memory");
+        st =
+            dnnl_util_check(dnnl_memory_create(&e->f_bias, &bias, eng, DNNL_MEMORY_NONE), "memory");
         if (st == STOKE_OK)
             st = dnnl_util_check(dnnl_memory_create(&e->w_dbias, &bias, eng, DNNL_MEMORY_NONE),
                                  "memory");
@@ -299,7 +311,7 @@ static stoke_status conv_create(const void *key, void **value) {
     if (st != STOKE_OK)
         goto fail;
     size_t sp = max3(e->fwd.scratch_bytes, e->bwd_d.scratch_bytes, e->bwd_w.scratch_bytes);
-    dnnl_util_arg *args[] = {&e->f_src,  &e->f_wei, &e->f_dst, &e->d_ddst, &e->d_wei,
+    dnnl_util_arg *args[] = {&e->f_src,  &e->f_wei, &e->f_dst,  &e->d_ddst, &e->d_wei,
                              &e->d_dsrc, &e->w_src, &e->w_ddst, &e->w_dwei};
     for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
         if (args[i]->scratch_bytes > sp)
@@ -314,14 +326,16 @@ fail:
     return st;
 }
 
-int cpu_conv_winograd(const cpu_conv2d_shape *s, int prec) {
-    return prec == CPU_CONV_FP32 && s->C >= 16 && s->KH == 3 && s->KW == 3 &&
-           s->stride_h == 1 && s->stride_w == 1;
+int cpu_conv_winograd(const cpu_conv2d_shape *s, int prec)
+{
+    return prec == CPU_CONV_FP32 && s->C >= 16 && s->KH == 3 && s->KW == 3 && s->stride_h == 1 &&
+           s->stride_w == 1;
 }
 
 static void conv_entry_destroy(void *value) { conv_entry_free(value); }
 
-stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, conv_entry **e) {
+stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, conv_entry **e)
+{
     if (prec < CPU_CONV_FP32 || prec > CPU_CONV_MIXED_BF16)
         return stoke_fail(STOKE_ERR_ARG, "conv2d: precision %d is not a cpu_conv_prec", prec);
     conv_key k;
@@ -347,12 +361,14 @@ stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, c
     return st;
 }
 
-stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int prec) {
+stoke_status cpu_conv2d_prepare(const cpu_conv2d_shape *s, int prec)
+{
     conv_entry *e = NULL;
     return cpu_conv_entry_get(s, prec, 0, &e);
 }
 
-stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int prec, size_t *bytes) {
+stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int prec, size_t *bytes)
+{
     conv_entry *e = NULL;
     stoke_status st = cpu_conv_entry_get(s, prec, 0, &e);
     /* Room to align an arbitrary caller pointer to DNNL_UTIL_ALIGN. */
@@ -361,8 +377,9 @@ stoke_status cpu_conv2d_workspace(const cpu_conv2d_shape *s, int prec, size_t *b
 }
 
 /* Locks the entry and resolves the workspace: the caller's, or the entry's own. */
-stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void *ws,
-                            size_t ws_size, conv_entry **out, char **base) {
+stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void *ws, size_t ws_size,
+                            conv_entry **out, char **base)
+{
     cpu_threads_apply();
     conv_entry *e = NULL;
     stoke_status st = cpu_conv_entry_get(s, prec, relu, &e);
@@ -373,8 +390,8 @@ stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void 
         uintptr_t p = (uintptr_t)ws, aligned = dnnl_util_align(p);
         if (ws_size < aligned - p + e->ws_bytes) {
             pthread_mutex_unlock(&e->lock);
-            return stoke_fail(STOKE_ERR_ARG, "conv2d: workspace of %zu bytes, %zu needed",
-                              ws_size, e->ws_bytes + DNNL_UTIL_ALIGN);
+            return stoke_fail(STOKE_ERR_ARG, "conv2d: workspace of %zu bytes, %zu needed", ws_size,
+                              e->ws_bytes + DNNL_UTIL_ALIGN);
         }
         ws = (void *)aligned;
     } else if (!ws) {
@@ -393,10 +410,10 @@ stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void 
 }
 
 stoke_status cpu_conv_run_forward(conv_entry *e, dnnl_memory_t dst, const float *bias,
-                                  void *scratch, const char *what) {
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->f_src.prim},
-                               {DNNL_ARG_WEIGHTS, e->f_wei.prim},
-                               {DNNL_ARG_DST, dst}};
+                                  void *scratch, const char *what)
+{
+    dnnl_exec_arg_t args[5] = {
+        {DNNL_ARG_SRC, e->f_src.prim}, {DNNL_ARG_WEIGHTS, e->f_wei.prim}, {DNNL_ARG_DST, dst}};
     int n = 3;
     if (bias) {
         dnnl_memory_set_data_handle(e->f_bias, (void *)(uintptr_t)bias);
@@ -406,7 +423,8 @@ stoke_status cpu_conv_run_forward(conv_entry *e, dnnl_memory_t dst, const float 
 }
 
 stoke_status cpu_conv_run_backward_weights(conv_entry *e, dnnl_memory_t ddst, float *dbias,
-                                           char *phase, void *scratch, const char *what) {
+                                           char *phase, void *scratch, const char *what)
+{
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->w_src.prim},
                                {DNNL_ARG_DIFF_DST, ddst},
                                {DNNL_ARG_DIFF_WEIGHTS, e->w_dwei.prim}};
@@ -425,9 +443,9 @@ stoke_status cpu_conv_run_backward_weights(conv_entry *e, dnnl_memory_t ddst, fl
     return st;
 }
 
-static stoke_status conv_forward(float *out, const void *inp, const void *weight,
-                                 const float *bias, const cpu_conv2d_shape *s, void *ws,
-                                 size_t ws_size, int prec) {
+static stoke_status conv_forward(float *out, const void *inp, const void *weight, const float *bias,
+                                 const cpu_conv2d_shape *s, void *ws, size_t ws_size, int prec)
+{
     if ((bias != NULL) != (s->has_bias != 0))
         return stoke_fail(STOKE_ERR_ARG, "conv2d forward: bias %s but shape has_bias=%d",
                           bias ? "given" : "missing", s->has_bias);
@@ -452,9 +470,9 @@ static stoke_status conv_forward(float *out, const void *inp, const void *weight
 }
 
 static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, const void *dout,
-                                  const void *inp, const void *weight,
-                                  const cpu_conv2d_shape *s, void *ws, size_t ws_size,
-                                  int prec) {
+                                  const void *inp, const void *weight, const cpu_conv2d_shape *s,
+                                  void *ws, size_t ws_size, int prec)
+{
     if ((dbias != NULL) != (s->has_bias != 0))
         return stoke_fail(STOKE_ERR_ARG, "conv2d backward: dbias %s but shape has_bias=%d",
                           dbias ? "given" : "missing", s->has_bias);
@@ -497,38 +515,44 @@ static stoke_status conv_backward(float *dinp, float *dweight, float *dbias, con
 
 stoke_status cpu_conv2d_forward(float *out, const float *inp, const float *weight,
                                 const float *bias, const cpu_conv2d_shape *s, void *ws,
-                                size_t ws_size) {
+                                size_t ws_size)
+{
     return conv_forward(out, inp, weight, bias, s, ws, ws_size, CPU_CONV_FP32);
 }
 
 stoke_status cpu_conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight,
-                                 const cpu_conv2d_shape *s, void *ws, size_t ws_size) {
+                                 const float *inp, const float *weight, const cpu_conv2d_shape *s,
+                                 void *ws, size_t ws_size)
+{
     return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size, CPU_CONV_FP32);
 }
 
 stoke_status cpu_conv2d_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
                                      const float *bias, const cpu_conv2d_shape *s, void *ws,
-                                     size_t ws_size) {
+                                     size_t ws_size)
+{
     return conv_forward(out, inp, weight, bias, s, ws, ws_size, CPU_CONV_BF16);
 }
 
 stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *dout, const uint16_t *inp,
-                                      const uint16_t *weight, const cpu_conv2d_shape *s,
-                                      void *ws, size_t ws_size) {
+                                      const uint16_t *weight, const cpu_conv2d_shape *s, void *ws,
+                                      size_t ws_size)
+{
     return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size, CPU_CONV_BF16);
 }
 
 stoke_status cpu_conv2d_forward_mixed(float *out, const float *inp, const float *weight,
                                       const float *bias, const cpu_conv2d_shape *s, void *ws,
-                                      size_t ws_size) {
+                                      size_t ws_size)
+{
     return conv_forward(out, inp, weight, bias, s, ws, ws_size, CPU_CONV_MIXED_BF16);
 }
 
-stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias,
-                                       const float *dout, const float *inp, const float *weight,
-                                       const cpu_conv2d_shape *s, void *ws, size_t ws_size) {
+stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout,
+                                       const float *inp, const float *weight,
+                                       const cpu_conv2d_shape *s, void *ws, size_t ws_size)
+{
     return conv_backward(dinp, dweight, dbias, dout, inp, weight, s, ws, ws_size,
                          CPU_CONV_MIXED_BF16);
 }
@@ -537,10 +561,11 @@ stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias
  * are short and keep NCHW without oneDNN's reorders; one plane per OpenMP iteration,
  * so results do not depend on the thread count. ---- */
 
-stoke_status cpu_pool2d_out_size(const cpu_pool2d_shape *s, int *OH, int *OW) {
+stoke_status cpu_pool2d_out_size(const cpu_pool2d_shape *s, int *OH, int *OW)
+{
     if (s->B <= 0 || s->C <= 0 || s->H <= 0 || s->W <= 0)
-        return stoke_fail(STOKE_ERR_ARG, "pool2d: sizes B=%d C=%d H=%d W=%d must be positive",
-                          s->B, s->C, s->H, s->W);
+        return stoke_fail(STOKE_ERR_ARG, "pool2d: sizes B=%d C=%d H=%d W=%d must be positive", s->B,
+                          s->C, s->H, s->W);
     if (s->KH <= 0 || s->KW <= 0 || s->stride_h <= 0 || s->stride_w <= 0)
         return stoke_fail(STOKE_ERR_ARG, "pool2d: kernel %dx%d and stride %dx%d must be positive",
                           s->KH, s->KW, s->stride_h, s->stride_w);
@@ -553,13 +578,15 @@ stoke_status cpu_pool2d_out_size(const cpu_pool2d_shape *s, int *OH, int *OW) {
                       s->pad_w, OH, OW);
 }
 
-static void pool_dims(const cpu_pool2d_shape *s, int *OH, int *OW) {
+static void pool_dims(const cpu_pool2d_shape *s, int *OH, int *OW)
+{
     *OH = (s->H + 2 * s->pad_h - s->KH) / s->stride_h + 1;
     *OW = (s->W + 2 * s->pad_w - s->KW) / s->stride_w + 1;
 }
 
 /* Offset in the plane of the window's first maximum (row-major window order). */
-static inline int window_argmax(const float *x, const cpu_pool2d_shape *s, int oh, int ow) {
+static inline int window_argmax(const float *x, const cpu_pool2d_shape *s, int oh, int ow)
+{
     int h0 = oh * s->stride_h - s->pad_h, w0 = ow * s->stride_w - s->pad_w;
     int h1 = h0 + s->KH < s->H ? h0 + s->KH : s->H, w1 = w0 + s->KW < s->W ? w0 + s->KW : s->W;
     if (h0 < 0)
@@ -577,24 +604,28 @@ static inline int window_argmax(const float *x, const cpu_pool2d_shape *s, int o
     return best;
 }
 
-static inline uint32_t f2u(float f) {
+static inline uint32_t f2u(float f)
+{
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float u2f(uint32_t u) {
+static inline float u2f(uint32_t u)
+{
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static int is_pool2x2(const cpu_pool2d_shape *s) {
+static int is_pool2x2(const cpu_pool2d_shape *s)
+{
     return s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
            s->pad_w == 0;
 }
 
-void cpu_maxpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape *s) {
+void cpu_maxpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape *s)
+{
     cpu_threads_apply();
     int OH, OW;
     pool_dims(s, &OH, &OW);
@@ -626,7 +657,8 @@ void cpu_maxpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape 
 }
 
 void cpu_maxpool2d_backward(float *dinp, const float *dout, const float *inp,
-                            const cpu_pool2d_shape *s) {
+                            const cpu_pool2d_shape *s)
+{
     cpu_threads_apply();
     int OH, OW;
     pool_dims(s, &OH, &OW);
@@ -673,7 +705,8 @@ void cpu_maxpool2d_backward(float *dinp, const float *dout, const float *inp,
     }
 }
 
-void cpu_avgpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape *s) {
+void cpu_avgpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape *s)
+{
     cpu_threads_apply();
     int OH, OW;
     pool_dims(s, &OH, &OW);
@@ -696,7 +729,8 @@ void cpu_avgpool2d_forward(float *out, const float *inp, const cpu_pool2d_shape 
     }
 }
 
-void cpu_avgpool2d_backward(float *dinp, const float *dout, const cpu_pool2d_shape *s) {
+void cpu_avgpool2d_backward(float *dinp, const float *dout, const cpu_pool2d_shape *s)
+{
     cpu_threads_apply();
     int OH, OW;
     pool_dims(s, &OH, &OW);
@@ -718,7 +752,8 @@ void cpu_avgpool2d_backward(float *dinp, const float *dout, const cpu_pool2d_sha
     }
 }
 
-void cpu_global_avgpool_forward(float *out, const float *inp, int B, int C, int H, int W) {
+void cpu_global_avgpool_forward(float *out, const float *inp, int B, int C, int H, int W)
+{
     cpu_threads_apply();
     long planes = (long)B * C;
     size_t hw = (size_t)H * W;
@@ -733,7 +768,8 @@ void cpu_global_avgpool_forward(float *out, const float *inp, int B, int C, int 
     }
 }
 
-void cpu_global_avgpool_backward(float *dinp, const float *dout, int B, int C, int H, int W) {
+void cpu_global_avgpool_backward(float *dinp, const float *dout, int B, int C, int H, int W)
+{
     cpu_threads_apply();
     long planes = (long)B * C;
     size_t hw = (size_t)H * W;

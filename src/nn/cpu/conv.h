@@ -60,8 +60,8 @@ stoke_status cpu_conv2d_forward(float *out, const float *inp, const float *weigh
  * weight gradient, dbias (OC) += bias gradient (NULL when the shape has no bias).
  * Workspace as for forward. Deterministic for a fixed thread count. */
 stoke_status cpu_conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight,
-                                 const cpu_conv2d_shape *s, void *ws, size_t ws_size);
+                                 const float *inp, const float *weight, const cpu_conv2d_shape *s,
+                                 void *ws, size_t ws_size);
 
 /* bf16 variants (uint16_t holds bf16 bits): bf16 input, weights and output gradient,
  * fp32 accumulation, output and gradients. Same shapes and semantics as fp32. */
@@ -70,8 +70,8 @@ stoke_status cpu_conv2d_forward_bf16(float *out, const uint16_t *inp, const uint
                                      size_t ws_size);
 stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *dout, const uint16_t *inp,
-                                      const uint16_t *weight, const cpu_conv2d_shape *s,
-                                      void *ws, size_t ws_size);
+                                      const uint16_t *weight, const cpu_conv2d_shape *s, void *ws,
+                                      size_t ws_size);
 
 /* Mixed variants: fp32 tensors exactly as the fp32 kernels take them, bf16 math
  * (inputs, weights and output gradient rounded to bf16 inside; fp32 accumulation),
@@ -79,8 +79,8 @@ stoke_status cpu_conv2d_backward_bf16(float *dinp, float *dweight, float *dbias,
 stoke_status cpu_conv2d_forward_mixed(float *out, const float *inp, const float *weight,
                                       const float *bias, const cpu_conv2d_shape *s, void *ws,
                                       size_t ws_size);
-stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias,
-                                       const float *dout, const float *inp, const float *weight,
+stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout,
+                                       const float *inp, const float *weight,
                                        const cpu_conv2d_shape *s, void *ws, size_t ws_size);
 
 /* Layouts inside oneDNN. AUTO (the default) lets oneDNN choose blocked layouts
@@ -156,21 +156,19 @@ stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec
  * Not monotone in the batch: oneDNN picks algorithms and layouts per shape. Fails
  * with STOKE_ERR_UNAVAILABLE when the layouts chosen at this batch cannot be fused
  * (cpu_conv_block_supported would say no). */
-stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec,
-                                      size_t *bytes);
+stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec, size_t *bytes);
 
 /* out (B, OC, OH/K, OW/K) overwritten; idx (same count, bytes) the argmax window
  * positions, or NULL (inference). inp, weight, bias as cpu_conv2d_forward. */
-stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp,
-                                    const float *weight, const float *bias,
-                                    const cpu_conv2d_shape *s, int K, int prec, void *ws,
-                                    size_t ws_size);
+stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp, const float *weight,
+                                    const float *bias, const cpu_conv2d_shape *s, int K, int prec,
+                                    void *ws, size_t ws_size);
 
 /* dout (B, OC, OH/K, OW/K) and the forward's idx; ACCUMULATES dinp (skipped if NULL),
  * dweight and dbias (NULL when the shape has no bias) as cpu_conv2d_backward. */
-stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias,
-                                     const float *dout, const uint8_t *idx, const float *inp,
-                                     const float *weight, const cpu_conv2d_shape *s, int K,
-                                     int prec, void *ws, size_t ws_size);
+stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const uint8_t *idx, const float *inp, const float *weight,
+                                     const cpu_conv2d_shape *s, int K, int prec, void *ws,
+                                     size_t ws_size);
 
 #endif

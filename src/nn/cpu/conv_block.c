@@ -15,10 +15,11 @@
 #include "nn/cpu/dense.h"
 #include "nn/cpu/eltwise.h"
 
-#define CHUNK 16 /* channels handled together: one AVX-512 vector of fp32 */
+#define CHUNK   16 /* channels handled together: one AVX-512 vector of fp32 */
 #define NO_GRAD 0xff
 
-static stoke_status check_block(const cpu_conv2d_shape *s, int K, int prec) {
+static stoke_status check_block(const cpu_conv2d_shape *s, int K, int prec)
+{
     if (K < 1 || K > 15)
         return stoke_fail(STOKE_ERR_ARG, "conv block: pool kernel %d outside 1..15", K);
     if (prec != CPU_CONV_FP32 && prec != CPU_CONV_MIXED_BF16)
@@ -27,8 +28,8 @@ static stoke_status check_block(const cpu_conv2d_shape *s, int K, int prec) {
     int OH, OW;
     stoke_status st = cpu_conv2d_out_size(s, &OH, &OW);
     if (st == STOKE_OK && (OH < K || OW < K))
-        st = stoke_fail(STOKE_ERR_ARG, "conv block: pool kernel %d larger than the %dx%d output",
-                        K, OH, OW);
+        st = stoke_fail(STOKE_ERR_ARG, "conv block: pool kernel %d larger than the %dx%d output", K,
+                        OH, OW);
     return st;
 }
 
@@ -37,7 +38,8 @@ static stoke_status check_block(const cpu_conv2d_shape *s, int K, int prec) {
  * scatter and the backward convolutions): at the reference CNN's batch 128 the whole
  * output is 12.8 MB, and reading it back from memory cost as much as the pooling's
  * arithmetic many times over. */
-static int chunk_samples(const cpu_conv2d_shape *s, int prec) {
+static int chunk_samples(const cpu_conv2d_shape *s, int prec)
+{
     int OH, OW;
     if (cpu_conv2d_out_size(s, &OH, &OW) != STOKE_OK || cpu_conv_winograd(s, prec))
         return s->B;
@@ -52,7 +54,8 @@ static int chunk_samples(const cpu_conv2d_shape *s, int prec) {
 
 /* The shapes of the full chunks and of the remainder (B 0 when none). */
 static void chunk_shapes(const cpu_conv2d_shape *s, int prec, cpu_conv2d_shape *full,
-                         cpu_conv2d_shape *rest) {
+                         cpu_conv2d_shape *rest)
+{
     int c = chunk_samples(s, prec);
     *full = *rest = *s;
     full->B = c;
@@ -63,7 +66,8 @@ static void chunk_shapes(const cpu_conv2d_shape *s, int prec, cpu_conv2d_shape *
  * kernel can address every layout oneDNN chose (which may differ with the batch), and
  * the largest workspace. */
 static stoke_status block_entries(const cpu_conv2d_shape *s, int K, int prec, int *ok,
-                                  size_t *bytes) {
+                                  size_t *bytes)
+{
     *ok = 0;
     *bytes = 0;
     stoke_status st = check_block(s, K, prec);
@@ -87,25 +91,29 @@ static stoke_status block_entries(const cpu_conv2d_shape *s, int K, int prec, in
     return st;
 }
 
-stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec, int *ok) {
+stoke_status cpu_conv_block_supported(const cpu_conv2d_shape *s, int K, int prec, int *ok)
+{
     size_t bytes;
     return block_entries(s, K, prec, ok, &bytes);
 }
 
-stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec,
-                                      size_t *bytes) {
+stoke_status cpu_conv_block_workspace(const cpu_conv2d_shape *s, int K, int prec, size_t *bytes)
+{
     int ok = 0;
     stoke_status st = block_entries(s, K, prec, &ok, bytes);
     if (st == STOKE_OK && !ok)
-        st = stoke_fail(STOKE_ERR_UNAVAILABLE, "conv block: at batch %d oneDNN chose layouts "
+        st = stoke_fail(STOKE_ERR_UNAVAILABLE,
+                        "conv block: at batch %d oneDNN chose layouts "
                         "the fused kernel cannot address (plan this batch, or run unfused: "
-                        "STOKE_NO_FUSION=1)", s->B);
+                        "STOKE_NO_FUSION=1)",
+                        s->B);
     return st;
 }
 
 /* bf16 bits of x, rounded to nearest even (NaN stays NaN), inline so the loops that
  * write gradients vectorize; the same rounding as cpu_f32_to_bf16. */
-static inline uint16_t to_bf16(float x) {
+static inline uint16_t to_bf16(float x)
+{
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -122,7 +130,8 @@ typedef uint8_t v16b __attribute__((vector_size(CHUNK)));
 static inline void load16(v16f *v, const float *p) { memcpy(v, p, sizeof *v); }
 
 /* CHUNK fp32 values as bf16 bits at p, rounded as to_bf16 does. */
-static inline void store16h(uint16_t *p, const v16f *x) {
+static inline void store16h(uint16_t *p, const v16f *x)
+{
     v16u u = (v16u)*x;
     v16u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     v16u nan = (v16u)((u & 0x7fffffffu) > 0x7f800000u);
@@ -141,7 +150,8 @@ typedef struct pool_job {
     long tasks;
 } pool_job;
 
-static pool_job job_of(const conv_layout *l, int B, int C, int H, int W, int K) {
+static pool_job job_of(const conv_layout *l, int B, int C, int H, int W, int K)
+{
     pool_job j = {.l = l, .C = C, .H = H, .W = W, .K = K, .PH = H / K, .PW = W / K, .cb = l->cb};
     j.nb = C / j.cb;
     j.vec = j.cb % CHUNK == 0;
@@ -153,8 +163,8 @@ static pool_job job_of(const conv_layout *l, int B, int C, int H, int W, int K) 
 
 /* Task t's offsets: of its first element in the layout, of its first pooled element
  * (NCHW). */
-static inline void task_at(const pool_job *j, long t, int64_t *at, size_t *o0, int *n_,
-                           int *c_) {
+static inline void task_at(const pool_job *j, long t, int64_t *at, size_t *o0, int *n_, int *c_)
+{
     long per = (long)j->nb * j->nc;
     int n = (int)(t / per), r = (int)(t % per), b = r / j->nc;
     int c0 = j->vec ? (r % j->nc) * CHUNK : r % j->nc;
@@ -168,14 +178,16 @@ static inline void task_at(const pool_job *j, long t, int64_t *at, size_t *o0, i
  * CHUNK they are stored CHUNK channels of one window side by side, whatever the
  * convolution's layouts (forward and backward may differ), and move as one vector;
  * the pooled output, a graph tensor, is NCHW. Offset of (n, c, window w): */
-static inline size_t idx_at(const pool_job *j, int n, int c, size_t w) {
+static inline size_t idx_at(const pool_job *j, int n, int c, size_t w)
+{
     int L = j->C % CHUNK == 0 ? CHUNK : 1;
     return (((size_t)n * (j->C / L) + (size_t)(c / L)) * j->plane + w) * L + (size_t)(c % L);
 }
 
 /* best, at: the running maximum of a window and its position, taking v at position k
  * when it is larger (the first maximum wins, as PyTorch's max-pool). */
-static inline void keep_max(v16f *best, v16i *at, const v16f *v, int k) {
+static inline void keep_max(v16f *best, v16i *at, const v16f *v, int k)
+{
     v16i more = *v > *best;
     *best = (v16f)(((v16i)*v & more) | ((v16i)*best & ~more));
     *at = (k & more) | (*at & ~more);
@@ -183,8 +195,9 @@ static inline void keep_max(v16f *best, v16i *at, const v16f *v, int k) {
 
 /* The pooled gradient of window w (NCHW) for CHUNK channels from c0 of sample n, and
  * the window positions of their maxima. */
-static inline void load_window(const pool_job *j, const float *dout, const uint8_t *idx,
-                               int n, int c0, size_t w, v16f *g, v16i *id) {
+static inline void load_window(const pool_job *j, const float *dout, const uint8_t *idx, int n,
+                               int c0, size_t w, v16f *g, v16i *id)
+{
     const float *p = dout + ((size_t)n * j->C + c0) * j->plane + w;
     for (int i = 0; i < CHUNK; i++)
         (*g)[i] = p[i * j->plane];
@@ -196,7 +209,8 @@ static inline void load_window(const pool_job *j, const float *dout, const uint8
 /* A window's result for CHUNK channels from c0 of sample n: the maxima into out (NCHW,
  * element o of the first channel) and, when idx is given, the positions or NO_GRAD. */
 static inline void store_window(const pool_job *j, float *out, uint8_t *idx, int n, int c0,
-                                size_t o, size_t w, const v16f *best, const v16i *at) {
+                                size_t o, size_t w, const v16f *best, const v16i *at)
+{
     for (int i = 0; i < CHUNK; i++)
         out[o + i * j->plane] = (*best)[i];
     if (idx) {
@@ -209,8 +223,9 @@ static inline void store_window(const pool_job *j, float *out, uint8_t *idx, int
 /* Max over each K x K window of y (ReLU already applied): out gets the maximum, idx
  * the first window position holding it (row-major, as PyTorch's max-pool picks it),
  * NO_GRAD when it is not positive. */
-CPU_SIMD_KERNEL(forward_task, (const pool_job *j, long t, const float *y, float *out,
-                               uint8_t *idx), (j, t, y, out, idx)) {
+CPU_SIMD_KERNEL(forward_task, (const pool_job *j, long t, const float *y, float *out, uint8_t *idx),
+                (j, t, y, out, idx))
+{
     const conv_layout *l = j->l;
     int K = j->K;
     int64_t at0;
@@ -234,7 +249,8 @@ CPU_SIMD_KERNEL(forward_task, (const pool_job *j, long t, const float *y, float 
                 }
                 out[o] = best;
                 if (idx)
-                    idx[idx_at(j, n, c, (size_t)ph * j->PW + pw)] = best > 0 ? (uint8_t)at : NO_GRAD;
+                    idx[idx_at(j, n, c, (size_t)ph * j->PW + pw)] =
+                        best > 0 ? (uint8_t)at : NO_GRAD;
                 continue;
             }
             /* GCC vector types keep the running maximum in registers (plain arrays
@@ -253,8 +269,9 @@ CPU_SIMD_KERNEL(forward_task, (const pool_job *j, long t, const float *y, float 
         }
 }
 
-static void pool_forward(const float *y, const conv_layout *l, int B, int C, int H, int W,
-                         int K, float *out, uint8_t *idx) {
+static void pool_forward(const float *y, const conv_layout *l, int B, int C, int H, int W, int K,
+                         float *out, uint8_t *idx)
+{
     pool_job j = job_of(l, B, C, H, W, K);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < j.tasks; t++)
@@ -265,8 +282,10 @@ static void pool_forward(const float *y, const conv_layout *l, int B, int C, int
  * recorded position, zero elsewhere and past the last whole window (floor mode). The
  * CHUNK-wide stores are spelled out per element type so they stay single vector
  * stores. */
-CPU_SIMD_KERNEL(backward_task, (const pool_job *j, long t, char *d, const float *dout,
-                                const uint8_t *idx), (j, t, d, dout, idx)) {
+CPU_SIMD_KERNEL(backward_task,
+                (const pool_job *j, long t, char *d, const float *dout, const uint8_t *idx),
+                (j, t, d, dout, idx))
+{
     const conv_layout *l = j->l;
     int K = j->K, m = j->vec ? CHUNK : 1;
     int64_t base;
@@ -317,7 +336,8 @@ CPU_SIMD_KERNEL(backward_task, (const pool_job *j, long t, char *d, const float 
 }
 
 static void pool_backward(char *d, const conv_layout *l, int B, int C, int H, int W, int K,
-                          const float *dout, const uint8_t *idx) {
+                          const float *dout, const uint8_t *idx)
+{
     pool_job j = job_of(l, B, C, H, W, K);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < j.tasks; t++)
@@ -327,19 +347,21 @@ static void pool_backward(char *d, const conv_layout *l, int B, int C, int H, in
 /* cpu_conv_begin for the fused entry, which must address its layouts (on success the
  * entry is locked). */
 static stoke_status block_begin(const cpu_conv2d_shape *s, int prec, void *ws, size_t ws_size,
-                                conv_entry **e, char **base) {
+                                conv_entry **e, char **base)
+{
     stoke_status st = cpu_conv_begin(s, prec, 1, ws, ws_size, e, base);
     if (st == STOKE_OK && !(*e)->fusable) {
         pthread_mutex_unlock(&(*e)->lock);
         st = stoke_fail(STOKE_ERR_ARG, "conv block: oneDNN chose layouts the fused kernel "
-                        "cannot address for this shape");
+                                       "cannot address for this shape");
     }
     return st;
 }
 
 static stoke_status one_forward(float *out, uint8_t *idx, const float *inp, const float *weight,
                                 const float *bias, const cpu_conv2d_shape *s, int K, int prec,
-                                void *ws, size_t ws_size) {
+                                void *ws, size_t ws_size)
+{
     conv_entry *e = NULL;
     char *base;
     stoke_status st = block_begin(s, prec, ws, ws_size, &e, &base);
@@ -364,7 +386,8 @@ static stoke_status one_forward(float *out, uint8_t *idx, const float *inp, cons
 static stoke_status one_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const uint8_t *idx, const float *inp, const float *weight,
                                  const cpu_conv2d_shape *s, int K, int prec, void *ws,
-                                 size_t ws_size) {
+                                 size_t ws_size)
+{
     conv_entry *e = NULL;
     char *base;
     stoke_status st = block_begin(s, prec, ws, ws_size, &e, &base);
@@ -418,7 +441,8 @@ static stoke_status one_backward(float *dinp, float *dweight, float *dbias, cons
 #define DIRECT_MAX_C 4
 #define DIRECT_MAX_K 7
 
-static int direct_ok(const cpu_conv2d_shape *s) {
+static int direct_ok(const cpu_conv2d_shape *s)
+{
     return s->C <= DIRECT_MAX_C && s->OC % CHUNK == 0 && s->KH <= DIRECT_MAX_K &&
            s->KW <= DIRECT_MAX_K;
 }
@@ -431,7 +455,8 @@ typedef struct direct_job {
 } direct_job;
 
 /* Weights (OC, C, KH, KW) as [C*KH*KW][OC], so 16 output channels load as a vector. */
-static float *transpose_weights(const cpu_conv2d_shape *s, const float *w) {
+static float *transpose_weights(const cpu_conv2d_shape *s, const float *w)
+{
     int T = s->C * s->KH * s->KW;
     float *wt = malloc((size_t)T * s->OC * sizeof *wt);
     if (wt)
@@ -443,7 +468,8 @@ static float *transpose_weights(const cpu_conv2d_shape *s, const float *w) {
 
 /* conv + bias + ReLU at output (oh, ow) for channels oc0..oc0+15 of sample xn. */
 static inline void direct_point(const direct_job *j, const float *xn, int oh, int ow, int oc0,
-                                v16f *acc) {
+                                v16f *acc)
+{
     const cpu_conv2d_shape *s = j->s;
     v16f a = {0}, w;
     if (j->bias)
@@ -468,21 +494,25 @@ static inline void direct_point(const direct_job *j, const float *xn, int oh, in
 
 /* The common first layer, 1 channel, 3x3, stride 1, padding 1: the sample copied into
  * a zero border so no tap needs a bounds check, the 9 weight vectors in registers. */
-static int direct_3x3(const cpu_conv2d_shape *s) {
+static int direct_3x3(const cpu_conv2d_shape *s)
+{
     return s->C == 1 && s->KH == 3 && s->KW == 3 && s->stride_h == 1 && s->stride_w == 1 &&
            s->pad_h == 1 && s->pad_w == 1;
 }
 
-static void pad_sample(const cpu_conv2d_shape *s, const float *xn, float *xp) {
+static void pad_sample(const cpu_conv2d_shape *s, const float *xn, float *xp)
+{
     int PWD = s->W + 2;
     memset(xp, 0, (size_t)(s->H + 2) * PWD * sizeof *xp);
     for (int h = 0; h < s->H; h++)
         memcpy(xp + (size_t)(h + 1) * PWD + 1, xn + (size_t)h * s->W, (size_t)s->W * sizeof *xp);
 }
 
-CPU_SIMD_KERNEL(direct3_forward_task, (const direct_job *j, long t, const float *inp,
-                                       float *out, uint8_t *idx, float *xp),
-                                      (j, t, inp, out, idx, xp)) {
+CPU_SIMD_KERNEL(direct3_forward_task,
+                (const direct_job *j, long t, const float *inp, float *out, uint8_t *idx,
+                 float *xp),
+                (j, t, inp, out, idx, xp))
+{
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K, PWD = s->W + 2;
     pad_sample(s, inp + (size_t)n * s->H * s->W, xp);
@@ -546,9 +576,11 @@ CPU_SIMD_KERNEL(direct3_forward_task, (const direct_job *j, long t, const float 
         }
 }
 
-CPU_SIMD_KERNEL(direct3_backward_task, (const direct_job *j, long t, const float *inp,
-                                        const float *dout, const uint8_t *idx, float *acc,
-                                        float *xp), (j, t, inp, dout, idx, acc, xp)) {
+CPU_SIMD_KERNEL(direct3_backward_task,
+                (const direct_job *j, long t, const float *inp, const float *dout,
+                 const uint8_t *idx, float *acc, float *xp),
+                (j, t, inp, dout, idx, acc, xp))
+{
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K, PWD = s->W + 2;
     pad_sample(s, inp + (size_t)n * s->H * s->W, xp);
@@ -578,8 +610,10 @@ CPU_SIMD_KERNEL(direct3_backward_task, (const direct_job *j, long t, const float
     memcpy(acc + (size_t)9 * CHUNK, &db, sizeof db);
 }
 
-CPU_SIMD_KERNEL(direct_forward_task, (const direct_job *j, long t, const float *inp, float *out,
-                                      uint8_t *idx), (j, t, inp, out, idx)) {
+CPU_SIMD_KERNEL(direct_forward_task,
+                (const direct_job *j, long t, const float *inp, float *out, uint8_t *idx),
+                (j, t, inp, out, idx))
+{
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K;
     const float *xn = inp + (size_t)n * s->C * s->H * s->W;
@@ -601,9 +635,11 @@ CPU_SIMD_KERNEL(direct_forward_task, (const direct_job *j, long t, const float *
 
 /* Sums into acc ([T][16] weight-gradient taps, then 16 bias lanes) one task's share:
  * each window's gradient at its recorded maximum, times the input under the kernel. */
-CPU_SIMD_KERNEL(direct_backward_task, (const direct_job *j, long t, const float *inp,
-                                       const float *dout, const uint8_t *idx, float *acc),
-                                      (j, t, inp, dout, idx, acc)) {
+CPU_SIMD_KERNEL(direct_backward_task,
+                (const direct_job *j, long t, const float *inp, const float *dout,
+                 const uint8_t *idx, float *acc),
+                (j, t, inp, dout, idx, acc))
+{
     const cpu_conv2d_shape *s = j->s;
     int n = (int)(t / j->nc), oc0 = (int)(t % j->nc) * CHUNK, K = j->K;
     const float *xn = inp + (size_t)n * s->C * s->H * s->W;
@@ -647,9 +683,9 @@ CPU_SIMD_KERNEL(direct_backward_task, (const direct_job *j, long t, const float 
 }
 
 static stoke_status direct_job_init(direct_job *j, const cpu_conv2d_shape *s, int K,
-                                    const float *weight, const float *bias) {
-    *j = (direct_job){.s = s, .K = K, .T = s->C * s->KH * s->KW, .nc = s->OC / CHUNK,
-                      .bias = bias};
+                                    const float *weight, const float *bias)
+{
+    *j = (direct_job){.s = s, .K = K, .T = s->C * s->KH * s->KW, .nc = s->OC / CHUNK, .bias = bias};
     cpu_conv2d_out_size(s, &j->OH, &j->OW);
     j->PH = j->OH / K;
     j->PW = j->OW / K;
@@ -659,9 +695,9 @@ static stoke_status direct_job_init(direct_job *j, const cpu_conv2d_shape *s, in
     return j->wt ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "conv block: out of memory");
 }
 
-static stoke_status direct_forward(float *out, uint8_t *idx, const float *inp,
-                                   const float *weight, const float *bias,
-                                   const cpu_conv2d_shape *s, int K) {
+static stoke_status direct_forward(float *out, uint8_t *idx, const float *inp, const float *weight,
+                                   const float *bias, const cpu_conv2d_shape *s, int K)
+{
     direct_job j;
     stoke_status st = direct_job_init(&j, s, K, weight, bias);
     if (st != STOKE_OK)
@@ -690,8 +726,9 @@ static stoke_status direct_forward(float *out, uint8_t *idx, const float *inp,
  * sums are then added in thread order, so results depend on the thread count only
  * (as oneDNN's do). */
 static stoke_status direct_backward(float *dweight, float *dbias, const float *dout,
-                                    const uint8_t *idx, const float *inp,
-                                    const cpu_conv2d_shape *s, int K) {
+                                    const uint8_t *idx, const float *inp, const cpu_conv2d_shape *s,
+                                    int K)
+{
     direct_job j;
     direct_job_init(&j, s, K, NULL, NULL);
     int nt = cpu_threads_apply();
@@ -733,17 +770,18 @@ static stoke_status direct_backward(float *dweight, float *dbias, const float *d
 }
 
 /* Per-sample element counts of the block's tensors. */
-static void per_sample(const cpu_conv2d_shape *s, int K, size_t *in, size_t *pooled) {
+static void per_sample(const cpu_conv2d_shape *s, int K, size_t *in, size_t *pooled)
+{
     int OH = 0, OW = 0;
     cpu_conv2d_out_size(s, &OH, &OW);
     *in = (size_t)s->C * s->H * s->W;
     *pooled = (size_t)s->OC * (OH / K) * (OW / K);
 }
 
-stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp,
-                                    const float *weight, const float *bias,
-                                    const cpu_conv2d_shape *s, int K, int prec, void *ws,
-                                    size_t ws_size) {
+stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp, const float *weight,
+                                    const float *bias, const cpu_conv2d_shape *s, int K, int prec,
+                                    void *ws, size_t ws_size)
+{
     stoke_status st = check_block(s, K, prec);
     if (st != STOKE_OK)
         return st;
@@ -765,10 +803,11 @@ stoke_status cpu_conv_block_forward(float *out, uint8_t *idx, const float *inp,
     return st;
 }
 
-stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias,
-                                     const float *dout, const uint8_t *idx, const float *inp,
-                                     const float *weight, const cpu_conv2d_shape *s, int K,
-                                     int prec, void *ws, size_t ws_size) {
+stoke_status cpu_conv_block_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const uint8_t *idx, const float *inp, const float *weight,
+                                     const cpu_conv2d_shape *s, int K, int prec, void *ws,
+                                     size_t ws_size)
+{
     stoke_status st = check_block(s, K, prec);
     if (st != STOKE_OK)
         return st;

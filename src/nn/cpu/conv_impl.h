@@ -46,7 +46,7 @@ typedef struct conv_entry {
     int OC, OH, OW;
     int share_ddst; /* backward-weights reads backward-data's reordered dout */
     /* fused block only */
-    int fusable; /* every layout below is a conv_layout */
+    int fusable;                          /* every layout below is a conv_layout */
     dnnl_memory_t x_dst, x_ddst, x_wddst; /* x_wddst == x_ddst when the layouts agree */
     conv_layout l_dst, l_ddst, l_wddst;
     size_t x_off;
@@ -66,8 +66,8 @@ stoke_status cpu_conv_entry_get(const cpu_conv2d_shape *s, int prec, int relu, c
 
 /* Locks the entry and resolves the workspace (the caller's, aligned, or the entry's
  * own); the caller unlocks e->lock. */
-stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void *ws,
-                            size_t ws_size, conv_entry **out, char **base);
+stoke_status cpu_conv_begin(const cpu_conv2d_shape *s, int prec, int relu, void *ws, size_t ws_size,
+                            conv_entry **out, char **base);
 
 /* The entry's forward primitive from its (pulled) source and weights into dst, with
  * the bias if given. */

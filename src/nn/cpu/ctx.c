@@ -21,7 +21,8 @@ cpu_ctx *cpu_ctx_default(void) { return &g_default; }
 
 cpu_ctx *cpu_ctx_current(void) { return t_bound ? t_bound : &g_default; }
 
-cpu_ctx *cpu_ctx_bind(cpu_ctx *c) {
+cpu_ctx *cpu_ctx_bind(cpu_ctx *c)
+{
     cpu_ctx *prev = t_bound;
     t_bound = c;
     return prev;
@@ -29,7 +30,8 @@ cpu_ctx *cpu_ctx_bind(cpu_ctx *c) {
 
 void cpu_ctx_restore(cpu_ctx **prev) { t_bound = *prev; }
 
-int cpu_ctx_threads(const cpu_ctx *c) {
+int cpu_ctx_threads(const cpu_ctx *c)
+{
     int n = atomic_load(&c->threads);
     if (n <= 0) {
         /* Unset: follow OMP_NUM_THREADS (or all CPUs) like oneDNN would. */
@@ -40,7 +42,8 @@ int cpu_ctx_threads(const cpu_ctx *c) {
     return n;
 }
 
-cpu_ctx *cpu_ctx_new(int threads) {
+cpu_ctx *cpu_ctx_new(int threads)
+{
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         stoke_fail(STOKE_ERR_NOMEM, "cpu backend: out of memory for a context");
@@ -53,7 +56,8 @@ cpu_ctx *cpu_ctx_new(int threads) {
     return c;
 }
 
-void cpu_ctx_free(cpu_ctx *c) {
+void cpu_ctx_free(cpu_ctx *c)
+{
     if (!c || c == &g_default)
         return;
     for (size_t i = 0; i < c->cache_len; i++) {

@@ -28,12 +28,12 @@ typedef struct cpu_cache_entry {
 } cpu_cache_entry;
 
 typedef struct cpu_ctx {
-    atomic_int threads;      /* >= 1; 0 only in the default: follow OpenMP's setting */
-    atomic_int linear_impl;  /* cpu_linear_impl */
-    atomic_int conv_layout;  /* cpu_conv_layout */
-    pthread_mutex_t lock;    /* the stream's creation and the cache */
-    dnnl_stream_t stream;    /* created on first use, after the engine */
-    cpu_cache_entry *cache;  /* primitives by shape key, scanned linearly */
+    atomic_int threads;     /* >= 1; 0 only in the default: follow OpenMP's setting */
+    atomic_int linear_impl; /* cpu_linear_impl */
+    atomic_int conv_layout; /* cpu_conv_layout */
+    pthread_mutex_t lock;   /* the stream's creation and the cache */
+    dnnl_stream_t stream;   /* created on first use, after the engine */
+    cpu_cache_entry *cache; /* primitives by shape key, scanned linearly */
     size_t cache_len, cache_cap;
 } cpu_ctx;
 
@@ -58,9 +58,8 @@ cpu_ctx *cpu_ctx_bind(cpu_ctx *c);
 void cpu_ctx_restore(cpu_ctx **prev);
 
 /* Binds c until the end of the enclosing block, whichever way it is left. */
-#define CPU_CTX_SCOPE(c)                                                                \
-    cpu_ctx *cpu_ctx_prev_ __attribute__((cleanup(cpu_ctx_restore), unused)) =           \
-        cpu_ctx_bind(c)
+#define CPU_CTX_SCOPE(c) \
+    cpu_ctx *cpu_ctx_prev_ __attribute__((cleanup(cpu_ctx_restore), unused)) = cpu_ctx_bind(c)
 
 /* c's compute threads, resolved (>= 1). */
 int cpu_ctx_threads(const cpu_ctx *c);

@@ -11,7 +11,8 @@
 
 #include "nn/cpu/dnnl_util.h"
 
-void cpu_set_threads(int n) {
+void cpu_set_threads(int n)
+{
     if (n <= 0)
         n = omp_get_num_procs();
     if (n < 1)
@@ -23,20 +24,23 @@ void cpu_set_threads(int n) {
 
 int cpu_get_threads(void) { return cpu_ctx_threads(cpu_ctx_current()); }
 
-int cpu_threads_apply(void) {
+int cpu_threads_apply(void)
+{
     int n = cpu_get_threads();
     if (omp_get_max_threads() != n)
         omp_set_num_threads(n);
     return n;
 }
 
-void cpu_linear_set_impl(cpu_linear_impl impl) {
+void cpu_linear_set_impl(cpu_linear_impl impl)
+{
     atomic_store(&cpu_ctx_default()->linear_impl, (int)impl);
 }
 
 /* OpenBLAS keeps one thread count for the process: each BLAS call sets it to its
  * context's (the default context's unset count leaves OpenBLAS's own). */
-static void blas_threads(void) {
+static void blas_threads(void)
+{
     int n = atomic_load(&cpu_ctx_current()->threads);
     if (n > 0 && openblas_get_num_threads() != n)
         openblas_set_num_threads(n);
@@ -48,7 +52,8 @@ static void blas_threads(void) {
  * the CNN's 3136-128-10 at batch 128: equal to 2x), so AUTO uses it; it also does not
  * depend on the core OpenBLAS picks by CPU model (docs/nn-kernels.md). OpenBLAS stays
  * selectable for that benchmark and the tests. */
-static int use_blas(void) {
+static int use_blas(void)
+{
     return atomic_load(&cpu_ctx_current()->linear_impl) == CPU_LINEAR_BLAS;
 }
 
@@ -58,7 +63,8 @@ static int use_blas(void) {
  * a whole time slice. */
 #define LINEAR_SERIAL_MACS (1L << 21)
 
-static int linear_threads(int B, int C, int OC) {
+static int linear_threads(int B, int C, int OC)
+{
     return (long)B * C * OC < LINEAR_SERIAL_MACS ? 1 : cpu_get_threads();
 }
 
@@ -81,7 +87,8 @@ typedef struct linear_entry {
 } linear_entry;
 
 static stoke_status md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, dnnl_data_type_t dt,
-                        int64_t s0, int64_t s1) {
+                        int64_t s0, int64_t s1)
+{
     dnnl_dims_t dims = {d0, d1}, strides = {s0, s1};
     return dnnl_util_check(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides), "md");
 }
@@ -90,8 +97,8 @@ static stoke_status md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, dnnl_dat
 static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *src,
                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
                                 const dnnl_memory_desc_t *dst, int post, dnnl_memory_t *m_src,
-                                dnnl_memory_t *m_wei, dnnl_memory_t *m_bias,
-                                dnnl_memory_t *m_dst) {
+                                dnnl_memory_t *m_wei, dnnl_memory_t *m_bias, dnnl_memory_t *m_dst)
+{
     dnnl_engine_t eng = NULL;
     stoke_status st = dnnl_util_engine(&eng, NULL);
     if (st != STOKE_OK)
@@ -121,13 +128,14 @@ static stoke_status make_matmul(dnnl_util_prim *pr, const dnnl_memory_desc_t *sr
     return st;
 }
 
-static void linear_entry_free(void *value) {
+static void linear_entry_free(void *value)
+{
     linear_entry *e = value;
     dnnl_util_prim_destroy(&e->fwd);
     dnnl_util_prim_destroy(&e->bwd_d);
     dnnl_util_prim_destroy(&e->bwd_w);
-    dnnl_memory_t ms[] = {e->f_inp, e->f_w, e->f_bias, e->f_out, e->d_dout, e->d_w,
-                          e->d_dinp, e->w_doutT, e->w_inp, e->w_dw};
+    dnnl_memory_t ms[] = {e->f_inp, e->f_w,    e->f_bias,  e->f_out, e->d_dout,
+                          e->d_w,   e->d_dinp, e->w_doutT, e->w_inp, e->w_dw};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         if (ms[i])
             dnnl_memory_destroy(ms[i]);
@@ -136,7 +144,8 @@ static void linear_entry_free(void *value) {
     free(e);
 }
 
-static stoke_status linear_create(const void *key, void **value) {
+static stoke_status linear_create(const void *key, void **value)
+{
     const linear_key *k = key;
     linear_entry *e = calloc(1, sizeof *e);
     if (!e)
@@ -154,14 +163,14 @@ static stoke_status linear_create(const void *key, void **value) {
         (st = md2(&dw, OC, C, f, C, 1)))
         goto fail;
     st = make_matmul(&e->fwd, &inp, &wT, k->has_bias ? &bias : NULL, &out,
-                     k->relu ? DNNL_UTIL_POST_RELU : 0, &e->f_inp,
-                     &e->f_w, k->has_bias ? &e->f_bias : NULL, &e->f_out);
+                     k->relu ? DNNL_UTIL_POST_RELU : 0, &e->f_inp, &e->f_w,
+                     k->has_bias ? &e->f_bias : NULL, &e->f_out);
     if (st == STOKE_OK)
-        st = make_matmul(&e->bwd_d, &dout, &w, NULL, &dinp, DNNL_UTIL_POST_SUM, &e->d_dout, &e->d_w, NULL,
-                         &e->d_dinp);
+        st = make_matmul(&e->bwd_d, &dout, &w, NULL, &dinp, DNNL_UTIL_POST_SUM, &e->d_dout, &e->d_w,
+                         NULL, &e->d_dinp);
     if (st == STOKE_OK)
-        st = make_matmul(&e->bwd_w, &doutT, &inp, NULL, &dw, DNNL_UTIL_POST_SUM, &e->w_doutT, &e->w_inp, NULL,
-                         &e->w_dw);
+        st = make_matmul(&e->bwd_w, &doutT, &inp, NULL, &dw, DNNL_UTIL_POST_SUM, &e->w_doutT,
+                         &e->w_inp, NULL, &e->w_dw);
     if (st != STOKE_OK)
         goto fail;
     size_t s = e->fwd.scratch_bytes;
@@ -183,7 +192,8 @@ fail:
 }
 
 static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf16, int relu,
-                                     linear_entry **e) {
+                                     linear_entry **e)
+{
     if (B <= 0 || C <= 0 || OC <= 0)
         return stoke_fail(STOKE_ERR_ARG, "linear: sizes B=%d C=%d OC=%d must be positive", B, C,
                           OC);
@@ -204,32 +214,36 @@ static stoke_status linear_entry_get(int B, int C, int OC, int has_bias, int bf1
 
 /* Sets the calling thread's OpenMP count to the entry's for the duration of its
  * primitives, and back: the other kernels rely on the compute-thread setting. */
-static int with_threads(const linear_entry *e) {
+static int with_threads(const linear_entry *e)
+{
     int prev = omp_get_max_threads();
     if (prev != e->threads)
         omp_set_num_threads(e->threads);
     return prev;
 }
 
-static void restore_threads(const linear_entry *e, int prev) {
+static void restore_threads(const linear_entry *e, int prev)
+{
     if (prev != e->threads)
         omp_set_num_threads(prev);
 }
 
-stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16) {
+stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16)
+{
     linear_entry *e = NULL;
     return linear_entry_get(B, C, OC, has_bias, bf16, 0, &e);
 }
 
-stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16,
-                                  size_t *bytes) {
+stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16, size_t *bytes)
+{
     linear_entry *e = NULL;
     stoke_status st = linear_entry_get(B, C, OC, has_bias, bf16, 0, &e);
     *bytes = st == STOKE_OK ? e->scratch_bytes : 0;
     return st;
 }
 
-static inline float bf16_to_f32(uint16_t h) {
+static inline float bf16_to_f32(uint16_t h)
+{
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -240,7 +254,8 @@ static inline float bf16_to_f32(uint16_t h) {
  * the thread count, so the result does not depend on the split. Hand-written because
  * it is a memory-bound column sum that oneDNN has no primitive for outside the
  * convolution. */
-static void bias_grad(float *dbias, const float *dout, const uint16_t *dout16, int B, int OC) {
+static void bias_grad(float *dbias, const float *dout, const uint16_t *dout16, int B, int OC)
+{
     enum { CHUNK = 256 };
     int nchunks = (OC + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (nchunks > 1 && (long)B * OC > 65536)
@@ -265,12 +280,14 @@ static void bias_grad(float *dbias, const float *dout, const uint16_t *dout16, i
     }
 }
 
-static void set(dnnl_memory_t m, const void *p) {
+static void set(dnnl_memory_t m, const void *p)
+{
     dnnl_memory_set_data_handle(m, (void *)(uintptr_t)p);
 }
 
 static stoke_status matmul_forward(float *out, const void *inp, const void *weight,
-                                 const float *bias, int B, int C, int OC, int bf16, int relu) {
+                                   const float *bias, int B, int C, int OC, int bf16, int relu)
+{
     linear_entry *e = NULL;
     stoke_status st = linear_entry_get(B, C, OC, bias != NULL, bf16, relu, &e);
     if (st != STOKE_OK)
@@ -294,8 +311,9 @@ static stoke_status matmul_forward(float *out, const void *inp, const void *weig
 }
 
 static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout,
-                                  const void *inp, const void *weight, int B, int C, int OC,
-                                  int bf16) {
+                                    const void *inp, const void *weight, int B, int C, int OC,
+                                    int bf16)
+{
     linear_entry *e = NULL;
     stoke_status st = linear_entry_get(B, C, OC, dbias != NULL, bf16, 0, &e);
     if (st != STOKE_OK)
@@ -326,7 +344,8 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
 }
 
 stoke_status cpu_linear_forward(float *out, const float *inp, const float *weight,
-                                const float *bias, int B, int C, int OC) {
+                                const float *bias, int B, int C, int OC)
+{
     cpu_threads_apply();
     if (!use_blas())
         return matmul_forward(out, inp, weight, bias, B, C, OC, 0, 0);
@@ -340,14 +359,14 @@ stoke_status cpu_linear_forward(float *out, const float *inp, const float *weigh
             memcpy(out + (size_t)b * OC, bias, (size_t)OC * sizeof *out);
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OC, C, 1.0f, inp, C, weight, C,
-                beta, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OC, C, 1.0f, inp, C, weight, C, beta,
+                out, OC);
     return STOKE_OK;
 }
 
-stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
-                                 const float *dout, const float *inp, const float *weight,
-                                 int B, int C, int OC) {
+stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int B, int C, int OC)
+{
     cpu_threads_apply();
     if (!use_blas())
         return matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, C, OC, 0);
@@ -356,8 +375,8 @@ stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
                           OC);
     blas_threads();
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout, OC, weight,
-                    C, 1.0f, dinp, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout, OC, weight, C,
+                    1.0f, dinp, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, B, 1.0f, dout, OC, inp, C, 1.0f,
                 dweight, C);
     if (dbias)
@@ -366,25 +385,29 @@ stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
 }
 
 stoke_status cpu_linear_forward_bf16(float *out, const uint16_t *inp, const uint16_t *weight,
-                                     const float *bias, int B, int C, int OC) {
+                                     const float *bias, int B, int C, int OC)
+{
     cpu_threads_apply();
     return matmul_forward(out, inp, weight, bias, B, C, OC, 1, 0);
 }
 
 stoke_status cpu_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *dout, const uint16_t *inp,
-                                      const uint16_t *weight, int B, int C, int OC) {
+                                      const uint16_t *weight, int B, int C, int OC)
+{
     cpu_threads_apply();
     return matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, C, OC, 1);
 }
 
 stoke_status cpu_linear_relu_forward(float *out, const void *inp, const void *weight,
-                                     const float *bias, int B, int C, int OC, int bf16) {
+                                     const float *bias, int B, int C, int OC, int bf16)
+{
     cpu_threads_apply();
     return matmul_forward(out, inp, weight, bias, B, C, OC, bf16 != 0, 1);
 }
 
-stoke_status cpu_linear_relu_prepare(int B, int C, int OC, int has_bias, int bf16) {
+stoke_status cpu_linear_relu_prepare(int B, int C, int OC, int has_bias, int bf16)
+{
     linear_entry *e = NULL;
     return linear_entry_get(B, C, OC, has_bias, bf16, 1, &e);
 }

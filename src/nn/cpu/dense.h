@@ -59,8 +59,7 @@ stoke_status cpu_linear_prepare(int B, int C, int OC, int has_bias, int bf16);
  * The kernels own it (allocated once, by prepare), so callers pass no workspace;
  * the memory plan adds it to its workspace total. Prepares the shape; returns
  * STOKE_OK and *bytes, or the failure of prepare. */
-stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16,
-                                  size_t *bytes);
+stoke_status cpu_linear_workspace(int B, int C, int OC, int has_bias, int bf16, size_t *bytes);
 
 /* inp (B, C), weight (OC, C) as PyTorch stores it, bias (OC) or NULL, out (B, OC).
  * out = inp @ weight^T + bias, overwritten. Fails only if the shape cannot be
@@ -72,9 +71,8 @@ stoke_status cpu_linear_forward(float *out, const float *inp, const float *weigh
  * dinp (B, C) += dout @ weight (skipped if dinp is NULL, e.g. the first layer),
  * dweight (OC, C) += dout^T @ inp, dbias (OC) += column sums of dout (skipped if
  * NULL). Deterministic for a fixed thread count. */
-stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias,
-                                 const float *dout, const float *inp, const float *weight,
-                                 int B, int C, int OC);
+stoke_status cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int B, int C, int OC);
 
 /* bf16 variants (uint16_t holds the bf16 bit pattern): bf16 inputs and weights,
  * fp32 accumulation, fp32 outputs and gradients; same shapes and semantics as the

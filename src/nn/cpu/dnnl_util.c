@@ -26,11 +26,13 @@ static const struct {
 };
 #define N_DNNL_LEVELS (sizeof dnnl_levels / sizeof dnnl_levels[0])
 
-static unsigned isa_bits(dnnl_cpu_isa_t isa) {
+static unsigned isa_bits(dnnl_cpu_isa_t isa)
+{
     return isa == dnnl_cpu_isa_all ? ~0u : (unsigned)isa;
 }
 
-static dnnl_cpu_isa_t dnnl_level_of(stoke_cpu_isa cap) {
+static dnnl_cpu_isa_t dnnl_level_of(stoke_cpu_isa cap)
+{
     switch (cap) {
     case STOKE_CPU_ISA_SSE41: return dnnl_cpu_isa_sse41;
     case STOKE_CPU_ISA_AVX2: return dnnl_cpu_isa_avx2;
@@ -43,7 +45,8 @@ static dnnl_cpu_isa_t dnnl_level_of(stoke_cpu_isa cap) {
     return dnnl_cpu_isa_all;
 }
 
-dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env) {
+dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env)
+{
     unsigned want = isa_bits(dnnl_level_of(cap));
     for (size_t i = 0; onednn_env && i < N_DNNL_LEVELS; i++)
         if (strcasecmp(onednn_env, dnnl_levels[i].name) == 0)
@@ -69,7 +72,8 @@ dnnl_cpu_isa_t dnnl_util_isa_cap(stoke_cpu_isa cap, const char *onednn_env) {
  * ONEDNN_ unless empty, else DNNL_) and the lower of the two is set. If oneDNN was
  * already used in this process (the setting is taken), that is fine as long as it
  * runs within the cap. */
-static stoke_status apply_isa_cap(char *err, size_t err_size) {
+static stoke_status apply_isa_cap(char *err, size_t err_size)
+{
     stoke_cpu_isa cap;
     if (stoke_max_cpu_isa(&cap) != STOKE_OK) {
         snprintf(err, err_size, "%s", stoke_last_error());
@@ -100,19 +104,21 @@ static dnnl_engine_t g_engine;
 static stoke_status g_engine_status = STOKE_OK;
 static char g_engine_error[512];
 
-static void engine_init(void) {
+static void engine_init(void)
+{
     g_engine_status = apply_isa_cap(g_engine_error, sizeof g_engine_error);
     if (g_engine_status != STOKE_OK)
         return;
     dnnl_status_t st = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
     if (st != dnnl_success) {
         g_engine_status = STOKE_ERR_UNAVAILABLE;
-        snprintf(g_engine_error, sizeof g_engine_error,
-                 "oneDNN: cannot create the CPU engine: %s", dnnl_status2str(st));
+        snprintf(g_engine_error, sizeof g_engine_error, "oneDNN: cannot create the CPU engine: %s",
+                 dnnl_status2str(st));
     }
 }
 
-stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
+stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream)
+{
     pthread_once(&engine_once, engine_init);
     if (g_engine_status != STOKE_OK)
         return stoke_fail(g_engine_status, "%s", g_engine_error);
@@ -133,16 +139,18 @@ stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream) {
     return STOKE_OK;
 }
 
-stoke_status dnnl_util_check(dnnl_status_t st, const char *what) {
+stoke_status dnnl_util_check(dnnl_status_t st, const char *what)
+{
     if (st == dnnl_success)
         return STOKE_OK;
-    stoke_status code = st == dnnl_unimplemented    ? STOKE_ERR_UNAVAILABLE
+    stoke_status code = st == dnnl_unimplemented   ? STOKE_ERR_UNAVAILABLE
                         : st == dnnl_out_of_memory ? STOKE_ERR_NOMEM
                                                    : STOKE_ERR_ARG;
     return stoke_fail(code, "oneDNN %s: %s", what, dnnl_status2str(st));
 }
 
-size_t dnnl_util_align(size_t n) {
+size_t dnnl_util_align(size_t n)
+{
     return (n + DNNL_UTIL_ALIGN - 1) / DNNL_UTIL_ALIGN * DNNL_UTIL_ALIGN;
 }
 
@@ -151,7 +159,8 @@ size_t dnnl_util_align(size_t n) {
  * call. */
 stoke_status dnnl_util_cache_get(const void *key, size_t key_size,
                                  stoke_status (*create)(const void *key, void **value),
-                                 void (*destroy)(void *value), void **value) {
+                                 void (*destroy)(void *value), void **value)
+{
     cpu_ctx *c = cpu_ctx_current();
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < c->cache_len; i++) {
@@ -192,12 +201,12 @@ out:
     return st;
 }
 
-dnnl_primitive_attr_t dnnl_util_attr(int post) {
+dnnl_primitive_attr_t dnnl_util_attr(int post)
+{
     dnnl_primitive_attr_t attr = NULL;
     if (dnnl_primitive_attr_create(&attr) != dnnl_success)
         return NULL;
-    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) !=
-        dnnl_success)
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
         goto fail;
     if (post) {
         dnnl_post_ops_t po = NULL;
@@ -219,14 +228,16 @@ fail:
     return NULL;
 }
 
-size_t dnnl_util_scratchpad_size(const_dnnl_primitive_desc_t pd) {
+size_t dnnl_util_scratchpad_size(const_dnnl_primitive_desc_t pd)
+{
     const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
 /* Creates pd's primitive and, if it wants one, a scratchpad memory with no buffer. */
 static stoke_status make_prim(const_dnnl_primitive_desc_t pd, dnnl_primitive_t *p,
-                              dnnl_memory_t *scratch, size_t *scratch_bytes, const char *what) {
+                              dnnl_memory_t *scratch, size_t *scratch_bytes, const char *what)
+{
     dnnl_engine_t eng = NULL;
     stoke_status st = dnnl_util_engine(&eng, NULL);
     if (st != STOKE_OK)
@@ -249,11 +260,13 @@ static stoke_status make_prim(const_dnnl_primitive_desc_t pd, dnnl_primitive_t *
 }
 
 stoke_status dnnl_util_prim_init(dnnl_util_prim *pr, const_dnnl_primitive_desc_t pd,
-                                 const char *what) {
+                                 const char *what)
+{
     return make_prim(pd, &pr->p, &pr->scratch, &pr->scratch_bytes, what);
 }
 
-void dnnl_util_prim_destroy(dnnl_util_prim *pr) {
+void dnnl_util_prim_destroy(dnnl_util_prim *pr)
+{
     if (pr->p)
         dnnl_primitive_destroy(pr->p);
     if (pr->scratch)
@@ -262,15 +275,14 @@ void dnnl_util_prim_destroy(dnnl_util_prim *pr) {
 }
 
 stoke_status dnnl_util_arg_init(dnnl_util_arg *a, const dnnl_memory_desc_t *user_md,
-                                const dnnl_memory_desc_t *prim_md, int kind,
-                                size_t *phase_bytes) {
+                                const dnnl_memory_desc_t *prim_md, int kind, size_t *phase_bytes)
+{
     memset(a, 0, sizeof *a);
     dnnl_engine_t eng = NULL;
     stoke_status st = dnnl_util_engine(&eng, NULL);
     if (st != STOKE_OK)
         return st;
-    st = dnnl_util_check(dnnl_memory_create(&a->user, user_md, eng, DNNL_MEMORY_NONE),
-                         "memory");
+    st = dnnl_util_check(dnnl_memory_create(&a->user, user_md, eng, DNNL_MEMORY_NONE), "memory");
     if (st != STOKE_OK)
         return st;
     int same = dnnl_memory_desc_equal(user_md, prim_md);
@@ -278,8 +290,7 @@ stoke_status dnnl_util_arg_init(dnnl_util_arg *a, const dnnl_memory_desc_t *user
         a->prim = a->user;
         return STOKE_OK;
     }
-    st = dnnl_util_check(dnnl_memory_create(&a->prim, prim_md, eng, DNNL_MEMORY_NONE),
-                         "memory");
+    st = dnnl_util_check(dnnl_memory_create(&a->prim, prim_md, eng, DNNL_MEMORY_NONE), "memory");
     if (st != STOKE_OK)
         goto fail;
     a->bytes = dnnl_util_align(dnnl_memory_desc_get_size(prim_md));
@@ -310,7 +321,8 @@ fail:
     return st;
 }
 
-void dnnl_util_arg_bind(dnnl_util_arg *a, const void *user_ptr, char *phase_base) {
+void dnnl_util_arg_bind(dnnl_util_arg *a, const void *user_ptr, char *phase_base)
+{
     /* oneDNN takes non-const handles; inputs are only read. */
     dnnl_memory_set_data_handle(a->user, (void *)(uintptr_t)user_ptr);
     if (a->prim != a->user)
@@ -318,7 +330,8 @@ void dnnl_util_arg_bind(dnnl_util_arg *a, const void *user_ptr, char *phase_base
 }
 
 static stoke_status run_reorder(dnnl_util_arg *a, dnnl_memory_t from, dnnl_memory_t to,
-                                void *scratch) {
+                                void *scratch)
+{
     dnnl_stream_t stream = NULL;
     stoke_status st = dnnl_util_engine(NULL, &stream);
     if (st != STOKE_OK)
@@ -335,16 +348,19 @@ static stoke_status run_reorder(dnnl_util_arg *a, dnnl_memory_t from, dnnl_memor
     return st;
 }
 
-stoke_status dnnl_util_arg_pull(dnnl_util_arg *a, void *scratch) {
+stoke_status dnnl_util_arg_pull(dnnl_util_arg *a, void *scratch)
+{
     return a->reorder ? run_reorder(a, a->user, a->prim, scratch) : STOKE_OK;
 }
 
-stoke_status dnnl_util_arg_push(dnnl_util_arg *a, void *scratch) {
+stoke_status dnnl_util_arg_push(dnnl_util_arg *a, void *scratch)
+{
     return a->reorder ? run_reorder(a, a->prim, a->user, scratch) : STOKE_OK;
 }
 
-stoke_status dnnl_util_exec(dnnl_util_prim *pr, int nargs, dnnl_exec_arg_t *args,
-                            void *scratch, const char *what) {
+stoke_status dnnl_util_exec(dnnl_util_prim *pr, int nargs, dnnl_exec_arg_t *args, void *scratch,
+                            const char *what)
+{
     dnnl_stream_t stream = NULL;
     stoke_status st = dnnl_util_engine(NULL, &stream);
     if (st != STOKE_OK)
@@ -359,7 +375,8 @@ stoke_status dnnl_util_exec(dnnl_util_prim *pr, int nargs, dnnl_exec_arg_t *args
     return st;
 }
 
-void dnnl_util_arg_destroy(dnnl_util_arg *a) {
+void dnnl_util_arg_destroy(dnnl_util_arg *a)
+{
     if (a->reorder)
         dnnl_primitive_destroy(a->reorder);
     if (a->scratch)
@@ -376,7 +393,8 @@ void dnnl_util_arg_destroy(dnnl_util_arg *a) {
 static int g_bf16_kernels;
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
 
-static int pd_ok(const void *desc) {
+static int pd_ok(const void *desc)
+{
     dnnl_engine_t eng = NULL;
     if (dnnl_util_engine(&eng, NULL) != STOKE_OK)
         return 0;
@@ -387,7 +405,8 @@ static int pd_ok(const void *desc) {
     return 1;
 }
 
-static void bf16_probe(void) {
+static void bf16_probe(void)
+{
     dnnl_memory_desc_t a, b, c, src, wei, dst;
     dnnl_dims_t d2 = {16, 16}, s4 = {1, 16, 8, 8}, w4 = {16, 16, 3, 3};
     dnnl_dims_t one = {1, 1}, pad = {1, 1};
@@ -398,19 +417,16 @@ static void bf16_probe(void) {
         dnnl_memory_desc_init_by_tag(&b, 2, d2, dnnl_bf16, dnnl_ab) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&c, 2, d2, dnnl_f32, dnnl_ab) == dnnl_success &&
         dnnl_matmul_desc_init(&mm, &a, &b, NULL, &c) == dnnl_success && pd_ok(&mm) &&
-        dnnl_memory_desc_init_by_tag(&src, 4, s4, dnnl_bf16, dnnl_format_tag_any) ==
-            dnnl_success &&
-        dnnl_memory_desc_init_by_tag(&wei, 4, w4, dnnl_bf16, dnnl_format_tag_any) ==
-            dnnl_success &&
-        dnnl_memory_desc_init_by_tag(&dst, 4, s4, dnnl_f32, dnnl_format_tag_any) ==
-            dnnl_success &&
-        dnnl_convolution_forward_desc_init(&conv, dnnl_forward_training,
-                                           dnnl_convolution_direct, &src, &wei, NULL, &dst,
-                                           one, pad, pad) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&src, 4, s4, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&wei, 4, w4, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dst, 4, s4, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_convolution_forward_desc_init(&conv, dnnl_forward_training, dnnl_convolution_direct,
+                                           &src, &wei, NULL, &dst, one, pad, pad) == dnnl_success &&
         pd_ok(&conv);
 }
 
-int dnnl_util_bf16_kernels(void) {
+int dnnl_util_bf16_kernels(void)
+{
     pthread_once(&bf16_once, bf16_probe);
     return g_bf16_kernels;
 }

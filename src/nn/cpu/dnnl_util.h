@@ -82,8 +82,7 @@ enum { DNNL_UTIL_IN = 0, DNNL_UTIL_OUT = 1, DNNL_UTIL_OUT_ACC = 2 };
 /* Builds an argument for the primitive layout `prim_md` and the user layout `user_md`,
  * placing any workspace buffer at *phase_bytes (advanced by its aligned size). */
 stoke_status dnnl_util_arg_init(dnnl_util_arg *a, const dnnl_memory_desc_t *user_md,
-                                const dnnl_memory_desc_t *prim_md, int kind,
-                                size_t *phase_bytes);
+                                const dnnl_memory_desc_t *prim_md, int kind, size_t *phase_bytes);
 
 /* Points an argument at the user's buffer and, if it needs one, at its workspace
  * region (phase base + ws_off). */
@@ -110,8 +109,8 @@ stoke_status dnnl_util_prim_init(dnnl_util_prim *pr, const_dnnl_primitive_desc_t
 
 /* Executes a primitive with the given args (plus its scratchpad, pointed at scratch)
  * and waits for it. args must have room for one more entry after nargs. */
-stoke_status dnnl_util_exec(dnnl_util_prim *pr, int nargs, dnnl_exec_arg_t *args,
-                            void *scratch, const char *what);
+stoke_status dnnl_util_exec(dnnl_util_prim *pr, int nargs, dnnl_exec_arg_t *args, void *scratch,
+                            const char *what);
 
 /* Releases a primitive's oneDNN objects. */
 void dnnl_util_prim_destroy(dnnl_util_prim *pr);

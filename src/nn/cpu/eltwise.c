@@ -15,18 +15,20 @@
 
 /* The element-wise loops run as a static parallel loop over blocks, each block a
  * plain `omp simd` loop in its own CPU_SIMD_KERNEL (simd.h). */
-#define FOR_BLOCKS(n, par_min, body)                                                   \
-    do {                                                                               \
-        size_t n_ = (n), nblk_ = (n_ + BLK - 1) / BLK;                                 \
-        int par_ = n_ >= (par_min) && nblk_ > 1;                                       \
-        _Pragma("omp parallel for schedule(static) if (par_)")                         \
-        for (size_t k_ = 0; k_ < nblk_; k_++) {                                        \
-            size_t o = k_ * BLK, m = n_ - o < BLK ? n_ - o : BLK;                      \
-            body;                                                                      \
-        }                                                                              \
+#define FOR_BLOCKS(n, par_min, body)                                                           \
+    do {                                                                                       \
+        size_t n_ = (n), nblk_ = (n_ + BLK - 1) / BLK;                                         \
+        int par_ = n_ >= (par_min) && nblk_ > 1;                                               \
+        _Pragma("omp parallel for schedule(static) if (par_)") for (size_t k_ = 0; k_ < nblk_; \
+                                                                    k_++)                      \
+        {                                                                                      \
+            size_t o = k_ * BLK, m = n_ - o < BLK ? n_ - o : BLK;                              \
+            body;                                                                              \
+        }                                                                                      \
     } while (0)
 
-CPU_SIMD_KERNEL(relu_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n)) {
+CPU_SIMD_KERNEL(relu_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n))
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
@@ -34,7 +36,8 @@ CPU_SIMD_KERNEL(relu_fwd_span, (float *out, const float *inp, size_t n), (out, i
 }
 
 CPU_SIMD_KERNEL(relu_bwd_span, (float *dinp, const float *dout, const float *out, size_t n),
-                               (dinp, dout, out, n)) {
+                (dinp, dout, out, n))
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float d = dout[i]; /* loaded unconditionally, so the select is branch-free */
@@ -43,15 +46,18 @@ CPU_SIMD_KERNEL(relu_bwd_span, (float *dinp, const float *dout, const float *out
 }
 
 /* bf16 bits of x, rounded to nearest even (NaN kept NaN) as cpu_f32_to_bf16. */
-static inline uint16_t relu_bf16(float x) {
+static inline uint16_t relu_bf16(float x)
+{
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
 }
 
-CPU_SIMD_KERNEL(relu_mask_span, (float *g32, uint16_t *g16, const float *dout, const float *out,
-                                 size_t n), (g32, g16, dout, out, n)) {
+CPU_SIMD_KERNEL(relu_mask_span,
+                (float *g32, uint16_t *g16, const float *dout, const float *out, size_t n),
+                (g32, g16, dout, out, n))
+{
     if (g16) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -67,39 +73,43 @@ CPU_SIMD_KERNEL(relu_mask_span, (float *g32, uint16_t *g16, const float *dout, c
     }
 }
 
-void cpu_relu_mask_grad(float *g32, uint16_t *g16, const float *dout, const float *out,
-                        size_t n) {
+void cpu_relu_mask_grad(float *g32, uint16_t *g16, const float *dout, const float *out, size_t n)
+{
     cpu_threads_apply();
-    FOR_BLOCKS(n, PAR_MIN, relu_mask_span(g32 ? g32 + o : NULL, g16 ? g16 + o : NULL, dout + o,
-                                          out + o, m));
+    FOR_BLOCKS(n, PAR_MIN,
+               relu_mask_span(g32 ? g32 + o : NULL, g16 ? g16 + o : NULL, dout + o, out + o, m));
 }
 
-void cpu_relu_forward(float *out, const float *inp, size_t n) {
+void cpu_relu_forward(float *out, const float *inp, size_t n)
+{
     /* inp (n,), out (n,) */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, relu_fwd_span(out + o, inp + o, m));
 }
 
-void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n) {
+void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n)
+{
     /* dout, out (n,) -> dinp (n,) += */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, relu_bwd_span(dinp + o, dout + o, out + o, m));
 }
 
-#define SQRT1_2 0.70710678118654752f
-#define INV_SQRT_2PI 0.39894228040143268f
+#define SQRT1_2        0.70710678118654752f
+#define INV_SQRT_2PI   0.39894228040143268f
 #define SQRT_2_OVER_PI 0.79788456080286536f
-#define GELU_K 0.044715f
+#define GELU_K         0.044715f
 
 /* Phi(x) = 0.5 erfc(-x / sqrt2), with the sign folded so both tails keep their
  * relative precision. */
-static inline float normal_cdf(float x) {
+static inline float normal_cdf(float x)
+{
     float q = 0.5f * cpu_fast_erfcf_pos(fabsf(x) * SQRT1_2);
     return cpu_select(x < 0.0f, q, 1.0f - q);
 }
 
 CPU_SIMD_KERNEL(gelu_fwd_span, (float *out, const float *inp, size_t n, int approx_tanh),
-                               (out, inp, n, approx_tanh)) {
+                (out, inp, n, approx_tanh))
+{
     if (approx_tanh) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -116,8 +126,10 @@ CPU_SIMD_KERNEL(gelu_fwd_span, (float *out, const float *inp, size_t n, int appr
     }
 }
 
-CPU_SIMD_KERNEL(gelu_bwd_span, (float *dinp, const float *dout, const float *inp, size_t n,
-                                int approx_tanh), (dinp, dout, inp, n, approx_tanh)) {
+CPU_SIMD_KERNEL(gelu_bwd_span,
+                (float *dinp, const float *dout, const float *inp, size_t n, int approx_tanh),
+                (dinp, dout, inp, n, approx_tanh))
+{
     if (approx_tanh) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -142,20 +154,22 @@ CPU_SIMD_KERNEL(gelu_bwd_span, (float *dinp, const float *dout, const float *inp
     }
 }
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n, int approx_tanh) {
+void cpu_gelu_forward(float *out, const float *inp, size_t n, int approx_tanh)
+{
     /* inp (n,), out (n,) */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, gelu_fwd_span(out + o, inp + o, m, approx_tanh));
 }
 
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
-                       int approx_tanh) {
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approx_tanh)
+{
     /* dout, inp (n,) -> dinp (n,) += */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, gelu_bwd_span(dinp + o, dout + o, inp + o, m, approx_tanh));
 }
 
-CPU_SIMD_KERNEL(tanh_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n)) {
+CPU_SIMD_KERNEL(tanh_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n))
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = cpu_fast_tanhf(inp[i]);
@@ -163,8 +177,10 @@ CPU_SIMD_KERNEL(tanh_fwd_span, (float *out, const float *inp, size_t n), (out, i
 }
 
 /* d(1 - y^2) for tanh (sigmoid = 0), d y (1 - y) for sigmoid (sigmoid = 1) */
-CPU_SIMD_KERNEL(tanh_sigmoid_bwd_span, (float *dinp, const float *dout, const float *out,
-                                        size_t n, int sigmoid), (dinp, dout, out, n, sigmoid)) {
+CPU_SIMD_KERNEL(tanh_sigmoid_bwd_span,
+                (float *dinp, const float *dout, const float *out, size_t n, int sigmoid),
+                (dinp, dout, out, n, sigmoid))
+{
     if (sigmoid) {
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
@@ -178,32 +194,37 @@ CPU_SIMD_KERNEL(tanh_sigmoid_bwd_span, (float *dinp, const float *dout, const fl
     }
 }
 
-CPU_SIMD_KERNEL(sigmoid_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n)) {
+CPU_SIMD_KERNEL(sigmoid_fwd_span, (float *out, const float *inp, size_t n), (out, inp, n))
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         out[i] = 1.0f / (1.0f + cpu_fast_expf(-inp[i]));
     }
 }
 
-void cpu_tanh_forward(float *out, const float *inp, size_t n) {
+void cpu_tanh_forward(float *out, const float *inp, size_t n)
+{
     /* inp (n,), out (n,) */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, tanh_fwd_span(out + o, inp + o, m));
 }
 
-void cpu_tanh_backward(float *dinp, const float *dout, const float *out, size_t n) {
+void cpu_tanh_backward(float *dinp, const float *dout, const float *out, size_t n)
+{
     /* dout, out (n,) -> dinp (n,) += */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, tanh_sigmoid_bwd_span(dinp + o, dout + o, out + o, m, 0));
 }
 
-void cpu_sigmoid_forward(float *out, const float *inp, size_t n) {
+void cpu_sigmoid_forward(float *out, const float *inp, size_t n)
+{
     /* inp (n,), out (n,) */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN / 8, sigmoid_fwd_span(out + o, inp + o, m));
 }
 
-void cpu_sigmoid_backward(float *dinp, const float *dout, const float *out, size_t n) {
+void cpu_sigmoid_backward(float *dinp, const float *dout, const float *out, size_t n)
+{
     /* dout, out (n,) -> dinp (n,) += */
     cpu_threads_apply();
     FOR_BLOCKS(n, PAR_MIN, tanh_sigmoid_bwd_span(dinp + o, dout + o, out + o, m, 1));
@@ -214,7 +235,8 @@ void cpu_sigmoid_backward(float *dinp, const float *dout, const float *out, size
 /* Chris Wellons' lowbias32: a 32-bit integer hash with near-ideal avalanche, in
  * 32-bit lanes so the mask loop vectorizes (a 64-bit multiply would not on the
  * baseline x86-64 target). */
-static inline uint32_t hash32(uint32_t x) {
+static inline uint32_t hash32(uint32_t x)
+{
     x ^= x >> 16;
     x *= 0x7feb352du;
     x ^= x >> 15;
@@ -230,23 +252,27 @@ typedef struct dropout_key {
     uint32_t k0, k1;
 } dropout_key;
 
-static dropout_key dropout_key_for(uint64_t seed, uint64_t step, uint64_t hi) {
+static dropout_key dropout_key_for(uint64_t seed, uint64_t step, uint64_t hi)
+{
     uint64_t k = stoke_stream_key(seed, step, hi);
     dropout_key key = {(uint32_t)k, (uint32_t)(k >> 32)};
     return key;
 }
 
-static inline uint32_t dropout_bits(dropout_key key, uint32_t lo) {
+static inline uint32_t dropout_bits(dropout_key key, uint32_t lo)
+{
     return hash32(hash32(lo ^ key.k0) + key.k1);
 }
 
 /* Keep iff bits >= threshold, so P(keep) = 1 - threshold / 2^32. */
-static uint32_t dropout_threshold(float p) {
+static uint32_t dropout_threshold(float p)
+{
     double t = (double)p * 4294967296.0;
     return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
 
-int cpu_dropout_keep(uint64_t seed, uint64_t step, size_t i, float p) {
+int cpu_dropout_keep(uint64_t seed, uint64_t step, size_t i, float p)
+{
     if (p <= 0.0f) {
         return 1;
     }
@@ -259,9 +285,11 @@ int cpu_dropout_keep(uint64_t seed, uint64_t step, size_t i, float p) {
 
 /* dst[i] (+)= src[i] * mask_i * scale over [begin, end), which lies inside one 2^32
  * block. */
-CPU_SIMD_KERNEL(dropout_span, (float *dst, const float *src, size_t begin, size_t end,
-                               dropout_key key, uint32_t thr, float scale, int accumulate),
-                              (dst, src, begin, end, key, thr, scale, accumulate)) {
+CPU_SIMD_KERNEL(dropout_span,
+                (float *dst, const float *src, size_t begin, size_t end, dropout_key key,
+                 uint32_t thr, float scale, int accumulate),
+                (dst, src, begin, end, key, thr, scale, accumulate))
+{
     if (accumulate) {
 #pragma omp simd
         for (size_t i = begin; i < end; i++) {
@@ -278,7 +306,8 @@ CPU_SIMD_KERNEL(dropout_span, (float *dst, const float *src, size_t begin, size_
 }
 
 static void dropout_apply(float *dst, const float *src, size_t n, float p, uint64_t seed,
-                          uint64_t step, int accumulate) {
+                          uint64_t step, int accumulate)
+{
     uint32_t thr = dropout_threshold(p);
     float scale = 1.0f / (1.0f - p);
     /* Chunks of 2^16 elements: a chunk never straddles a 2^32 block, and the mask of
@@ -295,7 +324,8 @@ static void dropout_apply(float *dst, const float *src, size_t n, float p, uint6
 }
 
 void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t seed,
-                         uint64_t step, int train) {
+                         uint64_t step, int train)
+{
     /* inp (n,), out (n,) */
     cpu_threads_apply();
     if (!train || p <= 0.0f) {
@@ -311,8 +341,9 @@ void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64
     dropout_apply(out, inp, n, p, seed, step, 0);
 }
 
-void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
-                          uint64_t seed, uint64_t step, int train) {
+void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                          uint64_t step, int train)
+{
     /* dout (n,) -> dinp (n,) += */
     cpu_threads_apply();
     if (!train || p <= 0.0f) {
@@ -330,7 +361,8 @@ void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
 
 /* ---- residual ---- */
 
-void cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
+void cpu_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
     /* a, b (n,) -> out (n,) */
     cpu_threads_apply();
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
@@ -339,7 +371,8 @@ void cpu_residual_forward(float *out, const float *a, const float *b, size_t n) 
     }
 }
 
-void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
+void cpu_residual_backward(float *da, float *db, const float *dout, size_t n)
+{
     /* dout (n,) -> da, db (n,) += */
     cpu_threads_apply();
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
@@ -351,13 +384,14 @@ void cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
 
 /* ---- softmax ---- */
 
-CPU_SIMD_KERNEL(softmax_rows, (float *out, const float *inp, int rows, int C),
-                              (out, inp, rows, C)) {
+CPU_SIMD_KERNEL(softmax_rows, (float *out, const float *inp, int rows, int C), (out, inp, rows, C))
+{
     for (int r = 0; r < rows; r++)
         cpu_softmax_row(out + (size_t)r * C, inp + (size_t)r * C, C);
 }
 
-void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
+void cpu_softmax_forward(float *out, const float *inp, int N, int C)
+{
     /* inp (N, C) -> out (N, C), softmax over C; rows in blocks of ~BLK elements */
     cpu_threads_apply();
     int rows = (int)(BLK / (size_t)C) + 1;
@@ -369,7 +403,8 @@ void cpu_softmax_forward(float *out, const float *inp, int N, int C) {
     }
 }
 
-void cpu_softmax_backward(float *dinp, const float *dout, const float *out, int N, int C) {
+void cpu_softmax_backward(float *dinp, const float *dout, const float *out, int N, int C)
+{
     /* dout, out (N, C) -> dinp (N, C) += */
     cpu_threads_apply();
 #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= PAR_MIN)
@@ -391,7 +426,8 @@ void cpu_softmax_backward(float *dinp, const float *dout, const float *out, int 
 
 /* ---- embedding ---- */
 
-static stoke_status embedding_check(const char *what, const int32_t *idx, int N, int V) {
+static stoke_status embedding_check(const char *what, const int32_t *idx, int N, int V)
+{
     for (int n = 0; n < N; n++) {
         if (idx[n] < 0 || idx[n] >= V) {
             return stoke_fail(STOKE_ERR_ARG,
@@ -403,8 +439,9 @@ static stoke_status embedding_check(const char *what, const int32_t *idx, int N,
     return STOKE_OK;
 }
 
-stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *table,
-                                   int N, int V, int C) {
+stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *table, int N, int V,
+                                   int C)
+{
     /* idx (N,), table (V, C) -> out (N, C) */
     cpu_threads_apply();
     stoke_status st = embedding_check("forward", idx, N, V);
@@ -418,8 +455,9 @@ stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *
     return STOKE_OK;
 }
 
-stoke_status cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx,
-                                    int N, int V, int C) {
+stoke_status cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, int N,
+                                    int V, int C)
+{
     /* dout (N, C), idx (N,) -> dtable (V, C) += */
     cpu_threads_apply();
     stoke_status st = embedding_check("backward", idx, N, V);

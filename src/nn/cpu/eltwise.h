@@ -42,7 +42,8 @@
  * a branch, which it then may not if-convert ("control flow in loop"), and the
  * loop stays scalar. */
 
-static inline float cpu_select(int c, float a, float b) {
+static inline float cpu_select(int c, float a, float b)
+{
     uint32_t m = 0u - (uint32_t)(c != 0), ua, ub;
     memcpy(&ua, &a, sizeof ua);
     memcpy(&ub, &b, sizeof ub);
@@ -52,7 +53,8 @@ static inline float cpu_select(int c, float a, float b) {
     return f;
 }
 
-static inline float cpu_fast_expf(float x) {
+static inline float cpu_fast_expf(float x)
+{
     /* Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n
      * built in the exponent bits. n comes from the 1.5 * 2^23 rounding trick: its
      * integer lands in the low mantissa bits, so no float-to-int conversion (which
@@ -85,7 +87,8 @@ static inline float cpu_fast_expf(float x) {
  * 1 - erf(x) comes from erf's Maclaurin series (truncation < 1e-8); both are
  * computed and one is selected. The GELU backward already has exp(-x*x) for the
  * density, so it passes it in. */
-static inline float cpu_erfcf_pos_given_exp(float x, float e) { /* e = exp(-x*x) */
+static inline float cpu_erfcf_pos_given_exp(float x, float e)
+{ /* e = exp(-x*x) */
     float t = 1.0f / (1.0f + 0.3275911f * x);
     float p = 1.061405429f;
     p = p * t - 1.453152027f;
@@ -106,11 +109,13 @@ static inline float cpu_erfcf_pos_given_exp(float x, float e) { /* e = exp(-x*x)
     return cpu_select(x < 0.6f, head, tail);
 }
 
-static inline float cpu_fast_erfcf_pos(float x) {
+static inline float cpu_fast_erfcf_pos(float x)
+{
     return cpu_erfcf_pos_given_exp(x, cpu_fast_expf(-x * x));
 }
 
-static inline float cpu_fast_tanhf(float x) {
+static inline float cpu_fast_tanhf(float x)
+{
     float e = cpu_fast_expf(-2.0f * fabsf(x));
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
@@ -118,7 +123,8 @@ static inline float cpu_fast_tanhf(float x) {
 /* max of x[0..n) (n >= 1). A `reduction(max)` over floats does not vectorize in
  * clang without -ffast-math (NaN ordering), so 16 independent lanes are kept
  * instead; `a > b ? a : b` per lane is exactly what maxps computes. */
-static inline float cpu_row_max(const float *x, int n) {
+static inline float cpu_row_max(const float *x, int n)
+{
     float lane[16];
     for (int l = 0; l < 16; l++) {
         lane[l] = x[0];
@@ -141,7 +147,8 @@ static inline float cpu_row_max(const float *x, int n) {
 
 /* y = softmax(x) over n entries (y may be x): exp(x - max) normalized by its sum. Inline,
  * so each CPU_SIMD_KERNEL caller gets it in its own vector width. */
-static inline void cpu_softmax_row(float *y, const float *x, int n) {
+static inline void cpu_softmax_row(float *y, const float *x, int n)
+{
     float mx = cpu_row_max(x, n);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -166,16 +173,14 @@ void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t 
 /* ReLU's gradient written, not accumulated, for a fused linear -> ReLU: dout where
  * out > 0, else 0, into g32 (fp32) or, when g32 is NULL, g16 (bf16 bits, rounded to
  * nearest even) for the bf16 matmul that reads it. */
-void cpu_relu_mask_grad(float *g32, uint16_t *g16, const float *dout, const float *out,
-                        size_t n);
+void cpu_relu_mask_grad(float *g32, uint16_t *g16, const float *dout, const float *out, size_t n);
 
 /* GELU. approx_tanh = 0: PyTorch's default exact form x * Phi(x) = 0.5 x erfc(-x/sqrt2);
  * approx_tanh = 1: PyTorch's approximate="tanh",
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void cpu_gelu_forward(float *out, const float *inp, size_t n, int approx_tanh);
 /* dinp += dout * gelu'(inp). Reads the forward INPUT `inp`. */
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
-                       int approx_tanh);
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approx_tanh);
 
 /* out = tanh(inp). */
 void cpu_tanh_forward(float *out, const float *inp, size_t n);
@@ -205,8 +210,8 @@ void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64
                          uint64_t step, int train);
 /* dinp += dout * mask / (1 - p) with the forward's (seed, step, p, train). Needs no
  * forward buffer. */
-void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
-                          uint64_t seed, uint64_t step, int train);
+void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                          uint64_t step, int train);
 
 /* ---- residual add ---- */
 
@@ -227,13 +232,13 @@ void cpu_softmax_backward(float *dinp, const float *dout, const float *out, int 
 /* out[n] = table[idx[n]]. Every index is checked before anything is written: an
  * index outside [0, V) returns STOKE_ERR_ARG with a message naming its position
  * and value, and `out` is untouched. */
-stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *table,
-                                   int N, int V, int C);
+stoke_status cpu_embedding_forward(float *out, const int32_t *idx, const float *table, int N, int V,
+                                   int C);
 /* dtable[idx[n]] += dout[n]. Reads `idx` (not the forward output). Deterministic and
  * race-free whatever the thread count: threads split the C columns, and each
  * column sums its rows in index order. Same index check and error as forward;
  * dtable is untouched on error. */
-stoke_status cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx,
-                                    int N, int V, int C);
+stoke_status cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, int N,
+                                    int V, int C);
 
 #endif

@@ -9,12 +9,11 @@
 #include <string.h>
 
 stoke_status cpu_cross_entropy(const float *logits, const int32_t *targets, int B, int K,
-                               float label_smoothing, float grad_scale, float *loss,
-                               float *dlogits)
+                               float label_smoothing, float grad_scale, float *loss, float *dlogits)
 {
     if (B < 1 || K < 1)
-        return stoke_fail(STOKE_ERR_ARG, "cross-entropy: batch %d and classes %d must be >= 1",
-                          B, K);
+        return stoke_fail(STOKE_ERR_ARG, "cross-entropy: batch %d and classes %d must be >= 1", B,
+                          K);
     if (!(label_smoothing >= 0 && label_smoothing <= 1))
         return stoke_fail(STOKE_ERR_ARG, "cross-entropy: label_smoothing %g outside [0, 1]",
                           (double)label_smoothing);
@@ -91,8 +90,8 @@ stoke_status cpu_mse(const float *pred, const float *target, size_t n, float gra
     return STOKE_OK;
 }
 
-stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad_scale,
-                    float *loss, float *dpred)
+stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad_scale, float *loss,
+                    float *dpred)
 {
     if (n < 1)
         return stoke_fail(STOKE_ERR_ARG, "l1: no elements");
@@ -108,31 +107,39 @@ stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad
     return STOKE_OK;
 }
 
-stoke_status cpu_policy_gradient(const float *logits, const float *target, int B, int K,
-                                 int cols, float clip, float entropy, float grad_scale,
-                                 float *loss, float *dlogits)
+stoke_status cpu_policy_gradient(const float *logits, const float *target, int B, int K, int cols,
+                                 float clip, float entropy, float grad_scale, float *loss,
+                                 float *dlogits)
 {
     if (B < 1 || K < 2)
-        return stoke_fail(STOKE_ERR_ARG, "policy gradient: batch %d and actions %d must be >= 1 "
-                          "and >= 2", B, K);
+        return stoke_fail(STOKE_ERR_ARG,
+                          "policy gradient: batch %d and actions %d must be >= 1 "
+                          "and >= 2",
+                          B, K);
     if (cols == 2 ? clip != 0 : cols != 3 || !(clip > 0 && clip < 1))
-        return stoke_fail(STOKE_ERR_ARG, "policy gradient: %d target columns with clip %g (2 "
-                          "with clip 0, or 3 with clip in (0, 1))", cols, (double)clip);
+        return stoke_fail(STOKE_ERR_ARG,
+                          "policy gradient: %d target columns with clip %g (2 "
+                          "with clip 0, or 3 with clip in (0, 1))",
+                          cols, (double)clip);
     if (!(entropy >= 0 && isfinite(entropy)))
-        return stoke_fail(STOKE_ERR_ARG, "policy gradient: entropy coefficient %g must be "
-                          "finite and >= 0", (double)entropy);
+        return stoke_fail(STOKE_ERR_ARG,
+                          "policy gradient: entropy coefficient %g must be "
+                          "finite and >= 0",
+                          (double)entropy);
     /* every target is checked before anything is written */
     for (int b = 0; b < B; b++) {
         const float *t = target + (size_t)b * cols;
         if (!(t[0] >= 0 && t[0] < (float)K && t[0] == floorf(t[0])))
-            return stoke_fail(STOKE_ERR_ARG, "sample %d has action %g, not a whole number in "
-                              "[0, %d)", b, (double)t[0], K);
+            return stoke_fail(STOKE_ERR_ARG,
+                              "sample %d has action %g, not a whole number in "
+                              "[0, %d)",
+                              b, (double)t[0], K);
         if (!isfinite(t[1]))
             return stoke_fail(STOKE_ERR_ARG, "sample %d has advantage %g (not finite)", b,
                               (double)t[1]);
         if (cols == 3 && !isfinite(t[2]))
-            return stoke_fail(STOKE_ERR_ARG, "sample %d has old log-probability %g (not finite)",
-                              b, (double)t[2]);
+            return stoke_fail(STOKE_ERR_ARG, "sample %d has old log-probability %g (not finite)", b,
+                              (double)t[2]);
     }
     const double g = (double)grad_scale / B, beta = entropy;
     double total = 0;

@@ -47,8 +47,8 @@ stoke_status cpu_mse(const float *pred, const float *target, size_t n, float gra
 /* Mean absolute error loss, as torch.nn.L1Loss (mean over all n elements):
  *   pred (n), target (n), dpred (n) or NULL; dpred += grad_scale * sign(pred - target) / n,
  *   with sign(0) = 0 as PyTorch. Fails with STOKE_ERR_ARG if n < 1. */
-stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad_scale,
-                    float *loss, float *dpred);
+stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad_scale, float *loss,
+                    float *dpred);
 
 /* Policy-gradient loss (docs/nn-training-math.md), batch mean of per-sample losses:
  *   logits (B, K), target (B, cols) floats, dlogits (B, K) or NULL; per sample
@@ -63,9 +63,9 @@ stoke_status cpu_l1(const float *pred, const float *target, size_t n, float grad
  * Fails with STOKE_ERR_ARG naming the sample when an action is not a whole number in
  * [0, K) or an advantage or old log-probability is not finite, or when the sizes,
  * cols, clip or entropy are invalid; nothing is written then. */
-stoke_status cpu_policy_gradient(const float *logits, const float *target, int B, int K,
-                                 int cols, float clip, float entropy, float grad_scale,
-                                 float *loss, float *dlogits);
+stoke_status cpu_policy_gradient(const float *logits, const float *target, int B, int K, int cols,
+                                 float clip, float entropy, float grad_scale, float *loss,
+                                 float *dlogits);
 
 /* ---- metrics ------------------------------------------------------------------------ */
 

@@ -18,7 +18,8 @@
 
 /* sum x[i] and sum (x[i] - m)^2 over [0, n), added to *sum and *sq */
 CPU_SIMD_KERNEL(sum_and_sq, (const float *x, int n, float m, double *sum, double *sq),
-                            (x, n, m, sum, sq)) {
+                (x, n, m, sum, sq))
+{
     for (int i0 = 0; i0 < n; i0 += PIECE) {
         int i1 = i0 + PIECE < n ? i0 + PIECE : n;
         float s = 0.0f, q = 0.0f;
@@ -34,8 +35,11 @@ CPU_SIMD_KERNEL(sum_and_sq, (const float *x, int n, float m, double *sum, double
 }
 
 /* sum dy[i], sum dy[i] (x[i] - m) r over [0, n) */
-CPU_SIMD_KERNEL(sum_dy_dyx, (const float *dy, const float *x, int n, float m, float r,
-                             double *sdy, double *sdyx), (dy, x, n, m, r, sdy, sdyx)) {
+CPU_SIMD_KERNEL(sum_dy_dyx,
+                (const float *dy, const float *x, int n, float m, float r, double *sdy,
+                 double *sdyx),
+                (dy, x, n, m, r, sdy, sdyx))
+{
     for (int i0 = 0; i0 < n; i0 += PIECE) {
         int i1 = i0 + PIECE < n ? i0 + PIECE : n;
         float a = 0.0f, b = 0.0f;
@@ -59,8 +63,10 @@ CPU_SIMD_KERNEL(sum_dy_dyx, (const float *dy, const float *x, int n, float m, fl
 
 /* Batch statistics of the columns [0, w) (row stride C): fp32 mean mf, and the
  * exact-mean-corrected sum of squared deviations ss, as the general path. */
-CPU_SIMD_KERNEL(bn1d_stats, (const float *inp, int B, int C, int w, float *mf, double *m,
-                             double *ss), (inp, B, C, w, mf, m, ss)) {
+CPU_SIMD_KERNEL(bn1d_stats,
+                (const float *inp, int B, int C, int w, float *mf, double *m, double *ss),
+                (inp, B, C, w, mf, m, ss))
+{
     double s0[COLS] = {0}, s1[COLS] = {0}, q[COLS] = {0};
     for (int b0 = 0; b0 < B; b0 += PIECE) {
         int b1 = b0 + PIECE < B ? b0 + PIECE : B;
@@ -103,8 +109,11 @@ CPU_SIMD_KERNEL(bn1d_stats, (const float *inp, int B, int C, int w, float *mf, d
 }
 
 /* y = x a + sh per column, over B rows */
-CPU_SIMD_KERNEL(bn1d_apply, (float *out, const float *inp, int B, int C, int w, const float *a,
-                             const float *sh), (out, inp, B, C, w, a, sh)) {
+CPU_SIMD_KERNEL(bn1d_apply,
+                (float *out, const float *inp, int B, int C, int w, const float *a,
+                 const float *sh),
+                (out, inp, B, C, w, a, sh))
+{
     for (int b = 0; b < B; b++) {
         const float *x = inp + (size_t)b * C;
         float *y = out + (size_t)b * C;
@@ -116,9 +125,11 @@ CPU_SIMD_KERNEL(bn1d_apply, (float *out, const float *inp, int B, int C, int w, 
 }
 
 /* sum dy and sum dy xhat per column */
-CPU_SIMD_KERNEL(bn1d_grad_sums, (const float *dout, const float *inp, int B, int C, int w,
-                                 const float *mean, const float *rstd, double *sdy,
-                                 double *sdyx), (dout, inp, B, C, w, mean, rstd, sdy, sdyx)) {
+CPU_SIMD_KERNEL(bn1d_grad_sums,
+                (const float *dout, const float *inp, int B, int C, int w, const float *mean,
+                 const float *rstd, double *sdy, double *sdyx),
+                (dout, inp, B, C, w, mean, rstd, sdy, sdyx))
+{
     for (int c = 0; c < w; c++) {
         sdy[c] = 0.0;
         sdyx[c] = 0.0;
@@ -143,10 +154,12 @@ CPU_SIMD_KERNEL(bn1d_grad_sums, (const float *dout, const float *inp, int B, int
 }
 
 /* dx += k (dy - mdy - xhat mdyx) per column (eval: mdy = mdyx = 0) */
-CPU_SIMD_KERNEL(bn1d_dinp, (float *dinp, const float *dout, const float *inp, int B, int C,
-                            int w, const float *mean, const float *rstd, const float *k,
-                            const float *mdy, const float *mdyx),
-                           (dinp, dout, inp, B, C, w, mean, rstd, k, mdy, mdyx)) {
+CPU_SIMD_KERNEL(bn1d_dinp,
+                (float *dinp, const float *dout, const float *inp, int B, int C, int w,
+                 const float *mean, const float *rstd, const float *k, const float *mdy,
+                 const float *mdyx),
+                (dinp, dout, inp, B, C, w, mean, rstd, k, mdy, mdyx))
+{
     for (int b = 0; b < B; b++) {
         const float *x = inp + (size_t)b * C;
         const float *dy = dout + (size_t)b * C;
@@ -159,10 +172,11 @@ CPU_SIMD_KERNEL(bn1d_dinp, (float *dinp, const float *dout, const float *inp, in
     }
 }
 
-static void batchnorm1d_forward(float *out, float *save_mean, float *save_rstd,
-                                float *running_mean, float *running_var, const float *inp,
-                                const float *weight, const float *bias, int B, int C,
-                                int train, float momentum, float eps) {
+static void batchnorm1d_forward(float *out, float *save_mean, float *save_rstd, float *running_mean,
+                                float *running_var, const float *inp, const float *weight,
+                                const float *bias, int B, int C, int train, float momentum,
+                                float eps)
+{
     int nblk = (C + COLS - 1) / COLS;
 #pragma omp parallel for schedule(static) if ((size_t)B * C >= PAR_MIN && nblk > 1)
     for (int k = 0; k < nblk; k++) {
@@ -199,17 +213,16 @@ static void batchnorm1d_forward(float *out, float *save_mean, float *save_rstd,
 }
 
 static void batchnorm1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight,
-                                 const float *save_mean, const float *save_rstd, int B, int C,
-                                 int train) {
+                                 const float *inp, const float *weight, const float *save_mean,
+                                 const float *save_rstd, int B, int C, int train)
+{
     int nblk = (C + COLS - 1) / COLS;
 #pragma omp parallel for schedule(static) if ((size_t)B * C >= PAR_MIN && nblk > 1)
     for (int k = 0; k < nblk; k++) {
         int c0 = k * COLS, w = C - c0 < COLS ? C - c0 : COLS;
         double sdy[COLS], sdyx[COLS];
         float kk[COLS], mdy[COLS], mdyx[COLS];
-        bn1d_grad_sums(dout + c0, inp + c0, B, C, w, save_mean + c0, save_rstd + c0, sdy,
-                       sdyx);
+        bn1d_grad_sums(dout + c0, inp + c0, B, C, w, save_mean + c0, save_rstd + c0, sdy, sdyx);
         for (int c = 0; c < w; c++) {
             int ch = c0 + c;
             if (dweight) {
@@ -223,17 +236,17 @@ static void batchnorm1d_backward(float *dinp, float *dweight, float *dbias, cons
             mdyx[c] = train ? (float)(sdyx[c] / (double)B) : 0.0f;
         }
         if (dinp) {
-            bn1d_dinp(dinp + c0, dout + c0, inp + c0, B, C, w, save_mean + c0, save_rstd + c0,
-                      kk, mdy, mdyx);
+            bn1d_dinp(dinp + c0, dout + c0, inp + c0, B, C, w, save_mean + c0, save_rstd + c0, kk,
+                      mdy, mdyx);
         }
     }
 }
 
 stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rstd,
-                                   float *running_mean, float *running_var,
-                                   const float *inp, const float *weight, const float *bias,
-                                   int B, int C, int S, int train, float momentum,
-                                   float eps) {
+                                   float *running_mean, float *running_var, const float *inp,
+                                   const float *weight, const float *bias, int B, int C, int S,
+                                   int train, float momentum, float eps)
+{
     /* inp (B, C, S) -> out (B, C, S); save_mean, save_rstd (C,) */
     cpu_threads_apply();
     size_t count = (size_t)B * (size_t)S;
@@ -247,8 +260,8 @@ stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rst
         return stoke_fail(STOKE_ERR_ARG, "batchnorm: eval mode needs running statistics");
     }
     if (S == 1) {
-        batchnorm1d_forward(out, save_mean, save_rstd, running_mean, running_var, inp, weight,
-                            bias, B, C, train, momentum, eps);
+        batchnorm1d_forward(out, save_mean, save_rstd, running_mean, running_var, inp, weight, bias,
+                            B, C, train, momentum, eps);
         return STOKE_OK;
     }
     size_t total = count * (size_t)C;
@@ -277,8 +290,7 @@ stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rst
             if (running_mean && running_var) {
                 double unbiased = ss / (double)(count - 1);
                 running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * m);
-                running_var[c] =
-                    (float)((1.0 - momentum) * running_var[c] + momentum * unbiased);
+                running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * unbiased);
             }
         } else {
             mean = running_mean[c];
@@ -304,12 +316,13 @@ stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rst
 
 void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *save_mean,
-                            const float *save_rstd, int B, int C, int S, int train) {
+                            const float *save_rstd, int B, int C, int S, int train)
+{
     /* dout, inp (B, C, S) -> dinp (B, C, S) +=; dweight, dbias (C,) += */
     cpu_threads_apply();
     if (S == 1) {
-        batchnorm1d_backward(dinp, dweight, dbias, dout, inp, weight, save_mean, save_rstd, B,
-                             C, train);
+        batchnorm1d_backward(dinp, dweight, dbias, dout, inp, weight, save_mean, save_rstd, B, C,
+                             train);
         return;
     }
     size_t count = (size_t)B * (size_t)S;
@@ -361,14 +374,13 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
 }
 
 /* Rows per parallel work item: about 4096 elements. */
-static int rows_per_block(int C) {
-    return 4096 / C + 1;
-}
+static int rows_per_block(int C) { return 4096 / C + 1; }
 
-CPU_SIMD_KERNEL(layernorm_rows, (float *out, float *save_mean, float *save_rstd,
-                                 const float *inp, const float *weight, const float *bias,
-                                 int rows, int C, float eps),
-                                (out, save_mean, save_rstd, inp, weight, bias, rows, C, eps)) {
+CPU_SIMD_KERNEL(layernorm_rows,
+                (float *out, float *save_mean, float *save_rstd, const float *inp,
+                 const float *weight, const float *bias, int rows, int C, float eps),
+                (out, save_mean, save_rstd, inp, weight, bias, rows, C, eps))
+{
     for (int n = 0; n < rows; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -401,9 +413,9 @@ CPU_SIMD_KERNEL(layernorm_rows, (float *out, float *save_mean, float *save_rstd,
     }
 }
 
-void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
-                           const float *inp, const float *weight, const float *bias, int N,
-                           int C, float eps) {
+void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C, float eps)
+{
     /* inp (N, C) -> out (N, C); save_mean, save_rstd (N,) */
     cpu_threads_apply();
     int rows = rows_per_block(C), nblk = (N + rows - 1) / rows;
@@ -411,15 +423,15 @@ void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
     for (int k = 0; k < nblk; k++) {
         int r0 = k * rows, m = N - r0 < rows ? N - r0 : rows;
         size_t o = (size_t)r0 * C;
-        layernorm_rows(out + o, save_mean + r0, save_rstd + r0, inp + o, weight, bias, m, C,
-                       eps);
+        layernorm_rows(out + o, save_mean + r0, save_rstd + r0, inp + o, weight, bias, m, C, eps);
     }
 }
 
-CPU_SIMD_KERNEL(layernorm_rows_backward, (float *dinp, const float *dout, const float *inp,
-                                          const float *weight, const float *save_mean,
-                                          const float *save_rstd, int rows, int C),
-                                         (dinp, dout, inp, weight, save_mean, save_rstd, rows, C)) {
+CPU_SIMD_KERNEL(layernorm_rows_backward,
+                (float *dinp, const float *dout, const float *inp, const float *weight,
+                 const float *save_mean, const float *save_rstd, int rows, int C),
+                (dinp, dout, inp, weight, save_mean, save_rstd, rows, C))
+{
     for (int n = 0; n < rows; n++) {
         const float *x = inp + (size_t)n * C;
         const float *dy = dout + (size_t)n * C;
@@ -444,10 +456,11 @@ CPU_SIMD_KERNEL(layernorm_rows_backward, (float *dinp, const float *dout, const 
 
 /* dw[0, w) = sum_n dout[n] xhat[n], db[0, w) = sum_n dout[n] over the columns
  * [0, w) of the row stride C, rows in order. */
-CPU_SIMD_KERNEL(layernorm_param_block, (float *dw, float *db, const float *dout,
-                                        const float *inp, const float *save_mean,
-                                        const float *save_rstd, int N, int C, int w),
-                                       (dw, db, dout, inp, save_mean, save_rstd, N, C, w)) {
+CPU_SIMD_KERNEL(layernorm_param_block,
+                (float *dw, float *db, const float *dout, const float *inp, const float *save_mean,
+                 const float *save_rstd, int N, int C, int w),
+                (dw, db, dout, inp, save_mean, save_rstd, N, C, w))
+{
     for (int c = 0; c < w; c++) {
         dw[c] = 0.0f;
         db[c] = 0.0f;
@@ -466,7 +479,8 @@ CPU_SIMD_KERNEL(layernorm_param_block, (float *dw, float *db, const float *dout,
 
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *save_mean,
-                            const float *save_rstd, int N, int C) {
+                            const float *save_rstd, int N, int C)
+{
     /* dout, inp (N, C) -> dinp (N, C) +=; dweight, dbias (C,) += */
     cpu_threads_apply();
     size_t total = (size_t)N * (size_t)C;
@@ -475,8 +489,8 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
     for (int k = 0; k < nrb; k++) {
         int r0 = k * rows, m = N - r0 < rows ? N - r0 : rows;
         size_t o = (size_t)r0 * C;
-        layernorm_rows_backward(dinp + o, dout + o, inp + o, weight, save_mean + r0,
-                                save_rstd + r0, m, C);
+        layernorm_rows_backward(dinp + o, dout + o, inp + o, weight, save_mean + r0, save_rstd + r0,
+                                m, C);
     }
     if (!dweight && !dbias) {
         return;

@@ -12,8 +12,8 @@
  * gradients are reduced per channel in a fixed order, so results do not depend on
  * the thread count. */
 
-#define CPU_BN_MOMENTUM 0.1f /* PyTorch's default */
-#define CPU_NORM_EPS 1e-5f   /* PyTorch's default for both */
+#define CPU_BN_MOMENTUM 0.1f  /* PyTorch's default */
+#define CPU_NORM_EPS    1e-5f /* PyTorch's default for both */
 
 /* Batch norm over inp (B, C, S) with S = H*W spatial positions (NCHW); S = 1 is
  * BatchNorm1d over (B, C). Per channel c: weight, bias, running_mean, running_var,
@@ -31,10 +31,9 @@
  *   them into save_mean / save_rstd too, so the backward is the same call.
  * Statistics accumulate in double. out may alias inp. */
 stoke_status cpu_batchnorm_forward(float *out, float *save_mean, float *save_rstd,
-                                   float *running_mean, float *running_var,
-                                   const float *inp, const float *weight, const float *bias,
-                                   int B, int C, int S, int train, float momentum,
-                                   float eps);
+                                   float *running_mean, float *running_var, const float *inp,
+                                   const float *weight, const float *bias, int B, int C, int S,
+                                   int train, float momentum, float eps);
 
 /* dout, inp (B, C, S) -> dinp (B, C, S) +=, dweight, dbias (C,) +=.
  * Reads the forward INPUT `inp` and save_mean / save_rstd from the forward (with the
@@ -48,9 +47,8 @@ void cpu_batchnorm_backward(float *dinp, float *dweight, float *dbias, const flo
 /* Layer norm over the last dim: inp, out (N, C) with N = B*T; weight, bias (C,);
  * save_mean, save_rstd (N,). Biased variance, as PyTorch. out must not alias inp
  * (the backward reads inp). */
-void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd,
-                           const float *inp, const float *weight, const float *bias, int N,
-                           int C, float eps);
+void cpu_layernorm_forward(float *out, float *save_mean, float *save_rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C, float eps);
 
 /* dout, inp (N, C) -> dinp (N, C) +=, dweight, dbias (C,) +=. Reads the forward
  * INPUT `inp` and save_mean / save_rstd. */

@@ -52,7 +52,7 @@ stoke_status cpu_sgd_check(const cpu_sgd_config *c)
 }
 
 #define SGD_PAR_MIN ((size_t)1 << 16)
-#define SGD_BLK ((size_t)1 << 13)
+#define SGD_BLK     ((size_t)1 << 13)
 
 static void sgd_range_(const cpu_sgd_config *c, float neg_lr, bool first, float *param,
                        const float *grad, float *momentum_buf, size_t lo, size_t hi)
@@ -81,9 +81,8 @@ static void sgd_range(const cpu_sgd_config *c, float neg_lr, bool first, float *
 
 /* One block of the update, then what follows it while the block is in cache: the
  * weights' low-precision copy and the zeroed gradient. */
-static void sgd_block(const cpu_sgd_config *c, float neg_lr, bool first, float *param,
-                      float *grad, float *momentum_buf, size_t lo, size_t hi,
-                      const cpu_after_update *after)
+static void sgd_block(const cpu_sgd_config *c, float neg_lr, bool first, float *param, float *grad,
+                      float *momentum_buf, size_t lo, size_t hi, const cpu_after_update *after)
 {
     sgd_range(c, neg_lr, first, param, grad, momentum_buf, lo, hi);
     if (!after)
@@ -94,9 +93,8 @@ static void sgd_block(const cpu_sgd_config *c, float neg_lr, bool first, float *
         memset(grad + lo, 0, (hi - lo) * sizeof *grad);
 }
 
-void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *param,
-                       float *grad, float *momentum_buf, size_t n,
-                       const cpu_after_update *after)
+void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *param, float *grad,
+                       float *momentum_buf, size_t n, const cpu_after_update *after)
 {
     const float neg_lr = (float)-lr;
     const bool first = step <= 1;
@@ -115,8 +113,8 @@ void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *
     }
 }
 
-void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
-                  const float *grad, float *momentum_buf, size_t n)
+void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param, const float *grad,
+                  float *momentum_buf, size_t n)
 {
     /* grad is only read when nothing follows the update */
     cpu_sgd_step_then(c, lr, step, param, (float *)(uintptr_t)grad, momentum_buf, n, NULL);
@@ -137,8 +135,7 @@ stoke_status cpu_adamw_check(const cpu_adamw_config *c)
     if (!(c->beta2 >= 0 && c->beta2 < 1))
         return stoke_fail(STOKE_ERR_ARG, "adamw: beta2 %g outside [0, 1)", (double)c->beta2);
     if (!finite_nonneg(c->eps))
-        return stoke_fail(STOKE_ERR_ARG, "adamw: eps %g must be finite and >= 0",
-                          (double)c->eps);
+        return stoke_fail(STOKE_ERR_ARG, "adamw: eps %g must be finite and >= 0", (double)c->eps);
     if (!finite_nonneg(c->weight_decay))
         return stoke_fail(STOKE_ERR_ARG, "adamw: weight_decay %g must be finite and >= 0",
                           (double)c->weight_decay);
@@ -153,8 +150,8 @@ typedef struct adamw_k {
  * the scalar loop, and the AdamW step would be compute-bound without it. The same
  * correctly rounded operations in the same order as the scalar tail, so every element
  * gets the same bits either way. */
-static void adamw_range_(const adamw_k *k, float *param, const float *grad, float *m,
-                         float *v, size_t lo, size_t hi)
+static void adamw_range_(const adamw_k *k, float *param, const float *grad, float *m, float *v,
+                         size_t lo, size_t hi)
 {
     size_t i = lo;
     const __m128 b1 = _mm_set1_ps(k->b1), b2 = _mm_set1_ps(k->b2);
@@ -165,8 +162,8 @@ static void adamw_range_(const adamw_k *k, float *param, const float *grad, floa
         __m128 g = _mm_loadu_ps(grad + i);
         __m128 p = _mm_mul_ps(_mm_loadu_ps(param + i), decay);
         __m128 mi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m + i), b1), _mm_mul_ps(ob1, g));
-        __m128 vi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), b2),
-                               _mm_mul_ps(_mm_mul_ps(ob2, g), g));
+        __m128 vi =
+            _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), b2), _mm_mul_ps(_mm_mul_ps(ob2, g), g));
         _mm_storeu_ps(m + i, mi);
         _mm_storeu_ps(v + i, vi);
         __m128 den = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), bc2), eps);
@@ -182,8 +179,8 @@ static void adamw_range_(const adamw_k *k, float *param, const float *grad, floa
     }
 }
 
-static void adamw_range(const adamw_k *k, float *param, const float *grad, float *m,
-                        float *v, size_t lo, size_t hi)
+static void adamw_range(const adamw_k *k, float *param, const float *grad, float *m, float *v,
+                        size_t lo, size_t hi)
 {
     unsigned csr = flush_begin();
     adamw_range_(k, param, grad, m, v, lo, hi);

@@ -30,8 +30,8 @@ stoke_status cpu_sgd_check(const cpu_sgd_config *c);
 
 /* param (n), grad (n) read only, momentum_buf (n) (unused, may be NULL, when momentum
  * is 0); lr >= 0; step >= 1. The config must have passed cpu_sgd_check. Can't fail. */
-void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param,
-                  const float *grad, float *momentum_buf, size_t n);
+void cpu_sgd_step(const cpu_sgd_config *c, double lr, int64_t step, float *param, const float *grad,
+                  float *momentum_buf, size_t n);
 
 /* What the same pass does after each block of the update, while it is in cache: the
  * parameter's low-precision copy refreshed (lowp, n values: fp16 if set, else bf16)
@@ -43,9 +43,8 @@ typedef struct cpu_after_update {
 } cpu_after_update;
 
 /* cpu_sgd_step, then `after` (may be NULL); grad is written only to zero it. */
-void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *param,
-                       float *grad, float *momentum_buf, size_t n,
-                       const cpu_after_update *after);
+void cpu_sgd_step_then(const cpu_sgd_config *c, double lr, int64_t step, float *param, float *grad,
+                       float *momentum_buf, size_t n, const cpu_after_update *after);
 
 /* ---- AdamW, as torch.optim.AdamW (amsgrad=False, maximize=False) --------------------
  *   param *= 1 - lr * weight_decay               (decoupled decay)

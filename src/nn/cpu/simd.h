@@ -19,14 +19,16 @@ typedef enum cpu_simd {
 
 /* The variant every CPU_SIMD_KERNEL dispatcher runs now: the widest the CPU has and the
  * cap allows (fixed with the cap, see stoke_max_cpu_isa). Can't fail. */
-static inline cpu_simd cpu_simd_variant(void) {
+static inline cpu_simd cpu_simd_variant(void)
+{
     unsigned u = stoke_isa_usable();
     return (u & STOKE_ISA_AVX512F) ? CPU_SIMD_AVX512F
            : (u & STOKE_ISA_AVX2)  ? CPU_SIMD_AVX2
                                    : CPU_SIMD_DEFAULT;
 }
 
-static inline const char *cpu_simd_name(cpu_simd v) {
+static inline const char *cpu_simd_name(cpu_simd v)
+{
     return v == CPU_SIMD_AVX512F ? "avx512f" : v == CPU_SIMD_AVX2 ? "avx2" : "default";
 }
 
@@ -41,21 +43,20 @@ static inline const char *cpu_simd_name(cpu_simd v) {
  * target("avx2") and a baseline wrapper (so the static inline helpers it calls are
  * compiled at each width too), and `name` calls the one cpu_simd_variant() picks. */
 #if defined(__x86_64__)
-#define CPU_SIMD_KERNEL(name, params, args)                                            \
-    static inline __attribute__((always_inline)) void name##_body params;              \
-    __attribute__((target("avx512f"))) static void name##_avx512f params {             \
-        name##_body args;                                                              \
-    }                                                                                  \
-    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; } \
-    static void name##_default params { name##_body args; }                            \
-    static void name params {                                                          \
-        switch (cpu_simd_variant()) {                                                  \
-        case CPU_SIMD_AVX512F: name##_avx512f args; return;                            \
-        case CPU_SIMD_AVX2: name##_avx2 args; return;                                  \
-        case CPU_SIMD_DEFAULT: break;                                                  \
-        }                                                                              \
-        name##_default args;                                                           \
-    }                                                                                  \
+#define CPU_SIMD_KERNEL(name, params, args)                                                    \
+    static inline __attribute__((always_inline)) void name##_body params;                      \
+    __attribute__((target("avx512f"))) static void name##_avx512f params { name##_body args; } \
+    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }       \
+    static void name##_default params { name##_body args; }                                    \
+    static void name params                                                                    \
+    {                                                                                          \
+        switch (cpu_simd_variant()) {                                                          \
+        case CPU_SIMD_AVX512F: name##_avx512f args; return;                                    \
+        case CPU_SIMD_AVX2: name##_avx2 args; return;                                          \
+        case CPU_SIMD_DEFAULT: break;                                                          \
+        }                                                                                      \
+        name##_default args;                                                                   \
+    }                                                                                          \
     static inline __attribute__((always_inline)) void name##_body params
 #else
 #define CPU_SIMD_KERNEL(name, params, args) static void name params
