@@ -209,7 +209,13 @@ int cmd_train(int argc, char **argv)
         if (s != STOKE_OK) {
             if (strstr(stoke_last_error(), "unknown setting"))
                 return cli_usage_error("train", "unknown option '%s'", a);
-            return cli_usage_error("train", "--%s", stoke_last_error());
+            /* the message starts with the key (batch_size: ...): name the flag as given */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", stoke_last_error());
+            for (char *p = msg; *p && *p != ':'; p++)
+                if (*p == '_')
+                    *p = '-';
+            return cli_usage_error("train", "--%s", msg);
         }
     }
     out_state o = {.tty = isatty(STDOUT_FILENO)};

@@ -239,7 +239,7 @@ expect resume-same-model 0 "^resume: --lr 0.1 replaces the checkpoint's lr 0.05"
 printf 'layers:\n  - {type: conv2d, out: 8, kernel: 3}\n  - {type: frob}\n' >"$work/bad.yaml"
 expect bad-model-file 1 'bad.yaml:3:.*unknown layer type' train --model "$work/bad.yaml" --limit 10
 expect unknown-model 1 "nosuch: not a preset" train --model nosuch --limit 10
-expect bad-batch 2 'batch_size' train --batch-size 0
+expect bad-batch 2 "--batch-size: '0' is not a whole number" train --batch-size 0
 expect bad-precision 2 'precision' train --precision fp8
 BATCH_SIZE=many "$stoke" train --limit 10 >"$out" 2>&1; if [ $? -eq 1 ] && grep -q 'BATCH_SIZE=many' "$out"; then ok bad-env; else fail bad-env; fi
 expect missing-dataset 1 '/nonexistent' train --dataset /nonexistent --limit 10
