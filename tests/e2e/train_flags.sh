@@ -166,11 +166,11 @@ expect() { # expect NAME STATUS PATTERN ARGS...
         ok "$name"
     fi
 }
-expect target-bare-90 2 "target_accuracy: '90' is not a fraction in (0, 1\] such as 0.9, or a percentage such as 90%" train --target-accuracy 90
-expect target-101pct 2 "target_accuracy: '101%'" train --target-accuracy 101%
-expect target-negative 2 "target_accuracy: '-0.5'" train --target-accuracy -0.5
-expect target-text 2 "target_accuracy: 'high'" train --target-accuracy high
-expect eval-every-negative 2 "eval_every: '-1'" train --eval-every -1
+expect target-bare-90 2 "--target-accuracy: '90' is not a fraction in (0, 1\] such as 0.9, or a percentage such as 90%" train --target-accuracy 90
+expect target-101pct 2 "--target-accuracy: '101%'" train --target-accuracy 101%
+expect target-negative 2 "--target-accuracy: '-0.5'" train --target-accuracy -0.5
+expect target-text 2 "--target-accuracy: 'high'" train --target-accuracy high
+expect eval-every-negative 2 "--eval-every: '-1'" train --eval-every -1
 expect hidden-empty-item 2 "hidden: '64,,32' is not a list of 1 to 16 sizes" train --hidden 64,,32
 expect hidden-zero 2 "hidden: '0'" train --hidden 0
 expect hidden-text 2 "hidden: 'wide'" train --hidden wide
