@@ -88,6 +88,19 @@ static inline int check_part(int argc, char **argv, const char *part)
 #define CHECK_SKIP_NO_TORCH() \
     (fprintf(stderr, "skipped: /usr/bin/python3 with torch not found\n"), CHECK_SKIPPED)
 
+/* In main(): with the argument "torch" (ctest's <name>_torch), runs the torch cases
+ * and ends main(), skipped with the reason when torch is missing; otherwise falls
+ * through to the other cases. */
+#define CHECK_TORCH_PART(argc, argv, cases)    \
+    do {                                       \
+        if (check_part(argc, argv, "torch")) { \
+            if (!check_have_torch())           \
+                return CHECK_SKIP_NO_TORCH();  \
+            cases();                           \
+            return CHECK_DONE();               \
+        }                                      \
+    } while (0)
+
 /* Ends main(): prints a summary and returns the exit status. */
 #define CHECK_DONE()                                                         \
     (fprintf(stderr, "%d checks, %d failed\n", check_count, check_failures), \

@@ -378,12 +378,7 @@ static void case_torch(void)
 
 int main(int argc, char **argv)
 {
-    if (check_part(argc, argv, "torch")) {
-        if (!check_have_torch())
-            return CHECK_SKIP_NO_TORCH();
-        case_torch();
-        return CHECK_DONE();
-    }
+    CHECK_TORCH_PART(argc, argv, case_torch);
     case_against_reference(2, 5, 8, 2, 0);
     case_against_reference(2, 5, 8, 2, 1);
     case_against_reference(1, 7, 12, 3, 1); /* odd sizes, hs = 4 */

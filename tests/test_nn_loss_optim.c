@@ -1038,12 +1038,7 @@ static void test_against_torch(void)
 
 int main(int argc, char **argv)
 {
-    if (check_part(argc, argv, "torch")) {
-        if (!check_have_torch())
-            return CHECK_SKIP_NO_TORCH();
-        test_against_torch();
-        return CHECK_DONE();
-    }
+    CHECK_TORCH_PART(argc, argv, test_against_torch);
     test_cross_entropy();
     test_policy_gradient();
     test_pair_losses();

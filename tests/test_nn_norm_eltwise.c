@@ -832,12 +832,7 @@ static void case_torch(void)
 
 int main(int argc, char **argv)
 {
-    if (check_part(argc, argv, "torch")) {
-        if (!check_have_torch())
-            return CHECK_SKIP_NO_TORCH();
-        case_torch();
-        return CHECK_DONE();
-    }
+    CHECK_TORCH_PART(argc, argv, case_torch);
     case_fast_math();
     case_activations();
     case_dropout();

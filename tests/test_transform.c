@@ -488,12 +488,7 @@ static void case_out_dtypes(void)
 
 int main(int argc, char **argv)
 {
-    if (check_part(argc, argv, "torch")) {
-        if (!check_have_torch())
-            return CHECK_SKIP_NO_TORCH();
-        case_torch();
-        return CHECK_DONE();
-    }
+    CHECK_TORCH_PART(argc, argv, case_torch);
     case_fused_crop_flip_normalize();
     case_general_matches_fused();
     case_color_jitter();

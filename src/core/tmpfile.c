@@ -344,28 +344,41 @@ static void test_pause(stoke_tmpfile *t)
         t->pause_file = NULL;
 }
 
+size_t stoke_write_all(int fd, const void *buf, size_t n)
+{
+    const unsigned char *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t left = n - done;
+        ssize_t w = write(fd, p + done, left > (1u << 30) ? (1u << 30) : left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = 0;
+            return done;
+        }
+        done += (size_t)w;
+    }
+    return done;
+}
+
 stoke_status stoke_tmpfile_write(stoke_tmpfile *t, const void *buf, size_t n)
 {
     if (t->fd < 0)
         return stoke_fail(STOKE_ERR_ARG, "%s: written after it was closed", t->path);
-    const unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(t->fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            char why[160];
-            describe(w < 0 ? errno : 0, t->written, n, why, sizeof why);
-            stoke_status s = stoke_fail(STOKE_ERR_IO,
-                                        "%s: write failed after %llu bytes: "
-                                        "%s; %s is unchanged",
-                                        t->path, (unsigned long long)t->written, why, t->path);
-            stoke_tmpfile_abort(t);
-            return s;
-        }
-        p += w;
-        n -= (size_t)w;
-        t->written += (uint64_t)w;
+    size_t w = stoke_write_all(t->fd, buf, n);
+    int e = errno;
+    t->written += (uint64_t)w;
+    if (w < n) {
+        char why[160];
+        describe(e, t->written, n - w, why, sizeof why);
+        stoke_status s = stoke_fail(STOKE_ERR_IO,
+                                    "%s: write failed after %llu bytes: "
+                                    "%s; %s is unchanged",
+                                    t->path, (unsigned long long)t->written, why, t->path);
+        stoke_tmpfile_abort(t);
+        return s;
     }
     t->chunks++;
     if (t->pause_file)

@@ -41,6 +41,12 @@ typedef struct stoke_tmpfile {
     char tmp[256];          /* the temporary file's name: ".<base>.stoke-tmp-XXXXXX" */
 } stoke_tmpfile;
 
+/* Writes all n bytes to fd, retrying EINTR and short writes (a short write is how a
+ * filling disk shows first; the retry gets the cause). Returns the bytes written: n,
+ * or fewer with errno set (0 when a write made no progress). The one write loop of
+ * stoke's files: temporary files here, the logs (monitor/sink.c). */
+size_t stoke_write_all(int fd, const void *buf, size_t n);
+
 /* Creates the temporary file for `path` in path's directory (so the rename stays on
  * one file system and is atomic), named ".<name>.stoke-tmp-XXXXXX", mode 0644 less
  * the umask, and registers it with the signal handler. A `path` that exists and is

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/tmpfile.h" /* stoke_write_all */
+
 /* An append-only text buffer that remembers if anything did not fit. */
 typedef struct out {
     char *buf;
@@ -341,17 +343,10 @@ stoke_status stoke_mon_open_log(const char *path, bool append, int *fd)
 
 stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const char *what)
 {
-    /* A short write is retried: the next attempt says why (ENOSPC, EFBIG). */
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = write(fd, buf + done, len - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return stoke_fail(STOKE_ERR_IO, "cannot write to '%s': %s%s", what,
-                              n == 0 ? "no progress" : strerror(errno),
-                              n < 0 && errno == EFBIG ? " (the file size limit, ulimit -f)" : "");
-        done += (size_t)n;
-    }
-    return STOKE_OK;
+    if (stoke_write_all(fd, buf, len) == len)
+        return STOKE_OK;
+    int e = errno;
+    return stoke_fail(STOKE_ERR_IO, "cannot write to '%s': %s%s", what,
+                      e == 0 ? "no progress" : strerror(e),
+                      e == EFBIG ? " (the file size limit, ulimit -f)" : "");
 }

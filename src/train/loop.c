@@ -142,6 +142,20 @@ static bool check_target(stoke_trainer *t, double vl, double vm, int64_t vn, int
     return true;
 }
 
+/* An event of the loop with what every kind says: where the run is (the rest zero). */
+static stoke_train_event loop_event(const stoke_trainer *t, stoke_train_event_kind kind,
+                                    int64_t batches, double now)
+{
+    return (stoke_train_event){.kind = kind,
+                               .epoch = t->epoch,
+                               .epochs = t->cfg.epochs,
+                               .batch = t->ep_batches,
+                               .batches = batches,
+                               .step = t->step,
+                               .metric_name = t->metric_name,
+                               .run_elapsed_s = now - t->loop_start};
+}
+
 /* An evaluation within an epoch (every eval_every steps). It runs on the inference
  * model with its own loader, so the training trajectory is unchanged. *seconds: how
  * long it took; *reached: the target check's answer. */
@@ -155,21 +169,13 @@ static stoke_status eval_within_epoch(stoke_trainer *t, int64_t batches, double 
         return s;
     double now = stoke_wall_time();
     *seconds = now - t0;
-    stoke_train_event e = {.kind = STOKE_EV_EVAL,
-                           .epoch = t->epoch,
-                           .epochs = t->cfg.epochs,
-                           .batch = t->ep_batches,
-                           .batches = batches,
-                           .step = t->step,
-                           .metric = NAN,
-                           .metric_name = t->metric_name,
-                           .val_loss = vl,
-                           .val_metric = vm,
-                           .val_samples = vn,
-                           .elapsed_s = *seconds,
-                           .run_elapsed_s = now - t->loop_start,
-                           .cpu_pct = NAN,
-                           .gpu_pct = NAN};
+    stoke_train_event e = loop_event(t, STOKE_EV_EVAL, batches, now);
+    e.metric = NAN;
+    e.val_loss = vl;
+    e.val_metric = vm;
+    e.val_samples = vn;
+    e.elapsed_s = *seconds;
+    e.cpu_pct = e.gpu_pct = NAN;
     train_emit(t, &e);
     train_log_eval(t, &e, now);
     t->result.val_loss = vl;
@@ -264,18 +270,11 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
         return s;
     t->step++;
     double now = stoke_wall_time();
-    stoke_train_event e = {.kind = STOKE_EV_PROGRESS,
-                           .epoch = t->epoch,
-                           .epochs = c->epochs,
-                           .batch = t->ep_batches,
-                           .batches = k->batches,
-                           .step = t->step,
-                           .loss = epoch_loss(t),
-                           .metric = epoch_metric(t),
-                           .metric_name = t->metric_name,
-                           .lr = lr,
-                           .elapsed_s = now - k->start,
-                           .run_elapsed_s = now - t->loop_start};
+    stoke_train_event e = loop_event(t, STOKE_EV_PROGRESS, k->batches, now);
+    e.loss = epoch_loss(t);
+    e.metric = epoch_metric(t);
+    e.lr = lr;
+    e.elapsed_s = now - k->start;
     step_progress(t, k, &e, now);
     if (t->step % c->log_every == 0)
         train_log_step(t, &e, now, stoke_model_loss(t->model), applied);
@@ -302,21 +301,14 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     if (s != STOKE_OK)
         return s;
     double end = stoke_wall_time();
-    stoke_train_event e = {.kind = STOKE_EV_EPOCH,
-                           .epoch = t->epoch,
-                           .epochs = c->epochs,
-                           .batch = t->ep_batches,
-                           .batches = k->batches,
-                           .step = t->step,
-                           .loss = epoch_loss(t),
-                           .metric = epoch_metric(t),
-                           .metric_name = t->metric_name,
-                           .lr = stoke_lr_at(&t->sched, t->step),
-                           .elapsed_s = el,
-                           .val_loss = vl,
-                           .val_metric = vm,
-                           .val_samples = vn,
-                           .run_elapsed_s = end - t->loop_start};
+    stoke_train_event e = loop_event(t, STOKE_EV_EPOCH, k->batches, end);
+    e.loss = epoch_loss(t);
+    e.metric = epoch_metric(t);
+    e.lr = stoke_lr_at(&t->sched, t->step);
+    e.elapsed_s = el;
+    e.val_loss = vl;
+    e.val_metric = vm;
+    e.val_samples = vn;
     double run_el = el - t->ep_elapsed_before;
     e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - k->samples_start) / run_el : 0;
     e.data_wait_pct = run_el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / run_el : 0;

@@ -217,6 +217,14 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
     return s;
 }
 
+bool train_tensor_fits(const stoke_ckpt_tensor *t, const stoke_shape *shape)
+{
+    bool ok = t && t->dtype == STOKE_F32 && t->ndim == shape->ndim;
+    for (int d = 0; ok && d < t->ndim; d++)
+        ok = t->shape[d] == shape->dims[d];
+    return ok;
+}
+
 /* Copies parameters (and, when `optim`, the optimizer state) from a checkpoint. Every
  * parameter must be present with its shape. */
 static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
@@ -239,10 +247,7 @@ static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
             if (!ct)
                 return stoke_fail(STOKE_ERR_FORMAT, "%s: tensor '%s' is missing",
                                   stoke_ckpt_path(c), name);
-            bool same = ct->dtype == STOKE_F32 && ct->ndim == p->shape.ndim;
-            for (int d = 0; same && d < ct->ndim; d++)
-                same = ct->shape[d] == p->shape.dims[d];
-            if (!same)
+            if (!train_tensor_fits(ct, &p->shape))
                 return stoke_fail(STOKE_ERR_FORMAT,
                                   "%s: tensor '%s' has %s of another shape than "
                                   "the model's",

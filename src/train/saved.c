@@ -74,11 +74,7 @@ static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *
     const stoke_graph *g = s->graph;
     for (int i = 0; i < stoke_graph_param_count(g); i++) {
         const stoke_param_info *p = stoke_graph_param(g, i);
-        const stoke_ckpt_tensor *t = stoke_ckpt_find(c, p->name);
-        bool ok = t && t->dtype == STOKE_F32 && t->ndim == p->shape.ndim;
-        for (int d = 0; ok && d < t->ndim; d++)
-            ok = t->shape[d] == p->shape.dims[d];
-        if (!ok)
+        if (!train_tensor_fits(stoke_ckpt_find(c, p->name), &p->shape))
             return stoke_fail(STOKE_ERR_FORMAT,
                               "%s: tensor '%s' is missing or not float32 of "
                               "the model's shape",

@@ -127,6 +127,10 @@ typedef struct train_meta {
  * type. *m points into c: valid while c is open. */
 stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m);
 
+/* Whether a checkpoint tensor (NULL: missing) is float32 of this shape: what a model's
+ * parameter or optimizer state can be loaded from. */
+bool train_tensor_fits(const stoke_ckpt_tensor *t, const stoke_shape *shape);
+
 /* "1,28,28" <-> shape; "0.286,0.353" <-> floats. */
 void train_format_shape(const stoke_shape *s, char *buf, size_t size);
 bool train_parse_shape(const char *s, stoke_shape *out);
