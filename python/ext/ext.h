@@ -1,0 +1,31 @@
+/* ext.h - the parts of the _stoke extension module (docs/python.md). Each file adds its
+ * types and functions to the module; errors go through stokepy_raise so every stoke
+ * failure reaches Python as an exception carrying stoke's own message. */
+#ifndef STOKEPY_EXT_H
+#define STOKEPY_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdbool.h>
+
+#include "stoke/core.h"
+
+struct stoke_mon_pipeline;
+
+/* Raises the exception class of `st` (stoke.ArgumentError, stoke.FormatError, ...)
+ * with stoke_last_error() as its message and `status` set; returns NULL. */
+PyObject *stokepy_raise(stoke_status st);
+
+/* The module's parts, each called once by the module's init; -1 with an exception set
+ * on failure. */
+int stokepy_add_errors(PyObject *m);
+int stokepy_add_data(PyObject *m);    /* data.c: Dataset, LoaderCore, Array, Hold */
+int stokepy_add_monitor(PyObject *m); /* monitor.c: Monitor */
+int stokepy_add_probe(PyObject *m);   /* probe.c: probe(), recommend() */
+
+/* The input pipeline the monitors report (a stoke_mon_pipeline_fn): the loader that
+ * handed out a batch most recently, if it is still open. Runs on a monitor's sampler
+ * thread without the GIL; thread-safe against loaders being created and freed. */
+bool stokepy_pipeline(void *ctx, struct stoke_mon_pipeline *out);
+
+#endif

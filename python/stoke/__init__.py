@@ -1,0 +1,12 @@
+"""stoke for PyTorch scripts: a loader that keeps the accelerator fed, a monitor that
+says what it waits on, and the machine's probe and recommendations (docs/python.md)."""
+from ._stoke import (ArgumentError, Error, FileError, FormatError, NotFoundError,
+                     OutOfMemoryError, SystemFailure, UnavailableError)
+from .loader import (CenterCrop, ColorJitter, Dataset, HFlip, Loader, Normalize,
+                     RandomCrop, Resize)
+from .monitor import Monitor, probe, recommend
+
+__all__ = ["Dataset", "Loader", "Resize", "RandomCrop", "CenterCrop", "HFlip",
+           "ColorJitter", "Normalize", "Monitor", "probe", "recommend", "Error",
+           "ArgumentError", "FileError", "FormatError", "NotFoundError",
+           "OutOfMemoryError", "SystemFailure", "UnavailableError"]

@@ -1,0 +1,4 @@
+"""(being written)"""
+class Monitor: pass
+def probe(): pass
+def recommend(): pass
