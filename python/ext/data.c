@@ -367,6 +367,7 @@ typedef struct {
     PyObject_HEAD stoke_loader *l;
     PyObject *dataset; /* keeps the dataset open while the loader reads it */
     int device;        /* the CUDA device batches are copied to, when they are */
+    bool closed;       /* workers stopped: no more batches */
     stoke_transform_opts to;
     stoke_op ops[16];
 } CoreObject;
@@ -558,21 +559,25 @@ static ArrayObject *new_array(HoldObject *h, void *data, int64_t n, const stoke_
     return a;
 }
 
+/* Stops the workers; the memory stays until the last batch held is freed (holds keep
+ * the core alive), then core_dealloc frees it. */
 static void core_close(CoreObject *self)
 {
-    if (!self->l)
+    if (!self->l || self->closed)
         return;
     drop_active(self->l);
+    self->closed = true;
     stoke_loader *l = self->l;
-    self->l = NULL;
     Py_BEGIN_ALLOW_THREADS
-        stoke_loader_destroy(l); /* joins the workers */
+        stoke_loader_stop(l); /* joins the workers */
     Py_END_ALLOW_THREADS
 }
 
 static void core_dealloc(CoreObject *self)
 {
     core_close(self);
+    stoke_loader_destroy(self->l);
+    self->l = NULL;
     Py_XDECREF(self->dataset);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -760,7 +765,10 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
         return -1;
     if (!dataset_ok((DatasetObject *)ds))
         return -1;
-    core_close(self);
+    if (self->l) {
+        PyErr_SetString(PyExc_ValueError, "LoaderCore is initialized once");
+        return -1;
+    }
     stoke_loader_opts lo = {.sampler = {.batch_size = 1, .world_size = 1}, .hold = true};
     int device = -1;
     if (get_i64(o, "batch_size", &lo.sampler.batch_size) < 0 ||
@@ -801,7 +809,7 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
 
 static int core_ok(CoreObject *self)
 {
-    if (self->l)
+    if (self->l && !self->closed)
         return 1;
     PyErr_SetString(PyExc_ValueError, "the loader is closed");
     return 0;
