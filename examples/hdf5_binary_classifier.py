@@ -64,6 +64,7 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--workers", default="auto")
+    p.add_argument("--in-memory", action="store_true", help="read the file into memory first")
     p.add_argument("--jsonl", default="binary_run.jsonl", help="the monitor's samples")
     args = p.parse_args()
     workers = args.workers if args.workers == "auto" else int(args.workers)
@@ -73,12 +74,14 @@ def main():
         if not os.path.exists(args.data):
             generate(args.data)
 
-    train = stoke.Loader(stoke.Dataset(args.data, input="x", target="y"),
-                         batch_size=args.batch_size, shuffle=True, seed=0, drop_last=True,
+    data = stoke.Dataset(args.data, input="x", target="y", in_memory=args.in_memory)
+    train = stoke.Loader(data, batch_size=args.batch_size, shuffle=True, seed=0, drop_last=True,
                          workers=workers, device=device)
-    val = stoke.Loader(stoke.Dataset(args.data, input="x_val", target="y_val"),
+    val = stoke.Loader(stoke.Dataset(args.data, input="x_val", target="y_val",
+                                     in_memory=args.in_memory),
                        batch_size=4096, device=device)
-    print(f"loader: {train.decision}")
+    print(f"{data}\nloader: {train.workers} workers ({train.decision['workers']['reason']}), "
+          f"{train.prefetch} batches in flight")
 
     with h5py.File(args.data, "r") as f:
         features = f["x"].shape[1]
