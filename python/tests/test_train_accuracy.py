@@ -32,10 +32,10 @@ BATCH = 128
 # accuracy 0.859-0.866 with the DataLoader, 0.862-0.868 with stoke.Loader, standard
 # deviation about 0.35 points for both pooled; the difference of two draws then has a
 # standard deviation of about 0.5 points and 1.5 points is 3 of them. (Without the rate
-# decay the same runs spread over 0.851-0.872.) A broken loader costs far more (measured
-# without the decay): trained
-# without Normalize the model scores 0.53 on the normalized test images, with images
-# transposed 0.11. The floor 0.84 sits 7 standard deviations below the mean, 0.864.
+# decay the same runs spread over 0.851-0.872.) A broken loader costs far more
+# (measured without the decay): trained without Normalize the model scores 0.53 on the
+# normalized test images, with images transposed 0.11. The floor 0.84 sits 7 standard
+# deviations below the mean, 0.864.
 FLOOR = 0.84
 TOLERANCE = 0.015
 
