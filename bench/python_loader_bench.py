@@ -13,7 +13,7 @@
 # first allocations) not timed, then --steps timed steps. Measured: samples/s, and the
 # data-wait share (time blocked in next() / wall time of the steps). A second table
 # iterates each loader alone (no model) for the same number of batches: the loader's own
-# throughput, without the model competing for the cores.
+# throughput, without the model competing for the cores (at least --steps batches and 2 s).
 #
 # The model and the loader's workers share the machine's cores: the header prints
 # torch.get_num_threads() (--threads sets it) and OpenBLAS's core, which Debian's torch
@@ -135,13 +135,15 @@ def train(loader, args):
 
 
 def alone(loader, args):
-    """samples/s of the loader iterated without a model."""
+    """samples/s of the loader iterated without a model: at least args.steps batches and
+    2 seconds, so a fast loader is timed over more than a few milliseconds."""
     it = batches(loader)
     for _ in range(args.warmup):
         next(it)
-    n, t0 = 0, time.perf_counter()
-    for _ in range(args.steps):
+    n, steps, t0 = 0, 0, time.perf_counter()
+    while steps < args.steps or time.perf_counter() - t0 < 2.0:
         n += next(it)[0].shape[0]
+        steps += 1
     return n / (time.perf_counter() - t0)
 
 
