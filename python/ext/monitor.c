@@ -34,6 +34,7 @@ typedef struct MonitorObject {
     bool running;
     bool error_raised; /* the sampler's first error reached Python once already */
     int pid;           /* watched root, 0 = whole system */
+    pid_t owner;       /* the process whose thread samples; a fork() child has none */
 } MonitorObject;
 
 static void write_stderr(const char *s, size_t n)
@@ -209,11 +210,16 @@ static int Monitor_init(MonitorObject *self, PyObject *args, PyObject *kw)
     self->mon = mon;
     self->sink = c;
     self->pid = pid;
+    self->owner = getpid();
     return 0;
 }
 
 static void Monitor_dealloc(MonitorObject *self)
 {
+    /* In a fork() child (DataLoader workers) the sampler thread does not exist, so
+     * joining it would be undefined: the child leaves the monitor alone. */
+    if (self->mon && self->owner != getpid())
+        self->mon = NULL;
     if (self->mon) {
         stoke_monitor *mon = self->mon;
         self->mon = NULL;
@@ -256,6 +262,10 @@ static void halt(MonitorObject *self)
 {
     if (!self->running)
         return;
+    if (self->owner != getpid()) {
+        self->running = false; /* a fork() child: there is no thread to join */
+        return;
+    }
     stoke_monitor *mon = self->mon;
     PyThreadState *save = PyEval_SaveThread();
     stoke_monitor_stop(mon);
@@ -314,7 +324,7 @@ static int summarize(MonitorObject *self, stoke_mon_summary *out)
     if (!ready(self))
         return -1;
     ctl_lock(self);
-    bool was = self->running;
+    bool was = self->running && self->owner == getpid();
     halt(self);
     int usable = 0;
     cpu_set_t set;

@@ -123,6 +123,26 @@ def test_exception_in_the_body_stops_the_monitor():
     assert not mon.running
 
 
+def test_a_forked_child_leaves_the_monitor_alone():
+    # DataLoader workers are fork() children: the monitor is copied into them, its
+    # sampler thread is not.
+    with stoke.Monitor(interval=0.05) as mon:
+        wait_samples(mon, 2)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                mon.summary()
+                mon.stop()
+                code = 0 if not mon.running else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        wait_samples(mon, mon.latest()["seq"] + 2)  # the parent's sampler goes on
+    assert mon.summary()["samples"] == mon.latest()["seq"]
+
+
 def test_latest_summary_and_findings_shapes():
     mon = stoke.Monitor(interval=0.05)
     assert mon.latest() is None and mon.line() == ""
