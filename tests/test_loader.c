@@ -3,6 +3,7 @@
  * resume mid-epoch, a failing sample's error and a clean shutdown, instrumentation,
  * and the pinned/device path against the CUDA runtime double (tests/fake). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -676,6 +677,163 @@ static void device_case(void)
     free(a.y);
 }
 
+/* opts.hold: every batch stays as it was handed out while the caller holds it, however
+ * far the loader goes meanwhile; given back, its buffers are reused, so a caller that
+ * drops each batch keeps a bounded set. */
+static void case_loader_hold(void)
+{
+    enum { N = 300, NB = 22 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    size_t cap = 1u << 20;
+    unsigned char *ref = malloc(cap);
+    size_t nref = run_loader(d, 2, 0, NB, ref, cap);
+    const int cfg[3][2] = {{0, 0}, {3, 2}, {2, 0}}; /* workers, prefetch */
+    for (int c = 0; c < 3; c++) {
+        stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
+        stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
+                               .transform = &to,
+                               .workers = cfg[c][0],
+                               .prefetch = cfg[c][1],
+                               .hold = true};
+        stoke_loader *l = NULL;
+        CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+        if (!l)
+            break;
+        stoke_batch b[NB];
+        int held = 0;
+        for (int i = 0; i < NB; i++) {
+            CHECK_INT_EQ(stoke_loader_next(l, &b[i]), STOKE_OK);
+            CHECK((b[i].size == 0) == (b[i].held == NULL));
+            held += b[i].size > 0;
+        }
+        stoke_loader_stats st;
+        stoke_loader_get_stats(l, &st);
+        CHECK_INT_EQ(st.held, held);
+        CHECK_INT_EQ(st.buffers, held);
+        /* Compared only now, after the loader has gone round its ring several times. */
+        size_t pos = 0;
+        int mismatched = 0;
+        for (int i = 0; i < NB; i++) {
+            int64_t size;
+            memcpy(&size, ref + pos, 8);
+            pos += 16;
+            CHECK_INT_EQ(b[i].size, size);
+            size_t in = (size_t)b[i].size * b[i].input_bytes;
+            size_t tg = (size_t)b[i].size * b[i].target_bytes;
+            mismatched += memcmp(ref + pos, b[i].inputs, in) != 0 ||
+                          memcmp(ref + pos + in, b[i].targets, tg) != 0 ||
+                          b[i].host_inputs != b[i].inputs;
+            pos += in + tg;
+        }
+        CHECK_INT_EQ(pos, nref);
+        CHECK_MSG(mismatched == 0, "config %d: %d held batches changed", c, mismatched);
+        /* Given back (out of order), then a long run dropping each batch before the
+         * next: the sets are reused, none is allocated. */
+        for (int i = NB - 1; i >= 0; i--)
+            stoke_loader_release(l, b[i].held);
+        stoke_loader_release(l, NULL);
+        for (int i = 0; i < 200; i++) {
+            stoke_batch x;
+            CHECK_INT_EQ(stoke_loader_next(l, &x), STOKE_OK);
+            stoke_loader_release(l, x.held);
+        }
+        stoke_loader_get_stats(l, &st);
+        CHECK_INT_EQ(st.held, 0);
+        CHECK_INT_EQ(st.buffers, held);
+        stoke_loader_destroy(l); /* with held sets in the pool: ASan checks the frees */
+    }
+    /* Destroyed while the caller still holds batches: everything is freed. */
+    stoke_loader_opts o = {.sampler = {.batch_size = 32}, .workers = 1, .hold = true};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_batch x;
+    for (int i = 0; l && i < 5; i++)
+        CHECK_INT_EQ(stoke_loader_next(l, &x), STOKE_OK);
+    stoke_loader_destroy(l);
+    stoke_dataset_close(d);
+    free(ref);
+    free(a.x);
+    free(a.y);
+}
+
+/* A dataset whose reads wait at a gate the test opens: a batch that is not ready. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static bool gate_open;
+static const stoke_dataset_vt *gated_inner;
+
+static stoke_status gated_read(stoke_dataset *d, int64_t i, void *input, void *target)
+{
+    pthread_mutex_lock(&gate_mu);
+    while (!gate_open)
+        pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+    return gated_inner->read(d, i, input, target);
+}
+
+static void case_loader_timed(void)
+{
+    enum { N = 100 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    if (!d)
+        return;
+    stoke_dataset_vt vt = *d->vt;
+    gated_inner = d->vt;
+    vt.read = gated_read;
+    d->vt = &vt;
+    stoke_loader_opts o = {.sampler = {.batch_size = 32}, .workers = 2};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_batch b;
+    /* Not ready: a timeout, nothing handed out, and again. */
+    for (int k = 0; l && k < 2; k++) {
+        CHECK_INT_EQ(stoke_loader_next_timed(l, &b, 0.05), STOKE_ERR_TIMEOUT);
+        CHECK_INT_EQ(b.size, 0);
+        CHECK_STR_CONTAINS(stoke_last_error(), "not ready");
+    }
+    CHECK_INT_EQ(stoke_loader_next_timed(l, &b, -1), STOKE_ERR_ARG);
+    pthread_mutex_lock(&gate_mu);
+    gate_open = true;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+    /* The same batch arrives; the wait counted covers the calls that timed out. */
+    CHECK_INT_EQ(stoke_loader_next_timed(l, &b, 100), STOKE_OK);
+    CHECK_INT_EQ(b.index, 0);
+    CHECK_INT_EQ(b.size, 32);
+    CHECK(memcmp(b.inputs, a.x, 32 * IMG_H * IMG_W) == 0);
+    stoke_loader_stats st;
+    stoke_loader_get_stats(l, &st);
+    CHECK_INT_EQ(st.batches, 1);
+    CHECK_MSG(st.wait_max_ms >= 100, "wait %.1f ms, two timed-out calls of 50 ms each",
+              st.wait_max_ms);
+    stoke_loader_destroy(l);
+    /* No workers: every call does some of the work, so a caller polling with a zero
+     * timeout still gets its batches, the same ones. */
+    o.workers = 0;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    int64_t got = 0;
+    for (int calls = 0; l && got < 4 && calls < 1000; calls++) {
+        stoke_status r = stoke_loader_next_timed(l, &b, 0);
+        CHECK(r == STOKE_OK || r == STOKE_ERR_TIMEOUT);
+        if (r == STOKE_OK) {
+            if (b.size > 0)
+                CHECK(memcmp(b.inputs, a.x + b.samples[0] * IMG_H * IMG_W, IMG_H * IMG_W) == 0);
+            got++;
+        }
+    }
+    CHECK_INT_EQ(got, 4); /* 32 + 32 + 32 + 4 samples */
+    stoke_loader_destroy(l);
+    stoke_dataset_close(d);
+    free(a.x);
+    free(a.y);
+}
+
 /* A scenario with a driver and no device: host batches, and the reason. */
 static void no_device_case(void)
 {
@@ -709,6 +867,95 @@ static void no_device_case(void)
     free(a.y);
 }
 
+/* opts.hold on a device: held device batches keep their contents while later batches
+ * are copied, stoke_loader_stream_wait makes the caller's stream wait on the batch's
+ * copy, and everything is freed. */
+static void device_hold_case(void)
+{
+    char scen[] = "/tmp/stoke-test-loader-XXXXXX";
+    int fd = mkstemp(scen);
+    CHECK(fd >= 0);
+    close(fd);
+    write_file(scen,
+               "driver 550.54.15\ncuda 12040\n"
+               "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 sm=58\n");
+    setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    enum { N = 300, NB = 22 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    size_t cap = 1u << 20;
+    unsigned char *ref = malloc(cap);
+    size_t nref = run_loader(d, 2, 0, NB, ref, cap);
+    stoke_transform_opts to = {.ops = aug_ops, .nops = 3};
+    stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
+                           .transform = &to,
+                           .workers = 2,
+                           .use_device = true,
+                           .hold = true};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    void *fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+    CHECK(fake != NULL);
+    if (l && fake) {
+        kind_fn kind = (kind_fn)dlsym(fake, "fake_cudart_kind");
+        int_fn live = (int_fn)dlsym(fake, "fake_cudart_live");
+        log_fn getlog = (log_fn)dlsym(fake, "fake_cudart_log");
+        kind_fn event_id = (kind_fn)dlsym(fake, "fake_cudart_event_id");
+        typedef int (*create_fn)(void **, unsigned);
+        void *cstream = NULL;
+        ((create_fn)dlsym(fake, "cudaStreamCreateWithFlags"))(&cstream, 1);
+        CHECK(stoke_loader_on_device(l));
+        stoke_batch b[NB];
+        int waited = 0, nonempty = 0;
+        for (int i = 0; i < NB; i++) {
+            CHECK_INT_EQ(stoke_loader_next(l, &b[i]), STOKE_OK);
+            if (b[i].size == 0)
+                continue;
+            nonempty++;
+            CHECK_INT_EQ(kind(b[i].inputs), 2);
+            CHECK_INT_EQ(kind(b[i].host_inputs), 1);
+            CHECK_INT_EQ(stoke_loader_stream_wait(l, &b[i], cstream), STOKE_OK);
+            /* The wait is on this batch's event, logged as the stream's wait. */
+            char op;
+            int stream, ev;
+            const void *dst;
+            int last = -1;
+            for (int k = 0; getlog(k, &op, &stream, &ev, &dst); k++)
+                if (op == 'W')
+                    last = ev;
+            waited += last == event_id(b[i].event);
+        }
+        CHECK_INT_EQ(nonempty, 20); /* two epochs of 10 batches and their markers */
+        CHECK_INT_EQ(waited, nonempty);
+        size_t pos = 0;
+        int mismatched = 0;
+        for (int i = 0; i < NB; i++) {
+            pos += 16;
+            size_t in = (size_t)b[i].size * b[i].input_bytes;
+            size_t tg = (size_t)b[i].size * b[i].target_bytes;
+            mismatched += memcmp(ref + pos, b[i].inputs, in) != 0 ||
+                          memcmp(ref + pos + in, b[i].targets, tg) != 0;
+            pos += in + tg;
+        }
+        CHECK_INT_EQ(pos, nref);
+        CHECK_INT_EQ(mismatched, 0);
+        for (int i = 0; i < NB; i++)
+            stoke_loader_release(l, b[i].held);
+        stoke_loader_destroy(l);
+        ((int (*)(void *))dlsym(fake, "cudaStreamDestroy"))(cstream);
+        CHECK_INT_EQ(live(), 0); /* pinned and device memory of the held sets freed too */
+        dlclose(fake);
+    }
+    unlink(scen);
+    stoke_dataset_close(d);
+    free(ref);
+    free(a.x);
+    free(a.y);
+}
+
 static void run_in_child(void (*fn)(void), const char *what)
 {
     /* Its own process: the double and its scenario are process-wide. */
@@ -727,6 +974,7 @@ static void case_device(void)
 {
     run_in_child(no_device_case, "no-device case");
     run_in_child(device_case, "device case");
+    run_in_child(device_hold_case, "device hold case");
 }
 
 static void case_fashion_mnist(void)
@@ -786,6 +1034,8 @@ int main(int argc, char **argv)
     case_loader_resume();
     case_loader_error();
     case_loader_bad_options();
+    case_loader_hold();
+    case_loader_timed();
     case_device();
     return CHECK_DONE();
 }

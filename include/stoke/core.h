@@ -23,6 +23,7 @@ typedef enum stoke_status {
     STOKE_ERR_UNAVAILABLE, /* a library, device or reading is not present */
     STOKE_ERR_SYSTEM,      /* a system call failed (fork, exec, signals, ...) */
     STOKE_ERR_NOTFOUND,    /* a named thing (process, file, device) does not exist */
+    STOKE_ERR_TIMEOUT,     /* nothing arrived within the time asked; call again */
 } stoke_status;
 
 /* Short stable name of a status ("io", "format", ...). Never NULL. */

@@ -241,6 +241,9 @@ typedef struct stoke_loader_opts {
     size_t memory_limit; /* > 0: a ring of more host bytes than this is
                                          refused (STOKE_ERR_NOMEM with the numbers)
                                          before anything is allocated */
+    bool hold;           /* each batch stays valid, unchanged, until the caller gives
+                                         it back with stoke_loader_release, however many
+                                         batches it takes meanwhile (docs/loader.md) */
 } stoke_loader_opts;
 
 /* The ring slots a loader with these options has (prefetch, else 2 x workers + 2, at
@@ -248,8 +251,8 @@ typedef struct stoke_loader_opts {
 int stoke_loader_slots(const stoke_loader_opts *o);
 
 /* One batch. Its memory belongs to the loader and stays valid until the next call of
- * stoke_loader_next (device memory: see docs/loader.md). A size of 0 marks the end of
- * an epoch. */
+ * stoke_loader_next (device memory: see docs/loader.md), or with opts.hold until
+ * stoke_loader_release(held). A size of 0 marks the end of an epoch. */
 typedef struct stoke_batch {
     int64_t epoch;
     int64_t index;           /* batch number within the epoch */
@@ -266,7 +269,11 @@ typedef struct stoke_batch {
     size_t target_bytes; /* of one sample */
     bool on_device;
     void *event; /* on_device: a cudaEvent_t recorded after the copy; make
-                                the compute stream wait on it (or stoke_loader_wait) */
+                                the compute stream wait on it (or stoke_loader_wait)
+                                before the next call of stoke_loader_next, which may
+                                record it again */
+    void *held;  /* opts.hold: what stoke_loader_release takes back; NULL for an
+                                end-of-epoch marker and without hold */
 } stoke_batch;
 
 typedef struct stoke_loader stoke_loader;
@@ -284,6 +291,25 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o, s
  * batch holding that sample, after every earlier batch was delivered; the workers are
  * then stopped and every later call returns the same error. */
 stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b);
+
+/* Like stoke_loader_next, but waits at most timeout_s seconds for the batch: if it is
+ * not ready by then, returns STOKE_ERR_TIMEOUT with nothing handed out, and the next
+ * call goes on waiting for the same batch (a caller that must react to signals, such
+ * as Python's Ctrl-C, waits in slices). The wait statistics count the whole wait. */
+stoke_status stoke_loader_next_timed(stoke_loader *l, stoke_batch *b, double timeout_s);
+
+/* opts.hold: gives a batch's memory back to the loader (b->held of a batch it handed
+ * out; NULL is fine). Until then the batch's host and device memory stay as they
+ * were: the loader fills other buffers, allocating one more set whenever every one it
+ * has is held. Device memory given back is reused only by copies that wait on the
+ * consumer event (stoke_loader_set_consumer_event), so record that event after the
+ * kernels that read it. Thread-safe; each batch once. */
+void stoke_loader_release(stoke_loader *l, void *held);
+
+/* Makes the CUDA stream `stream` (a cudaStream_t; 0x1 and 0x2 are CUDA's legacy and
+ * per-thread default streams) wait for a device batch's copy, without blocking the
+ * host: call it before the next stoke_loader_next. A no-op for host batches. */
+stoke_status stoke_loader_stream_wait(stoke_loader *l, const stoke_batch *b, void *stream);
 
 /* For device batches when the caller's kernels read them asynchronously: `event` is a
  * cudaEvent_t the caller records on its compute stream after the last kernel that
@@ -323,6 +349,9 @@ typedef struct stoke_loader_stats {
     double busy_frac[64]; /* each worker's busy time / wall time since create
                                   (first 64 workers) */
     double elapsed_s;     /* since create */
+    int held;             /* opts.hold: batches handed out and not yet released */
+    int buffers;          /* opts.hold: batch buffers beyond the ring's (held, or
+                                  free for the next hand-out) */
 } stoke_loader_stats;
 
 /* Thread-safe: may run on another thread (the monitor's sampler) while the consumer

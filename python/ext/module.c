@@ -58,10 +58,16 @@ int stokepy_add_errors(PyObject *m)
 }
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_stoke",
+    PyModuleDef_HEAD_INIT,
+    "_stoke",
     "stoke's C library for Python: datasets, the loader, the monitor and the probe "
     "(use the package `stoke`, docs/python.md).",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    -1,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__stoke(void);

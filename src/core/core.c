@@ -22,6 +22,7 @@ const char *stoke_status_name(stoke_status s)
     case STOKE_ERR_UNAVAILABLE: return "unavailable";
     case STOKE_ERR_SYSTEM: return "system";
     case STOKE_ERR_NOTFOUND: return "notfound";
+    case STOKE_ERR_TIMEOUT: return "timeout";
     }
     return "unknown";
 }

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,16 @@ typedef struct dslot {
     int64_t seq;  /* batch copied into it; -1 none */
     bool pending; /* copy issued and not yet synchronized */
 } dslot;
+
+/* opts.hold: a batch's buffers handed to the caller. The slot that filled them gets
+ * this set's spare buffers in exchange, so the ring goes on without ever writing
+ * into memory the caller holds; released sets wait in a pool for the next exchange. */
+typedef struct held {
+    unsigned char *inputs, *targets; /* host, pinned when on a device */
+    void *dinputs, *dtargets;        /* device, when on a device */
+    struct held *next;               /* in the pool */
+    struct held *all;                /* every set, for destroy */
+} held;
 
 typedef struct worker {
     struct stoke_loader *l;
@@ -88,10 +99,16 @@ struct stoke_loader {
     dslot ds[2];
     void *consumer_event; /* the caller's, waited on before a device slot is reused */
 
+    /* opts.hold (pool, counts under mu). */
+    bool hold;
+    held *pool, *all;
+    int held_out, buffers;
+
     /* Instrumentation (consumer side, except busy_ns). */
     uint64_t start_ns;
     int64_t batches, samples;
     uint64_t wait_sum_ns, wait_max_ns;
+    uint64_t wait_carry_ns; /* waited by calls that timed out, for the batch they wait for */
     float waits_ms[WAIT_WINDOW];
     int64_t fill_sum;
     int fill_min, fill_max;
@@ -369,6 +386,16 @@ void stoke_loader_destroy(stoke_loader *l)
             free(l->slots[k].samples);
         }
     free(l->slots);
+    for (held *h = l->all, *n; h; h = n) {
+        n = h->all;
+        host_free(l, h->inputs);
+        host_free(l, h->targets);
+        if (l->rt) {
+            stoke_cudart_free(l->rt, h->dinputs);
+            stoke_cudart_free(l->rt, h->dtargets);
+        }
+        free(h);
+    }
     if (l->workers)
         for (int i = 0; i < (l->nworkers ? l->nworkers : 1); i++) {
             free(l->workers[i].raw);
@@ -402,8 +429,15 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o, s
         return stoke_fail(STOKE_ERR_NOMEM, "loader: out of memory");
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work_cv, NULL);
-    pthread_cond_init(&l->ready_cv, NULL);
+    /* The consumer's timed waits use the monotonic clock: a wall-clock step must not
+     * stretch or cut them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->ready_cv, &ca);
+    pthread_condattr_destroy(&ca);
     l->d = d;
+    l->hold = o->hold;
     l->seed = o->sampler.seed;
     l->bs = o->sampler.batch_size;
     l->nworkers = o->workers;
@@ -525,7 +559,86 @@ static stoke_status fail_loader(stoke_loader *l, stoke_status st, const char *ms
     return stoke_fail(st, "%s", l->errmsg);
 }
 
-stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
+/* opts.hold: a set of buffers to exchange with the slot being handed out, from the
+ * pool or newly allocated (by the consumer's thread only, so outside mu). */
+static held *take_held(stoke_loader *l)
+{
+    pthread_mutex_lock(&l->mu);
+    held *h = l->pool;
+    if (h)
+        l->pool = h->next;
+    pthread_mutex_unlock(&l->mu);
+    if (h)
+        return h;
+    h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->inputs = host_alloc(l, (size_t)l->bs * l->in_bytes);
+    h->targets = l->tg_bytes ? host_alloc(l, (size_t)l->bs * l->tg_bytes) : NULL;
+    bool ok = h->inputs && (!l->tg_bytes || h->targets);
+    if (ok && l->on_device) {
+        ok = stoke_cudart_malloc(l->rt, (size_t)l->bs * l->in_bytes, &h->dinputs) == STOKE_OK &&
+             (!l->tg_bytes ||
+              stoke_cudart_malloc(l->rt, (size_t)l->bs * l->tg_bytes, &h->dtargets) == STOKE_OK);
+    }
+    pthread_mutex_lock(&l->mu);
+    h->all = l->all; /* listed even when incomplete, so destroy frees what was allocated */
+    l->all = h;
+    l->buffers++;
+    pthread_mutex_unlock(&l->mu);
+    return ok ? h : NULL; /* an incomplete set stays off the pool */
+}
+
+void stoke_loader_release(stoke_loader *l, void *token)
+{
+    held *h = token;
+    if (!h)
+        return;
+    pthread_mutex_lock(&l->mu);
+    h->next = l->pool;
+    l->pool = h;
+    l->held_out--;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void swap_ptr(void *a, void *b)
+{
+    void *t;
+    memcpy(&t, a, sizeof t);
+    memcpy(a, b, sizeof t);
+    memcpy(b, &t, sizeof t);
+}
+
+/* Waits until batch g's slot is done; with a deadline (> 0), gives up at it. Called
+ * with mu held; false on a timeout. */
+static bool wait_batch(stoke_loader *l, int64_t g, slot *s, uint64_t deadline_ns, bool *bug)
+{
+    while (!(g < l->open_seq && s->seq == g && batch_done(s))) {
+        chunk c;
+        if (l->nworkers == 0) {
+            if (!claim(l, &c)) { /* cannot happen: it can always open its batch */
+                *bug = true;
+                return true;
+            }
+            /* The work is done here, a chunk at a time: each call makes progress
+             * even with a deadline already past. */
+            do_one(l, &l->workers[0], &c);
+            if (deadline_ns && stoke_now_ns() >= deadline_ns && !(s->seq == g && batch_done(s)))
+                return false;
+        } else if (deadline_ns && stoke_now_ns() >= deadline_ns) {
+            return false;
+        } else if (deadline_ns) {
+            struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+                                  .tv_nsec = (long)(deadline_ns % 1000000000u)};
+            pthread_cond_timedwait(&l->ready_cv, &l->mu, &ts);
+        } else {
+            pthread_cond_wait(&l->ready_cv, &l->mu);
+        }
+    }
+    return true;
+}
+
+static stoke_status next_batch(stoke_loader *l, stoke_batch *b, uint64_t deadline_ns)
 {
     memset(b, 0, sizeof *b);
     if (l->err != STOKE_OK)
@@ -558,17 +671,15 @@ stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
     for (int64_t s = g; s < l->open_seq; s++)
         fill += l->slots[s % l->K].state == SLOT_READY;
     slot *s = &l->slots[g % l->K];
-    while (!(g < l->open_seq && s->seq == g && batch_done(s))) {
-        chunk c;
-        if (l->nworkers == 0 && claim(l, &c))
-            do_one(l, &l->workers[0], &c);
-        else if (l->nworkers == 0) { /* cannot happen: it can always open its batch */
-            pthread_mutex_unlock(&l->mu);
-            return fail_loader(l, STOKE_ERR_SYSTEM, "loader: batch not claimable (bug)");
-        } else
-            pthread_cond_wait(&l->ready_cv, &l->mu);
-    }
+    bool bug = false;
+    bool ready = wait_batch(l, g, s, deadline_ns, &bug);
     pthread_mutex_unlock(&l->mu);
+    if (bug)
+        return fail_loader(l, STOKE_ERR_SYSTEM, "loader: batch not claimable (bug)");
+    if (!ready) {
+        l->wait_carry_ns += stoke_now_ns() - t0;
+        return stoke_fail(STOKE_ERR_TIMEOUT, "loader: batch %" PRId64 " not ready yet", g);
+    }
     if (s->err != STOKE_OK) {
         char m[1024];
         snprintf(m, sizeof m, "%s", s->msg);
@@ -614,11 +725,43 @@ stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
         b->on_device = true;
         b->event = l->ds[k].event;
     }
+    if (l->hold && s->size > 0) {
+        /* The batch's buffers go to the caller; the slot and the device slot get the
+         * set's spares. Its copy (issued from these host buffers) may still be running:
+         * the memory does not move, and comes back only through the caller. */
+        held *h = take_held(l);
+        if (!h) {
+            char m[256];
+            snprintf(m, sizeof m,
+                     "loader: out of memory for another batch while the caller holds %d",
+                     l->held_out);
+            return fail_loader(l, STOKE_ERR_NOMEM, m);
+        }
+        pthread_mutex_lock(&l->mu);
+        swap_ptr(&s->inputs, &h->inputs);
+        swap_ptr(&s->targets, &h->targets);
+        l->held_out++;
+        pthread_mutex_unlock(&l->mu);
+        b->host_inputs = h->inputs;
+        b->host_targets = l->tg_bytes ? h->targets : NULL;
+        if (b->on_device) {
+            int k = l->ds[0].seq == g ? 0 : 1;
+            swap_ptr(&l->ds[k].inputs, &h->dinputs);
+            swap_ptr(&l->ds[k].targets, &h->dtargets);
+            b->inputs = h->dinputs;
+            b->targets = l->tg_bytes ? h->dtargets : NULL;
+        } else {
+            b->inputs = h->inputs;
+            b->targets = l->tg_bytes ? h->targets : NULL;
+        }
+        b->held = h;
+    }
     l->next_seq = g + 1;
     l->state = s->after;
     /* Instrumentation, under mu so stoke_loader_get_stats may run on another thread
      * (the monitor's sampler) while the consumer runs. */
-    uint64_t w = stoke_now_ns() - t0;
+    uint64_t w = stoke_now_ns() - t0 + l->wait_carry_ns;
+    l->wait_carry_ns = 0;
     if (s->size > 0) {
         pthread_mutex_lock(&l->mu);
         l->waits_ms[l->batches % WAIT_WINDOW] = (float)(w / 1e6);
@@ -635,6 +778,25 @@ stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b)
         pthread_mutex_unlock(&l->mu);
     }
     return STOKE_OK;
+}
+
+stoke_status stoke_loader_next(stoke_loader *l, stoke_batch *b) { return next_batch(l, b, 0); }
+
+stoke_status stoke_loader_next_timed(stoke_loader *l, stoke_batch *b, double timeout_s)
+{
+    if (!(timeout_s >= 0 && timeout_s <= 1e6)) {
+        memset(b, 0, sizeof *b);
+        return stoke_fail(STOKE_ERR_ARG, "loader: timeout %g s (0..1e6)", timeout_s);
+    }
+    uint64_t d = stoke_now_ns() + (uint64_t)(timeout_s * 1e9);
+    return next_batch(l, b, d ? d : 1);
+}
+
+stoke_status stoke_loader_stream_wait(stoke_loader *l, const stoke_batch *b, void *stream)
+{
+    if (!b->on_device || !b->event)
+        return STOKE_OK;
+    return stoke_cudart_stream_wait(l->rt, stream, b->event);
 }
 
 stoke_status stoke_loader_wait(stoke_loader *l, const stoke_batch *b)
@@ -682,6 +844,8 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
         if (i < 64 && s->elapsed_s > 0)
             s->busy_frac[i] = (double)l->workers[i].busy_ns / 1e9 / s->elapsed_s;
     }
+    s->held = l->held_out;
+    s->buffers = l->buffers;
     pthread_mutex_unlock(&l->mu);
     if (s->batches > 0) {
         s->wait_avg_ms = (double)wait_sum_ns / 1e6 / (double)s->batches;
