@@ -278,7 +278,8 @@ def loader_works():
     return callable(getattr(stoke.Loader, "__iter__", None)) and hasattr(stoke.Loader, "stats")
 
 
-def test_a_starving_loader_shows_as_data_wait(tmp_path):
+@pytest.mark.parametrize("workers", [1, 0])
+def test_a_starving_loader_shows_as_data_wait(tmp_path, workers):
     if not loader_works():
         pytest.skip("stoke.Loader is not functional on this branch yet")
     np = pytest.importorskip("numpy")
@@ -289,9 +290,10 @@ def test_a_starving_loader_shows_as_data_wait(tmp_path):
         f["x"] = rng.random((512, 3, 64, 64), dtype=np.float32)
         f["y"] = rng.integers(0, 10, 512).astype(np.int64)
     ds = stoke.Dataset(str(path), input="x", target="y")
-    # The loop does nothing with its batches while one worker transforms every sample:
-    # the loop waits for data nearly all the time.
-    loader = stoke.Loader(ds, batch_size=32, workers=1, prefetch=2, output="numpy",
+    # The loop does nothing with its batches while every sample is resized and
+    # jittered (by one worker, or by the loop itself): it waits for data nearly all
+    # the time.
+    loader = stoke.Loader(ds, batch_size=32, workers=workers, prefetch=2, output="numpy",
                           transforms=[stoke.Resize(160), stoke.ColorJitter(0.4, 0.4),
                                       stoke.HFlip(), stoke.Normalize()])
     with stoke.Monitor(interval=0.05) as mon:
@@ -301,18 +303,21 @@ def test_a_starving_loader_shows_as_data_wait(tmp_path):
             for batch in loader:
                 del batch
             epoch += 1
-            s = mon.latest()
-            if s and s.get("pipeline", {}).get("batches", 0) > 0 and \
-                    mon.summary()["metrics"].get("data_wait_pct", {}).get("n", 0) >= 6:
+            if mon.summary()["metrics"].get("data_wait_pct", {}).get("n", 0) >= 6:
                 break
             assert epoch < 500, "the monitor never saw the loader's windows"
-    assert mon.latest()["pipeline"]["workers"] == 1
+    assert mon.latest()["pipeline"]["workers"] == workers
     assert "DATA " in mon.line()
     summary = mon.summary()
     assert summary["pipeline"]["batches"] > 0 and summary["pipeline"]["slots"] == 2
-    ids = [f["id"] for f in mon.findings()]
-    assert ids and ids[0] == "data-wait"
+    findings = mon.findings()
+    assert findings and findings[0]["id"] == "data-wait"
     text = mon.diagnosis()
     assert text.startswith("diagnosis: bounded by input pipeline (data loader)")
     assert "[data-wait]: the training loop waited for data" in text
-    assert "  in Python: " in text
+    assert f"  in Python: {findings[0]['python']}\n" in text
+    if workers == 0:
+        # The loop did the work itself: the advice is to start workers, in Python.
+        assert "run 1 loader worker" in findings[0]["advice"] or \
+            "loader workers (now 0" in findings[0]["advice"]
+        assert findings[0]["python"].startswith("stoke.Loader(..., workers=")
