@@ -35,6 +35,9 @@ typedef struct MonitorObject {
     bool error_raised; /* the sampler's first error reached Python once already */
     int pid;           /* watched root, 0 = whole system */
     pid_t owner;       /* the process whose thread samples; a fork() child has none */
+    bool have_disk;    /* `data` was given: its storage feeds the I/O rule */
+    stoke_disk_info disk;
+    char data_path[256];
 } MonitorObject;
 
 static void write_stderr(const char *s, size_t n)
@@ -127,18 +130,22 @@ static void sink_free(sink *c)
 
 static int Monitor_init(MonitorObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"interval", "pid", "no_gpu", "jsonl", "live", NULL};
+    static char *kwlist[] = {"interval", "pid", "no_gpu", "jsonl", "live", "data", NULL};
     double interval = 0.5;
-    PyObject *pid_obj = Py_None, *jsonl = Py_None;
+    PyObject *pid_obj = Py_None, *jsonl = Py_None, *data = Py_None;
     int no_gpu = 0, live = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dOpOp:Monitor", kwlist, &interval, &pid_obj,
-                                     &no_gpu, &jsonl, &live))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dOpOpO:Monitor", kwlist, &interval, &pid_obj,
+                                     &no_gpu, &jsonl, &live, &data))
         return -1;
     if (self->mon) {
         PyErr_SetString(PyExc_RuntimeError, "a Monitor cannot be initialized twice");
         return -1;
     }
     int pid = (int)getpid();
+    if (PyBool_Check(pid_obj)) {
+        PyErr_SetString(PyExc_TypeError, "pid must be an int or None, not bool");
+        return -1;
+    }
     if (pid_obj != Py_None) {
         long v = PyLong_AsLong(pid_obj);
         if (v == -1 && PyErr_Occurred()) {
@@ -158,6 +165,19 @@ static int Monitor_init(MonitorObject *self, PyObject *args, PyObject *kw)
             return -1;
         }
         pid = (int)v;
+    }
+    if (data != Py_None) {
+        PyObject *bytes = NULL;
+        if (!PyUnicode_FSConverter(data, &bytes))
+            return -1;
+        snprintf(self->data_path, sizeof self->data_path, "%s", PyBytes_AS_STRING(bytes));
+        stoke_status st = stoke_disk_probe(PyBytes_AS_STRING(bytes), &self->disk);
+        Py_DECREF(bytes);
+        if (st != STOKE_OK) {
+            stokepy_raise(st);
+            return -1;
+        }
+        self->have_disk = true;
     }
     sink *c = calloc(1, sizeof *c);
     if (!c) {
@@ -336,6 +356,11 @@ static int summarize(MonitorObject *self, stoke_mon_summary *out)
     st = stoke_mon_summarize(h, usable, out);
     PyEval_RestoreThread(save);
     stoke_status rs = was ? resume(self) : STOKE_OK;
+    if (st == STOKE_OK && self->have_disk) {
+        out->have_disk = true;
+        out->disk_kind = self->disk.kind;
+        snprintf(out->data_path, sizeof out->data_path, "%s", self->data_path);
+    }
     ctl_unlock(self);
     if (st == STOKE_OK)
         st = rs;
@@ -398,7 +423,10 @@ static PyObject *summary_dict(const stoke_mon_summary *s)
     PyObject *d = PyDict_New(), *metrics = NULL, *gpus = NULL;
     if (!d)
         return NULL;
-    if (put(d, "samples", PyLong_FromSize_t(s->samples)) < 0 ||
+    if ((s->have_disk &&
+         (put(d, "data_path", PyUnicode_FromString(s->data_path)) < 0 ||
+          put(d, "data_storage", PyUnicode_FromString(stoke_disk_kind_name(s->disk_kind))) < 0)) ||
+        put(d, "samples", PyLong_FromSize_t(s->samples)) < 0 ||
         put(d, "duration_s", PyFloat_FromDouble(s->duration_s)) < 0 ||
         put(d, "ncpu", PyLong_FromLong(s->ncpu)) < 0 ||
         put(d, "usable_cpus", PyLong_FromLong(s->usable_cpus)) < 0 ||
@@ -680,7 +708,7 @@ static PyTypeObject MonitorType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoke._stoke.Monitor",
     .tp_basicsize = sizeof(MonitorObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "Monitor(interval=0.5, pid=None, no_gpu=False, jsonl=None, live=False): "
+    .tp_doc = "Monitor(interval=0.5, pid=None, no_gpu=False, jsonl=None, live=False, data=None): "
               "libstoke's sampler (use stoke.Monitor).",
     .tp_new = Monitor_new,
     .tp_init = (initproc)Monitor_init,

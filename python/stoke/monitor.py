@@ -66,16 +66,17 @@ class Monitor:
     `live`: print the live line to stderr at each sample (one refreshed line on a
     terminal, otherwise plain lines at most about once a second).
     `pid`: None watches this process, a PID that process and its descendants, 0 the
-    whole system. `gpu=False` does not load NVML.
+    whole system. `gpu=False` does not load NVML. `data`: where the dataset lives; slow
+    storage there (rotational, network) feeds the I/O rule, as `stoke monitor --data`.
 
     As a context manager it starts on enter and stops on exit; summary(), findings()
     and diagnosis() are meant for after the run, but work at any time (a running
     monitor pauses for a moment while the history is read).
     """
 
-    def __init__(self, interval=0.5, jsonl=None, live=False, pid=None, gpu=True):
+    def __init__(self, interval=0.5, jsonl=None, live=False, pid=None, gpu=True, data=None):
         self._m = _stoke.Monitor(interval=interval, pid=pid, no_gpu=not gpu, jsonl=jsonl,
-                                 live=bool(live))
+                                 live=bool(live), data=data)
 
     def start(self):
         """Starts sampling; a monitor started again continues its history and log."""

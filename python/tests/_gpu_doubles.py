@@ -1,8 +1,9 @@
 """Runs Python code in a child process against stoke's GPU test doubles (tests/fake/):
 NVML and the CUDA runtime are loaded once per process, so each scenario gets its own
-interpreter. The doubles are found beside the build the package was imported from, or
-in $STOKE_FAKE_GPU_DIR (a build's tests/fake); tests skip when neither has them, as in
-a build with STOKE_TESTS=OFF."""
+interpreter. The doubles are named by $STOKE_TEST_FAKE_NVML and $STOKE_TEST_FAKE_CUDART (ctest
+sets them), else found in $STOKE_FAKE_GPU_DIR (a build's tests/fake) or beside the
+build the package was imported from; tests skip when there are none, as in a build
+with STOKE_TESTS=OFF."""
 import json
 import os
 import subprocess
@@ -23,8 +24,9 @@ def fake_dir():
 
 def fake_libs():
     d = fake_dir()
-    nvml = d / "fake_nvml" / "libnvidia-ml.so.1"
-    cudart = d / "fake_cudart" / "libcudart.so.13"
+    nvml = Path(os.environ.get("STOKE_TEST_FAKE_NVML") or d / "fake_nvml" / "libnvidia-ml.so.1")
+    cudart = Path(os.environ.get("STOKE_TEST_FAKE_CUDART")
+                  or d / "fake_cudart" / "libcudart.so.13")
     if not nvml.exists() or not cudart.exists():
         pytest.skip(f"the GPU test doubles are not built ({nvml}; build with STOKE_TESTS=ON "
                     "or set STOKE_FAKE_GPU_DIR to a build's tests/fake)")

@@ -80,6 +80,8 @@ def test_bad_argument_types():
         stoke.Monitor(interval="fast")
     with pytest.raises(TypeError, match="pid"):
         stoke.Monitor(pid="me")
+    with pytest.raises(TypeError, match="pid"):
+        stoke.Monitor(pid=True)
 
 
 def test_bad_pid():
@@ -89,6 +91,18 @@ def test_bad_pid():
     p.wait()  # reaped: its pid names no process now
     with pytest.raises(stoke.NotFoundError, match=f"no process with pid {p.pid}"):
         stoke.Monitor(pid=p.pid)
+
+
+def test_data_storage_feeds_the_summary(tmp_path):
+    mon = stoke.Monitor(data=tmp_path)
+    summary = mon.summary()
+    assert summary["data_path"] == str(tmp_path)
+    assert summary["data_storage"] in ("unknown", "memory", "ssd", "rotational", "network",
+                                       "overlay")
+    assert "data_path" not in stoke.Monitor().summary()
+    missing = tmp_path / "nope"
+    with pytest.raises(stoke.NotFoundError, match=str(missing)):
+        stoke.Monitor(data=missing)
 
 
 def test_jsonl_to_a_directory_names_the_path(tmp_path):
