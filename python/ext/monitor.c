@@ -13,8 +13,8 @@
 
 #include "stoke/monitor.h"
 
-/* What the sampler thread writes after each sample. The controlling thread touches it
- * only while the sampler is stopped, except `live` and the immutable fields. */
+/* What the sampler thread writes after each sample. The controlling thread changes it
+ * only while the sampler is stopped (json_fd, printed). */
 typedef struct sink {
     int json_fd;     /* -1: no JSON lines, or closed by stop() */
     char *json_path; /* NULL without JSON lines */
