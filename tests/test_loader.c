@@ -745,13 +745,23 @@ static void case_loader_hold(void)
         CHECK_INT_EQ(st.buffers, held);
         stoke_loader_destroy(l); /* with held sets in the pool: ASan checks the frees */
     }
-    /* Destroyed while the caller still holds batches: everything is freed. */
+    /* Stopped while the caller holds batches: they stay valid, no more come; then
+     * destroyed with them still held: everything is freed. */
     stoke_loader_opts o = {.sampler = {.batch_size = 32}, .workers = 1, .hold = true};
     stoke_loader *l = NULL;
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
     stoke_batch x;
     for (int i = 0; l && i < 5; i++)
         CHECK_INT_EQ(stoke_loader_next(l, &x), STOKE_OK);
+    if (l) {
+        stoke_loader_stop(l);
+        stoke_loader_stop(l); /* twice is fine */
+        CHECK(memcmp(x.inputs, a.x + x.samples[0] * IMG_H * IMG_W, IMG_H * IMG_W) == 0);
+        stoke_batch y;
+        CHECK_INT_EQ(stoke_loader_next(l, &y), STOKE_ERR_ARG);
+        CHECK_STR_CONTAINS(stoke_last_error(), "stopped");
+        stoke_loader_release(l, x.held);
+    }
     stoke_loader_destroy(l);
     stoke_dataset_close(d);
     free(ref);

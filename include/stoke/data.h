@@ -366,6 +366,12 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s);
 struct stoke_mon_pipeline;
 bool stoke_loader_pipeline(void *loader, struct stoke_mon_pipeline *out);
 
+/* Stops the workers (joining every thread) and frees nothing: batches handed out
+ * stay valid (with opts.hold, until released or destroyed). Every later
+ * stoke_loader_next fails with "loader: stopped". For a caller that drops a loader
+ * while it may still hold its batches. */
+void stoke_loader_stop(stoke_loader *l);
+
 /* Stops the workers (joining every thread) and frees everything; NULL is fine. */
 void stoke_loader_destroy(stoke_loader *l);
 

@@ -19,9 +19,23 @@ PyObject *stokepy_raise(stoke_status st);
 /* The module's parts, each called once by the module's init; -1 with an exception set
  * on failure. */
 int stokepy_add_errors(PyObject *m);
-int stokepy_add_data(PyObject *m);    /* data.c: Dataset, LoaderCore, Array, Hold */
+int stokepy_add_data(PyObject *m);    /* loader.c: LoaderCore, Array, sampler, tuner */
+int stokepy_add_dataset(PyObject *m); /* dataset.c: Dataset (called by stokepy_add_data) */
 int stokepy_add_monitor(PyObject *m); /* monitor.c: Monitor */
 int stokepy_add_probe(PyObject *m);   /* probe.c: probe(), recommend() */
+
+/* stoke.Dataset's object, which loaders read from. */
+struct stoke_dataset;
+typedef struct {
+    PyObject_HEAD struct stoke_dataset *d;
+    struct stoke_dataset *file; /* the opened file when d is its copy in memory, else NULL */
+} DatasetObject;
+extern PyTypeObject stokepy_DatasetType;
+/* 1 if open, else 0 with ValueError set. */
+int stokepy_dataset_ok(DatasetObject *self);
+/* A tuple of a shape's dimensions (new reference, NULL on failure). */
+struct stoke_shape;
+PyObject *stokepy_shape_tuple(const struct stoke_shape *s);
 
 /* The input pipeline the monitors report (a stoke_mon_pipeline_fn): the loader that
  * handed out a batch most recently, if it is still open. Runs on a monitor's sampler

@@ -278,8 +278,9 @@ class Loader:
         self._epoch, self._resume = 0, 0
         self._core = None
         self._event = None
-        if self._device >= 0:
-            self._open(0, 0)  # says now, not at the first batch, if there is no GPU
+        # Started now: a bad transform or a missing GPU is said here, not at the first
+        # batch, and the workers fill the ring while the script builds its model.
+        self._open(0, 0)
 
     # -- the C loader behind a pass --------------------------------------------------
 

@@ -257,6 +257,15 @@ static void stop_workers(stoke_loader *l)
     l->threads_running = false;
 }
 
+void stoke_loader_stop(stoke_loader *l)
+{
+    stop_workers(l);
+    if (l->err == STOKE_OK) {
+        l->err = STOKE_ERR_ARG;
+        snprintf(l->errmsg, sizeof l->errmsg, "loader: stopped");
+    }
+}
+
 /* ---- device ------------------------------------------------------------------------ */
 
 static void *host_alloc(stoke_loader *l, size_t n)

@@ -1,0 +1,323 @@
+/* dataset.c - stoke.Dataset's C side: a dataset in any format stoke reads, its facts,
+ * single samples, and the per-channel statistics Normalize() measures. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ext.h"
+#include "stoke/data.h"
+
+/* ---- small helpers ----------------------------------------------------------------- */
+
+PyObject *stokepy_shape_tuple(const stoke_shape *s)
+{
+    PyObject *t = PyTuple_New(s->ndim);
+    for (int i = 0; t && i < s->ndim; i++) {
+        PyObject *v = PyLong_FromLongLong(s->dims[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static const char *target_kind_name(stoke_target_kind k)
+{
+    switch (k) {
+    case STOKE_TARGET_NONE: return "none";
+    case STOKE_TARGET_CLASS: return "class";
+    case STOKE_TARGET_SCALAR: return "scalar";
+    case STOKE_TARGET_VECTOR: return "vector";
+    }
+    return "?";
+}
+
+/* An optional str argument: NULL for None. -1 with TypeError naming it otherwise. */
+static int opt_str(PyObject *o, const char *name, const char **out)
+{
+    *out = NULL;
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str or None, not %s", name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyUnicode_AsUTF8(o);
+    return *out ? 0 : -1;
+}
+
+/* ---- Dataset ------------------------------------------------------------------------ */
+
+static void dataset_dealloc(DatasetObject *self)
+{
+    stoke_dataset_close(self->d);
+    stoke_dataset_close(self->file);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path",         "input",     "target", "split",
+                            "targets_path", "height",    "width",  "channels",
+                            "regression",   "in_memory", NULL};
+    PyObject *path_o = NULL, *input_o = NULL, *target_o = NULL, *split_o = NULL, *tp_o = NULL;
+    int height = 0, width = 0, channels = 0, regression = 0, in_memory = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OOOOiiipp", names, PyUnicode_FSConverter,
+                                     &path_o, &input_o, &target_o, &split_o, &tp_o, &height, &width,
+                                     &channels, &regression, &in_memory))
+        return -1;
+    stoke_dataset_opts o = {.image_height = height,
+                            .image_width = width,
+                            .image_channels = channels,
+                            .regression = regression};
+    int rc = -1;
+    if (opt_str(input_o, "input", &o.input_name) < 0 ||
+        opt_str(target_o, "target", &o.target_name) < 0 ||
+        opt_str(split_o, "split", &o.split) < 0 ||
+        opt_str(tp_o, "targets_path", &o.targets_path) < 0)
+        goto out;
+    if (height < 0 || width < 0 || channels < 0) {
+        PyErr_SetString(PyExc_ValueError, "image size and channels must not be negative");
+        goto out;
+    }
+    stoke_dataset_close(self->d);
+    stoke_dataset_close(self->file);
+    self->d = self->file = NULL;
+    const char *path = PyBytes_AS_STRING(path_o);
+    stoke_dataset *d = NULL, *mem = NULL;
+    stoke_status st;
+    Py_BEGIN_ALLOW_THREADS
+        st = stoke_dataset_open(path, &o, &d);
+        if (st == STOKE_OK && in_memory)
+            st = stoke_dataset_load(d, &mem);
+    Py_END_ALLOW_THREADS
+    if (st != STOKE_OK) {
+        stoke_dataset_close(d);
+        stokepy_raise(st);
+        goto out;
+    }
+    if (mem) {
+        self->d = mem;
+        self->file = d;
+    } else {
+        self->d = d;
+    }
+    rc = 0;
+out:
+    Py_DECREF(path_o);
+    return rc;
+}
+
+int stokepy_dataset_ok(DatasetObject *self)
+{
+    if (self->d)
+        return 1;
+    PyErr_SetString(PyExc_ValueError, "the dataset is not open");
+    return 0;
+}
+
+static PyObject *dataset_info(DatasetObject *self, void *closure)
+{
+    (void)closure;
+    if (!stokepy_dataset_ok(self))
+        return NULL;
+    const stoke_dataset_info *i = stoke_dataset_get_info(self->d);
+    return Py_BuildValue(
+        "{s:s,s:L,s:N,s:s,s:s,s:N,s:s,s:L,s:n,s:n}", "format", i->format, "count",
+        (long long)i->count, "input_shape", stokepy_shape_tuple(&i->input_shape), "input_dtype",
+        stoke_dtype_name(i->input_dtype), "target_kind", target_kind_name(i->target_kind),
+        "target_shape", stokepy_shape_tuple(&i->target_shape), "target_dtype",
+        i->target_kind == STOKE_TARGET_NONE ? "" : stoke_dtype_name(i->target_dtype), "num_classes",
+        (long long)i->num_classes, "input_bytes", (Py_ssize_t)i->input_bytes, "target_bytes",
+        (Py_ssize_t)i->target_bytes);
+}
+
+static Py_ssize_t dataset_len(DatasetObject *self)
+{
+    if (!stokepy_dataset_ok(self))
+        return -1;
+    return (Py_ssize_t)stoke_dataset_get_info(self->d)->count;
+}
+
+/* read(i) -> (input bytes, target bytes or None): one sample as stored. */
+static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
+{
+    if (!stokepy_dataset_ok(self))
+        return NULL;
+    long long i = PyLong_AsLongLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    const stoke_dataset_info *info = stoke_dataset_get_info(self->d);
+    PyObject *in = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)info->input_bytes);
+    PyObject *tg = info->target_bytes
+                       ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)info->target_bytes)
+                       : (Py_INCREF(Py_None), Py_None);
+    if (!in || !tg) {
+        Py_XDECREF(in);
+        Py_XDECREF(tg);
+        return NULL;
+    }
+    char *pi = PyBytes_AS_STRING(in), *pt = tg == Py_None ? NULL : PyBytes_AS_STRING(tg);
+    stoke_status st;
+    Py_BEGIN_ALLOW_THREADS
+        st = stoke_dataset_read(self->d, i, pi, pt);
+    Py_END_ALLOW_THREADS
+    if (st != STOKE_OK) {
+        Py_DECREF(in);
+        Py_DECREF(tg);
+        return stokepy_raise(st);
+    }
+    return Py_BuildValue("(NN)", in, tg);
+}
+
+/* Channels of a sample as the transforms see it (stoke_image_layout AUTO), and the
+ * index of the channel axis: -1 for a 2-D (or other) input of one channel. */
+static int channel_axis(const stoke_shape *s, int *channels)
+{
+    *channels = 1;
+    if (s->ndim == 3) {
+        int64_t last = s->dims[2], first = s->dims[0];
+        if (last == 1 || last == 3 || last == 4) {
+            *channels = (int)last;
+            return 2;
+        }
+        if (first == 1 || first == 3 || first == 4) {
+            *channels = (int)first;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static double sample_value(const void *p, stoke_dtype t, int64_t k)
+{
+    switch (t) {
+    case STOKE_U8: return ((const uint8_t *)p)[k] / 255.0;
+    case STOKE_F32: return ((const float *)p)[k];
+    default: return 0;
+    }
+}
+
+/* channel_stats(max_samples) -> (mean, std): per channel, over up to max_samples evenly
+ * spaced samples, in the transforms' scale (u8 / 255): what Normalize() without
+ * arguments uses. */
+static PyObject *dataset_channel_stats(DatasetObject *self, PyObject *arg)
+{
+    if (!stokepy_dataset_ok(self))
+        return NULL;
+    long long maxn = PyLong_AsLongLong(arg);
+    if (maxn == -1 && PyErr_Occurred())
+        return NULL;
+    const stoke_dataset_info *info = stoke_dataset_get_info(self->d);
+    if (info->input_dtype != STOKE_U8 && info->input_dtype != STOKE_F32) {
+        PyErr_Format(PyExc_ValueError,
+                     "Normalize() measures uint8 or float32 inputs; these are %s: give mean "
+                     "and std",
+                     stoke_dtype_name(info->input_dtype));
+        return NULL;
+    }
+    if (maxn < 1 || info->count < 1) {
+        PyErr_SetString(PyExc_ValueError, "channel_stats needs at least one sample");
+        return NULL;
+    }
+    int ch = 1;
+    int axis = channel_axis(&info->input_shape, &ch);
+    int64_t elems = stoke_shape_elems(&info->input_shape);
+    int64_t n = info->count < maxn ? info->count : maxn;
+    double sum[4] = {0}, sq[4] = {0};
+    int64_t cnt[4] = {0};
+    void *buf = malloc(info->input_bytes ? info->input_bytes : 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    stoke_status st = STOKE_OK;
+    Py_BEGIN_ALLOW_THREADS
+        for (int64_t j = 0; j < n && st == STOKE_OK; j++) {
+            int64_t i = j * info->count / n;
+            st = stoke_dataset_read(self->d, i, buf, NULL);
+            for (int64_t k = 0; st == STOKE_OK && k < elems; k++) {
+                int c = axis == 2 ? (int)(k % ch) : axis == 0 ? (int)(k / (elems / ch)) : 0;
+                double v = sample_value(buf, info->input_dtype, k);
+                sum[c] += v;
+                sq[c] += v * v;
+                cnt[c]++;
+            }
+        }
+    Py_END_ALLOW_THREADS
+    free(buf);
+    if (st != STOKE_OK)
+        return stokepy_raise(st);
+    PyObject *mean = PyList_New(ch), *std = PyList_New(ch);
+    for (int c = 0; mean && std && c < ch; c++) {
+        double m = sum[c] / (double)cnt[c];
+        double var = sq[c] / (double)cnt[c] - m * m;
+        PyList_SET_ITEM(mean, c, PyFloat_FromDouble(m));
+        PyList_SET_ITEM(std, c, PyFloat_FromDouble(var > 0 ? sqrt(var) : 0));
+    }
+    return Py_BuildValue("(NN)", mean, std);
+}
+
+static PyObject *dataset_class_counts(DatasetObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!stokepy_dataset_ok(self))
+        return NULL;
+    const stoke_dataset_info *info = stoke_dataset_get_info(self->d);
+    if (info->target_kind != STOKE_TARGET_CLASS) {
+        PyErr_SetString(PyExc_ValueError, "class_counts: the targets are not classes");
+        return NULL;
+    }
+    int64_t *c = calloc((size_t)info->num_classes + 1, sizeof *c);
+    if (!c)
+        return PyErr_NoMemory();
+    stoke_status st;
+    Py_BEGIN_ALLOW_THREADS
+        st = stoke_dataset_class_counts(self->d, c);
+    Py_END_ALLOW_THREADS
+    PyObject *out = NULL;
+    if (st != STOKE_OK) {
+        stokepy_raise(st);
+    } else if ((out = PyList_New((Py_ssize_t)info->num_classes))) {
+        for (int64_t k = 0; k < info->num_classes; k++)
+            PyList_SET_ITEM(out, k, PyLong_FromLongLong(c[k]));
+    }
+    free(c);
+    return out;
+}
+
+static PyMethodDef dataset_methods[] = {
+    {"read", (PyCFunction)dataset_read, METH_O, "read(i) -> (input bytes, target bytes|None)"},
+    {"channel_stats", (PyCFunction)dataset_channel_stats, METH_O,
+     "channel_stats(max_samples) -> (mean list, std list)"},
+    {"class_counts", (PyCFunction)dataset_class_counts, METH_NOARGS, "samples per class"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef dataset_getset[] = {
+    {"info", (getter)dataset_info, NULL, "what the file holds", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods dataset_seq = {.sq_length = (lenfunc)dataset_len};
+
+PyTypeObject stokepy_DatasetType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_stoke.Dataset",
+    .tp_basicsize = sizeof(DatasetObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "A dataset in a format stoke reads (docs/data.md).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)dataset_init,
+    .tp_dealloc = (destructor)dataset_dealloc,
+    .tp_methods = dataset_methods,
+    .tp_getset = dataset_getset,
+    .tp_as_sequence = &dataset_seq,
+};
+
+int stokepy_add_dataset(PyObject *m)
+{
+    if (PyType_Ready(&stokepy_DatasetType) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "Dataset", (PyObject *)&stokepy_DatasetType);
+}
