@@ -11,7 +11,8 @@ import stoke
 import _gpu_doubles as doubles
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "tests" / "scenarios"
-CLI = doubles.BUILD / "stoke"
+# The command line beside the package in a build; scripts/check names it for a venv.
+CLI = Path(os.environ.get("STOKE_TEST_CLI", doubles.BUILD / "stoke"))
 
 
 def cli_probe(env=None):
