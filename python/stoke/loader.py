@@ -294,7 +294,7 @@ class Loader:
         if self._device >= 0 and not on_device:
             core.close()
             raise UnavailableError(f"stoke.Loader(device='cuda:{self._device}'): {reason}")
-        if on_device and torch is not None:
+        if on_device and torch is not None and torch.cuda.is_available():
             # Before a device buffer given back is copied into again, the copy waits
             # for the kernels the script had queued on its stream by then.
             self._event = torch.cuda.Event()
