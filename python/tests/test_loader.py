@@ -373,3 +373,15 @@ def test_misuse_is_an_error_not_a_crash(rgb_npy):
             os._exit(3)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_numpy_batches_without_torch(rgb_npy):
+    """Where torch is not installed, batches are NumPy arrays (numpy.from_dlpack)."""
+    path, x, _ = rgb_npy
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import stoke\n"
+            f"xb, yb = next(iter(stoke.Loader({path!r}, batch_size=8)))\n"
+            "print(type(xb).__module__, xb.dtype, yb.dtype, xb.shape, int(xb.sum()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["numpy", "uint8", "int64", "(8,", "16,", "20,", "3)", str(int(x[:8].sum()))]
