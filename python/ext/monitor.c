@@ -371,27 +371,18 @@ static int summarize(MonitorObject *self, stoke_mon_summary *out)
     return 0;
 }
 
-/* Sets d[key] = v and drops the reference to v; -1 if v is NULL or the set fails. */
-static int put(PyObject *d, const char *key, PyObject *v)
-{
-    if (!v)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
-    return rc;
-}
-
 static PyObject *stats_dict(const stoke_stats *s, const char *unit)
 {
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
-    if (put(d, "n", PyLong_FromSize_t(s->n)) < 0 || put(d, "min", PyFloat_FromDouble(s->min)) < 0 ||
-        put(d, "median", PyFloat_FromDouble(s->median)) < 0 ||
-        put(d, "p95", PyFloat_FromDouble(s->p95)) < 0 ||
-        put(d, "max", PyFloat_FromDouble(s->max)) < 0 ||
-        put(d, "mean", PyFloat_FromDouble(s->mean)) < 0 ||
-        put(d, "unit", PyUnicode_FromString(unit)) < 0) {
+    if (stokepy_put(d, "n", PyLong_FromSize_t(s->n)) < 0 ||
+        stokepy_put(d, "min", PyFloat_FromDouble(s->min)) < 0 ||
+        stokepy_put(d, "median", PyFloat_FromDouble(s->median)) < 0 ||
+        stokepy_put(d, "p95", PyFloat_FromDouble(s->p95)) < 0 ||
+        stokepy_put(d, "max", PyFloat_FromDouble(s->max)) < 0 ||
+        stokepy_put(d, "mean", PyFloat_FromDouble(s->mean)) < 0 ||
+        stokepy_put(d, "unit", PyUnicode_FromString(unit)) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -403,15 +394,15 @@ static PyObject *pipeline_dict(const stoke_mon_pipeline *p)
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
-    if (put(d, "batches", PyLong_FromLongLong(p->batches)) < 0 ||
-        put(d, "wait_total_s", PyFloat_FromDouble(p->wait_total_s)) < 0 ||
-        put(d, "wait_avg_ms", PyFloat_FromDouble(p->wait_avg_ms)) < 0 ||
-        put(d, "wait_p95_ms", PyFloat_FromDouble(p->wait_p95_ms)) < 0 ||
-        put(d, "wait_max_ms", PyFloat_FromDouble(p->wait_max_ms)) < 0 ||
-        put(d, "fill_avg", PyFloat_FromDouble(p->fill_avg)) < 0 ||
-        put(d, "slots", PyLong_FromLong(p->slots)) < 0 ||
-        put(d, "workers", PyLong_FromLong(p->workers)) < 0 ||
-        put(d, "busy_frac", PyFloat_FromDouble(p->busy_frac)) < 0) {
+    if (stokepy_put(d, "batches", PyLong_FromLongLong(p->batches)) < 0 ||
+        stokepy_put(d, "wait_total_s", PyFloat_FromDouble(p->wait_total_s)) < 0 ||
+        stokepy_put(d, "wait_avg_ms", PyFloat_FromDouble(p->wait_avg_ms)) < 0 ||
+        stokepy_put(d, "wait_p95_ms", PyFloat_FromDouble(p->wait_p95_ms)) < 0 ||
+        stokepy_put(d, "wait_max_ms", PyFloat_FromDouble(p->wait_max_ms)) < 0 ||
+        stokepy_put(d, "fill_avg", PyFloat_FromDouble(p->fill_avg)) < 0 ||
+        stokepy_put(d, "slots", PyLong_FromLong(p->slots)) < 0 ||
+        stokepy_put(d, "workers", PyLong_FromLong(p->workers)) < 0 ||
+        stokepy_put(d, "busy_frac", PyFloat_FromDouble(p->busy_frac)) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -424,21 +415,22 @@ static PyObject *summary_dict(const stoke_mon_summary *s)
     if (!d)
         return NULL;
     if ((s->have_disk &&
-         (put(d, "data_path", PyUnicode_FromString(s->data_path)) < 0 ||
-          put(d, "data_storage", PyUnicode_FromString(stoke_disk_kind_name(s->disk_kind))) < 0)) ||
-        put(d, "samples", PyLong_FromSize_t(s->samples)) < 0 ||
-        put(d, "duration_s", PyFloat_FromDouble(s->duration_s)) < 0 ||
-        put(d, "ncpu", PyLong_FromLong(s->ncpu)) < 0 ||
-        put(d, "usable_cpus", PyLong_FromLong(s->usable_cpus)) < 0 ||
-        put(d, "mem_total_bytes", PyLong_FromUnsignedLongLong(s->mem_total_bytes)) < 0 ||
-        put(d, "pid", PyLong_FromLong(s->proc_pid)) < 0)
+         (stokepy_put(d, "data_path", PyUnicode_FromString(s->data_path)) < 0 ||
+          stokepy_put(d, "data_storage", PyUnicode_FromString(stoke_disk_kind_name(s->disk_kind))) <
+              0)) ||
+        stokepy_put(d, "samples", PyLong_FromSize_t(s->samples)) < 0 ||
+        stokepy_put(d, "duration_s", PyFloat_FromDouble(s->duration_s)) < 0 ||
+        stokepy_put(d, "ncpu", PyLong_FromLong(s->ncpu)) < 0 ||
+        stokepy_put(d, "usable_cpus", PyLong_FromLong(s->usable_cpus)) < 0 ||
+        stokepy_put(d, "mem_total_bytes", PyLong_FromUnsignedLongLong(s->mem_total_bytes)) < 0 ||
+        stokepy_put(d, "pid", PyLong_FromLong(s->proc_pid)) < 0)
         goto fail;
     metrics = PyDict_New();
     if (!metrics)
         goto fail;
     for (int i = 0; i < STOKE_M_COUNT; i++)
-        if (s->sys[i].n && put(metrics, stoke_sys_metric_name(i),
-                               stats_dict(&s->sys[i], stoke_sys_metric_unit(i))) < 0)
+        if (s->sys[i].n && stokepy_put(metrics, stoke_sys_metric_name(i),
+                                       stats_dict(&s->sys[i], stoke_sys_metric_unit(i))) < 0)
             goto fail;
     if (PyDict_SetItemString(d, "metrics", metrics) < 0)
         goto fail;
@@ -450,20 +442,22 @@ static PyObject *summary_dict(const stoke_mon_summary *s)
         int rc = o && m ? 0 : -1;
         for (int i = 0; i < STOKE_G_COUNT && rc == 0; i++)
             if (s->gpu[g].s[i].n)
-                rc = put(m, stoke_gpu_metric_name(i),
-                         stats_dict(&s->gpu[g].s[i], stoke_gpu_metric_unit(i)));
+                rc = stokepy_put(m, stoke_gpu_metric_name(i),
+                                 stats_dict(&s->gpu[g].s[i], stoke_gpu_metric_unit(i)));
         if (rc == 0)
-            rc = put(o, "index", PyLong_FromLong(g));
+            rc = stokepy_put(o, "index", PyLong_FromLong(g));
         if (rc == 0 && s->gpu[g].mem_total_bytes)
-            rc = put(o, "mem_total_bytes", PyLong_FromUnsignedLongLong(s->gpu[g].mem_total_bytes));
+            rc = stokepy_put(o, "mem_total_bytes",
+                             PyLong_FromUnsignedLongLong(s->gpu[g].mem_total_bytes));
         if (rc == 0 && s->gpu[g].power_limit_w > 0)
-            rc = put(o, "power_limit_w", PyFloat_FromDouble(s->gpu[g].power_limit_w));
+            rc = stokepy_put(o, "power_limit_w", PyFloat_FromDouble(s->gpu[g].power_limit_w));
         if (rc == 0)
-            rc = put(o, "throttle_samples", PyLong_FromSize_t(s->gpu[g].throttle_samples));
+            rc = stokepy_put(o, "throttle_samples", PyLong_FromSize_t(s->gpu[g].throttle_samples));
         if (rc == 0)
-            rc = put(o, "power_throttled", PyLong_FromSize_t(s->gpu[g].power_throttled));
+            rc = stokepy_put(o, "power_throttled", PyLong_FromSize_t(s->gpu[g].power_throttled));
         if (rc == 0)
-            rc = put(o, "thermal_throttled", PyLong_FromSize_t(s->gpu[g].thermal_throttled));
+            rc =
+                stokepy_put(o, "thermal_throttled", PyLong_FromSize_t(s->gpu[g].thermal_throttled));
         if (rc == 0)
             rc = PyDict_SetItemString(o, "metrics", m);
         if (rc == 0)
@@ -475,7 +469,7 @@ static PyObject *summary_dict(const stoke_mon_summary *s)
     }
     if (PyDict_SetItemString(d, "gpus", gpus) < 0)
         goto fail;
-    if (s->have_pipeline && put(d, "pipeline", pipeline_dict(&s->pipeline)) < 0)
+    if (s->have_pipeline && stokepy_put(d, "pipeline", pipeline_dict(&s->pipeline)) < 0)
         goto fail;
     Py_DECREF(metrics);
     Py_DECREF(gpus);
@@ -494,16 +488,6 @@ static PyObject *Monitor_summary(MonitorObject *self, PyObject *unused)
     if (summarize(self, &s) < 0)
         return NULL;
     return summary_dict(&s);
-}
-
-static const char *kind_name(stoke_rule_kind k)
-{
-    switch (k) {
-    case STOKE_RULE_BOUND: return "bottleneck";
-    case STOKE_RULE_RISK: return "risk";
-    case STOKE_RULE_WARNING: return "warning";
-    }
-    return "?";
 }
 
 static PyObject *Monitor_findings(MonitorObject *self, PyObject *unused)
@@ -527,18 +511,19 @@ static PyObject *Monitor_findings(MonitorObject *self, PyObject *unused)
         PyObject *o = PyDict_New();
         int rc = o ? 0 : -1;
         if (rc == 0)
-            rc = put(o, "id", PyUnicode_FromString(f[i].rule->id));
+            rc = stokepy_put(o, "id", PyUnicode_FromString(f[i].rule->id));
         if (rc == 0)
-            rc = put(o, "kind", PyUnicode_FromString(kind_name(f[i].rule->kind)));
+            rc =
+                stokepy_put(o, "kind", PyUnicode_FromString(stoke_rule_kind_name(f[i].rule->kind)));
         if (rc == 0)
-            rc = put(o, "resource", PyUnicode_FromString(f[i].rule->resource));
+            rc = stokepy_put(o, "resource", PyUnicode_FromString(f[i].rule->resource));
         if (rc == 0)
-            rc = f[i].gpu >= 0 ? put(o, "gpu", PyLong_FromLong(f[i].gpu))
+            rc = f[i].gpu >= 0 ? stokepy_put(o, "gpu", PyLong_FromLong(f[i].gpu))
                                : PyDict_SetItemString(o, "gpu", Py_None);
         if (rc == 0)
-            rc = put(o, "evidence", PyUnicode_FromString(f[i].evidence));
+            rc = stokepy_put(o, "evidence", PyUnicode_FromString(f[i].evidence));
         if (rc == 0)
-            rc = put(o, "advice", PyUnicode_FromString(f[i].advice));
+            rc = stokepy_put(o, "advice", PyUnicode_FromString(f[i].advice));
         if (rc == 0)
             rc = PyList_Append(list, o);
         Py_XDECREF(o);
@@ -626,7 +611,7 @@ static PyObject *Monitor_latest(MonitorObject *self, PyObject *unused)
     }
     if (r && !PyDict_GetItemString(r, "gpus")) {
         PyObject *empty = PyList_New(0);
-        if (put(r, "gpus", empty) < 0)
+        if (stokepy_put(r, "gpus", empty) < 0)
             Py_CLEAR(r);
     }
 out:

@@ -15,25 +15,17 @@ static const char openblas_note[] =
     "picks kernels by the instructions the CPU reports); the fit matters to programs "
     "that load this library (numpy, Debian's torch)";
 
-/* Sets d[key] = v and drops the reference to v; -1 if v is NULL or the set fails. */
-static int put(PyObject *d, const char *key, PyObject *v)
-{
-    if (!v)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
-    return rc;
-}
-
 /* Unknown facts are None, so every key is always there. */
 static int put_u64(PyObject *d, const char *key, uint64_t v)
 {
-    return v ? put(d, key, PyLong_FromUnsignedLongLong(v)) : PyDict_SetItemString(d, key, Py_None);
+    return v ? stokepy_put(d, key, PyLong_FromUnsignedLongLong(v))
+             : PyDict_SetItemString(d, key, Py_None);
 }
 
 static int put_str(PyObject *d, const char *key, const char *s)
 {
-    return s && *s ? put(d, key, PyUnicode_FromString(s)) : PyDict_SetItemString(d, key, Py_None);
+    return s && *s ? stokepy_put(d, key, PyUnicode_FromString(s))
+                   : PyDict_SetItemString(d, key, Py_None);
 }
 
 static PyObject *name_list(uint32_t simd)
@@ -71,11 +63,11 @@ static PyObject *cpu_dict(const stoke_cpu_info *c)
         put_u64(d, "sockets", (uint64_t)c->sockets) < 0 ||
         put_u64(d, "numa_nodes", (uint64_t)c->numa_nodes) < 0 ||
         put_u64(d, "l1d_bytes", c->l1d_bytes) < 0 || put_u64(d, "l2_bytes", c->l2_bytes) < 0 ||
-        put_u64(d, "l3_bytes", c->l3_bytes) < 0 || put(d, "simd", name_list(c->simd)) < 0 ||
-        (c->max_mhz > 0 ? put(d, "max_mhz", PyFloat_FromDouble(c->max_mhz))
+        put_u64(d, "l3_bytes", c->l3_bytes) < 0 || stokepy_put(d, "simd", name_list(c->simd)) < 0 ||
+        (c->max_mhz > 0 ? stokepy_put(d, "max_mhz", PyFloat_FromDouble(c->max_mhz))
                         : PyDict_SetItemString(d, "max_mhz", Py_None)) < 0 ||
-        put(d, "isa_cap", PyUnicode_FromString(stoke_cpu_isa_name(c->isa_cap))) < 0 ||
-        put(d, "simd_hidden", name_list(c->simd_hidden)) < 0) {
+        stokepy_put(d, "isa_cap", PyUnicode_FromString(stoke_cpu_isa_name(c->isa_cap))) < 0 ||
+        stokepy_put(d, "simd_hidden", name_list(c->simd_hidden)) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -152,7 +144,7 @@ static PyObject *gpu_dict(const stoke_gpu_info *g)
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
     unsigned v = g->valid;
-    int rc = put(d, "index", PyLong_FromLong(g->index));
+    int rc = stokepy_put(d, "index", PyLong_FromLong(g->index));
     if (rc == 0)
         rc = put_str(d, "name", g->name);
     if (rc == 0)
@@ -219,9 +211,11 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
     PyObject *d = PyDict_New(), *gpus = NULL;
     if (!d)
         goto fail;
-    if (put_str(d, "stoke_version", STOKE_VERSION) < 0 || put(d, "cpu", cpu_dict(&m->cpu)) < 0 ||
-        put(d, "openblas", openblas_dict(m)) < 0 || put(d, "memory", memory_dict(&m->mem)) < 0 ||
-        put(d, "storage", storage_dict(m)) < 0 ||
+    if (put_str(d, "stoke_version", STOKE_VERSION) < 0 ||
+        stokepy_put(d, "cpu", cpu_dict(&m->cpu)) < 0 ||
+        stokepy_put(d, "openblas", openblas_dict(m)) < 0 ||
+        stokepy_put(d, "memory", memory_dict(&m->mem)) < 0 ||
+        stokepy_put(d, "storage", storage_dict(m)) < 0 ||
         put_str(d, "driver_version", m->driver_version) < 0 ||
         put_str(d, "cuda_driver_version", version_text(m->cuda_driver_version, a, sizeof a)) < 0 ||
         put_str(d, "cuda_runtime_version", version_text(m->cuda_runtime_version, b, sizeof b)) < 0)
@@ -237,7 +231,7 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
             goto fail;
     }
     if (PyDict_SetItemString(d, "gpus", gpus) < 0 ||
-        put(d, "gpu_note", PyUnicode_FromString(m->gpu_note)) < 0)
+        stokepy_put(d, "gpu_note", PyUnicode_FromString(m->gpu_note)) < 0)
         goto fail;
     Py_DECREF(gpus);
     free(m);
@@ -288,19 +282,20 @@ static PyObject *py_recommend(PyObject *self, PyObject *unused)
         PyObject *o = PyDict_New();
         int rc = o ? 0 : -1;
         if (rc == 0)
-            rc = put(o, "key", PyUnicode_FromString(r->key));
+            rc = stokepy_put(o, "key", PyUnicode_FromString(r->key));
         if (rc == 0)
-            rc = put(o, "device",
-                     r->device == STOKE_TUNE_CPU ? PyUnicode_FromString("cpu")
-                                                 : PyLong_FromLong(m->gpus[r->device].index));
+            rc = stokepy_put(o, "device",
+                             r->device == STOKE_TUNE_CPU
+                                 ? PyUnicode_FromString("cpu")
+                                 : PyLong_FromLong(m->gpus[r->device].index));
         if (rc == 0)
-            rc = put(o, "type", PyUnicode_FromString(rec_type_name(r->type)));
+            rc = stokepy_put(o, "type", PyUnicode_FromString(rec_type_name(r->type)));
         if (rc == 0)
-            rc = put(o, "known", PyBool_FromLong(r->known));
+            rc = stokepy_put(o, "known", PyBool_FromLong(r->known));
         if (rc == 0)
-            rc = put(o, "value", rec_value(r));
+            rc = stokepy_put(o, "value", rec_value(r));
         if (rc == 0)
-            rc = put(o, "reason", PyUnicode_FromString(r->reason));
+            rc = stokepy_put(o, "reason", PyUnicode_FromString(r->reason));
         if (rc == 0)
             rc = PyList_Append(list, o);
         Py_XDECREF(o);
