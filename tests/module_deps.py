@@ -1,5 +1,6 @@
 """module_deps.py SRC_ROOT - the wall between modules (docs/architecture.md): which
-modules each module may reach through its #include "..." lines,
+modules each module may reach through its #include "..." lines (and that the Python
+extension uses the public headers only),
 public headers followed transitively, and that no private header (anything outside
 include/stoke/) is included from another module except core's, which every module
 shares. Fails naming the file and the include that crosses."""
@@ -61,6 +62,15 @@ for mod, allowed in ALLOWED.items():
                 if bad:
                     errors.append(f"{rel}: includes {inc}, which reaches {', '.join(sorted(bad))}"
                                   f" ({mod} may depend on {', '.join(sorted(allowed))})")
+# The Python extension (python/ext) is a user of the library like cli: public headers
+# only, besides its own.
+ext = os.path.join(root, "python", "ext")
+for name in sorted(os.listdir(ext)) if os.path.isdir(ext) else []:
+    if name.endswith((".c", ".h")):
+        for inc in includes(os.path.join(ext, name)):
+            if not inc.startswith("stoke/") and not os.path.exists(os.path.join(ext, inc)):
+                errors.append(f"python/ext/{name}: includes {inc}, a private header of the "
+                              "library")
 for e in errors:
     print(e)
 print(f"{len(errors)} crossing(s)")

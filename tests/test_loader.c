@@ -526,17 +526,25 @@ static void write_file(const char *path, const char *text)
     }
 }
 
-static void device_case(void)
+/* Points the CUDA runtime double at a new scenario file `scen` (a mkstemp template):
+ * a driver, CUDA 12.4, and `devices` (scenario lines, may be ""). */
+static void fake_gpu(char *scen, const char *devices)
 {
-    char scen[] = "/tmp/stoke-test-loader-XXXXXX";
     int fd = mkstemp(scen);
     CHECK(fd >= 0);
     close(fd);
-    write_file(scen,
-               "driver 550.54.15\ncuda 12040\n"
-               "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 sm=58\n");
+    char text[512];
+    snprintf(text, sizeof text, "driver 550.54.15\ncuda 12040\n%s", devices);
+    write_file(scen, text);
     setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
     setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+}
+
+static void device_case(void)
+{
+    char scen[] = "/tmp/stoke-test-loader-XXXXXX";
+    fake_gpu(scen, "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 "
+                   "sm=58\n");
 
     enum { N = 300 };
     arrays a = make_arrays(N);
@@ -848,12 +856,7 @@ static void case_loader_timed(void)
 static void no_device_case(void)
 {
     char scen[] = "/tmp/stoke-test-loader-XXXXXX";
-    int fd = mkstemp(scen);
-    CHECK(fd >= 0);
-    close(fd);
-    write_file(scen, "driver 550.54.15\ncuda 12040\n");
-    setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
-    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    fake_gpu(scen, "");
     arrays a = make_arrays(64);
     stoke_dataset_info info = image_info(64);
     stoke_dataset *d = NULL;
@@ -883,14 +886,8 @@ static void no_device_case(void)
 static void device_hold_case(void)
 {
     char scen[] = "/tmp/stoke-test-loader-XXXXXX";
-    int fd = mkstemp(scen);
-    CHECK(fd >= 0);
-    close(fd);
-    write_file(scen,
-               "driver 550.54.15\ncuda 12040\n"
-               "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 sm=58\n");
-    setenv("STOKE_FAKE_GPU_SCENARIO", scen, 1);
-    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    fake_gpu(scen, "device name=\"NVIDIA L4\" bus=00000000:01:00.0 memory=24000000000 cc=8.9 "
+                   "sm=58\n");
     enum { N = 300, NB = 22 };
     arrays a = make_arrays(N);
     stoke_dataset_info info = image_info(N);

@@ -23,6 +23,9 @@ typedef enum stoke_target_kind {
     STOKE_TARGET_VECTOR,   /* a vector or tensor per sample */
 } stoke_target_kind;
 
+/* "none", "class", "scalar", "vector"; "?" if invalid. */
+const char *stoke_target_kind_name(stoke_target_kind k);
+
 typedef struct stoke_dataset_info {
     char format[16];         /* "idx", "npy", "hdf5", "images", "records" */
     int64_t count;           /* number of samples */

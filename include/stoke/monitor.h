@@ -238,6 +238,9 @@ typedef enum stoke_rule_kind {
     STOKE_RULE_WARNING, /* worth knowing; does not name a single cause */
 } stoke_rule_kind;
 
+/* "bottleneck", "risk", "warning"; "?" if invalid. */
+const char *stoke_rule_kind_name(stoke_rule_kind k);
+
 typedef struct stoke_finding {
     const struct stoke_rule *rule;
     int gpu;            /* GPU index the finding is about, -1 if none */

@@ -23,17 +23,6 @@ PyObject *stokepy_shape_tuple(const stoke_shape *s)
     return t;
 }
 
-static const char *target_kind_name(stoke_target_kind k)
-{
-    switch (k) {
-    case STOKE_TARGET_NONE: return "none";
-    case STOKE_TARGET_CLASS: return "class";
-    case STOKE_TARGET_SCALAR: return "scalar";
-    case STOKE_TARGET_VECTOR: return "vector";
-    }
-    return "?";
-}
-
 /* An optional str argument: NULL for None. -1 with TypeError naming it otherwise. */
 static int opt_str(PyObject *o, const char *name, const char **out)
 {
@@ -128,7 +117,7 @@ static PyObject *dataset_info(DatasetObject *self, void *closure)
     return Py_BuildValue(
         "{s:s,s:L,s:N,s:s,s:s,s:N,s:s,s:L,s:n,s:n}", "format", i->format, "count",
         (long long)i->count, "input_shape", stokepy_shape_tuple(&i->input_shape), "input_dtype",
-        stoke_dtype_name(i->input_dtype), "target_kind", target_kind_name(i->target_kind),
+        stoke_dtype_name(i->input_dtype), "target_kind", stoke_target_kind_name(i->target_kind),
         "target_shape", stokepy_shape_tuple(&i->target_shape), "target_dtype",
         i->target_kind == STOKE_TARGET_NONE ? "" : stoke_dtype_name(i->target_dtype), "num_classes",
         (long long)i->num_classes, "input_bytes", (Py_ssize_t)i->input_bytes, "target_bytes",

@@ -16,6 +16,10 @@ struct stoke_mon_pipeline;
  * with stoke_last_error() as its message and `status` set; returns NULL. */
 PyObject *stokepy_raise(stoke_status st);
 
+/* Sets d[key] = v and drops the reference to v (which may be NULL: a failed
+ * constructor); -1 on failure. For building result dicts in one expression. */
+int stokepy_put(PyObject *d, const char *key, PyObject *v);
+
 /* The module's parts, each called once by the module's init; -1 with an exception set
  * on failure. */
 int stokepy_add_errors(PyObject *m);

@@ -9,9 +9,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ext.h"
 #include "stoke/data.h"
+#include "stoke/hw.h"
 #include "stoke/monitor.h"
 #include "stoke/tune.h"
 
@@ -56,6 +58,8 @@ typedef struct {
     PyObject *dataset; /* keeps the dataset open while the loader reads it */
     int device;        /* the CUDA device batches are copied to, when they are */
     bool closed;       /* workers stopped: no more batches */
+    bool busy;         /* a thread is inside next() (checked and set under the GIL) */
+    pid_t pid;         /* the process whose threads these are */
     stoke_transform_opts to;
     stoke_op ops[16];
 } CoreObject;
@@ -254,6 +258,10 @@ static void core_close(CoreObject *self)
     if (!self->l || self->closed)
         return;
     drop_active(self->l);
+    if (self->pid != getpid()) { /* fork()'s copy: its threads are the parent's */
+        self->closed = true;
+        return;
+    }
     self->closed = true;
     stoke_loader *l = self->l;
     Py_BEGIN_ALLOW_THREADS
@@ -264,7 +272,10 @@ static void core_close(CoreObject *self)
 static void core_dealloc(CoreObject *self)
 {
     core_close(self);
-    stoke_loader_destroy(self->l);
+    /* In a fork()ed child the copy is left alone: destroying it would join threads that
+     * exist only in the parent. */
+    if (self->pid == getpid())
+        stoke_loader_destroy(self->l);
     self->l = NULL;
     Py_XDECREF(self->dataset);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -481,6 +492,11 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
     }
     lo.use_device = device >= 0;
     lo.device = device;
+    /* A ring that cannot fit is refused with its numbers rather than left to the OOM
+     * killer (a batch_size of 10**9 is one keystroke away). */
+    stoke_mem_info mi;
+    if (stoke_mem_probe(NULL, &mi) == STOKE_OK && mi.available_bytes > 0)
+        lo.memory_limit = mi.available_bytes;
     stoke_dataset *d = ((DatasetObject *)ds)->d;
     stoke_loader *l = NULL;
     stoke_status st;
@@ -491,6 +507,7 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
         return stokepy_raise(st), -1;
     self->l = l;
     self->device = device;
+    self->pid = getpid();
     Py_INCREF(ds);
     Py_XSETREF(self->dataset, ds);
     return 0;
@@ -512,18 +529,37 @@ static PyObject *core_next(CoreObject *self, PyObject *unused)
     (void)unused;
     if (!core_ok(self))
         return NULL;
+    /* The consumer side of a loader is one thread's: a second one waiting at the same
+     * time would race on it, so it is told instead. */
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "another thread is taking a batch from this loader: one consumer "
+                        "per loader (make one loader per thread)");
+        return NULL;
+    }
+    /* After fork() the child has the loader's memory but not its worker threads
+     * (stoke.Loader starts a new one in the child; this is for direct users). */
+    if (self->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this loader core was started in another process (fork)");
+        return NULL;
+    }
     stoke_loader *l = self->l;
     stoke_batch b;
     stoke_status st;
+    self->busy = true;
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
             st = stoke_loader_next_timed(l, &b, WAIT_SLICE_S);
         Py_END_ALLOW_THREADS
         if (st != STOKE_ERR_TIMEOUT)
             break;
-        if (PyErr_CheckSignals() < 0)
+        if (PyErr_CheckSignals() < 0) {
+            self->busy = false;
             return NULL;
+        }
     }
+    self->busy = false;
     if (st != STOKE_OK)
         return stokepy_raise(st);
     set_active(l);

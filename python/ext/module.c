@@ -19,6 +19,15 @@ PyObject *stokepy_raise(stoke_status st)
     return NULL;
 }
 
+int stokepy_put(PyObject *d, const char *key, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
 /* Each class is also the built-in exception a Python user would catch for the same
  * fault, so `except FileNotFoundError` works on a missing dataset. */
 int stokepy_add_errors(PyObject *m)

@@ -278,6 +278,7 @@ class Loader:
         self._epoch, self._resume = 0, 0
         self._core = None
         self._event = None
+        self._pid = os.getpid()
         # Started now: a bad transform or a missing GPU is said here, not at the first
         # batch, and the workers fill the ring while the script builds its model.
         self._open(0, 0)
@@ -294,7 +295,7 @@ class Loader:
         if self._device >= 0 and not on_device:
             core.close()
             raise UnavailableError(f"stoke.Loader(device='cuda:{self._device}'): {reason}")
-        if on_device and torch is not None:
+        if on_device and torch is not None and torch.cuda.is_available():
             # Before a device buffer given back is copied into again, the copy waits
             # for the kernels the script had queued on its stream by then.
             self._event = torch.cuda.Event()
@@ -304,7 +305,7 @@ class Loader:
     def close(self):
         """Stops the workers now (they also stop when the loader is garbage). Batches
         still held stay valid."""
-        if self._core is not None:
+        if self._core is not None and self._pid == os.getpid():
             self._core.close()
             self._core = None
 
@@ -331,6 +332,10 @@ class Loader:
 
     def __iter__(self):
         start = (self._epoch, self._resume)
+        if self._pid != os.getpid():
+            # fork()ed: the loader's threads stayed in the parent. The child starts its
+            # own, where this pass begins (the inherited copy is left untouched).
+            self._core, self._pid = None, os.getpid()
         if self._core is None or self._core.state() != start:
             self._open(*start)
         self._resume = 0
@@ -338,6 +343,9 @@ class Loader:
 
     def _pass(self, core, epoch):
         while True:
+            if self._core is not core:
+                raise ArgumentError("stoke.Loader: a newer pass of this loader started (iter() "
+                                    "was called again): one pass at a time per loader")
             if self._event is not None:
                 self._event.record()
             r = core.next()

@@ -1,4 +1,175 @@
-"""(being written)"""
-class Monitor: pass
-def probe(): pass
-def recommend(): pass
+"""The monitor (the sampler of `stoke monitor`, watching this Python process) and the
+machine's probe and recommendations (docs/python.md)."""
+import re
+import warnings
+
+from . import _stoke
+from ._stoke import Error
+
+__all__ = ["Monitor", "probe", "recommend"]
+
+# The rules' advice (src/monitor/rules.c) names loader settings in the terms of the
+# command line; these patterns find the numbers in it so the diagnosis can also say
+# which stoke.Loader argument that is. Each pattern's group is the suggested value.
+_WORKERS = [re.compile(p) for p in (
+    r"run (\d+) loader workers?\b",              # data-wait, input-bound-cpu
+    r"more loader workers \((\d+)\)",           # io-bound
+    r"use (\d+) loader workers\b",              # cpu-underused
+    r"too few loader workers \(\d+ cores: try (\d+)\)",  # low-gpu-util
+)]
+_PREFETCH = [re.compile(p) for p in (
+    r"\bprefetch (\d+)\b",                      # data-wait: ring too shallow for the workers
+    r"\b(\d+) slots instead of \d+",            # data-wait: bursts
+)]
+_FEWER = "fewer loader workers or a shallower prefetch"  # memory-nearly-full
+_CONVERT = "stoke data convert"
+
+
+def in_python(advice):
+    """The stoke.Loader settings (and the one-off conversion) an advice text asks for,
+    as a short line of Python; None when the advice names nothing the loader sets."""
+    args = []
+    for name, patterns in (("workers", _WORKERS), ("prefetch", _PREFETCH)):
+        for p in patterns:
+            m = p.search(advice)
+            if m:
+                args.append(f"{name}={m.group(1)}")
+                break
+    parts = []
+    if args:
+        parts.append("stoke.Loader(..., " + ", ".join(args) + ")")
+    elif _FEWER in advice:
+        parts.append("a smaller stoke.Loader(..., workers=..., prefetch=...)")
+    if _CONVERT in advice:
+        parts.append("convert once in a shell (stoke data convert SRC DST), "
+                     "then stoke.Dataset(DST)")
+    return "; ".join(parts) or None
+
+
+def _translate(text):
+    """Adds an `in Python:` line under each `change:` line that names loader settings."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        out.append(line)
+        if line.startswith("  change: "):
+            hint = in_python(line[len("  change: "):])
+            if hint:
+                out.append(f"  in Python: {hint}\n")
+    return "".join(out)
+
+
+class Monitor:
+    """Samples this process (its threads and children), the system and the NVIDIA
+    GPUs every `interval` seconds on a thread of its own, like `stoke monitor`.
+
+    `jsonl`: a file that gets one JSON object per sample (docs/monitor.md).
+    `live`: print the live line to stderr at each sample (one refreshed line on a
+    terminal, otherwise plain lines at most about once a second).
+    `pid`: None watches this process, a PID that process and its descendants, 0 the
+    whole system. `gpu=False` does not load NVML. `data`: where the dataset lives; slow
+    storage there (rotational, network) feeds the I/O rule, as `stoke monitor --data`.
+
+    As a context manager it starts on enter and stops on exit; summary(), findings()
+    and diagnosis() are meant for after the run, but work at any time (a running
+    monitor pauses for a moment while the history is read).
+    """
+
+    def __init__(self, interval=0.5, jsonl=None, live=False, pid=None, gpu=True, data=None):
+        self._m = _stoke.Monitor(interval=interval, pid=pid, no_gpu=not gpu, jsonl=jsonl,
+                                 live=bool(live), data=data)
+
+    def start(self):
+        """Starts sampling; a monitor started again continues its history and log."""
+        self._m.start()
+        return self
+
+    def stop(self):
+        """Stops sampling (the log file is then complete and closed). Raises the first
+        error of the sampler or of writing `jsonl`, once."""
+        self._m.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.stop()
+            return False
+        # The body's exception is the one to see; a monitor error is only a warning.
+        try:
+            self.stop()
+        except Error as e:
+            warnings.warn(f"stoke.Monitor: {e}", RuntimeWarning, stacklevel=2)
+        return False
+
+    @property
+    def running(self):
+        return self._m.running
+
+    @property
+    def gpu_count(self):
+        """GPUs sampled."""
+        return self._m.gpu_count
+
+    @property
+    def gpu_note(self):
+        """Why no GPU is sampled ("no NVIDIA GPU: ..."), or "" when some are."""
+        return self._m.gpu_note
+
+    @property
+    def pid(self):
+        """The watched root; 0 when the whole system is sampled."""
+        return self._m.pid
+
+    def latest(self):
+        """The latest sample as a dict with the keys of a JSON line (docs/monitor.md):
+        readings that are not available are absent; "gpus" is always a list. None
+        before the first sample."""
+        return self._m.latest()
+
+    def line(self):
+        """The live line of the latest sample ("CPU 45% | RAM ... | JOB ..."), "" if
+        there is none yet."""
+        return self._m.line()
+
+    def summary(self):
+        """The run so far: {"samples", "duration_s", "ncpu", "usable_cpus",
+        "mem_total_bytes", "pid", "metrics": {name: {n, min, median, p95, max, mean,
+        unit}}, "gpus": [{index, ..., "metrics": {...}}], "pipeline": {...} when a
+        stoke.Loader reported}."""
+        return self._m.summary()
+
+    def findings(self):
+        """The diagnosis rules that fired, in the order `stoke monitor` prints them:
+        dicts {id, kind, resource, gpu, evidence, advice, python}; `python` says the
+        advice as stoke.Loader settings, or is None."""
+        found = self._m.findings()
+        for f in found:
+            f["python"] = in_python(f["advice"])
+        return found
+
+    def diagnosis(self):
+        """The diagnosis `stoke monitor` prints, with each loader setting it advises
+        also given as a stoke.Loader argument."""
+        return _translate(self._m.diagnosis())
+
+    def report(self):
+        """The min/median/p95/max table of every series, then diagnosis()."""
+        return _translate(self._m.report())
+
+    def __repr__(self):
+        state = "running" if self.running else "stopped"
+        return f"<stoke.Monitor pid={self.pid} {state}>"
+
+
+def probe(data=None):
+    """What `stoke probe` reports, as a dict: "cpu", "openblas", "memory", "storage"
+    (under `data`, if given), "gpus" (a list, empty without NVIDIA GPUs), "gpu_note"
+    (why there are none), driver and CUDA versions. Unknown facts are None."""
+    return _stoke.probe(data)
+
+
+def recommend():
+    """The settings stoke recommends for this machine: a list of dicts {key, device
+    ("cpu" or a GPU index), type, known, value, reason}."""
+    return _stoke.recommend()

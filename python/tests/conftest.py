@@ -26,6 +26,11 @@ def fashion():
     return FASHION
 
 
+def pytest_report_header(config):
+    import stoke
+    return f"stoke: {os.path.dirname(stoke.__file__)}"
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A run where a test was skipped (a reference missing: torch, the dataset) ends
     with 77, which ctest reports as skipped rather than passed (docs/testing.md)."""

@@ -265,6 +265,8 @@ def test_errors_name_the_file_and_the_argument(tmp_path, rgb_npy):
         stoke.Loader(ds, transforms=[stoke.RandomCrop(64)])
     with pytest.raises(stoke.Error, match="workers"):
         stoke.Loader(ds, workers=100000)
+    with pytest.raises(stoke.OutOfMemoryError, match="lower the prefetch or the batch"):
+        stoke.Loader(ds, batch_size=10**12)  # refused with the numbers, not OOM-killed
     with pytest.raises(stoke.UnavailableError, match="cuda"):
         stoke.Loader(ds, device="cuda")  # no GPU here: the reason, not a CPU fallback
 
@@ -326,3 +328,60 @@ def test_ctrl_c_interrupts_a_wait(tmp_path, workers):
         pytest.fail("Ctrl-C did not stop the loop")
     assert p.returncode == 3, err
     assert "interrupted" in out and "batch" not in out
+
+
+def test_misuse_is_an_error_not_a_crash(rgb_npy):
+    path, _, _ = rgb_npy
+    ds = stoke.Dataset(path)
+    loader = stoke.Loader(ds, batch_size=32, workers=1)
+    a = iter(loader)
+    next(a)
+    b = iter(loader)  # a second pass while the first is mid-epoch: it starts again
+    next(b)
+    with pytest.raises(stoke.ArgumentError, match="one pass at a time"):
+        next(a)
+    # Two threads taking batches from one loader at once: one is told, neither crashes.
+    import threading
+    slow = stoke.Loader(ds, batch_size=500, workers=1,
+                        transforms=[stoke.Resize(256), stoke.ColorJitter(0.5, 0.5, 0.5, 0.2)])
+    errors = []
+
+    def take():
+        try:
+            for _ in slow:
+                pass
+        except (RuntimeError, stoke.ArgumentError) as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors and all("one consumer" in e or "one pass at a time" in e for e in errors)
+    # After fork() (multiprocessing's default here), the child's pass starts a loader
+    # of its own: the same batches, no hang on the parent's threads.
+    loader.set_epoch(3)
+    want = [y.clone() for _, y in loader]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            loader.set_epoch(3)
+            got = [y for _, y in loader]
+            os._exit(0 if all(torch.equal(a, b) for a, b in zip(got, want)) else 1)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_numpy_batches_without_torch(rgb_npy):
+    """Where torch is not installed, batches are NumPy arrays (numpy.from_dlpack)."""
+    path, x, _ = rgb_npy
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import stoke\n"
+            f"xb, yb = next(iter(stoke.Loader({path!r}, batch_size=8)))\n"
+            "print(type(xb).__module__, xb.dtype, yb.dtype, xb.shape, int(xb.sum()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["numpy", "uint8", "int64", "(8,", "16,", "20,", "3)", str(int(x[:8].sum()))]

@@ -46,17 +46,6 @@ void cmd_data_usage(void)
          "docs/data.md, docs/formats.md.");
 }
 
-static const char *kind_name(stoke_target_kind k)
-{
-    switch (k) {
-    case STOKE_TARGET_NONE: return "none";
-    case STOKE_TARGET_CLASS: return "class";
-    case STOKE_TARGET_SCALAR: return "scalar";
-    case STOKE_TARGET_VECTOR: return "vector";
-    }
-    return "?";
-}
-
 static cJSON *shape_json(const stoke_shape *s)
 {
     cJSON *a = cJSON_CreateArray();
@@ -76,7 +65,7 @@ static void print_json(const char *path, const stoke_dataset_info *f, const int6
     cJSON_AddStringToObject(in, "dtype", stoke_dtype_name(f->input_dtype));
     cJSON_AddNumberToObject(in, "bytes", (double)f->input_bytes);
     cJSON *t = cJSON_AddObjectToObject(root, "target");
-    cJSON_AddStringToObject(t, "kind", kind_name(f->target_kind));
+    cJSON_AddStringToObject(t, "kind", stoke_target_kind_name(f->target_kind));
     if (f->target_kind != STOKE_TARGET_NONE) {
         cJSON_AddItemToObject(t, "shape", shape_json(&f->target_shape));
         cJSON_AddStringToObject(t, "dtype", stoke_dtype_name(f->target_dtype));
@@ -113,7 +102,8 @@ static void print_human(const char *path, const stoke_dataset_info *f, const int
     if (f->target_kind == STOKE_TARGET_NONE)
         printf("target       none\n");
     else
-        printf("target       %s %s %s, %zu byte%s per sample\n", kind_name(f->target_kind),
+        printf("target       %s %s %s, %zu byte%s per sample\n",
+               stoke_target_kind_name(f->target_kind),
                stoke_shape_format(&f->target_shape, shape, sizeof shape),
                stoke_dtype_name(f->target_dtype), f->target_bytes, f->target_bytes == 1 ? "" : "s");
     if (f->target_kind == STOKE_TARGET_CLASS)

@@ -167,6 +167,17 @@ stoke_status stoke_dataset_open(const char *path, const stoke_dataset_opts *opts
                       path, in.n ? hex : "none, the file is empty");
 }
 
+const char *stoke_target_kind_name(stoke_target_kind k)
+{
+    switch (k) {
+    case STOKE_TARGET_NONE: return "none";
+    case STOKE_TARGET_CLASS: return "class";
+    case STOKE_TARGET_SCALAR: return "scalar";
+    case STOKE_TARGET_VECTOR: return "vector";
+    }
+    return "?";
+}
+
 const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d)
 {
     return d ? &d->info : NULL;

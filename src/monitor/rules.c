@@ -488,7 +488,7 @@ size_t stoke_diagnose(const stoke_mon_summary *s, stoke_finding *out, size_t cap
     return fired;
 }
 
-static const char *kind_name(stoke_rule_kind k)
+const char *stoke_rule_kind_name(stoke_rule_kind k)
 {
     switch (k) {
     case STOKE_RULE_BOUND: return "bottleneck";
@@ -542,7 +542,8 @@ void stoke_diagnosis_print(const stoke_mon_summary *s, const stoke_finding *f, s
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        fprintf(out, "- %s [%s]: %s\n", kind_name(f[i].rule->kind), f[i].rule->id, f[i].evidence);
+        fprintf(out, "- %s [%s]: %s\n", stoke_rule_kind_name(f[i].rule->kind), f[i].rule->id,
+                f[i].evidence);
         fprintf(out, "  change: %s\n", f[i].advice);
     }
 }

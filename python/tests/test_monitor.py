@@ -1,0 +1,337 @@
+"""stoke.Monitor: the sampler of `stoke monitor` inside a Python process (docs/python.md,
+"The monitor")."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import stoke
+from stoke.monitor import in_python
+
+import _gpu_doubles as doubles
+
+
+def wait_samples(mon, n, busy=False):
+    """Waits until the monitor has taken n samples. The deadline only keeps a broken
+    sampler from hanging the suite; nothing is judged by time."""
+    deadline = time.monotonic() + 120
+    while True:
+        s = mon.latest()
+        if s is not None and s["seq"] >= n:
+            return s
+        assert time.monotonic() < deadline, "the monitor took no samples"
+        if not busy:
+            time.sleep(0.01)
+
+
+def test_jsonl_has_one_line_per_sample(tmp_path):
+    log = tmp_path / "run.jsonl"
+    with stoke.Monitor(interval=0.05, jsonl=log) as mon:
+        assert mon.running
+        wait_samples(mon, 5)
+    assert not mon.running
+    last = mon.latest()
+    lines = log.read_text().splitlines()
+    assert len(lines) == last["seq"]
+    samples = [json.loads(x) for x in lines]
+    assert [s["seq"] for s in samples] == list(range(1, last["seq"] + 1))
+    # latest() has the keys of a JSON line, and a "gpus" list even when there are none.
+    assert {"gpus": [], **samples[-1]} == last
+    for s in samples:
+        assert s["proc"]["pid"] == os.getpid()  # the Python process itself by default
+        assert "cpu_pct" in s and "mem_total_bytes" in s
+    assert mon.summary()["samples"] == last["seq"]
+
+    # Started again, the history goes on and the log is appended to, not truncated.
+    mon.start()
+    wait_samples(mon, last["seq"] + 3)
+    mon.stop()
+    lines = log.read_text().splitlines()
+    assert len(lines) == mon.latest()["seq"] == mon.summary()["samples"]
+    assert [json.loads(x)["seq"] for x in lines] == list(range(1, len(lines) + 1))
+
+
+def proc_cpu_median(busy):
+    with stoke.Monitor(interval=0.05, gpu=False) as mon:
+        wait_samples(mon, 8, busy=busy)
+    return mon.summary()["metrics"]["proc_cpu_pct"]["median"]
+
+
+def test_busy_python_loop_shows_in_proc_cpu():
+    idle = proc_cpu_median(busy=False)
+    busy = proc_cpu_median(busy=True)
+    # A spinning interpreter keeps one core busy, a sleeping one next to none; the
+    # margin leaves room for a machine shared with other jobs.
+    assert busy > idle + 20, (idle, busy)
+
+
+@pytest.mark.parametrize("interval", [0.01, 0, -1, float("nan"), 1e9])
+def test_bad_interval_is_an_argument_error(interval, tmp_path):
+    log = tmp_path / "never.jsonl"
+    with pytest.raises(stoke.ArgumentError, match=r"interval .* out of range \(0.05 to 86400\)"):
+        stoke.Monitor(interval=interval, jsonl=log)
+    assert not log.exists()  # nothing is created for a monitor that cannot run
+
+
+def test_bad_argument_types():
+    with pytest.raises(TypeError):
+        stoke.Monitor(interval="fast")
+    with pytest.raises(TypeError, match="pid"):
+        stoke.Monitor(pid="me")
+    with pytest.raises(TypeError, match="pid"):
+        stoke.Monitor(pid=True)
+
+
+def test_bad_pid():
+    with pytest.raises(stoke.ArgumentError, match="pid"):
+        stoke.Monitor(pid=-1)
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()  # reaped: its pid names no process now
+    with pytest.raises(stoke.NotFoundError, match=f"no process with pid {p.pid}"):
+        stoke.Monitor(pid=p.pid)
+
+
+def test_data_storage_feeds_the_summary(tmp_path):
+    mon = stoke.Monitor(data=tmp_path)
+    summary = mon.summary()
+    assert summary["data_path"] == str(tmp_path)
+    assert summary["data_storage"] in ("unknown", "memory", "ssd", "rotational", "network",
+                                       "overlay")
+    assert "data_path" not in stoke.Monitor().summary()
+    missing = tmp_path / "nope"
+    with pytest.raises(stoke.NotFoundError, match=str(missing)):
+        stoke.Monitor(data=missing)
+
+
+def test_jsonl_to_a_directory_names_the_path(tmp_path):
+    with pytest.raises(stoke.FileError, match=str(tmp_path)) as e:
+        stoke.Monitor(jsonl=tmp_path)
+    assert isinstance(e.value, OSError)
+
+
+def test_jsonl_under_a_missing_directory_names_the_path(tmp_path):
+    path = tmp_path / "no" / "such" / "run.jsonl"
+    with pytest.raises(stoke.FileError, match=str(path)):
+        stoke.Monitor(jsonl=path)
+
+
+def test_jsonl_write_error_is_raised_by_stop():
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full to fill")
+    mon = stoke.Monitor(interval=0.05, jsonl="/dev/full", gpu=False)
+    mon.start()
+    wait_samples(mon, 2)
+    with pytest.raises(stoke.FileError, match="cannot write to '/dev/full'"):
+        mon.stop()
+    mon.stop()  # raised once; the monitor is stopped and still usable
+    assert "diagnosis:" in mon.diagnosis()
+
+
+def test_exception_in_the_body_stops_the_monitor():
+    with pytest.raises(KeyError):
+        with stoke.Monitor(interval=0.05) as mon:
+            wait_samples(mon, 1)
+            raise KeyError("the user's own")
+    assert not mon.running
+
+
+def test_a_forked_child_leaves_the_monitor_alone():
+    # DataLoader workers are fork() children: the monitor is copied into them, its
+    # sampler thread is not.
+    with stoke.Monitor(interval=0.05) as mon:
+        wait_samples(mon, 2)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                mon.summary()
+                mon.stop()
+                code = 0 if not mon.running else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        wait_samples(mon, mon.latest()["seq"] + 2)  # the parent's sampler goes on
+    assert mon.summary()["samples"] == mon.latest()["seq"]
+
+
+def test_latest_summary_and_findings_shapes():
+    mon = stoke.Monitor(interval=0.05)
+    assert mon.latest() is None and mon.line() == ""
+    with mon:
+        wait_samples(mon, 4, busy=True)
+        # Read while running: the sampler pauses for the copy and goes on.
+        running_summary = mon.summary()
+        assert mon.running
+        n = running_summary["samples"]
+        wait_samples(mon, n + 2)
+    s = mon.latest()
+    assert isinstance(s["gpus"], list)
+    assert s["proc"]["threads"] >= 1 and s["proc"]["rss_bytes"] > 0
+    assert "CPU" in mon.line()
+    summary = mon.summary()
+    assert summary["samples"] >= n + 2
+    assert summary["pid"] == os.getpid()
+    cpu = summary["metrics"]["cpu_pct"]
+    assert set(cpu) == {"n", "min", "median", "p95", "max", "mean", "unit"}
+    assert cpu["min"] <= cpu["median"] <= cpu["p95"] <= cpu["max"]
+    assert "proc_rss" in summary["metrics"]
+    assert "pipeline" not in summary or summary["pipeline"]["batches"] >= 0
+    for f in mon.findings():
+        assert set(f) == {"id", "kind", "resource", "gpu", "evidence", "advice", "python"}
+        assert f["kind"] in ("bottleneck", "risk", "warning")
+
+
+def test_diagnosis_carries_every_finding():
+    with stoke.Monitor(interval=0.05) as mon:
+        wait_samples(mon, 6, busy=True)
+    text = mon.diagnosis()
+    assert text.startswith("diagnosis: ")
+    findings = mon.findings()
+    for f in findings:
+        assert f"[{f['id']}]: {f['evidence']}" in text
+        assert f"  change: {f['advice']}" in text
+        if f["python"]:
+            assert f"  in Python: {f['python']}" in text
+    if not findings:
+        assert "no rule fired" in text
+    report = mon.report()
+    assert report.startswith("summary: ") and report.endswith(text)
+
+
+def test_too_few_samples_is_said_plainly():
+    mon = stoke.Monitor()
+    assert "too few samples (0)" in mon.diagnosis()
+    assert mon.findings() == []
+
+
+def test_advice_in_pytorch_terms():
+    # Advice texts as src/monitor/rules.c words them.
+    assert in_python("the workers cannot keep up: run 4 loader workers (now 2; waiting 38% "
+                     "of the time ...), and make per-sample work cheaper (cheaper transforms, "
+                     "decode/resize once: convert the dataset to stoke packed records with "
+                     "stoke data convert SRC DST)") == (
+        "stoke.Loader(..., workers=4); convert once in a shell (stoke data convert SRC DST), "
+        "then stoke.Dataset(DST)")
+    assert in_python("... the ring is mostly empty ...; a ring of 3 slots for 2 workers also "
+                     "gives them too little to do at once: prefetch 6") == (
+        "stoke.Loader(..., prefetch=6)")
+    assert in_python("... a deeper prefetch ring absorbs them: 8 slots instead of 4") == (
+        "stoke.Loader(..., prefetch=8)")
+    assert in_python("the GPU waits for batches prepared on the CPU: run 7 loader workers "
+                     "(num_workers=7; NUM_WORKERS=7) if it has fewer") == (
+        "stoke.Loader(..., workers=7)")
+    assert in_python("possible causes: a batch too small for the GPU, too few loader workers "
+                     "(8 cores: try 7), too little prefetch") == "stoke.Loader(..., workers=7)"
+    assert "smaller stoke.Loader" in in_python(
+        "system memory is nearly full: free about 2.0 GB - fewer loader workers or a "
+        "shallower prefetch (each worker holds its own batches)")
+    assert in_python("the GPU is held at its power limit: ... (nvidia-smi -pl)") is None
+
+
+def test_no_gpu_gives_the_reason():
+    with stoke.Monitor(interval=0.05, gpu=False) as mon:
+        wait_samples(mon, 1)
+    assert mon.latest()["gpus"] == [] and mon.gpu_count == 0
+    assert mon.gpu_note == "GPU sampling disabled"
+    # Without NVML, the reason names the library that could not be loaded.
+    out = doubles.run(
+        "import json, stoke, time\n"
+        "with stoke.Monitor(interval=0.05) as m:\n"
+        "    while not m.latest(): time.sleep(0.01)\n"
+        "print(json.dumps({'gpus': m.latest()['gpus'], 'note': m.gpu_note}))\n",
+        nvml="/nonexistent/libnvidia-ml.so.1")
+    assert out["gpus"] == []
+    assert out["note"].startswith("no NVIDIA GPU: ")
+    assert "/nonexistent/libnvidia-ml.so.1" in out["note"]
+
+
+def test_fake_gpu_in_latest_summary_and_diagnosis(tmp_path):
+    nvml, cudart = doubles.fake_libs()
+    scenario = tmp_path / "busy.gpu"
+    # A GPU that stays mostly idle (util 9-13%) while this process holds 7.5 GB on it.
+    scenario.write_text(
+        "driver 550.54.15\ncuda 12040\n"
+        'device name="NVIDIA GeForce RTX 3090" uuid=GPU-py bus=00000000:01:00.0 '
+        "memory=24000000000 cc=8.6 sm=82 power_limit=350000 max_sm_clock=2100 pcie_gen=4 "
+        "pcie_width=16\n"
+        "sample util=11 mem_util=4 mem_used=8000000000 power=120000 temp=48 sm_clock=1395 "
+        "throttle=0x1 pcie_rx=90000 pcie_tx=2000\n"
+        "sample util=9 mem_util=3 mem_used=8000000000 power=115000 temp=48 sm_clock=1395 "
+        "throttle=0x1 pcie_rx=85000 pcie_tx=2000\n"
+        "sample util=13 mem_util=5 mem_used=8000000000 power=125000 temp=49 sm_clock=1395 "
+        "throttle=0x1 pcie_rx=95000 pcie_tx=2000\n"
+        "proc pid=self mem=7500000000\n")
+    out = doubles.run(
+        "import json, stoke, time\n"
+        "with stoke.Monitor(interval=0.05) as m:\n"
+        "    while not m.latest() or m.latest()['seq'] < 4: time.sleep(0.01)\n"
+        "print(json.dumps({'latest': m.latest(), 'count': m.gpu_count, 'note': m.gpu_note,\n"
+        "                  'summary': m.summary(), 'findings': m.findings(),\n"
+        "                  'diagnosis': m.diagnosis(), 'line': m.line()}))\n",
+        scenario=scenario, nvml=nvml, cudart=cudart)
+    assert out["count"] == 1 and out["note"] == ""
+    g = out["latest"]["gpus"][0]
+    assert g["index"] == 0 and g["util_pct"] in (9, 11, 13)
+    assert g["mem_total_bytes"] == 24000000000 and g["mem_used_bytes"] == 8000000000
+    assert g["proc_mem_bytes"] == 7500000000
+    assert out["latest"]["proc"]["gpu_mem_bytes"] == 7500000000
+    assert "GPU " in out["line"] and "VRAM 8.0/24.0 GB" in out["line"]
+    sg = out["summary"]["gpus"][0]
+    assert sg["mem_total_bytes"] == 24000000000
+    assert sg["metrics"]["util_pct"]["max"] <= 13
+    low = [f for f in out["findings"] if f["id"] == "low-gpu-util"]
+    assert low and low[0]["gpu"] == 0
+    assert "[low-gpu-util]: GPU 0 utilization median" in out["diagnosis"]
+    assert "  in Python: stoke.Loader(..., workers=" in out["diagnosis"]
+
+
+def loader_works():
+    return callable(getattr(stoke.Loader, "__iter__", None)) and hasattr(stoke.Loader, "stats")
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_a_starving_loader_shows_as_data_wait(tmp_path, workers):
+    if not loader_works():
+        pytest.skip("stoke.Loader is not functional on this branch yet")
+    np = pytest.importorskip("numpy")
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "train.h5"
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        f["x"] = rng.random((512, 3, 64, 64), dtype=np.float32)
+        f["y"] = rng.integers(0, 10, 512).astype(np.int64)
+    ds = stoke.Dataset(str(path), input="x", target="y")
+    # The loop does nothing with its batches while every sample is resized and
+    # jittered (by one worker, or by the loop itself): it waits for data nearly all
+    # the time.
+    loader = stoke.Loader(ds, batch_size=32, workers=workers, prefetch=2, output="numpy",
+                          transforms=[stoke.Resize(160), stoke.ColorJitter(0.4, 0.4),
+                                      stoke.HFlip(), stoke.Normalize()])
+    with stoke.Monitor(interval=0.05) as mon:
+        epoch = 0
+        while True:
+            loader.set_epoch(epoch)
+            for batch in loader:
+                del batch
+            epoch += 1
+            if mon.summary()["metrics"].get("data_wait_pct", {}).get("n", 0) >= 6:
+                break
+            assert epoch < 500, "the monitor never saw the loader's windows"
+    assert mon.latest()["pipeline"]["workers"] == workers
+    assert "DATA " in mon.line()
+    summary = mon.summary()
+    assert summary["pipeline"]["batches"] > 0 and summary["pipeline"]["slots"] == 2
+    findings = mon.findings()
+    assert findings and findings[0]["id"] == "data-wait"
+    text = mon.diagnosis()
+    assert text.startswith("diagnosis: bounded by input pipeline (data loader)")
+    assert "[data-wait]: the training loop waited for data" in text
+    assert f"  in Python: {findings[0]['python']}\n" in text
+    if workers == 0:
+        # The loop did the work itself: the advice is to start workers, in Python.
+        assert "run 1 loader worker" in findings[0]["advice"] or \
+            "loader workers (now 0" in findings[0]["advice"]
+        assert findings[0]["python"].startswith("stoke.Loader(..., workers=")
