@@ -7,7 +7,6 @@ stoke.Monitor: live stats every 10% of an epoch, an epoch summary, a diagnosis a
 Runs on the GPU when torch sees one, else on the CPU; nothing else changes.
 """
 import argparse
-import contextlib
 import os
 import time
 
@@ -35,8 +34,8 @@ def generate(path, n=200_000, features=32, seed=0):
 
 def live(sample):
     """One line from mon.latest() (the keys of `stoke monitor --jsonl`), as seed 003 printed."""
-    if not sample:
-        return "(no monitor sample)"
+    if not sample:  # None before the monitor's first sample
+        return "(no sample yet)"
     gb = 1e9
     parts = []
     for g in sample.get("gpus", []):
@@ -91,10 +90,7 @@ def main():
     loss_fn = nn.BCEWithLogitsLoss()
     steps = len(train)
 
-    # A stoke package built without its monitor part still trains, without the stats.
-    has_monitor = hasattr(stoke.Monitor, "diagnosis")
-    mon = stoke.Monitor(interval=0.5, jsonl=args.jsonl, live=False) if has_monitor else None
-    with mon or contextlib.nullcontext():
+    with stoke.Monitor(interval=0.5, jsonl=args.jsonl) as mon:
         for epoch in range(args.epochs):
             train.set_epoch(epoch)
             model.train()
@@ -112,7 +108,7 @@ def main():
                 seen += len(y)
                 if 10 * i // steps > 10 * (i - 1) // steps:  # each 10% of the epoch
                     print(f"  epoch {epoch} {10 * i // steps * 10:3d}%  "
-                          f"loss {loss_sum / seen:.4f} | {live(mon.latest() if mon else None)}")
+                          f"loss {loss_sum / seen:.4f} | {live(mon.latest())}")
             elapsed = time.perf_counter() - t0
             wait_share = (waited_s(train.stats()) - waited_s(before)) / elapsed
 
@@ -126,9 +122,11 @@ def main():
                   f"train acc {correct / seen:.4f}, val acc {val_correct / val_seen:.4f}, "
                   f"data wait {100 * wait_share:.1f}% of the epoch")
 
-    print(f"\nloader stats: {train.stats()}")
-    if mon:
-        print(mon.diagnosis())
+    s = train.stats()
+    busy = ", ".join(f"{100 * b:.0f}%" for b in s["busy_frac"])
+    print(f"\nloader: wait per batch avg {s['wait_avg_ms']:.2f} ms, p95 {s['wait_p95_ms']:.2f} ms; "
+          f"{s['slots']} slots, {s['workers']} workers (busy {busy or '-'})")
+    print(mon.diagnosis())
 
 
 if __name__ == "__main__":
