@@ -6,7 +6,7 @@
 # same augmentation on both sides: ToTensor, RandomCrop(28, padding=2),
 # RandomHorizontalFlip, Normalize; batches of --batch-size (256), shuffled, drop_last.
 #   DataLoader: num_workers 0, 1, 2; persistent workers, prefetch_factor 4 and pin_memory
-#     when CUDA is there, as the seeds set them. torchvision when installed, else the same
+#     as the seeds set them. torchvision when installed, else the same
 #     transforms written with torch ops as torchvision's tensor transforms do them.
 #   stoke.Loader: workers "auto", 0, 1, 2.
 # Each configuration: a fresh model from the same seed, --warmup steps (worker start-up,
@@ -76,10 +76,10 @@ class Augmented(Dataset):
 
 
 def torch_loader(ds, args, workers):
-    cuda = torch.cuda.is_available()
+    # The seeds' settings; pin_memory is a no-op without CUDA.
     extra = dict(persistent_workers=True, prefetch_factor=4) if workers > 0 else {}
     return DataLoader(ds, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                      num_workers=workers, pin_memory=cuda, **extra)
+                      num_workers=workers, pin_memory=True, **extra)
 
 
 def stoke_loader(args, workers):
