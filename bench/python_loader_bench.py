@@ -9,11 +9,13 @@
 #     as the seeds set them. torchvision when installed, else the same
 #     transforms written with torch ops as torchvision's tensor transforms do them.
 #   stoke.Loader: workers "auto", 0, 1, 2.
-# Each configuration: a fresh model from the same seed, --warmup steps (worker start-up,
-# first allocations) not timed, then --steps timed steps. Measured: samples/s, and the
-# data-wait share (time blocked in next() / wall time of the steps). A second table
-# iterates each loader alone (no model) for the same number of batches: the loader's own
-# throughput, without the model competing for the cores (at least --steps batches and 2 s).
+# Each configuration: a fresh loader and a fresh model from the same seed, --warmup steps
+# (worker start-up, first allocations) not timed, then --steps timed steps. Measured:
+# samples/s, and the data-wait share (time blocked in next() / wall time of the steps).
+# --rounds (3) times, the configurations in turn; the best round is reported with the
+# spread of the rounds. A second table iterates each loader alone (no model; at least
+# --steps batches and 2 s): the loader's own throughput, without the model competing for
+# the cores.
 #
 # The model and the loader's workers share the machine's cores: the header prints
 # torch.get_num_threads() (--threads sets it) and OpenBLAS's core, which Debian's torch
@@ -175,6 +177,7 @@ def main():
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--steps", type=int, default=150, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
+    p.add_argument("--rounds", type=int, default=3, help="each configuration this many times")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -189,7 +192,7 @@ def main():
           f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}), device {args.device}, "
           f"transforms by {'torchvision' if T is not None else 'torch ops (no torchvision)'}")
     print(f"# batch {args.batch_size}, {args.warmup} warm-up steps, {args.steps} timed steps "
-          f"per configuration", flush=True)
+          f"per configuration and round, {args.rounds} rounds", flush=True)
 
     ds = Augmented(args.data)
     configs = [(f"DataLoader num_workers={w}", lambda w=w: torch_loader(ds, args, w))
@@ -197,42 +200,51 @@ def main():
     configs += [(f"stoke.Loader workers={w!r}", lambda w=w: stoke_loader(args, w))
                 for w in ("auto", 0, 1, 2)]
 
-    rows = []
-    for name, make in configs:
-        loader = make()
-        sps, share = train(loader, args)
-        note = ""
-        if isinstance(loader, stoke.Loader):
-            note = f"workers={loader.stats().get('workers')}"
-        rows.append((name, sps, share, note))
-        print(f"  {name:34} {sps:9.0f} samples/s  data wait {100 * share:5.1f}%  {note}",
-              file=sys.stderr, flush=True)
-        del loader
-    loader_rows = []
-    for name, make in configs:
-        loader = make()
-        loader_rows.append((name, alone(loader, args)))
-        del loader
+    # Rounds: every configuration once per round, in turn, so the other jobs of a shared
+    # machine slow all of them alike; each keeps its best round (other jobs only ever
+    # lower a measurement) and the spread of its rounds is printed beside it.
+    runs = {name: [] for name, _ in configs}
+    notes = {}
+    for r in range(args.rounds):
+        for name, make in configs:
+            loader = make()
+            sps, share = train(loader, args)
+            runs[name].append((sps, share))
+            if isinstance(loader, stoke.Loader):
+                notes[name] = f"workers={loader.workers}"
+            print(f"  round {r + 1}: {name:34} {sps:6.0f} samples/s, data wait "
+                  f"{100 * share:4.1f}%", file=sys.stderr, flush=True)
+            del loader
+    alone_runs = {name: [] for name, _ in configs}
+    for r in range(args.rounds):
+        for name, make in configs:
+            loader = make()
+            alone_runs[name].append(alone(loader, args))
+            del loader
 
-    def best(rs, prefix):
-        return max((r for r in rs if r[0].startswith(prefix)), key=lambda r: r[1])
+    def ratio(best):
+        t = max((n for n in best if n.startswith("DataLoader")), key=best.get)
+        s = max((n for n in best if n.startswith("stoke")), key=best.get)
+        print(f"{'stoke best / DataLoader best':34} {best[s] / best[t]:10.2f}x  ({s} / {t})")
 
-    print(f"\nTraining the reference CNN (forward, backward, SGD step), batch {args.batch_size}")
-    print(f"{'loader':36} {'samples/s':>10} {'data wait':>10}")
-    for name, sps, share, note in rows:
-        print(f"{name:36} {sps:10.0f} {100 * share:9.1f}%  {note}")
-    tb, sb = best(rows, "DataLoader"), best(rows, "stoke")
-    print(f"{'stoke best / DataLoader best':36} {sb[1] / tb[1]:9.2f}x   "
-          f"({sb[0]} / {tb[0]})")
+    print(f"\nTraining the reference CNN (forward, backward, SGD step), batch {args.batch_size}, "
+          f"best of {args.rounds} rounds")
+    print(f"{'loader':34} {'samples/s':>10} {'rounds':>13} {'data wait':>10}")
+    best = {}
+    for name, rs in runs.items():
+        sps, share = max(rs)
+        best[name] = sps
+        spread = f"{min(r[0] for r in rs):.0f}-{sps:.0f}"
+        print(f"{name:34} {sps:10.0f} {spread:>13} {100 * share:9.1f}%  {notes.get(name, '')}")
+    ratio(best)
 
-    print(f"\nThe loader alone (no model), batch {args.batch_size}")
-    print(f"{'loader':36} {'samples/s':>10}")
-    for name, sps in loader_rows:
-        print(f"{name:36} {sps:10.0f}")
-    tb, sb = best(loader_rows, "DataLoader"), best(loader_rows, "stoke")
-    print(f"{'stoke best / DataLoader best':36} {sb[1] / tb[1]:9.2f}x   "
-          f"({sb[0]} / {tb[0]})")
-
+    print(f"\nThe loader alone (no model), batch {args.batch_size}, best of {args.rounds} rounds")
+    print(f"{'loader':34} {'samples/s':>10} {'rounds':>17}")
+    best = {}
+    for name, rs in alone_runs.items():
+        best[name] = max(rs)
+        print(f"{name:34} {max(rs):10.0f} {f'{min(rs):.0f}-{max(rs):.0f}':>17}")
+    ratio(best)
 
 if __name__ == "__main__":
     main()
