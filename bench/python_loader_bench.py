@@ -12,7 +12,7 @@
 # Each configuration: a fresh loader and a fresh model from the same seed, --warmup steps
 # (worker start-up, first allocations) not timed, then --steps timed steps. Measured:
 # samples/s, and the data-wait share (time blocked in next() / wall time of the steps).
-# --rounds (3) times, the configurations in turn; the best round is reported with the
+# --rounds (3) times, the configurations in turn; the median round is reported with the
 # spread of the rounds. A second table iterates each loader alone (no model; at least
 # --steps batches and 2 s): the loader's own throughput, without the model competing for
 # the cores.
@@ -177,7 +177,8 @@ def main():
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--steps", type=int, default=150, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
-    p.add_argument("--rounds", type=int, default=3, help="each configuration this many times")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="each configuration this many times, in turn")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -201,8 +202,9 @@ def main():
                 for w in ("auto", 0, 1, 2)]
 
     # Rounds: every configuration once per round, in turn, so the other jobs of a shared
-    # machine slow all of them alike; each keeps its best round (other jobs only ever
-    # lower a measurement) and the spread of its rounds is printed beside it.
+    # machine slow all of them alike. Each reports its median round, with the spread of
+    # its rounds beside it: the best round would favour whichever configuration happened
+    # to run before the machine got busier.
     runs = {name: [] for name, _ in configs}
     notes = {}
     for r in range(args.rounds):
@@ -222,29 +224,32 @@ def main():
             alone_runs[name].append(alone(loader, args))
             del loader
 
-    def ratio(best):
-        t = max((n for n in best if n.startswith("DataLoader")), key=best.get)
-        s = max((n for n in best if n.startswith("stoke")), key=best.get)
-        print(f"{'stoke best / DataLoader best':34} {best[s] / best[t]:10.2f}x  ({s} / {t})")
+    def median(rs):  # the middle round (the upper middle for an even count)
+        return sorted(rs)[len(rs) // 2]
+
+    def ratio(v):
+        t = max((n for n in v if n.startswith("DataLoader")), key=v.get)
+        s = max((n for n in v if n.startswith("stoke")), key=v.get)
+        print(f"{'stoke best / DataLoader best':34} {v[s] / v[t]:10.2f}x  ({s} / {t})")
 
     print(f"\nTraining the reference CNN (forward, backward, SGD step), batch {args.batch_size}, "
-          f"best of {args.rounds} rounds")
+          f"median of {args.rounds} rounds")
     print(f"{'loader':34} {'samples/s':>10} {'rounds':>13} {'data wait':>10}")
-    best = {}
+    mid = {}
     for name, rs in runs.items():
-        sps, share = max(rs)
-        best[name] = sps
-        spread = f"{min(r[0] for r in rs):.0f}-{sps:.0f}"
+        sps, share = median(rs)
+        mid[name] = sps
+        spread = f"{min(rs)[0]:.0f}-{max(rs)[0]:.0f}"
         print(f"{name:34} {sps:10.0f} {spread:>13} {100 * share:9.1f}%  {notes.get(name, '')}")
-    ratio(best)
+    ratio(mid)
 
-    print(f"\nThe loader alone (no model), batch {args.batch_size}, best of {args.rounds} rounds")
+    print(f"\nThe loader alone (no model), batch {args.batch_size}, median of {args.rounds} rounds")
     print(f"{'loader':34} {'samples/s':>10} {'rounds':>17}")
-    best = {}
+    mid = {}
     for name, rs in alone_runs.items():
-        best[name] = max(rs)
-        print(f"{name:34} {max(rs):10.0f} {f'{min(rs):.0f}-{max(rs):.0f}':>17}")
-    ratio(best)
+        mid[name] = median(rs)
+        print(f"{name:34} {mid[name]:10.0f} {f'{min(rs):.0f}-{max(rs):.0f}':>17}")
+    ratio(mid)
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,7 @@
 # Fashion-MNIST (batch 256, RandomCrop(28, padding=2) + RandomHorizontalFlip + Normalize),
 # DataLoader with 0, 1 and 2 workers, stoke.Loader with "auto", 0, 1 and 2 workers;
 # samples/s and the share of the step spent waiting for data, then each loader alone;
-# every configuration 3 times in turn, the best kept (about 8 minutes on 2 cores).
+# every configuration 3 times in turn, the median kept (10 to 12 minutes on 2 cores).
 # OPTIONS go to bench/python_loader_bench.py (--steps N, --warmup N, --rounds R,
 # --batch-size B, --threads T). Builds BUILD_DIR (default out/release) incrementally, with the Python
 # package; installs python3-torch and dataset-fashion-mnist with apt-get if missing.
