@@ -78,6 +78,10 @@ stoke_status stoke_series_stats(const stoke_series *s, stoke_stats *out)
     out->median = n % 2 ? v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
     size_t rank = (size_t)ceil(0.95 * (double)n); /* nearest rank, 1-based */
     out->p95 = v[(rank ? rank : 1) - 1];
+    /* Kept values are floats, min and max exact doubles: a value that float cannot hold
+     * (54.545454...) would put the median above the max. Order is what readers rely on. */
+    out->median = fmin(fmax(out->median, out->min), out->max);
+    out->p95 = fmin(fmax(out->p95, out->min), out->max);
     free(v);
     return STOKE_OK;
 }
