@@ -544,12 +544,19 @@ static void test_threads(void)
         check_threads(d, "big.h5 x", 600);
         stoke_dataset_close(d);
     }
-    stoke_dataset_opts o = {.input_name = "xc", .target_name = "v"}; /* contiguous; vectors */
-    d = open_ok("h5/big.h5", &o);
-    if (d) {
-        check_samples(d, "h5/big.h5.x.raw", "h5/big.h5.v.raw");
-        check_threads(d, "big.h5 xc", 600);
-        stoke_dataset_close(d);
+    /* Contiguous, vectors: small enough to be cached whole, and again as if it were
+     * not (read-ahead for sequential readers, single rows for the others). */
+    stoke_dataset_opts o = {.input_name = "xc", .target_name = "v"};
+    for (int whole = 1; whole >= 0; whole--) {
+        if (!whole)
+            setenv("STOKE_TEST_HDF5_WHOLE_MAX", "0", 1);
+        d = open_ok("h5/big.h5", &o);
+        if (d) {
+            check_samples(d, "h5/big.h5.x.raw", "h5/big.h5.v.raw");
+            check_threads(d, whole ? "big.h5 xc (whole)" : "big.h5 xc (blocks)", 600);
+            stoke_dataset_close(d);
+        }
+        unsetenv("STOKE_TEST_HDF5_WHOLE_MAX");
     }
     o = (stoke_dataset_opts){.image_height = IMG_H, .image_width = IMG_W};
     d = open_ok("imgs", &o);

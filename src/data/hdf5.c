@@ -77,6 +77,15 @@ static const char *h5_error(char msg[256])
 /* Recent misses remembered to tell sequential streams from shuffled reads. */
 #define H5_RECENT 8
 
+/* Contiguous data up to this size is cached whole (H5_CACHE_BYTES).
+ * STOKE_TEST_HDF5_WHOLE_MAX lowers it, so the tests reach the read-ahead path without
+ * a 64 MB fixture. */
+static double h5_whole_max(void)
+{
+    const char *t = getenv("STOKE_TEST_HDF5_WHOLE_MAX");
+    return t ? strtod(t, NULL) : (double)H5_CACHE_BYTES;
+}
+
 /* One cached block: rows [first, first + n). `data` is replaced, never written in
  * place, so readers holding the read lock always see a whole block. */
 typedef struct h5_slot {
@@ -94,6 +103,7 @@ typedef struct h5_field {
     size_t row_bytes;
     bool chunked;
     int64_t block_rows; /* rows per cached block (chunk-aligned); 0: no cache */
+    bool whole;         /* contiguous and small: one block holds every row */
     int nslots;
     pthread_rwlock_t lock; /* guards the slots' first, n and data */
     bool lock_ok;
@@ -338,6 +348,13 @@ static stoke_status h5_field_open(const char *path, hid_t file, h5_field *f, int
             f->chunked = true;
             f->block_rows = (int64_t)chunk[0];
         }
+    } else if (row > 0 && (double)*samples * (double)row <= h5_whole_max()) {
+        /* Contiguous data that fits the cache is read whole on first use: every later
+         * read, shuffled or not, is then a copy. Row-by-row reads of a shuffled epoch
+         * cost tens of microseconds each in HDF5, and the read-ahead below cannot tell
+         * a shuffle from a stream when the file is only a few blocks long. */
+        f->block_rows = *samples;
+        f->whole = true;
     } else if (row > 0) {
         f->block_rows = (int64_t)(H5_CONTIG_BLOCK_BYTES / row);
     }
@@ -446,7 +463,7 @@ static stoke_status h5_field_read(const char *path, h5_field *f, int64_t i, void
     bool seq = prev_cached || h5_sequential(f, i);
     unsigned pos = atomic_fetch_add_explicit(&f->recent_pos, 1, memory_order_relaxed);
     atomic_store_explicit(&f->recent[pos % H5_RECENT], i, memory_order_relaxed);
-    if (!f->chunked && !seq)
+    if (!f->chunked && !f->whole && !seq)
         return h5_read_rows_locked(path, f, i, 1, out);
     int64_t n = f->block_rows;
     if (first + n > (int64_t)f->dims[0])
