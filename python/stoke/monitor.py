@@ -41,8 +41,10 @@ def in_python(advice):
     elif _FEWER in advice:
         parts.append("a smaller stoke.Loader(..., workers=..., prefetch=...)")
     if _CONVERT in advice:
-        parts.append("convert once in a shell (stoke data convert SRC DST), "
-                     "then stoke.Dataset(DST)")
+        # In a script the first thing to try is simpler than a conversion: a dataset that
+        # fits in memory is read once and never again from storage.
+        parts.append("stoke.Dataset(..., in_memory=True) if it fits in memory, else convert "
+                     "once in a shell (stoke data convert SRC DST), then stoke.Dataset(DST)")
     return "; ".join(parts) or None
 
 
@@ -50,7 +52,8 @@ def _translate(text):
     """Adds an `in Python:` line under each `change:` line that names loader settings."""
     out = []
     for line in text.splitlines(keepends=True):
-        out.append(line)
+        # The command line's flag, as the Python argument.
+        out.append(line.replace("a shorter --interval", "a shorter stoke.Monitor(interval=...)"))
         if line.startswith("  change: "):
             hint = in_python(line[len("  change: "):])
             if hint:

@@ -213,8 +213,9 @@ def test_advice_in_pytorch_terms():
                      "of the time ...), and make per-sample work cheaper (cheaper transforms, "
                      "decode/resize once: convert the dataset to stoke packed records with "
                      "stoke data convert SRC DST)") == (
-        "stoke.Loader(..., workers=4); convert once in a shell (stoke data convert SRC DST), "
-        "then stoke.Dataset(DST)")
+        "stoke.Loader(..., workers=4); stoke.Dataset(..., in_memory=True) if it fits in "
+        "memory, else convert once in a shell (stoke data convert SRC DST), then "
+        "stoke.Dataset(DST)")
     assert in_python("... the ring is mostly empty ...; a ring of 3 slots for 2 workers also "
                      "gives them too little to do at once: prefetch 6") == (
         "stoke.Loader(..., prefetch=6)")
@@ -229,6 +230,14 @@ def test_advice_in_pytorch_terms():
         "system memory is nearly full: free about 2.0 GB - fewer loader workers or a "
         "shallower prefetch (each worker holds its own batches)")
     assert in_python("the GPU is held at its power limit: ... (nvidia-smi -pl)") is None
+
+
+def test_short_run_names_the_python_argument():
+    with stoke.Monitor(interval=5, gpu=False) as mon:
+        pass  # stopped before a second sample
+    text = mon.diagnosis()
+    assert "--interval" not in text
+    assert "too few samples" in text and "a shorter stoke.Monitor(interval=...)" in text
 
 
 def test_no_gpu_gives_the_reason():
