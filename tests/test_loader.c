@@ -820,7 +820,8 @@ static void case_loader_timed(void)
     gate_open = true;
     pthread_cond_broadcast(&gate_cv);
     pthread_mutex_unlock(&gate_mu);
-    /* The same batch arrives; the wait counted covers the calls that timed out. */
+    /* The same batch arrives, counted once. (That its wait includes the calls that
+     * timed out is not asserted: a duration against a number belongs in bench/.) */
     CHECK_INT_EQ(stoke_loader_next_timed(l, &b, 100), STOKE_OK);
     CHECK_INT_EQ(b.index, 0);
     CHECK_INT_EQ(b.size, 32);
@@ -828,8 +829,6 @@ static void case_loader_timed(void)
     stoke_loader_stats st;
     stoke_loader_get_stats(l, &st);
     CHECK_INT_EQ(st.batches, 1);
-    CHECK_MSG(st.wait_max_ms >= 100, "wait %.1f ms, two timed-out calls of 50 ms each",
-              st.wait_max_ms);
     stoke_loader_destroy(l);
     /* No workers: every call does some of the work, so a caller polling with a zero
      * timeout still gets its batches, the same ones. */

@@ -28,7 +28,9 @@ def fashion():
 
 def pytest_report_header(config):
     import stoke
-    return f"stoke: {os.path.dirname(stoke.__file__)}"
+    return [f"stoke: {os.path.dirname(stoke.__file__)}",
+            "GPU cases run against stoke's NVML and CUDA runtime test doubles (tests/fake): "
+            "a pass there checks what stoke does with a GPU, it is not a GPU result"]
 
 
 def pytest_sessionfinish(session, exitstatus):
