@@ -88,6 +88,16 @@ void stoke_dataset_close(stoke_dataset *d); /* NULL is fine */
  * allocates num_classes entries). STOKE_ERR_ARG if the targets are not classes. */
 stoke_status stoke_dataset_class_counts(stoke_dataset *d, int64_t *counts);
 
+/* Per-channel mean and std of the inputs (uint8 or float32), in the transforms' scale
+ * (uint8 / 255), over at most max_samples samples, every (count / max_samples)-th from
+ * the start: what a normalize op without given statistics uses. Channels follow the
+ * transforms' AUTO layout (a 3-D sample is HWC when its last dimension is 1, 3 or 4,
+ * else CHW; anything else is one channel); *channels receives how many (1..4). A
+ * channel with no spread gets std 1; an empty dataset mean 0, std 1. STOKE_ERR_ARG for
+ * other dtypes or more than 4 channels, else the errors of stoke_dataset_read. */
+stoke_status stoke_dataset_channel_stats(stoke_dataset *d, int64_t max_samples, int *channels,
+                                         float mean[4], float std[4]);
+
 /* Writes every sample of `d` as a stoke packed-records file at `path` (format in
  * docs/formats.md), through a temporary file renamed into place at the end, so a
  * failure never leaves a partial file under `path`; the temporary file is removed on

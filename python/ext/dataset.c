@@ -1,6 +1,5 @@
 /* dataset.c - stoke.Dataset's C side: a dataset in any format stoke reads, its facts,
  * single samples, and the per-channel statistics Normalize() measures. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,37 +161,8 @@ static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
     return Py_BuildValue("(NN)", in, tg);
 }
 
-/* Channels of a sample as the transforms see it (stoke_image_layout AUTO), and the
- * index of the channel axis: -1 for a 2-D (or other) input of one channel. */
-static int channel_axis(const stoke_shape *s, int *channels)
-{
-    *channels = 1;
-    if (s->ndim == 3) {
-        int64_t last = s->dims[2], first = s->dims[0];
-        if (last == 1 || last == 3 || last == 4) {
-            *channels = (int)last;
-            return 2;
-        }
-        if (first == 1 || first == 3 || first == 4) {
-            *channels = (int)first;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static double sample_value(const void *p, stoke_dtype t, int64_t k)
-{
-    switch (t) {
-    case STOKE_U8: return ((const uint8_t *)p)[k] / 255.0;
-    case STOKE_F32: return ((const float *)p)[k];
-    default: return 0;
-    }
-}
-
-/* channel_stats(max_samples) -> (mean, std): per channel, over up to max_samples evenly
- * spaced samples, in the transforms' scale (u8 / 255): what Normalize() without
- * arguments uses. */
+/* channel_stats(max_samples) -> (mean, std): per channel, as a normalize op without
+ * given statistics uses them (stoke_dataset_channel_stats). */
 static PyObject *dataset_channel_stats(DatasetObject *self, PyObject *arg)
 {
     if (!stokepy_dataset_ok(self))
@@ -200,50 +170,22 @@ static PyObject *dataset_channel_stats(DatasetObject *self, PyObject *arg)
     long long maxn = PyLong_AsLongLong(arg);
     if (maxn == -1 && PyErr_Occurred())
         return NULL;
-    const stoke_dataset_info *info = stoke_dataset_get_info(self->d);
-    if (info->input_dtype != STOKE_U8 && info->input_dtype != STOKE_F32) {
-        PyErr_Format(PyExc_ValueError,
-                     "Normalize() measures uint8 or float32 inputs; these are %s: give mean "
-                     "and std",
-                     stoke_dtype_name(info->input_dtype));
+    if (maxn < 1) {
+        PyErr_Format(PyExc_ValueError, "channel_stats(%lld): at least 1 sample", maxn);
         return NULL;
     }
-    if (maxn < 1 || info->count < 1) {
-        PyErr_SetString(PyExc_ValueError, "channel_stats needs at least one sample");
-        return NULL;
-    }
-    int ch = 1;
-    int axis = channel_axis(&info->input_shape, &ch);
-    int64_t elems = stoke_shape_elems(&info->input_shape);
-    int64_t n = info->count < maxn ? info->count : maxn;
-    double sum[4] = {0}, sq[4] = {0};
-    int64_t cnt[4] = {0};
-    void *buf = malloc(info->input_bytes ? info->input_bytes : 1);
-    if (!buf)
-        return PyErr_NoMemory();
-    stoke_status st = STOKE_OK;
+    int ch = 0;
+    float m[4], sd[4];
+    stoke_status st;
     Py_BEGIN_ALLOW_THREADS
-        for (int64_t j = 0; j < n && st == STOKE_OK; j++) {
-            int64_t i = j * info->count / n;
-            st = stoke_dataset_read(self->d, i, buf, NULL);
-            for (int64_t k = 0; st == STOKE_OK && k < elems; k++) {
-                int c = axis == 2 ? (int)(k % ch) : axis == 0 ? (int)(k / (elems / ch)) : 0;
-                double v = sample_value(buf, info->input_dtype, k);
-                sum[c] += v;
-                sq[c] += v * v;
-                cnt[c]++;
-            }
-        }
+        st = stoke_dataset_channel_stats(self->d, maxn, &ch, m, sd);
     Py_END_ALLOW_THREADS
-    free(buf);
     if (st != STOKE_OK)
         return stokepy_raise(st);
     PyObject *mean = PyList_New(ch), *std = PyList_New(ch);
     for (int c = 0; mean && std && c < ch; c++) {
-        double m = sum[c] / (double)cnt[c];
-        double var = sq[c] / (double)cnt[c] - m * m;
-        PyList_SET_ITEM(mean, c, PyFloat_FromDouble(m));
-        PyList_SET_ITEM(std, c, PyFloat_FromDouble(var > 0 ? sqrt(var) : 0));
+        PyList_SET_ITEM(mean, c, PyFloat_FromDouble(m[c]));
+        PyList_SET_ITEM(std, c, PyFloat_FromDouble(sd[c]));
     }
     return Py_BuildValue("(NN)", mean, std);
 }

@@ -521,12 +521,17 @@ static int core_ok(CoreObject *self)
     return 0;
 }
 
-/* next() -> (epoch, index, inputs Array, targets Array or None, samples list), or None
- * at the end of an epoch. Waits with the GIL released, in slices, so Ctrl-C (any
- * Python signal handler that raises) interrupts it. */
-static PyObject *core_next(CoreObject *self, PyObject *unused)
+/* next(samples=False) -> (epoch, index, inputs Array, targets Array or None, the
+ * sample indices as a list or None), or None at the end of an epoch. The indices are
+ * built only when asked: the training loop does not need a Python int per sample.
+ * Waits with the GIL released, in slices, so Ctrl-C (any Python signal handler that
+ * raises) interrupts it. */
+static PyObject *core_next(CoreObject *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *names[] = {"samples", NULL};
+    int want_samples = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p", names, &want_samples))
+        return NULL;
     if (!core_ok(self))
         return NULL;
     /* The consumer side of a loader is one thread's: a second one waiting at the same
@@ -581,8 +586,8 @@ static PyObject *core_next(CoreObject *self, PyObject *unused)
         y = new_array(h, b.targets, b.size, &info->target_shape, info->target_dtype, &b, device_id);
     }
     Py_DECREF(h); /* the arrays hold it now */
-    PyObject *samples = PyList_New(b.size);
-    for (int64_t i = 0; samples && i < b.size; i++)
+    PyObject *samples = want_samples ? PyList_New(b.size) : (Py_INCREF(Py_None), Py_None);
+    for (int64_t i = 0; want_samples && samples && i < b.size; i++)
         PyList_SET_ITEM(samples, i, PyLong_FromLongLong(b.samples[i]));
     if (!x || (b.targets && !y) || !samples) {
         Py_XDECREF(x);
@@ -651,8 +656,9 @@ static PyObject *core_close_m(CoreObject *self, PyObject *unused)
 }
 
 static PyMethodDef core_methods[] = {
-    {"next", (PyCFunction)core_next, METH_NOARGS,
-     "next() -> (epoch, index, inputs, targets|None, samples), or None at an epoch's end"},
+    {"next", (PyCFunction)(void (*)(void))core_next, METH_VARARGS | METH_KEYWORDS,
+     "next(samples=False) -> (epoch, index, inputs, targets|None, samples|None), or None at "
+     "an epoch's end"},
     {"state", (PyCFunction)core_state, METH_NOARGS, "(epoch, index) after the last batch"},
     {"stats", (PyCFunction)core_stats, METH_NOARGS, "the loader's measurements"},
     {"device", (PyCFunction)core_device, METH_NOARGS, "(on_device, reason)"},

@@ -134,8 +134,8 @@ class HFlip(_Op):
         self.p = float(p)
 
     def op(self, dataset):
-        # stoke's op reads p = 0 as "the default 0.5": a never-flip asks for a tiny p.
-        return {"kind": "hflip", "p": self.p if self.p > 0 else 1e-30}
+        # A flip that never happens is no op at all (stoke's op reads p = 0 as 0.5).
+        return {"kind": "hflip", "p": self.p} if self.p > 0 else None
 
 
 class ColorJitter(_Op):
@@ -160,7 +160,7 @@ class ColorJitter(_Op):
 
 class Normalize(_Op):
     """(x - mean) / std per channel, on values in [0, 1]. Without mean and std they are
-    measured on the dataset (up to `samples` evenly spaced samples) when the loader
+    measured on the dataset (up to `samples` samples spread over it) when the loader
     starts, and the loader's `decision` says what was found."""
 
     def __init__(self, mean=None, std=None, samples=10000):
@@ -176,7 +176,6 @@ class Normalize(_Op):
         mean, std = self.mean, self.std
         if mean is None:
             mean, std = dataset._d.channel_stats(self.samples)
-            std = [s if s > 0 else 1.0 for s in std]
         return {"kind": "normalize", "mean": mean, "std": std}
 
 
@@ -260,8 +259,8 @@ class Loader:
                          "drop_last": self.drop_last, "rank": rank, "world_size": world_size}
         self._len = _stoke.epoch_batches(info["count"], self._sampler)
         ops = [t.op(self.dataset) for t in transforms]
-        self._transform = ({"ops": ops, "dtype": self.dtype, "layout": layout}
-                           if transforms else None)
+        self._transform = ({"ops": [o for o in ops if o is not None], "dtype": self.dtype,
+                            "layout": layout} if transforms else None)
         # What runs: the tuner decides what was left "auto" (the rules `stoke probe`
         # prints), each value with its source and reason.
         cheap = not transforms or info["input_dtype"] == "uint8"

@@ -29,7 +29,7 @@ core = _stoke.LoaderCore(ds._d, {"batch_size": 32, "shuffle": True, "seed": 3, "
 on_device, reason = core.device()
 held = []
 for _ in range(25):  # 2.5 epochs with a ring of 2: every buffer reused many times over
-    r = core.next()
+    r = core.next(samples=True)
     if r is not None:
         held.append(r)
 stream = ctypes.c_void_p()

@@ -205,6 +205,60 @@ void stoke_dataset_close(stoke_dataset *d)
     free(d);
 }
 
+stoke_status stoke_dataset_channel_stats(stoke_dataset *d, int64_t max_samples, int *channels,
+                                         float mean[4], float std[4])
+{
+    const stoke_dataset_info *in = &d->info;
+    const stoke_shape *sh = &in->input_shape;
+    if (in->input_dtype != STOKE_U8 && in->input_dtype != STOKE_F32)
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: channel statistics of %s inputs (uint8 or float32 only)", d->path,
+                          stoke_dtype_name(in->input_dtype));
+    int C = 1;
+    bool hwc = false;
+    if (sh->ndim == 3) {
+        int64_t last = sh->dims[2];
+        hwc = last == 1 || last == 3 || last == 4;
+        C = (int)(hwc ? last : sh->dims[0]);
+    }
+    if (C < 1 || C > 4)
+        return stoke_fail(STOKE_ERR_ARG, "%s: channel statistics of %d channels (1 to 4)", d->path,
+                          C);
+    int64_t n = in->count < max_samples ? in->count : max_samples;
+    int64_t stride = in->count / (n > 0 ? n : 1);
+    unsigned char *buf = malloc(in->input_bytes ? in->input_bytes : 1);
+    if (!buf)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    double sum[4] = {0}, sq[4] = {0};
+    int64_t cnt[4] = {0};
+    int64_t elems = stoke_shape_elems(sh);
+    int64_t plane = elems / C;
+    for (int64_t k = 0; k < n; k++) {
+        stoke_status s = stoke_dataset_read(d, k * stride, buf, NULL);
+        if (s != STOKE_OK) {
+            free(buf);
+            return s;
+        }
+        for (int64_t i = 0; i < elems; i++) {
+            int c = C == 1 ? 0 : (int)(hwc ? i % C : i / plane);
+            double v =
+                in->input_dtype == STOKE_U8 ? buf[i] / 255.0 : ((const float *)(void *)buf)[i];
+            sum[c] += v;
+            sq[c] += v * v;
+            cnt[c]++;
+        }
+    }
+    free(buf);
+    for (int c = 0; c < C; c++) {
+        double m = cnt[c] ? sum[c] / (double)cnt[c] : 0;
+        double var = cnt[c] ? sq[c] / (double)cnt[c] - m * m : 1;
+        mean[c] = (float)m;
+        std[c] = (float)(var > 1e-12 ? sqrt(var) : 1.0);
+    }
+    *channels = C;
+    return STOKE_OK;
+}
+
 stoke_status stoke_dataset_class_counts(stoke_dataset *d, int64_t *counts)
 {
     if (!d || !counts)

@@ -41,43 +41,8 @@ static stoke_status load_prefix(stoke_dataset *src, int64_t n, stoke_dataset **o
  * at most 10,000 samples spread over the set, for the normalize transform. */
 stoke_status train_input_stats(stoke_dataset *d, train_input *ti)
 {
-    const stoke_dataset_info *in = stoke_dataset_get_info(d);
-    int64_t n = in->count < 10000 ? in->count : 10000;
-    int64_t stride = in->count / (n ? n : 1);
-    unsigned char *buf = malloc(in->input_bytes);
-    if (!buf)
-        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
-    double sum[TRAIN_MAX_CHANNELS] = {0}, sq[TRAIN_MAX_CHANNELS] = {0};
-    int64_t cnt[TRAIN_MAX_CHANNELS] = {0};
-    int64_t elems = stoke_shape_elems(&ti->in_shape);
-    int C = ti->channels;
-    bool hwc = ti->in_shape.ndim == 3 && ti->model_shape.dims[0] == ti->in_shape.dims[2] &&
-               !(ti->in_shape.dims[0] == ti->in_shape.dims[2] && ti->in_shape.dims[0] == C &&
-                 ti->in_shape.dims[1] != C);
-    int64_t plane = elems / C;
-    for (int64_t k = 0; k < n; k++) {
-        stoke_status s = stoke_dataset_read(d, k * stride, buf, NULL);
-        if (s != STOKE_OK) {
-            free(buf);
-            return s;
-        }
-        for (int64_t i = 0; i < elems; i++) {
-            int c = C == 1 ? 0 : (int)(hwc ? i % C : i / plane);
-            double v =
-                in->input_dtype == STOKE_U8 ? buf[i] / 255.0 : ((const float *)(void *)buf)[i];
-            sum[c] += v;
-            sq[c] += v * v;
-            cnt[c]++;
-        }
-    }
-    free(buf);
-    for (int c = 0; c < C; c++) {
-        double m = cnt[c] ? sum[c] / (double)cnt[c] : 0;
-        double var = cnt[c] ? sq[c] / (double)cnt[c] - m * m : 1;
-        ti->mean[c] = (float)m;
-        ti->std[c] = (float)(var > 1e-12 ? sqrt(var) : 1.0);
-    }
-    return STOKE_OK;
+    int channels = 0;
+    return stoke_dataset_channel_stats(d, 10000, &channels, ti->mean, ti->std);
 }
 
 static bool is_subdir(const char *path, const char *name)
