@@ -60,6 +60,11 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
     *(void **)&rt->event_query = dlsym(lib, "cudaEventQuery");
     *(void **)&rt->event_destroy = dlsym(lib, "cudaEventDestroy");
     *(void **)&rt->stream_wait_event = dlsym(lib, "cudaStreamWaitEvent");
+    *(void **)&rt->memcpy = dlsym(lib, "cudaMemcpy");
+    *(void **)&rt->memset_async = dlsym(lib, "cudaMemsetAsync");
+    *(void **)&rt->stream_synchronize = dlsym(lib, "cudaStreamSynchronize");
+    *(void **)&rt->mem_get_info = dlsym(lib, "cudaMemGetInfo");
+    *(void **)&rt->get_last_error = dlsym(lib, "cudaGetLastError");
     if (!rt->get_device_count || !rt->device_get_attribute) {
         dlclose(lib);
         free(rt);

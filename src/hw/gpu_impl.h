@@ -85,7 +85,11 @@ enum {
 };
 /* Flags and kinds of the loader's pinned memory, copies, streams and events. */
 enum { CU_HOST_ALLOC_DEFAULT = 0 };
-enum { CU_MEMCPY_HOST_TO_DEVICE = 1 };
+enum {
+    CU_MEMCPY_HOST_TO_DEVICE = 1,
+    CU_MEMCPY_DEVICE_TO_HOST = 2,
+    CU_MEMCPY_DEVICE_TO_DEVICE = 3,
+};
 enum { CU_STREAM_NON_BLOCKING = 1 };
 enum { CU_EVENT_DISABLE_TIMING = 2 };
 enum {
@@ -121,6 +125,12 @@ struct stoke_cudart {
     int (*event_query)(void *);
     int (*event_destroy)(void *);
     int (*stream_wait_event)(void *, void *, unsigned);
+    /* The CUDA backend's (src/nn/cuda): synchronous copies, fills, waits, memory. */
+    int (*memcpy)(void *, const void *, size_t, int);
+    int (*memset_async)(void *, int, size_t, void *);
+    int (*stream_synchronize)(void *);
+    int (*mem_get_info)(size_t *, size_t *);
+    int (*get_last_error)(void);
     int runtime_version;
 };
 

@@ -1,0 +1,117 @@
+/* libs.h - the driver tables of cuBLAS and cuDNN: the subset the CUDA backend calls,
+ * loaded at run time with dlopen (as NVML and the CUDA runtime are, src/hw/gpu_impl.h)
+ * so one binary runs with or without the libraries. Declared from the ABI, not from
+ * the vendor headers; tests/abi/cuda_abi_check.cu checks the constants and the
+ * layouts against the toolkit's headers wherever nvcc is installed. The test doubles
+ * in tests/fake/ implement the same functions on the CPU. Internal to src/nn. */
+#ifndef STOKE_NN_CUDA_LIBS_H
+#define STOKE_NN_CUDA_LIBS_H
+
+#include <stddef.h>
+
+#include "stoke/core.h"
+
+/* ---- cuBLAS (libcublas.so.13, .12) ---- */
+enum { NC_CUBLAS_SUCCESS = 0 };
+enum { NC_OP_N = 0, NC_OP_T = 1 };                                  /* cublasOperation_t */
+enum { NC_R_32F = 0, NC_R_16F = 2, NC_R_16BF = 14 };                /* cudaDataType */
+enum { NC_COMPUTE_32F = 68, NC_COMPUTE_32F_FAST_TF32 = 77 };        /* cublasComputeType_t */
+enum { NC_GEMM_DEFAULT = -1 };                                      /* cublasGemmAlgo_t */
+enum { NC_DEFAULT_MATH = 0, NC_TF32_TENSOR_OP_MATH = 3 };           /* cublasMath_t */
+
+typedef struct nn_cublas {
+    void *lib;
+    int (*create)(void **handle);                   /* cublasCreate_v2 */
+    int (*destroy)(void *handle);                   /* cublasDestroy_v2 */
+    int (*set_stream)(void *handle, void *stream);  /* cublasSetStream_v2 */
+    int (*set_math_mode)(void *handle, int mode);   /* cublasSetMathMode */
+    /* cublasSetWorkspace_v2; optional (NULL: the library's own pool) */
+    int (*set_workspace)(void *handle, void *ws, size_t bytes);
+    /* cublasGemmEx: column-major C (m x n) = alpha op(A) op(B) + beta C; alpha and beta
+     * point to floats (compute type 32F). */
+    int (*gemm_ex)(void *handle, int transa, int transb, int m, int n, int k, const void *alpha,
+                   const void *A, int atype, int lda, const void *B, int btype, int ldb,
+                   const void *beta, void *C, int ctype, int ldc, int compute, int algo);
+    /* cublasGemmStridedBatchedEx */
+    int (*gemm_strided_batched_ex)(void *handle, int transa, int transb, int m, int n, int k,
+                                   const void *alpha, const void *A, int atype, int lda,
+                                   long long stride_a, const void *B, int btype, int ldb,
+                                   long long stride_b, const void *beta, void *C, int ctype,
+                                   int ldc, long long stride_c, int batch, int compute, int algo);
+    const char *(*status_string)(int status); /* cublasGetStatusString; optional */
+    int version;                              /* cublasGetProperty-free: from the soname */
+} nn_cublas;
+
+/* Loads cuBLAS (STOKE_CUBLAS_LIBRARY names a file to load instead: the tests' double).
+ * STOKE_ERR_UNAVAILABLE with the name tried when it is missing or lacks a function. */
+stoke_status nn_cublas_open(nn_cublas **out);
+void nn_cublas_close(nn_cublas *b); /* NULL is fine */
+/* "CUBLAS_STATUS_ALLOC_FAILED", ... or "cuBLAS status N". */
+const char *nn_cublas_error(const nn_cublas *b, int status);
+
+/* ---- cuDNN (libcudnn.so.9): the convolution API ---- */
+enum { NC_CUDNN_SUCCESS = 0 };
+enum { NC_CUDNN_DATA_FLOAT = 0, NC_CUDNN_DATA_HALF = 2, NC_CUDNN_DATA_BFLOAT16 = 9 };
+enum { NC_CUDNN_TENSOR_NCHW = 0 };
+enum { NC_CUDNN_CROSS_CORRELATION = 1 };
+enum { NC_CUDNN_DEFAULT_MATH = 0, NC_CUDNN_TENSOR_OP_MATH = 1, NC_CUDNN_FMA_MATH = 3 };
+
+/* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: the same layout for all three */
+typedef struct nn_cudnn_perf {
+    int algo;
+    int status;
+    float time;
+    size_t memory;
+    int determinism;
+    int math_type;
+    int reserved[3];
+} nn_cudnn_perf;
+
+typedef struct nn_cudnn {
+    void *lib;
+    size_t (*get_version)(void);
+    const char *(*error_string)(int status);
+    int (*create)(void **handle);
+    int (*destroy)(void *handle);
+    int (*set_stream)(void *handle, void *stream);
+    int (*create_tensor)(void **desc);
+    int (*set_tensor_4d)(void *desc, int format, int dtype, int n, int c, int h, int w);
+    int (*destroy_tensor)(void *desc);
+    int (*create_filter)(void **desc);
+    int (*set_filter_4d)(void *desc, int dtype, int format, int k, int c, int h, int w);
+    int (*destroy_filter)(void *desc);
+    int (*create_conv)(void **desc);
+    int (*set_conv_2d)(void *desc, int pad_h, int pad_w, int u, int v, int dil_h, int dil_w,
+                       int mode, int compute);
+    int (*set_conv_math)(void *desc, int math);
+    int (*destroy_conv)(void *desc);
+    /* cudnnGetConvolutionForwardAlgorithm_v7 and friends: the heuristics' ranking */
+    int (*fwd_algos)(void *h, void *x, void *w, void *conv, void *y, int want, int *got,
+                     nn_cudnn_perf *perf);
+    int (*bwd_data_algos)(void *h, void *w, void *dy, void *conv, void *dx, int want, int *got,
+                          nn_cudnn_perf *perf);
+    int (*bwd_filter_algos)(void *h, void *x, void *dy, void *conv, void *dw, int want, int *got,
+                            nn_cudnn_perf *perf);
+    int (*fwd_ws)(void *h, void *x, void *w, void *conv, void *y, int algo, size_t *bytes);
+    int (*bwd_data_ws)(void *h, void *w, void *dy, void *conv, void *dx, int algo, size_t *bytes);
+    int (*bwd_filter_ws)(void *h, void *x, void *dy, void *conv, void *dw, int algo,
+                         size_t *bytes);
+    /* alpha and beta point to floats */
+    int (*fwd)(void *h, const void *alpha, void *xd, const void *x, void *wd, const void *w,
+               void *conv, int algo, void *ws, size_t ws_bytes, const void *beta, void *yd,
+               void *y);
+    int (*bwd_data)(void *h, const void *alpha, void *wd, const void *w, void *dyd,
+                    const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
+                    const void *beta, void *dxd, void *dx);
+    int (*bwd_filter)(void *h, const void *alpha, void *xd, const void *x, void *dyd,
+                      const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
+                      const void *beta, void *dwd, void *dw);
+    size_t version;
+} nn_cudnn;
+
+/* Loads cuDNN (STOKE_CUDNN_LIBRARY names a file to load instead). */
+stoke_status nn_cudnn_open(nn_cudnn **out);
+void nn_cudnn_close(nn_cudnn *d);
+const char *nn_cudnn_error(const nn_cudnn *d, int status);
+
+#endif
