@@ -16,7 +16,7 @@ ALLOWED = {
     "core": {"core"},
     "hw": {"core", "hw"},
     "data": {"core", "hw", "data", "monitor"},
-    "nn": {"core", "nn"},
+    "nn": {"core", "hw", "nn"},  # the CUDA backend: hw's CUDA runtime table
     "monitor": {"core", "hw", "monitor"},
     "tune": {"core", "hw", "nn", "tune"},
     "train": {"core", "hw", "data", "monitor", "nn", "tune", "train"},

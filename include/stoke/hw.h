@@ -285,6 +285,32 @@ stoke_status stoke_cudart_stream_wait(stoke_cudart *rt, stoke_gpu_stream s, stok
 stoke_status stoke_cudart_copy_to_device_async(stoke_cudart *rt, void *dst, const void *src,
                                                size_t bytes, stoke_gpu_stream s);
 
+/* What the CUDA backend adds (src/nn/cuda): STOKE_OK if the runtime also has the
+ * functions below, else "the CUDA runtime lacks ...". */
+stoke_status stoke_cudart_check_compute_api(const stoke_cudart *rt);
+
+/* Queues a copy of `bytes` from device memory src to host memory dst on s, or between
+ * two device buffers (stoke_cudart_copy_on_device_async). */
+stoke_status stoke_cudart_copy_to_host_async(stoke_cudart *rt, void *dst, const void *src,
+                                             size_t bytes, stoke_gpu_stream s);
+stoke_status stoke_cudart_copy_on_device_async(stoke_cudart *rt, void *dst, const void *src,
+                                               size_t bytes, stoke_gpu_stream s);
+/* Queues a fill of `bytes` of device memory with the byte `value` on s. */
+stoke_status stoke_cudart_memset_async(stoke_cudart *rt, void *dst, int value, size_t bytes,
+                                       stoke_gpu_stream s);
+/* Blocks until the work queued on s has completed; its message carries the first
+ * error of that work (a kernel's fault surfaces here). */
+stoke_status stoke_cudart_stream_sync(stoke_cudart *rt, stoke_gpu_stream s);
+/* Free and total memory of the current device, in bytes. */
+stoke_status stoke_cudart_mem_info(stoke_cudart *rt, size_t *free_bytes, size_t *total_bytes);
+/* Compute capability of device `dev` (9.0 -> major 9, minor 0). */
+stoke_status stoke_cudart_device_cc(stoke_cudart *rt, int dev, int *major, int *minor);
+/* The runtime's pending launch error, cleared (cudaGetLastError), as a status. */
+stoke_status stoke_cudart_last_error(stoke_cudart *rt, const char *what);
+/* True when the loaded runtime is stoke's test double (tests/fake), whose device
+ * memory is host memory: only then may the CUDA backend run its kernels' host build. */
+bool stoke_cudart_is_double(const stoke_cudart *rt);
+
 /* True if two PCI bus ids name the same device, whatever their spelling: NVML's
  * "00000000:3B:00.0" and CUDA's "0000:3b:00.0" are both domain:bus:device.function in
  * hex, of any case and domain width. False if either does not parse. Can't fail. */

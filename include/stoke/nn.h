@@ -291,6 +291,14 @@ typedef struct stoke_model_opts {
     int threads;       /* compute threads of this model's kernels (its backend
                                    context's; >= 0); 0: stoke_nn_threads() when the
                                    model is created. Two models may differ. */
+    /* Where the model's buffers live and its ops run: false: the CPU backend; true:
+     * CUDA device cuda_device, through the kernel module libstoke_cuda.so, cuBLAS and
+     * cuDNN, all loaded at run time (docs/gpu.md). Its buffers are then device memory:
+     * the pointers below (input, output, param, grad, optim_state) are device
+     * pointers, for the transfer functions (stoke_model_set_input, stoke_model_read,
+     * stoke_model_write) and device copies, never to be dereferenced. */
+    bool cuda;
+    int cuda_device;
 } stoke_model_opts;
 
 /* Bytes of each arena of a model compiled for plan.batch samples. total =
@@ -426,6 +434,31 @@ int64_t stoke_model_step_count(const stoke_model *m);           /* optimizer ste
 void stoke_model_set_step_count(stoke_model *m, int64_t steps); /* resume */
 /* Refreshes the bf16/fp16 weight copies from the fp32 masters. Can't fail. */
 void stoke_model_params_changed(stoke_model *m);
+
+/* ---- Models on a device ----------------------------------------------------------
+ * The same calls work for both backends; on the CPU they are plain copies. */
+
+/* Whether the model's buffers are device memory (opts.cuda). */
+bool stoke_model_on_device(const stoke_model *m);
+/* "cpu", or what the CUDA backend runs with ("CUDA device 0 (compute capability 9.0),
+ * kernels: device (sm_80 sm_89 sm_90), TF32 matmuls"). */
+const char *stoke_model_device_name(const stoke_model *m);
+/* Copies `bytes` from host memory into input `t` (the first samples of the batch).
+ * STOKE_ERR_ARG if t is not an input or bytes exceed it. */
+stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes);
+/* Copies `bytes` between host memory and a buffer of the model (a pointer from
+ * stoke_model_param/grad/optim_state/output/input, possibly offset). After writing
+ * parameters call stoke_model_params_changed. Errors of the device (a failed copy) are
+ * returned, recorded. */
+stoke_status stoke_model_read(stoke_model *m, const void *buf, void *host, size_t bytes);
+stoke_status stoke_model_write(stoke_model *m, void *buf, const void *host, size_t bytes);
+/* Copies every parameter and buffer of `src` into `dst`, two models of one graph (the
+ * inference model taking the training model's weights), and refreshes dst's
+ * low-precision copies. Across devices the copy goes through host memory. */
+stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src);
+/* Waits until the model's queued work is done; its first error if any (a device
+ * model runs asynchronously; forward and step already wait where they read values). */
+stoke_status stoke_model_sync(stoke_model *m);
 
 /* ---- Presets --------------------------------------------------------------------
  * Each builds a whole graph with an input "x", a target "y", its loss and metrics,

@@ -161,6 +161,8 @@ typedef struct stoke_train_config {
     bool no_fusion;         /* STOKE_NO_FUSION set and not "0" (environment only, not
                                  a key): the models run every op apart */
     char precision[8];      /* auto, fp32, bf16, fp16 */
+    char device[16];        /* auto (a GPU when the CUDA backend can run on one), cpu,
+                                 cuda, cuda:N (env STOKE_DEVICE) */
     char optimizer[8];      /* sgd, adamw */
     double lr;              /* default 0.05 (SGD) */
     double momentum;        /* SGD, default 0.9 */

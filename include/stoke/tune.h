@@ -77,6 +77,9 @@ typedef struct stoke_why {
 /* What a run asks for, each setting with the source of its value, and the facts of
  * its dataset the rules need. */
 typedef struct stoke_tune_request {
+    const char *device; /* "auto" (or NULL: a GPU when there is one), "cpu", "cuda",
+                           "cuda:N" */
+    stoke_source device_src;
     const char *precision; /* "auto" (decide), "fp32", "bf16", "fp16" */
     stoke_source precision_src;
     int workers; /* loader workers; < 0: decide */
@@ -94,7 +97,9 @@ typedef struct stoke_tune_request {
 /* The settings a training run applies, each with its provenance. */
 typedef struct stoke_decision {
     stoke_precision precision;
-    int device;      /* STOKE_TUNE_CPU: the CPU backend is the only one so far */
+    int device;      /* STOKE_TUNE_CPU, or a CUDA device: the GPU's index in
+                        stoke_machine.gpus (NVML's order, which the CUDA ordinal
+                        follows when CUDA_DEVICE_ORDER=PCI_BUS_ID) */
     int usable_cpus; /* what threads + workers share (at least 1) */
     int threads;     /* compute threads (OpenMP: oneDNN, kernels, BLAS) */
     int workers;     /* loader worker threads; 0: the training thread loads */
@@ -108,7 +113,9 @@ typedef struct stoke_decision {
 /* Decides every setting of the request from the machine's recommendations (`recs`
  * from stoke_recommend on `m`, the rules `stoke probe` prints) where the request
  * leaves it open. STOKE_ERR_ARG naming the value for a precision that is not auto,
- * fp32, bf16 or fp16; otherwise STOKE_OK. */
+ * fp32, bf16 or fp16, or a device that is not auto, cpu, cuda or cuda:N; otherwise
+ * STOKE_OK. A device asked for is decided as given, even with no GPU found (creating
+ * the model then says why it cannot run); auto takes the first GPU found. */
 stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
                           const stoke_tune_request *req, stoke_decision *out);
 

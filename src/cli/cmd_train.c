@@ -33,6 +33,8 @@ void cmd_train_usage(void)
            "  --prefetch N          batches in flight (default: 2 x workers within [2, 32],\n"
            "                        the probe's prefetch_depth rule)\n"
            "  --threads N           compute threads (default: usable CPUs - workers)\n"
+           "  --device D            auto (a GPU when the CUDA backend can run on it, else the\n"
+           "                        CPU), cpu, cuda, cuda:N (env STOKE_DEVICE)\n"
            "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env AMP)\n"
            "  --optimizer O         sgd (default, momentum 0.9) or adamw\n"
            "  --lr X                learning rate (default 0.05)\n"

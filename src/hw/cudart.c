@@ -234,3 +234,70 @@ stoke_status stoke_cudart_copy_to_device_async(stoke_cudart *rt, void *dst, cons
 {
     CU_CALL(rt, "cudaMemcpyAsync", rt->memcpy_async(dst, src, bytes, CU_MEMCPY_HOST_TO_DEVICE, s));
 }
+
+/* ---- the CUDA backend's ---- */
+
+stoke_status stoke_cudart_check_compute_api(const stoke_cudart *rt)
+{
+    stoke_status st = stoke_cudart_check_device_api(rt);
+    if (st != STOKE_OK)
+        return st;
+    if (!rt->memset_async || !rt->stream_synchronize || !rt->mem_get_info || !rt->get_last_error)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "the CUDA runtime lacks cudaMemsetAsync, cudaStreamSynchronize, "
+                          "cudaMemGetInfo or cudaGetLastError");
+    return STOKE_OK;
+}
+
+stoke_status stoke_cudart_copy_to_host_async(stoke_cudart *rt, void *dst, const void *src,
+                                             size_t bytes, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaMemcpyAsync", rt->memcpy_async(dst, src, bytes, CU_MEMCPY_DEVICE_TO_HOST, s));
+}
+
+stoke_status stoke_cudart_copy_on_device_async(stoke_cudart *rt, void *dst, const void *src,
+                                               size_t bytes, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaMemcpyAsync",
+            rt->memcpy_async(dst, src, bytes, CU_MEMCPY_DEVICE_TO_DEVICE, s));
+}
+
+stoke_status stoke_cudart_memset_async(stoke_cudart *rt, void *dst, int value, size_t bytes,
+                                       stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaMemsetAsync", rt->memset_async(dst, value, bytes, s));
+}
+
+stoke_status stoke_cudart_stream_sync(stoke_cudart *rt, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaStreamSynchronize", rt->stream_synchronize(s));
+}
+
+stoke_status stoke_cudart_mem_info(stoke_cudart *rt, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    CU_CALL(rt, "cudaMemGetInfo", rt->mem_get_info(free_bytes, total_bytes));
+}
+
+stoke_status stoke_cudart_device_cc(stoke_cudart *rt, int dev, int *major, int *minor)
+{
+    *major = *minor = 0;
+    int rc = rt->device_get_attribute(major, CU_ATTR_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (rc == CU_SUCCESS)
+        rc = rt->device_get_attribute(minor, CU_ATTR_COMPUTE_CAPABILITY_MINOR, dev);
+    if (rc != CU_SUCCESS)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaDeviceGetAttribute(device %d): %s", dev,
+                          cu_err(rt, rc));
+    return STOKE_OK;
+}
+
+stoke_status stoke_cudart_last_error(stoke_cudart *rt, const char *what)
+{
+    int rc = rt->get_last_error();
+    return rc == CU_SUCCESS ? STOKE_OK : cu_fail(rt, what, rc);
+}
+
+bool stoke_cudart_is_double(const stoke_cudart *rt)
+{
+    return rt && dlsym(rt->lib, "stoke_fake_cudart") != NULL;
+}

@@ -89,6 +89,8 @@ typedef struct nn_backend {
     /* Copies device bytes to the host and back (the CPU: memcpy). */
     void (*read)(void *ctx, void *host, const void *dev, size_t bytes);
     void (*write)(void *ctx, void *dev, const void *host, size_t bytes);
+    /* Between two buffers of this backend's memory. */
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 
     /* fp32 -> bf16/fp16 bits (weight copies). */
     void (*to_lowp)(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n);
@@ -108,6 +110,10 @@ typedef struct nn_backend {
     /* Compute threads the backend's kernels use; n <= 0: every online CPU. */
     int (*threads)(void *ctx);
     void (*set_threads)(void *ctx, int n);
+    /* Waits for the work queued so far and returns the first error since the last
+     * call, of the entries that return none (alloc aside). NULL: nothing is queued
+     * (the CPU). */
+    stoke_status (*sync)(void *ctx);
     /* Releases a context of this backend (nn_backend_free calls it). */
     void (*ctx_free)(void *ctx);
 } nn_backend;
@@ -121,6 +127,15 @@ const nn_backend *nn_cpu_backend(void);
  * the process default's count now) and the process default's implementation choices.
  * The caller frees it with nn_backend_free. STOKE_ERR_NOMEM, recorded. */
 stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
+
+/* A CUDA backend instance on device `device` (src/nn/cuda_backend.c), with its own
+ * stream, cuBLAS handle and kernel table. STOKE_ERR_UNAVAILABLE saying what is missing
+ * (runtime, device, cuBLAS, the kernel module), recorded. */
+stoke_status nn_cuda_backend_new(int device, nn_backend **out);
+
+/* What a CUDA instance runs with ("CUDA device 0 (compute capability 9.0), kernels:
+ * ..."), or "" for another backend. */
+const char *nn_backend_describe(const nn_backend *be);
 
 /* Frees an instance and its context. NULL is ignored. */
 void nn_backend_free(nn_backend *be);

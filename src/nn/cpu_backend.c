@@ -1081,6 +1081,12 @@ static void cpu_write(void *ctx, void *dev, const void *host, size_t bytes)
     memcpy(dev, host, bytes);
 }
 
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    CPU_CTX_SCOPE(ctx);
+    memcpy(dst, src, bytes);
+}
+
 /* Element-wise passes over large arrays run in fixed blocks over the compute threads:
  * on 2 cores a single-threaded pass leaves the other core spinning in OpenMP's barrier
  * (measured: a fifth of the MLP's step). Results do not depend on the thread count. */
@@ -1228,6 +1234,7 @@ static const nn_backend cpu_backend = {
     .zero = cpu_zero,
     .read = cpu_read,
     .write = cpu_write,
+    .copy = cpu_copy,
     .to_lowp = cpu_to_lowp,
     .sum_squares = cpu_sumsq,
     .scale = cpu_scale_,

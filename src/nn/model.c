@@ -403,23 +403,36 @@ static void plan_fill(const layout *L, const stoke_graph *g, const stoke_model_o
     p->opts.max_batch = L->batch;
 }
 
+/* The backend a model with these options runs on: a new instance (*own, to free)
+ * for a device or a thread count of its own, else the CPU's shared table. */
+static stoke_status backend_for(const stoke_model_opts *o, const nn_backend **be, nn_backend **own)
+{
+    *own = NULL;
+    *be = nn_cpu_backend();
+    if (!o->cuda && o->threads <= 0)
+        return STOKE_OK;
+    stoke_status st =
+        o->cuda ? nn_cuda_backend_new(o->cuda_device, own) : nn_cpu_backend_new(o->threads, own);
+    if (st == STOKE_OK)
+        *be = *own;
+    return st;
+}
+
 stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o, stoke_mem_plan *out)
 {
-    const nn_backend *be = nn_cpu_backend();
-    stoke_status st = check_opts(g, o, be);
-    if (st != STOKE_OK)
+    /* A device or a thread count of its own is planned in a context of its own (the
+     * libraries' scratch depends on them); otherwise in the shared one, whose
+     * primitives stay cached for the next plan. */
+    const nn_backend *be;
+    nn_backend *own;
+    stoke_status st = backend_for(o, &be, &own);
+    if (st == STOKE_OK)
+        st = check_opts(g, o, be);
+    if (st != STOKE_OK) {
+        nn_backend_free(own);
         return st;
-    stoke_model_opts f = fill_defaults(o);
-    /* A thread count of its own is planned in a context of its own (the libraries'
-     * scratch depends on it); otherwise in the shared one, whose primitives stay
-     * cached for the next plan. */
-    nn_backend *own = NULL;
-    if (o->threads > 0) {
-        st = nn_cpu_backend_new(o->threads, &own);
-        if (st != STOKE_OK)
-            return st;
-        be = own;
     }
+    stoke_model_opts f = fill_defaults(o);
     layout L;
     st = layout_build(g, &f, be, &L);
     if (st == STOKE_OK)
@@ -553,14 +566,15 @@ void stoke_model_free(stoke_model *m)
 stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, stoke_model **out)
 {
     *out = NULL;
-    stoke_status st = check_opts(g, o, nn_cpu_backend());
-    if (st != STOKE_OK)
-        return st;
     stoke_model *m = calloc(1, sizeof *m);
     if (!m)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
-    st = nn_cpu_backend_new(o->threads, &m->own);
+    stoke_status st = o->cuda ? nn_cuda_backend_new(o->cuda_device, &m->own)
+                              : nn_cpu_backend_new(o->threads, &m->own);
+    if (st == STOKE_OK)
+        st = check_opts(g, o, m->own);
     if (st != STOKE_OK) {
+        nn_backend_free(m->own);
         free(m);
         return st;
     }
@@ -817,6 +831,11 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
                 total += (double)nd->loss_weight * v;
         }
     }
+    if (be->sync) {
+        stoke_status st = be->sync(be->ctx);
+        if (st != STOKE_OK)
+            return stoke_fail(st, "%s: forward: %s", m->g->name, stoke_last_error());
+    }
     m->total_loss = total;
     m->fwd_valid = true;
     return STOKE_OK;
@@ -948,6 +967,11 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     }
     if (fp16)
         cpu_loss_scaler_update(&m->scaler, false);
+    if (be->sync) {
+        stoke_status st = be->sync(be->ctx);
+        if (st != STOKE_OK)
+            return stoke_fail(st, "%s: step: %s", g->name, stoke_last_error());
+    }
     if (applied)
         *applied = true;
     return STOKE_OK;
@@ -998,4 +1022,73 @@ void stoke_model_set_step_count(stoke_model *m, int64_t steps)
 {
     m->steps = steps < 0 ? 0 : steps;
     m->micro = 0;
+}
+
+/* ---- models on a device ---- */
+
+bool stoke_model_on_device(const stoke_model *m) { return m->o.cuda; }
+
+const char *stoke_model_device_name(const stoke_model *m)
+{
+    return m->o.cuda ? nn_backend_describe(m->be) : "cpu";
+}
+
+stoke_status stoke_model_sync(stoke_model *m)
+{
+    return m->be->sync ? m->be->sync(m->be->ctx) : STOKE_OK;
+}
+
+stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes)
+{
+    const nn_node *n = nn_graph_node(m->g, t);
+    if (!n || n->op != STOKE_NN_INPUT)
+        return stoke_fail(STOKE_ERR_ARG, "%s: tensor %d is not an input", m->g->name, (int)t);
+    size_t cap = (size_t)m->o.max_batch * m->L.out_ps[t];
+    if (bytes > cap)
+        return stoke_fail(STOKE_ERR_ARG, "%s: %zu bytes for input %s, which holds %zu", m->g->name,
+                          bytes, n->name, cap);
+    return stoke_model_write(m, m->out[t], host, bytes);
+}
+
+stoke_status stoke_model_read(stoke_model *m, const void *buf, void *host, size_t bytes)
+{
+    if (bytes == 0)
+        return STOKE_OK;
+    m->be->read(m->be->ctx, host, buf, bytes);
+    return stoke_model_sync(m);
+}
+
+stoke_status stoke_model_write(stoke_model *m, void *buf, const void *host, size_t bytes)
+{
+    if (bytes == 0)
+        return STOKE_OK;
+    m->be->write(m->be->ctx, buf, host, bytes);
+    return stoke_model_sync(m);
+}
+
+stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src)
+{
+    if (dst->g != src->g)
+        return stoke_fail(STOKE_ERR_ARG, "%s: copying parameters between models of two graphs",
+                          dst->g->name);
+    bool same = dst->o.cuda == src->o.cuda && dst->o.cuda_device == src->o.cuda_device;
+    stoke_status st = stoke_model_sync(src);
+    for (int i = 0; i < dst->g->nparams && st == STOKE_OK; i++) {
+        size_t bytes = (size_t)dst->g->params[i].info.elems * sizeof(float);
+        if (same) {
+            dst->be->copy(dst->be->ctx, dst->param[i], src->param[i], bytes);
+            continue;
+        }
+        float *host = malloc(bytes ? bytes : 1);
+        if (!host)
+            return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", dst->g->name);
+        st = stoke_model_read(src, src->param[i], host, bytes);
+        if (st == STOKE_OK)
+            st = stoke_model_write(dst, dst->param[i], host, bytes);
+        free(host);
+    }
+    if (st != STOKE_OK)
+        return st;
+    stoke_model_params_changed(dst);
+    return stoke_model_sync(dst);
 }

@@ -60,6 +60,9 @@ static const struct key {
     I(prefetch, 0, 1024, NULL),
     I(threads, 0, 4096, NULL),
     S(precision, " auto fp32 bf16 fp16 "),
+    /* auto, cpu, cuda or cuda:N: checked by the tuner (stoke_decide), which names it */
+    {"device", T_STR, offsetof(stoke_train_config, device),
+     sizeof((stoke_train_config *)0)->device, 0, 0, "STOKE_DEVICE", NULL},
     S(optimizer, " sgd adamw "),
     D(lr, 0, 1e3, "LR"),
     D(momentum, 0, 0.9999, NULL),
@@ -110,6 +113,7 @@ void stoke_train_config_defaults(stoke_train_config *c)
     c->accumulate = 1;
     c->workers = -1;
     snprintf(c->precision, sizeof c->precision, "auto");
+    snprintf(c->device, sizeof c->device, "auto");
     snprintf(c->optimizer, sizeof c->optimizer, "sgd");
     c->lr = 0.05;
     c->momentum = 0.9;

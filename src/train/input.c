@@ -183,8 +183,11 @@ stoke_status train_eval_batch(stoke_model *m, stoke_tensor y, stoke_tensor metri
                               const train_targets *tg, const void *targets, const int64_t *samples,
                               int64_t n, train_eval *acc)
 {
+    void *dst = tg->stage ? tg->stage : stoke_model_input(m, y);
     stoke_status s = train_convert_targets(targets, tg->dtype, n, tg->elems, tg->classes,
-                                           tg->nclasses, stoke_model_input(m, y), samples);
+                                           tg->nclasses, dst, samples);
+    if (s == STOKE_OK && tg->stage)
+        s = stoke_model_set_input(m, y, tg->stage, (size_t)n * (size_t)tg->elems * 4);
     if (s == STOKE_OK)
         s = stoke_model_forward(m, n, false);
     if (s != STOKE_OK)

@@ -39,18 +39,17 @@ static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int
     if (!t->val_loader)
         return STOKE_OK;
     stoke_model *m = t->eval_model;
-    for (int i = 0; i < stoke_graph_param_count(t->graph); i++)
-        memcpy(stoke_model_param(m, i), stoke_model_param(t->model, i),
-               (size_t)stoke_graph_param(t->graph, i)->elems * sizeof(float));
-    stoke_model_params_changed(m);
-    void *xin = stoke_model_input(m, t->x);
-    train_targets tg = {t->info.target_dtype, t->target_elems, t->classes, t->nclasses};
+    stoke_status s = stoke_model_copy_params(m, t->model);
+    if (s != STOKE_OK)
+        return train_wrap_error(s, "validation");
+    train_targets tg = {t->info.target_dtype, t->target_elems, t->classes, t->nclasses,
+                        t->target_stage};
     train_eval acc = {0};
     stoke_batch b;
-    stoke_status s;
     while ((s = stoke_loader_next(t->val_loader, &b)) == STOKE_OK && b.size > 0) {
-        memcpy(xin, b.inputs, (size_t)b.size * b.input_bytes);
-        s = train_eval_batch(m, t->y, t->metric, &tg, b.targets, b.samples, b.size, &acc);
+        s = stoke_model_set_input(m, t->x, b.inputs, (size_t)b.size * b.input_bytes);
+        if (s == STOKE_OK)
+            s = train_eval_batch(m, t->y, t->metric, &tg, b.targets, b.samples, b.size, &acc);
         if (s != STOKE_OK)
             return train_wrap_error(s, "validation");
     }
@@ -218,10 +217,14 @@ static double epoch_metric(const stoke_trainer *t)
 /* Forward and backward over one batch; its loss and metric join the epoch's sums. */
 static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
 {
-    memcpy(stoke_model_input(t->model, t->x), b->inputs, (size_t)b->size * b->input_bytes);
-    stoke_status s = train_convert_targets(b->targets, t->info.target_dtype, b->size,
-                                           t->target_elems, t->classes, t->nclasses,
-                                           stoke_model_input(t->model, t->y), b->samples);
+    stoke_status s =
+        stoke_model_set_input(t->model, t->x, b->inputs, (size_t)b->size * b->input_bytes);
+    if (s == STOKE_OK)
+        s = train_convert_targets(b->targets, t->info.target_dtype, b->size, t->target_elems,
+                                  t->classes, t->nclasses, t->target_stage, b->samples);
+    if (s == STOKE_OK)
+        s = stoke_model_set_input(t->model, t->y, t->target_stage,
+                                  (size_t)b->size * (size_t)t->target_elems * 4);
     if (s == STOKE_OK)
         s = stoke_model_forward(t->model, b->size, true);
     if (s == STOKE_OK)

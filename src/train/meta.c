@@ -189,6 +189,42 @@ static void trainer_meta(const stoke_trainer *t, const char *config, train_meta 
     memcpy(m->std.v, t->input.std, sizeof m->std.v);
 }
 
+static size_t tensor_bytes(const stoke_ckpt_tensor *t)
+{
+    size_t n = stoke_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+        n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* A device model's tensors are copied to one host block first (*host, to free): the
+ * checkpoint is written from host memory, the same file whichever device trained. */
+static stoke_status tensors_to_host(stoke_model *m, stoke_ckpt_tensor *ts, size_t n, char **host)
+{
+    *host = NULL;
+    if (!stoke_model_on_device(m))
+        return STOKE_OK;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += tensor_bytes(&ts[i]);
+    char *block = malloc(total ? total : 1);
+    if (!block)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory copying the model to the host");
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t bytes = tensor_bytes(&ts[i]);
+        stoke_status st = stoke_model_read(m, ts[i].data, block + off, bytes);
+        if (st != STOKE_OK) {
+            free(block);
+            return st;
+        }
+        ts[i].data = block + off;
+        off += bytes;
+    }
+    *host = block;
+    return STOKE_OK;
+}
+
 stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
 {
     int np = stoke_graph_param_count(t->graph);
@@ -201,6 +237,14 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
         free(cfg);
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
     }
+    char *host = NULL;
+    stoke_status hs = tensors_to_host(t->model, ts, n, &host);
+    if (hs != STOKE_OK) {
+        free(names);
+        free(cfg);
+        free(ts);
+        return hs;
+    }
     train_meta m;
     trainer_meta(t, cfg ? cfg : "{}", &m);
     char text[N_ROWS][128];
@@ -211,6 +255,7 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
         kv[1 + i] =
             (stoke_ckpt_kv){rows[i].key, meta_format(&rows[i], &m, text[i], sizeof text[i])};
     stoke_status s = stoke_ckpt_write(path, ts, n, kv, 1 + N_ROWS);
+    free(host);
     free(cfg);
     free(ts);
     free(names);
@@ -252,10 +297,12 @@ static stoke_status load_params(stoke_model *m, const stoke_ckpt *c, bool optim)
                                   "%s: tensor '%s' has %s of another shape than "
                                   "the model's",
                                   stoke_ckpt_path(c), name, stoke_ckpt_dtype_name(ct->dtype));
-            memcpy(dst, ct->data, ct->nbytes);
+            stoke_status st = stoke_model_write(m, dst, ct->data, ct->nbytes);
+            if (st != STOKE_OK)
+                return st;
         }
     stoke_model_params_changed(m);
-    return STOKE_OK;
+    return stoke_model_sync(m);
 }
 
 stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *m)

@@ -16,7 +16,7 @@ static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed
 static const char *const resume_quiet[] = {
     "resume",          "dry_run",        "log",     "checkpoint",    "log_every", "monitor",
     "workers",         "prefetch",       "threads", "memory_budget", "max_steps", "eval_every",
-    "target_accuracy", "val_batch_size", NULL};
+    "target_accuracy", "val_batch_size", "device", NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {

@@ -36,7 +36,9 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
 #define SRC(key) ((stoke_source)stoke_train_config_source(c, key))
-    return (stoke_tune_request){.precision = c->precision,
+    return (stoke_tune_request){.device = c->device,
+                                .device_src = SRC("device"),
+                                .precision = c->precision,
                                 .precision_src = SRC("precision"),
                                 .workers = (int)c->workers,
                                 .workers_src = SRC("workers"),
@@ -60,23 +62,39 @@ static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
 
 /* What tune decided, applied (the compute threads; the rest is read from t->decision
  * where the models and loaders are made) and printed. */
-static stoke_status apply_decision(stoke_trainer *t)
+static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
 {
     stoke_tune_request q = tune_request(t);
+    if (cpu_because)
+        q.device = "cpu";
     stoke_status s = stoke_decide(&t->machine, &t->recs, &q, &t->decision);
     if (s != STOKE_OK)
         return s;
+    if (cpu_because) {
+        t->decision.device_why.source = STOKE_SRC_TUNED;
+        snprintf(t->decision.device_why.reason, sizeof t->decision.device_why.reason, "%s",
+                 cpu_because);
+    }
     const stoke_decision *d = &t->decision;
     t->precision = d->precision;
+    t->device = d->device;
     t->workers = d->workers;
     t->threads = d->threads;
     stoke_nn_set_threads(t->threads);
     char a[420], b[420], given[32] = "";
     if (d->threads_why.source != STOKE_SRC_TUNED)
         snprintf(given, sizeof given, " (%s)", stoke_source_name(d->threads_why.source));
+    if (d->device == STOKE_TUNE_CPU)
+        train_info(t, "device: cpu (%s%s)", d->device_why.source == STOKE_SRC_TUNED ? "auto: " : "",
+                   given_or_why(&d->device_why, a, sizeof a));
+    else
+        train_info(t, "device: cuda:%d (%s%s)", d->device,
+                   d->device_why.source == STOKE_SRC_TUNED ? "auto: " : "",
+                   given_or_why(&d->device_why, a, sizeof a));
     train_info(t, "precision: %s (%s%s)%s", stoke_precision_name(d->precision),
                d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
-               given_or_why(&d->precision_why, a, sizeof a), emulated_note(d->precision));
+               given_or_why(&d->precision_why, a, sizeof a),
+               d->device == STOKE_TUNE_CPU ? emulated_note(d->precision) : "");
     train_info(t,
                "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
                "%d loader worker%s (%s)",
@@ -275,7 +293,9 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
                            .optim = t->optim,
                            .training = true,
                            .seed = c->seed,
-                           .no_fusion = c->no_fusion};
+                           .no_fusion = c->no_fusion,
+                           .cuda = t->device != STOKE_TUNE_CPU,
+                           .cuda_device = t->device};
     /* Evaluation runs on its own inference model (no gradients or saved activations),
      * so a large validation batch does not size the training arenas. */
     stoke_model_opts eo = {.max_batch = c->val_batch_size,
@@ -283,7 +303,9 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
                            .precision = t->precision,
                            .training = false,
                            .seed = c->seed,
-                           .no_fusion = c->no_fusion};
+                           .no_fusion = c->no_fusion,
+                           .cuda = mo.cuda,
+                           .cuda_device = t->device};
     stoke_mem_plan tp, ep;
     stoke_status s;
     if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
@@ -298,13 +320,41 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
                     : c->memory_budget > 0           ? 1
                                                      : 0;
+    if (mo.cuda) { /* the device's memory is checked by allocating it */
+        tp.total = ep.total = 0;
+        tp.activations_per_sample = ep.activations_per_sample = 0;
+    }
     if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1, budget,
                                 left)) != STOKE_OK ||
         (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         return s;
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
         return s;
+    int64_t most = c->batch_size > c->val_batch_size ? c->batch_size : c->val_batch_size;
+    t->target_stage = calloc((size_t)most * (size_t)(t->target_elems ? t->target_elems : 1), 4);
+    if (!t->target_stage)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     return STOKE_OK;
+}
+
+/* The models on the device decided; under device auto, a GPU the CUDA backend cannot
+ * run on (no kernel module, no cuBLAS) falls back to the CPU, saying why: decided
+ * again for the CPU (precision and threads follow the device). */
+static stoke_status allocate_on_device(stoke_trainer *t, size_t ring[2], size_t *left)
+{
+    stoke_status s = allocate_models(t, ring, left);
+    if (s != STOKE_ERR_UNAVAILABLE || t->device == STOKE_TUNE_CPU ||
+        t->decision.device_why.source != STOKE_SRC_TUNED)
+        return s;
+    char reason[400];
+    snprintf(reason, sizeof reason, "the CUDA backend cannot run on cuda:%d: %s", t->device,
+             stoke_last_error());
+    stoke_model_free(t->model);
+    stoke_model_free(t->eval_model);
+    t->model = t->eval_model = NULL;
+    if ((s = apply_decision(t, reason)) != STOKE_OK)
+        return s;
+    return allocate_models(t, ring, left);
 }
 
 /* The loaders (none for the training set of a finished run), the monitor watching the
@@ -354,7 +404,7 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     stoke_recommend(&t->machine, &t->recs);
     if ((s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
         (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
-        (s = apply_decision(t)) != STOKE_OK)
+        (s = apply_decision(t, NULL)) != STOKE_OK)
         return s;
     setup_optim(t);
     return STOKE_OK;
@@ -364,7 +414,7 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
 static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *meta)
 {
     size_t ring[2], left;
-    stoke_status s = allocate_models(t, ring, &left);
+    stoke_status s = allocate_on_device(t, ring, &left);
     if (s != STOKE_OK)
         return s;
     if (ck) {
@@ -475,6 +525,7 @@ void stoke_trainer_free(stoke_trainer *t)
     stoke_loader_destroy(t->val_loader);
     stoke_model_free(t->model);
     stoke_model_free(t->eval_model);
+    free(t->target_stage);
     stoke_graph_free(t->graph);
     stoke_model_file_free(t->mf);
     if (t->train_d != t->train_src)

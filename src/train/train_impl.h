@@ -51,6 +51,8 @@ typedef struct train_targets {
     int64_t elems;
     bool classes;
     int64_t nclasses;
+    void *stage; /* host memory for a batch of converted targets, copied into "y" from
+                    there (a model on a device); NULL: converted in place (the CPU) */
 } train_targets;
 
 /* An evaluation's running sums: loss and metric weighted by the batch size. */

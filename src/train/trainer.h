@@ -31,6 +31,8 @@ struct stoke_trainer {
     stoke_model *model;
     stoke_model *eval_model; /* inference-only, val_batch_size samples, weights copied in */
     stoke_precision precision;
+    int device;         /* the models' CUDA device, or STOKE_TUNE_CPU */
+    void *target_stage; /* a batch of converted targets (the larger batch), on the host */
     stoke_optim optim;
     stoke_lr_schedule sched;
     stoke_tensor x, y, metric;

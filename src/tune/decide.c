@@ -2,6 +2,7 @@
  * is taken from the machine's recommendations (the rules `stoke probe` prints) and the
  * dataset's facts; each given one is kept with its source. */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,9 +26,8 @@ static void why(stoke_why *w, stoke_source src, const char *fmt, ...)
     va_end(ap);
 }
 
-/* "auto" takes the machine's rule: the first GPU's if there is one (the CPU backend is
- * the only one so far: its fp16 stands for a GPU's fp16 with loss scaling, its fp32
- * for TF32), else the CPU's. */
+/* "auto" takes the rule of the device decided: the GPU's (bf16 from compute
+ * capability 8.0, fp16 with loss scaling on 7.x) or the CPU's. */
 static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *recs,
                                      const stoke_tune_request *q, stoke_decision *d)
 {
@@ -38,7 +38,8 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
         why(&d->precision_why, q->precision_src, "%s", "");
         return STOKE_OK;
     }
-    const stoke_rec *r = stoke_recs_find(recs, "precision", m->gpu_count > 0 ? 0 : STOKE_TUNE_CPU);
+    const stoke_rec *r = stoke_recs_find(
+        recs, "precision", d->device >= 0 && d->device < m->gpu_count ? d->device : STOKE_TUNE_CPU);
     d->precision = r && r->known ? r->precision : STOKE_PREC_FP32;
     why(&d->precision_why, STOKE_SRC_TUNED, "%s",
         r && r->known ? r->reason : "no recommendation, fp32");
@@ -101,22 +102,57 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
         why(&d->pinned_why, STOKE_SRC_TUNED, "%s", rp ? rp->reason : "no GPU");
 }
 
+/* "cuda" and "cuda:N" as a device index; -1 if s is neither. */
+static int parse_cuda(const char *s)
+{
+    if (!strcmp(s, "cuda"))
+        return 0;
+    if (strncmp(s, "cuda:", 5) || s[5] < '0' || s[5] > '9')
+        return -1;
+    char *end;
+    long v = strtol(s + 5, &end, 10);
+    return *end || v > STOKE_MAX_GPUS ? -1 : (int)v;
+}
+
+static stoke_status decide_device(const stoke_machine *m, const stoke_tune_request *q,
+                                  stoke_decision *d)
+{
+    const char *dev = q->device && *q->device ? q->device : "auto";
+    d->device = STOKE_TUNE_CPU;
+    if (!strcmp(dev, "cpu")) {
+        why(&d->device_why, q->device_src, "%s", "");
+        return STOKE_OK;
+    }
+    if (strcmp(dev, "auto")) {
+        d->device = parse_cuda(dev);
+        if (d->device < 0)
+            return stoke_fail(STOKE_ERR_ARG, "device: '%s' is not auto, cpu, cuda or cuda:N", dev);
+        why(&d->device_why, q->device_src, "%s", "");
+        return STOKE_OK;
+    }
+    if (m->gpu_count == 0) {
+        why(&d->device_why, STOKE_SRC_TUNED, "no GPU found");
+        return STOKE_OK;
+    }
+    const stoke_gpu_info *g = &m->gpus[0];
+    d->device = 0;
+    why(&d->device_why, STOKE_SRC_TUNED, "%s, compute capability %d.%d, %.1f GB, found by NVML%s",
+        g->name, g->cc_major, g->cc_minor, (double)g->memory_total_bytes / 1e9,
+        m->gpu_count > 1 ? "; the first of several (--device cuda:N picks another)" : "");
+    return STOKE_OK;
+}
+
 stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
                           const stoke_tune_request *req, stoke_decision *out)
 {
     memset(out, 0, sizeof *out);
     out->usable_cpus = m->cpu.usable_cpus > 0 ? m->cpu.usable_cpus : 1;
-    out->device = STOKE_TUNE_CPU;
-    if (m->gpu_count > 0)
-        why(&out->device_why, STOKE_SRC_DEFAULT,
-            "the CPU: stoke has no GPU backend yet "
-            "(%d GPU%s found)",
-            m->gpu_count, m->gpu_count == 1 ? "" : "s");
-    else
-        why(&out->device_why, STOKE_SRC_DEFAULT, "the CPU: no GPU found");
+    stoke_status s = decide_device(m, req, out);
+    if (s != STOKE_OK)
+        return s;
     out->batch = req->batch;
     why(&out->batch_why, req->batch_src, "%s", "");
-    stoke_status s = decide_precision(m, recs, req, out);
+    s = decide_precision(m, recs, req, out);
     if (s != STOKE_OK)
         return s;
     decide_threads(recs, req, out);

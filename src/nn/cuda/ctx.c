@@ -1,0 +1,221 @@
+/* ctx.c - setting up the CUDA backend's context: the runtime, the device, cuBLAS, the
+ * kernel module, the stream every op is queued on. */
+#include "nn/cuda/ctx.h"
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int sync_stream(void *rt, void *stream)
+{
+    return stoke_cudart_stream_sync(rt, stream) == STOKE_OK ? 0 : 1;
+}
+
+/* The module sits beside the object holding this code (the stoke binary, or the
+ * Python extension), or in ../lib/stoke when installed. */
+static void *open_module(char *tried, size_t size)
+{
+    Dl_info info;
+    char self[4096];
+    snprintf(tried, size, "libstoke_cuda.so");
+    if (!dladdr((void *)open_module, &info) || !info.dli_fname)
+        return NULL;
+    snprintf(self, sizeof self, "%s", info.dli_fname);
+    if (strcmp(self, "") == 0 || !strchr(self, '/'))
+        snprintf(self, sizeof self, "/proc/self/exe"); /* an executable's own name */
+    char real[4096];
+    if (!realpath(self, real))
+        return NULL;
+    const char *dir = dirname(real);
+    static const char *const where[] = {"/libstoke_cuda.so", "/../lib/stoke/libstoke_cuda.so"};
+    for (size_t i = 0; i < sizeof where / sizeof *where; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s%s", dir, where[i]);
+        void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (lib)
+            return lib;
+    }
+    snprintf(tried, size, "libstoke_cuda.so beside %s or in %s/../lib/stoke", real, dir);
+    return NULL;
+}
+
+/* STOKE_CUDA_KERNELS: a module's path, or "host" for the kernels' host build, which
+ * only the runtime's test double can run (its device memory is host memory). */
+static stoke_status load_kernels(cuda_ctx *c)
+{
+    const char *env = getenv("STOKE_CUDA_KERNELS");
+    char tried[4300];
+    if (env && strcmp(env, "host") == 0) {
+        if (!stoke_cudart_is_double(c->rt))
+            return stoke_fail(STOKE_ERR_ARG, "STOKE_CUDA_KERNELS=host runs the kernels on the "
+                                             "CPU: only for the CUDA runtime's test double");
+        c->k = nn_cuda_host_kernels();
+        return STOKE_OK;
+    }
+    if (env && *env) {
+        snprintf(tried, sizeof tried, "%s", env);
+        c->module = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    } else {
+        c->module = open_module(tried, sizeof tried);
+    }
+    if (!c->module)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "the CUDA kernels (%s) are missing: this stoke was built without nvcc",
+                          tried);
+    nn_cuda_kernels_entry entry;
+    *(void **)&entry = dlsym(c->module, NN_CUDA_KERNELS_ENTRY);
+    c->k = entry ? entry(sizeof(nn_cuda_kernels)) : NULL;
+    if (!c->k)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "%s is from another build of stoke (its kernel table does not match)",
+                          tried);
+    return STOKE_OK;
+}
+
+static stoke_status open_device(cuda_ctx *c, int device)
+{
+    stoke_status st = stoke_cudart_open(&c->rt);
+    if (st == STOKE_OK)
+        st = stoke_cudart_check_compute_api(c->rt);
+    int count = 0;
+    if (st == STOKE_OK)
+        st = stoke_cudart_device_count(c->rt, &count);
+    if (st == STOKE_OK && (device < 0 || device >= count))
+        st = stoke_fail(STOKE_ERR_UNAVAILABLE, "CUDA device %d does not exist (%d found)", device,
+                        count);
+    if (st == STOKE_OK)
+        st = stoke_cudart_set_device(c->rt, device);
+    if (st == STOKE_OK)
+        st = stoke_cudart_device_cc(c->rt, device, &c->cc_major, &c->cc_minor);
+    if (st == STOKE_OK)
+        st = stoke_cudart_stream_create(c->rt, &c->L.stream);
+    c->device = device;
+    c->L.sync_ctx = c->rt;
+    c->L.sync = sync_stream;
+    return st;
+}
+
+static stoke_status open_blas(cuda_ctx *c)
+{
+    stoke_status st = nn_cublas_open(&c->blas);
+    if (st != STOKE_OK)
+        return st;
+    st = cuda_blas_check(c, c->blas->create(&c->blas_h), "cublasCreate");
+    if (st == STOKE_OK)
+        st = cuda_blas_check(c, c->blas->set_stream(c->blas_h, c->L.stream), "cublasSetStream");
+    /* TF32 for fp32 matmuls where tensor cores have it, as PyTorch's
+     * allow_tf32 for convolutions and the seeds' Ampere+ advice */
+    c->tf32 = c->cc_major >= 8;
+    if (st == STOKE_OK)
+        st = cuda_blas_check(
+            c, c->blas->set_math_mode(c->blas_h, c->tf32 ? NC_TF32_TENSOR_OP_MATH : NC_DEFAULT_MATH),
+            "cublasSetMathMode");
+    return st;
+}
+
+stoke_status cuda_ctx_new(int device, cuda_ctx **out)
+{
+    *out = NULL;
+    cuda_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    stoke_status st = open_device(c, device);
+    if (st == STOKE_OK)
+        st = load_kernels(c);
+    if (st == STOKE_OK)
+        st = open_blas(c);
+    if (st == STOKE_OK)
+        st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
+    if (st == STOKE_OK)
+        st = stoke_cudart_malloc(c->rt, sizeof(int32_t), (void **)&c->flag);
+    if (st != STOKE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", stoke_last_error());
+        cuda_ctx_free(c);
+        return stoke_fail(st, "%s", msg);
+    }
+    snprintf(c->why, sizeof c->why, "CUDA device %d (compute capability %d.%d), kernels: %s%s",
+             device, c->cc_major, c->cc_minor, c->k->build, c->tf32 ? ", TF32 matmuls" : "");
+    *out = c;
+    return STOKE_OK;
+}
+
+void cuda_ctx_free(cuda_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->rt && c->L.stream)
+        stoke_cudart_stream_sync(c->rt, c->L.stream); /* nothing freed while in use */
+    if (c->dnn_h)
+        c->dnn->destroy(c->dnn_h);
+    nn_cudnn_close(c->dnn);
+    if (c->blas_h)
+        c->blas->destroy(c->blas_h);
+    nn_cublas_close(c->blas);
+    if (c->rt) {
+        stoke_cudart_free(c->rt, c->partial);
+        stoke_cudart_free(c->rt, c->flag);
+        stoke_cudart_stream_destroy(c->rt, c->L.stream);
+    }
+    if (c->module)
+        dlclose(c->module);
+    stoke_cudart_close(c->rt);
+    free(c);
+}
+
+stoke_status cuda_check(cuda_ctx *c, int rc, const char *what)
+{
+    if (rc == 0)
+        return STOKE_OK;
+    stoke_status st = stoke_cudart_last_error(c->rt, what);
+    if (st != STOKE_OK)
+        return st;
+    return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: CUDA error %d", what, rc);
+}
+
+stoke_status cuda_blas_check(cuda_ctx *c, int rc, const char *what)
+{
+    if (rc == NC_CUBLAS_SUCCESS)
+        return STOKE_OK;
+    return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: %s", what, nn_cublas_error(c->blas, rc));
+}
+
+stoke_status cuda_dnn_check(cuda_ctx *c, int rc, const char *what)
+{
+    if (rc == NC_CUDNN_SUCCESS)
+        return STOKE_OK;
+    return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: %s", what, nn_cudnn_error(c->dnn, rc));
+}
+
+void cuda_note(cuda_ctx *c, stoke_status st)
+{
+    if (st == STOKE_OK || c->err != STOKE_OK)
+        return;
+    c->err = st;
+    snprintf(c->err_msg, sizeof c->err_msg, "%s", stoke_last_error());
+}
+
+stoke_status cuda_ctx_sync(cuda_ctx *c)
+{
+    cuda_note(c, stoke_cudart_stream_sync(c->rt, c->L.stream));
+    stoke_status st = c->err;
+    c->err = STOKE_OK;
+    if (st != STOKE_OK)
+        return stoke_fail(st, "%s", c->err_msg);
+    return STOKE_OK;
+}
+
+stoke_status cuda_ctx_dnn(cuda_ctx *c)
+{
+    if (c->dnn_h)
+        return STOKE_OK;
+    stoke_status st = c->dnn ? STOKE_OK : nn_cudnn_open(&c->dnn);
+    if (st != STOKE_OK)
+        return st;
+    st = cuda_dnn_check(c, c->dnn->create(&c->dnn_h), "cudnnCreate");
+    if (st == STOKE_OK)
+        st = cuda_dnn_check(c, c->dnn->set_stream(c->dnn_h, c->L.stream), "cudnnSetStream");
+    return st;
+}

@@ -1,0 +1,124 @@
+/* k_base.h - kernel bodies (kern.h) of the CUDA backend's memory passes, optimizer
+ * updates and the linear layer's bias. Each body mirrors the CPU backend's function
+ * named in its comment, operation for operation where the CPU's is scalar. */
+#ifndef STOKE_NN_CUDA_K_BASE_H
+#define STOKE_NN_CUDA_K_BASE_H
+
+#include "nn/cuda/kern.h"
+
+/* x *= s (cpu_scale) */
+typedef struct nk_scale_args {
+    float *x;
+    float s;
+} nk_scale_args;
+NK_FN void nk_scale(int64_t i, const nk_scale_args *a) { a->x[i] *= a->s; }
+
+/* fp32 -> bf16 (fp16 when fp16 != 0) bits (cpu_f32_to_bf16 / _f16) */
+typedef struct nk_lowp_args {
+    const float *in;
+    uint16_t *out;
+    int fp16;
+} nk_lowp_args;
+NK_FN void nk_to_lowp(int64_t i, const nk_lowp_args *a)
+{
+    a->out[i] = a->fp16 ? nk_to_f16(a->in[i]) : nk_to_bf16(a->in[i]);
+}
+
+/* Sum of squares in two launches (cpu_sum_squares' double sum; the order differs, so
+ * the last bits may): partial[j] = sum over i = j, j + stride, ... of x[i]^2, then
+ * partial[0] = the sum of partial[0..stride) in order. A non-finite value makes the
+ * sum non-finite, which is all the caller asks. */
+typedef struct nk_sumsq_args {
+    const float *x;
+    double *partial;
+    int64_t n, stride;
+} nk_sumsq_args;
+NK_FN void nk_sumsq_part(int64_t j, const nk_sumsq_args *a)
+{
+    double s = 0;
+    for (int64_t i = j; i < a->n; i += a->stride)
+        s += (double)a->x[i] * (double)a->x[i];
+    a->partial[j] = s;
+}
+NK_FN void nk_sumsq_total(int64_t j, const nk_sumsq_args *a)
+{
+    (void)j;
+    double s = 0;
+    for (int64_t k = 0; k < a->stride; k++)
+        s += a->partial[k];
+    a->partial[0] = s;
+}
+
+/* SGD as cpu_sgd_step_then: the update, the low-precision copy, the zeroed gradient. */
+typedef struct nk_sgd_args {
+    float *w, *g, *mom;
+    uint16_t *w_lp; /* or NULL */
+    float neg_lr, wd, momentum, keep;
+    int first, nesterov, fp16;
+} nk_sgd_args;
+NK_FN void nk_sgd(int64_t i, const nk_sgd_args *a)
+{
+    float d = a->g[i] + a->wd * a->w[i];
+    if (a->momentum == 0) {
+        a->w[i] += a->neg_lr * d;
+    } else {
+        float buf = a->first ? d : a->momentum * a->mom[i] + a->keep * d;
+        a->mom[i] = buf;
+        a->w[i] += a->neg_lr * (a->nesterov ? d + a->momentum * buf : buf);
+    }
+    if (a->w_lp)
+        a->w_lp[i] = a->fp16 ? nk_to_f16(a->w[i]) : nk_to_bf16(a->w[i]);
+    a->g[i] = 0.0f;
+}
+
+/* AdamW as cpu_adamw_step, with its factors computed on the host in double. */
+typedef struct nk_adamw_args {
+    float *w;
+    const float *g;
+    float *m, *v;
+    float b1, b2, one_b1, one_b2, decay, neg_step_size, bc2_sqrt, eps;
+} nk_adamw_args;
+NK_FN void nk_adamw(int64_t i, const nk_adamw_args *a)
+{
+    float p = a->w[i] * a->decay, gi = a->g[i];
+    float m = a->b1 * a->m[i] + a->one_b1 * gi;
+    float v = a->b2 * a->v[i] + a->one_b2 * gi * gi;
+    a->m[i] = m;
+    a->v[i] = v;
+    float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
+    a->w[i] = p + a->neg_step_size * m / denom;
+}
+
+/* Rows of `cols` values: y[r, c] += b[c] (the linear layer's bias after its GEMM) */
+typedef struct nk_bias_args {
+    float *y;
+    const float *b;
+    int64_t cols;
+} nk_bias_args;
+NK_FN void nk_bias_add(int64_t i, const nk_bias_args *a) { a->y[i] += a->b[i % a->cols]; }
+
+/* db[c] += sum over rows r of dy[r, c], rows summed in order (index c) */
+typedef struct nk_bias_grad_args {
+    float *db;
+    const float *dy;
+    int64_t rows, cols;
+} nk_bias_grad_args;
+NK_FN void nk_bias_grad(int64_t c, const nk_bias_grad_args *a)
+{
+    float s = 0;
+    for (int64_t r = 0; r < a->rows; r++)
+        s += a->dy[r * a->cols + c];
+    a->db[c] += s;
+}
+
+#define NK_BASE_KERNELS(X)              \
+    X(scale, nk_scale_args)             \
+    X(to_lowp, nk_lowp_args)            \
+    X(sumsq_part, nk_sumsq_args)        \
+    X(sumsq_total, nk_sumsq_args)       \
+    X(sgd, nk_sgd_args)                 \
+    X(adamw, nk_adamw_args)             \
+    X(bias_add, nk_bias_args)           \
+    X(bias_grad, nk_bias_grad_args)
+
+#endif

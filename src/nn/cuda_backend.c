@@ -1,0 +1,257 @@
+/* cuda_backend.c - the CUDA backend's table (backend_impl.h): memory through the CUDA
+ * runtime on the context's stream, matmuls through cuBLAS, convolutions through
+ * cuDNN, everything else through the kernel table (src/nn/cuda/launch.h), whose host
+ * build the tests run against the CUDA test doubles. Every op is queued on one stream,
+ * so ops are ordered without waits; the host waits only where it reads a value (a
+ * loss, the gradient norm) or at sync. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/cpu/optim.h"
+#include "nn/cuda/ops.h"
+
+int64_t cuda_elems(const stoke_shape *s) { return stoke_shape_elems(s); }
+
+const stoke_shape *cuda_in_shape(const nn_exec_args *a, int k)
+{
+    return &nn_graph_node(a->graph, a->node->in[k])->shape;
+}
+
+stoke_status cuda_layer_fail(stoke_status st, const nn_node *n)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", stoke_last_error());
+    return stoke_fail(st, "%s: %s", n->name, msg);
+}
+
+static stoke_status nop(void *ctx, const nn_exec_args *a)
+{
+    (void)ctx;
+    (void)a;
+    return STOKE_OK;
+}
+
+/* ---- memory ---- */
+
+static void *cuda_alloc(void *ctx, size_t bytes)
+{
+    cuda_ctx *c = ctx;
+    void *p = NULL;
+    /* cudaMalloc's blocks are 256-byte aligned, past the 64 the table promises */
+    if (stoke_cudart_malloc(c->rt, bytes ? bytes : 1, &p) != STOKE_OK)
+        return NULL;
+    if (stoke_cudart_memset_async(c->rt, p, 0, bytes, c->L.stream) != STOKE_OK) {
+        stoke_cudart_free(c->rt, p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(void *ctx, void *p)
+{
+    cuda_ctx *c = ctx;
+    if (!p)
+        return;
+    /* cudaFree would wait for the device anyway; waiting on the stream first keeps
+     * the order explicit for the doubles, which check it */
+    cuda_note(c, stoke_cudart_stream_sync(c->rt, c->L.stream));
+    stoke_cudart_free(c->rt, p);
+}
+
+static void cuda_zero(void *ctx, void *p, size_t bytes)
+{
+    cuda_ctx *c = ctx;
+    cuda_note(c, stoke_cudart_memset_async(c->rt, p, 0, bytes, c->L.stream));
+}
+
+static void cuda_read(void *ctx, void *host, const void *dev, size_t bytes)
+{
+    cuda_ctx *c = ctx;
+    stoke_status st = stoke_cudart_copy_to_host_async(c->rt, host, dev, bytes, c->L.stream);
+    if (st == STOKE_OK)
+        st = stoke_cudart_stream_sync(c->rt, c->L.stream);
+    if (st != STOKE_OK)
+        memset(host, 0, bytes);
+    cuda_note(c, st);
+}
+
+static void cuda_write(void *ctx, void *dev, const void *host, size_t bytes)
+{
+    cuda_ctx *c = ctx;
+    /* from pageable memory the copy returns once the source is consumed; waiting keeps
+     * that true for the doubles' queued copies as well */
+    stoke_status st = stoke_cudart_copy_to_device_async(c->rt, dev, host, bytes, c->L.stream);
+    if (st == STOKE_OK)
+        st = stoke_cudart_stream_sync(c->rt, c->L.stream);
+    cuda_note(c, st);
+}
+
+static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    cuda_ctx *c = ctx;
+    cuda_note(c, stoke_cudart_copy_on_device_async(c->rt, dst, src, bytes, c->L.stream));
+}
+
+static void cuda_to_lowp_(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n)
+{
+    cuda_note(ctx, cuda_to_lowp(ctx, p, in, out, (int64_t)n));
+}
+
+static double cuda_sumsq(void *ctx, const float *x, size_t n, bool *finite)
+{
+    cuda_ctx *c = ctx;
+    nk_sumsq_args a = {x, c->partial, (int64_t)n, CUDA_SUM_STRIDE};
+    stoke_status st = CUDA_RUN(c, sumsq_part, CUDA_SUM_STRIDE, &a);
+    if (st == STOKE_OK)
+        st = CUDA_RUN(c, sumsq_total, 1, &a);
+    double total = NAN;
+    if (st == STOKE_OK)
+        cuda_read(c, &total, c->partial, sizeof total);
+    cuda_note(c, st);
+    if (finite)
+        *finite = isfinite(total);
+    return total;
+}
+
+static void cuda_scale(void *ctx, float *x, size_t n, float s)
+{
+    nk_scale_args a = {x, s};
+    cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, scale, n, &a));
+}
+
+static void cuda_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
+                     const stoke_optim *o, uint16_t *w_lp, stoke_precision lp)
+{
+    nk_sgd_args a = {w,
+                     g,
+                     mom,
+                     w_lp,
+                     -lr,
+                     o->weight_decay,
+                     o->momentum,
+                     1.0f, /* 1 - dampening (0, as PyTorch's default) */
+                     t <= 1,
+                     o->nesterov,
+                     lp == STOKE_PREC_FP16};
+    cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, sgd, n, &a));
+}
+
+static void cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n, float lr,
+                       int64_t t, const stoke_optim *o)
+{
+    /* the factors as cpu_adamw_step computes them: in double, rounded once */
+    double td = (double)(t < 1 ? 1 : t), lrd = lr;
+    nk_adamw_args a = {w,
+                       g,
+                       m,
+                       v,
+                       o->beta1,
+                       o->beta2,
+                       1.0f - o->beta1,
+                       1.0f - o->beta2,
+                       (float)(1.0 - lrd * o->weight_decay),
+                       (float)(-lrd / (1.0 - pow(o->beta1, td))),
+                       (float)sqrt(1.0 - pow(o->beta2, td)),
+                       o->eps};
+    cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, adamw, n, &a));
+}
+
+static stoke_status cuda_check_optim(void *ctx, const stoke_optim *o)
+{
+    (void)ctx;
+    if (o->kind == STOKE_SGD) {
+        cpu_sgd_config c = {
+            .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
+        return cpu_sgd_check(&c);
+    }
+    cpu_adamw_config c = {
+        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .weight_decay = o->weight_decay};
+    return cpu_adamw_check(&c);
+}
+
+/* ---- precision ---- */
+
+static bool cuda_supports(void *ctx, stoke_nn_op op, stoke_precision p)
+{
+    (void)ctx;
+    if (p == STOKE_PREC_FP32)
+        return op >= 0 && op < STOKE_NN_OP_COUNT;
+    return op == STOKE_NN_LINEAR;
+}
+
+/* bf16 tensor cores from compute capability 8.0, fp16 from 7.0 */
+static bool cuda_native(void *ctx, stoke_precision p)
+{
+    cuda_ctx *c = ctx;
+    return p == STOKE_PREC_FP32 || (p == STOKE_PREC_BF16 && c->cc_major >= 8) ||
+           (p == STOKE_PREC_FP16 && c->cc_major >= 7);
+}
+
+static int cuda_threads(void *ctx)
+{
+    (void)ctx;
+    return 1; /* the host thread that queues the work */
+}
+
+static void cuda_set_threads(void *ctx, int n)
+{
+    (void)ctx;
+    (void)n;
+}
+
+static stoke_status cuda_sync(void *ctx) { return cuda_ctx_sync(ctx); }
+static void cuda_ctx_free_(void *ctx) { cuda_ctx_free(ctx); }
+
+static const nn_backend cuda_backend = {
+    .name = "cuda",
+    .ops =
+        {
+            [STOKE_NN_INPUT] = {nop, NULL, NULL, NULL},
+            [STOKE_NN_LINEAR] = {cuda_linear_fwd, cuda_linear_bwd, cuda_linear_ws, NULL},
+            [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
+        },
+    .supports = cuda_supports,
+    .native = cuda_native,
+    .fuse = NULL,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .zero = cuda_zero,
+    .read = cuda_read,
+    .write = cuda_write,
+    .copy = cuda_copy,
+    .to_lowp = cuda_to_lowp_,
+    .sum_squares = cuda_sumsq,
+    .scale = cuda_scale,
+    .check_optim = cuda_check_optim,
+    .sgd = cuda_sgd,
+    .adamw = cuda_adamw,
+    .threads = cuda_threads,
+    .set_threads = cuda_set_threads,
+    .sync = cuda_sync,
+    .ctx_free = cuda_ctx_free_,
+};
+
+stoke_status nn_cuda_backend_new(int device, nn_backend **out)
+{
+    *out = NULL;
+    nn_backend *be = malloc(sizeof *be);
+    if (!be)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    *be = cuda_backend;
+    cuda_ctx *c = NULL;
+    stoke_status st = cuda_ctx_new(device, &c);
+    if (st != STOKE_OK) {
+        free(be);
+        return st;
+    }
+    be->ctx = c;
+    *out = be;
+    return STOKE_OK;
+}
+
+const char *nn_backend_describe(const nn_backend *be)
+{
+    return be && be->ctx && strcmp(be->name, "cuda") == 0 ? ((const cuda_ctx *)be->ctx)->why : "";
+}

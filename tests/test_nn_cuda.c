@@ -1,0 +1,269 @@
+/* test_nn_cuda.c - the CUDA backend against the CPU backend, op by op and model by
+ * model, without a GPU: the CUDA runtime, cuBLAS and cuDNN are the test doubles of
+ * tests/fake (device memory is host memory, GEMMs and convolutions are loops that check
+ * their arguments) and the kernels are their host build (STOKE_CUDA_KERNELS=host), the
+ * same bodies nvcc compiles into libstoke_cuda.so. Each case builds a small graph
+ * twice with one seed, so both models start from the same weights, feeds both the same
+ * batches and compares losses, gradients and weights after a few optimizer steps.
+ *
+ * Tolerances: the two backends sum in different orders (cuBLAS's double-precision
+ * double against oneDNN's fp32 blocking), so fp32 losses agree to ~1e-5 relative and
+ * weights after steps to ~1e-4; bf16 operands are rounded identically on both sides,
+ * but the sums they feed differ in order, so bf16 gets 1e-2. */
+#include "check.h"
+#include "stoke/hw.h"
+#include "stoke/nn.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static float rnd(void)
+{ /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static uint32_t rndu(uint32_t n)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)((rng >> 33) % n);
+}
+
+/* One comparison: a graph, how its int32 inputs are drawn, the model options. */
+typedef struct cuda_case {
+    const char *name;
+    stoke_graph *(*build)(void);
+    int32_t int_max; /* int32 inputs (classes, ids) are drawn from [0, int_max) */
+    stoke_precision precision;
+    stoke_optim optim;
+    int64_t batch;
+    int steps;
+    double tol; /* relative, on losses, gradients and weights */
+} cuda_case;
+
+static double rel_err(double a, double b) { return fabs(a - b) / (fabs(b) > 1 ? fabs(b) : 1); }
+
+static stoke_model *make(const stoke_graph *g, const cuda_case *c, bool cuda)
+{
+    stoke_model_opts o = {.max_batch = c->batch,
+                          .precision = c->precision,
+                          .training = true,
+                          .seed = 7,
+                          .optim = c->optim,
+                          .threads = 1,
+                          .cuda = cuda,
+                          .cuda_device = 0};
+    stoke_model *m = NULL;
+    stoke_status st = stoke_model_new(g, &o, &m);
+    CHECK_MSG(st == STOKE_OK, "%s on %s: %s", c->name, cuda ? "cuda" : "cpu", stoke_last_error());
+    return m;
+}
+
+/* Fills every input of both models with the same random batch. */
+static void feed(stoke_model *cpu, stoke_model *gpu, const cuda_case *c)
+{
+    const stoke_graph *g = stoke_model_graph(cpu);
+    for (int t = 0; t < stoke_graph_node_count(g); t++) {
+        if (stoke_graph_node_op(g, t) != STOKE_NN_INPUT)
+            continue;
+        size_t n = (size_t)c->batch * (size_t)stoke_shape_elems(stoke_graph_shape(g, t));
+        uint32_t *v = malloc(n * 4);
+        const char *name = stoke_graph_node_name(g, t);
+        bool ints = strcmp(name, "y") == 0 ? c->int_max > 0 : strcmp(name, "ids") == 0;
+        for (size_t i = 0; i < n; i++) {
+            if (ints) {
+                v[i] = rndu((uint32_t)c->int_max);
+            } else {
+                float f = rnd();
+                memcpy(&v[i], &f, 4);
+            }
+        }
+        CHECK(stoke_model_set_input(cpu, t, v, n * 4) == STOKE_OK);
+        CHECK(stoke_model_set_input(gpu, t, v, n * 4) == STOKE_OK);
+        free(v);
+    }
+}
+
+/* The largest relative difference between a buffer of each model. */
+static double diff(stoke_model *cpu, const float *a, stoke_model *gpu, const float *b, size_t n)
+{
+    float *ha = malloc(n * 4), *hb = malloc(n * 4);
+    CHECK(stoke_model_read(cpu, a, ha, n * 4) == STOKE_OK);
+    CHECK(stoke_model_read(gpu, b, hb, n * 4) == STOKE_OK);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(ha[i]));
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)ha[i] - hb[i]) / (scale > 1e-3 ? scale : 1e-3));
+    free(ha);
+    free(hb);
+    return worst;
+}
+
+static void run_case(const cuda_case *c)
+{
+    stoke_graph *g = c->build();
+    CHECK_MSG(stoke_graph_status(g) == STOKE_OK, "%s: %s", c->name, stoke_last_error());
+    stoke_model *cpu = make(g, c, false), *gpu = make(g, c, true);
+    if (!cpu || !gpu) {
+        stoke_model_free(cpu);
+        stoke_model_free(gpu);
+        stoke_graph_free(g);
+        return;
+    }
+    int np = stoke_graph_param_count(g);
+    for (int s = 0; s < c->steps; s++) {
+        feed(cpu, gpu, c);
+        CHECK(stoke_model_forward(cpu, c->batch, true) == STOKE_OK);
+        stoke_status st = stoke_model_forward(gpu, c->batch, true);
+        CHECK_MSG(st == STOKE_OK, "%s: %s", c->name, stoke_last_error());
+        double lc = stoke_model_loss(cpu), lg = stoke_model_loss(gpu);
+        CHECK_MSG(rel_err(lg, lc) <= c->tol, "%s step %d: loss cuda %.9g, cpu %.9g", c->name, s,
+                  lg, lc);
+        CHECK(stoke_model_backward(cpu) == STOKE_OK);
+        st = stoke_model_backward(gpu);
+        CHECK_MSG(st == STOKE_OK, "%s: %s", c->name, stoke_last_error());
+        for (int i = 0; i < np && s == 0; i++) {
+            const float *ga = stoke_model_grad(cpu, i), *gb = stoke_model_grad(gpu, i);
+            if (!ga)
+                continue;
+            double d = diff(cpu, ga, gpu, gb, (size_t)stoke_graph_param(g, i)->elems);
+            CHECK_MSG(d <= c->tol, "%s: gradient of %s differs by %.3g", c->name,
+                      stoke_graph_param(g, i)->name, d);
+        }
+        CHECK(stoke_model_step(cpu, 0.05, 1, NULL) == STOKE_OK);
+        st = stoke_model_step(gpu, 0.05, 1, NULL);
+        CHECK_MSG(st == STOKE_OK, "%s: %s", c->name, stoke_last_error());
+        CHECK_MSG(rel_err(stoke_model_grad_norm(gpu), stoke_model_grad_norm(cpu)) <= c->tol,
+                  "%s: gradient norm cuda %.9g, cpu %.9g", c->name, stoke_model_grad_norm(gpu),
+                  stoke_model_grad_norm(cpu));
+    }
+    for (int i = 0; i < np; i++) {
+        double d = diff(cpu, stoke_model_param(cpu, i), gpu, stoke_model_param(gpu, i),
+                        (size_t)stoke_graph_param(g, i)->elems);
+        CHECK_MSG(d <= 10 * c->tol, "%s: %s after %d steps differs by %.3g", c->name,
+                  stoke_graph_param(g, i)->name, c->steps, d);
+    }
+    stoke_model_free(cpu);
+    stoke_model_free(gpu);
+    stoke_graph_free(g);
+}
+
+/* ---- graphs ---- */
+
+static stoke_graph *mlp(void)
+{
+    stoke_shape in = {.ndim = 1, .dims = {37}};
+    int64_t hidden[2] = {64, 48};
+    return stoke_preset_mlp(&in, hidden, 2, 10);
+}
+
+/* x (3, 37) -> linear over the last dim, no bias -> flatten -> linear -> MSE */
+static stoke_graph *linear_3d(void)
+{
+    stoke_graph *g = stoke_graph_new("linear_3d");
+    stoke_shape xs = {.ndim = 2, .dims = {3, 37}}, ys = {.ndim = 1, .dims = {5}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_linear(g, "fc1", x, 16, false);
+    h = stoke_nn_flatten(g, h);
+    h = stoke_nn_linear(g, "fc2", h, 5, true);
+    stoke_nn_mse(g, h, y);
+    return g;
+}
+
+static const stoke_optim sgd = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
+static const stoke_optim nesterov = {.kind = STOKE_SGD, .momentum = 0.9f, .nesterov = true};
+static const stoke_optim adamw = {.kind = STOKE_ADAMW, .weight_decay = 0.01f, .clip_norm = 0.5f};
+
+static const cuda_case cases[] = {
+    {"mlp fp32 sgd", mlp, 10, STOKE_PREC_FP32, sgd, 32, 3, 1e-4},
+    {"mlp fp32 nesterov", mlp, 10, STOKE_PREC_FP32, nesterov, 17, 3, 1e-4},
+    {"mlp fp32 adamw clipped", mlp, 10, STOKE_PREC_FP32, adamw, 32, 3, 1e-4},
+    {"mlp bf16", mlp, 10, STOKE_PREC_BF16, sgd, 32, 3, 2e-2},
+    {"mlp fp16", mlp, 10, STOKE_PREC_FP16, sgd, 32, 2, 2e-2},
+    {"linear 3d mse", linear_3d, 0, STOKE_PREC_FP32, sgd, 9, 3, 1e-4},
+};
+
+/* ---- the device and its errors ---- */
+
+static void setup_env(void)
+{
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    setenv("STOKE_CUBLAS_LIBRARY", FAKE_CUBLAS, 1);
+    setenv("STOKE_CUDNN_LIBRARY", FAKE_CUDNN, 1);
+    setenv("STOKE_FAKE_GPU_SCENARIO", STOKE_TEST_DATA "/scenarios/cuda_train.gpu", 1);
+    setenv("STOKE_CUDA_KERNELS", "host", 1);
+}
+
+/* What the user reads when the backend cannot run, and that the model says where it
+ * runs. */
+static void test_unavailable(void)
+{
+    stoke_graph *g = mlp();
+    stoke_model_opts o = {.max_batch = 4, .training = true, .cuda = true, .cuda_device = 3};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(stoke_last_error(), "CUDA device 3 does not exist") != NULL, "%s",
+              stoke_last_error());
+    setenv("STOKE_CUDA_KERNELS", "/nonexistent/libstoke_cuda.so", 1);
+    o.cuda_device = 0;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(stoke_last_error(), "/nonexistent/libstoke_cuda.so") != NULL, "%s",
+              stoke_last_error());
+    setenv("STOKE_CUDA_KERNELS", "host", 1);
+    setenv("STOKE_CUBLAS_LIBRARY", "/nonexistent/libcublas.so.13", 1);
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(stoke_last_error(), "libcublas") != NULL, "%s", stoke_last_error());
+    setenv("STOKE_CUBLAS_LIBRARY", FAKE_CUBLAS, 1);
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+    CHECK(stoke_model_on_device(m));
+    CHECK_MSG(strstr(stoke_model_device_name(m), "compute capability 9.0") != NULL, "%s",
+              stoke_model_device_name(m));
+    CHECK(strstr(stoke_model_device_name(m), "kernels: host") != NULL);
+    /* an input larger than the model's is refused, naming it */
+    static float big[4 * 37 + 1];
+    CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), big, sizeof big) == STOKE_ERR_ARG);
+    CHECK(strstr(stoke_last_error(), "x") != NULL);
+    stoke_model_free(m);
+    stoke_graph_free(g);
+}
+
+/* A class outside [0, K) is an error naming the sample, as on the CPU. */
+static void test_bad_class(void)
+{
+    stoke_graph *g = mlp();
+    stoke_model_opts o = {.max_batch = 4, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+    if (!m) {
+        stoke_graph_free(g);
+        return;
+    }
+    int32_t y[4] = {1, 2, 10, 3};
+    static float x[4 * 37];
+    CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), x, sizeof x) == STOKE_OK);
+    CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
+    CHECK(stoke_model_forward(m, 4, true) == STOKE_ERR_ARG);
+    CHECK_MSG(strstr(stoke_last_error(), "sample 2") != NULL, "%s", stoke_last_error());
+    stoke_model_free(m);
+    stoke_graph_free(g);
+}
+
+int main(int argc, char **argv)
+{
+    setup_env();
+    const char *only = argc > 1 ? argv[1] : NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!only || strstr(cases[i].name, only))
+            run_case(&cases[i]);
+    if (!only) {
+        test_unavailable();
+        test_bad_class();
+    }
+    return CHECK_DONE();
+}
