@@ -11,12 +11,22 @@ stoke_fake_library(fake_nvml nvidia-ml .so.1 fake_nvml.c)
 stoke_fake_library(fake_nvml_535 nvidia-ml .so.1 fake_nvml.c)
 target_compile_definitions(fake_nvml_535 PRIVATE FAKE_STRIDE32)
 stoke_fake_library(fake_cudart cudart .so.13 fake_cudart.c)
+stoke_fake_library(fake_cublas cublas .so.13 fake_cublas.c)
+stoke_fake_library(fake_cudnn cudnn .so.9 fake_cudnn.c)
+foreach(fake fake_cublas fake_cudnn)
+  target_link_libraries(${fake} PRIVATE ${CMAKE_DL_LIBS})
+endforeach()
 
 stoke_unit_test(test_gpu test_gpu.c)
 add_dependencies(test_gpu fake_nvml fake_nvml_535 fake_cudart)
 target_compile_definitions(test_gpu PRIVATE
   FAKE_NVML="$<TARGET_FILE:fake_nvml>" FAKE_NVML_535="$<TARGET_FILE:fake_nvml_535>"
   FAKE_CUDART="$<TARGET_FILE:fake_cudart>")
+
+stoke_unit_test(test_gpu_libs test_gpu_libs.c)
+add_dependencies(test_gpu_libs fake_cudart fake_cublas fake_cudnn)
+target_compile_definitions(test_gpu_libs PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"
+  FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
 
 # The ABI constants of src/hw/gpu_impl.h checked against the toolkit's own headers,
 # compiled by nvcc wherever it is installed.
