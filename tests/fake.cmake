@@ -11,6 +11,11 @@ stoke_fake_library(fake_nvml nvidia-ml .so.1 fake_nvml.c)
 stoke_fake_library(fake_nvml_535 nvidia-ml .so.1 fake_nvml.c)
 target_compile_definitions(fake_nvml_535 PRIVATE FAKE_STRIDE32)
 stoke_fake_library(fake_cudart cudart .so.13 fake_cudart.c)
+stoke_fake_library(fake_cublas cublas .so.13 fake_cublas.c)
+stoke_fake_library(fake_cudnn cudnn .so.9 fake_cudnn.c)
+foreach(fake fake_cublas fake_cudnn)
+  target_link_libraries(${fake} PRIVATE ${CMAKE_DL_LIBS})
+endforeach()
 
 stoke_unit_test(test_gpu test_gpu.c)
 add_dependencies(test_gpu fake_nvml fake_nvml_535 fake_cudart)
@@ -18,12 +23,28 @@ target_compile_definitions(test_gpu PRIVATE
   FAKE_NVML="$<TARGET_FILE:fake_nvml>" FAKE_NVML_535="$<TARGET_FILE:fake_nvml_535>"
   FAKE_CUDART="$<TARGET_FILE:fake_cudart>")
 
-# The ABI constants of src/hw/gpu_impl.h checked against the toolkit's own headers,
+stoke_unit_test(test_gpu_libs test_gpu_libs.c)
+add_dependencies(test_gpu_libs fake_cudart fake_cublas fake_cudnn)
+target_compile_definitions(test_gpu_libs PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"
+  FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
+
+# The ABI constants of src/hw/gpu_impl.h and src/nn/cuda/libs.h checked against the toolkit's own headers,
 # compiled by nvcc wherever it is installed.
 if(STOKE_HAVE_CUDA)
   add_executable(cuda_abi_check abi/cuda_abi_check.cu)
   target_include_directories(cuda_abi_check PRIVATE ${PROJECT_SOURCE_DIR}/src
                              ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart)
+  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart CUDA::cublas)
+  # cuDNN is not part of the toolkit: checked where its headers and library are found.
+  find_path(STOKE_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(STOKE_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR}
+               PATHS /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64)
+  if(STOKE_CUDNN_INCLUDE AND STOKE_CUDNN_LIB)
+    target_include_directories(cuda_abi_check PRIVATE ${STOKE_CUDNN_INCLUDE})
+    target_link_libraries(cuda_abi_check PRIVATE ${STOKE_CUDNN_LIB})
+    target_compile_definitions(cuda_abi_check PRIVATE STOKE_ABI_CUDNN=1)
+  else()
+    target_compile_definitions(cuda_abi_check PRIVATE STOKE_ABI_CUDNN=0)
+  endif()
   add_test(NAME cuda_abi_check COMMAND cuda_abi_check)
 endif()

@@ -1,13 +1,18 @@
-// cuda_abi_check.cu - checks the CUDA runtime values stoke declares by hand
-// (src/hw/gpu_impl.h, loaded with dlopen at run time) against the toolkit's own
-// headers, and links against the real runtime. Compiled by nvcc: if a value drifts in a
+// cuda_abi_check.cu - checks the CUDA runtime, cuBLAS and cuDNN values stoke declares
+// by hand (src/hw/gpu_impl.h, src/nn/cuda/libs.h, loaded with dlopen at run time)
+// against the toolkit's own headers, and links against the real libraries. Compiled by nvcc: if a value drifts in a
 // new toolkit, the build fails here rather than a device misreporting at run time.
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdio.h>
-
+#if STOKE_ABI_CUDNN
+#include <cudnn.h>
+#endif
 
 extern "C" {
 #include "hw/gpu_impl.h"
+#include "nn/cuda/libs.h"
 }
 
 static_assert((int)cudaSuccess == CU_SUCCESS, "cudaSuccess");
@@ -30,18 +35,166 @@ static_assert(cudaHostAllocDefault == CU_HOST_ALLOC_DEFAULT, "cudaHostAllocDefau
 static_assert((int)cudaMemcpyHostToDevice == CU_MEMCPY_HOST_TO_DEVICE, "cudaMemcpyHostToDevice");
 static_assert(cudaStreamNonBlocking == CU_STREAM_NON_BLOCKING, "cudaStreamNonBlocking");
 static_assert(cudaEventDisableTiming == CU_EVENT_DISABLE_TIMING, "cudaEventDisableTiming");
+static_assert((int)cudaMemcpyDeviceToHost == CU_MEMCPY_DEVICE_TO_HOST, "cudaMemcpyDeviceToHost");
+static_assert((int)cudaMemcpyDeviceToDevice == CU_MEMCPY_DEVICE_TO_DEVICE,
+              "cudaMemcpyDeviceToDevice");
 static_assert(sizeof(cudaStream_t) == sizeof(void *), "cudaStream_t is passed as void *");
 static_assert(sizeof(cudaEvent_t) == sizeof(void *), "cudaEvent_t is passed as void *");
 static_assert(sizeof(enum cudaMemcpyKind) == sizeof(int), "cudaMemcpyKind is passed as int");
 static_assert(sizeof(cudaError_t) == sizeof(int), "cudaError_t is passed as int");
 static_assert(sizeof(enum cudaDeviceAttr) == sizeof(int), "cudaDeviceAttr is passed as int");
 
+// ---- cuBLAS (src/nn/cuda/libs.h) ----
+static_assert((int)CUBLAS_STATUS_SUCCESS == NC_CUBLAS_SUCCESS, "CUBLAS_STATUS_SUCCESS");
+static_assert((int)CUBLAS_OP_N == NC_OP_N && (int)CUBLAS_OP_T == NC_OP_T, "cublasOperation_t");
+static_assert((int)CUDA_R_32F == NC_R_32F, "CUDA_R_32F");
+static_assert((int)CUDA_R_16F == NC_R_16F, "CUDA_R_16F");
+static_assert((int)CUDA_R_16BF == NC_R_16BF, "CUDA_R_16BF");
+static_assert((int)CUBLAS_COMPUTE_32F == NC_COMPUTE_32F, "CUBLAS_COMPUTE_32F");
+static_assert((int)CUBLAS_COMPUTE_32F_FAST_TF32 == NC_COMPUTE_32F_FAST_TF32,
+              "CUBLAS_COMPUTE_32F_FAST_TF32");
+static_assert((int)CUBLAS_GEMM_DEFAULT == NC_GEMM_DEFAULT, "CUBLAS_GEMM_DEFAULT");
+static_assert((int)CUBLAS_DEFAULT_MATH == NC_DEFAULT_MATH, "CUBLAS_DEFAULT_MATH");
+static_assert((int)CUBLAS_TF32_TENSOR_OP_MATH == NC_TF32_TENSOR_OP_MATH,
+              "CUBLAS_TF32_TENSOR_OP_MATH");
+static_assert(sizeof(cublasHandle_t) == sizeof(void *), "cublasHandle_t is passed as void *");
+static_assert(sizeof(cublasStatus_t) == sizeof(int), "cublasStatus_t is passed as int");
+static_assert(sizeof(cublasOperation_t) == sizeof(int), "cublasOperation_t is passed as int");
+static_assert(sizeof(cudaDataType) == sizeof(int), "cudaDataType is passed as int");
+static_assert(sizeof(cublasComputeType_t) == sizeof(int), "cublasComputeType_t is passed as int");
+static_assert(sizeof(cublasGemmAlgo_t) == sizeof(int), "cublasGemmAlgo_t is passed as int");
+static_assert(sizeof(cublasMath_t) == sizeof(int), "cublasMath_t is passed as int");
+
+#if STOKE_ABI_CUDNN
+// ---- cuDNN (src/nn/cuda/libs.h) ----
+static_assert(CUDNN_MAJOR == 9, "libs.h declares cuDNN 9's status codes and API");
+static_assert((int)CUDNN_STATUS_SUCCESS == NC_CUDNN_SUCCESS, "CUDNN_STATUS_SUCCESS");
+static_assert((int)CUDNN_DATA_FLOAT == NC_CUDNN_DATA_FLOAT, "CUDNN_DATA_FLOAT");
+static_assert((int)CUDNN_DATA_HALF == NC_CUDNN_DATA_HALF, "CUDNN_DATA_HALF");
+static_assert((int)CUDNN_DATA_BFLOAT16 == NC_CUDNN_DATA_BFLOAT16, "CUDNN_DATA_BFLOAT16");
+static_assert((int)CUDNN_TENSOR_NCHW == NC_CUDNN_TENSOR_NCHW, "CUDNN_TENSOR_NCHW");
+static_assert((int)CUDNN_CROSS_CORRELATION == NC_CUDNN_CROSS_CORRELATION,
+              "CUDNN_CROSS_CORRELATION");
+static_assert((int)CUDNN_DEFAULT_MATH == NC_CUDNN_DEFAULT_MATH, "CUDNN_DEFAULT_MATH");
+static_assert((int)CUDNN_TENSOR_OP_MATH == NC_CUDNN_TENSOR_OP_MATH, "CUDNN_TENSOR_OP_MATH");
+static_assert((int)CUDNN_FMA_MATH == NC_CUDNN_FMA_MATH, "CUDNN_FMA_MATH");
+static_assert(sizeof(cudnnStatus_t) == sizeof(int), "cudnnStatus_t is passed as int");
+static_assert(sizeof(cudnnDataType_t) == sizeof(int), "cudnnDataType_t is passed as int");
+static_assert(sizeof(cudnnTensorFormat_t) == sizeof(int), "cudnnTensorFormat_t is passed as int");
+static_assert(sizeof(cudnnConvolutionMode_t) == sizeof(int), "cudnnConvolutionMode_t as int");
+static_assert(sizeof(cudnnMathType_t) == sizeof(int), "cudnnMathType_t is passed as int");
+static_assert(sizeof(cudnnConvolutionFwdAlgo_t) == sizeof(int), "FwdAlgo_t is passed as int");
+static_assert(sizeof(cudnnConvolutionBwdDataAlgo_t) == sizeof(int), "BwdDataAlgo_t as int");
+static_assert(sizeof(cudnnConvolutionBwdFilterAlgo_t) == sizeof(int), "BwdFilterAlgo_t as int");
+static_assert(sizeof(cudnnHandle_t) == sizeof(void *), "cudnnHandle_t is passed as void *");
+static_assert(sizeof(cudnnTensorDescriptor_t) == sizeof(void *), "descriptors are void *");
+
+// nn_cudnn_perf stands for all three AlgoPerf structs: the same size and offsets.
+#define CHECK_PERF(T)                                                                         \
+    static_assert(sizeof(T) == sizeof(nn_cudnn_perf), #T " size");                            \
+    static_assert(offsetof(T, algo) == offsetof(nn_cudnn_perf, algo), #T ".algo");            \
+    static_assert(offsetof(T, status) == offsetof(nn_cudnn_perf, status), #T ".status");      \
+    static_assert(offsetof(T, time) == offsetof(nn_cudnn_perf, time), #T ".time");            \
+    static_assert(offsetof(T, memory) == offsetof(nn_cudnn_perf, memory), #T ".memory");      \
+    static_assert(offsetof(T, determinism) == offsetof(nn_cudnn_perf, determinism),           \
+                  #T ".determinism");                                                         \
+    static_assert(offsetof(T, mathType) == offsetof(nn_cudnn_perf, math_type), #T ".mathType"); \
+    static_assert(offsetof(T, reserved) == offsetof(nn_cudnn_perf, reserved), #T ".reserved")
+CHECK_PERF(cudnnConvolutionFwdAlgoPerf_t);
+CHECK_PERF(cudnnConvolutionBwdDataAlgoPerf_t);
+CHECK_PERF(cudnnConvolutionBwdFilterAlgoPerf_t);
+#endif
+
+#define CHECK_PROTOTYPE(fn, type) (void)static_cast<type>(&fn)
+
+// The CUDA backend's tables, entry by entry in libs.h's order: each must convert to
+// the library's prototype exactly (enums and handles are passed as int and void *,
+// whose sizes are checked above).
+static void check_cublas()
+{
+    CHECK_PROTOTYPE(cublasCreate_v2, cublasStatus_t (*)(cublasHandle_t *));
+    CHECK_PROTOTYPE(cublasDestroy_v2, cublasStatus_t (*)(cublasHandle_t));
+    CHECK_PROTOTYPE(cublasSetStream_v2, cublasStatus_t (*)(cublasHandle_t, cudaStream_t));
+    CHECK_PROTOTYPE(cublasSetMathMode, cublasStatus_t (*)(cublasHandle_t, cublasMath_t));
+    CHECK_PROTOTYPE(cublasSetWorkspace_v2, cublasStatus_t (*)(cublasHandle_t, void *, size_t));
+    CHECK_PROTOTYPE(cublasGemmEx,
+                    cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                       int, int, const void *, const void *, cudaDataType, int,
+                                       const void *, cudaDataType, int, const void *, void *,
+                                       cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t));
+    CHECK_PROTOTYPE(cublasGemmStridedBatchedEx,
+                    cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                       int, int, const void *, const void *, cudaDataType, int,
+                                       long long, const void *, cudaDataType, int, long long,
+                                       const void *, void *, cudaDataType, int, long long, int,
+                                       cublasComputeType_t, cublasGemmAlgo_t));
+    CHECK_PROTOTYPE(cublasGetStatusString, const char *(*)(cublasStatus_t));
+}
+
+#if STOKE_ABI_CUDNN
+static void check_cudnn()
+{
+    typedef cudnnHandle_t H;
+    typedef cudnnTensorDescriptor_t T;
+    typedef cudnnFilterDescriptor_t F;
+    typedef cudnnConvolutionDescriptor_t C;
+    CHECK_PROTOTYPE(cudnnGetVersion, size_t (*)(void));
+    CHECK_PROTOTYPE(cudnnGetErrorString, const char *(*)(cudnnStatus_t));
+    CHECK_PROTOTYPE(cudnnCreate, cudnnStatus_t (*)(H *));
+    CHECK_PROTOTYPE(cudnnDestroy, cudnnStatus_t (*)(H));
+    CHECK_PROTOTYPE(cudnnSetStream, cudnnStatus_t (*)(H, cudaStream_t));
+    CHECK_PROTOTYPE(cudnnCreateTensorDescriptor, cudnnStatus_t (*)(T *));
+    CHECK_PROTOTYPE(cudnnSetTensor4dDescriptor,
+                    cudnnStatus_t (*)(T, cudnnTensorFormat_t, cudnnDataType_t, int, int, int, int));
+    CHECK_PROTOTYPE(cudnnDestroyTensorDescriptor, cudnnStatus_t (*)(T));
+    CHECK_PROTOTYPE(cudnnCreateFilterDescriptor, cudnnStatus_t (*)(F *));
+    CHECK_PROTOTYPE(cudnnSetFilter4dDescriptor,
+                    cudnnStatus_t (*)(F, cudnnDataType_t, cudnnTensorFormat_t, int, int, int, int));
+    CHECK_PROTOTYPE(cudnnDestroyFilterDescriptor, cudnnStatus_t (*)(F));
+    CHECK_PROTOTYPE(cudnnCreateConvolutionDescriptor, cudnnStatus_t (*)(C *));
+    CHECK_PROTOTYPE(cudnnSetConvolution2dDescriptor,
+                    cudnnStatus_t (*)(C, int, int, int, int, int, int, cudnnConvolutionMode_t,
+                                      cudnnDataType_t));
+    CHECK_PROTOTYPE(cudnnSetConvolutionMathType, cudnnStatus_t (*)(C, cudnnMathType_t));
+    CHECK_PROTOTYPE(cudnnDestroyConvolutionDescriptor, cudnnStatus_t (*)(C));
+    CHECK_PROTOTYPE(cudnnGetConvolutionForwardAlgorithm_v7,
+                    cudnnStatus_t (*)(H, const T, const F, const C, const T, const int, int *,
+                                      cudnnConvolutionFwdAlgoPerf_t *));
+    CHECK_PROTOTYPE(cudnnGetConvolutionBackwardDataAlgorithm_v7,
+                    cudnnStatus_t (*)(H, const F, const T, const C, const T, const int, int *,
+                                      cudnnConvolutionBwdDataAlgoPerf_t *));
+    CHECK_PROTOTYPE(cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+                    cudnnStatus_t (*)(H, const T, const T, const C, const F, const int, int *,
+                                      cudnnConvolutionBwdFilterAlgoPerf_t *));
+    CHECK_PROTOTYPE(cudnnGetConvolutionForwardWorkspaceSize,
+                    cudnnStatus_t (*)(H, const T, const F, const C, const T,
+                                      cudnnConvolutionFwdAlgo_t, size_t *));
+    CHECK_PROTOTYPE(cudnnGetConvolutionBackwardDataWorkspaceSize,
+                    cudnnStatus_t (*)(H, const F, const T, const C, const T,
+                                      cudnnConvolutionBwdDataAlgo_t, size_t *));
+    CHECK_PROTOTYPE(cudnnGetConvolutionBackwardFilterWorkspaceSize,
+                    cudnnStatus_t (*)(H, const T, const T, const C, const F,
+                                      cudnnConvolutionBwdFilterAlgo_t, size_t *));
+    CHECK_PROTOTYPE(cudnnConvolutionForward,
+                    cudnnStatus_t (*)(H, const void *, const T, const void *, const F,
+                                      const void *, const C, cudnnConvolutionFwdAlgo_t, void *,
+                                      size_t, const void *, const T, void *));
+    CHECK_PROTOTYPE(cudnnConvolutionBackwardData,
+                    cudnnStatus_t (*)(H, const void *, const F, const void *, const T,
+                                      const void *, const C, cudnnConvolutionBwdDataAlgo_t,
+                                      void *, size_t, const void *, const T, void *));
+    CHECK_PROTOTYPE(cudnnConvolutionBackwardFilter,
+                    cudnnStatus_t (*)(H, const void *, const T, const void *, const T,
+                                      const void *, const C, cudnnConvolutionBwdFilterAlgo_t,
+                                      void *, size_t, const void *, const F, void *));
+}
+#endif
+
 int main()
 {
     // The loader's entries of the driver table: each must convert to the toolkit's
     // prototype exactly (enums and handles are passed as int and void *, whose sizes
     // are checked above); a changed prototype fails to compile here.
-#define CHECK_PROTOTYPE(fn, type) (void)static_cast<type>(&fn)
     CHECK_PROTOTYPE(cudaSetDevice, cudaError_t (*)(int));
     CHECK_PROTOTYPE(cudaHostAlloc, cudaError_t (*)(void **, size_t, unsigned int));
     CHECK_PROTOTYPE(cudaFreeHost, cudaError_t (*)(void *));
@@ -57,6 +210,19 @@ int main()
     CHECK_PROTOTYPE(cudaEventQuery, cudaError_t (*)(cudaEvent_t));
     CHECK_PROTOTYPE(cudaEventDestroy, cudaError_t (*)(cudaEvent_t));
     CHECK_PROTOTYPE(cudaStreamWaitEvent, cudaError_t (*)(cudaStream_t, cudaEvent_t, unsigned int));
+    // The CUDA backend's additions to the runtime table.
+    CHECK_PROTOTYPE(cudaMemcpy, cudaError_t (*)(void *, const void *, size_t, cudaMemcpyKind));
+    CHECK_PROTOTYPE(cudaMemsetAsync, cudaError_t (*)(void *, int, size_t, cudaStream_t));
+    CHECK_PROTOTYPE(cudaStreamSynchronize, cudaError_t (*)(cudaStream_t));
+    CHECK_PROTOTYPE(cudaMemGetInfo, cudaError_t (*)(size_t *, size_t *));
+    CHECK_PROTOTYPE(cudaGetLastError, cudaError_t (*)(void));
+    check_cublas();
+#if STOKE_ABI_CUDNN
+    check_cudnn();
+    printf("cuDNN %zu linked\n", cudnnGetVersion());
+#else
+    printf("cuDNN headers or library not found: its checks were not compiled\n");
+#endif
     // Linked against the real runtime: on a machine without a GPU this reports the
     // runtime's own reason, which is what stoke prints too.
     int n = -1, version = 0;

@@ -75,7 +75,7 @@ const char *cudaGetErrorString(int rc)
 
 enum { NOT_READY = 600, MEMORY_ALLOCATION = 2 };
 
-#define FAKE_MAX_ALLOCS 256
+#define FAKE_MAX_ALLOCS 1024
 #define FAKE_MAX_QUEUE  64
 #define FAKE_MAX_LOG    4096
 
@@ -87,9 +87,10 @@ typedef struct fake_alloc {
 
 typedef struct fake_copy {
     void *dst;
-    const void *src;
+    const void *src; /* NULL: a fill with `value` (cudaMemsetAsync) */
     size_t n;
     int event_mark; /* not a copy but an event record: the event's id */
+    int value;
 } fake_copy;
 
 typedef struct fake_stream {
@@ -104,8 +105,8 @@ typedef struct fake_event {
     int queries;
 } fake_event;
 
-/* One logged call: op is 'C' copy, 'R' record, 'S' event sync, 'Q' query, 'W' stream
- * waits on an event, 'X' copy executed. */
+/* One logged call: op is 'C' copy or fill, 'R' record, 'S' event sync, 'Q' query, 'W'
+ * stream waits on an event, 'Y' stream sync, 'X' copy or fill executed. */
 typedef struct fake_log_entry {
     char op;
     int stream, event;
@@ -118,6 +119,44 @@ static int live_streams, live_events, next_id = 1, violations, copies_done;
 static fake_log_entry log_entries[FAKE_MAX_LOG];
 static int nlog;
 static int host_alloc_fail; /* tests: make cudaHostAlloc fail */
+static int current_device, last_error;
+static size_t device_live_bytes;
+
+int fake_cudart_extent(const void *p, size_t *bytes_after);
+
+/* Exported as data so the backend can tell it runs on this double. */
+int stoke_fake_cudart = 1;
+
+/* Remembers a failure for cudaGetLastError, as the runtime does. */
+static int ret(int rc)
+{
+    if (rc != OK)
+        last_error = rc;
+    return rc;
+}
+
+/* The current device's memory (scenario `memory=`), 16 GiB without a scenario device. */
+static size_t device_total(void)
+{
+    const fake_scenario *s = fake_scenario_get();
+    if (current_device < s->ndevices && s->devices[current_device].has_memory)
+        return (size_t)s->devices[current_device].memory;
+    return (size_t)16 << 30;
+}
+
+/* Whether `size` more device bytes fit under the device's memory and under
+ * STOKE_FAKE_CUDA_MALLOC_LIMIT (the tests' out-of-memory knob). Called with fake_mu. */
+static int device_fits(size_t size)
+{
+    size_t limit = device_total();
+    const char *env = getenv("STOKE_FAKE_CUDA_MALLOC_LIMIT");
+    if (env && *env) {
+        unsigned long long l = strtoull(env, NULL, 10);
+        if (l < limit)
+            limit = (size_t)l;
+    }
+    return device_live_bytes <= limit && size <= limit - device_live_bytes;
+}
 
 static void log_op(char op, int stream, int event, const void *dst)
 {
@@ -131,9 +170,16 @@ static int add_alloc(void **p, size_t size, int device)
     if (posix_memalign(&m, 4096, size ? size : 1) != 0)
         return MEMORY_ALLOCATION;
     pthread_mutex_lock(&fake_mu);
+    if (device && !device_fits(size)) {
+        pthread_mutex_unlock(&fake_mu);
+        free(m);
+        return MEMORY_ALLOCATION;
+    }
     for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
         if (!allocs[i].p) {
             allocs[i] = (fake_alloc){m, size, device};
+            if (device)
+                device_live_bytes += size;
             pthread_mutex_unlock(&fake_mu);
             *p = m;
             return OK;
@@ -151,6 +197,8 @@ static int drop_alloc(void *p, int device)
     for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
         if (allocs[i].p == p && allocs[i].device == device) {
             allocs[i].p = NULL;
+            if (device)
+                device_live_bytes -= allocs[i].size;
             pthread_mutex_unlock(&fake_mu);
             free(p);
             return OK;
@@ -161,7 +209,10 @@ static int drop_alloc(void *p, int device)
 
 int cudaSetDevice(int dev)
 {
-    return dev >= 0 && dev < fake_scenario_get()->ndevices ? OK : INVALID_DEVICE;
+    if (dev < 0 || dev >= fake_scenario_get()->ndevices)
+        return ret(INVALID_DEVICE);
+    current_device = dev;
+    return OK;
 }
 
 int cudaHostAlloc(void **p, size_t size, unsigned flags)
@@ -173,8 +224,13 @@ int cudaHostAlloc(void **p, size_t size, unsigned flags)
 }
 
 int cudaFreeHost(void *p) { return drop_alloc(p, 0); }
-int cudaMalloc(void **p, size_t size) { return add_alloc(p, size, 1); }
-int cudaFree(void *p) { return drop_alloc(p, 1); }
+int cudaMalloc(void **p, size_t size)
+{
+    *p = NULL;
+    return ret(add_alloc(p, size, 1));
+}
+
+int cudaFree(void *p) { return ret(drop_alloc(p, 1)); }
 
 int cudaStreamCreateWithFlags(void **s, unsigned flags)
 {
@@ -202,7 +258,10 @@ static void run_queue(fake_stream *st, int upto)
                 break;
             continue;
         }
-        memcpy(c->dst, c->src, c->n);
+        if (c->src)
+            memcpy(c->dst, c->src, c->n);
+        else
+            memset(c->dst, c->value, c->n);
         copies_done++;
         log_op('X', st->id, 0, c->dst);
     }
@@ -223,26 +282,87 @@ int cudaStreamDestroy(void *s)
     return OK;
 }
 
-int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
+/* Queues a copy (src) or a fill (src NULL). A write into device memory that a pending
+ * operation of the stream still writes is counted as a violation. */
+static int enqueue(fake_stream *st, fake_copy op)
 {
-    fake_stream *st = s;
-    if (kind != 1 || !st)
-        return INVALID_VALUE;
     pthread_mutex_lock(&fake_mu);
     for (int k = 0; k < st->nq; k++) {
         const fake_copy *c = &st->q[k];
-        if (!c->event_mark && (const char *)dst < (const char *)c->dst + c->n &&
-            (const char *)c->dst < (const char *)dst + n)
+        if (!c->event_mark && (const char *)op.dst < (const char *)c->dst + c->n &&
+            (const char *)c->dst < (const char *)op.dst + op.n)
             violations++;
     }
     if (st->nq == FAKE_MAX_QUEUE) {
         pthread_mutex_unlock(&fake_mu);
-        return INVALID_VALUE;
+        return ret(INVALID_VALUE);
     }
-    st->q[st->nq++] = (fake_copy){dst, src, n, 0};
-    log_op('C', st->id, 0, dst);
+    st->q[st->nq++] = op;
+    log_op('C', st->id, 0, op.dst);
     pthread_mutex_unlock(&fake_mu);
     return OK;
+}
+
+int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
+{
+    if (kind != 1 || !s)
+        return ret(INVALID_VALUE);
+    return enqueue(s, (fake_copy){dst, src, n, 0, 0});
+}
+
+int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
+{
+    size_t room = 0;
+    if (!s || fake_cudart_extent(dst, &room) != 2 || n > room)
+        return ret(INVALID_VALUE);
+    return enqueue(s, (fake_copy){dst, NULL, n, 0, value});
+}
+
+/* Synchronous, and like the real one it waits for nothing queued on non-blocking
+ * streams (stoke creates only those): ordering is the caller's job. */
+int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+{
+    static const int want[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 2}}; /* src, dst kinds */
+    if (kind < 1 || kind > 3)
+        return ret(INVALID_VALUE);
+    size_t src_room = n, dst_room = n;
+    int src_kind = want[kind][0] ? fake_cudart_extent(src, &src_room) : 0;
+    int dst_kind = want[kind][1] ? fake_cudart_extent(dst, &dst_room) : 0;
+    if (src_kind != want[kind][0] || dst_kind != want[kind][1] || n > src_room || n > dst_room)
+        return ret(INVALID_VALUE);
+    if (n)
+        memcpy(dst, src, n);
+    return OK;
+}
+
+int cudaStreamSynchronize(void *s)
+{
+    fake_stream *st = s;
+    if (!st) /* the legacy default stream: nothing is ever queued on it here */
+        return OK;
+    pthread_mutex_lock(&fake_mu);
+    log_op('Y', st->id, 0, NULL);
+    run_queue(st, 0);
+    pthread_mutex_unlock(&fake_mu);
+    return OK;
+}
+
+int cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    pthread_mutex_lock(&fake_mu);
+    *total = device_total();
+    *free_bytes = device_live_bytes < *total ? *total - device_live_bytes : 0;
+    pthread_mutex_unlock(&fake_mu);
+    return OK;
+}
+
+int cudaGetLastError(void)
+{
+    pthread_mutex_lock(&fake_mu);
+    int rc = last_error;
+    last_error = OK;
+    pthread_mutex_unlock(&fake_mu);
+    return rc;
 }
 
 int cudaEventCreateWithFlags(void **e, unsigned flags)
@@ -274,7 +394,7 @@ int cudaEventRecord(void *e, void *s)
     for (int k = 0; k < st->nq; k++)
         if (st->q[k].event_mark == ev->id)
             st->q[k].event_mark = -1;
-    st->q[st->nq++] = (fake_copy){NULL, NULL, 0, ev->id};
+    st->q[st->nq++] = (fake_copy){NULL, NULL, 0, ev->id, 0};
     ev->stream = st;
     ev->queries = 0;
     log_op('R', st->id, ev->id, NULL);
@@ -357,6 +477,23 @@ int fake_cudart_kind(const void *p)
         if (allocs[i].p && (const char *)p >= (const char *)allocs[i].p &&
             (const char *)p < (const char *)allocs[i].p + allocs[i].size)
             kind = allocs[i].device ? 2 : 1;
+    pthread_mutex_unlock(&fake_mu);
+    return kind;
+}
+
+/* As fake_cudart_kind, and the bytes from p to the end of its allocation in
+ * *bytes_after (0 when p is in none), so the other doubles can bound every access. */
+int fake_cudart_extent(const void *p, size_t *bytes_after)
+{
+    int kind = 0;
+    *bytes_after = 0;
+    pthread_mutex_lock(&fake_mu);
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (allocs[i].p && (const char *)p >= (const char *)allocs[i].p &&
+            (const char *)p < (const char *)allocs[i].p + allocs[i].size) {
+            kind = allocs[i].device ? 2 : 1;
+            *bytes_after = (size_t)((const char *)allocs[i].p + allocs[i].size - (const char *)p);
+        }
     pthread_mutex_unlock(&fake_mu);
     return kind;
 }

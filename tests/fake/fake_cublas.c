@@ -1,0 +1,384 @@
+/* fake_cublas.c - a test double of libcublas.so: the GEMMs stoke calls, computed on the
+ * CPU in double over "device memory" from the fake CUDA runtime. Every argument is
+ * checked as cuBLAS documents it, and every matrix must lie inside one cudaMalloc
+ * allocation: a violation returns an error status and is counted, so a backend test
+ * can assert none happened (fake_cublas_violations). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OK = 0, NOT_INITIALIZED = 1, ALLOC_FAILED = 3, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
+enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
+enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
+
+#define FAKE_MAX_HANDLES 256
+
+typedef struct fake_handle {
+    int live;
+    int stream_set;
+    void *stream;
+    int math;
+} fake_handle;
+
+/* Handles are never reused, so a destroyed one stays recognisable. */
+static fake_handle handles[FAKE_MAX_HANDLES];
+static int nhandles, violations, calls;
+static char last_problem[256];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The fake CUDA runtime the caller already loaded (STOKE_CUDART_LIBRARY). */
+static struct {
+    int (*extent)(const void *p, size_t *bytes_after);
+    int (*sync)(void *stream);
+} rt;
+
+static void load_runtime(void)
+{
+    const char *path = getenv("STOKE_CUDART_LIBRARY");
+    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!lib)
+        return;
+    *(void **)&rt.extent = dlsym(lib, "fake_cudart_extent");
+    *(void **)&rt.sync = dlsym(lib, "cudaStreamSynchronize");
+}
+
+static int have_runtime(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_runtime);
+    return rt.extent && rt.sync;
+}
+
+static int violation(int status, const char *fmt, ...)
+{
+    pthread_mutex_lock(&mu);
+    violations++;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_problem, sizeof last_problem, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&mu);
+    return status;
+}
+
+static fake_handle *get_handle(void *h)
+{
+    fake_handle *fh = h;
+    if (fh < handles || fh >= handles + FAKE_MAX_HANDLES || !fh->live)
+        return NULL;
+    return fh;
+}
+
+int cublasCreate_v2(void **h)
+{
+    if (!h)
+        return violation(INVALID_VALUE, "cublasCreate_v2: NULL handle pointer");
+    if (!have_runtime())
+        return NOT_INITIALIZED;
+    pthread_mutex_lock(&mu);
+    if (nhandles == FAKE_MAX_HANDLES) {
+        pthread_mutex_unlock(&mu);
+        return ALLOC_FAILED;
+    }
+    handles[nhandles] = (fake_handle){1, 0, NULL, 0};
+    *h = &handles[nhandles++];
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+int cublasDestroy_v2(void *h)
+{
+    fake_handle *fh = get_handle(h);
+    if (!fh)
+        return violation(NOT_INITIALIZED, "cublasDestroy_v2: not a live handle");
+    fh->live = 0;
+    return OK;
+}
+
+int cublasSetStream_v2(void *h, void *stream)
+{
+    fake_handle *fh = get_handle(h);
+    if (!fh)
+        return violation(NOT_INITIALIZED, "cublasSetStream_v2: not a live handle");
+    fh->stream = stream;
+    fh->stream_set = 1;
+    return OK;
+}
+
+int cublasSetMathMode(void *h, int mode)
+{
+    fake_handle *fh = get_handle(h);
+    if (!fh)
+        return violation(NOT_INITIALIZED, "cublasSetMathMode: not a live handle");
+    /* 0 default, 1 tensor op (deprecated), 2 pedantic, 3 TF32; 16 is a flag */
+    if ((mode & ~16) < 0 || (mode & ~16) > 3)
+        return violation(INVALID_VALUE, "cublasSetMathMode: mode %d", mode);
+    fh->math = mode;
+    return OK;
+}
+
+int cublasSetWorkspace_v2(void *h, void *ws, size_t bytes)
+{
+    if (!get_handle(h))
+        return violation(NOT_INITIALIZED, "cublasSetWorkspace_v2: not a live handle");
+    size_t room = 0;
+    if (bytes && (rt.extent(ws, &room) != 2 || room < bytes))
+        return violation(INVALID_VALUE, "cublasSetWorkspace_v2: %zu bytes at %p not device memory",
+                         bytes, ws);
+    if ((uintptr_t)ws % 256)
+        return violation(INVALID_VALUE, "cublasSetWorkspace_v2: %p not 256-byte aligned", ws);
+    return OK;
+}
+
+const char *cublasGetStatusString(int status)
+{
+    switch (status) {
+    case 0: return "CUBLAS_STATUS_SUCCESS";
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "<unknown>";
+    }
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gemm {
+    int ta, tb, m, n, k;
+    const void *a, *b;
+    void *c;
+    int atype, btype, ctype, compute;
+    int lda, ldb, ldc;
+    long long sa, sb, sc;
+    int batch;
+    float alpha, beta;
+} gemm;
+
+static size_t type_size(int t) { return t == R_32F ? 4 : 2; }
+
+static double load(const void *p, int t, long long i)
+{
+    if (t == R_32F)
+        return ((const float *)p)[i];
+    if (t == R_16F)
+        return (double)((const _Float16 *)p)[i];
+    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Rounded to nearest even, as the hardware stores bf16; NaN stays NaN. */
+static uint16_t to_bf16(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fffu + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+static void store(void *p, int t, long long i, double v)
+{
+    if (t == R_32F)
+        ((float *)p)[i] = (float)v;
+    else if (t == R_16F)
+        ((_Float16 *)p)[i] = (_Float16)(float)v;
+    else
+        ((uint16_t *)p)[i] = to_bf16((float)v);
+}
+
+static int types_ok(const gemm *g)
+{
+    if (g->atype != g->btype)
+        return 0;
+    if (g->atype == R_32F)
+        return g->ctype == R_32F &&
+               (g->compute == COMPUTE_32F || g->compute == COMPUTE_32F_FAST_TF32);
+    if (g->atype == R_16F || g->atype == R_16BF)
+        return (g->ctype == R_32F || g->ctype == g->atype) && g->compute == COMPUTE_32F;
+    return 0;
+}
+
+/* Whether a rows x cols matrix (ld, batch stride) of type t lies in one device
+ * allocation: the last element of the last batch is inside the first one's. */
+static int inside(const void *p, int t, int rows, int cols, int ld, long long stride, int batch)
+{
+    size_t room = 0;
+    if (rt.extent(p, &room) != 2)
+        return 0;
+    long long last = (long long)(cols - 1) * ld + rows - 1 + (long long)(batch - 1) * stride;
+    return (unsigned long long)(last + 1) * type_size(t) <= room;
+}
+
+static int check_shape(const char *fn, const gemm *g)
+{
+    if (g->ta < 0 || g->ta > 2 || g->tb < 0 || g->tb > 2)
+        return violation(INVALID_VALUE, "%s: trans %d %d", fn, g->ta, g->tb);
+    if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)
+        return violation(INVALID_VALUE, "%s: m n k batch %d %d %d %d", fn, g->m, g->n, g->k,
+                         g->batch);
+    int arows = g->ta ? g->k : g->m, brows = g->tb ? g->n : g->k;
+    if (g->lda < (arows > 1 ? arows : 1) || g->ldb < (brows > 1 ? brows : 1) ||
+        g->ldc < (g->m > 1 ? g->m : 1))
+        return violation(INVALID_VALUE, "%s: lda %d ldb %d ldc %d for m %d n %d k %d", fn, g->lda,
+                         g->ldb, g->ldc, g->m, g->n, g->k);
+    if (g->batch > 1 && (g->sa < 0 || g->sb < 0 || g->sc < (long long)g->ldc * g->n))
+        return violation(INVALID_VALUE, "%s: strides %lld %lld %lld", fn, g->sa, g->sb, g->sc);
+    if (!types_ok(g))
+        return violation(NOT_SUPPORTED, "%s: types A %d B %d C %d compute %d", fn, g->atype,
+                         g->btype, g->ctype, g->compute);
+    return OK;
+}
+
+static int check_memory(const char *fn, const gemm *g)
+{
+    if (g->m == 0 || g->n == 0 || g->batch == 0)
+        return OK;
+    if (!inside(g->c, g->ctype, g->m, g->n, g->ldc, g->sc, g->batch))
+        return violation(INVALID_VALUE, "%s: C %p outside device memory", fn, g->c);
+    if (g->k == 0)
+        return OK;
+    if (!inside(g->a, g->atype, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch))
+        return violation(INVALID_VALUE, "%s: A %p outside device memory", fn, g->a);
+    if (!inside(g->b, g->btype, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch))
+        return violation(INVALID_VALUE, "%s: B %p outside device memory", fn, g->b);
+    return OK;
+}
+
+static void compute_one(const gemm *g, int p)
+{
+    const char *a = (const char *)g->a + (size_t)(p * g->sa) * type_size(g->atype);
+    const char *b = (const char *)g->b + (size_t)(p * g->sb) * type_size(g->btype);
+    char *c = (char *)g->c + (size_t)(p * g->sc) * type_size(g->ctype);
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            double sum = 0;
+            for (int l = 0; l < g->k; l++) {
+                long long ai = g->ta ? l + (long long)i * g->lda : i + (long long)l * g->lda;
+                long long bi = g->tb ? j + (long long)l * g->ldb : l + (long long)j * g->ldb;
+                sum += load(a, g->atype, ai) * load(b, g->btype, bi);
+            }
+            long long ci = i + (long long)j * g->ldc;
+            /* beta == 0: C is not read, so NaN or garbage there does not propagate */
+            double v = g->alpha * sum;
+            if (g->beta != 0)
+                v += g->beta * load(c, g->ctype, ci);
+            store(c, g->ctype, ci, v);
+        }
+}
+
+static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const void *beta)
+{
+    pthread_mutex_lock(&mu);
+    calls++;
+    pthread_mutex_unlock(&mu);
+    fake_handle *fh = get_handle(h);
+    if (!fh)
+        return violation(NOT_INITIALIZED, "%s: not a live handle", fn);
+    if (!fh->stream_set)
+        return violation(INVALID_VALUE, "%s: no stream set on the handle", fn);
+    if (!alpha || !beta)
+        return violation(INVALID_VALUE, "%s: NULL alpha or beta", fn);
+    g->alpha = *(const float *)alpha;
+    g->beta = *(const float *)beta;
+    int rc = check_shape(fn, g);
+    if (rc == OK)
+        rc = check_memory(fn, g);
+    if (rc != OK)
+        return rc;
+    /* The stream's queued copies come first, as they would on the device. */
+    rt.sync(fh->stream);
+    for (int p = 0; p < g->batch; p++)
+        compute_one(g, p);
+    return OK;
+}
+
+static int algo_ok(int algo) { return (algo >= -1 && algo <= 23) || (algo >= 99 && algo <= 115); }
+
+int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A,
+                 int atype, int lda, const void *B, int btype, int ldb, const void *beta, void *C,
+                 int ctype, int ldc, int compute, int algo)
+{
+    gemm g = {.ta = ta,
+              .tb = tb,
+              .m = m,
+              .n = n,
+              .k = k,
+              .a = A,
+              .b = B,
+              .c = C,
+              .atype = atype,
+              .btype = btype,
+              .ctype = ctype,
+              .compute = compute,
+              .lda = lda,
+              .ldb = ldb,
+              .ldc = ldc,
+              .batch = 1};
+    if (!algo_ok(algo))
+        return violation(INVALID_VALUE, "cublasGemmEx: algo %d", algo);
+    return run_gemm("cublasGemmEx", h, &g, alpha, beta);
+}
+
+int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha,
+                               const void *A, int atype, int lda, long long sa, const void *B,
+                               int btype, int ldb, long long sb, const void *beta, void *C,
+                               int ctype, int ldc, long long sc, int batch, int compute, int algo)
+{
+    gemm g = {.ta = ta,
+              .tb = tb,
+              .m = m,
+              .n = n,
+              .k = k,
+              .a = A,
+              .b = B,
+              .c = C,
+              .atype = atype,
+              .btype = btype,
+              .ctype = ctype,
+              .compute = compute,
+              .lda = lda,
+              .ldb = ldb,
+              .ldc = ldc,
+              .sa = sa,
+              .sb = sb,
+              .sc = sc,
+              .batch = batch};
+    if (!algo_ok(algo))
+        return violation(INVALID_VALUE, "cublasGemmStridedBatchedEx: algo %d", algo);
+    return run_gemm("cublasGemmStridedBatchedEx", h, &g, alpha, beta);
+}
+
+/* ---- For the tests (found with dlsym) ---- */
+int fake_cublas_violations(void) { return violations; }
+int fake_cublas_calls(void) { return calls; }
+const char *fake_cublas_last_problem(void) { return last_problem; }
+
+/* Live handles: 0 when every created one was destroyed. */
+int fake_cublas_live(void)
+{
+    int n = 0;
+    for (int i = 0; i < nhandles; i++)
+        n += handles[i].live;
+    return n;
+}
+
+void fake_cublas_reset(void)
+{
+    pthread_mutex_lock(&mu);
+    violations = calls = 0;
+    last_problem[0] = '\0';
+    pthread_mutex_unlock(&mu);
+}

@@ -1,0 +1,635 @@
+/* fake_cudnn.c - a test double of libcudnn.so.9: the legacy convolution API stoke
+ * calls (NCHW, 2-d cross-correlation, groups 1, dilation 1), computed by loops in
+ * double over "device memory" from the fake CUDA runtime. Descriptors are checked
+ * against each other and every tensor must lie inside one cudaMalloc allocation; any
+ * error status is counted (fake_cudnn_violations) so a backend test can assert none
+ * happened. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OK = 0,
+    NOT_INITIALIZED = 1001,
+    BAD_PARAM = 2000,
+    BAD_PARAM_NULL_POINTER = 2002,
+    SHAPE_MISMATCH = 2008,
+    NOT_SUPPORTED = 3000,
+    ALLOC_FAILED = 4003,
+};
+enum { D_FLOAT = 0, D_HALF = 2, D_BFLOAT16 = 9 };
+enum { NCHW = 0, CROSS_CORRELATION = 1 };
+enum { O_HANDLE = 1, O_TENSOR, O_FILTER, O_CONV };
+enum { FWD, BWD_DATA, BWD_FILTER };
+
+/* One handle or descriptor. All are kept in `objs` until exit (a destroyed one is
+ * marked, not freed), so a use after destroy is recognised rather than undefined. */
+typedef struct obj {
+    int kind, live, set;
+    int dtype, n, c, h, w;                            /* tensor; filter: n is k */
+    int pad_h, pad_w, u, v, dil_h, dil_w, mode, math; /* convolution */
+    void *stream;                                     /* handle */
+} obj;
+
+static obj **objs;
+static size_t nobjs, cap;
+static int violations, calls;
+static char last_problem[256];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    int (*extent)(const void *p, size_t *bytes_after);
+    int (*sync)(void *stream);
+} rt;
+
+/* The fake CUDA runtime the caller already loaded (STOKE_CUDART_LIBRARY). */
+static void load_runtime(void)
+{
+    const char *path = getenv("STOKE_CUDART_LIBRARY");
+    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!lib)
+        return;
+    *(void **)&rt.extent = dlsym(lib, "fake_cudart_extent");
+    *(void **)&rt.sync = dlsym(lib, "cudaStreamSynchronize");
+}
+
+static int have_runtime(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_runtime);
+    return rt.extent && rt.sync;
+}
+
+static int violation(int status, const char *fmt, ...)
+{
+    pthread_mutex_lock(&mu);
+    violations++;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_problem, sizeof last_problem, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&mu);
+    return status;
+}
+
+static int create(void **out, int kind)
+{
+    if (!out)
+        return violation(BAD_PARAM_NULL_POINTER, "create: NULL output pointer");
+    obj *o = calloc(1, sizeof *o);
+    pthread_mutex_lock(&mu);
+    if (o && nobjs == cap) {
+        size_t ncap = cap ? 2 * cap : 64;
+        obj **grown = realloc(objs, ncap * sizeof *objs);
+        if (grown) {
+            objs = grown;
+            cap = ncap;
+        }
+    }
+    if (!o || nobjs == cap) {
+        pthread_mutex_unlock(&mu);
+        free(o);
+        return ALLOC_FAILED;
+    }
+    o->kind = kind;
+    o->live = 1;
+    objs[nobjs++] = o;
+    pthread_mutex_unlock(&mu);
+    *out = o;
+    return OK;
+}
+
+/* The live object of that kind p points to, or NULL (never dereferences a stranger). */
+static obj *find(const void *p, int kind)
+{
+    obj *found = NULL;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nobjs && !found; i++)
+        if (objs[i] == p)
+            found = objs[i];
+    pthread_mutex_unlock(&mu);
+    return found && found->kind == kind && found->live ? found : NULL;
+}
+
+static const char *kind_name(int kind)
+{
+    static const char *const names[] = {"?", "handle", "tensor descriptor", "filter descriptor",
+                                        "convolution descriptor"};
+    return names[kind];
+}
+
+static int destroy(const char *fn, void *p, int kind)
+{
+    obj *o = find(p, kind);
+    if (!o)
+        return violation(BAD_PARAM, "%s: %p is not a live %s", fn, p, kind_name(kind));
+    o->live = 0;
+    return OK;
+}
+
+size_t cudnnGetVersion(void) { return 91900; }
+
+const char *cudnnGetErrorString(int status)
+{
+    switch (status) {
+    case OK: return "CUDNN_STATUS_SUCCESS";
+    case NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
+    case BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case SHAPE_MISMATCH: return "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH";
+    case NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case ALLOC_FAILED: return "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED";
+    default: return "CUDNN_UNKNOWN_STATUS_FOUND";
+    }
+}
+
+int cudnnCreate(void **h)
+{
+    if (!have_runtime())
+        return NOT_INITIALIZED;
+    return create(h, O_HANDLE);
+}
+
+int cudnnDestroy(void *h) { return destroy("cudnnDestroy", h, O_HANDLE); }
+
+int cudnnSetStream(void *h, void *stream)
+{
+    obj *o = find(h, O_HANDLE);
+    if (!o)
+        return violation(BAD_PARAM, "cudnnSetStream: %p is not a live handle", h);
+    o->stream = stream;
+    return OK;
+}
+
+/* ---- Descriptors ---- */
+
+int cudnnCreateTensorDescriptor(void **d) { return create(d, O_TENSOR); }
+int cudnnCreateFilterDescriptor(void **d) { return create(d, O_FILTER); }
+int cudnnCreateConvolutionDescriptor(void **d) { return create(d, O_CONV); }
+int cudnnDestroyTensorDescriptor(void *d)
+{
+    return destroy("cudnnDestroyTensorDescriptor", d, O_TENSOR);
+}
+int cudnnDestroyFilterDescriptor(void *d)
+{
+    return destroy("cudnnDestroyFilterDescriptor", d, O_FILTER);
+}
+int cudnnDestroyConvolutionDescriptor(void *d)
+{
+    return destroy("cudnnDestroyConvolutionDescriptor", d, O_CONV);
+}
+
+static int set_4d(const char *fn, void *d, int kind, int format, int dtype, const int dims[4])
+{
+    obj *o = find(d, kind);
+    if (!o)
+        return violation(BAD_PARAM, "%s: %p is not a live %s", fn, d, kind_name(kind));
+    for (int i = 0; i < 4; i++)
+        if (dims[i] <= 0)
+            return violation(BAD_PARAM, "%s: dimension %d is %d", fn, i, dims[i]);
+    if (format != NCHW)
+        return violation(NOT_SUPPORTED, "%s: format %d (the double knows NCHW only)", fn, format);
+    if (dtype != D_FLOAT && dtype != D_HALF && dtype != D_BFLOAT16)
+        return violation(NOT_SUPPORTED, "%s: data type %d", fn, dtype);
+    o->dtype = dtype;
+    o->n = dims[0], o->c = dims[1], o->h = dims[2], o->w = dims[3];
+    o->set = 1;
+    return OK;
+}
+
+int cudnnSetTensor4dDescriptor(void *d, int format, int dtype, int n, int c, int h, int w)
+{
+    const int dims[4] = {n, c, h, w};
+    return set_4d("cudnnSetTensor4dDescriptor", d, O_TENSOR, format, dtype, dims);
+}
+
+int cudnnSetFilter4dDescriptor(void *d, int dtype, int format, int k, int c, int h, int w)
+{
+    const int dims[4] = {k, c, h, w};
+    return set_4d("cudnnSetFilter4dDescriptor", d, O_FILTER, format, dtype, dims);
+}
+
+int cudnnSetConvolution2dDescriptor(void *d, int pad_h, int pad_w, int u, int v, int dil_h,
+                                    int dil_w, int mode, int compute)
+{
+    const char *fn = "cudnnSetConvolution2dDescriptor";
+    obj *o = find(d, O_CONV);
+    if (!o)
+        return violation(BAD_PARAM, "%s: %p is not a live convolution descriptor", fn, d);
+    if (pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dil_h <= 0 || dil_w <= 0)
+        return violation(BAD_PARAM, "%s: pad %d %d stride %d %d dilation %d %d", fn, pad_h, pad_w,
+                         u, v, dil_h, dil_w);
+    if (dil_h != 1 || dil_w != 1 || mode != CROSS_CORRELATION)
+        return violation(NOT_SUPPORTED, "%s: dilation %d %d mode %d", fn, dil_h, dil_w, mode);
+    if (compute != D_FLOAT && compute != D_HALF && compute != D_BFLOAT16)
+        return violation(BAD_PARAM, "%s: compute type %d", fn, compute);
+    *o = (obj){.kind = O_CONV,
+               .live = 1,
+               .set = 1,
+               .dtype = compute,
+               .pad_h = pad_h,
+               .pad_w = pad_w,
+               .u = u,
+               .v = v,
+               .dil_h = 1,
+               .dil_w = 1,
+               .mode = mode,
+               .math = o->math};
+    return OK;
+}
+
+int cudnnSetConvolutionMathType(void *d, int math)
+{
+    obj *o = find(d, O_CONV);
+    if (!o)
+        return violation(BAD_PARAM, "cudnnSetConvolutionMathType: %p is not live", d);
+    if (math < 0 || math > 3)
+        return violation(BAD_PARAM, "cudnnSetConvolutionMathType: math %d", math);
+    o->math = math;
+    return OK;
+}
+
+/* ---- Convolutions ---- */
+
+/* One convolution's shape: x (n c h w) * w (k c r s) -> y (n k oh ow). */
+typedef struct problem {
+    int n, c, h, w, k, r, s, oh, ow, pad_h, pad_w, u, v, dtype, math;
+} problem;
+
+static long long x_count(const problem *p) { return (long long)p->n * p->c * p->h * p->w; }
+static long long w_count(const problem *p) { return (long long)p->k * p->c * p->r * p->s; }
+static long long y_count(const problem *p) { return (long long)p->n * p->k * p->oh * p->ow; }
+static size_t elem_size(int dtype) { return dtype == D_FLOAT ? 4 : 2; }
+
+/* Looks the three descriptors up and checks them against each other: y must have
+ * exactly the convolution's output dimensions. */
+static int make_problem(const char *fn, void *xd, void *wd, void *cd, void *yd, problem *p)
+{
+    obj *x = find(xd, O_TENSOR), *w = find(wd, O_FILTER), *c = find(cd, O_CONV);
+    obj *y = find(yd, O_TENSOR);
+    if (!x || !w || !c || !y)
+        return violation(BAD_PARAM, "%s: a descriptor is not live (x %p w %p conv %p y %p)", fn, xd,
+                         wd, cd, yd);
+    if (!x->set || !w->set || !c->set || !y->set)
+        return violation(BAD_PARAM, "%s: a descriptor was never set", fn);
+    if (x->dtype != w->dtype || x->dtype != y->dtype)
+        return violation(NOT_SUPPORTED, "%s: data types %d %d %d differ", fn, x->dtype, w->dtype,
+                         y->dtype);
+    *p = (problem){.n = x->n,
+                   .c = x->c,
+                   .h = x->h,
+                   .w = x->w,
+                   .k = w->n,
+                   .r = w->h,
+                   .s = w->w,
+                   .pad_h = c->pad_h,
+                   .pad_w = c->pad_w,
+                   .u = c->u,
+                   .v = c->v,
+                   .dtype = x->dtype,
+                   .math = c->math};
+    if (w->c != x->c || x->h + 2 * c->pad_h < w->h || x->w + 2 * c->pad_w < w->w)
+        return violation(SHAPE_MISMATCH, "%s: filter %dx%dx%dx%d does not fit input %dx%dx%dx%d",
+                         fn, w->n, w->c, w->h, w->w, x->n, x->c, x->h, x->w);
+    p->oh = (x->h + 2 * c->pad_h - w->h) / c->u + 1;
+    p->ow = (x->w + 2 * c->pad_w - w->w) / c->v + 1;
+    if (y->n != x->n || y->c != w->n || y->h != p->oh || y->w != p->ow)
+        return violation(SHAPE_MISMATCH,
+                         "%s: output %dx%dx%dx%d, the convolution gives %dx%dx%dx%d", fn, y->n,
+                         y->c, y->h, y->w, p->n, p->k, p->oh, p->ow);
+    return OK;
+}
+
+/* The workspace an algorithm needs: algorithm 0 none, 1 four bytes per output element
+ * (so the caller's workspace planning is exercised); the double knows no others. */
+static int workspace(const problem *p, int op, int algo, size_t *bytes)
+{
+    long long out = op == FWD ? y_count(p) : op == BWD_DATA ? x_count(p) : w_count(p);
+    if (algo != 0 && algo != 1)
+        return NOT_SUPPORTED;
+    *bytes = algo == 0 ? 0 : (size_t)out * 4;
+    return OK;
+}
+
+/* The heuristics' ranking: the workspace-hungry algorithm first, as a fast one often
+ * is on a real device. */
+static int algos(const char *fn, void *h, void *xd, void *wd, void *cd, void *yd, int op, int want,
+                 int *got, void *perf_out)
+{
+    problem p;
+    if (!find(h, O_HANDLE))
+        return violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
+    if (want < 1 || !got || !perf_out)
+        return violation(BAD_PARAM, "%s: requested %d", fn, want);
+    int rc = make_problem(fn, xd, wd, cd, yd, &p);
+    if (rc != OK)
+        return rc;
+    struct perf {
+        int algo, status;
+        float time;
+        size_t memory;
+        int determinism, math_type, reserved[3];
+    } *perf = perf_out;
+    *got = want < 2 ? want : 2;
+    for (int i = 0; i < *got; i++) {
+        perf[i] =
+            (struct perf){.algo = 1 - i, .time = -1.0f, .determinism = 1, .math_type = p.math};
+        workspace(&p, op, perf[i].algo, &perf[i].memory);
+    }
+    return OK;
+}
+
+int cudnnGetConvolutionForwardAlgorithm_v7(void *h, void *x, void *w, void *conv, void *y, int want,
+                                           int *got, void *perf)
+{
+    return algos("cudnnGetConvolutionForwardAlgorithm_v7", h, x, w, conv, y, FWD, want, got, perf);
+}
+
+int cudnnGetConvolutionBackwardDataAlgorithm_v7(void *h, void *w, void *dy, void *conv, void *dx,
+                                                int want, int *got, void *perf)
+{
+    return algos("cudnnGetConvolutionBackwardDataAlgorithm_v7", h, dx, w, conv, dy, BWD_DATA, want,
+                 got, perf);
+}
+
+int cudnnGetConvolutionBackwardFilterAlgorithm_v7(void *h, void *x, void *dy, void *conv, void *dw,
+                                                  int want, int *got, void *perf)
+{
+    return algos("cudnnGetConvolutionBackwardFilterAlgorithm_v7", h, x, dw, conv, dy, BWD_FILTER,
+                 want, got, perf);
+}
+
+static int ws_size(const char *fn, void *h, void *xd, void *wd, void *cd, void *yd, int op,
+                   int algo, size_t *bytes)
+{
+    problem p;
+    if (!find(h, O_HANDLE))
+        return violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
+    if (!bytes)
+        return violation(BAD_PARAM_NULL_POINTER, "%s: NULL size pointer", fn);
+    int rc = make_problem(fn, xd, wd, cd, yd, &p);
+    if (rc == OK && workspace(&p, op, algo, bytes) != OK)
+        rc = violation(NOT_SUPPORTED, "%s: algorithm %d", fn, algo);
+    return rc;
+}
+
+int cudnnGetConvolutionForwardWorkspaceSize(void *h, void *x, void *w, void *conv, void *y,
+                                            int algo, size_t *bytes)
+{
+    return ws_size("cudnnGetConvolutionForwardWorkspaceSize", h, x, w, conv, y, FWD, algo, bytes);
+}
+
+int cudnnGetConvolutionBackwardDataWorkspaceSize(void *h, void *w, void *dy, void *conv, void *dx,
+                                                 int algo, size_t *bytes)
+{
+    return ws_size("cudnnGetConvolutionBackwardDataWorkspaceSize", h, dx, w, conv, dy, BWD_DATA,
+                   algo, bytes);
+}
+
+int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, void *x, void *dy, void *conv, void *dw,
+                                                   int algo, size_t *bytes)
+{
+    return ws_size("cudnnGetConvolutionBackwardFilterWorkspaceSize", h, x, dw, conv, dy, BWD_FILTER,
+                   algo, bytes);
+}
+
+static double load(const void *p, int dtype, long long i)
+{
+    if (dtype == D_FLOAT)
+        return ((const float *)p)[i];
+    if (dtype == D_HALF)
+        return (double)((const _Float16 *)p)[i];
+    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Rounded to nearest even; NaN stays NaN. */
+static void store(void *p, int dtype, long long i, double v)
+{
+    float f = (float)v;
+    if (dtype == D_FLOAT) {
+        ((float *)p)[i] = f;
+    } else if (dtype == D_HALF) {
+        ((_Float16 *)p)[i] = (_Float16)f;
+    } else {
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        if ((bits & 0x7fffffffu) > 0x7f800000u)
+            bits |= 0x400000u;
+        else
+            bits += 0x7fffu + ((bits >> 16) & 1);
+        ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+/* A call's x, w and y (two are read, the one the operation computes is not), and the
+ * double accumulator of that one. */
+typedef struct operands {
+    const void *x, *w, *y;
+    double *acc;
+} operands;
+
+static void accumulate(const problem *p, int op, const operands *o, long long xi, long long wi,
+                       long long yi)
+{
+    int t = p->dtype;
+    if (op == FWD)
+        o->acc[yi] += load(o->x, t, xi) * load(o->w, t, wi);
+    else if (op == BWD_DATA)
+        o->acc[xi] += load(o->y, t, yi) * load(o->w, t, wi);
+    else
+        o->acc[wi] += load(o->x, t, xi) * load(o->y, t, yi);
+}
+
+static void loops(const problem *p, int op, const operands *o)
+{
+    for (int n = 0; n < p->n; n++)
+        for (int k = 0; k < p->k; k++)
+            for (int oh = 0; oh < p->oh; oh++)
+                for (int ow = 0; ow < p->ow; ow++)
+                    for (int c = 0; c < p->c; c++)
+                        for (int r = 0; r < p->r; r++)
+                            for (int s = 0; s < p->s; s++) {
+                                int ih = oh * p->u - p->pad_h + r, iw = ow * p->v - p->pad_w + s;
+                                if (ih < 0 || ih >= p->h || iw < 0 || iw >= p->w)
+                                    continue;
+                                long long xi = (((long long)n * p->c + c) * p->h + ih) * p->w + iw;
+                                long long wi = (((long long)k * p->c + c) * p->r + r) * p->s + s;
+                                long long yi =
+                                    (((long long)n * p->k + k) * p->oh + oh) * p->ow + ow;
+                                accumulate(p, op, o, xi, wi, yi);
+                            }
+}
+
+static int inside(const void *ptr, unsigned long long bytes)
+{
+    size_t room = 0;
+    return rt.extent(ptr, &room) == 2 && bytes <= room;
+}
+
+typedef struct call {
+    const char *fn;
+    int op, algo;
+    void *h, *xd, *wd, *cd, *yd;
+    const void *x, *w, *y; /* the output is the one of the three being written */
+    void *out;
+    void *ws;
+    size_t ws_bytes;
+    const void *alpha, *beta;
+} call;
+
+static int check_call(const call *c, problem *p, obj **handle)
+{
+    size_t need = 0;
+    *handle = find(c->h, O_HANDLE);
+    if (!*handle)
+        return violation(BAD_PARAM, "%s: %p is not a live handle", c->fn, c->h);
+    if (!c->alpha || !c->beta)
+        return violation(BAD_PARAM_NULL_POINTER, "%s: NULL alpha or beta", c->fn);
+    int rc = make_problem(c->fn, c->xd, c->wd, c->cd, c->yd, p);
+    if (rc != OK)
+        return rc;
+    if (workspace(p, c->op, c->algo, &need) != OK)
+        return violation(NOT_SUPPORTED, "%s: algorithm %d", c->fn, c->algo);
+    if (c->ws_bytes < need)
+        return violation(BAD_PARAM, "%s: algorithm %d needs %zu bytes of workspace, given %zu",
+                         c->fn, c->algo, need, c->ws_bytes);
+    if (need && !inside(c->ws, need))
+        return violation(BAD_PARAM, "%s: workspace %p outside device memory", c->fn, c->ws);
+    size_t e = elem_size(p->dtype);
+    if (!inside(c->x, (unsigned long long)x_count(p) * e) ||
+        !inside(c->w, (unsigned long long)w_count(p) * e) ||
+        !inside(c->y, (unsigned long long)y_count(p) * e))
+        return violation(BAD_PARAM, "%s: x %p w %p y %p: not all inside device memory", c->fn, c->x,
+                         c->w, c->y);
+    return OK;
+}
+
+static int run_conv(const call *c)
+{
+    problem p;
+    obj *h = NULL;
+    pthread_mutex_lock(&mu);
+    calls++;
+    pthread_mutex_unlock(&mu);
+    int rc = check_call(c, &p, &h);
+    if (rc != OK)
+        return rc;
+    long long count = c->op == FWD ? y_count(&p) : c->op == BWD_DATA ? x_count(&p) : w_count(&p);
+    double *acc = calloc((size_t)count, sizeof *acc);
+    if (!acc)
+        return violation(ALLOC_FAILED, "%s: out of host memory", c->fn);
+    /* The stream's queued copies come first, as they would on the device. */
+    rt.sync(h->stream);
+    operands o = {c->x, c->w, c->y, acc};
+    loops(&p, c->op, &o);
+    double alpha = *(const float *)c->alpha, beta = *(const float *)c->beta;
+    for (long long i = 0; i < count; i++) {
+        /* beta == 0: the output is not read, so NaN there does not propagate */
+        double v = alpha * acc[i];
+        if (beta != 0)
+            v += beta * load(c->out, p.dtype, i);
+        store(c->out, p.dtype, i, v);
+    }
+    free(acc);
+    return OK;
+}
+
+int cudnnConvolutionForward(void *h, const void *alpha, void *xd, const void *x, void *wd,
+                            const void *w, void *conv, int algo, void *ws, size_t ws_bytes,
+                            const void *beta, void *yd, void *y)
+{
+    call c = {"cudnnConvolutionForward",
+              FWD,
+              algo,
+              h,
+              xd,
+              wd,
+              conv,
+              yd,
+              x,
+              w,
+              y,
+              y,
+              ws,
+              ws_bytes,
+              alpha,
+              beta};
+    return run_conv(&c);
+}
+
+int cudnnConvolutionBackwardData(void *h, const void *alpha, void *wd, const void *w, void *dyd,
+                                 const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
+                                 const void *beta, void *dxd, void *dx)
+{
+    call c = {"cudnnConvolutionBackwardData",
+              BWD_DATA,
+              algo,
+              h,
+              dxd,
+              wd,
+              conv,
+              dyd,
+              dx,
+              w,
+              dy,
+              dx,
+              ws,
+              ws_bytes,
+              alpha,
+              beta};
+    return run_conv(&c);
+}
+
+int cudnnConvolutionBackwardFilter(void *h, const void *alpha, void *xd, const void *x, void *dyd,
+                                   const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
+                                   const void *beta, void *dwd, void *dw)
+{
+    call c = {"cudnnConvolutionBackwardFilter",
+              BWD_FILTER,
+              algo,
+              h,
+              xd,
+              dwd,
+              conv,
+              dyd,
+              x,
+              dw,
+              dy,
+              dw,
+              ws,
+              ws_bytes,
+              alpha,
+              beta};
+    return run_conv(&c);
+}
+
+/* ---- For the tests (found with dlsym) ---- */
+int fake_cudnn_violations(void) { return violations; }
+int fake_cudnn_calls(void) { return calls; }
+const char *fake_cudnn_last_problem(void) { return last_problem; }
+
+void fake_cudnn_reset(void)
+{
+    pthread_mutex_lock(&mu);
+    violations = calls = 0;
+    last_problem[0] = '\0';
+    pthread_mutex_unlock(&mu);
+}
+
+/* Live handles and descriptors: 0 when every created one was destroyed. */
+int fake_cudnn_live(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nobjs; i++)
+        n += objs[i]->live;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
