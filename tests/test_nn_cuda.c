@@ -122,8 +122,8 @@ static void run_case(const cuda_case *c)
         stoke_status st = stoke_model_forward(gpu, c->batch, true);
         CHECK_MSG(st == STOKE_OK, "%s: %s", c->name, stoke_last_error());
         double lc = stoke_model_loss(cpu), lg = stoke_model_loss(gpu);
-        CHECK_MSG(rel_err(lg, lc) <= c->tol, "%s step %d: loss cuda %.9g, cpu %.9g", c->name, s,
-                  lg, lc);
+        CHECK_MSG(rel_err(lg, lc) <= c->tol, "%s step %d: loss cuda %.9g, cpu %.9g", c->name, s, lg,
+                  lc);
         CHECK(stoke_model_backward(cpu) == STOKE_OK);
         st = stoke_model_backward(gpu);
         CHECK_MSG(st == STOKE_OK, "%s: %s", c->name, stoke_last_error());

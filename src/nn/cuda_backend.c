@@ -124,17 +124,10 @@ static void cuda_scale(void *ctx, float *x, size_t n, float s)
 static void cuda_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
                      const stoke_optim *o, uint16_t *w_lp, stoke_precision lp)
 {
-    nk_sgd_args a = {w,
-                     g,
-                     mom,
-                     w_lp,
-                     -lr,
-                     o->weight_decay,
-                     o->momentum,
-                     1.0f, /* 1 - dampening (0, as PyTorch's default) */
-                     t <= 1,
-                     o->nesterov,
-                     lp == STOKE_PREC_FP16};
+    nk_sgd_args a = {w,           g,           mom,
+                     w_lp,        -lr,         o->weight_decay,
+                     o->momentum, 1.0f, /* 1 - dampening (0, as PyTorch's default) */
+                     t <= 1,      o->nesterov, lp == STOKE_PREC_FP16};
     cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, sgd, n, &a));
 }
 
@@ -211,6 +204,15 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_INPUT] = {nop, NULL, NULL, NULL},
             [STOKE_NN_LINEAR] = {cuda_linear_fwd, cuda_linear_bwd, cuda_linear_ws, NULL},
             [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
+            /* eltwise.c */
+            [STOKE_NN_RELU] = {cuda_relu_fwd, cuda_relu_bwd, NULL, NULL},
+            /* loss.c */
+            [STOKE_NN_CROSS_ENTROPY] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
+            [STOKE_NN_BCE_LOGITS] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
+            [STOKE_NN_MSE] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
+            [STOKE_NN_L1] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
+            [STOKE_NN_ACCURACY] = {cuda_loss_fwd, NULL, cuda_loss_ws, NULL},
+            [STOKE_NN_MAE] = {cuda_loss_fwd, NULL, cuda_loss_ws, NULL},
         },
     .supports = cuda_supports,
     .native = cuda_native,

@@ -1043,7 +1043,8 @@ stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *h
     const nn_node *n = nn_graph_node(m->g, t);
     if (!n || n->op != STOKE_NN_INPUT)
         return stoke_fail(STOKE_ERR_ARG, "%s: tensor %d is not an input", m->g->name, (int)t);
-    size_t cap = (size_t)m->o.max_batch * m->L.out_ps[t];
+    /* fp32 or int32: 4 bytes a value */
+    size_t cap = (size_t)m->o.max_batch * (size_t)stoke_shape_elems(&n->shape) * 4;
     if (bytes > cap)
         return stoke_fail(STOKE_ERR_ARG, "%s: %zu bytes for input %s, which holds %zu", m->g->name,
                           bytes, n->name, cap);

@@ -61,8 +61,8 @@ static const struct key {
     I(threads, 0, 4096, NULL),
     S(precision, " auto fp32 bf16 fp16 "),
     /* auto, cpu, cuda or cuda:N: checked by the tuner (stoke_decide), which names it */
-    {"device", T_STR, offsetof(stoke_train_config, device),
-     sizeof((stoke_train_config *)0)->device, 0, 0, "STOKE_DEVICE", NULL},
+    {"device", T_STR, offsetof(stoke_train_config, device), sizeof((stoke_train_config *)0)->device,
+     0, 0, "STOKE_DEVICE", NULL},
     S(optimizer, " sgd adamw "),
     D(lr, 0, 1e3, "LR"),
     D(momentum, 0, 0.9999, NULL),

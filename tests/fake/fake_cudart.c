@@ -303,9 +303,25 @@ static int enqueue(fake_stream *st, fake_copy op)
     return OK;
 }
 
+/* Host to device (the loader's, from pinned or pageable memory), device to host and
+ * device to device (the CUDA backend's); the device side must lie inside one
+ * allocation. */
+static int copy_fits(const void *dst, const void *src, size_t n, int kind)
+{
+    static const int want[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 2}}; /* src, dst kinds */
+    if (kind < 1 || kind > 3)
+        return 0;
+    size_t src_room = n, dst_room = n;
+    int src_kind = want[kind][0] ? fake_cudart_extent(src, &src_room) : 0;
+    int dst_kind = want[kind][1] ? fake_cudart_extent(dst, &dst_room) : 0;
+    return src_kind == want[kind][0] && dst_kind == want[kind][1] && n <= src_room &&
+           n <= dst_room;
+}
+
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 {
-    if (kind != 1 || !s)
+    /* the loader's copies come from pinned slots or, in its tests, from anywhere */
+    if (!s || (kind != 1 && !copy_fits(dst, src, n, kind)))
         return ret(INVALID_VALUE);
     return enqueue(s, (fake_copy){dst, src, n, 0, 0});
 }
@@ -322,13 +338,7 @@ int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
  * streams (stoke creates only those): ordering is the caller's job. */
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 {
-    static const int want[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 2}}; /* src, dst kinds */
-    if (kind < 1 || kind > 3)
-        return ret(INVALID_VALUE);
-    size_t src_room = n, dst_room = n;
-    int src_kind = want[kind][0] ? fake_cudart_extent(src, &src_room) : 0;
-    int dst_kind = want[kind][1] ? fake_cudart_extent(dst, &dst_room) : 0;
-    if (src_kind != want[kind][0] || dst_kind != want[kind][1] || n > src_room || n > dst_room)
+    if (!copy_fits(dst, src, n, kind))
         return ret(INVALID_VALUE);
     if (n)
         memcpy(dst, src, n);

@@ -110,7 +110,8 @@ static stoke_status open_blas(cuda_ctx *c)
     c->tf32 = c->cc_major >= 8;
     if (st == STOKE_OK)
         st = cuda_blas_check(
-            c, c->blas->set_math_mode(c->blas_h, c->tf32 ? NC_TF32_TENSOR_OP_MATH : NC_DEFAULT_MATH),
+            c,
+            c->blas->set_math_mode(c->blas_h, c->tf32 ? NC_TF32_TENSOR_OP_MATH : NC_DEFAULT_MATH),
             "cublasSetMathMode");
     return st;
 }

@@ -6,9 +6,9 @@
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-stoke_status cuda_gemm(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                       const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
-                       int64_t ldc, int type)
+stoke_status cuda_gemm(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
+                       int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                       int type)
 {
     return cuda_gemm_batched(c, ta, tb, m, n, k, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, type);
 }
@@ -28,19 +28,17 @@ stoke_status cuda_gemm_batched(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n
     int compute = type == NC_R_32F && c->tf32 ? NC_COMPUTE_32F_FAST_TF32 : NC_COMPUTE_32F;
     int rc;
     if (batch == 1)
-        rc = c->blas->gemm_ex(c->blas_h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, type, (int)lda, B,
-                              type, (int)ldb, &beta, C, NC_R_32F, (int)ldc, compute,
+        rc = c->blas->gemm_ex(c->blas_h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, type, (int)lda,
+                              B, type, (int)ldb, &beta, C, NC_R_32F, (int)ldc, compute,
                               NC_GEMM_DEFAULT);
     else
-        rc = c->blas->gemm_strided_batched_ex(c->blas_h, ta, tb, (int)m, (int)n, (int)k, &alpha, A,
-                                              type, (int)lda, sa, B, type, (int)ldb, sb, &beta, C,
-                                              NC_R_32F, (int)ldc, sc, (int)batch, compute,
-                                              NC_GEMM_DEFAULT);
+        rc = c->blas->gemm_strided_batched_ex(
+            c->blas_h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, type, (int)lda, sa, B, type,
+            (int)ldb, sb, &beta, C, NC_R_32F, (int)ldc, sc, (int)batch, compute, NC_GEMM_DEFAULT);
     return cuda_blas_check(c, rc, batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
 }
 
-stoke_status cuda_to_lowp(cuda_ctx *c, stoke_precision p, const float *x, uint16_t *out,
-                          int64_t n)
+stoke_status cuda_to_lowp(cuda_ctx *c, stoke_precision p, const float *x, uint16_t *out, int64_t n)
 {
     nk_lowp_args a = {x, out, p == STOKE_PREC_FP16};
     return CUDA_RUN(c, to_lowp, n, &a);

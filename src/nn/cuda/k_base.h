@@ -111,14 +111,14 @@ NK_FN void nk_bias_grad(int64_t c, const nk_bias_grad_args *a)
     a->db[c] += s;
 }
 
-#define NK_BASE_KERNELS(X)              \
-    X(scale, nk_scale_args)             \
-    X(to_lowp, nk_lowp_args)            \
-    X(sumsq_part, nk_sumsq_args)        \
-    X(sumsq_total, nk_sumsq_args)       \
-    X(sgd, nk_sgd_args)                 \
-    X(adamw, nk_adamw_args)             \
-    X(bias_add, nk_bias_args)           \
+#define NK_BASE_KERNELS(X)        \
+    X(scale, nk_scale_args)       \
+    X(to_lowp, nk_lowp_args)      \
+    X(sumsq_part, nk_sumsq_args)  \
+    X(sumsq_total, nk_sumsq_args) \
+    X(sgd, nk_sgd_args)           \
+    X(adamw, nk_adamw_args)       \
+    X(bias_add, nk_bias_args)     \
     X(bias_grad, nk_bias_grad_args)
 
 #endif

@@ -4,26 +4,24 @@
  * keeps the suite's end-to-end runs on the test doubles short. */
 #include "nn/cuda/launch.h"
 
-#define NK_HOST(name, T)                                                  \
-    static int host_##name(const nk_launch *L, int64_t n, const T *a)     \
-    {                                                                     \
-        if (L->sync && L->stream) {                                       \
-            int rc = L->sync(L->sync_ctx, L->stream);                     \
-            if (rc != 0)                                                  \
-                return rc;                                                \
-        }                                                                 \
-        _Pragma("omp parallel for schedule(static) if (n >= 16384)")      \
-        for (int64_t i = 0; i < n; i++)                                   \
-            nk_##name(i, a);                                              \
-        return 0;                                                         \
+#define NK_HOST(name, T)                                                                        \
+    static int host_##name(const nk_launch *L, int64_t n, const T *a)                           \
+    {                                                                                           \
+        if (L->sync && L->stream) {                                                             \
+            int rc = L->sync(L->sync_ctx, L->stream);                                           \
+            if (rc != 0)                                                                        \
+                return rc;                                                                      \
+        }                                                                                       \
+        _Pragma("omp parallel for schedule(static) if (n >= 16384)") for (int64_t i = 0; i < n; \
+                                                                          i++) nk_##name(i, a); \
+        return 0;                                                                               \
     }
 NK_ALL_KERNELS(NK_HOST)
 #undef NK_HOST
 
-static const nn_cuda_kernels host_table = {
-    .build = "host",
+static const nn_cuda_kernels host_table = {.build = "host",
 #define NK_ENTRY(name, T) .name = host_##name,
-    NK_ALL_KERNELS(NK_ENTRY)
+                                           NK_ALL_KERNELS(NK_ENTRY)
 #undef NK_ENTRY
 };
 

@@ -13,18 +13,18 @@
 
 /* ---- cuBLAS (libcublas.so.13, .12) ---- */
 enum { NC_CUBLAS_SUCCESS = 0 };
-enum { NC_OP_N = 0, NC_OP_T = 1 };                                  /* cublasOperation_t */
-enum { NC_R_32F = 0, NC_R_16F = 2, NC_R_16BF = 14 };                /* cudaDataType */
-enum { NC_COMPUTE_32F = 68, NC_COMPUTE_32F_FAST_TF32 = 77 };        /* cublasComputeType_t */
-enum { NC_GEMM_DEFAULT = -1 };                                      /* cublasGemmAlgo_t */
-enum { NC_DEFAULT_MATH = 0, NC_TF32_TENSOR_OP_MATH = 3 };           /* cublasMath_t */
+enum { NC_OP_N = 0, NC_OP_T = 1 };                           /* cublasOperation_t */
+enum { NC_R_32F = 0, NC_R_16F = 2, NC_R_16BF = 14 };         /* cudaDataType */
+enum { NC_COMPUTE_32F = 68, NC_COMPUTE_32F_FAST_TF32 = 77 }; /* cublasComputeType_t */
+enum { NC_GEMM_DEFAULT = -1 };                               /* cublasGemmAlgo_t */
+enum { NC_DEFAULT_MATH = 0, NC_TF32_TENSOR_OP_MATH = 3 };    /* cublasMath_t */
 
 typedef struct nn_cublas {
     void *lib;
-    int (*create)(void **handle);                   /* cublasCreate_v2 */
-    int (*destroy)(void *handle);                   /* cublasDestroy_v2 */
-    int (*set_stream)(void *handle, void *stream);  /* cublasSetStream_v2 */
-    int (*set_math_mode)(void *handle, int mode);   /* cublasSetMathMode */
+    int (*create)(void **handle);                  /* cublasCreate_v2 */
+    int (*destroy)(void *handle);                  /* cublasDestroy_v2 */
+    int (*set_stream)(void *handle, void *stream); /* cublasSetStream_v2 */
+    int (*set_math_mode)(void *handle, int mode);  /* cublasSetMathMode */
     /* cublasSetWorkspace_v2; optional (NULL: the library's own pool) */
     int (*set_workspace)(void *handle, void *ws, size_t bytes);
     /* cublasGemmEx: column-major C (m x n) = alpha op(A) op(B) + beta C; alpha and beta
@@ -94,15 +94,14 @@ typedef struct nn_cudnn {
                             nn_cudnn_perf *perf);
     int (*fwd_ws)(void *h, void *x, void *w, void *conv, void *y, int algo, size_t *bytes);
     int (*bwd_data_ws)(void *h, void *w, void *dy, void *conv, void *dx, int algo, size_t *bytes);
-    int (*bwd_filter_ws)(void *h, void *x, void *dy, void *conv, void *dw, int algo,
-                         size_t *bytes);
+    int (*bwd_filter_ws)(void *h, void *x, void *dy, void *conv, void *dw, int algo, size_t *bytes);
     /* alpha and beta point to floats */
     int (*fwd)(void *h, const void *alpha, void *xd, const void *x, void *wd, const void *w,
                void *conv, int algo, void *ws, size_t ws_bytes, const void *beta, void *yd,
                void *y);
-    int (*bwd_data)(void *h, const void *alpha, void *wd, const void *w, void *dyd,
-                    const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
-                    const void *beta, void *dxd, void *dx);
+    int (*bwd_data)(void *h, const void *alpha, void *wd, const void *w, void *dyd, const void *dy,
+                    void *conv, int algo, void *ws, size_t ws_bytes, const void *beta, void *dxd,
+                    void *dx);
     int (*bwd_filter)(void *h, const void *alpha, void *xd, const void *x, void *dyd,
                       const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
                       const void *beta, void *dwd, void *dw);

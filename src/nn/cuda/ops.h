@@ -20,16 +20,25 @@ stoke_status cuda_linear_ws(void *ctx, const stoke_graph *g, const nn_node *n, i
 /* cuBLAS's column-major C (m x n, fp32, ldc) = op(A) op(B) + beta C with fp32
  * accumulation; A and B both fp32 (TF32 where the context allows) or both of `type`
  * NC_R_16BF / NC_R_16F. The GEMM the linear layer and attention share. */
-stoke_status cuda_gemm(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                       const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
-                       int64_t ldc, int type);
+stoke_status cuda_gemm(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
+                       int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                       int type);
 /* cuda_gemm over `batch` matrices at the given element strides. */
 stoke_status cuda_gemm_batched(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k,
                                const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
                                int64_t sb, float beta, float *C, int64_t ldc, int64_t sc,
                                int64_t batch, int type);
 /* x (n fp32) rounded into out (n bf16/fp16 bits, precision p). */
-stoke_status cuda_to_lowp(cuda_ctx *c, stoke_precision p, const float *x, uint16_t *out,
-                          int64_t n);
+stoke_status cuda_to_lowp(cuda_ctx *c, stoke_precision p, const float *x, uint16_t *out, int64_t n);
+
+/* loss.c: losses and metrics (out[0] = the batch mean) */
+stoke_status cuda_loss_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_loss_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_loss_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                          stoke_precision p, size_t *bytes);
+
+/* eltwise.c: activations, dropout, add, softmax, slice */
+stoke_status cuda_relu_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_relu_bwd(void *ctx, const nn_exec_args *a);
 
 #endif
