@@ -609,6 +609,14 @@ static void case_cudart(void)
     from_dev(back, a, sizeof back);
     CHECK(back[0] == 0x7f && back[15] == 0x7f && back[16] == 0);
     CHECK_INT_EQ(E.rt->memcpy(b, a, 32, CU_MEMCPY_DEVICE_TO_DEVICE), 0);
+    /* asynchronous copies out of device memory wait in the queue as well */
+    char later[32] = {0};
+    CHECK_INT_EQ(E.rt->memcpy_async(later, b, 32, CU_MEMCPY_DEVICE_TO_HOST, E.stream), 0);
+    CHECK_INT_EQ(later[0], 0);
+    CHECK_INT_EQ(E.rt->stream_synchronize(E.stream), 0);
+    CHECK(later[0] == 0x7f && later[16] == 0);
+    CHECK_INT_EQ(E.rt->memcpy_async(host, later, 32, CU_MEMCPY_HOST_TO_DEVICE, E.stream), 1);
+    CHECK_INT_EQ(E.rt->memcpy_async(b + 99990, host, 32, CU_MEMCPY_HOST_TO_DEVICE, E.stream), 1);
     CHECK_INT_EQ(E.rt->memcpy(host, back, 32, CU_MEMCPY_HOST_TO_DEVICE), 1);
     CHECK_INT_EQ(E.rt->memcpy(a + 599990, host, 32, CU_MEMCPY_HOST_TO_DEVICE), 1);
     CHECK_INT_EQ(E.rt->memset_async(host, 0, 4, E.stream), 1);

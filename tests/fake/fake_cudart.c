@@ -303,11 +303,35 @@ static int enqueue(fake_stream *st, fake_copy op)
     return OK;
 }
 
+/* Whether a copy of kind 1 (host to device), 2 (device to host) or 3 (device to
+ * device) has device memory where the kind says, n bytes of it. */
+static int copy_ok(void *dst, const void *src, size_t n, int kind)
+{
+    static const int want[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 2}}; /* src, dst kinds */
+    if (kind < 1 || kind > 3)
+        return 0;
+    size_t src_room = n, dst_room = n;
+    int src_kind = want[kind][0] ? fake_cudart_extent(src, &src_room) : 0;
+    int dst_kind = want[kind][1] ? fake_cudart_extent(dst, &dst_room) : 0;
+    return src_kind == want[kind][0] && dst_kind == want[kind][1] && n <= src_room && n <= dst_room;
+}
+
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 {
-    if (kind != 1 || !s)
+    if (!s || !copy_ok(dst, src, n, kind))
         return ret(INVALID_VALUE);
     return enqueue(s, (fake_copy){dst, src, n, 0, 0});
+}
+
+/* Synchronous, and like the real one it waits for nothing queued on non-blocking
+ * streams (stoke creates only those): ordering is the caller's job. */
+int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+{
+    if (!copy_ok(dst, src, n, kind))
+        return ret(INVALID_VALUE);
+    if (n)
+        memcpy(dst, src, n);
+    return OK;
 }
 
 int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
@@ -316,23 +340,6 @@ int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
     if (!s || fake_cudart_extent(dst, &room) != 2 || n > room)
         return ret(INVALID_VALUE);
     return enqueue(s, (fake_copy){dst, NULL, n, 0, value});
-}
-
-/* Synchronous, and like the real one it waits for nothing queued on non-blocking
- * streams (stoke creates only those): ordering is the caller's job. */
-int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
-{
-    static const int want[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 2}}; /* src, dst kinds */
-    if (kind < 1 || kind > 3)
-        return ret(INVALID_VALUE);
-    size_t src_room = n, dst_room = n;
-    int src_kind = want[kind][0] ? fake_cudart_extent(src, &src_room) : 0;
-    int dst_kind = want[kind][1] ? fake_cudart_extent(dst, &dst_room) : 0;
-    if (src_kind != want[kind][0] || dst_kind != want[kind][1] || n > src_room || n > dst_room)
-        return ret(INVALID_VALUE);
-    if (n)
-        memcpy(dst, src, n);
-    return OK;
 }
 
 int cudaStreamSynchronize(void *s)
