@@ -673,6 +673,8 @@ static void case_errors(void)
     if (!open_all())
         return;
     CHECK_STR_EQ(nn_cublas_error(E.blas, 7), "CUBLAS_STATUS_INVALID_VALUE");
+    CHECK_STR_EQ(nn_cublas_error(E.blas, 999), "cuBLAS status 999");
+    CHECK_STR_EQ(nn_cudnn_error(E.dnn, 77), "cuDNN status 77");
     CHECK_STR_EQ(nn_cudnn_error(E.dnn, 2008), "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH");
     CHECK_INT_EQ(E.blas->version, 13);
     close_all();

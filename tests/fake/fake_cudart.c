@@ -131,7 +131,7 @@ int stoke_fake_cudart = 1;
 static int ret(int rc)
 {
     if (rc != OK)
-        last_error = rc;
+        __atomic_store_n(&last_error, rc, __ATOMIC_RELAXED);
     return rc;
 }
 
@@ -139,8 +139,9 @@ static int ret(int rc)
 static size_t device_total(void)
 {
     const fake_scenario *s = fake_scenario_get();
-    if (current_device < s->ndevices && s->devices[current_device].has_memory)
-        return (size_t)s->devices[current_device].memory;
+    int dev = __atomic_load_n(&current_device, __ATOMIC_RELAXED);
+    if (dev < s->ndevices && s->devices[dev].has_memory)
+        return (size_t)s->devices[dev].memory;
     return (size_t)16 << 30;
 }
 
@@ -211,7 +212,7 @@ int cudaSetDevice(int dev)
 {
     if (dev < 0 || dev >= fake_scenario_get()->ndevices)
         return ret(INVALID_DEVICE);
-    current_device = dev;
+    __atomic_store_n(&current_device, dev, __ATOMIC_RELAXED);
     return OK;
 }
 
@@ -363,14 +364,7 @@ int cudaMemGetInfo(size_t *free_bytes, size_t *total)
     return OK;
 }
 
-int cudaGetLastError(void)
-{
-    pthread_mutex_lock(&fake_mu);
-    int rc = last_error;
-    last_error = OK;
-    pthread_mutex_unlock(&fake_mu);
-    return rc;
-}
+int cudaGetLastError(void) { return __atomic_exchange_n(&last_error, OK, __ATOMIC_RELAXED); }
 
 int cudaEventCreateWithFlags(void **e, unsigned flags)
 {
