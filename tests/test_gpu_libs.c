@@ -128,9 +128,9 @@ typedef struct gemm_case {
     int nan_c; /* C starts as NaN (with beta 0 it must not be read) */
 } gemm_case;
 
-static size_t span(int rows, int cols, int ld, long long stride, int batch)
+/* Elements from a batch's first matrix to the end of its last one. */
+static size_t span(int cols, int ld, long long stride, int batch)
 {
-    (void)rows;
     return (size_t)((long long)(batch - 1) * stride + (long long)ld * cols);
 }
 
@@ -145,58 +145,91 @@ static double ref_at(const gemm_case *g, const void *a, const void *b, int p, in
     return sum;
 }
 
-/* Runs one GEMM on the double and compares every element of C (padding rows must be
- * untouched); returns the number of mismatches. */
-static int gemm_run(const gemm_case *g)
+/* One GEMM's operands, on the host and in the double's device memory. */
+typedef struct gemm_bufs {
+    size_t na, nb, nc; /* elements */
+    void *ha, *hb, *hc, *da, *db, *dc;
+} gemm_bufs;
+
+static void *filled(size_t n, int type, int salt, int nan)
 {
-    int acols = g->ta ? g->m : g->k, bcols = g->tb ? g->k : g->n;
-    size_t na = span(0, acols, g->lda, g->sa, g->batch),
-           nb = span(0, bcols, g->ldb, g->sb, g->batch);
-    size_t nc = span(0, g->n, g->ldc, g->sc, g->batch);
-    void *ha = malloc(na * tsize(g->ab)), *hb = malloc(nb * tsize(g->ab));
-    void *hc = malloc(nc * tsize(g->c)), *out = malloc(nc * tsize(g->c));
-    for (size_t i = 0; i < na; i++)
-        put(ha, g->ab, i, val(i, 1));
-    for (size_t i = 0; i < nb; i++)
-        put(hb, g->ab, i, val(i, 2));
-    for (size_t i = 0; i < nc; i++)
-        put(hc, g->c, i, g->nan_c ? NAN : val(i, 3));
-    void *da = dev_alloc(na * tsize(g->ab)), *db = dev_alloc(nb * tsize(g->ab));
-    void *dc = dev_alloc(nc * tsize(g->c));
+    void *p = malloc(n * tsize(type));
+    for (size_t i = 0; i < n; i++)
+        put(p, type, i, nan ? NAN : val(i, salt));
+    return p;
+}
+
+static void gemm_upload(const gemm_case *g, gemm_bufs *m)
+{
+    m->na = span(g->ta ? g->m : g->k, g->lda, g->sa, g->batch);
+    m->nb = span(g->tb ? g->k : g->n, g->ldb, g->sb, g->batch);
+    m->nc = span(g->n, g->ldc, g->sc, g->batch);
+    m->ha = filled(m->na, g->ab, 1, 0), m->hb = filled(m->nb, g->ab, 2, 0);
+    m->hc = filled(m->nc, g->c, 3, g->nan_c);
+    m->da = dev_alloc(m->na * tsize(g->ab)), m->db = dev_alloc(m->nb * tsize(g->ab));
+    m->dc = dev_alloc(m->nc * tsize(g->c));
     /* A and B go through the stream's queue: the GEMM must run it first. */
-    CHECK_INT_EQ(E.rt->memcpy_async(da, ha, na * tsize(g->ab), CU_MEMCPY_HOST_TO_DEVICE, E.stream),
-                 0);
-    CHECK_INT_EQ(E.rt->memcpy_async(db, hb, nb * tsize(g->ab), CU_MEMCPY_HOST_TO_DEVICE, E.stream),
-                 0);
-    to_dev(dc, hc, nc * tsize(g->c));
-    void *h = NULL;
-    CHECK_INT_EQ(E.blas->create(&h), 0);
-    CHECK_INT_EQ(E.blas->set_stream(h, E.stream), 0);
-    int rc = g->batch == 1 && g->sa == 0
-                 ? E.blas->gemm_ex(h, g->ta, g->tb, g->m, g->n, g->k, &g->alpha, da, g->ab, g->lda,
-                                   db, g->ab, g->ldb, &g->beta, dc, g->c, g->ldc, g->compute,
-                                   NC_GEMM_DEFAULT)
-                 : E.blas->gemm_strided_batched_ex(h, g->ta, g->tb, g->m, g->n, g->k, &g->alpha, da,
-                                                   g->ab, g->lda, g->sa, db, g->ab, g->ldb, g->sb,
-                                                   &g->beta, dc, g->c, g->ldc, g->sc, g->batch,
-                                                   g->compute, NC_GEMM_DEFAULT);
-    CHECK_MSG(rc == 0, "gemm: %s (%s)", nn_cublas_error(E.blas, rc), E.blas_problem());
-    from_dev(out, dc, nc * tsize(g->c));
+    CHECK_INT_EQ(
+        E.rt->memcpy_async(m->da, m->ha, m->na * tsize(g->ab), CU_MEMCPY_HOST_TO_DEVICE, E.stream),
+        0);
+    CHECK_INT_EQ(
+        E.rt->memcpy_async(m->db, m->hb, m->nb * tsize(g->ab), CU_MEMCPY_HOST_TO_DEVICE, E.stream),
+        0);
+    to_dev(m->dc, m->hc, m->nc * tsize(g->c));
+}
+
+static void gemm_release(gemm_bufs *m)
+{
+    E.rt->free(m->da), E.rt->free(m->db), E.rt->free(m->dc);
+    free(m->ha), free(m->hb), free(m->hc);
+}
+
+static int gemm_call(void *h, const gemm_case *g, const gemm_bufs *m)
+{
+    if (g->batch == 1 && g->sa == 0)
+        return E.blas->gemm_ex(h, g->ta, g->tb, g->m, g->n, g->k, &g->alpha, m->da, g->ab, g->lda,
+                               m->db, g->ab, g->ldb, &g->beta, m->dc, g->c, g->ldc, g->compute,
+                               NC_GEMM_DEFAULT);
+    return E.blas->gemm_strided_batched_ex(
+        h, g->ta, g->tb, g->m, g->n, g->k, &g->alpha, m->da, g->ab, g->lda, g->sa, m->db, g->ab,
+        g->ldb, g->sb, &g->beta, m->dc, g->c, g->ldc, g->sc, g->batch, g->compute, NC_GEMM_DEFAULT);
+}
+
+/* Mismatches of C read back against the reference: every element of every row up to
+ * ldc, so padding rows must come back untouched. */
+static int gemm_mismatches(const gemm_case *g, const gemm_bufs *m, const void *out)
+{
     int bad = 0;
     for (int p = 0; p < g->batch; p++)
         for (int j = 0; j < g->n; j++)
             for (int i = 0; i < g->ldc; i++) {
                 size_t ci = (size_t)(i + (long long)j * g->ldc + p * g->sc);
-                double want = get(hc, g->c, ci);
+                double want = get(m->hc, g->c, ci);
                 if (i < g->m)
-                    want = rounded(g->c, g->alpha * ref_at(g, ha, hb, p, i, j) +
+                    want = rounded(g->c, g->alpha * ref_at(g, m->ha, m->hb, p, i, j) +
                                              (g->beta != 0 ? g->beta * want : 0));
                 double got = get(out, g->c, ci);
                 bad += !(got == want || (isnan(got) && isnan(want)));
             }
+    return bad;
+}
+
+/* Runs one GEMM on the double; returns the number of wrong elements of C. */
+static int gemm_run(const gemm_case *g)
+{
+    gemm_bufs m;
+    gemm_upload(g, &m);
+    void *h = NULL;
+    CHECK_INT_EQ(E.blas->create(&h), 0);
+    CHECK_INT_EQ(E.blas->set_stream(h, E.stream), 0);
+    int rc = gemm_call(h, g, &m);
+    CHECK_MSG(rc == 0, "gemm: %s (%s)", nn_cublas_error(E.blas, rc), E.blas_problem());
+    void *out = malloc(m.nc * tsize(g->c));
+    from_dev(out, m.dc, m.nc * tsize(g->c));
+    int bad = gemm_mismatches(g, &m, out);
     CHECK_INT_EQ(E.blas->destroy(h), 0);
-    E.rt->free(da), E.rt->free(db), E.rt->free(dc);
-    free(ha), free(hb), free(hc), free(out);
+    gemm_release(&m);
+    free(out);
     return bad;
 }
 
@@ -609,6 +642,14 @@ static void case_cudart(void)
     from_dev(back, a, sizeof back);
     CHECK(back[0] == 0x7f && back[15] == 0x7f && back[16] == 0);
     CHECK_INT_EQ(E.rt->memcpy(b, a, 32, CU_MEMCPY_DEVICE_TO_DEVICE), 0);
+    /* asynchronous copies out of device memory wait in the queue as well */
+    char later[32] = {0};
+    CHECK_INT_EQ(E.rt->memcpy_async(later, b, 32, CU_MEMCPY_DEVICE_TO_HOST, E.stream), 0);
+    CHECK_INT_EQ(later[0], 0);
+    CHECK_INT_EQ(E.rt->stream_synchronize(E.stream), 0);
+    CHECK(later[0] == 0x7f && later[16] == 0);
+    CHECK_INT_EQ(E.rt->memcpy_async(host, later, 32, CU_MEMCPY_HOST_TO_DEVICE, E.stream), 1);
+    CHECK_INT_EQ(E.rt->memcpy_async(b + 99990, host, 32, CU_MEMCPY_HOST_TO_DEVICE, E.stream), 1);
     CHECK_INT_EQ(E.rt->memcpy(host, back, 32, CU_MEMCPY_HOST_TO_DEVICE), 1);
     CHECK_INT_EQ(E.rt->memcpy(a + 599990, host, 32, CU_MEMCPY_HOST_TO_DEVICE), 1);
     CHECK_INT_EQ(E.rt->memset_async(host, 0, 4, E.stream), 1);
@@ -665,6 +706,8 @@ static void case_errors(void)
     if (!open_all())
         return;
     CHECK_STR_EQ(nn_cublas_error(E.blas, 7), "CUBLAS_STATUS_INVALID_VALUE");
+    CHECK_STR_EQ(nn_cublas_error(E.blas, 999), "cuBLAS status 999");
+    CHECK_STR_EQ(nn_cudnn_error(E.dnn, 77), "cuDNN status 77");
     CHECK_STR_EQ(nn_cudnn_error(E.dnn, 2008), "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH");
     CHECK_INT_EQ(E.blas->version, 13);
     close_all();

@@ -67,10 +67,12 @@ static int violation(int status, const char *fmt, ...)
 
 static fake_handle *get_handle(void *h)
 {
-    fake_handle *fh = h;
-    if (fh < handles || fh >= handles + FAKE_MAX_HANDLES || !fh->live)
+    /* Compared as integers: a stranger's pointer is not in the array. */
+    uintptr_t p = (uintptr_t)h, first = (uintptr_t)handles;
+    if (p < first || p >= first + sizeof handles || (p - first) % sizeof handles[0])
         return NULL;
-    return fh;
+    fake_handle *fh = &handles[(p - first) / sizeof handles[0]];
+    return fh->live ? fh : NULL;
 }
 
 int cublasCreate_v2(void **h)

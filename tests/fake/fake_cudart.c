@@ -131,7 +131,7 @@ int stoke_fake_cudart = 1;
 static int ret(int rc)
 {
     if (rc != OK)
-        last_error = rc;
+        __atomic_store_n(&last_error, rc, __ATOMIC_RELAXED);
     return rc;
 }
 
@@ -139,8 +139,9 @@ static int ret(int rc)
 static size_t device_total(void)
 {
     const fake_scenario *s = fake_scenario_get();
-    if (current_device < s->ndevices && s->devices[current_device].has_memory)
-        return (size_t)s->devices[current_device].memory;
+    int dev = __atomic_load_n(&current_device, __ATOMIC_RELAXED);
+    if (dev < s->ndevices && s->devices[dev].has_memory)
+        return (size_t)s->devices[dev].memory;
     return (size_t)16 << 30;
 }
 
@@ -211,7 +212,7 @@ int cudaSetDevice(int dev)
 {
     if (dev < 0 || dev >= fake_scenario_get()->ndevices)
         return ret(INVALID_DEVICE);
-    current_device = dev;
+    __atomic_store_n(&current_device, dev, __ATOMIC_RELAXED);
     return OK;
 }
 
@@ -303,10 +304,9 @@ static int enqueue(fake_stream *st, fake_copy op)
     return OK;
 }
 
-/* Host to device (the loader's, from pinned or pageable memory), device to host and
- * device to device (the CUDA backend's); the device side must lie inside one
- * allocation. */
-static int copy_fits(const void *dst, const void *src, size_t n, int kind)
+/* Whether a copy of kind 1 (host to device), 2 (device to host) or 3 (device to
+ * device) has device memory where the kind says, n bytes of it. */
+static int copy_ok(void *dst, const void *src, size_t n, int kind)
 {
     static const int want[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 2}}; /* src, dst kinds */
     if (kind < 1 || kind > 3)
@@ -314,16 +314,25 @@ static int copy_fits(const void *dst, const void *src, size_t n, int kind)
     size_t src_room = n, dst_room = n;
     int src_kind = want[kind][0] ? fake_cudart_extent(src, &src_room) : 0;
     int dst_kind = want[kind][1] ? fake_cudart_extent(dst, &dst_room) : 0;
-    return src_kind == want[kind][0] && dst_kind == want[kind][1] && n <= src_room &&
-           n <= dst_room;
+    return src_kind == want[kind][0] && dst_kind == want[kind][1] && n <= src_room && n <= dst_room;
 }
 
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 {
-    /* the loader's copies come from pinned slots or, in its tests, from anywhere */
-    if (!s || (kind != 1 && !copy_fits(dst, src, n, kind)))
+    if (!s || !copy_ok(dst, src, n, kind))
         return ret(INVALID_VALUE);
     return enqueue(s, (fake_copy){dst, src, n, 0, 0});
+}
+
+/* Synchronous, and like the real one it waits for nothing queued on non-blocking
+ * streams (stoke creates only those): ordering is the caller's job. */
+int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+{
+    if (!copy_ok(dst, src, n, kind))
+        return ret(INVALID_VALUE);
+    if (n)
+        memcpy(dst, src, n);
+    return OK;
 }
 
 int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
@@ -332,17 +341,6 @@ int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
     if (!s || fake_cudart_extent(dst, &room) != 2 || n > room)
         return ret(INVALID_VALUE);
     return enqueue(s, (fake_copy){dst, NULL, n, 0, value});
-}
-
-/* Synchronous, and like the real one it waits for nothing queued on non-blocking
- * streams (stoke creates only those): ordering is the caller's job. */
-int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
-{
-    if (!copy_fits(dst, src, n, kind))
-        return ret(INVALID_VALUE);
-    if (n)
-        memcpy(dst, src, n);
-    return OK;
 }
 
 int cudaStreamSynchronize(void *s)
@@ -366,14 +364,7 @@ int cudaMemGetInfo(size_t *free_bytes, size_t *total)
     return OK;
 }
 
-int cudaGetLastError(void)
-{
-    pthread_mutex_lock(&fake_mu);
-    int rc = last_error;
-    last_error = OK;
-    pthread_mutex_unlock(&fake_mu);
-    return rc;
-}
+int cudaGetLastError(void) { return __atomic_exchange_n(&last_error, OK, __ATOMIC_RELAXED); }
 
 int cudaEventCreateWithFlags(void **e, unsigned flags)
 {

@@ -122,6 +122,10 @@ static const char *cublas_status_name(int status)
 const char *nn_cublas_error(const nn_cublas *b, int status)
 {
     const char *s = b && b->status_string ? b->status_string(status) : NULL;
+    /* The libraries' answer to a code they do not know ("<unknown>",
+     * "CUDNN_UNKNOWN_STATUS_FOUND") says less than the number. */
+    if (s && (s[0] == '<' || strstr(s, "UNKNOWN")))
+        s = NULL;
     if (!s)
         s = cublas_status_name(status);
     if (s)

@@ -134,6 +134,10 @@ static const char *cudnn_status_name(int status)
 const char *nn_cudnn_error(const nn_cudnn *d, int status)
 {
     const char *s = d && d->error_string ? d->error_string(status) : NULL;
+    /* The libraries' answer to a code they do not know ("<unknown>",
+     * "CUDNN_UNKNOWN_STATUS_FOUND") says less than the number. */
+    if (s && (s[0] == '<' || strstr(s, "UNKNOWN")))
+        s = NULL;
     if (!s)
         s = cudnn_status_name(status);
     if (s)
