@@ -6,3 +6,10 @@ set_tests_properties(test_nn_cuda PROPERTIES LABELS nn)
 add_dependencies(test_nn_cuda fake_cudart fake_cublas fake_cudnn)
 target_compile_definitions(test_nn_cuda PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"
   FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
+
+# `stoke train --device cuda` end to end on the doubles, against the CPU backend.
+add_test(NAME train_cuda_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_cuda.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-cuda-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
+                 ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
+set_tests_properties(train_cuda_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -499,8 +499,38 @@ static void test_decide(void)
     stoke_recommend(&machine, &recs);
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
     CHECK_INT_EQ(d.precision, STOKE_PREC_FP16);
+    /* auto takes the GPU: batches are copied there, one thread queues its work */
+    CHECK_INT_EQ(d.device, 0);
+    CHECK_STR_EQ(stoke_source_name(d.device_why.source), "tuned");
+    CHECK_STR_CONTAINS(d.device_why.reason, "Tesla V100, compute capability 7.0");
+    CHECK(d.pinned);
+    CHECK_STR_CONTAINS(d.pinned_why.reason, "copied to the GPU");
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_CONTAINS(d.threads_why.reason, "the GPU computes");
+    /* the CPU asked for: the CPU's precision rule, no device copy */
+    q.device = "cpu";
+    q.device_src = STOKE_SRC_FLAG;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, STOKE_TUNE_CPU);
+    CHECK_STR_EQ(stoke_source_name(d.device_why.source), "flag");
+    CHECK_INT_EQ(d.precision, STOKE_PREC_FP32);
     CHECK(!d.pinned);
     CHECK_STR_CONTAINS(d.pinned_why.reason, "no batch is copied to a GPU");
+    /* a device asked for is decided as given (creating the model says if it is absent) */
+    q.device = "cuda:2";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, 2);
+    CHECK_INT_EQ(d.precision, STOKE_PREC_FP32); /* no recommendation for a GPU not seen */
+    q.device = "cuda";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, 0);
+    const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda:99", "CPU"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        q.device = bad[i];
+        CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
+        CHECK_STR_CONTAINS(stoke_last_error(), "is not auto, cpu, cuda or cuda:N");
+    }
+    q.device = NULL;
 
     q.precision = "fp64";
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);

@@ -446,6 +446,13 @@ const char *stoke_model_device_name(const stoke_model *m);
 /* Copies `bytes` from host memory into input `t` (the first samples of the batch).
  * STOKE_ERR_ARG if t is not an input or bytes exceed it. */
 stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes);
+/* A device model: its CUDA stream (a cudaStream_t: every op is queued on it, so work
+ * that must come first, such as a loader's copy, is made to precede it with
+ * stoke_loader_stream_wait); and a copy of `bytes` of device memory (the loader's
+ * batch) into input t, queued on that stream. NULL / STOKE_ERR_ARG on the CPU. */
+void *stoke_model_stream(const stoke_model *m);
+stoke_status stoke_model_set_input_device(stoke_model *m, stoke_tensor t, const void *dev,
+                                          size_t bytes);
 /* Copies `bytes` between host memory and a buffer of the model (a pointer from
  * stoke_model_param/grad/optim_state/output/input, possibly offset). After writing
  * parameters call stoke_model_params_changed. Errors of the device (a failed copy) are

@@ -133,6 +133,9 @@ stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
  * (runtime, device, cuBLAS, the kernel module), recorded. */
 stoke_status nn_cuda_backend_new(int device, nn_backend **out);
 
+/* A CUDA instance's stream (cudaStream_t), NULL for another backend. */
+void *nn_backend_stream(const nn_backend *be);
+
 /* What a CUDA instance runs with ("CUDA device 0 (compute capability 9.0), kernels:
  * ..."), or "" for another backend. */
 const char *nn_backend_describe(const nn_backend *be);

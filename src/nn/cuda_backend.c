@@ -253,6 +253,12 @@ stoke_status nn_cuda_backend_new(int device, nn_backend **out)
     return STOKE_OK;
 }
 
+void *nn_backend_stream(const nn_backend *be)
+{
+    return be && be->ctx && strcmp(be->name, "cuda") == 0 ? ((const cuda_ctx *)be->ctx)->L.stream
+                                                          : NULL;
+}
+
 const char *nn_backend_describe(const nn_backend *be)
 {
     return be && be->ctx && strcmp(be->name, "cuda") == 0 ? ((const cuda_ctx *)be->ctx)->why : "";

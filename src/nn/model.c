@@ -1038,7 +1038,7 @@ stoke_status stoke_model_sync(stoke_model *m)
     return m->be->sync ? m->be->sync(m->be->ctx) : STOKE_OK;
 }
 
-stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes)
+static stoke_status check_input(const stoke_model *m, stoke_tensor t, size_t bytes)
 {
     const nn_node *n = nn_graph_node(m->g, t);
     if (!n || n->op != STOKE_NN_INPUT)
@@ -1048,7 +1048,26 @@ stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *h
     if (bytes > cap)
         return stoke_fail(STOKE_ERR_ARG, "%s: %zu bytes for input %s, which holds %zu", m->g->name,
                           bytes, n->name, cap);
-    return stoke_model_write(m, m->out[t], host, bytes);
+    return STOKE_OK;
+}
+
+stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes)
+{
+    stoke_status st = check_input(m, t, bytes);
+    return st == STOKE_OK ? stoke_model_write(m, m->out[t], host, bytes) : st;
+}
+
+void *stoke_model_stream(const stoke_model *m) { return nn_backend_stream(m->be); }
+
+stoke_status stoke_model_set_input_device(stoke_model *m, stoke_tensor t, const void *dev,
+                                          size_t bytes)
+{
+    if (!m->o.cuda)
+        return stoke_fail(STOKE_ERR_ARG, "%s: a device input for a model on the CPU", m->g->name);
+    stoke_status st = check_input(m, t, bytes);
+    if (st == STOKE_OK && bytes)
+        m->be->copy(m->be->ctx, m->out[t], dev, bytes);
+    return st;
 }
 
 stoke_status stoke_model_read(stoke_model *m, const void *buf, void *host, size_t bytes)

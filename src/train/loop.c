@@ -30,6 +30,18 @@ static double loader_wait_s(stoke_loader *l)
     return s.wait_avg_ms * (double)s.batches / 1000.0;
 }
 
+/* A batch's inputs into the model: from the loader's device copy (the model's stream
+ * waits on its event, then copies it on the device) or from host memory. */
+static stoke_status train_feed_input(stoke_model *m, stoke_tensor x, stoke_loader *l,
+                                     const stoke_batch *b)
+{
+    size_t bytes = (size_t)b->size * b->input_bytes;
+    if (!b->on_device)
+        return stoke_model_set_input(m, x, b->inputs, bytes);
+    stoke_status s = stoke_loader_stream_wait(l, b, stoke_model_stream(m));
+    return s == STOKE_OK ? stoke_model_set_input_device(m, x, b->inputs, bytes) : s;
+}
+
 /* The validation set's mean loss and metric with the training model's weights, on the
  * inference model (so the training trajectory is unchanged). NaN and 0 without one. */
 static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int64_t *count)
@@ -47,7 +59,7 @@ static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int
     train_eval acc = {0};
     stoke_batch b;
     while ((s = stoke_loader_next(t->val_loader, &b)) == STOKE_OK && b.size > 0) {
-        s = stoke_model_set_input(m, t->x, b.inputs, (size_t)b.size * b.input_bytes);
+        s = train_feed_input(m, t->x, t->val_loader, &b);
         if (s == STOKE_OK)
             s = train_eval_batch(m, t->y, t->metric, &tg, b.targets, b.samples, b.size, &acc);
         if (s != STOKE_OK)
@@ -217,8 +229,7 @@ static double epoch_metric(const stoke_trainer *t)
 /* Forward and backward over one batch; its loss and metric join the epoch's sums. */
 static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
 {
-    stoke_status s =
-        stoke_model_set_input(t->model, t->x, b->inputs, (size_t)b->size * b->input_bytes);
+    stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
     if (s == STOKE_OK)
         s = train_convert_targets(b->targets, t->info.target_dtype, b->size, t->target_elems,
                                   t->classes, t->nclasses, t->target_stage, b->samples);

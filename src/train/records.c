@@ -152,6 +152,12 @@ void train_log_start(stoke_trainer *t, int64_t steps_per_epoch)
     cJSON_AddNumberToObject(o, "steps_per_epoch", (double)steps_per_epoch);
     cJSON_AddNumberToObject(o, "max_steps", (double)c->max_steps);
     cJSON_AddStringToObject(o, "precision", stoke_precision_name(t->precision));
+    char dev[16] = "cpu";
+    if (t->device != STOKE_TUNE_CPU)
+        snprintf(dev, sizeof dev, "cuda:%d", t->device);
+    cJSON_AddStringToObject(o, "device", dev);
+    if (t->device != STOKE_TUNE_CPU)
+        cJSON_AddStringToObject(o, "device_name", stoke_model_device_name(t->model));
     cJSON_AddNumberToObject(o, "threads", t->threads);
     cJSON_AddNumberToObject(o, "workers", t->workers);
     cJSON_AddStringToObject(o, "optimizer", c->optimizer);

@@ -95,11 +95,16 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
                d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
                given_or_why(&d->precision_why, a, sizeof a),
                d->device == STOKE_TUNE_CPU ? emulated_note(d->precision) : "");
-    train_info(t,
-               "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
-               "%d loader worker%s (%s)",
-               d->usable_cpus, d->usable_cpus == 1 ? "" : "s", d->threads, given, d->workers,
-               d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
+    if (d->device != STOKE_TUNE_CPU)
+        train_info(t, "threads: %d usable CPU%s: 1 queues the GPU's work + %d loader worker%s (%s)",
+                   d->usable_cpus, d->usable_cpus == 1 ? "" : "s", d->workers,
+                   d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
+    else
+        train_info(t,
+                   "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
+                   "%d loader worker%s (%s)",
+                   d->usable_cpus, d->usable_cpus == 1 ? "" : "s", d->threads, given, d->workers,
+                   d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
     train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
                given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
                given_or_why(&d->pinned_why, b, sizeof b));
@@ -331,10 +336,125 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
         return s;
     int64_t most = c->batch_size > c->val_batch_size ? c->batch_size : c->val_batch_size;
+    free(t->target_stage);
     t->target_stage = calloc((size_t)most * (size_t)(t->target_elems ? t->target_elems : 1), 4);
     if (!t->target_stage)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     return STOKE_OK;
+}
+
+/* A GPU whose memory cannot hold the models at this batch: half the micro-batch,
+ * twice the accumulation, the same effective batch (seed 004's advice, applied), down
+ * to batch 1. Every buffer is allocated up front, so this is the one place a GPU
+ * runs out. */
+/* The bytes the training and validation models' plans take at the current batches. */
+static stoke_status planned_bytes(const stoke_trainer *t, size_t *bytes)
+{
+    const stoke_train_config *c = &t->cfg;
+    stoke_model_opts mo = {.max_batch = c->batch_size,
+                           .epoch_samples = t->info.count,
+                           .precision = t->precision,
+                           .optim = t->optim,
+                           .training = true,
+                           .cuda = true,
+                           .cuda_device = t->device};
+    stoke_mem_plan tp, ep = {0};
+    stoke_status s = stoke_graph_plan(t->graph, &mo, &tp);
+    stoke_model_opts eo = mo;
+    eo.max_batch = c->val_batch_size;
+    eo.epoch_samples = t->val_count;
+    eo.training = false;
+    if (s == STOKE_OK && t->val_d)
+        s = stoke_graph_plan(t->graph, &eo, &ep);
+    /* and the loaders' device slots, which the batches are copied into */
+    size_t in = (size_t)stoke_shape_elems(&t->input.model_shape) * 4;
+    *bytes = tp.total + ep.total + (size_t)t->decision.prefetch * (size_t)c->batch_size * in +
+             (t->val_d ? 2 * (size_t)c->val_batch_size * in : 0);
+    return s;
+}
+
+/* The GPU's free memory, from the CUDA runtime. */
+static stoke_status gpu_free_bytes(int device, size_t *free_bytes)
+{
+    stoke_cudart *rt = NULL;
+    size_t total = 0;
+    int count = 0;
+    stoke_status s = stoke_cudart_open(&rt);
+    if (s == STOKE_OK)
+        s = stoke_cudart_check_compute_api(rt);
+    if (s == STOKE_OK)
+        s = stoke_cudart_device_count(rt, &count);
+    if (s == STOKE_OK && device >= count) /* the backend's words, for either caller */
+        s = stoke_fail(STOKE_ERR_UNAVAILABLE, "CUDA device %d does not exist (%d found)", device,
+                       count);
+    if (s == STOKE_OK)
+        s = stoke_cudart_set_device(rt, device);
+    if (s == STOKE_OK)
+        s = stoke_cudart_mem_info(rt, free_bytes, &total);
+    stoke_cudart_close(rt);
+    return s;
+}
+
+/* Halves the micro-batch (doubling accumulation) until the models' exact plans fit in
+ * 90% of the GPU's free memory (the rest: the libraries' handles and pools); an error
+ * with the numbers when not even batch 1 fits. */
+static stoke_status fit_gpu_batch(stoke_trainer *t)
+{
+    stoke_train_config *c = &t->cfg;
+    size_t free_bytes = 0, need = 0;
+    stoke_status s = gpu_free_bytes(t->device, &free_bytes);
+    if (s != STOKE_OK)
+        return s;
+    size_t budget = free_bytes / 10 * 9;
+    /* batch 1 first: if even that does not fit, halving would only print lines */
+    int64_t b = c->batch_size, vb = c->val_batch_size;
+    c->batch_size = c->val_batch_size = 1;
+    s = planned_bytes(t, &need);
+    c->batch_size = b;
+    c->val_batch_size = vb;
+    if (s == STOKE_OK && need > budget)
+        return stoke_fail(STOKE_ERR_NOMEM,
+                          "model %s needs %.1f MB of GPU memory at batch 1 (parameters, "
+                          "gradients, optimizer state, activations, workspace); 90%% of the "
+                          "%.1f MB free on cuda:%d is %.1f MB",
+                          stoke_model_file_describe(t->mf), need / 1e6, free_bytes / 1e6, t->device,
+                          budget / 1e6);
+    while ((s = planned_bytes(t, &need)) == STOKE_OK && need > budget && c->batch_size > 1) {
+        c->batch_size /= 2;
+        c->accumulate *= 2;
+        if (c->val_batch_size > 1)
+            c->val_batch_size /= 2;
+        train_info(t,
+                   "GPU memory: the plan needs %.1f MB, 90%% of the %.1f MB free is %.1f MB: "
+                   "batch %" PRId64 " x %" PRId64 " accumulated instead, the same effective batch",
+                   need / 1e6, free_bytes / 1e6, budget / 1e6, c->batch_size, c->accumulate);
+    }
+    return s;
+}
+
+static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *left)
+{
+    stoke_train_config *c = &t->cfg;
+    stoke_status s = t->device != STOKE_TUNE_CPU ? fit_gpu_batch(t) : STOKE_OK;
+    if (s != STOKE_OK)
+        return s;
+    while ((s = allocate_models(t, ring, left)) == STOKE_ERR_NOMEM && t->device != STOKE_TUNE_CPU &&
+           c->batch_size > 1 && c->accumulate <= (1 << 15)) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", stoke_last_error());
+        stoke_model_free(t->model);
+        stoke_model_free(t->eval_model);
+        t->model = t->eval_model = NULL;
+        c->batch_size /= 2;
+        c->accumulate *= 2;
+        if (c->val_batch_size > 1)
+            c->val_batch_size /= 2;
+        train_info(t,
+                   "out of GPU memory (%s): batch %" PRId64 " x %" PRId64
+                   " accumulated instead, the same effective batch",
+                   why, c->batch_size, c->accumulate);
+    }
+    return s;
 }
 
 /* The models on the device decided; under device auto, a GPU the CUDA backend cannot
@@ -342,7 +462,7 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
  * again for the CPU (precision and threads follow the device). */
 static stoke_status allocate_on_device(stoke_trainer *t, size_t ring[2], size_t *left)
 {
-    stoke_status s = allocate_models(t, ring, left);
+    stoke_status s = allocate_halving(t, ring, left);
     if (s != STOKE_ERR_UNAVAILABLE || t->device == STOKE_TUNE_CPU ||
         t->decision.device_why.source != STOKE_SRC_TUNED)
         return s;
@@ -369,6 +489,8 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
         .transform = t->input.image ? &t->topts : NULL,
         .workers = t->workers,
         .prefetch = t->decision.prefetch,
+        .use_device = t->device != STOKE_TUNE_CPU,
+        .device = t->device,
         .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
     if (t->start.epoch < c->epochs &&
         (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
@@ -376,11 +498,19 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
     if (t->val_d) {
         stoke_loader_opts vo = {.sampler = {.batch_size = c->val_batch_size},
                                 .transform = t->input.image ? &t->val_topts : NULL,
+                                .use_device = t->device != STOKE_TUNE_CPU,
+                                .device = t->device,
                                 .memory_limit =
                                     left ? left + ring[1] * (size_t)c->val_batch_size : 0};
         if ((s = stoke_loader_create(t->val_d, &vo, &t->val_loader)) != STOKE_OK)
             return s;
     }
+    if (t->device != STOKE_TUNE_CPU && t->loader)
+        train_info(t, "device copy: %s",
+                   stoke_loader_on_device(t->loader)
+                       ? "batches go to the GPU from pinned slots on the loader's stream; the "
+                         "compute stream waits on each copy's event"
+                       : stoke_loader_device_reason(t->loader));
     if (c->monitor && t->loader) {
         stoke_monitor_config mc = {.interval_s = 0.5,
                                    .pid = getpid(),

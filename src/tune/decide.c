@@ -68,6 +68,11 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
     if (q->threads > 0) {
         d->threads = q->threads;
         why(&d->threads_why, q->threads_src, "%s", "");
+    } else if (d->device != STOKE_TUNE_CPU) {
+        d->threads = 1;
+        why(&d->threads_why, STOKE_SRC_TUNED,
+            "the GPU computes: one host thread queues its work, the other CPUs are "
+            "the loader's");
     } else {
         d->threads = d->usable_cpus - d->workers;
         if (d->threads < 1)
@@ -93,11 +98,13 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
             MIN_PREFETCH, MAX_PREFETCH);
     }
     const stoke_rec *rp = stoke_recs_find(recs, "pin_memory", STOKE_TUNE_CPU);
-    d->pinned = false; /* only a device copy gains from pinned slots */
-    if (m->gpu_count > 0)
+    d->pinned = d->device != STOKE_TUNE_CPU; /* only a device copy gains from them */
+    if (d->pinned)
         why(&d->pinned_why, STOKE_SRC_TUNED,
-            "the CPU backend computes: no batch is copied "
-            "to a GPU");
+            "batches are copied to the GPU: page-locked slots let the copy run "
+            "asynchronously, on the loader's stream, while the GPU computes");
+    else if (m->gpu_count > 0)
+        why(&d->pinned_why, STOKE_SRC_TUNED, "the CPU computes: no batch is copied to a GPU");
     else
         why(&d->pinned_why, STOKE_SRC_TUNED, "%s", rp ? rp->reason : "no GPU");
 }

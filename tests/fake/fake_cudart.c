@@ -57,6 +57,7 @@ const char *cudaGetErrorString(int rc)
     case OK: return "no error";
     case NO_DEVICE: return "no CUDA-capable device is detected";
     case INVALID_DEVICE: return "invalid device ordinal";
+    case 2: return "out of memory";
     default: return "invalid argument";
     }
 }
@@ -145,9 +146,9 @@ static size_t device_total(void)
     return (size_t)16 << 30;
 }
 
-/* Whether `size` more device bytes fit under the device's memory and under
- * STOKE_FAKE_CUDA_MALLOC_LIMIT (the tests' out-of-memory knob). Called with fake_mu. */
-static int device_fits(size_t size)
+/* The device's memory, or STOKE_FAKE_CUDA_MALLOC_LIMIT when smaller (the tests'
+ * out-of-memory knob): what cudaMalloc allows and cudaMemGetInfo reports. */
+static size_t device_limit(void)
 {
     size_t limit = device_total();
     const char *env = getenv("STOKE_FAKE_CUDA_MALLOC_LIMIT");
@@ -156,6 +157,13 @@ static int device_fits(size_t size)
         if (l < limit)
             limit = (size_t)l;
     }
+    return limit;
+}
+
+/* Whether `size` more device bytes fit. Called with fake_mu. */
+static int device_fits(size_t size)
+{
+    size_t limit = device_limit();
     return device_live_bytes <= limit && size <= limit - device_live_bytes;
 }
 
@@ -359,7 +367,8 @@ int cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
     pthread_mutex_lock(&fake_mu);
     *total = device_total();
-    *free_bytes = device_live_bytes < *total ? *total - device_live_bytes : 0;
+    size_t limit = device_limit();
+    *free_bytes = device_live_bytes < limit ? limit - device_live_bytes : 0;
     pthread_mutex_unlock(&fake_mu);
     return OK;
 }

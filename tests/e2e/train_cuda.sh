@@ -1,0 +1,174 @@
+#!/bin/sh
+# train_cuda.sh STOKE WORKDIR FAKEDIR SCENARIODIR - `stoke train --device cuda` as a user
+# runs it, without a GPU: NVML, the CUDA runtime, cuBLAS and cuDNN are stoke's test
+# doubles (tests/fake: device memory is host memory, GEMMs and convolutions are loops
+# that check their arguments) and the kernels run in their host build
+# (STOKE_CUDA_KERNELS=host), the same bodies nvcc compiles into libstoke_cuda.so. Each
+# GPU run is compared with the same run on the CPU backend: step losses, validation,
+# checkpoints that move between devices, the fallback and the errors.
+set -u
+stoke=$1
+work=$2
+fake=$3
+scenarios=$4
+data=/usr/share/datasets/fashion-mnist
+if [ ! -d "$data" ]; then
+    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+. "$(dirname "$0")/lib.sh"
+
+export STOKE_NVML_LIBRARY="$fake/fake_nvml/libnvidia-ml.so.1"
+export STOKE_CUDART_LIBRARY="$fake/fake_cudart/libcudart.so.13"
+export STOKE_CUBLAS_LIBRARY="$fake/fake_cublas/libcublas.so.13"
+export STOKE_CUDNN_LIBRARY="$fake/fake_cudnn/libcudnn.so.9"
+export STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_train.gpu"
+export STOKE_CUDA_KERNELS=host
+
+small="--limit 640 --val-limit 300 --epochs 1 --batch-size 64 --log-every 1"
+
+# $1: name, then the flags; the log is $work/$1.jsonl
+run() {
+    name=$1
+    shift
+    "$stoke" train $small --log "$work/$name.jsonl" "$@" >"$work/$name.txt" 2>&1
+}
+
+# Step losses and the validation of two logs agree within a relative tolerance.
+same_run() {
+    /usr/bin/python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    recs = [json.loads(l) for l in open(p)]
+    return ([r["batch_loss"] for r in recs if r["type"] == "step"],
+            [r for r in recs if r["type"] == "epoch"])
+(a, ea), (b, eb), tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+for i, (x, y) in enumerate(zip(a, b)):
+    assert abs(x - y) <= tol * max(1.0, abs(y)), ("step", i + 1, x, y)
+for x, y in zip(ea, eb):
+    assert abs(x["val_loss"] - y["val_loss"]) <= tol * max(1.0, abs(y["val_loss"])), (x, y)
+print(f"{len(a)} steps agree within {tol}")
+PY
+}
+
+for model in mlp; do
+    run "gpu_$model" --model "$model" --device cuda --precision fp32 \
+        --checkpoint "$work/gpu_$model.safetensors"
+    rc=$?
+    if [ $rc -eq 0 ]; then ok "$model trains with --device cuda"; else fail "$model on cuda: exit $rc"; show "$work/gpu_$model.txt"; fi
+    run "cpu_$model" --model "$model" --device cpu --precision fp32
+    if same_run "gpu_$model" "cpu_$model" 1e-4; then
+        ok "$model: the GPU run's losses are the CPU run's"
+    else
+        fail "$model: GPU and CPU losses differ"
+    fi
+done
+
+for want in '^device: cuda:0 (flag)' '^precision: fp32 (flag)' \
+            '^threads: .*1 queues the GPU' '^pinned memory: yes\|pinned memory: yes' \
+            '^device copy: batches go to the GPU from pinned slots'; do
+    if grep -q -- "$want" "$work/gpu_mlp.txt"; then ok "output has '$want'"; else fail "output lacks '$want'"; show "$work/gpu_mlp.txt"; fi
+done
+if grep -q '"device":"cuda:0","device_name":"CUDA device 0 (compute capability 9.0), kernels: host' "$work/gpu_mlp.jsonl"; then
+    ok "the log's start record names the device"
+else
+    fail "the log's start record lacks the device"; head -1 "$work/gpu_mlp.jsonl"
+fi
+
+# A checkpoint trained on the GPU evaluates on the CPU to the loss the run validated.
+"$stoke" eval "$work/gpu_mlp.safetensors" --limit 300 >"$out" 2>&1
+if /usr/bin/python3 - "$out" "$work/gpu_mlp.jsonl" <<'PY'
+import json, re, sys
+loss = float(re.search(r"loss ([0-9.]+)", open(sys.argv[1]).read()).group(1))
+val = [json.loads(l) for l in open(sys.argv[2]) if '"epoch"' in l][-1]["val_loss"]
+assert abs(loss - val) <= 2e-4 * max(1, val), (loss, val)
+PY
+then ok "stoke eval on the CPU of a GPU checkpoint"; else fail "eval of the GPU checkpoint"; show "$out"; fi
+
+# Resumed across devices: GPU epoch 1 then CPU epoch 2, and CPU then GPU, each as the
+# straight two-epoch run on the CPU.
+run cpu_part --model mlp --device cpu --precision fp32 --epochs 2 --checkpoint "$work/cpu1.safetensors" --max-steps 13
+run gpu_part --model mlp --device cuda --precision fp32 --epochs 2 --checkpoint "$work/gpu1.safetensors" --max-steps 7
+run cpu_full --model mlp --device cpu --precision fp32 --epochs 2
+"$stoke" train --resume "$work/gpu1.safetensors" --max-steps 0 --device cpu \
+    --log "$work/gpu_then_cpu.jsonl" >"$out" 2>&1 || { fail "resume a GPU checkpoint on the CPU"; show "$out"; }
+"$stoke" train --resume "$work/cpu1.safetensors" --max-steps 0 --device cuda \
+    --log "$work/cpu_then_gpu.jsonl" >"$out" 2>&1 || { fail "resume a CPU checkpoint on the GPU"; show "$out"; }
+if /usr/bin/python3 - "$work/cpu_full.jsonl" "$work/gpu_then_cpu.jsonl" "$work/cpu_then_gpu.jsonl" <<'PY'
+import json, sys
+def last(p):
+    return [json.loads(l) for l in open(p) if '"epoch"' in l][-1]["val_loss"]
+full = last(sys.argv[1])
+for p in sys.argv[2:]:
+    v = last(p)
+    assert abs(v - full) <= 1e-3 * max(1, full), (p, v, full)
+PY
+then ok "checkpoints move between the GPU and the CPU mid-run"; else fail "cross-device resume"; fi
+
+# bf16 on the GPU (auto on compute capability 9.0) as bf16 on the CPU: operands rounded
+# alike, sums in another order.
+run gpu_bf16 --model mlp --device cuda
+grep -q '^precision: bf16 (auto: compute capability 9.0' "$work/gpu_bf16.txt" && ok "bf16 by compute capability" || { fail "precision line"; show "$work/gpu_bf16.txt"; }
+run cpu_bf16 --model mlp --device cpu --precision bf16
+same_run gpu_bf16 cpu_bf16 2e-2 && ok "bf16 GPU run as the CPU's" || fail "bf16 GPU and CPU differ"
+
+# Out of GPU memory: the micro-batch halves, accumulation doubles, the effective batch
+# and so the run stay the same.
+STOKE_FAKE_CUDA_MALLOC_LIMIT=16500000 run gpu_small --model mlp --device cuda --precision fp32 --batch-size 128
+if grep -q '^GPU memory: the plan needs .* batch 64 x 2 accumulated instead' "$work/gpu_small.txt"; then
+    ok "a GPU too small for the batch halves it"
+else
+    fail "no halving"; show "$work/gpu_small.txt"
+fi
+run cpu_128 --model mlp --device cpu --precision fp32 --batch-size 128
+if /usr/bin/python3 - "$work/gpu_small.jsonl" "$work/cpu_128.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p) if '"epoch"' in l][-1]["val_loss"] for p in sys.argv[1:])
+assert abs(a - b) <= 1e-3 * max(1, b), (a, b)
+PY
+then ok "64 x 2 accumulated on the GPU validates as 128 on the CPU"; else fail "halved run differs"; fi
+STOKE_FAKE_CUDA_MALLOC_LIMIT=1000000 run gpu_tiny --model mlp --device cuda
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'needs .* MB of GPU memory at batch 1' "$work/gpu_tiny.txt"; then
+    ok "a GPU too small for batch 1: a clear error"
+else
+    fail "tiny GPU: exit $rc"; show "$work/gpu_tiny.txt"
+fi
+
+# auto: the GPU when the backend can run there, else the CPU and why; asked for, an error.
+STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so run auto_fallback --model mlp
+if [ $? -eq 0 ] && grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: the CUDA kernels (/nonexistent/libstoke_cuda.so) are missing' "$work/auto_fallback.txt"; then
+    ok "auto falls back to the CPU, saying why"
+else
+    fail "auto fallback"; show "$work/auto_fallback.txt"
+fi
+STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so run cuda_missing --model mlp --device cuda
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'CUDA kernels (/nonexistent/libstoke_cuda.so) are missing' "$work/cuda_missing.txt"; then
+    ok "--device cuda without the kernels: a clear error"
+else
+    fail "--device cuda without kernels: exit $rc"; show "$work/cuda_missing.txt"
+fi
+STOKE_FAKE_GPU_SCENARIO=/dev/null run no_gpu --model mlp
+grep -q '^device: cpu (auto: no GPU found)' "$work/no_gpu.txt" && ok "no GPU: the CPU" || { fail "no GPU"; show "$work/no_gpu.txt"; }
+STOKE_DEVICE=cpu run env_cpu --model mlp
+grep -q '^device: cpu (env)' "$work/env_cpu.txt" && ok "STOKE_DEVICE=cpu" || { fail "STOKE_DEVICE"; show "$work/env_cpu.txt"; }
+for bad in gpu cuda:x cuda:-1 "cuda:99999"; do
+    run bad --model mlp --device "$bad"
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q "device.*'$bad' is not auto, cpu, cuda or cuda:N" "$work/bad.txt"; then
+        ok "--device $bad refused"
+    else
+        fail "--device $bad: exit $rc"; show "$work/bad.txt"
+    fi
+done
+run absent --model mlp --device cuda:3
+rc=$?
+if [ $rc -eq 1 ] && grep -q 'CUDA device 3 does not exist (1 found)' "$work/absent.txt"; then
+    ok "--device cuda:3 on a one-GPU machine"
+else
+    fail "cuda:3: exit $rc"; show "$work/absent.txt"
+fi
+
+e2e_end
