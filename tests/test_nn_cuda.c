@@ -11,6 +11,8 @@
  * weights after steps to ~1e-4; bf16 operands are rounded identically on both sides,
  * but the sums they feed differ in order, so bf16 gets 1e-2. */
 #include "check.h"
+#include "nn/cpu/eltwise.h"
+#include "nn/cuda/ops.h"
 #include "stoke/hw.h"
 #include "stoke/nn.h"
 
@@ -242,7 +244,7 @@ static stoke_graph *slice_heads(void)
 }
 
 /* x (32) -> linear -> dropout -> + the linear's output (both gradients) -> + x (a data
- * input: no gradient) -> gelu -> dropout -> linear -> CE */
+ * input: no gradient) -> gelu -> dropout -> dropout p = 0 (a copy) -> linear -> CE */
 static stoke_graph *dropout_chain(void)
 {
     stoke_graph *g = stoke_graph_new("dropout_chain");
@@ -252,7 +254,7 @@ static stoke_graph *dropout_chain(void)
     stoke_tensor h = stoke_nn_linear(g, "fc1", x, 32, true);
     h = stoke_nn_add(g, stoke_nn_dropout(g, h, 0.3f), h);
     h = stoke_nn_gelu(g, stoke_nn_add(g, x, h));
-    h = stoke_nn_dropout(g, h, 0.5f);
+    h = stoke_nn_dropout(g, stoke_nn_dropout(g, h, 0.5f), 0.0f);
     stoke_nn_cross_entropy(g, stoke_nn_linear(g, "fc2", h, 6, true), y, 0.0f);
     return g;
 }
@@ -398,6 +400,28 @@ static void test_bad_id(void)
     stoke_graph_free(g);
 }
 
+/* The dropout mask past the first 2^32 elements, where the block key changes: the
+ * kernel body on a few elements each side of the boundary, against the CPU's mask. */
+static void test_dropout_blocks(void)
+{
+    const int64_t starts[2] = {((int64_t)1 << 32) - 40, (int64_t)1 << 32};
+    float one[40], out[40];
+    for (int i = 0; i < 40; i++)
+        one[i] = 1.0f;
+    for (int s = 0; s < 2; s++) {
+        nk_dropout_args k = cuda_dropout_block(99, 5, 0.5f, starts[s], out, one, 0);
+        int kept = 0;
+        for (int i = 0; i < 40; i++) {
+            nk_dropout(i, &k);
+            int keep = cpu_dropout_keep(99, 5, (size_t)(starts[s] + i), 0.5f);
+            kept += keep;
+            CHECK_MSG(out[i] == (keep ? 2.0f : 0.0f), "dropout element %lld: %g, cpu keeps: %d",
+                      (long long)(starts[s] + i), (double)out[i], keep);
+        }
+        CHECK(kept > 5 && kept < 35);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -409,6 +433,7 @@ int main(int argc, char **argv)
         test_unavailable();
         test_bad_class();
         test_bad_id();
+        test_dropout_blocks();
     }
     return CHECK_DONE();
 }

@@ -41,8 +41,22 @@ static uint32_t dropout_threshold(float p)
     return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
 
-/* dst (+)= src * mask * scale: one launch per 2^32 elements, since each such block has
- * its own key, computed here as the CPU's dropout_key_for does */
+nk_dropout_args cuda_dropout_block(uint64_t seed, uint64_t step, float p, int64_t base, float *dst,
+                                   const float *src, int acc)
+{
+    uint64_t key = stoke_stream_key(seed, step, (uint64_t)base >> 32);
+    nk_dropout_args k = {dst,
+                         src,
+                         base,
+                         (uint32_t)key,
+                         (uint32_t)(key >> 32),
+                         dropout_threshold(p),
+                         1.0f / (1.0f - p),
+                         acc};
+    return k;
+}
+
+/* dst (+)= src * mask * scale: one launch per 2^32 elements, each block with its key */
 static stoke_status dropout_apply(cuda_ctx *c, const nn_exec_args *a, float *dst, const float *src,
                                   int acc)
 {
@@ -50,15 +64,8 @@ static stoke_status dropout_apply(cuda_ctx *c, const nn_exec_args *a, float *dst
     const int64_t block = (int64_t)1 << 32;
     stoke_status st = STOKE_OK;
     for (int64_t base = 0; base < n && st == STOKE_OK; base += block) {
-        uint64_t key = stoke_stream_key(a->seed, a->step, (uint64_t)base >> 32);
-        nk_dropout_args k = {dst,
-                             src,
-                             base,
-                             (uint32_t)key,
-                             (uint32_t)(key >> 32),
-                             dropout_threshold(a->node->p),
-                             1.0f / (1.0f - a->node->p),
-                             acc};
+        nk_dropout_args k =
+            cuda_dropout_block(a->seed, a->step, a->node->p, base, dst + base, src + base, acc);
         st = CUDA_RUN(c, dropout, n - base < block ? n - base : block, &k);
     }
     return st;

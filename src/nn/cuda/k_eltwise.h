@@ -71,10 +71,11 @@ typedef struct nk_add_args {
 } nk_add_args;
 NK_FN void nk_add_fwd(int64_t i, const nk_add_args *a) { a->out[i] = a->x[i] + a->y[i]; }
 
-/* Dropout with the CPU backend's mask (cpu_dropout_keep): element e = base + i keeps
- * iff hash(e's low 32 bits, key) >= thr, the 64-bit key of e's 2^32 block computed on
- * the host (stoke_stream_key), so the launch covers at most one block. Forward:
- * out = in * mask * scale; backward (acc): out += in * mask * scale. */
+/* Dropout with the CPU backend's mask (cpu_dropout_keep) over elements base, base + 1,
+ * ... of one 2^32 block (out and in point at element base): element e keeps iff
+ * hash(e's low 32 bits, the block's key) >= thr, the 64-bit key computed on the host
+ * (cuda_dropout_block). Forward: out = in * mask * scale; backward (acc): out += in *
+ * mask * scale. */
 typedef struct nk_dropout_args {
     float *out;
     const float *in;
@@ -96,13 +97,12 @@ NK_FN uint32_t nk_hash32(uint32_t x)
 
 NK_FN void nk_dropout(int64_t i, const nk_dropout_args *a)
 {
-    int64_t e = a->base + i;
-    uint32_t bits = nk_hash32(nk_hash32((uint32_t)e ^ a->k0) + a->k1);
-    float v = a->in[e] * (bits >= a->thr ? a->scale : 0.0f);
+    uint32_t bits = nk_hash32(nk_hash32((uint32_t)(a->base + i) ^ a->k0) + a->k1);
+    float v = a->in[i] * (bits >= a->thr ? a->scale : 0.0f);
     if (a->acc)
-        a->out[e] += v;
+        a->out[i] += v;
     else
-        a->out[e] = v;
+        a->out[i] = v;
 }
 
 /* Softmax over the last dim, one index per row of `cols` (a GPU would want a block
