@@ -11,6 +11,8 @@
  * weights after steps to ~1e-4; bf16 operands are rounded identically on both sides,
  * but the sums they feed differ in order, so bf16 gets 1e-2. */
 #include "check.h"
+#include "nn/cpu/eltwise.h"
+#include "nn/cuda/ops.h"
 #include "stoke/hw.h"
 #include "stoke/nn.h"
 
@@ -104,6 +106,18 @@ static double diff(stoke_model *cpu, const float *a, stoke_model *gpu, const flo
     return worst;
 }
 
+/* A forward in eval mode on a fresh batch: dropout off, batch norm on its running
+ * statistics, where the two modes differ. */
+static void compare_eval(stoke_model *cpu, stoke_model *gpu, const cuda_case *c)
+{
+    feed(cpu, gpu, c);
+    CHECK(stoke_model_forward(cpu, c->batch, false) == STOKE_OK);
+    stoke_status st = stoke_model_forward(gpu, c->batch, false);
+    CHECK_MSG(st == STOKE_OK, "%s eval: %s", c->name, stoke_last_error());
+    double lc = stoke_model_loss(cpu), lg = stoke_model_loss(gpu);
+    CHECK_MSG(rel_err(lg, lc) <= c->tol, "%s eval: loss cuda %.9g, cpu %.9g", c->name, lg, lc);
+}
+
 static void run_case(const cuda_case *c)
 {
     stoke_graph *g = c->build();
@@ -142,6 +156,7 @@ static void run_case(const cuda_case *c)
                   "%s: gradient norm cuda %.9g, cpu %.9g", c->name, stoke_model_grad_norm(gpu),
                   stoke_model_grad_norm(cpu));
     }
+    compare_eval(cpu, gpu, c);
     for (int i = 0; i < np; i++) {
         double d = diff(cpu, stoke_model_param(cpu, i), gpu, stoke_model_param(gpu, i),
                         (size_t)stoke_graph_param(g, i)->elems);
@@ -176,6 +191,98 @@ static stoke_graph *linear_3d(void)
     return g;
 }
 
+/* ---- element-wise and sequence ops ---- */
+
+/* ids (11) -> embedding -> pos_embed -> gelu -> + itself through a linear (add) ->
+ * seq_mean -> linear -> CE; a transformer's glue without attention. ids and classes
+ * share [0, 7), so ids repeat within and across samples. */
+static stoke_graph *seq_chain(void)
+{
+    stoke_graph *g = stoke_graph_new("seq_chain");
+    stoke_shape ids_s = {.ndim = 1, .dims = {11}}, ys = {.ndim = 0};
+    stoke_tensor ids = stoke_nn_input(g, "ids", STOKE_I32, &ids_s);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_embedding(g, "emb", ids, 7, 13);
+    h = stoke_nn_pos_embed(g, "pos", h);
+    h = stoke_nn_gelu(g, h);
+    h = stoke_nn_add(g, h, stoke_nn_linear(g, "mix", h, 13, true));
+    h = stoke_nn_seq_mean(g, h);
+    stoke_nn_cross_entropy(g, stoke_nn_linear(g, "head", h, 7, true), y, 0.1f);
+    return g;
+}
+
+/* x (36, 8) -> pos_embed (so patchify's input has a gradient) -> (3, 12, 8) ->
+ * patchify 4 -> linear -> tanh -> seq_mean -> linear -> CE */
+static stoke_graph *image_chain(void)
+{
+    stoke_graph *g = stoke_graph_new("image_chain");
+    stoke_shape xs = {.ndim = 2, .dims = {36, 8}}, ys = {.ndim = 0};
+    stoke_shape img = {.ndim = 3, .dims = {3, 12, 8}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_reshape(g, stoke_nn_pos_embed(g, "pos", x), &img);
+    h = stoke_nn_patchify(g, h, 4);
+    h = stoke_nn_tanh(g, stoke_nn_linear(g, "proj", h, 10, true));
+    h = stoke_nn_seq_mean(g, h);
+    stoke_nn_cross_entropy(g, stoke_nn_linear(g, "head", h, 5, true), y, 0.0f);
+    return g;
+}
+
+/* The actor-critic's use: one target y (6) split by slice into two heads' targets, and
+ * a slice of the trunk feeding one head (a slice with a gradient). */
+static stoke_graph *slice_heads(void)
+{
+    stoke_graph *g = stoke_graph_new("slice_heads");
+    stoke_shape xs = {.ndim = 1, .dims = {19}}, ys = {.ndim = 1, .dims = {6}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_linear(g, "trunk", x, 24, true));
+    stoke_tensor pi = stoke_nn_linear(g, "policy", stoke_nn_slice(g, h, 3, 17), 4, true);
+    stoke_nn_mse(g, pi, stoke_nn_slice(g, y, 0, 4));
+    stoke_nn_mse(g, stoke_nn_linear(g, "value", h, 2, true), stoke_nn_slice(g, y, 4, 6));
+    return g;
+}
+
+/* x (32) -> linear -> dropout -> + the linear's output (both gradients) -> + x (a data
+ * input: no gradient) -> gelu -> dropout -> dropout p = 0 (a copy) -> linear -> CE */
+static stoke_graph *dropout_chain(void)
+{
+    stoke_graph *g = stoke_graph_new("dropout_chain");
+    stoke_shape xs = {.ndim = 1, .dims = {32}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_linear(g, "fc1", x, 32, true);
+    h = stoke_nn_add(g, stoke_nn_dropout(g, h, 0.3f), h);
+    h = stoke_nn_gelu(g, stoke_nn_add(g, x, h));
+    h = stoke_nn_dropout(g, stoke_nn_dropout(g, h, 0.5f), 0.0f);
+    stoke_nn_cross_entropy(g, stoke_nn_linear(g, "fc2", h, 6, true), y, 0.0f);
+    return g;
+}
+
+/* x (13) -> linear -> sigmoid -> linear -> BCE with logits */
+static stoke_graph *sigmoid_bce(void)
+{
+    stoke_graph *g = stoke_graph_new("sigmoid_bce");
+    stoke_shape xs = {.ndim = 1, .dims = {13}}, ys = {.ndim = 1, .dims = {4}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_sigmoid(g, stoke_nn_linear(g, "fc1", x, 9, true));
+    stoke_nn_bce_logits(g, stoke_nn_linear(g, "fc2", h, 4, true), y);
+    return g;
+}
+
+/* x (3, 17) -> linear over the last dim -> softmax over it -> flatten -> linear -> MSE */
+static stoke_graph *softmax_rows(void)
+{
+    stoke_graph *g = stoke_graph_new("softmax_rows");
+    stoke_shape xs = {.ndim = 2, .dims = {3, 17}}, ys = {.ndim = 1, .dims = {5}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_softmax(g, stoke_nn_linear(g, "fc1", x, 9, true));
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc2", stoke_nn_flatten(g, h), 5, true), y);
+    return g;
+}
+
 static const stoke_optim sgd = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
 static const stoke_optim nesterov = {.kind = STOKE_SGD, .momentum = 0.9f, .nesterov = true};
 static const stoke_optim adamw = {.kind = STOKE_ADAMW, .weight_decay = 0.01f, .clip_norm = 0.5f};
@@ -187,6 +294,15 @@ static const cuda_case cases[] = {
     {"mlp bf16", mlp, 10, STOKE_PREC_BF16, sgd, 32, 3, 2e-2},
     {"mlp fp16", mlp, 10, STOKE_PREC_FP16, sgd, 32, 2, 2e-2},
     {"linear 3d mse", linear_3d, 0, STOKE_PREC_FP32, sgd, 9, 3, 1e-4},
+    {"seq embedding gelu ce", seq_chain, 7, STOKE_PREC_FP32, sgd, 7, 3, 1e-4},
+    {"seq embedding gelu ce adamw", seq_chain, 7, STOKE_PREC_FP32, adamw, 33, 2, 1e-4},
+    {"seq embedding gelu ce bf16", seq_chain, 7, STOKE_PREC_BF16, sgd, 9, 2, 2e-2},
+    {"image patchify tanh ce", image_chain, 5, STOKE_PREC_FP32, sgd, 7, 3, 1e-4},
+    {"image patchify tanh ce bf16", image_chain, 5, STOKE_PREC_BF16, sgd, 9, 2, 2e-2},
+    {"slice heads mse", slice_heads, 0, STOKE_PREC_FP32, nesterov, 33, 3, 1e-4},
+    {"dropout add gelu ce", dropout_chain, 6, STOKE_PREC_FP32, sgd, 33, 4, 1e-4},
+    {"sigmoid bce", sigmoid_bce, 0, STOKE_PREC_FP32, sgd, 17, 3, 1e-4},
+    {"softmax rows mse", softmax_rows, 0, STOKE_PREC_FP32, sgd, 7, 3, 1e-4},
 };
 
 /* ---- the device and its errors ---- */
@@ -254,6 +370,58 @@ static void test_bad_class(void)
     stoke_graph_free(g);
 }
 
+/* An id outside the table is the CPU backend's error, word for word: the layer and
+ * the position in the batch's ids. */
+static void test_bad_id(void)
+{
+    stoke_graph *g = seq_chain();
+    char cpu_msg[512] = "";
+    for (int cuda = 0; cuda < 2; cuda++) {
+        stoke_model_opts o = {.max_batch = 3, .training = true, .cuda = cuda};
+        stoke_model *m = NULL;
+        CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+        if (!m)
+            break;
+        int32_t ids[3 * 11] = {0}, y[3] = {0};
+        ids[2 * 11 + 4] = 7; /* sample 2, position 4 of its 11 */
+        ids[2 * 11 + 9] = -1;
+        CHECK(stoke_model_set_input(m, stoke_graph_find(g, "ids"), ids, sizeof ids) == STOKE_OK);
+        CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
+        CHECK(stoke_model_forward(m, 3, true) == STOKE_ERR_ARG);
+        if (!cuda)
+            snprintf(cpu_msg, sizeof cpu_msg, "%s", stoke_last_error());
+        else
+            CHECK_MSG(strcmp(stoke_last_error(), cpu_msg) == 0, "cuda: %s; cpu: %s",
+                      stoke_last_error(), cpu_msg);
+        CHECK_MSG(strstr(stoke_last_error(), "emb") && strstr(stoke_last_error(), "position 26"),
+                  "%s", stoke_last_error());
+        stoke_model_free(m);
+    }
+    stoke_graph_free(g);
+}
+
+/* The dropout mask past the first 2^32 elements, where the block key changes: the
+ * kernel body on a few elements each side of the boundary, against the CPU's mask. */
+static void test_dropout_blocks(void)
+{
+    const int64_t starts[2] = {((int64_t)1 << 32) - 40, (int64_t)1 << 32};
+    float one[40], out[40];
+    for (int i = 0; i < 40; i++)
+        one[i] = 1.0f;
+    for (int s = 0; s < 2; s++) {
+        nk_dropout_args k = cuda_dropout_block(99, 5, 0.5f, starts[s], out, one, 0);
+        int kept = 0;
+        for (int i = 0; i < 40; i++) {
+            nk_dropout(i, &k);
+            int keep = cpu_dropout_keep(99, 5, (size_t)(starts[s] + i), 0.5f);
+            kept += keep;
+            CHECK_MSG(out[i] == (keep ? 2.0f : 0.0f), "dropout element %lld: %g, cpu keeps: %d",
+                      (long long)(starts[s] + i), (double)out[i], keep);
+        }
+        CHECK(kept > 5 && kept < 35);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -264,6 +432,8 @@ int main(int argc, char **argv)
     if (!only) {
         test_unavailable();
         test_bad_class();
+        test_bad_id();
+        test_dropout_blocks();
     }
     return CHECK_DONE();
 }

@@ -206,6 +206,18 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
             /* eltwise.c */
             [STOKE_NN_RELU] = {cuda_relu_fwd, cuda_relu_bwd, NULL, NULL},
+            [STOKE_NN_GELU] = {cuda_gelu_fwd, cuda_gelu_bwd, NULL, NULL},
+            [STOKE_NN_TANH] = {cuda_tanh_fwd, cuda_tanh_bwd, NULL, NULL},
+            [STOKE_NN_SIGMOID] = {cuda_sigmoid_fwd, cuda_sigmoid_bwd, NULL, NULL},
+            [STOKE_NN_DROPOUT] = {cuda_dropout_fwd, cuda_dropout_bwd, NULL, NULL},
+            [STOKE_NN_ADD] = {cuda_add_fwd, cuda_add_bwd, NULL, NULL},
+            [STOKE_NN_SOFTMAX] = {cuda_softmax_fwd, cuda_softmax_bwd, NULL, NULL},
+            /* seq.c */
+            [STOKE_NN_SLICE] = {cuda_slice_fwd, cuda_slice_bwd, NULL, NULL},
+            [STOKE_NN_EMBEDDING] = {cuda_emb_fwd, cuda_emb_bwd, NULL, NULL},
+            [STOKE_NN_POS_EMBED] = {cuda_pos_fwd, cuda_pos_bwd, NULL, NULL},
+            [STOKE_NN_SEQ_MEAN] = {cuda_seqmean_fwd, cuda_seqmean_bwd, NULL, NULL},
+            [STOKE_NN_PATCHIFY] = {cuda_patchify_fwd, cuda_patchify_bwd, NULL, NULL},
             /* loss.c */
             [STOKE_NN_CROSS_ENTROPY] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
             [STOKE_NN_BCE_LOGITS] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},

@@ -40,5 +40,33 @@ stoke_status cuda_loss_ws(void *ctx, const stoke_graph *g, const nn_node *n, int
 /* eltwise.c: activations, dropout, add, softmax, slice */
 stoke_status cuda_relu_fwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_relu_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_gelu_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_gelu_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_tanh_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_tanh_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_sigmoid_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_sigmoid_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_dropout_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_dropout_bwd(void *ctx, const nn_exec_args *a);
+/* The dropout kernel's args for elements [base, ...) of one 2^32 block, dst and src
+ * pointing at element base: the block's key as the CPU backend derives it. */
+nk_dropout_args cuda_dropout_block(uint64_t seed, uint64_t step, float p, int64_t base, float *dst,
+                                   const float *src, int acc);
+stoke_status cuda_add_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_add_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_softmax_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_softmax_bwd(void *ctx, const nn_exec_args *a);
+
+/* seq.c: slice, embedding (ids checked on the device), positions, seq_mean, patchify */
+stoke_status cuda_slice_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_slice_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_emb_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_emb_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_pos_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_pos_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_seqmean_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_seqmean_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_patchify_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_patchify_bwd(void *ctx, const nn_exec_args *a);
 
 #endif
