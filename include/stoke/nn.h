@@ -208,6 +208,11 @@ const stoke_param_info *stoke_graph_param(const stoke_graph *g, int i);
 /* Sum of elems over trainable parameters (what PyTorch's
  * sum(p.numel() for p in model.parameters()) counts). */
 int64_t stoke_graph_trainable_elems(const stoke_graph *g);
+/* Floating-point operations of one sample's forward pass in its matmuls and
+ * convolutions (2 per multiply-add: linear, conv2d, attention's projections and its
+ * two batched products), the work that MFU counts; a training step is about 3 times
+ * that (forward, and backward's two products per layer). 0 for a graph with errors. */
+double stoke_graph_flops(const stoke_graph *g);
 
 /* ---- Precision, optimizers, learning rates --------------------------------------- */
 

@@ -250,6 +250,8 @@ typedef struct stoke_train_event {
     double data_wait_pct;        /* % of this epoch's time spent waiting for batches */
     double cpu_pct;              /* the process, 100 = one core; NaN if unknown */
     double gpu_pct;              /* GPU utilization, NaN without a GPU */
+    double mfu_pct;              /* model FLOP utilization: the matmuls' and convolutions'
+                                    FLOP/s as % of the device's peak; NaN if unknown */
     double elapsed_s;            /* this epoch */
     double eta_s;                /* PROGRESS: rest of the epoch */
     double val_loss, val_metric; /* EPOCH, EVAL, TARGET: NaN when there is no validation set */

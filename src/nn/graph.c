@@ -980,3 +980,25 @@ void nn_param_init(const nn_param *p, uint64_t seed, float *out)
         out[i] = fabsf(v) < (float)bound ? v : 0.0f;
     }
 }
+
+double stoke_graph_flops(const stoke_graph *g)
+{
+    if (!g || g->status != STOKE_OK)
+        return 0;
+    double f = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const nn_node *n = &g->nodes[i];
+        const stoke_shape *in = n->nin > 0 ? &g->nodes[n->in[0]].shape : NULL;
+        const stoke_shape *out = &n->shape;
+        if (n->op == STOKE_NN_LINEAR) {
+            double cin = (double)in->dims[in->ndim - 1];
+            f += 2.0 * (double)stoke_shape_elems(out) * cin;
+        } else if (n->op == STOKE_NN_CONV2D) {
+            f += 2.0 * (double)stoke_shape_elems(out) * (double)in->dims[0] * n->kernel * n->kernel;
+        } else if (n->op == STOKE_NN_ATTENTION) {
+            double T = (double)out->dims[0], C = (double)out->dims[1];
+            f += 2.0 * T * C * C * 4 /* Q, K, V, out projections */ + 2.0 * 2 * T * T * C;
+        }
+    }
+    return f;
+}

@@ -326,6 +326,9 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     double run_el = el - t->ep_elapsed_before;
     e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - k->samples_start) / run_el : 0;
     e.data_wait_pct = run_el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / run_el : 0;
+    e.mfu_pct = t->peak_flops > 0 && t->step_flops > 0
+                    ? 100.0 * e.samples_per_s * t->step_flops / t->peak_flops
+                    : NAN;
     utilization(t, &e);
     train_emit(t, &e);
     train_log_epoch(t, &e, end);

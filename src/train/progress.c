@@ -55,19 +55,21 @@ size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t
 
 size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t size)
 {
-    char m[48], vm[48], val[96] = "", cpu[32] = "";
+    char m[48], vm[48], val[96] = "", cpu[32] = "", mfu[32] = "";
     metric_text(e, e->metric, "", m, sizeof m);
     metric_text(e, e->val_metric, "val ", vm, sizeof vm);
     if (isfinite(e->val_loss))
         snprintf(val, sizeof val, " | val loss %.4f%s", e->val_loss, vm);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, ", CPU %.0f%%", e->cpu_pct);
+    if (isfinite(e->mfu_pct))
+        snprintf(mfu, sizeof mfu, ", MFU %.1f%%", e->mfu_pct);
     int n =
         snprintf(buf, size,
                  "epoch %" PRId64 "/%" PRId64 " done in %.1fs | loss %.4f%s%s | %.0f samples/s, "
-                 "data wait %.1f%%%s",
+                 "data wait %.1f%%%s%s",
                  e->epoch + 1, e->epochs, e->elapsed_s, e->loss, m, val, e->samples_per_s,
-                 e->data_wait_pct, cpu);
+                 e->data_wait_pct, cpu, mfu);
     return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
 }
 

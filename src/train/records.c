@@ -229,6 +229,7 @@ void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now)
     add_fixed(o, "samples_per_s", 1, e->samples_per_s);
     add_fixed(o, "data_wait_pct", 2, e->data_wait_pct);
     add_num(o, "cpu_pct", e->cpu_pct);
+    add_num(o, "mfu_pct", e->mfu_pct);
     write_record(t, o);
 }
 

@@ -111,6 +111,34 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
     return STOKE_OK;
 }
 
+/* What MFU is measured against: a training step's FLOPs per sample and the device's
+ * peak at the run's precision (tensor cores for bf16/fp16; TF32 is not counted as
+ * tensor work, so fp32 MFU on a GPU uses the FMA peak and can read above 100%). */
+static void setup_mfu(stoke_trainer *t)
+{
+    char why[256] = "";
+    bool lowp = t->precision != STOKE_PREC_FP32;
+    bool known = t->device != STOKE_TUNE_CPU && t->device < t->machine.gpu_count
+                     ? stoke_gpu_peak_flops(&t->machine.gpus[t->device], lowp, &t->peak_flops,
+                                            why, sizeof why)
+                 : t->device == STOKE_TUNE_CPU
+                     ? stoke_cpu_peak_flops(&t->machine.cpu,
+                                            lowp && stoke_nn_precision_native(t->precision),
+                                            &t->peak_flops, why, sizeof why)
+                     : false;
+    t->step_flops = 3.0 * stoke_graph_flops(t->graph);
+    if (!known) {
+        t->peak_flops = 0;
+        train_info(t, "MFU: %.3g MFLOP a sample a step; the peak is unknown (%s)",
+                   t->step_flops / 1e6, why);
+        return;
+    }
+    train_info(t,
+               "MFU: %.3g MFLOP a sample a step (3 x the forward's matmuls and convolutions) "
+               "against a peak of %.3g TFLOP/s (%s)",
+               t->step_flops / 1e6, t->peak_flops / 1e12, why);
+}
+
 /* The model (the checkpoint's when resuming, else the preset, --hidden or model file)
  * built for the data: its inputs, targets, classes and metric. */
 static stoke_status setup_model(stoke_trainer *t, const train_meta *meta)
@@ -474,6 +502,7 @@ static stoke_status allocate_on_device(stoke_trainer *t, size_t ring[2], size_t 
     t->model = t->eval_model = NULL;
     if ((s = apply_decision(t, reason)) != STOKE_OK)
         return s;
+    setup_mfu(t);
     return allocate_models(t, ring, left);
 }
 
@@ -536,6 +565,7 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
         (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
         (s = apply_decision(t, NULL)) != STOKE_OK)
         return s;
+    setup_mfu(t);
     setup_optim(t);
     return STOKE_OK;
 }
