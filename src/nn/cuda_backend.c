@@ -171,7 +171,7 @@ static bool cuda_supports(void *ctx, stoke_nn_op op, stoke_precision p)
     (void)ctx;
     if (p == STOKE_PREC_FP32)
         return op >= 0 && op < STOKE_NN_OP_COUNT;
-    return op == STOKE_NN_LINEAR;
+    return op == STOKE_NN_LINEAR || op == STOKE_NN_ATTENTION;
 }
 
 /* bf16 tensor cores from compute capability 8.0, fp16 from 7.0 */
@@ -206,6 +206,10 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
             /* eltwise.c */
             [STOKE_NN_RELU] = {cuda_relu_fwd, cuda_relu_bwd, NULL, NULL},
+            /* norm.c, attn.c */
+            [STOKE_NN_BATCHNORM] = {cuda_bn_fwd, cuda_bn_bwd, cuda_bn_ws, cuda_bn_saved},
+            [STOKE_NN_LAYERNORM] = {cuda_ln_fwd, cuda_ln_bwd, NULL, cuda_ln_saved},
+            [STOKE_NN_ATTENTION] = {cuda_attn_fwd, cuda_attn_bwd, cuda_attn_ws, cuda_attn_saved},
             /* loss.c */
             [STOKE_NN_CROSS_ENTROPY] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
             [STOKE_NN_BCE_LOGITS] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
@@ -213,6 +217,7 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_L1] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
             [STOKE_NN_ACCURACY] = {cuda_loss_fwd, NULL, cuda_loss_ws, NULL},
             [STOKE_NN_MAE] = {cuda_loss_fwd, NULL, cuda_loss_ws, NULL},
+            [STOKE_NN_POLICY_GRADIENT] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
         },
     .supports = cuda_supports,
     .native = cuda_native,
