@@ -3,7 +3,10 @@
  * the projections and every head's q k^T and p v are cuBLAS GEMMs, the heads are
  * split into (part, b, h, t, d) so one strided batched GEMM covers all (b, h) pairs,
  * and the bias, split/merge and scaled softmax are kernels (k_norm.h). In bf16/fp16
- * every GEMM takes rounded operands with fp32 accumulation, as the linear layer. */
+ * every GEMM takes rounded operands with fp32 accumulation, as the linear layer.
+ * The (B, H, T, T) probabilities are kept for backward as the CPU keeps them; a GPU
+ * would want a fused (flash-attention) kernel that recomputes them instead, and a
+ * block per softmax row rather than a thread. */
 #include "nn/cuda/ops.h"
 
 /* Sizes and buffers of one call. saved: heads q|k|v (3 BT C) | att (BH T T) | y
