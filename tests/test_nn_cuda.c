@@ -75,9 +75,15 @@ static void feed(stoke_model *cpu, stoke_model *gpu, const cuda_case *c)
         size_t n = (size_t)c->batch * (size_t)stoke_shape_elems(stoke_graph_shape(g, t));
         uint32_t *v = malloc(n * 4);
         const char *name = stoke_graph_node_name(g, t);
+        size_t cols = (size_t)stoke_shape_elems(stoke_graph_shape(g, t));
         bool ints = strcmp(name, "y") == 0 ? c->int_max > 0 : strcmp(name, "ids") == 0;
         for (size_t i = 0; i < n; i++) {
-            if (ints) {
+            if (strcmp(name, "pg") == 0) { /* [action, advantage(, old log-prob)] */
+                float f = i % cols == 0   ? (float)rndu((uint32_t)c->int_max)
+                          : i % cols == 1 ? rnd()
+                                          : -logf((float)c->int_max) + 0.5f * rnd();
+                memcpy(&v[i], &f, 4);
+            } else if (ints) {
                 v[i] = rndu((uint32_t)c->int_max);
             } else {
                 float f = rnd();
@@ -283,6 +289,90 @@ static stoke_graph *softmax_rows(void)
     return g;
 }
 
+/* x (5, 12) -> linear -> layernorm -> attention (4 heads) -> layernorm -> linear
+ * [-> relu] -> flatten -> linear -> cross-entropy: the transformer preset's ops this
+ * branch has, every one with an input gradient. */
+static stoke_graph *attn_graph(bool relu)
+{
+    stoke_graph *g = stoke_graph_new("attn_block");
+    stoke_shape xs = {.ndim = 2, .dims = {5, 12}}, ys = {0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_linear(g, "embed", x, 16, true);
+    h = stoke_nn_layernorm(g, "ln1", h, 1e-5f);
+    h = stoke_nn_attention(g, "attn", h, 4);
+    h = stoke_nn_layernorm(g, "ln2", h, 1e-5f);
+    h = stoke_nn_linear(g, "fc", h, 16, true);
+    if (relu)
+        h = stoke_nn_relu(g, h);
+    h = stoke_nn_linear(g, "head", stoke_nn_flatten(g, h), 7, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+static stoke_graph *attn_block(void) { return attn_graph(true); }
+/* bf16: the CPU runs attention in fp32, so a relu behind it would flip the units its
+ * bf16 rounding moves across zero, and those flips, not the kernels, would dominate
+ * the comparison (0.4 of a gradient measured, against 0.014 without the relu). */
+static stoke_graph *attn_block_smooth(void) { return attn_graph(false); }
+
+/* Attention and layer norm straight on the data (no input gradients), one head,
+ * odd sizes: x (6, 9) -> attention -> flatten -> linear -> MSE; x2 (11) ->
+ * layernorm -> linear -> MSE. */
+static stoke_graph *attn_on_data(void)
+{
+    stoke_graph *g = stoke_graph_new("attn_on_data");
+    stoke_shape xs = {.ndim = 2, .dims = {6, 9}}, x2s = {.ndim = 1, .dims = {11}};
+    stoke_shape ys = {.ndim = 1, .dims = {3}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor x2 = stoke_nn_input(g, "x2", STOKE_F32, &x2s);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_attention(g, "attn", x, 1);
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 3, true), y);
+    h = stoke_nn_layernorm(g, "ln", x2, 1e-5f);
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc2", h, 3, true), y);
+    return g;
+}
+
+/* The resnet-ish block without convolutions: batch norm 2d on the data (3, 4, 5),
+ * batch norm 1d after a linear, batch norm 2d after a linear reshaped to (3, 4, 4). */
+static stoke_graph *bn_block(void)
+{
+    stoke_graph *g = stoke_graph_new("bn_block");
+    stoke_shape xs = {.ndim = 3, .dims = {3, 4, 5}}, ys = {0};
+    stoke_shape img = {.ndim = 3, .dims = {3, 4, 4}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_batchnorm(g, "bn0", x, 0.1f, 1e-5f);
+    h = stoke_nn_linear(g, "fc1", stoke_nn_flatten(g, h), 24, true);
+    h = stoke_nn_relu(g, stoke_nn_batchnorm(g, "bn1", h, 0.1f, 1e-5f));
+    h = stoke_nn_reshape(g, stoke_nn_linear(g, "fc2", h, 48, true), &img);
+    h = stoke_nn_relu(g, stoke_nn_batchnorm(g, "bn2", h, 0.3f, 1e-3f));
+    h = stoke_nn_linear(g, "head", stoke_nn_flatten(g, h), 10, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+/* The actor-critic preset's losses with the policy target fed directly (no slice):
+ * "pg" holds [action, advantage] or [action, advantage, old log-prob]. */
+static stoke_graph *actor_critic(int cols, float clip, float entropy)
+{
+    stoke_graph *g = stoke_graph_new("actor_critic");
+    stoke_shape xs = {.ndim = 1, .dims = {11}}, ts = {.ndim = 1, .dims = {cols}};
+    stoke_shape ys = {.ndim = 1, .dims = {1}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor t = stoke_nn_input(g, "pg", STOKE_F32, &ts);
+    stoke_tensor y = stoke_nn_input(g, "ret", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_linear(g, "trunk", x, 16, true));
+    stoke_nn_policy_gradient(g, stoke_nn_linear(g, "policy", h, 5, true), t, clip, entropy);
+    stoke_tensor vl = stoke_nn_mse(g, stoke_nn_linear(g, "value", h, 1, true), y);
+    stoke_nn_loss_weight(g, vl, 0.5f);
+    return g;
+}
+
+static stoke_graph *a2c(void) { return actor_critic(2, 0.0f, 0.01f); }
+static stoke_graph *ppo(void) { return actor_critic(3, 0.2f, 0.05f); }
+
 static const stoke_optim sgd = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
 static const stoke_optim nesterov = {.kind = STOKE_SGD, .momentum = 0.9f, .nesterov = true};
 static const stoke_optim adamw = {.kind = STOKE_ADAMW, .weight_decay = 0.01f, .clip_norm = 0.5f};
@@ -303,6 +393,16 @@ static const cuda_case cases[] = {
     {"dropout add gelu ce", dropout_chain, 6, STOKE_PREC_FP32, sgd, 33, 4, 1e-4},
     {"sigmoid bce", sigmoid_bce, 0, STOKE_PREC_FP32, sgd, 17, 3, 1e-4},
     {"softmax rows mse", softmax_rows, 0, STOKE_PREC_FP32, sgd, 7, 3, 1e-4},
+    {"attention fp32", attn_block, 7, STOKE_PREC_FP32, sgd, 7, 3, 1e-4},
+    {"attention fp32 nesterov", attn_block, 7, STOKE_PREC_FP32, nesterov, 33, 2, 1e-4},
+    {"attention bf16", attn_block_smooth, 7, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
+    {"attention on data bf16", attn_on_data, 0, STOKE_PREC_BF16, sgd, 9, 3, 2e-2},
+    {"attention fp16", attn_block_smooth, 7, STOKE_PREC_FP16, sgd, 7, 2, 2e-2},
+    {"attention on data", attn_on_data, 0, STOKE_PREC_FP32, sgd, 5, 3, 1e-4},
+    {"batchnorm fp32", bn_block, 10, STOKE_PREC_FP32, sgd, 33, 3, 1e-4},
+    {"batchnorm fp32 small batch", bn_block, 10, STOKE_PREC_FP32, nesterov, 3, 3, 1e-4},
+    {"policy gradient a2c", a2c, 5, STOKE_PREC_FP32, sgd, 13, 3, 1e-4},
+    {"policy gradient ppo", ppo, 5, STOKE_PREC_FP32, adamw, 13, 3, 1e-4},
 };
 
 /* ---- the device and its errors ---- */
@@ -422,6 +522,54 @@ static void test_dropout_blocks(void)
     }
 }
 
+/* The first error of a forward on each backend: both fail with the same message. */
+static void same_error(stoke_graph *(*build)(void), int64_t batch, const float *pg, size_t pg_n)
+{
+    stoke_graph *g = build();
+    char cpu_msg[1024] = "";
+    for (int dev = 0; dev < 2; dev++) {
+        stoke_model_opts o = {.max_batch = batch, .training = true, .seed = 7, .cuda = dev};
+        stoke_model *m = NULL;
+        CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+        if (!m)
+            break;
+        for (int t = 0; t < stoke_graph_node_count(g); t++) {
+            if (stoke_graph_node_op(g, t) != STOKE_NN_INPUT)
+                continue;
+            size_t n = (size_t)batch * (size_t)stoke_shape_elems(stoke_graph_shape(g, t));
+            float *v = calloc(n, 4);
+            if (strcmp(stoke_graph_node_name(g, t), "pg") == 0)
+                memcpy(v, pg, pg_n * 4);
+            CHECK(stoke_model_set_input(m, t, v, n * 4) == STOKE_OK);
+            free(v);
+        }
+        CHECK(stoke_model_forward(m, batch, true) == STOKE_ERR_ARG);
+        if (dev == 0)
+            snprintf(cpu_msg, sizeof cpu_msg, "%s", stoke_last_error());
+        else
+            CHECK_MSG(strcmp(stoke_last_error(), cpu_msg) == 0, "cuda: %s\ncpu:  %s",
+                      stoke_last_error(), cpu_msg);
+        stoke_model_free(m);
+    }
+    CHECK_MSG(strstr(cpu_msg, pg ? "sample 2" : "batchnorm") != NULL, "%s", cpu_msg);
+    stoke_graph_free(g);
+}
+
+/* Bad policy-gradient targets name the sample and what is wrong, as on the CPU; batch
+ * norm refuses to train on one value per channel. */
+static void test_bad_targets(void)
+{
+    const float action[] = {0, 1, 4, 1, 2.5f, 0, 1, 1};
+    const float advantage[] = {0, 1, 4, 1, 2, INFINITY, 5, NAN};
+    const float old_logp[] = {0, 1, -1, 1, 0, 0, 3, 1, NAN, 0, 0, 0};
+    const float negative[] = {1, 0, 2, 0, -1, 0};
+    same_error(a2c, 4, action, 8);
+    same_error(a2c, 4, advantage, 8);
+    same_error(ppo, 4, old_logp, 12);
+    same_error(a2c, 3, negative, 6);
+    same_error(bn_block, 1, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -434,6 +582,7 @@ int main(int argc, char **argv)
         test_bad_class();
         test_bad_id();
         test_dropout_blocks();
+        test_bad_targets();
     }
     return CHECK_DONE();
 }

@@ -171,7 +171,7 @@ static bool cuda_supports(void *ctx, stoke_nn_op op, stoke_precision p)
     (void)ctx;
     if (p == STOKE_PREC_FP32)
         return op >= 0 && op < STOKE_NN_OP_COUNT;
-    return op == STOKE_NN_LINEAR;
+    return op == STOKE_NN_LINEAR || op == STOKE_NN_ATTENTION;
 }
 
 /* bf16 tensor cores from compute capability 8.0, fp16 from 7.0 */
@@ -218,6 +218,10 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_POS_EMBED] = {cuda_pos_fwd, cuda_pos_bwd, NULL, NULL},
             [STOKE_NN_SEQ_MEAN] = {cuda_seqmean_fwd, cuda_seqmean_bwd, NULL, NULL},
             [STOKE_NN_PATCHIFY] = {cuda_patchify_fwd, cuda_patchify_bwd, NULL, NULL},
+            /* norm.c, attn.c */
+            [STOKE_NN_BATCHNORM] = {cuda_bn_fwd, cuda_bn_bwd, cuda_bn_ws, cuda_bn_saved},
+            [STOKE_NN_LAYERNORM] = {cuda_ln_fwd, cuda_ln_bwd, NULL, cuda_ln_saved},
+            [STOKE_NN_ATTENTION] = {cuda_attn_fwd, cuda_attn_bwd, cuda_attn_ws, cuda_attn_saved},
             /* loss.c */
             [STOKE_NN_CROSS_ENTROPY] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
             [STOKE_NN_BCE_LOGITS] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
@@ -225,6 +229,7 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_L1] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
             [STOKE_NN_ACCURACY] = {cuda_loss_fwd, NULL, cuda_loss_ws, NULL},
             [STOKE_NN_MAE] = {cuda_loss_fwd, NULL, cuda_loss_ws, NULL},
+            [STOKE_NN_POLICY_GRADIENT] = {cuda_loss_fwd, cuda_loss_bwd, cuda_loss_ws, NULL},
         },
     .supports = cuda_supports,
     .native = cuda_native,

@@ -138,6 +138,77 @@ NK_FN void nk_accuracy(int64_t b, const nk_loss_args *a)
 /* MAE metric: per[b] = sum of |x - y| over the sample's elements */
 NK_FN void nk_mae(int64_t b, const nk_loss_args *a) { nk_eltloss_fwd(b, a, 1); }
 
+/* cpu_policy_gradient: per sample -obj - beta H with pi = softmax(x); tcols 2
+ * (REINFORCE: obj = A log pi(a)) or 3 (PPO: the clipped surrogate). bad[b] marks a
+ * target the CPU refuses (an action not a whole number in [0, K), a non-finite
+ * advantage or old log-probability); the host reads the row back to say which. */
+NK_FN int nk_pg_bad(const float *t, const nk_loss_args *a)
+{
+    return !(t[0] >= 0 && t[0] < (float)a->cols && t[0] == floorf(t[0])) || !isfinite(t[1]) ||
+           (a->tcols == 3 && !isfinite(t[2]));
+}
+
+/* the sample's lse, entropy H, log pi(a), and the objective's derivative by log pi(a) */
+typedef struct nk_pg_terms {
+    double lse, H, obj, coef;
+} nk_pg_terms;
+
+NK_FN nk_pg_terms nk_pg_eval(const float *x, const float *t, const nk_loss_args *a)
+{
+    int64_t K = a->cols, act = (int64_t)t[0];
+    float mx = x[0];
+    for (int64_t k = 1; k < K; k++)
+        mx = x[k] > mx ? x[k] : mx;
+    double sum = 0, px = 0;
+    for (int64_t k = 0; k < K; k++) {
+        double e = exp((double)x[k] - mx);
+        sum += e;
+        px += e * x[k];
+    }
+    nk_pg_terms r;
+    r.lse = mx + log(sum);
+    r.H = r.lse - px / sum;
+    double A = t[1], logp = x[act] - r.lse;
+    if (a->tcols == 2) {
+        r.obj = A * logp;
+        r.coef = A;
+    } else {
+        double clip = a->clip, ratio = exp(logp - (double)t[2]);
+        double rc = ratio < 1.0 - clip ? 1.0 - clip : ratio > 1.0 + clip ? 1.0 + clip : ratio;
+        int unclipped = ratio * A <= rc * A;
+        r.obj = unclipped ? ratio * A : rc * A;
+        r.coef = unclipped ? ratio * A : 0.0;
+    }
+    return r;
+}
+
+NK_FN void nk_pg_fwd(int64_t b, const nk_loss_args *a)
+{
+    const float *x = a->x + b * a->cols, *t = (const float *)a->target + b * a->tcols;
+    a->bad[b] = nk_pg_bad(t, a);
+    if (a->bad[b]) {
+        a->per[b] = 0;
+        return;
+    }
+    nk_pg_terms r = nk_pg_eval(x, t, a);
+    a->per[b] = -r.obj - (double)a->entropy * r.H;
+}
+
+NK_FN void nk_pg_bwd(int64_t b, const nk_loss_args *a)
+{
+    const float *x = a->x + b * a->cols, *t = (const float *)a->target + b * a->tcols;
+    if (nk_pg_bad(t, a))
+        return;
+    nk_pg_terms r = nk_pg_eval(x, t, a);
+    float *d = a->dx + b * a->cols;
+    int64_t act = (int64_t)t[0];
+    double beta = a->entropy;
+    for (int64_t k = 0; k < a->cols; k++) {
+        double lp = (double)x[k] - r.lse, p = exp(lp);
+        d[k] += (float)(a->g * (-r.coef * ((k == act ? 1.0 : 0.0) - p) + beta * p * (lp + r.H)));
+    }
+}
+
 #define NK_LOSS_KERNELS(X)       \
     X(loss_reduce, nk_loss_args) \
     X(ce_fwd, nk_loss_args)      \
@@ -149,6 +220,8 @@ NK_FN void nk_mae(int64_t b, const nk_loss_args *a) { nk_eltloss_fwd(b, a, 1); }
     X(bce_fwd, nk_loss_args)     \
     X(bce_bwd, nk_loss_args)     \
     X(accuracy, nk_loss_args)    \
-    X(mae, nk_loss_args)
+    X(mae, nk_loss_args)         \
+    X(pg_fwd, nk_loss_args)      \
+    X(pg_bwd, nk_loss_args)
 
 #endif

@@ -1,6 +1,8 @@
 /* loss.c - the CUDA backend's losses and metrics (k_loss.h): per-sample terms, then
  * one ordered sum, so a loss is the same for any launch configuration. A bad class
  * index comes back through the context's flag, read with the loss. */
+#include <math.h>
+
 #include "nn/cuda/ops.h"
 
 /* per[] (doubles) then bad[] (int32), rows each */
@@ -29,37 +31,84 @@ static nk_loss_args loss_args(cuda_ctx *c, const nn_exec_args *a, float *dx, flo
     k.rows = a->batch;
     k.cols = cuda_elems(s);
     k.tcols = cuda_elems(cuda_in_shape(a, 1));
-    bool per_sample = a->node->op == STOKE_NN_CROSS_ENTROPY || a->node->op == STOKE_NN_ACCURACY;
+    bool per_sample = a->node->op == STOKE_NN_CROSS_ENTROPY || a->node->op == STOKE_NN_ACCURACY ||
+                      a->node->op == STOKE_NN_POLICY_GRADIENT;
     k.denom = per_sample ? (double)a->batch : (double)a->batch * (double)k.cols;
     k.g = (double)scale / k.denom * (a->node->op == STOKE_NN_MSE ? 2.0 : 1.0);
     k.on = 1.0 - a->node->smoothing;
     k.off = a->node->smoothing / (double)k.cols;
+    k.clip = a->node->clip;
+    k.entropy = a->node->entropy;
     return k;
 }
 
-/* The sum into out[0]; then the flag, read back: a bad class is an error naming the
+/* cpu_policy_gradient's checks of the sizes and options, before any launch */
+static stoke_status pg_check(const nk_loss_args *k)
+{
+    if (k->rows < 1 || k->cols < 2)
+        return stoke_fail(STOKE_ERR_ARG,
+                          "policy gradient: batch %d and actions %d must be >= 1 "
+                          "and >= 2",
+                          (int)k->rows, (int)k->cols);
+    if (k->tcols == 2 ? k->clip != 0 : k->tcols != 3 || !(k->clip > 0 && k->clip < 1))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "policy gradient: %d target columns with clip %g (2 "
+                          "with clip 0, or 3 with clip in (0, 1))",
+                          (int)k->tcols, (double)k->clip);
+    if (!(k->entropy >= 0 && isfinite(k->entropy)))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "policy gradient: entropy coefficient %g must be "
+                          "finite and >= 0",
+                          (double)k->entropy);
+    return STOKE_OK;
+}
+
+static stoke_status read_back(cuda_ctx *c, void *host, const void *dev, size_t bytes)
+{
+    stoke_status st = stoke_cudart_copy_to_host_async(c->rt, host, dev, bytes, c->L.stream);
+    return st == STOKE_OK ? stoke_cudart_stream_sync(c->rt, c->L.stream) : st;
+}
+
+/* The first bad sample's error, worded as the CPU backend's: its target read back. */
+static stoke_status bad_target(cuda_ctx *c, const nn_exec_args *a, const nk_loss_args *k, int b)
+{
+    if (a->node->op == STOKE_NN_CROSS_ENTROPY) {
+        int32_t t = 0;
+        stoke_status st = read_back(c, &t, (const int32_t *)a->in[1] + b, sizeof t);
+        if (st != STOKE_OK)
+            return st;
+        return stoke_fail(STOKE_ERR_ARG,
+                          "cross-entropy: sample %d has target %d, outside [0, %lld)", b, (int)t,
+                          (long long)k->cols);
+    }
+    float t[3] = {0, 0, 0};
+    stoke_status st =
+        read_back(c, t, (const float *)a->in[1] + (int64_t)b * k->tcols, (size_t)k->tcols * 4);
+    if (st != STOKE_OK)
+        return st;
+    if (!(t[0] >= 0 && t[0] < (float)k->cols && t[0] == floorf(t[0])))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "sample %d has action %g, not a whole number in "
+                          "[0, %d)",
+                          b, (double)t[0], (int)k->cols);
+    if (!isfinite(t[1]))
+        return stoke_fail(STOKE_ERR_ARG, "sample %d has advantage %g (not finite)", b,
+                          (double)t[1]);
+    return stoke_fail(STOKE_ERR_ARG, "sample %d has old log-probability %g (not finite)", b,
+                      (double)t[2]);
+}
+
+/* The sum into out[0]; then the flag, read back: a bad target is an error naming the
  * sample, as the CPU backend's. */
 static stoke_status reduce(cuda_ctx *c, const nn_exec_args *a, nk_loss_args *k)
 {
     stoke_status st = CUDA_RUN(c, loss_reduce, 1, k);
-    if (st != STOKE_OK || a->node->op != STOKE_NN_CROSS_ENTROPY)
+    if (st != STOKE_OK ||
+        (a->node->op != STOKE_NN_CROSS_ENTROPY && a->node->op != STOKE_NN_POLICY_GRADIENT))
         return st;
     int32_t flag = 0;
-    st = stoke_cudart_copy_to_host_async(c->rt, &flag, c->flag, sizeof flag, c->L.stream);
-    if (st == STOKE_OK)
-        st = stoke_cudart_stream_sync(c->rt, c->L.stream);
-    if (st == STOKE_OK && flag > 0) {
-        int32_t t = 0;
-        st = stoke_cudart_copy_to_host_async(c->rt, &t, (const int32_t *)a->in[1] + (flag - 1),
-                                             sizeof t, c->L.stream);
-        if (st == STOKE_OK)
-            st = stoke_cudart_stream_sync(c->rt, c->L.stream);
-        if (st == STOKE_OK)
-            st = stoke_fail(STOKE_ERR_ARG,
-                            "cross-entropy: sample %d has target %d, outside [0, %lld)", flag - 1,
-                            (int)t, (long long)k->cols);
-    }
-    return st;
+    st = read_back(c, &flag, c->flag, sizeof flag);
+    return st == STOKE_OK && flag > 0 ? bad_target(c, a, k, flag - 1) : st;
 }
 
 stoke_status cuda_loss_fwd(void *ctx, const nn_exec_args *a)
@@ -74,6 +123,11 @@ stoke_status cuda_loss_fwd(void *ctx, const nn_exec_args *a)
     case STOKE_NN_BCE_LOGITS: st = CUDA_RUN(c, bce_fwd, k.rows, &k); break;
     case STOKE_NN_ACCURACY: st = CUDA_RUN(c, accuracy, k.rows, &k); break;
     case STOKE_NN_MAE: st = CUDA_RUN(c, mae, k.rows, &k); break;
+    case STOKE_NN_POLICY_GRADIENT:
+        st = pg_check(&k);
+        if (st == STOKE_OK)
+            st = CUDA_RUN(c, pg_fwd, k.rows, &k);
+        break;
     default: return stoke_fail(STOKE_ERR_ARG, "op %s: not a loss", stoke_nn_op_name(a->node->op));
     }
     if (st == STOKE_OK)
@@ -94,6 +148,7 @@ stoke_status cuda_loss_bwd(void *ctx, const nn_exec_args *a)
     case STOKE_NN_MSE: st = CUDA_RUN(c, mse_bwd, n, &k); break;
     case STOKE_NN_L1: st = CUDA_RUN(c, l1_bwd, n, &k); break;
     case STOKE_NN_BCE_LOGITS: st = CUDA_RUN(c, bce_bwd, n, &k); break;
+    case STOKE_NN_POLICY_GRADIENT: st = CUDA_RUN(c, pg_bwd, k.rows, &k); break;
     default: return stoke_fail(STOKE_ERR_ARG, "op %s: not a loss", stoke_nn_op_name(a->node->op));
     }
     return st == STOKE_OK ? st : cuda_layer_fail(st, a->node);

@@ -69,4 +69,21 @@ stoke_status cuda_seqmean_bwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_patchify_fwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_patchify_bwd(void *ctx, const nn_exec_args *a);
 
+/* norm.c: batch norm (2d over (C, H, W), 1d over (C)) and layer norm */
+stoke_status cuda_bn_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_bn_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_bn_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                        stoke_precision p, size_t *bytes);
+size_t cuda_bn_saved(void *ctx, const stoke_graph *g, const nn_node *n);
+stoke_status cuda_ln_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_ln_bwd(void *ctx, const nn_exec_args *a);
+size_t cuda_ln_saved(void *ctx, const stoke_graph *g, const nn_node *n);
+
+/* attn.c: multi-head self-attention (projections and per-head products on cuBLAS) */
+stoke_status cuda_attn_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_attn_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                          stoke_precision p, size_t *bytes);
+size_t cuda_attn_saved(void *ctx, const stoke_graph *g, const nn_node *n);
+
 #endif
