@@ -246,12 +246,16 @@ typedef struct stoke_train_event {
     double metric;           /* running training accuracy (classes) or MAE, NaN if none */
     const char *metric_name; /* "acc" or "mae" */
     double lr;
-    double samples_per_s;        /* over this epoch */
-    double data_wait_pct;        /* % of this epoch's time spent waiting for batches */
-    double cpu_pct;              /* the process, 100 = one core; NaN if unknown */
-    double gpu_pct;              /* GPU utilization, NaN without a GPU */
-    double mfu_pct;              /* model FLOP utilization: the matmuls' and convolutions'
+    double samples_per_s; /* over this epoch */
+    double data_wait_pct; /* % of this epoch's time spent waiting for batches */
+    double cpu_pct;       /* the process, 100 = one core; NaN if unknown */
+    double gpu_pct;       /* GPU utilization, NaN without a GPU */
+    double mfu_pct;       /* model FLOP utilization: the matmuls' and convolutions'
                                     FLOP/s as % of the device's peak; NaN if unknown */
+    /* EPOCH: % of the epoch's time in each phase of the steps (with data_wait_pct, the
+     * rest is evaluation-free bookkeeping): the batch into the model, forward, backward
+     * (on a GPU waited for, so its time is its own), the optimizer step */
+    double input_pct, forward_pct, backward_pct, optimizer_pct;
     double elapsed_s;            /* this epoch */
     double eta_s;                /* PROGRESS: rest of the epoch */
     double val_loss, val_metric; /* EPOCH, EVAL, TARGET: NaN when there is no validation set */

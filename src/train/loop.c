@@ -212,6 +212,7 @@ static void epoch_clock_start(stoke_trainer *t, epoch_clock *k)
     k->wait0 = loader_wait_s(t->loader);
     k->samples_start = t->ep_samples;
     k->last_decile = (int)(t->ep_batches * 10 / k->batches);
+    t->ph_input = t->ph_forward = t->ph_backward = t->ph_optim = 0;
 }
 
 /* The epoch's running means so far (NaN before its first sample). */
@@ -229,6 +230,7 @@ static double epoch_metric(const stoke_trainer *t)
 /* Forward and backward over one batch; its loss and metric join the epoch's sums. */
 static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
 {
+    double t0 = stoke_wall_time();
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
     if (s == STOKE_OK)
         s = train_convert_targets(b->targets, t->info.target_dtype, b->size, t->target_elems,
@@ -236,12 +238,22 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
     if (s == STOKE_OK)
         s = stoke_model_set_input(t->model, t->y, t->target_stage,
                                   (size_t)b->size * (size_t)t->target_elems * 4);
+    double t1 = stoke_wall_time();
     if (s == STOKE_OK)
-        s = stoke_model_forward(t->model, b->size, true);
+        s = stoke_model_forward(t->model, b->size, true); /* ends reading the losses */
+    double t2 = stoke_wall_time();
     if (s == STOKE_OK)
         s = stoke_model_backward(t->model);
+    /* a GPU's backward is only queued: wait, so the phase is its own (the step would
+     * wait at once anyway, reading the gradient norm) */
+    if (s == STOKE_OK && stoke_model_on_device(t->model))
+        s = stoke_model_sync(t->model);
     if (s != STOKE_OK)
         return s;
+    double t3 = stoke_wall_time();
+    t->ph_input += t1 - t0;
+    t->ph_forward += t2 - t1;
+    t->ph_backward += t3 - t2;
     t->ep_loss += stoke_model_loss(t->model) * (double)b->size;
     if (t->metric != STOKE_NO_TENSOR)
         t->ep_metric += stoke_model_value(t->model, t->metric) * (double)b->size;
@@ -279,9 +291,11 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     *reached = false;
     double lr = stoke_lr_at(&t->sched, t->step);
     bool applied = true;
+    double t0 = stoke_wall_time();
     stoke_status s = stoke_model_step(t->model, lr, accum, &applied);
     if (s != STOKE_OK)
         return s;
+    t->ph_optim += stoke_wall_time() - t0;
     t->step++;
     double now = stoke_wall_time();
     stoke_train_event e = loop_event(t, STOKE_EV_PROGRESS, k->batches, now);
@@ -329,6 +343,11 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     e.mfu_pct = t->peak_flops > 0 && t->step_flops > 0
                     ? 100.0 * e.samples_per_s * t->step_flops / t->peak_flops
                     : NAN;
+    double pct = run_el > 0 ? 100.0 / run_el : 0;
+    e.input_pct = t->ph_input * pct;
+    e.forward_pct = t->ph_forward * pct;
+    e.backward_pct = t->ph_backward * pct;
+    e.optimizer_pct = t->ph_optim * pct;
     utilization(t, &e);
     train_emit(t, &e);
     train_log_epoch(t, &e, end);

@@ -64,12 +64,17 @@ size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t si
         snprintf(cpu, sizeof cpu, ", CPU %.0f%%", e->cpu_pct);
     if (isfinite(e->mfu_pct))
         snprintf(mfu, sizeof mfu, ", MFU %.1f%%", e->mfu_pct);
+    char phases[128] = "";
+    if (e->forward_pct > 0 || e->backward_pct > 0)
+        snprintf(phases, sizeof phases,
+                 " | step: input %.1f%%, forward %.1f%%, backward %.1f%%, optimizer %.1f%%",
+                 e->input_pct, e->forward_pct, e->backward_pct, e->optimizer_pct);
     int n =
         snprintf(buf, size,
                  "epoch %" PRId64 "/%" PRId64 " done in %.1fs | loss %.4f%s%s | %.0f samples/s, "
-                 "data wait %.1f%%%s%s",
+                 "data wait %.1f%%%s%s%s",
                  e->epoch + 1, e->epochs, e->elapsed_s, e->loss, m, val, e->samples_per_s,
-                 e->data_wait_pct, cpu, mfu);
+                 e->data_wait_pct, cpu, mfu, phases);
     return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
 }
 

@@ -118,14 +118,14 @@ static void setup_mfu(stoke_trainer *t)
 {
     char why[256] = "";
     bool lowp = t->precision != STOKE_PREC_FP32;
-    bool known = t->device != STOKE_TUNE_CPU && t->device < t->machine.gpu_count
-                     ? stoke_gpu_peak_flops(&t->machine.gpus[t->device], lowp, &t->peak_flops,
-                                            why, sizeof why)
-                 : t->device == STOKE_TUNE_CPU
-                     ? stoke_cpu_peak_flops(&t->machine.cpu,
-                                            lowp && stoke_nn_precision_native(t->precision),
-                                            &t->peak_flops, why, sizeof why)
-                     : false;
+    bool known =
+        t->device != STOKE_TUNE_CPU && t->device < t->machine.gpu_count
+            ? stoke_gpu_peak_flops(&t->machine.gpus[t->device], lowp, &t->peak_flops, why,
+                                   sizeof why)
+        : t->device == STOKE_TUNE_CPU
+            ? stoke_cpu_peak_flops(&t->machine.cpu, lowp && stoke_nn_precision_native(t->precision),
+                                   &t->peak_flops, why, sizeof why)
+            : false;
     t->step_flops = 3.0 * stoke_graph_flops(t->graph);
     if (!known) {
         t->peak_flops = 0;

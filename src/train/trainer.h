@@ -55,7 +55,10 @@ struct stoke_trainer {
     double ep_loss, ep_metric;
     int64_t ep_samples, ep_batches;
     double ep_elapsed_before; /* seconds of this epoch before a resume */
-    double loop_start;        /* wall time the training loop started: log "elapsed" */
+    /* this part of the epoch's seconds in each phase of a step: the batch into the
+     * model (host copy, or the device copy's queueing), forward, backward, optimizer */
+    double ph_input, ph_forward, ph_backward, ph_optim;
+    double loop_start; /* wall time the training loop started: log "elapsed" */
     char warned[16][32];
     int nwarned;
     stoke_train_result result;
