@@ -275,6 +275,12 @@ int stoke_nn_threads(void);
  * below AVX-512 or under an ISA cap below it). Can't fail. */
 bool stoke_nn_precision_native(stoke_precision p);
 
+/* Whether the CUDA backend can run on CUDA device `device`: it loads what a model would
+ * (the runtime, the device, cuBLAS, the kernel module) and lets it go. true with what it
+ * runs with in `why` ("CUDA device 0 (compute capability 9.0), kernels: device (...)"),
+ * false with the reason ("the CUDA kernels (...) are missing: ..."). Can't fail. */
+bool stoke_nn_cuda_ready(int device, char *why, size_t size);
+
 /* ---- Memory plan ---------------------------------------------------------------- */
 
 typedef struct stoke_model_opts {

@@ -190,6 +190,9 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
             printf(ROW "gen %u x%u\n", "  PCIe", g->pcie_gen, g->pcie_width);
         else
             printf(ROW "%s\n", "  PCIe", na);
+        char why[512];
+        bool ready = stoke_nn_cuda_ready(i, why, sizeof why);
+        printf(ROW "%s: %s\n", "  stoke train", ready ? "runs here" : "cannot run here", why);
     }
     if (m->gpu_count > 0 && m->gpu_note[0])
         printf("  note: %s\n", m->gpu_note);
@@ -314,6 +317,10 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
             cJSON_AddNumberToObject(o, "pcie_gen", g->pcie_gen);
             cJSON_AddNumberToObject(o, "pcie_width", g->pcie_width);
         }
+        char why[512];
+        cJSON *cb = cJSON_AddObjectToObject(o, "cuda_backend");
+        cJSON_AddBoolToObject(cb, "ready", stoke_nn_cuda_ready(i, why, sizeof why));
+        cJSON_AddStringToObject(cb, "detail", why);
         cJSON_AddItemToArray(gpus, o);
     }
     if (m->gpu_note[0])

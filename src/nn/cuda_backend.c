@@ -280,3 +280,12 @@ const char *nn_backend_describe(const nn_backend *be)
 {
     return be && be->ctx && strcmp(be->name, "cuda") == 0 ? ((const cuda_ctx *)be->ctx)->why : "";
 }
+
+bool stoke_nn_cuda_ready(int device, char *why, size_t size)
+{
+    nn_backend *be = NULL;
+    bool ok = nn_cuda_backend_new(device, &be) == STOKE_OK;
+    snprintf(why, size, "%s", ok ? nn_backend_describe(be) : stoke_last_error());
+    nn_backend_free(be);
+    return ok;
+}

@@ -181,6 +181,7 @@ has h100.out "gen 5 x16"
 has h100.out "550.54.15"
 has h100.out "bf16"
 has h100.out "819.5 TFLOP/s"
+has h100.out "stoke train   "
 run h100_json 0 --json
 json h100_json "
 assert d['driver_version'] == '550.54.15'
@@ -192,6 +193,9 @@ assert g['memory_total_bytes'] == 85520809984
 assert g['compute_capability'] == '9.0' and g['sm_count'] == 114, g
 assert g['power_limit_mw'] == 350000 and g['max_sm_clock_mhz'] == 1755
 assert g['pcie_gen'] == 5 and g['pcie_width'] == 16
+# whether stoke train's CUDA backend runs there, and why (tests/e2e/train_cuda.sh
+# checks the answers themselves)
+assert isinstance(g['cuda_backend']['ready'], bool) and g['cuda_backend']['detail'], g
 assert rec('precision', 'gpu', 0)['value'] == 'bf16'
 assert rec('tf32', 'gpu', 0)['value'] is True
 # 114 SMs x 1755 MHz x 4096 dense bf16 FLOPs/clock/SM (Hopper)

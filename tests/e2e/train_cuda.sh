@@ -174,4 +174,33 @@ else
     fail "cuda:3: exit $rc"; show "$work/absent.txt"
 fi
 
+# `stoke probe` says whether the backend runs on each GPU, and why not.
+"$stoke" probe >"$out" 2>&1
+grep -q 'stoke train   runs here: CUDA device 0 (compute capability 9.0), kernels: host' "$out" &&
+    ok "probe: the backend runs on the GPU" || { fail "probe's backend line"; show "$out"; }
+STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so "$stoke" probe --json >"$out" 2>&1
+if /usr/bin/python3 -c '
+import json, sys
+g = json.load(open(sys.argv[1]))["gpus"][0]["cuda_backend"]
+assert g["ready"] is False and "/nonexistent/libstoke_cuda.so" in g["detail"], g
+' "$out"; then ok "probe --json: why the backend cannot run"; else fail "probe --json cuda_backend"; show "$out"; fi
+
+# The kernel module nvcc built (beside the binary) refuses a GPU below its
+# architectures, and auto then trains on the CPU. Without nvcc there is no module.
+module=$(dirname "$stoke")/libstoke_cuda.so
+if [ -f "$module" ]; then
+    STOKE_CUDA_KERNELS= STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_turing.gpu" run turing --model mlp --device cuda
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q 'compute capability 7.5; this stoke.s kernels are built for 8.0 and up' "$work/turing.txt"; then
+        ok "a compute capability 7.5 GPU: the module's architectures named"
+    else
+        fail "turing: exit $rc"; show "$work/turing.txt"
+    fi
+    STOKE_CUDA_KERNELS= STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_turing.gpu" run turing_auto --model mlp
+    grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: CUDA device 0 has compute capability 7.5' "$work/turing_auto.txt" &&
+        ok "auto on that GPU: the CPU, saying why" || { fail "turing auto"; show "$work/turing_auto.txt"; }
+else
+    echo "skip (part): $module not built (no nvcc): the module's architecture check"
+fi
+
 e2e_end

@@ -125,6 +125,13 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
     stoke_status st = open_device(c, device);
     if (st == STOKE_OK)
         st = load_kernels(c);
+    if (st == STOKE_OK && c->cc_major * 10 + c->cc_minor < c->k->min_cc)
+        st = stoke_fail(STOKE_ERR_UNAVAILABLE,
+                        "CUDA device %d has compute capability %d.%d; this stoke's kernels are "
+                        "built for %d.%d and up (%s): rebuild with -DSTOKE_CUDA_ARCHS listing "
+                        "%d%d-real",
+                        device, c->cc_major, c->cc_minor, c->k->min_cc / 10, c->k->min_cc % 10,
+                        c->k->build, c->cc_major, c->cc_minor);
     if (st == STOKE_OK)
         st = open_blas(c);
     if (st == STOKE_OK)

@@ -42,7 +42,8 @@ typedef struct nk_launch {
 /* Each entry runs nk_<name>(i, a) for i in [0, n); 0, or the runtime's error code
  * of the launch (a fault inside the kernel surfaces at the next synchronization). */
 typedef struct nn_cuda_kernels {
-    const char *build; /* "device (sm_80 sm_89 sm_90)" or "host" */
+    const char *build; /* "device (80-real 89-real 90)" or "host" */
+    int min_cc;        /* the lowest compute capability it has code for (80: 8.0); 0: any */
 #define NK_MEMBER(name, T) int (*name)(const nk_launch *L, int64_t n, const T *a);
     NK_ALL_KERNELS(NK_MEMBER)
 #undef NK_MEMBER

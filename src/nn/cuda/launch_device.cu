@@ -29,6 +29,7 @@ static nn_cuda_kernels make_table()
 {
     nn_cuda_kernels t;
     t.build = "device (" STOKE_CUDA_ARCHS ")";
+    t.min_cc = STOKE_CUDA_MIN_CC;
 #define NK_ENTRY(name, T) t.name = dev_##name;
     NK_ALL_KERNELS(NK_ENTRY)
 #undef NK_ENTRY

@@ -20,6 +20,7 @@ NK_ALL_KERNELS(NK_HOST)
 #undef NK_HOST
 
 static const nn_cuda_kernels host_table = {.build = "host",
+                                           .min_cc = 0,
 #define NK_ENTRY(name, T) .name = host_##name,
                                            NK_ALL_KERNELS(NK_ENTRY)
 #undef NK_ENTRY
