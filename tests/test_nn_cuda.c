@@ -176,6 +176,58 @@ static stoke_graph *linear_3d(void)
     return g;
 }
 
+/* The reference CNN (conv-relu-maxpool 2x2 twice, then two linears) on 1x28x28:
+ * ReLU's zeros make max-pool windows tie. */
+static stoke_graph *cnn(void)
+{
+    stoke_shape in = {.ndim = 3, .dims = {1, 28, 28}};
+    return stoke_preset_cnn(&in, 10);
+}
+
+/* conv stride 2, padding 1, no bias on an odd, non-square image; relu then an
+ * overlapping padded max-pool (3x3, stride 2, padding 1): inputs under several
+ * windows, windows clipped by the padding, ties between ReLU's zeros. */
+static stoke_graph *conv_s2(void)
+{
+    stoke_graph *g = stoke_graph_new("conv_s2");
+    stoke_shape xs = {.ndim = 3, .dims = {3, 11, 9}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_conv2d(g, "conv", x, 5, 3, 2, 1, false);
+    h = stoke_nn_maxpool2d(g, stoke_nn_relu(g, h), 3, 2, 1);
+    h = stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 4, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+/* conv with bias (kernel 2, no padding) -> avgpool 3x3, stride 2, padding 1 (count
+ * include pad: edge windows divide by 9) -> linear -> MSE */
+static stoke_graph *avgpool_pad(void)
+{
+    stoke_graph *g = stoke_graph_new("avgpool_pad");
+    stoke_shape xs = {.ndim = 3, .dims = {2, 10, 7}}, ys = {.ndim = 1, .dims = {3}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_conv2d(g, "conv", x, 4, 2, 1, 0, true);
+    h = stoke_nn_avgpool2d(g, h, 3, 2, 1);
+    h = stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 3, true);
+    stoke_nn_mse(g, h, y);
+    return g;
+}
+
+/* conv 5x5 padding 2 -> relu -> global average pool -> linear head */
+static stoke_graph *gap_head(void)
+{
+    stoke_graph *g = stoke_graph_new("gap_head");
+    stoke_shape xs = {.ndim = 3, .dims = {3, 9, 13}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv", x, 6, 5, 1, 2, true));
+    h = stoke_nn_linear(g, "fc", stoke_nn_global_avgpool(g, h), 5, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
 static const stoke_optim sgd = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
 static const stoke_optim nesterov = {.kind = STOKE_SGD, .momentum = 0.9f, .nesterov = true};
 static const stoke_optim adamw = {.kind = STOKE_ADAMW, .weight_decay = 0.01f, .clip_norm = 0.5f};
@@ -187,6 +239,14 @@ static const cuda_case cases[] = {
     {"mlp bf16", mlp, 10, STOKE_PREC_BF16, sgd, 32, 3, 2e-2},
     {"mlp fp16", mlp, 10, STOKE_PREC_FP16, sgd, 32, 2, 2e-2},
     {"linear 3d mse", linear_3d, 0, STOKE_PREC_FP32, sgd, 9, 3, 1e-4},
+    {"cnn fp32", cnn, 10, STOKE_PREC_FP32, sgd, 5, 3, 1e-4},
+    {"cnn bf16", cnn, 10, STOKE_PREC_BF16, sgd, 5, 3, 2e-2},
+    {"conv stride 2 fp32", conv_s2, 4, STOKE_PREC_FP32, nesterov, 7, 3, 1e-4},
+    {"conv stride 2 bf16", conv_s2, 4, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
+    {"conv stride 2 fp16", conv_s2, 4, STOKE_PREC_FP16, sgd, 7, 2, 2e-2},
+    {"avgpool padding fp32", avgpool_pad, 0, STOKE_PREC_FP32, adamw, 7, 3, 1e-4},
+    {"avgpool padding bf16", avgpool_pad, 0, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
+    {"global avgpool head fp32", gap_head, 5, STOKE_PREC_FP32, sgd, 33, 3, 1e-4},
 };
 
 /* ---- the device and its errors ---- */

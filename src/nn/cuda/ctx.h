@@ -29,6 +29,8 @@ typedef struct cuda_ctx {
     bool tf32;        /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
     double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
     int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
+    struct cuda_conv_plan **conv_plans; /* conv.c: descriptors and algorithms per shape */
+    int nconv_plans;
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
     char why[256]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */
@@ -53,6 +55,9 @@ stoke_status cuda_ctx_sync(cuda_ctx *c);
 
 /* cuDNN, loaded and bound to the stream on first use. */
 stoke_status cuda_ctx_dnn(cuda_ctx *c);
+
+/* Frees conv.c's cached plans (their cuDNN descriptors). */
+void cuda_conv_plans_free(cuda_ctx *c);
 
 /* Runs kernel `name` over n indices with args a, as a status. */
 #define CUDA_RUN(c, name, n, a) cuda_check((c), (c)->k->name(&(c)->L, (int64_t)(n), (a)), #name)
