@@ -314,9 +314,48 @@ static void test_bad_class(void)
     stoke_graph_free(g);
 }
 
+/* Without cuDNN a model with a convolution is refused, naming the layer and the
+ * library; one without runs (cuDNN is loaded at the first convolution). */
+static void test_no_cudnn(void)
+{
+    setenv("STOKE_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
+    stoke_graph *g = cnn(), *g2 = mlp();
+    stoke_model_opts o = {.max_batch = 3, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(stoke_last_error(), "conv1") && strstr(stoke_last_error(), "libcudnn"), "%s",
+              stoke_last_error());
+    CHECK(stoke_model_new(g2, &o, &m) == STOKE_OK);
+    stoke_model_free(m);
+    stoke_graph_free(g);
+    stoke_graph_free(g2);
+    setenv("STOKE_CUDNN_LIBRARY", FAKE_CUDNN, 1);
+}
+
+/* The convolutions broke none of the double's rules (descriptors that agree, tensors
+ * and workspace inside allocations) and freed every descriptor and handle with their
+ * models. The test holds the doubles loaded so their counters outlive the models. */
+static void test_cudnn_clean(void *dnn)
+{
+    int (*violations)(void), (*live)(void), (*calls)(void);
+    const char *(*problem)(void);
+    *(void **)&violations = dlsym(dnn, "fake_cudnn_violations");
+    *(void **)&live = dlsym(dnn, "fake_cudnn_live");
+    *(void **)&calls = dlsym(dnn, "fake_cudnn_calls");
+    *(void **)&problem = dlsym(dnn, "fake_cudnn_last_problem");
+    CHECK(violations && live && calls && problem);
+    if (!violations || !live || !calls || !problem)
+        return;
+    CHECK_MSG(violations() == 0, "%d cuDNN violations, the last: %s", violations(), problem());
+    CHECK_MSG(live() == 0, "%d cuDNN objects never destroyed", live());
+    CHECK(calls() > 0);
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
+    void *rt = dlopen(FAKE_CUDART, RTLD_NOW), *dnn = dlopen(FAKE_CUDNN, RTLD_NOW);
+    CHECK_MSG(rt && dnn, "%s", dlerror());
     const char *only = argc > 1 ? argv[1] : NULL;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!only || strstr(cases[i].name, only))
@@ -324,6 +363,13 @@ int main(int argc, char **argv)
     if (!only) {
         test_unavailable();
         test_bad_class();
+        test_no_cudnn();
+        if (dnn)
+            test_cudnn_clean(dnn);
     }
+    if (dnn)
+        dlclose(dnn);
+    if (rt)
+        dlclose(rt);
     return CHECK_DONE();
 }

@@ -26,9 +26,9 @@ typedef struct cuda_ctx {
     const nn_cuda_kernels *k;
     nk_launch L;
     int device, cc_major, cc_minor;
-    bool tf32;        /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
-    double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
-    int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
+    bool tf32;       /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
+    double *partial; /* CUDA_SUM_STRIDE doubles of device memory */
+    int32_t *flag;   /* a device int kernels set to report bad input (1 + sample) */
     struct cuda_conv_plan **conv_plans; /* conv.c: descriptors and algorithms per shape */
     int nconv_plans;
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
