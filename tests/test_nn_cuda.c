@@ -11,6 +11,8 @@
  * weights after steps to ~1e-4; bf16 operands are rounded identically on both sides,
  * but the sums they feed differ in order, so bf16 gets 1e-2. */
 #include "check.h"
+#include "nn/cpu/conv.h"
+#include "nn/cuda/k_pool.h"
 #include "stoke/hw.h"
 #include "stoke/nn.h"
 
@@ -228,6 +230,26 @@ static stoke_graph *gap_head(void)
     return g;
 }
 
+/* One activation read by two convolutions (stride 1 and stride 2), each with a head of
+ * its own (two losses): the second backward must add to the first's input gradient. */
+static stoke_graph *conv_fanout(void)
+{
+    stoke_graph *g = stoke_graph_new("conv_fanout");
+    stoke_shape xs = {.ndim = 3, .dims = {4, 8, 7}}, ys = {.ndim = 0},
+                ts = {.ndim = 1, .dims = {2}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor t = stoke_nn_input(g, "t", STOKE_F32, &ts);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv0", x, 6, 3, 1, 1, true));
+    stoke_tensor a = stoke_nn_conv2d(g, "conv_a", h, 5, 3, 1, 0, true);
+    a = stoke_nn_linear(g, "fc_a", stoke_nn_global_avgpool(g, a), 3, true);
+    stoke_nn_cross_entropy(g, a, y, 0.1f);
+    stoke_tensor b = stoke_nn_conv2d(g, "conv_b", h, 4, 2, 2, 1, false);
+    b = stoke_nn_linear(g, "fc_b", stoke_nn_flatten(g, b), 2, false);
+    stoke_nn_mse(g, b, t);
+    return g;
+}
+
 static const stoke_optim sgd = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
 static const stoke_optim nesterov = {.kind = STOKE_SGD, .momentum = 0.9f, .nesterov = true};
 static const stoke_optim adamw = {.kind = STOKE_ADAMW, .weight_decay = 0.01f, .clip_norm = 0.5f};
@@ -247,6 +269,8 @@ static const cuda_case cases[] = {
     {"avgpool padding fp32", avgpool_pad, 0, STOKE_PREC_FP32, adamw, 7, 3, 1e-4},
     {"avgpool padding bf16", avgpool_pad, 0, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
     {"global avgpool head fp32", gap_head, 5, STOKE_PREC_FP32, sgd, 33, 3, 1e-4},
+    {"conv fan-out fp32", conv_fanout, 3, STOKE_PREC_FP32, sgd, 11, 3, 1e-4},
+    {"conv fan-out bf16", conv_fanout, 3, STOKE_PREC_BF16, sgd, 11, 3, 2e-2},
 };
 
 /* ---- the device and its errors ---- */
@@ -314,6 +338,68 @@ static void test_bad_class(void)
     stoke_graph_free(g);
 }
 
+/* The pooling kernel bodies against the CPU's functions, bit for bit, on planes of
+ * few distinct values: max-pool's ties must go where the CPU sends them (first
+ * maximum in row-major window order; the 2x2 shape is the CPU's fast path), which
+ * the models above cannot see (their ties are ReLU zeros, whose gradient ReLU drops). */
+static void pool_bits(int H, int W, int k, int stride, int pad)
+{
+    enum { P = 3 };
+    int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
+    size_t in = (size_t)P * H * W, out = (size_t)P * OH * OW;
+    float *x = malloc(in * 4), *dy = malloc(out * 4), *y[2], *dx[2];
+    for (int j = 0; j < 2; j++)
+        y[j] = calloc(out, 4), dx[j] = malloc(in * 4);
+    for (size_t i = 0; i < in; i++)
+        x[i] = (float)rndu(3) - 1.0f, dx[0][i] = dx[1][i] = rnd();
+    for (size_t i = 0; i < out; i++)
+        dy[i] = rnd();
+    cpu_pool2d_shape s = {1, P, H, W, k, k, stride, stride, pad, pad};
+    nk_pool_args a = {NULL, x, dy, H, W, OH, OW, k, stride, pad};
+    for (int op = 0; op < 2; op++) {
+        memcpy(dx[1], dx[0], in * 4); /* both accumulate from the same values */
+        if (op == 0) {
+            cpu_maxpool2d_forward(y[0], x, &s);
+            cpu_maxpool2d_backward(dx[0], dy, x, &s);
+        } else {
+            cpu_avgpool2d_forward(y[0], x, &s);
+            cpu_avgpool2d_backward(dx[0], dy, &s);
+        }
+        a.out = y[1];
+        for (size_t i = 0; i < out; i++)
+            op == 0 ? nk_maxpool_fwd((int64_t)i, &a) : nk_avgpool_fwd((int64_t)i, &a);
+        a.out = dx[1];
+        for (size_t i = 0; i < in; i++)
+            op == 0 ? nk_maxpool_bwd((int64_t)i, &a) : nk_avgpool_bwd((int64_t)i, &a);
+        CHECK_MSG(memcmp(y[0], y[1], out * 4) == 0 && memcmp(dx[0], dx[1], in * 4) == 0,
+                  "%s %dx%d, kernel %d stride %d padding %d: kernels differ from the CPU's",
+                  op == 0 ? "max-pool" : "avg-pool", H, W, k, stride, pad);
+    }
+    memcpy(dx[1], dx[0], in * 4);
+    cpu_global_avgpool_forward(y[0], x, 1, P, H, W);
+    cpu_global_avgpool_backward(dx[0], dy, 1, P, H, W);
+    a.out = y[1];
+    for (int i = 0; i < P; i++)
+        nk_gap_fwd(i, &a);
+    a.out = dx[1];
+    for (size_t i = 0; i < in; i++)
+        nk_gap_bwd((int64_t)i, &a);
+    CHECK(memcmp(y[0], y[1], P * 4) == 0 && memcmp(dx[0], dx[1], in * 4) == 0);
+    free(x), free(dy);
+    for (int j = 0; j < 2; j++)
+        free(y[j]), free(dx[j]);
+}
+
+static void test_pool_bits(void)
+{
+    pool_bits(8, 6, 2, 2, 0); /* the CPU's 2x2 fast path */
+    pool_bits(7, 5, 2, 2, 0); /* odd: the last row and column in no window */
+    pool_bits(7, 6, 3, 2, 1);
+    pool_bits(5, 7, 3, 1, 1);
+    pool_bits(9, 8, 4, 3, 2);
+    pool_bits(6, 9, 5, 1, 0);
+}
+
 /* Without cuDNN a model with a convolution is refused, naming the layer and the
  * library; one without runs (cuDNN is loaded at the first convolution). */
 static void test_no_cudnn(void)
@@ -364,6 +450,7 @@ int main(int argc, char **argv)
         test_unavailable();
         test_bad_class();
         test_no_cudnn();
+        test_pool_bits();
         if (dnn)
             test_cudnn_clean(dnn);
     }
