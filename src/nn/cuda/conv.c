@@ -58,9 +58,10 @@ static stoke_status key_of(const stoke_graph *g, const nn_node *n, int64_t batch
                            conv_key *k)
 {
     const stoke_shape *in = &nn_graph_node(g, n->in[0])->shape;
-    /* Under 4 input channels the CPU backend keeps fp32 math in low precision (its bf16
-     * kernels are slower there; rounding is allowed, not required): so does this, so
-     * both compute one function. */
+    /* Under 4 input channels the CPU backend's mixed-precision convolution (what its
+     * conv-ReLU-pool blocks run, as in the reference CNN) keeps fp32 math, rounding
+     * being allowed there, not required; so does this, for one function on both (tensor
+     * cores gain little from a reduction over so few channels anyway). */
     if (in->dims[0] < 4)
         p = STOKE_PREC_FP32;
     int64_t most = cuda_elems(in) > cuda_elems(&n->shape) ? cuda_elems(in) : cuda_elems(&n->shape);
