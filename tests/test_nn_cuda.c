@@ -400,6 +400,46 @@ static void test_pool_bits(void)
     pool_bits(6, 9, 5, 1, 0);
 }
 
+/* Batches below the model's (each planned once: a plan per batch, reused by later
+ * steps, which create no cuDNN objects), in training and in eval, agree with the CPU. */
+static void test_conv_batches(void *dnn)
+{
+    int (*live)(void) = NULL;
+    if (dnn)
+        *(void **)&live = dlsym(dnn, "fake_cudnn_live");
+    cuda_case c = {"conv batches", conv_fanout, 3, STOKE_PREC_FP32, sgd, 9, 1, 1e-4};
+    stoke_graph *g = c.build();
+    stoke_model *cpu = make(g, &c, false), *gpu = make(g, &c, true);
+    static const int64_t batches[] = {9, 4, 1, 4, 9};
+    int objects = -1;
+    for (size_t i = 0; cpu && gpu && i < sizeof batches / sizeof *batches; i++) {
+        cuda_case at = c;
+        at.batch = batches[i];
+        feed(cpu, gpu, &at);
+        for (int train = 0; train < 2; train++) {
+            CHECK(stoke_model_forward(cpu, at.batch, train) == STOKE_OK);
+            CHECK_MSG(stoke_model_forward(gpu, at.batch, train) == STOKE_OK, "%s",
+                      stoke_last_error());
+            CHECK_MSG(rel_err(stoke_model_loss(gpu), stoke_model_loss(cpu)) <= c.tol,
+                      "batch %lld %s: loss cuda %.9g, cpu %.9g", (long long)at.batch,
+                      train ? "train" : "eval", stoke_model_loss(gpu), stoke_model_loss(cpu));
+        }
+        CHECK(stoke_model_backward(cpu) == STOKE_OK && stoke_model_backward(gpu) == STOKE_OK);
+        const float *ga = stoke_model_grad(cpu, 0), *gb = stoke_model_grad(gpu, 0);
+        double d = diff(cpu, ga, gpu, gb, (size_t)stoke_graph_param(g, 0)->elems);
+        CHECK_MSG(d <= c.tol, "batch %lld: gradient differs by %.3g", (long long)at.batch, d);
+        stoke_model_zero_grad(cpu);
+        stoke_model_zero_grad(gpu);
+        if (live && i == 2)
+            objects = live();
+    }
+    if (live && objects >= 0)
+        CHECK_MSG(live() == objects, "cuDNN objects %d, then %d", objects, live());
+    stoke_model_free(cpu);
+    stoke_model_free(gpu);
+    stoke_graph_free(g);
+}
+
 /* Without cuDNN a model with a convolution is refused, naming the layer and the
  * library; one without runs (cuDNN is loaded at the first convolution). */
 static void test_no_cudnn(void)
@@ -451,6 +491,7 @@ int main(int argc, char **argv)
         test_bad_class();
         test_no_cudnn();
         test_pool_bits();
+        test_conv_batches(dnn);
         if (dnn)
             test_cudnn_clean(dnn);
     }
