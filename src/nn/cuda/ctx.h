@@ -26,14 +26,15 @@ typedef struct cuda_ctx {
     const nn_cuda_kernels *k;
     nk_launch L;
     int device, cc_major, cc_minor;
-    bool tf32;       /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
-    double *partial; /* CUDA_SUM_STRIDE doubles of device memory */
-    int32_t *flag;   /* a device int kernels set to report bad input (1 + sample) */
-    struct cuda_conv_plan **conv_plans; /* conv.c: descriptors and algorithms per shape */
-    int nconv_plans;
+    bool tf32;        /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
+    double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
+    int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
     char why[256]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */
+    /* conv.c: cuDNN descriptors and algorithms per (shape, batch, precision) */
+    struct cuda_conv_plan **conv_plans;
+    int nconv_plans;
 } cuda_ctx;
 
 /* A context on CUDA device `device`. STOKE_ERR_UNAVAILABLE saying what is missing (no
