@@ -11,7 +11,9 @@
  * weights after steps to ~1e-4; bf16 operands are rounded identically on both sides,
  * but the sums they feed differ in order, so bf16 gets 1e-2. */
 #include "check.h"
+#include "nn/cpu/conv.h"
 #include "nn/cpu/eltwise.h"
+#include "nn/cuda/k_pool.h"
 #include "nn/cuda/ops.h"
 #include "stoke/hw.h"
 #include "stoke/nn.h"
@@ -373,6 +375,78 @@ static stoke_graph *actor_critic(int cols, float clip, float entropy)
 static stoke_graph *a2c(void) { return actor_critic(2, 0.0f, 0.01f); }
 static stoke_graph *ppo(void) { return actor_critic(3, 0.2f, 0.05f); }
 
+/* The reference CNN (conv-relu-maxpool 2x2 twice, then two linears) on 1x28x28:
+ * ReLU's zeros make max-pool windows tie. */
+static stoke_graph *cnn(void)
+{
+    stoke_shape in = {.ndim = 3, .dims = {1, 28, 28}};
+    return stoke_preset_cnn(&in, 10);
+}
+
+/* conv stride 2, padding 1, no bias on an odd, non-square image; relu then an
+ * overlapping padded max-pool (3x3, stride 2, padding 1): inputs under several
+ * windows, windows clipped by the padding, ties between ReLU's zeros. */
+static stoke_graph *conv_s2(void)
+{
+    stoke_graph *g = stoke_graph_new("conv_s2");
+    stoke_shape xs = {.ndim = 3, .dims = {3, 11, 9}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_conv2d(g, "conv", x, 5, 3, 2, 1, false);
+    h = stoke_nn_maxpool2d(g, stoke_nn_relu(g, h), 3, 2, 1);
+    h = stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 4, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+/* conv with bias (kernel 2, no padding) -> avgpool 3x3, stride 2, padding 1 (count
+ * include pad: edge windows divide by 9) -> linear -> MSE */
+static stoke_graph *avgpool_pad(void)
+{
+    stoke_graph *g = stoke_graph_new("avgpool_pad");
+    stoke_shape xs = {.ndim = 3, .dims = {2, 10, 7}}, ys = {.ndim = 1, .dims = {3}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_conv2d(g, "conv", x, 4, 2, 1, 0, true);
+    h = stoke_nn_avgpool2d(g, h, 3, 2, 1);
+    h = stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 3, true);
+    stoke_nn_mse(g, h, y);
+    return g;
+}
+
+/* conv 5x5 padding 2 -> relu -> global average pool -> linear head */
+static stoke_graph *gap_head(void)
+{
+    stoke_graph *g = stoke_graph_new("gap_head");
+    stoke_shape xs = {.ndim = 3, .dims = {3, 9, 13}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv", x, 6, 5, 1, 2, true));
+    h = stoke_nn_linear(g, "fc", stoke_nn_global_avgpool(g, h), 5, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+/* One activation read by two convolutions (stride 1 and stride 2), each with a head of
+ * its own (two losses): the second backward must add to the first's input gradient. */
+static stoke_graph *conv_fanout(void)
+{
+    stoke_graph *g = stoke_graph_new("conv_fanout");
+    stoke_shape xs = {.ndim = 3, .dims = {4, 8, 7}}, ys = {.ndim = 0},
+                ts = {.ndim = 1, .dims = {2}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor t = stoke_nn_input(g, "t", STOKE_F32, &ts);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv0", x, 6, 3, 1, 1, true));
+    stoke_tensor a = stoke_nn_conv2d(g, "conv_a", h, 5, 3, 1, 0, true);
+    a = stoke_nn_linear(g, "fc_a", stoke_nn_global_avgpool(g, a), 3, true);
+    stoke_nn_cross_entropy(g, a, y, 0.1f);
+    stoke_tensor b = stoke_nn_conv2d(g, "conv_b", h, 4, 2, 2, 1, false);
+    b = stoke_nn_linear(g, "fc_b", stoke_nn_flatten(g, b), 2, false);
+    stoke_nn_mse(g, b, t);
+    return g;
+}
+
 static const stoke_optim sgd = {.kind = STOKE_SGD, .momentum = 0.9f, .weight_decay = 1e-4f};
 static const stoke_optim nesterov = {.kind = STOKE_SGD, .momentum = 0.9f, .nesterov = true};
 static const stoke_optim adamw = {.kind = STOKE_ADAMW, .weight_decay = 0.01f, .clip_norm = 0.5f};
@@ -403,6 +477,16 @@ static const cuda_case cases[] = {
     {"batchnorm fp32 small batch", bn_block, 10, STOKE_PREC_FP32, nesterov, 3, 3, 1e-4},
     {"policy gradient a2c", a2c, 5, STOKE_PREC_FP32, sgd, 13, 3, 1e-4},
     {"policy gradient ppo", ppo, 5, STOKE_PREC_FP32, adamw, 13, 3, 1e-4},
+    {"cnn fp32", cnn, 10, STOKE_PREC_FP32, sgd, 5, 3, 1e-4},
+    {"cnn bf16", cnn, 10, STOKE_PREC_BF16, sgd, 5, 3, 2e-2},
+    {"conv stride 2 fp32", conv_s2, 4, STOKE_PREC_FP32, nesterov, 7, 3, 1e-4},
+    {"conv stride 2 bf16", conv_s2, 4, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
+    {"conv stride 2 fp16", conv_s2, 4, STOKE_PREC_FP16, sgd, 7, 2, 2e-2},
+    {"avgpool padding fp32", avgpool_pad, 0, STOKE_PREC_FP32, adamw, 7, 3, 1e-4},
+    {"avgpool padding bf16", avgpool_pad, 0, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
+    {"global avgpool head fp32", gap_head, 5, STOKE_PREC_FP32, sgd, 33, 3, 1e-4},
+    {"conv fan-out fp32", conv_fanout, 3, STOKE_PREC_FP32, sgd, 11, 3, 1e-4},
+    {"conv fan-out bf16", conv_fanout, 3, STOKE_PREC_BF16, sgd, 11, 3, 2e-2},
 };
 
 /* ---- the device and its errors ---- */
@@ -570,10 +654,152 @@ static void test_bad_targets(void)
     same_error(bn_block, 1, NULL, 0);
 }
 
+/* The pooling kernel bodies against the CPU's functions, bit for bit, on planes of
+ * few distinct values: max-pool's ties must go where the CPU sends them (first
+ * maximum in row-major window order; the 2x2 shape is the CPU's fast path), which
+ * the models above cannot see (their ties are ReLU zeros, whose gradient ReLU drops). */
+static void pool_bits(int H, int W, int k, int stride, int pad)
+{
+    enum { P = 3 };
+    int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
+    size_t in = (size_t)P * H * W, out = (size_t)P * OH * OW;
+    float *x = malloc(in * 4), *dy = malloc(out * 4), *y[2], *dx[2];
+    for (int j = 0; j < 2; j++)
+        y[j] = calloc(out, 4), dx[j] = malloc(in * 4);
+    for (size_t i = 0; i < in; i++)
+        x[i] = (float)rndu(3) - 1.0f, dx[0][i] = dx[1][i] = rnd();
+    for (size_t i = 0; i < out; i++)
+        dy[i] = rnd();
+    cpu_pool2d_shape s = {1, P, H, W, k, k, stride, stride, pad, pad};
+    nk_pool_args a = {NULL, x, dy, H, W, OH, OW, k, stride, pad};
+    for (int op = 0; op < 2; op++) {
+        memcpy(dx[1], dx[0], in * 4); /* both accumulate from the same values */
+        if (op == 0) {
+            cpu_maxpool2d_forward(y[0], x, &s);
+            cpu_maxpool2d_backward(dx[0], dy, x, &s);
+        } else {
+            cpu_avgpool2d_forward(y[0], x, &s);
+            cpu_avgpool2d_backward(dx[0], dy, &s);
+        }
+        a.out = y[1];
+        for (size_t i = 0; i < out; i++)
+            op == 0 ? nk_maxpool_fwd((int64_t)i, &a) : nk_avgpool_fwd((int64_t)i, &a);
+        a.out = dx[1];
+        for (size_t i = 0; i < in; i++)
+            op == 0 ? nk_maxpool_bwd((int64_t)i, &a) : nk_avgpool_bwd((int64_t)i, &a);
+        CHECK_MSG(memcmp(y[0], y[1], out * 4) == 0 && memcmp(dx[0], dx[1], in * 4) == 0,
+                  "%s %dx%d, kernel %d stride %d padding %d: kernels differ from the CPU's",
+                  op == 0 ? "max-pool" : "avg-pool", H, W, k, stride, pad);
+    }
+    memcpy(dx[1], dx[0], in * 4);
+    cpu_global_avgpool_forward(y[0], x, 1, P, H, W);
+    cpu_global_avgpool_backward(dx[0], dy, 1, P, H, W);
+    a.out = y[1];
+    for (int i = 0; i < P; i++)
+        nk_gap_fwd(i, &a);
+    a.out = dx[1];
+    for (size_t i = 0; i < in; i++)
+        nk_gap_bwd((int64_t)i, &a);
+    CHECK(memcmp(y[0], y[1], P * 4) == 0 && memcmp(dx[0], dx[1], in * 4) == 0);
+    free(x), free(dy);
+    for (int j = 0; j < 2; j++)
+        free(y[j]), free(dx[j]);
+}
+
+static void test_pool_bits(void)
+{
+    pool_bits(8, 6, 2, 2, 0); /* the CPU's 2x2 fast path */
+    pool_bits(7, 5, 2, 2, 0); /* odd: the last row and column in no window */
+    pool_bits(7, 6, 3, 2, 1);
+    pool_bits(5, 7, 3, 1, 1);
+    pool_bits(9, 8, 4, 3, 2);
+    pool_bits(6, 9, 5, 1, 0);
+}
+
+/* Batches below the model's (each planned once: a plan per batch, reused by later
+ * steps, which create no cuDNN objects), in training and in eval, agree with the CPU. */
+static void test_conv_batches(void *dnn)
+{
+    int (*live)(void) = NULL;
+    if (dnn)
+        *(void **)&live = dlsym(dnn, "fake_cudnn_live");
+    cuda_case c = {"conv batches", conv_fanout, 3, STOKE_PREC_FP32, sgd, 9, 1, 1e-4};
+    stoke_graph *g = c.build();
+    stoke_model *cpu = make(g, &c, false), *gpu = make(g, &c, true);
+    static const int64_t batches[] = {9, 4, 1, 4, 9};
+    int objects = -1;
+    for (size_t i = 0; cpu && gpu && i < sizeof batches / sizeof *batches; i++) {
+        cuda_case at = c;
+        at.batch = batches[i];
+        feed(cpu, gpu, &at);
+        for (int train = 0; train < 2; train++) {
+            CHECK(stoke_model_forward(cpu, at.batch, train) == STOKE_OK);
+            CHECK_MSG(stoke_model_forward(gpu, at.batch, train) == STOKE_OK, "%s",
+                      stoke_last_error());
+            CHECK_MSG(rel_err(stoke_model_loss(gpu), stoke_model_loss(cpu)) <= c.tol,
+                      "batch %lld %s: loss cuda %.9g, cpu %.9g", (long long)at.batch,
+                      train ? "train" : "eval", stoke_model_loss(gpu), stoke_model_loss(cpu));
+        }
+        CHECK(stoke_model_backward(cpu) == STOKE_OK && stoke_model_backward(gpu) == STOKE_OK);
+        const float *ga = stoke_model_grad(cpu, 0), *gb = stoke_model_grad(gpu, 0);
+        double d = diff(cpu, ga, gpu, gb, (size_t)stoke_graph_param(g, 0)->elems);
+        CHECK_MSG(d <= c.tol, "batch %lld: gradient differs by %.3g", (long long)at.batch, d);
+        stoke_model_zero_grad(cpu);
+        stoke_model_zero_grad(gpu);
+        if (live && i == 2)
+            objects = live();
+    }
+    if (live && objects >= 0)
+        CHECK_MSG(live() == objects, "cuDNN objects %d, then %d", objects, live());
+    stoke_model_free(cpu);
+    stoke_model_free(gpu);
+    stoke_graph_free(g);
+}
+
+/* Without cuDNN a model with a convolution is refused, naming the layer and the
+ * library; one without runs (cuDNN is loaded at the first convolution). */
+static void test_no_cudnn(void)
+{
+    setenv("STOKE_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
+    stoke_graph *g = cnn(), *g2 = mlp();
+    stoke_model_opts o = {.max_batch = 3, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(stoke_last_error(), "conv1") && strstr(stoke_last_error(), "libcudnn"), "%s",
+              stoke_last_error());
+    CHECK(stoke_model_new(g2, &o, &m) == STOKE_OK);
+    stoke_model_free(m);
+    stoke_graph_free(g);
+    stoke_graph_free(g2);
+    setenv("STOKE_CUDNN_LIBRARY", FAKE_CUDNN, 1);
+}
+
+/* The convolutions broke none of the double's rules (descriptors that agree, tensors
+ * and workspace inside allocations) and freed every descriptor and handle with their
+ * models. The test holds the doubles loaded so their counters outlive the models. */
+static void test_cudnn_clean(void *dnn)
+{
+    int (*violations)(void), (*live)(void), (*calls)(void);
+    const char *(*problem)(void);
+    *(void **)&violations = dlsym(dnn, "fake_cudnn_violations");
+    *(void **)&live = dlsym(dnn, "fake_cudnn_live");
+    *(void **)&calls = dlsym(dnn, "fake_cudnn_calls");
+    *(void **)&problem = dlsym(dnn, "fake_cudnn_last_problem");
+    CHECK(violations && live && calls && problem);
+    if (!violations || !live || !calls || !problem)
+        return;
+    CHECK_MSG(violations() == 0, "%d cuDNN violations, the last: %s", violations(), problem());
+    CHECK_MSG(live() == 0, "%d cuDNN objects never destroyed", live());
+    CHECK(calls() > 0);
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
     const char *only = argc > 1 ? argv[1] : NULL;
+    void *rt = dlopen(FAKE_CUDART, RTLD_NOW), *dnn = dlopen(FAKE_CUDNN, RTLD_NOW);
+    CHECK_MSG(rt && dnn, "%s", dlerror());
+
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!only || strstr(cases[i].name, only))
             run_case(&cases[i]);
@@ -583,6 +809,15 @@ int main(int argc, char **argv)
         test_bad_id();
         test_dropout_blocks();
         test_bad_targets();
+        test_no_cudnn();
+        test_pool_bits();
+        test_conv_batches(dnn);
+        if (dnn)
+            test_cudnn_clean(dnn);
     }
+    if (dnn)
+        dlclose(dnn);
+    if (rt)
+        dlclose(rt);
     return CHECK_DONE();
 }

@@ -171,7 +171,7 @@ static bool cuda_supports(void *ctx, stoke_nn_op op, stoke_precision p)
     (void)ctx;
     if (p == STOKE_PREC_FP32)
         return op >= 0 && op < STOKE_NN_OP_COUNT;
-    return op == STOKE_NN_LINEAR || op == STOKE_NN_ATTENTION;
+    return op == STOKE_NN_LINEAR || op == STOKE_NN_CONV2D || op == STOKE_NN_ATTENTION;
 }
 
 /* bf16 tensor cores from compute capability 8.0, fp16 from 7.0 */
@@ -204,6 +204,11 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_INPUT] = {nop, NULL, NULL, NULL},
             [STOKE_NN_LINEAR] = {cuda_linear_fwd, cuda_linear_bwd, cuda_linear_ws, NULL},
             [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
+            /* conv.c, pool.c */
+            [STOKE_NN_CONV2D] = {cuda_conv_fwd, cuda_conv_bwd, cuda_conv_ws, NULL},
+            [STOKE_NN_MAXPOOL2D] = {cuda_pool_fwd, cuda_pool_bwd, NULL, NULL},
+            [STOKE_NN_AVGPOOL2D] = {cuda_pool_fwd, cuda_pool_bwd, NULL, NULL},
+            [STOKE_NN_GLOBAL_AVGPOOL] = {cuda_pool_fwd, cuda_pool_bwd, NULL, NULL},
             /* eltwise.c */
             [STOKE_NN_RELU] = {cuda_relu_fwd, cuda_relu_bwd, NULL, NULL},
             [STOKE_NN_GELU] = {cuda_gelu_fwd, cuda_gelu_bwd, NULL, NULL},

@@ -32,6 +32,9 @@ typedef struct cuda_ctx {
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
     char why[256]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */
+    /* conv.c: cuDNN descriptors and algorithms per (shape, batch, precision) */
+    struct cuda_conv_plan **conv_plans;
+    int nconv_plans;
 } cuda_ctx;
 
 /* A context on CUDA device `device`. STOKE_ERR_UNAVAILABLE saying what is missing (no
@@ -53,6 +56,9 @@ stoke_status cuda_ctx_sync(cuda_ctx *c);
 
 /* cuDNN, loaded and bound to the stream on first use. */
 stoke_status cuda_ctx_dnn(cuda_ctx *c);
+
+/* Frees conv.c's cached plans (their cuDNN descriptors). */
+void cuda_conv_plans_free(cuda_ctx *c);
 
 /* Runs kernel `name` over n indices with args a, as a status. */
 #define CUDA_RUN(c, name, n, a) cuda_check((c), (c)->k->name(&(c)->L, (int64_t)(n), (a)), #name)

@@ -86,4 +86,14 @@ stoke_status cuda_attn_ws(void *ctx, const stoke_graph *g, const nn_node *n, int
                           stoke_precision p, size_t *bytes);
 size_t cuda_attn_saved(void *ctx, const stoke_graph *g, const nn_node *n);
 
+/* conv.c: conv2d through cuDNN, the bias as kernels */
+stoke_status cuda_conv_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_conv_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                          stoke_precision p, size_t *bytes);
+
+/* pool.c: max, average (padding counted) and global average pooling */
+stoke_status cuda_pool_fwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_pool_bwd(void *ctx, const nn_exec_args *a);
+
 #endif
