@@ -12,4 +12,4 @@ add_test(NAME train_cuda_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_cuda.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-cuda-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
                  ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
-set_tests_properties(train_cuda_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(train_cuda_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)
