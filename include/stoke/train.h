@@ -301,7 +301,10 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop);
  * what else the run holds — the validation model and, against a given budget, the
  * samples held in memory (*beside) — within `budget_bytes` (0: the configured
  * memory_budget, else what is available now: MemAvailable, or the headroom under a
- * cgroup limit; *budget_used). The same budget the check before allocating uses. */
+ * cgroup limit; *budget_used). The same budget the check before allocating uses. On a
+ * GPU (device decided cuda:N) the plan is the CUDA backend's, the default budget 90% of
+ * the GPU's free memory, and *beside the validation model's plan and the loaders'
+ * device slots (fit_gpu_batch's rule). */
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
                                 int64_t *max_batch, size_t *budget_used, size_t *beside);
 

@@ -618,9 +618,47 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     return STOKE_OK;
 }
 
+/* stoke_trainer_plan on a GPU: the plans of the CUDA backend against 90% of its free
+ * memory (or the budget given), beside the validation model and the device slots. */
+static stoke_status plan_on_gpu(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
+                                int64_t *max_batch, size_t *budget_used, size_t *beside)
+{
+    const stoke_train_config *c = &t->cfg;
+    stoke_model_opts mo = {.max_batch = c->batch_size,
+                           .epoch_samples = t->info.count,
+                           .precision = t->precision,
+                           .optim = t->optim,
+                           .training = true,
+                           .seed = c->seed,
+                           .cuda = true,
+                           .cuda_device = t->device};
+    size_t free_bytes = 0, all = 0;
+    stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
+    if (s == STOKE_OK && !budget_bytes && !(c->memory_budget > 0))
+        s = gpu_free_bytes(t->device, &free_bytes);
+    if (s == STOKE_OK)
+        s = planned_bytes(t, &all);
+    if (s != STOKE_OK)
+        return s;
+    size_t budget = budget_bytes           ? budget_bytes
+                    : c->memory_budget > 0 ? (size_t)c->memory_budget
+                                           : free_bytes / 10 * 9;
+    size_t in = (size_t)stoke_shape_elems(&t->input.model_shape) * 4;
+    /* what planned_bytes counts beside the training model's plan and its slots */
+    size_t others = all - plan->total - (size_t)t->decision.prefetch * (size_t)c->batch_size * in;
+    *budget_used = budget;
+    *beside = others;
+    *max_batch = budget > others ? stoke_plan_max_batch(plan, budget - others,
+                                                        (size_t)t->decision.prefetch * in)
+                                 : 0;
+    return STOKE_OK;
+}
+
 stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem_plan *plan,
                                 int64_t *max_batch, size_t *budget_used, size_t *beside)
 {
+    if (t->device != STOKE_TUNE_CPU)
+        return plan_on_gpu(t, budget_bytes, plan, max_batch, budget_used, beside);
     stoke_model_opts mo = {.max_batch = t->cfg.batch_size,
                            .epoch_samples = t->info.count,
                            .precision = t->precision,

@@ -167,6 +167,14 @@ else
     fail "tiny GPU: exit $rc"; show "$work/gpu_tiny.txt"
 fi
 
+# --dry-run on the GPU: the CUDA backend's plan against 90% of the GPU's free memory.
+STOKE_FAKE_CUDA_MALLOC_LIMIT=400000000 "$stoke" train --model mlp --device cuda --dry-run >"$out" 2>&1
+if grep -q '^largest batch within 360.0 MB less ' "$out" && grep -q '^memory plan for batch 128' "$out"; then
+    ok "--dry-run plans on the GPU's memory"
+else
+    fail "--dry-run on the GPU"; show "$out"
+fi
+
 # auto: the GPU when the backend can run there, else the CPU and why; asked for, an error.
 STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so run auto_fallback --model mlp
 if [ $? -eq 0 ] && grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: the CUDA kernels (/nonexistent/libstoke_cuda.so) are missing' "$work/auto_fallback.txt"; then
