@@ -474,11 +474,18 @@ static const cuda_case cases[] = {
     {"attention fp16", attn_block_smooth, 7, STOKE_PREC_FP16, sgd, 7, 2, 2e-2},
     {"attention on data", attn_on_data, 0, STOKE_PREC_FP32, sgd, 5, 3, 1e-4},
     {"batchnorm fp32", bn_block, 10, STOKE_PREC_FP32, sgd, 33, 3, 1e-4},
-    {"batchnorm fp32 small batch", bn_block, 10, STOKE_PREC_FP32, nesterov, 3, 3, 1e-4},
+    /* 3 values a channel: batch norm's input gradient nearly cancels, so the two
+     * backends' rounding shows in what is left (1.5e-4 measured in the ASan build,
+     * whose -O2 contracts other multiply-adds than Release's -O3) */
+    {"batchnorm fp32 small batch", bn_block, 10, STOKE_PREC_FP32, nesterov, 3, 3, 1e-3},
     {"policy gradient a2c", a2c, 5, STOKE_PREC_FP32, sgd, 13, 3, 1e-4},
     {"policy gradient ppo", ppo, 5, STOKE_PREC_FP32, adamw, 13, 3, 1e-4},
     {"cnn fp32", cnn, 10, STOKE_PREC_FP32, sgd, 5, 3, 1e-4},
-    {"cnn bf16", cnn, 10, STOKE_PREC_BF16, sgd, 5, 3, 2e-2},
+    /* The CPU backend's bf16 first layer (1 input channel) depends on the CPU: fp32 math
+     * in its fused block with AVX-512, rounded operands below (STOKE_MAX_CPU_ISA=avx2:
+     * gradients 7% apart, measured); the GPU keeps fp32 there, so the tolerance covers
+     * both CPUs' choice and still fails a wrong term */
+    {"cnn bf16", cnn, 10, STOKE_PREC_BF16, sgd, 5, 3, 1e-1},
     {"conv stride 2 fp32", conv_s2, 4, STOKE_PREC_FP32, nesterov, 7, 3, 1e-4},
     {"conv stride 2 bf16", conv_s2, 4, STOKE_PREC_BF16, sgd, 7, 3, 2e-2},
     {"conv stride 2 fp16", conv_s2, 4, STOKE_PREC_FP16, sgd, 7, 2, 2e-2},
