@@ -128,6 +128,10 @@ const nn_backend *nn_cpu_backend(void);
  * The caller frees it with nn_backend_free. STOKE_ERR_NOMEM, recorded. */
 stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
 
+/* The optimizer's options checked as PyTorch checks them (SGD's or AdamW's rules in
+ * src/nn/cpu/optim.c), for every backend's check_optim. STOKE_ERR_ARG naming the field. */
+stoke_status nn_optim_check(const stoke_optim *o);
+
 /* A CUDA backend instance on device `device` (src/nn/cuda_backend.c), with its own
  * stream, cuBLAS handle and kernel table. STOKE_ERR_UNAVAILABLE saying what is missing
  * (runtime, device, cuBLAS, the kernel module), recorded. */

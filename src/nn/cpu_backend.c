@@ -1162,6 +1162,11 @@ static void cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, s
 static stoke_status cpu_check_optim(void *ctx, const stoke_optim *o)
 {
     CPU_CTX_SCOPE(ctx);
+    return nn_optim_check(o);
+}
+
+stoke_status nn_optim_check(const stoke_optim *o)
+{
     if (o->kind == STOKE_SGD) {
         cpu_sgd_config c = {
             .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};

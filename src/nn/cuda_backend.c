@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/cpu/optim.h"
 #include "nn/cuda/ops.h"
 
 int64_t cuda_elems(const stoke_shape *s) { return stoke_shape_elems(s); }
@@ -154,14 +153,7 @@ static void cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, 
 static stoke_status cuda_check_optim(void *ctx, const stoke_optim *o)
 {
     (void)ctx;
-    if (o->kind == STOKE_SGD) {
-        cpu_sgd_config c = {
-            .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov};
-        return cpu_sgd_check(&c);
-    }
-    cpu_adamw_config c = {
-        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .weight_decay = o->weight_decay};
-    return cpu_adamw_check(&c);
+    return nn_optim_check(o);
 }
 
 /* ---- precision ---- */

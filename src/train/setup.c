@@ -311,6 +311,22 @@ static void setup_optim(stoke_trainer *t)
                c->epochs == 1 ? "" : "s", c->seed);
 }
 
+/* The options of the training model (training) or of the inference model that
+ * evaluates on the validation set: on the device decided, at the configured batches. */
+static stoke_model_opts model_opts(const stoke_trainer *t, bool training)
+{
+    const stoke_train_config *c = &t->cfg;
+    return (stoke_model_opts){.max_batch = training ? c->batch_size : c->val_batch_size,
+                              .epoch_samples = training ? t->info.count : t->val_count,
+                              .precision = t->precision,
+                              .optim = training ? t->optim : (stoke_optim){0},
+                              .training = training,
+                              .seed = c->seed,
+                              .no_fusion = c->no_fusion,
+                              .cuda = t->device != STOKE_TUNE_CPU,
+                              .cuda_device = t->device};
+}
+
 /* The training model and (with a validation set) the inference model, allocated when
  * their plans and the loaders' rings fit in memory. ring[]: the training and the
  * validation loaders' bytes per sample; *left: the memory that remains for the rings
@@ -319,26 +335,10 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
 {
     const stoke_train_config *c = &t->cfg;
     /* epoch_samples: the epoch's last, smaller batch is planned too (the kernels'
-     * workspace at a smaller batch can be larger) */
-    stoke_model_opts mo = {.max_batch = c->batch_size,
-                           .epoch_samples = t->info.count,
-                           .precision = t->precision,
-                           .optim = t->optim,
-                           .training = true,
-                           .seed = c->seed,
-                           .no_fusion = c->no_fusion,
-                           .cuda = t->device != STOKE_TUNE_CPU,
-                           .cuda_device = t->device};
-    /* Evaluation runs on its own inference model (no gradients or saved activations),
-     * so a large validation batch does not size the training arenas. */
-    stoke_model_opts eo = {.max_batch = c->val_batch_size,
-                           .epoch_samples = t->val_count,
-                           .precision = t->precision,
-                           .training = false,
-                           .seed = c->seed,
-                           .no_fusion = c->no_fusion,
-                           .cuda = mo.cuda,
-                           .cuda_device = t->device};
+     * workspace at a smaller batch can be larger). Evaluation runs on its own inference
+     * model (no gradients or saved activations), so a large validation batch does not
+     * size the training arenas. */
+    stoke_model_opts mo = model_opts(t, true), eo = model_opts(t, false);
     stoke_mem_plan tp, ep;
     stoke_status s;
     if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
@@ -371,27 +371,13 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     return STOKE_OK;
 }
 
-/* A GPU whose memory cannot hold the models at this batch: half the micro-batch,
- * twice the accumulation, the same effective batch (seed 004's advice, applied), down
- * to batch 1. Every buffer is allocated up front, so this is the one place a GPU
- * runs out. */
 /* The bytes the training and validation models' plans take at the current batches. */
 static stoke_status planned_bytes(const stoke_trainer *t, size_t *bytes)
 {
     const stoke_train_config *c = &t->cfg;
-    stoke_model_opts mo = {.max_batch = c->batch_size,
-                           .epoch_samples = t->info.count,
-                           .precision = t->precision,
-                           .optim = t->optim,
-                           .training = true,
-                           .cuda = true,
-                           .cuda_device = t->device};
+    stoke_model_opts mo = model_opts(t, true), eo = model_opts(t, false);
     stoke_mem_plan tp, ep = {0};
     stoke_status s = stoke_graph_plan(t->graph, &mo, &tp);
-    stoke_model_opts eo = mo;
-    eo.max_batch = c->val_batch_size;
-    eo.epoch_samples = t->val_count;
-    eo.training = false;
     if (s == STOKE_OK && t->val_d)
         s = stoke_graph_plan(t->graph, &eo, &ep);
     /* and the loaders' device slots, which the batches are copied into */
@@ -460,6 +446,10 @@ static stoke_status fit_gpu_batch(stoke_trainer *t)
     return s;
 }
 
+/* A GPU whose memory cannot hold the models at this batch: half the micro-batch,
+ * twice the accumulation, the same effective batch (seed 004's advice, applied), down
+ * to batch 1. Every buffer is allocated up front, so this is the one place a GPU
+ * runs out. */
 static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *left)
 {
     stoke_train_config *c = &t->cfg;
@@ -624,14 +614,7 @@ static stoke_status plan_on_gpu(stoke_trainer *t, size_t budget_bytes, stoke_mem
                                 int64_t *max_batch, size_t *budget_used, size_t *beside)
 {
     const stoke_train_config *c = &t->cfg;
-    stoke_model_opts mo = {.max_batch = c->batch_size,
-                           .epoch_samples = t->info.count,
-                           .precision = t->precision,
-                           .optim = t->optim,
-                           .training = true,
-                           .seed = c->seed,
-                           .cuda = true,
-                           .cuda_device = t->device};
+    stoke_model_opts mo = model_opts(t, true);
     size_t free_bytes = 0, all = 0;
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s == STOKE_OK && !budget_bytes && !(c->memory_budget > 0))
@@ -659,13 +642,7 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
 {
     if (t->device != STOKE_TUNE_CPU)
         return plan_on_gpu(t, budget_bytes, plan, max_batch, budget_used, beside);
-    stoke_model_opts mo = {.max_batch = t->cfg.batch_size,
-                           .epoch_samples = t->info.count,
-                           .precision = t->precision,
-                           .optim = t->optim,
-                           .training = true,
-                           .seed = t->cfg.seed,
-                           .no_fusion = t->cfg.no_fusion};
+    stoke_model_opts mo = model_opts(t, true);
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s != STOKE_OK)
         return s;
@@ -684,12 +661,7 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
     }
     size_t others = held;
     if (t->val_d) {
-        stoke_model_opts eo = {.max_batch = t->cfg.val_batch_size,
-                               .epoch_samples = t->val_count,
-                               .precision = t->precision,
-                               .training = false,
-                               .seed = t->cfg.seed,
-                               .no_fusion = t->cfg.no_fusion};
+        stoke_model_opts eo = model_opts(t, false);
         stoke_mem_plan ep;
         if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
             return s;

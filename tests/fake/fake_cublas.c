@@ -3,6 +3,8 @@
  * checked as cuBLAS documents it, and every matrix must lie inside one cudaMalloc
  * allocation: a violation returns an error status and is counted, so a backend test
  * can assert none happened (fake_cublas_violations). */
+#include "fake_lib.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -26,44 +28,7 @@ typedef struct fake_handle {
 
 /* Handles are never reused, so a destroyed one stays recognisable. */
 static fake_handle handles[FAKE_MAX_HANDLES];
-static int nhandles, violations, calls;
-static char last_problem[256];
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-
-/* The fake CUDA runtime the caller already loaded (STOKE_CUDART_LIBRARY). */
-static struct {
-    int (*extent)(const void *p, size_t *bytes_after);
-    int (*sync)(void *stream);
-} rt;
-
-static void load_runtime(void)
-{
-    const char *path = getenv("STOKE_CUDART_LIBRARY");
-    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    if (!lib)
-        return;
-    *(void **)&rt.extent = dlsym(lib, "fake_cudart_extent");
-    *(void **)&rt.sync = dlsym(lib, "cudaStreamSynchronize");
-}
-
-static int have_runtime(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, load_runtime);
-    return rt.extent && rt.sync;
-}
-
-static int violation(int status, const char *fmt, ...)
-{
-    pthread_mutex_lock(&mu);
-    violations++;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_problem, sizeof last_problem, fmt, ap);
-    va_end(ap);
-    pthread_mutex_unlock(&mu);
-    return status;
-}
+static int nhandles;
 
 static fake_handle *get_handle(void *h)
 {
@@ -78,17 +43,17 @@ static fake_handle *get_handle(void *h)
 int cublasCreate_v2(void **h)
 {
     if (!h)
-        return violation(INVALID_VALUE, "cublasCreate_v2: NULL handle pointer");
-    if (!have_runtime())
+        return fake_violation(INVALID_VALUE, "cublasCreate_v2: NULL handle pointer");
+    if (!fake_have_runtime())
         return NOT_INITIALIZED;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_lib_mu);
     if (nhandles == FAKE_MAX_HANDLES) {
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&fake_lib_mu);
         return ALLOC_FAILED;
     }
     handles[nhandles] = (fake_handle){1, 0, NULL, 0};
     *h = &handles[nhandles++];
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_lib_mu);
     return OK;
 }
 
@@ -96,7 +61,7 @@ int cublasDestroy_v2(void *h)
 {
     fake_handle *fh = get_handle(h);
     if (!fh)
-        return violation(NOT_INITIALIZED, "cublasDestroy_v2: not a live handle");
+        return fake_violation(NOT_INITIALIZED, "cublasDestroy_v2: not a live handle");
     fh->live = 0;
     return OK;
 }
@@ -105,7 +70,7 @@ int cublasSetStream_v2(void *h, void *stream)
 {
     fake_handle *fh = get_handle(h);
     if (!fh)
-        return violation(NOT_INITIALIZED, "cublasSetStream_v2: not a live handle");
+        return fake_violation(NOT_INITIALIZED, "cublasSetStream_v2: not a live handle");
     fh->stream = stream;
     fh->stream_set = 1;
     return OK;
@@ -115,10 +80,10 @@ int cublasSetMathMode(void *h, int mode)
 {
     fake_handle *fh = get_handle(h);
     if (!fh)
-        return violation(NOT_INITIALIZED, "cublasSetMathMode: not a live handle");
+        return fake_violation(NOT_INITIALIZED, "cublasSetMathMode: not a live handle");
     /* 0 default, 1 tensor op (deprecated), 2 pedantic, 3 TF32; 16 is a flag */
     if ((mode & ~16) < 0 || (mode & ~16) > 3)
-        return violation(INVALID_VALUE, "cublasSetMathMode: mode %d", mode);
+        return fake_violation(INVALID_VALUE, "cublasSetMathMode: mode %d", mode);
     fh->math = mode;
     return OK;
 }
@@ -126,13 +91,13 @@ int cublasSetMathMode(void *h, int mode)
 int cublasSetWorkspace_v2(void *h, void *ws, size_t bytes)
 {
     if (!get_handle(h))
-        return violation(NOT_INITIALIZED, "cublasSetWorkspace_v2: not a live handle");
+        return fake_violation(NOT_INITIALIZED, "cublasSetWorkspace_v2: not a live handle");
     size_t room = 0;
-    if (bytes && (rt.extent(ws, &room) != 2 || room < bytes))
-        return violation(INVALID_VALUE, "cublasSetWorkspace_v2: %zu bytes at %p not device memory",
-                         bytes, ws);
+    if (bytes && (fake_rt.extent(ws, &room) != 2 || room < bytes))
+        return fake_violation(
+            INVALID_VALUE, "cublasSetWorkspace_v2: %zu bytes at %p not device memory", bytes, ws);
     if ((uintptr_t)ws % 256)
-        return violation(INVALID_VALUE, "cublasSetWorkspace_v2: %p not 256-byte aligned", ws);
+        return fake_violation(INVALID_VALUE, "cublasSetWorkspace_v2: %p not 256-byte aligned", ws);
     return OK;
 }
 
@@ -218,7 +183,7 @@ static int types_ok(const gemm *g)
 static int inside(const void *p, int t, int rows, int cols, int ld, long long stride, int batch)
 {
     size_t room = 0;
-    if (rt.extent(p, &room) != 2)
+    if (fake_rt.extent(p, &room) != 2)
         return 0;
     long long last = (long long)(cols - 1) * ld + rows - 1 + (long long)(batch - 1) * stride;
     return (unsigned long long)(last + 1) * type_size(t) <= room;
@@ -227,20 +192,20 @@ static int inside(const void *p, int t, int rows, int cols, int ld, long long st
 static int check_shape(const char *fn, const gemm *g)
 {
     if (g->ta < 0 || g->ta > 2 || g->tb < 0 || g->tb > 2)
-        return violation(INVALID_VALUE, "%s: trans %d %d", fn, g->ta, g->tb);
+        return fake_violation(INVALID_VALUE, "%s: trans %d %d", fn, g->ta, g->tb);
     if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)
-        return violation(INVALID_VALUE, "%s: m n k batch %d %d %d %d", fn, g->m, g->n, g->k,
-                         g->batch);
+        return fake_violation(INVALID_VALUE, "%s: m n k batch %d %d %d %d", fn, g->m, g->n, g->k,
+                              g->batch);
     int arows = g->ta ? g->k : g->m, brows = g->tb ? g->n : g->k;
     if (g->lda < (arows > 1 ? arows : 1) || g->ldb < (brows > 1 ? brows : 1) ||
         g->ldc < (g->m > 1 ? g->m : 1))
-        return violation(INVALID_VALUE, "%s: lda %d ldb %d ldc %d for m %d n %d k %d", fn, g->lda,
-                         g->ldb, g->ldc, g->m, g->n, g->k);
+        return fake_violation(INVALID_VALUE, "%s: lda %d ldb %d ldc %d for m %d n %d k %d", fn,
+                              g->lda, g->ldb, g->ldc, g->m, g->n, g->k);
     if (g->batch > 1 && (g->sa < 0 || g->sb < 0 || g->sc < (long long)g->ldc * g->n))
-        return violation(INVALID_VALUE, "%s: strides %lld %lld %lld", fn, g->sa, g->sb, g->sc);
+        return fake_violation(INVALID_VALUE, "%s: strides %lld %lld %lld", fn, g->sa, g->sb, g->sc);
     if (!types_ok(g))
-        return violation(NOT_SUPPORTED, "%s: types A %d B %d C %d compute %d", fn, g->atype,
-                         g->btype, g->ctype, g->compute);
+        return fake_violation(NOT_SUPPORTED, "%s: types A %d B %d C %d compute %d", fn, g->atype,
+                              g->btype, g->ctype, g->compute);
     return OK;
 }
 
@@ -249,13 +214,13 @@ static int check_memory(const char *fn, const gemm *g)
     if (g->m == 0 || g->n == 0 || g->batch == 0)
         return OK;
     if (!inside(g->c, g->ctype, g->m, g->n, g->ldc, g->sc, g->batch))
-        return violation(INVALID_VALUE, "%s: C %p outside device memory", fn, g->c);
+        return fake_violation(INVALID_VALUE, "%s: C %p outside device memory", fn, g->c);
     if (g->k == 0)
         return OK;
     if (!inside(g->a, g->atype, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda, g->sa, g->batch))
-        return violation(INVALID_VALUE, "%s: A %p outside device memory", fn, g->a);
+        return fake_violation(INVALID_VALUE, "%s: A %p outside device memory", fn, g->a);
     if (!inside(g->b, g->btype, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb, g->sb, g->batch))
-        return violation(INVALID_VALUE, "%s: B %p outside device memory", fn, g->b);
+        return fake_violation(INVALID_VALUE, "%s: B %p outside device memory", fn, g->b);
     return OK;
 }
 
@@ -283,16 +248,14 @@ static void compute_one(const gemm *g, int p)
 
 static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const void *beta)
 {
-    pthread_mutex_lock(&mu);
-    calls++;
-    pthread_mutex_unlock(&mu);
+    fake_count_call();
     fake_handle *fh = get_handle(h);
     if (!fh)
-        return violation(NOT_INITIALIZED, "%s: not a live handle", fn);
+        return fake_violation(NOT_INITIALIZED, "%s: not a live handle", fn);
     if (!fh->stream_set)
-        return violation(INVALID_VALUE, "%s: no stream set on the handle", fn);
+        return fake_violation(INVALID_VALUE, "%s: no stream set on the handle", fn);
     if (!alpha || !beta)
-        return violation(INVALID_VALUE, "%s: NULL alpha or beta", fn);
+        return fake_violation(INVALID_VALUE, "%s: NULL alpha or beta", fn);
     g->alpha = *(const float *)alpha;
     g->beta = *(const float *)beta;
     int rc = check_shape(fn, g);
@@ -301,7 +264,7 @@ static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const v
     if (rc != OK)
         return rc;
     /* The stream's queued copies come first, as they would on the device. */
-    rt.sync(fh->stream);
+    fake_rt.sync(fh->stream);
     for (int p = 0; p < g->batch; p++)
         compute_one(g, p);
     return OK;
@@ -330,7 +293,7 @@ int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha
               .ldc = ldc,
               .batch = 1};
     if (!algo_ok(algo))
-        return violation(INVALID_VALUE, "cublasGemmEx: algo %d", algo);
+        return fake_violation(INVALID_VALUE, "cublasGemmEx: algo %d", algo);
     return run_gemm("cublasGemmEx", h, &g, alpha, beta);
 }
 
@@ -359,14 +322,14 @@ int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, con
               .sc = sc,
               .batch = batch};
     if (!algo_ok(algo))
-        return violation(INVALID_VALUE, "cublasGemmStridedBatchedEx: algo %d", algo);
+        return fake_violation(INVALID_VALUE, "cublasGemmStridedBatchedEx: algo %d", algo);
     return run_gemm("cublasGemmStridedBatchedEx", h, &g, alpha, beta);
 }
 
 /* ---- For the tests (found with dlsym) ---- */
-int fake_cublas_violations(void) { return violations; }
-int fake_cublas_calls(void) { return calls; }
-const char *fake_cublas_last_problem(void) { return last_problem; }
+int fake_cublas_violations(void) { return fake_lib_violations(); }
+int fake_cublas_calls(void) { return fake_lib_calls(); }
+const char *fake_cublas_last_problem(void) { return fake_lib_last_problem(); }
 
 /* Live handles: 0 when every created one was destroyed. */
 int fake_cublas_live(void)
@@ -377,10 +340,4 @@ int fake_cublas_live(void)
     return n;
 }
 
-void fake_cublas_reset(void)
-{
-    pthread_mutex_lock(&mu);
-    violations = calls = 0;
-    last_problem[0] = '\0';
-    pthread_mutex_unlock(&mu);
-}
+void fake_cublas_reset(void) { fake_lib_reset(); }

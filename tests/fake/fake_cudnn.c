@@ -4,6 +4,8 @@
  * against each other and every tensor must lie inside one cudaMalloc allocation; any
  * error status is counted (fake_cudnn_violations) so a backend test can assert none
  * happened. */
+#include "fake_lib.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -37,51 +39,13 @@ typedef struct obj {
 
 static obj **objs;
 static size_t nobjs, cap;
-static int violations, calls;
-static char last_problem[256];
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-
-static struct {
-    int (*extent)(const void *p, size_t *bytes_after);
-    int (*sync)(void *stream);
-} rt;
-
-/* The fake CUDA runtime the caller already loaded (STOKE_CUDART_LIBRARY). */
-static void load_runtime(void)
-{
-    const char *path = getenv("STOKE_CUDART_LIBRARY");
-    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    if (!lib)
-        return;
-    *(void **)&rt.extent = dlsym(lib, "fake_cudart_extent");
-    *(void **)&rt.sync = dlsym(lib, "cudaStreamSynchronize");
-}
-
-static int have_runtime(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, load_runtime);
-    return rt.extent && rt.sync;
-}
-
-static int violation(int status, const char *fmt, ...)
-{
-    pthread_mutex_lock(&mu);
-    violations++;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_problem, sizeof last_problem, fmt, ap);
-    va_end(ap);
-    pthread_mutex_unlock(&mu);
-    return status;
-}
 
 static int create(void **out, int kind)
 {
     if (!out)
-        return violation(BAD_PARAM_NULL_POINTER, "create: NULL output pointer");
+        return fake_violation(BAD_PARAM_NULL_POINTER, "create: NULL output pointer");
     obj *o = calloc(1, sizeof *o);
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_lib_mu);
     if (o && nobjs == cap) {
         size_t ncap = cap ? 2 * cap : 64;
         obj **grown = realloc(objs, ncap * sizeof *objs);
@@ -91,14 +55,14 @@ static int create(void **out, int kind)
         }
     }
     if (!o || nobjs == cap) {
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&fake_lib_mu);
         free(o);
         return ALLOC_FAILED;
     }
     o->kind = kind;
     o->live = 1;
     objs[nobjs++] = o;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_lib_mu);
     *out = o;
     return OK;
 }
@@ -107,11 +71,11 @@ static int create(void **out, int kind)
 static obj *find(const void *p, int kind)
 {
     obj *found = NULL;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_lib_mu);
     for (size_t i = 0; i < nobjs && !found; i++)
         if (objs[i] == p)
             found = objs[i];
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_lib_mu);
     return found && found->kind == kind && found->live ? found : NULL;
 }
 
@@ -126,7 +90,7 @@ static int destroy(const char *fn, void *p, int kind)
 {
     obj *o = find(p, kind);
     if (!o)
-        return violation(BAD_PARAM, "%s: %p is not a live %s", fn, p, kind_name(kind));
+        return fake_violation(BAD_PARAM, "%s: %p is not a live %s", fn, p, kind_name(kind));
     o->live = 0;
     return OK;
 }
@@ -149,7 +113,7 @@ const char *cudnnGetErrorString(int status)
 
 int cudnnCreate(void **h)
 {
-    if (!have_runtime())
+    if (!fake_have_runtime())
         return NOT_INITIALIZED;
     return create(h, O_HANDLE);
 }
@@ -160,7 +124,7 @@ int cudnnSetStream(void *h, void *stream)
 {
     obj *o = find(h, O_HANDLE);
     if (!o)
-        return violation(BAD_PARAM, "cudnnSetStream: %p is not a live handle", h);
+        return fake_violation(BAD_PARAM, "cudnnSetStream: %p is not a live handle", h);
     o->stream = stream;
     return OK;
 }
@@ -187,14 +151,15 @@ static int set_4d(const char *fn, void *d, int kind, int format, int dtype, cons
 {
     obj *o = find(d, kind);
     if (!o)
-        return violation(BAD_PARAM, "%s: %p is not a live %s", fn, d, kind_name(kind));
+        return fake_violation(BAD_PARAM, "%s: %p is not a live %s", fn, d, kind_name(kind));
     for (int i = 0; i < 4; i++)
         if (dims[i] <= 0)
-            return violation(BAD_PARAM, "%s: dimension %d is %d", fn, i, dims[i]);
+            return fake_violation(BAD_PARAM, "%s: dimension %d is %d", fn, i, dims[i]);
     if (format != NCHW)
-        return violation(NOT_SUPPORTED, "%s: format %d (the double knows NCHW only)", fn, format);
+        return fake_violation(NOT_SUPPORTED, "%s: format %d (the double knows NCHW only)", fn,
+                              format);
     if (dtype != D_FLOAT && dtype != D_HALF && dtype != D_BFLOAT16)
-        return violation(NOT_SUPPORTED, "%s: data type %d", fn, dtype);
+        return fake_violation(NOT_SUPPORTED, "%s: data type %d", fn, dtype);
     o->dtype = dtype;
     o->n = dims[0], o->c = dims[1], o->h = dims[2], o->w = dims[3];
     o->set = 1;
@@ -219,14 +184,14 @@ int cudnnSetConvolution2dDescriptor(void *d, int pad_h, int pad_w, int u, int v,
     const char *fn = "cudnnSetConvolution2dDescriptor";
     obj *o = find(d, O_CONV);
     if (!o)
-        return violation(BAD_PARAM, "%s: %p is not a live convolution descriptor", fn, d);
+        return fake_violation(BAD_PARAM, "%s: %p is not a live convolution descriptor", fn, d);
     if (pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dil_h <= 0 || dil_w <= 0)
-        return violation(BAD_PARAM, "%s: pad %d %d stride %d %d dilation %d %d", fn, pad_h, pad_w,
-                         u, v, dil_h, dil_w);
+        return fake_violation(BAD_PARAM, "%s: pad %d %d stride %d %d dilation %d %d", fn, pad_h,
+                              pad_w, u, v, dil_h, dil_w);
     if (dil_h != 1 || dil_w != 1 || mode != CROSS_CORRELATION)
-        return violation(NOT_SUPPORTED, "%s: dilation %d %d mode %d", fn, dil_h, dil_w, mode);
+        return fake_violation(NOT_SUPPORTED, "%s: dilation %d %d mode %d", fn, dil_h, dil_w, mode);
     if (compute != D_FLOAT && compute != D_HALF && compute != D_BFLOAT16)
-        return violation(BAD_PARAM, "%s: compute type %d", fn, compute);
+        return fake_violation(BAD_PARAM, "%s: compute type %d", fn, compute);
     *o = (obj){.kind = O_CONV,
                .live = 1,
                .set = 1,
@@ -246,9 +211,9 @@ int cudnnSetConvolutionMathType(void *d, int math)
 {
     obj *o = find(d, O_CONV);
     if (!o)
-        return violation(BAD_PARAM, "cudnnSetConvolutionMathType: %p is not live", d);
+        return fake_violation(BAD_PARAM, "cudnnSetConvolutionMathType: %p is not live", d);
     if (math < 0 || math > 3)
-        return violation(BAD_PARAM, "cudnnSetConvolutionMathType: math %d", math);
+        return fake_violation(BAD_PARAM, "cudnnSetConvolutionMathType: math %d", math);
     o->math = math;
     return OK;
 }
@@ -272,13 +237,13 @@ static int make_problem(const char *fn, void *xd, void *wd, void *cd, void *yd, 
     obj *x = find(xd, O_TENSOR), *w = find(wd, O_FILTER), *c = find(cd, O_CONV);
     obj *y = find(yd, O_TENSOR);
     if (!x || !w || !c || !y)
-        return violation(BAD_PARAM, "%s: a descriptor is not live (x %p w %p conv %p y %p)", fn, xd,
-                         wd, cd, yd);
+        return fake_violation(BAD_PARAM, "%s: a descriptor is not live (x %p w %p conv %p y %p)",
+                              fn, xd, wd, cd, yd);
     if (!x->set || !w->set || !c->set || !y->set)
-        return violation(BAD_PARAM, "%s: a descriptor was never set", fn);
+        return fake_violation(BAD_PARAM, "%s: a descriptor was never set", fn);
     if (x->dtype != w->dtype || x->dtype != y->dtype)
-        return violation(NOT_SUPPORTED, "%s: data types %d %d %d differ", fn, x->dtype, w->dtype,
-                         y->dtype);
+        return fake_violation(NOT_SUPPORTED, "%s: data types %d %d %d differ", fn, x->dtype,
+                              w->dtype, y->dtype);
     *p = (problem){.n = x->n,
                    .c = x->c,
                    .h = x->h,
@@ -293,14 +258,15 @@ static int make_problem(const char *fn, void *xd, void *wd, void *cd, void *yd, 
                    .dtype = x->dtype,
                    .math = c->math};
     if (w->c != x->c || x->h + 2 * c->pad_h < w->h || x->w + 2 * c->pad_w < w->w)
-        return violation(SHAPE_MISMATCH, "%s: filter %dx%dx%dx%d does not fit input %dx%dx%dx%d",
-                         fn, w->n, w->c, w->h, w->w, x->n, x->c, x->h, x->w);
+        return fake_violation(SHAPE_MISMATCH,
+                              "%s: filter %dx%dx%dx%d does not fit input %dx%dx%dx%d", fn, w->n,
+                              w->c, w->h, w->w, x->n, x->c, x->h, x->w);
     p->oh = (x->h + 2 * c->pad_h - w->h) / c->u + 1;
     p->ow = (x->w + 2 * c->pad_w - w->w) / c->v + 1;
     if (y->n != x->n || y->c != w->n || y->h != p->oh || y->w != p->ow)
-        return violation(SHAPE_MISMATCH,
-                         "%s: output %dx%dx%dx%d, the convolution gives %dx%dx%dx%d", fn, y->n,
-                         y->c, y->h, y->w, p->n, p->k, p->oh, p->ow);
+        return fake_violation(SHAPE_MISMATCH,
+                              "%s: output %dx%dx%dx%d, the convolution gives %dx%dx%dx%d", fn, y->n,
+                              y->c, y->h, y->w, p->n, p->k, p->oh, p->ow);
     return OK;
 }
 
@@ -322,9 +288,9 @@ static int algos(const char *fn, void *h, void *xd, void *wd, void *cd, void *yd
 {
     problem p;
     if (!find(h, O_HANDLE))
-        return violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
+        return fake_violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
     if (want < 1 || !got || !perf_out)
-        return violation(BAD_PARAM, "%s: requested %d", fn, want);
+        return fake_violation(BAD_PARAM, "%s: requested %d", fn, want);
     int rc = make_problem(fn, xd, wd, cd, yd, &p);
     if (rc != OK)
         return rc;
@@ -368,12 +334,12 @@ static int ws_size(const char *fn, void *h, void *xd, void *wd, void *cd, void *
 {
     problem p;
     if (!find(h, O_HANDLE))
-        return violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
+        return fake_violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
     if (!bytes)
-        return violation(BAD_PARAM_NULL_POINTER, "%s: NULL size pointer", fn);
+        return fake_violation(BAD_PARAM_NULL_POINTER, "%s: NULL size pointer", fn);
     int rc = make_problem(fn, xd, wd, cd, yd, &p);
     if (rc == OK && workspace(&p, op, algo, bytes) != OK)
-        rc = violation(NOT_SUPPORTED, "%s: algorithm %d", fn, algo);
+        rc = fake_violation(NOT_SUPPORTED, "%s: algorithm %d", fn, algo);
     return rc;
 }
 
@@ -470,7 +436,7 @@ static void loops(const problem *p, int op, const operands *o)
 static int inside(const void *ptr, unsigned long long bytes)
 {
     size_t room = 0;
-    return rt.extent(ptr, &room) == 2 && bytes <= room;
+    return fake_rt.extent(ptr, &room) == 2 && bytes <= room;
 }
 
 typedef struct call {
@@ -489,25 +455,25 @@ static int check_call(const call *c, problem *p, obj **handle)
     size_t need = 0;
     *handle = find(c->h, O_HANDLE);
     if (!*handle)
-        return violation(BAD_PARAM, "%s: %p is not a live handle", c->fn, c->h);
+        return fake_violation(BAD_PARAM, "%s: %p is not a live handle", c->fn, c->h);
     if (!c->alpha || !c->beta)
-        return violation(BAD_PARAM_NULL_POINTER, "%s: NULL alpha or beta", c->fn);
+        return fake_violation(BAD_PARAM_NULL_POINTER, "%s: NULL alpha or beta", c->fn);
     int rc = make_problem(c->fn, c->xd, c->wd, c->cd, c->yd, p);
     if (rc != OK)
         return rc;
     if (workspace(p, c->op, c->algo, &need) != OK)
-        return violation(NOT_SUPPORTED, "%s: algorithm %d", c->fn, c->algo);
+        return fake_violation(NOT_SUPPORTED, "%s: algorithm %d", c->fn, c->algo);
     if (c->ws_bytes < need)
-        return violation(BAD_PARAM, "%s: algorithm %d needs %zu bytes of workspace, given %zu",
-                         c->fn, c->algo, need, c->ws_bytes);
+        return fake_violation(BAD_PARAM, "%s: algorithm %d needs %zu bytes of workspace, given %zu",
+                              c->fn, c->algo, need, c->ws_bytes);
     if (need && !inside(c->ws, need))
-        return violation(BAD_PARAM, "%s: workspace %p outside device memory", c->fn, c->ws);
+        return fake_violation(BAD_PARAM, "%s: workspace %p outside device memory", c->fn, c->ws);
     size_t e = elem_size(p->dtype);
     if (!inside(c->x, (unsigned long long)x_count(p) * e) ||
         !inside(c->w, (unsigned long long)w_count(p) * e) ||
         !inside(c->y, (unsigned long long)y_count(p) * e))
-        return violation(BAD_PARAM, "%s: x %p w %p y %p: not all inside device memory", c->fn, c->x,
-                         c->w, c->y);
+        return fake_violation(BAD_PARAM, "%s: x %p w %p y %p: not all inside device memory", c->fn,
+                              c->x, c->w, c->y);
     return OK;
 }
 
@@ -515,18 +481,16 @@ static int run_conv(const call *c)
 {
     problem p;
     obj *h = NULL;
-    pthread_mutex_lock(&mu);
-    calls++;
-    pthread_mutex_unlock(&mu);
+    fake_count_call();
     int rc = check_call(c, &p, &h);
     if (rc != OK)
         return rc;
     long long count = c->op == FWD ? y_count(&p) : c->op == BWD_DATA ? x_count(&p) : w_count(&p);
     double *acc = calloc((size_t)count, sizeof *acc);
     if (!acc)
-        return violation(ALLOC_FAILED, "%s: out of host memory", c->fn);
+        return fake_violation(ALLOC_FAILED, "%s: out of host memory", c->fn);
     /* The stream's queued copies come first, as they would on the device. */
-    rt.sync(h->stream);
+    fake_rt.sync(h->stream);
     operands o = {c->x, c->w, c->y, acc};
     loops(&p, c->op, &o);
     double alpha = *(const float *)c->alpha, beta = *(const float *)c->beta;
@@ -611,17 +575,11 @@ int cudnnConvolutionBackwardFilter(void *h, const void *alpha, void *xd, const v
 }
 
 /* ---- For the tests (found with dlsym) ---- */
-int fake_cudnn_violations(void) { return violations; }
-int fake_cudnn_calls(void) { return calls; }
-const char *fake_cudnn_last_problem(void) { return last_problem; }
+int fake_cudnn_violations(void) { return fake_lib_violations(); }
+int fake_cudnn_calls(void) { return fake_lib_calls(); }
+const char *fake_cudnn_last_problem(void) { return fake_lib_last_problem(); }
 
-void fake_cudnn_reset(void)
-{
-    pthread_mutex_lock(&mu);
-    violations = calls = 0;
-    last_problem[0] = '\0';
-    pthread_mutex_unlock(&mu);
-}
+void fake_cudnn_reset(void) { fake_lib_reset(); }
 
 /* The objects kept for use-after-destroy checks go with the library (unload or
  * exit), so a leak checker reports only what the caller leaks. */
@@ -638,9 +596,9 @@ __attribute__((destructor)) static void free_objects(void)
 int fake_cudnn_live(void)
 {
     int n = 0;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&fake_lib_mu);
     for (size_t i = 0; i < nobjs; i++)
         n += objs[i]->live;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&fake_lib_mu);
     return n;
 }

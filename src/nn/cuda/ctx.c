@@ -168,8 +168,8 @@ void cuda_ctx_free(cuda_ctx *c)
         stoke_cudart_free(c->rt, c->flag);
         stoke_cudart_stream_destroy(c->rt, c->L.stream);
     }
-    if (c->module)
-        dlclose(c->module);
+    /* the kernel module stays loaded, as cuBLAS does (cublas.c): it links the CUDA
+     * runtime's C++ code, whose allocations live as long as the process */
     stoke_cudart_close(c->rt);
     free(c);
 }

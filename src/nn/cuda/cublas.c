@@ -93,13 +93,10 @@ stoke_status nn_cublas_open(nn_cublas **out)
     return STOKE_OK;
 }
 
-void nn_cublas_close(nn_cublas *b)
-{
-    if (!b)
-        return;
-    dlclose(b->lib);
-    free(b);
-}
+/* The library stays loaded (no dlclose): NVIDIA's libraries and their C++ runtime keep
+ * process-long allocations, which unloading would leak, and they do not support being
+ * unloaded and loaded again. A later open finds it mapped. */
+void nn_cublas_close(nn_cublas *b) { free(b); }
 
 /* cublasStatus_t's names (cublas_api.h), for libraries without cublasGetStatusString. */
 static const char *cublas_status_name(int status)

@@ -106,13 +106,8 @@ stoke_status nn_cudnn_open(nn_cudnn **out)
     return STOKE_OK;
 }
 
-void nn_cudnn_close(nn_cudnn *d)
-{
-    if (!d)
-        return;
-    dlclose(d->lib);
-    free(d);
-}
+/* Stays loaded, as cuBLAS (cublas.c). */
+void nn_cudnn_close(nn_cudnn *d) { free(d); }
 
 /* cudnnStatus_t's names in cuDNN 9 (cudnn_graph_v9.h): the category codes only. */
 static const char *cudnn_status_name(int status)

@@ -1,0 +1,61 @@
+/* fake_lib.c - the runtime lookup and violation counts the cuBLAS and cuDNN doubles
+ * share (fake_lib.h). */
+#include "fake_lib.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+fake_runtime fake_rt;
+pthread_mutex_t fake_lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static int violations, calls;
+static char last_problem[256];
+
+static void load_runtime(void)
+{
+    const char *path = getenv("STOKE_CUDART_LIBRARY");
+    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!lib)
+        return;
+    *(void **)&fake_rt.extent = dlsym(lib, "fake_cudart_extent");
+    *(void **)&fake_rt.sync = dlsym(lib, "cudaStreamSynchronize");
+}
+
+int fake_have_runtime(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_runtime);
+    return fake_rt.extent && fake_rt.sync;
+}
+
+int fake_violation(int status, const char *fmt, ...)
+{
+    pthread_mutex_lock(&fake_lib_mu);
+    violations++;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_problem, sizeof last_problem, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&fake_lib_mu);
+    return status;
+}
+
+void fake_count_call(void)
+{
+    pthread_mutex_lock(&fake_lib_mu);
+    calls++;
+    pthread_mutex_unlock(&fake_lib_mu);
+}
+
+int fake_lib_violations(void) { return violations; }
+int fake_lib_calls(void) { return calls; }
+const char *fake_lib_last_problem(void) { return last_problem; }
+
+void fake_lib_reset(void)
+{
+    pthread_mutex_lock(&fake_lib_mu);
+    violations = calls = 0;
+    last_problem[0] = '\0';
+    pthread_mutex_unlock(&fake_lib_mu);
+}
