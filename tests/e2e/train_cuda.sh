@@ -137,6 +137,25 @@ for p in sys.argv[2:]:
 PY
 then ok "checkpoints move between the GPU and the CPU mid-run"; else fail "cross-device resume"; fi
 
+# SIGINT while training on the GPU: the step ends, the weights come back to the host
+# and the checkpoint is written; the CPU resumes from it.
+ck=$work/sig.safetensors
+"$stoke" train $small --model mlp --device cuda --epochs 1000 --checkpoint "$ck" \
+    --log "$work/sig.jsonl" --no-monitor >"$out" 2>&1 &
+pid=$!
+i=0
+while [ ! -s "$work/sig.jsonl" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.3
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 130 ] && grep -q "stopped after step .*SIGINT.*checkpoint written" "$out" &&
+    "$stoke" train --resume "$ck" --device cpu --max-steps 0 --epochs 2 --no-monitor >"$work/sig_resume.txt" 2>&1; then
+    ok "SIGINT on the GPU writes a checkpoint the CPU resumes"
+else
+    fail "SIGINT on the GPU: exit $rc"; show "$out" "$work/sig_resume.txt"
+fi
+
 # bf16 on the GPU (auto on compute capability 9.0) as bf16 on the CPU: operands rounded
 # alike, sums in another order.
 run gpu_bf16 --model mlp --device cuda
