@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "stoke/hw.h"
+#include "stoke/nn.h"
 #include "stoke/tune.h"
 
 /* The same fact `stoke probe` states beside the OpenBLAS section (cmd_probe.c). */
@@ -136,7 +137,22 @@ static PyObject *storage_dict(const stoke_machine *m)
     return d;
 }
 
-static PyObject *gpu_dict(const stoke_gpu_info *g)
+/* {"ready": bool, "detail": str}: whether stoke train's CUDA backend runs on GPU i. */
+static PyObject *cuda_backend_dict(int i)
+{
+    char why[512];
+    bool ready = stoke_nn_cuda_ready(i, why, sizeof why);
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    if (stokepy_put(d, "ready", PyBool_FromLong(ready)) < 0 || put_str(d, "detail", why) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *gpu_dict(const stoke_gpu_info *g, int i)
 {
     PyObject *d = PyDict_New();
     if (!d)
@@ -167,6 +183,8 @@ static PyObject *gpu_dict(const stoke_gpu_info *g)
         rc = put_u64(d, "pcie_gen", (v & STOKE_GPU_HAS_PCIE) ? g->pcie_gen : 0);
     if (rc == 0)
         rc = put_u64(d, "pcie_width", (v & STOKE_GPU_HAS_PCIE) ? g->pcie_width : 0);
+    if (rc == 0)
+        rc = stokepy_put(d, "cuda_backend", cuda_backend_dict(i));
     if (rc < 0) {
         Py_DECREF(d);
         return NULL;
@@ -224,7 +242,7 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
     if (!gpus)
         goto fail;
     for (int i = 0; i < m->gpu_count; i++) {
-        PyObject *g = gpu_dict(&m->gpus[i]);
+        PyObject *g = gpu_dict(&m->gpus[i], i);
         int rc = g ? PyList_Append(gpus, g) : -1;
         Py_XDECREF(g);
         if (rc < 0)

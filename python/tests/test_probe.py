@@ -138,6 +138,9 @@ def test_fake_h100():
     assert g["compute_capability"] == "9.0" and g["sm_count"] == 114
     assert g["power_limit_mw"] == 350000 and g["max_sm_clock_mhz"] == 1755
     assert g["pcie_gen"] == 5 and g["pcie_width"] == 16
+    # whether stoke train's CUDA backend runs there (tests/e2e/train_cuda.sh checks the
+    # verdicts): a bool and the reason or what it runs with
+    assert isinstance(g["cuda_backend"]["ready"], bool) and g["cuda_backend"]["detail"]
     gpu_recs = {r["key"]: r for r in out["recs"] if r["device"] == 0}
     assert gpu_recs["precision"]["value"] == "bf16"
     assert gpu_recs["tf32"]["value"] is True
