@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "hw/gpu_impl.h"
+#include "nn/cuda/kern.h"
 #include "nn/cuda/libs.h"
 
 static struct {
@@ -84,31 +85,22 @@ static double val(size_t i, int salt)
 
 static size_t tsize(int t) { return t == NC_R_32F ? 4 : 2; }
 
+/* rounded as stoke's kernels round (nn/cuda/kern.h) */
 static void put(void *p, int t, size_t i, double v)
 {
     float f = (float)v;
-    if (t == NC_R_32F) {
+    if (t == NC_R_32F)
         ((float *)p)[i] = f;
-    } else if (t == NC_R_16F) {
-        ((_Float16 *)p)[i] = (_Float16)f;
-    } else {
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        bits += 0x7fffu + ((bits >> 16) & 1);
-        ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
-    }
+    else
+        ((uint16_t *)p)[i] = t == NC_R_16F ? nk_to_f16(f) : nk_to_bf16(f);
 }
 
 static double get(const void *p, int t, size_t i)
 {
     if (t == NC_R_32F)
         return ((const float *)p)[i];
-    if (t == NC_R_16F)
-        return (double)((const _Float16 *)p)[i];
-    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == NC_R_16F ? nk_f16_to_f32(h) : nk_bf16_to_f32(h);
 }
 
 /* What a value reads back as after a store in type t. */

@@ -11,6 +11,7 @@
  * weights after steps to ~1e-4; bf16 operands are rounded identically on both sides,
  * but the sums they feed differ in order, so bf16 gets 1e-2. */
 #include "check.h"
+#include "core/precision.h"
 #include "nn/cpu/conv.h"
 #include "nn/cpu/eltwise.h"
 #include "nn/cuda/k_pool.h"
@@ -800,6 +801,39 @@ static void test_cudnn_clean(void *dnn)
     CHECK(calls() > 0);
 }
 
+/* The kernels' fp16/bf16 conversions (nn/cuda/kern.h, which the doubles use too) are
+ * the CPU's (core/precision.h): every fp16 value back to fp32, and fp32 values of every
+ * exponent, ties, subnormals, infinities and NaNs to both. */
+static void test_conversions(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = nk_f16_to_f32((uint16_t)h), b = cpu_f16_to_f32_1((uint16_t)h);
+        uint32_t ua, ub;
+        memcpy(&ua, &a, 4);
+        memcpy(&ub, &b, 4);
+        bad += ua != ub;
+    }
+    CHECK_MSG(bad == 0, "%d fp16 values decode differently", bad);
+    bad = 0;
+    for (uint64_t u = 0; u < 0x100000000ull; u += 0x10001ull * 7 + (u & 0xff)) {
+        float f;
+        uint32_t b = (uint32_t)u;
+        memcpy(&f, &b, 4);
+        bad += nk_to_f16(f) != cpu_f32_to_f16_1(f) || nk_to_bf16(f) != cpu_f32_to_bf16_1(f);
+    }
+    /* ties of both formats at every exponent and sign, and one bit either side */
+    for (uint32_t e = 0; e < 512; e++)
+        for (int k = 0; k < 6; k++) {
+            uint32_t b =
+                (e << 23) | ((uint32_t[]){0x8000, 0x18000, 0x1000, 0x3000, 0x7fff, 0x8001}[k]);
+            float f;
+            memcpy(&f, &b, 4);
+            bad += nk_to_f16(f) != cpu_f32_to_f16_1(f) || nk_to_bf16(f) != cpu_f32_to_bf16_1(f);
+        }
+    CHECK_MSG(bad == 0, "%d fp32 values round differently", bad);
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -816,6 +850,7 @@ int main(int argc, char **argv)
         test_bad_id();
         test_dropout_blocks();
         test_bad_targets();
+        test_conversions();
         test_no_cudnn();
         test_pool_bits();
         test_conv_batches(dnn);

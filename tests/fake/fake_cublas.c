@@ -133,38 +133,9 @@ typedef struct gemm {
 
 static size_t type_size(int t) { return t == R_32F ? 4 : 2; }
 
-static double load(const void *p, int t, long long i)
-{
-    if (t == R_32F)
-        return ((const float *)p)[i];
-    if (t == R_16F)
-        return (double)((const _Float16 *)p)[i];
-    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* Rounded to nearest even, as the hardware stores bf16; NaN stays NaN. */
-static uint16_t to_bf16(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((bits >> 16) | 0x40);
-    bits += 0x7fffu + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
-}
-
-static void store(void *p, int t, long long i, double v)
-{
-    if (t == R_32F)
-        ((float *)p)[i] = (float)v;
-    else if (t == R_16F)
-        ((_Float16 *)p)[i] = (_Float16)(float)v;
-    else
-        ((uint16_t *)p)[i] = to_bf16((float)v);
-}
+static int kind(int t) { return t == R_32F ? FAKE_F32 : t == R_16F ? FAKE_F16 : FAKE_BF16; }
+static double load(const void *p, int t, long long i) { return fake_load(p, kind(t), i); }
+static void store(void *p, int t, long long i, double v) { fake_store(p, kind(t), i, v); }
 
 static int types_ok(const gemm *g)
 {

@@ -363,36 +363,12 @@ int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, void *x, void *dy, v
                    algo, bytes);
 }
 
-static double load(const void *p, int dtype, long long i)
+static int kind(int dtype)
 {
-    if (dtype == D_FLOAT)
-        return ((const float *)p)[i];
-    if (dtype == D_HALF)
-        return (double)((const _Float16 *)p)[i];
-    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
+    return dtype == D_FLOAT ? FAKE_F32 : dtype == D_HALF ? FAKE_F16 : FAKE_BF16;
 }
-
-/* Rounded to nearest even; NaN stays NaN. */
-static void store(void *p, int dtype, long long i, double v)
-{
-    float f = (float)v;
-    if (dtype == D_FLOAT) {
-        ((float *)p)[i] = f;
-    } else if (dtype == D_HALF) {
-        ((_Float16 *)p)[i] = (_Float16)f;
-    } else {
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        if ((bits & 0x7fffffffu) > 0x7f800000u)
-            bits |= 0x400000u;
-        else
-            bits += 0x7fffu + ((bits >> 16) & 1);
-        ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
-    }
-}
+static double load(const void *p, int dtype, long long i) { return fake_load(p, kind(dtype), i); }
+static void store(void *p, int dtype, long long i, double v) { fake_store(p, kind(dtype), i, v); }
 
 /* A call's x, w and y (two are read, the one the operation computes is not), and the
  * double accumulator of that one. */

@@ -2,6 +2,8 @@
  * share (fake_lib.h). */
 #include "fake_lib.h"
 
+#include "nn/cuda/kern.h"
+
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,4 +60,21 @@ void fake_lib_reset(void)
     violations = calls = 0;
     last_problem[0] = '\0';
     pthread_mutex_unlock(&fake_lib_mu);
+}
+
+double fake_load(const void *p, int kind, long long i)
+{
+    if (kind == FAKE_F32)
+        return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return kind == FAKE_F16 ? nk_f16_to_f32(h) : nk_bf16_to_f32(h);
+}
+
+void fake_store(void *p, int kind, long long i, double v)
+{
+    float f = (float)v;
+    if (kind == FAKE_F32)
+        ((float *)p)[i] = f;
+    else
+        ((uint16_t *)p)[i] = kind == FAKE_F16 ? nk_to_f16(f) : nk_to_bf16(f);
 }

@@ -31,4 +31,10 @@ FAKE_HIDDEN int fake_lib_calls(void);
 FAKE_HIDDEN const char *fake_lib_last_problem(void);
 FAKE_HIDDEN void fake_lib_reset(void);
 
+/* Element i of a matrix of fp32, fp16 or bf16 values, as the libraries read and write
+ * them (stores round to nearest even from fp32, as stoke's kernels do: nn/cuda/kern.h). */
+enum { FAKE_F32 = 0, FAKE_F16 = 1, FAKE_BF16 = 2 };
+FAKE_HIDDEN double fake_load(const void *p, int kind, long long i);
+FAKE_HIDDEN void fake_store(void *p, int kind, long long i, double v);
+
 #endif

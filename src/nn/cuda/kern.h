@@ -81,4 +81,16 @@ NK_FN uint16_t nk_to_f16(float x)
 
 NK_FN float nk_bf16_to_f32(uint16_t h) { return nk_u2f((uint32_t)h << 16); }
 
+/* fp16 bits -> fp32, exact (C11 has no portable _Float16; the test doubles use it
+ * too): subnormals scaled by 2^-24, a NaN stays a NaN of the same payload, quiet. */
+NK_FN float nk_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return nk_u2f(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+    if (e == 0)
+        return (sign ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f;
+    return nk_u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+
 #endif
