@@ -196,17 +196,25 @@ fi
 
 # auto: the GPU when the backend can run there, else the CPU and why; asked for, an error.
 STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so run auto_fallback --model mlp
-if [ $? -eq 0 ] && grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: the CUDA kernels (/nonexistent/libstoke_cuda.so) are missing' "$work/auto_fallback.txt"; then
+if [ $? -eq 0 ] && grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: the CUDA kernels STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so: .*No such file' "$work/auto_fallback.txt"; then
     ok "auto falls back to the CPU, saying why"
 else
     fail "auto fallback"; show "$work/auto_fallback.txt"
 fi
 STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so run cuda_missing --model mlp --device cuda
 rc=$?
-if [ $rc -eq 1 ] && grep -q 'CUDA kernels (/nonexistent/libstoke_cuda.so) are missing' "$work/cuda_missing.txt"; then
+if [ $rc -eq 1 ] && grep -q 'STOKE_CUDA_KERNELS=/nonexistent/libstoke_cuda.so: .*No such file' "$work/cuda_missing.txt"; then
     ok "--device cuda without the kernels: a clear error"
 else
     fail "--device cuda without kernels: exit $rc"; show "$work/cuda_missing.txt"
+fi
+# a library that is not stoke's kernel module
+STOKE_CUDA_KERNELS="$STOKE_CUBLAS_LIBRARY" run not_module --model mlp --device cuda
+rc=$?
+if [ $rc -eq 1 ] && grep -q "libcublas.so.13 is not stoke's CUDA kernel module (no stoke_cuda_kernels_v1)" "$work/not_module.txt"; then
+    ok "STOKE_CUDA_KERNELS naming another library: refused, named"
+else
+    fail "not a module: exit $rc"; show "$work/not_module.txt"
 fi
 STOKE_FAKE_GPU_SCENARIO=/dev/null run no_gpu --model mlp
 grep -q '^device: cpu (auto: no GPU found)' "$work/no_gpu.txt" && ok "no GPU: the CPU" || { fail "no GPU"; show "$work/no_gpu.txt"; }

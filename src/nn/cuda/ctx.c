@@ -57,6 +57,11 @@ static stoke_status load_kernels(cuda_ctx *c)
     if (env && *env) {
         snprintf(tried, sizeof tried, "%s", env);
         c->module = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (!c->module) {
+            const char *why = dlerror();
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "the CUDA kernels STOKE_CUDA_KERNELS=%s: %s",
+                              env, why ? why : "cannot be loaded");
+        }
     } else {
         c->module = open_module(tried, sizeof tried);
     }
@@ -66,7 +71,10 @@ static stoke_status load_kernels(cuda_ctx *c)
                           tried);
     nn_cuda_kernels_entry entry;
     *(void **)&entry = dlsym(c->module, NN_CUDA_KERNELS_ENTRY);
-    c->k = entry ? entry(sizeof(nn_cuda_kernels)) : NULL;
+    if (!entry)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s is not stoke's CUDA kernel module (no %s)",
+                          tried, NN_CUDA_KERNELS_ENTRY);
+    c->k = entry(sizeof(nn_cuda_kernels));
     if (!c->k)
         return stoke_fail(STOKE_ERR_UNAVAILABLE,
                           "%s is from another build of stoke (its kernel table does not match)",
