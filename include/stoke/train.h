@@ -252,9 +252,9 @@ typedef struct stoke_train_event {
     double gpu_pct;       /* GPU utilization, NaN without a GPU */
     double mfu_pct;       /* model FLOP utilization: the matmuls' and convolutions'
                                     FLOP/s as % of the device's peak; NaN if unknown */
-    /* EPOCH: % of the epoch's time in each phase of the steps (with data_wait_pct, the
-     * rest is evaluation-free bookkeeping): the batch into the model, forward, backward
-     * (on a GPU waited for, so its time is its own), the optimizer step */
+    /* PROGRESS, EPOCH: % of the epoch's time so far in each phase of the steps (with
+     * data_wait_pct, the rest is bookkeeping): the batch into the model, forward,
+     * backward (on a GPU waited for, so its time is its own), the optimizer step */
     double input_pct, forward_pct, backward_pct, optimizer_pct;
     double elapsed_s;            /* this epoch */
     double eta_s;                /* PROGRESS: rest of the epoch */

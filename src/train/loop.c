@@ -264,12 +264,23 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
 
 /* The progress event after a step: shown at each tenth of the epoch and at most four
  * times a second otherwise. */
+/* The step's phases as % of `ran` seconds (this part of the epoch). */
+static void phases(const stoke_trainer *t, stoke_train_event *e, double ran)
+{
+    double pct = ran > 0 ? 100.0 / ran : 0;
+    e->input_pct = t->ph_input * pct;
+    e->forward_pct = t->ph_forward * pct;
+    e->backward_pct = t->ph_backward * pct;
+    e->optimizer_pct = t->ph_optim * pct;
+}
+
 static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e, double now)
 {
     double el = now - k->start;
     double ran = now - k->start - t->ep_elapsed_before + 1e-12; /* this part of the epoch */
     e->samples_per_s = el > 0 ? (double)(t->ep_samples - k->samples_start) / ran : 0;
     e->data_wait_pct = el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / ran : 0;
+    phases(t, e, ran);
     e->eta_s =
         t->ep_batches > 0 ? el * (double)(k->batches - t->ep_batches) / (double)t->ep_batches : 0;
     int decile = (int)(t->ep_batches * 10 / k->batches);
@@ -343,11 +354,7 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     e.mfu_pct = t->peak_flops > 0 && t->step_flops > 0
                     ? 100.0 * e.samples_per_s * t->step_flops / t->peak_flops
                     : NAN;
-    double pct = run_el > 0 ? 100.0 / run_el : 0;
-    e.input_pct = t->ph_input * pct;
-    e.forward_pct = t->ph_forward * pct;
-    e.backward_pct = t->ph_backward * pct;
-    e.optimizer_pct = t->ph_optim * pct;
+    phases(t, &e, run_el);
     utilization(t, &e);
     train_emit(t, &e);
     train_log_epoch(t, &e, end);

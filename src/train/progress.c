@@ -37,19 +37,22 @@ static size_t metric_text(const stoke_train_event *e, double v, const char *pref
 
 size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t size)
 {
-    char m[48], cpu[32] = "", gpu[32] = "";
+    char m[48], cpu[32] = "", gpu[32] = "", ph[64] = "";
     metric_text(e, e->metric, "", m, sizeof m);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, " | CPU %.0f%%", e->cpu_pct);
     if (isfinite(e->gpu_pct))
         snprintf(gpu, sizeof gpu, " | GPU %.0f%%", e->gpu_pct);
-    int n = snprintf(buf, size,
-                     "epoch %" PRId64 "/%" PRId64 " %3.0f%% %" PRId64 "/%" PRId64
-                     " | loss %.4f%s | %.0f samples/s | data wait %.1f%%%s%s | lr %.3g | eta %.0fs",
-                     e->epoch + 1, e->epochs,
-                     e->batches ? 100.0 * (double)e->batch / (double)e->batches : 0.0, e->batch,
-                     e->batches, e->loss, m, e->samples_per_s, e->data_wait_pct, cpu, gpu, e->lr,
-                     e->eta_s);
+    if (e->forward_pct > 0 || e->backward_pct > 0)
+        snprintf(ph, sizeof ph, " | fwd %.0f%% bwd %.0f%% opt %.0f%%", e->forward_pct,
+                 e->backward_pct, e->optimizer_pct);
+    int n = snprintf(
+        buf, size,
+        "epoch %" PRId64 "/%" PRId64 " %3.0f%% %" PRId64 "/%" PRId64
+        " | loss %.4f%s | %.0f samples/s | data wait %.1f%%%s%s%s | lr %.3g | eta %.0fs",
+        e->epoch + 1, e->epochs, e->batches ? 100.0 * (double)e->batch / (double)e->batches : 0.0,
+        e->batch, e->batches, e->loss, m, e->samples_per_s, e->data_wait_pct, ph, cpu, gpu, e->lr,
+        e->eta_s);
     return n < 0 ? 0 : (size_t)n >= size ? size - 1 : (size_t)n;
 }
 
