@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gpu_case.h"
 #include "hw/gpu_impl.h"
 
 /* Layouts from shared/reference/gpu-abi.md (measured there with gcc). */
@@ -283,37 +284,16 @@ static void case_real_runtime(void)
     stoke_cudart_close(rt);
 }
 
-static void run_case(const char *name, void (*fn)(void))
-{
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        check_failures = 0;
-        fn();
-        const char *sc = getenv("STOKE_FAKE_GPU_SCENARIO");
-        if (sc)
-            unlink(sc);
-        _exit(check_failures > 100 ? 100 : check_failures);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    check_count++;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        check_failures++;
-        fprintf(stderr, "case %s failed (status 0x%x)\n", name, status);
-    }
-}
-
 int main(void)
 {
     /* Said in the output so that a pass is never read as a GPU result. */
     printf("GPU driver tables against the test doubles (tests/fake): no GPU is used\n");
-    run_case("missing_library", case_missing_library);
-    run_case("init_error", case_init_error);
-    run_case("no_devices", case_no_devices);
-    run_case("two_devices", case_nvml);
-    run_case("two_devices_535_stride", case_nvml_535);
-    run_case("device_api", case_device_api);
-    run_case("real_runtime", case_real_runtime);
+    gpu_case("missing_library", case_missing_library);
+    gpu_case("init_error", case_init_error);
+    gpu_case("no_devices", case_no_devices);
+    gpu_case("two_devices", case_nvml);
+    gpu_case("two_devices_535_stride", case_nvml_535);
+    gpu_case("device_api", case_device_api);
+    gpu_case("real_runtime", case_real_runtime);
     return CHECK_DONE();
 }

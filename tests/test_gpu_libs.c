@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gpu_case.h"
 #include "hw/gpu_impl.h"
 #include "nn/cuda/kern.h"
 #include "nn/cuda/libs.h"
@@ -751,41 +752,19 @@ static void case_real_libraries(void)
     }
 }
 
-static void run_case(const char *name, void (*fn)(void))
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        check_failures = 0;
-        fn();
-        const char *sc = getenv("STOKE_FAKE_GPU_SCENARIO");
-        if (sc)
-            unlink(sc);
-        _exit(check_failures > 100 ? 100 : check_failures);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    check_count++;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        check_failures++;
-        fprintf(stderr, "case %s failed (status 0x%x)\n", name, status);
-    }
-}
-
 int main(void)
 {
     /* Said in the output so that a pass is never read as a GPU result. */
     printf("cuBLAS and cuDNN tables against the test doubles (tests/fake): no GPU is used\n");
-    run_case("missing_library", case_missing_library);
-    run_case("errors", case_errors);
-    run_case("no_runtime", case_no_runtime);
-    run_case("gemm", case_gemm);
-    run_case("gemm_refused", case_gemm_refused);
-    run_case("conv", case_conv);
-    run_case("conv_refused", case_conv_refused);
-    run_case("cudart", case_cudart);
-    run_case("cudart_default_memory", case_cudart_default_memory);
-    run_case("real_libraries", case_real_libraries);
+    gpu_case("missing_library", case_missing_library);
+    gpu_case("errors", case_errors);
+    gpu_case("no_runtime", case_no_runtime);
+    gpu_case("gemm", case_gemm);
+    gpu_case("gemm_refused", case_gemm_refused);
+    gpu_case("conv", case_conv);
+    gpu_case("conv_refused", case_conv_refused);
+    gpu_case("cudart", case_cudart);
+    gpu_case("cudart_default_memory", case_cudart_default_memory);
+    gpu_case("real_libraries", case_real_libraries);
     return CHECK_DONE();
 }
