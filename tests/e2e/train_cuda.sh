@@ -163,6 +163,16 @@ grep -q '^precision: bf16 (auto: compute capability 9.0' "$work/gpu_bf16.txt" &&
 run cpu_bf16 --model mlp --device cpu --precision bf16
 same_run gpu_bf16 cpu_bf16 2e-2 && ok "bf16 GPU run as the CPU's" || fail "bf16 GPU and CPU differ"
 
+# The seeds' transformer settings as a model file: width, blocks, heads, bf16 (auto on
+# compute capability 9.0), accumulation to an effective batch of 64.
+printf 'model: transformer\nwidth: 32\nblocks: 2\nheads: 4\npatch: 7\n' >"$work/vt.yaml"
+vt="--model $work/vt.yaml --limit 256 --val-limit 64 --batch-size 16 --accumulate 4"
+run gpu_vt $vt --device cuda || { fail "transformer file on cuda"; show "$work/gpu_vt.txt"; }
+run cpu_vt $vt --device cpu --precision bf16
+grep -q 'batch 16 x 4 accumulated = 64' "$work/gpu_vt.txt" && same_run gpu_vt cpu_vt 2e-2 &&
+    ok "a transformer file in bf16 with accumulation: the GPU run as the CPU's" ||
+    { fail "transformer file, bf16, accumulation"; show "$work/gpu_vt.txt"; }
+
 # Out of GPU memory: the micro-batch halves, accumulation doubles, the effective batch
 # and so the run stay the same.
 STOKE_FAKE_CUDA_MALLOC_LIMIT=16500000 run gpu_small --model mlp --device cuda --precision fp32 --batch-size 128
