@@ -5,12 +5,15 @@
 # that check their arguments) and the kernels run in their host build
 # (STOKE_CUDA_KERNELS=host), the same bodies nvcc compiles into libstoke_cuda.so. Each
 # GPU run is compared with the same run on the CPU backend: step losses, validation,
-# checkpoints that move between devices, the fallback and the errors.
+# checkpoints that move between devices, the fallback and the errors. A fifth argument
+# runs one part alone, as its own ctest that is skipped (77) when its reference is
+# missing: actor_critic (needs numpy), module (needs the nvcc-built libstoke_cuda.so).
 set -u
 stoke=$1
 work=$2
 fake=$3
 scenarios=$4
+part=${5:-main}
 data=/usr/share/datasets/fashion-mnist
 if [ ! -d "$data" ]; then
     echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
@@ -55,6 +58,56 @@ print(f"{len(a)} steps agree within {tol}")
 PY
 }
 
+# The actor-critic (PPO rows [action, advantage, old log-prob, return]) on rollouts
+# written by numpy: policy gradient, slices, the value head's MSE.
+part_actor_critic() {
+    if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+        echo "skip: /usr/bin/python3 with numpy is missing (the rollouts are written by numpy)"
+        exit 77
+    fi
+    /usr/bin/python3 - "$work" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(3)
+x = rng.standard_normal((300, 6)).astype(np.float32)
+a = rng.integers(0, 4, 300)
+r = (a == (x[:, :4].argmax(1))).astype(np.float32)
+y = np.stack([a, r - r.mean(), np.full(300, np.log(0.25)), r], 1).astype(np.float32)
+np.save(sys.argv[1] + "/ac_x.npy", x)
+np.save(sys.argv[1] + "/ac_y.npy", y)
+PY
+    ac="--model actor-critic --dataset $work/ac_x.npy --limit 300 --batch-size 32 --optimizer adamw --lr 0.003"
+    run gpu_ac $ac --device cuda --precision fp32 || { fail "actor-critic on cuda"; show "$work/gpu_ac.txt"; }
+    run cpu_ac $ac --device cpu --precision fp32
+    same_run gpu_ac cpu_ac 1e-4 && ok "actor-critic: the GPU run's losses are the CPU run's" || fail "actor-critic GPU and CPU differ"
+}
+
+# The kernel module nvcc built (beside the binary) refuses a GPU below its
+# architectures, and auto then trains on the CPU. Without nvcc there is no module.
+part_module() {
+    module=$(dirname "$stoke")/libstoke_cuda.so
+    if [ ! -f "$module" ]; then
+        echo "skip: $module is not built (no nvcc at build time): nothing to check"
+        exit 77
+    fi
+    STOKE_CUDA_KERNELS= STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_turing.gpu" run turing --model mlp --device cuda
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q 'compute capability 7.5; this stoke.s kernels are built for 8.0 and up' "$work/turing.txt"; then
+        ok "a compute capability 7.5 GPU: the module's architectures named"
+    else
+        fail "turing: exit $rc"; show "$work/turing.txt"
+    fi
+    STOKE_CUDA_KERNELS= STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_turing.gpu" run turing_auto --model mlp
+    grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: CUDA device 0 has compute capability 7.5' "$work/turing_auto.txt" &&
+        ok "auto on that GPU: the CPU, saying why" || { fail "turing auto"; show "$work/turing_auto.txt"; }
+}
+
+case $part in
+actor_critic) part_actor_critic; e2e_end; exit ;;
+module) part_module; e2e_end; exit ;;
+main) ;;
+*) echo "unknown part '$part' (main, actor_critic, module)"; exit 2 ;;
+esac
+
 # Every preset the CUDA backend runs, on few samples (the doubles compute in double
 # precision loops); the MLP's run is the one the rest of this script reads.
 for model in mlp transformer cnn resnet; do
@@ -74,27 +127,6 @@ for model in mlp transformer cnn resnet; do
         fail "$model: GPU and CPU losses differ"
     fi
 done
-
-# The actor-critic (PPO rows [action, advantage, old log-prob, return]) on rollouts
-# written by numpy: policy gradient, slices, the value head's MSE.
-if /usr/bin/python3 - "$work" <<'PY'
-import sys, numpy as np
-rng = np.random.default_rng(3)
-x = rng.standard_normal((300, 6)).astype(np.float32)
-a = rng.integers(0, 4, 300)
-r = (a == (x[:, :4].argmax(1))).astype(np.float32)
-y = np.stack([a, r - r.mean(), np.full(300, np.log(0.25)), r], 1).astype(np.float32)
-np.save(sys.argv[1] + "/ac_x.npy", x)
-np.save(sys.argv[1] + "/ac_y.npy", y)
-PY
-then
-    ac="--model actor-critic --dataset $work/ac_x.npy --limit 300 --batch-size 32 --optimizer adamw --lr 0.003"
-    run gpu_ac $ac --device cuda --precision fp32 || { fail "actor-critic on cuda"; show "$work/gpu_ac.txt"; }
-    run cpu_ac $ac --device cpu --precision fp32
-    same_run gpu_ac cpu_ac 1e-4 && ok "actor-critic: the GPU run's losses are the CPU run's" || fail "actor-critic GPU and CPU differ"
-else
-    echo "skip (part): /usr/bin/python3 with numpy is missing: the actor-critic run"
-fi
 
 for want in '^device: cuda:0 (flag)' '^precision: fp32 (flag)' \
             '^threads: .*1 queues the GPU' '^pinned memory: yes\|pinned memory: yes' \
@@ -257,23 +289,5 @@ import json, sys
 g = json.load(open(sys.argv[1]))["gpus"][0]["cuda_backend"]
 assert g["ready"] is False and "/nonexistent/libstoke_cuda.so" in g["detail"], g
 ' "$out"; then ok "probe --json: why the backend cannot run"; else fail "probe --json cuda_backend"; show "$out"; fi
-
-# The kernel module nvcc built (beside the binary) refuses a GPU below its
-# architectures, and auto then trains on the CPU. Without nvcc there is no module.
-module=$(dirname "$stoke")/libstoke_cuda.so
-if [ -f "$module" ]; then
-    STOKE_CUDA_KERNELS= STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_turing.gpu" run turing --model mlp --device cuda
-    rc=$?
-    if [ $rc -eq 1 ] && grep -q 'compute capability 7.5; this stoke.s kernels are built for 8.0 and up' "$work/turing.txt"; then
-        ok "a compute capability 7.5 GPU: the module's architectures named"
-    else
-        fail "turing: exit $rc"; show "$work/turing.txt"
-    fi
-    STOKE_CUDA_KERNELS= STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_turing.gpu" run turing_auto --model mlp
-    grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: CUDA device 0 has compute capability 7.5' "$work/turing_auto.txt" &&
-        ok "auto on that GPU: the CPU, saying why" || { fail "turing auto"; show "$work/turing_auto.txt"; }
-else
-    echo "skip (part): $module not built (no nvcc): the module's architecture check"
-fi
 
 e2e_end
