@@ -36,28 +36,18 @@
 # measurement); fp16 needs a GPU there (CPU autocast is bfloat16 only on older torch).
 import argparse
 import contextlib
-import gzip
 import math
-import os
 import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-DATA = os.environ.get("STOKE_BENCH_DATA", "/usr/share/datasets/fashion-mnist")
-BATCH = {"cnn": 128, "mlp": 256}
+# the data reader, the models and their batches are train_torch.py's (the CPU bench's peer)
+from train_torch import BATCH, build, idx
+
 LR = 0.05
-
-
-def idx(name):
-    with gzip.open(os.path.join(DATA, name), "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def load(split, model, limit=0):
@@ -77,16 +67,6 @@ def load(split, model, limit=0):
     x = (x - mean) / std
     x = x.reshape(-1, 784) if model == "mlp" else x.unsqueeze(1)
     return x.float().contiguous(), torch.from_numpy(lab.astype(np.int64))
-
-
-def build(model):
-    if model == "cnn":
-        return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
-    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                         nn.Linear(512, 10))
 
 
 def setup(device):

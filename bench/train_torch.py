@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DATA = "/usr/share/datasets/fashion-mnist"
+DATA = os.environ.get("STOKE_BENCH_DATA", "/usr/share/datasets/fashion-mnist")
 BATCH = {"cnn": 128, "mlp": 256}
 LR = {"cnn": 0.05, "mlp": 0.05}
 

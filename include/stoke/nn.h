@@ -470,9 +470,9 @@ stoke_status stoke_model_set_input_device(stoke_model *m, stoke_tensor t, const 
  * returned, recorded. */
 stoke_status stoke_model_read(stoke_model *m, const void *buf, void *host, size_t bytes);
 stoke_status stoke_model_write(stoke_model *m, void *buf, const void *host, size_t bytes);
-/* Copies every parameter and buffer of `src` into `dst`, two models of one graph (the
- * inference model taking the training model's weights), and refreshes dst's
- * low-precision copies. Across devices the copy goes through host memory. */
+/* Copies every parameter and buffer of `src` into `dst`, two models of one graph on
+ * one device (the inference model taking the training model's weights), and refreshes
+ * dst's low-precision copies. STOKE_ERR_ARG for models of two graphs or devices. */
 stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src);
 /* Waits until the model's queued work is done; its first error if any (a device
  * model runs asynchronously; forward and step already wait where they read values). */

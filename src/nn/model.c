@@ -1088,25 +1088,16 @@ stoke_status stoke_model_write(stoke_model *m, void *buf, const void *host, size
 
 stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src)
 {
-    if (dst->g != src->g)
-        return stoke_fail(STOKE_ERR_ARG, "%s: copying parameters between models of two graphs",
+    if (dst->g != src->g || dst->o.cuda != src->o.cuda ||
+        (dst->o.cuda && dst->o.cuda_device != src->o.cuda_device))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: copying parameters needs two models of one graph on one device",
                           dst->g->name);
-    bool same = dst->o.cuda == src->o.cuda && dst->o.cuda_device == src->o.cuda_device;
+    /* src's queued updates first: the copy runs on dst's stream */
     stoke_status st = stoke_model_sync(src);
-    for (int i = 0; i < dst->g->nparams && st == STOKE_OK; i++) {
-        size_t bytes = (size_t)dst->g->params[i].info.elems * sizeof(float);
-        if (same) {
-            dst->be->copy(dst->be->ctx, dst->param[i], src->param[i], bytes);
-            continue;
-        }
-        float *host = malloc(bytes ? bytes : 1);
-        if (!host)
-            return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", dst->g->name);
-        st = stoke_model_read(src, src->param[i], host, bytes);
-        if (st == STOKE_OK)
-            st = stoke_model_write(dst, dst->param[i], host, bytes);
-        free(host);
-    }
+    for (int i = 0; i < dst->g->nparams && st == STOKE_OK; i++)
+        dst->be->copy(dst->be->ctx, dst->param[i], src->param[i],
+                      (size_t)dst->g->params[i].info.elems * sizeof(float));
     if (st != STOKE_OK)
         return st;
     stoke_model_params_changed(dst);

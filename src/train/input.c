@@ -179,15 +179,22 @@ int train_parse_floats(const char *s, float *v, int max)
 
 /* ---- The trainer -------------------------------------------------------------------- */
 
-stoke_status train_eval_batch(stoke_model *m, stoke_tensor y, stoke_tensor metric,
-                              const train_targets *tg, const void *targets, const int64_t *samples,
-                              int64_t n, train_eval *acc)
+stoke_status train_feed_targets(stoke_model *m, stoke_tensor y, const train_targets *tg,
+                                const void *targets, const int64_t *samples, int64_t n)
 {
     void *dst = tg->stage ? tg->stage : stoke_model_input(m, y);
     stoke_status s = train_convert_targets(targets, tg->dtype, n, tg->elems, tg->classes,
                                            tg->nclasses, dst, samples);
     if (s == STOKE_OK && tg->stage)
         s = stoke_model_set_input(m, y, tg->stage, (size_t)n * (size_t)tg->elems * 4);
+    return s;
+}
+
+stoke_status train_eval_batch(stoke_model *m, stoke_tensor y, stoke_tensor metric,
+                              const train_targets *tg, const void *targets, const int64_t *samples,
+                              int64_t n, train_eval *acc)
+{
+    stoke_status s = train_feed_targets(m, y, tg, targets, samples, n);
     if (s == STOKE_OK)
         s = stoke_model_forward(m, n, false);
     if (s != STOKE_OK)

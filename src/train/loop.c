@@ -30,6 +30,13 @@ static double loader_wait_s(stoke_loader *l)
     return s.wait_avg_ms * (double)s.batches / 1000.0;
 }
 
+/* How the run's targets feed "y" (train_feed_targets). */
+static train_targets targets_of(const stoke_trainer *t)
+{
+    return (train_targets){t->info.target_dtype, t->target_elems, t->classes, t->nclasses,
+                           t->target_stage};
+}
+
 /* A batch's inputs into the model: from the loader's device copy (the model's stream
  * waits on its event, then copies it on the device) or from host memory. */
 static stoke_status train_feed_input(stoke_model *m, stoke_tensor x, stoke_loader *l,
@@ -54,8 +61,7 @@ static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int
     stoke_status s = stoke_model_copy_params(m, t->model);
     if (s != STOKE_OK)
         return train_wrap_error(s, "validation");
-    train_targets tg = {t->info.target_dtype, t->target_elems, t->classes, t->nclasses,
-                        t->target_stage};
+    train_targets tg = targets_of(t);
     train_eval acc = {0};
     stoke_batch b;
     while ((s = stoke_loader_next(t->val_loader, &b)) == STOKE_OK && b.size > 0) {
@@ -232,12 +238,9 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
 {
     double t0 = stoke_wall_time();
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
+    train_targets tg = targets_of(t);
     if (s == STOKE_OK)
-        s = train_convert_targets(b->targets, t->info.target_dtype, b->size, t->target_elems,
-                                  t->classes, t->nclasses, t->target_stage, b->samples);
-    if (s == STOKE_OK)
-        s = stoke_model_set_input(t->model, t->y, t->target_stage,
-                                  (size_t)b->size * (size_t)t->target_elems * 4);
+        s = train_feed_targets(t->model, t->y, &tg, b->targets, b->samples, b->size);
     double t1 = stoke_wall_time();
     if (s == STOKE_OK)
         s = stoke_model_forward(t->model, b->size, true); /* ends reading the losses */

@@ -327,6 +327,48 @@ static stoke_model_opts model_opts(const stoke_trainer *t, bool training)
                               .cuda_device = t->device};
 }
 
+/* The CPU's models: their plans and the loaders' rings against the memory budget
+ * (train_check_memory); *left: what remains for the rings. */
+static stoke_status check_host_memory(const stoke_trainer *t, const size_t ring[2], size_t *left)
+{
+    const stoke_train_config *c = &t->cfg;
+    stoke_model_opts mo = model_opts(t, true), eo = model_opts(t, false);
+    stoke_mem_plan tp, ep;
+    stoke_status s;
+    if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
+        (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
+        return s;
+    train_mem_need need[2] = {{"training", &tp, "--batch-size", ring[0]},
+                              {"validation", &ep, "--val-batch-size", ring[1]}};
+    /* --memory-budget covers the data held in memory too; otherwise what is available
+     * now already excludes it */
+    double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
+                    : c->memory_budget > 0           ? 1
+                                                     : 0;
+    return train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1, budget,
+                              left);
+}
+
+/* A GPU's models live in its memory (fit_gpu_batch fitted them); host memory holds the
+ * loaders' rings only, which the loaders check against *left themselves. */
+static stoke_status host_left_for_rings(const stoke_trainer *t, const size_t ring[2], size_t *left)
+{
+    stoke_mem_info mi;
+    *left = 0; /* unknown: no limit */
+    if (stoke_mem_probe(NULL, &mi) != STOKE_OK || mi.available_bytes == 0)
+        return STOKE_OK;
+    size_t rings = ring[0] * (size_t)t->cfg.batch_size + ring[1] * (size_t)t->cfg.val_batch_size;
+    char a[32], b[32];
+    if (rings > mi.available_bytes)
+        return stoke_fail(STOKE_ERR_NOMEM,
+                          "not enough memory for the loaders' rings: %s, and %s is available; "
+                          "--prefetch or --batch-size lowers them",
+                          stoke_format_bytes((double)rings, a, sizeof a),
+                          stoke_format_bytes((double)mi.available_bytes, b, sizeof b));
+    *left = (size_t)mi.available_bytes - rings;
+    return STOKE_OK;
+}
+
 /* The training model and (with a validation set) the inference model, allocated when
  * their plans and the loaders' rings fit in memory. ring[]: the training and the
  * validation loaders' bytes per sample; *left: the memory that remains for the rings
@@ -339,34 +381,20 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
      * model (no gradients or saved activations), so a large validation batch does not
      * size the training arenas. */
     stoke_model_opts mo = model_opts(t, true), eo = model_opts(t, false);
-    stoke_mem_plan tp, ep;
-    stoke_status s;
-    if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
-        (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
-        return s;
     ring[0] = train_ring_per_sample(t, t->train_d, t->workers, t->decision.prefetch);
     ring[1] = t->val_d ? train_ring_per_sample(t, t->val_d, 0, 0) : 0;
-    train_mem_need need[2] = {{"training", &tp, "--batch-size", ring[0]},
-                              {"validation", &ep, "--val-batch-size", ring[1]}};
-    /* --memory-budget covers the data held in memory too; otherwise what is available
-     * now already excludes it */
-    double budget = c->memory_budget > t->held_bytes ? c->memory_budget - t->held_bytes
-                    : c->memory_budget > 0           ? 1
-                                                     : 0;
-    if (mo.cuda) { /* the device's memory is checked by allocating it */
-        tp.total = ep.total = 0;
-        tp.activations_per_sample = ep.activations_per_sample = 0;
-    }
-    if ((s = train_check_memory(stoke_model_file_describe(t->mf), need, t->val_d ? 2 : 1, budget,
-                                left)) != STOKE_OK ||
-        (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
+    stoke_status s =
+        mo.cuda ? host_left_for_rings(t, ring, left) : check_host_memory(t, ring, left);
+    if (s != STOKE_OK || (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         return s;
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
         return s;
+    /* a device model's targets are converted on the host first; the CPU's in place */
     int64_t most = c->batch_size > c->val_batch_size ? c->batch_size : c->val_batch_size;
     free(t->target_stage);
-    t->target_stage = calloc((size_t)most * (size_t)(t->target_elems ? t->target_elems : 1), 4);
-    if (!t->target_stage)
+    t->target_stage = NULL;
+    if (mo.cuda && !(t->target_stage =
+                         calloc((size_t)most * (size_t)(t->target_elems ? t->target_elems : 1), 4)))
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     return STOKE_OK;
 }

@@ -55,6 +55,11 @@ typedef struct train_targets {
                     there (a model on a device); NULL: converted in place (the CPU) */
 } train_targets;
 
+/* n targets of the dataset into the model's "y": converted in place, or through
+ * tg->stage for a model on a device. */
+stoke_status train_feed_targets(stoke_model *m, stoke_tensor y, const train_targets *tg,
+                                const void *targets, const int64_t *samples, int64_t n);
+
 /* An evaluation's running sums: loss and metric weighted by the batch size. */
 typedef struct train_eval {
     double loss, metric;

@@ -34,7 +34,8 @@ struct stoke_trainer {
     int device;         /* the models' CUDA device, or STOKE_TUNE_CPU */
     double step_flops;  /* per sample of a training step: 3 x the forward's (MFU) */
     double peak_flops;  /* the device's peak at the precision; 0 if unknown */
-    void *target_stage; /* a batch of converted targets (the larger batch), on the host */
+    void *target_stage; /* a device model's batch of converted targets, on the host; NULL
+                           for the CPU's, converted in place (train_targets.stage) */
     stoke_optim optim;
     stoke_lr_schedule sched;
     stoke_tensor x, y, metric;
