@@ -266,6 +266,63 @@ static void case_device_api(void)
     stoke_cudart_close(rt);
 }
 
+/* Timing events as the step's phases use them: an event completes when the work queued
+ * before it has, the elapsed time needs both completed (the double's first query says
+ * "not ready"), and an event without timing cannot be timed. */
+static void case_timing_events(void)
+{
+    write_scenario("device name=\"NVIDIA H100 PCIe\" bus=00000000:3B:00.0 sm=114\n");
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    stoke_cudart *rt = NULL;
+    CHECK_INT_EQ(stoke_cudart_open(&rt), STOKE_OK);
+    if (!rt)
+        return;
+    CHECK_INT_EQ(stoke_cudart_check_compute_api(rt), STOKE_OK);
+    enum { N = 1 << 20 };
+    unsigned char *host = NULL, *dev = NULL;
+    stoke_gpu_stream s = NULL;
+    stoke_gpu_event a = NULL, b = NULL, plain = NULL;
+    CHECK_INT_EQ(stoke_cudart_host_alloc(rt, N, (void **)&host), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_malloc(rt, N, (void **)&dev), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_stream_create(rt, &s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_timing_event_create(rt, &a), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_timing_event_create(rt, &b), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_create(rt, &plain), STOKE_OK);
+    if (!host || !dev || !s || !a || !b || !plain)
+        return;
+    memset(host, 3, N);
+    double ms = -1;
+    CHECK_INT_EQ(stoke_cudart_event_record(rt, a, s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_copy_to_device_async(rt, dev, host, N, s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_record(rt, b, s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_elapsed(rt, a, b, &ms), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_EQ(stoke_last_error(), "cudaEventElapsedTime: device not ready (error 600)");
+    bool done = true;
+    CHECK_INT_EQ(stoke_cudart_event_done(rt, b, &done), STOKE_OK);
+    CHECK(!done); /* the copy is still queued */
+    CHECK_INT_EQ(stoke_cudart_event_done(rt, b, &done), STOKE_OK);
+    CHECK(done);
+    CHECK_INT_EQ(dev[N - 1], 3);
+    CHECK_INT_EQ(stoke_cudart_event_sync(rt, a), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_elapsed(rt, a, b, &ms), STOKE_OK);
+    CHECK(ms >= 0 && ms < 60e3);
+    /* a and b swapped: the device's clock runs backwards from b to a */
+    double back = 1;
+    CHECK_INT_EQ(stoke_cudart_event_elapsed(rt, b, a, &back), STOKE_OK);
+    CHECK(back <= 0);
+    CHECK_INT_EQ(stoke_cudart_event_record(rt, plain, s), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_sync(rt, plain), STOKE_OK);
+    CHECK_INT_EQ(stoke_cudart_event_elapsed(rt, a, plain, &ms), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_EQ(stoke_last_error(), "cudaEventElapsedTime: invalid resource handle (error 400)");
+    stoke_cudart_event_destroy(rt, a);
+    stoke_cudart_event_destroy(rt, b);
+    stoke_cudart_event_destroy(rt, plain);
+    stoke_cudart_stream_destroy(rt, s);
+    stoke_cudart_free(rt, dev);
+    stoke_cudart_host_free(rt, host);
+    stoke_cudart_close(rt);
+}
+
 static void case_real_runtime(void)
 {
     unsetenv("STOKE_CUDART_LIBRARY");
@@ -294,6 +351,7 @@ int main(void)
     gpu_case("two_devices", case_nvml);
     gpu_case("two_devices_535_stride", case_nvml_535);
     gpu_case("device_api", case_device_api);
+    gpu_case("timing_events", case_timing_events);
     gpu_case("real_runtime", case_real_runtime);
     return CHECK_DONE();
 }

@@ -19,6 +19,7 @@
 #include "stoke/hw.h"
 #include "stoke/nn.h"
 
+#include <math.h>
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -845,6 +846,90 @@ static void test_conversions(void)
     CHECK_MSG(bad == 0, "%d fp32 values round differently", bad);
 }
 
+/* A few steps of the trainer's sequence of marks: the device's clock set between them
+ * (by the double's manual clock, for the CUDA model) says what each phase took. */
+static void marked_steps(stoke_model *m, const stoke_graph *g, void (*set_clock)(double),
+                         int steps)
+{
+    int32_t y[4] = {1, 2, 3, 0};
+    static float x[4 * 37];
+    for (int k = 0; k < steps; k++) {
+        double t0 = 1000.0 * k;
+        if (set_clock)
+            set_clock(t0);
+        stoke_model_mark(m, STOKE_PHASE_START);
+        CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), x, sizeof x) == STOKE_OK);
+        CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
+        if (set_clock)
+            set_clock(t0 + 1);
+        stoke_model_mark(m, STOKE_PHASE_INPUT);
+        CHECK(stoke_model_forward(m, 4, true) == STOKE_OK);
+        if (set_clock)
+            set_clock(t0 + 3);
+        stoke_model_mark(m, STOKE_PHASE_FORWARD);
+        CHECK(stoke_model_backward(m) == STOKE_OK);
+        if (set_clock)
+            set_clock(t0 + 6);
+        stoke_model_mark(m, STOKE_PHASE_BACKWARD);
+        CHECK(stoke_model_step(m, 0.01, 1, NULL) == STOKE_OK);
+        if (set_clock)
+            set_clock(t0 + 10);
+        stoke_model_mark(m, STOKE_PHASE_OPTIMIZER);
+    }
+}
+
+/* The step's phases on the device's clock: each interval goes to the later mark's
+ * phase, the time before a START to nobody, events still pending are read later (the
+ * double answers "not ready" to a first query), and more marks than the ring holds
+ * between two reads lose nothing. On the CPU the wall clock: the phases fit in the
+ * time the calls took. */
+static void test_phase_marks(void *rt)
+{
+    void (*set_clock)(double) = (void (*)(double))dlsym(rt, "fake_cudart_set_clock");
+    CHECK(set_clock != NULL);
+    if (!set_clock)
+        return;
+    stoke_graph *g = mlp();
+    stoke_model_opts o = {.max_batch = 4, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+    if (m) {
+        enum { STEPS = 20 }; /* 100 marks: the ring of 32 fills three times */
+        marked_steps(m, g, set_clock, STEPS);
+        double sec[STOKE_PHASE_COUNT] = {0};
+        stoke_model_phase_seconds(m, false, sec);
+        CHECK(sec[STOKE_PHASE_OPTIMIZER] < STEPS * 0.004); /* the last is still pending */
+        stoke_model_phase_seconds(m, true, sec);
+        const double want[STOKE_PHASE_COUNT] = {0, 0.001, 0.002, 0.003, 0.004};
+        for (int p = 0; p < STOKE_PHASE_COUNT; p++)
+            CHECK_MSG(fabs(sec[p] - STEPS * want[p]) < 1e-9, "phase %d: %.9f s", p, sec[p]);
+        double again[STOKE_PHASE_COUNT] = {0};
+        stoke_model_phase_seconds(m, true, again); /* taken: nothing twice */
+        for (int p = 0; p < STOKE_PHASE_COUNT; p++)
+            CHECK(again[p] == 0);
+        CHECK(stoke_model_sync(m) == STOKE_OK);
+        stoke_model_free(m);
+    }
+    set_clock(-1);
+    o.cuda = false;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+    if (m) {
+        double w0 = stoke_wall_time();
+        marked_steps(m, g, NULL, 3);
+        double span = stoke_wall_time() - w0, sec[STOKE_PHASE_COUNT] = {0}, sum = 0;
+        stoke_model_phase_seconds(m, false, sec);
+        for (int p = 0; p < STOKE_PHASE_COUNT; p++) {
+            CHECK(sec[p] >= 0);
+            sum += sec[p];
+        }
+        CHECK(sec[STOKE_PHASE_START] == 0);
+        CHECK(sec[STOKE_PHASE_FORWARD] > 0 && sec[STOKE_PHASE_BACKWARD] > 0);
+        CHECK(sum <= span);
+        stoke_model_free(m);
+    }
+    stoke_graph_free(g);
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -862,6 +947,7 @@ int main(int argc, char **argv)
         test_dropout_blocks();
         test_bad_targets();
         test_conversions();
+        test_phase_marks(rt);
         test_no_cudnn();
         test_pool_bits();
         test_conv_batches(dnn);

@@ -307,6 +307,14 @@ stoke_status stoke_cudart_mem_info(stoke_cudart *rt, size_t *free_bytes, size_t 
 stoke_status stoke_cudart_device_cc(stoke_cudart *rt, int dev, int *major, int *minor);
 /* The runtime's pending launch error, cleared (cudaGetLastError), as a status. */
 stoke_status stoke_cudart_last_error(stoke_cudart *rt, const char *what);
+/* An event that records when it completes, for stoke_cudart_event_elapsed (timing
+ * events cost more to record: only for measuring). */
+stoke_status stoke_cudart_timing_event_create(stoke_cudart *rt, stoke_gpu_event *out);
+/* Whether e has completed (cudaEventQuery), without waiting. */
+stoke_status stoke_cudart_event_done(stoke_cudart *rt, stoke_gpu_event e, bool *done);
+/* Milliseconds of the device's clock from timing event a to b, both completed. */
+stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, stoke_gpu_event b,
+                                        double *ms);
 /* True when the loaded runtime is stoke's test double (tests/fake), whose device
  * memory is host memory: only then may the CUDA backend run its kernels' host build. */
 bool stoke_cudart_is_double(const stoke_cudart *rt);

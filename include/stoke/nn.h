@@ -478,6 +478,24 @@ stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src);
  * model runs asynchronously; forward and step already wait where they read values). */
 stoke_status stoke_model_sync(stoke_model *m);
 
+/* The phases of a training step, timed on the clock of the device that runs them. */
+typedef enum stoke_phase {
+    STOKE_PHASE_START = 0, /* a step begins: ends no phase */
+    STOKE_PHASE_INPUT,     /* the batch copied into the model (on a GPU: device copy) */
+    STOKE_PHASE_FORWARD,
+    STOKE_PHASE_BACKWARD,
+    STOKE_PHASE_OPTIMIZER,
+    STOKE_PHASE_COUNT
+} stoke_phase;
+/* Marks the end of phase p after the work asked for so far: on a GPU a timing event
+ * on the model's stream (nothing waits), on the CPU the wall clock. The time from one
+ * mark to the next is the later mark's phase. */
+void stoke_model_mark(stoke_model *m, stoke_phase p);
+/* Adds into sec[phase] the seconds of the phases completed since the last call (on a
+ * GPU those whose events have completed; all of them when `wait`). Errors of the
+ * device surface at the next sync. */
+void stoke_model_phase_seconds(stoke_model *m, bool wait, double sec[STOKE_PHASE_COUNT]);
+
 /* ---- Presets --------------------------------------------------------------------
  * Each builds a whole graph with an input "x", a target "y", its loss and metrics,
  * and an output "logits" (or "policy" and "value"); see docs/nn.md for the layer

@@ -65,6 +65,7 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
     *(void **)&rt->stream_synchronize = dlsym(lib, "cudaStreamSynchronize");
     *(void **)&rt->mem_get_info = dlsym(lib, "cudaMemGetInfo");
     *(void **)&rt->get_last_error = dlsym(lib, "cudaGetLastError");
+    *(void **)&rt->event_elapsed_time = dlsym(lib, "cudaEventElapsedTime");
     if (!rt->get_device_count || !rt->device_get_attribute) {
         dlclose(lib);
         free(rt);
@@ -242,10 +243,11 @@ stoke_status stoke_cudart_check_compute_api(const stoke_cudart *rt)
     stoke_status st = stoke_cudart_check_device_api(rt);
     if (st != STOKE_OK)
         return st;
-    if (!rt->memset_async || !rt->stream_synchronize || !rt->mem_get_info || !rt->get_last_error)
+    if (!rt->memset_async || !rt->stream_synchronize || !rt->mem_get_info || !rt->get_last_error ||
+        !rt->event_elapsed_time)
         return stoke_fail(STOKE_ERR_UNAVAILABLE,
                           "the CUDA runtime lacks cudaMemsetAsync, cudaStreamSynchronize, "
-                          "cudaMemGetInfo or cudaGetLastError");
+                          "cudaMemGetInfo, cudaGetLastError or cudaEventElapsedTime");
     return STOKE_OK;
 }
 
@@ -295,6 +297,29 @@ stoke_status stoke_cudart_last_error(stoke_cudart *rt, const char *what)
 {
     int rc = rt->get_last_error();
     return rc == CU_SUCCESS ? STOKE_OK : cu_fail(rt, what, rc);
+}
+
+stoke_status stoke_cudart_timing_event_create(stoke_cudart *rt, stoke_gpu_event *out)
+{
+    *out = NULL;
+    CU_CALL(rt, "cudaEventCreateWithFlags", rt->event_create_with_flags(out, CU_EVENT_DEFAULT));
+}
+
+stoke_status stoke_cudart_event_done(stoke_cudart *rt, stoke_gpu_event e, bool *done)
+{
+    int rc = rt->event_query(e);
+    *done = rc == CU_SUCCESS;
+    return rc == CU_SUCCESS || rc == CU_ERROR_NOT_READY ? STOKE_OK
+                                                         : cu_fail(rt, "cudaEventQuery", rc);
+}
+
+stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, stoke_gpu_event b,
+                                        double *ms)
+{
+    float f = 0;
+    int rc = rt->event_elapsed_time(&f, a, b);
+    *ms = rc == CU_SUCCESS ? (double)f : 0;
+    return rc == CU_SUCCESS ? STOKE_OK : cu_fail(rt, "cudaEventElapsedTime", rc);
 }
 
 bool stoke_cudart_is_double(const stoke_cudart *rt)

@@ -91,7 +91,7 @@ enum {
     CU_MEMCPY_DEVICE_TO_DEVICE = 3,
 };
 enum { CU_STREAM_NON_BLOCKING = 1 };
-enum { CU_EVENT_DISABLE_TIMING = 2 };
+enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
 enum {
     CU_ATTR_MULTIPROCESSOR_COUNT = 16,
     CU_ATTR_PCI_BUS_ID = 33,
@@ -131,6 +131,7 @@ struct stoke_cudart {
     int (*stream_synchronize)(void *);
     int (*mem_get_info)(size_t *, size_t *);
     int (*get_last_error)(void);
+    int (*event_elapsed_time)(float *, void *, void *);
     int runtime_version;
 };
 

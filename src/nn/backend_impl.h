@@ -114,6 +114,16 @@ typedef struct nn_backend {
      * call, of the entries that return none (alloc aside). NULL: nothing is queued
      * (the CPU). */
     stoke_status (*sync)(void *ctx);
+    /* The device's own clock, for the step's phases (stoke_model_mark): a timing event;
+     * recorded after the work queued so far; whether it has completed (waiting for it
+     * when `wait`); the seconds from a to b, both completed. Failures are kept for sync
+     * (a failed event counts as completed, 0 s). NULL (the CPU, which has done the work
+     * by the time a call returns): the model reads the wall clock instead. */
+    void *(*event_new)(void *ctx);
+    void (*event_free)(void *ctx, void *ev);
+    void (*event_record)(void *ctx, void *ev);
+    bool (*event_done)(void *ctx, void *ev, bool wait);
+    double (*event_seconds)(void *ctx, void *a, void *b);
     /* Releases a context of this backend (nn_backend_free calls it). */
     void (*ctx_free)(void *ctx);
 } nn_backend;

@@ -187,6 +187,50 @@ static void cuda_set_threads(void *ctx, int n)
 }
 
 static stoke_status cuda_sync(void *ctx) { return cuda_ctx_sync(ctx); }
+
+/* ---- timing events: the step's phases on the device's clock ---- */
+
+static void *cuda_event_new(void *ctx)
+{
+    cuda_ctx *c = ctx;
+    stoke_gpu_event e = NULL;
+    cuda_note(c, stoke_cudart_timing_event_create(c->rt, &e));
+    return e;
+}
+
+static void cuda_event_free(void *ctx, void *ev)
+{
+    stoke_cudart_event_destroy(((cuda_ctx *)ctx)->rt, ev);
+}
+
+static void cuda_event_record(void *ctx, void *ev)
+{
+    cuda_ctx *c = ctx;
+    if (ev)
+        cuda_note(c, stoke_cudart_event_record(c->rt, ev, c->L.stream));
+}
+
+static bool cuda_event_done(void *ctx, void *ev, bool wait)
+{
+    cuda_ctx *c = ctx;
+    if (!ev)
+        return true;
+    stoke_status st = wait ? stoke_cudart_event_sync(c->rt, ev) : STOKE_OK;
+    bool done = wait;
+    if (st == STOKE_OK && !wait)
+        st = stoke_cudart_event_done(c->rt, ev, &done);
+    cuda_note(c, st);
+    return done || st != STOKE_OK;
+}
+
+static double cuda_event_seconds(void *ctx, void *a, void *b)
+{
+    cuda_ctx *c = ctx;
+    double ms = 0;
+    if (a && b)
+        cuda_note(c, stoke_cudart_event_elapsed(c->rt, a, b, &ms));
+    return ms / 1e3;
+}
 static void cuda_ctx_free_(void *ctx) { cuda_ctx_free(ctx); }
 
 static const nn_backend cuda_backend = {
@@ -246,6 +290,11 @@ static const nn_backend cuda_backend = {
     .threads = cuda_threads,
     .set_threads = cuda_set_threads,
     .sync = cuda_sync,
+    .event_new = cuda_event_new,
+    .event_free = cuda_event_free,
+    .event_record = cuda_event_record,
+    .event_done = cuda_event_done,
+    .event_seconds = cuda_event_seconds,
     .ctx_free = cuda_ctx_free_,
 };
 

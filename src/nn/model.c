@@ -10,6 +10,7 @@
 #include "core/precision.h"
 #include "core/rng.h"
 #include "nn/backend_impl.h"
+#include "nn/marks.h"
 
 #define ALIGN 64
 #define NONE  ((size_t)-1)
@@ -525,6 +526,7 @@ struct stoke_model {
     double grad_norm;
     /* fp16 only (scale 1 otherwise): PyTorch GradScaler's defaults and rules */
     cpu_loss_scaler scaler;
+    nn_marks *marks; /* the step's phases (stoke_model_mark), made at the first mark */
 };
 
 static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
@@ -544,6 +546,7 @@ void stoke_model_free(stoke_model *m)
     if (!m)
         return;
     const nn_backend *be = m->be;
+    nn_marks_free(m->marks, be);
     be->free(be->ctx, m->params_arena);
     be->free(be->ctx, m->grads_arena);
     be->free(be->ctx, m->optim_arena);
@@ -1036,6 +1039,19 @@ const char *stoke_model_device_name(const stoke_model *m)
 stoke_status stoke_model_sync(stoke_model *m)
 {
     return m->be->sync ? m->be->sync(m->be->ctx) : STOKE_OK;
+}
+
+void stoke_model_mark(stoke_model *m, stoke_phase p)
+{
+    if (!m->marks && !(m->marks = nn_marks_new()))
+        return; /* out of memory: the phases go untimed */
+    nn_marks_mark(m->marks, m->be, p);
+}
+
+void stoke_model_phase_seconds(stoke_model *m, bool wait, double sec[STOKE_PHASE_COUNT])
+{
+    if (m->marks)
+        nn_marks_take(m->marks, m->be, wait, sec);
 }
 
 static stoke_status check_input(const stoke_model *m, stoke_tensor t, size_t bytes)

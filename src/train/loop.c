@@ -218,7 +218,7 @@ static void epoch_clock_start(stoke_trainer *t, epoch_clock *k)
     k->wait0 = loader_wait_s(t->loader);
     k->samples_start = t->ep_samples;
     k->last_decile = (int)(t->ep_batches * 10 / k->batches);
-    t->ph_input = t->ph_forward = t->ph_backward = t->ph_optim = 0;
+    memset(t->ph, 0, sizeof t->ph);
 }
 
 /* The epoch's running means so far (NaN before its first sample). */
@@ -233,30 +233,25 @@ static double epoch_metric(const stoke_trainer *t)
                                                          : NAN;
 }
 
-/* Forward and backward over one batch; its loss and metric join the epoch's sums. */
+/* Forward and backward over one batch; its loss and metric join the epoch's sums.
+ * The phases are marked on the model's device: a GPU's backward is only queued, and
+ * the host goes on to the next batch while it runs. */
 static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
 {
-    double t0 = stoke_wall_time();
+    stoke_model_mark(t->model, STOKE_PHASE_START);
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
     train_targets tg = targets_of(t);
     if (s == STOKE_OK)
         s = train_feed_targets(t->model, t->y, &tg, b->targets, b->samples, b->size);
-    double t1 = stoke_wall_time();
+    stoke_model_mark(t->model, STOKE_PHASE_INPUT);
     if (s == STOKE_OK)
         s = stoke_model_forward(t->model, b->size, true); /* ends reading the losses */
-    double t2 = stoke_wall_time();
+    stoke_model_mark(t->model, STOKE_PHASE_FORWARD);
     if (s == STOKE_OK)
         s = stoke_model_backward(t->model);
-    /* a GPU's backward is only queued: wait, so the phase is its own (the step would
-     * wait at once anyway, reading the gradient norm) */
-    if (s == STOKE_OK && stoke_model_on_device(t->model))
-        s = stoke_model_sync(t->model);
+    stoke_model_mark(t->model, STOKE_PHASE_BACKWARD);
     if (s != STOKE_OK)
         return s;
-    double t3 = stoke_wall_time();
-    t->ph_input += t1 - t0;
-    t->ph_forward += t2 - t1;
-    t->ph_backward += t3 - t2;
     t->ep_loss += stoke_model_loss(t->model) * (double)b->size;
     if (t->metric != STOKE_NO_TENSOR)
         t->ep_metric += stoke_model_value(t->model, t->metric) * (double)b->size;
@@ -265,17 +260,20 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
     return STOKE_OK;
 }
 
+/* The step's phases as % of `ran` seconds (this part of the epoch), with the marks
+ * completed so far (all of them when `wait`). */
+static void phases(stoke_trainer *t, stoke_train_event *e, double ran, bool wait)
+{
+    stoke_model_phase_seconds(t->model, wait, t->ph);
+    double pct = ran > 0 ? 100.0 / ran : 0;
+    e->input_pct = t->ph[STOKE_PHASE_INPUT] * pct;
+    e->forward_pct = t->ph[STOKE_PHASE_FORWARD] * pct;
+    e->backward_pct = t->ph[STOKE_PHASE_BACKWARD] * pct;
+    e->optimizer_pct = t->ph[STOKE_PHASE_OPTIMIZER] * pct;
+}
+
 /* The progress event after a step: shown at each tenth of the epoch and at most four
  * times a second otherwise. */
-/* The step's phases as % of `ran` seconds (this part of the epoch). */
-static void phases(const stoke_trainer *t, stoke_train_event *e, double ran)
-{
-    double pct = ran > 0 ? 100.0 / ran : 0;
-    e->input_pct = t->ph_input * pct;
-    e->forward_pct = t->ph_forward * pct;
-    e->backward_pct = t->ph_backward * pct;
-    e->optimizer_pct = t->ph_optim * pct;
-}
 
 static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e, double now)
 {
@@ -283,7 +281,7 @@ static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e
     double ran = now - k->start - t->ep_elapsed_before + 1e-12; /* this part of the epoch */
     e->samples_per_s = el > 0 ? (double)(t->ep_samples - k->samples_start) / ran : 0;
     e->data_wait_pct = el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / ran : 0;
-    phases(t, e, ran);
+    phases(t, e, ran, false);
     e->eta_s =
         t->ep_batches > 0 ? el * (double)(k->batches - t->ep_batches) / (double)t->ep_batches : 0;
     int decile = (int)(t->ep_batches * 10 / k->batches);
@@ -305,11 +303,10 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     *reached = false;
     double lr = stoke_lr_at(&t->sched, t->step);
     bool applied = true;
-    double t0 = stoke_wall_time();
     stoke_status s = stoke_model_step(t->model, lr, accum, &applied);
+    stoke_model_mark(t->model, STOKE_PHASE_OPTIMIZER);
     if (s != STOKE_OK)
         return s;
-    t->ph_optim += stoke_wall_time() - t0;
     t->step++;
     double now = stoke_wall_time();
     stoke_train_event e = loop_event(t, STOKE_EV_PROGRESS, k->batches, now);
@@ -357,7 +354,7 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     e.mfu_pct = t->peak_flops > 0 && t->step_flops > 0
                     ? 100.0 * e.samples_per_s * t->step_flops / t->peak_flops
                     : NAN;
-    phases(t, &e, run_el);
+    phases(t, &e, run_el, true);
     utilization(t, &e);
     train_emit(t, &e);
     train_log_epoch(t, &e, end);

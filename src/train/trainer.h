@@ -56,9 +56,9 @@ struct stoke_trainer {
     double ep_loss, ep_metric;
     int64_t ep_samples, ep_batches;
     double ep_elapsed_before; /* seconds of this epoch before a resume */
-    /* this part of the epoch's seconds in each phase of a step: the batch into the
-     * model (host copy, or the device copy's queueing), forward, backward, optimizer */
-    double ph_input, ph_forward, ph_backward, ph_optim;
+    /* this part of the epoch's seconds in each phase of a step (stoke_phase), on the
+     * clock of the model's device */
+    double ph[STOKE_PHASE_COUNT];
     double loop_start; /* wall time the training loop started: log "elapsed" */
     char warned[16][32];
     int nwarned;

@@ -35,6 +35,7 @@ static_assert(cudaHostAllocDefault == CU_HOST_ALLOC_DEFAULT, "cudaHostAllocDefau
 static_assert((int)cudaMemcpyHostToDevice == CU_MEMCPY_HOST_TO_DEVICE, "cudaMemcpyHostToDevice");
 static_assert(cudaStreamNonBlocking == CU_STREAM_NON_BLOCKING, "cudaStreamNonBlocking");
 static_assert(cudaEventDisableTiming == CU_EVENT_DISABLE_TIMING, "cudaEventDisableTiming");
+static_assert(cudaEventDefault == CU_EVENT_DEFAULT, "cudaEventDefault");
 static_assert((int)cudaMemcpyDeviceToHost == CU_MEMCPY_DEVICE_TO_HOST, "cudaMemcpyDeviceToHost");
 static_assert((int)cudaMemcpyDeviceToDevice == CU_MEMCPY_DEVICE_TO_DEVICE,
               "cudaMemcpyDeviceToDevice");
@@ -216,6 +217,7 @@ int main()
     CHECK_PROTOTYPE(cudaStreamSynchronize, cudaError_t (*)(cudaStream_t));
     CHECK_PROTOTYPE(cudaMemGetInfo, cudaError_t (*)(size_t *, size_t *));
     CHECK_PROTOTYPE(cudaGetLastError, cudaError_t (*)(void));
+    CHECK_PROTOTYPE(cudaEventElapsedTime, cudaError_t (*)(float *, cudaEvent_t, cudaEvent_t));
     check_cublas();
 #if STOKE_ABI_CUDNN
     check_cudnn();

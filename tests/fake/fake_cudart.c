@@ -58,6 +58,8 @@ const char *cudaGetErrorString(int rc)
     case NO_DEVICE: return "no CUDA-capable device is detected";
     case INVALID_DEVICE: return "invalid device ordinal";
     case 2: return "out of memory";
+    case 400: return "invalid resource handle";
+    case 600: return "device not ready";
     default: return "invalid argument";
     }
 }
@@ -73,8 +75,9 @@ const char *cudaGetErrorString(int rc)
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-enum { NOT_READY = 600, MEMORY_ALLOCATION = 2 };
+enum { NOT_READY = 600, MEMORY_ALLOCATION = 2, INVALID_HANDLE = 400, DISABLE_TIMING = 2 };
 
 #define FAKE_MAX_ALLOCS 1024
 #define FAKE_MAX_QUEUE  64
@@ -92,6 +95,7 @@ typedef struct fake_copy {
     size_t n;
     int event_mark; /* not a copy but an event record: the event's id */
     int value;
+    struct fake_event *ev; /* the recorded event (NULL once re-recorded or destroyed) */
 } fake_copy;
 
 typedef struct fake_stream {
@@ -104,7 +108,21 @@ typedef struct fake_event {
     int id;
     fake_stream *stream; /* where it was last recorded; NULL when complete */
     int queries;
+    unsigned flags;
+    int stamped;  /* the work before its record has run: `stamp` holds when */
+    double stamp; /* ms of CLOCK_MONOTONIC */
 } fake_event;
+
+static double manual_ms = -1; /* fake_cudart_set_clock */
+
+static double now_ms(void)
+{
+    if (manual_ms >= 0)
+        return manual_ms;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* One logged call: op is 'C' copy or fill, 'R' record, 'S' event sync, 'Q' query, 'W'
  * stream waits on an event, 'Y' stream sync, 'X' copy or fill executed. */
@@ -263,6 +281,10 @@ static void run_queue(fake_stream *st, int upto)
     while (k < st->nq) {
         fake_copy *c = &st->q[k++];
         if (c->event_mark) {
+            if (c->ev && !c->ev->stamped) {
+                c->ev->stamp = now_ms();
+                c->ev->stamped = 1;
+            }
             if (c->event_mark == upto)
                 break;
             continue;
@@ -329,7 +351,7 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 {
     if (!s || !copy_ok(dst, src, n, kind))
         return ret(INVALID_VALUE);
-    return enqueue(s, (fake_copy){dst, src, n, 0, 0});
+    return enqueue(s, (fake_copy){dst, src, n, 0, 0, NULL});
 }
 
 /* Synchronous, and like the real one it waits for nothing queued on non-blocking
@@ -348,7 +370,7 @@ int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
     size_t room = 0;
     if (!s || fake_cudart_extent(dst, &room) != 2 || n > room)
         return ret(INVALID_VALUE);
-    return enqueue(s, (fake_copy){dst, NULL, n, 0, value});
+    return enqueue(s, (fake_copy){dst, NULL, n, 0, value, NULL});
 }
 
 int cudaStreamSynchronize(void *s)
@@ -377,10 +399,10 @@ int cudaGetLastError(void) { return __atomic_exchange_n(&last_error, OK, __ATOMI
 
 int cudaEventCreateWithFlags(void **e, unsigned flags)
 {
-    (void)flags;
     fake_event *ev = calloc(1, sizeof *ev);
     if (!ev)
         return MEMORY_ALLOCATION;
+    ev->flags = flags;
     pthread_mutex_lock(&fake_mu);
     ev->id = next_id++;
     live_events++;
@@ -401,10 +423,22 @@ int cudaEventRecord(void *e, void *s)
         return INVALID_VALUE;
     }
     /* A re-record moves the event: drop its older mark so waits use the new one. */
-    for (int k = 0; k < st->nq; k++)
-        if (st->q[k].event_mark == ev->id)
+    int pending = 0;
+    for (int k = 0; k < st->nq; k++) {
+        if (st->q[k].event_mark == ev->id) {
             st->q[k].event_mark = -1;
-    st->q[st->nq++] = (fake_copy){NULL, NULL, 0, ev->id, 0};
+            st->q[k].ev = NULL;
+        }
+        pending |= !st->q[k].event_mark;
+    }
+    if (ev->stream && ev->stream != st) /* recorded on another stream before */
+        for (int k = 0; k < ev->stream->nq; k++)
+            if (ev->stream->q[k].ev == ev)
+                ev->stream->q[k].ev = NULL;
+    st->q[st->nq++] = (fake_copy){NULL, NULL, 0, ev->id, 0, ev};
+    /* kernels ran at their launch: with no copy pending, the work before is done now */
+    ev->stamped = !pending;
+    ev->stamp = now_ms();
     ev->stream = st;
     ev->queries = 0;
     log_op('R', st->id, ev->id, NULL);
@@ -464,12 +498,36 @@ int cudaStreamWaitEvent(void *s, void *e, unsigned flags)
     return OK;
 }
 
+/* As the runtime: both events complete (else 600), both with timing (else 400). */
+int cudaEventElapsedTime(float *ms, void *a, void *b)
+{
+    fake_event *ea = a, *eb = b;
+    if (!ms || !ea || !eb)
+        return INVALID_VALUE;
+    pthread_mutex_lock(&fake_mu);
+    int rc = OK;
+    if ((ea->flags | eb->flags) & DISABLE_TIMING)
+        rc = INVALID_HANDLE;
+    else if (ea->stream || eb->stream)
+        rc = NOT_READY;
+    else if (!ea->stamped || !eb->stamped)
+        rc = INVALID_HANDLE; /* never recorded */
+    else
+        *ms = (float)(eb->stamp - ea->stamp);
+    pthread_mutex_unlock(&fake_mu);
+    return rc;
+}
+
 int cudaEventDestroy(void *e)
 {
     fake_event *ev = e;
     if (!ev)
         return INVALID_VALUE;
     pthread_mutex_lock(&fake_mu);
+    if (ev->stream) /* the runtime lets a pending event go: forget its mark */
+        for (int k = 0; k < ev->stream->nq; k++)
+            if (ev->stream->q[k].ev == ev)
+                ev->stream->q[k].ev = NULL;
     live_events--;
     pthread_mutex_unlock(&fake_mu);
     free(ev);
@@ -533,6 +591,15 @@ int fake_cudart_log(int i, char *op, int *stream, int *event, const void **dst)
     *event = log_entries[i].event;
     *dst = log_entries[i].dst;
     return 1;
+}
+
+/* Stamps events with `ms` from now on instead of the host's clock (negative: the host's
+ * clock again), so a test can say exactly how long the device took. */
+void fake_cudart_set_clock(double ms)
+{
+    pthread_mutex_lock(&fake_mu);
+    manual_ms = ms;
+    pthread_mutex_unlock(&fake_mu);
 }
 
 /* The fake's id of an event handle (as in the log). */
