@@ -584,12 +584,15 @@ static void test_backend_passes(void)
     double want = 0;
     for (size_t i = 0; i < n; i++)
         want += (double)x[i] * x[i];
-    bool fin = false;
-    double got = be->sum_squares(be->ctx, x, n, &fin);
-    CHECK_MSG(close_rel(got, want, 1e-12, 0) && fin, "sum of squares %.17g vs %.17g", got, want);
+    const float *xs[2] = {x, x + 1};
+    size_t ns[2] = {n, 3};
+    double got[2] = {0, 0};
+    be->sum_squares(be->ctx, xs, ns, 2, got);
+    CHECK_MSG(close_rel(got[0], want, 1e-12, 0), "sum of squares %.17g vs %.17g", got[0], want);
+    CHECK_NEAR(got[1], (double)x[1] * x[1] + (double)x[2] * x[2] + (double)x[3] * x[3], 1e-9);
     x[n - 3] = NAN;
-    be->sum_squares(be->ctx, x, n, &fin);
-    CHECK(!fin);
+    be->sum_squares(be->ctx, xs, ns, 2, got);
+    CHECK(!isfinite(got[0]) && isfinite(got[1]));
     be->zero(be->ctx, x, n * sizeof *x);
     size_t nonzero = 0;
     for (size_t i = 0; i < n; i++)

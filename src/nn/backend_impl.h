@@ -94,8 +94,11 @@ typedef struct nn_backend {
 
     /* fp32 -> bf16/fp16 bits (weight copies). */
     void (*to_lowp)(void *ctx, stoke_precision p, const float *in, uint16_t *out, size_t n);
-    /* Sum of squares in float64 and whether every value is finite. Deterministic. */
-    double (*sum_squares)(void *ctx, const float *x, size_t n, bool *finite);
+    /* out[k]: the sum of squares of x[k]'s n[k] floats, in float64 (inf or NaN when
+     * one is not finite), for `count` tensors in one call: a device answers them all
+     * with one wait. Deterministic. */
+    void (*sum_squares)(void *ctx, const float *const *x, const size_t *n, int count,
+                        double *out);
     /* x *= s */
     void (*scale)(void *ctx, float *x, size_t n, float s);
     /* One parameter's update; t is the 1-based step (SGD's first momentum step, AdamW's

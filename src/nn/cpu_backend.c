@@ -1110,9 +1110,8 @@ static void cpu_to_lowp(void *ctx, stoke_precision p, const float *in, uint16_t 
 
 /* Blocks' sums of squares added in block order: the same double for any thread
  * count. */
-static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite)
+static double sumsq_one(const float *x, size_t n, bool *finite)
 {
-    CPU_CTX_SCOPE(ctx);
     if (n < 2 * PASS_BLK)
         return cpu_sum_squares(x, n, finite);
     long nblk = (long)((n + PASS_BLK - 1) / PASS_BLK);
@@ -1132,6 +1131,13 @@ static double cpu_sumsq(void *ctx, const float *x, size_t n, bool *finite)
     if (finite)
         *finite = isfinite(total);
     return total;
+}
+
+static void cpu_sumsq(void *ctx, const float *const *x, const size_t *n, int count, double *out)
+{
+    CPU_CTX_SCOPE(ctx);
+    for (int k = 0; k < count; k++)
+        out[k] = sumsq_one(x[k], n[k], NULL);
 }
 
 static void cpu_scale_(void *ctx, float *x, size_t n, float s)

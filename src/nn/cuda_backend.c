@@ -98,20 +98,24 @@ static void cuda_to_lowp_(void *ctx, stoke_precision p, const float *in, uint16_
     cuda_note(ctx, cuda_to_lowp(ctx, p, in, out, (int64_t)n));
 }
 
-static double cuda_sumsq(void *ctx, const float *x, size_t n, bool *finite)
+/* Every tensor's sum into its slot of c->totals (the partials' buffer reused: the
+ * stream orders the launches), then one read: one wait per optimizer step, not one
+ * per parameter. */
+static void cuda_sumsq(void *ctx, const float *const *x, const size_t *n, int count, double *out)
 {
     cuda_ctx *c = ctx;
-    nk_sumsq_args a = {x, c->partial, (int64_t)n, CUDA_SUM_STRIDE};
-    stoke_status st = CUDA_RUN(c, sumsq_part, CUDA_SUM_STRIDE, &a);
-    if (st == STOKE_OK)
-        st = CUDA_RUN(c, sumsq_total, 1, &a);
-    double total = NAN;
-    if (st == STOKE_OK)
-        cuda_read(c, &total, c->partial, sizeof total);
+    for (int k = 0; k < count; k++)
+        out[k] = NAN;
+    stoke_status st = cuda_ctx_totals(c, count);
+    for (int k = 0; k < count && st == STOKE_OK; k++) {
+        nk_sumsq_args a = {x[k], c->partial, c->totals + k, (int64_t)n[k], CUDA_SUM_STRIDE};
+        st = CUDA_RUN(c, sumsq_part, CUDA_SUM_STRIDE, &a);
+        if (st == STOKE_OK)
+            st = CUDA_RUN(c, sumsq_total, 1, &a);
+    }
+    if (st == STOKE_OK && count > 0)
+        cuda_read(c, out, c->totals, (size_t)count * sizeof *out);
     cuda_note(c, st);
-    if (finite)
-        *finite = isfinite(total);
-    return total;
 }
 
 static void cuda_scale(void *ctx, float *x, size_t n, float s)

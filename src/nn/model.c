@@ -911,16 +911,30 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
                           m->g->name, accum, lr);
     const nn_backend *be = m->be;
     const stoke_graph *g = m->g;
+    /* every gradient's sum of squares in one call (one wait on a device) */
+    const float **gx = malloc((size_t)g->nparams * (sizeof *gx + sizeof(size_t) + sizeof(double)));
+    if (!gx)
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory in step", g->name);
+    size_t *gn = (size_t *)(gx + g->nparams);
+    double *gs = (double *)(gn + g->nparams);
+    int count = 0;
+    for (int i = 0; i < g->nparams; i++)
+        if (m->grad[i]) {
+            gx[count] = m->grad[i];
+            gn[count++] = (size_t)g->params[i].info.elems;
+        }
+    be->sum_squares(be->ctx, gx, gn, count, gs);
     double sumsq = 0;
     int bad = -1;
-    for (int i = 0; i < g->nparams; i++) {
+    for (int i = 0, k = 0; i < g->nparams; i++) {
         if (!m->grad[i])
             continue;
-        bool finite = true;
-        sumsq += be->sum_squares(be->ctx, m->grad[i], (size_t)g->params[i].info.elems, &finite);
-        if (!finite && bad < 0)
+        double s = gs[k++];
+        sumsq += s;
+        if (!isfinite(s) && bad < 0)
             bad = i;
     }
+    free(gx);
     bool fp16 = m->o.precision == STOKE_PREC_FP16;
     if (bad >= 0) {
         if (!fp16)

@@ -158,6 +158,22 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
     return STOKE_OK;
 }
 
+stoke_status cuda_ctx_totals(cuda_ctx *c, int n)
+{
+    if (n <= c->ntotals)
+        return STOKE_OK;
+    stoke_status st = stoke_cudart_stream_sync(c->rt, c->L.stream); /* the old one unused */
+    if (st != STOKE_OK)
+        return st;
+    stoke_cudart_free(c->rt, c->totals);
+    c->totals = NULL;
+    c->ntotals = 0;
+    st = stoke_cudart_malloc(c->rt, (size_t)n * sizeof(double), (void **)&c->totals);
+    if (st == STOKE_OK)
+        c->ntotals = n;
+    return st;
+}
+
 void cuda_ctx_free(cuda_ctx *c)
 {
     if (!c)
@@ -174,6 +190,7 @@ void cuda_ctx_free(cuda_ctx *c)
     if (c->rt) {
         stoke_cudart_free(c->rt, c->partial);
         stoke_cudart_free(c->rt, c->flag);
+        stoke_cudart_free(c->rt, c->totals);
         stoke_cudart_stream_destroy(c->rt, c->L.stream);
     }
     /* the kernel module stays loaded, as cuBLAS does (cublas.c): it links the CUDA

@@ -28,6 +28,8 @@ typedef struct cuda_ctx {
     int device, cc_major, cc_minor;
     bool tf32;        /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
     double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
+    double *totals;   /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
+    int ntotals;
     int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
@@ -53,6 +55,9 @@ void cuda_note(cuda_ctx *c, stoke_status st);
 
 /* Waits for the stream; the first error noted or raised since the last call. */
 stoke_status cuda_ctx_sync(cuda_ctx *c);
+
+/* c->totals with room for at least n doubles (grown when needed). */
+stoke_status cuda_ctx_totals(cuda_ctx *c, int n);
 
 /* cuDNN, loaded and bound to the stream on first use. */
 stoke_status cuda_ctx_dnn(cuda_ctx *c);

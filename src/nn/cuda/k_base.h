@@ -26,11 +26,11 @@ NK_FN void nk_to_lowp(int64_t i, const nk_lowp_args *a)
 
 /* Sum of squares in two launches (cpu_sum_squares' double sum; the order differs, so
  * the last bits may): partial[j] = sum over i = j, j + stride, ... of x[i]^2, then
- * partial[0] = the sum of partial[0..stride) in order. A non-finite value makes the
- * sum non-finite, which is all the caller asks. */
+ * *total = the sum of partial[0..stride) in order. A non-finite value makes the sum
+ * non-finite, which is all the caller asks. */
 typedef struct nk_sumsq_args {
     const float *x;
-    double *partial;
+    double *partial, *total;
     int64_t n, stride;
 } nk_sumsq_args;
 NK_FN void nk_sumsq_part(int64_t j, const nk_sumsq_args *a)
@@ -46,7 +46,7 @@ NK_FN void nk_sumsq_total(int64_t j, const nk_sumsq_args *a)
     double s = 0;
     for (int64_t k = 0; k < a->stride; k++)
         s += a->partial[k];
-    a->partial[0] = s;
+    *a->total = s;
 }
 
 /* SGD as cpu_sgd_step_then: the update, the low-precision copy, the zeroed gradient. */
