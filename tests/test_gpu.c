@@ -323,6 +323,108 @@ static void case_timing_events(void)
     stoke_cudart_close(rt);
 }
 
+/* Host functions run in the stream's order; a capture records the stream's work into
+ * a graph that runs only when launched, once per launch; and a call a capture does not
+ * allow (a wait on the capturing stream, cudaMalloc) fails with 900 and spoils the
+ * capture (901 at its end), as the runtime's global mode does. */
+static void add_one(void *user) { (*(int *)user)++; }
+
+static void case_capture(void)
+{
+    write_scenario("device name=\"NVIDIA H100 PCIe\" bus=00000000:3B:00.0 sm=114\n");
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    void *fake = dlopen(FAKE_CUDART, RTLD_NOW);
+    CHECK(fake != NULL);
+    if (!fake)
+        return;
+    int (*host_func)(void *, void (*)(void *), void *);
+    int (*begin)(void *, int), (*end)(void *, void **), (*capturing)(void *, int *);
+    int (*inst)(void **, void *, unsigned long long), (*launch)(void *, void *);
+    int (*exec_destroy)(void *), (*graph_destroy)(void *), (*live)(void);
+    int (*stream_create)(void **, unsigned), (*stream_sync)(void *), (*stream_destroy)(void *);
+    int (*dmalloc)(void **, size_t), (*memset_async)(void *, int, size_t, void *);
+    int (*dfree)(void *);
+    *(void **)&host_func = dlsym(fake, "cudaLaunchHostFunc");
+    *(void **)&begin = dlsym(fake, "cudaStreamBeginCapture");
+    *(void **)&end = dlsym(fake, "cudaStreamEndCapture");
+    *(void **)&capturing = dlsym(fake, "cudaStreamIsCapturing");
+    *(void **)&inst = dlsym(fake, "cudaGraphInstantiate");
+    *(void **)&launch = dlsym(fake, "cudaGraphLaunch");
+    *(void **)&exec_destroy = dlsym(fake, "cudaGraphExecDestroy");
+    *(void **)&graph_destroy = dlsym(fake, "cudaGraphDestroy");
+    *(void **)&live = dlsym(fake, "fake_cudart_live");
+    *(void **)&stream_create = dlsym(fake, "cudaStreamCreateWithFlags");
+    *(void **)&stream_sync = dlsym(fake, "cudaStreamSynchronize");
+    *(void **)&stream_destroy = dlsym(fake, "cudaStreamDestroy");
+    *(void **)&dmalloc = dlsym(fake, "cudaMalloc");
+    *(void **)&memset_async = dlsym(fake, "cudaMemsetAsync");
+    *(void **)&dfree = dlsym(fake, "cudaFree");
+    CHECK(host_func && begin && end && capturing && inst && launch && exec_destroy &&
+          graph_destroy && live && stream_create && stream_sync && stream_destroy && dmalloc &&
+          memset_async && dfree);
+    if (!host_func || !begin || !end || !capturing || !inst || !launch || !exec_destroy ||
+        !graph_destroy || !live || !stream_create || !stream_sync || !stream_destroy || !dmalloc ||
+        !memset_async || !dfree)
+        return;
+    int base = live();
+    void *s = NULL, *graph = NULL, *exec = NULL;
+    unsigned char *dev = NULL;
+    int count = 0, status = -1;
+    CHECK_INT_EQ(stream_create(&s, 1), 0);
+    CHECK_INT_EQ(dmalloc((void **)&dev, 64), 0);
+    if (!s || !dev)
+        return;
+    /* in order: the fill, then the function */
+    CHECK_INT_EQ(memset_async(dev, 7, 64, s), 0);
+    CHECK_INT_EQ(host_func(s, add_one, &count), 0);
+    CHECK_INT_EQ(count, 0); /* queued, not run */
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(count, 1);
+    CHECK_INT_EQ(dev[63], 7);
+
+    CHECK_INT_EQ(begin(s, 0), 0);
+    CHECK_INT_EQ(capturing(s, &status), 0);
+    CHECK_INT_EQ(status, 1);
+    CHECK_INT_EQ(begin(s, 0), 1); /* already capturing */
+    CHECK_INT_EQ(memset_async(dev, 9, 64, s), 0);
+    CHECK_INT_EQ(host_func(s, add_one, &count), 0);
+    CHECK_INT_EQ(end(s, &graph), 0);
+    CHECK(graph != NULL);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(count, 1); /* recorded, not run */
+    CHECK_INT_EQ(dev[0], 7);
+    CHECK_INT_EQ(inst(&exec, graph, 0), 0);
+    for (int k = 0; k < 3; k++)
+        CHECK_INT_EQ(launch(exec, s), 0);
+    CHECK_INT_EQ(count, 1);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(count, 4);
+    CHECK_INT_EQ(dev[0], 9);
+    CHECK_INT_EQ(exec_destroy(exec), 0);
+    CHECK_INT_EQ(graph_destroy(graph), 0);
+
+    /* forbidden inside a capture: waiting for the stream, allocating */
+    void *p = NULL;
+    graph = (void *)1;
+    CHECK_INT_EQ(begin(s, 0), 0);
+    CHECK_INT_EQ(stream_sync(s), 900);
+    CHECK_INT_EQ(capturing(s, &status), 0);
+    CHECK_INT_EQ(status, 2);
+    CHECK_INT_EQ(end(s, &graph), 901);
+    CHECK(graph == NULL);
+    CHECK_INT_EQ(begin(s, 0), 0);
+    CHECK_INT_EQ(dmalloc(&p, 16), 900);
+    CHECK(p == NULL);
+    CHECK_INT_EQ(end(s, &graph), 901);
+    CHECK_INT_EQ(capturing(s, &status), 0);
+    CHECK_INT_EQ(status, 0);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(dfree(dev), 0);
+    CHECK_INT_EQ(stream_destroy(s), 0);
+    CHECK_INT_EQ(live(), base);
+    dlclose(fake);
+}
+
 static void case_real_runtime(void)
 {
     unsetenv("STOKE_CUDART_LIBRARY");
@@ -352,6 +454,7 @@ int main(void)
     gpu_case("two_devices_535_stride", case_nvml_535);
     gpu_case("device_api", case_device_api);
     gpu_case("timing_events", case_timing_events);
+    gpu_case("capture", case_capture);
     gpu_case("real_runtime", case_real_runtime);
     return CHECK_DONE();
 }

@@ -315,6 +315,10 @@ stoke_status stoke_cudart_event_done(stoke_cudart *rt, stoke_gpu_event e, bool *
 /* Milliseconds of the device's clock from timing event a to b, both completed. */
 stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, stoke_gpu_event b,
                                         double *ms);
+/* Queues fn(user) on s: it runs on a runtime thread once the work before it is done,
+ * and the work after it waits for it (cudaLaunchHostFunc). */
+stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s,
+                                           void (*fn)(void *), void *user);
 /* True when the loaded runtime is stoke's test double (tests/fake), whose device
  * memory is host memory: only then may the CUDA backend run its kernels' host build. */
 bool stoke_cudart_is_double(const stoke_cudart *rt);

@@ -66,6 +66,7 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
     *(void **)&rt->mem_get_info = dlsym(lib, "cudaMemGetInfo");
     *(void **)&rt->get_last_error = dlsym(lib, "cudaGetLastError");
     *(void **)&rt->event_elapsed_time = dlsym(lib, "cudaEventElapsedTime");
+    *(void **)&rt->launch_host_func = dlsym(lib, "cudaLaunchHostFunc");
     if (!rt->get_device_count || !rt->device_get_attribute) {
         dlclose(lib);
         free(rt);
@@ -320,6 +321,14 @@ stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, sto
     int rc = rt->event_elapsed_time(&f, a, b);
     *ms = rc == CU_SUCCESS ? (double)f : 0;
     return rc == CU_SUCCESS ? STOKE_OK : cu_fail(rt, "cudaEventElapsedTime", rc);
+}
+
+stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s,
+                                           void (*fn)(void *), void *user)
+{
+    if (!rt->launch_host_func)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "the CUDA runtime lacks cudaLaunchHostFunc");
+    CU_CALL(rt, "cudaLaunchHostFunc", rt->launch_host_func(s, fn, user));
 }
 
 bool stoke_cudart_is_double(const stoke_cudart *rt)

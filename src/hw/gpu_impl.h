@@ -132,6 +132,7 @@ struct stoke_cudart {
     int (*mem_get_info)(size_t *, size_t *);
     int (*get_last_error)(void);
     int (*event_elapsed_time)(float *, void *, void *);
+    int (*launch_host_func)(void *, void (*)(void *), void *);
     int runtime_version;
 };
 

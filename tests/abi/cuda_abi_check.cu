@@ -218,6 +218,7 @@ int main()
     CHECK_PROTOTYPE(cudaMemGetInfo, cudaError_t (*)(size_t *, size_t *));
     CHECK_PROTOTYPE(cudaGetLastError, cudaError_t (*)(void));
     CHECK_PROTOTYPE(cudaEventElapsedTime, cudaError_t (*)(float *, cudaEvent_t, cudaEvent_t));
+    CHECK_PROTOTYPE(cudaLaunchHostFunc, cudaError_t (*)(cudaStream_t, cudaHostFn_t, void *));
     check_cublas();
 #if STOKE_ABI_CUDNN
     check_cudnn();

@@ -60,6 +60,8 @@ const char *cudaGetErrorString(int rc)
     case 2: return "out of memory";
     case 400: return "invalid resource handle";
     case 600: return "device not ready";
+    case 900: return "operation not permitted when stream is capturing";
+    case 901: return "operation failed due to a previous error during capture";
     default: return "invalid argument";
     }
 }
@@ -77,10 +79,17 @@ const char *cudaGetErrorString(int rc)
 #include <string.h>
 #include <time.h>
 
-enum { NOT_READY = 600, MEMORY_ALLOCATION = 2, INVALID_HANDLE = 400, DISABLE_TIMING = 2 };
+enum {
+    NOT_READY = 600,
+    MEMORY_ALLOCATION = 2,
+    INVALID_HANDLE = 400,
+    DISABLE_TIMING = 2,
+    CAPTURE_UNSUPPORTED = 900,
+    CAPTURE_INVALIDATED = 901,
+};
 
 #define FAKE_MAX_ALLOCS 1024
-#define FAKE_MAX_QUEUE  64
+#define FAKE_MAX_CAPTURES 8
 #define FAKE_MAX_LOG    4096
 
 typedef struct fake_alloc {
@@ -96,12 +105,23 @@ typedef struct fake_copy {
     int event_mark; /* not a copy but an event record: the event's id */
     int value;
     struct fake_event *ev; /* the recorded event (NULL once re-recorded or destroyed) */
+    void (*fn)(void *);    /* not a copy but a host function (cudaLaunchHostFunc) */
+    void *user;
 } fake_copy;
+
+/* A captured graph (cudaStreamEndCapture) and an instantiated one (cudaGraphExec_t):
+ * the stream's operations in order, queued again at each launch. */
+typedef struct fake_graph {
+    fake_copy *ops;
+    int n, cap;
+} fake_graph;
 
 typedef struct fake_stream {
     int id;
-    int nq;
-    fake_copy q[FAKE_MAX_QUEUE];
+    int nq, cap;
+    fake_copy *q;
+    fake_graph *capture; /* capturing into it (cudaStreamBeginCapture), or NULL */
+    int invalidated;     /* a call the capture does not allow was made */
 } fake_stream;
 
 typedef struct fake_event {
@@ -134,7 +154,9 @@ typedef struct fake_log_entry {
 
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 static fake_alloc allocs[FAKE_MAX_ALLOCS];
-static int live_streams, live_events, next_id = 1, violations, copies_done;
+static int live_streams, live_events, live_graphs, next_id = 1, violations, copies_done;
+static fake_stream *capturing[FAKE_MAX_CAPTURES]; /* streams in capture (global mode) */
+static int capture_forbids(const fake_stream *st);
 static fake_log_entry log_entries[FAKE_MAX_LOG];
 static int nlog;
 static int host_alloc_fail; /* tests: make cudaHostAlloc fail */
@@ -251,10 +273,20 @@ int cudaHostAlloc(void **p, size_t size, unsigned flags)
 }
 
 int cudaFreeHost(void *p) { return drop_alloc(p, 0); }
+/* Not during a capture (the runtime's global mode calls it unsafe) */
+static int capture_forbids_any(void)
+{
+    pthread_mutex_lock(&fake_mu);
+    int rc = capture_forbids(NULL);
+    pthread_mutex_unlock(&fake_mu);
+    return rc;
+}
+
 int cudaMalloc(void **p, size_t size)
 {
     *p = NULL;
-    return ret(add_alloc(p, size, 1));
+    int rc = capture_forbids_any();
+    return ret(rc != OK ? rc : add_alloc(p, size, 1));
 }
 
 int cudaFree(void *p) { return ret(drop_alloc(p, 1)); }
@@ -289,6 +321,10 @@ static void run_queue(fake_stream *st, int upto)
                 break;
             continue;
         }
+        if (c->fn) {
+            c->fn(c->user);
+            continue;
+        }
         if (c->src)
             memcpy(c->dst, c->src, c->n);
         else
@@ -296,7 +332,8 @@ static void run_queue(fake_stream *st, int upto)
         copies_done++;
         log_op('X', st->id, 0, c->dst);
     }
-    memmove(st->q, st->q + k, (size_t)(st->nq - k) * sizeof st->q[0]);
+    if (k > 0 && k < st->nq)
+        memmove(st->q, st->q + k, (size_t)(st->nq - k) * sizeof st->q[0]);
     st->nq -= k;
 }
 
@@ -309,30 +346,211 @@ int cudaStreamDestroy(void *s)
     run_queue(st, 0);
     live_streams--;
     pthread_mutex_unlock(&fake_mu);
+    free(st->q);
+    free(st->capture);
     free(st);
     return OK;
 }
 
 /* Queues a copy (src) or a fill (src NULL). A write into device memory that a pending
  * operation of the stream still writes is counted as a violation. */
-static int enqueue(fake_stream *st, fake_copy op)
+/* Room for one more operation in an array that grows; 0 when out of memory. */
+static int room(fake_copy **a, int n, int *cap)
 {
-    pthread_mutex_lock(&fake_mu);
+    if (n < *cap)
+        return 1;
+    int grown = *cap ? 2 * *cap : 64;
+    fake_copy *q = realloc(*a, (size_t)grown * sizeof *q);
+    if (!q)
+        return 0;
+    *a = q;
+    *cap = grown;
+    return 1;
+}
+
+static int push(fake_copy **a, int *n, int *cap, fake_copy op)
+{
+    if (!room(a, *n, cap))
+        return 0;
+    (*a)[(*n)++] = op;
+    return 1;
+}
+
+/* A call the capture of `st` (any capture in progress, for st NULL) does not allow, as
+ * the runtime's global capture mode: every capture in progress is invalidated (its end
+ * fails with 901) and the call fails with 900. 0 when nothing is capturing. Called with
+ * fake_mu held. */
+static int capture_forbids(const fake_stream *st)
+{
+    int hit = 0;
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++)
+        if (capturing[i] && (!st || capturing[i] == st)) {
+            capturing[i]->invalidated = 1;
+            hit = 1;
+        }
+    return hit ? CAPTURE_UNSUPPORTED : OK;
+}
+
+/* Queues op on st, or adds it to the graph st captures. Called with fake_mu held. */
+static int enqueue_locked(fake_stream *st, fake_copy op)
+{
+    if (st->capture) {
+        if (!push(&st->capture->ops, &st->capture->n, &st->capture->cap, op))
+            return MEMORY_ALLOCATION;
+        log_op('G', st->id, 0, op.dst);
+        return OK;
+    }
     for (int k = 0; k < st->nq; k++) {
         const fake_copy *c = &st->q[k];
-        if (!c->event_mark && (const char *)op.dst < (const char *)c->dst + c->n &&
+        if (!c->event_mark && !c->fn && (const char *)op.dst < (const char *)c->dst + c->n &&
             (const char *)c->dst < (const char *)op.dst + op.n)
             violations++;
     }
-    if (st->nq == FAKE_MAX_QUEUE) {
-        pthread_mutex_unlock(&fake_mu);
+    if (!push(&st->q, &st->nq, &st->cap, op))
+        return MEMORY_ALLOCATION;
+    log_op(op.fn ? 'H' : 'C', st->id, 0, op.dst);
+    return OK;
+}
+
+/* Queues a copy (src) or a fill (src NULL). A write into device memory that a pending
+ * copy or fill of the stream still writes is counted as a violation. */
+static int enqueue(fake_stream *st, fake_copy op)
+{
+    pthread_mutex_lock(&fake_mu);
+    int rc = enqueue_locked(st, op);
+    pthread_mutex_unlock(&fake_mu);
+    return ret(rc);
+}
+
+/* The kernels' host build queues each launch as a host function, so a kernel runs
+ * when the stream gets to it, after the copies before it and before the reads after
+ * it, as on a device: a read that forgets to wait sees the old values here too. */
+int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user)
+{
+    if (!s || !fn)
         return ret(INVALID_VALUE);
+    return enqueue(s, (fake_copy){.fn = fn, .user = user});
+}
+
+/* ---- graphs: a capture records the stream's operations instead of queueing them;
+ * a launch queues them all again, in order ---- */
+
+int cudaStreamBeginCapture(void *s, int mode)
+{
+    fake_stream *st = s;
+    if (!st || mode != 0) /* only the global mode */
+        return ret(INVALID_VALUE);
+    pthread_mutex_lock(&fake_mu);
+    int slot = -1;
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++)
+        if (!capturing[i] && slot < 0)
+            slot = i;
+    int rc = OK;
+    if (st->capture || slot < 0)
+        rc = INVALID_VALUE;
+    else if (!(st->capture = calloc(1, sizeof *st->capture)))
+        rc = MEMORY_ALLOCATION;
+    else {
+        capturing[slot] = st;
+        st->invalidated = 0;
     }
-    st->q[st->nq++] = op;
-    log_op('C', st->id, 0, op.dst);
+    pthread_mutex_unlock(&fake_mu);
+    return ret(rc);
+}
+
+int cudaStreamEndCapture(void *s, void **graph)
+{
+    fake_stream *st = s;
+    if (!st || !graph)
+        return ret(INVALID_VALUE);
+    *graph = NULL;
+    pthread_mutex_lock(&fake_mu);
+    fake_graph *g = st->capture;
+    int rc = g ? OK : INVALID_VALUE;
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++)
+        if (capturing[i] == st)
+            capturing[i] = NULL;
+    st->capture = NULL;
+    if (g && st->invalidated) {
+        free(g->ops);
+        free(g);
+        rc = CAPTURE_INVALIDATED;
+    } else if (g) {
+        live_graphs++;
+        *graph = g;
+    }
+    pthread_mutex_unlock(&fake_mu);
+    return ret(rc);
+}
+
+/* 0 none, 1 active, 2 invalidated */
+int cudaStreamIsCapturing(void *s, int *status)
+{
+    fake_stream *st = s;
+    if (!st || !status)
+        return ret(INVALID_VALUE);
+    pthread_mutex_lock(&fake_mu);
+    *status = st->capture ? (st->invalidated ? 2 : 1) : 0;
     pthread_mutex_unlock(&fake_mu);
     return OK;
 }
+
+int cudaGraphInstantiate(void **exec, void *graph, unsigned long long flags)
+{
+    fake_graph *g = graph, *x = NULL;
+    if (!exec || !g || flags != 0)
+        return ret(INVALID_VALUE);
+    *exec = NULL;
+    x = calloc(1, sizeof *x);
+    if (!x)
+        return ret(MEMORY_ALLOCATION);
+    pthread_mutex_lock(&fake_mu);
+    int rc = OK;
+    for (int k = 0; k < g->n && rc == OK; k++)
+        if (!push(&x->ops, &x->n, &x->cap, g->ops[k]))
+            rc = MEMORY_ALLOCATION;
+    if (rc == OK) {
+        live_graphs++;
+        *exec = x;
+    }
+    pthread_mutex_unlock(&fake_mu);
+    if (rc != OK) {
+        free(x->ops);
+        free(x);
+    }
+    return ret(rc);
+}
+
+int cudaGraphLaunch(void *exec, void *s)
+{
+    fake_graph *x = exec;
+    fake_stream *st = s;
+    if (!x || !st)
+        return ret(INVALID_VALUE);
+    pthread_mutex_lock(&fake_mu);
+    int rc = OK;
+    log_op('L', st->id, 0, NULL);
+    for (int k = 0; k < x->n && rc == OK; k++)
+        rc = enqueue_locked(st, x->ops[k]);
+    pthread_mutex_unlock(&fake_mu);
+    return ret(rc);
+}
+
+static int graph_free(void *graph)
+{
+    fake_graph *g = graph;
+    if (!g)
+        return ret(INVALID_VALUE);
+    pthread_mutex_lock(&fake_mu);
+    live_graphs--;
+    pthread_mutex_unlock(&fake_mu);
+    free(g->ops);
+    free(g);
+    return OK;
+}
+
+int cudaGraphExecDestroy(void *exec) { return graph_free(exec); }
+int cudaGraphDestroy(void *graph) { return graph_free(graph); }
 
 /* Whether a copy of kind 1 (host to device), 2 (device to host) or 3 (device to
  * device) has device memory where the kind says, n bytes of it. */
@@ -351,7 +569,7 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 {
     if (!s || !copy_ok(dst, src, n, kind))
         return ret(INVALID_VALUE);
-    return enqueue(s, (fake_copy){dst, src, n, 0, 0, NULL});
+    return enqueue(s, (fake_copy){.dst = dst, .src = src, .n = n});
 }
 
 /* Synchronous, and like the real one it waits for nothing queued on non-blocking
@@ -360,6 +578,9 @@ int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 {
     if (!copy_ok(dst, src, n, kind))
         return ret(INVALID_VALUE);
+    int rc = capture_forbids_any();
+    if (rc != OK)
+        return ret(rc);
     if (n)
         memcpy(dst, src, n);
     return OK;
@@ -370,7 +591,7 @@ int cudaMemsetAsync(void *dst, int value, size_t n, void *s)
     size_t room = 0;
     if (!s || fake_cudart_extent(dst, &room) != 2 || n > room)
         return ret(INVALID_VALUE);
-    return enqueue(s, (fake_copy){dst, NULL, n, 0, value, NULL});
+    return enqueue(s, (fake_copy){.dst = dst, .n = n, .value = value});
 }
 
 int cudaStreamSynchronize(void *s)
@@ -380,9 +601,11 @@ int cudaStreamSynchronize(void *s)
         return OK;
     pthread_mutex_lock(&fake_mu);
     log_op('Y', st->id, 0, NULL);
-    run_queue(st, 0);
+    int rc = capture_forbids(st);
+    if (rc == OK)
+        run_queue(st, 0);
     pthread_mutex_unlock(&fake_mu);
-    return OK;
+    return ret(rc);
 }
 
 int cudaMemGetInfo(size_t *free_bytes, size_t *total)
@@ -418,9 +641,16 @@ int cudaEventRecord(void *e, void *s)
     if (!ev || !st)
         return INVALID_VALUE;
     pthread_mutex_lock(&fake_mu);
-    if (st->nq == FAKE_MAX_QUEUE) {
+    /* stricter than the runtime, which makes it a dependency inside the graph: stoke
+     * records events around graphs, never inside one */
+    if (st->capture) {
+        int rc = capture_forbids(st);
         pthread_mutex_unlock(&fake_mu);
-        return INVALID_VALUE;
+        return ret(rc);
+    }
+    if (!room(&st->q, st->nq, &st->cap)) {
+        pthread_mutex_unlock(&fake_mu);
+        return ret(MEMORY_ALLOCATION);
     }
     /* A re-record moves the event: drop its older mark so waits use the new one. */
     int pending = 0;
@@ -435,7 +665,7 @@ int cudaEventRecord(void *e, void *s)
         for (int k = 0; k < ev->stream->nq; k++)
             if (ev->stream->q[k].ev == ev)
                 ev->stream->q[k].ev = NULL;
-    st->q[st->nq++] = (fake_copy){NULL, NULL, 0, ev->id, 0, ev};
+    st->q[st->nq++] = (fake_copy){.event_mark = ev->id, .ev = ev};
     /* kernels ran at their launch: with no copy pending, the work before is done now */
     ev->stamped = !pending;
     ev->stamp = now_ms();
@@ -570,7 +800,7 @@ int fake_cudart_extent(const void *p, size_t *bytes_after)
 int fake_cudart_live(void)
 {
     pthread_mutex_lock(&fake_mu);
-    int n = live_streams + live_events;
+    int n = live_streams + live_events + live_graphs;
     for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
         n += allocs[i].p != NULL;
     pthread_mutex_unlock(&fake_mu);

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int sync_stream(void *rt, void *stream)
+static int host_func(void *rt, void *stream, void (*fn)(void *), void *user)
 {
-    return stoke_cudart_stream_sync(rt, stream) == STOKE_OK ? 0 : 1;
+    return stoke_cudart_launch_host_func(rt, stream, fn, user) == STOKE_OK ? 0 : 1;
 }
 
 /* The module sits beside the object holding this code (the stoke binary, or the
@@ -100,8 +100,8 @@ static stoke_status open_device(cuda_ctx *c, int device)
     if (st == STOKE_OK)
         st = stoke_cudart_stream_create(c->rt, &c->L.stream);
     c->device = device;
-    c->L.sync_ctx = c->rt;
-    c->L.sync = sync_stream;
+    c->L.host_ctx = c->rt;
+    c->L.host_func = host_func;
     return st;
 }
 

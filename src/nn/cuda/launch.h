@@ -22,13 +22,14 @@
 extern "C" {
 #endif
 
-/* Where a launch goes: the backend's stream. The host build first waits for the work
- * already queued there (`sync`, the runtime's stream synchronize), so it keeps the
- * stream's order against queued copies; the device build ignores sync. */
+/* Where a launch goes: the backend's stream. The host build queues each launch there
+ * as a host function (`host_func`, the runtime's cudaLaunchHostFunc: 0 on success),
+ * so it runs in the stream's order as a kernel would; without a stream it runs at
+ * once. The device build ignores host_func. */
 typedef struct nk_launch {
     void *stream;
-    void *sync_ctx;
-    int (*sync)(void *sync_ctx, void *stream); /* 0 on success */
+    void *host_ctx;
+    int (*host_func)(void *host_ctx, void *stream, void (*fn)(void *), void *user);
 } nk_launch;
 
 #define NK_ALL_KERNELS(X) \
