@@ -338,6 +338,26 @@ static stoke_graph *attn_on_data(void)
     return g;
 }
 
+/* A sequence long enough for the fused attention to be chosen by itself
+ * (CUDA_ATTN_FUSED_FROM_T), small elsewhere: x (T, 6) -> linear -> layernorm ->
+ * attention (2 heads of 8) -> layernorm -> seq_mean -> linear -> cross-entropy. */
+static stoke_graph *attn_seq(int64_t T, int64_t heads)
+{
+    stoke_graph *g = stoke_graph_new("attn_long");
+    stoke_shape xs = {.ndim = 2, .dims = {T, 6}}, ys = {0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_linear(g, "embed", x, 16, true);
+    h = stoke_nn_layernorm(g, "ln1", h, 1e-5f);
+    h = stoke_nn_attention(g, "attn", h, heads);
+    h = stoke_nn_layernorm(g, "ln2", h, 1e-5f);
+    h = stoke_nn_linear(g, "head", stoke_nn_seq_mean(g, h), 5, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+static stoke_graph *attn_long(void) { return attn_seq(CUDA_ATTN_FUSED_FROM_T, 2); }
+
 /* The resnet-ish block without convolutions: batch norm 2d on the data (3, 4, 5),
  * batch norm 1d after a linear, batch norm 2d after a linear reshaped to (3, 4, 4). */
 static stoke_graph *bn_block(void)
@@ -486,6 +506,8 @@ static const cuda_case cases[] = {
     {"attention on data bf16", attn_on_data, 0, STOKE_PREC_BF16, SGD, 9, 3, 2e-2},
     {"attention fp16", attn_block_smooth, 7, STOKE_PREC_FP16, SGD, 7, 2, 2e-2},
     {"attention on data", attn_on_data, 0, STOKE_PREC_FP32, SGD, 5, 3, 1e-4},
+    {"attention long", attn_long, 5, STOKE_PREC_FP32, SGD, 3, 2, 1e-4},
+    {"attention long bf16", attn_long, 5, STOKE_PREC_BF16, SGD, 3, 2, 2e-2},
     {"batchnorm fp32", bn_block, 10, STOKE_PREC_FP32, SGD, 33, 3, 1e-4},
     /* 3 values a channel: batch norm's input gradient nearly cancels, so the two
      * backends' rounding shows in what is left (1.5e-4 measured in the ASan build,
@@ -508,6 +530,21 @@ static const cuda_case cases[] = {
     {"conv fan-out fp32", conv_fanout, 3, STOKE_PREC_FP32, SGD, 11, 3, 1e-4},
     {"conv fan-out bf16", conv_fanout, 3, STOKE_PREC_BF16, SGD, 11, 3, 2e-2},
 };
+
+/* An attention case again with the other attention forced (ctx.h's knob, taken by
+ * the contexts its models create): the fused kernels at the short sequences, the GEMM
+ * path at the long ones (named "long"), which choose the other by themselves. */
+static void run_forced(const cuda_case *c)
+{
+    bool long_seq = strstr(c->name, "long") != NULL;
+    char name[128];
+    snprintf(name, sizeof name, "%s, %s forced", c->name, long_seq ? "GEMM" : "fused");
+    cuda_case f = *c;
+    f.name = name;
+    cuda_set_default_attention(long_seq ? CUDA_ATTN_GEMM : CUDA_ATTN_FUSED);
+    run_case(&f);
+    cuda_set_default_attention(CUDA_ATTN_AUTO);
+}
 
 /* ---- the device and its errors ---- */
 
@@ -545,10 +582,95 @@ static void test_unavailable(void)
     CHECK_MSG(strstr(stoke_model_device_name(m), "compute capability 9.0") != NULL, "%s",
               stoke_model_device_name(m));
     CHECK(strstr(stoke_model_device_name(m), "kernels: host") != NULL);
+    CHECK(strstr(stoke_model_device_name(m), "fused attention from sequence length") != NULL);
     /* an input larger than the model's is refused, naming it */
     static float big[4 * 37 + 1];
     CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), big, sizeof big) == STOKE_ERR_ARG);
     CHECK(strstr(stoke_last_error(), "x") != NULL);
+    stoke_model_free(m);
+    stoke_graph_free(g);
+}
+
+/* Which attention runs and what it costs: from CUDA_ATTN_FUSED_FROM_T the automatic
+ * choice is the fused path, whose saved state and workspace are exactly its layouts'
+ * (attn.c), linear in T where the GEMM path's hold H T^2 floats a sample; the model's
+ * plan shows the difference, so the plan and the ops agree on the path. */
+static const nn_node *attn_node(const stoke_graph *g)
+{
+    for (int t = 0; t < stoke_graph_node_count(g); t++)
+        if (stoke_graph_node_op(g, t) == STOKE_NN_ATTENTION)
+            return nn_graph_node(g, t);
+    return NULL;
+}
+
+static void test_attn_choice(void)
+{
+    const int64_t T = CUDA_ATTN_FUSED_FROM_T, C = 16, H = 2, B = 3;
+    stoke_graph *g = attn_long(), *gs = attn_seq(T - 1, 2);
+    const nn_node *n = attn_node(g), *ns = attn_node(gs);
+    cuda_ctx *c = NULL;
+    CHECK_MSG(cuda_ctx_new(0, &c) == STOKE_OK, "%s", stoke_last_error());
+    CHECK(n && ns);
+    if (!c || !n || !ns) {
+        stoke_graph_free(g);
+        stoke_graph_free(gs);
+        return;
+    }
+    CHECK(cuda_attn_fused(c, T, C / H) && !cuda_attn_fused(c, T - 1, C / H));
+    CHECK(!cuda_attn_fused(c, 4 * T, NK_ATTN_MAX_HS + 1)); /* left to the GEMMs */
+    CHECK_MSG(strstr(c->why, "fused attention from sequence length 128"), "%s", c->why);
+    size_t fused = (size_t)(4 * T * C + H * T) * 4, gemm = (size_t)(4 * T * C + H * T * T) * 4;
+    size_t ws = 0, fused_ws = (size_t)(4 * B * T * C + B * H * T) * 4;
+    CHECK(cuda_attn_saved(c, g, n) == fused);
+    CHECK(cuda_attn_ws(c, g, n, B, STOKE_PREC_FP32, &ws) == STOKE_OK && ws == fused_ws);
+    CHECK(cuda_attn_ws(c, g, n, B, STOKE_PREC_BF16, &ws) == STOKE_OK &&
+          ws == fused_ws + (size_t)(4 * B * T * C) * 2);
+    CHECK(cuda_attn_saved(c, gs, ns) == (size_t)(4 * (T - 1) * C + H * (T - 1) * (T - 1)) * 4);
+    cuda_ctx_set_attention(c, CUDA_ATTN_GEMM);
+    CHECK(cuda_attn_saved(c, g, n) == gemm && fused < gemm);
+    CHECK(cuda_attn_ws(c, g, n, B, STOKE_PREC_FP32, &ws) == STOKE_OK && ws > fused_ws);
+    CHECK_MSG(strstr(c->why, "GEMM attention"), "%s", c->why);
+    cuda_ctx_set_attention(c, CUDA_ATTN_FUSED);
+    CHECK(cuda_attn_saved(c, gs, ns) == (size_t)(4 * (T - 1) * C + H * (T - 1)) * 4);
+    cuda_ctx_free(c);
+
+    /* the model's plan, per choice: auto = fused, and the GEMM path's probabilities */
+    stoke_model_opts o = {.max_batch = B, .training = true, .cuda = true};
+    const cuda_attention modes[3] = {CUDA_ATTN_AUTO, CUDA_ATTN_FUSED, CUDA_ATTN_GEMM};
+    stoke_mem_plan p[3];
+    for (int k = 0; k < 3; k++) {
+        cuda_set_default_attention(modes[k]);
+        CHECK_MSG(stoke_graph_plan(g, &o, &p[k]) == STOKE_OK, "%s", stoke_last_error());
+    }
+    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    CHECK(p[0].activations_per_sample == p[1].activations_per_sample);
+    CHECK_MSG(p[2].activations_per_sample - p[0].activations_per_sample == gemm - fused,
+              "activations a sample: fused %zu, GEMM %zu", p[0].activations_per_sample,
+              p[2].activations_per_sample);
+    CHECK(p[0].workspace < p[2].workspace);
+    stoke_graph_free(g);
+    stoke_graph_free(gs);
+}
+
+/* A head larger than the fused kernels' arrays is refused when the model is planned,
+ * naming the layer, when the fused path is forced; it runs on the GEMMs otherwise. */
+static void test_attn_big_head(void)
+{
+    stoke_graph *g = stoke_graph_new("big_head");
+    stoke_shape xs = {.ndim = 2, .dims = {3, NK_ATTN_MAX_HS + 8}}, ys = {.ndim = 1, .dims = {2}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_attention(g, "wide_attn", x, 1);
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 2, true), y);
+    stoke_model_opts o = {.max_batch = 2, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    cuda_set_default_attention(CUDA_ATTN_FUSED);
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_ARG);
+    CHECK_MSG(strstr(stoke_last_error(), "wide_attn") &&
+                  strstr(stoke_last_error(), "fused attention kernels hold (256)"),
+              "%s", stoke_last_error());
+    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
     stoke_model_free(m);
     stoke_graph_free(g);
 }
@@ -937,12 +1059,17 @@ int main(int argc, char **argv)
     void *rt = dlopen(FAKE_CUDART, RTLD_NOW), *dnn = dlopen(FAKE_CUDNN, RTLD_NOW);
     CHECK_MSG(rt && dnn, "%s", dlerror());
 
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (!only || strstr(cases[i].name, only))
             run_case(&cases[i]);
+        if (strstr(cases[i].name, "attention") && (!only || strstr(cases[i].name, only)))
+            run_forced(&cases[i]);
+    }
     if (!only) {
         test_unavailable();
         test_bad_class();
+        test_attn_choice();
+        test_attn_big_head();
         test_bad_id();
         test_dropout_blocks();
         test_bad_targets();
