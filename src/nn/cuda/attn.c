@@ -2,11 +2,11 @@
  * nn.MultiheadAttention(C, heads, batch_first=True)(x, x, x), as src/nn/cpu/attn.c),
  * two ways, chosen per layer by cuda_attn_fused (ctx.h) from the sequence length:
  *
- * - GEMM path, for short sequences, where the probabilities are small and cuBLAS's
- *   batched GEMMs are the fastest way through them: the projections and every head's
- *   q k^T and p v are cuBLAS GEMMs, the heads split into (part, b, h, t, d) so one
- *   strided batched GEMM covers all (b, h) pairs, the bias, split/merge and scaled
- *   softmax are kernels (k_norm.h). The (B, H, T, T) probabilities are kept for
+ * - GEMM path, for short sequences, where the probabilities are small and the
+ *   products run on tensor cores (the fused kernels are scalar fp32 loops): the
+ *   projections and every head's q k^T and p v are cuBLAS GEMMs, the heads split
+ *   into (part, b, h, t, d) so one strided batched GEMM covers all (b, h) pairs, the
+ *   bias, split/merge and scaled softmax are kernels (k_norm.h). The (B, H, T, T) probabilities are kept for
  *   backward as the CPU keeps them, and the workspace holds as many again.
  * - Fused path, for long sequences, where those T^2 terms would dominate the layer's
  *   memory and bound the batch a GPU fits: FlashAttention-2's forward and backward
