@@ -131,6 +131,7 @@ NK_FN void nk_flash_bwd_dkv(int64_t r, const nk_flash_args *a)
     nk_flash_row w = nk_flash_at(r, a);
     int64_t hs = w.hs, C = a->C, T = a->T, stride = 3 * C;
     const float *k = a->qkv + w.qkv + C, *v = k + C;
+    /* the queries from row 0 of (b, h) on */
     const float *q = a->qkv + w.keys, *dout = a->dy + (w.y - w.t * C);
     const float *lse = a->lse + (r - w.t), *D = a->D + (r - w.t);
     float dk[NK_ATTN_MAX_HS], dv[NK_ATTN_MAX_HS];
