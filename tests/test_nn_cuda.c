@@ -338,6 +338,26 @@ static stoke_graph *attn_on_data(void)
     return g;
 }
 
+/* A sequence long enough for the fused attention to be chosen by itself
+ * (CUDA_ATTN_FUSED_FROM_T), small elsewhere: x (T, 6) -> linear -> layernorm ->
+ * attention (2 heads of 8) -> layernorm -> seq_mean -> linear -> cross-entropy. */
+static stoke_graph *attn_seq(int64_t T, int64_t heads)
+{
+    stoke_graph *g = stoke_graph_new("attn_long");
+    stoke_shape xs = {.ndim = 2, .dims = {T, 6}}, ys = {0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_linear(g, "embed", x, 16, true);
+    h = stoke_nn_layernorm(g, "ln1", h, 1e-5f);
+    h = stoke_nn_attention(g, "attn", h, heads);
+    h = stoke_nn_layernorm(g, "ln2", h, 1e-5f);
+    h = stoke_nn_linear(g, "head", stoke_nn_seq_mean(g, h), 5, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+
+static stoke_graph *attn_long(void) { return attn_seq(CUDA_ATTN_FUSED_FROM_T, 2); }
+
 /* The resnet-ish block without convolutions: batch norm 2d on the data (3, 4, 5),
  * batch norm 1d after a linear, batch norm 2d after a linear reshaped to (3, 4, 4). */
 static stoke_graph *bn_block(void)
@@ -486,6 +506,8 @@ static const cuda_case cases[] = {
     {"attention on data bf16", attn_on_data, 0, STOKE_PREC_BF16, SGD, 9, 3, 2e-2},
     {"attention fp16", attn_block_smooth, 7, STOKE_PREC_FP16, SGD, 7, 2, 2e-2},
     {"attention on data", attn_on_data, 0, STOKE_PREC_FP32, SGD, 5, 3, 1e-4},
+    {"attention long", attn_long, 5, STOKE_PREC_FP32, SGD, 3, 2, 1e-4},
+    {"attention long bf16", attn_long, 5, STOKE_PREC_BF16, SGD, 3, 2, 2e-2},
     {"batchnorm fp32", bn_block, 10, STOKE_PREC_FP32, SGD, 33, 3, 1e-4},
     /* 3 values a channel: batch norm's input gradient nearly cancels, so the two
      * backends' rounding shows in what is left (1.5e-4 measured in the ASan build,
@@ -508,6 +530,21 @@ static const cuda_case cases[] = {
     {"conv fan-out fp32", conv_fanout, 3, STOKE_PREC_FP32, SGD, 11, 3, 1e-4},
     {"conv fan-out bf16", conv_fanout, 3, STOKE_PREC_BF16, SGD, 11, 3, 2e-2},
 };
+
+/* An attention case again with the other attention forced (ctx.h's knob, taken by
+ * the contexts its models create): the fused kernels at the short sequences, the GEMM
+ * path at the long ones (named "long"), which choose the other by themselves. */
+static void run_forced(const cuda_case *c)
+{
+    bool long_seq = strstr(c->name, "long") != NULL;
+    char name[128];
+    snprintf(name, sizeof name, "%s, %s forced", c->name, long_seq ? "GEMM" : "fused");
+    cuda_case f = *c;
+    f.name = name;
+    cuda_set_default_attention(long_seq ? CUDA_ATTN_GEMM : CUDA_ATTN_FUSED);
+    run_case(&f);
+    cuda_set_default_attention(CUDA_ATTN_AUTO);
+}
 
 /* ---- the device and its errors ---- */
 
@@ -545,10 +582,192 @@ static void test_unavailable(void)
     CHECK_MSG(strstr(stoke_model_device_name(m), "compute capability 9.0") != NULL, "%s",
               stoke_model_device_name(m));
     CHECK(strstr(stoke_model_device_name(m), "kernels: host") != NULL);
+    CHECK(strstr(stoke_model_device_name(m), "fused attention from sequence length") != NULL);
     /* an input larger than the model's is refused, naming it */
     static float big[4 * 37 + 1];
     CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), big, sizeof big) == STOKE_ERR_ARG);
     CHECK(strstr(stoke_last_error(), "x") != NULL);
+    stoke_model_free(m);
+    stoke_graph_free(g);
+}
+
+/* Which attention runs and what it costs: from CUDA_ATTN_FUSED_FROM_T the automatic
+ * choice is the fused path, whose saved state and workspace are exactly its layouts'
+ * (attn.c), linear in T where the GEMM path's hold H T^2 floats a sample; the model's
+ * plan shows the difference, so the plan and the ops agree on the path. */
+static const nn_node *attn_node(const stoke_graph *g)
+{
+    for (int t = 0; t < stoke_graph_node_count(g); t++)
+        if (stoke_graph_node_op(g, t) == STOKE_NN_ATTENTION)
+            return nn_graph_node(g, t);
+    return NULL;
+}
+
+static void test_attn_choice(void)
+{
+    const int64_t T = CUDA_ATTN_FUSED_FROM_T, C = 16, H = 2, B = 3;
+    stoke_graph *g = attn_long(), *gs = attn_seq(T - 1, 2);
+    const nn_node *n = attn_node(g), *ns = attn_node(gs);
+    cuda_ctx *c = NULL;
+    CHECK_MSG(cuda_ctx_new(0, &c) == STOKE_OK, "%s", stoke_last_error());
+    CHECK(n && ns);
+    if (!c || !n || !ns) {
+        stoke_graph_free(g);
+        stoke_graph_free(gs);
+        return;
+    }
+    CHECK(cuda_attn_fused(c, T, C / H) && !cuda_attn_fused(c, T - 1, C / H));
+    CHECK(!cuda_attn_fused(c, 4 * T, NK_ATTN_MAX_HS + 1)); /* left to the GEMMs */
+    CHECK_MSG(strstr(c->why, "fused attention from sequence length 128"), "%s", c->why);
+    size_t fused = (size_t)(4 * T * C + H * T) * 4, gemm = (size_t)(4 * T * C + H * T * T) * 4;
+    size_t ws = 0, fused_ws = (size_t)(4 * B * T * C + B * H * T) * 4;
+    CHECK(cuda_attn_saved(c, g, n) == fused);
+    CHECK(cuda_attn_ws(c, g, n, B, STOKE_PREC_FP32, &ws) == STOKE_OK && ws == fused_ws);
+    CHECK(cuda_attn_ws(c, g, n, B, STOKE_PREC_BF16, &ws) == STOKE_OK &&
+          ws == fused_ws + (size_t)(4 * B * T * C) * 2);
+    CHECK(cuda_attn_saved(c, gs, ns) == (size_t)(4 * (T - 1) * C + H * (T - 1) * (T - 1)) * 4);
+    cuda_ctx_set_attention(c, CUDA_ATTN_GEMM);
+    CHECK(cuda_attn_saved(c, g, n) == gemm && fused < gemm);
+    CHECK(cuda_attn_ws(c, g, n, B, STOKE_PREC_FP32, &ws) == STOKE_OK && ws > fused_ws);
+    CHECK_MSG(strstr(c->why, "GEMM attention"), "%s", c->why);
+    cuda_ctx_set_attention(c, CUDA_ATTN_FUSED);
+    CHECK(cuda_attn_saved(c, gs, ns) == (size_t)(4 * (T - 1) * C + H * (T - 1)) * 4);
+    cuda_ctx_free(c);
+
+    /* the model's plan, per choice: auto = fused, and the GEMM path's probabilities */
+    stoke_model_opts o = {.max_batch = B, .training = true, .cuda = true};
+    const cuda_attention modes[3] = {CUDA_ATTN_AUTO, CUDA_ATTN_FUSED, CUDA_ATTN_GEMM};
+    stoke_mem_plan p[3];
+    for (int k = 0; k < 3; k++) {
+        cuda_set_default_attention(modes[k]);
+        CHECK_MSG(stoke_graph_plan(g, &o, &p[k]) == STOKE_OK, "%s", stoke_last_error());
+    }
+    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    CHECK(p[0].activations_per_sample == p[1].activations_per_sample);
+    CHECK_MSG(p[2].activations_per_sample - p[0].activations_per_sample == gemm - fused,
+              "activations a sample: fused %zu, GEMM %zu", p[0].activations_per_sample,
+              p[2].activations_per_sample);
+    CHECK(p[0].workspace < p[2].workspace);
+    stoke_graph_free(g);
+    stoke_graph_free(gs);
+}
+
+/* The fused kernel bodies against attention written out in double (the probabilities
+ * materialized), on scores far larger than the models' (q scaled up, so exp without
+ * the running max would overflow and the max moves often) and one row whose scores
+ * rise key after key, rescaling at every step. Forward outputs, logsumexp and dq, dk,
+ * dv within 1e-5 of the largest of each. */
+static void test_flash_bits(void)
+{
+    enum { B = 2, H = 3, T = 37, HS = 5, C = H * HS };
+    float *qkv = malloc(sizeof(float) * B * T * 3 * C), *dy = malloc(sizeof(float) * B * T * C);
+    float *y = malloc(sizeof(float) * B * T * C), *dqkv = malloc(sizeof(float) * B * T * 3 * C);
+    float *lse = malloc(sizeof(float) * B * H * T), *D = malloc(sizeof(float) * B * H * T);
+    double *ry = calloc((size_t)B * T * C, sizeof(double));
+    double *rd = calloc((size_t)B * T * 3 * C, sizeof(double));
+    double *rl = calloc((size_t)B * H * T, sizeof(double));
+    double *P = malloc(sizeof(double) * T * T), *dS = malloc(sizeof(double) * T * T);
+    for (int i = 0; i < B * T * 3 * C; i++)
+        qkv[i] = rnd() * ((i % (3 * C)) < C ? 8.0f : 1.0f);
+    for (int i = 0; i < B * T * C; i++)
+        dy[i] = rnd();
+    for (int t = 0; t < T; t++) /* b 0, h 0, query 0: key t's score grows with t */
+        for (int d = 0; d < HS; d++)
+            qkv[t * 3 * C + C + d] = d == 0 ? 0.5f * (float)t : 0.0f, qkv[d] = d == 0 ? 1.0f : 0.0f;
+    const double scale = 1.0 / sqrt((double)HS);
+    nk_flash_args a = {qkv, dy, y, lse, D, dqkv, T, C, H, (float)(1.0 / sqrt((double)HS))};
+    for (int r = 0; r < B * H * T; r++)
+        nk_flash_fwd(r, &a);
+    for (int r = 0; r < B * H * T; r++)
+        nk_flash_bwd_d(r, &a);
+    for (int r = 0; r < B * H * T; r++)
+        nk_flash_bwd_dq(r, &a), nk_flash_bwd_dkv(r, &a);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+#define Q(t, d)    ((double)qkv[((size_t)(b * T + (t))) * 3 * C + h * HS + (d)])
+#define K(t, d)    ((double)qkv[((size_t)(b * T + (t))) * 3 * C + C + h * HS + (d)])
+#define V(t, d)    ((double)qkv[((size_t)(b * T + (t))) * 3 * C + 2 * C + h * HS + (d)])
+#define DY(t, d)   ((double)dy[((size_t)(b * T + (t))) * C + h * HS + (d)])
+#define G(p, t, d) rd[((size_t)(b * T + (t))) * 3 * C + (p)*C + h * HS + (d)]
+            for (int i = 0; i < T; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < T; j++) {
+                    double s = 0;
+                    for (int d = 0; d < HS; d++)
+                        s += Q(i, d) * K(j, d);
+                    P[i * T + j] = s * scale;
+                    mx = fmax(mx, s * scale);
+                }
+                for (int j = 0; j < T; j++)
+                    sum += exp(P[i * T + j] - mx);
+                rl[(b * H + h) * T + i] = mx + log(sum);
+                double dot = 0;
+                for (int j = 0; j < T; j++) {
+                    P[i * T + j] = exp(P[i * T + j] - mx) / sum;
+                    double dp = 0;
+                    for (int d = 0; d < HS; d++)
+                        dp += DY(i, d) * V(j, d);
+                    dS[i * T + j] = dp;
+                    dot += P[i * T + j] * dp;
+                }
+                for (int j = 0; j < T; j++)
+                    dS[i * T + j] = P[i * T + j] * (dS[i * T + j] - dot) * scale;
+                for (int d = 0; d < HS; d++)
+                    for (int j = 0; j < T; j++)
+                        ry[(size_t)(b * T + i) * C + h * HS + d] += P[i * T + j] * V(j, d);
+            }
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++)
+                    for (int d = 0; d < HS; d++) {
+                        G(0, i, d) += dS[i * T + j] * K(j, d);
+                        G(1, j, d) += dS[i * T + j] * Q(i, d);
+                        G(2, j, d) += P[i * T + j] * DY(i, d);
+                    }
+#undef Q
+#undef K
+#undef V
+#undef DY
+#undef G
+        }
+    struct {
+        const char *what;
+        const float *got;
+        const double *want;
+        int n;
+    } cmp[3] = {
+        {"y", y, ry, B * T * C}, {"lse", lse, rl, B * H * T}, {"dqkv", dqkv, rd, B * T * 3 * C}};
+    for (int k = 0; k < 3; k++) {
+        double worst = 0, big = 0;
+        for (int i = 0; i < cmp[k].n; i++)
+            big = fmax(big, fabs(cmp[k].want[i]));
+        for (int i = 0; i < cmp[k].n; i++)
+            worst = fmax(worst, fabs(cmp[k].got[i] - cmp[k].want[i]) / big);
+        CHECK_MSG(worst <= 1e-5, "fused attention %s differs from the reference by %.3g",
+                  cmp[k].what, worst);
+    }
+    free(qkv), free(dy), free(y), free(dqkv), free(lse), free(D);
+    free(ry), free(rd), free(rl), free(P), free(dS);
+}
+
+/* A head larger than the fused kernels' arrays is refused when the model is planned,
+ * naming the layer, when the fused path is forced; it runs on the GEMMs otherwise. */
+static void test_attn_big_head(void)
+{
+    stoke_graph *g = stoke_graph_new("big_head");
+    stoke_shape xs = {.ndim = 2, .dims = {3, NK_ATTN_MAX_HS + 8}}, ys = {.ndim = 1, .dims = {2}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_attention(g, "wide_attn", x, 1);
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 2, true), y);
+    stoke_model_opts o = {.max_batch = 2, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    cuda_set_default_attention(CUDA_ATTN_FUSED);
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_ARG);
+    CHECK_MSG(strstr(stoke_last_error(), "wide_attn") &&
+                  strstr(stoke_last_error(), "fused attention kernels hold (256)"),
+              "%s", stoke_last_error());
+    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
     stoke_model_free(m);
     stoke_graph_free(g);
 }
@@ -937,12 +1156,18 @@ int main(int argc, char **argv)
     void *rt = dlopen(FAKE_CUDART, RTLD_NOW), *dnn = dlopen(FAKE_CUDNN, RTLD_NOW);
     CHECK_MSG(rt && dnn, "%s", dlerror());
 
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (!only || strstr(cases[i].name, only))
             run_case(&cases[i]);
+        if (strstr(cases[i].name, "attention") && (!only || strstr(cases[i].name, only)))
+            run_forced(&cases[i]);
+    }
     if (!only) {
         test_unavailable();
         test_bad_class();
+        test_attn_choice();
+        test_attn_big_head();
+        test_flash_bits();
         test_bad_id();
         test_dropout_blocks();
         test_bad_targets();

@@ -3,6 +3,7 @@
 #include "nn/cuda/ctx.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,40 @@ static stoke_status open_blas(cuda_ctx *c)
     return st;
 }
 
+static _Atomic int default_attention = CUDA_ATTN_AUTO;
+
+void cuda_set_default_attention(cuda_attention a) { atomic_store(&default_attention, (int)a); }
+
+bool cuda_attn_fused(const cuda_ctx *c, int64_t T, int64_t hs)
+{
+    switch (c->attention) {
+    case CUDA_ATTN_FUSED: return true;
+    case CUDA_ATTN_GEMM: return false;
+    case CUDA_ATTN_AUTO: break;
+    }
+    return T >= CUDA_ATTN_FUSED_FROM_T && hs <= NK_ATTN_MAX_HS;
+}
+
+static void describe(cuda_ctx *c)
+{
+    char attn[96];
+    if (c->attention == CUDA_ATTN_AUTO)
+        snprintf(attn, sizeof attn, "fused attention from sequence length %d",
+                 CUDA_ATTN_FUSED_FROM_T);
+    else
+        snprintf(attn, sizeof attn, "%s attention",
+                 c->attention == CUDA_ATTN_FUSED ? "fused" : "GEMM");
+    snprintf(c->why, sizeof c->why, "CUDA device %d (compute capability %d.%d), kernels: %s%s, %s",
+             c->device, c->cc_major, c->cc_minor, c->k->build, c->tf32 ? ", TF32 matmuls" : "",
+             attn);
+}
+
+void cuda_ctx_set_attention(cuda_ctx *c, cuda_attention a)
+{
+    c->attention = a;
+    describe(c);
+}
+
 stoke_status cuda_ctx_new(int device, cuda_ctx **out)
 {
     *out = NULL;
@@ -152,8 +187,7 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         cuda_ctx_free(c);
         return stoke_fail(st, "%s", msg);
     }
-    snprintf(c->why, sizeof c->why, "CUDA device %d (compute capability %d.%d), kernels: %s%s",
-             device, c->cc_major, c->cc_minor, c->k->build, c->tf32 ? ", TF32 matmuls" : "");
+    cuda_ctx_set_attention(c, (cuda_attention)atomic_load(&default_attention));
     *out = c;
     return STOKE_OK;
 }

@@ -16,6 +16,17 @@
  * thread to add them up. */
 #define CUDA_SUM_STRIDE 4096
 
+/* Which attention the backend runs (attn.c): the fused kernels from this sequence
+ * length up. The GEMM path keeps H T^2 probabilities a sample beside 4 T C other
+ * floats (and as many again for their gradient in the workspace), so they outgrow the
+ * rest once T >= 4 hs: from 128 for heads of 32 and less. */
+#define CUDA_ATTN_FUSED_FROM_T 128
+typedef enum cuda_attention {
+    CUDA_ATTN_AUTO,  /* by sequence length: cuda_attn_fused */
+    CUDA_ATTN_FUSED, /* always fused (a head larger than NK_ATTN_MAX_HS is refused) */
+    CUDA_ATTN_GEMM,  /* always cuBLAS GEMMs with the probabilities kept */
+} cuda_attention;
+
 typedef struct cuda_ctx {
     stoke_cudart *rt;
     nn_cublas *blas;
@@ -33,7 +44,8 @@ typedef struct cuda_ctx {
     int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
-    char why[256]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */
+    char why[320]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */
+    cuda_attention attention;
     /* conv.c: cuDNN descriptors and algorithms per (shape, batch, precision) */
     struct cuda_conv_plan **conv_plans;
     int nconv_plans;
@@ -64,6 +76,19 @@ stoke_status cuda_ctx_dnn(cuda_ctx *c);
 
 /* Frees conv.c's cached plans (their cuDNN descriptors). */
 void cuda_conv_plans_free(cuda_ctx *c);
+
+/* Whether attention of sequence length T and head size hs runs the fused kernels: the
+ * one rule attn.c's saved size, workspace, forward and backward all follow, so it
+ * depends on neither the batch nor the precision. AUTO takes the GEMM path for heads
+ * larger than NK_ATTN_MAX_HS rather than refusing a model that runs there. */
+bool cuda_attn_fused(const cuda_ctx *c, int64_t T, int64_t hs);
+
+/* Sets c's attention choice (and its description, nn_backend_describe). For tests,
+ * which force either path at any size. */
+void cuda_ctx_set_attention(cuda_ctx *c, cuda_attention a);
+/* The choice contexts created from now on start with (CUDA_ATTN_AUTO unless set): how
+ * a test reaches the contexts its models create. */
+void cuda_set_default_attention(cuda_attention a);
 
 /* Runs kernel `name` over n indices with args a, as a status. */
 #define CUDA_RUN(c, name, n, a) cuda_check((c), (c)->k->name(&(c)->L, (int64_t)(n), (a)), #name)

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/cuda/k_attn.h"
 #include "nn/cuda/k_base.h"
 #include "nn/cuda/k_eltwise.h"
 #include "nn/cuda/k_loss.h"
@@ -34,6 +35,7 @@ typedef struct nk_launch {
 
 #define NK_ALL_KERNELS(X) \
     NK_BASE_KERNELS(X)    \
+    NK_ATTN_KERNELS(X)    \
     NK_ELTWISE_KERNELS(X) \
     NK_LOSS_KERNELS(X)    \
     NK_NORM_KERNELS(X)    \
