@@ -8,6 +8,7 @@
 #include "stoke/nn.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,8 @@ static void compare(const char *what, const stoke_graph *g, int classes, bool no
     *act_off = stoke_model_plan(off)->activations_per_sample;
     *act_on = stoke_model_plan(on)->activations_per_sample;
     *segments = stoke_model_plan(on)->recompute_segments;
-    fprintf(stderr, "DBG %s: %d segs, %zu -> %zu\n", what, *segments, *act_off, *act_on);
+    printf("%s: %d segments, activations %zu -> %zu bytes per sample\n", what, *segments,
+           *act_off, *act_on);
     CHECK_INT_EQ(stoke_model_plan(off)->recompute_segments, 0);
     CHECK_MSG(*act_on <= *act_off, "%s: %zu bytes per sample recomputing, %zu keeping", what,
               *act_on, *act_off);

@@ -421,9 +421,6 @@ static stoke_status find_segments(const stoke_graph *g, layout *L)
             L->shared_fwd_ps = fwd;
         if (dout > L->shared_dout_ps)
             L->shared_dout_ps = dout;
-        if (getenv("DBG_SEG"))
-            fprintf(stderr, "DBG seg %d: (%d %s, %d %s] fwd %zu dout %zu\n", s, start,
-                    start >= 0 ? g->nodes[start].name : "-", end, g->nodes[end].name, fwd, dout);
         L->nsegs++;
         start = end;
     }
