@@ -3,8 +3,9 @@
 # on a small slice of Debian's Fashion-MNIST: the transformer and the resnet (batch
 # norm) presets give the same step losses and final validation with it as without it
 # (fixed threads: bit for bit), the setup line names the segments and the smaller
-# activations, --dry-run's plan shrinks and its largest batch grows, the environment
-# and a bad value, and auto turning it on when the models do not fit the budget.
+# activations, --dry-run's plan shrinks and its largest batch grows, the memory check
+# names it, the environment and a bad value, and auto turning it on when the models do
+# not fit the budget.
 set -u
 stoke=$1
 work=$2
@@ -79,6 +80,14 @@ else
     fail "a bad --recompute (exit $rc)"; show "$out"
 fi
 
+# without it the memory check refuses, naming the batch --recompute would fit
+"$stoke" train --model transformer $small $budget >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "the largest training batch that fits is [0-9]* (--batch-size [0-9]*), or [0-9]* with --recompute" "$out"; then
+    ok "the memory check names --recompute"
+else
+    fail "the memory check (exit $rc)"; show "$out"
+fi
 # auto: the budget holds the models with it but not without (the dry-run above)
 "$stoke" train --model transformer $small $budget --log "$work/auto.jsonl" --log-every 1 \
     --recompute auto >"$out" 2>&1
