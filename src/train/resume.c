@@ -17,7 +17,7 @@ static const char *const resume_quiet[] = {
     "resume",          "dry_run",        "log",       "checkpoint",
     "log_every",       "monitor",        "workers",   "prefetch",
     "threads",         "memory_budget",  "max_steps", "eval_every",
-    "target_accuracy", "val_batch_size", "device",    NULL};
+    "target_accuracy", "val_batch_size", "device",    "recompute",     NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {

@@ -5,10 +5,14 @@
 # (fixed threads: bit for bit), the setup line names the segments and the smaller
 # activations, --dry-run's plan shrinks and its largest batch grows, the memory check
 # names it, the environment and a bad value, and auto turning it on when the models do
-# not fit the budget.
+# not fit the budget. With FAKEDIR and SCENARIODIR (train_cuda.sh's test doubles): on a
+# GPU whose memory holds the models only with it, auto turns it on instead of halving
+# the batch, and the run's losses are those of a GPU with room to spare.
 set -u
 stoke=$1
 work=$2
+fake=${3:-}
+scenarios=${4:-}
 data=/usr/share/datasets/fashion-mnist
 py=/usr/bin/python3
 if [ ! -d "$data" ]; then
@@ -28,7 +32,7 @@ def losses(path):
     ep = [x for x in r if x["type"] == "epoch"]
     return steps, ep[-1]["val_loss"]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a[0]) == 4, a
+assert len(a[0]) >= 4, a
 assert a == b, (a, b)
 PY
     then ok "$1"; else fail "$1"; show "$work/py.txt"; fi
@@ -100,4 +104,29 @@ fi
 same_losses "auto: the same losses" "$work/transformer-off.jsonl" "$work/auto.jsonl"
 "$stoke" train --model transformer $small --recompute auto --dry-run >"$out" 2>&1
 if ! grep -q "recompute" "$out"; then ok "auto: off when everything fits"; else fail "auto when it fits"; show "$out"; fi
+
+if [ -n "$fake" ]; then
+    export STOKE_NVML_LIBRARY="$fake/fake_nvml/libnvidia-ml.so.1"
+    export STOKE_CUDART_LIBRARY="$fake/fake_cudart/libcudart.so.13"
+    export STOKE_CUBLAS_LIBRARY="$fake/fake_cublas/libcublas.so.13"
+    export STOKE_CUDNN_LIBRARY="$fake/fake_cudnn/libcudnn.so.9"
+    export STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_train.gpu"
+    export STOKE_CUDA_KERNELS=host
+    gpu="--model mlp --device cuda --limit 640 --val-limit 300 --epochs 1 --batch-size 128 --precision fp32 --log-every 1"
+    # the mlp's plans: 18.6 MB without, 18.1 MB with; 90% of 20.4 MB lies between
+    STOKE_FAKE_CUDA_MALLOC_LIMIT=20400000 "$stoke" train $gpu --recompute auto \
+        --log "$work/gpu-auto.jsonl" >"$out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "^recompute: on (auto: the plan needs .* MB of GPU memory without it" "$out" &&
+        ! grep -q "accumulated instead" "$out"; then
+        ok "GPU auto: recompute instead of a smaller batch"
+    else
+        fail "GPU auto (exit $rc)"; show "$out"
+    fi
+    STOKE_FAKE_CUDA_MALLOC_LIMIT=20400000 "$stoke" train $gpu >"$work/gpu-off.txt" 2>&1
+    if grep -q "accumulated instead" "$work/gpu-off.txt"; then ok "GPU off: the batch halves"; else fail "GPU off"; show "$work/gpu-off.txt"; fi
+    "$stoke" train $gpu --log "$work/gpu-roomy.jsonl" >"$work/gpu-roomy.txt" 2>&1 ||
+        { fail "GPU with room"; show "$work/gpu-roomy.txt"; }
+    same_losses "GPU auto: the losses of a GPU with room" "$work/gpu-roomy.jsonl" "$work/gpu-auto.jsonl"
+fi
 e2e_end
