@@ -71,7 +71,11 @@ assert on[0] < off[0] and on[1] > off[1] and on[2] and not off[2], (off, on)
 PY
 then ok "dry-run: smaller plan, larger batch"; else fail "dry-run plans"; show "$work/py.txt" "$work/dry-on.txt"; fi
 
-# the environment, and the flag over it
+if "$stoke" train --help | grep -q -- "--recompute \[M\]"; then ok "--help names --recompute"; else fail "--help"; fi
+# a config file, the environment, and the flag over them
+printf 'recompute: on\n' >"$work/cfg.yaml"
+"$stoke" train --model transformer $small --dry-run --config "$work/cfg.yaml" >"$out" 2>&1
+if grep -q "^recompute: on (file;" "$out"; then ok "config key recompute"; else fail "config key"; show "$out"; fi
 STOKE_RECOMPUTE=on "$stoke" train --model transformer $small --dry-run >"$out" 2>&1
 if grep -q "^recompute: on (env;" "$out"; then ok "STOKE_RECOMPUTE=on"; else fail "STOKE_RECOMPUTE=on"; show "$out"; fi
 STOKE_RECOMPUTE=on "$stoke" train --model transformer $small --dry-run --recompute off >"$out" 2>&1
