@@ -91,8 +91,8 @@ static void compare(const char *what, const stoke_graph *g, int classes, bool no
     *act_off = stoke_model_plan(off)->activations_per_sample;
     *act_on = stoke_model_plan(on)->activations_per_sample;
     *segments = stoke_model_plan(on)->recompute_segments;
-    printf("%s: %d segments, activations %zu -> %zu bytes per sample\n", what, *segments,
-           *act_off, *act_on);
+    printf("%s: %d segments, activations %zu -> %zu bytes per sample\n", what, *segments, *act_off,
+           *act_on);
     CHECK_INT_EQ(stoke_model_plan(off)->recompute_segments, 0);
     CHECK_MSG(*act_on <= *act_off, "%s: %zu bytes per sample recomputing, %zu keeping", what,
               *act_on, *act_off);
@@ -169,8 +169,7 @@ static void test_presets(void)
 
     g = cnn_bn_dropout();
     compare("cnn with batch norm and dropout", g, 10, false, &off, &on, &segs);
-    CHECK_MSG(segs > 0 && on < off, "cnn bn dropout: %d segments, %zu -> %zu bytes", segs, off,
-              on);
+    CHECK_MSG(segs > 0 && on < off, "cnn bn dropout: %d segments, %zu -> %zu bytes", segs, off, on);
     stoke_graph_free(g);
 
     g = stoke_preset_resnet(&img, 10, 8, 4);
@@ -182,10 +181,8 @@ static void test_presets(void)
     compare("transformer", g, 10, false, &off, &on, &segs);
     CHECK_MSG(segs > 0 && on < off, "transformer: %d segments, %zu -> %zu bytes", segs, off, on);
     /* a larger plan shrinks as much per sample: the largest batch in a budget grows */
-    stoke_model_opts o = {.max_batch = 64,
-                          .training = true,
-                          .optim = {.kind = STOKE_ADAMW},
-                          .threads = 2};
+    stoke_model_opts o = {
+        .max_batch = 64, .training = true, .optim = {.kind = STOKE_ADAMW}, .threads = 2};
     stoke_mem_plan po, pn;
     CHECK(stoke_graph_plan(g, &o, &po) == STOKE_OK);
     o.recompute = true;

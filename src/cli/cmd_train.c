@@ -213,9 +213,8 @@ int cmd_train(int argc, char **argv)
         } else if (!strcmp(name, "recompute") && !eq) {
             /* the flag alone turns it on; a mode may follow it */
             const char *next = i + 1 < argc ? argv[i + 1] : "";
-            value = !strcmp(next, "on") || !strcmp(next, "off") || !strcmp(next, "auto")
-                        ? argv[++i]
-                        : "on";
+            value = !strcmp(next, "on") || !strcmp(next, "off") || !strcmp(next, "auto") ? argv[++i]
+                                                                                         : "on";
         } else if (eq) {
             value = eq + 1;
         } else if (i + 1 < argc) {

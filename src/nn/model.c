@@ -413,7 +413,7 @@ static stoke_status find_segments(const stoke_graph *g, layout *L)
             dout += L->dout_ps[i];
         }
         if (fwd == 0 && dout == 0)
-            continue; /* nothing to drop: end stays a kept node of no segment */
+            continue; /* nothing to drop here: the next segment starts where this one did */
         L->seg_start[s] = start;
         L->seg_end[s] = end;
         L->seg_dout_ps[s] = dout;
@@ -672,7 +672,7 @@ struct stoke_model {
     char *dout_base;
     size_t dout_bytes;
     char *shared_dout; /* the segments' shared gradient region (recompute) */
-    double *value; /* per node: loss and metric values */
+    double *value;     /* per node: loss and metric values */
     double total_loss;
     int64_t fwd_batch;
     bool fwd_train, fwd_valid;

@@ -96,8 +96,7 @@ stoke_status train_check_memory(const char *model, const train_mem_need *needs, 
         snprintf(advice, sizeof advice,
                  "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")%s", needs[0].what,
                  fits, needs[0].batch_flag, fits, alt);
-    }
-    else
+    } else
         snprintf(advice, sizeof advice,
                  "not even one sample fits: the %s model's parameters, "
                  "gradients and optimizer state alone need %s",

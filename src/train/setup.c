@@ -341,8 +341,9 @@ static void report_recompute(stoke_trainer *t, const char *why)
     if (stoke_graph_plan(t->graph, &mo, &off) != STOKE_OK)
         return;
     if (on.recompute_segments == 0) {
-        train_info(t, "recompute: on (%s), but the model has no cut to checkpoint at: every "
-                      "activation is kept",
+        train_info(t,
+                   "recompute: on (%s), but the model has no cut to checkpoint at: every "
+                   "activation is kept",
                    why);
         return;
     }
