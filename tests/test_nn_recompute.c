@@ -3,7 +3,7 @@
  * trains exactly as one that keeps them (losses, gradients, weights and batch-norm
  * running statistics bit for bit at a fixed thread count, dropout included), with
  * fewer activation bytes where the graph has cuts; inference models and graphs without
- * cuts are unchanged. */
+ * cuts are unchanged; gradient accumulation over smaller micro-batches, in bf16 too. */
 #include "check.h"
 #include "stoke/nn.h"
 
@@ -207,6 +207,49 @@ static void test_presets(void)
     stoke_graph_free(g);
 }
 
+/* Gradient accumulation over two micro-batches smaller than the model's batch, in
+ * bf16: each backward recomputes from its own forward (batch, dropout key). */
+static void test_accumulate(void)
+{
+    stoke_shape img = {.ndim = 3, .dims = {3, 16, 16}};
+    stoke_graph *g = stoke_preset_transformer(&img, 4, 32, 3, 4, 10);
+    stoke_graph *c = cnn_bn_dropout();
+    stoke_graph *gs[2] = {g, c};
+    for (int k = 0; k < 2; k++) {
+        stoke_model_opts o = {.max_batch = B,
+                              .precision = k == 0 ? STOKE_PREC_BF16 : STOKE_PREC_FP32,
+                              .training = true,
+                              .seed = 9,
+                              .optim = {.kind = STOKE_SGD, .momentum = 0.9f},
+                              .threads = 2};
+        stoke_model *off = NULL, *on = NULL;
+        CHECK_MSG(stoke_model_new(gs[k], &o, &off) == STOKE_OK, "%s", stoke_last_error());
+        o.recompute = true;
+        CHECK_MSG(stoke_model_new(gs[k], &o, &on) == STOKE_OK, "%s", stoke_last_error());
+        for (int s = 0; off && on && s < 2; s++) {
+            for (int micro = 0; micro < 2; micro++) {
+                feed(gs[k], off, on, 10);
+                int64_t b = micro ? B - 3 : B - 1;
+                CHECK(stoke_model_forward(off, b, true) == STOKE_OK);
+                CHECK(stoke_model_forward(on, b, true) == STOKE_OK);
+                CHECK(stoke_model_loss(off) == stoke_model_loss(on));
+                CHECK(stoke_model_backward(off) == STOKE_OK);
+                CHECK(stoke_model_backward(on) == STOKE_OK);
+            }
+            same_tensors(k == 0 ? "accumulated, bf16" : "accumulated, batch norm", off, on, true,
+                         s);
+            CHECK(stoke_model_step(off, 1e-2, 2, NULL) == STOKE_OK);
+            CHECK(stoke_model_step(on, 1e-2, 2, NULL) == STOKE_OK);
+            same_tensors(k == 0 ? "accumulated, bf16" : "accumulated, batch norm", off, on, false,
+                         s);
+        }
+        stoke_model_free(off);
+        stoke_model_free(on);
+    }
+    stoke_graph_free(g);
+    stoke_graph_free(c);
+}
+
 /* Eval forwards with recompute on give the kept model's outputs. */
 static void test_eval(void)
 {
@@ -258,6 +301,7 @@ static void test_no_cut(void)
 int main(void)
 {
     test_presets();
+    test_accumulate();
     test_eval();
     test_no_cut();
     return CHECK_DONE();
