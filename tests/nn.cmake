@@ -8,6 +8,8 @@ endfunction()
 stoke_nn_test(test_nn_graph test_nn_graph.c)
 # The backend context each model owns: thread counts and fusion per model.
 stoke_nn_test(test_nn_backend test_nn_backend.c)
+# Gradient checkpointing: recomputed segments train bit for bit as kept ones.
+stoke_nn_test(test_nn_recompute test_nn_recompute.c)
 
 # The CPU instruction-set cap (STOKE_MAX_CPU_ISA): kernel dispatch, conversions and
 # oneDNN within the cap, each variant against serial references. Once with the

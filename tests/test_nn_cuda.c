@@ -1149,6 +1149,88 @@ static void test_phase_marks(void *rt)
     stoke_graph_free(g);
 }
 
+/* Gradient checkpointing runs through the same executor on the device: a small
+ * transformer (fp32) and the batch-norm block trained with recompute off and on give
+ * the same losses, gradients, weights and running statistics, bit for bit (the
+ * doubles are deterministic), with fewer activation bytes per sample. */
+static stoke_graph *tiny_transformer(void)
+{
+    stoke_shape img = {.ndim = 3, .dims = {2, 8, 8}};
+    return stoke_preset_transformer(&img, 4, 16, 3, 2, 5);
+}
+
+static void host_copy(stoke_model *m, const float *dev, float *host, size_t n)
+{
+    CHECK(stoke_model_read(m, dev, host, n * sizeof *host) == STOKE_OK);
+}
+
+static void same_buffers(const char *what, stoke_model *off, stoke_model *on, bool grads, int step)
+{
+    const stoke_graph *g = stoke_model_graph(off);
+    for (int i = 0; i < stoke_graph_param_count(g); i++) {
+        const float *a = grads ? stoke_model_grad(off, i) : stoke_model_param(off, i);
+        const float *b = grads ? stoke_model_grad(on, i) : stoke_model_param(on, i);
+        if (!a || !b)
+            continue;
+        size_t n = (size_t)stoke_graph_param(g, i)->elems;
+        float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+        host_copy(off, a, ha, n);
+        host_copy(on, b, hb, n);
+        CHECK_MSG(memcmp(ha, hb, n * sizeof *ha) == 0, "%s step %d: %s of %s differ", what, step,
+                  grads ? "gradient" : "value", stoke_graph_param(g, i)->name);
+        free(ha);
+        free(hb);
+    }
+}
+
+static void test_recompute(void)
+{
+    const cuda_case cs[] = {
+        {"transformer recompute", tiny_transformer, 5, STOKE_PREC_FP32, ADAMW, 6, 3, 0},
+        {"batchnorm recompute", bn_block, 10, STOKE_PREC_FP32, SGD, 9, 3, 0},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const cuda_case *c = &cs[k];
+        stoke_graph *g = c->build();
+        stoke_model_opts o = {.max_batch = c->batch,
+                              .precision = c->precision,
+                              .training = true,
+                              .seed = 7,
+                              .optim = c->optim,
+                              .threads = 1,
+                              .cuda = true};
+        stoke_model *off = NULL, *on = NULL;
+        CHECK_MSG(stoke_model_new(g, &o, &off) == STOKE_OK, "%s", stoke_last_error());
+        o.recompute = true;
+        CHECK_MSG(stoke_model_new(g, &o, &on) == STOKE_OK, "%s", stoke_last_error());
+        if (off && on) {
+            const stoke_mem_plan *po = stoke_model_plan(off), *pn = stoke_model_plan(on);
+            CHECK_MSG(pn->recompute_segments > 0 &&
+                          pn->activations_per_sample < po->activations_per_sample,
+                      "%s: %d segments, %zu -> %zu bytes per sample", c->name,
+                      pn->recompute_segments, po->activations_per_sample,
+                      pn->activations_per_sample);
+            for (int s = 0; s < c->steps; s++) {
+                feed(off, on, c);
+                CHECK(stoke_model_forward(off, c->batch, true) == STOKE_OK);
+                CHECK(stoke_model_forward(on, c->batch, true) == STOKE_OK);
+                CHECK_MSG(stoke_model_loss(off) == stoke_model_loss(on),
+                          "%s step %d: loss %.9g kept, %.9g recomputed", c->name, s,
+                          stoke_model_loss(off), stoke_model_loss(on));
+                CHECK(stoke_model_backward(off) == STOKE_OK);
+                CHECK_MSG(stoke_model_backward(on) == STOKE_OK, "%s", stoke_last_error());
+                same_buffers(c->name, off, on, true, s);
+                CHECK(stoke_model_step(off, 0.05, 1, NULL) == STOKE_OK);
+                CHECK(stoke_model_step(on, 0.05, 1, NULL) == STOKE_OK);
+                same_buffers(c->name, off, on, false, s);
+            }
+        }
+        stoke_model_free(off);
+        stoke_model_free(on);
+        stoke_graph_free(g);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -1170,6 +1252,7 @@ int main(int argc, char **argv)
         test_flash_bits();
         test_bad_id();
         test_dropout_blocks();
+        test_recompute();
         test_bad_targets();
         test_conversions();
         test_phase_marks(rt);

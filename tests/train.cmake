@@ -33,3 +33,12 @@ add_test(NAME train_flags_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_flags.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-flags-e2e)
 set_tests_properties(train_flags_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# --recompute (gradient checkpointing): the same losses as without it, the setup line,
+# --dry-run's smaller plan, the environment, and auto under a tight budget (host memory,
+# and a GPU's on the CUDA test doubles).
+add_test(NAME train_recompute_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_recompute.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-recompute-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
+                 ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
+set_tests_properties(train_recompute_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

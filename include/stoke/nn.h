@@ -310,6 +310,16 @@ typedef struct stoke_model_opts {
      * stoke_model_write) and device copies, never to be dereferenced. */
     bool cuda;
     int cuda_device;
+    /* Gradient checkpointing (training models): the graph is cut into about
+     * sqrt(nodes) segments at nodes where only their own output is live (a
+     * transformer's or ResNet's residual add, any node of a plain chain); only the
+     * segments' boundaries (and inputs, losses, metrics, outputs) keep their
+     * activations from forward to backward; the rest share one region sized for the
+     * largest segment, and backward runs each segment's forward again just before its
+     * backward. The same values bit for bit, about one more forward of compute, fewer
+     * activation bytes per sample. A graph with no cut has no segments (nothing
+     * changes). Ignored without training. */
+    bool recompute;
 } stoke_model_opts;
 
 /* Bytes of each arena of a model compiled for plan.batch samples. total =
@@ -328,6 +338,7 @@ typedef struct stoke_mem_plan {
     size_t grads;                  /* fp32 gradients of trainable parameters */
     size_t optim;                  /* momentum (SGD), first and second moments (AdamW) */
     size_t activations_per_sample; /* outputs, saved state and activation grads */
+    int recompute_segments;        /* checkpointed segments (opts.recompute), else 0 */
     size_t workspace;              /* kernel scratch, the largest over the ops and over the
                              planned batches (batch, and the epoch's last one) */
     int64_t last_batch;            /* the epoch's last batch when smaller than batch, else 0 */

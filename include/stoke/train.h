@@ -163,6 +163,10 @@ typedef struct stoke_train_config {
     char precision[8];      /* auto, fp32, bf16, fp16 */
     char device[16];        /* auto (a GPU when the CUDA backend can run on one), cpu,
                                  cuda, cuda:N (env STOKE_DEVICE) */
+    char recompute[8];      /* gradient checkpointing (stoke_model_opts.recompute): off
+                                 (default), on, or auto: on only when the models would
+                                 not fit otherwise, before a smaller batch is tried
+                                 (env STOKE_RECOMPUTE) */
     char optimizer[8];      /* sgd, adamw */
     double lr;              /* default 0.05 (SGD) */
     double momentum;        /* SGD, default 0.9 */

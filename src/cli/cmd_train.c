@@ -36,6 +36,12 @@ void cmd_train_usage(void)
            "  --device D            auto (a GPU when the CUDA backend can run on it, else the\n"
            "                        CPU), cpu, cuda, cuda:N (env STOKE_DEVICE)\n"
            "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env AMP)\n"
+           "  --recompute [M]       gradient checkpointing: keep only the activations between\n"
+           "                        segments of the model and recompute the rest in backward\n"
+           "                        (same numbers, ~1/3 more compute, less memory); M is on\n"
+           "                        (the flag alone), off (default) or auto (on only when the\n"
+           "                        models would not fit otherwise, before a smaller batch)\n"
+           "                        (env STOKE_RECOMPUTE)\n"
            "  --optimizer O         sgd (default, momentum 0.9) or adamw\n"
            "  --lr X                learning rate (default 0.05)\n"
            "  --momentum X, --nesterov, --weight-decay X, --clip-norm X\n"
@@ -140,6 +146,10 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
            p->activations_per_sample * (size_t)p->batch,
            stoke_format_bytes((double)p->activations_per_sample * (double)p->batch, d, sizeof d),
            p->activations_per_sample, p->batch);
+    if (p->recompute_segments > 0)
+        printf("                     (recompute: %d segments, activations recomputed in "
+               "backward)\n",
+               p->recompute_segments);
     printf("  workspace          %12zu bytes  %s", p->workspace,
            stoke_format_bytes((double)p->workspace, e, sizeof e));
     if (p->last_batch > 0)
@@ -200,6 +210,11 @@ int cmd_train(int argc, char **argv)
             value = "false";
         } else if (is_bool_flag(name)) {
             value = eq ? eq + 1 : "true";
+        } else if (!strcmp(name, "recompute") && !eq) {
+            /* the flag alone turns it on; a mode may follow it */
+            const char *next = i + 1 < argc ? argv[i + 1] : "";
+            value = !strcmp(next, "on") || !strcmp(next, "off") || !strcmp(next, "auto") ? argv[++i]
+                                                                                         : "on";
         } else if (eq) {
             value = eq + 1;
         } else if (i + 1 < argc) {

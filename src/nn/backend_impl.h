@@ -16,6 +16,10 @@ typedef struct nn_exec_args {
     int index; /* the node's index (dropout keys) */
     int64_t batch;
     bool train;
+    /* A forward run again in backward (gradient checkpointing) after the real one:
+     * the same values, but no state may change twice (batch norm's running statistics
+     * are left alone). */
+    bool recompute;
     stoke_precision precision;
     const void *in[NN_MAX_INPUTS]; /* fp32, or int32 ids/classes */
     float *din[NN_MAX_INPUTS];     /* ACCUMULATED into */

@@ -542,9 +542,11 @@ static stoke_status bn_fwd(void *ctx, const nn_exec_args *a)
     int C, S;
     bn_dims(a, &C, &S);
     float *mean = a->saved, *rstd = (float *)a->saved + C;
-    stoke_status st = cpu_batchnorm_forward(a->out, mean, rstd, a->param[2], a->param[3], a->in[0],
-                                            a->param[0], a->param[1], (int)a->batch, C, S, a->train,
-                                            a->node->momentum, a->node->eps);
+    /* a recompute must not move the running statistics a second time */
+    float *rmean = a->recompute ? NULL : a->param[2], *rvar = a->recompute ? NULL : a->param[3];
+    stoke_status st =
+        cpu_batchnorm_forward(a->out, mean, rstd, rmean, rvar, a->in[0], a->param[0], a->param[1],
+                              (int)a->batch, C, S, a->train, a->node->momentum, a->node->eps);
     if (st != STOKE_OK)
         return layer_fail(st, a->node);
     return STOKE_OK;

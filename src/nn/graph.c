@@ -387,10 +387,12 @@ static stoke_tensor pool(stoke_graph *g, stoke_nn_op op, stoke_tensor x, int ker
         return gfail(g, STOKE_ERR_ARG, "%s: a %dx%d window does not fit input %s %s", layer, kernel,
                      kernel, in->name, shape_str(&in->shape, b, sizeof b));
     }
+    /* node_with_inputs may move the node array, and `in` with it */
+    stoke_shape s = shape3(in->shape.dims[0], OH, OW);
     nn_node *n = node_with_inputs(g, op, NULL, x, STOKE_NO_TENSOR);
     if (!n)
         return STOKE_NO_TENSOR;
-    n->shape = shape3(in->shape.dims[0], OH, OW);
+    n->shape = s;
     n->kernel = kernel;
     n->stride = stride;
     n->padding = padding;
@@ -438,10 +440,11 @@ stoke_tensor stoke_nn_batchnorm(stoke_graph *g, const char *name, stoke_tensor x
     if (!name)
         return gfail(g, STOKE_ERR_ARG, "batchnorm: a layer with parameters needs a name");
     int64_t C = in->shape.dims[0];
+    stoke_shape s = in->shape; /* node_with_inputs may move the node array */
     nn_node *n = node_with_inputs(g, STOKE_NN_BATCHNORM, name, x, STOKE_NO_TENSOR);
     if (!n)
         return STOKE_NO_TENSOR;
-    n->shape = in->shape;
+    n->shape = s;
     n->momentum = momentum;
     n->eps = eps;
     add_param(g, n, "weight", shape1(C), NN_INIT_ONES, 0, 0, true, false);
@@ -464,10 +467,11 @@ stoke_tensor stoke_nn_layernorm(stoke_graph *g, const char *name, stoke_tensor x
     if (!name)
         return gfail(g, STOKE_ERR_ARG, "layernorm: a layer with parameters needs a name");
     int64_t C = in->shape.dims[in->shape.ndim - 1];
+    stoke_shape s = in->shape; /* node_with_inputs may move the node array */
     nn_node *n = node_with_inputs(g, STOKE_NN_LAYERNORM, name, x, STOKE_NO_TENSOR);
     if (!n)
         return STOKE_NO_TENSOR;
-    n->shape = in->shape;
+    n->shape = s;
     n->eps = eps;
     add_param(g, n, "weight", shape1(C), NN_INIT_ONES, 0, 0, true, false);
     add_param(g, n, "bias", shape1(C), NN_INIT_ZEROS, 0, 0, true, false);

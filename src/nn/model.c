@@ -103,6 +103,15 @@ typedef struct layout {
     size_t *param_off, *lp_off, *grad_off, *state_off;
     int slots;
     size_t params, grads, optim, act_ps, fwd_ps, ws;
+    /* recompute: nsegs segments, segment s the nodes (seg_start[s], seg_end[s]]; seg[i]
+     * the segment whose shared region holds node i's buffers (at shared_off[i] in the
+     * forward part, shared_doff[i] in the gradient part), else -1. seg_dout_ps[s] is
+     * what zeroing segment s's gradients covers. The region is shared_fwd_ps +
+     * shared_dout_ps per sample, counted in act_ps. */
+    int nsegs;
+    int *seg, *seg_start, *seg_end;
+    size_t *shared_off, *shared_doff, *seg_dout_ps;
+    size_t shared_fwd_ps, shared_dout_ps;
 } layout;
 
 static int L_last(const layout *L, int head) { return L->chain[head][L->chain_len[head] - 1]; }
@@ -122,6 +131,12 @@ static void layout_free(layout *L)
     free(L->lp_off);
     free(L->grad_off);
     free(L->state_off);
+    free(L->seg);
+    free(L->seg_start);
+    free(L->seg_end);
+    free(L->shared_off);
+    free(L->shared_doff);
+    free(L->seg_dout_ps);
     memset(L, 0, sizeof *L);
 }
 
@@ -289,6 +304,134 @@ static stoke_status ws_at(const stoke_graph *g, const stoke_model_opts *o, const
     return STOKE_OK;
 }
 
+/* Nodes whose output stays in memory whatever the segments: data (inputs and what is
+ * computed from them alone: cheap, and often read far away, as a target by the loss),
+ * losses and metrics (their values are read once, after forward), and outputs. */
+static bool always_kept(const nn_node *nd)
+{
+    return nd->op == STOKE_NN_INPUT || !nd->needs_grad || nn_op_is_loss(nd->op) ||
+           nn_op_is_metric(nd->op) || nd->is_output;
+}
+
+/* Checkpointed segments (Chen et al. 2016, "Training deep nets with sublinear memory
+ * cost"). A cut is a node after which no earlier output but its own (and kept ones) is
+ * read, so everything between two cuts can be dropped after forward and rebuilt from
+ * the earlier cut's output alone. The pieces between cuts are grouped into about
+ * sqrt(nodes) segments of similar bytes: memory then goes as the kept cut outputs plus
+ * one segment, both about sqrt of the whole. Fills L->nsegs, seg*, shared*. */
+static stoke_status find_segments(const stoke_graph *g, layout *L)
+{
+    int n = g->nnodes;
+    L->seg = malloc((size_t)n * sizeof *L->seg);
+    L->seg_start = malloc((size_t)n * sizeof *L->seg_start);
+    L->seg_end = malloc((size_t)n * sizeof *L->seg_end);
+    L->shared_off = calloc((size_t)n, sizeof *L->shared_off);
+    L->shared_doff = calloc((size_t)n, sizeof *L->shared_doff);
+    L->seg_dout_ps = calloc((size_t)n, sizeof *L->seg_dout_ps);
+    int *last = malloc((size_t)n * sizeof *last), *cuts = malloc((size_t)n * sizeof *cuts);
+    bool *kept = malloc((size_t)n * sizeof *kept);
+    double *prefix = malloc((size_t)n * sizeof *prefix);
+    if (!L->seg || !L->seg_start || !L->seg_end || !L->shared_off || !L->shared_doff ||
+        !L->seg_dout_ps || !last || !cuts || !kept || !prefix) {
+        free(last);
+        free(cuts);
+        free(kept);
+        free(prefix);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory planning", g->name);
+    }
+    for (int i = 0; i < n; i++) {
+        L->seg[i] = -1;
+        last[i] = i;
+        kept[i] = always_kept(&g->nodes[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        const nn_node *nd = &g->nodes[i];
+        if (nd->op == STOKE_NN_RESHAPE) {
+            if (nd->is_output) /* its buffer is its source's */
+                kept[L->alias[i]] = true;
+            continue; /* its readers read its source: they are counted there */
+        }
+        for (int k = 0; k < nd->nin; k++) {
+            int u = L->alias[nd->in[k]];
+            if (last[u] < i)
+                last[u] = i;
+        }
+    }
+    /* cuts, and the bytes the nodes up to each would free */
+    int ncuts = 0, counted = 0;
+    int live = -1; /* the last reader of any earlier node that can be dropped */
+    double bytes = 0;
+    for (int c = 0; c < n; c++) {
+        const nn_node *nd = &g->nodes[c];
+        int h = L->head[c];
+        bool owner = nd->op != STOKE_NN_INPUT && nd->op != STOKE_NN_RESHAPE &&
+                     (h < 0 || L_last(L, h) == c); /* a chain stays whole */
+        if (owner && !kept[c])
+            bytes += (double)(L->out_ps[c] + L->saved_ps[c] + L->dout_ps[c]);
+        if (nd->op != STOKE_NN_INPUT && nd->op != STOKE_NN_RESHAPE)
+            counted++;
+        if (owner && live <= c) {
+            cuts[ncuts] = c;
+            prefix[ncuts++] = bytes;
+        }
+        if (!kept[c] && last[c] > live)
+            live = last[c];
+    }
+    /* sqrt(nodes) segments ending at the cuts nearest to equal shares of the bytes */
+    int want = ncuts > 0 ? (int)lround(sqrt((double)counted)) : 0;
+    if (want > ncuts)
+        want = ncuts;
+    double total = ncuts > 0 ? prefix[ncuts - 1] : 0;
+    int prev_cut = -1, start = -1;
+    L->nsegs = 0;
+    for (int j = 1; j <= want; j++) {
+        int best = -1;
+        if (j == want) {
+            best = ncuts - 1;
+        } else {
+            double target = total * j / want;
+            for (int k = prev_cut + 1; k < ncuts; k++)
+                if (best < 0 || fabs(prefix[k] - target) < fabs(prefix[best] - target))
+                    best = k;
+                else
+                    break; /* prefix grows: past the nearest */
+        }
+        if (best <= prev_cut)
+            continue;
+        prev_cut = best;
+        int end = cuts[best], s = L->nsegs;
+        size_t fwd = 0, dout = 0;
+        for (int i = start + 1; i < end; i++) {
+            const nn_node *nd = &g->nodes[i];
+            int h = L->head[i];
+            if (kept[i] || nd->op == STOKE_NN_INPUT || nd->op == STOKE_NN_RESHAPE ||
+                (h >= 0 && L_last(L, h) != i))
+                continue;
+            L->seg[i] = s;
+            L->shared_off[i] = fwd;
+            L->shared_doff[i] = dout;
+            fwd += L->out_ps[i] + L->saved_ps[i];
+            dout += L->dout_ps[i];
+        }
+        if (fwd == 0 && dout == 0)
+            continue; /* nothing to drop here: the next segment starts where this one did */
+        L->seg_start[s] = start;
+        L->seg_end[s] = end;
+        L->seg_dout_ps[s] = dout;
+        if (fwd > L->shared_fwd_ps)
+            L->shared_fwd_ps = fwd;
+        if (dout > L->shared_dout_ps)
+            L->shared_dout_ps = dout;
+        L->nsegs++;
+        start = end;
+    }
+    free(last);
+    free(cuts);
+    free(kept);
+    free(prefix);
+    return STOKE_OK;
+}
+
 static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o,
                                  const nn_backend *be, layout *L)
 {
@@ -350,9 +493,21 @@ static stoke_status layout_build(const stoke_graph *g, const stoke_model_opts *o
         if (o->training && nd->needs_grad && !scalar && nd->op != STOKE_NN_INPUT &&
             nd->op != STOKE_NN_RESHAPE && !inner)
             L->dout_ps[i] = align_up(el * sizeof(float));
-        L->fwd_ps += L->out_ps[i] + L->saved_ps[i];
-        L->act_ps += L->out_ps[i] + L->saved_ps[i] + L->dout_ps[i];
     }
+    if (o->training && o->recompute) {
+        stoke_status st = find_segments(g, L);
+        if (st != STOKE_OK) {
+            layout_free(L);
+            return st;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (!L->seg || L->seg[i] < 0) {
+            L->fwd_ps += L->out_ps[i] + L->saved_ps[i];
+            L->act_ps += L->out_ps[i] + L->saved_ps[i] + L->dout_ps[i];
+        }
+    L->fwd_ps += L->shared_fwd_ps;
+    L->act_ps += L->shared_fwd_ps + L->shared_dout_ps;
     int64_t b[2];
     for (int k = 0, nb = planned(L, b); k < nb; k++) {
         size_t ws = 0;
@@ -397,6 +552,7 @@ static void plan_fill(const layout *L, const stoke_graph *g, const stoke_model_o
     p->optim = L->optim;
     p->activations_per_sample = L->act_ps;
     p->workspace = L->ws;
+    p->recompute_segments = L->nsegs;
     p->total = p->params + p->grads + p->optim + (size_t)L->batch * p->activations_per_sample +
                p->workspace;
     p->graph = g;
@@ -516,7 +672,8 @@ struct stoke_model {
     float **out, **saved, **dout; /* per node, sized for max_batch */
     char *dout_base;
     size_t dout_bytes;
-    double *value; /* per node: loss and metric values */
+    char *shared_dout; /* the segments' shared gradient region (recompute) */
+    double *value;     /* per node: loss and metric values */
     double total_loss;
     int64_t fwd_batch;
     bool fwd_train, fwd_valid;
@@ -640,6 +797,8 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, st
      * the gradients before backward is one call */
     size_t off = 0;
     for (int i = 0; i < n; i++) {
+        if (L->seg && L->seg[i] >= 0)
+            continue;
         if (L->out_ps[i]) {
             m->out[i] = (float *)(m->act_arena + off);
             off += B * L->out_ps[i];
@@ -649,12 +808,27 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, st
             off += B * L->saved_ps[i];
         }
     }
+    /* the segments' nodes: each segment from the start of one shared region, since only
+     * one segment's activations exist at a time (forward, or its recompute) */
+    for (int i = 0; i < n && L->nsegs; i++)
+        if (L->seg[i] >= 0) {
+            char *at = m->act_arena + off + B * L->shared_off[i];
+            m->out[i] = (float *)at;
+            if (L->saved_ps[i])
+                m->saved[i] = (float *)(at + B * L->out_ps[i]);
+        }
+    off += B * L->shared_fwd_ps;
     m->dout_base = m->act_arena ? m->act_arena + off : NULL;
     for (int i = 0; i < n; i++)
-        if (L->dout_ps[i]) {
+        if (L->dout_ps[i] && !(L->seg && L->seg[i] >= 0)) {
             m->dout[i] = (float *)(m->act_arena + off);
             off += B * L->dout_ps[i];
         }
+    m->shared_dout = m->act_arena ? m->act_arena + off : NULL;
+    for (int i = 0; i < n && L->nsegs; i++)
+        if (L->seg[i] >= 0 && L->dout_ps[i])
+            m->dout[i] = (float *)(m->shared_dout + B * L->shared_doff[i]);
+    off += B * L->shared_dout_ps;
     m->dout_bytes = (size_t)(m->act_arena + off - m->dout_base);
     for (int i = 0; i < n; i++)
         if (L->alias[i] != i) {
@@ -844,6 +1018,32 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
     return STOKE_OK;
 }
 
+/* Rebuilds segment s's dropped activations before its backward: its nodes' forward
+ * again, from the kept outputs, with the forward's batch, mode and dropout key, so the
+ * values are the forward's bit for bit; `recompute` tells batch norm not to update its
+ * running statistics a second time. Losses and metrics are kept nodes: not rerun, their
+ * values not read again. The shared gradient region held the next segment's gradients:
+ * zeroed again. */
+static stoke_status recompute(stoke_model *m, int s)
+{
+    const nn_backend *be = m->be;
+    const layout *L = &m->L;
+    for (int i = L->seg_start[s] + 1; i < L->seg_end[s]; i++) {
+        int h = L->head[i];
+        if (h >= 0 ? h != i || L->seg[L_last(L, h)] != s : L->seg[i] != s)
+            continue;
+        nn_exec_args a = node_args(m, i);
+        a.recompute = true;
+        stoke_status st = h == i ? L->fused[i]->forward(be->ctx, &a)
+                                 : be->ops[m->g->nodes[i].op].forward(be->ctx, &a);
+        if (st != STOKE_OK)
+            return node_fail(m, i, st, "recomputing");
+    }
+    if (L->seg_dout_ps[s])
+        be->zero(be->ctx, m->shared_dout, (size_t)m->o.max_batch * L->seg_dout_ps[s]);
+    return STOKE_OK;
+}
+
 stoke_status stoke_model_backward(stoke_model *m)
 {
     if (!m->o.training)
@@ -860,9 +1060,17 @@ stoke_status stoke_model_backward(stoke_model *m)
         return stoke_fail(STOKE_ERR_ARG, "%s: no loss depends on a parameter", m->g->name);
     if (m->dout_bytes)
         be->zero(be->ctx, m->dout_base, m->dout_bytes);
+    int seg = m->L.nsegs - 1;
     for (int i = m->g->nnodes - 1; i >= 0; i--) {
         const nn_node *nd = &m->g->nodes[i];
         int h = m->L.head[i];
+        if (seg >= 0 && i == m->L.seg_end[seg]) {
+            /* forward wrote the last segment last: its activations are still there */
+            stoke_status st = seg == m->L.nsegs - 1 ? STOKE_OK : recompute(m, seg);
+            seg--;
+            if (st != STOKE_OK)
+                return st;
+        }
         if (h >= 0) {
             /* a chain runs backward from its last node, with its first node's args */
             if (L_last(&m->L, h) != i || !nd->needs_grad)

@@ -63,6 +63,8 @@ static const struct key {
     /* auto, cpu, cuda or cuda:N: checked by the tuner (stoke_decide), which names it */
     {"device", T_STR, offsetof(stoke_train_config, device), sizeof((stoke_train_config *)0)->device,
      0, 0, "STOKE_DEVICE", NULL},
+    {"recompute", T_STR, offsetof(stoke_train_config, recompute),
+     sizeof((stoke_train_config *)0)->recompute, 0, 0, "STOKE_RECOMPUTE", " off on auto "},
     S(optimizer, " sgd adamw "),
     D(lr, 0, 1e3, "LR"),
     D(momentum, 0, 0.9999, NULL),
@@ -114,6 +116,7 @@ void stoke_train_config_defaults(stoke_train_config *c)
     c->workers = -1;
     snprintf(c->precision, sizeof c->precision, "auto");
     snprintf(c->device, sizeof c->device, "auto");
+    snprintf(c->recompute, sizeof c->recompute, "off");
     snprintf(c->optimizer, sizeof c->optimizer, "sgd");
     c->lr = 0.05;
     c->momentum = 0.9;

@@ -81,11 +81,22 @@ stoke_status train_check_memory(const char *model, const train_mem_need *needs, 
                  "activations and workspace)",
                  needs[1].what, stoke_format_bytes((double)need_total(&needs[1]), f, sizeof f),
                  needs[1].batch_flag);
-    else if (fits > 0)
+    else if (fits > 0) {
+        /* checkpointing keeps the batch: worth naming when it fits a larger one */
+        char alt[96] = "";
+        stoke_model_opts o = p0->opts;
+        stoke_mem_plan rp;
+        o.recompute = true;
+        if (o.training && !p0->opts.recompute && p0->graph &&
+            stoke_graph_plan(p0->graph, &o, &rp) == STOKE_OK && rp.recompute_segments > 0) {
+            int64_t rfits = stoke_plan_max_batch(&rp, have - others, needs[0].ring_per_sample);
+            if (rfits > fits)
+                snprintf(alt, sizeof alt, ", or %" PRId64 " with --recompute", rfits);
+        }
         snprintf(advice, sizeof advice,
-                 "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")", needs[0].what,
-                 fits, needs[0].batch_flag, fits);
-    else
+                 "the largest %s batch that fits is %" PRId64 " (%s %" PRId64 ")%s", needs[0].what,
+                 fits, needs[0].batch_flag, fits, alt);
+    } else
         snprintf(advice, sizeof advice,
                  "not even one sample fits: the %s model's parameters, "
                  "gradients and optimizer state alone need %s",

@@ -14,10 +14,9 @@
  * changes the training from here on: applied, and said. */
 static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed", NULL};
 static const char *const resume_quiet[] = {
-    "resume",          "dry_run",        "log",       "checkpoint",
-    "log_every",       "monitor",        "workers",   "prefetch",
-    "threads",         "memory_budget",  "max_steps", "eval_every",
-    "target_accuracy", "val_batch_size", "device",    NULL};
+    "resume",          "dry_run",        "log",     "checkpoint",    "log_every", "monitor",
+    "workers",         "prefetch",       "threads", "memory_budget", "max_steps", "eval_every",
+    "target_accuracy", "val_batch_size", "device",  "recompute",     NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {

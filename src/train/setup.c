@@ -323,8 +323,45 @@ static stoke_model_opts model_opts(const stoke_trainer *t, bool training)
                               .training = training,
                               .seed = c->seed,
                               .no_fusion = c->no_fusion,
+                              .recompute = training && t->recompute,
                               .cuda = t->device != STOKE_TUNE_CPU,
                               .cuda_device = t->device};
+}
+
+/* The recompute line: how many segments the training model checkpoints and the
+ * activation bytes of a training batch without and with them. */
+static void report_recompute(stoke_trainer *t, const char *why)
+{
+    stoke_model_opts mo = model_opts(t, true);
+    stoke_mem_plan on, off;
+    mo.recompute = true;
+    if (stoke_graph_plan(t->graph, &mo, &on) != STOKE_OK)
+        return; /* the allocation that follows reports it */
+    mo.recompute = false;
+    if (stoke_graph_plan(t->graph, &mo, &off) != STOKE_OK)
+        return;
+    if (on.recompute_segments == 0) {
+        train_info(t,
+                   "recompute: on (%s), but the model has no cut to checkpoint at: every "
+                   "activation is kept",
+                   why);
+        return;
+    }
+    char a[32], b[32];
+    double batch = (double)t->cfg.batch_size;
+    train_info(t,
+               "recompute: on (%s; %d segments, activations %s -> %s per batch of %" PRId64
+               ", recomputed in backward)",
+               why, on.recompute_segments,
+               stoke_format_bytes((double)off.activations_per_sample * batch, a, sizeof a),
+               stoke_format_bytes((double)on.activations_per_sample * batch, b, sizeof b),
+               t->cfg.batch_size);
+}
+
+/* recompute auto, still off: the first thing to try when the models do not fit. */
+static bool recompute_pending(const stoke_trainer *t)
+{
+    return !t->recompute && strcmp(t->cfg.recompute, "auto") == 0;
 }
 
 /* The CPU's models: their plans and the loaders' rings against the memory budget
@@ -448,6 +485,18 @@ static stoke_status fit_gpu_batch(stoke_trainer *t)
     if (s != STOKE_OK)
         return s;
     size_t budget = free_bytes / 10 * 9;
+    /* recompute auto: cheaper than a smaller batch, which leaves the GPU less to do */
+    if (recompute_pending(t) && (s = planned_bytes(t, &need)) == STOKE_OK && need > budget) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "auto: the plan needs %.1f MB of GPU memory without it, 90%% of the %.1f MB "
+                 "free is %.1f MB",
+                 need / 1e6, free_bytes / 1e6, budget / 1e6);
+        t->recompute = true;
+        report_recompute(t, why);
+    }
+    if (s != STOKE_OK)
+        return s;
     /* batch 1 first: if even that does not fit, halving would only print lines */
     int64_t b = c->batch_size, vb = c->val_batch_size;
     c->batch_size = c->val_batch_size = 1;
@@ -484,13 +533,19 @@ static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *l
     stoke_status s = t->device != STOKE_TUNE_CPU ? fit_gpu_batch(t) : STOKE_OK;
     if (s != STOKE_OK)
         return s;
-    while ((s = allocate_models(t, ring, left)) == STOKE_ERR_NOMEM && t->device != STOKE_TUNE_CPU &&
-           c->batch_size > 1 && c->accumulate <= (1 << 15)) {
+    while ((s = allocate_models(t, ring, left)) == STOKE_ERR_NOMEM &&
+           (recompute_pending(t) ||
+            (t->device != STOKE_TUNE_CPU && c->batch_size > 1 && c->accumulate <= (1 << 15)))) {
         char why[300];
         snprintf(why, sizeof why, "%s", stoke_last_error());
         stoke_model_free(t->model);
         stoke_model_free(t->eval_model);
         t->model = t->eval_model = NULL;
+        if (recompute_pending(t)) {
+            t->recompute = true;
+            report_recompute(t, "auto: the models did not fit without it");
+            continue;
+        }
         c->batch_size /= 2;
         c->accumulate *= 2;
         if (c->val_batch_size > 1)
@@ -585,6 +640,9 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
         return s;
     setup_mfu(t);
     setup_optim(t);
+    t->recompute = strcmp(t->cfg.recompute, "on") == 0;
+    if (t->recompute)
+        report_recompute(t, stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "recompute")));
     return STOKE_OK;
 }
 

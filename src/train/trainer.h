@@ -32,6 +32,8 @@ struct stoke_trainer {
     stoke_model *eval_model; /* inference-only, val_batch_size samples, weights copied in */
     stoke_precision precision;
     int device;         /* the models' CUDA device, or STOKE_TUNE_CPU */
+    bool recompute;     /* the training model checkpoints (cfg.recompute on, or auto
+                           and it did not fit without) */
     double step_flops;  /* per sample of a training step: 3 x the forward's (MFU) */
     double peak_flops;  /* the device's peak at the precision; 0 if unknown */
     void *target_stage; /* a device model's batch of converted targets, on the host; NULL

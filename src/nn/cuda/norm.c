@@ -38,8 +38,9 @@ static nk_bn_args bn_args(const nn_exec_args *a)
     k.dx = a->din[0];
     k.w = a->param[0];
     k.b = a->param[1];
-    k.rmean = a->param[2];
-    k.rvar = a->param[3];
+    /* a recompute must not move the running statistics a second time */
+    k.rmean = a->recompute ? NULL : a->param[2];
+    k.rvar = a->recompute ? NULL : a->param[3];
     k.mean = a->saved;
     k.rstd = k.mean + k.C;
     k.dw = a->grad[0];
