@@ -832,7 +832,8 @@ static void test_dropout_blocks(void)
     for (int i = 0; i < 40; i++)
         one[i] = 1.0f;
     for (int s = 0; s < 2; s++) {
-        nk_dropout_args k = cuda_dropout_block(99, 5, 0.5f, starts[s], out, one, 0);
+        const uint64_t step = 5;
+        nk_dropout_args k = cuda_dropout_block(99, &step, 0.5f, starts[s], out, one, 0);
         int kept = 0;
         for (int i = 0; i < 40; i++) {
             nk_dropout(i, &k);

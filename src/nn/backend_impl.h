@@ -121,6 +121,10 @@ typedef struct nn_backend {
      * call, of the entries that return none (alloc aside). NULL: nothing is queued
      * (the CPU). */
     stoke_status (*sync)(void *ctx);
+    /* The key of the forward about to run (nn_exec_args.step), for a backend whose
+     * kernels read it from device memory as they run, so that a captured graph replays
+     * with each forward's own dropout mask. NULL: the args' step is all it uses. */
+    void (*set_key)(void *ctx, uint64_t key);
     /* The device's own clock, for the step's phases (stoke_model_mark): a timing event;
      * recorded after the work queued so far; whether it has completed (waiting for it
      * when `wait`); the seconds from a to b, both completed. Failures are kept for sync

@@ -192,6 +192,13 @@ static void cuda_set_threads(void *ctx, int n)
 
 static stoke_status cuda_sync(void *ctx) { return cuda_ctx_sync(ctx); }
 
+static void cuda_set_key(void *ctx, uint64_t key)
+{
+    cuda_ctx *c = ctx;
+    nk_set_args a = {c->key, key};
+    cuda_note(c, CUDA_RUN(c, set_u64, 1, &a));
+}
+
 /* ---- timing events: the step's phases on the device's clock ---- */
 
 static void *cuda_event_new(void *ctx)
@@ -294,6 +301,7 @@ static const nn_backend cuda_backend = {
     .threads = cuda_threads,
     .set_threads = cuda_set_threads,
     .sync = cuda_sync,
+    .set_key = cuda_set_key,
     .event_new = cuda_event_new,
     .event_free = cuda_event_free,
     .event_record = cuda_event_record,

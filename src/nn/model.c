@@ -987,6 +987,8 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
     if (train)
         m->micro++;
     const nn_backend *be = m->be;
+    if (be->set_key)
+        be->set_key(be->ctx, m->fwd_key);
     double total = 0;
     for (int i = 0; i < m->g->nnodes; i++) {
         const nn_node *nd = &m->g->nodes[i];

@@ -181,6 +181,8 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, sizeof(int32_t), (void **)&c->flag);
+    if (st == STOKE_OK)
+        st = stoke_cudart_malloc(c->rt, sizeof(uint64_t), (void **)&c->key);
     if (st != STOKE_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", stoke_last_error());
@@ -225,6 +227,7 @@ void cuda_ctx_free(cuda_ctx *c)
         stoke_cudart_free(c->rt, c->partial);
         stoke_cudart_free(c->rt, c->flag);
         stoke_cudart_free(c->rt, c->totals);
+        stoke_cudart_free(c->rt, c->key);
         stoke_cudart_stream_destroy(c->rt, c->L.stream);
     }
     /* the kernel module stays loaded, as cuBLAS does (cublas.c): it links the CUDA

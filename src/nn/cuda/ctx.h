@@ -42,6 +42,7 @@ typedef struct cuda_ctx {
     double *totals;   /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
     int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
+    uint64_t *key;    /* device: the running forward's dropout key (set_key) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
     char why[320]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */

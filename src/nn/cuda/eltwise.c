@@ -41,18 +41,11 @@ static uint32_t dropout_threshold(float p)
     return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
 
-nk_dropout_args cuda_dropout_block(uint64_t seed, uint64_t step, float p, int64_t base, float *dst,
-                                   const float *src, int acc)
+nk_dropout_args cuda_dropout_block(uint64_t seed, const uint64_t *step, float p, int64_t base,
+                                   float *dst, const float *src, int acc)
 {
-    uint64_t key = stoke_stream_key(seed, step, (uint64_t)base >> 32);
-    nk_dropout_args k = {dst,
-                         src,
-                         base,
-                         (uint32_t)key,
-                         (uint32_t)(key >> 32),
-                         dropout_threshold(p),
-                         1.0f / (1.0f - p),
-                         acc};
+    nk_dropout_args k = {dst,           src, base, stoke_mix64(seed), step, dropout_threshold(p),
+                         1.0f / (1.0f - p), acc};
     return k;
 }
 
@@ -65,7 +58,7 @@ static stoke_status dropout_apply(cuda_ctx *c, const nn_exec_args *a, float *dst
     stoke_status st = STOKE_OK;
     for (int64_t base = 0; base < n && st == STOKE_OK; base += block) {
         nk_dropout_args k =
-            cuda_dropout_block(a->seed, a->step, a->node->p, base, dst + base, src + base, acc);
+            cuda_dropout_block(a->seed, c->key, a->node->p, base, dst + base, src + base, acc);
         st = CUDA_RUN(c, dropout, n - base < block ? n - base : block, &k);
     }
     return st;

@@ -58,6 +58,17 @@ NK_FN void nk_sigmoid_bwd(int64_t i, const nk_unary_args *a)
     a->out[i] += a->dout[i] * y * (1.0f - y);
 }
 
+/* *p = value: the forward's dropout key into device memory, queued in stream order */
+typedef struct nk_set_args {
+    uint64_t *p;
+    uint64_t value;
+} nk_set_args;
+NK_FN void nk_set_u64(int64_t i, const nk_set_args *a)
+{
+    (void)i;
+    *a->p = a->value;
+}
+
 /* out += dout (add's and eval dropout's backward; `in` unused) */
 NK_FN void nk_acc(int64_t i, const nk_unary_args *a) { a->out[i] += a->dout[i]; }
 
@@ -73,14 +84,18 @@ NK_FN void nk_add_fwd(int64_t i, const nk_add_args *a) { a->out[i] = a->x[i] + a
 
 /* Dropout with the CPU backend's mask (cpu_dropout_keep) over elements base, base + 1,
  * ... of one 2^32 block (out and in point at element base): element e keeps iff
- * hash(e's low 32 bits, the block's key) >= thr, the 64-bit key computed on the host
- * (cuda_dropout_block). Forward: out = in * mask * scale; backward (acc): out += in *
- * mask * scale. */
+ * hash(e's low 32 bits, the block's key) >= thr, the block's 64-bit key being
+ * core/rng.h's stoke_stream_key(seed, step, block). The step is read from device memory
+ * when the kernel runs (the backend's set_key writes it before each forward), so a
+ * captured graph replays with the forward's own mask. Forward: out = in * mask *
+ * scale; backward (acc): out += in * mask * scale. */
 typedef struct nk_dropout_args {
     float *out;
     const float *in;
     int64_t base;
-    uint32_t k0, k1, thr;
+    uint64_t seed_mix;    /* stoke_mix64(seed) */
+    const uint64_t *step; /* device */
+    uint32_t thr;
     float scale;
     int acc;
 } nk_dropout_args;
@@ -97,7 +112,9 @@ NK_FN uint32_t nk_hash32(uint32_t x)
 
 NK_FN void nk_dropout(int64_t i, const nk_dropout_args *a)
 {
-    uint32_t bits = nk_hash32(nk_hash32((uint32_t)(a->base + i) ^ a->k0) + a->k1);
+    uint64_t key = nk_mix64(nk_mix64(a->seed_mix ^ *a->step) ^ ((uint64_t)a->base >> 32));
+    uint32_t bits = nk_hash32(nk_hash32((uint32_t)(a->base + i) ^ (uint32_t)key) +
+                              (uint32_t)(key >> 32));
     float v = a->in[i] * (bits >= a->thr ? a->scale : 0.0f);
     if (a->acc)
         a->out[i] += v;
@@ -156,6 +173,7 @@ NK_FN void nk_softmax_bwd(int64_t r, const nk_softmax_args *a)
     X(copy, nk_unary_args)          \
     X(add_fwd, nk_add_args)         \
     X(dropout, nk_dropout_args)     \
+    X(set_u64, nk_set_args)         \
     X(softmax_fwd, nk_softmax_args) \
     X(softmax_bwd, nk_softmax_args)
 

@@ -48,6 +48,17 @@ NK_FN float nk_u2f(uint32_t u)
 #endif
 }
 
+/* core/rng.h's stoke_mix64 (SplitMix64's finalizer after a golden-ratio step), again:
+ * that header's functions are host code, which a kernel cannot call; the dropout
+ * test holds the two to the same bits. */
+NK_FN uint64_t nk_mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 /* fp32 -> bf16 / fp16 bits with the CPU backend's rounding (src/core/precision.h:
  * nearest-even, subnormals kept, NaN quiet with its top payload), so a model's
  * low-precision weight copies are the same bits on either device. */
