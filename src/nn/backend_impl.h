@@ -121,6 +121,11 @@ typedef struct nn_backend {
      * call, of the entries that return none (alloc aside). NULL: nothing is queued
      * (the CPU). */
     stoke_status (*sync)(void *ctx);
+    /* After a forward's ops are queued: the first node (in graph order) whose input its
+     * kernels found bad (a class outside the logits, an id outside the table), *node
+     * its index and the error worded for it; STOKE_OK when none. A device checks this
+     * way so that nothing in the forward waits; NULL: the ops fail as they run. */
+    stoke_status (*forward_check)(void *ctx, int *node);
     /* The key of the forward about to run (nn_exec_args.step), for a backend whose
      * kernels read it from device memory as they run, so that a captured graph replays
      * with each forward's own dropout mask. NULL: the args' step is all it uses. */

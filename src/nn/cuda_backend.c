@@ -192,6 +192,8 @@ static void cuda_set_threads(void *ctx, int n)
 
 static stoke_status cuda_sync(void *ctx) { return cuda_ctx_sync(ctx); }
 
+static stoke_status cuda_fwd_check(void *ctx, int *node) { return cuda_forward_check(ctx, node); }
+
 static void cuda_set_key(void *ctx, uint64_t key)
 {
     cuda_ctx *c = ctx;
@@ -302,6 +304,7 @@ static const nn_backend cuda_backend = {
     .set_threads = cuda_set_threads,
     .sync = cuda_sync,
     .set_key = cuda_set_key,
+    .forward_check = cuda_fwd_check,
     .event_new = cuda_event_new,
     .event_free = cuda_event_free,
     .event_record = cuda_event_record,

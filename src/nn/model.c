@@ -1002,6 +1002,16 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
             h == i ? m->L.fused[i]->forward(be->ctx, &a) : be->ops[nd->op].forward(be->ctx, &a);
         if (st != STOKE_OK)
             return node_fail(m, i, st, "forward");
+    }
+    /* bad input a device's kernels flagged, then the values: read once it is all queued */
+    int bad = -1;
+    stoke_status chk = be->forward_check ? be->forward_check(be->ctx, &bad) : STOKE_OK;
+    if (chk != STOKE_OK && bad >= 0)
+        return node_fail(m, bad, chk, "forward");
+    if (chk != STOKE_OK)
+        return stoke_fail(chk, "%s: forward: %s", m->g->name, stoke_last_error());
+    for (int i = 0; i < m->g->nnodes; i++) {
+        const nn_node *nd = &m->g->nodes[i];
         if (nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op)) {
             float v;
             be->read(be->ctx, &v, m->out[i], sizeof v);

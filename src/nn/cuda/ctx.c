@@ -1,6 +1,6 @@
 /* ctx.c - setting up the CUDA backend's context: the runtime, the device, cuBLAS, the
  * kernel module, the stream every op is queued on. */
-#include "nn/cuda/ctx.h"
+#include "nn/cuda/ops.h"
 
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -180,8 +180,6 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
     if (st == STOKE_OK)
-        st = stoke_cudart_malloc(c->rt, sizeof(int32_t), (void **)&c->flag);
-    if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, sizeof(uint64_t), (void **)&c->key);
     if (st != STOKE_OK) {
         char msg[1024];
@@ -192,6 +190,63 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
     cuda_ctx_set_attention(c, (cuda_attention)atomic_load(&default_attention));
     *out = c;
     return STOKE_OK;
+}
+
+stoke_status cuda_ctx_checks(cuda_ctx *c, int n)
+{
+    if (n <= c->nchecks)
+        return STOKE_OK;
+    stoke_status st = stoke_cudart_stream_sync(c->rt, c->L.stream); /* the old ones unused */
+    if (st != STOKE_OK)
+        return st;
+    stoke_cudart_free(c->rt, c->flags);
+    free(c->checks);
+    c->flags = NULL;
+    c->nchecks = 0;
+    c->checks = calloc((size_t)n, sizeof *c->checks);
+    if (!c->checks)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    st = stoke_cudart_malloc(c->rt, (size_t)n * sizeof(int32_t), (void **)&c->flags);
+    if (st == STOKE_OK)
+        st = stoke_cudart_memset_async(c->rt, c->flags, 0, (size_t)n * sizeof(int32_t),
+                                       c->L.stream);
+    if (st == STOKE_OK)
+        c->nchecks = n;
+    return st;
+}
+
+int32_t *cuda_flag_of(cuda_ctx *c, int node)
+{
+    return c->flags && node >= 0 && node < c->nchecks ? c->flags + node : NULL;
+}
+
+stoke_status cuda_forward_check(cuda_ctx *c, int *node)
+{
+    *node = -1;
+    int last = -1;
+    for (int i = 0; i < c->nchecks; i++)
+        if (c->checks[i].node)
+            last = i;
+    if (last < 0)
+        return STOKE_OK;
+    int32_t *flags = malloc((size_t)(last + 1) * sizeof *flags);
+    if (!flags)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    stoke_status st = stoke_cudart_copy_to_host_async(c->rt, flags, c->flags,
+                                                      (size_t)(last + 1) * sizeof *flags, c->L.stream);
+    if (st == STOKE_OK)
+        st = stoke_cudart_stream_sync(c->rt, c->L.stream);
+    for (int i = 0; i <= last && st == STOKE_OK; i++) {
+        const cuda_input_check *k = &c->checks[i];
+        if (!k->node || flags[i] <= 0)
+            continue;
+        *node = i;
+        st = k->node->op == STOKE_NN_EMBEDDING ? cuda_emb_bad(c, k, flags[i])
+                                               : cuda_loss_bad(c, k, flags[i]);
+        st = cuda_layer_fail(st, k->node);
+    }
+    free(flags);
+    return st;
 }
 
 stoke_status cuda_ctx_totals(cuda_ctx *c, int n)
@@ -225,14 +280,15 @@ void cuda_ctx_free(cuda_ctx *c)
     nn_cublas_close(c->blas);
     if (c->rt) {
         stoke_cudart_free(c->rt, c->partial);
-        stoke_cudart_free(c->rt, c->flag);
         stoke_cudart_free(c->rt, c->totals);
         stoke_cudart_free(c->rt, c->key);
+        stoke_cudart_free(c->rt, c->flags);
         stoke_cudart_stream_destroy(c->rt, c->L.stream);
     }
     /* the kernel module stays loaded, as cuBLAS does (cublas.c): it links the CUDA
      * runtime's C++ code, whose allocations live as long as the process */
     stoke_cudart_close(c->rt);
+    free(c->checks);
     free(c);
 }
 

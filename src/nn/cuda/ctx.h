@@ -41,7 +41,13 @@ typedef struct cuda_ctx {
     double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
     double *totals;   /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
-    int32_t *flag;    /* a device int kernels set to report bad input (1 + sample) */
+    /* Bad input found by a forward's kernels (a class outside the logits, an id outside
+     * the table), read once the forward is queued (cuda_forward_check), so nothing in a
+     * forward waits: flags[i] (device) is node i's first bad sample + 1, checks[i] how to
+     * word its error. nchecks = the graph's nodes once a forward has run. */
+    int32_t *flags;
+    struct cuda_input_check *checks;
+    int nchecks;
     uint64_t *key;    /* device: the running forward's dropout key (set_key) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
@@ -68,6 +74,25 @@ void cuda_note(cuda_ctx *c, stoke_status st);
 
 /* Waits for the stream; the first error noted or raised since the last call. */
 stoke_status cuda_ctx_sync(cuda_ctx *c);
+
+typedef struct cuda_input_check {
+    const nn_node *node; /* NULL: node i checks nothing */
+    const void *data;    /* its targets or ids (device) */
+    int64_t cols, tcols; /* classes or actions, target columns; or the table's rows */
+} cuda_input_check;
+
+/* flags and checks for a graph of n nodes (allocated at the first forward, outside any
+ * capture); node i's flag, or NULL before. */
+stoke_status cuda_ctx_checks(cuda_ctx *c, int n);
+int32_t *cuda_flag_of(cuda_ctx *c, int node);
+
+/* The first node (in graph order) whose kernels flagged bad input in the forward just
+ * queued: waits for it, reads every flag at once; *node = its index and the error worded
+ * as the CPU backend's, or STOKE_OK. */
+stoke_status cuda_forward_check(cuda_ctx *c, int *node);
+/* The embedding's and the losses' wording of node i's error (seq.c, loss.c). */
+stoke_status cuda_emb_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag);
+stoke_status cuda_loss_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag);
 
 /* c->totals with room for at least n doubles (grown when needed). */
 stoke_status cuda_ctx_totals(cuda_ctx *c, int n);

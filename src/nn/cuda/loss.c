@@ -1,6 +1,7 @@
 /* loss.c - the CUDA backend's losses and metrics (k_loss.h): per-sample terms, then
  * one ordered sum, so a loss is the same for any launch configuration. A bad class
- * index comes back through the context's flag, read with the loss. */
+ * index or action sets the node's flag, read once the forward is queued
+ * (cuda_forward_check): the kernels skip the bad samples meanwhile. */
 #include <math.h>
 
 #include "nn/cuda/ops.h"
@@ -27,7 +28,7 @@ static nk_loss_args loss_args(cuda_ctx *c, const nn_exec_args *a, float *dx, flo
     k.per = a->ws;
     k.bad = (int32_t *)(k.per + a->batch);
     k.out = a->out;
-    k.flag = c->flag;
+    k.flag = cuda_flag_of(c, a->index);
     k.rows = a->batch;
     k.cols = cuda_elems(s);
     k.tcols = cuda_elems(cuda_in_shape(a, 1));
@@ -70,11 +71,12 @@ static stoke_status read_back(cuda_ctx *c, void *host, const void *dev, size_t b
 }
 
 /* The first bad sample's error, worded as the CPU backend's: its target read back. */
-static stoke_status bad_target(cuda_ctx *c, const nn_exec_args *a, const nk_loss_args *k, int b)
+stoke_status cuda_loss_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag)
 {
-    if (a->node->op == STOKE_NN_CROSS_ENTROPY) {
+    int b = flag - 1;
+    if (k->node->op == STOKE_NN_CROSS_ENTROPY) {
         int32_t t = 0;
-        stoke_status st = read_back(c, &t, (const int32_t *)a->in[1] + b, sizeof t);
+        stoke_status st = read_back(c, &t, (const int32_t *)k->data + b, sizeof t);
         if (st != STOKE_OK)
             return st;
         return stoke_fail(STOKE_ERR_ARG,
@@ -83,7 +85,7 @@ static stoke_status bad_target(cuda_ctx *c, const nn_exec_args *a, const nk_loss
     }
     float t[3] = {0, 0, 0};
     stoke_status st =
-        read_back(c, t, (const float *)a->in[1] + (int64_t)b * k->tcols, (size_t)k->tcols * 4);
+        read_back(c, t, (const float *)k->data + (int64_t)b * k->tcols, (size_t)k->tcols * 4);
     if (st != STOKE_OK)
         return st;
     if (!(t[0] >= 0 && t[0] < (float)k->cols && t[0] == floorf(t[0])))
@@ -98,24 +100,24 @@ static stoke_status bad_target(cuda_ctx *c, const nn_exec_args *a, const nk_loss
                       (double)t[2]);
 }
 
-/* The sum into out[0]; then the flag, read back: a bad target is an error naming the
- * sample, as the CPU backend's. */
+/* The sum into out[0], and the flag (every loss writes its own; those with targets
+ * that can be bad are checked after the forward). */
 static stoke_status reduce(cuda_ctx *c, const nn_exec_args *a, nk_loss_args *k)
 {
     stoke_status st = CUDA_RUN(c, loss_reduce, 1, k);
-    if (st != STOKE_OK ||
-        (a->node->op != STOKE_NN_CROSS_ENTROPY && a->node->op != STOKE_NN_POLICY_GRADIENT))
-        return st;
-    int32_t flag = 0;
-    st = read_back(c, &flag, c->flag, sizeof flag);
-    return st == STOKE_OK && flag > 0 ? bad_target(c, a, k, flag - 1) : st;
+    if (st == STOKE_OK &&
+        (a->node->op == STOKE_NN_CROSS_ENTROPY || a->node->op == STOKE_NN_POLICY_GRADIENT))
+        c->checks[a->index] = (cuda_input_check){a->node, a->in[1], k->cols, k->tcols};
+    return st;
 }
 
 stoke_status cuda_loss_fwd(void *ctx, const nn_exec_args *a)
 {
     cuda_ctx *c = ctx;
+    stoke_status st = cuda_ctx_checks(c, a->graph->nnodes);
+    if (st != STOKE_OK)
+        return cuda_layer_fail(st, a->node);
     nk_loss_args k = loss_args(c, a, NULL, 1.0f);
-    stoke_status st;
     switch (a->node->op) {
     case STOKE_NN_CROSS_ENTROPY: st = CUDA_RUN(c, ce_fwd, k.rows, &k); break;
     case STOKE_NN_MSE: st = CUDA_RUN(c, mse_fwd, k.rows, &k); break;

@@ -44,7 +44,7 @@ static nk_emb_args emb_args(cuda_ctx *c, const nn_exec_args *a)
     k.dout = a->dout;
     k.ids = a->in[0];
     k.partial = c->partial;
-    k.flag = c->flag;
+    k.flag = cuda_flag_of(c, a->index);
     k.n = in_n(a);
     k.cols = a->node->features;
     k.vocab = a->node->vocab;
@@ -58,31 +58,39 @@ static stoke_status read_i32(cuda_ctx *c, int32_t *host, const int32_t *dev)
     return st == STOKE_OK ? stoke_cudart_stream_sync(c->rt, c->L.stream) : st;
 }
 
-/* The ids checked on the device, the first bad one read back: the CPU's error, naming
- * the position in the batch's ids (sample-major). */
-static stoke_status emb_check(cuda_ctx *c, const nk_emb_args *k)
+/* The first bad id read back: the CPU's error, naming the position in the batch's ids
+ * (sample-major). */
+stoke_status cuda_emb_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag)
 {
-    stoke_status st = CUDA_RUN(c, emb_check_part, CUDA_SUM_STRIDE, k);
-    if (st == STOKE_OK)
-        st = CUDA_RUN(c, emb_check_total, 1, k);
-    int32_t flag = 0, id = 0;
-    if (st == STOKE_OK)
-        st = read_i32(c, &flag, c->flag);
-    if (st != STOKE_OK || flag <= 0)
-        return st;
-    st = read_i32(c, &id, k->ids + (flag - 1));
+    int32_t id = 0;
+    stoke_status st = read_i32(c, &id, (const int32_t *)k->data + (flag - 1));
     if (st != STOKE_OK)
         return st;
     return stoke_fail(STOKE_ERR_ARG,
                       "embedding forward: index %d at position %d is outside the table's %d rows",
-                      (int)id, (int)(flag - 1), (int)k->vocab);
+                      (int)id, (int)(flag - 1), (int)k->cols);
+}
+
+/* The ids checked on the device into the node's flag, read after the forward
+ * (cuda_forward_check); the lookup skips bad ids meanwhile. */
+static stoke_status emb_check(cuda_ctx *c, const nn_exec_args *a, const nk_emb_args *k)
+{
+    stoke_status st = CUDA_RUN(c, emb_check_part, CUDA_SUM_STRIDE, k);
+    if (st == STOKE_OK)
+        st = CUDA_RUN(c, emb_check_total, 1, k);
+    if (st == STOKE_OK)
+        c->checks[a->index] = (cuda_input_check){a->node, k->ids, k->vocab, 0};
+    return st;
 }
 
 stoke_status cuda_emb_fwd(void *ctx, const nn_exec_args *a)
 {
     cuda_ctx *c = ctx;
+    stoke_status st = cuda_ctx_checks(c, a->graph->nnodes);
+    if (st != STOKE_OK)
+        return named(st, a);
     nk_emb_args k = emb_args(c, a);
-    stoke_status st = emb_check(c, &k);
+    st = emb_check(c, a, &k);
     if (st == STOKE_OK)
         st = CUDA_RUN(c, emb_fwd, k.n * k.cols, &k);
     return named(st, a);
