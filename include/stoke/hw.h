@@ -319,6 +319,16 @@ stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, sto
  * and the work after it waits for it (cudaLaunchHostFunc). */
 stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s,
                                            void (*fn)(void *), void *user);
+/* Graphs: STOKE_OK if the runtime has them. From capture_begin to capture_end the work
+ * queued on s is recorded instead of run (global mode: a wait or an allocation in
+ * between fails and spoils the capture); capture_end instantiates it into *out, which
+ * graph_launch queues on s again, whole, each time. */
+typedef void *stoke_gpu_graph; /* a cudaGraphExec_t */
+stoke_status stoke_cudart_check_graph_api(const stoke_cudart *rt);
+stoke_status stoke_cudart_capture_begin(stoke_cudart *rt, stoke_gpu_stream s);
+stoke_status stoke_cudart_capture_end(stoke_cudart *rt, stoke_gpu_stream s, stoke_gpu_graph *out);
+stoke_status stoke_cudart_graph_launch(stoke_cudart *rt, stoke_gpu_graph g, stoke_gpu_stream s);
+void stoke_cudart_graph_free(stoke_cudart *rt, stoke_gpu_graph g); /* NULL is ignored */
 /* True when the loaded runtime is stoke's test double (tests/fake), whose device
  * memory is host memory: only then may the CUDA backend run its kernels' host build. */
 bool stoke_cudart_is_double(const stoke_cudart *rt);

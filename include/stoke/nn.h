@@ -489,6 +489,13 @@ stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src);
  * model runs asynchronously; forward and step already wait where they read values). */
 stoke_status stoke_model_sync(stoke_model *m);
 
+/* A device model captures each forward and backward as a CUDA graph on the second call
+ * with the same batch and mode (the first prepares what the ops cache), then replays
+ * it: one launch instead of one per kernel and library call. The graphs captured so
+ * far; *why (if not NULL) says why the model stopped capturing, "" while it captures
+ * or on a backend without graphs (the CPU). */
+int stoke_model_graphs(const stoke_model *m, const char **why);
+
 /* The phases of a training step, timed on the clock of the device that runs them. */
 typedef enum stoke_phase {
     STOKE_PHASE_START = 0, /* a step begins: ends no phase */

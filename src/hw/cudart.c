@@ -67,6 +67,12 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
     *(void **)&rt->get_last_error = dlsym(lib, "cudaGetLastError");
     *(void **)&rt->event_elapsed_time = dlsym(lib, "cudaEventElapsedTime");
     *(void **)&rt->launch_host_func = dlsym(lib, "cudaLaunchHostFunc");
+    *(void **)&rt->stream_begin_capture = dlsym(lib, "cudaStreamBeginCapture");
+    *(void **)&rt->stream_end_capture = dlsym(lib, "cudaStreamEndCapture");
+    *(void **)&rt->graph_instantiate = dlsym(lib, "cudaGraphInstantiate");
+    *(void **)&rt->graph_launch = dlsym(lib, "cudaGraphLaunch");
+    *(void **)&rt->graph_exec_destroy = dlsym(lib, "cudaGraphExecDestroy");
+    *(void **)&rt->graph_destroy = dlsym(lib, "cudaGraphDestroy");
     if (!rt->get_device_count || !rt->device_get_attribute) {
         dlclose(lib);
         free(rt);
@@ -329,6 +335,49 @@ stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s,
     if (!rt->launch_host_func)
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "the CUDA runtime lacks cudaLaunchHostFunc");
     CU_CALL(rt, "cudaLaunchHostFunc", rt->launch_host_func(s, fn, user));
+}
+
+stoke_status stoke_cudart_check_graph_api(const stoke_cudart *rt)
+{
+    if (!rt->stream_begin_capture || !rt->stream_end_capture || !rt->graph_instantiate ||
+        !rt->graph_launch || !rt->graph_exec_destroy || !rt->graph_destroy)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "the CUDA runtime lacks the graph functions");
+    return STOKE_OK;
+}
+
+stoke_status stoke_cudart_capture_begin(stoke_cudart *rt, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaStreamBeginCapture", rt->stream_begin_capture(s, CU_CAPTURE_MODE_GLOBAL));
+}
+
+stoke_status stoke_cudart_capture_end(stoke_cudart *rt, stoke_gpu_stream s, stoke_gpu_graph *out)
+{
+    *out = NULL;
+    void *g = NULL;
+    int rc = rt->stream_end_capture(s, &g);
+    if (rc != CU_SUCCESS) {
+        if (g)
+            rt->graph_destroy(g);
+        return cu_fail(rt, "cudaStreamEndCapture", rc);
+    }
+    void *exec = NULL;
+    rc = rt->graph_instantiate(&exec, g, 0);
+    rt->graph_destroy(g); /* the instantiated graph outlives its template */
+    if (rc != CU_SUCCESS)
+        return cu_fail(rt, "cudaGraphInstantiate", rc);
+    *out = exec;
+    return STOKE_OK;
+}
+
+stoke_status stoke_cudart_graph_launch(stoke_cudart *rt, stoke_gpu_graph g, stoke_gpu_stream s)
+{
+    CU_CALL(rt, "cudaGraphLaunch", rt->graph_launch(g, s));
+}
+
+void stoke_cudart_graph_free(stoke_cudart *rt, stoke_gpu_graph g)
+{
+    if (g)
+        rt->graph_exec_destroy(g);
 }
 
 bool stoke_cudart_is_double(const stoke_cudart *rt)

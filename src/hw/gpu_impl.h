@@ -92,6 +92,7 @@ enum {
 };
 enum { CU_STREAM_NON_BLOCKING = 1 };
 enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
+enum { CU_CAPTURE_MODE_GLOBAL = 0 };
 enum {
     CU_ATTR_MULTIPROCESSOR_COUNT = 16,
     CU_ATTR_PCI_BUS_ID = 33,
@@ -133,6 +134,13 @@ struct stoke_cudart {
     int (*get_last_error)(void);
     int (*event_elapsed_time)(float *, void *, void *);
     int (*launch_host_func)(void *, void (*)(void *), void *);
+    /* graphs (optional: the CUDA backend captures its steps where they exist) */
+    int (*stream_begin_capture)(void *, int);
+    int (*stream_end_capture)(void *, void **);
+    int (*graph_instantiate)(void **, void *, unsigned long long);
+    int (*graph_launch)(void *, void *);
+    int (*graph_exec_destroy)(void *);
+    int (*graph_destroy)(void *);
     int runtime_version;
 };
 

@@ -126,6 +126,14 @@ typedef struct nn_backend {
      * its index and the error worded for it; STOKE_OK when none. A device checks this
      * way so that nothing in the forward waits; NULL: the ops fail as they run. */
     stoke_status (*forward_check)(void *ctx, int *node);
+    /* Graphs: from capture_begin to capture_end the work the entries queue is recorded
+     * instead of run, into *graph, which replay queues again, whole, with the same
+     * buffers, sizes and arguments (what varies must come from device memory: set_key).
+     * A failed capture leaves nothing behind (no graph, no noted error). NULL: none. */
+    stoke_status (*capture_begin)(void *ctx);
+    stoke_status (*capture_end)(void *ctx, void **graph);
+    stoke_status (*replay)(void *ctx, void *graph);
+    void (*graph_free)(void *ctx, void *graph);
     /* The key of the forward about to run (nn_exec_args.step), for a backend whose
      * kernels read it from device memory as they run, so that a captured graph replays
      * with each forward's own dropout mask. NULL: the args' step is all it uses. */

@@ -192,6 +192,14 @@ static void cuda_set_threads(void *ctx, int n)
 
 static stoke_status cuda_sync(void *ctx) { return cuda_ctx_sync(ctx); }
 
+static stoke_status cuda_cap_begin(void *ctx) { return cuda_capture_begin(ctx); }
+static stoke_status cuda_cap_end(void *ctx, void **graph)
+{
+    return cuda_capture_end(ctx, (cuda_graph **)graph);
+}
+static stoke_status cuda_replay(void *ctx, void *graph) { return cuda_graph_replay(ctx, graph); }
+static void cuda_graph_free_(void *ctx, void *graph) { cuda_graph_free(ctx, graph); }
+
 static stoke_status cuda_fwd_check(void *ctx, int *node) { return cuda_forward_check(ctx, node); }
 
 static void cuda_set_key(void *ctx, uint64_t key)
@@ -305,6 +313,10 @@ static const nn_backend cuda_backend = {
     .sync = cuda_sync,
     .set_key = cuda_set_key,
     .forward_check = cuda_fwd_check,
+    .capture_begin = cuda_cap_begin,
+    .capture_end = cuda_cap_end,
+    .replay = cuda_replay,
+    .graph_free = cuda_graph_free_,
     .event_new = cuda_event_new,
     .event_free = cuda_event_free,
     .event_record = cuda_event_record,

@@ -14,6 +14,8 @@
 
 #define ALIGN 64
 #define NONE  ((size_t)-1)
+/* captured (batch, mode) keys per model: the batch, the epoch's last, an odd one */
+#define NN_MAX_GRAPHS 8
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
@@ -684,7 +686,29 @@ struct stoke_model {
     /* fp16 only (scale 1 otherwise): PyTorch GradScaler's defaults and rules */
     cpu_loss_scaler scaler;
     nn_marks *marks; /* the step's phases (stoke_model_mark), made at the first mark */
+    /* Captured forwards and backwards (backend capture_begin), replayed when the same
+     * batch, mode and loss scale come again. A key's first call runs as it is (it
+     * prepares what the ops cache: cuDNN plans, workspace), its second is captured. */
+    struct model_graph {
+        int64_t batch;
+        bool train;
+        float scale; /* the loss scale the backward was captured with */
+        int fwd_runs, bwd_runs;
+        void *fwd, *bwd;
+    } graphs[NN_MAX_GRAPHS];
+    int ngraphs;
+    char graphs_off[256]; /* why this model stopped capturing ("" while it does) */
 };
+
+/* Every captured graph: they hold the arenas' addresses and the ops' arguments. */
+static void graphs_drop(stoke_model *m)
+{
+    for (int i = 0; i < m->ngraphs; i++) {
+        m->be->graph_free(m->be->ctx, m->graphs[i].fwd);
+        m->be->graph_free(m->be->ctx, m->graphs[i].bwd);
+    }
+    m->ngraphs = 0;
+}
 
 static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
                    stoke_status *st)
@@ -703,6 +727,7 @@ void stoke_model_free(stoke_model *m)
     if (!m)
         return;
     const nn_backend *be = m->be;
+    graphs_drop(m);
     nn_marks_free(m->marks, be);
     be->free(be->ctx, m->params_arena);
     be->free(be->ctx, m->grads_arena);
@@ -964,6 +989,7 @@ stoke_status stoke_model_reserve(stoke_model *m, int64_t batch)
                               "(%zu planned for batch %lld)",
                               m->g->name, need, (long long)batch, m->L.ws,
                               (long long)m->o.max_batch);
+        graphs_drop(m);
         m->be->free(m->be->ctx, m->ws_arena);
         m->ws_arena = ws;
         m->plan.total += need - m->L.ws;
@@ -971,6 +997,80 @@ stoke_status stoke_model_reserve(stoke_model *m, int64_t batch)
     }
     m->ready[m->nready++] = batch;
     return STOKE_OK;
+}
+
+/* The forward's ops, queued (on a device) or run. */
+static stoke_status forward_ops(stoke_model *m)
+{
+    const nn_backend *be = m->be;
+    for (int i = 0; i < m->g->nnodes; i++) {
+        const nn_node *nd = &m->g->nodes[i];
+        if (nd->op == STOKE_NN_INPUT || nd->op == STOKE_NN_RESHAPE)
+            continue;
+        int h = m->L.head[i];
+        if (h >= 0 && h != i)
+            continue; /* ran with its chain's first node */
+        nn_exec_args a = node_args(m, i);
+        stoke_status st =
+            h == i ? m->L.fused[i]->forward(be->ctx, &a) : be->ops[nd->op].forward(be->ctx, &a);
+        if (st != STOKE_OK)
+            return node_fail(m, i, st, "forward");
+    }
+    return STOKE_OK;
+}
+
+/* The graph slot of (batch, train), or NULL: no graphs on this backend or model, or
+ * no slot left. */
+static struct model_graph *graph_of(stoke_model *m, int64_t batch, bool train)
+{
+    if (!m->be->capture_begin || m->graphs_off[0])
+        return NULL;
+    for (int i = 0; i < m->ngraphs; i++)
+        if (m->graphs[i].batch == batch && m->graphs[i].train == train)
+            return &m->graphs[i];
+    if (m->ngraphs == NN_MAX_GRAPHS)
+        return NULL;
+    struct model_graph *g = &m->graphs[m->ngraphs++];
+    memset(g, 0, sizeof *g);
+    g->batch = batch;
+    g->train = train;
+    return g;
+}
+
+/* ops(m) through slot g's forward (or backward) graph: replayed if captured, captured
+ * and replayed on the key's second call, run as they are on its first or without a
+ * slot. A capture that fails turns graphs off for the model (saying why in graphs_off)
+ * and the ops run as they are: nothing ran while capturing. */
+static stoke_status run_graphed(stoke_model *m, struct model_graph *g, bool bwd,
+                                stoke_status (*ops)(stoke_model *m))
+{
+    const nn_backend *be = m->be;
+    if (!g)
+        return ops(m);
+    void **graph = bwd ? &g->bwd : &g->fwd;
+    int *runs = bwd ? &g->bwd_runs : &g->fwd_runs;
+    if (*graph)
+        return be->replay(be->ctx, *graph);
+    if ((*runs)++ == 0)
+        return ops(m);
+    stoke_status st = be->capture_begin(be->ctx);
+    if (st == STOKE_OK) {
+        stoke_status os = ops(m);
+        char why[256];
+        snprintf(why, sizeof why, "%s", stoke_last_error());
+        st = be->capture_end(be->ctx, graph);
+        if (os != STOKE_OK && st == STOKE_OK) {
+            be->graph_free(be->ctx, *graph);
+            *graph = NULL;
+            st = stoke_fail(os, "%s", why);
+        }
+    }
+    if (st != STOKE_OK) {
+        snprintf(m->graphs_off, sizeof m->graphs_off, "%s", stoke_last_error());
+        graphs_drop(m);
+        return ops(m);
+    }
+    return be->replay(be->ctx, *graph);
 }
 
 stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
@@ -989,20 +1089,10 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
     const nn_backend *be = m->be;
     if (be->set_key)
         be->set_key(be->ctx, m->fwd_key);
+    stoke_status fs = run_graphed(m, graph_of(m, batch, train), false, forward_ops);
+    if (fs != STOKE_OK)
+        return fs;
     double total = 0;
-    for (int i = 0; i < m->g->nnodes; i++) {
-        const nn_node *nd = &m->g->nodes[i];
-        if (nd->op == STOKE_NN_INPUT || nd->op == STOKE_NN_RESHAPE)
-            continue;
-        int h = m->L.head[i];
-        if (h >= 0 && h != i)
-            continue; /* ran with its chain's first node */
-        nn_exec_args a = node_args(m, i);
-        stoke_status st =
-            h == i ? m->L.fused[i]->forward(be->ctx, &a) : be->ops[nd->op].forward(be->ctx, &a);
-        if (st != STOKE_OK)
-            return node_fail(m, i, st, "forward");
-    }
     /* bad input a device's kernels flagged, then the values: read once it is all queued */
     int bad = -1;
     stoke_status chk = be->forward_check ? be->forward_check(be->ctx, &bad) : STOKE_OK;
@@ -1056,6 +1146,8 @@ static stoke_status recompute(stoke_model *m, int s)
     return STOKE_OK;
 }
 
+static stoke_status backward_ops(stoke_model *m);
+
 stoke_status stoke_model_backward(stoke_model *m)
 {
     if (!m->o.training)
@@ -1070,6 +1162,24 @@ stoke_status stoke_model_backward(stoke_model *m)
         has_loss = has_loss || (nn_op_is_loss(m->g->nodes[i].op) && m->g->nodes[i].needs_grad);
     if (!has_loss)
         return stoke_fail(STOKE_ERR_ARG, "%s: no loss depends on a parameter", m->g->name);
+    struct model_graph *g = graph_of(m, m->fwd_batch, true);
+    if (g && g->bwd && g->scale != m->scaler.scale) { /* the scale is in the loss kernels */
+        be->graph_free(be->ctx, g->bwd);
+        g->bwd = NULL;
+    }
+    if (g && !g->bwd)
+        g->scale = m->scaler.scale;
+    stoke_status st = run_graphed(m, g, true, backward_ops);
+    if (st != STOKE_OK)
+        return st;
+    m->backward_passes++;
+    return STOKE_OK;
+}
+
+/* The backward's ops, queued (on a device) or run. */
+static stoke_status backward_ops(stoke_model *m)
+{
+    const nn_backend *be = m->be;
     if (m->dout_bytes)
         be->zero(be->ctx, m->dout_base, m->dout_bytes);
     int seg = m->L.nsegs - 1;
@@ -1109,7 +1219,6 @@ stoke_status stoke_model_backward(stoke_model *m)
         if (st != STOKE_OK)
             return node_fail(m, i, st, "backward");
     }
-    m->backward_passes++;
     return STOKE_OK;
 }
 
@@ -1273,6 +1382,16 @@ const char *stoke_model_device_name(const stoke_model *m)
 stoke_status stoke_model_sync(stoke_model *m)
 {
     return m->be->sync ? m->be->sync(m->be->ctx) : STOKE_OK;
+}
+
+int stoke_model_graphs(const stoke_model *m, const char **why)
+{
+    int n = 0;
+    for (int i = 0; i < m->ngraphs; i++)
+        n += (m->graphs[i].fwd != NULL) + (m->graphs[i].bwd != NULL);
+    if (why)
+        *why = m->graphs_off;
+    return n;
 }
 
 void stoke_model_mark(stoke_model *m, stoke_phase p)

@@ -36,6 +36,7 @@ static_assert((int)cudaMemcpyHostToDevice == CU_MEMCPY_HOST_TO_DEVICE, "cudaMemc
 static_assert(cudaStreamNonBlocking == CU_STREAM_NON_BLOCKING, "cudaStreamNonBlocking");
 static_assert(cudaEventDisableTiming == CU_EVENT_DISABLE_TIMING, "cudaEventDisableTiming");
 static_assert(cudaEventDefault == CU_EVENT_DEFAULT, "cudaEventDefault");
+static_assert((int)cudaStreamCaptureModeGlobal == (int)CU_CAPTURE_MODE_GLOBAL, "cudaStreamCaptureModeGlobal");
 static_assert((int)cudaMemcpyDeviceToHost == CU_MEMCPY_DEVICE_TO_HOST, "cudaMemcpyDeviceToHost");
 static_assert((int)cudaMemcpyDeviceToDevice == CU_MEMCPY_DEVICE_TO_DEVICE,
               "cudaMemcpyDeviceToDevice");
@@ -219,6 +220,13 @@ int main()
     CHECK_PROTOTYPE(cudaGetLastError, cudaError_t (*)(void));
     CHECK_PROTOTYPE(cudaEventElapsedTime, cudaError_t (*)(float *, cudaEvent_t, cudaEvent_t));
     CHECK_PROTOTYPE(cudaLaunchHostFunc, cudaError_t (*)(cudaStream_t, cudaHostFn_t, void *));
+    CHECK_PROTOTYPE(cudaStreamBeginCapture, cudaError_t (*)(cudaStream_t, cudaStreamCaptureMode));
+    CHECK_PROTOTYPE(cudaStreamEndCapture, cudaError_t (*)(cudaStream_t, cudaGraph_t *));
+    CHECK_PROTOTYPE(cudaGraphInstantiate,
+                    cudaError_t (*)(cudaGraphExec_t *, cudaGraph_t, unsigned long long));
+    CHECK_PROTOTYPE(cudaGraphLaunch, cudaError_t (*)(cudaGraphExec_t, cudaStream_t));
+    CHECK_PROTOTYPE(cudaGraphExecDestroy, cudaError_t (*)(cudaGraphExec_t));
+    CHECK_PROTOTYPE(cudaGraphDestroy, cudaError_t (*)(cudaGraph_t));
     check_cublas();
 #if STOKE_ABI_CUDNN
     check_cudnn();

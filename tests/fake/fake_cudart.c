@@ -440,6 +440,9 @@ int cudaStreamBeginCapture(void *s, int mode)
     fake_stream *st = s;
     if (!st || mode != 0) /* only the global mode */
         return ret(INVALID_VALUE);
+    const char *no = getenv("STOKE_FAKE_CUDA_NO_CAPTURE"); /* a runtime that cannot */
+    if (no && *no && strcmp(no, "0") != 0)
+        return ret(CAPTURE_UNSUPPORTED);
     pthread_mutex_lock(&fake_mu);
     int slot = -1;
     for (int i = 0; i < FAKE_MAX_CAPTURES; i++)

@@ -9,9 +9,96 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int host_func(void *rt, void *stream, void (*fn)(void *), void *user)
+static int host_func(void *ctx, void *stream, void (*fn)(void *), void *user)
 {
-    return stoke_cudart_launch_host_func(rt, stream, fn, user) == STOKE_OK ? 0 : 1;
+    cuda_ctx *c = ctx;
+    return stoke_cudart_launch_host_func(c->rt, stream, fn, user) == STOKE_OK ? 0 : 1;
+}
+
+/* The host build's launch arguments during a capture, for the graph (cuda_graph). */
+static int keep(void *ctx, void *user)
+{
+    cuda_ctx *c = ctx;
+    if (c->nkept == c->capkept) {
+        int grown = c->capkept ? 2 * c->capkept : 64;
+        void **k = realloc(c->kept, (size_t)grown * sizeof *k);
+        if (!k)
+            return 1;
+        c->kept = k;
+        c->capkept = grown;
+    }
+    c->kept[c->nkept++] = user;
+    return 0;
+}
+
+static void drop_kept(cuda_ctx *c)
+{
+    for (int i = 0; i < c->nkept; i++)
+        free(c->kept[i]);
+    c->nkept = 0;
+}
+
+struct cuda_graph {
+    stoke_gpu_graph exec;
+    void **kept; /* the host build's launch arguments its launches point at */
+    int nkept;
+};
+
+stoke_status cuda_capture_begin(cuda_ctx *c)
+{
+    stoke_status st = stoke_cudart_check_graph_api(c->rt);
+    if (st == STOKE_OK)
+        st = cuda_ctx_sync(c); /* an earlier error must not be blamed on the capture */
+    if (st == STOKE_OK)
+        st = stoke_cudart_capture_begin(c->rt, c->L.stream);
+    c->L.capturing = st == STOKE_OK;
+    return st;
+}
+
+stoke_status cuda_capture_end(cuda_ctx *c, cuda_graph **out)
+{
+    *out = NULL;
+    c->L.capturing = 0;
+    stoke_gpu_graph exec = NULL;
+    stoke_status st = stoke_cudart_capture_end(c->rt, c->L.stream, &exec);
+    cuda_graph *g = st == STOKE_OK ? calloc(1, sizeof *g) : NULL;
+    if (st == STOKE_OK && !g)
+        st = stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    if (st != STOKE_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", stoke_last_error());
+        stoke_cudart_graph_free(c->rt, exec);
+        drop_kept(c);
+        /* what failed inside the capture is the capture's, not the next call's */
+        c->err = STOKE_OK;
+        (void)stoke_cudart_last_error(c->rt, "");
+        return stoke_fail(st, "%s", msg);
+    }
+    g->exec = exec;
+    g->kept = c->kept;
+    g->nkept = c->nkept;
+    c->kept = NULL;
+    c->nkept = c->capkept = 0;
+    *out = g;
+    return STOKE_OK;
+}
+
+stoke_status cuda_graph_replay(cuda_ctx *c, cuda_graph *g)
+{
+    return stoke_cudart_graph_launch(c->rt, g->exec, c->L.stream);
+}
+
+void cuda_graph_free(cuda_ctx *c, cuda_graph *g)
+{
+    if (!g)
+        return;
+    /* a launch still queued reads the arguments */
+    cuda_note(c, stoke_cudart_stream_sync(c->rt, c->L.stream));
+    stoke_cudart_graph_free(c->rt, g->exec);
+    for (int i = 0; i < g->nkept; i++)
+        free(g->kept[i]);
+    free(g->kept);
+    free(g);
 }
 
 /* The module sits beside the object holding this code (the stoke binary, or the
@@ -101,8 +188,9 @@ static stoke_status open_device(cuda_ctx *c, int device)
     if (st == STOKE_OK)
         st = stoke_cudart_stream_create(c->rt, &c->L.stream);
     c->device = device;
-    c->L.host_ctx = c->rt;
+    c->L.host_ctx = c;
     c->L.host_func = host_func;
+    c->L.keep = keep;
     return st;
 }
 
@@ -288,6 +376,8 @@ void cuda_ctx_free(cuda_ctx *c)
     /* the kernel module stays loaded, as cuBLAS does (cublas.c): it links the CUDA
      * runtime's C++ code, whose allocations live as long as the process */
     stoke_cudart_close(c->rt);
+    drop_kept(c);
+    free(c->kept);
     free(c->checks);
     free(c);
 }

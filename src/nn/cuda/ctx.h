@@ -48,6 +48,9 @@ typedef struct cuda_ctx {
     int32_t *flags;
     struct cuda_input_check *checks;
     int nchecks;
+    /* a capture in progress: the host build's launch arguments (cuda_capture_end) */
+    void **kept;
+    int nkept, capkept;
     uint64_t *key;    /* device: the running forward's dropout key (set_key) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
@@ -74,6 +77,15 @@ void cuda_note(cuda_ctx *c, stoke_status st);
 
 /* Waits for the stream; the first error noted or raised since the last call. */
 stoke_status cuda_ctx_sync(cuda_ctx *c);
+
+/* Graphs: the work queued between begin and end is recorded instead of run, and
+ * replayed whole (what varies between replays must be read from device memory, as the
+ * dropout key is). A failed capture discards what it recorded and its errors. */
+typedef struct cuda_graph cuda_graph;
+stoke_status cuda_capture_begin(cuda_ctx *c);
+stoke_status cuda_capture_end(cuda_ctx *c, cuda_graph **out);
+stoke_status cuda_graph_replay(cuda_ctx *c, cuda_graph *g);
+void cuda_graph_free(cuda_ctx *c, cuda_graph *g);
 
 typedef struct cuda_input_check {
     const nn_node *node; /* NULL: node i checks nothing */

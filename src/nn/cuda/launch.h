@@ -26,11 +26,15 @@ extern "C" {
 /* Where a launch goes: the backend's stream. The host build queues each launch there
  * as a host function (`host_func`, the runtime's cudaLaunchHostFunc: 0 on success),
  * so it runs in the stream's order as a kernel would; without a stream it runs at
- * once. The device build ignores host_func. */
+ * once. While the stream is captured into a graph (`capturing`), each launch's copy of
+ * its arguments must outlive the launch, for every replay: `keep` hands it to the
+ * graph (0 on success). The device build ignores all three. */
 typedef struct nk_launch {
     void *stream;
     void *host_ctx;
     int (*host_func)(void *host_ctx, void *stream, void (*fn)(void *), void *user);
+    int capturing;
+    int (*keep)(void *host_ctx, void *user);
 } nk_launch;
 
 #define NK_ALL_KERNELS(X) \

@@ -12,6 +12,7 @@
 #define NK_HOST(name, T)                                                                    \
     typedef struct call_##name {                                                            \
         int64_t n;                                                                          \
+        int kept; /* a graph's: freed with the graph, not after a run */                    \
         T a;                                                                                \
     } call_##name;                                                                          \
     static void loop_##name(int64_t n, const T *a)                                          \
@@ -24,7 +25,8 @@
     {                                                                                       \
         call_##name *c = user;                                                              \
         loop_##name(c->n, &c->a);                                                           \
-        free(c);                                                                            \
+        if (!c->kept)                                                                       \
+            free(c);                                                                        \
     }                                                                                       \
     static int host_##name(const nk_launch *L, int64_t n, const T *a)                       \
     {                                                                                       \
@@ -39,8 +41,13 @@
             return 2; /* cudaErrorMemoryAllocation */                                       \
         c->n = n;                                                                           \
         c->a = *a;                                                                          \
+        c->kept = L->capturing;                                                             \
+        if (c->kept && L->keep(L->host_ctx, c) != 0) {                                      \
+            free(c);                                                                        \
+            return 2;                                                                       \
+        }                                                                                   \
         int rc = L->host_func(L->host_ctx, L->stream, run_##name, c);                       \
-        if (rc != 0)                                                                        \
+        if (rc != 0 && !c->kept)                                                            \
             free(c);                                                                        \
         return rc;                                                                          \
     }
