@@ -370,6 +370,9 @@ int cudaStreamDestroy(void *s)
     pthread_mutex_lock(&fake_mu);
     run_queue(st, 0);
     live_streams--;
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++) /* its capture ends with it */
+        if (capturing[i] == st)
+            capturing[i] = NULL;
     pthread_mutex_unlock(&fake_mu);
     free(st->q);
     graph_release(st->capture);
