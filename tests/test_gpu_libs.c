@@ -560,7 +560,8 @@ static void case_conv(void)
 
 /* The runtime double's graph functions (not in stoke's table). */
 static struct {
-    int (*begin)(void *, int), (*end)(void *, void **), (*inst)(void **, void *, unsigned long long);
+    int (*begin)(void *, int), (*end)(void *, void **),
+        (*inst)(void **, void *, unsigned long long);
     int (*launch)(void *, void *), (*exec_destroy)(void *), (*graph_destroy)(void *);
     int (*live)(void);
 } G;
@@ -588,7 +589,8 @@ static int gemm_after(const gemm_case *g, const gemm_bufs *m, int times)
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
             size_t ci = (size_t)(i + j * g->ldc);
-            double want = get(m->hc, g->c, ci) + times * g->alpha * ref_at(g, m->ha, m->hb, 0, i, j);
+            double want =
+                get(m->hc, g->c, ci) + times * g->alpha * ref_at(g, m->ha, m->hb, 0, i, j);
             bad += !(fabs(out[ci] - want) <= 1e-6 * (1 + fabs(want)));
         }
     free(out);

@@ -15,8 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OK = 0, NOT_INITIALIZED = 1, ALLOC_FAILED = 3, INVALID_VALUE = 7, EXECUTION_FAILED = 13,
-       NOT_SUPPORTED = 15 };
+enum {
+    OK = 0,
+    NOT_INITIALIZED = 1,
+    ALLOC_FAILED = 3,
+    INVALID_VALUE = 7,
+    EXECUTION_FAILED = 13,
+    NOT_SUPPORTED = 15
+};
 enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
 enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
 

@@ -110,7 +110,7 @@ typedef struct fake_copy {
     /* `user` is the double's (fake_cudart_launch_owned): freed after it runs from a
      * stream's queue, or with the graph that recorded it */
     int owned;
-    size_t size;              /* of an owned `user`, for the copy an instantiation makes */
+    size_t size;             /* of an owned `user`, for the copy an instantiation makes */
     struct fake_graph *exec; /* queued by a launch of this exec, which keeps `user` */
 } fake_copy;
 

@@ -33,8 +33,7 @@ int fake_have_runtime(void)
     return fake_rt.extent && fake_rt.launch_owned;
 }
 
-int fake_queue(void *stream, void (*fn)(void *), const void *params, size_t size,
-               size_t scratch)
+int fake_queue(void *stream, void (*fn)(void *), const void *params, size_t size, size_t scratch)
 {
     if (scratch > SIZE_MAX - size - 1)
         return 2; /* cudaErrorMemoryAllocation */
