@@ -251,6 +251,8 @@ static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const v
      * it, before the ones after it, and recorded (not run) while the stream captures.
      * alpha and beta were read above: host pointer mode reads them at the call. */
     rc = fake_queue(fh->stream, gemm_queued, g, sizeof *g, 0);
+    if (rc == 2) /* cudaErrorMemoryAllocation */
+        return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
     if (rc != OK)
         return fake_violation(EXECUTION_FAILED, "%s: queueing on the stream failed (%d)", fn, rc);
     return OK;
