@@ -11,6 +11,15 @@
 #include "gpu_case.h"
 #include "hw/gpu_impl.h"
 
+/* The cases end with _exit, which skips LeakSanitizer's check at exit: ask for it here,
+ * in the ASan build, so data the doubles own (queued work, graphs) is seen freed. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+static void no_leaks(void) { CHECK_INT_EQ(__lsan_do_recoverable_leak_check(), 0); }
+#else
+static void no_leaks(void) {}
+#endif
+
 /* Layouts from shared/reference/gpu-abi.md (measured there with gcc). */
 _Static_assert(sizeof(nv_pci_info) == 68, "nvmlPciInfo_t is 68 bytes");
 _Static_assert(offsetof(nv_pci_info, bus_id) == 36, "busId at 36");
@@ -425,6 +434,106 @@ static void case_capture(void)
     dlclose(fake);
 }
 
+/* An owned host function's data (fake_cudart_launch_owned, what the cuBLAS and cuDNN
+ * doubles queue their work with): freed after it runs from a stream, kept by a graph,
+ * copied by an instantiation, which keeps its copy across launches. A leak or a use
+ * after free here is what the ASan build reports. */
+typedef struct owned_data {
+    int *count;
+    int runs; /* of this copy */
+} owned_data;
+
+static int last_runs;
+
+static void owned_run(void *user)
+{
+    owned_data *d = user;
+    (*d->count)++;
+    last_runs = ++d->runs;
+}
+
+static owned_data *owned(int *count)
+{
+    owned_data *d = malloc(sizeof *d);
+    *d = (owned_data){count, 0};
+    return d;
+}
+
+static void case_owned(void)
+{
+    setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
+    void *fake = dlopen(FAKE_CUDART, RTLD_NOW);
+    CHECK(fake != NULL);
+    if (!fake)
+        return;
+    int (*launch_owned)(void *, void (*)(void *), void *, size_t);
+    int (*begin)(void *, int), (*end)(void *, void **);
+    int (*inst)(void **, void *, unsigned long long), (*launch)(void *, void *);
+    int (*exec_destroy)(void *), (*graph_destroy)(void *), (*live)(void);
+    int (*stream_create)(void **, unsigned), (*stream_sync)(void *), (*stream_destroy)(void *);
+    *(void **)&launch_owned = dlsym(fake, "fake_cudart_launch_owned");
+    *(void **)&begin = dlsym(fake, "cudaStreamBeginCapture");
+    *(void **)&end = dlsym(fake, "cudaStreamEndCapture");
+    *(void **)&inst = dlsym(fake, "cudaGraphInstantiate");
+    *(void **)&launch = dlsym(fake, "cudaGraphLaunch");
+    *(void **)&exec_destroy = dlsym(fake, "cudaGraphExecDestroy");
+    *(void **)&graph_destroy = dlsym(fake, "cudaGraphDestroy");
+    *(void **)&live = dlsym(fake, "fake_cudart_live");
+    *(void **)&stream_create = dlsym(fake, "cudaStreamCreateWithFlags");
+    *(void **)&stream_sync = dlsym(fake, "cudaStreamSynchronize");
+    *(void **)&stream_destroy = dlsym(fake, "cudaStreamDestroy");
+    if (!launch_owned || !begin || !end || !inst || !launch || !exec_destroy || !graph_destroy ||
+        !live || !stream_create || !stream_sync || !stream_destroy) {
+        CHECK(0);
+        return;
+    }
+    int base = live(), count = 0;
+    void *s = NULL, *graph = NULL, *exec = NULL, *exec2 = NULL;
+    CHECK_INT_EQ(stream_create(&s, 1), 0);
+    if (!s)
+        return;
+    CHECK_INT_EQ(launch_owned(s, owned_run, owned(&count), sizeof(owned_data)), 0);
+    CHECK_INT_EQ(count, 0);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(count, 1);
+    /* refused: the data is freed all the same */
+    CHECK_INT_EQ(launch_owned(NULL, owned_run, owned(&count), sizeof(owned_data)), 1);
+
+    CHECK_INT_EQ(begin(s, 0), 0);
+    CHECK_INT_EQ(launch_owned(s, owned_run, owned(&count), sizeof(owned_data)), 0);
+    CHECK_INT_EQ(end(s, &graph), 0);
+    CHECK_INT_EQ(inst(&exec, graph, 0), 0);
+    CHECK_INT_EQ(inst(&exec2, graph, 0), 0);
+    CHECK_INT_EQ(graph_destroy(graph), 0);
+    CHECK_INT_EQ(launch(exec, s), 0);
+    CHECK_INT_EQ(launch(exec, s), 0);
+    CHECK_INT_EQ(count, 1);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(count, 3);
+    CHECK_INT_EQ(last_runs, 2); /* the exec's copy, kept between launches */
+    CHECK_INT_EQ(launch(exec2, s), 0);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(last_runs, 1); /* each instantiation has its own */
+    /* destroyed while launched: freed once the stream has run it */
+    CHECK_INT_EQ(launch(exec, s), 0);
+    CHECK_INT_EQ(exec_destroy(exec), 0);
+    CHECK_INT_EQ(stream_sync(s), 0);
+    CHECK_INT_EQ(count, 5);
+    CHECK_INT_EQ(last_runs, 3);
+    CHECK_INT_EQ(exec_destroy(exec2), 0);
+    /* a graph never instantiated, and a stream destroyed with owned work queued */
+    CHECK_INT_EQ(begin(s, 0), 0);
+    CHECK_INT_EQ(launch_owned(s, owned_run, owned(&count), sizeof(owned_data)), 0);
+    CHECK_INT_EQ(end(s, &graph), 0);
+    CHECK_INT_EQ(graph_destroy(graph), 0);
+    CHECK_INT_EQ(launch_owned(s, owned_run, owned(&count), sizeof(owned_data)), 0);
+    CHECK_INT_EQ(stream_destroy(s), 0);
+    CHECK_INT_EQ(count, 6);
+    CHECK_INT_EQ(live(), base);
+    dlclose(fake);
+    no_leaks();
+}
+
 static void case_real_runtime(void)
 {
     unsetenv("STOKE_CUDART_LIBRARY");
@@ -455,6 +564,7 @@ int main(void)
     gpu_case("device_api", case_device_api);
     gpu_case("timing_events", case_timing_events);
     gpu_case("capture", case_capture);
+    gpu_case("owned_host_functions", case_owned);
     gpu_case("real_runtime", case_real_runtime);
     return CHECK_DONE();
 }

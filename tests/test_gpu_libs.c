@@ -14,6 +14,15 @@
 #include "nn/cuda/kern.h"
 #include "nn/cuda/libs.h"
 
+/* The cases end with _exit, which skips LeakSanitizer's check at exit: ask for it here,
+ * in the ASan build, so data the doubles own (queued work, graphs) is seen freed. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+static void no_leaks(void) { CHECK_INT_EQ(__lsan_do_recoverable_leak_check(), 0); }
+#else
+static void no_leaks(void) {}
+#endif
+
 static struct {
     stoke_cudart *rt;
     nn_cublas *blas;
@@ -75,6 +84,10 @@ static void from_dev(void *host, const void *dev, size_t bytes)
 {
     CHECK_INT_EQ(E.rt->memcpy(host, dev, bytes, CU_MEMCPY_DEVICE_TO_HOST), 0);
 }
+
+/* The doubles queue their work on the stream as the libraries do: a synchronous copy
+ * out of device memory sees it only after this. */
+static void finish(void) { CHECK_INT_EQ(E.rt->stream_synchronize(E.stream), 0); }
 
 /* ---- Values: multiples of 1/8 in [-1, 1], exact in bf16 and fp16, so products and
  * their short sums are exact in float too ---- */
@@ -217,6 +230,7 @@ static int gemm_run(const gemm_case *g)
     CHECK_INT_EQ(E.blas->set_stream(h, E.stream), 0);
     int rc = gemm_call(h, g, &m);
     CHECK_MSG(rc == 0, "gemm: %s (%s)", nn_cublas_error(E.blas, rc), E.blas_problem());
+    finish();
     void *out = malloc(m.nc * tsize(g->c));
     from_dev(out, m.dc, m.nc * tsize(g->c));
     int bad = gemm_mismatches(g, &m, out);
@@ -280,6 +294,36 @@ static void case_gemm(void)
     close_all();
 }
 
+/* A GEMM is queued as cuBLAS enqueues its kernels: after the copies into A and B, before
+ * the copy out of C, and nothing of it done until something waits for the stream. */
+static void case_gemm_queued(void)
+{
+    if (!open_all())
+        return;
+    gemm_case g = plain(NC_OP_N, NC_OP_T, 5, 4, 3);
+    gemm_bufs m;
+    gemm_upload(&g, &m); /* A and B through the queue, C synchronously */
+    void *h = NULL;
+    CHECK_INT_EQ(E.blas->create(&h), 0);
+    CHECK_INT_EQ(E.blas->set_stream(h, E.stream), 0);
+    CHECK_INT_EQ(gemm_call(h, &g, &m), 0);
+    size_t bytes = m.nc * tsize(g.c);
+    float *out = malloc(bytes), *peek = malloc(bytes);
+    for (size_t i = 0; i < m.nc; i++)
+        out[i] = -7;
+    CHECK_INT_EQ(E.rt->memcpy_async(out, m.dc, bytes, CU_MEMCPY_DEVICE_TO_HOST, E.stream), 0);
+    from_dev(peek, m.dc, bytes);
+    CHECK(memcmp(peek, m.hc, bytes) == 0); /* C untouched: the GEMM waits in the queue */
+    CHECK(out[0] == -7 && out[m.nc - 1] == -7);
+    finish();
+    CHECK_INT_EQ(gemm_mismatches(&g, &m, out), 0);
+    CHECK_INT_EQ(E.blas_violations(), 0);
+    CHECK_INT_EQ(E.blas->destroy(h), 0);
+    gemm_release(&m);
+    free(out), free(peek);
+    close_all();
+}
+
 /* One bad GEMM: the expected status, counted once, the problem naming `what`. */
 static void refused(int rc, int want, const char *what)
 {
@@ -326,6 +370,7 @@ static void case_gemm_refused(void)
     refused(GEMM(h2, NC_OP_N, 4, 4, 4, a, NC_R_32F, 4, 4, c, NC_R_32F, 4), 1, "not a live handle");
     refused(E.blas->destroy(h2), 1, "not a live handle");
 #undef GEMM
+    finish();
     CHECK_INT_EQ(E.blas->destroy(h), 0);
     E.rt->free(a), E.rt->free(b), E.rt->free(c);
     close_all();
@@ -484,6 +529,7 @@ static void case_conv(void)
     to_dev(dyo, old, y_elems(s) * 4);
     CHECK_INT_EQ(E.dnn->fwd(d.h, &two, d.x, dx_, d.w, dw_, d.conv, algo, ws, need, &zero, d.y, dyo),
                  0);
+    finish();
     from_dev(out, dyo, y_elems(s) * 4);
     CHECK_INT_EQ(near_all(out, ry, y_elems(s), 2, 0, NULL), 0);
 
@@ -493,6 +539,7 @@ static void case_conv(void)
     to_dev(dxg, old, x_elems(s) * 4);
     CHECK_INT_EQ(
         E.dnn->bwd_data(d.h, &one, d.w, dw_, d.y, dy_, d.conv, 0, NULL, 0, &half, d.x, dxg), 0);
+    finish();
     from_dev(out, dxg, x_elems(s) * 4);
     CHECK_INT_EQ(near_all(out, rdx, x_elems(s), 1, 0.5, old), 0);
 
@@ -507,6 +554,7 @@ static void case_conv(void)
     CHECK_INT_EQ(
         E.dnn->bwd_filter(d.h, &one, d.x, dx_, d.y, dy_, d.conv, 1, fws, fneed, &zero, d.w, dwg),
         0);
+    finish();
     from_dev(out, dwg, w_elems(s) * 4);
     CHECK_INT_EQ(near_all(out, rdw, w_elems(s), 1, 0, NULL), 0);
     CHECK_INT_EQ(E.dnn_violations(), 0);
@@ -517,6 +565,122 @@ static void case_conv(void)
         E.rt->free(bufs[i]);
     free(x), free(w), free(dy), free(out), free(old), free(ry), free(rdx), free(rdw);
     close_all();
+}
+
+/* The runtime double's graph functions (not in stoke's table). */
+static struct {
+    int (*begin)(void *, int), (*end)(void *, void **),
+        (*inst)(void **, void *, unsigned long long);
+    int (*launch)(void *, void *), (*exec_destroy)(void *), (*graph_destroy)(void *);
+    int (*live)(void);
+} G;
+
+static int graph_functions(void)
+{
+    *(void **)&G.begin = dlsym(E.rt->lib, "cudaStreamBeginCapture");
+    *(void **)&G.end = dlsym(E.rt->lib, "cudaStreamEndCapture");
+    *(void **)&G.inst = dlsym(E.rt->lib, "cudaGraphInstantiate");
+    *(void **)&G.launch = dlsym(E.rt->lib, "cudaGraphLaunch");
+    *(void **)&G.exec_destroy = dlsym(E.rt->lib, "cudaGraphExecDestroy");
+    *(void **)&G.graph_destroy = dlsym(E.rt->lib, "cudaGraphDestroy");
+    *(void **)&G.live = dlsym(E.rt->lib, "fake_cudart_live");
+    int ok = G.begin && G.end && G.inst && G.launch && G.exec_destroy && G.graph_destroy && G.live;
+    CHECK(ok);
+    return ok;
+}
+
+/* C (5 x 4, f32) against c0 + times * alpha * A B. */
+static int gemm_after(const gemm_case *g, const gemm_bufs *m, int times)
+{
+    float *out = malloc(m->nc * 4);
+    from_dev(out, m->dc, m->nc * 4);
+    int bad = 0;
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            size_t ci = (size_t)(i + j * g->ldc);
+            double want =
+                get(m->hc, g->c, ci) + times * g->alpha * ref_at(g, m->ha, m->hb, 0, i, j);
+            bad += !(fabs(out[ci] - want) <= 1e-6 * (1 + fabs(want)));
+        }
+    free(out);
+    return bad;
+}
+
+/* stoke captures its training step, GEMMs and convolutions included, as a CUDA graph:
+ * the doubles' calls are recorded, not run, and each launch of the graph runs them
+ * again with the alpha and beta of the call. beta 1 accumulates, so the launches are
+ * counted. The graph is destroyed before its exec, as CUDA allows. */
+static void case_captured(void)
+{
+    if (!open_all() || !graph_functions())
+        return;
+    gemm_case g = plain(NC_OP_T, NC_OP_N, 5, 4, 3);
+    g.beta = 1;
+    gemm_bufs m;
+    gemm_upload(&g, &m);
+    finish();
+    const conv_shape *s = &shape;
+    float *x = malloc(x_elems(s) * 4), *w = malloc(w_elems(s) * 4), *y0 = malloc(y_elems(s) * 4);
+    float *out = malloc(y_elems(s) * 4), *dy = calloc(y_elems(s), 4);
+    double *ry = calloc(y_elems(s), 8), *rdx = calloc(x_elems(s), 8), *rdw = calloc(w_elems(s), 8);
+    for (size_t i = 0; i < x_elems(s); i++)
+        x[i] = (float)val(i, 4);
+    for (size_t i = 0; i < w_elems(s); i++)
+        w[i] = (float)val(i, 5);
+    for (size_t i = 0; i < y_elems(s); i++)
+        y0[i] = (float)val(i, 8);
+    conv_ref(s, x, w, dy, ry, rdx, rdw);
+    float *dx = dev_alloc(x_elems(s) * 4), *dw = dev_alloc(w_elems(s) * 4),
+          *dyv = dev_alloc(y_elems(s) * 4);
+    to_dev(dx, x, x_elems(s) * 4), to_dev(dw, w, w_elems(s) * 4), to_dev(dyv, y0, y_elems(s) * 4);
+    conv_descs d;
+    descs_create(&d, s);
+    void *h = NULL, *graph = NULL, *exec = NULL;
+    CHECK_INT_EQ(E.blas->create(&h), 0);
+    CHECK_INT_EQ(E.blas->set_stream(h, E.stream), 0);
+    int base = G.live();
+
+    float one = 1;
+    CHECK_INT_EQ(G.begin(E.stream, 0), 0);
+    CHECK_INT_EQ(gemm_call(h, &g, &m), 0);
+    CHECK_INT_EQ(E.dnn->fwd(d.h, &one, d.x, dx, d.w, dw, d.conv, 0, NULL, 0, &one, d.y, dyv), 0);
+    /* the values at the call count, not what the pointers hold at a launch */
+    g.alpha = 99, one = 99;
+    CHECK_INT_EQ(G.end(E.stream, &graph), 0);
+    g.alpha = 1.5f;
+    CHECK(graph != NULL);
+    finish();
+    CHECK_INT_EQ(gemm_after(&g, &m, 0), 0); /* recorded, not computed */
+    from_dev(out, dyv, y_elems(s) * 4);
+    CHECK(memcmp(out, y0, y_elems(s) * 4) == 0);
+
+    CHECK_INT_EQ(G.inst(&exec, graph, 0), 0);
+    CHECK_INT_EQ(G.graph_destroy(graph), 0); /* the exec keeps its own copy */
+    CHECK_INT_EQ(G.launch(exec, E.stream), 0);
+    CHECK_INT_EQ(G.launch(exec, E.stream), 0);
+    CHECK_INT_EQ(gemm_after(&g, &m, 0), 0); /* queued, not run */
+    finish();
+    CHECK_INT_EQ(gemm_after(&g, &m, 2), 0);
+    from_dev(out, dyv, y_elems(s) * 4);
+    CHECK_INT_EQ(near_all(out, ry, y_elems(s), 2, 1, y0), 0);
+    /* destroyed while a launch is pending: the runtime lets it finish */
+    CHECK_INT_EQ(G.launch(exec, E.stream), 0);
+    CHECK_INT_EQ(G.exec_destroy(exec), 0);
+    finish();
+    CHECK_INT_EQ(gemm_after(&g, &m, 3), 0);
+    from_dev(out, dyv, y_elems(s) * 4);
+    CHECK_INT_EQ(near_all(out, ry, y_elems(s), 3, 1, y0), 0);
+    CHECK_INT_EQ(G.live(), base);
+    CHECK_INT_EQ(E.blas_violations(), 0);
+    CHECK_INT_EQ(E.dnn_violations(), 0);
+
+    CHECK_INT_EQ(E.blas->destroy(h), 0);
+    descs_destroy(&d);
+    E.rt->free(dx), E.rt->free(dw), E.rt->free(dyv);
+    gemm_release(&m);
+    free(x), free(w), free(y0), free(out), free(dy), free(ry), free(rdx), free(rdw);
+    close_all();
+    no_leaks();
 }
 
 static void dnn_refused(int rc, int want, const char *what)
@@ -576,6 +740,7 @@ static void case_conv_refused(void)
                 "not live");
     dnn_refused(E.dnn->destroy_tensor(gone), 2000, "not a live tensor descriptor");
 #undef FWD
+    finish();
     descs_destroy(&d);
     dnn_refused(E.dnn->set_stream(d.h, E.stream), 2000, "not a live handle");
     E.rt->free(x), E.rt->free(w), E.rt->free(y), E.rt->free(ws);
@@ -758,9 +923,11 @@ int main(int argc, char **argv)
     gpu_case("errors", case_errors);
     gpu_case("no_runtime", case_no_runtime);
     gpu_case("gemm", case_gemm);
+    gpu_case("gemm_queued", case_gemm_queued);
     gpu_case("gemm_refused", case_gemm_refused);
     gpu_case("conv", case_conv);
     gpu_case("conv_refused", case_conv_refused);
+    gpu_case("captured", case_captured);
     gpu_case("cudart", case_cudart);
     gpu_case("cudart_default_memory", case_cudart_default_memory);
     return CHECK_DONE();

@@ -1,8 +1,10 @@
 /* fake_cublas.c - a test double of libcublas.so: the GEMMs stoke calls, computed on the
  * CPU in double over "device memory" from the fake CUDA runtime. Every argument is
- * checked as cuBLAS documents it, and every matrix must lie inside one cudaMalloc
- * allocation: a violation returns an error status and is counted, so a backend test
- * can assert none happened (fake_cublas_violations). */
+ * checked at the call as cuBLAS documents it, and every matrix must lie inside one
+ * cudaMalloc allocation: a violation returns an error status and is counted, so a
+ * backend test can assert none happened (fake_cublas_violations). The product itself
+ * is queued on the handle's stream, as cuBLAS enqueues kernels, so it runs in stream
+ * order and can be captured into a graph. */
 #include "fake_lib.h"
 
 #include <dlfcn.h>
@@ -13,7 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OK = 0, NOT_INITIALIZED = 1, ALLOC_FAILED = 3, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
+enum {
+    OK = 0,
+    NOT_INITIALIZED = 1,
+    ALLOC_FAILED = 3,
+    INVALID_VALUE = 7,
+    EXECUTION_FAILED = 13,
+    NOT_SUPPORTED = 15
+};
 enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
 enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
 
@@ -109,6 +118,7 @@ const char *cublasGetStatusString(int status)
     case OK: return "CUBLAS_STATUS_SUCCESS";
     case NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     case INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
     case NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
     default: return "<unknown>";
     }
@@ -213,6 +223,13 @@ static void compute_one(const gemm *g, int p)
         }
 }
 
+static void gemm_queued(void *params)
+{
+    const gemm *g = params;
+    for (int p = 0; p < g->batch; p++)
+        compute_one(g, p);
+}
+
 static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const void *beta)
 {
     fake_count_call();
@@ -230,10 +247,14 @@ static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const v
         rc = check_memory(fn, g);
     if (rc != OK)
         return rc;
-    /* The stream's queued copies come first, as they would on the device. */
-    fake_rt.sync(fh->stream);
-    for (int p = 0; p < g->batch; p++)
-        compute_one(g, p);
+    /* Queued as cuBLAS enqueues its kernels: after the stream's copies and kernels before
+     * it, before the ones after it, and recorded (not run) while the stream captures.
+     * alpha and beta were read above: host pointer mode reads them at the call. */
+    rc = fake_queue(fh->stream, gemm_queued, g, sizeof *g, 0);
+    if (rc == 2) /* cudaErrorMemoryAllocation */
+        return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
+    if (rc != OK)
+        return fake_violation(EXECUTION_FAILED, "%s: queueing on the stream failed (%d)", fn, rc);
     return OK;
 }
 

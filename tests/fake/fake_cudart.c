@@ -107,6 +107,11 @@ typedef struct fake_copy {
     struct fake_event *ev; /* the recorded event (NULL once re-recorded or destroyed) */
     void (*fn)(void *);    /* not a copy but a host function (cudaLaunchHostFunc) */
     void *user;
+    /* `user` is the double's (fake_cudart_launch_owned): freed after it runs from a
+     * stream's queue, or with the graph that recorded it */
+    int owned;
+    size_t size;             /* of an owned `user`, for the copy an instantiation makes */
+    struct fake_graph *exec; /* queued by a launch of this exec, which keeps `user` */
 } fake_copy;
 
 /* A captured graph (cudaStreamEndCapture) and an instantiated one (cudaGraphExec_t):
@@ -114,6 +119,10 @@ typedef struct fake_copy {
 typedef struct fake_graph {
     fake_copy *ops;
     int n, cap;
+    /* An exec's owned entries still queued by its launches: a destroy while some are
+     * pending is deferred until they have run, as the runtime lets an exec in flight
+     * be destroyed. */
+    int pending, destroyed;
 } fake_graph;
 
 typedef struct fake_stream {
@@ -305,6 +314,18 @@ int cudaStreamCreateWithFlags(void **s, unsigned flags)
     return OK;
 }
 
+/* A graph or exec and the owned user data of its entries. */
+static void graph_release(fake_graph *g)
+{
+    if (!g)
+        return;
+    for (int k = 0; k < g->n; k++)
+        if (g->ops[k].owned)
+            free(g->ops[k].user);
+    free(g->ops);
+    free(g);
+}
+
 /* Runs the stream's queue up to and including the record of event `upto` (all of it
  * for 0). Called with fake_mu held. */
 static void run_queue(fake_stream *st, int upto)
@@ -323,6 +344,10 @@ static void run_queue(fake_stream *st, int upto)
         }
         if (c->fn) {
             c->fn(c->user);
+            if (c->owned)
+                free(c->user);
+            else if (c->exec && --c->exec->pending == 0 && c->exec->destroyed)
+                graph_release(c->exec);
             continue;
         }
         if (c->src)
@@ -345,9 +370,12 @@ int cudaStreamDestroy(void *s)
     pthread_mutex_lock(&fake_mu);
     run_queue(st, 0);
     live_streams--;
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++) /* its capture ends with it */
+        if (capturing[i] == st)
+            capturing[i] = NULL;
     pthread_mutex_unlock(&fake_mu);
     free(st->q);
-    free(st->capture);
+    graph_release(st->capture);
     free(st);
     return OK;
 }
@@ -432,6 +460,22 @@ int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user)
     return enqueue(s, (fake_copy){.fn = fn, .user = user});
 }
 
+/* For the cuBLAS and cuDNN doubles, which queue each call's computation with a malloc'ed
+ * copy of its parameters, as the libraries enqueue kernels: the double owns `user`
+ * (`size` bytes) from this call on, failed or not. A capture records it into the graph,
+ * which frees it; an instantiation copies it, since an exec outlives its graph. */
+int fake_cudart_launch_owned(void *s, void (*fn)(void *), void *user, size_t size)
+{
+    if (!s || !fn) {
+        free(user);
+        return ret(INVALID_VALUE);
+    }
+    int rc = enqueue(s, (fake_copy){.fn = fn, .user = user, .owned = 1, .size = size});
+    if (rc != OK)
+        free(user);
+    return rc;
+}
+
 /* ---- graphs: a capture records the stream's operations instead of queueing them;
  * a launch queues them all again, in order ---- */
 
@@ -475,8 +519,7 @@ int cudaStreamEndCapture(void *s, void **graph)
             capturing[i] = NULL;
     st->capture = NULL;
     if (g && st->invalidated) {
-        free(g->ops);
-        free(g);
+        graph_release(g);
         rc = CAPTURE_INVALIDATED;
     } else if (g) {
         live_graphs++;
@@ -509,18 +552,26 @@ int cudaGraphInstantiate(void **exec, void *graph, unsigned long long flags)
         return ret(MEMORY_ALLOCATION);
     pthread_mutex_lock(&fake_mu);
     int rc = OK;
-    for (int k = 0; k < g->n && rc == OK; k++)
-        if (!push(&x->ops, &x->n, &x->cap, g->ops[k]))
+    for (int k = 0; k < g->n && rc == OK; k++) {
+        fake_copy op = g->ops[k];
+        if (op.owned) {
+            op.user = malloc(op.size ? op.size : 1);
+            if (op.user)
+                memcpy(op.user, g->ops[k].user, op.size);
+        }
+        if ((op.owned && !op.user) || !push(&x->ops, &x->n, &x->cap, op)) {
+            if (op.owned)
+                free(op.user);
             rc = MEMORY_ALLOCATION;
+        }
+    }
     if (rc == OK) {
         live_graphs++;
         *exec = x;
     }
     pthread_mutex_unlock(&fake_mu);
-    if (rc != OK) {
-        free(x->ops);
-        free(x);
-    }
+    if (rc != OK)
+        graph_release(x);
     return ret(rc);
 }
 
@@ -533,8 +584,16 @@ int cudaGraphLaunch(void *exec, void *s)
     pthread_mutex_lock(&fake_mu);
     int rc = OK;
     log_op('L', st->id, 0, NULL);
-    for (int k = 0; k < x->n && rc == OK; k++)
-        rc = enqueue_locked(st, x->ops[k]);
+    for (int k = 0; k < x->n && rc == OK; k++) {
+        fake_copy op = x->ops[k];
+        if (op.owned) { /* the exec keeps user for its next launches */
+            op.owned = 0;
+            op.exec = x;
+        }
+        rc = enqueue_locked(st, op);
+        if (rc == OK && op.exec)
+            x->pending++;
+    }
     pthread_mutex_unlock(&fake_mu);
     return ret(rc);
 }
@@ -546,9 +605,10 @@ static int graph_free(void *graph)
         return ret(INVALID_VALUE);
     pthread_mutex_lock(&fake_mu);
     live_graphs--;
+    g->destroyed = 1;
+    if (!g->pending)
+        graph_release(g);
     pthread_mutex_unlock(&fake_mu);
-    free(g->ops);
-    free(g);
     return OK;
 }
 

@@ -1,9 +1,10 @@
 /* fake_cudnn.c - a test double of libcudnn.so.9: the legacy convolution API stoke
  * calls (NCHW, 2-d cross-correlation, groups 1, dilation 1), computed by loops in
  * double over "device memory" from the fake CUDA runtime. Descriptors are checked
- * against each other and every tensor must lie inside one cudaMalloc allocation; any
- * error status is counted (fake_cudnn_violations) so a backend test can assert none
- * happened. */
+ * against each other at the call and every tensor must lie inside one cudaMalloc
+ * allocation; any error status is counted (fake_cudnn_violations) so a backend test
+ * can assert none happened. The convolution itself is queued on the handle's stream,
+ * as cuDNN enqueues kernels, so it runs in stream order and can be captured. */
 #include "fake_lib.h"
 
 #include <dlfcn.h>
@@ -22,6 +23,7 @@ enum {
     SHAPE_MISMATCH = 2008,
     NOT_SUPPORTED = 3000,
     ALLOC_FAILED = 4003,
+    EXECUTION_FAILED = 5000,
 };
 enum { D_FLOAT = 0, D_HALF = 2, D_BFLOAT16 = 9 };
 enum { NCHW = 0, CROSS_CORRELATION = 1 };
@@ -107,6 +109,7 @@ const char *cudnnGetErrorString(int status)
     case SHAPE_MISMATCH: return "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH";
     case NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
     case ALLOC_FAILED: return "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED";
+    case EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
     default: return "CUDNN_UNKNOWN_STATUS_FOUND";
     }
 }
@@ -453,31 +456,53 @@ static int check_call(const call *c, problem *p, obj **handle)
     return OK;
 }
 
+/* What a queued convolution needs when its stream runs it; the double accumulators
+ * follow it in the same block (fake_queue's scratch), so a graph's copy has its own. */
+typedef struct conv_job {
+    problem p;
+    int op;
+    operands o; /* acc unused: found after the job */
+    void *out;
+    double alpha, beta;
+    long long count;
+} conv_job;
+
+static void conv_queued(void *params)
+{
+    conv_job *j = params;
+    operands o = j->o;
+    o.acc = (double *)(j + 1);
+    memset(o.acc, 0, (size_t)j->count * sizeof *o.acc);
+    loops(&j->p, j->op, &o);
+    for (long long i = 0; i < j->count; i++) {
+        /* beta == 0: the output is not read, so NaN there does not propagate */
+        double v = j->alpha * o.acc[i];
+        if (j->beta != 0)
+            v += j->beta * load(j->out, j->p.dtype, i);
+        store(j->out, j->p.dtype, i, v);
+    }
+}
+
 static int run_conv(const call *c)
 {
-    problem p;
+    conv_job j = {.op = c->op, .o = {c->x, c->w, c->y, NULL}, .out = c->out};
     obj *h = NULL;
     fake_count_call();
-    int rc = check_call(c, &p, &h);
+    int rc = check_call(c, &j.p, &h);
     if (rc != OK)
         return rc;
-    long long count = c->op == FWD ? y_count(&p) : c->op == BWD_DATA ? x_count(&p) : w_count(&p);
-    double *acc = calloc((size_t)count, sizeof *acc);
-    if (!acc)
+    j.count = c->op == FWD ? y_count(&j.p) : c->op == BWD_DATA ? x_count(&j.p) : w_count(&j.p);
+    /* host pointer mode: cuDNN reads alpha and beta at the call */
+    j.alpha = *(const float *)c->alpha;
+    j.beta = *(const float *)c->beta;
+    /* Queued as cuDNN enqueues its kernels: in stream order, recorded while the stream
+     * captures. */
+    rc = fake_queue(h->stream, conv_queued, &j, sizeof j, (size_t)j.count * sizeof(double));
+    if (rc == 2)
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", c->fn);
-    /* The stream's queued copies come first, as they would on the device. */
-    fake_rt.sync(h->stream);
-    operands o = {c->x, c->w, c->y, acc};
-    loops(&p, c->op, &o);
-    double alpha = *(const float *)c->alpha, beta = *(const float *)c->beta;
-    for (long long i = 0; i < count; i++) {
-        /* beta == 0: the output is not read, so NaN there does not propagate */
-        double v = alpha * acc[i];
-        if (beta != 0)
-            v += beta * load(c->out, p.dtype, i);
-        store(c->out, p.dtype, i, v);
-    }
-    free(acc);
+    if (rc != OK)
+        return fake_violation(EXECUTION_FAILED, "%s: queueing on the stream failed (%d)", c->fn,
+                              rc);
     return OK;
 }
 

@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 fake_runtime fake_rt;
 pthread_mutex_t fake_lib_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -21,14 +23,30 @@ static void load_runtime(void)
     if (!lib)
         return;
     *(void **)&fake_rt.extent = dlsym(lib, "fake_cudart_extent");
-    *(void **)&fake_rt.sync = dlsym(lib, "cudaStreamSynchronize");
+    *(void **)&fake_rt.launch_owned = dlsym(lib, "fake_cudart_launch_owned");
 }
 
 int fake_have_runtime(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, load_runtime);
-    return fake_rt.extent && fake_rt.sync;
+    return fake_rt.extent && fake_rt.launch_owned;
+}
+
+int fake_queue(void *stream, void (*fn)(void *), const void *params, size_t size, size_t scratch)
+{
+    if (scratch > SIZE_MAX - size - 1)
+        return 2; /* cudaErrorMemoryAllocation */
+    void *copy = malloc(size + scratch + 1);
+    if (!copy)
+        return 2;
+    memcpy(copy, params, size);
+    if (!stream) {
+        fn(copy);
+        free(copy);
+        return 0;
+    }
+    return fake_rt.launch_owned(stream, fn, copy, size + scratch);
 }
 
 int fake_violation(int status, const char *fmt, ...)

@@ -12,11 +12,21 @@
 /* The fake CUDA runtime the caller already loaded (STOKE_CUDART_LIBRARY). */
 typedef struct fake_runtime {
     int (*extent)(const void *p, size_t *bytes_after); /* fake_cudart_extent */
-    int (*sync)(void *stream);                         /* cudaStreamSynchronize */
+    /* fake_cudart_launch_owned: queues fn(user) on the stream, the runtime owning user */
+    int (*launch_owned)(void *stream, void (*fn)(void *), void *user, size_t size);
 } fake_runtime;
 FAKE_HIDDEN extern fake_runtime fake_rt;
 /* Whether fake_rt is filled (looked up once). */
 FAKE_HIDDEN int fake_have_runtime(void);
+
+/* Queues fn on the stream with a malloc'ed copy of `size` bytes of params followed by
+ * `scratch` bytes for fn's own use (allocated now, so running out of host memory is
+ * the call's failure, not the stream's), as the libraries enqueue their kernels: it
+ * runs when the stream gets to it (in a capture, at each launch of the graph). On the
+ * legacy default stream (NULL), where nothing is ever queued here, it runs at once.
+ * 0, or the runtime's error. */
+FAKE_HIDDEN int fake_queue(void *stream, void (*fn)(void *), const void *params, size_t size,
+                           size_t scratch);
 
 /* Guards the double's own tables too. */
 FAKE_HIDDEN extern pthread_mutex_t fake_lib_mu;
