@@ -169,6 +169,10 @@ static void run_case(const cuda_case *c)
                   "%s: gradient norm cuda %.9g, cpu %.9g", c->name, stoke_model_grad_norm(gpu),
                   stoke_model_grad_norm(cpu));
     }
+    /* the second step on captured graphs: cuBLAS, cuDNN and the kernels all capturable */
+    const char *why = NULL;
+    int graphs = stoke_model_graphs(gpu, &why);
+    CHECK_MSG(c->steps < 2 || (graphs == 2 && !*why), "%s: %d graphs (%s)", c->name, graphs, why);
     compare_eval(cpu, gpu, c);
     for (int i = 0; i < np; i++) {
         double d = diff(cpu, stoke_model_param(cpu, i), gpu, stoke_model_param(gpu, i),
