@@ -130,6 +130,11 @@ static void compare_eval(stoke_model *cpu, stoke_model *gpu, const cuda_case *c)
 
 static void run_case(const cuda_case *c)
 {
+    /* each case's inputs from its name: adding a case changes no other's */
+    rng = 0x9E3779B97F4A7C15ull;
+    for (const char *p = c->name; *p; p++)
+        rng = (rng ^ (unsigned char)*p) * 0x100000001B3ull;
+    rng |= 1;
     stoke_graph *g = c->build();
     CHECK_MSG(stoke_graph_status(g) == STOKE_OK, "%s: %s", c->name, stoke_last_error());
     stoke_model *cpu = make(g, c, false), *gpu = make(g, c, true);
@@ -540,9 +545,11 @@ static const cuda_case cases[] = {
     {"cnn fp32", cnn, 10, STOKE_PREC_FP32, SGD, 5, 3, 1e-4},
     /* The CPU backend's bf16 first layer (1 input channel) depends on the CPU: fp32 math
      * in its fused block with AVX-512, rounded operands below (STOKE_MAX_CPU_ISA=avx2:
-     * gradients 7% apart, measured); the GPU keeps fp32 there, so the tolerance covers
-     * both CPUs' choice and still fails a wrong term */
-    {"cnn bf16", cnn, 10, STOKE_PREC_BF16, SGD, 5, 3, 1e-1},
+     * gradients 7% to 13% apart on three different inputs, measured, the second layer's
+     * through ReLU and max-pool choices that flip); the GPU keeps fp32 there, so the
+     * tolerance covers both CPUs' choice and still fails a wrong term (a wrong
+     * convolution gradient is off by its whole size) */
+    {"cnn bf16", cnn, 10, STOKE_PREC_BF16, SGD, 5, 3, 2e-1},
     {"conv stride 2 fp32", conv_s2, 4, STOKE_PREC_FP32, NESTEROV, 7, 3, 1e-4},
     {"conv stride 2 bf16", conv_s2, 4, STOKE_PREC_BF16, SGD, 7, 3, 2e-2},
     {"conv stride 2 fp16", conv_s2, 4, STOKE_PREC_FP16, SGD, 7, 2, 2e-2},

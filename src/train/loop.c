@@ -328,6 +328,23 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     return STOKE_OK;
 }
 
+/* After the first epoch on a GPU, once: whether its steps replay captured graphs. */
+static void say_graphs(stoke_trainer *t)
+{
+    if (t->graphs_said || !stoke_model_on_device(t->model))
+        return;
+    t->graphs_said = true;
+    const char *why = NULL;
+    int n = stoke_model_graphs(t->model, &why);
+    if (*why)
+        train_info(t, "CUDA graphs: off, every kernel is launched on its own (%s)", why);
+    else
+        train_info(t,
+                   "CUDA graphs: %d captured (a forward and a backward per batch size), "
+                   "replayed at every step after the first",
+                   n);
+}
+
 /* The loader's epoch is over: evaluation, the epoch's event and record, the monitor's
  * warnings and the checkpoint. *done: the last epoch, or the target reached. */
 static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
@@ -358,6 +375,7 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     utilization(t, &e);
     train_emit(t, &e);
     train_log_epoch(t, &e, end);
+    say_graphs(t);
     t->result.train_loss = e.loss;
     t->result.val_loss = vl;
     t->result.val_metric = vm;
