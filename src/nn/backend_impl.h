@@ -134,6 +134,12 @@ typedef struct nn_backend {
     stoke_status (*capture_end)(void *ctx, void **graph);
     stoke_status (*replay)(void *ctx, void *graph);
     void (*graph_free)(void *ctx, void *graph);
+    /* The optimizer step's scalars before its updates, for a backend whose scale, sgd
+     * and adamw read them from device memory as their kernels run (the arguments those
+     * entries get are the same values), so that a captured step replays with each
+     * step's own: learning rate, 1-based step, the gradients' factor. NULL: the
+     * arguments are all it uses. */
+    void (*set_step)(void *ctx, float lr, int64_t t, float coef, const stoke_optim *o);
     /* The key of the forward about to run (nn_exec_args.step), for a backend whose
      * kernels read it from device memory as they run, so that a captured graph replays
      * with each forward's own dropout mask. NULL: the args' step is all it uses. */

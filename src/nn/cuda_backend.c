@@ -118,39 +118,58 @@ static void cuda_sumsq(void *ctx, const float *const *x, const size_t *n, int co
     cuda_note(c, st);
 }
 
+/* The step's scalars into device memory, queued before its updates; the factors as
+ * cpu_sgd_step / cpu_adamw_step compute them (AdamW's in double, rounded once). */
+static void cuda_set_step(void *ctx, float lr, int64_t t, float coef, const stoke_optim *o)
+{
+    cuda_ctx *c = ctx;
+    double td = (double)(t < 1 ? 1 : t), lrd = lr;
+    nk_set_step_args a;
+    memset(&a, 0, sizeof a);
+    a.p = c->step;
+    a.value.coef = coef;
+    a.value.neg_lr = -lr;
+    a.value.first = t <= 1;
+    a.value.decay = (float)(1.0 - lrd * o->weight_decay);
+    a.value.neg_step_size = (float)(-lrd / (1.0 - pow(o->beta1, td)));
+    a.value.bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, td));
+    cuda_note(c, CUDA_RUN(c, set_step, 1, &a));
+}
+
+/* The factor, learning rate and step are set_step's (the same values as the
+ * arguments), read from device memory as the kernels run. */
 static void cuda_scale(void *ctx, float *x, size_t n, float s)
 {
-    nk_scale_args a = {x, s};
+    (void)s;
+    nk_scale_args a = {x, ((cuda_ctx *)ctx)->step};
     cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, scale, n, &a));
 }
 
 static void cuda_sgd(void *ctx, float *w, float *g, float *mom, size_t n, float lr, int64_t t,
                      const stoke_optim *o, uint16_t *w_lp, stoke_precision lp)
 {
-    nk_sgd_args a = {w,           g,           mom,
-                     w_lp,        -lr,         o->weight_decay,
-                     o->momentum, 1.0f, /* 1 - dampening (0, as PyTorch's default) */
-                     t <= 1,      o->nesterov, lp == STOKE_PREC_FP16};
+    (void)lr;
+    (void)t;
+    nk_sgd_args a = {w,
+                     g,
+                     mom,
+                     w_lp,
+                     ((cuda_ctx *)ctx)->step,
+                     o->weight_decay,
+                     o->momentum,
+                     1.0f, /* 1 - dampening (0, as PyTorch's default) */
+                     o->nesterov,
+                     lp == STOKE_PREC_FP16};
     cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, sgd, n, &a));
 }
 
 static void cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n, float lr,
                        int64_t t, const stoke_optim *o)
 {
-    /* the factors as cpu_adamw_step computes them: in double, rounded once */
-    double td = (double)(t < 1 ? 1 : t), lrd = lr;
-    nk_adamw_args a = {w,
-                       g,
-                       m,
-                       v,
-                       o->beta1,
-                       o->beta2,
-                       1.0f - o->beta1,
-                       1.0f - o->beta2,
-                       (float)(1.0 - lrd * o->weight_decay),
-                       (float)(-lrd / (1.0 - pow(o->beta1, td))),
-                       (float)sqrt(1.0 - pow(o->beta2, td)),
-                       o->eps};
+    (void)lr;
+    (void)t;
+    nk_adamw_args a = {w,         g,         m, v, ((cuda_ctx *)ctx)->step, o->beta1, o->beta2,
+                       1.0f - o->beta1, 1.0f - o->beta2, o->eps};
     cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, adamw, n, &a));
 }
 
@@ -312,6 +331,7 @@ static const nn_backend cuda_backend = {
     .set_threads = cuda_set_threads,
     .sync = cuda_sync,
     .set_key = cuda_set_key,
+    .set_step = cuda_set_step,
     .forward_check = cuda_fwd_check,
     .capture_begin = cuda_cap_begin,
     .capture_end = cuda_cap_end,

@@ -697,7 +697,10 @@ struct stoke_model {
         void *fwd, *bwd;
     } graphs[NN_MAX_GRAPHS];
     int ngraphs;
-    char graphs_off[256]; /* why this model stopped capturing ("" while it does) */
+    void *step_graph; /* the optimizer's updates, any batch */
+    int step_runs;
+    double step_lr, step_coef; /* the updates' arguments (step_ops) */
+    char graphs_off[256];      /* why this model stopped capturing ("" while it does) */
 };
 
 /* Every captured graph: they hold the arenas' addresses and the ops' arguments. */
@@ -708,6 +711,9 @@ static void graphs_drop(stoke_model *m)
         m->be->graph_free(m->be->ctx, m->graphs[i].bwd);
     }
     m->ngraphs = 0;
+    if (m->step_graph)
+        m->be->graph_free(m->be->ctx, m->step_graph);
+    m->step_graph = NULL;
 }
 
 static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
@@ -1041,14 +1047,12 @@ static struct model_graph *graph_of(stoke_model *m, int64_t batch, bool train)
  * and replayed on the key's second call, run as they are on its first or without a
  * slot. A capture that fails turns graphs off for the model (saying why in graphs_off)
  * and the ops run as they are: nothing ran while capturing. */
-static stoke_status run_graphed(stoke_model *m, struct model_graph *g, bool bwd,
+static stoke_status run_graphed(stoke_model *m, void **graph, int *runs,
                                 stoke_status (*ops)(stoke_model *m))
 {
     const nn_backend *be = m->be;
-    if (!g)
+    if (!graph)
         return ops(m);
-    void **graph = bwd ? &g->bwd : &g->fwd;
-    int *runs = bwd ? &g->bwd_runs : &g->fwd_runs;
     if (*graph)
         return be->replay(be->ctx, *graph);
     if ((*runs)++ == 0)
@@ -1089,7 +1093,8 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
     const nn_backend *be = m->be;
     if (be->set_key)
         be->set_key(be->ctx, m->fwd_key);
-    stoke_status fs = run_graphed(m, graph_of(m, batch, train), false, forward_ops);
+    struct model_graph *gs = graph_of(m, batch, train);
+    stoke_status fs = gs ? run_graphed(m, &gs->fwd, &gs->fwd_runs, forward_ops) : forward_ops(m);
     if (fs != STOKE_OK)
         return fs;
     double total = 0;
@@ -1169,7 +1174,7 @@ stoke_status stoke_model_backward(stoke_model *m)
     }
     if (g && !g->bwd)
         g->scale = m->scaler.scale;
-    stoke_status st = run_graphed(m, g, true, backward_ops);
+    stoke_status st = g ? run_graphed(m, &g->bwd, &g->bwd_runs, backward_ops) : backward_ops(m);
     if (st != STOKE_OK)
         return st;
     m->backward_passes++;
@@ -1229,6 +1234,43 @@ void stoke_model_zero_grad(stoke_model *m)
     m->backward_passes = 0;
 }
 
+/* The step's updates with m->step_lr and step_coef: every parameter's, its
+ * low-precision copy refreshed and its gradient zeroed. */
+static stoke_status step_ops(stoke_model *m)
+{
+    const nn_backend *be = m->be;
+    const stoke_graph *g = m->g;
+    int64_t t = m->steps + 1;
+    float lr = (float)m->step_lr, coef = (float)m->step_coef;
+    bool sgd = m->o.optim.kind != STOKE_ADAMW;
+    for (int i = 0; i < g->nparams; i++) {
+        if (!m->grad[i])
+            continue;
+        size_t n = (size_t)g->params[i].info.elems;
+        /* a device reads the factor as it runs: a graph must hold the pass always */
+        if (m->step_coef != 1.0 || be->set_step)
+            be->scale(be->ctx, m->grad[i], n, coef);
+        if (!sgd)
+            be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n,
+                      lr, t, &m->o.optim);
+        else /* refreshes the low-precision copy and zeroes the gradient as it goes */
+            be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, lr, t, &m->o.optim,
+                    m->param_lp[i], m->o.precision);
+    }
+    if (sgd) {
+        /* what SGD's pass did not cover: copies of parameters without gradients */
+        for (int i = 0; i < g->nparams; i++)
+            if (m->param_lp[i] && !m->grad[i])
+                be->to_lowp(be->ctx, m->o.precision, m->param[i], m->param_lp[i],
+                            (size_t)g->params[i].info.elems);
+    } else {
+        stoke_model_params_changed(m);
+        if (m->grads_arena)
+            be->zero(be->ctx, m->grads_arena, m->L.grads);
+    }
+    return STOKE_OK;
+}
+
 stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied)
 {
     if (applied)
@@ -1283,34 +1325,18 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     float clip = m->o.optim.clip_norm;
     if (clip > 0 && m->grad_norm > clip) /* torch.nn.utils.clip_grad_norm_ */
         coef *= clip / (m->grad_norm + 1e-6);
-    int64_t t = m->steps + 1;
-    bool sgd = m->o.optim.kind != STOKE_ADAMW;
-    for (int i = 0; i < g->nparams; i++) {
-        if (!m->grad[i])
-            continue;
-        size_t n = (size_t)g->params[i].info.elems;
-        if (coef != 1.0)
-            be->scale(be->ctx, m->grad[i], n, (float)coef);
-        if (!sgd)
-            be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n,
-                      (float)lr, t, &m->o.optim);
-        else /* refreshes the low-precision copy and zeroes the gradient as it goes */
-            be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, (float)lr, t, &m->o.optim,
-                    m->param_lp[i], m->o.precision);
-    }
-    m->steps = t;
+    m->step_lr = lr;
+    m->step_coef = coef;
+    if (be->set_step) /* outside the graph: the step's own values, for its replay */
+        be->set_step(be->ctx, (float)lr, m->steps + 1, (float)coef, &m->o.optim);
+    stoke_status us = m->graphs_off[0] || !be->capture_begin
+                          ? step_ops(m)
+                          : run_graphed(m, &m->step_graph, &m->step_runs, step_ops);
+    if (us != STOKE_OK)
+        return us;
+    m->steps++;
     m->micro = 0;
-    if (sgd) {
-        /* what SGD's pass did not cover: copies of parameters without gradients */
-        for (int i = 0; i < g->nparams; i++)
-            if (m->param_lp[i] && !m->grad[i])
-                be->to_lowp(be->ctx, m->o.precision, m->param[i], m->param_lp[i],
-                            (size_t)g->params[i].info.elems);
-        m->backward_passes = 0;
-    } else {
-        stoke_model_params_changed(m);
-        stoke_model_zero_grad(m);
-    }
+    m->backward_passes = 0;
     if (fp16)
         cpu_loss_scaler_update(&m->scaler, false);
     if (be->sync) {
@@ -1386,7 +1412,7 @@ stoke_status stoke_model_sync(stoke_model *m)
 
 int stoke_model_graphs(const stoke_model *m, const char **why)
 {
-    int n = 0;
+    int n = m->step_graph != NULL;
     for (int i = 0; i < m->ngraphs; i++)
         n += (m->graphs[i].fwd != NULL) + (m->graphs[i].bwd != NULL);
     if (why)

@@ -340,8 +340,8 @@ static void say_graphs(stoke_trainer *t)
         train_info(t, "CUDA graphs: off, every kernel is launched on its own (%s)", why);
     else
         train_info(t,
-                   "CUDA graphs: %d captured (a forward and a backward per batch size), "
-                   "replayed at every step after the first",
+                   "CUDA graphs: %d captured (a forward and a backward per batch size, the "
+                   "optimizer's updates), replayed at every step after the first",
                    n);
 }
 

@@ -131,7 +131,7 @@ done
 for want in '^device: cuda:0 (flag)' '^precision: fp32 (flag)' \
             '^threads: .*1 queues the GPU' '^pinned memory: yes\|pinned memory: yes' \
             '^device copy: batches go to the GPU from pinned slots' \
-            '^CUDA graphs: [0-9]* captured (a forward and a backward per batch size)'; do
+            '^CUDA graphs: [0-9]* captured (a forward and a backward per batch size, the optimizer'; do
     if grep -q -- "$want" "$work/gpu_mlp.txt"; then ok "output has '$want'"; else fail "output lacks '$want'"; show "$work/gpu_mlp.txt"; fi
 done
 if grep -q '"device":"cuda:0","device_name":"CUDA device 0 (compute capability 9.0), kernels: host' "$work/gpu_mlp.jsonl"; then

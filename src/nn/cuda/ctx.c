@@ -269,6 +269,8 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, sizeof(uint64_t), (void **)&c->key);
+    if (st == STOKE_OK)
+        st = stoke_cudart_malloc(c->rt, sizeof(nk_step), (void **)&c->step);
     if (st != STOKE_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", stoke_last_error());
@@ -370,6 +372,7 @@ void cuda_ctx_free(cuda_ctx *c)
         stoke_cudart_free(c->rt, c->partial);
         stoke_cudart_free(c->rt, c->totals);
         stoke_cudart_free(c->rt, c->key);
+        stoke_cudart_free(c->rt, c->step);
         stoke_cudart_free(c->rt, c->flags);
         stoke_cudart_stream_destroy(c->rt, c->L.stream);
     }

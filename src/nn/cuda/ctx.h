@@ -52,6 +52,7 @@ typedef struct cuda_ctx {
     void **kept;
     int nkept, capkept;
     uint64_t *key;    /* device: the running forward's dropout key (set_key) */
+    nk_step *step;    /* device: the optimizer step's scalars (set_step) */
     stoke_status err; /* the first failure of a void entry (read, write, zero, ...) */
     char err_msg[512];
     char why[320]; /* how it was set up: "cuBLAS 13, kernels: device (sm_80 ...)" */

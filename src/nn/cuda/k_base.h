@@ -7,11 +7,31 @@
 #include "nn/cuda/kern.h"
 
 /* x *= s (cpu_scale) */
+/* The optimizer step's scalars in device memory (the backend's set_step), read by the
+ * update kernels as they run, so a captured step replays with each step's own. */
+typedef struct nk_step {
+    float coef;   /* the gradients' factor: 1 / (loss scale x batches), clipping's too */
+    float neg_lr; /* SGD */
+    int first;    /* SGD: the first momentum step */
+    float decay, neg_step_size, bc2_sqrt; /* AdamW's, computed on the host in double */
+} nk_step;
+
+typedef struct nk_set_step_args {
+    nk_step *p;
+    nk_step value;
+} nk_set_step_args;
+NK_FN void nk_set_step(int64_t i, const nk_set_step_args *a)
+{
+    (void)i;
+    *a->p = a->value;
+}
+
+/* x *= the step's coef */
 typedef struct nk_scale_args {
     float *x;
-    float s;
+    const nk_step *step;
 } nk_scale_args;
-NK_FN void nk_scale(int64_t i, const nk_scale_args *a) { a->x[i] *= a->s; }
+NK_FN void nk_scale(int64_t i, const nk_scale_args *a) { a->x[i] *= a->step->coef; }
 
 /* fp32 -> bf16 (fp16 when fp16 != 0) bits (cpu_f32_to_bf16 / _f16) */
 typedef struct nk_lowp_args {
@@ -53,18 +73,19 @@ NK_FN void nk_sumsq_total(int64_t j, const nk_sumsq_args *a)
 typedef struct nk_sgd_args {
     float *w, *g, *mom;
     uint16_t *w_lp; /* or NULL */
-    float neg_lr, wd, momentum, keep;
-    int first, nesterov, fp16;
+    const nk_step *step;
+    float wd, momentum, keep;
+    int nesterov, fp16;
 } nk_sgd_args;
 NK_FN void nk_sgd(int64_t i, const nk_sgd_args *a)
 {
-    float d = a->g[i] + a->wd * a->w[i];
+    float d = a->g[i] + a->wd * a->w[i], neg_lr = a->step->neg_lr;
     if (a->momentum == 0) {
-        a->w[i] += a->neg_lr * d;
+        a->w[i] += neg_lr * d;
     } else {
-        float buf = a->first ? d : a->momentum * a->mom[i] + a->keep * d;
+        float buf = a->step->first ? d : a->momentum * a->mom[i] + a->keep * d;
         a->mom[i] = buf;
-        a->w[i] += a->neg_lr * (a->nesterov ? d + a->momentum * buf : buf);
+        a->w[i] += neg_lr * (a->nesterov ? d + a->momentum * buf : buf);
     }
     if (a->w_lp)
         a->w_lp[i] = a->fp16 ? nk_to_f16(a->w[i]) : nk_to_bf16(a->w[i]);
@@ -76,17 +97,19 @@ typedef struct nk_adamw_args {
     float *w;
     const float *g;
     float *m, *v;
-    float b1, b2, one_b1, one_b2, decay, neg_step_size, bc2_sqrt, eps;
+    const nk_step *step;
+    float b1, b2, one_b1, one_b2, eps;
 } nk_adamw_args;
 NK_FN void nk_adamw(int64_t i, const nk_adamw_args *a)
 {
-    float p = a->w[i] * a->decay, gi = a->g[i];
+    const nk_step *s = a->step;
+    float p = a->w[i] * s->decay, gi = a->g[i];
     float m = a->b1 * a->m[i] + a->one_b1 * gi;
     float v = a->b2 * a->v[i] + a->one_b2 * gi * gi;
     a->m[i] = m;
     a->v[i] = v;
-    float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
-    a->w[i] = p + a->neg_step_size * m / denom;
+    float denom = sqrtf(v) / s->bc2_sqrt + a->eps;
+    a->w[i] = p + s->neg_step_size * m / denom;
 }
 
 /* Rows of `cols` values: y[r, c] += b[c] (the linear layer's bias after its GEMM) */
@@ -112,6 +135,7 @@ NK_FN void nk_bias_grad(int64_t c, const nk_bias_grad_args *a)
 }
 
 #define NK_BASE_KERNELS(X)        \
+    X(set_step, nk_set_step_args) \
     X(scale, nk_scale_args)       \
     X(to_lowp, nk_lowp_args)      \
     X(sumsq_part, nk_sumsq_args)  \
