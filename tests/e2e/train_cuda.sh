@@ -21,12 +21,7 @@ if [ ! -d "$data" ]; then
 fi
 . "$(dirname "$0")/lib.sh"
 
-export STOKE_NVML_LIBRARY="$fake/fake_nvml/libnvidia-ml.so.1"
-export STOKE_CUDART_LIBRARY="$fake/fake_cudart/libcudart.so.13"
-export STOKE_CUBLAS_LIBRARY="$fake/fake_cublas/libcublas.so.13"
-export STOKE_CUDNN_LIBRARY="$fake/fake_cudnn/libcudnn.so.9"
-export STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_train.gpu"
-export STOKE_CUDA_KERNELS=host
+use_gpu_doubles "$fake" "$scenarios"
 
 small="--limit 640 --val-limit 300 --epochs 1 --batch-size 64 --log-every 1"
 

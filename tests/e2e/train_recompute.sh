@@ -110,12 +110,7 @@ same_losses "auto: the same losses" "$work/transformer-off.jsonl" "$work/auto.js
 if ! grep -q "recompute" "$out"; then ok "auto: off when everything fits"; else fail "auto when it fits"; show "$out"; fi
 
 if [ -n "$fake" ]; then
-    export STOKE_NVML_LIBRARY="$fake/fake_nvml/libnvidia-ml.so.1"
-    export STOKE_CUDART_LIBRARY="$fake/fake_cudart/libcudart.so.13"
-    export STOKE_CUBLAS_LIBRARY="$fake/fake_cublas/libcublas.so.13"
-    export STOKE_CUDNN_LIBRARY="$fake/fake_cudnn/libcudnn.so.9"
-    export STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_train.gpu"
-    export STOKE_CUDA_KERNELS=host
+    use_gpu_doubles "$fake" "$scenarios"
     gpu="--model mlp --device cuda --limit 640 --val-limit 300 --epochs 1 --batch-size 128 --precision fp32 --log-every 1"
     # the mlp's plans: 18.6 MB without, 18.1 MB with; 90% of 20.4 MB lies between
     STOKE_FAKE_CUDA_MALLOC_LIMIT=20400000 "$stoke" train $gpu --recompute auto \

@@ -282,27 +282,36 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
     return STOKE_OK;
 }
 
+/* *p with room for n elements of `size` bytes: a new zeroed buffer once the stream is
+ * done with the old one, whose contents are dropped. */
+static stoke_status grow(cuda_ctx *c, void **p, int *cap, int n, size_t size)
+{
+    if (n <= *cap)
+        return STOKE_OK;
+    stoke_status st = stoke_cudart_stream_sync(c->rt, c->L.stream);
+    if (st != STOKE_OK)
+        return st;
+    stoke_cudart_free(c->rt, *p);
+    *p = NULL;
+    *cap = 0;
+    st = stoke_cudart_malloc(c->rt, (size_t)n * size, p);
+    if (st == STOKE_OK)
+        st = stoke_cudart_memset_async(c->rt, *p, 0, (size_t)n * size, c->L.stream);
+    if (st == STOKE_OK)
+        *cap = n;
+    return st;
+}
+
 stoke_status cuda_ctx_checks(cuda_ctx *c, int n)
 {
     if (n <= c->nchecks)
         return STOKE_OK;
-    stoke_status st = stoke_cudart_stream_sync(c->rt, c->L.stream); /* the old ones unused */
-    if (st != STOKE_OK)
-        return st;
-    stoke_cudart_free(c->rt, c->flags);
-    free(c->checks);
-    c->flags = NULL;
-    c->nchecks = 0;
-    c->checks = calloc((size_t)n, sizeof *c->checks);
-    if (!c->checks)
+    cuda_input_check *k = calloc((size_t)n, sizeof *k);
+    if (!k)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
-    st = stoke_cudart_malloc(c->rt, (size_t)n * sizeof(int32_t), (void **)&c->flags);
-    if (st == STOKE_OK)
-        st = stoke_cudart_memset_async(c->rt, c->flags, 0, (size_t)n * sizeof(int32_t),
-                                       c->L.stream);
-    if (st == STOKE_OK)
-        c->nchecks = n;
-    return st;
+    free(c->checks);
+    c->checks = k;
+    return grow(c, (void **)&c->flags, &c->nchecks, n, sizeof(int32_t));
 }
 
 int32_t *cuda_flag_of(cuda_ctx *c, int node)
@@ -341,18 +350,7 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node)
 
 stoke_status cuda_ctx_totals(cuda_ctx *c, int n)
 {
-    if (n <= c->ntotals)
-        return STOKE_OK;
-    stoke_status st = stoke_cudart_stream_sync(c->rt, c->L.stream); /* the old one unused */
-    if (st != STOKE_OK)
-        return st;
-    stoke_cudart_free(c->rt, c->totals);
-    c->totals = NULL;
-    c->ntotals = 0;
-    st = stoke_cudart_malloc(c->rt, (size_t)n * sizeof(double), (void **)&c->totals);
-    if (st == STOKE_OK)
-        c->ntotals = n;
-    return st;
+    return grow(c, (void **)&c->totals, &c->ntotals, n, sizeof(double));
 }
 
 void cuda_ctx_free(cuda_ctx *c)
