@@ -253,6 +253,8 @@ for m in $models; do
             echo "rate_${m}_${p}_stoke $rate" >>"$out"
             echo "wait_${m}_${p}_stoke $(awk '$1 == "data_wait_pct" {print $2}' "$tmp/speed")" >>"$out"
             sed -n 's/^device_name /stoke_device_name /p' "$tmp/speed" | head -1 >>"$out"
+            sed -n "s/^step_pct /step_${m}_${p}_stoke /p" "$tmp/speed" >>"$out"
+            sed -n "s/^\(CUDA graphs: .*\)/graphs_${m}_${p} \1/p" "$tmp/stdout" | head -1 >>"$out"
             case $rate in nan | "") echo "missing_ stoke $m $p: no complete window in its log (warm-up $warmup, $repeats x $steps steps)" >>"$out" ;; esac
             # stoke's own FLOP count against this script's (its setup line, 3 digits)
             mf=$(sed -n 's/^MFU: \([0-9.e+]*\) MFLOP a sample a step.*/\1/p' "$tmp/stdout" | head -1)

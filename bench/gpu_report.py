@@ -117,7 +117,7 @@ def stoke_speed(log, batch, warmup, steps, repeats):
         # epoch that is since the loop started ("elapsed")
         return r["data_wait_pct"] / 100.0 * r["elapsed"]
 
-    best, wait = nan(), nan()
+    best, wait, phases = nan(), nan(), None
     for w in range(repeats):
         a, b = warmup + w * steps, warmup + (w + 1) * steps
         if a not in steps_by or b not in steps_by:
@@ -133,7 +133,13 @@ def stoke_speed(log, batch, warmup, steps, repeats):
                 wait = 100.0 * (wait_s(rb) - wait_s(ra)) / (rb["elapsed"] - ra["elapsed"])
             else:
                 wait = rb["data_wait_pct"]  # its epoch so far
+            # the step's phases on the GPU's clock (CUDA events), its epoch so far
+            keys = ("input_pct", "forward_pct", "backward_pct", "optimizer_pct")
+            if all(k in rb for k in keys):
+                phases = [rb[k] for k in keys]
     print(f"speed {best:.1f}")
+    if phases:
+        print("step_pct " + " ".join(f"{x:.1f}" for x in phases))
     print(f"data_wait_pct {max(wait, 0.0) if not math.isnan(wait) else wait:.2f}")
     if device_name:
         print(f"device_name {device_name}")
@@ -239,6 +245,7 @@ def table(path, json_out):
                     "to_target_s": to_t,
                     "to_target_epochs": count(v, f"to_epochs_{m}_{p}_{who}"),
                     "data_wait_pct": num(v, f"wait_{m}_{p}_{who}"),
+                    "step_pct": v.get(f"step_{m}_{p}_{who}", ""),
                     "mfu_reported_by_stoke_pct": num(v, f"mfu_reported_{m}_{p}_{who}"),
                     "config": cfg,
                     "epochs": sorted(
@@ -253,7 +260,7 @@ def table(path, json_out):
     print()
     print(title)
     hdr = (f"{'model':6} {'precision':9} {'who':22} {'samples/s':>10} {'stoke/peer':>10} "
-           f"{'MFU %':>7} {tcol:>14} {'data wait %':>11}")
+           f"{'MFU %':>7} {tcol:>14} {'data wait %':>11} {'in/fwd/bwd/opt %':>20}")
     print(hdr)
     print("-" * len(hdr))
     notes = []
@@ -270,7 +277,8 @@ def table(path, json_out):
         ratio = "-" if r["who"] == "stoke" else fmt(r["stoke_over_peer"], "{:.2f}x")
         print(f"{MODEL_NAME[r['model']]:6} {r['precision']:9} {(r['who'] + ref):22} "
               f"{fmt(r['samples_per_s'], '{:,.0f}'):>10} {ratio:>10} "
-              f"{fmt_small(r['mfu_pct']):>7} {t:>14} {fmt_small(r['data_wait_pct']):>11}")
+              f"{fmt_small(r['mfu_pct']):>7} {t:>14} {fmt_small(r['data_wait_pct']):>11} "
+              f"{('/'.join(r['step_pct'].split()) or '-'):>20}")
     if not rows:
         print("(no rows: nothing was measured)")
     print("-" * len(hdr))
@@ -293,7 +301,11 @@ def table(path, json_out):
           f"at the same model and precision over the row's; time to target: from the first "
           f"step to the first end-of-epoch test evaluation reaching "
           f"{fmt(100 * target, '{:.0f}')}%, training and evaluation included, at most "
-          f"{v.get('max_epochs')} epochs; data wait: stoke's loader wait over its best window")
+          f"{v.get('max_epochs')} epochs; data wait: stoke's loader wait over its best window; "
+          f"in/fwd/bwd/opt: stoke's step phases (the batch into the model, forward, backward, "
+          f"optimizer) as % of its first epoch's time so far, on the GPU's clock (CUDA events)")
+    for k in sorted(k for k in v if k.startswith("graphs_")):
+        print(f"{k[len('graphs_'):].replace('_', ' ', 1)}: {v[k]}")
     for p in precs:
         pk = num(v, f"peak_{p}")
         print(f"MFU {p}: 3 x the forward's matmul/conv FLOPs a sample ("

@@ -328,7 +328,8 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     return STOKE_OK;
 }
 
-/* After the first epoch on a GPU, once: whether its steps replay captured graphs. */
+/* After the first epoch on a GPU (or the run, if shorter), once: whether its steps
+ * replay captured graphs. */
 static void say_graphs(stoke_trainer *t)
 {
     if (t->graphs_said || !stoke_model_on_device(t->model))
@@ -462,6 +463,8 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     stoke_status s = loop(t, &k, stop, &mid_epoch);
     if (t->monitor)
         stoke_monitor_stop(t->monitor);
+    if (s == STOKE_OK)
+        say_graphs(t); /* a run shorter than an epoch */
     t->result.steps = t->step;
     t->result.metric_name = t->metric_name;
     t->result.seconds = stoke_wall_time() - run_start;

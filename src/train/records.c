@@ -192,6 +192,7 @@ void train_log_step(stoke_trainer *t, const stoke_train_event *e, double now, do
     add_g6(o, "lr", e->lr);
     add_fixed(o, "samples_per_s", 1, e->samples_per_s);
     add_fixed(o, "data_wait_pct", 2, e->data_wait_pct);
+    add_fixed(o, "input_pct", 2, e->input_pct);
     add_fixed(o, "forward_pct", 2, e->forward_pct);
     add_fixed(o, "backward_pct", 2, e->backward_pct);
     add_fixed(o, "optimizer_pct", 2, e->optimizer_pct);

@@ -45,7 +45,7 @@ for k in ("loss", "acc", "val_loss", "val_acc", "seconds", "samples_per_s", "dat
 # the step's phases are in every step and epoch record, as numbers (their values are
 # timings: bench/'s, not a test's)
 for r in epochs + steps:
-    for k in ("forward_pct", "backward_pct", "optimizer_pct"):
+    for k in ("input_pct", "forward_pct", "backward_pct", "optimizer_pct"):
         assert isinstance(r[k], (int, float)) and r[k] >= 0, (k, r)
 # It learns: chance is 10% (10 classes); this run reached 50.6% validation accuracy
 # (val loss 2.137) on AMD EPYC Zen 4 at every ISA cap tried (none, avx2, sse41 with
