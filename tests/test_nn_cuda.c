@@ -1139,8 +1139,7 @@ static void test_graphs(void)
 
 /* A few steps of the trainer's sequence of marks: the device's clock set between them
  * (by the double's manual clock, for the CUDA model) says what each phase took. */
-static void marked_steps(stoke_model *m, const stoke_graph *g, void (*set_clock)(double),
-                         int steps)
+static void marked_steps(stoke_model *m, const stoke_graph *g, void (*set_clock)(double), int steps)
 {
     int32_t y[4] = {1, 2, 3, 0};
     static float x[4 * 37];

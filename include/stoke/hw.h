@@ -317,8 +317,8 @@ stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, sto
                                         double *ms);
 /* Queues fn(user) on s: it runs on a runtime thread once the work before it is done,
  * and the work after it waits for it (cudaLaunchHostFunc). */
-stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s,
-                                           void (*fn)(void *), void *user);
+stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s, void (*fn)(void *),
+                                           void *user);
 /* Graphs: STOKE_OK if the runtime has them. From capture_begin to capture_end the work
  * queued on s is recorded instead of run (global mode: a wait or an allocation in
  * between fails and spoils the capture); capture_end instantiates it into *out, which

@@ -317,7 +317,7 @@ stoke_status stoke_cudart_event_done(stoke_cudart *rt, stoke_gpu_event e, bool *
     int rc = rt->event_query(e);
     *done = rc == CU_SUCCESS;
     return rc == CU_SUCCESS || rc == CU_ERROR_NOT_READY ? STOKE_OK
-                                                         : cu_fail(rt, "cudaEventQuery", rc);
+                                                        : cu_fail(rt, "cudaEventQuery", rc);
 }
 
 stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, stoke_gpu_event b,
@@ -329,8 +329,8 @@ stoke_status stoke_cudart_event_elapsed(stoke_cudart *rt, stoke_gpu_event a, sto
     return rc == CU_SUCCESS ? STOKE_OK : cu_fail(rt, "cudaEventElapsedTime", rc);
 }
 
-stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s,
-                                           void (*fn)(void *), void *user)
+stoke_status stoke_cudart_launch_host_func(stoke_cudart *rt, stoke_gpu_stream s, void (*fn)(void *),
+                                           void *user)
 {
     if (!rt->launch_host_func)
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "the CUDA runtime lacks cudaLaunchHostFunc");

@@ -101,8 +101,7 @@ typedef struct nn_backend {
     /* out[k]: the sum of squares of x[k]'s n[k] floats, in float64 (inf or NaN when
      * one is not finite), for `count` tensors in one call: a device answers them all
      * with one wait. Deterministic. */
-    void (*sum_squares)(void *ctx, const float *const *x, const size_t *n, int count,
-                        double *out);
+    void (*sum_squares)(void *ctx, const float *const *x, const size_t *n, int count, double *out);
     /* x *= s */
     void (*scale)(void *ctx, float *x, size_t n, float s);
     /* One parameter's update; t is the 1-based step (SGD's first momentum step, AdamW's

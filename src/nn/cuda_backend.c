@@ -168,8 +168,16 @@ static void cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, 
 {
     (void)lr;
     (void)t;
-    nk_adamw_args a = {w,         g,         m, v, ((cuda_ctx *)ctx)->step, o->beta1, o->beta2,
-                       1.0f - o->beta1, 1.0f - o->beta2, o->eps};
+    nk_adamw_args a = {w,
+                       g,
+                       m,
+                       v,
+                       ((cuda_ctx *)ctx)->step,
+                       o->beta1,
+                       o->beta2,
+                       1.0f - o->beta1,
+                       1.0f - o->beta2,
+                       o->eps};
     cuda_note(ctx, CUDA_RUN((cuda_ctx *)ctx, adamw, n, &a));
 }
 

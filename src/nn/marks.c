@@ -11,7 +11,6 @@
 
 #include "stoke/core.h"
 
-
 /* Room for a few steps of marks between two reads (the trainer reads at every step). */
 #define NN_MARKS 32
 

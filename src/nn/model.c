@@ -1251,8 +1251,8 @@ static stoke_status step_ops(stoke_model *m)
         if (m->step_coef != 1.0 || be->set_step)
             be->scale(be->ctx, m->grad[i], n, coef);
         if (!sgd)
-            be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n,
-                      lr, t, &m->o.optim);
+            be->adamw(be->ctx, m->param[i], m->grad[i], m->state[2 * i], m->state[2 * i + 1], n, lr,
+                      t, &m->o.optim);
         else /* refreshes the low-precision copy and zeroes the gradient as it goes */
             be->sgd(be->ctx, m->param[i], m->grad[i], m->state[2 * i], n, lr, t, &m->o.optim,
                     m->param_lp[i], m->o.precision);

@@ -88,9 +88,9 @@ enum {
     CAPTURE_INVALIDATED = 901,
 };
 
-#define FAKE_MAX_ALLOCS 1024
+#define FAKE_MAX_ALLOCS   1024
 #define FAKE_MAX_CAPTURES 8
-#define FAKE_MAX_LOG    4096
+#define FAKE_MAX_LOG      4096
 
 typedef struct fake_alloc {
     void *p;

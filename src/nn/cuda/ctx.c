@@ -331,8 +331,8 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node)
     int32_t *flags = malloc((size_t)(last + 1) * sizeof *flags);
     if (!flags)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
-    stoke_status st = stoke_cudart_copy_to_host_async(c->rt, flags, c->flags,
-                                                      (size_t)(last + 1) * sizeof *flags, c->L.stream);
+    stoke_status st = stoke_cudart_copy_to_host_async(
+        c->rt, flags, c->flags, (size_t)(last + 1) * sizeof *flags, c->L.stream);
     if (st == STOKE_OK)
         st = stoke_cudart_stream_sync(c->rt, c->L.stream);
     for (int i = 0; i <= last && st == STOKE_OK; i++) {

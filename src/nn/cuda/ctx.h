@@ -37,9 +37,9 @@ typedef struct cuda_ctx {
     const nn_cuda_kernels *k;
     nk_launch L;
     int device, cc_major, cc_minor;
-    bool tf32;        /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
-    double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
-    double *totals;   /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
+    bool tf32;       /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
+    double *partial; /* CUDA_SUM_STRIDE doubles of device memory */
+    double *totals;  /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
     /* Bad input found by a forward's kernels (a class outside the logits, an id outside
      * the table), read once the forward is queued (cuda_forward_check), so nothing in a

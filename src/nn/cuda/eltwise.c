@@ -44,8 +44,8 @@ static uint32_t dropout_threshold(float p)
 nk_dropout_args cuda_dropout_block(uint64_t seed, const uint64_t *step, float p, int64_t base,
                                    float *dst, const float *src, int acc)
 {
-    nk_dropout_args k = {dst,           src, base, stoke_mix64(seed), step, dropout_threshold(p),
-                         1.0f / (1.0f - p), acc};
+    nk_dropout_args k = {
+        dst, src, base, stoke_mix64(seed), step, dropout_threshold(p), 1.0f / (1.0f - p), acc};
     return k;
 }
 

@@ -113,8 +113,8 @@ NK_FN uint32_t nk_hash32(uint32_t x)
 NK_FN void nk_dropout(int64_t i, const nk_dropout_args *a)
 {
     uint64_t key = nk_mix64(nk_mix64(a->seed_mix ^ *a->step) ^ ((uint64_t)a->base >> 32));
-    uint32_t bits = nk_hash32(nk_hash32((uint32_t)(a->base + i) ^ (uint32_t)key) +
-                              (uint32_t)(key >> 32));
+    uint32_t bits =
+        nk_hash32(nk_hash32((uint32_t)(a->base + i) ^ (uint32_t)key) + (uint32_t)(key >> 32));
     float v = a->in[i] * (bits >= a->thr ? a->scale : 0.0f);
     if (a->acc)
         a->out[i] += v;

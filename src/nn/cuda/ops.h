@@ -50,8 +50,8 @@ stoke_status cuda_dropout_fwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_dropout_bwd(void *ctx, const nn_exec_args *a);
 /* The dropout kernel's args for elements [base, ...) of one 2^32 block, dst and src
  * pointing at element base: the block's key as the CPU backend derives it. */
-nk_dropout_args cuda_dropout_block(uint64_t seed, const uint64_t *step, float p, int64_t base, float *dst,
-                                   const float *src, int acc);
+nk_dropout_args cuda_dropout_block(uint64_t seed, const uint64_t *step, float p, int64_t base,
+                                   float *dst, const float *src, int acc);
 stoke_status cuda_add_fwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_add_bwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_softmax_fwd(void *ctx, const nn_exec_args *a);
