@@ -409,6 +409,18 @@ static void conv_ref(const conv_shape *s, const float *x, const float *w, const 
                             }
 }
 
+/* A convolution's input, weights and output-shaped values (the gradient or the output
+ * to accumulate into: stream `ykey` of val) for shape s. */
+static void conv_fill(const conv_shape *s, float *x, float *w, float *y, int ykey)
+{
+    for (size_t i = 0; i < x_elems(s); i++)
+        x[i] = (float)val(i, 4);
+    for (size_t i = 0; i < w_elems(s); i++)
+        w[i] = (float)val(i, 5);
+    for (size_t i = 0; i < y_elems(s); i++)
+        y[i] = (float)val(i, ykey);
+}
+
 typedef struct conv_descs {
     void *h, *x, *w, *y, *conv;
 } conv_descs;
@@ -504,12 +516,7 @@ static void case_conv(void)
     float *x = malloc(x_elems(s) * 4), *w = malloc(w_elems(s) * 4), *dy = malloc(y_elems(s) * 4);
     float *out = malloc(x_elems(s) * 8), *old = malloc(x_elems(s) * 8);
     double *ry = calloc(y_elems(s), 8), *rdx = calloc(x_elems(s), 8), *rdw = calloc(w_elems(s), 8);
-    for (size_t i = 0; i < x_elems(s); i++)
-        x[i] = (float)val(i, 4);
-    for (size_t i = 0; i < w_elems(s); i++)
-        w[i] = (float)val(i, 5);
-    for (size_t i = 0; i < y_elems(s); i++)
-        dy[i] = (float)val(i, 6);
+    conv_fill(s, x, w, dy, 6);
     conv_ref(s, x, w, dy, ry, rdx, rdw);
     float *dx_ = dev_alloc(x_elems(s) * 4), *dw_ = dev_alloc(w_elems(s) * 4),
           *dy_ = dev_alloc(y_elems(s) * 4);
@@ -623,12 +630,7 @@ static void case_captured(void)
     float *x = malloc(x_elems(s) * 4), *w = malloc(w_elems(s) * 4), *y0 = malloc(y_elems(s) * 4);
     float *out = malloc(y_elems(s) * 4), *dy = calloc(y_elems(s), 4);
     double *ry = calloc(y_elems(s), 8), *rdx = calloc(x_elems(s), 8), *rdw = calloc(w_elems(s), 8);
-    for (size_t i = 0; i < x_elems(s); i++)
-        x[i] = (float)val(i, 4);
-    for (size_t i = 0; i < w_elems(s); i++)
-        w[i] = (float)val(i, 5);
-    for (size_t i = 0; i < y_elems(s); i++)
-        y0[i] = (float)val(i, 8);
+    conv_fill(s, x, w, y0, 8);
     conv_ref(s, x, w, dy, ry, rdx, rdw);
     float *dx = dev_alloc(x_elems(s) * 4), *dw = dev_alloc(w_elems(s) * 4),
           *dyv = dev_alloc(y_elems(s) * 4);
