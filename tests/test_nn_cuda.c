@@ -53,7 +53,8 @@ typedef struct cuda_case {
 
 static double rel_err(double a, double b) { return fabs(a - b) / (fabs(b) > 1 ? fabs(b) : 1); }
 
-static stoke_model *make(const stoke_graph *g, const cuda_case *c, bool cuda)
+/* A case's training model options on either backend. */
+static stoke_model_opts opts_of(const cuda_case *c, bool cuda)
 {
     stoke_model_opts o = {.max_batch = c->batch,
                           .precision = c->precision,
@@ -63,6 +64,12 @@ static stoke_model *make(const stoke_graph *g, const cuda_case *c, bool cuda)
                           .threads = 1,
                           .cuda = cuda,
                           .cuda_device = 0};
+    return o;
+}
+
+static stoke_model *make(const stoke_graph *g, const cuda_case *c, bool cuda)
+{
+    stoke_model_opts o = opts_of(c, cuda);
     stoke_model *m = NULL;
     stoke_status st = stoke_model_new(g, &o, &m);
     CHECK_MSG(st == STOKE_OK, "%s on %s: %s", c->name, cuda ? "cuda" : "cpu", stoke_last_error());
@@ -1204,17 +1211,14 @@ static void test_phase_marks(void *rt)
     o.cuda = false;
     CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
     if (m) {
-        double w0 = stoke_wall_time();
+        /* the wall clock: only what holds whatever the timings (they are bench/'s) */
         marked_steps(m, g, NULL, 3);
-        double span = stoke_wall_time() - w0, sec[STOKE_PHASE_COUNT] = {0}, sum = 0;
+        double sec[STOKE_PHASE_COUNT] = {0}, again[STOKE_PHASE_COUNT] = {0};
         stoke_model_phase_seconds(m, false, sec);
-        for (int p = 0; p < STOKE_PHASE_COUNT; p++) {
-            CHECK(sec[p] >= 0);
-            sum += sec[p];
-        }
+        stoke_model_phase_seconds(m, false, again);
+        for (int p = 0; p < STOKE_PHASE_COUNT; p++)
+            CHECK(sec[p] >= 0 && again[p] == 0);
         CHECK(sec[STOKE_PHASE_START] == 0);
-        CHECK(sec[STOKE_PHASE_FORWARD] > 0 && sec[STOKE_PHASE_BACKWARD] > 0);
-        CHECK(sum <= span);
         stoke_model_free(m);
     }
     stoke_graph_free(g);
@@ -1263,13 +1267,7 @@ static void test_recompute(void)
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         const cuda_case *c = &cs[k];
         stoke_graph *g = c->build();
-        stoke_model_opts o = {.max_batch = c->batch,
-                              .precision = c->precision,
-                              .training = true,
-                              .seed = 7,
-                              .optim = c->optim,
-                              .threads = 1,
-                              .cuda = true};
+        stoke_model_opts o = opts_of(c, true);
         stoke_model *off = NULL, *on = NULL;
         CHECK_MSG(stoke_model_new(g, &o, &off) == STOKE_OK, "%s", stoke_last_error());
         o.recompute = true;

@@ -700,6 +700,7 @@ struct stoke_model {
     void *step_graph; /* the optimizer's updates, any batch */
     int step_runs;
     double step_lr, step_coef; /* the updates' arguments (step_ops) */
+    void *norm_buf;            /* the gradients, sizes and sums of squares (step), made once */
     char graphs_off[256];      /* why this model stopped capturing ("" while it does) */
 };
 
@@ -735,6 +736,7 @@ void stoke_model_free(stoke_model *m)
     const nn_backend *be = m->be;
     graphs_drop(m);
     nn_marks_free(m->marks, be);
+    free(m->norm_buf);
     be->free(be->ctx, m->params_arena);
     be->free(be->ctx, m->grads_arena);
     be->free(be->ctx, m->optim_arena);
@@ -1043,15 +1045,15 @@ static struct model_graph *graph_of(stoke_model *m, int64_t batch, bool train)
     return g;
 }
 
-/* ops(m) through slot g's forward (or backward) graph: replayed if captured, captured
- * and replayed on the key's second call, run as they are on its first or without a
- * slot. A capture that fails turns graphs off for the model (saying why in graphs_off)
+/* ops(m) through *graph: replayed if captured, captured and replayed on the second
+ * call (*runs counts them), run as they are on the first, without a graph (NULL) or
+ * when the backend or the model has none. A capture that fails turns graphs off for the model (saying why in graphs_off)
  * and the ops run as they are: nothing ran while capturing. */
 static stoke_status run_graphed(stoke_model *m, void **graph, int *runs,
                                 stoke_status (*ops)(stoke_model *m))
 {
     const nn_backend *be = m->be;
-    if (!graph)
+    if (!graph || !be->capture_begin || m->graphs_off[0])
         return ops(m);
     if (*graph)
         return be->replay(be->ctx, *graph);
@@ -1094,7 +1096,7 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
     if (be->set_key)
         be->set_key(be->ctx, m->fwd_key);
     struct model_graph *gs = graph_of(m, batch, train);
-    stoke_status fs = gs ? run_graphed(m, &gs->fwd, &gs->fwd_runs, forward_ops) : forward_ops(m);
+    stoke_status fs = run_graphed(m, gs ? &gs->fwd : NULL, gs ? &gs->fwd_runs : NULL, forward_ops);
     if (fs != STOKE_OK)
         return fs;
     double total = 0;
@@ -1174,7 +1176,7 @@ stoke_status stoke_model_backward(stoke_model *m)
     }
     if (g && !g->bwd)
         g->scale = m->scaler.scale;
-    stoke_status st = g ? run_graphed(m, &g->bwd, &g->bwd_runs, backward_ops) : backward_ops(m);
+    stoke_status st = run_graphed(m, g ? &g->bwd : NULL, g ? &g->bwd_runs : NULL, backward_ops);
     if (st != STOKE_OK)
         return st;
     m->backward_passes++;
@@ -1283,9 +1285,11 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     const nn_backend *be = m->be;
     const stoke_graph *g = m->g;
     /* every gradient's sum of squares in one call (one wait on a device) */
-    const float **gx = malloc((size_t)g->nparams * (sizeof *gx + sizeof(size_t) + sizeof(double)));
-    if (!gx)
+    if (!m->norm_buf &&
+        !(m->norm_buf =
+              malloc((size_t)g->nparams * (sizeof(float *) + sizeof(size_t) + sizeof(double)))))
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory in step", g->name);
+    const float **gx = m->norm_buf;
     size_t *gn = (size_t *)(gx + g->nparams);
     double *gs = (double *)(gn + g->nparams);
     int count = 0;
@@ -1305,7 +1309,6 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
         if (!isfinite(s) && bad < 0)
             bad = i;
     }
-    free(gx);
     bool fp16 = m->o.precision == STOKE_PREC_FP16;
     if (bad >= 0) {
         if (!fp16)
@@ -1329,9 +1332,7 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     m->step_coef = coef;
     if (be->set_step) /* outside the graph: the step's own values, for its replay */
         be->set_step(be->ctx, (float)lr, m->steps + 1, (float)coef, &m->o.optim);
-    stoke_status us = m->graphs_off[0] || !be->capture_begin
-                          ? step_ops(m)
-                          : run_graphed(m, &m->step_graph, &m->step_runs, step_ops);
+    stoke_status us = run_graphed(m, &m->step_graph, &m->step_runs, step_ops);
     if (us != STOKE_OK)
         return us;
     m->steps++;

@@ -307,10 +307,16 @@ stoke_status cuda_ctx_checks(cuda_ctx *c, int n)
     if (n <= c->nchecks)
         return STOKE_OK;
     cuda_input_check *k = calloc((size_t)n, sizeof *k);
-    if (!k)
+    int32_t *h = calloc((size_t)n, sizeof *h);
+    if (!k || !h) {
+        free(k);
+        free(h);
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    }
     free(c->checks);
+    free(c->flags_host);
     c->checks = k;
+    c->flags_host = h;
     return grow(c, (void **)&c->flags, &c->nchecks, n, sizeof(int32_t));
 }
 
@@ -328,9 +334,7 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node)
             last = i;
     if (last < 0)
         return STOKE_OK;
-    int32_t *flags = malloc((size_t)(last + 1) * sizeof *flags);
-    if (!flags)
-        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    int32_t *flags = c->flags_host;
     stoke_status st = stoke_cudart_copy_to_host_async(
         c->rt, flags, c->flags, (size_t)(last + 1) * sizeof *flags, c->L.stream);
     if (st == STOKE_OK)
@@ -344,7 +348,6 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node)
                                                : cuda_loss_bad(c, k, flags[i]);
         st = cuda_layer_fail(st, k->node);
     }
-    free(flags);
     return st;
 }
 
@@ -380,6 +383,7 @@ void cuda_ctx_free(cuda_ctx *c)
     drop_kept(c);
     free(c->kept);
     free(c->checks);
+    free(c->flags_host);
     free(c);
 }
 

@@ -47,6 +47,7 @@ typedef struct cuda_ctx {
      * word its error. nchecks = the graph's nodes once a forward has run. */
     int32_t *flags;
     struct cuda_input_check *checks;
+    int32_t *flags_host; /* where the flags are read to */
     int nchecks;
     /* a capture in progress: the host build's launch arguments (cuda_capture_end) */
     void **kept;
