@@ -67,7 +67,7 @@ static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int
     while ((s = stoke_loader_next(t->val_loader, &b)) == STOKE_OK && b.size > 0) {
         s = train_feed_input(m, t->x, t->val_loader, &b);
         if (s == STOKE_OK)
-            s = train_eval_batch(m, t->y, t->metric, &tg, b.targets, b.samples, b.size, &acc);
+            s = train_eval_batch(m, t->y, t->metric, &tg, b.host_targets, b.samples, b.size, &acc);
         if (s != STOKE_OK)
             return train_wrap_error(s, "validation");
     }
@@ -242,7 +242,7 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
     train_targets tg = targets_of(t);
     if (s == STOKE_OK)
-        s = train_feed_targets(t->model, t->y, &tg, b->targets, b->samples, b->size);
+        s = train_feed_targets(t->model, t->y, &tg, b->host_targets, b->samples, b->size);
     stoke_model_mark(t->model, STOKE_PHASE_INPUT);
     if (s == STOKE_OK)
         s = stoke_model_forward(t->model, b->size, true); /* ends reading the losses */
