@@ -813,7 +813,16 @@ static void test_attn_big_head(void)
     stoke_graph_free(g);
 }
 
-/* A class outside [0, K) is an error naming the sample, as on the CPU. */
+/* A training forward and its backward: a device reports the forward's bad input once
+ * the backward is queued (nothing in a step waits), the CPU as the forward runs. */
+static stoke_status train_pass(stoke_model *m, int64_t batch)
+{
+    stoke_status st = stoke_model_forward(m, batch, true);
+    return st == STOKE_OK ? stoke_model_backward(m) : st;
+}
+
+/* A class outside [0, K) is an error naming the sample, as on the CPU: from the
+ * backward in training, from the forward itself in evaluation. */
 static void test_bad_class(void)
 {
     stoke_graph *g = mlp();
@@ -828,8 +837,16 @@ static void test_bad_class(void)
     static float x[4 * 37];
     CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), x, sizeof x) == STOKE_OK);
     CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
-    CHECK(stoke_model_forward(m, 4, true) == STOKE_ERR_ARG);
+    CHECK(train_pass(m, 4) == STOKE_ERR_ARG);
     CHECK_MSG(strstr(stoke_last_error(), "sample 2") != NULL, "%s", stoke_last_error());
+    CHECK(isnan(stoke_model_loss(m)));
+    CHECK(stoke_model_forward(m, 4, false) == STOKE_ERR_ARG);
+    CHECK_MSG(strstr(stoke_last_error(), "sample 2") != NULL, "%s", stoke_last_error());
+    y[2] = 0; /* and a good batch after it runs */
+    CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
+    stoke_model_zero_grad(m);
+    CHECK(train_pass(m, 4) == STOKE_OK);
+    CHECK(isfinite(stoke_model_loss(m)));
     stoke_model_free(m);
     stoke_graph_free(g);
 }
@@ -851,7 +868,7 @@ static void test_bad_id(void)
         ids[2 * 11 + 9] = -1;
         CHECK(stoke_model_set_input(m, stoke_graph_find(g, "ids"), ids, sizeof ids) == STOKE_OK);
         CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
-        CHECK(stoke_model_forward(m, 3, true) == STOKE_ERR_ARG);
+        CHECK(train_pass(m, 3) == STOKE_ERR_ARG);
         if (!cuda)
             snprintf(cpu_msg, sizeof cpu_msg, "%s", stoke_last_error());
         else
@@ -908,7 +925,7 @@ static void same_error(stoke_graph *(*build)(void), int64_t batch, const float *
             CHECK(stoke_model_set_input(m, t, v, n * 4) == STOKE_OK);
             free(v);
         }
-        CHECK(stoke_model_forward(m, batch, true) == STOKE_ERR_ARG);
+        CHECK(train_pass(m, batch) == STOKE_ERR_ARG);
         if (dev == 0)
             snprintf(cpu_msg, sizeof cpu_msg, "%s", stoke_last_error());
         else
@@ -1144,6 +1161,111 @@ static void test_graphs(void)
     stoke_graph_free(g);
 }
 
+/* One training step of the mlp on fixed inputs; a NaN written into the first
+ * gradient before the step when `poison`. */
+static stoke_status poisoned_step(stoke_model *m, const stoke_graph *g, bool poison, bool *applied)
+{
+    int32_t y[4] = {1, 2, 3, 0};
+    float x[4 * 37];
+    for (int i = 0; i < 4 * 37; i++)
+        x[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
+    stoke_status st = stoke_model_set_input(m, stoke_graph_find(g, "x"), x, sizeof x);
+    if (st == STOKE_OK)
+        st = stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y);
+    if (st == STOKE_OK)
+        st = train_pass(m, 4);
+    float nan = NAN;
+    if (st == STOKE_OK && poison)
+        st = stoke_model_write(m, stoke_model_grad(m, 0) + 3, &nan, sizeof nan);
+    return st == STOKE_OK ? stoke_model_step(m, 0.05, 1, applied) : st;
+}
+
+/* A gradient that is not finite, decided on the device inside the step's replayed
+ * graph: in fp32 the step's error (the CPU's words, from the next call on the device,
+ * which waits for nothing in the step itself) and no weight moves; in fp16 the step is
+ * skipped and the loss scale backs off, as on the CPU, whether the caller asks at once
+ * (applied) or reads it later. */
+static void test_step_not_finite(void)
+{
+    stoke_graph *g = mlp();
+    char cpu_msg[512] = "";
+    float cpu_w[64], cpu_scale = 0;
+    int64_t cpu_steps = -1;
+    for (int dev = 0; dev < 2; dev++) {
+        stoke_model_opts o = {.max_batch = 4, .training = true, .seed = 3, .cuda = dev};
+        stoke_model *m = NULL;
+        CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+        if (!m)
+            break;
+        for (int k = 0; k < 4; k++) /* the step's graph captured on the second */
+            CHECK(poisoned_step(m, g, false, NULL) == STOKE_OK);
+        float before[64], after[64];
+        CHECK(stoke_model_read(m, stoke_model_param(m, 0), before, sizeof before) == STOKE_OK);
+        stoke_status st = poisoned_step(m, g, true, NULL);
+        if (dev) { /* queued: the error comes with the next call that waits */
+            CHECK(st == STOKE_OK);
+            st = stoke_model_sync(m);
+        }
+        CHECK(st == STOKE_ERR_ARG);
+        if (!dev)
+            snprintf(cpu_msg, sizeof cpu_msg, "%s", stoke_last_error());
+        else
+            CHECK_MSG(strcmp(stoke_last_error(), cpu_msg) == 0, "cuda: %s\ncpu:  %s",
+                      stoke_last_error(), cpu_msg);
+        CHECK_MSG(strstr(cpu_msg, "not finite") && strstr(cpu_msg, "at step 4"), "%s", cpu_msg);
+        CHECK(stoke_model_sync(m) == STOKE_OK); /* said once */
+        CHECK(stoke_model_read(m, stoke_model_param(m, 0), after, sizeof after) == STOKE_OK);
+        CHECK(memcmp(before, after, sizeof before) == 0);
+        CHECK_INT_EQ(stoke_model_step_count(m), 4);
+        stoke_model_free(m);
+
+        /* fp16: skipped, the scale halved; then a good step counts again */
+        o.precision = STOKE_PREC_FP16;
+        CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+        if (!m)
+            break;
+        for (int k = 0; k < 4; k++)
+            CHECK(poisoned_step(m, g, false, NULL) == STOKE_OK);
+        float scale = stoke_model_loss_scale(m);
+        bool applied = true;
+        CHECK(poisoned_step(m, g, true, &applied) == STOKE_OK);
+        CHECK(!applied);
+        CHECK(stoke_model_loss_scale(m) == scale / 2);
+        CHECK(isinf(stoke_model_grad_norm(m)));
+        CHECK(poisoned_step(m, g, true, NULL) == STOKE_OK); /* read later this time */
+        CHECK(poisoned_step(m, g, false, &applied) == STOKE_OK);
+        CHECK(applied);
+        CHECK(stoke_model_loss_scale(m) == scale / 4);
+        CHECK(isfinite(stoke_model_grad_norm(m)));
+        CHECK(stoke_model_read(m, stoke_model_param(m, 0), after, sizeof after) == STOKE_OK);
+        if (!dev) {
+            memcpy(cpu_w, after, sizeof after);
+            cpu_scale = stoke_model_loss_scale(m);
+            cpu_steps = stoke_model_step_count(m);
+        } else {
+            CHECK(stoke_model_loss_scale(m) == cpu_scale);
+            CHECK_INT_EQ(stoke_model_step_count(m), cpu_steps);
+            double worst = 0;
+            for (int i = 0; i < 64; i++)
+                worst = fmax(worst, fabs((double)after[i] - cpu_w[i]));
+            CHECK_MSG(worst < 1e-3, "fp16 weights after skips: %g from the CPU's", worst);
+        }
+        CHECK_INT_EQ(stoke_model_step_count(m), 5);
+        stoke_model_free(m);
+    }
+    stoke_graph_free(g);
+}
+
+/* The double stamps an event with its clock when its stream runs it, which a step no
+ * longer waits for: the work queued so far runs first, at the clock it was queued at. */
+static void tick(stoke_model *m, void (*set_clock)(double), double t)
+{
+    if (!set_clock)
+        return;
+    CHECK(stoke_model_sync(m) == STOKE_OK);
+    set_clock(t);
+}
+
 /* A few steps of the trainer's sequence of marks: the device's clock set between them
  * (by the double's manual clock, for the CUDA model) says what each phase took. */
 static void marked_steps(stoke_model *m, const stoke_graph *g, void (*set_clock)(double), int steps)
@@ -1152,25 +1274,20 @@ static void marked_steps(stoke_model *m, const stoke_graph *g, void (*set_clock)
     static float x[4 * 37];
     for (int k = 0; k < steps; k++) {
         double t0 = 1000.0 * k;
-        if (set_clock)
-            set_clock(t0);
+        tick(m, set_clock, t0);
         stoke_model_mark(m, STOKE_PHASE_START);
         CHECK(stoke_model_set_input(m, stoke_graph_find(g, "x"), x, sizeof x) == STOKE_OK);
         CHECK(stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
-        if (set_clock)
-            set_clock(t0 + 1);
+        tick(m, set_clock, t0 + 1);
         stoke_model_mark(m, STOKE_PHASE_INPUT);
         CHECK(stoke_model_forward(m, 4, true) == STOKE_OK);
-        if (set_clock)
-            set_clock(t0 + 3);
+        tick(m, set_clock, t0 + 3);
         stoke_model_mark(m, STOKE_PHASE_FORWARD);
         CHECK(stoke_model_backward(m) == STOKE_OK);
-        if (set_clock)
-            set_clock(t0 + 6);
+        tick(m, set_clock, t0 + 6);
         stoke_model_mark(m, STOKE_PHASE_BACKWARD);
         CHECK(stoke_model_step(m, 0.01, 1, NULL) == STOKE_OK);
-        if (set_clock)
-            set_clock(t0 + 10);
+        tick(m, set_clock, t0 + 10);
         stoke_model_mark(m, STOKE_PHASE_OPTIMIZER);
     }
 }
@@ -1325,6 +1442,7 @@ int main(int argc, char **argv)
         test_bad_targets();
         test_conversions();
         test_phase_marks(rt);
+        test_step_not_finite();
         test_graphs();
         test_no_cudnn();
         test_pool_bits();

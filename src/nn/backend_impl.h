@@ -120,11 +120,16 @@ typedef struct nn_backend {
      * call, of the entries that return none (alloc aside). NULL: nothing is queued
      * (the CPU). */
     stoke_status (*sync)(void *ctx);
-    /* After a forward's ops are queued: the first node (in graph order) whose input its
-     * kernels found bad (a class outside the logits, an id outside the table), *node
-     * its index and the error worded for it; STOKE_OK when none. A device checks this
-     * way so that nothing in the forward waits; NULL: the ops fail as they run. */
-    stoke_status (*forward_check)(void *ctx, int *node);
+    /* A forward's results read without waiting inside a step (a device; NULL: the CPU,
+     * whose ops fail as they run and whose values the model reads at once). After a
+     * forward's ops are queued, forward_fetch queues the copies of its n device floats
+     * values[k] (losses and metrics) and of its kernels' bad-input flags; forward_check
+     * waits for them, fills values[k] and returns the first node (in graph order) whose
+     * input its kernels found bad (a class outside the logits, an id outside the table),
+     * *node its index and the error worded for it, or the first error since the last
+     * check or sync; STOKE_OK when none. */
+    stoke_status (*forward_fetch)(void *ctx, const float *const *values, int n);
+    stoke_status (*forward_check)(void *ctx, int *node, float *values);
     /* Graphs: from capture_begin to capture_end the work the entries queue is recorded
      * instead of run, into *graph, which replay queues again, whole, with the same
      * buffers, sizes and arguments (what varies must come from device memory: set_key).
@@ -133,12 +138,19 @@ typedef struct nn_backend {
     stoke_status (*capture_end)(void *ctx, void **graph);
     stoke_status (*replay)(void *ctx, void *graph);
     void (*graph_free)(void *ctx, void *graph);
-    /* The optimizer step's scalars before its updates, for a backend whose scale, sgd
-     * and adamw read them from device memory as their kernels run (the arguments those
-     * entries get are the same values), so that a captured step replays with each
-     * step's own: learning rate, 1-based step, the gradients' factor. NULL: the
-     * arguments are all it uses. */
-    void (*set_step)(void *ctx, float lr, int64_t t, float coef, const stoke_optim *o);
+    /* The optimizer step decided on the device (NULL: the CPU, whose model decides on
+     * the host from sum_squares), so that nothing in a step waits: set_step puts the
+     * host's scalars in device memory before the step's graph (learning rate, 1-based
+     * step, inv = 1 / (loss scale x batches), the options' clipping norm); step_decide,
+     * in the graph before the updates, sums every gradient's squares and decides the
+     * gradients' factor (nk_step_coef) or, when one is not finite, a skip; scale, sgd
+     * and adamw read both as their kernels run (their own lr, t and factor arguments
+     * unused). After the graph, step_fetch queues the decision's copy to the host;
+     * step_result waits for it, with the first error since the last check or sync. */
+    void (*set_step)(void *ctx, float lr, int64_t t, double inv, const stoke_optim *o);
+    stoke_status (*step_decide)(void *ctx, const float *const *x, const size_t *n, int count);
+    stoke_status (*step_fetch)(void *ctx);
+    stoke_status (*step_result)(void *ctx, double *norm, int *bad, bool *skip);
     /* The key of the forward about to run (nn_exec_args.step), for a backend whose
      * kernels read it from device memory as they run, so that a captured graph replays
      * with each forward's own dropout mask. NULL: the args' step is all it uses. */

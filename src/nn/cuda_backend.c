@@ -98,46 +98,44 @@ static void cuda_to_lowp_(void *ctx, stoke_precision p, const float *in, uint16_
     cuda_note(ctx, cuda_to_lowp(ctx, p, in, out, (int64_t)n));
 }
 
-/* Every tensor's sum into its slot of c->totals (the partials' buffer reused: the
- * stream orders the launches), then one read: one wait per optimizer step, not one
- * per parameter. */
-static void cuda_sumsq(void *ctx, const float *const *x, const size_t *n, int count, double *out)
-{
-    cuda_ctx *c = ctx;
-    for (int k = 0; k < count; k++)
-        out[k] = NAN;
-    stoke_status st = cuda_ctx_totals(c, count);
-    for (int k = 0; k < count && st == STOKE_OK; k++) {
-        nk_sumsq_args a = {x[k], c->partial, c->totals + k, (int64_t)n[k], CUDA_SUM_STRIDE};
-        st = CUDA_RUN(c, sumsq_part, CUDA_SUM_STRIDE, &a);
-        if (st == STOKE_OK)
-            st = CUDA_RUN(c, sumsq_total, 1, &a);
-    }
-    if (st == STOKE_OK && count > 0)
-        cuda_read(c, out, c->totals, (size_t)count * sizeof *out);
-    cuda_note(c, st);
-}
-
-/* The step's scalars into device memory, queued before its updates; the factors as
- * cpu_sgd_step / cpu_adamw_step compute them (AdamW's in double, rounded once). */
-static void cuda_set_step(void *ctx, float lr, int64_t t, float coef, const stoke_optim *o)
+/* The step's host scalars into device memory, queued before its graph; AdamW's
+ * factors as cpu_adamw_step computes them (in double, rounded once). */
+static void cuda_set_step(void *ctx, float lr, int64_t t, double inv, const stoke_optim *o)
 {
     cuda_ctx *c = ctx;
     double td = (double)(t < 1 ? 1 : t), lrd = lr;
     nk_set_step_args a;
     memset(&a, 0, sizeof a);
     a.p = c->step;
-    a.value.coef = coef;
     a.value.neg_lr = -lr;
     a.value.first = t <= 1;
     a.value.decay = (float)(1.0 - lrd * o->weight_decay);
     a.value.neg_step_size = (float)(-lrd / (1.0 - pow(o->beta1, td)));
     a.value.bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, td));
+    a.value.inv = inv;
+    a.value.clip = o->clip_norm;
     cuda_note(c, CUDA_RUN(c, set_step, 1, &a));
 }
 
-/* The factor, learning rate and step are set_step's (the same values as the
- * arguments), read from device memory as the kernels run. */
+static stoke_status cuda_decide(void *ctx, const float *const *x, const size_t *n, int count)
+{
+    return cuda_step_decide(ctx, x, n, count);
+}
+
+static stoke_status cuda_fetch_step(void *ctx) { return cuda_step_fetch(ctx); }
+
+static stoke_status cuda_result(void *ctx, double *norm, int *bad, bool *skip)
+{
+    nk_step_result r;
+    stoke_status st = cuda_step_result(ctx, &r);
+    *norm = r.norm;
+    *bad = r.bad;
+    *skip = r.skip != 0;
+    return st;
+}
+
+/* The learning rate and step are set_step's (the same values as the arguments), the
+ * factor and the skip step_decide's: read from device memory as the kernels run. */
 static void cuda_scale(void *ctx, float *x, size_t n, float s)
 {
     (void)s;
@@ -227,7 +225,15 @@ static stoke_status cuda_cap_end(void *ctx, void **graph)
 static stoke_status cuda_replay(void *ctx, void *graph) { return cuda_graph_replay(ctx, graph); }
 static void cuda_graph_free_(void *ctx, void *graph) { cuda_graph_free(ctx, graph); }
 
-static stoke_status cuda_fwd_check(void *ctx, int *node) { return cuda_forward_check(ctx, node); }
+static stoke_status cuda_fwd_fetch(void *ctx, const float *const *values, int n)
+{
+    return cuda_forward_fetch(ctx, values, n);
+}
+
+static stoke_status cuda_fwd_check(void *ctx, int *node, float *values)
+{
+    return cuda_forward_check(ctx, node, values);
+}
 
 static void cuda_set_key(void *ctx, uint64_t key)
 {
@@ -330,7 +336,6 @@ static const nn_backend cuda_backend = {
     .write = cuda_write,
     .copy = cuda_copy,
     .to_lowp = cuda_to_lowp_,
-    .sum_squares = cuda_sumsq,
     .scale = cuda_scale,
     .check_optim = cuda_check_optim,
     .sgd = cuda_sgd,
@@ -340,7 +345,11 @@ static const nn_backend cuda_backend = {
     .sync = cuda_sync,
     .set_key = cuda_set_key,
     .set_step = cuda_set_step,
+    .forward_fetch = cuda_fwd_fetch,
     .forward_check = cuda_fwd_check,
+    .step_decide = cuda_decide,
+    .step_fetch = cuda_fetch_step,
+    .step_result = cuda_result,
     .capture_begin = cuda_cap_begin,
     .capture_end = cuda_cap_end,
     .replay = cuda_replay,

@@ -10,6 +10,7 @@
 #include "core/precision.h"
 #include "core/rng.h"
 #include "nn/backend_impl.h"
+#include "nn/cuda/k_base.h" /* nk_step_coef: the step's rule, shared with the device */
 #include "nn/marks.h"
 
 #define ALIGN 64
@@ -177,7 +178,9 @@ static stoke_status check_opts(const stoke_graph *g, const stoke_model_opts *o,
         if (!(o->optim.clip_norm >= 0))
             return stoke_fail(STOKE_ERR_ARG, "%s: clip norm %g must be >= 0", g->name,
                               (double)o->optim.clip_norm);
-        if (!be->check_optim || !be->sgd || !be->adamw || !be->sum_squares || !be->scale)
+        if (!be->check_optim || !be->sgd || !be->adamw || !be->scale ||
+            !(be->sum_squares ||
+              (be->step_decide && be->set_step && be->step_fetch && be->step_result)))
             return stoke_fail(STOKE_ERR_UNAVAILABLE,
                               "%s: the optimizers are not built yet in the %s backend", g->name,
                               be->name);
@@ -680,7 +683,8 @@ struct stoke_model {
     int64_t fwd_batch;
     bool fwd_train, fwd_valid;
     uint64_t fwd_key, micro;
-    int64_t steps;
+    int64_t steps; /* applied (an fp16 overflow's skipped step is not) */
+    int64_t calls; /* stoke_model_step calls: the dropout keys', known without the device */
     int backward_passes;
     double grad_norm;
     /* fp16 only (scale 1 otherwise): PyTorch GradScaler's defaults and rules */
@@ -701,7 +705,17 @@ struct stoke_model {
     int step_runs;
     double step_lr, step_coef; /* the updates' arguments (step_ops) */
     void *norm_buf;            /* the gradients, sizes and sums of squares (step), made once */
-    char graphs_off[256];      /* why this model stopped capturing ("" while it does) */
+    int norm_count;            /* the gradients in it */
+    /* A device's results read late (backend forward_fetch, step_decide): a forward's
+     * losses and metrics once its backward is queued, a step's decision once the next
+     * backward is (settle_forward, settle_step). An error found then is kept in late
+     * and returned by the next call that can return one. */
+    bool fwd_pending, step_pending, step_skipped;
+    const float **fetch_ptrs; /* the forward's loss and metric outputs (device) */
+    float *fetch_vals;
+    stoke_status late;
+    char late_msg[512];
+    char graphs_off[256]; /* why this model stopped capturing ("" while it does) */
 };
 
 /* Every captured graph: they hold the arenas' addresses and the ops' arguments. */
@@ -737,6 +751,8 @@ void stoke_model_free(stoke_model *m)
     graphs_drop(m);
     nn_marks_free(m->marks, be);
     free(m->norm_buf);
+    free(m->fetch_ptrs);
+    free(m->fetch_vals);
     be->free(be->ctx, m->params_arena);
     be->free(be->ctx, m->grads_arena);
     be->free(be->ctx, m->optim_arena);
@@ -801,13 +817,16 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, st
     m->saved = calloc((size_t)n, sizeof(float *));
     m->dout = calloc((size_t)n, sizeof(float *));
     m->value = calloc((size_t)n, sizeof(double));
+    m->fetch_ptrs = calloc((size_t)n + 1, sizeof *m->fetch_ptrs);
+    m->fetch_vals = calloc((size_t)n + 1, sizeof *m->fetch_vals);
     m->ready_cap = 8;
     m->ready = malloc((size_t)m->ready_cap * sizeof *m->ready);
     if (m->ready)
         m->nready = planned(L, m->ready);
     m->ready_threads = be->threads(be->ctx);
-    if (st == STOKE_OK && (!m->param || !m->grad || !m->state || !m->param_lp || !m->out ||
-                           !m->saved || !m->dout || !m->value || !m->ready))
+    if (st == STOKE_OK &&
+        (!m->param || !m->grad || !m->state || !m->param_lp || !m->out || !m->saved || !m->dout ||
+         !m->value || !m->ready || !m->fetch_ptrs || !m->fetch_vals))
         st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
     if (st != STOKE_OK) {
         stoke_model_free(m);
@@ -1079,17 +1098,76 @@ static stoke_status run_graphed(stoke_model *m, void **graph, int *runs,
     return be->replay(be->ctx, *graph);
 }
 
+/* Keeps the first error found late (a device's result read after the call that
+ * queued its work returned), for the next call that can return it. */
+static stoke_status keep_late(stoke_model *m, stoke_status st)
+{
+    if (st != STOKE_OK && m->late == STOKE_OK) {
+        m->late = st;
+        snprintf(m->late_msg, sizeof m->late_msg, "%s", stoke_last_error());
+    }
+    return st;
+}
+
+/* The error kept by keep_late, once. */
+static stoke_status take_late(stoke_model *m)
+{
+    stoke_status st = m->late;
+    m->late = STOKE_OK;
+    return st != STOKE_OK ? stoke_fail(st, "%s", m->late_msg) : STOKE_OK;
+}
+
+/* The forward's losses and metrics (vals[k], in node order) as its values. */
+static void take_values(stoke_model *m, const float *vals)
+{
+    double total = 0;
+    for (int i = 0, k = 0; i < m->g->nnodes; i++) {
+        const nn_node *nd = &m->g->nodes[i];
+        if (nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op)) {
+            m->value[i] = vals[k++];
+            if (nn_op_is_loss(nd->op))
+                total += (double)nd->loss_weight * m->value[i];
+        }
+    }
+    m->total_loss = total;
+}
+
+/* A device's forward results, waited for (the work queued after it runs meanwhile):
+ * its bad-input flags, then its values. */
+static stoke_status settle_forward(stoke_model *m)
+{
+    if (!m->fwd_pending)
+        return STOKE_OK;
+    m->fwd_pending = false;
+    const nn_backend *be = m->be;
+    int bad = -1;
+    stoke_status st = be->forward_check(be->ctx, &bad, m->fetch_vals);
+    if (st != STOKE_OK) {
+        m->fwd_valid = false;
+        return bad >= 0 ? node_fail(m, bad, st, "forward")
+                        : stoke_fail(st, "%s: forward: %s", m->g->name, stoke_last_error());
+    }
+    take_values(m, m->fetch_vals);
+    return STOKE_OK;
+}
+
+static stoke_status settle_step(stoke_model *m);
+
 stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
 {
+    stoke_status ls = take_late(m);
+    if (ls != STOKE_OK)
+        return ls;
     stoke_status rs = stoke_model_reserve(m, batch);
     if (rs != STOKE_OK)
         return rs;
     m->fwd_valid = false;
+    m->fwd_pending = false;
     m->fwd_batch = batch;
     m->fwd_train = train;
     /* the dropout key: distinct for every training forward, reproducible from the
      * optimizer step (and the micro-batch within it) */
-    m->fwd_key = ((uint64_t)m->steps << 20) | (m->micro & 0xfffff);
+    m->fwd_key = ((uint64_t)m->calls << 20) | (m->micro & 0xfffff);
     if (train)
         m->micro++;
     const nn_backend *be = m->be;
@@ -1099,31 +1177,24 @@ stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train)
     stoke_status fs = run_graphed(m, gs ? &gs->fwd : NULL, gs ? &gs->fwd_runs : NULL, forward_ops);
     if (fs != STOKE_OK)
         return fs;
-    double total = 0;
-    /* bad input a device's kernels flagged, then the values: read once it is all queued */
-    int bad = -1;
-    stoke_status chk = be->forward_check ? be->forward_check(be->ctx, &bad) : STOKE_OK;
-    if (chk != STOKE_OK && bad >= 0)
-        return node_fail(m, bad, chk, "forward");
-    if (chk != STOKE_OK)
-        return stoke_fail(chk, "%s: forward: %s", m->g->name, stoke_last_error());
-    for (int i = 0; i < m->g->nnodes; i++) {
-        const nn_node *nd = &m->g->nodes[i];
-        if (nn_op_is_loss(nd->op) || nn_op_is_metric(nd->op)) {
-            float v;
-            be->read(be->ctx, &v, m->out[i], sizeof v);
-            m->value[i] = v;
-            if (nn_op_is_loss(nd->op))
-                total += (double)nd->loss_weight * v;
-        }
-    }
-    if (be->sync) {
-        stoke_status st = be->sync(be->ctx);
-        if (st != STOKE_OK)
-            return stoke_fail(st, "%s: forward: %s", m->g->name, stoke_last_error());
-    }
-    m->total_loss = total;
+    int n = 0;
+    for (int i = 0; i < m->g->nnodes; i++)
+        if (nn_op_is_loss(m->g->nodes[i].op) || nn_op_is_metric(m->g->nodes[i].op))
+            m->fetch_ptrs[n++] = m->out[i];
     m->fwd_valid = true;
+    if (be->forward_fetch) {
+        /* read once the backward is queued (settle_forward); an evaluation's now */
+        stoke_status st = be->forward_fetch(be->ctx, m->fetch_ptrs, n);
+        if (st != STOKE_OK) {
+            m->fwd_valid = false;
+            return stoke_fail(st, "%s: forward: %s", m->g->name, stoke_last_error());
+        }
+        m->fwd_pending = true;
+        return train ? STOKE_OK : settle_forward(m);
+    }
+    for (int k = 0; k < n; k++)
+        be->read(be->ctx, &m->fetch_vals[k], m->fetch_ptrs[k], sizeof(float));
+    take_values(m, m->fetch_vals);
     return STOKE_OK;
 }
 
@@ -1169,6 +1240,11 @@ stoke_status stoke_model_backward(stoke_model *m)
         has_loss = has_loss || (nn_op_is_loss(m->g->nodes[i].op) && m->g->nodes[i].needs_grad);
     if (!has_loss)
         return stoke_fail(STOKE_ERR_ARG, "%s: no loss depends on a parameter", m->g->name);
+    /* the last step's decision (its loss scale, its count): the device has this
+     * forward queued behind it */
+    stoke_status ss = settle_step(m);
+    if (ss != STOKE_OK)
+        return ss;
     struct model_graph *g = graph_of(m, m->fwd_batch, true);
     if (g && g->bwd && g->scale != m->scaler.scale) { /* the scale is in the loss kernels */
         be->graph_free(be->ctx, g->bwd);
@@ -1177,6 +1253,8 @@ stoke_status stoke_model_backward(stoke_model *m)
     if (g && !g->bwd)
         g->scale = m->scaler.scale;
     stoke_status st = run_graphed(m, g ? &g->bwd : NULL, g ? &g->bwd_runs : NULL, backward_ops);
+    if (st == STOKE_OK) /* the forward's results, while the device runs the backward */
+        st = settle_forward(m);
     if (st != STOKE_OK)
         return st;
     m->backward_passes++;
@@ -1245,11 +1323,18 @@ static stoke_status step_ops(stoke_model *m)
     int64_t t = m->steps + 1;
     float lr = (float)m->step_lr, coef = (float)m->step_coef;
     bool sgd = m->o.optim.kind != STOKE_ADAMW;
+    if (be->step_decide) {
+        const float **gx = m->norm_buf;
+        size_t *gn = (size_t *)(gx + g->nparams);
+        stoke_status st = be->step_decide(be->ctx, gx, gn, m->norm_count);
+        if (st != STOKE_OK)
+            return stoke_fail(st, "%s: step: %s", g->name, stoke_last_error());
+    }
     for (int i = 0; i < g->nparams; i++) {
         if (!m->grad[i])
             continue;
         size_t n = (size_t)g->params[i].info.elems;
-        /* a device reads the factor as it runs: a graph must hold the pass always */
+        /* a device decides the factor as it runs: a graph must hold the pass always */
         if (m->step_coef != 1.0 || be->set_step)
             be->scale(be->ctx, m->grad[i], n, coef);
         if (!sgd)
@@ -1273,6 +1358,49 @@ static stoke_status step_ops(stoke_model *m)
     return STOKE_OK;
 }
 
+/* A step's outcome, from its decision: counted, or (a gradient not finite, the
+ * bad-th in norm_buf) an error in fp32 and bf16, a skip backing fp16's scale off. */
+static stoke_status step_outcome(stoke_model *m, double norm, int bad, bool skip)
+{
+    const stoke_graph *g = m->g;
+    m->grad_norm = norm;
+    m->step_skipped = skip;
+    bool fp16 = m->o.precision == STOKE_PREC_FP16;
+    if (!skip) {
+        m->steps++;
+        if (fp16)
+            cpu_loss_scaler_update(&m->scaler, false);
+        return STOKE_OK;
+    }
+    if (fp16) {
+        cpu_loss_scaler_update(&m->scaler, true);
+        return STOKE_OK;
+    }
+    const char *name = "?";
+    for (int i = 0, k = 0; i < g->nparams; i++)
+        if (m->grad[i] && k++ == bad)
+            name = g->params[i].name;
+    return stoke_fail(STOKE_ERR_ARG, "%s: gradient of %s is not finite (inf or NaN) at step %lld",
+                      g->name, name, (long long)m->steps);
+}
+
+/* A device's step decision, waited for (the device runs what was queued after it). */
+static stoke_status settle_step(stoke_model *m)
+{
+    if (!m->step_pending)
+        return take_late(m);
+    m->step_pending = false;
+    const nn_backend *be = m->be;
+    double norm;
+    int bad;
+    bool skip;
+    stoke_status st = be->step_result(be->ctx, &norm, &bad, &skip);
+    if (st != STOKE_OK)
+        return keep_late(m, stoke_fail(st, "%s: step: %s", m->g->name, stoke_last_error()));
+    keep_late(m, step_outcome(m, norm, bad, skip));
+    return take_late(m);
+}
+
 stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied)
 {
     if (applied)
@@ -1282,9 +1410,11 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     if (accum < 1 || !(lr >= 0) || !isfinite(lr))
         return stoke_fail(STOKE_ERR_ARG, "%s: step with accum %d (>= 1) and lr %g (finite, >= 0)",
                           m->g->name, accum, lr);
+    stoke_status ps = settle_step(m); /* the last one's, if no backward came between */
+    if (ps != STOKE_OK)
+        return ps;
     const nn_backend *be = m->be;
     const stoke_graph *g = m->g;
-    /* every gradient's sum of squares in one call (one wait on a device) */
     if (!m->norm_buf &&
         !(m->norm_buf =
               malloc((size_t)g->nparams * (sizeof(float *) + sizeof(size_t) + sizeof(double)))))
@@ -1298,67 +1428,75 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
             gx[count] = m->grad[i];
             gn[count++] = (size_t)g->params[i].info.elems;
         }
+    m->norm_count = count;
+    double inv = 1.0 / ((double)m->scaler.scale * accum);
+    m->step_lr = lr;
+    m->calls++;
+    m->micro = 0;
+    m->backward_passes = 0;
+    if (be->step_decide) {
+        /* decided on the device, in the step's graph; read at the next backward */
+        be->set_step(be->ctx, (float)lr, m->steps + 1, inv, &m->o.optim);
+        stoke_status us = run_graphed(m, &m->step_graph, &m->step_runs, step_ops);
+        if (us == STOKE_OK)
+            us = be->step_fetch(be->ctx);
+        if (us != STOKE_OK)
+            return us;
+        m->step_pending = true;
+        if (!applied)
+            return STOKE_OK;
+        stoke_status st = settle_step(m);
+        *applied = st == STOKE_OK && !m->step_skipped;
+        return st;
+    }
+    /* every gradient's sum of squares in one call */
     be->sum_squares(be->ctx, gx, gn, count, gs);
     double sumsq = 0;
     int bad = -1;
-    for (int i = 0, k = 0; i < g->nparams; i++) {
-        if (!m->grad[i])
-            continue;
-        double s = gs[k++];
-        sumsq += s;
-        if (!isfinite(s) && bad < 0)
-            bad = i;
+    for (int k = 0; k < count; k++) {
+        sumsq += gs[k];
+        if (!isfinite(gs[k]) && bad < 0)
+            bad = k;
     }
-    bool fp16 = m->o.precision == STOKE_PREC_FP16;
     if (bad >= 0) {
-        if (!fp16)
-            return stoke_fail(STOKE_ERR_ARG,
-                              "%s: gradient of %s is not finite (inf or NaN) at step %lld", g->name,
-                              g->params[bad].name, (long long)m->steps);
-        /* an fp16 overflow: skip the step, back the scale off */
-        cpu_loss_scaler_update(&m->scaler, true);
-        m->grad_norm = INFINITY;
         stoke_model_zero_grad(m);
-        m->micro = 0;
-        return STOKE_OK;
+        return step_outcome(m, INFINITY, bad, true);
     }
-    double inv = 1.0 / ((double)m->scaler.scale * accum);
-    m->grad_norm = sqrt(sumsq) * inv;
-    double coef = inv;
-    float clip = m->o.optim.clip_norm;
-    if (clip > 0 && m->grad_norm > clip) /* torch.nn.utils.clip_grad_norm_ */
-        coef *= clip / (m->grad_norm + 1e-6);
-    m->step_lr = lr;
-    m->step_coef = coef;
-    if (be->set_step) /* outside the graph: the step's own values, for its replay */
-        be->set_step(be->ctx, (float)lr, m->steps + 1, (float)coef, &m->o.optim);
+    double norm;
+    m->step_coef = nk_step_coef(sumsq, inv, m->o.optim.clip_norm, &norm);
     stoke_status us = run_graphed(m, &m->step_graph, &m->step_runs, step_ops);
     if (us != STOKE_OK)
         return us;
-    m->steps++;
-    m->micro = 0;
-    m->backward_passes = 0;
-    if (fp16)
-        cpu_loss_scaler_update(&m->scaler, false);
-    if (be->sync) {
-        stoke_status st = be->sync(be->ctx);
-        if (st != STOKE_OK)
-            return stoke_fail(st, "%s: step: %s", g->name, stoke_last_error());
-    }
     if (applied)
         *applied = true;
-    return STOKE_OK;
+    return step_outcome(m, norm, -1, false);
+}
+
+/* What a getter reads, settled: a device's results so far (an error kept for the next
+ * call that can return one). The model is the caller's own: the const is the
+ * getters' promise that the model's state does not change, which holds. */
+static void settle_for_getter(const stoke_model *cm)
+{
+    stoke_model *m = (stoke_model *)cm;
+    keep_late(m, settle_forward(m));
+    if (m->step_pending)
+        keep_late(m, settle_step(m));
 }
 
 double stoke_model_value(const stoke_model *m, stoke_tensor t)
 {
+    settle_for_getter(m);
     const nn_node *n = nn_graph_node(m->g, t);
     if (!n || !(nn_op_is_loss(n->op) || nn_op_is_metric(n->op)) || !m->fwd_valid)
         return NAN;
     return m->value[t];
 }
 
-double stoke_model_loss(const stoke_model *m) { return m->fwd_valid ? m->total_loss : NAN; }
+double stoke_model_loss(const stoke_model *m)
+{
+    settle_for_getter(m);
+    return m->fwd_valid ? m->total_loss : NAN;
+}
 
 const float *stoke_model_output(const stoke_model *m, stoke_tensor t)
 {
@@ -1368,8 +1506,17 @@ const float *stoke_model_output(const stoke_model *m, stoke_tensor t)
     return m->out[t];
 }
 
-double stoke_model_grad_norm(const stoke_model *m) { return m->grad_norm; }
-float stoke_model_loss_scale(const stoke_model *m) { return m->scaler.scale; }
+double stoke_model_grad_norm(const stoke_model *m)
+{
+    settle_for_getter(m);
+    return m->grad_norm;
+}
+
+float stoke_model_loss_scale(const stoke_model *m)
+{
+    settle_for_getter(m);
+    return m->scaler.scale;
+}
 void stoke_model_set_loss_scale(stoke_model *m, float scale)
 {
     if (isfinite(scale) && scale > 0)
@@ -1390,10 +1537,16 @@ float *stoke_model_optim_state(stoke_model *m, int i, int slot)
                                                                            : NULL;
 }
 int stoke_model_optim_slots(const stoke_model *m) { return m->L.slots; }
-int64_t stoke_model_step_count(const stoke_model *m) { return m->steps; }
+int64_t stoke_model_step_count(const stoke_model *m)
+{
+    settle_for_getter(m);
+    return m->steps;
+}
+
 void stoke_model_set_step_count(stoke_model *m, int64_t steps)
 {
-    m->steps = steps < 0 ? 0 : steps;
+    settle_for_getter(m);
+    m->steps = m->calls = steps < 0 ? 0 : steps;
     m->micro = 0;
 }
 
@@ -1408,7 +1561,11 @@ const char *stoke_model_device_name(const stoke_model *m)
 
 stoke_status stoke_model_sync(stoke_model *m)
 {
-    return m->be->sync ? m->be->sync(m->be->ctx) : STOKE_OK;
+    keep_late(m, settle_forward(m));
+    stoke_status st = settle_step(m); /* with what was kept */
+    if (st == STOKE_OK && m->be->sync)
+        st = m->be->sync(m->be->ctx);
+    return st;
 }
 
 int stoke_model_graphs(const stoke_model *m, const char **why)

@@ -271,6 +271,12 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         st = stoke_cudart_malloc(c->rt, sizeof(uint64_t), (void **)&c->key);
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, sizeof(nk_step), (void **)&c->step);
+    if (st == STOKE_OK)
+        st = stoke_cudart_malloc(c->rt, sizeof(nk_step_result), (void **)&c->result);
+    if (st == STOKE_OK)
+        st = stoke_cudart_host_alloc(c->rt, sizeof(nk_step_result), (void **)&c->result_host);
+    for (int i = 0; i < 2 && st == STOKE_OK; i++)
+        st = stoke_cudart_event_create(c->rt, &c->fence[i]);
     if (st != STOKE_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", stoke_last_error());
@@ -306,15 +312,18 @@ stoke_status cuda_ctx_checks(cuda_ctx *c, int n)
 {
     if (n <= c->nchecks)
         return STOKE_OK;
+    /* the old flags' copy to the host may be queued */
+    stoke_status st = stoke_cudart_stream_sync(c->rt, c->L.stream);
     cuda_input_check *k = calloc((size_t)n, sizeof *k);
-    int32_t *h = calloc((size_t)n, sizeof *h);
-    if (!k || !h) {
+    int32_t *h = NULL;
+    if (st == STOKE_OK && k)
+        st = stoke_cudart_host_alloc(c->rt, (size_t)n * sizeof *h, (void **)&h);
+    if (st != STOKE_OK || !k) {
         free(k);
-        free(h);
-        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+        return st != STOKE_OK ? st : stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     }
     free(c->checks);
-    free(c->flags_host);
+    stoke_cudart_host_free(c->rt, c->flags_host);
     c->checks = k;
     c->flags_host = h;
     return grow(c, (void **)&c->flags, &c->nchecks, n, sizeof(int32_t));
@@ -323,32 +332,6 @@ stoke_status cuda_ctx_checks(cuda_ctx *c, int n)
 int32_t *cuda_flag_of(cuda_ctx *c, int node)
 {
     return c->flags && node >= 0 && node < c->nchecks ? c->flags + node : NULL;
-}
-
-stoke_status cuda_forward_check(cuda_ctx *c, int *node)
-{
-    *node = -1;
-    int last = -1;
-    for (int i = 0; i < c->nchecks; i++)
-        if (c->checks[i].node)
-            last = i;
-    if (last < 0)
-        return STOKE_OK;
-    int32_t *flags = c->flags_host;
-    stoke_status st = stoke_cudart_copy_to_host_async(
-        c->rt, flags, c->flags, (size_t)(last + 1) * sizeof *flags, c->L.stream);
-    if (st == STOKE_OK)
-        st = stoke_cudart_stream_sync(c->rt, c->L.stream);
-    for (int i = 0; i <= last && st == STOKE_OK; i++) {
-        const cuda_input_check *k = &c->checks[i];
-        if (!k->node || flags[i] <= 0)
-            continue;
-        *node = i;
-        st = k->node->op == STOKE_NN_EMBEDDING ? cuda_emb_bad(c, k, flags[i])
-                                               : cuda_loss_bad(c, k, flags[i]);
-        st = cuda_layer_fail(st, k->node);
-    }
-    return st;
 }
 
 stoke_status cuda_ctx_totals(cuda_ctx *c, int n)
@@ -374,7 +357,14 @@ void cuda_ctx_free(cuda_ctx *c)
         stoke_cudart_free(c->rt, c->totals);
         stoke_cudart_free(c->rt, c->key);
         stoke_cudart_free(c->rt, c->step);
+        stoke_cudart_free(c->rt, c->result);
         stoke_cudart_free(c->rt, c->flags);
+        stoke_cudart_host_free(c->rt, c->flags_host);
+        stoke_cudart_host_free(c->rt, c->values_host);
+        stoke_cudart_host_free(c->rt, c->result_host);
+        for (int i = 0; i < 2; i++)
+            if (c->fence[i])
+                stoke_cudart_event_destroy(c->rt, c->fence[i]);
         stoke_cudart_stream_destroy(c->rt, c->L.stream);
     }
     /* the kernel module stays loaded, as cuBLAS does (cublas.c): it links the CUDA
@@ -383,7 +373,6 @@ void cuda_ctx_free(cuda_ctx *c)
     drop_kept(c);
     free(c->kept);
     free(c->checks);
-    free(c->flags_host);
     free(c);
 }
 

@@ -42,13 +42,19 @@ typedef struct cuda_ctx {
     double *totals;  /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
     /* Bad input found by a forward's kernels (a class outside the logits, an id outside
-     * the table), read once the forward is queued (cuda_forward_check), so nothing in a
-     * forward waits: flags[i] (device) is node i's first bad sample + 1, checks[i] how to
+     * the table): flags[i] (device) is node i's first bad sample + 1, checks[i] how to
      * word its error. nchecks = the graph's nodes once a forward has run. */
     int32_t *flags;
     struct cuda_input_check *checks;
-    int32_t *flags_host; /* where the flags are read to */
     int nchecks;
+    /* What the host reads of a forward and a step (fetch.c), copied into pinned memory
+     * behind the work and waited for only when the host needs it, so nothing in a step
+     * waits: the flags, the losses' and metrics' values (nvalues), the step's decision. */
+    int32_t *flags_host;
+    float *values_host;
+    int nvalues;
+    nk_step_result *result, *result_host; /* device, pinned host */
+    void *fence[2];                       /* recorded after each fetch (CUDA_FETCH_*) */
     /* a capture in progress: the host build's launch arguments (cuda_capture_end) */
     void **kept;
     int nkept, capkept;
@@ -100,10 +106,19 @@ typedef struct cuda_input_check {
 stoke_status cuda_ctx_checks(cuda_ctx *c, int n);
 int32_t *cuda_flag_of(cuda_ctx *c, int node);
 
-/* The first node (in graph order) whose kernels flagged bad input in the forward just
- * queued: waits for it, reads every flag at once; *node = its index and the error worded
- * as the CPU backend's, or STOKE_OK. */
-stoke_status cuda_forward_check(cuda_ctx *c, int *node);
+/* fetch.c. A forward's results: cuda_forward_fetch queues the copies of its flags and
+ * of the n device floats values[k] (its losses and metrics) to the host; then
+ * cuda_forward_check waits for them, values[k] the floats, and returns the first node
+ * (in graph order) whose kernels flagged bad input (*node its index, the error worded
+ * as the CPU backend's), or the first error noted since the last check. */
+enum { CUDA_FETCH_FORWARD, CUDA_FETCH_STEP };
+stoke_status cuda_forward_fetch(cuda_ctx *c, const float *const *values, int n);
+stoke_status cuda_forward_check(cuda_ctx *c, int *node, float *values);
+/* The step's decision (nk_step_decide) from the n[k] floats of each x[k]: queued (in
+ * the step's graph); its copy to the host queued (after the graph); waited for. */
+stoke_status cuda_step_decide(cuda_ctx *c, const float *const *x, const size_t *n, int count);
+stoke_status cuda_step_fetch(cuda_ctx *c);
+stoke_status cuda_step_result(cuda_ctx *c, nk_step_result *out);
 /* The embedding's and the losses' wording of node i's error (seq.c, loss.c). */
 stoke_status cuda_emb_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag);
 stoke_status cuda_loss_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag);

@@ -6,15 +6,27 @@
 
 #include "nn/cuda/kern.h"
 
-/* x *= s (cpu_scale) */
-/* The optimizer step's scalars in device memory (the backend's set_step), read by the
- * update kernels as they run, so a captured step replays with each step's own. */
+/* The optimizer step's scalars in device memory, read by the update kernels as they
+ * run, so a captured step replays with each step's own: the host's (set_step) and
+ * the step's decision (nk_step_decide), made on the device so that nothing in a step
+ * waits for the host. */
 typedef struct nk_step {
-    float coef;   /* the gradients' factor: 1 / (loss scale x batches), clipping's too */
-    float neg_lr; /* SGD */
-    int first;    /* SGD: the first momentum step */
+    float neg_lr;                         /* SGD */
+    int first;                            /* SGD: the first momentum step */
     float decay, neg_step_size, bc2_sqrt; /* AdamW's, computed on the host in double */
+    double inv;                           /* 1 / (loss scale x batches) */
+    float clip;                           /* the clipping norm, 0: none */
+    /* decided on the device from the gradients */
+    float coef; /* the gradients' factor: inv, with clipping's */
+    int skip;   /* a gradient is not finite: no update (the gradients are still zeroed) */
 } nk_step;
+
+/* What the host learns of a step, once it is done (the backend's step_result). */
+typedef struct nk_step_result {
+    double norm; /* the unscaled gradients' norm (inf when one is not finite) */
+    int32_t bad; /* the first tensor whose sum of squares is not finite, or -1 */
+    int32_t skip;
+} nk_step_result;
 
 typedef struct nk_set_step_args {
     nk_step *p;
@@ -26,12 +38,52 @@ NK_FN void nk_set_step(int64_t i, const nk_set_step_args *a)
     *a->p = a->value;
 }
 
+/* torch.nn.utils.clip_grad_norm_'s factor with the unscaling: the one rule of both
+ * backends (the CPU's model.c calls it on the host, nk_step_decide on the device), in
+ * double from the summed squares; *norm the unscaled norm. */
+NK_FN double nk_step_coef(double sumsq, double inv, float clip, double *norm)
+{
+    *norm = sqrt(sumsq) * inv;
+    return clip > 0 && *norm > clip ? inv * (clip / (*norm + 1e-6)) : inv;
+}
+
+/* The step's decision from every gradient's sum of squares (totals[0..count), the
+ * sumsq kernels'), one index: the factor, or a skip when one is not finite. */
+typedef struct nk_step_decide_args {
+    nk_step *step;
+    const double *totals;
+    nk_step_result *out;
+    int count;
+} nk_step_decide_args;
+NK_FN void nk_step_decide(int64_t i, const nk_step_decide_args *a)
+{
+    (void)i;
+    double sumsq = 0, norm = 0;
+    int bad = -1;
+    for (int k = 0; k < a->count; k++) {
+        double s = a->totals[k];
+        sumsq += s;
+        if (bad < 0 && !isfinite(s))
+            bad = k;
+    }
+    nk_step *st = a->step;
+    st->skip = bad >= 0;
+    st->coef = st->skip ? 0.0f : (float)nk_step_coef(sumsq, st->inv, st->clip, &norm);
+    a->out->norm = st->skip ? INFINITY : norm;
+    a->out->bad = bad;
+    a->out->skip = st->skip;
+}
+
 /* x *= the step's coef */
 typedef struct nk_scale_args {
     float *x;
     const nk_step *step;
 } nk_scale_args;
-NK_FN void nk_scale(int64_t i, const nk_scale_args *a) { a->x[i] *= a->step->coef; }
+NK_FN void nk_scale(int64_t i, const nk_scale_args *a)
+{
+    if (!a->step->skip)
+        a->x[i] *= a->step->coef;
+}
 
 /* fp32 -> bf16 (fp16 when fp16 != 0) bits (cpu_f32_to_bf16 / _f16) */
 typedef struct nk_lowp_args {
@@ -79,6 +131,10 @@ typedef struct nk_sgd_args {
 } nk_sgd_args;
 NK_FN void nk_sgd(int64_t i, const nk_sgd_args *a)
 {
+    if (a->step->skip) {
+        a->g[i] = 0.0f;
+        return;
+    }
     float d = a->g[i] + a->wd * a->w[i], neg_lr = a->step->neg_lr;
     if (a->momentum == 0) {
         a->w[i] += neg_lr * d;
@@ -103,6 +159,8 @@ typedef struct nk_adamw_args {
 NK_FN void nk_adamw(int64_t i, const nk_adamw_args *a)
 {
     const nk_step *s = a->step;
+    if (s->skip)
+        return;
     float p = a->w[i] * s->decay, gi = a->g[i];
     float m = a->b1 * a->m[i] + a->one_b1 * gi;
     float v = a->b2 * a->v[i] + a->one_b2 * gi * gi;
@@ -134,15 +192,16 @@ NK_FN void nk_bias_grad(int64_t c, const nk_bias_grad_args *a)
     a->db[c] += s;
 }
 
-#define NK_BASE_KERNELS(X)        \
-    X(set_step, nk_set_step_args) \
-    X(scale, nk_scale_args)       \
-    X(to_lowp, nk_lowp_args)      \
-    X(sumsq_part, nk_sumsq_args)  \
-    X(sumsq_total, nk_sumsq_args) \
-    X(sgd, nk_sgd_args)           \
-    X(adamw, nk_adamw_args)       \
-    X(bias_add, nk_bias_args)     \
+#define NK_BASE_KERNELS(X)              \
+    X(set_step, nk_set_step_args)       \
+    X(step_decide, nk_step_decide_args) \
+    X(scale, nk_scale_args)             \
+    X(to_lowp, nk_lowp_args)            \
+    X(sumsq_part, nk_sumsq_args)        \
+    X(sumsq_total, nk_sumsq_args)       \
+    X(sgd, nk_sgd_args)                 \
+    X(adamw, nk_adamw_args)             \
+    X(bias_add, nk_bias_args)           \
     X(bias_grad, nk_bias_grad_args)
 
 #endif
