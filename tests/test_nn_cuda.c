@@ -1256,6 +1256,45 @@ static void test_step_not_finite(void)
     stoke_graph_free(g);
 }
 
+/* Steady steps wait for nothing but what is behind queued work: no stream sync, and
+ * two waits a step on an event not yet complete, the forward's results (its backward
+ * queued behind them) and the last step's decision (this forward queued behind it). */
+static void test_step_waits(void *rt)
+{
+    void (*reset)(void) = (void (*)(void))dlsym(rt, "fake_cudart_log_reset");
+    int (*log)(int, char *, int *, int *, const void **) =
+        (int (*)(int, char *, int *, int *, const void **))dlsym(rt, "fake_cudart_log");
+    CHECK(reset && log);
+    stoke_graph *g = mlp();
+    stoke_model_opts o = {.max_batch = 4, .training = true, .seed = 5, .cuda = true};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
+    if (m && reset && log) {
+        for (int k = 0; k < 4; k++)
+            CHECK(poisoned_step(m, g, false, NULL) == STOKE_OK);
+        reset();
+        enum { STEPS = 6 };
+        for (int k = 0; k < STEPS; k++) {
+            CHECK(poisoned_step(m, g, false, NULL) == STOKE_OK);
+            CHECK(isfinite(stoke_model_loss(m)));
+        }
+        int syncs = 0, waits = 0, n = 0;
+        char op;
+        int stream, event;
+        const void *dst;
+        for (; log(n, &op, &stream, &event, &dst); n++) {
+            syncs += op == 'Y';
+            waits += op == 'S' && stream != 0; /* 0: an event already complete */
+        }
+        CHECK_MSG(n > 0 && n < 4096, "%d calls logged", n);
+        CHECK_INT_EQ(syncs, 0);
+        CHECK_INT_EQ(waits, 2 * STEPS);
+        CHECK(stoke_model_sync(m) == STOKE_OK);
+    }
+    stoke_model_free(m);
+    stoke_graph_free(g);
+}
+
 /* The double stamps an event with its clock when its stream runs it, which a step no
  * longer waits for: the work queued so far runs first, at the clock it was queued at. */
 static void tick(stoke_model *m, void (*set_clock)(double), double t)
@@ -1443,6 +1482,7 @@ int main(int argc, char **argv)
         test_conversions();
         test_phase_marks(rt);
         test_step_not_finite();
+        test_step_waits(rt);
         test_graphs();
         test_no_cudnn();
         test_pool_bits();

@@ -408,7 +408,15 @@ stoke_status stoke_model_reserve(stoke_model *m, int64_t batch);
 /* Runs every node in order over the first `batch` (1..max_batch) samples. train:
  * batch norm uses batch statistics and updates its running statistics, dropout
  * drops; otherwise the running statistics and no dropout. Errors: STOKE_ERR_ARG (bad
- * batch, an id or class out of range: names the layer and sample). */
+ * batch, an id or class out of range: names the layer and sample).
+ *
+ * On a device nothing in a training step waits for the host: a training forward is
+ * only queued, and its bad input (an id or class out of range) is returned by the
+ * backward that follows (or read by stoke_model_loss / value, which wait for it); an
+ * evaluation forward waits and returns it. A step's decision (its clipping factor, or
+ * a skip for a gradient that is not finite) is made on the device and read by the next
+ * backward, or at once when `applied` is asked for: a non-finite gradient in fp32 or
+ * bf16 is then that call's error (or stoke_model_sync's), and no weight has moved. */
 stoke_status stoke_model_forward(stoke_model *m, int64_t batch, bool train);
 
 /* After a forward in train mode on the same batch: zeroes the activation grads,
@@ -425,8 +433,9 @@ void stoke_model_zero_grad(stoke_model *m);
  * zero_grad, >= 1), checked for inf/NaN (fp16: an overflow skips the step, halves the
  * scale and sets *applied false; the scale doubles after 2000 good steps, as
  * PyTorch's GradScaler), clipped to the global norm, then the update; the bf16/fp16
- * weight copies are refreshed; the gradients are zeroed. applied may be NULL. In
- * fp32/bf16 a non-finite gradient is STOKE_ERR_ARG naming the parameter. */
+ * weight copies are refreshed; the gradients are zeroed. applied may be NULL (on a
+ * device, asking for it waits for the step). In fp32/bf16 a non-finite gradient is
+ * STOKE_ERR_ARG naming the parameter and the step. */
 stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applied);
 
 /* The last forward's value of a loss or metric node (batch mean), or of the total
@@ -465,8 +474,10 @@ bool stoke_model_on_device(const stoke_model *m);
 /* "cpu", or what the CUDA backend runs with ("CUDA device 0 (compute capability 9.0),
  * kernels: device (sm_80 sm_89 sm_90), TF32 matmuls"). */
 const char *stoke_model_device_name(const stoke_model *m);
-/* Copies `bytes` from host memory into input `t` (the first samples of the batch).
- * STOKE_ERR_ARG if t is not an input or bytes exceed it. */
+/* Copies `bytes` from host memory into input `t` (the first samples of the batch);
+ * the caller may reuse its memory at once (a device copies through pinned memory
+ * without waiting; a failed copy is the next waiting call's error). STOKE_ERR_ARG if
+ * t is not an input or bytes exceed it. */
 stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes);
 /* A device model: its CUDA stream (a cudaStream_t: every op is queued on it, so work
  * that must come first, such as a loader's copy, is made to precede it with
@@ -475,6 +486,11 @@ stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *h
 void *stoke_model_stream(const stoke_model *m);
 stoke_status stoke_model_set_input_device(stoke_model *m, stoke_tensor t, const void *dev,
                                           size_t bytes);
+/* A device model: an event (a cudaEvent_t) recorded after each such copy, for the
+ * loader to wait on before reusing the device memory copied from
+ * (stoke_loader_set_consumer_event): the model's copies are queued, not waited for.
+ * Owned by the model; NULL on the CPU. */
+void *stoke_model_input_event(stoke_model *m);
 /* Copies `bytes` between host memory and a buffer of the model (a pointer from
  * stoke_model_param/grad/optim_state/output/input, possibly offset). After writing
  * parameters call stoke_model_params_changed. Errors of the device (a failed copy) are
@@ -486,7 +502,7 @@ stoke_status stoke_model_write(stoke_model *m, void *buf, const void *host, size
  * dst's low-precision copies. STOKE_ERR_ARG for models of two graphs or devices. */
 stoke_status stoke_model_copy_params(stoke_model *dst, stoke_model *src);
 /* Waits until the model's queued work is done; its first error if any (a device
- * model runs asynchronously; forward and step already wait where they read values). */
+ * model runs asynchronously, see stoke_model_forward). */
 stoke_status stoke_model_sync(stoke_model *m);
 
 /* A device model captures each forward and backward as a CUDA graph on the second call

@@ -78,13 +78,7 @@ static void cuda_read(void *ctx, void *host, const void *dev, size_t bytes)
 
 static void cuda_write(void *ctx, void *dev, const void *host, size_t bytes)
 {
-    cuda_ctx *c = ctx;
-    /* from pageable memory the copy returns once the source is consumed; waiting keeps
-     * that true for the doubles' queued copies as well */
-    stoke_status st = stoke_cudart_copy_to_device_async(c->rt, dev, host, bytes, c->L.stream);
-    if (st == STOKE_OK)
-        st = stoke_cudart_stream_sync(c->rt, c->L.stream);
-    cuda_note(c, st);
+    cuda_note(ctx, cuda_stage_write(ctx, dev, host, bytes));
 }
 
 static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes)

@@ -715,6 +715,7 @@ struct stoke_model {
     float *fetch_vals;
     stoke_status late;
     char late_msg[512];
+    void *input_event;    /* recorded after each device input copy (stoke_model_input_event) */
     char graphs_off[256]; /* why this model stopped capturing ("" while it does) */
 };
 
@@ -750,6 +751,8 @@ void stoke_model_free(stoke_model *m)
     const nn_backend *be = m->be;
     graphs_drop(m);
     nn_marks_free(m->marks, be);
+    if (m->input_event)
+        be->event_free(be->ctx, m->input_event);
     free(m->norm_buf);
     free(m->fetch_ptrs);
     free(m->fetch_vals);
@@ -1472,20 +1475,22 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     return step_outcome(m, norm, -1, false);
 }
 
-/* What a getter reads, settled: a device's results so far (an error kept for the next
- * call that can return one). The model is the caller's own: the const is the
- * getters' promise that the model's state does not change, which holds. */
-static void settle_for_getter(const stoke_model *cm)
+/* What a getter reads, settled: a device's forward results (`step` false) or its last
+ * step's decision, waited for; an error is kept for the next call that can return
+ * one. The model is the caller's: the getters' const promises that what they report
+ * does not change, which holds. */
+static void settle_for_getter(const stoke_model *cm, bool step)
 {
     stoke_model *m = (stoke_model *)cm;
-    keep_late(m, settle_forward(m));
-    if (m->step_pending)
+    if (!step)
+        keep_late(m, settle_forward(m));
+    else if (m->step_pending)
         keep_late(m, settle_step(m));
 }
 
 double stoke_model_value(const stoke_model *m, stoke_tensor t)
 {
-    settle_for_getter(m);
+    settle_for_getter(m, false);
     const nn_node *n = nn_graph_node(m->g, t);
     if (!n || !(nn_op_is_loss(n->op) || nn_op_is_metric(n->op)) || !m->fwd_valid)
         return NAN;
@@ -1494,7 +1499,7 @@ double stoke_model_value(const stoke_model *m, stoke_tensor t)
 
 double stoke_model_loss(const stoke_model *m)
 {
-    settle_for_getter(m);
+    settle_for_getter(m, false);
     return m->fwd_valid ? m->total_loss : NAN;
 }
 
@@ -1508,13 +1513,13 @@ const float *stoke_model_output(const stoke_model *m, stoke_tensor t)
 
 double stoke_model_grad_norm(const stoke_model *m)
 {
-    settle_for_getter(m);
+    settle_for_getter(m, true);
     return m->grad_norm;
 }
 
 float stoke_model_loss_scale(const stoke_model *m)
 {
-    settle_for_getter(m);
+    settle_for_getter(m, true);
     return m->scaler.scale;
 }
 void stoke_model_set_loss_scale(stoke_model *m, float scale)
@@ -1539,13 +1544,13 @@ float *stoke_model_optim_state(stoke_model *m, int i, int slot)
 int stoke_model_optim_slots(const stoke_model *m) { return m->L.slots; }
 int64_t stoke_model_step_count(const stoke_model *m)
 {
-    settle_for_getter(m);
+    settle_for_getter(m, true);
     return m->steps;
 }
 
 void stoke_model_set_step_count(stoke_model *m, int64_t steps)
 {
-    settle_for_getter(m);
+    settle_for_getter(m, true);
     m->steps = m->calls = steps < 0 ? 0 : steps;
     m->micro = 0;
 }
@@ -1607,7 +1612,12 @@ static stoke_status check_input(const stoke_model *m, stoke_tensor t, size_t byt
 stoke_status stoke_model_set_input(stoke_model *m, stoke_tensor t, const void *host, size_t bytes)
 {
     stoke_status st = check_input(m, t, bytes);
-    return st == STOKE_OK ? stoke_model_write(m, m->out[t], host, bytes) : st;
+    if (st != STOKE_OK || bytes == 0)
+        return st;
+    /* not waited for: a device copies through pinned memory, and what fails is said by
+     * the next call that waits */
+    m->be->write(m->be->ctx, m->out[t], host, bytes);
+    return STOKE_OK;
 }
 
 void *stoke_model_stream(const stoke_model *m) { return nn_backend_stream(m->be); }
@@ -1618,9 +1628,20 @@ stoke_status stoke_model_set_input_device(stoke_model *m, stoke_tensor t, const 
     if (!m->o.cuda)
         return stoke_fail(STOKE_ERR_ARG, "%s: a device input for a model on the CPU", m->g->name);
     stoke_status st = check_input(m, t, bytes);
-    if (st == STOKE_OK && bytes)
-        m->be->copy(m->be->ctx, m->out[t], dev, bytes);
-    return st;
+    if (st != STOKE_OK || !bytes)
+        return st;
+    m->be->copy(m->be->ctx, m->out[t], dev, bytes);
+    if (!m->input_event && !(m->input_event = m->be->event_new(m->be->ctx)))
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: cannot create a CUDA event", m->g->name);
+    m->be->event_record(m->be->ctx, m->input_event);
+    return STOKE_OK;
+}
+
+void *stoke_model_input_event(stoke_model *m)
+{
+    if (m->o.cuda && !m->input_event)
+        m->input_event = m->be->event_new(m->be->ctx);
+    return m->input_event;
 }
 
 stoke_status stoke_model_read(stoke_model *m, const void *buf, void *host, size_t bytes)

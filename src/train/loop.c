@@ -303,7 +303,9 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     *reached = false;
     double lr = stoke_lr_at(&t->sched, t->step);
     bool applied = true;
-    stoke_status s = stoke_model_step(t->model, lr, accum, &applied);
+    /* asked only for the log's records: on a GPU asking waits for the step */
+    bool logged = (t->step + 1) % c->log_every == 0;
+    stoke_status s = stoke_model_step(t->model, lr, accum, logged ? &applied : NULL);
     stoke_model_mark(t->model, STOKE_PHASE_OPTIMIZER);
     if (s != STOKE_OK)
         return s;

@@ -607,6 +607,12 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
         if ((s = stoke_loader_create(t->val_d, &vo, &t->val_loader)) != STOKE_OK)
             return s;
     }
+    /* the models copy a batch out of the loader's device slot without waiting: the
+     * loader's next copy into that slot waits for the model's */
+    if (t->loader && stoke_loader_on_device(t->loader))
+        stoke_loader_set_consumer_event(t->loader, stoke_model_input_event(t->model));
+    if (t->val_loader && stoke_loader_on_device(t->val_loader))
+        stoke_loader_set_consumer_event(t->val_loader, stoke_model_input_event(t->eval_model));
     if (t->device != STOKE_TUNE_CPU && t->loader)
         train_info(t, "device copy: %s",
                    stoke_loader_on_device(t->loader)
@@ -777,6 +783,10 @@ void stoke_trainer_free(stoke_trainer *t)
     if (!t)
         return;
     stoke_monitor_free(t->monitor);
+    if (t->model) /* its queued copies read the loaders' device memory */
+        stoke_model_sync(t->model);
+    if (t->eval_model)
+        stoke_model_sync(t->eval_model);
     stoke_loader_destroy(t->loader);
     stoke_loader_destroy(t->val_loader);
     stoke_model_free(t->model);

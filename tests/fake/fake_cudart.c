@@ -338,6 +338,8 @@ static void run_queue(fake_stream *st, int upto)
                 c->ev->stamp = now_ms();
                 c->ev->stamped = 1;
             }
+            if (c->ev && c->ev->stream == st) /* its only mark (a re-record drops the old) */
+                c->ev->stream = NULL;
             if (c->event_mark == upto)
                 break;
             continue;
@@ -885,6 +887,14 @@ int fake_cudart_log(int i, char *op, int *stream, int *event, const void **dst)
     *event = log_entries[i].event;
     *dst = log_entries[i].dst;
     return 1;
+}
+
+/* Empties the call log, for a test that counts the calls of what follows. */
+void fake_cudart_log_reset(void)
+{
+    pthread_mutex_lock(&fake_mu);
+    nlog = 0;
+    pthread_mutex_unlock(&fake_mu);
 }
 
 /* Stamps events with `ms` from now on instead of the host's clock (negative: the host's

@@ -362,6 +362,7 @@ void cuda_ctx_free(cuda_ctx *c)
         stoke_cudart_host_free(c->rt, c->flags_host);
         stoke_cudart_host_free(c->rt, c->values_host);
         stoke_cudart_host_free(c->rt, c->result_host);
+        cuda_stages_free(c);
         for (int i = 0; i < 2; i++)
             if (c->fence[i])
                 stoke_cudart_event_destroy(c->rt, c->fence[i]);

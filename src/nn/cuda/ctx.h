@@ -12,6 +12,12 @@
 #include "nn/cuda/libs.h"
 #include "stoke/hw.h"
 
+/* Writes from the host up to CUDA_STAGE_MAX bytes are staged (stage.c): a batch's
+ * targets, a step's inputs from host memory. Larger ones (parameters loaded from a
+ * checkpoint) are waited for instead of keeping that much pinned memory. */
+#define CUDA_STAGES    4
+#define CUDA_STAGE_MAX ((size_t)4 << 20)
+
 /* Partial sums of a reduction: enough to keep a GPU's SMs busy, few enough for one
  * thread to add them up. */
 #define CUDA_SUM_STRIDE 4096
@@ -55,6 +61,15 @@ typedef struct cuda_ctx {
     int nvalues;
     nk_step_result *result, *result_host; /* device, pinned host */
     void *fence[2];                       /* recorded after each fetch (CUDA_FETCH_*) */
+    /* stage.c: small writes from the host go through pinned slots, so the host goes on
+     * while they are copied (the next write to a slot waits for its last copy) */
+    struct cuda_stage {
+        void *host;
+        size_t cap;
+        void *event;
+        bool pending;
+    } stage[CUDA_STAGES];
+    int next_stage;
     /* a capture in progress: the host build's launch arguments (cuda_capture_end) */
     void **kept;
     int nkept, capkept;
@@ -114,6 +129,11 @@ int32_t *cuda_flag_of(cuda_ctx *c, int node);
 enum { CUDA_FETCH_FORWARD, CUDA_FETCH_STEP };
 stoke_status cuda_forward_fetch(cuda_ctx *c, const float *const *values, int n);
 stoke_status cuda_forward_check(cuda_ctx *c, int *node, float *values);
+/* stage.c: `bytes` from host memory (which the caller may reuse at once) to device
+ * memory, queued on the stream; the slots' memory freed. */
+stoke_status cuda_stage_write(cuda_ctx *c, void *dev, const void *host, size_t bytes);
+void cuda_stages_free(cuda_ctx *c);
+
 /* The step's decision (nk_step_decide) from the n[k] floats of each x[k]: queued (in
  * the step's graph); its copy to the host queued (after the graph); waited for. */
 stoke_status cuda_step_decide(cuda_ctx *c, const float *const *x, const size_t *n, int count);
