@@ -92,10 +92,11 @@ stoke_status cuda_conv_bwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
                           stoke_precision p, size_t *bytes);
 
-/* The fused conv2d -> relu -> max_pool2d chain's convolution (conv.c): forward is
- * cudnnConvolutionBiasActivationForward into y (fp32, the conv's output shape);
- * backward reads dy (fp32, the ReLU's masked gradient) instead of a->dout. ws/ws_size
- * of a are the convolution's part of the chain's workspace. */
+/* The fused conv2d -> relu -> max_pool2d chain's convolution (conv.c), on plans of
+ * its own: forward is cudnnConvolutionBiasActivationForward into y (fp32, the conv's
+ * output shape); backward reads dy (fp32, the ReLU's masked gradient) instead of
+ * a->dout. Both use a->ws/ws_size from its start: the chain passes its convolution's
+ * part there. */
 stoke_status cuda_conv_relu_fwd(cuda_ctx *c, const nn_exec_args *a, float *y);
 stoke_status cuda_conv_bwd_from(cuda_ctx *c, const nn_exec_args *a, const float *dy);
 stoke_status cuda_conv_relu_ws(cuda_ctx *c, const stoke_graph *g, const nn_node *n, int64_t batch,
