@@ -78,11 +78,19 @@ static stoke_status key_of(const stoke_graph *g, const nn_node *n, int64_t batch
     if (batch < 1 || batch > INT_MAX || most > INT_MAX / batch)
         return stoke_fail(STOKE_ERR_ARG, "%s: size %lld exceeds cuDNN's int range", n->name,
                           (long long)(batch * most));
-    *k =
-        (conv_key){(int)batch,       (int)in->dims[0], (int)in->dims[1],      (int)in->dims[2],
-                   (int)n->features, n->kernel,        (int)n->shape.dims[1], (int)n->shape.dims[2],
-                   n->stride,        n->padding,       dnn_type(p),           fused,
-                   fused && !n->bias};
+    *k = (conv_key){.n = (int)batch,
+                    .c = (int)in->dims[0],
+                    .h = (int)in->dims[1],
+                    .w = (int)in->dims[2],
+                    .k = (int)n->features,
+                    .r = n->kernel,
+                    .oh = (int)n->shape.dims[1],
+                    .ow = (int)n->shape.dims[2],
+                    .stride = n->stride,
+                    .pad = n->padding,
+                    .dtype = dnn_type(p),
+                    .fused = fused,
+                    .zero_bias = fused && !n->bias};
     return STOKE_OK;
 }
 
