@@ -749,6 +749,288 @@ static void case_conv_refused(void)
     close_all();
 }
 
+/* ---- cuDNN pooling and the fused convolution + bias + ReLU (cudnn-pool) ---- */
+
+typedef struct pool_shape {
+    int mode, n, c, h, w, k_h, k_w, pad, stride_h, stride_w, oh, ow;
+} pool_shape;
+
+static size_t pool_in(const pool_shape *p) { return (size_t)p->n * p->c * p->h * p->w; }
+static size_t pool_out(const pool_shape *p) { return (size_t)p->n * p->c * p->oh * p->ow; }
+
+/* y = pool(x) and dx = the gradient from dy, in double; max windows of distinct values */
+static void pool_ref(const pool_shape *p, const float *x, const float *dy, double *y, double *dx)
+{
+    int max = p->mode == NC_CUDNN_POOL_MAX_DETERMINISTIC;
+    for (int pl = 0; pl < p->n * p->c; pl++)
+        for (int oh = 0; oh < p->oh; oh++)
+            for (int ow = 0; ow < p->ow; ow++) {
+                size_t o = ((size_t)pl * p->oh + oh) * p->ow + ow, at = 0;
+                double best = -INFINITY, sum = 0, in_bounds = 0;
+                for (int r = 0; r < p->k_h; r++)
+                    for (int q = 0; q < p->k_w; q++) {
+                        int h = oh * p->stride_h - p->pad + r, w = ow * p->stride_w - p->pad + q;
+                        if (h < 0 || h >= p->h || w < 0 || w >= p->w)
+                            continue;
+                        size_t i = ((size_t)pl * p->h + h) * p->w + w;
+                        sum += x[i], in_bounds++;
+                        if (x[i] > best)
+                            best = x[i], at = i;
+                    }
+                double div =
+                    p->mode == NC_CUDNN_POOL_AVG_EXCLUDE_PAD ? in_bounds : (double)p->k_h * p->k_w;
+                y[o] = max ? best : sum / div;
+                if (max) {
+                    dx[at] += dy[o];
+                    continue;
+                }
+                for (int r = 0; r < p->k_h; r++)
+                    for (int q = 0; q < p->k_w; q++) {
+                        int h = oh * p->stride_h - p->pad + r, w = ow * p->stride_w - p->pad + q;
+                        if (h >= 0 && h < p->h && w >= 0 && w < p->w)
+                            dx[((size_t)pl * p->h + h) * p->w + w] += dy[o] / div;
+                    }
+            }
+}
+
+typedef struct pool_descs {
+    void *h, *pd, *x, *y;
+} pool_descs;
+
+static void pool_descs_create(pool_descs *d, const pool_shape *p)
+{
+    nn_cudnn *D = E.dnn;
+    CHECK_INT_EQ(D->create(&d->h), 0);
+    CHECK_INT_EQ(D->set_stream(d->h, E.stream), 0);
+    CHECK_INT_EQ(D->create_pool(&d->pd), 0);
+    CHECK_INT_EQ(D->create_tensor(&d->x), 0);
+    CHECK_INT_EQ(D->create_tensor(&d->y), 0);
+    CHECK_INT_EQ(D->set_pool_2d(d->pd, p->mode, NC_CUDNN_NOT_PROPAGATE_NAN, p->k_h, p->k_w, p->pad,
+                                p->pad, p->stride_h, p->stride_w),
+                 0);
+    CHECK_INT_EQ(
+        D->set_tensor_4d(d->x, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, p->n, p->c, p->h, p->w),
+        0);
+    CHECK_INT_EQ(
+        D->set_tensor_4d(d->y, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, p->n, p->c, p->oh, p->ow),
+        0);
+}
+
+static void pool_descs_destroy(pool_descs *d)
+{
+    CHECK_INT_EQ(E.dnn->destroy_tensor(d->x), 0);
+    CHECK_INT_EQ(E.dnn->destroy_tensor(d->y), 0);
+    CHECK_INT_EQ(E.dnn->destroy_pool(d->pd), 0);
+    CHECK_INT_EQ(E.dnn->destroy(d->h), 0);
+}
+
+/* distinct values within each 7x6 plane (37 is prime to 101), or few (ties) */
+static float pool_val(size_t i, int ties)
+{
+    return ties ? (float)(i % 3) : ((i * 37) % 101) / 16.0f;
+}
+
+/* forward with alpha 2 into NaN (beta 0), backward with beta 0.5 onto old values */
+static void pool_one(const pool_shape *p)
+{
+    size_t ni = pool_in(p), no = pool_out(p);
+    float *x = malloc(ni * 4), *dy = malloc(no * 4), *old = malloc(ni * 4), *got = malloc(ni * 4);
+    double *ry = calloc(no, 8), *rdx = calloc(ni, 8);
+    for (size_t i = 0; i < ni; i++)
+        x[i] = pool_val(i, 0), old[i] = (float)val(i, 3);
+    for (size_t i = 0; i < no; i++)
+        dy[i] = (float)val(i, 2), got[i] = NAN;
+    pool_ref(p, x, dy, ry, rdx);
+    float *xd = dev_alloc(ni * 4), *yd = dev_alloc(no * 4), *dyd = dev_alloc(no * 4),
+          *dxd = dev_alloc(ni * 4);
+    to_dev(xd, x, ni * 4), to_dev(yd, got, no * 4), to_dev(dyd, dy, no * 4),
+        to_dev(dxd, old, ni * 4);
+    pool_descs d;
+    pool_descs_create(&d, p);
+    float one = 1, two = 2, zero = 0, half = 0.5f;
+    CHECK_INT_EQ(E.dnn->pool_fwd(d.h, d.pd, &two, d.x, xd, &zero, d.y, yd), 0);
+    finish();
+    from_dev(got, yd, no * 4);
+    CHECK_MSG(near_all(got, ry, no, 2, 0, NULL) == 0, "pooling mode %d %dx%d forward", p->mode,
+              p->k_h, p->k_w);
+    /* y from the forward (alpha 1) for the backward */
+    CHECK_INT_EQ(E.dnn->pool_fwd(d.h, d.pd, &one, d.x, xd, &zero, d.y, yd), 0);
+    CHECK_INT_EQ(E.dnn->pool_bwd(d.h, d.pd, &one, d.y, yd, d.y, dyd, d.x, xd, &half, d.x, dxd), 0);
+    finish();
+    from_dev(got, dxd, ni * 4);
+    CHECK_MSG(near_all(got, rdx, ni, 1, 0.5, old) == 0, "pooling mode %d %dx%d backward", p->mode,
+              p->k_h, p->k_w);
+    CHECK_INT_EQ(E.dnn_violations(), 0);
+    pool_descs_destroy(&d);
+    E.rt->free(xd), E.rt->free(yd), E.rt->free(dyd), E.rt->free(dxd);
+    free(x), free(dy), free(old), free(got), free(ry), free(rdx);
+}
+
+/* Max pooling over ties: whichever maximum gets a window's dy (cuDNN documents no
+ * rule), each window's dy lands whole on an element equal to its maximum. */
+static void pool_ties(const pool_shape *p)
+{
+    size_t ni = pool_in(p), no = pool_out(p);
+    float *x = malloc(ni * 4), *dy = malloc(no * 4), *y = malloc(no * 4), *dx = malloc(ni * 4);
+    for (size_t i = 0; i < ni; i++)
+        x[i] = pool_val(i, 1);
+    for (size_t i = 0; i < no; i++)
+        dy[i] = 1.0f + (float)i; /* distinct, so each window's share is recognisable */
+    float *xd = dev_alloc(ni * 4), *yd = dev_alloc(no * 4), *dyd = dev_alloc(no * 4),
+          *dxd = dev_alloc(ni * 4);
+    to_dev(xd, x, ni * 4), to_dev(dyd, dy, no * 4);
+    pool_descs d;
+    pool_descs_create(&d, p);
+    float one = 1, zero = 0;
+    CHECK_INT_EQ(E.dnn->pool_fwd(d.h, d.pd, &one, d.x, xd, &zero, d.y, yd), 0);
+    CHECK_INT_EQ(E.dnn->pool_bwd(d.h, d.pd, &one, d.y, yd, d.y, dyd, d.x, xd, &zero, d.x, dxd), 0);
+    finish();
+    from_dev(y, yd, no * 4), from_dev(dx, dxd, ni * 4);
+    /* eligible: equal to the maximum of a window holding it */
+    char *eligible = calloc(ni, 1);
+    for (int pl = 0; pl < p->n * p->c; pl++)
+        for (int oh = 0; oh < p->oh; oh++)
+            for (int ow = 0; ow < p->ow; ow++)
+                for (int r = 0; r < p->k_h; r++)
+                    for (int q = 0; q < p->k_w; q++) {
+                        int h = oh * p->stride_h - p->pad + r, w = ow * p->stride_w - p->pad + q;
+                        size_t i = ((size_t)pl * p->h + h) * p->w + w;
+                        if (h >= 0 && h < p->h && w >= 0 && w < p->w &&
+                            x[i] == y[((size_t)pl * p->oh + oh) * p->ow + ow])
+                            eligible[i] = 1;
+                    }
+    double total = 0, want = 0;
+    int off_max = 0;
+    for (size_t i = 0; i < no; i++)
+        want += dy[i];
+    for (size_t i = 0; i < ni; i++) {
+        total += dx[i];
+        off_max += dx[i] != 0 && !eligible[i];
+    }
+    free(eligible);
+    CHECK_MSG(fabs(total - want) < 1e-3 && off_max == 0, "ties: dx sums to %g (dy %g), %d off",
+              total, want, off_max);
+    pool_descs_destroy(&d);
+    E.rt->free(xd), E.rt->free(yd), E.rt->free(dyd), E.rt->free(dxd);
+    free(x), free(dy), free(y), free(dx);
+}
+
+static void case_pool(void)
+{
+    if (!open_all())
+        return;
+    enum { MAX = NC_CUDNN_POOL_MAX_DETERMINISTIC };
+    const pool_shape shapes[] = {
+        {MAX, 2, 2, 7, 6, 3, 3, 1, 2, 2, 4, 3}, /* stride != kernel, padded */
+        {MAX, 2, 2, 7, 6, 2, 2, 0, 2, 2, 3, 3}, /* the last row in no window */
+        {NC_CUDNN_POOL_AVG_INCLUDE_PAD, 2, 2, 7, 6, 3, 3, 1, 2, 2, 4, 3},
+        {NC_CUDNN_POOL_AVG_EXCLUDE_PAD, 2, 2, 7, 6, 3, 3, 1, 2, 2, 4, 3},
+        {NC_CUDNN_POOL_AVG_INCLUDE_PAD, 2, 2, 7, 6, 7, 6, 0, 7, 6, 1, 1}, /* global */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        pool_one(&shapes[i]);
+    pool_ties(&shapes[0]);
+    pool_ties(&shapes[1]);
+    close_all();
+}
+
+static void case_pool_refused(void)
+{
+    if (!open_all())
+        return;
+    const pool_shape p = {NC_CUDNN_POOL_MAX_DETERMINISTIC, 2, 2, 7, 6, 3, 3, 1, 2, 2, 4, 3};
+    float *x = dev_alloc(pool_in(&p) * 4), *y = dev_alloc(pool_out(&p) * 4);
+    float host[4], one = 1, zero = 0;
+    pool_descs d;
+    pool_descs_create(&d, &p);
+    nn_cudnn *D = E.dnn;
+#define PFWD(xp)  D->pool_fwd(d.h, d.pd, &one, d.x, xp, &zero, d.y, y)
+#define PBWD(dyd) D->pool_bwd(d.h, d.pd, &one, d.y, y, dyd, y, d.x, x, &zero, d.x, x)
+    CHECK_INT_EQ(PFWD(x), 0);
+    CHECK_INT_EQ(PBWD(d.y), 0);
+    dnn_refused(PFWD(host), 2000, "device memory");
+    dnn_refused(PFWD(x + 1), 2000, "device memory");
+    dnn_refused(D->pool_fwd(d.h, d.pd, NULL, d.x, x, &zero, d.y, y), 2002, "alpha");
+    dnn_refused(PBWD(d.x), 2008, "dy or dx");
+    dnn_refused(D->set_pool_2d(d.pd, 7, 0, 3, 3, 1, 1, 2, 2), 2000, "mode 7");
+    dnn_refused(D->set_pool_2d(d.pd, 0, 0, 3, 3, 1, 1, 0, 2), 2000, "stride 0 2");
+    CHECK_INT_EQ(D->set_tensor_4d(d.y, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, 2, 2, 3, 3), 0);
+    dnn_refused(PFWD(x), 2008, "pooling gives 2x2x4x3");
+    CHECK_INT_EQ(D->set_tensor_4d(d.y, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_HALF, 2, 2, 4, 3), 0);
+    dnn_refused(PFWD(x), 3000, "pools fp32");
+    CHECK_INT_EQ(D->set_tensor_4d(d.y, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, 2, 2, 4, 3), 0);
+    CHECK_INT_EQ(D->set_pool_2d(d.pd, 0, 0, 9, 3, 0, 0, 1, 1), 0);
+    dnn_refused(PFWD(x), 2000, "larger than the padded");
+    CHECK_INT_EQ(D->set_pool_2d(d.pd, 3, 0, 3, 3, 1, 1, 2, 2), 0);
+    CHECK_INT_EQ(PFWD(x), 0);
+    void *gone = NULL;
+    CHECK_INT_EQ(D->create_pool(&gone), 0);
+    CHECK_INT_EQ(D->destroy_pool(gone), 0);
+    dnn_refused(D->pool_fwd(d.h, gone, &one, d.x, x, &zero, d.y, y), 2000, "not live");
+    dnn_refused(D->destroy_pool(gone), 2000, "not a live pooling descriptor");
+#undef PFWD
+#undef PBWD
+    finish();
+    pool_descs_destroy(&d);
+    E.rt->free(x), E.rt->free(y);
+    close_all();
+}
+
+/* relu(conv(x, w) + b) against the reference; cuDNN's restriction kept: RELU on
+ * IMPLICIT_PRECOMP_GEMM only; bias and z descriptors checked. */
+static void case_conv_bias_act(void)
+{
+    if (!open_all())
+        return;
+    const conv_shape *s = &shape;
+    nn_cudnn *D = E.dnn;
+    float *x = malloc(x_elems(s) * 4), *w = malloc(w_elems(s) * 4), *dy = malloc(y_elems(s) * 4);
+    float *out = malloc(y_elems(s) * 4), b[4] = {0.5f, -0.25f, 0.125f, -1.0f};
+    double *ry = calloc(y_elems(s), 8), *rdx = calloc(x_elems(s), 8), *rdw = calloc(w_elems(s), 8);
+    conv_fill(s, x, w, dy, 6);
+    conv_ref(s, x, w, dy, ry, rdx, rdw);
+    size_t plane = (size_t)s->oh * s->ow;
+    for (size_t i = 0; i < y_elems(s); i++) {
+        double v = 2 * ry[i] + b[(i / plane) % 4];
+        ry[i] = v > 0 ? v : 0;
+    }
+    float *xd = dev_alloc(x_elems(s) * 4), *wd = dev_alloc(w_elems(s) * 4),
+          *yd = dev_alloc(y_elems(s) * 4), *bd = dev_alloc(sizeof b);
+    to_dev(xd, x, x_elems(s) * 4), to_dev(wd, w, w_elems(s) * 4), to_dev(bd, b, sizeof b);
+    conv_descs d;
+    descs_create(&d, s);
+    void *bias = NULL, *act = NULL;
+    CHECK_INT_EQ(D->create_tensor(&bias), 0);
+    CHECK_INT_EQ(D->set_tensor_4d(bias, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, 1, 4, 1, 1), 0);
+    CHECK_INT_EQ(D->create_act(&act), 0);
+    CHECK_INT_EQ(D->set_act(act, NC_CUDNN_ACTIVATION_RELU, NC_CUDNN_NOT_PROPAGATE_NAN, 0.0), 0);
+    size_t need = 0;
+    int algo = NC_CUDNN_FWD_IMPLICIT_PRECOMP_GEMM;
+    CHECK_INT_EQ(D->fwd_ws(d.h, d.x, d.w, d.conv, d.y, algo, &need), 0);
+    void *ws = dev_alloc(need ? need : 1);
+    float two = 2, zero = 0;
+#define CBA(a, biasd, zd)                                                                        \
+    D->conv_bias_act(d.h, &two, d.x, xd, d.w, wd, d.conv, a, ws, need, &zero, zd, yd, biasd, bd, \
+                     act, d.y, yd)
+    CHECK_INT_EQ(CBA(algo, bias, d.y), 0);
+    finish();
+    from_dev(out, yd, y_elems(s) * 4);
+    CHECK_INT_EQ(near_all(out, ry, y_elems(s), 1, 0, NULL), 0);
+    CHECK_INT_EQ(E.dnn_violations(), 0);
+    dnn_refused(CBA(0, bias, d.y), 3000, "with RELU");
+    dnn_refused(CBA(algo, d.y, d.y), 2008, "bias 2x4x4x4");
+    dnn_refused(CBA(algo, bias, d.x), 2008, "is not y's shape");
+    dnn_refused(D->set_act(act, 2, 0, 0.0), 3000, "mode 2");
+#undef CBA
+    finish();
+    CHECK_INT_EQ(D->destroy_tensor(bias), 0);
+    CHECK_INT_EQ(D->destroy_act(act), 0);
+    descs_destroy(&d);
+    E.rt->free(xd), E.rt->free(wd), E.rt->free(yd), E.rt->free(bd), E.rt->free(ws);
+    free(x), free(w), free(dy), free(out), free(ry), free(rdx), free(rdw);
+    close_all();
+}
+
 /* ---- The fake CUDA runtime's additions ---- */
 
 static void write_scenario(const char *text)
@@ -910,6 +1192,8 @@ static int real_libraries(void)
     CHECK(b->status_string != NULL);
     CHECK(d->version >= 90000 && d->version < 100000);
     CHECK_STR_EQ(nn_cudnn_error(d, 0), "CUDNN_STATUS_SUCCESS");
+    /* pooling and the fused convolution (every entry is loaded, or open fails) */
+    CHECK(d->pool_fwd && d->pool_bwd && d->conv_bias_act && d->set_pool_2d && d->set_act);
     nn_cublas_close(b);
     nn_cudnn_close(d);
     return CHECK_DONE();
@@ -929,6 +1213,9 @@ int main(int argc, char **argv)
     gpu_case("gemm_refused", case_gemm_refused);
     gpu_case("conv", case_conv);
     gpu_case("conv_refused", case_conv_refused);
+    gpu_case("pool", case_pool);
+    gpu_case("pool_refused", case_pool_refused);
+    gpu_case("conv_bias_act", case_conv_bias_act);
     gpu_case("captured", case_captured);
     gpu_case("cudart", case_cudart);
     gpu_case("cudart_default_memory", case_cudart_default_memory);

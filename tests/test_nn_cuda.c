@@ -952,66 +952,133 @@ static void test_bad_targets(void)
     same_error(bn_block, 1, NULL, 0);
 }
 
-/* The pooling kernel bodies against the CPU's functions, bit for bit, on planes of
- * few distinct values: max-pool's ties must go where the CPU sends them (first
- * maximum in row-major window order; the 2x2 shape is the CPU's fast path), which
- * the models above cannot see (their ties are ReLU zeros, whose gradient ReLU drops). */
-static void pool_bits(int H, int W, int k, int stride, int pad)
+/* ---- cuDNN pooling and the fused conv -> relu -> max-pool chain (cudnn-pool) ----
+ * Pooling now runs through cuDNN (the double in tests/fake): each pool after a
+ * convolution without ReLU, so its input has no ties and the gradients cannot depend
+ * on which of equal maxima cuDNN picks (it documents no rule); after a ReLU the ties
+ * are zeros, whose gradient the ReLU drops wherever it goes. */
+
+/* x -> conv 3x3 (bias) -> pool -> flatten -> linear -> cross-entropy; pool: 0 max 3x3
+ * stride 2 padding 1 (stride != kernel, windows overlapping and clipped), 1 average
+ * 3x3 stride 2 padding 1 (edge windows divide by 9), 2 global average */
+static stoke_graph *conv_pool(int pool)
 {
-    enum { P = 3 };
-    int OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
-    size_t in = (size_t)P * H * W, out = (size_t)P * OH * OW;
-    float *x = malloc(in * 4), *dy = malloc(out * 4), *y[2], *dx[2];
-    for (int j = 0; j < 2; j++)
-        y[j] = calloc(out, 4), dx[j] = malloc(in * 4);
-    for (size_t i = 0; i < in; i++)
-        x[i] = (float)rndu(3) - 1.0f, dx[0][i] = dx[1][i] = rnd();
-    for (size_t i = 0; i < out; i++)
-        dy[i] = rnd();
-    cpu_pool2d_shape s = {1, P, H, W, k, k, stride, stride, pad, pad};
-    nk_pool_args a = {NULL, x, dy, H, W, OH, OW, k, stride, pad};
-    for (int op = 0; op < 2; op++) {
-        memcpy(dx[1], dx[0], in * 4); /* both accumulate from the same values */
-        if (op == 0) {
-            cpu_maxpool2d_forward(y[0], x, &s);
-            cpu_maxpool2d_backward(dx[0], dy, x, &s);
-        } else {
-            cpu_avgpool2d_forward(y[0], x, &s);
-            cpu_avgpool2d_backward(dx[0], dy, &s);
-        }
-        a.out = y[1];
-        for (size_t i = 0; i < out; i++)
-            op == 0 ? nk_maxpool_fwd((int64_t)i, &a) : nk_avgpool_fwd((int64_t)i, &a);
-        a.out = dx[1];
-        for (size_t i = 0; i < in; i++)
-            op == 0 ? nk_maxpool_bwd((int64_t)i, &a) : nk_avgpool_bwd((int64_t)i, &a);
-        CHECK_MSG(memcmp(y[0], y[1], out * 4) == 0 && memcmp(dx[0], dx[1], in * 4) == 0,
-                  "%s %dx%d, kernel %d stride %d padding %d: kernels differ from the CPU's",
-                  op == 0 ? "max-pool" : "avg-pool", H, W, k, stride, pad);
-    }
-    memcpy(dx[1], dx[0], in * 4);
-    cpu_global_avgpool_forward(y[0], x, 1, P, H, W);
-    cpu_global_avgpool_backward(dx[0], dy, 1, P, H, W);
-    a.out = y[1];
-    for (int i = 0; i < P; i++)
-        nk_gap_fwd(i, &a);
-    a.out = dx[1];
-    for (size_t i = 0; i < in; i++)
-        nk_gap_bwd((int64_t)i, &a);
-    CHECK(memcmp(y[0], y[1], P * 4) == 0 && memcmp(dx[0], dx[1], in * 4) == 0);
-    free(x), free(dy);
-    for (int j = 0; j < 2; j++)
-        free(y[j]), free(dx[j]);
+    static const char *const names[] = {"conv_maxpool", "conv_avgpool", "conv_gap"};
+    stoke_graph *g = stoke_graph_new(names[pool]);
+    stoke_shape xs = {.ndim = 3, .dims = {2, 9, 8}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_conv2d(g, "conv", x, 5, 3, 1, 1, true);
+    h = pool == 0   ? stoke_nn_maxpool2d(g, h, 3, 2, 1)
+        : pool == 1 ? stoke_nn_avgpool2d(g, h, 3, 2, 1)
+                    : stoke_nn_global_avgpool(g, h);
+    h = stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 4, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
+}
+static stoke_graph *conv_maxpool(void) { return conv_pool(0); }
+static stoke_graph *conv_avgpool(void) { return conv_pool(1); }
+static stoke_graph *conv_gap(void) { return conv_pool(2); }
+
+/* conv (no bias: the fused call adds a zero one) -> relu -> max-pool 2x2: fusable on
+ * both backends; then relu -> max-pool 3x3 stride 2 after a second conv, not */
+static stoke_graph *chain_nobias(void)
+{
+    stoke_graph *g = stoke_graph_new("chain_nobias");
+    stoke_shape xs = {.ndim = 3, .dims = {4, 10, 8}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv1", x, 6, 3, 1, 1, false));
+    h = stoke_nn_maxpool2d(g, h, 2, 2, 0);
+    h = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv2", h, 5, 3, 1, 1, true));
+    h = stoke_nn_maxpool2d(g, h, 3, 2, 1);
+    h = stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 3, true);
+    stoke_nn_cross_entropy(g, h, y, 0.0f);
+    return g;
 }
 
-static void test_pool_bits(void)
+/* conv -> relu -> max-pool 2x2 whose ReLU output is also read by a second head: the
+ * ReLU has two readers, so nothing fuses */
+static stoke_graph *chain_shared(void)
 {
-    pool_bits(8, 6, 2, 2, 0); /* the CPU's 2x2 fast path */
-    pool_bits(7, 5, 2, 2, 0); /* odd: the last row and column in no window */
-    pool_bits(7, 6, 3, 2, 1);
-    pool_bits(5, 7, 3, 1, 1);
-    pool_bits(9, 8, 4, 3, 2);
-    pool_bits(6, 9, 5, 1, 0);
+    stoke_graph *g = stoke_graph_new("chain_shared");
+    stoke_shape xs = {.ndim = 3, .dims = {3, 8, 8}}, ys = {.ndim = 0};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_I32, &ys);
+    stoke_tensor r = stoke_nn_relu(g, stoke_nn_conv2d(g, "conv", x, 4, 3, 1, 1, true));
+    stoke_tensor a = stoke_nn_flatten(g, stoke_nn_maxpool2d(g, r, 2, 2, 0));
+    stoke_tensor b = stoke_nn_global_avgpool(g, r);
+    stoke_nn_cross_entropy(g, stoke_nn_linear(g, "fc_a", a, 3, true), y, 0.0f);
+    stoke_nn_cross_entropy(g, stoke_nn_linear(g, "fc_b", b, 3, true), y, 0.0f);
+    return g;
+}
+
+static const cuda_case pool_cases[] = {
+    {"cudnn maxpool s2 fp32", conv_maxpool, 4, STOKE_PREC_FP32, SGD, 7, 3, 1e-4},
+    {"cudnn maxpool s2 bf16", conv_maxpool, 4, STOKE_PREC_BF16, SGD, 7, 3, 2e-2},
+    {"cudnn maxpool s2 fp16", conv_maxpool, 4, STOKE_PREC_FP16, SGD, 7, 2, 2e-2},
+    {"cudnn avgpool pad fp32", conv_avgpool, 4, STOKE_PREC_FP32, NESTEROV, 7, 3, 1e-4},
+    {"cudnn avgpool pad bf16", conv_avgpool, 4, STOKE_PREC_BF16, SGD, 7, 3, 2e-2},
+    {"cudnn avgpool pad fp16", conv_avgpool, 4, STOKE_PREC_FP16, SGD, 7, 2, 2e-2},
+    {"cudnn global avgpool fp32", conv_gap, 4, STOKE_PREC_FP32, ADAMW, 9, 3, 1e-4},
+    {"cudnn global avgpool bf16", conv_gap, 4, STOKE_PREC_BF16, SGD, 9, 3, 2e-2},
+    {"cudnn global avgpool fp16", conv_gap, 4, STOKE_PREC_FP16, SGD, 9, 2, 2e-2},
+    {"cudnn chain no bias fp32", chain_nobias, 3, STOKE_PREC_FP32, SGD, 5, 3, 1e-4},
+    {"cudnn chain no bias bf16", chain_nobias, 3, STOKE_PREC_BF16, SGD, 5, 3, 2e-2},
+    {"cudnn chain no bias fp16", chain_nobias, 3, STOKE_PREC_FP16, SGD, 5, 2, 2e-2},
+    {"cudnn chain shared fp32", chain_shared, 3, STOKE_PREC_FP32, SGD, 5, 3, 1e-4},
+};
+
+/* Chains the GPU model fuses: cudnnConvolutionBiasActivationForward's calls in one
+ * training forward, and the activations a sample against the same model unfused. */
+static void fused_chains(void *dnn, const cuda_case *c, int want_chains)
+{
+    int (*fused)(void) = NULL;
+    *(void **)&fused = dlsym(dnn, "fake_cudnn_fused_calls");
+    CHECK(fused != NULL);
+    stoke_graph *g = c->build();
+    stoke_model_opts o = opts_of(c, true);
+    stoke_model *on = NULL, *off = NULL;
+    CHECK_MSG(stoke_model_new(g, &o, &on) == STOKE_OK, "%s", stoke_last_error());
+    o.no_fusion = true;
+    CHECK_MSG(stoke_model_new(g, &o, &off) == STOKE_OK, "%s", stoke_last_error());
+    if (on && off && fused) {
+        size_t a_on = stoke_model_plan(on)->activations_per_sample,
+               a_off = stoke_model_plan(off)->activations_per_sample;
+        CHECK_MSG(want_chains ? a_on < a_off : a_on == a_off,
+                  "%s: %zu bytes a sample fused, %zu unfused", c->name, a_on, a_off);
+        stoke_model *m[2] = {on, off};
+        for (int k = 0; k < 2; k++) {
+            CHECK(stoke_model_sync(m[k]) == STOKE_OK);
+            int before = fused();
+            CHECK(stoke_model_forward(m[k], c->batch, true) == STOKE_OK);
+            CHECK(stoke_model_sync(m[k]) == STOKE_OK);
+            CHECK_MSG(fused() - before == (k == 0 ? want_chains : 0),
+                      "%s %s: %d fused convolutions, want %d", c->name,
+                      k == 0 ? "fused" : "no_fusion", fused() - before, k == 0 ? want_chains : 0);
+        }
+    }
+    stoke_model_free(on);
+    stoke_model_free(off);
+    stoke_graph_free(g);
+}
+
+static void test_cudnn_pool_block(void *dnn)
+{
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++)
+        run_case(&pool_cases[i]);
+    if (!dnn)
+        return;
+    fused_chains(dnn, &cases[0], 0); /* an MLP: nothing to fuse */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (strcmp(cases[i].name, "cnn fp32") == 0 || strcmp(cases[i].name, "cnn bf16") == 0)
+            fused_chains(dnn, &cases[i], 2);
+        if (strcmp(cases[i].name, "conv stride 2 fp32") == 0) /* max-pool 3x3 stride 2 */
+            fused_chains(dnn, &cases[i], 0);
+    }
+    fused_chains(dnn, &pool_cases[9], 1);  /* the first chain of two */
+    fused_chains(dnn, &pool_cases[11], 1); /* fp16 too */
+    fused_chains(dnn, &pool_cases[12], 0); /* a ReLU with two readers */
 }
 
 /* Batches below the model's (each planned once: a plan per batch, reused by later
@@ -1485,7 +1552,7 @@ int main(int argc, char **argv)
         test_step_waits(rt);
         test_graphs();
         test_no_cudnn();
-        test_pool_bits();
+        test_cudnn_pool_block(dnn);
         test_conv_batches(dnn);
         if (dnn)
             test_cudnn_clean(dnn);

@@ -1,6 +1,6 @@
 /* cuda_backend.c - the CUDA backend's table (backend_impl.h): memory through the CUDA
- * runtime on the context's stream, matmuls through cuBLAS, convolutions through
- * cuDNN, everything else through the kernel table (src/nn/cuda/launch.h), whose host
+ * runtime on the context's stream, matmuls through cuBLAS, convolutions and pooling
+ * through cuDNN (and the conv -> relu -> max-pool chain fused there), everything else through the kernel table (src/nn/cuda/launch.h), whose host
  * build the tests run against the CUDA test doubles. Every op is queued on one stream,
  * so ops are ordered without waits; the host waits only where it reads a value (a
  * loss, the gradient norm) or at sync. */
@@ -290,9 +290,9 @@ static const nn_backend cuda_backend = {
             [STOKE_NN_RESHAPE] = {nop, nop, NULL, NULL},
             /* conv.c, pool.c */
             [STOKE_NN_CONV2D] = {cuda_conv_fwd, cuda_conv_bwd, cuda_conv_ws, NULL},
-            [STOKE_NN_MAXPOOL2D] = {cuda_pool_fwd, cuda_pool_bwd, NULL, NULL},
-            [STOKE_NN_AVGPOOL2D] = {cuda_pool_fwd, cuda_pool_bwd, NULL, NULL},
-            [STOKE_NN_GLOBAL_AVGPOOL] = {cuda_pool_fwd, cuda_pool_bwd, NULL, NULL},
+            [STOKE_NN_MAXPOOL2D] = {cuda_pool_fwd, cuda_pool_bwd, cuda_pool_ws, NULL},
+            [STOKE_NN_AVGPOOL2D] = {cuda_pool_fwd, cuda_pool_bwd, cuda_pool_ws, NULL},
+            [STOKE_NN_GLOBAL_AVGPOOL] = {cuda_pool_fwd, cuda_pool_bwd, cuda_pool_ws, NULL},
             /* eltwise.c */
             [STOKE_NN_RELU] = {cuda_relu_fwd, cuda_relu_bwd, NULL, NULL},
             [STOKE_NN_GELU] = {cuda_gelu_fwd, cuda_gelu_bwd, NULL, NULL},
@@ -322,7 +322,7 @@ static const nn_backend cuda_backend = {
         },
     .supports = cuda_supports,
     .native = cuda_native,
-    .fuse = NULL,
+    .fuse = cuda_fuse, /* conv_block.c */
     .alloc = cuda_alloc,
     .free = cuda_free,
     .zero = cuda_zero,

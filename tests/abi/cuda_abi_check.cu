@@ -80,6 +80,25 @@ static_assert((int)CUDNN_CROSS_CORRELATION == NC_CUDNN_CROSS_CORRELATION,
 static_assert((int)CUDNN_DEFAULT_MATH == NC_CUDNN_DEFAULT_MATH, "CUDNN_DEFAULT_MATH");
 static_assert((int)CUDNN_TENSOR_OP_MATH == NC_CUDNN_TENSOR_OP_MATH, "CUDNN_TENSOR_OP_MATH");
 static_assert((int)CUDNN_FMA_MATH == NC_CUDNN_FMA_MATH, "CUDNN_FMA_MATH");
+static_assert((int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ==
+                  NC_CUDNN_FWD_IMPLICIT_PRECOMP_GEMM,
+              "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM");
+static_assert((int)CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING == NC_CUDNN_POOL_AVG_INCLUDE_PAD,
+              "CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING");
+static_assert((int)CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING == NC_CUDNN_POOL_AVG_EXCLUDE_PAD,
+              "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING");
+static_assert((int)CUDNN_POOLING_MAX_DETERMINISTIC == NC_CUDNN_POOL_MAX_DETERMINISTIC,
+              "CUDNN_POOLING_MAX_DETERMINISTIC");
+static_assert((int)CUDNN_NOT_PROPAGATE_NAN == NC_CUDNN_NOT_PROPAGATE_NAN, "NOT_PROPAGATE_NAN");
+static_assert((int)CUDNN_PROPAGATE_NAN == NC_CUDNN_PROPAGATE_NAN, "CUDNN_PROPAGATE_NAN");
+static_assert((int)CUDNN_ACTIVATION_RELU == NC_CUDNN_ACTIVATION_RELU, "CUDNN_ACTIVATION_RELU");
+static_assert((int)CUDNN_ACTIVATION_IDENTITY == NC_CUDNN_ACTIVATION_IDENTITY,
+              "CUDNN_ACTIVATION_IDENTITY");
+static_assert(sizeof(cudnnPoolingMode_t) == sizeof(int), "cudnnPoolingMode_t is passed as int");
+static_assert(sizeof(cudnnNanPropagation_t) == sizeof(int), "cudnnNanPropagation_t as int");
+static_assert(sizeof(cudnnActivationMode_t) == sizeof(int), "cudnnActivationMode_t as int");
+static_assert(sizeof(cudnnPoolingDescriptor_t) == sizeof(void *), "pooling descriptor is void *");
+static_assert(sizeof(cudnnActivationDescriptor_t) == sizeof(void *), "activation desc is void *");
 static_assert(sizeof(cudnnStatus_t) == sizeof(int), "cudnnStatus_t is passed as int");
 static_assert(sizeof(cudnnDataType_t) == sizeof(int), "cudnnDataType_t is passed as int");
 static_assert(sizeof(cudnnTensorFormat_t) == sizeof(int), "cudnnTensorFormat_t is passed as int");
@@ -189,6 +208,29 @@ static void check_cudnn()
                     cudnnStatus_t (*)(H, const void *, const T, const void *, const T,
                                       const void *, const C, cudnnConvolutionBwdFilterAlgo_t,
                                       void *, size_t, const void *, const F, void *));
+    typedef cudnnActivationDescriptor_t A;
+    typedef cudnnPoolingDescriptor_t P;
+    CHECK_PROTOTYPE(cudnnConvolutionBiasActivationForward,
+                    cudnnStatus_t (*)(H, const void *, const T, const void *, const F,
+                                      const void *, const C, cudnnConvolutionFwdAlgo_t, void *,
+                                      size_t, const void *, const T, const void *, const T,
+                                      const void *, const A, const T, void *));
+    CHECK_PROTOTYPE(cudnnCreateActivationDescriptor, cudnnStatus_t (*)(A *));
+    CHECK_PROTOTYPE(cudnnSetActivationDescriptor,
+                    cudnnStatus_t (*)(A, cudnnActivationMode_t, cudnnNanPropagation_t, double));
+    CHECK_PROTOTYPE(cudnnDestroyActivationDescriptor, cudnnStatus_t (*)(A));
+    CHECK_PROTOTYPE(cudnnCreatePoolingDescriptor, cudnnStatus_t (*)(P *));
+    CHECK_PROTOTYPE(cudnnSetPooling2dDescriptor,
+                    cudnnStatus_t (*)(P, cudnnPoolingMode_t, cudnnNanPropagation_t, int, int, int,
+                                      int, int, int));
+    CHECK_PROTOTYPE(cudnnDestroyPoolingDescriptor, cudnnStatus_t (*)(P));
+    CHECK_PROTOTYPE(cudnnPoolingForward,
+                    cudnnStatus_t (*)(H, const P, const void *, const T, const void *,
+                                      const void *, const T, void *));
+    CHECK_PROTOTYPE(cudnnPoolingBackward,
+                    cudnnStatus_t (*)(H, const P, const void *, const T, const void *, const T,
+                                      const void *, const T, const void *, const void *, const T,
+                                      void *));
 }
 #endif
 

@@ -1,5 +1,6 @@
-/* fake_cudnn.c - a test double of libcudnn.so.9: the legacy convolution API stoke
- * calls (NCHW, 2-d cross-correlation, groups 1, dilation 1), computed by loops in
+/* fake_cudnn.c - a test double of libcudnn.so.9: the legacy convolution, fused
+ * convolution + bias + activation and pooling API stoke calls (NCHW, 2-d
+ * cross-correlation, groups 1, dilation 1; pooling in fp32), computed by loops in
  * double over "device memory" from the fake CUDA runtime. Descriptors are checked
  * against each other at the call and every tensor must lie inside one cudaMalloc
  * allocation; any error status is counted (fake_cudnn_violations) so a backend test
@@ -27,7 +28,9 @@ enum {
 };
 enum { D_FLOAT = 0, D_HALF = 2, D_BFLOAT16 = 9 };
 enum { NCHW = 0, CROSS_CORRELATION = 1 };
-enum { O_HANDLE = 1, O_TENSOR, O_FILTER, O_CONV };
+enum { O_HANDLE = 1, O_TENSOR, O_FILTER, O_CONV, O_POOL, O_ACT };
+enum { POOL_MAX = 0, POOL_AVG_INCLUDE = 1, POOL_AVG_EXCLUDE = 2, POOL_MAX_DETERMINISTIC = 3 };
+enum { ACT_RELU = 1, ACT_IDENTITY = 5, ALGO_IMPLICIT_PRECOMP_GEMM = 1 };
 enum { FWD, BWD_DATA, BWD_FILTER };
 
 /* One handle or descriptor. All are kept in `objs` until exit (a destroyed one is
@@ -35,7 +38,8 @@ enum { FWD, BWD_DATA, BWD_FILTER };
 typedef struct obj {
     int kind, live, set;
     int dtype, n, c, h, w;                            /* tensor; filter: n is k */
-    int pad_h, pad_w, u, v, dil_h, dil_w, mode, math; /* convolution */
+    int pad_h, pad_w, u, v, dil_h, dil_w, mode, math; /* convolution; pooling (mode) */
+    int win_h, win_w, nan;                            /* pooling; activation (nan) */
     void *stream;                                     /* handle */
 } obj;
 
@@ -83,8 +87,13 @@ static obj *find(const void *p, int kind)
 
 static const char *kind_name(int kind)
 {
-    static const char *const names[] = {"?", "handle", "tensor descriptor", "filter descriptor",
-                                        "convolution descriptor"};
+    static const char *const names[] = {"?",
+                                        "handle",
+                                        "tensor descriptor",
+                                        "filter descriptor",
+                                        "convolution descriptor",
+                                        "pooling descriptor",
+                                        "activation descriptor"};
     return names[kind];
 }
 
@@ -575,10 +584,315 @@ int cudnnConvolutionBackwardFilter(void *h, const void *alpha, void *xd, const v
     return run_conv(&c);
 }
 
+/* ---- Convolution, bias and activation in one call ---- */
+
+int cudnnCreateActivationDescriptor(void **d) { return create(d, O_ACT); }
+int cudnnDestroyActivationDescriptor(void *d)
+{
+    return destroy("cudnnDestroyActivationDescriptor", d, O_ACT);
+}
+
+/* The double knows the two modes the fused convolution accepts. */
+int cudnnSetActivationDescriptor(void *d, int mode, int nan, double coef)
+{
+    const char *fn = "cudnnSetActivationDescriptor";
+    (void)coef;
+    obj *o = find(d, O_ACT);
+    if (!o)
+        return fake_violation(BAD_PARAM, "%s: %p is not a live activation descriptor", fn, d);
+    if (nan != 0 && nan != 1)
+        return fake_violation(BAD_PARAM, "%s: NaN option %d", fn, nan);
+    if (mode != ACT_RELU && mode != ACT_IDENTITY)
+        return fake_violation(NOT_SUPPORTED, "%s: mode %d (the double knows RELU and IDENTITY)", fn,
+                              mode);
+    o->mode = mode;
+    o->nan = nan;
+    o->set = 1;
+    return OK;
+}
+
+/* A queued conv + bias + activation: the convolution's sums, then the epilogue. */
+typedef struct cba_job {
+    conv_job conv; /* its out is y */
+    const void *z, *bias;
+    double alpha2;
+    int relu, propagate_nan;
+} cba_job;
+
+static void cba_queued(void *params)
+{
+    cba_job *j = params;
+    const problem *p = &j->conv.p;
+    operands o = j->conv.o;
+    o.acc = (double *)(j + 1);
+    memset(o.acc, 0, (size_t)j->conv.count * sizeof *o.acc);
+    loops(p, FWD, &o);
+    long long plane = (long long)p->oh * p->ow;
+    for (long long i = 0; i < j->conv.count; i++) {
+        double v = j->conv.alpha * o.acc[i] + load(j->bias, p->dtype, (i / plane) % p->k);
+        /* alpha2 == 0: z is not read (it may be y, as cuDNN allows) */
+        if (j->alpha2 != 0)
+            v += j->alpha2 * load(j->z, p->dtype, i);
+        if (j->relu && !(v > 0) && !(j->propagate_nan && v != v))
+            v = 0;
+        store(j->conv.out, p->dtype, i, v);
+    }
+}
+
+static int fused_calls;
+
+int cudnnConvolutionBiasActivationForward(void *h, const void *alpha1, void *xd, const void *x,
+                                          void *wd, const void *w, void *conv, int algo, void *ws,
+                                          size_t ws_bytes, const void *alpha2, void *zd,
+                                          const void *z, void *biasd, const void *bias, void *actd,
+                                          void *yd, void *y)
+{
+    const char *fn = "cudnnConvolutionBiasActivationForward";
+    /* beta is alpha2 for check_call's NULL test */
+    call c = {fn, FWD, algo, h, xd, wd, conv, yd, x, w, y, y, ws, ws_bytes, alpha1, alpha2};
+    cba_job j = {.conv = {.op = FWD, .o = {x, w, y, NULL}, .out = y}, .z = z, .bias = bias};
+    obj *hd = NULL;
+    fake_count_call();
+    int rc = check_call(&c, &j.conv.p, &hd);
+    if (rc != OK)
+        return rc;
+    const problem *p = &j.conv.p;
+    obj *zo = find(zd, O_TENSOR), *bo = find(biasd, O_TENSOR), *act = find(actd, O_ACT);
+    if (!zo || !bo || !act || !zo->set || !bo->set || !act->set)
+        return fake_violation(BAD_PARAM, "%s: z %p bias %p activation %p: not all live and set", fn,
+                              zd, biasd, actd);
+    /* cuDNN's documented restriction: RELU is only fused on this algorithm */
+    if (act->mode == ACT_RELU && algo != ALGO_IMPLICIT_PRECOMP_GEMM)
+        return fake_violation(
+            NOT_SUPPORTED, "%s: algorithm %d with RELU (only IMPLICIT_PRECOMP_GEMM, 1)", fn, algo);
+    if (zo->n != p->n || zo->c != p->k || zo->h != p->oh || zo->w != p->ow || zo->dtype != p->dtype)
+        return fake_violation(SHAPE_MISMATCH, "%s: z %dx%dx%dx%d is not y's shape", fn, zo->n,
+                              zo->c, zo->h, zo->w);
+    if (bo->n != 1 || bo->c != p->k || bo->h != 1 || bo->w != 1 || bo->dtype != p->dtype)
+        return fake_violation(SHAPE_MISMATCH, "%s: bias %dx%dx%dx%d, want 1x%dx1x1", fn, bo->n,
+                              bo->c, bo->h, bo->w, p->k);
+    size_t e = elem_size(p->dtype);
+    j.alpha2 = *(const float *)alpha2;
+    if (!inside(bias, (unsigned long long)p->k * e) ||
+        (j.alpha2 != 0 && !inside(z, (unsigned long long)y_count(p) * e)))
+        return fake_violation(BAD_PARAM, "%s: bias %p or z %p outside device memory", fn, bias, z);
+    j.conv.count = y_count(p);
+    j.conv.alpha = *(const float *)alpha1;
+    j.relu = act->mode == ACT_RELU;
+    j.propagate_nan = act->nan;
+    rc = fake_queue(hd->stream, cba_queued, &j, sizeof j, (size_t)j.conv.count * sizeof(double));
+    if (rc != OK)
+        return fake_violation(rc == 2 ? ALLOC_FAILED : EXECUTION_FAILED,
+                              "%s: queueing on the stream failed (%d)", fn, rc);
+    pthread_mutex_lock(&fake_lib_mu);
+    fused_calls++;
+    pthread_mutex_unlock(&fake_lib_mu);
+    return OK;
+}
+
+/* ---- Pooling (fp32) ----
+ * Max pooling's ties: forward takes the first maximum in row-major window order
+ * (a strict > scan from the window's first element, so padding never wins), backward
+ * gives each dy to the first element of its window equal to y, in the same order: the
+ * CPU backend's rule. cuDNN documents none, so callers must not rely on it. */
+
+int cudnnCreatePoolingDescriptor(void **d) { return create(d, O_POOL); }
+int cudnnDestroyPoolingDescriptor(void *d)
+{
+    return destroy("cudnnDestroyPoolingDescriptor", d, O_POOL);
+}
+
+int cudnnSetPooling2dDescriptor(void *d, int mode, int nan, int win_h, int win_w, int pad_h,
+                                int pad_w, int stride_h, int stride_w)
+{
+    const char *fn = "cudnnSetPooling2dDescriptor";
+    obj *o = find(d, O_POOL);
+    if (!o)
+        return fake_violation(BAD_PARAM, "%s: %p is not a live pooling descriptor", fn, d);
+    if (mode < POOL_MAX || mode > POOL_MAX_DETERMINISTIC || (nan != 0 && nan != 1))
+        return fake_violation(BAD_PARAM, "%s: mode %d NaN option %d", fn, mode, nan);
+    if (win_h <= 0 || win_w <= 0 || stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0)
+        return fake_violation(BAD_PARAM, "%s: window %dx%d pad %d %d stride %d %d", fn, win_h,
+                              win_w, pad_h, pad_w, stride_h, stride_w);
+    o->mode = mode;
+    o->nan = nan;
+    o->win_h = win_h, o->win_w = win_w;
+    o->pad_h = pad_h, o->pad_w = pad_w;
+    o->u = stride_h, o->v = stride_w;
+    o->set = 1;
+    return OK;
+}
+
+typedef struct pool_problem {
+    int mode, n, c, h, w, oh, ow, wh, ww, ph, pw, sh, sw;
+} pool_problem;
+
+static int same_dims(const obj *a, const obj *b)
+{
+    return a->n == b->n && a->c == b->c && a->h == b->h && a->w == b->w && a->dtype == b->dtype;
+}
+
+/* The pooling's and x's and y's descriptors, checked against each other: y must have
+ * exactly the pooling's output dimensions; fp32 only (all stoke pools in). */
+static int make_pool(const char *fn, void *pd, void *xd, void *yd, pool_problem *p)
+{
+    obj *po = find(pd, O_POOL), *x = find(xd, O_TENSOR), *y = find(yd, O_TENSOR);
+    if (!po || !x || !y)
+        return fake_violation(BAD_PARAM, "%s: a descriptor is not live (pool %p x %p y %p)", fn, pd,
+                              xd, yd);
+    if (!po->set || !x->set || !y->set)
+        return fake_violation(BAD_PARAM, "%s: a descriptor was never set", fn);
+    if (x->dtype != D_FLOAT || y->dtype != D_FLOAT)
+        return fake_violation(NOT_SUPPORTED, "%s: data types %d %d (the double pools fp32)", fn,
+                              x->dtype, y->dtype);
+    *p = (pool_problem){po->mode,  x->n,      x->c,      x->h,      x->w,  0,    0,
+                        po->win_h, po->win_w, po->pad_h, po->pad_w, po->u, po->v};
+    if (p->wh > p->h + 2 * p->ph || p->ww > p->w + 2 * p->pw)
+        return fake_violation(BAD_PARAM, "%s: window %dx%d larger than the padded %dx%d input", fn,
+                              p->wh, p->ww, p->h, p->w);
+    p->oh = (p->h + 2 * p->ph - p->wh) / p->sh + 1;
+    p->ow = (p->w + 2 * p->pw - p->ww) / p->sw + 1;
+    if (y->n != p->n || y->c != p->c || y->h != p->oh || y->w != p->ow)
+        return fake_violation(SHAPE_MISMATCH,
+                              "%s: output %dx%dx%dx%d, the pooling gives %dx%dx%dx%d", fn, y->n,
+                              y->c, y->h, y->w, p->n, p->c, p->oh, p->ow);
+    return OK;
+}
+
+typedef struct pool_job {
+    pool_problem p;
+    const float *x, *y, *dy;
+    float *out; /* y forward, dx backward */
+    double alpha, beta;
+    int backward;
+} pool_job;
+
+static void clip(int o, int stride, int pad, int win, int size, int *lo, int *hi)
+{
+    int start = o * stride - pad;
+    *lo = start < 0 ? 0 : start;
+    *hi = start + win < size ? start + win : size;
+}
+
+static int is_max(int mode) { return mode == POOL_MAX || mode == POOL_MAX_DETERMINISTIC; }
+
+static void pool_queued(void *params)
+{
+    const pool_job *j = params;
+    const pool_problem *p = &j->p;
+    long long planes = (long long)p->n * p->c, in = (long long)p->h * p->w;
+    long long count = planes * (j->backward ? in : (long long)p->oh * p->ow);
+    double *acc = (double *)(j + 1);
+    memset(acc, 0, (size_t)count * sizeof *acc);
+    for (long long pl = 0; pl < planes; pl++)
+        for (int oh = 0; oh < p->oh; oh++)
+            for (int ow = 0; ow < p->ow; ow++) {
+                int h0, h1, w0, w1;
+                clip(oh, p->sh, p->ph, p->wh, p->h, &h0, &h1);
+                clip(ow, p->sw, p->pw, p->ww, p->w, &w0, &w1);
+                const float *x = j->x + pl * in;
+                long long o = (pl * p->oh + oh) * p->ow + ow;
+                double div = p->mode == POOL_AVG_INCLUDE ? (double)p->wh * p->ww
+                                                         : (double)(h1 - h0) * (w1 - w0);
+                double best = x[h0 * p->w + w0], sum = 0;
+                long long at = -1; /* backward max: where dy goes */
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        double v = x[h * p->w + w];
+                        sum += v;
+                        if (v > best)
+                            best = v;
+                        if (j->backward && at < 0 && v == j->y[o])
+                            at = pl * in + h * p->w + w;
+                    }
+                if (!j->backward)
+                    acc[o] = is_max(p->mode) ? best : sum / div;
+                else if (is_max(p->mode) && at >= 0)
+                    acc[at] += j->dy[o];
+                else if (!is_max(p->mode))
+                    for (int h = h0; h < h1; h++)
+                        for (int w = w0; w < w1; w++)
+                            acc[pl * in + h * p->w + w] += j->dy[o] / div;
+            }
+    for (long long i = 0; i < count; i++) {
+        /* beta == 0: the output is not read */
+        double v = j->alpha * acc[i];
+        if (j->beta != 0)
+            v += j->beta * j->out[i];
+        j->out[i] = (float)v;
+    }
+}
+
+static int run_pool(const char *fn, void *h, const pool_job *j)
+{
+    obj *ho = find(h, O_HANDLE);
+    if (!ho)
+        return fake_violation(BAD_PARAM, "%s: %p is not a live handle", fn, h);
+    const pool_problem *p = &j->p;
+    unsigned long long xb = (unsigned long long)p->n * p->c * p->h * p->w * 4,
+                       yb = (unsigned long long)p->n * p->c * p->oh * p->ow * 4;
+    if (!inside(j->x, xb) || !inside(j->out, j->backward ? xb : yb) ||
+        (j->backward && (!inside(j->y, yb) || !inside(j->dy, yb))))
+        return fake_violation(BAD_PARAM, "%s: a tensor is not all inside device memory", fn);
+    long long count = (long long)p->n * p->c * (j->backward ? p->h * p->w : p->oh * p->ow);
+    int rc = fake_queue(ho->stream, pool_queued, j, sizeof *j, (size_t)count * sizeof(double));
+    if (rc != OK)
+        return fake_violation(rc == 2 ? ALLOC_FAILED : EXECUTION_FAILED,
+                              "%s: queueing on the stream failed (%d)", fn, rc);
+    return OK;
+}
+
+int cudnnPoolingForward(void *h, void *pd, const void *alpha, void *xd, const void *x,
+                        const void *beta, void *yd, void *y)
+{
+    const char *fn = "cudnnPoolingForward";
+    pool_job j = {.x = x, .out = y};
+    fake_count_call();
+    if (!alpha || !beta)
+        return fake_violation(BAD_PARAM_NULL_POINTER, "%s: NULL alpha or beta", fn);
+    int rc = make_pool(fn, pd, xd, yd, &j.p);
+    if (rc != OK)
+        return rc;
+    j.alpha = *(const float *)alpha;
+    j.beta = *(const float *)beta;
+    return run_pool(fn, h, &j);
+}
+
+int cudnnPoolingBackward(void *h, void *pd, const void *alpha, void *yd, const void *y, void *dyd,
+                         const void *dy, void *xd, const void *x, const void *beta, void *dxd,
+                         void *dx)
+{
+    const char *fn = "cudnnPoolingBackward";
+    pool_job j = {.x = x, .y = y, .dy = dy, .out = dx, .backward = 1};
+    fake_count_call();
+    if (!alpha || !beta)
+        return fake_violation(BAD_PARAM_NULL_POINTER, "%s: NULL alpha or beta", fn);
+    int rc = make_pool(fn, pd, xd, yd, &j.p);
+    if (rc != OK)
+        return rc;
+    obj *dyo = find(dyd, O_TENSOR), *dxo = find(dxd, O_TENSOR);
+    if (!dyo || !dxo || !dyo->set || !dxo->set)
+        return fake_violation(BAD_PARAM, "%s: dy %p or dx %p not a live, set descriptor", fn, dyd,
+                              dxd);
+    if (!same_dims(dyo, find(yd, O_TENSOR)) || !same_dims(dxo, find(xd, O_TENSOR)))
+        return fake_violation(SHAPE_MISMATCH, "%s: dy or dx differs from y or x", fn);
+    j.alpha = *(const float *)alpha;
+    j.beta = *(const float *)beta;
+    return run_pool(fn, h, &j);
+}
+
 /* ---- For the tests (found with dlsym) ---- */
 int fake_cudnn_violations(void) { return fake_lib_violations(); }
 int fake_cudnn_calls(void) { return fake_lib_calls(); }
 const char *fake_cudnn_last_problem(void) { return fake_lib_last_problem(); }
+/* cudnnConvolutionBiasActivationForward calls queued: whether a fused chain ran. */
+int fake_cudnn_fused_calls(void)
+{
+    pthread_mutex_lock(&fake_lib_mu);
+    int n = fused_calls;
+    pthread_mutex_unlock(&fake_lib_mu);
+    return n;
+}
 
 void fake_cudnn_reset(void) { fake_lib_reset(); }
 

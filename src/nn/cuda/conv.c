@@ -10,7 +10,13 @@
  * (ties), so forward runs on fp32 tensors holding the rounded input and weights, where
  * TF32 tensor cores multiply them exactly. The two backward convolutions, whose
  * results are only summed into fp32 gradients, run on bf16/fp16 tensors (the rounded
- * input and output gradient) and are widened into din and grad. */
+ * input and output gradient) and are widened into din and grad.
+ *
+ * The fused conv2d -> relu -> max_pool2d chain (conv_block.c) runs its convolution
+ * here too, on plans of its own (fused in the key): forward is one
+ * cudnnConvolutionBiasActivationForward, which runs ReLU only on the
+ * IMPLICIT_PRECOMP_GEMM algorithm, so that one is taken rather than the heuristics'
+ * first; a convolution without bias adds a zero one the plan keeps. */
 #include <limits.h>
 #include <stdlib.h>
 
@@ -24,6 +30,7 @@ enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_FILTER, NDIR };
 
 typedef struct conv_key {
     int n, c, h, w, k, r, oh, ow, stride, pad, dtype;
+    int fused, zero_bias; /* conv+bias+relu in one call; with a bias of zeros */
 } conv_key;
 
 /* x, w, y descriptors of one data type */
@@ -35,6 +42,8 @@ typedef struct cuda_conv_plan {
     conv_key key;
     conv_descs d[2]; /* fp32; the backward's low precision (unset for fp32 plans) */
     void *cd;
+    void *bias_d, *act; /* fused: the bias (1 x k x 1 x 1) and ReLU descriptors */
+    float *zero_bias;   /* fused without bias: k zeros of device memory */
     int algo[NDIR];
     size_t ws; /* the largest of the three directions' */
 } cuda_conv_plan;
@@ -43,7 +52,8 @@ static bool key_eq(const conv_key *a, const conv_key *b)
 {
     return a->n == b->n && a->c == b->c && a->h == b->h && a->w == b->w && a->k == b->k &&
            a->r == b->r && a->oh == b->oh && a->ow == b->ow && a->stride == b->stride &&
-           a->pad == b->pad && a->dtype == b->dtype;
+           a->pad == b->pad && a->dtype == b->dtype && a->fused == b->fused &&
+           a->zero_bias == b->zero_bias;
 }
 
 static int dnn_type(stoke_precision p)
@@ -55,7 +65,7 @@ static int dnn_type(stoke_precision p)
 
 /* cuDNN's legacy API takes int dimensions and tensors under 2^31 elements. */
 static stoke_status key_of(const stoke_graph *g, const nn_node *n, int64_t batch, stoke_precision p,
-                           conv_key *k)
+                           int fused, conv_key *k)
 {
     const stoke_shape *in = &nn_graph_node(g, n->in[0])->shape;
     /* Under 4 input channels the CPU backend's mixed-precision convolution (what its
@@ -68,17 +78,19 @@ static stoke_status key_of(const stoke_graph *g, const nn_node *n, int64_t batch
     if (batch < 1 || batch > INT_MAX || most > INT_MAX / batch)
         return stoke_fail(STOKE_ERR_ARG, "%s: size %lld exceeds cuDNN's int range", n->name,
                           (long long)(batch * most));
-    *k = (conv_key){(int)batch,
-                    (int)in->dims[0],
-                    (int)in->dims[1],
-                    (int)in->dims[2],
-                    (int)n->features,
-                    n->kernel,
-                    (int)n->shape.dims[1],
-                    (int)n->shape.dims[2],
-                    n->stride,
-                    n->padding,
-                    dnn_type(p)};
+    *k = (conv_key){.n = (int)batch,
+                    .c = (int)in->dims[0],
+                    .h = (int)in->dims[1],
+                    .w = (int)in->dims[2],
+                    .k = (int)n->features,
+                    .r = n->kernel,
+                    .oh = (int)n->shape.dims[1],
+                    .ow = (int)n->shape.dims[2],
+                    .stride = n->stride,
+                    .pad = n->padding,
+                    .dtype = dnn_type(p),
+                    .fused = fused,
+                    .zero_bias = fused && !n->bias};
     return STOKE_OK;
 }
 
@@ -102,6 +114,12 @@ static void plan_free(cuda_ctx *c, cuda_conv_plan *p)
     }
     if (p->cd)
         c->dnn->destroy_conv(p->cd);
+    if (p->bias_d)
+        c->dnn->destroy_tensor(p->bias_d);
+    if (p->act)
+        c->dnn->destroy_act(p->act);
+    if (p->zero_bias)
+        stoke_cudart_free(c->rt, p->zero_bias);
     free(p);
 }
 
@@ -130,6 +148,31 @@ static int describe_one(nn_cudnn *d, const conv_key *k, int dtype, conv_descs *t
     return rc;
 }
 
+/* The fused call's bias and ReLU (NaN not propagated: the CPU's x > 0 ? x : 0 makes
+ * NaN 0) and, without a bias, k zeros to add. */
+static stoke_status describe_fused(cuda_ctx *c, cuda_conv_plan *p)
+{
+    const conv_key *k = &p->key;
+    nn_cudnn *d = c->dnn;
+    int rc = d->create_tensor(&p->bias_d);
+    if (rc == NC_CUDNN_SUCCESS)
+        rc = d->set_tensor_4d(p->bias_d, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, 1, k->k, 1, 1);
+    if (rc == NC_CUDNN_SUCCESS)
+        rc = d->create_act(&p->act);
+    if (rc == NC_CUDNN_SUCCESS)
+        rc = d->set_act(p->act, NC_CUDNN_ACTIVATION_RELU, NC_CUDNN_NOT_PROPAGATE_NAN, 0.0);
+    stoke_status st = cuda_dnn_check(c, rc, "cuDNN activation descriptors");
+    if (st == STOKE_OK && k->zero_bias) {
+        size_t bytes = (size_t)k->k * sizeof(float);
+        void *z = NULL;
+        st = stoke_cudart_malloc(c->rt, bytes, &z);
+        p->zero_bias = z;
+        if (st == STOKE_OK)
+            st = stoke_cudart_memset_async(c->rt, z, 0, bytes, c->L.stream);
+    }
+    return st;
+}
+
 static stoke_status describe(cuda_ctx *c, cuda_conv_plan *p)
 {
     const conv_key *k = &p->key;
@@ -146,7 +189,10 @@ static stoke_status describe(cuda_ctx *c, cuda_conv_plan *p)
                             NC_CUDNN_CROSS_CORRELATION, NC_CUDNN_DATA_FLOAT);
     if (rc == NC_CUDNN_SUCCESS)
         rc = d->set_conv_math(p->cd, math);
-    return cuda_dnn_check(c, rc, "cuDNN descriptors");
+    stoke_status st = cuda_dnn_check(c, rc, "cuDNN descriptors");
+    if (st == STOKE_OK && k->fused)
+        st = describe_fused(c, p);
+    return st;
 }
 
 static int rank(cuda_ctx *c, const cuda_conv_plan *p, int dir, int *got, nn_cudnn_perf *perf)
@@ -179,6 +225,20 @@ static stoke_status choose(cuda_ctx *c, cuda_conv_plan *p, int dir)
                                            "cudnnGetConvolutionBackwardFilterAlgorithm_v7"};
     nn_cudnn_perf perf[CONV_ALGOS];
     int got = 0;
+    if (dir == DIR_FWD && p->key.fused) {
+        /* the one algorithm cuDNN fuses ReLU into */
+        size_t bytes = 0;
+        stoke_status st =
+            cuda_dnn_check(c, ws_of(c, p, dir, NC_CUDNN_FWD_IMPLICIT_PRECOMP_GEMM, &bytes),
+                           "cudnnGetConvolutionForwardWorkspaceSize (IMPLICIT_PRECOMP_GEMM)");
+        if (st == STOKE_OK && bytes > CONV_WS_LIMIT)
+            st = stoke_fail(STOKE_ERR_UNAVAILABLE,
+                            "conv+bias+relu needs %zu MiB of workspace, more than %zu MiB",
+                            bytes >> 20, CONV_WS_LIMIT >> 20);
+        p->algo[dir] = NC_CUDNN_FWD_IMPLICIT_PRECOMP_GEMM;
+        p->ws = bytes > p->ws ? bytes : p->ws;
+        return st;
+    }
     stoke_status st = cuda_dnn_check(c, rank(c, p, dir, &got, perf), what[dir]);
     for (int i = 0; st == STOKE_OK && i < got; i++) {
         size_t bytes = 0;
@@ -225,10 +285,10 @@ static stoke_status plan_new(cuda_ctx *c, const conv_key *k, cuda_conv_plan **ou
 
 /* The cached plan of node n at this batch and precision, made on first use. */
 static stoke_status plan_for(cuda_ctx *c, const stoke_graph *g, const nn_node *n, int64_t batch,
-                             stoke_precision prec, const cuda_conv_plan **out)
+                             stoke_precision prec, int fused, const cuda_conv_plan **out)
 {
     conv_key k;
-    stoke_status st = key_of(g, n, batch, prec, &k);
+    stoke_status st = key_of(g, n, batch, prec, fused, &k);
     if (st == STOKE_OK)
         st = cuda_ctx_dnn(c);
     if (st != STOKE_OK)
@@ -284,11 +344,11 @@ static conv_ws ws_layout(const cuda_conv_plan *p, void *base)
     return w;
 }
 
-stoke_status cuda_conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
-                          stoke_precision p, size_t *bytes)
+static stoke_status ws_of_node(cuda_ctx *c, const stoke_graph *g, const nn_node *n, int64_t batch,
+                               stoke_precision p, int fused, size_t *bytes)
 {
     const cuda_conv_plan *plan = NULL;
-    stoke_status st = plan_for(ctx, g, n, batch, p, &plan);
+    stoke_status st = plan_for(c, g, n, batch, p, fused, &plan);
     if (st != STOKE_OK)
         return st; /* the executor names the node */
     /* offsets from a 256-aligned base, which the executor's arena is */
@@ -296,12 +356,24 @@ stoke_status cuda_conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int
     return STOKE_OK;
 }
 
+stoke_status cuda_conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                          stoke_precision p, size_t *bytes)
+{
+    return ws_of_node(ctx, g, n, batch, p, 0, bytes);
+}
+
+stoke_status cuda_conv_relu_ws(cuda_ctx *c, const stoke_graph *g, const nn_node *n, int64_t batch,
+                               stoke_precision p, size_t *bytes)
+{
+    return ws_of_node(c, g, n, batch, p, 1, bytes);
+}
+
 /* The plan and the workspace of a call; a workspace smaller than the plan's is the
  * executor's bug, reported rather than overrun. */
 static stoke_status setup(cuda_ctx *c, const nn_exec_args *a, const cuda_conv_plan **p, conv_ws *w)
 {
     stoke_precision prec = a->param_lp[0] ? a->precision : STOKE_PREC_FP32;
-    stoke_status st = plan_for(c, a->graph, a->node, a->batch, prec, p);
+    stoke_status st = plan_for(c, a->graph, a->node, a->batch, prec, a->nchain > 0, p);
     if (st != STOKE_OK)
         return st;
     *w = ws_layout(*p, a->ws);
@@ -331,7 +403,8 @@ static stoke_status widen(cuda_ctx *c, const nn_exec_args *a, float *out, const 
     return CUDA_RUN(c, widen, n, &k);
 }
 
-static stoke_status forward(cuda_ctx *c, const nn_exec_args *a)
+/* y = conv(x, w) + b, or in a fused chain's plan relu(conv(x, w) + b) */
+static stoke_status forward(cuda_ctx *c, const nn_exec_args *a, float *y)
 {
     const cuda_conv_plan *p;
     conv_ws w;
@@ -349,13 +422,22 @@ static stoke_status forward(cuda_ctx *c, const nn_exec_args *a)
     }
     const float one = 1.0f, zero = 0.0f;
     const conv_descs *t = descs(p, DIR_FWD);
+    if (st == STOKE_OK && p->key.fused) {
+        /* alpha2 0: z (y itself, as cuDNN allows) is not read */
+        const float *bias = p->zero_bias ? p->zero_bias : a->param[1];
+        return cuda_dnn_check(c,
+                              c->dnn->conv_bias_act(c->dnn_h, &one, t->x, x, t->w, wt, p->cd,
+                                                    p->algo[DIR_FWD], w.dnn, p->ws, &zero, t->y, y,
+                                                    p->bias_d, bias, p->act, t->y, y),
+                              "cudnnConvolutionBiasActivationForward");
+    }
     if (st == STOKE_OK)
         st = cuda_dnn_check(c,
                             c->dnn->fwd(c->dnn_h, &one, t->x, x, t->w, wt, p->cd, p->algo[DIR_FWD],
-                                        w.dnn, p->ws, &zero, t->y, a->out),
+                                        w.dnn, p->ws, &zero, t->y, y),
                             "cudnnConvolutionForward");
     if (st == STOKE_OK && a->node->bias) {
-        nk_conv_bias_args b = {a->out,   a->param[1], NULL,
+        nk_conv_bias_args b = {y,        a->param[1], NULL,
                                p->key.n, p->key.k,    (int64_t)p->key.oh * p->key.ow};
         st = CUDA_RUN(c, conv_bias_add, y_n(p), &b);
     }
@@ -364,8 +446,13 @@ static stoke_status forward(cuda_ctx *c, const nn_exec_args *a)
 
 stoke_status cuda_conv_fwd(void *ctx, const nn_exec_args *a)
 {
-    stoke_status st = forward(ctx, a);
+    stoke_status st = forward(ctx, a, a->out);
     return st == STOKE_OK ? st : cuda_layer_fail(st, a->node);
+}
+
+stoke_status cuda_conv_relu_fwd(cuda_ctx *c, const nn_exec_args *a, float *y)
+{
+    return forward(c, a, y);
 }
 
 /* dx += the data gradient: in place with beta 1 in fp32, else through w.dx */
@@ -402,16 +489,17 @@ static stoke_status bwd_filter(cuda_ctx *c, const nn_exec_args *a, const cuda_co
     return st;
 }
 
-static stoke_status backward(cuda_ctx *c, const nn_exec_args *a)
+/* from the output gradient dy32 (fp32): a->dout, or a fused chain's masked gradient */
+static stoke_status backward(cuda_ctx *c, const nn_exec_args *a, const float *dy32)
 {
     const cuda_conv_plan *p;
     conv_ws w;
     stoke_status st = setup(c, a, &p, &w);
     if (st != STOKE_OK)
         return st;
-    const void *x = a->in[0], *dy = a->dout;
+    const void *x = a->in[0], *dy = dy32;
     if (lowp(p)) {
-        st = cuda_to_lowp(c, a->precision, a->dout, w.dy, y_n(p));
+        st = cuda_to_lowp(c, a->precision, dy32, w.dy, y_n(p));
         if (st == STOKE_OK && a->grad[0])
             st = cuda_to_lowp(c, a->precision, a->in[0], w.x, x_n(p));
         x = w.x;
@@ -422,7 +510,7 @@ static stoke_status backward(cuda_ctx *c, const nn_exec_args *a)
     if (st == STOKE_OK && a->grad[0])
         st = bwd_filter(c, a, p, &w, x, dy);
     if (st == STOKE_OK && a->node->bias && a->grad[1]) {
-        nk_conv_bias_args b = {a->grad[1], NULL,     a->dout,
+        nk_conv_bias_args b = {a->grad[1], NULL,     dy32,
                                p->key.n,   p->key.k, (int64_t)p->key.oh * p->key.ow};
         st = CUDA_RUN(c, conv_bias_grad, p->key.k, &b);
     }
@@ -431,6 +519,11 @@ static stoke_status backward(cuda_ctx *c, const nn_exec_args *a)
 
 stoke_status cuda_conv_bwd(void *ctx, const nn_exec_args *a)
 {
-    stoke_status st = backward(ctx, a);
+    stoke_status st = backward(ctx, a, a->dout);
     return st == STOKE_OK ? st : cuda_layer_fail(st, a->node);
+}
+
+stoke_status cuda_conv_bwd_from(cuda_ctx *c, const nn_exec_args *a, const float *dy)
+{
+    return backward(c, a, dy);
 }

@@ -346,6 +346,7 @@ void cuda_ctx_free(cuda_ctx *c)
     if (c->rt && c->L.stream)
         stoke_cudart_stream_sync(c->rt, c->L.stream); /* nothing freed while in use */
     cuda_conv_plans_free(c);
+    cuda_pool_plans_free(c);
     if (c->dnn_h)
         c->dnn->destroy(c->dnn_h);
     nn_cudnn_close(c->dnn);

@@ -82,6 +82,9 @@ typedef struct cuda_ctx {
     /* conv.c: cuDNN descriptors and algorithms per (shape, batch, precision) */
     struct cuda_conv_plan **conv_plans;
     int nconv_plans;
+    /* pool.c: cuDNN pooling descriptors per (op, window, shape, batch) */
+    struct cuda_pool_plan **pool_plans;
+    int npool_plans;
 } cuda_ctx;
 
 /* A context on CUDA device `device`. STOKE_ERR_UNAVAILABLE saying what is missing (no
@@ -151,6 +154,8 @@ stoke_status cuda_ctx_dnn(cuda_ctx *c);
 
 /* Frees conv.c's cached plans (their cuDNN descriptors). */
 void cuda_conv_plans_free(cuda_ctx *c);
+/* Frees pool.c's cached plans. */
+void cuda_pool_plans_free(cuda_ctx *c);
 
 /* Whether attention of sequence length T and head size hs runs the fused kernels: the
  * one rule attn.c's saved size, workspace, forward and backward all follow, so it

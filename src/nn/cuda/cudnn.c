@@ -1,4 +1,4 @@
-/* cudnn.c - cuDNN's convolution API, loaded at run time with dlopen (as
+/* cudnn.c - cuDNN's convolution and pooling API, loaded at run time with dlopen (as
  * src/hw/cudart.c loads the CUDA runtime), so a binary built without cuDNN still
  * convolves on a GPU machine that has it. */
 #include <dlfcn.h>
@@ -66,6 +66,15 @@ static const char *load_cudnn(nn_cudnn *d)
         SYM("cudnnConvolutionForward", fwd),
         SYM("cudnnConvolutionBackwardData", bwd_data),
         SYM("cudnnConvolutionBackwardFilter", bwd_filter),
+        SYM("cudnnConvolutionBiasActivationForward", conv_bias_act),
+        SYM("cudnnCreateActivationDescriptor", create_act),
+        SYM("cudnnSetActivationDescriptor", set_act),
+        SYM("cudnnDestroyActivationDescriptor", destroy_act),
+        SYM("cudnnCreatePoolingDescriptor", create_pool),
+        SYM("cudnnSetPooling2dDescriptor", set_pool_2d),
+        SYM("cudnnDestroyPoolingDescriptor", destroy_pool),
+        SYM("cudnnPoolingForward", pool_fwd),
+        SYM("cudnnPoolingBackward", pool_bwd),
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *f = dlsym(d->lib, syms[i].name);

@@ -49,12 +49,20 @@ void nn_cublas_close(nn_cublas *b); /* NULL is fine */
 /* "CUBLAS_STATUS_ALLOC_FAILED", ... or "cuBLAS status N". */
 const char *nn_cublas_error(const nn_cublas *b, int status);
 
-/* ---- cuDNN (libcudnn.so.9): the convolution API ---- */
+/* ---- cuDNN (libcudnn.so.9): the legacy convolution, pooling and activation API ---- */
 enum { NC_CUDNN_SUCCESS = 0 };
 enum { NC_CUDNN_DATA_FLOAT = 0, NC_CUDNN_DATA_HALF = 2, NC_CUDNN_DATA_BFLOAT16 = 9 };
 enum { NC_CUDNN_TENSOR_NCHW = 0 };
 enum { NC_CUDNN_CROSS_CORRELATION = 1 };
 enum { NC_CUDNN_DEFAULT_MATH = 0, NC_CUDNN_TENSOR_OP_MATH = 1, NC_CUDNN_FMA_MATH = 3 };
+enum { NC_CUDNN_FWD_IMPLICIT_PRECOMP_GEMM = 1 }; /* cudnnConvolutionFwdAlgo_t */
+enum {                                           /* cudnnPoolingMode_t */
+       NC_CUDNN_POOL_AVG_INCLUDE_PAD = 1,
+       NC_CUDNN_POOL_AVG_EXCLUDE_PAD = 2,
+       NC_CUDNN_POOL_MAX_DETERMINISTIC = 3
+};
+enum { NC_CUDNN_NOT_PROPAGATE_NAN = 0, NC_CUDNN_PROPAGATE_NAN = 1 }; /* cudnnNanPropagation_t */
+enum { NC_CUDNN_ACTIVATION_RELU = 1, NC_CUDNN_ACTIVATION_IDENTITY = 5 };
 
 /* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: the same layout for all three */
 typedef struct nn_cudnn_perf {
@@ -105,6 +113,25 @@ typedef struct nn_cudnn {
     int (*bwd_filter)(void *h, const void *alpha, void *xd, const void *x, void *dyd,
                       const void *dy, void *conv, int algo, void *ws, size_t ws_bytes,
                       const void *beta, void *dwd, void *dw);
+    /* y = act(alpha1 conv(x, w) + alpha2 z + bias): with RELU only the
+     * IMPLICIT_PRECOMP_GEMM algorithm is supported */
+    int (*conv_bias_act)(void *h, const void *alpha1, void *xd, const void *x, void *wd,
+                         const void *w, void *conv, int algo, void *ws, size_t ws_bytes,
+                         const void *alpha2, void *zd, const void *z, void *biasd, const void *bias,
+                         void *actd, void *yd, void *y);
+    int (*create_act)(void **desc);
+    int (*set_act)(void *desc, int mode, int nan_opt, double coef);
+    int (*destroy_act)(void *desc);
+    /* pooling: y = alpha pool(x) + beta y; backward takes y, dy and x (max routes each
+     * dy to its window's maximum) */
+    int (*create_pool)(void **desc);
+    int (*set_pool_2d)(void *desc, int mode, int nan_opt, int win_h, int win_w, int pad_h,
+                       int pad_w, int stride_h, int stride_w);
+    int (*destroy_pool)(void *desc);
+    int (*pool_fwd)(void *h, void *pool, const void *alpha, void *xd, const void *x,
+                    const void *beta, void *yd, void *y);
+    int (*pool_bwd)(void *h, void *pool, const void *alpha, void *yd, const void *y, void *dyd,
+                    const void *dy, void *xd, const void *x, const void *beta, void *dxd, void *dx);
     size_t version;
 } nn_cudnn;
 

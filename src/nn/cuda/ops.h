@@ -92,8 +92,33 @@ stoke_status cuda_conv_bwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_conv_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
                           stoke_precision p, size_t *bytes);
 
-/* pool.c: max, average (padding counted) and global average pooling */
+/* The fused conv2d -> relu -> max_pool2d chain's convolution (conv.c), on plans of
+ * its own: forward is cudnnConvolutionBiasActivationForward into y (fp32, the conv's
+ * output shape); backward reads dy (fp32, the ReLU's masked gradient) instead of
+ * a->dout. Both use a->ws/ws_size from its start: the chain passes its convolution's
+ * part there. */
+stoke_status cuda_conv_relu_fwd(cuda_ctx *c, const nn_exec_args *a, float *y);
+stoke_status cuda_conv_bwd_from(cuda_ctx *c, const nn_exec_args *a, const float *dy);
+stoke_status cuda_conv_relu_ws(cuda_ctx *c, const stoke_graph *g, const nn_node *n, int64_t batch,
+                               stoke_precision p, size_t *bytes);
+
+/* pool.c: max, average (padding counted) and global average pooling through cuDNN */
 stoke_status cuda_pool_fwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_pool_bwd(void *ctx, const nn_exec_args *a);
+stoke_status cuda_pool_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
+                          stoke_precision p, size_t *bytes);
+/* Pool node n's plan at this batch (made on first use) and its two directions over the
+ * node's input x and output y: forward writes y, backward dx = dx_grad + beta dx. */
+struct cuda_pool_plan;
+stoke_status cuda_pool_plan_for(cuda_ctx *c, const stoke_graph *g, const nn_node *n, int64_t batch,
+                                const struct cuda_pool_plan **out);
+stoke_status cuda_pool_forward(cuda_ctx *c, const struct cuda_pool_plan *p, const float *x,
+                               float *y);
+stoke_status cuda_pool_backward(cuda_ctx *c, const struct cuda_pool_plan *p, const float *y,
+                                const float *dy, const float *x, float beta, float *dx);
+
+/* conv_block.c: the fused conv2d -> relu -> max_pool2d chain (the backend's fuse) */
+stoke_status cuda_fuse(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
+                       stoke_precision p, const nn_fused_impl **out);
 
 #endif
