@@ -136,6 +136,7 @@ enum {
     STOKE_GPU_HAS_MAX_SM_CLOCK = 1u << 4,
     STOKE_GPU_HAS_PCIE = 1u << 5,
     STOKE_GPU_HAS_PCI_BUS_ID = 1u << 6,
+    STOKE_GPU_HAS_CUDA_INDEX = 1u << 7,
 };
 
 typedef struct stoke_gpu_info {
@@ -146,6 +147,8 @@ typedef struct stoke_gpu_info {
     uint64_t memory_total_bytes;
     int cc_major, cc_minor;  /* compute capability */
     int sm_count;            /* streaming multiprocessors (CUDA runtime) */
+    int cuda_index;          /* the CUDA runtime's number (cuda:N), matched by PCI bus id: CUDA
+                       orders devices its own way and CUDA_VISIBLE_DEVICES renumbers */
     unsigned power_limit_mw; /* enforced power limit, milliwatts */
     unsigned max_sm_clock_mhz;
     unsigned pcie_gen, pcie_width; /* current link generation and lanes */
@@ -361,6 +364,11 @@ typedef struct stoke_machine {
  * recorded in gpu_note, never an error. Errors: the data path does not exist
  * (STOKE_ERR_NOTFOUND), /proc unreadable (STOKE_ERR_IO). */
 stoke_status stoke_machine_probe(stoke_machine *m, const char *data_path);
+
+/* The entry of m->gpus that CUDA device `cuda_dev` (cuda:N) is: matched by PCI bus id
+ * (STOKE_GPU_HAS_CUDA_INDEX); when no GPU was matched (no runtime), NVML's N itself.
+ * -1 when there is none. Can't fail. */
+int stoke_machine_cuda_gpu(const stoke_machine *m, int cuda_dev);
 
 #ifdef __cplusplus
 }

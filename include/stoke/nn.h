@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "stoke/core.h"
+#include "stoke/hw.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -280,6 +281,10 @@ bool stoke_nn_precision_native(stoke_precision p);
  * runs with in `why` ("CUDA device 0 (compute capability 9.0), kernels: device (...)"),
  * false with the reason ("the CUDA kernels (...) are missing: ..."). Can't fail. */
 bool stoke_nn_cuda_ready(int device, char *why, size_t size);
+/* The same for m->gpus[g] (NVML's numbering): through its CUDA number, matched by PCI
+ * bus id, or false when the runtime sees other GPUs but not this one
+ * (CUDA_VISIBLE_DEVICES). Can't fail. */
+bool stoke_nn_cuda_ready_gpu(const stoke_machine *m, int g, char *why, size_t size);
 
 /* ---- Memory plan ---------------------------------------------------------------- */
 

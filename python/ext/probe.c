@@ -138,10 +138,10 @@ static PyObject *storage_dict(const stoke_machine *m)
 }
 
 /* {"ready": bool, "detail": str}: whether stoke train's CUDA backend runs on GPU i. */
-static PyObject *cuda_backend_dict(int i)
+static PyObject *cuda_backend_dict(const stoke_machine *m, int i)
 {
     char why[512];
-    bool ready = stoke_nn_cuda_ready(i, why, sizeof why);
+    bool ready = stoke_nn_cuda_ready_gpu(m, i, why, sizeof why);
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
@@ -152,8 +152,9 @@ static PyObject *cuda_backend_dict(int i)
     return d;
 }
 
-static PyObject *gpu_dict(const stoke_gpu_info *g, int i)
+static PyObject *gpu_dict(const stoke_machine *m, int i)
 {
+    const stoke_gpu_info *g = &m->gpus[i];
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
@@ -184,7 +185,7 @@ static PyObject *gpu_dict(const stoke_gpu_info *g, int i)
     if (rc == 0)
         rc = put_u64(d, "pcie_width", (v & STOKE_GPU_HAS_PCIE) ? g->pcie_width : 0);
     if (rc == 0)
-        rc = stokepy_put(d, "cuda_backend", cuda_backend_dict(i));
+        rc = stokepy_put(d, "cuda_backend", cuda_backend_dict(m, i));
     if (rc < 0) {
         Py_DECREF(d);
         return NULL;
@@ -242,7 +243,7 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
     if (!gpus)
         goto fail;
     for (int i = 0; i < m->gpu_count; i++) {
-        PyObject *g = gpu_dict(&m->gpus[i], i);
+        PyObject *g = gpu_dict(m, i);
         int rc = g ? PyList_Append(gpus, g) : -1;
         Py_XDECREF(g);
         if (rc < 0)

@@ -174,6 +174,10 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
             printf(ROW "%d.%d\n", "  compute cap.", g->cc_major, g->cc_minor);
         else
             printf(ROW "%s\n", "  compute cap.", na);
+        if (g->valid & STOKE_GPU_HAS_CUDA_INDEX)
+            printf(ROW "cuda:%d\n", "  as device", g->cuda_index);
+        else
+            printf(ROW "%s\n", "  as device", "not reported (no CUDA runtime match)");
         if (g->valid & STOKE_GPU_HAS_SM_COUNT)
             printf(ROW "%d\n", "  SMs", g->sm_count);
         else
@@ -191,7 +195,7 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
         else
             printf(ROW "%s\n", "  PCIe", na);
         char why[512];
-        bool ready = stoke_nn_cuda_ready(i, why, sizeof why);
+        bool ready = stoke_nn_cuda_ready_gpu(m, i, why, sizeof why);
         printf(ROW "%s: %s\n", "  stoke train", ready ? "runs here" : "cannot run here", why);
     }
     if (m->gpu_count > 0 && m->gpu_note[0])
@@ -307,6 +311,8 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
             snprintf(buf, sizeof buf, "%d.%d", g->cc_major, g->cc_minor);
             cJSON_AddStringToObject(o, "compute_capability", buf);
         }
+        if (g->valid & STOKE_GPU_HAS_CUDA_INDEX)
+            cJSON_AddNumberToObject(o, "cuda_device", g->cuda_index);
         if (g->valid & STOKE_GPU_HAS_SM_COUNT)
             cJSON_AddNumberToObject(o, "sm_count", g->sm_count);
         if (g->valid & STOKE_GPU_HAS_POWER_LIMIT)
@@ -319,7 +325,7 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
         }
         char why[512];
         cJSON *cb = cJSON_AddObjectToObject(o, "cuda_backend");
-        cJSON_AddBoolToObject(cb, "ready", stoke_nn_cuda_ready(i, why, sizeof why));
+        cJSON_AddBoolToObject(cb, "ready", stoke_nn_cuda_ready_gpu(m, i, why, sizeof why));
         cJSON_AddStringToObject(cb, "detail", why);
         cJSON_AddItemToArray(gpus, o);
     }

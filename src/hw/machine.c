@@ -72,7 +72,8 @@ static void fill_sm_counts(stoke_machine *m)
                 if ((gpu->valid & STOKE_GPU_HAS_PCI_BUS_ID) &&
                     stoke_pci_bus_id_equal(gpu->pci_bus_id, bus)) {
                     gpu->sm_count = sm;
-                    gpu->valid |= STOKE_GPU_HAS_SM_COUNT;
+                    gpu->cuda_index = dev;
+                    gpu->valid |= STOKE_GPU_HAS_SM_COUNT | STOKE_GPU_HAS_CUDA_INDEX;
                 }
             }
         }
@@ -109,7 +110,8 @@ static void probe_gpus(stoke_machine *m)
             continue;
         }
         gpu->index = i;
-        gpu->valid &= ~(unsigned)STOKE_GPU_HAS_SM_COUNT;
+        gpu->cuda_index = -1;
+        gpu->valid &= ~(unsigned)(STOKE_GPU_HAS_SM_COUNT | STOKE_GPU_HAS_CUDA_INDEX);
         m->gpu_count++;
     }
     stoke_nvml_close(nvml);
@@ -141,4 +143,17 @@ stoke_status stoke_machine_probe(stoke_machine *m, const char *data_path)
     }
     probe_gpus(m);
     return STOKE_OK;
+}
+
+int stoke_machine_cuda_gpu(const stoke_machine *m, int cuda_dev)
+{
+    bool matched = false;
+    for (int g = 0; g < m->gpu_count; g++) {
+        if (!(m->gpus[g].valid & STOKE_GPU_HAS_CUDA_INDEX))
+            continue;
+        matched = true;
+        if (m->gpus[g].cuda_index == cuda_dev)
+            return g;
+    }
+    return !matched && cuda_dev >= 0 && cuda_dev < m->gpu_count ? cuda_dev : -1;
 }

@@ -393,3 +393,17 @@ bool stoke_nn_cuda_ready(int device, char *why, size_t size)
     nn_backend_free(be);
     return ok;
 }
+
+bool stoke_nn_cuda_ready_gpu(const stoke_machine *m, int g, char *why, size_t size)
+{
+    const stoke_gpu_info *gpu = &m->gpus[g];
+    if (gpu->valid & STOKE_GPU_HAS_CUDA_INDEX)
+        return stoke_nn_cuda_ready(gpu->cuda_index, why, size);
+    if (stoke_machine_cuda_gpu(m, g) == g) /* no GPU matched: the runtime says why */
+        return stoke_nn_cuda_ready(g, why, size);
+    snprintf(why, size,
+             "the CUDA runtime does not list this GPU (PCI bus id %s; CUDA_VISIBLE_DEVICES "
+             "hides it?)",
+             gpu->pci_bus_id);
+    return false;
+}

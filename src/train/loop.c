@@ -17,8 +17,10 @@ static void utilization(stoke_trainer *t, stoke_train_event *e)
     if (t->monitor && stoke_monitor_latest(t->monitor, &s)) {
         if (s.valid & STOKE_MS_PROC_CPU)
             e->cpu_pct = s.proc_cpu_pct;
-        if (s.gpu_count > 0 && (s.gpus[0].s.valid & STOKE_GS_UTIL))
-            e->gpu_pct = s.gpus[0].s.util_gpu_pct;
+        /* the monitor numbers GPUs as NVML does: the one training, found by PCI bus id */
+        int gi = t->device != STOKE_TUNE_CPU ? stoke_machine_cuda_gpu(&t->machine, t->device) : 0;
+        if (gi >= 0 && gi < s.gpu_count && (s.gpus[gi].s.valid & STOKE_GS_UTIL))
+            e->gpu_pct = s.gpus[gi].s.util_gpu_pct;
     }
 }
 

@@ -118,10 +118,9 @@ static void setup_mfu(stoke_trainer *t)
 {
     char why[256] = "";
     bool lowp = t->precision != STOKE_PREC_FP32;
+    int gi = t->device != STOKE_TUNE_CPU ? stoke_machine_cuda_gpu(&t->machine, t->device) : -1;
     bool known =
-        t->device != STOKE_TUNE_CPU && t->device < t->machine.gpu_count
-            ? stoke_gpu_peak_flops(&t->machine.gpus[t->device], lowp, &t->peak_flops, why,
-                                   sizeof why)
+        gi >= 0 ? stoke_gpu_peak_flops(&t->machine.gpus[gi], lowp, &t->peak_flops, why, sizeof why)
         : t->device == STOKE_TUNE_CPU
             ? stoke_cpu_peak_flops(&t->machine.cpu, lowp && stoke_nn_precision_native(t->precision),
                                    &t->peak_flops, why, sizeof why)

@@ -38,8 +38,9 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
         why(&d->precision_why, q->precision_src, "%s", "");
         return STOKE_OK;
     }
-    const stoke_rec *r = stoke_recs_find(
-        recs, "precision", d->device >= 0 && d->device < m->gpu_count ? d->device : STOKE_TUNE_CPU);
+    /* the recommendations are per NVML device: cuda:N's, found by its PCI bus id */
+    int gi = d->device >= 0 ? stoke_machine_cuda_gpu(m, d->device) : -1;
+    const stoke_rec *r = stoke_recs_find(recs, "precision", gi >= 0 ? gi : STOKE_TUNE_CPU);
     d->precision = r && r->known ? r->precision : STOKE_PREC_FP32;
     why(&d->precision_why, STOKE_SRC_TUNED, "%s",
         r && r->known ? r->reason : "no recommendation, fp32");
@@ -141,7 +142,8 @@ static stoke_status decide_device(const stoke_machine *m, const stoke_tune_reque
         why(&d->device_why, STOKE_SRC_TUNED, "no GPU found");
         return STOKE_OK;
     }
-    const stoke_gpu_info *g = &m->gpus[0];
+    int gi = stoke_machine_cuda_gpu(m, 0);
+    const stoke_gpu_info *g = &m->gpus[gi >= 0 ? gi : 0];
     d->device = 0;
     why(&d->device_why, STOKE_SRC_TUNED, "%s, compute capability %d.%d, %.1f GB, found by NVML%s",
         g->name, g->cc_major, g->cc_minor, (double)g->memory_total_bytes / 1e9,

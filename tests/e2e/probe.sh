@@ -228,6 +228,20 @@ assert rec('tf32', 'gpu', 1)['value'] is False
 assert rec('peak_bf16_flops', 'gpu', 0)['value'] == 82 * 2100e6 * 512
 assert rec('peak_fp16_flops', 'gpu', 1)['value'] == 80 * 1380e6 * 1024
 assert rec('peak_fp32_flops', 'gpu', 1)['value'] == 80 * 1380e6 * 128
+assert a['cuda_device'] == 0 and b['cuda_device'] == 1, (a, b)
+"
+
+# CUDA_VISIBLE_DEVICES renumbers the runtime's devices, NVML's stay: the V100 is cuda:0
+# (matched by PCI bus id), the 3090 no CUDA device at all.
+CUDA_VISIBLE_DEVICES=1 run visible 0
+has visible.out "as device     cuda:0"
+has visible.out "not reported (no CUDA runtime match)"
+has visible.out "the CUDA runtime does not list this GPU (PCI bus id 00000000:01:00.0"
+CUDA_VISIBLE_DEVICES=1 run visible_json 0 --json
+json visible_json "
+a, b = d['gpus']
+assert 'cuda_device' not in a and 'sm_count' not in a, a
+assert b['cuda_device'] == 0 and b['sm_count'] == 80, b
 "
 
 if [ "$fails" -ne 0 ]; then

@@ -1,27 +1,49 @@
 /* fake_cudart.c - a test double of libcudart.so: the CUDA runtime functions stoke
  * calls, answering from the same scenario file as the NVML double. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "scenario.h"
 
 enum { OK = 0, INVALID_VALUE = 1, NO_DEVICE = 100, INVALID_DEVICE = 101 };
 
+/* The scenario device (NVML's numbering) that CUDA device `dev` is, or -1: as the
+ * runtime, CUDA_VISIBLE_DEVICES (a list of NVML indices) renumbers the devices from 0,
+ * so cuda:0 need not be NVML's device 0. */
+static int physical(int dev)
+{
+    int n = fake_scenario_get()->ndevices;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v)
+        return dev >= 0 && dev < n ? dev : -1;
+    for (int i = 0; *v; i++) {
+        char *end;
+        long k = strtol(v, &end, 10);
+        if (end == v || k < 0 || k >= n) /* the runtime stops at the first invalid one */
+            return -1;
+        if (i == dev)
+            return (int)k;
+        v = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end)
+            return -1;
+    }
+    return -1;
+}
+
 int cudaGetDeviceCount(int *n)
 {
-    const fake_scenario *s = fake_scenario_get();
     *n = 0;
-    if (s->ndevices == 0)
-        return NO_DEVICE;
-    *n = s->ndevices;
-    return OK;
+    while (physical(*n) >= 0)
+        (*n)++;
+    return *n ? OK : NO_DEVICE;
 }
 
 int cudaDeviceGetAttribute(int *value, int attr, int dev)
 {
     const fake_scenario *s = fake_scenario_get();
-    if (dev < 0 || dev >= s->ndevices)
+    if (physical(dev) < 0)
         return INVALID_DEVICE;
-    const fake_device *d = &s->devices[dev];
+    const fake_device *d = &s->devices[physical(dev)];
     unsigned domain = 0, bus = 0, device = 0;
     sscanf(d->bus, "%x:%x:%x", &domain, &bus, &device);
     switch (attr) {
@@ -189,8 +211,8 @@ static int ret(int rc)
 static size_t device_total(void)
 {
     const fake_scenario *s = fake_scenario_get();
-    int dev = __atomic_load_n(&current_device, __ATOMIC_RELAXED);
-    if (dev < s->ndevices && s->devices[dev].has_memory)
+    int dev = physical(__atomic_load_n(&current_device, __ATOMIC_RELAXED));
+    if (dev >= 0 && s->devices[dev].has_memory)
         return (size_t)s->devices[dev].memory;
     return (size_t)16 << 30;
 }
@@ -267,7 +289,7 @@ static int drop_alloc(void *p, int device)
 
 int cudaSetDevice(int dev)
 {
-    if (dev < 0 || dev >= fake_scenario_get()->ndevices)
+    if (physical(dev) < 0)
         return ret(INVALID_DEVICE);
     __atomic_store_n(&current_device, dev, __ATOMIC_RELAXED);
     return OK;
