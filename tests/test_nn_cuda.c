@@ -593,6 +593,7 @@ static void setup_env(void)
 {
     setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
     setenv("STOKE_CUBLAS_LIBRARY", FAKE_CUBLAS, 1);
+    setenv("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLASLT, 1);
     setenv("STOKE_CUDNN_LIBRARY", FAKE_CUDNN, 1);
     setenv("STOKE_FAKE_GPU_SCENARIO", STOKE_TEST_DATA "/scenarios/cuda_train.gpu", 1);
     setenv("STOKE_CUDA_KERNELS", "host", 1);
