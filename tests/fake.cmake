@@ -38,13 +38,13 @@ target_compile_definitions(test_gpu_libs PRIVATE FAKE_CUDART="$<TARGET_FILE:fake
   FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUBLASLT="$<TARGET_FILE:fake_cublaslt>"
   FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
 
-# The ABI constants of src/hw/gpu_impl.h and src/nn/cuda/libs.h checked against the toolkit's own headers,
+# The ABI constants of src/hw/gpu_impl.h and src/nn/cuda/libs.h (cuBLASLt's included) checked against the toolkit's own headers,
 # compiled by nvcc wherever it is installed.
 if(STOKE_HAVE_CUDA)
   add_executable(cuda_abi_check abi/cuda_abi_check.cu)
   target_include_directories(cuda_abi_check PRIVATE ${PROJECT_SOURCE_DIR}/src
                              ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart CUDA::cublas)
+  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
   # cuDNN is not part of the toolkit: checked where its headers and library are found.
   find_path(STOKE_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   find_library(STOKE_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR}
