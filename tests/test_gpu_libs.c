@@ -1082,7 +1082,8 @@ static void case_lt_refused(void)
     lt_refused(LT.lt->desc_set(o.desc, NC_LT_TRANSA, &two, sizeof two), 7, "transpose 2");
     lt_refused(LT.lt->desc_set(o.desc, NC_LT_TRANSA, &two, 8), 7, "attribute 3: 8 bytes");
     lt_refused(LT.lt->desc_set(o.desc, NC_LT_EPILOGUE, &bad_epi, sizeof bad_epi), 7, "epilogue 3");
-    float one = 1, zero = 0, host[64];
+    float one = 1, zero = 0;
+    static float host[64] __attribute__((aligned(256)));
     size_t bytes = 64 * 4;
     float *a = dev_alloc(bytes), *b = dev_alloc(bytes), *c = dev_alloc(bytes),
           *bias = dev_alloc(bytes);
@@ -1102,6 +1103,10 @@ static void case_lt_refused(void)
     lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, host, o.lc,
                              &o.algo.algo, ws, o.algo.workspace, E.stream),
                7, "outside device memory");
+    /* A less aligned than the heuristic was told (cuBLASLt's default, 256 bytes) */
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a + 1, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace, E.stream),
+               7, "A at");
     nn_lt_algo none;
     memset(&none, 0, sizeof none);
     lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc, &none,

@@ -70,9 +70,10 @@ typedef struct lt_layout {
 typedef struct lt_pref {
     uint32_t magic;
     uint64_t max_ws;
+    uint32_t align[4]; /* A, B, C, D: the alignment the caller promises */
 } lt_pref;
 typedef struct lt_algo { /* cublasLtMatmulAlgo_t: 64 bytes */
-    uint64_t magic, ws, unused[6];
+    uint64_t magic, ws, align[4], unused[2];
 } lt_algo;
 typedef struct lt_result { /* cublasLtMatmulHeuristicResult_t */
     lt_algo algo;
@@ -234,6 +235,8 @@ int cublasLtMatmulPreferenceCreate(void **pref)
     lt_pref *p = obj_new(sizeof *p, MAGIC_PREF);
     if (!p)
         return ALLOC_FAILED;
+    for (int i = 0; i < 4; i++)
+        p->align[i] = 256; /* cuBLASLt's default: what its algorithms may assume */
     *pref = p;
     return OK;
 }
@@ -262,6 +265,7 @@ int cublasLtMatmulPreferenceSetAttribute(void *pref, int attr, const void *buf, 
         memcpy(&a, buf, 4);
         if (a == 0 || (a & (a - 1)))
             return fake_violation(INVALID_VALUE, "%s: alignment %u", fn, a);
+        p->align[attr - PREF_ALIGN_A] = a;
         return OK;
     }
     return fake_violation(NOT_SUPPORTED, "%s: attribute %d (not in this double)", fn, attr);
@@ -348,6 +352,8 @@ int cublasLtMatmulAlgoGetHeuristic(void *h, void *desc, void *a, void *b, void *
     const lt_pref *p = pref;
     results->algo.magic = MAGIC_ALGO;
     results->algo.ws = p->max_ws >= FAKE_LT_WS ? FAKE_LT_WS : 0;
+    for (int i = 0; i < 4; i++)
+        results->algo.align[i] = p->align[i];
     results->workspace = results->algo.ws;
     results->waves = 1.0f;
     *got = 1;
@@ -461,6 +467,14 @@ int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *
     if (g.m == 0 || g.n == 0)
         return OK;
     const lt_desc *d = &g.d;
+    /* an algorithm chosen for pointers aligned as the preference said */
+    const void *ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptrs[i] % algo->align[i] && (i != 2 || g.beta != 0))
+            return fake_violation(INVALID_VALUE,
+                                  "%s: %c at %p not aligned to the %llu bytes the heuristic was "
+                                  "promised",
+                                  fn, "ABCD"[i], ptrs[i], (unsigned long long)algo -> align[i]);
     if ((g.k && (!inside(A, matrix_bytes(&g.a)) || !inside(B, matrix_bytes(&g.b)))) ||
         (g.beta != 0 && !inside(C, matrix_bytes(&g.c))) || !inside(D, matrix_bytes(&g.c)))
         return fake_violation(INVALID_VALUE, "%s: A, B, C or D outside device memory", fn);

@@ -122,7 +122,8 @@ static lin_plan plan_of(const lin_dims *d, stoke_precision p, bool bias, bool re
     L.dz = at;
     at += up(relu ? (size_t)(d->rows * d->out) * sizeof(float) : 0);
     L.zeros = at;
-    at += up(relu ? (size_t)(d->rows + d->out) * sizeof(float) : 0);
+    /* A's zeros, then B's at a 256-byte boundary of their own */
+    at += relu ? up((size_t)d->out * sizeof(float)) + up((size_t)d->rows * sizeof(float)) : 0;
     L.lt = at;
     return L;
 }
@@ -200,9 +201,10 @@ static stoke_status backward(cuda_ctx *c, const nn_exec_args *a, bool relu)
     stoke_status st = STOKE_OK;
     if (relu) {
         float *zeros = (float *)((char *)a->ws + L.zeros), *dz = (float *)((char *)a->ws + L.dz);
-        st = stoke_cudart_memset_async(c->rt, zeros, 0, (size_t)(d.rows + d.out) * sizeof(float),
+        size_t a_bytes = up((size_t)d.out * sizeof(float));
+        st = stoke_cudart_memset_async(c->rt, zeros, 0, a_bytes + (size_t)d.rows * sizeof(float),
                                        c->L.stream);
-        cuda_mm_ptrs q = ptrs(a, &L, zeros, zeros + d.out, 1.0f, a->dout, dz);
+        cuda_mm_ptrs q = ptrs(a, &L, zeros, (char *)zeros + a_bytes, 1.0f, a->dout, dz);
         q.alpha = 0.0f;
         q.aux = a->saved;
         /* DRELU_BGRAD's bias gradient has nowhere else to go */
