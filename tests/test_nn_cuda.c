@@ -1335,6 +1335,20 @@ static stoke_graph *relu_skip(void)
     return g;
 }
 
+/* x (3, 9) -> fc1 (13 features, no bias) -> relu -> flatten -> fc2 -> MSE: a chain
+ * without a bias (RELU_AUX, DRELU), over the last dimension, whose odd width puts the
+ * mask's padding and the workspace's regions off any power of two. */
+static stoke_graph *odd_chain(void)
+{
+    stoke_graph *g = stoke_graph_new("odd_chain");
+    stoke_shape xs = {.ndim = 2, .dims = {3, 9}}, ys = {.ndim = 1, .dims = {5}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_linear(g, "fc1", x, 13, false));
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc2", stoke_nn_flatten(g, h), 5, true), y);
+    return g;
+}
+
 /* Counts of the epilogues a case queued. */
 typedef struct lt_counts {
     int relu_fwd, relu_bwd, bias, bgradb;
@@ -1365,6 +1379,16 @@ static void test_lt_chains(void)
                   chained[i].name, b.relu_fwd - a.relu_fwd, b.relu_bwd - a.relu_bwd);
         CHECK_MSG(b.bias > a.bias && b.bgradb > a.bgradb, "%s: the output layer unfused",
                   chained[i].name);
+    }
+    static const cuda_case odd[] = {
+        {"lt odd chain fp32", odd_chain, 0, STOKE_PREC_FP32, SGD, 7, 2, 1e-4},
+        {"lt odd chain bf16", odd_chain, 0, STOKE_PREC_BF16, SGD, 7, 2, 2e-2},
+    };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        int a = LTD.epi(NC_LT_EPI_RELU_AUX), b = LTD.epi(NC_LT_EPI_DRELU);
+        run_case(&odd[i]);
+        CHECK_MSG(LTD.epi(NC_LT_EPI_RELU_AUX) > a && LTD.epi(NC_LT_EPI_DRELU) > b, "%s unfused",
+                  odd[i].name);
     }
     cuda_case skip = {"lt relu skip", relu_skip, 0, STOKE_PREC_FP32, SGD, 7, 2, 1e-4};
     lt_counts a = lt_now();
