@@ -80,38 +80,31 @@ typedef struct lin_plan {
     size_t x_lp, dy_lp, db, dz, zeros, lt; /* workspace offsets */
 } lin_plan;
 
+/* A matmul of packed matrices: each leading dimension its stored matrix's rows. */
+static cuda_mm packed(int64_t ta, int64_t tb, int64_t m, int64_t n, int64_t k, int64_t type,
+                      int64_t epi, int64_t aux_ld)
+{
+    return (cuda_mm){ta, tb, m, n, k, ta ? k : m, tb ? n : k, m, type, epi, aux_ld};
+}
+
 static lin_plan plan_of(const lin_dims *d, stoke_precision p, bool bias, bool relu)
 {
     lin_plan L;
     memset(&L, 0, sizeof L);
     int64_t type = p == STOKE_PREC_FP32 ? NC_R_32F : lowp_type(p), ld = relu ? mask_ld(d->out) : 0;
-    L.fwd = (cuda_mm){NC_OP_T,
-                      NC_OP_N,
-                      d->out,
-                      d->rows,
-                      d->in,
-                      d->in,
-                      d->in,
-                      d->out,
-                      type,
-                      relu ? (bias ? NC_LT_EPI_RELU_AUX_BIAS : NC_LT_EPI_RELU_AUX)
-                           : (bias ? NC_LT_EPI_BIAS : NC_LT_EPI_DEFAULT),
-                      ld};
-    L.dx = (cuda_mm){NC_OP_N, NC_OP_N, d->in, d->rows,           d->out, d->in,
-                     d->out,  d->in,   type,  NC_LT_EPI_DEFAULT, 0};
-    L.dw = (cuda_mm){
-        NC_OP_N, NC_OP_T, d->in, d->out, d->rows,
-        d->in,   d->out,  d->in, type,   bias && !relu ? NC_LT_EPI_BGRADB : NC_LT_EPI_DEFAULT,
-        0};
+    int64_t epi = relu ? (bias ? NC_LT_EPI_RELU_AUX_BIAS : NC_LT_EPI_RELU_AUX)
+                       : (bias ? NC_LT_EPI_BIAS : NC_LT_EPI_DEFAULT);
+    L.fwd = packed(NC_OP_T, NC_OP_N, d->out, d->rows, d->in, type, epi, ld);
+    L.dx = packed(NC_OP_N, NC_OP_N, d->in, d->rows, d->out, type, NC_LT_EPI_DEFAULT, 0);
+    epi = bias && !relu ? NC_LT_EPI_BGRADB : NC_LT_EPI_DEFAULT;
+    L.dw = packed(NC_OP_N, NC_OP_T, d->in, d->out, d->rows, type, epi, 0);
     /* The chain's output gradient arrives summed over its readers, so no matmul of
      * the chain produces it: the dReLU epilogue (the mask from the forward) and its bias
      * gradient apply to C through a product of k = 1 over zeros (scaled by 0), which
      * costs a pass over dY as a kernel of stoke's own would. The mask is the forward's
      * (RELU_AUX) rather than recomputed from the output: DRELU reads only the mask. */
-    L.drelu = (cuda_mm){
-        NC_OP_N, NC_OP_N, d->out, d->rows,  1,
-        d->out,  1,       d->out, NC_R_32F, bias ? NC_LT_EPI_DRELU_BGRAD : NC_LT_EPI_DRELU,
-        ld};
+    epi = bias ? NC_LT_EPI_DRELU_BGRAD : NC_LT_EPI_DRELU;
+    L.drelu = packed(NC_OP_N, NC_OP_N, d->out, d->rows, 1, NC_R_32F, epi, ld);
     size_t lp = p == STOKE_PREC_FP32 ? 0 : sizeof(uint16_t), at = 0;
     L.x_lp = at;
     at += up((size_t)(d->rows * d->in) * lp);
