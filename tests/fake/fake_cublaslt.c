@@ -323,8 +323,9 @@ static int check_layouts(const char *fn, const lt_desc *d, const lt_layout *a, c
     if (epi_has_aux(d->epi) && (d->aux_ld % 128 || d->aux_ld < (int64_t)m))
         return fake_violation(INVALID_VALUE, "%s: ReLU mask ld %lld for %llu rows", fn,
                               (long long)d->aux_ld, (unsigned long long)m);
-    if (epi_has_bias(d->epi) && d->epi != E_BIAS && d->epi != E_RELU_BIAS &&
-        d->epi != E_RELU_AUX_BIAS && c->type != R_32F)
+    /* the library writes a bias gradient in C's type; this double only in fp32 */
+    int bgrad = d->epi == E_DRELU_BGRAD || d->epi == E_BGRADA || d->epi == E_BGRADB;
+    if (bgrad && c->type != R_32F)
         return fake_violation(NOT_SUPPORTED, "%s: a bias gradient in type %d", fn, c->type);
     g->d = *d;
     g->a = *a;
