@@ -111,7 +111,8 @@ out=$tmp/results
 if [ $dry = 1 ]; then
     fake=$build/tests/fake
     for f in fake_nvml/libnvidia-ml.so.1 fake_cudart/libcudart.so.13 \
-             fake_cublas/libcublas.so.13 fake_cudnn/libcudnn.so.9; do
+             fake_cublas/libcublas.so.13 fake_cublaslt/libcublasLt.so.13 \
+             fake_cudnn/libcudnn.so.9; do
         if ! [ -f "$fake/$f" ]; then
             note "bench/gpu.sh --dry-run: no $fake/$f (stoke's CUDA test doubles: a build with tests, scripts/build $build)"
             exit 1
@@ -120,6 +121,7 @@ if [ $dry = 1 ]; then
     export STOKE_NVML_LIBRARY="$fake/fake_nvml/libnvidia-ml.so.1"
     export STOKE_CUDART_LIBRARY="$fake/fake_cudart/libcudart.so.13"
     export STOKE_CUBLAS_LIBRARY="$fake/fake_cublas/libcublas.so.13"
+    export STOKE_CUBLASLT_LIBRARY="$fake/fake_cublaslt/libcublasLt.so.13"
     export STOKE_CUDNN_LIBRARY="$fake/fake_cudnn/libcudnn.so.9"
     export STOKE_FAKE_GPU_SCENARIO="$repo/tests/scenarios/cuda_train.gpu"
     export STOKE_CUDA_KERNELS=host

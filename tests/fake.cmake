@@ -14,10 +14,13 @@ stoke_fake_library(fake_cudart cudart .so.13 fake_cudart.c)
 stoke_fake_library(fake_cublas cublas .so.13 fake_cublas.c)
 target_sources(fake_cublas PRIVATE fake/fake_lib.c)
 target_include_directories(fake_cublas PRIVATE ${PROJECT_SOURCE_DIR}/src)
+stoke_fake_library(fake_cublaslt cublasLt .so.13 fake_cublaslt.c)
+target_sources(fake_cublaslt PRIVATE fake/fake_lib.c)
+target_include_directories(fake_cublaslt PRIVATE ${PROJECT_SOURCE_DIR}/src)
 stoke_fake_library(fake_cudnn cudnn .so.9 fake_cudnn.c)
 target_sources(fake_cudnn PRIVATE fake/fake_lib.c)
 target_include_directories(fake_cudnn PRIVATE ${PROJECT_SOURCE_DIR}/src)
-foreach(fake fake_cublas fake_cudnn)
+foreach(fake fake_cublas fake_cublaslt fake_cudnn)
   target_link_libraries(${fake} PRIVATE ${CMAKE_DL_LIBS})
 endforeach()
 
@@ -30,17 +33,18 @@ target_compile_definitions(test_gpu PRIVATE
 stoke_unit_test(test_gpu_libs test_gpu_libs.c)
 # the toolkit's own cuBLAS and cuDNN, skipped where they are not installed
 stoke_part_test(test_gpu_libs real_libraries)
-add_dependencies(test_gpu_libs fake_cudart fake_cublas fake_cudnn)
+add_dependencies(test_gpu_libs fake_cudart fake_cublas fake_cublaslt fake_cudnn)
 target_compile_definitions(test_gpu_libs PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"
-  FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
+  FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUBLASLT="$<TARGET_FILE:fake_cublaslt>"
+  FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
 
-# The ABI constants of src/hw/gpu_impl.h and src/nn/cuda/libs.h checked against the toolkit's own headers,
+# The ABI constants of src/hw/gpu_impl.h and src/nn/cuda/libs.h (cuBLASLt's included) checked against the toolkit's own headers,
 # compiled by nvcc wherever it is installed.
 if(STOKE_HAVE_CUDA)
   add_executable(cuda_abi_check abi/cuda_abi_check.cu)
   target_include_directories(cuda_abi_check PRIVATE ${PROJECT_SOURCE_DIR}/src
                              ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart CUDA::cublas)
+  target_link_libraries(cuda_abi_check PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
   # cuDNN is not part of the toolkit: checked where its headers and library are found.
   find_path(STOKE_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   find_library(STOKE_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR}

@@ -1,11 +1,12 @@
-# The CUDA backend without a GPU: the CUDA runtime, cuBLAS and cuDNN test doubles
+# The CUDA backend without a GPU: the CUDA runtime, cuBLAS, cuBLASLt and cuDNN test doubles
 # (tests/fake) and the kernels' host build, against the CPU backend (test_nn_cuda.c).
 # Labelled nn (OpenMP: not under ThreadSanitizer).
 stoke_unit_test(test_nn_cuda test_nn_cuda.c)
 set_tests_properties(test_nn_cuda PROPERTIES LABELS nn)
-add_dependencies(test_nn_cuda fake_cudart fake_cublas fake_cudnn)
+add_dependencies(test_nn_cuda fake_cudart fake_cublas fake_cublaslt fake_cudnn)
 target_compile_definitions(test_nn_cuda PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"
-  FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
+  FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUBLASLT="$<TARGET_FILE:fake_cublaslt>"
+  FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
 
 # `stoke train --device cuda` end to end on the doubles, against the CPU backend.
 add_test(NAME train_cuda_e2e

@@ -1,4 +1,4 @@
-/* test_gpu_libs.c - the cuBLAS and cuDNN driver tables (src/nn/cuda/libs.h) against
+/* test_gpu_libs.c - the cuBLAS, cuBLASLt and cuDNN driver tables (src/nn/cuda/libs.h) against
  * the CPU test doubles in tests/fake/: GEMMs and convolutions checked against naive
  * references, the doubles' argument checks, and the fake CUDA runtime's memory and
  * stream functions the CUDA backend uses. Each case runs in a child process because
@@ -1112,6 +1112,383 @@ static void case_cudart_default_memory(void)
     close_all();
 }
 
+/* ---- cuBLASLt: the matmul, every epilogue stoke uses against a naive reference, and
+ * the arguments the double refuses ---- */
+
+static struct {
+    nn_cublaslt *lt;
+    void *h;
+    int (*violations)(void), (*live)(void);
+    const char *(*problem)(void);
+} LT;
+
+static int lt_open(void)
+{
+    setenv("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLASLT, 1);
+    if (!open_all())
+        return 0;
+    CHECK_INT_EQ(nn_cublaslt_open(&LT.lt), STOKE_OK);
+    if (!LT.lt)
+        return 0;
+    *(void **)&LT.violations = dlsym(LT.lt->lib, "fake_cublaslt_violations");
+    *(void **)&LT.live = dlsym(LT.lt->lib, "fake_cublaslt_live");
+    *(void **)&LT.problem = dlsym(LT.lt->lib, "fake_cublaslt_last_problem");
+    CHECK(LT.violations && LT.live && LT.problem);
+    CHECK_INT_EQ(LT.lt->create(&LT.h), 0);
+    return LT.violations && LT.live && LT.problem && LT.h;
+}
+
+static void lt_close(void)
+{
+    CHECK_INT_EQ(LT.lt->destroy(LT.h), 0);
+    CHECK_INT_EQ(LT.live(), 0); /* every descriptor, layout and preference destroyed */
+    nn_cublaslt_close(LT.lt);
+    close_all();
+}
+
+typedef struct lt_case {
+    int ta, tb, m, n, k, type, compute, epi;
+    float alpha, beta;
+} lt_case;
+
+/* One matmul's objects: the descriptor with the case's attributes, the layouts (each
+ * ld past its rows, so a wrong stride shows), the heuristic's algorithm. */
+typedef struct lt_objs {
+    void *desc, *la, *lb, *lc;
+    nn_lt_heuristic algo;
+    int lda, ldb, ldc;
+    int64_t aux_ld;
+} lt_objs;
+
+static int lt_rows(int t, int r, int c) { return t ? c : r; }
+
+static void lt_objs_new(const lt_case *q, lt_objs *o)
+{
+    memset(o, 0, sizeof *o);
+    o->lda = lt_rows(q->ta, q->m, q->k) + 1;
+    o->ldb = lt_rows(q->tb, q->k, q->n) + 2;
+    o->ldc = q->m + 3;
+    o->aux_ld = (q->m + 127) / 128 * 128;
+    int32_t ta = q->ta, tb = q->tb;
+    uint32_t epi = (uint32_t)q->epi;
+    CHECK_INT_EQ(LT.lt->desc_create(&o->desc, q->compute, NC_R_32F), 0);
+    CHECK_INT_EQ(LT.lt->desc_set(o->desc, NC_LT_TRANSA, &ta, sizeof ta), 0);
+    CHECK_INT_EQ(LT.lt->desc_set(o->desc, NC_LT_TRANSB, &tb, sizeof tb), 0);
+    CHECK_INT_EQ(LT.lt->desc_set(o->desc, NC_LT_EPILOGUE, &epi, sizeof epi), 0);
+    CHECK_INT_EQ(LT.lt->desc_set(o->desc, NC_LT_AUX_LD, &o->aux_ld, sizeof o->aux_ld), 0);
+    CHECK_INT_EQ(LT.lt->layout_create(&o->la, q->type, (uint64_t)lt_rows(q->ta, q->m, q->k),
+                                      (uint64_t)lt_rows(q->ta, q->k, q->m), o->lda),
+                 0);
+    CHECK_INT_EQ(LT.lt->layout_create(&o->lb, q->type, (uint64_t)lt_rows(q->tb, q->k, q->n),
+                                      (uint64_t)lt_rows(q->tb, q->n, q->k), o->ldb),
+                 0);
+    CHECK_INT_EQ(LT.lt->layout_create(&o->lc, NC_R_32F, (uint64_t)q->m, (uint64_t)q->n, o->ldc), 0);
+    void *pref = NULL;
+    uint64_t most = 1 << 20;
+    CHECK_INT_EQ(LT.lt->pref_create(&pref), 0);
+    CHECK_INT_EQ(LT.lt->pref_set(pref, NC_LT_PREF_MAX_WORKSPACE_BYTES, &most, sizeof most), 0);
+    int got = 0;
+    CHECK_INT_EQ(
+        LT.lt->heuristic(LT.h, o->desc, o->la, o->lb, o->lc, o->lc, pref, 1, &o->algo, &got), 0);
+    CHECK_INT_EQ(got, 1);
+    CHECK_INT_EQ(o->algo.state, 0);
+    CHECK_INT_EQ(LT.lt->pref_destroy(pref), 0);
+}
+
+static void lt_objs_free(lt_objs *o)
+{
+    CHECK_INT_EQ(LT.lt->desc_destroy(o->desc), 0);
+    CHECK_INT_EQ(LT.lt->layout_destroy(o->la), 0);
+    CHECK_INT_EQ(LT.lt->layout_destroy(o->lb), 0);
+    CHECK_INT_EQ(LT.lt->layout_destroy(o->lc), 0);
+}
+
+static bool lt_relu_aux(int e) { return e == NC_LT_EPI_RELU_AUX || e == NC_LT_EPI_RELU_AUX_BIAS; }
+static bool lt_drelu(int e) { return e == NC_LT_EPI_DRELU || e == NC_LT_EPI_DRELU_BGRAD; }
+static bool mask_bit(const uint8_t *m, int64_t b) { return (m[b / 8] >> (b % 8)) & 1; }
+
+/* The case against a reference of its own: D = alpha op(A) op(B) + beta C; + bias;
+ * ReLU with its mask bit (value > 0) at i + j ld, the padding bits 0; dReLU zeroes
+ * where the given mask is 0; DRELU_BGRAD sums D's rows; BGRADA sums op(A)'s rows over
+ * k, BGRADB op(B)'s columns. The values are eighths, so the sums are exact. */
+static int lt_mismatches(const lt_case *q)
+{
+    lt_objs o;
+    lt_objs_new(q, &o);
+    size_t na = (size_t)o.lda * lt_rows(q->ta, q->k, q->m),
+           nb = (size_t)o.ldb * lt_rows(q->tb, q->n, q->k), nc = (size_t)o.ldc * q->n;
+    size_t nbias = q->epi == NC_LT_EPI_BGRADB ? (size_t)q->n : (size_t)q->m;
+    size_t nmask = (size_t)(o.aux_ld * q->n / 8);
+    void *ha = malloc(na * tsize(q->type)), *hb = malloc(nb * tsize(q->type));
+    float *hc = malloc(nc * 4), *hd = malloc(nc * 4), *hbias = malloc(nbias * 4);
+    uint8_t *hmask = malloc(nmask);
+    for (size_t i = 0; i < na; i++)
+        put(ha, q->type, i, val(i, 1));
+    for (size_t i = 0; i < nb; i++)
+        put(hb, q->type, i, val(i, 2));
+    for (size_t i = 0; i < nc; i++)
+        hc[i] = (float)val(i, 3);
+    for (size_t i = 0; i < nbias; i++)
+        hbias[i] = (float)val(i, 4);
+    for (size_t i = 0; i < nmask; i++)
+        hmask[i] = (uint8_t)(i * 0x9d + 0x35);
+    void *da = dev_alloc(na * tsize(q->type)), *db = dev_alloc(nb * tsize(q->type));
+    float *dc = dev_alloc(nc * 4), *dd = dev_alloc(nc * 4), *dbias = dev_alloc(nbias * 4);
+    uint8_t *dmask = dev_alloc(nmask);
+    void *ws = o.algo.workspace ? dev_alloc(o.algo.workspace) : NULL;
+    to_dev(da, ha, na * tsize(q->type));
+    to_dev(db, hb, nb * tsize(q->type));
+    to_dev(dc, hc, nc * 4);
+    to_dev(dbias, hbias, nbias * 4);
+    to_dev(dmask, hmask, nmask);
+    CHECK_INT_EQ(LT.lt->desc_set(o.desc, NC_LT_BIAS_POINTER, &dbias, sizeof dbias), 0);
+    CHECK_INT_EQ(LT.lt->desc_set(o.desc, NC_LT_AUX_POINTER, &dmask, sizeof dmask), 0);
+    CHECK_INT_EQ(LT.lt->matmul(LT.h, o.desc, &q->alpha, da, o.la, db, o.lb, &q->beta, dc, o.lc, dd,
+                               o.lc, &o.algo.algo, ws, o.algo.workspace, E.stream),
+                 0);
+    finish();
+    float *out = malloc(nc * 4), *bias_out = malloc(nbias * 4);
+    uint8_t *mask_out = malloc(nmask);
+    from_dev(out, dd, nc * 4);
+    from_dev(bias_out, dbias, nbias * 4);
+    from_dev(mask_out, dmask, nmask);
+    int bad = 0, e = q->epi;
+    double *colsum = calloc((size_t)q->m, sizeof *colsum);
+    for (int j = 0; j < q->n; j++)
+        for (int i = 0; i < q->m; i++) {
+            double s = 0;
+            for (int l = 0; l < q->k; l++)
+                s += get(ha, q->type, (size_t)(q->ta ? l + i * o.lda : i + l * o.lda)) *
+                     get(hb, q->type, (size_t)(q->tb ? j + l * o.ldb : l + j * o.ldb));
+            size_t ci = (size_t)(i + j * o.ldc);
+            double v = q->alpha * s + (q->beta != 0 ? q->beta * hc[ci] : 0);
+            if (e == NC_LT_EPI_BIAS || e == NC_LT_EPI_RELU_AUX_BIAS)
+                v += hbias[i];
+            int64_t b = i + j * o.aux_ld;
+            if (lt_relu_aux(e)) {
+                bad += mask_bit(mask_out, b) != (v > 0);
+                v = v > 0 ? v : 0;
+            }
+            if (lt_drelu(e) && !mask_bit(hmask, b))
+                v = 0;
+            colsum[i] += v;
+            bad += out[ci] != (float)v;
+        }
+    if (lt_relu_aux(e)) /* the padding rows' bits */
+        for (int j = 0; j < q->n; j++)
+            for (int64_t i = q->m; i < o.aux_ld; i++)
+                bad += mask_bit(mask_out, i + j * o.aux_ld);
+    for (size_t x = 0; x < nbias; x++) {
+        double want = hbias[x];
+        if (e == NC_LT_EPI_DRELU_BGRAD)
+            want = colsum[x];
+        if (e == NC_LT_EPI_BGRADA || e == NC_LT_EPI_BGRADB) {
+            want = 0;
+            for (int l = 0; l < q->k; l++) {
+                int i = (int)x;
+                want += e == NC_LT_EPI_BGRADA
+                            ? get(ha, q->type, (size_t)(q->ta ? l + i * o.lda : i + l * o.lda))
+                            : get(hb, q->type, (size_t)(q->tb ? i + l * o.ldb : l + i * o.ldb));
+            }
+        }
+        bad += bias_out[x] != (float)want;
+    }
+    CHECK_INT_EQ(LT.violations(), 0);
+    lt_objs_free(&o);
+    E.rt->free(da), E.rt->free(db), E.rt->free(dc), E.rt->free(dd), E.rt->free(dbias);
+    E.rt->free(dmask);
+    if (ws)
+        E.rt->free(ws);
+    free(ha), free(hb), free(hc), free(hd), free(hbias), free(hmask), free(out), free(bias_out);
+    free(mask_out), free(colsum);
+    return bad;
+}
+
+static void case_lt_epilogues(void)
+{
+    if (!lt_open())
+        return;
+    static const int epis[] = {NC_LT_EPI_DEFAULT,       NC_LT_EPI_BIAS,  NC_LT_EPI_RELU_AUX,
+                               NC_LT_EPI_RELU_AUX_BIAS, NC_LT_EPI_DRELU, NC_LT_EPI_DRELU_BGRAD,
+                               NC_LT_EPI_BGRADA,        NC_LT_EPI_BGRADB};
+    static const struct {
+        int type, compute;
+    } types[] = {{NC_R_32F, NC_COMPUTE_32F},
+                 {NC_R_32F, NC_COMPUTE_32F_FAST_TF32},
+                 {NC_R_16BF, NC_COMPUTE_32F},
+                 {NC_R_16F, NC_COMPUTE_32F}};
+    for (size_t e = 0; e < sizeof epis / sizeof epis[0]; e++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            for (int tr = 0; tr < 4; tr++) {
+                /* 130 rows: the mask's ld is 256 bits, its second 128 partly padding */
+                lt_case q = {tr & 1,
+                             tr >> 1,
+                             e % 2 ? 130 : 5,
+                             7,
+                             3,
+                             types[t].type,
+                             types[t].compute,
+                             epis[e],
+                             tr == 3 ? 0.5f : 1.0f,
+                             tr == 2 ? 0.0f : 1.0f};
+                int bad = lt_mismatches(&q);
+                CHECK_MSG(bad == 0, "epilogue %d type %d trans %d %d: %d mismatches", q.epi, q.type,
+                          q.ta, q.tb, bad);
+            }
+    lt_close();
+}
+
+/* One bad call: the expected status, counted once, the problem naming `what`. */
+static void lt_refused(int rc, int want, const char *what)
+{
+    static int expected;
+    CHECK_MSG(rc == want, "%s: status %d, want %d", what, rc, want);
+    CHECK_INT_EQ(LT.violations(), ++expected);
+    CHECK_STR_CONTAINS(LT.problem(), what);
+}
+
+static void case_lt_refused(void)
+{
+    if (!lt_open())
+        return;
+    void *x = NULL;
+    int32_t two = 2;
+    uint32_t bad_epi = 3;
+    int64_t ld = 100;
+    lt_refused(LT.lt->layout_create(&x, NC_R_32F, 8, 4, 7), 7, "cublasLtMatrixLayoutCreate");
+    lt_refused(LT.lt->layout_create(&x, 5, 8, 4, 8), 15, "type 5");
+    lt_refused(LT.lt->desc_create(&x, NC_COMPUTE_32F, NC_R_16F), 15, "scale");
+    lt_case q = {0, 0, 5, 4, 3, NC_R_32F, NC_COMPUTE_32F, NC_LT_EPI_BIAS, 1.0f, 0.0f};
+    lt_objs o;
+    lt_objs_new(&q, &o);
+    lt_refused(LT.lt->desc_set(o.desc, NC_LT_TRANSA, &two, sizeof two), 7, "transpose 2");
+    lt_refused(LT.lt->desc_set(o.desc, NC_LT_TRANSA, &two, 8), 7, "attribute 3: 8 bytes");
+    lt_refused(LT.lt->desc_set(o.desc, NC_LT_EPILOGUE, &bad_epi, sizeof bad_epi), 7, "epilogue 3");
+    float one = 1, zero = 0;
+    static float host[64] __attribute__((aligned(256)));
+    size_t bytes = 64 * 4;
+    float *a = dev_alloc(bytes), *b = dev_alloc(bytes), *c = dev_alloc(bytes),
+          *bias = dev_alloc(bytes);
+    uint8_t *mask = dev_alloc(64);
+    void *ws = dev_alloc(o.algo.workspace + 1);
+    /* the bias epilogue without its pointer */
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace, E.stream),
+               7, "bias (nil)");
+    CHECK_INT_EQ(LT.lt->desc_set(o.desc, NC_LT_BIAS_POINTER, &bias, sizeof bias), 0);
+    /* less workspace than the algorithm's */
+    CHECK(o.algo.workspace > 0);
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace - 1, E.stream),
+               7, "workspace");
+    /* D in host memory; an algorithm not from the heuristic */
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, host, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace, E.stream),
+               7, "outside device memory");
+    /* A less aligned than the heuristic was told (cuBLASLt's default, 256 bytes) */
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a + 1, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace, E.stream),
+               7, "A at");
+    nn_lt_algo none;
+    memset(&none, 0, sizeof none);
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc, &none,
+                             ws, o.algo.workspace, E.stream),
+               7, "not an algorithm");
+    /* the ReLU mask: without its pointer; an ld not a multiple of 128 */
+    uint32_t relu = NC_LT_EPI_RELU_AUX_BIAS;
+    CHECK_INT_EQ(LT.lt->desc_set(o.desc, NC_LT_EPILOGUE, &relu, sizeof relu), 0);
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace, E.stream),
+               7, "ReLU mask (nil)");
+    CHECK_INT_EQ(LT.lt->desc_set(o.desc, NC_LT_AUX_POINTER, &mask, sizeof mask), 0);
+    CHECK_INT_EQ(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                               &o.algo.algo, ws, o.algo.workspace, E.stream),
+                 0);
+    CHECK_INT_EQ(LT.lt->desc_set(o.desc, NC_LT_AUX_LD, &ld, sizeof ld), 0);
+    lt_refused(LT.lt->matmul(LT.h, o.desc, &one, a, o.la, b, o.lb, &zero, c, o.lc, c, o.lc,
+                             &o.algo.algo, ws, o.algo.workspace, E.stream),
+               7, "mask ld 100");
+    /* shapes that do not chain: op(B) 4 x 4 after op(A) 5 x 3; types that do not mix */
+    void *b44 = NULL, *bf = NULL, *pref = NULL;
+    nn_lt_heuristic r;
+    int got = 0;
+    CHECK_INT_EQ(LT.lt->pref_create(&pref), 0);
+    CHECK_INT_EQ(LT.lt->layout_create(&b44, NC_R_32F, 4, 4, 4), 0);
+    CHECK_INT_EQ(LT.lt->layout_create(&bf, NC_R_16BF, 3, 4, 3), 0);
+    lt_refused(LT.lt->heuristic(LT.h, o.desc, o.la, b44, o.lc, o.lc, pref, 1, &r, &got), 7,
+               "op(B) 4 x 4");
+    lt_refused(LT.lt->heuristic(LT.h, o.desc, o.la, bf, o.lc, o.lc, pref, 1, &r, &got), 15,
+               "types A 0 B 14");
+    lt_refused(LT.lt->heuristic(LT.h, o.desc, o.la, o.lb, o.lc, o.lc, pref, 0, &r, &got), 7,
+               "0 results");
+    /* bf16 operands take no TF32 */
+    void *tf32 = NULL, *abf = NULL;
+    CHECK_INT_EQ(LT.lt->desc_create(&tf32, NC_COMPUTE_32F_FAST_TF32, NC_R_32F), 0);
+    CHECK_INT_EQ(LT.lt->layout_create(&abf, NC_R_16BF, 5, 3, 5), 0);
+    lt_refused(LT.lt->heuristic(LT.h, tf32, abf, bf, o.lc, o.lc, pref, 1, &r, &got), 15,
+               "compute 77");
+    CHECK_INT_EQ(LT.lt->desc_destroy(tf32), 0);
+    CHECK_INT_EQ(LT.lt->layout_destroy(abf), 0);
+    CHECK_INT_EQ(LT.lt->layout_destroy(b44), 0);
+    CHECK_INT_EQ(LT.lt->layout_destroy(bf), 0);
+    CHECK_INT_EQ(LT.lt->pref_destroy(pref), 0);
+    finish();
+    lt_objs_free(&o);
+    E.rt->free(a), E.rt->free(b), E.rt->free(c), E.rt->free(bias), E.rt->free(mask);
+    E.rt->free(ws);
+    lt_close();
+}
+
+/* The matmul is queued: nothing of D written until the stream gets to it, and in a
+ * capture it runs at each launch of the graph (beta 1 accumulates: counted). */
+static void case_lt_queued(void)
+{
+    if (!lt_open() || !graph_functions())
+        return;
+    lt_case q = {0, 1, 5, 4, 3, NC_R_32F, NC_COMPUTE_32F, NC_LT_EPI_DEFAULT, 1.0f, 1.0f};
+    lt_objs o;
+    lt_objs_new(&q, &o);
+    size_t na = (size_t)o.lda * 3, nb = (size_t)o.ldb * 3, nc = (size_t)o.ldc * 4;
+    float *ha = malloc(na * 4), *hb = malloc(nb * 4), *hc = calloc(nc, 4), *out = malloc(nc * 4);
+    for (size_t i = 0; i < na; i++)
+        ha[i] = (float)val(i, 1);
+    for (size_t i = 0; i < nb; i++)
+        hb[i] = (float)val(i, 2);
+    float *da = dev_alloc(na * 4), *db = dev_alloc(nb * 4), *dc = dev_alloc(nc * 4);
+    void *ws = dev_alloc(o.algo.workspace);
+    to_dev(da, ha, na * 4), to_dev(db, hb, nb * 4), to_dev(dc, hc, nc * 4);
+    float one = 1;
+    CHECK_INT_EQ(G.begin(E.stream, 0), 0);
+    CHECK_INT_EQ(LT.lt->matmul(LT.h, o.desc, &one, da, o.la, db, o.lb, &one, dc, o.lc, dc, o.lc,
+                               &o.algo.algo, ws, o.algo.workspace, E.stream),
+                 0);
+    void *graph = NULL, *exec = NULL;
+    CHECK_INT_EQ(G.end(E.stream, &graph), 0);
+    CHECK_INT_EQ(G.inst(&exec, graph, 0), 0);
+    from_dev(out, dc, nc * 4);
+    CHECK(memcmp(out, hc, nc * 4) == 0); /* recorded, not run */
+    for (int t = 0; t < 3; t++)
+        CHECK_INT_EQ(G.launch(exec, E.stream), 0);
+    finish();
+    from_dev(out, dc, nc * 4);
+    int bad = 0;
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 5; i++) {
+            double s = 0;
+            for (int l = 0; l < 3; l++)
+                s += ha[i + l * o.lda] * hb[j + l * o.ldb];
+            bad += out[i + j * o.ldc] != (float)(3 * s);
+        }
+    CHECK_INT_EQ(bad, 0);
+    CHECK_INT_EQ(G.exec_destroy(exec), 0);
+    CHECK_INT_EQ(G.graph_destroy(graph), 0);
+    CHECK_INT_EQ(LT.violations(), 0);
+    lt_objs_free(&o);
+    E.rt->free(da), E.rt->free(db), E.rt->free(dc), E.rt->free(ws);
+    free(ha), free(hb), free(hc), free(out);
+    lt_close();
+}
+
 /* ---- Loading ---- */
 
 static void case_missing_library(void)
@@ -1134,6 +1511,15 @@ static void case_missing_library(void)
     setenv("STOKE_CUDNN_LIBRARY", FAKE_CUBLAS, 1);
     CHECK_INT_EQ(nn_cudnn_open(&d), STOKE_ERR_UNAVAILABLE);
     CHECK_STR_CONTAINS(stoke_last_error(), "lacks cudnnGetVersion");
+    nn_cublaslt *lt = (nn_cublaslt *)1;
+    setenv("STOKE_CUBLASLT_LIBRARY", "/nonexistent/libcublasLt.so.13", 1);
+    CHECK_INT_EQ(nn_cublaslt_open(&lt), STOKE_ERR_UNAVAILABLE);
+    CHECK(lt == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "STOKE_CUBLASLT_LIBRARY=/nonexistent/libcublasLt.so.13");
+    setenv("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLAS, 1);
+    CHECK_INT_EQ(nn_cublaslt_open(&lt), STOKE_ERR_UNAVAILABLE);
+    CHECK_STR_CONTAINS(stoke_last_error(), "lacks cublasLtCreate");
+    nn_cublaslt_close(NULL);
     nn_cublas_close(NULL);
     nn_cudnn_close(NULL);
 }
@@ -1194,6 +1580,12 @@ static int real_libraries(void)
     CHECK_STR_EQ(nn_cudnn_error(d, 0), "CUDNN_STATUS_SUCCESS");
     /* pooling and the fused convolution (every entry is loaded, or open fails) */
     CHECK(d->pool_fwd && d->pool_bwd && d->conv_bias_act && d->set_pool_2d && d->set_act);
+    /* cuBLASLt ships with cuBLAS: where one is, the other must load, every function */
+    unsetenv("STOKE_CUBLASLT_LIBRARY");
+    nn_cublaslt *lt = NULL;
+    CHECK_MSG(nn_cublaslt_open(&lt) == STOKE_OK, "%s", stoke_last_error());
+    CHECK(lt && lt->version >= 12);
+    nn_cublaslt_close(lt);
     nn_cublas_close(b);
     nn_cudnn_close(d);
     return CHECK_DONE();
@@ -1204,7 +1596,8 @@ int main(int argc, char **argv)
     if (check_part(argc, argv, "real_libraries"))
         return real_libraries();
     /* Said in the output so that a pass is never read as a GPU result. */
-    printf("cuBLAS and cuDNN tables against the test doubles (tests/fake): no GPU is used\n");
+    printf("cuBLAS, cuBLASLt and cuDNN tables against the test doubles (tests/fake): no GPU is "
+           "used\n");
     gpu_case("missing_library", case_missing_library);
     gpu_case("errors", case_errors);
     gpu_case("no_runtime", case_no_runtime);
@@ -1219,5 +1612,8 @@ int main(int argc, char **argv)
     gpu_case("captured", case_captured);
     gpu_case("cudart", case_cudart);
     gpu_case("cudart_default_memory", case_cudart_default_memory);
+    gpu_case("lt_epilogues", case_lt_epilogues);
+    gpu_case("lt_refused", case_lt_refused);
+    gpu_case("lt_queued", case_lt_queued);
     return CHECK_DONE();
 }

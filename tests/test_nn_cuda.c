@@ -593,6 +593,7 @@ static void setup_env(void)
 {
     setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
     setenv("STOKE_CUBLAS_LIBRARY", FAKE_CUBLAS, 1);
+    setenv("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLASLT, 1);
     setenv("STOKE_CUDNN_LIBRARY", FAKE_CUDNN, 1);
     setenv("STOKE_FAKE_GPU_SCENARIO", STOKE_TEST_DATA "/scenarios/cuda_train.gpu", 1);
     setenv("STOKE_CUDA_KERNELS", "host", 1);
@@ -1030,8 +1031,9 @@ static const cuda_case pool_cases[] = {
 };
 
 /* Chains the GPU model fuses: cudnnConvolutionBiasActivationForward's calls in one
- * training forward, and the activations a sample against the same model unfused. */
-static void fused_chains(void *dnn, const cuda_case *c, int want_chains)
+ * training forward, and the activations a sample against the same model unfused
+ * (unless `others`: the model has chains of other kinds, linear -> relu). */
+static void fused_chains(void *dnn, const cuda_case *c, int want_chains, bool others)
 {
     int (*fused)(void) = NULL;
     *(void **)&fused = dlsym(dnn, "fake_cudnn_fused_calls");
@@ -1045,7 +1047,9 @@ static void fused_chains(void *dnn, const cuda_case *c, int want_chains)
     if (on && off && fused) {
         size_t a_on = stoke_model_plan(on)->activations_per_sample,
                a_off = stoke_model_plan(off)->activations_per_sample;
-        CHECK_MSG(want_chains ? a_on < a_off : a_on == a_off,
+        CHECK_MSG(want_chains ? a_on < a_off
+                  : others    ? a_on < a_off
+                              : a_on == a_off,
                   "%s: %zu bytes a sample fused, %zu unfused", c->name, a_on, a_off);
         stoke_model *m[2] = {on, off};
         for (int k = 0; k < 2; k++) {
@@ -1069,16 +1073,16 @@ static void test_cudnn_pool_block(void *dnn)
         run_case(&pool_cases[i]);
     if (!dnn)
         return;
-    fused_chains(dnn, &cases[0], 0); /* an MLP: nothing to fuse */
+    fused_chains(dnn, &cases[0], 0, true); /* an MLP: no convolution to fuse */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (strcmp(cases[i].name, "cnn fp32") == 0 || strcmp(cases[i].name, "cnn bf16") == 0)
-            fused_chains(dnn, &cases[i], 2);
+            fused_chains(dnn, &cases[i], 2, false);
         if (strcmp(cases[i].name, "conv stride 2 fp32") == 0) /* max-pool 3x3 stride 2 */
-            fused_chains(dnn, &cases[i], 0);
+            fused_chains(dnn, &cases[i], 0, false);
     }
-    fused_chains(dnn, &pool_cases[9], 1);  /* the first chain of two */
-    fused_chains(dnn, &pool_cases[11], 1); /* fp16 too */
-    fused_chains(dnn, &pool_cases[12], 0); /* a ReLU with two readers */
+    fused_chains(dnn, &pool_cases[9], 1, false);  /* the first chain of two */
+    fused_chains(dnn, &pool_cases[11], 1, false); /* fp16 too */
+    fused_chains(dnn, &pool_cases[12], 0, false); /* a ReLU with two readers */
 }
 
 /* Batches below the model's (each planned once: a plan per batch, reused by later
@@ -1523,6 +1527,161 @@ static void test_recompute(void)
     }
 }
 
+/* ---- cuBLASLt: the linear layer's matmuls and the chain linear -> relu fused ---- */
+
+static struct {
+    int (*epi)(int); /* matmuls queued with an epilogue, so far */
+    int (*violations)(void), (*live)(void), (*calls)(void);
+    const char *(*problem)(void);
+} LTD;
+
+static bool lt_double(void *lt)
+{
+    *(void **)&LTD.epi = dlsym(lt, "fake_cublaslt_epilogue_calls");
+    *(void **)&LTD.violations = dlsym(lt, "fake_cublaslt_violations");
+    *(void **)&LTD.live = dlsym(lt, "fake_cublaslt_live");
+    *(void **)&LTD.calls = dlsym(lt, "fake_cublaslt_calls");
+    *(void **)&LTD.problem = dlsym(lt, "fake_cublaslt_last_problem");
+    bool ok = LTD.epi && LTD.violations && LTD.live && LTD.calls && LTD.problem;
+    CHECK(ok);
+    return ok;
+}
+
+/* x (9) -> fc1 -> relu -> + fc1's output (add) -> fc2 -> MSE: fc1's output has two
+ * readers, so linear -> relu is not a chain and fc1 runs alone (bias epilogue). */
+static stoke_graph *relu_skip(void)
+{
+    stoke_graph *g = stoke_graph_new("relu_skip");
+    stoke_shape xs = {.ndim = 1, .dims = {9}}, ys = {.ndim = 1, .dims = {4}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_linear(g, "fc1", x, 12, true);
+    stoke_tensor r = stoke_nn_add(g, stoke_nn_relu(g, h), h);
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc2", r, 4, true), y);
+    return g;
+}
+
+/* x (3, 9) -> fc1 (13 features, no bias) -> relu -> flatten -> fc2 -> MSE: a chain
+ * without a bias (RELU_AUX, DRELU), over the last dimension, whose odd width puts the
+ * mask's padding and the workspace's regions off any power of two. */
+static stoke_graph *odd_chain(void)
+{
+    stoke_graph *g = stoke_graph_new("odd_chain");
+    stoke_shape xs = {.ndim = 2, .dims = {3, 9}}, ys = {.ndim = 1, .dims = {5}};
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &xs);
+    stoke_tensor y = stoke_nn_input(g, "y", STOKE_F32, &ys);
+    stoke_tensor h = stoke_nn_relu(g, stoke_nn_linear(g, "fc1", x, 13, false));
+    stoke_nn_mse(g, stoke_nn_linear(g, "fc2", stoke_nn_flatten(g, h), 5, true), y);
+    return g;
+}
+
+/* Counts of the epilogues a case queued. */
+typedef struct lt_counts {
+    int relu_fwd, relu_bwd, bias, bgradb;
+} lt_counts;
+
+static lt_counts lt_now(void)
+{
+    return (lt_counts){LTD.epi(NC_LT_EPI_RELU_AUX_BIAS), LTD.epi(NC_LT_EPI_DRELU_BGRAD),
+                       LTD.epi(NC_LT_EPI_BIAS), LTD.epi(NC_LT_EPI_BGRADB)};
+}
+
+/* The MLP (linear -> relu twice, then linear -> CE) at every precision compares with the
+ * CPU step by step (run_case) while its chains run fused on the GPU: the ReLU's forward
+ * and backward epilogues queued, and the last layer's bias epilogues; a ReLU whose
+ * linear layer has another reader is not fused. */
+static void test_lt_chains(void)
+{
+    static const cuda_case chained[] = {
+        {"lt chain fp32", mlp, 10, STOKE_PREC_FP32, SGD, 9, 2, 1e-4},
+        {"lt chain bf16", mlp, 10, STOKE_PREC_BF16, SGD, 9, 2, 2e-2},
+        {"lt chain fp16", mlp, 10, STOKE_PREC_FP16, SGD, 9, 2, 2e-2},
+    };
+    for (size_t i = 0; i < sizeof chained / sizeof chained[0]; i++) {
+        lt_counts a = lt_now();
+        run_case(&chained[i]);
+        lt_counts b = lt_now();
+        CHECK_MSG(b.relu_fwd > a.relu_fwd && b.relu_bwd > a.relu_bwd, "%s: %d, %d fused matmuls",
+                  chained[i].name, b.relu_fwd - a.relu_fwd, b.relu_bwd - a.relu_bwd);
+        CHECK_MSG(b.bias > a.bias && b.bgradb > a.bgradb, "%s: the output layer unfused",
+                  chained[i].name);
+    }
+    static const cuda_case odd[] = {
+        {"lt odd chain fp32", odd_chain, 0, STOKE_PREC_FP32, SGD, 7, 2, 1e-4},
+        {"lt odd chain bf16", odd_chain, 0, STOKE_PREC_BF16, SGD, 7, 2, 2e-2},
+    };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        int a = LTD.epi(NC_LT_EPI_RELU_AUX), b = LTD.epi(NC_LT_EPI_DRELU);
+        run_case(&odd[i]);
+        CHECK_MSG(LTD.epi(NC_LT_EPI_RELU_AUX) > a && LTD.epi(NC_LT_EPI_DRELU) > b, "%s unfused",
+                  odd[i].name);
+    }
+    cuda_case skip = {"lt relu skip", relu_skip, 0, STOKE_PREC_FP32, SGD, 7, 2, 1e-4};
+    lt_counts a = lt_now();
+    run_case(&skip);
+    lt_counts b = lt_now();
+    CHECK(b.relu_fwd == a.relu_fwd && b.relu_bwd == a.relu_bwd);
+    CHECK(b.bias > a.bias && b.bgradb > a.bgradb);
+}
+
+/* The fused chain against the same model unfused on the GPU (no_fusion): the same
+ * loss and gradients up to the order of the bias gradient's sums. */
+static void test_lt_fused_vs_unfused(void)
+{
+    stoke_graph *g = mlp();
+    cuda_case c = {"lt fused vs unfused", mlp, 10, STOKE_PREC_FP32, SGD, 6, 1, 1e-5};
+    stoke_model_opts o = opts_of(&c, true);
+    stoke_model *fused = NULL, *plain = NULL;
+    CHECK(stoke_model_new(g, &o, &fused) == STOKE_OK);
+    o.no_fusion = true;
+    CHECK(stoke_model_new(g, &o, &plain) == STOKE_OK);
+    if (fused && plain) {
+        lt_counts a = lt_now();
+        feed(plain, fused, &c);
+        CHECK(stoke_model_forward(plain, c.batch, true) == STOKE_OK);
+        CHECK(stoke_model_backward(plain) == STOKE_OK);
+        lt_counts b = lt_now();
+        CHECK(b.relu_fwd == a.relu_fwd && b.relu_bwd == a.relu_bwd); /* unfused: none */
+        CHECK(stoke_model_forward(fused, c.batch, true) == STOKE_OK);
+        CHECK(stoke_model_backward(fused) == STOKE_OK);
+        CHECK(lt_now().relu_fwd > b.relu_fwd);
+        CHECK(rel_err(stoke_model_loss(fused), stoke_model_loss(plain)) <= c.tol);
+        for (int i = 0; i < stoke_graph_param_count(g); i++) {
+            double d = diff(plain, stoke_model_grad(plain, i), fused, stoke_model_grad(fused, i),
+                            (size_t)stoke_graph_param(g, i)->elems);
+            CHECK_MSG(d <= c.tol, "gradient of %s: fused and unfused differ by %.3g",
+                      stoke_graph_param(g, i)->name, d);
+        }
+    }
+    stoke_model_free(fused);
+    stoke_model_free(plain);
+    stoke_graph_free(g);
+}
+
+/* Without cuBLASLt the backend is refused, naming the library. */
+static void test_no_cublaslt(void)
+{
+    setenv("STOKE_CUBLASLT_LIBRARY", "/nonexistent/libcublasLt.so.13", 1);
+    stoke_graph *g = mlp();
+    stoke_model_opts o = {.max_batch = 3, .training = true, .cuda = true};
+    stoke_model *m = NULL;
+    CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(stoke_last_error(), "STOKE_CUBLASLT_LIBRARY=/nonexistent/libcublasLt.so.13"),
+              "%s", stoke_last_error());
+    stoke_graph_free(g);
+    setenv("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLASLT, 1);
+}
+
+/* Every matmul of the run kept cuBLASLt's rules and every descriptor was destroyed with
+ * its model. */
+static void test_lt_clean(void)
+{
+    CHECK_MSG(LTD.violations() == 0, "%d cuBLASLt violations, the last: %s", LTD.violations(),
+              LTD.problem());
+    CHECK_MSG(LTD.live() == 0, "%d cuBLASLt objects never destroyed", LTD.live());
+    CHECK(LTD.calls() > 0);
+}
+
 int main(int argc, char **argv)
 {
     setup_env();
@@ -1557,6 +1716,16 @@ int main(int argc, char **argv)
         if (dnn)
             test_cudnn_clean(dnn);
     }
+    void *lt = dlopen(FAKE_CUBLASLT, RTLD_NOW);
+    CHECK_MSG(lt, "%s", dlerror());
+    if (lt && lt_double(lt) && (!only || strcmp(only, "lt") == 0)) {
+        test_lt_chains();
+        test_lt_fused_vs_unfused();
+        test_no_cublaslt();
+        test_lt_clean();
+    }
+    if (lt)
+        dlclose(lt);
     if (dnn)
         dlclose(dnn);
     if (rt)

@@ -1,6 +1,8 @@
 /* cuda_backend.c - the CUDA backend's table (backend_impl.h): memory through the CUDA
- * runtime on the context's stream, matmuls through cuBLAS, convolutions and pooling
- * through cuDNN (and the conv -> relu -> max-pool chain fused there), everything else through the kernel table (src/nn/cuda/launch.h), whose host
+ * runtime on the context's stream, matmuls through cuBLASLt (the linear layer, its
+ * chain linear -> relu fused) and cuBLAS (attention), convolutions and pooling through
+ * cuDNN (the chain conv -> relu -> max-pool fused there), everything else through the
+ * kernel table (src/nn/cuda/launch.h), whose host
  * build the tests run against the CUDA test doubles. Every op is queued on one stream,
  * so ops are ordered without waits; the host waits only where it reads a value (a
  * loss, the gradient norm) or at sync. */
@@ -281,6 +283,19 @@ static double cuda_event_seconds(void *ctx, void *a, void *b)
 }
 static void cuda_ctx_free_(void *ctx) { cuda_ctx_free(ctx); }
 
+/* ---- fused chains: one function per chain, in the file of the chain's first op ---- */
+
+static stoke_status cuda_fuse(void *ctx, const stoke_graph *g, const int *chain, int n,
+                              int64_t batch, stoke_precision p, const nn_fused_impl **out)
+{
+    *out = NULL;
+    switch (g->nodes[chain[0]].op) {
+    case STOKE_NN_LINEAR: return cuda_fuse_linear(ctx, g, chain, n, batch, p, out);
+    case STOKE_NN_CONV2D: return cuda_fuse_conv(ctx, g, chain, n, batch, p, out);
+    default: return STOKE_OK;
+    }
+}
+
 static const nn_backend cuda_backend = {
     .name = "cuda",
     .ops =
@@ -322,7 +337,7 @@ static const nn_backend cuda_backend = {
         },
     .supports = cuda_supports,
     .native = cuda_native,
-    .fuse = cuda_fuse, /* conv_block.c */
+    .fuse = cuda_fuse,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .zero = cuda_zero,

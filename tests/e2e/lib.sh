@@ -8,13 +8,14 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 show() { sed 's/^/  | /' "$@"; }
 out=$work/out.txt
-# use_gpu_doubles FAKEDIR SCENARIODIR: NVML, the CUDA runtime, cuBLAS and cuDNN are
+# use_gpu_doubles FAKEDIR SCENARIODIR: NVML, the CUDA runtime, cuBLAS, cuBLASLt and cuDNN are
 # stoke's test doubles (tests/fake) on the cuda_train scenario's GPU, and the kernels
 # run in their host build (the bodies nvcc compiles into libstoke_cuda.so).
 use_gpu_doubles() {
     export STOKE_NVML_LIBRARY="$1/fake_nvml/libnvidia-ml.so.1"
     export STOKE_CUDART_LIBRARY="$1/fake_cudart/libcudart.so.13"
     export STOKE_CUBLAS_LIBRARY="$1/fake_cublas/libcublas.so.13"
+    export STOKE_CUBLASLT_LIBRARY="$1/fake_cublaslt/libcublasLt.so.13"
     export STOKE_CUDNN_LIBRARY="$1/fake_cudnn/libcudnn.so.9"
     export STOKE_FAKE_GPU_SCENARIO="$2/cuda_train.gpu"
     export STOKE_CUDA_KERNELS=host

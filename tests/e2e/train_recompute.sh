@@ -111,6 +111,9 @@ if ! grep -q "recompute" "$out"; then ok "auto: off when everything fits"; else 
 
 if [ -n "$fake" ]; then
     use_gpu_doubles "$fake" "$scenarios"
+    # unfused: the mlp's linear -> relu chains fused keep no pre-activation, which
+    # leaves recompute nothing to drop
+    export STOKE_NO_FUSION=1
     gpu="--model mlp --device cuda --limit 640 --val-limit 300 --epochs 1 --batch-size 128 --precision fp32 --log-every 1"
     # the mlp's plans: 18.6 MB without, 18.1 MB with; 90% of 20.4 MB lies between
     STOKE_FAKE_CUDA_MALLOC_LIMIT=20400000 "$stoke" train $gpu --recompute auto \

@@ -100,7 +100,7 @@ static stoke_status block_bwd(void *ctx, const nn_exec_args *a)
 static const nn_fused_impl conv_block = {"conv2d+relu+max_pool2d", block_fwd, block_bwd, block_ws,
                                          block_saved};
 
-stoke_status cuda_fuse(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
+stoke_status cuda_fuse_conv(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
                        stoke_precision p, const nn_fused_impl **out)
 {
     (void)ctx;

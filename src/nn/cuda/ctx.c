@@ -210,6 +210,10 @@ static stoke_status open_blas(cuda_ctx *c)
             c,
             c->blas->set_math_mode(c->blas_h, c->tf32 ? NC_TF32_TENSOR_OP_MATH : NC_DEFAULT_MATH),
             "cublasSetMathMode");
+    if (st == STOKE_OK)
+        st = nn_cublaslt_open(&c->lt);
+    if (st == STOKE_OK)
+        st = cuda_blas_check(c, c->lt->create(&c->lt_h), "cublasLtCreate");
     return st;
 }
 
@@ -347,6 +351,10 @@ void cuda_ctx_free(cuda_ctx *c)
         stoke_cudart_stream_sync(c->rt, c->L.stream); /* nothing freed while in use */
     cuda_conv_plans_free(c);
     cuda_pool_plans_free(c);
+    cuda_lt_plans_free(c);
+    if (c->lt_h)
+        c->lt->destroy(c->lt_h);
+    nn_cublaslt_close(c->lt);
     if (c->dnn_h)
         c->dnn->destroy(c->dnn_h);
     nn_cudnn_close(c->dnn);

@@ -37,6 +37,8 @@ typedef struct cuda_ctx {
     stoke_cudart *rt;
     nn_cublas *blas;
     void *blas_h;
+    nn_cublaslt *lt; /* the linear layer's matmuls (lt.c) */
+    void *lt_h;
     nn_cudnn *dnn; /* loaded at the first convolution: models without one run without */
     void *dnn_h;
     void *module; /* libstoke_cuda.so, or NULL for the host build */
@@ -85,10 +87,13 @@ typedef struct cuda_ctx {
     /* pool.c: cuDNN pooling descriptors per (op, window, shape, batch) */
     struct cuda_pool_plan **pool_plans;
     int npool_plans;
+    /* lt.c: cuBLASLt descriptors and algorithms per matmul shape and epilogue */
+    struct cuda_lt_plan **lt_plans;
+    int nlt_plans;
 } cuda_ctx;
 
 /* A context on CUDA device `device`. STOKE_ERR_UNAVAILABLE saying what is missing (no
- * runtime, no device, no cuBLAS, no kernel module), recorded. */
+ * runtime, no device, no cuBLAS or cuBLASLt, no kernel module), recorded. */
 stoke_status cuda_ctx_new(int device, cuda_ctx **out);
 void cuda_ctx_free(cuda_ctx *c);
 
@@ -156,6 +161,8 @@ stoke_status cuda_ctx_dnn(cuda_ctx *c);
 void cuda_conv_plans_free(cuda_ctx *c);
 /* Frees pool.c's cached plans. */
 void cuda_pool_plans_free(cuda_ctx *c);
+/* Frees lt.c's cached plans (their cuBLASLt descriptors). */
+void cuda_lt_plans_free(cuda_ctx *c);
 
 /* Whether attention of sequence length T and head size hs runs the fused kernels: the
  * one rule attn.c's saved size, workspace, forward and backward all follow, so it

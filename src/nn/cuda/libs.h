@@ -1,4 +1,4 @@
-/* libs.h - the driver tables of cuBLAS and cuDNN: the subset the CUDA backend calls,
+/* libs.h - the driver tables of cuBLAS, cuBLASLt and cuDNN: the subset the CUDA backend calls,
  * loaded at run time with dlopen (as NVML and the CUDA runtime are, src/hw/gpu_impl.h)
  * so one binary runs with or without the libraries. Declared from the ABI, not from
  * the vendor headers; tests/abi/cuda_abi_check.cu checks the constants and the
@@ -8,6 +8,7 @@
 #define STOKE_NN_CUDA_LIBS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "stoke/core.h"
 
@@ -48,6 +49,78 @@ stoke_status nn_cublas_open(nn_cublas **out);
 void nn_cublas_close(nn_cublas *b); /* NULL is fine */
 /* "CUBLAS_STATUS_ALLOC_FAILED", ... or "cuBLAS status N". */
 const char *nn_cublas_error(const nn_cublas *b, int status);
+
+/* ---- cuBLASLt (libcublasLt.so.13, .12): the linear layer's matmuls with their
+ * epilogues (bias, ReLU and their gradients fused into the GEMM) ---- */
+enum { /* cublasLtMatmulDescAttributes_t */
+       NC_LT_TRANSA = 3,
+       NC_LT_TRANSB = 4,
+       NC_LT_EPILOGUE = 7,
+       NC_LT_BIAS_POINTER = 8,
+       NC_LT_AUX_POINTER = 11,
+       NC_LT_AUX_LD = 12
+};
+enum { /* cublasLtEpilogue_t */
+       NC_LT_EPI_DEFAULT = 1,
+       NC_LT_EPI_RELU_AUX = 2 | 128,
+       NC_LT_EPI_BIAS = 4,
+       NC_LT_EPI_RELU_AUX_BIAS = 2 | 128 | 4,
+       NC_LT_EPI_DRELU = 8 | 128,
+       NC_LT_EPI_DRELU_BGRAD = 8 | 128 | 16,
+       NC_LT_EPI_BGRADA = 256,
+       NC_LT_EPI_BGRADB = 512
+};
+enum { /* cublasLtMatmulPreferenceAttributes_t */
+       NC_LT_PREF_MAX_WORKSPACE_BYTES = 1,
+       NC_LT_PREF_MIN_ALIGN_A = 5,
+       NC_LT_PREF_MIN_ALIGN_B = 6,
+       NC_LT_PREF_MIN_ALIGN_C = 7,
+       NC_LT_PREF_MIN_ALIGN_D = 8
+};
+
+typedef struct nn_lt_algo { /* cublasLtMatmulAlgo_t */
+    uint64_t data[8];
+} nn_lt_algo;
+
+typedef struct nn_lt_heuristic { /* cublasLtMatmulHeuristicResult_t */
+    nn_lt_algo algo;
+    size_t workspace;
+    int state;
+    float waves;
+    int reserved[4];
+} nn_lt_heuristic;
+
+typedef struct nn_cublaslt {
+    void *lib;
+    int (*create)(void **handle); /* cublasLtCreate */
+    int (*destroy)(void *handle); /* cublasLtDestroy */
+    /* cublasLtMatmulDesc{Create,SetAttribute,Destroy}: compute a cublasComputeType_t,
+     * scale a cudaDataType (the type of alpha and beta) */
+    int (*desc_create)(void **desc, int compute, int scale);
+    int (*desc_set)(void *desc, int attr, const void *buf, size_t bytes);
+    int (*desc_destroy)(void *desc);
+    /* cublasLtMatrixLayout{Create,Destroy}: column-major rows x cols of a cudaDataType */
+    int (*layout_create)(void **layout, int type, uint64_t rows, uint64_t cols, int64_t ld);
+    int (*layout_destroy)(void *layout);
+    /* cublasLtMatmulPreference{Create,SetAttribute,Destroy} */
+    int (*pref_create)(void **pref);
+    int (*pref_set)(void *pref, int attr, const void *buf, size_t bytes);
+    int (*pref_destroy)(void *pref);
+    /* cublasLtMatmulAlgoGetHeuristic: up to `want` algorithms, fastest first */
+    int (*heuristic)(void *handle, void *desc, void *a, void *b, void *c, void *d, void *pref,
+                     int want, nn_lt_heuristic *results, int *got);
+    /* cublasLtMatmul: D = alpha op(A) op(B) + beta C, then the descriptor's epilogue;
+     * alpha and beta point to floats on the host */
+    int (*matmul)(void *handle, void *desc, const void *alpha, const void *A, void *adesc,
+                  const void *B, void *bdesc, const void *beta, const void *C, void *cdesc, void *D,
+                  void *ddesc, const nn_lt_algo *algo, void *ws, size_t ws_bytes, void *stream);
+    int version; /* from the soname */
+} nn_cublaslt;
+
+/* Loads cuBLASLt (STOKE_CUBLASLT_LIBRARY names a file to load instead). Its statuses
+ * are cuBLAS's (nn_cublas_error words them). */
+stoke_status nn_cublaslt_open(nn_cublaslt **out);
+void nn_cublaslt_close(nn_cublaslt *b); /* NULL is fine */
 
 /* ---- cuDNN (libcudnn.so.9): the legacy convolution, pooling and activation API ---- */
 enum { NC_CUDNN_SUCCESS = 0 };

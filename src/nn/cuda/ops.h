@@ -12,14 +12,18 @@ const stoke_shape *cuda_in_shape(const nn_exec_args *a, int k);
 /* The node's name prefixed to the last message, as the CPU backend's ops do. */
 stoke_status cuda_layer_fail(stoke_status st, const nn_node *n);
 
-/* dense.c: linear through cuBLAS */
+/* dense.c: linear through cuBLASLt (the bias in its epilogue), and the chain linear ->
+ * relu fused (the ReLU and its gradient in the epilogues too) */
 stoke_status cuda_linear_fwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_linear_bwd(void *ctx, const nn_exec_args *a);
 stoke_status cuda_linear_ws(void *ctx, const stoke_graph *g, const nn_node *n, int64_t batch,
                             stoke_precision p, size_t *bytes);
+/* cuda_backend.c's fuse entry for chains that start with a linear layer */
+stoke_status cuda_fuse_linear(void *ctx, const stoke_graph *g, const int *chain, int n,
+                              int64_t batch, stoke_precision p, const nn_fused_impl **out);
 /* cuBLAS's column-major C (m x n, fp32, ldc) = op(A) op(B) + beta C with fp32
  * accumulation; A and B both fp32 (TF32 where the context allows) or both of `type`
- * NC_R_16BF / NC_R_16F. The GEMM the linear layer and attention share. */
+ * NC_R_16BF / NC_R_16F. Attention's GEMMs (the linear layer's are cuBLASLt's). */
 stoke_status cuda_gemm(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
                        int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc,
                        int type);
@@ -28,6 +32,31 @@ stoke_status cuda_gemm_batched(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n
                                const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
                                int64_t sb, float beta, float *C, int64_t ldc, int64_t sc,
                                int64_t batch, int type);
+/* lt.c: matmuls through cuBLASLt, column-major as cuBLAS: D (m x n, fp32, ldc) =
+ * alpha op(A) op(B) + beta C, then the epilogue. A key of int64s (no padding: the
+ * plans are found by comparing keys' bytes). */
+typedef struct cuda_mm {
+    int64_t ta, tb, m, n, k, lda, ldb, ldc;
+    int64_t type;   /* A and B: NC_R_32F (TF32 where the context has it), NC_R_16BF, NC_R_16F */
+    int64_t epi;    /* NC_LT_EPI_* */
+    int64_t aux_ld; /* the ReLU mask's leading dimension in bits (its epilogues), else 0 */
+} cuda_mm;
+typedef struct cuda_mm_ptrs {
+    const void *A, *B;
+    const float *C;
+    float *D;
+    void *bias; /* the bias (fp32, m) or its gradient (BGRADA, DRELU_BGRAD: m; BGRADB: n) */
+    void *aux;  /* the ReLU mask */
+    float alpha, beta;
+    void *ws; /* cuBLASLt's workspace: 256-byte aligned */
+    size_t ws_size;
+} cuda_mm_ptrs;
+/* Plans the matmul (descriptors and algorithm, kept in the context); *ws = the bytes of
+ * workspace its algorithm needs. */
+stoke_status cuda_mm_plan(cuda_ctx *c, const cuda_mm *k, size_t *ws);
+/* Queues the matmul (planned now if it was not). */
+stoke_status cuda_mm_run(cuda_ctx *c, const cuda_mm *k, const cuda_mm_ptrs *a);
+
 /* x (n fp32) rounded into out (n bf16/fp16 bits, precision p). */
 stoke_status cuda_to_lowp(cuda_ctx *c, stoke_precision p, const float *x, uint16_t *out, int64_t n);
 
@@ -117,8 +146,9 @@ stoke_status cuda_pool_forward(cuda_ctx *c, const struct cuda_pool_plan *p, cons
 stoke_status cuda_pool_backward(cuda_ctx *c, const struct cuda_pool_plan *p, const float *y,
                                 const float *dy, const float *x, float beta, float *dx);
 
-/* conv_block.c: the fused conv2d -> relu -> max_pool2d chain (the backend's fuse) */
-stoke_status cuda_fuse(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
+/* conv_block.c: cuda_backend.c's fuse entry for chains that start with a convolution
+ * (conv2d -> relu -> max_pool2d) */
+stoke_status cuda_fuse_conv(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
                        stoke_precision p, const nn_fused_impl **out);
 
 #endif
