@@ -35,9 +35,9 @@
 #
 # Environment: STOKE_BENCH_PYTHON (default /usr/bin/python3) is the Python whose torch
 # is the peer (it needs a CUDA build of torch; without one only stoke is measured).
-# CUDA_DEVICE_ORDER=PCI_BUS_ID is set so that cuda:0 is the same GPU for stoke, PyTorch
-# and the probe (NVML's index 0, whose peak is used); with CUDA_VISIBLE_DEVICES set the
-# probe still sees every GPU, so the script warns when the names differ.
+# CUDA_DEVICE_ORDER=PCI_BUS_ID is set so that cuda:0 is the same GPU for stoke and
+# PyTorch; the probe's GPU and peak are cuda:0's, which the probe matches by PCI bus id
+# (so CUDA_VISIBLE_DEVICES is followed too).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -154,8 +154,6 @@ if ! [ -f "$build/libstoke_cuda.so" ]; then
     fi
     note "dry run: $build/libstoke_cuda.so is missing (a real run would stop here); the kernels' host build stands in"
 fi
-[ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ $dry = 0 ] &&
-    echo "warning_ CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: stoke probe (NVML) ignores it, so the GPU named and its peak may not be the one measured (check the names)" >>"$out"
 
 {
     echo "# bench/gpu.sh results: key value"

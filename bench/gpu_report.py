@@ -61,8 +61,13 @@ def probe(path, gpu=0):
                     ("cuda_runtime_version", "cuda_runtime")):
         if d.get(k):
             out.append((name, d[k]))
-    if gpu < len(gpus):
-        g = gpus[gpu]
+    # cuda:N is the GPU the probe matched to CUDA's device N by PCI bus id (CUDA's
+    # order and CUDA_VISIBLE_DEVICES differ from NVML's); NVML's N without a runtime
+    matched = [g for g in gpus if g.get("cuda_device") == gpu]
+    if not any("cuda_device" in g for g in gpus) and gpu < len(gpus):
+        matched = [gpus[gpu]]
+    if matched:
+        g = matched[0]
         out += [("gpu_index", g.get("index", gpu)), ("gpu_name", g.get("name", "?"))]
         for k, name in (("compute_capability", "gpu_cc"), ("sm_count", "gpu_sms"),
                         ("max_sm_clock_mhz", "gpu_clock_mhz"),
