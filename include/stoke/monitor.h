@@ -28,7 +28,15 @@ enum {
     STOKE_MS_PROC_GPU = 1u << 5,      /* proc_gpu_mem_bytes (NVML's process lists) */
     STOKE_MS_PIPELINE = 1u << 6,      /* pipe: the input pipeline's snapshot (a provider) */
     STOKE_MS_PIPELINE_RATE = 1u << 7, /* data_wait_pct, batches_per_s (two snapshots) */
+    STOKE_MS_THREAD = 1u << 8,        /* busiest: the tree's busiest thread (two reads) */
 };
+
+/* One thread of the watched tree and its CPU since the previous read. */
+typedef struct stoke_mon_thread {
+    int pid, tid;
+    char comm[16];   /* /proc/PID/task/TID/comm: the name the program gave the thread */
+    double core_pct; /* CPU of this thread, 100 = one core */
+} stoke_mon_thread;
 
 /* What an input pipeline (stoke's loader, or any other) reports to the monitor. The
  * cumulative counts let the monitor compute each window's share; the rest are the
@@ -76,11 +84,12 @@ typedef struct stoke_mon_sample {
     uint64_t proc_gpu_mem_bytes; /* sum of proc_mem_bytes over the GPUs */
     int gpu_count;               /* 0 without NVML */
     stoke_mon_gpu gpus[STOKE_MAX_GPUS];
-    stoke_mon_pipeline pipe; /* STOKE_MS_PIPELINE */
-    double data_wait_pct;    /* % of the wall time since the previous snapshot that
+    stoke_mon_pipeline pipe;  /* STOKE_MS_PIPELINE */
+    double data_wait_pct;     /* % of the wall time since the previous snapshot that
                                     the consumer waited for data, 0..100 (a wait is
                                     counted in the window its batch was handed out) */
-    double batches_per_s;    /* batches handed out per second in that window */
+    double batches_per_s;     /* batches handed out per second in that window */
+    stoke_mon_thread busiest; /* STOKE_MS_THREAD: the tree's busiest thread */
 } stoke_mon_sample;
 
 /* ---- /proc readers (proc.c) -------------------------------------------------- */
@@ -103,6 +112,20 @@ stoke_status stoke_proc_read(stoke_proc_reader *r, stoke_mon_sample *s, bool *ro
 /* PIDs of the tree found by the last stoke_proc_read (root first); valid until the
  * next call. */
 const int *stoke_proc_tree_pids(const stoke_proc_reader *r, int *count);
+
+/* Per-thread CPU (/proc/PID/task/TID/stat, utime + stime) of a set of processes. A
+ * saturated thread beside idle cores is invisible in the process totals, so the
+ * monitor keeps the busiest thread of each sample. proc_root is "/proc", or a recorded
+ * tree in tests. */
+typedef struct stoke_thread_reader stoke_thread_reader;
+stoke_status stoke_thread_reader_open(const char *proc_root, stoke_thread_reader **out);
+void stoke_thread_reader_free(stoke_thread_reader *t); /* NULL is fine */
+/* Reads every thread of pids[0..npids) at time now_s (seconds on any steady clock;
+ * tests pass it so that rates do not depend on timing). Fills *out with the thread
+ * that used the most CPU since the previous call and returns true; false on the first
+ * call, or when no thread was seen in both reads. */
+bool stoke_thread_read(stoke_thread_reader *t, const int *pids, int npids, double now_s,
+                       stoke_mon_thread *out);
 
 /* ---- Series and the history of a run (series.c) ------------------------------ */
 
@@ -145,6 +168,7 @@ typedef enum stoke_sys_metric {
     STOKE_M_PROC_GPU_MEM, /* bytes */
     STOKE_M_DATA_WAIT,    /* % of wall time the consumer waited for data */
     STOKE_M_BATCH_RATE,   /* batches/s */
+    STOKE_M_THREAD_MAX,   /* % of one core used by the tree's busiest thread */
     STOKE_M_COUNT
 } stoke_sys_metric;
 
@@ -182,6 +206,11 @@ typedef struct stoke_mon_history {
     stoke_mon_gpu_history gpu[STOKE_MAX_GPUS];
     bool have_pipeline;          /* a pipeline snapshot was seen */
     stoke_mon_pipeline pipeline; /* the last one (its summaries cover the whole run) */
+    /* The threads that were the busiest of a sample, and in how many samples (the
+     * first 8 distinct ones: a saturated thread is the busiest from the start). */
+    stoke_mon_thread busy[8];
+    size_t busy_samples[8];
+    int nbusy;
 } stoke_mon_history;
 
 void stoke_mon_history_init(stoke_mon_history *h);
@@ -196,8 +225,22 @@ const char *stoke_sys_metric_unit(stoke_sys_metric m);
 const char *stoke_gpu_metric_name(stoke_gpu_metric m);
 const char *stoke_gpu_metric_unit(stoke_gpu_metric m);
 
+/* Who runs under the monitor: the rules word their advice for it (stoke's flags for
+ * stoke's trainer, PyTorch's for a foreign job). */
+typedef enum stoke_mon_program_kind {
+    STOKE_PROG_EXTERNAL = 0, /* a foreign job: stoke monitor -- CMD, --pid, Python */
+    STOKE_PROG_STOKE,        /* stoke's trainer watching itself (stoke train) */
+} stoke_mon_program_kind;
+
+typedef struct stoke_mon_program {
+    stoke_mon_program_kind kind;
+    /* stoke's settings of the run (STOKE_PROG_STOKE); 0 = unknown */
+    int workers, threads, prefetch, batch_size;
+} stoke_mon_program;
+
 /* The statistics of every series of a run, which the rules read. */
 typedef struct stoke_mon_summary {
+    stoke_mon_program program; /* set by the caller after stoke_mon_summarize */
     size_t samples;
     double duration_s;
     int ncpu;        /* CPUs in /proc/stat */
@@ -212,15 +255,19 @@ typedef struct stoke_mon_summary {
         double power_limit_w;
         size_t throttle_samples, power_throttled, thermal_throttled;
     } gpu[STOKE_MAX_GPUS];
-    bool have_pipeline;          /* the input pipeline reported (data-wait rule) */
-    stoke_mon_pipeline pipeline; /* its last snapshot */
+    bool have_pipeline;              /* the input pipeline reported (data-wait rule) */
+    stoke_mon_pipeline pipeline;     /* its last snapshot */
+    bool have_thread;                /* busiest_thread is known */
+    stoke_mon_thread busiest_thread; /* the one most often the busiest of a sample */
+    size_t busiest_thread_samples;   /* ... in this many samples */
     /* Storage under --data, for the I/O rule. */
     bool have_disk;
     stoke_disk_kind disk_kind;
     char data_path[256];
 } stoke_mon_summary;
 
-/* Computes the summary of h. usable_cpus <= 0 means "same as ncpu". */
+/* Computes the summary of h. usable_cpus <= 0 means "same as ncpu". The program is
+ * left STOKE_PROG_EXTERNAL: stoke's trainer says it is itself. */
 stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
                                  stoke_mon_summary *out);
 
@@ -266,6 +313,9 @@ typedef struct stoke_rule {
     double data_wait_atleast;    /* median % of the time the consumer waited for data */
     double busy_frac_atleast;    /* loader workers busy at least this fraction = saturated */
     double fill_below;           /* ring fill (batches ready) under this = mostly empty */
+    double job_share_atleast;    /* the job's share of the busy cores to blame it for them */
+    double thread_core_atleast;  /* median busiest thread % of a core = saturated thread */
+    double idle_cores_atleast;   /* cores idle (median) for a saturated thread to be the cap */
     /* Fills *f and returns true when the rule fires. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 } stoke_rule;

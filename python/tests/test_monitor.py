@@ -230,6 +230,14 @@ def test_advice_in_pytorch_terms():
         "system memory is nearly full: free about 2.0 GB - fewer loader workers or a "
         "shallower prefetch (each worker holds its own batches)")
     assert in_python("the GPU is held at its power limit: ... (nvidia-smi -pl)") is None
+    # The wordings for a foreign job (PyTorch's knobs) keep the numbers findable.
+    assert in_python("one thread prepares the batches and cannot go faster: run 1 loader "
+                     "worker to take the loading off it (DataLoader(num_workers=1); ...)") == (
+        "stoke.Loader(..., workers=1)")
+    assert in_python("... also gives them too little to do at once: prefetch 6 batches: "
+                     "DataLoader(prefetch_factor=3)") == "stoke.Loader(..., prefetch=6)"
+    assert in_python("... too few loader workers (8 cores: try 7) - DataLoader(num_workers=7), "
+                     "too little prefetch") == "stoke.Loader(..., workers=7)"
 
 
 def test_short_run_names_the_python_argument():

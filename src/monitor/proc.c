@@ -42,6 +42,7 @@ struct stoke_proc_reader {
     double prev_tree_t; /* monotonic seconds of the previous tree read, 0 = none */
     unsigned long long prev_ticks, prev_rd, prev_wr; /* tree totals then */
     bool prev_io;                                    /* every process's io file was readable then */
+    stoke_thread_reader *threads;                    /* the busiest thread, NULL without a tree */
     char buf[16384];
 };
 
@@ -95,6 +96,7 @@ bool stoke_proc_parse_stat(const char *text, stat_fields *f)
                    &f->rss_pages);
     if (n != 9)
         return false;
+    f->own_ticks = utime + stime;
     /* Own time plus reaped children's: see read_tree. */
     f->ticks = utime + stime + (unsigned long long)(cutime > 0 ? cutime : 0) +
                (unsigned long long)(cstime > 0 ? cstime : 0);
@@ -261,6 +263,13 @@ stoke_status stoke_proc_reader_open(int pid, stoke_proc_reader **out)
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
     r->use_children_files = access(path, R_OK) == 0;
+    if (pid > 0) {
+        stoke_status st = stoke_thread_reader_open("/proc", &r->threads);
+        if (st != STOKE_OK) {
+            stoke_proc_reader_free(r);
+            return st;
+        }
+    }
     *out = r;
     return STOKE_OK;
 }
@@ -277,6 +286,7 @@ void stoke_proc_reader_free(stoke_proc_reader *r)
         entry_close(&r->ents[i]);
     free(r->ents);
     free(r->pids);
+    stoke_thread_reader_free(r->threads);
     free(r);
 }
 
@@ -439,6 +449,8 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
     r->prev_wr = wr_sum;
     r->prev_io = all_io;
     r->prev_tree_t = now;
+    if (r->threads && stoke_thread_read(r->threads, r->pids, r->npids, now, &s->busiest))
+        s->valid |= STOKE_MS_THREAD;
     s->proc_count = count;
     s->proc_threads = (int)threads;
     s->proc_rss_bytes = (uint64_t)rss * (uint64_t)r->page_size;

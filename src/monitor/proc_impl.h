@@ -8,6 +8,7 @@
 typedef struct stat_fields {
     int ppid;
     unsigned long long ticks, start; /* own + reaped children's CPU; start time (ticks) */
+    unsigned long long own_ticks;    /* utime + stime: a thread's own CPU in task/TID/stat */
     long threads, rss_pages;
 } stat_fields;
 

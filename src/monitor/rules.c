@@ -45,6 +45,67 @@ static int suggested_workers(const stoke_mon_summary *s)
     return s->usable_cpus > 1 ? s->usable_cpus - 1 : 1;
 }
 
+/* The advice is worded for the program watched: stoke's flags for its own trainer,
+ * PyTorch's knobs for a foreign job; a knob of the other is no advice at all. */
+static bool is_stoke(const stoke_mon_summary *s) { return s->program.kind == STOKE_PROG_STOKE; }
+
+/* "--workers 3" or "DataLoader(num_workers=3)". */
+static const char *workers_knob(const stoke_mon_summary *s, int n, char *buf, size_t size)
+{
+    if (is_stoke(s))
+        put(buf, size, "--workers %d", n);
+    else
+        put(buf, size, "DataLoader(num_workers=%d)", n);
+    return buf;
+}
+
+/* Batches in flight: stoke's ring slots, or PyTorch's per-worker prefetch_factor. */
+static const char *prefetch_knob(const stoke_mon_summary *s, int slots, int workers, char *buf,
+                                 size_t size)
+{
+    if (is_stoke(s))
+        put(buf, size, "--prefetch %d", slots);
+    else
+        put(buf, size, "prefetch %d batches: DataLoader(prefetch_factor=%d)", slots,
+            workers > 0 ? (slots + workers - 1) / workers : slots);
+    return buf;
+}
+
+static const char *threads_knob(const stoke_mon_summary *s, int n, char *buf, size_t size)
+{
+    if (is_stoke(s))
+        put(buf, size, "--threads %d", n);
+    else
+        put(buf, size,
+            "OMP_NUM_THREADS=%d (and MKL_NUM_THREADS / OPENBLAS_NUM_THREADS, "
+            "torch.set_num_threads(%d))",
+            n, n);
+    return buf;
+}
+
+/* The batch size: stoke's flag with its current value when known. */
+static const char *batch_knob(const stoke_mon_summary *s, double factor, char *buf, size_t size)
+{
+    int b = s->program.batch_size;
+    if (is_stoke(s) && b > 0)
+        put(buf, size, "--batch-size %d (now %d)", (int)fmax(1, floor(b * factor)), b);
+    else if (is_stoke(s))
+        put(buf, size, "--batch-size");
+    else
+        put(buf, size, "the DataLoader's batch_size");
+    return buf;
+}
+
+/* Per-sample work done once: stoke's packed records where stoke's loader reads the data
+ * (its trainer, or a Python job whose stoke.Loader reports the pipeline), else large
+ * shards (a foreign loader cannot read stoke's format). */
+static const char *pack_advice(const stoke_mon_summary *s)
+{
+    return is_stoke(s) || s->have_pipeline
+               ? "convert the dataset to stoke packed records (stoke data convert SRC DST)"
+               : "pack the samples into large sequential shards (tar/WebDataset)";
+}
+
 /* The input pipeline's own account of the run: its wait share series, if it reported. */
 static const stoke_stats *data_wait(const stoke_mon_summary *s)
 {
@@ -88,6 +149,7 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     const stoke_stats *io = &s->sys[STOKE_M_IOWAIT];
     bool reading = (io->n && io->median >= r->iowait_atleast) || slow_disk(s);
     int cap = suggested_workers(s);
+    char knob[96];
     if (p->busy_frac >= r->busy_frac_atleast && reading) {
         /* Blocking reads count as busy: busy workers on waiting storage are reading. */
         char ram[32];
@@ -95,9 +157,9 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
         put(f->advice, sizeof f->advice,
             "the workers spend their time reading (iowait median %.0f%%%s): storage feeds "
             "them too slowly - copy the dataset to tmpfs (/dev/shm) if it fits in RAM (%s "
-            "here) or to local SSD, and convert it to stoke packed records (stoke data "
-            "convert SRC DST) so each sample is one sequential read; see io-bound",
-            io->n ? io->median : 0.0, slow_disk(s) ? ", the data is on slow storage" : "", ram);
+            "here) or to local SSD, and %s so each sample is one sequential read; see io-bound",
+            io->n ? io->median : 0.0, slow_disk(s) ? ", the data is on slow storage" : "", ram,
+            pack_advice(s));
     } else if (p->busy_frac >= r->busy_frac_atleast) {
         /* To keep up, the pipeline must produce 1/(1 - wait share) times as fast. */
         double share = w->median < 99 ? w->median / 100.0 : 0.99;
@@ -107,40 +169,106 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
             need = cap;
         if (p->workers < cap && need > p->workers)
             put(f->advice, sizeof f->advice,
-                "the workers cannot keep up: run %d loader worker%s (now %d; waiting %.0f%% of "
-                "the time means the pipeline must be %.1fx as fast; at most %d, one of the %d "
-                "usable cores is the training loop's), and make per-sample work cheaper "
-                "(cheaper transforms, decode/resize once: convert the dataset to stoke packed "
-                "records with stoke data convert SRC DST)",
-                need, need == 1 ? "" : "s", p->workers, w->median, 1.0 / (1.0 - share), cap,
-                s->usable_cpus);
+                "the workers cannot keep up: run %d loader worker%s, %s (now %d; waiting %.0f%% "
+                "of the time means the pipeline must be %.1fx as fast; at most %d, one of the "
+                "%d usable cores is the training loop's), and make per-sample work cheaper "
+                "(cheaper transforms, decode/resize once: %s)",
+                need, need == 1 ? "" : "s", workers_knob(s, need, knob, sizeof knob), p->workers,
+                w->median, 1.0 / (1.0 - share), cap, s->usable_cpus, pack_advice(s));
         else
             put(f->advice, sizeof f->advice,
                 "the %d workers are busy and use the usable cores (%d, one for the training "
                 "loop): make per-sample work cheaper - cheaper transforms, decode/resize once "
-                "by converting the dataset to stoke packed records (stoke data convert SRC "
-                "DST), augmentation on the accelerator; beyond that only more cores help",
-                p->workers, s->usable_cpus);
+                "(%s), augmentation on the accelerator; beyond that only more cores help",
+                p->workers, s->usable_cpus, pack_advice(s));
     } else if (p->fill_avg < r->fill_below) {
         char ring[160] = "";
         if (p->workers > 0 && p->slots < 2 * p->workers + 2)
             put(ring, sizeof ring,
                 "; a ring of %d slots for %d workers also gives them too "
-                "little to do at once: prefetch %d",
-                p->slots, p->workers, 2 * p->workers + 2);
+                "little to do at once: %s",
+                p->slots, p->workers,
+                prefetch_knob(s, 2 * p->workers + 2, p->workers, knob, sizeof knob));
         put(f->advice, sizeof f->advice,
             "the workers idle %.0f%% of the time yet the ring is mostly empty, so they are not "
-            "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD, "
-            "stoke data "
-            "convert to packed records)%s",
-            100.0 * (1.0 - p->busy_frac), ring);
+            "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD; "
+            "%s)%s",
+            100.0 * (1.0 - p->busy_frac), pack_advice(s), ring);
     } else {
         put(f->advice, sizeof f->advice,
             "batches are ready on average (%.2f) yet the loop still waits: the waits come in "
             "bursts (max %.1f ms against avg %.1f ms); a deeper prefetch ring absorbs them: "
-            "%d slots instead of %d",
-            p->fill_avg, p->wait_max_ms, p->wait_avg_ms, 2 * p->slots, p->slots);
+            "%d slots instead of %d, %s",
+            p->fill_avg, p->wait_max_ms, p->wait_avg_ms, 2 * p->slots, p->slots,
+            prefetch_knob(s, 2 * p->slots, p->workers, knob, sizeof knob));
     }
+    return true;
+}
+
+/* One thread of the job saturated (a loop loading its own batches: PyTorch with
+ * num_workers=0) while the GPU idles, or a CPU-only loop waits for data, and the
+ * machine has idle cores: the process totals hide it, the per-thread reading shows it. */
+static bool check_thread_bound(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f)
+{
+    const stoke_stats *th = &s->sys[STOKE_M_THREAD_MAX];
+    const stoke_stats *cpu = &s->sys[STOKE_M_CPU];
+    if (!s->have_thread || th->n == 0 || th->median < r->thread_core_atleast || cpu->n == 0)
+        return false;
+    double busy = cpu->median / 100.0 * s->ncpu;
+    double idle = fmin((double)s->usable_cpus, s->ncpu - busy);
+    if (idle < r->idle_cores_atleast)
+        return false;
+    /* A loop that says it does not wait for data is not held up by its input, however
+     * busy one of its threads is (a launch-bound or compute thread). */
+    const stoke_stats *w = data_wait(s);
+    if (w && w->median < r->data_wait_atleast)
+        return false;
+    /* How many cores of loading keep up: the thread's load scaled by how much faster
+     * the consumer could go (the GPU to full use, or the loop without its waits). */
+    double load = th->median / 100.0, speedup;
+    char starved[160];
+    int g = -1;
+    if (any_gpu(s)) {
+        for (int k = 0; k < s->gpu_count && g < 0; k++) {
+            const stoke_stats *u = &s->gpu[k].s[STOKE_G_UTIL];
+            if (gpu_considered(s, k) && u->n && u->median < r->gpu_util_below)
+                g = k;
+        }
+        if (g < 0)
+            return false;
+        double u = s->gpu[g].s[STOKE_G_UTIL].median;
+        speedup = 100.0 / fmax(u, 10.0);
+        put(starved, sizeof starved, "GPU %d utilization median %.0f%%", g, u);
+    } else {
+        if (!w)
+            return false; /* CPU-only without the loader's numbers: cpu-underused judges */
+        speedup = 1.0 / (1.0 - fmin(w->median, 90.0) / 100.0);
+        put(starved, sizeof starved, "the training loop waited for data %.0f%% of the time",
+            w->median);
+    }
+    int need = (int)ceil(load * speedup - 1e-9);
+    int avail = (int)floor(idle + 1e-9);
+    int n = need < avail ? need : avail;
+    if (n < 1)
+        n = 1;
+    const stoke_mon_thread *t = &s->busiest_thread;
+    f->gpu = g;
+    char job[64] = "";
+    if (s->sys[STOKE_M_PROC_CPU].n)
+        put(job, sizeof job, "; the job used %.1f cores", s->sys[STOKE_M_PROC_CPU].median / 100.0);
+    put(f->evidence, sizeof f->evidence,
+        "thread '%s' (TID %d of PID %d) ran at %.0f%% of a core (median of the busiest "
+        "thread; p95 %.0f%%; the busiest in %zu of %zu samples) while %s and %.1f of %d cores "
+        "were idle (CPUs %.0f%% busy)%s",
+        t->comm, t->tid, t->pid, th->median, th->p95, s->busiest_thread_samples, th->n, starved,
+        idle, s->ncpu, cpu->median, job);
+    char knob[96];
+    put(f->advice, sizeof f->advice,
+        "one thread prepares the batches and cannot go faster: run %d loader worker%s to take "
+        "the loading off it (%s; the thread's %.1f cores of work would need %d at full speed, %.1f "
+        "cores idle here)%s",
+        n, n == 1 ? "" : "s", workers_knob(s, n, knob, sizeof knob), load, need, idle,
+        is_stoke(s) ? "" : ", with pin_memory=True and persistent_workers=True");
     return true;
 }
 
@@ -162,6 +290,12 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
                      (job->n && job->median / 100.0 >= cores * r->cpu_atleast / 100.0);
     if (!saturated)
         return false;
+    /* Busy CPUs are the job's input pipeline only if the job is what keeps them busy:
+     * a job that used a fraction of the busy cores is not bounded by them (other
+     * processes took them), and blaming it would contradict its own evidence. */
+    double busy = cpu->median / 100.0 * s->ncpu;
+    if (job->n && job->median / 100.0 < r->job_share_atleast * busy)
+        return false;
     for (int g = 0; g < s->gpu_count; g++) {
         const stoke_stats *u = &s->gpu[g].s[STOKE_G_UTIL];
         if (!gpu_considered(s, g) || u->n == 0 || u->median >= r->gpu_util_below)
@@ -174,12 +308,14 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
             "GPU %d utilization median %.0f%% (p95 %.0f%%) while the CPUs were %.0f%% busy "
             "(median): %.1f of %d cores busy%s",
             g, u->median, u->p95, cpu->median, cpu->median / 100.0 * s->ncpu, s->ncpu, jobtxt);
+        char knob[96];
         put(f->advice, sizeof f->advice,
-            "the GPU waits for batches prepared on the CPU: run %d loader workers "
-            "(num_workers=%d; NUM_WORKERS=%d) if it has fewer, and make per-sample CPU work "
-            "cheaper (decode/resize once and cache the result, move augmentation to the GPU); "
-            "all %d cores are busy, so beyond that only more cores help",
-            suggested_workers(s), suggested_workers(s), suggested_workers(s), s->usable_cpus);
+            "the GPU waits for batches prepared on the CPU: run %d loader workers (%s) if it "
+            "has fewer, and make per-sample CPU work cheaper (decode/resize once and cache the "
+            "result, move augmentation to the GPU); all %d cores are busy, so beyond that only "
+            "more cores help",
+            suggested_workers(s), workers_knob(s, suggested_workers(s), knob, sizeof knob),
+            s->usable_cpus);
         return true;
     }
     return false;
@@ -204,11 +340,12 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
     }
     char ram[32];
     stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
+    char knob[96];
+    workers_knob(s, suggested_workers(s), knob, sizeof knob);
 #define IO_ADVICE                                                                        \
     "storage feeds the job too slowly: copy the dataset to local SSD or to tmpfs "       \
     "(/dev/shm) if it fits in RAM (%s here), or read it once so later epochs come from " \
-    "the page cache; pack small files into large records and use more loader workers "   \
-    "(%d) so reads overlap"
+    "the page cache; %s, and use more loader workers (%d) so reads overlap: %s"
     if (!any_gpu(s)) {
         /* A CPU-only job: the cores that wait on storage are the idle accelerator. */
         if (!waiting)
@@ -216,7 +353,8 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
         f->gpu = -1;
         put(f->evidence, sizeof f->evidence, "iowait median %.0f%% (p95 %.0f%%) of the CPUs%s%s",
             io->median, io->p95, rd, disk);
-        put(f->advice, sizeof f->advice, IO_ADVICE, ram, suggested_workers(s));
+        put(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
+            knob);
         return true;
     }
     for (int g = 0; g < s->gpu_count; g++) {
@@ -229,7 +367,8 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
             put(wait, sizeof wait, "; iowait median %.0f%% (p95 %.0f%%)", io->median, io->p95);
         put(f->evidence, sizeof f->evidence, "GPU %d utilization median %.0f%%%s%s%s", g, u->median,
             wait, rd, disk);
-        put(f->advice, sizeof f->advice, IO_ADVICE, ram, suggested_workers(s));
+        put(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
+            knob);
         return true;
     }
     return false;
@@ -252,11 +391,13 @@ static bool check_batch_grow(const stoke_rule *r, const stoke_mon_summary *s, st
         put(f->evidence, sizeof f->evidence,
             "GPU %d utilization median %.0f%% with memory peak %.1f of %.1f GB (%.1f%%)", g,
             u->median, m->max / GB, total / GB, 100.0 * m->max / total);
+        char knob[96];
         put(f->advice, sizeof f->advice,
             "the batch can grow: %.1f GB of headroom up to %.0f%% of memory; memory grows at "
             "most in proportion to the batch, so up to about %.0fx the batch fits - grow it in "
-            "steps (2x, 4x, ...) watching memory, and scale the learning rate with it",
-            (target - m->max) / GB, 100.0 * r->mem_target_frac, floor(factor));
+            "steps (2x first: %s) watching memory, and scale the learning rate with it",
+            (target - m->max) / GB, 100.0 * r->mem_target_frac, floor(factor),
+            batch_knob(s, 2, knob, sizeof knob));
         return true;
     }
     return false;
@@ -276,12 +417,16 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
         put(f->evidence, sizeof f->evidence,
             "GPU %d memory peak %.1f of %.1f GB (%.0f%%), median %.1f GB", g, m->max / GB,
             total / GB, 100.0 * m->max / total, m->median / GB);
+        char knob[96];
         put(f->advice, sizeof f->advice,
             "one larger batch or allocation away from out-of-memory: scale the batch by "
-            "about %.2f to stay near %.0f%% of memory and use gradient accumulation (%d steps "
-            "keep the effective batch), or use bf16/fp16 activations; a caching allocator "
-            "(PyTorch) may hold freed memory, so check its own peak too",
-            keep, 100.0 * r->mem_target_frac, keep > 0 ? (int)ceil(1.0 / keep) : 2);
+            "about %.2f (%s) to stay near %.0f%% of memory and use gradient accumulation (%d "
+            "steps keep the effective batch), or use bf16/fp16 activations%s",
+            keep, batch_knob(s, keep, knob, sizeof knob), 100.0 * r->mem_target_frac,
+            keep > 0 ? (int)ceil(1.0 / keep) : 2,
+            is_stoke(s) ? ""
+                        : "; PyTorch's caching allocator may hold freed memory, so check "
+                          "torch.cuda.max_memory_allocated too");
         return true;
     }
     const stoke_stats *m = &s->sys[STOKE_M_MEM_USED];
@@ -296,10 +441,11 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
             total / GB, 100.0 * m->max / total, rss);
         put(f->advice, sizeof f->advice,
             "system memory is nearly full (the kernel's OOM killer or swapping is next): free "
-            "about %.1f GB - fewer loader workers or a shallower prefetch (each worker holds "
-            "its own batches), memory-map the dataset instead of loading it",
+            "about %.1f GB - fewer loader workers or a shallower prefetch (%s; each worker "
+            "holds its own batches), memory-map the dataset instead of loading it",
             m->max - r->mem_target_frac * total > 0 ? (m->max - r->mem_target_frac * total) / GB
-                                                    : 0.0);
+                                                    : 0.0,
+            is_stoke(s) ? "--workers, --prefetch" : "DataLoader num_workers, prefetch_factor");
         return true;
     }
     return false;
@@ -376,11 +522,15 @@ static bool check_cpu_underused(const stoke_rule *r, const stoke_mon_summary *s,
     f->gpu = -1;
     put(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who, used,
         cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
+    char th[160], wk[96];
+    if (is_stoke(s) && s->program.threads > 0)
+        put(th, sizeof th, "--threads %d (now %d)", cores, s->program.threads);
+    else
+        threads_knob(s, cores, th, sizeof th);
     put(f->advice, sizeof f->advice,
-        "the work runs on fewer threads than there are cores: set OMP_NUM_THREADS=%d (and "
-        "MKL_NUM_THREADS / OPENBLAS_NUM_THREADS, torch.set_num_threads(%d)), or use %d "
-        "loader workers / processes",
-        cores, cores, cores);
+        "the work runs on fewer threads than there are cores: set %s, or use %d loader "
+        "workers (%s)",
+        th, suggested_workers(s), workers_knob(s, suggested_workers(s), wk, sizeof wk));
     return true;
 }
 
@@ -400,10 +550,12 @@ static bool check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stok
         if (m->n && s->gpu[g].mem_total_bytes)
             put(mem, sizeof mem, " (memory peak %.1f of %.1f GB)", m->max / GB,
                 (double)s->gpu[g].mem_total_bytes / GB);
+        char knob[96];
         put(f->advice, sizeof f->advice,
             "possible causes: a batch too small for the GPU%s, too few loader workers "
-            "(%d cores: try %d), too little prefetch; the other findings say which",
-            mem, s->usable_cpus, suggested_workers(s));
+            "(%d cores: try %d) - %s, too little prefetch; the other findings say which",
+            mem, s->usable_cpus, suggested_workers(s),
+            workers_knob(s, suggested_workers(s), knob, sizeof knob));
         return true;
     }
     return false;
@@ -420,6 +572,14 @@ static const stoke_rule rules[] = {
      .fill_below = 1,
      .iowait_atleast = 10,
      .check = check_data_wait},
+    {.id = "input-bound-thread",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "one CPU thread (input pipeline on one thread)",
+     .gpu_util_below = 50,
+     .data_wait_atleast = 10,
+     .thread_core_atleast = 90,
+     .idle_cores_atleast = 0.5,
+     .check = check_thread_bound},
     {.id = "io-bound",
      .kind = STOKE_RULE_BOUND,
      .resource = "storage (I/O)",
@@ -432,6 +592,7 @@ static const stoke_rule rules[] = {
      .gpu_util_below = 50,
      .cpu_atleast = 85,
      .data_wait_atleast = 10,
+     .job_share_atleast = 0.5,
      .check = check_input_bound},
     {.id = "cpu-underused",
      .kind = STOKE_RULE_BOUND,

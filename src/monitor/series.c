@@ -143,6 +143,18 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
     }
     if (s->valid & STOKE_MS_PROC_GPU)
         PUSH(&h->sys[STOKE_M_PROC_GPU_MEM], s->proc_gpu_mem_bytes);
+    if (s->valid & STOKE_MS_THREAD) {
+        PUSH(&h->sys[STOKE_M_THREAD_MAX], s->busiest.core_pct);
+        int k = 0;
+        while (k < h->nbusy && h->busy[k].tid != s->busiest.tid)
+            k++;
+        if (k < h->nbusy || h->nbusy < 8) {
+            if (k == h->nbusy)
+                h->nbusy++;
+            h->busy[k] = s->busiest; /* the latest name: a thread may rename itself */
+            h->busy_samples[k]++;
+        }
+    }
     if (s->valid & STOKE_MS_PIPELINE) {
         h->have_pipeline = true;
         h->pipeline = s->pipe;
@@ -205,6 +217,7 @@ static const char *const sys_names[STOKE_M_COUNT][2] = {
     [STOKE_M_PROC_GPU_MEM] = {"proc_gpu_mem", "bytes"},
     [STOKE_M_DATA_WAIT] = {"data_wait_pct", "%"},
     [STOKE_M_BATCH_RATE] = {"batches_per_s", "batches/s"},
+    [STOKE_M_THREAD_MAX] = {"thread_max_pct", "% of a core"},
 };
 
 static const char *const gpu_names[STOKE_G_COUNT][2] = {
@@ -249,6 +262,12 @@ stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
     out->gpu_count = h->gpu_count;
     out->have_pipeline = h->have_pipeline;
     out->pipeline = h->pipeline;
+    for (int k = 0; k < h->nbusy; k++)
+        if (h->busy_samples[k] > out->busiest_thread_samples) {
+            out->have_thread = true;
+            out->busiest_thread = h->busy[k];
+            out->busiest_thread_samples = h->busy_samples[k];
+        }
     for (int i = 0; i < STOKE_M_COUNT; i++) {
         stoke_status st = stoke_series_stats(&h->sys[i], &out->sys[i]);
         if (st != STOKE_OK)

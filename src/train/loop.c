@@ -88,6 +88,12 @@ static void monitor_warnings(stoke_trainer *t)
     stoke_mon_summary sum;
     if (stoke_mon_summarize(stoke_monitor_history(t->monitor), t->machine.cpu.usable_cpus, &sum) ==
         STOKE_OK) {
+        /* The advice names stoke's own flags: the program watched is this trainer. */
+        sum.program = (stoke_mon_program){.kind = STOKE_PROG_STOKE,
+                                          .workers = t->workers,
+                                          .threads = t->threads,
+                                          .prefetch = t->decision.prefetch,
+                                          .batch_size = t->cfg.batch_size};
         stoke_finding f[8];
         size_t n = stoke_diagnose(&sum, f, 8);
         for (size_t i = 0; i < n && i < 8; i++) {
