@@ -4,7 +4,7 @@ stoke_unit_test(test_monitor test_monitor.c)
 # Each end-to-end case is one run of tests/e2e/monitor.sh; the GPU cases load the NVML
 # test double with a scenario from tests/scenarios/.
 set(STOKE_MONITOR_E2E_CASES exit-status signal-status no-such-command bad-pid bad-jsonl
-    bad-data sigterm pid-ends jsonl-csv gpu-absent-readings gpu-input-bound
+    bad-data sigterm pid-ends jsonl-csv gpu-absent-readings gpu-input-bound gpu-busy-thread
     gpu-batch-grow gpu-throttle gpu-memory-full gpu-healthy)
 foreach(case ${STOKE_MONITOR_E2E_CASES})
   add_test(NAME monitor_e2e_${case}
@@ -13,6 +13,10 @@ foreach(case ${STOKE_MONITOR_E2E_CASES})
                    ${CMAKE_CURRENT_SOURCE_DIR}/scenarios ${CMAKE_CURRENT_BINARY_DIR}/monitor-e2e)
   set_tests_properties(monitor_e2e_${case} PROPERTIES TIMEOUT 60)
 endforeach()
+# These two keep cores busy and judge whose CPU it was: run side by side, each would
+# take the other's cores.
+set_tests_properties(monitor_e2e_gpu-input-bound monitor_e2e_gpu-busy-thread
+                     PROPERTIES RESOURCE_LOCK monitor_cpu_burn)
 
 # A real loader feeding a real monitor through the pipeline provider.
 stoke_unit_test(test_pipeline_monitor test_pipeline_monitor.c)

@@ -290,11 +290,13 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
                      (job->n && job->median / 100.0 >= cores * r->cpu_atleast / 100.0);
     if (!saturated)
         return false;
-    /* Busy CPUs are the job's input pipeline only if the job is what keeps them busy:
-     * a job that used a fraction of the busy cores is not bounded by them (other
-     * processes took them), and blaming it would contradict its own evidence. */
+    /* Busy CPUs are the job's input pipeline only if the job is among what keeps them
+     * busy: a job that used almost none of them is not bounded by them (other processes
+     * took them), and blaming it would contradict its own evidence. A job that gets
+     * its fair share of contended cores still is (a loaded 2-core machine). */
     double busy = cpu->median / 100.0 * s->ncpu;
-    if (job->n && job->median / 100.0 < r->job_share_atleast * busy)
+    if (job->n && (job->median / 100.0 < r->job_cores_atleast ||
+                   job->median / 100.0 < r->job_share_atleast * busy))
         return false;
     for (int g = 0; g < s->gpu_count; g++) {
         const stoke_stats *u = &s->gpu[g].s[STOKE_G_UTIL];
@@ -592,7 +594,8 @@ static const stoke_rule rules[] = {
      .gpu_util_below = 50,
      .cpu_atleast = 85,
      .data_wait_atleast = 10,
-     .job_share_atleast = 0.5,
+     .job_cores_atleast = 0.5,
+     .job_share_atleast = 0.25,
      .check = check_input_bound},
     {.id = "cpu-underused",
      .kind = STOKE_RULE_BOUND,

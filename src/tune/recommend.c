@@ -389,7 +389,8 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
     if (r->number)
         say(r->reason, sizeof r->reason,
             "compute capability %d.%d >= 8.0: fp32 matmuls and convolutions run on TF32 "
-            "tensor cores (10-bit mantissa, fp32 range)",
+            "tensor cores (10-bit mantissa, fp32 range) on this GPU only; the CPU has no "
+            "TF32, so a CPU run has nothing to set",
             g->cc_major, g->cc_minor);
     else
         say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32", g->cc_major,

@@ -129,6 +129,29 @@ gpu-input-bound)
     expect_out "diagnosis: bounded by CPU (input pipeline)"
     expect_out "[input-bound-cpu]: GPU 0 utilization median 11%"
     expect_out "[low-gpu-util]" ;;
+gpu-busy-thread)
+    # The issue's trial: the input-bound GPU beside a job whose one thread spins. Only
+    # what does not depend on the machine's load is checked: each sample names the
+    # busiest thread of the tree, which is the spinning process's only thread. (The
+    # verdict, which needs idle cores, is tested on recorded readings in test_monitor.)
+    with_gpu monitor_input_bound.gpu --interval 0.2 --jsonl "$dir/m.jsonl" -- \
+        python3 -c 'import time
+end = time.time() + 1.5
+while time.time() < end: pass'
+    expect_rc 0
+    expect_out "thread_max_pct"
+    python3 - "$dir/m.jsonl" <<'EOF' || fail "busiest-thread check failed"
+import json, sys
+seen = 0
+for line in open(sys.argv[1]):
+    p = json.loads(line).get("proc", {})
+    if "thread_max_tid" in p:
+        assert p["thread_max_tid"] == p["pid"], p
+        assert 0 <= p["thread_max_pct"] <= 400, p
+        seen += 1
+assert seen >= 2, f"only {seen} samples name the busiest thread"
+EOF
+    ;;
 gpu-batch-grow)
     # Seed 001: GPU 90% with 2.5 of 140 GB used.
     with_gpu monitor_batch_grow.gpu --interval 0.1 -- sleep 0.6
