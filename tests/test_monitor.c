@@ -575,6 +575,10 @@ static void check_consistent(const stoke_finding *f, const stoke_mon_summary *s)
         CHECK_MSG(strstr(f->advice, bad[i]) == NULL, "[%s] advice for %s names %s: %s", f->rule->id,
                   is_stoke ? "stoke" : "a foreign job", bad[i], f->advice);
     const char *id = f->rule->id;
+    /* A cut-off sentence is no advice: the texts fit their buffers. */
+    CHECK_MSG(strlen(f->advice) + 1 < sizeof f->advice, "[%s] advice truncated: %s", id, f->advice);
+    CHECK_MSG(strlen(f->evidence) + 1 < sizeof f->evidence, "[%s] evidence truncated: %s", id,
+              f->evidence);
     /* A verdict that the job's CPU work bounded the run needs the job to have used CPU. */
     double job = num_after(f->evidence, "the job itself used ");
     if (isnan(job))
