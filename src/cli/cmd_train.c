@@ -168,35 +168,37 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
                                                 : "");
 }
 
-int cmd_train(int argc, char **argv)
+int cli_train_settings(const char *cmd, int argc, char **argv, stoke_train_config *cfg,
+                       const char **config_path, void (*usage)(void))
 {
-    stoke_train_config cfg;
-    stoke_train_config_defaults(&cfg);
+    stoke_train_config_defaults(cfg);
+    *config_path = NULL;
     /* The config file comes first whatever its position: flags must override it. */
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
-            cmd_train_usage();
+            usage();
             return 0;
         }
         if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) {
             const char *path = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (!path)
-                return cli_usage_error("train", "--config needs a file");
-            if (stoke_train_config_load_file(&cfg, path) != STOKE_OK)
-                return cli_last_error("train");
+                return cli_usage_error(cmd, "--config needs a file");
+            if (stoke_train_config_load_file(cfg, path) != STOKE_OK)
+                return cli_last_error(cmd);
+            *config_path = path;
         }
     }
-    if (stoke_train_config_load_env(&cfg, NULL) != STOKE_OK)
-        return cli_last_error("train");
+    if (stoke_train_config_load_env(cfg, NULL) != STOKE_OK)
+        return cli_last_error(cmd);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0)
-            return cli_usage_error("train", "unexpected argument '%s'", a);
+            return cli_usage_error(cmd, "unexpected argument '%s'", a);
         char name[64];
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
         if (len >= sizeof name)
-            return cli_usage_error("train", "unknown option '%s'", a);
+            return cli_usage_error(cmd, "unknown option '%s'", a);
         memcpy(name, a + 2, len);
         name[len] = '\0';
         if (!strcmp(name, "config")) {
@@ -220,21 +222,31 @@ int cmd_train(int argc, char **argv)
         } else if (i + 1 < argc) {
             value = argv[++i];
         } else {
-            return cli_usage_error("train", "option '%s' needs a value", a);
+            return cli_usage_error(cmd, "option '%s' needs a value", a);
         }
-        stoke_status s = stoke_train_config_set(&cfg, name, value, STOKE_CFG_FLAG);
+        stoke_status s = stoke_train_config_set(cfg, name, value, STOKE_CFG_FLAG);
         if (s != STOKE_OK) {
             if (strstr(stoke_last_error(), "unknown setting"))
-                return cli_usage_error("train", "unknown option '%s'", a);
+                return cli_usage_error(cmd, "unknown option '%s'", a);
             /* the message starts with the key (batch_size: ...): name the flag as given */
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", stoke_last_error());
             for (char *p = msg; *p && *p != ':'; p++)
                 if (*p == '_')
                     *p = '-';
-            return cli_usage_error("train", "--%s", msg);
+            return cli_usage_error(cmd, "--%s", msg);
         }
     }
+    return -1;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    stoke_train_config cfg;
+    const char *config_path;
+    int rc = cli_train_settings("train", argc, argv, &cfg, &config_path, cmd_train_usage);
+    if (rc >= 0)
+        return rc;
     out_state o = {.tty = isatty(STDOUT_FILENO)};
     stoke_trainer *t;
     if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
@@ -259,7 +271,7 @@ int cmd_train(int argc, char **argv)
     if (o.line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
-        int rc = cli_last_error("train");
+        rc = cli_last_error("train");
         stoke_trainer_free(t);
         return rc;
     }
