@@ -252,9 +252,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     char *field = (char *)c + k->off;
     switch (k->type) {
     case T_STR: {
-        if (strlen(value) >= k->size)
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is longer than %zu characters", k->name,
-                              value, k->size - 1);
+        if (strlen(value) >= k->size) /* its start: a megabyte would bury the message */
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%.40s...' (%zu characters) is longer than %zu",
+                              k->name, value, strlen(value), k->size - 1);
         if (k->choices) {
             char want[32];
             snprintf(want, sizeof want, " %s ", value);
@@ -323,9 +323,10 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     case T_SIZES:
         if (strlen(value) >= k->size || !parse_sizes(value, k->min, k->max))
             return stoke_fail(STOKE_ERR_ARG,
-                              "%s: '%s' is not a list of 1 to %d sizes in "
+                              "%s: '%.80s%s' is not a list of 1 to %d sizes in "
                               "[%.0f, %.0f] separated by commas, such as 512,512",
-                              k->name, value, TRAIN_MAX_HIDDEN, k->min, k->max);
+                              k->name, value, strlen(value) > 80 ? "..." : "", TRAIN_MAX_HIDDEN,
+                              k->min, k->max);
         snprintf(field, k->size, "%s", value + strspn(value, " ")); /* blank: the default */
         break;
     }
