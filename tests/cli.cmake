@@ -1,2 +1,7 @@
 # `stoke` itself, run as a user would.
 add_test(NAME e2e_cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/cli.sh $<TARGET_FILE:stoke>)
+# `stoke config show` on Debian's Fashion-MNIST (skipped without it).
+add_test(NAME config_show_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/config_show.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/config-show-e2e)
+set_tests_properties(config_show_e2e PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

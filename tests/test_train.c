@@ -301,6 +301,86 @@ static void test_config(void)
     CHECK_INT_EQ(stoke_train_config_parse(&c, text, 10, "mem.yaml"), STOKE_OK);
 }
 
+/* The seeds' variables (issue 13): every key's own, and "auto" from each source. */
+static const char *seed_env(const char *name)
+{
+    static const char *const kv[][2] = {
+        {"BATCH_SIZE", "48"},     {"VAL_BATCH_SIZE", "96"}, {"NUM_WORKERS", "auto"},
+        {"PREFETCH_FACTOR", "6"}, {"ACCUMULATE", "4"},      {"PRECISION", "fp16"},
+        {"EPOCHS", "7"},          {"LR", "0.125"},          {"SEED", "99"}};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        if (!strcmp(name, kv[i][0]))
+            return kv[i][1];
+    return NULL;
+}
+
+static const char *env_amp_and_precision(const char *name)
+{
+    return !strcmp(name, "AMP") ? "true" : !strcmp(name, "PRECISION") ? "fp32" : NULL;
+}
+
+static const char *env_bad_prefetch(const char *name)
+{
+    return !strcmp(name, "PREFETCH_FACTOR") ? "-3" : NULL;
+}
+
+static void test_config_env_auto(void)
+{
+    stoke_train_config c;
+    stoke_train_config_defaults(&c);
+    CHECK_INT_EQ(stoke_train_config_load_env(&c, seed_env), STOKE_OK);
+    CHECK_INT_EQ(c.batch_size, 48);
+    CHECK_INT_EQ(c.val_batch_size, 96);
+    CHECK_INT_EQ(c.workers, -1); /* auto: decided */
+    CHECK_INT_EQ(c.prefetch, 6);
+    CHECK_INT_EQ(c.accumulate, 4);
+    CHECK_STR_EQ(c.precision, "fp16");
+    CHECK_INT_EQ(c.epochs, 7);
+    CHECK_NEAR(c.lr, 0.125, 0);
+    CHECK(c.seed == 99);
+    static const char *const from_env[] = {"batch_size", "val_batch_size", "workers", "prefetch",
+                                           "accumulate", "precision",      "epochs",  "lr",
+                                           "seed"};
+    for (size_t i = 0; i < sizeof from_env / sizeof from_env[0]; i++)
+        CHECK_MSG(stoke_train_config_source(&c, from_env[i]) == STOKE_CFG_ENV, "%s not from env",
+                  from_env[i]);
+    /* every key's variable as the table names it */
+    int found = 0;
+    for (int i = 0; stoke_train_config_key(i); i++) {
+        const char *env = stoke_train_config_env(i);
+        if (env && seed_env(env))
+            found++;
+    }
+    CHECK_INT_EQ(found, 9);
+    CHECK_INT_EQ(stoke_train_config_load_env(&c, env_amp_and_precision), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "AMP=true and PRECISION=fp32");
+    CHECK_INT_EQ(stoke_train_config_load_env(&c, env_bad_prefetch), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "PREFETCH_FACTOR=-3: prefetch");
+
+    /* auto stores the tuner's "decide" value, from a flag as from a file */
+    stoke_train_config_defaults(&c);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "workers", "4", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "prefetch", "8", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "threads", "3", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "workers", "auto", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "prefetch", "AUTO", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "threads", "auto", STOKE_CFG_FLAG), STOKE_OK);
+    CHECK_INT_EQ(c.workers, -1);
+    CHECK_INT_EQ(c.prefetch, 0);
+    CHECK_INT_EQ(c.threads, 0);
+    CHECK_INT_EQ(stoke_train_config_source(&c, "workers"), STOKE_CFG_FLAG);
+    static const char text[] = "precision: auto\ndevice: auto\nrecompute: auto\nworkers: auto\n";
+    CHECK_INT_EQ(stoke_train_config_parse(&c, text, strlen(text), "auto.yaml"), STOKE_OK);
+    CHECK_STR_EQ(c.recompute, "auto");
+    CHECK_INT_EQ(stoke_train_config_source(&c, "workers"), STOKE_CFG_FILE);
+    /* the tuner keeps the batch it is given: auto there is refused, saying so */
+    CHECK_INT_EQ(stoke_train_config_set(&c, "batch_size", "auto", STOKE_CFG_FLAG), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "batch_size: 'auto' is not supported yet");
+    CHECK_INT_EQ(c.batch_size, 128);
+    CHECK_INT_EQ(stoke_train_config_set(&c, "epochs", "auto", STOKE_CFG_FLAG), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "epochs: 'auto' is for the settings the tuner decides");
+}
+
 /* The config reader on `text`: refused with `want` in the message (issue 9: duplicate
  * keys (8), values of the wrong shape (10), nesting (1)). */
 static void config_bad(const char *text, const char *want)
@@ -654,6 +734,7 @@ int main(void)
         return 1;
     make_dataset();
     test_config();
+    test_config_env_auto();
     test_config_shapes();
     test_learns_and_eval();
     test_resume();

@@ -211,15 +211,19 @@ stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *pat
 stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, size_t size,
                                       const char *name);
 
-/* Applies BATCH_SIZE, VAL_BATCH_SIZE, NUM_WORKERS, EPOCHS, LR, SEED and AMP
- * (true/1 -> precision bf16, false/0 -> fp32) from the environment (STOKE_CFG_ENV).
- * `getenv_fn` may be NULL (getenv). Errors name the variable. */
+/* Applies BATCH_SIZE, VAL_BATCH_SIZE, NUM_WORKERS, PREFETCH_FACTOR, ACCUMULATE, EPOCHS,
+ * LR, SEED, PRECISION, STOKE_DEVICE, STOKE_RECOMPUTE and AMP (true/1 -> precision
+ * bf16, false/0 -> fp32; refused beside PRECISION) from the environment
+ * (STOKE_CFG_ENV). `getenv_fn` may be NULL (getenv). Errors name the variable. */
 stoke_status stoke_train_config_load_env(stoke_train_config *c,
                                          const char *(*getenv_fn)(const char *name));
 
 /* Key i's name ("batch_size"), or NULL past the last one; and where key `key` came from
  * (STOKE_CFG_DEFAULT for an unknown key). */
 const char *stoke_train_config_key(int i);
+/* Key i's environment variable ("BATCH_SIZE"), or NULL when it has none (precision's
+ * AMP is read beside its PRECISION). */
+const char *stoke_train_config_env(int i);
 stoke_cfg_source stoke_train_config_source(const stoke_train_config *c, const char *key);
 const char *stoke_cfg_source_name(stoke_cfg_source s); /* "default", "file", "env", ... */
 
@@ -328,6 +332,12 @@ typedef struct stoke_train_result {
 } stoke_train_result;
 
 void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r);
+
+/* The settings the trainer runs with (--resume's completed from the checkpoint) and
+ * what the tuner decided for them (stoke_decision, stoke/tune.h); owned by the
+ * trainer. A --dry-run trainer has both: `stoke config show` reads them. */
+const stoke_train_config *stoke_trainer_config(const stoke_trainer *t);
+const struct stoke_decision *stoke_trainer_decision(const stoke_trainer *t);
 
 /* The model being trained (for tests and tools); owned by the trainer. */
 stoke_model *stoke_trainer_model(stoke_trainer *t);

@@ -24,6 +24,17 @@ int cmd_eval(int argc, char **argv);
 void cmd_eval_usage(void);
 int cmd_predict(int argc, char **argv);
 void cmd_predict_usage(void);
+int cmd_config(int argc, char **argv);
+void cmd_config_usage(void);
+
+struct stoke_train_config;
+/* The settings `stoke train` runs with, from defaults < --config file < environment <
+ * flags (argv[0] is the command; argv[1..] train's options). *config_path: the --config
+ * file given, or NULL. Returns -1 when they are all valid; otherwise the exit code,
+ * after printing the error as "stoke CMD: ..." naming the key and its source (or
+ * `usage` for --help: 0). */
+int cli_train_settings(const char *cmd, int argc, char **argv, struct stoke_train_config *cfg,
+                       const char **config_path, void (*usage)(void));
 
 /* Prints "stoke CMD: message" and a hint to stderr; returns 2 (the usage exit code). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

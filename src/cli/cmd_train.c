@@ -26,16 +26,18 @@ void cmd_train_usage(void)
            "  --epochs N            default 3\n"
            "  --batch-size N        default 128 (env BATCH_SIZE)\n"
            "  --val-batch-size N    default 256 (env VAL_BATCH_SIZE)\n"
-           "  --accumulate N        backward passes per optimizer step (effective batch)\n"
-           "  --workers N           loader threads (env NUM_WORKERS; default: 0 for data held\n"
-           "                        in memory with a fused transform, else the probe's\n"
+           "  --accumulate N        backward passes per optimizer step (effective batch;\n"
+           "                        env ACCUMULATE)\n"
+           "  --workers N|auto      loader threads (env NUM_WORKERS; default auto: 0 for data\n"
+           "                        held in memory with a fused transform, else the probe's\n"
            "                        loader_workers)\n"
-           "  --prefetch N          batches in flight (default: 2 x workers within [2, 32],\n"
-           "                        the probe's prefetch_depth rule)\n"
-           "  --threads N           compute threads (default: usable CPUs - workers)\n"
+           "  --prefetch N|auto     batches in flight (env PREFETCH_FACTOR; default auto: 2 x\n"
+           "                        workers within [2, 32], the probe's prefetch_depth rule)\n"
+           "  --threads N|auto      compute threads (default auto: usable CPUs - workers)\n"
            "  --device D            auto (a GPU when the CUDA backend can run on it, else the\n"
            "                        CPU), cpu, cuda, cuda:N (env STOKE_DEVICE)\n"
-           "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env AMP)\n"
+           "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env PRECISION;\n"
+           "                        AMP=true is bf16, AMP=false fp32)\n"
            "  --recompute [M]       gradient checkpointing: keep only the activations between\n"
            "                        segments of the model and recompute the rest in backward\n"
            "                        (same numbers, ~1/3 more compute, less memory); M is on\n"
@@ -63,7 +65,8 @@ void cmd_train_usage(void)
            "                        --dry-run's budget (512M, 4G; default what is available)\n"
            "  --no-monitor          no embedded utilization monitor\n"
            "  --config FILE         YAML file of settings (key: value, keys as above with _)\n\n"
-           "Precedence: defaults < --config file < environment < flags. Exit status: 0 done,\n"
+           "Precedence: defaults < --config file < environment < flags; `stoke config show`\n"
+           "prints each setting's value and source. Exit status: 0 done,\n"
            "1 error, 2 usage, 130/143 interrupted by SIGINT/SIGTERM (checkpoint written).\n");
 }
 
@@ -168,35 +171,37 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
                                                 : "");
 }
 
-int cmd_train(int argc, char **argv)
+int cli_train_settings(const char *cmd, int argc, char **argv, stoke_train_config *cfg,
+                       const char **config_path, void (*usage)(void))
 {
-    stoke_train_config cfg;
-    stoke_train_config_defaults(&cfg);
+    stoke_train_config_defaults(cfg);
+    *config_path = NULL;
     /* The config file comes first whatever its position: flags must override it. */
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
-            cmd_train_usage();
+            usage();
             return 0;
         }
         if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) {
             const char *path = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (!path)
-                return cli_usage_error("train", "--config needs a file");
-            if (stoke_train_config_load_file(&cfg, path) != STOKE_OK)
-                return cli_last_error("train");
+                return cli_usage_error(cmd, "--config needs a file");
+            if (stoke_train_config_load_file(cfg, path) != STOKE_OK)
+                return cli_last_error(cmd);
+            *config_path = path;
         }
     }
-    if (stoke_train_config_load_env(&cfg, NULL) != STOKE_OK)
-        return cli_last_error("train");
+    if (stoke_train_config_load_env(cfg, NULL) != STOKE_OK)
+        return cli_last_error(cmd);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0)
-            return cli_usage_error("train", "unexpected argument '%s'", a);
+            return cli_usage_error(cmd, "unexpected argument '%s'", a);
         char name[64];
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
         if (len >= sizeof name)
-            return cli_usage_error("train", "unknown option '%s'", a);
+            return cli_usage_error(cmd, "unknown option '%s'", a);
         memcpy(name, a + 2, len);
         name[len] = '\0';
         if (!strcmp(name, "config")) {
@@ -220,21 +225,31 @@ int cmd_train(int argc, char **argv)
         } else if (i + 1 < argc) {
             value = argv[++i];
         } else {
-            return cli_usage_error("train", "option '%s' needs a value", a);
+            return cli_usage_error(cmd, "option '%s' needs a value", a);
         }
-        stoke_status s = stoke_train_config_set(&cfg, name, value, STOKE_CFG_FLAG);
+        stoke_status s = stoke_train_config_set(cfg, name, value, STOKE_CFG_FLAG);
         if (s != STOKE_OK) {
             if (strstr(stoke_last_error(), "unknown setting"))
-                return cli_usage_error("train", "unknown option '%s'", a);
+                return cli_usage_error(cmd, "unknown option '%s'", a);
             /* the message starts with the key (batch_size: ...): name the flag as given */
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", stoke_last_error());
             for (char *p = msg; *p && *p != ':'; p++)
                 if (*p == '_')
                     *p = '-';
-            return cli_usage_error("train", "--%s", msg);
+            return cli_usage_error(cmd, "--%s", msg);
         }
     }
+    return -1;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    stoke_train_config cfg;
+    const char *config_path;
+    int rc = cli_train_settings("train", argc, argv, &cfg, &config_path, cmd_train_usage);
+    if (rc >= 0)
+        return rc;
     out_state o = {.tty = isatty(STDOUT_FILENO)};
     stoke_trainer *t;
     if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
@@ -259,7 +274,7 @@ int cmd_train(int argc, char **argv)
     if (o.line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
-        int rc = cli_last_error("train");
+        rc = cli_last_error("train");
         stoke_trainer_free(t);
         return rc;
     }

@@ -19,6 +19,8 @@ static const cli_command commands[] = {
     {"data", "describe a dataset; convert it to stoke's packed records", cmd_data, cmd_data_usage},
     {"train", "train a model (default: the cnn preset on Fashion-MNIST), tuned for the machine",
      cmd_train, cmd_train_usage},
+    {"config", "show the settings `stoke train` would run with and where each came from",
+     cmd_config, cmd_config_usage},
     {"eval", "evaluate a checkpoint on a dataset", cmd_eval, cmd_eval_usage},
     {"predict", "print a checkpoint's predictions for a dataset or .npy samples", cmd_predict,
      cmd_predict_usage},

@@ -16,6 +16,10 @@
 
 /* T_FRACTION: 0 < x <= 1, or a percentage "90%"; 0 = off. T_SIZES: "512,512", a list
  * of layer sizes kept as text; "" = the model's own. */
+/* The tuner's "decide" values of its integer settings (trainer.h: workers < 0,
+ * prefetch and threads 0) are what "auto" stores, so every source can ask for it. */
+#define AUTO_NO INT64_MIN
+
 typedef enum { T_STR, T_INT, T_U64, T_DOUBLE, T_BOOL, T_FRACTION, T_SIZES } key_type;
 
 static const struct key {
@@ -26,45 +30,49 @@ static const struct key {
     double min, max;     /* T_INT, T_DOUBLE */
     const char *env;     /* environment variable, or NULL */
     const char *choices; /* T_STR with fixed values: " a b c " */
+    int64_t auto_value;  /* T_INT the tuner decides: what "auto" stores; else AUTO_NO */
 } keys[] = {
 #define S(n, ch)                                                                              \
     {                                                                                         \
 #n, T_STR, offsetof(stoke_train_config, n), sizeof((stoke_train_config *)0)->n, 0, 0, \
-            NULL, ch                                                                          \
+            NULL, ch, AUTO_NO                                                                 \
     }
-#define I(n, lo, hi, env)                                                \
-    {                                                                    \
-#n, T_INT, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL \
+#define I(n, lo, hi, env)                                                         \
+    {                                                                             \
+#n, T_INT, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL, AUTO_NO \
     }
-#define D(n, lo, hi, env)                                                   \
-    {                                                                       \
-#n, T_DOUBLE, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL \
+#define D(n, lo, hi, env)                                                            \
+    {                                                                                \
+#n, T_DOUBLE, offsetof(stoke_train_config, n), 0, lo, hi, env, NULL, AUTO_NO \
     }
-#define B(n)                                                             \
-    {                                                                    \
-#n, T_BOOL, offsetof(stoke_train_config, n), 0, 0, 0, NULL, NULL \
+#define B(n)                                                                      \
+    {                                                                             \
+#n, T_BOOL, offsetof(stoke_train_config, n), 0, 0, 0, NULL, NULL, AUTO_NO \
     }
     S(dataset, NULL),
     S(val_dataset, NULL),
     S(model, NULL),
     {"hidden", T_SIZES, offsetof(stoke_train_config, hidden),
-     sizeof((stoke_train_config *)0)->hidden, 1, 1 << 20, NULL, NULL},
+     sizeof((stoke_train_config *)0)->hidden, 1, 1 << 20, NULL, NULL, AUTO_NO},
     I(epochs, 1, 1e6, "EPOCHS"),
     I(max_steps, 0, 1e15, NULL),
     I(batch_size, 1, 1 << 24, "BATCH_SIZE"),
     I(val_batch_size, 1, 1 << 24, "VAL_BATCH_SIZE"),
-    I(accumulate, 1, 1 << 16, NULL),
+    I(accumulate, 1, 1 << 16, "ACCUMULATE"),
     I(limit, 0, 1e15, NULL),
     I(val_limit, 0, 1e15, NULL),
-    I(workers, -1, 256, "NUM_WORKERS"),
-    I(prefetch, 0, 1024, NULL),
-    I(threads, 0, 4096, NULL),
-    S(precision, " auto fp32 bf16 fp16 "),
+    {"workers", T_INT, offsetof(stoke_train_config, workers), 0, -1, 256, "NUM_WORKERS", NULL, -1},
+    {"prefetch", T_INT, offsetof(stoke_train_config, prefetch), 0, 0, 1024, "PREFETCH_FACTOR", NULL,
+     0},
+    {"threads", T_INT, offsetof(stoke_train_config, threads), 0, 0, 4096, NULL, NULL, 0},
+    {"precision", T_STR, offsetof(stoke_train_config, precision),
+     sizeof((stoke_train_config *)0)->precision, 0, 0, "PRECISION", " auto fp32 bf16 fp16 ",
+     AUTO_NO},
     /* auto, cpu, cuda or cuda:N: checked by the tuner (stoke_decide), which names it */
     {"device", T_STR, offsetof(stoke_train_config, device), sizeof((stoke_train_config *)0)->device,
-     0, 0, "STOKE_DEVICE", NULL},
+     0, 0, "STOKE_DEVICE", NULL, AUTO_NO},
     {"recompute", T_STR, offsetof(stoke_train_config, recompute),
-     sizeof((stoke_train_config *)0)->recompute, 0, 0, "STOKE_RECOMPUTE", " off on auto "},
+     sizeof((stoke_train_config *)0)->recompute, 0, 0, "STOKE_RECOMPUTE", " off on auto ", AUTO_NO},
     S(optimizer, " sgd adamw "),
     D(lr, 0, 1e3, "LR"),
     D(momentum, 0, 0.9999, NULL),
@@ -77,14 +85,14 @@ static const struct key {
     D(gamma, 0, 1, NULL),
     D(min_lr, 0, 1e3, NULL),
     B(augment),
-    {"seed", T_U64, offsetof(stoke_train_config, seed), 0, 0, 0, "SEED", NULL},
+    {"seed", T_U64, offsetof(stoke_train_config, seed), 0, 0, 0, "SEED", NULL, AUTO_NO},
     S(checkpoint, NULL),
     S(resume, NULL),
     S(log, NULL),
     I(log_every, 1, 1e12, NULL),
     I(eval_every, 0, 1e12, NULL),
     {"target_accuracy", T_FRACTION, offsetof(stoke_train_config, target_accuracy), 0, 0, 1, NULL,
-     NULL},
+     NULL, AUTO_NO},
     B(dry_run),
     D(memory_budget, 0, 1e18, NULL),
     B(monitor),
@@ -97,6 +105,8 @@ static const struct key {
 _Static_assert(sizeof keys / sizeof keys[0] <= STOKE_CFG_MAX_KEYS, "source[] too small");
 
 const char *stoke_train_config_key(int i) { return i >= 0 && i < N_KEYS ? keys[i].name : NULL; }
+
+const char *stoke_train_config_env(int i) { return i >= 0 && i < N_KEYS ? keys[i].env : NULL; }
 
 const char *stoke_cfg_source_name(stoke_cfg_source s)
 {
@@ -242,9 +252,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     char *field = (char *)c + k->off;
     switch (k->type) {
     case T_STR: {
-        if (strlen(value) >= k->size)
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is longer than %zu characters", k->name,
-                              value, k->size - 1);
+        if (strlen(value) >= k->size) /* its start: a megabyte would bury the message */
+            return stoke_fail(STOKE_ERR_ARG, "%s: '%.40s...' (%zu characters) is longer than %zu",
+                              k->name, value, strlen(value), k->size - 1);
         if (k->choices) {
             char want[32];
             snprintf(want, sizeof want, " %s ", value);
@@ -257,6 +267,24 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     }
     case T_INT: {
         double d;
+        if (!strcasecmp(value, "auto")) {
+            if (k->auto_value != AUTO_NO) {
+                *(int64_t *)(void *)field = k->auto_value;
+                break;
+            }
+            /* stoke_decide keeps the batch it is given: a batch that only looks tuned
+             * would mislead, so auto is refused until the tuner chooses one */
+            if (!strcmp(k->name, "batch_size"))
+                return stoke_fail(STOKE_ERR_ARG,
+                                  "batch_size: 'auto' is not supported yet: the tuner does not "
+                                  "choose a batch size (give a number; `stoke train --dry-run` "
+                                  "prints the largest batch that fits)");
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: 'auto' is for the settings the tuner decides (workers, "
+                              "prefetch, threads, precision, device, recompute); give a whole "
+                              "number in [%.0f, %.0f]",
+                              k->name, k->min, k->max);
+        }
         if (!parse_number(value, false, &d) || d != floor(d) || d < k->min || d > k->max)
             return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a whole number in [%.0f, %.0f]",
                               k->name, value, k->min, k->max);
@@ -295,9 +323,10 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
     case T_SIZES:
         if (strlen(value) >= k->size || !parse_sizes(value, k->min, k->max))
             return stoke_fail(STOKE_ERR_ARG,
-                              "%s: '%s' is not a list of 1 to %d sizes in "
+                              "%s: '%.80s%s' is not a list of 1 to %d sizes in "
                               "[%.0f, %.0f] separated by commas, such as 512,512",
-                              k->name, value, TRAIN_MAX_HIDDEN, k->min, k->max);
+                              k->name, value, strlen(value) > 80 ? "..." : "", TRAIN_MAX_HIDDEN,
+                              k->min, k->max);
         snprintf(field, k->size, "%s", value + strspn(value, " ")); /* blank: the default */
         break;
     }
@@ -327,7 +356,15 @@ stoke_status stoke_train_config_load_env(stoke_train_config *c,
     if (amp && *amp) {
         bool on;
         if (!parse_bool(amp, &on))
-            return stoke_fail(STOKE_ERR_ARG, "environment AMP=%s: expected true or false", amp);
+            return stoke_fail(STOKE_ERR_ARG,
+                              "environment AMP=%s: precision: expected true or false", amp);
+        /* two variables for one setting: neither may silently win */
+        const char *p = getenv_fn ? getenv_fn("PRECISION") : getenv("PRECISION");
+        if (p && *p)
+            return stoke_fail(STOKE_ERR_ARG,
+                              "environment AMP=%s and PRECISION=%s: both set the precision; "
+                              "unset one",
+                              amp, p);
         stoke_train_config_set(c, "precision", on ? "bf16" : "fp32", STOKE_CFG_ENV);
     }
     return STOKE_OK;

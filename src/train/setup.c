@@ -777,6 +777,10 @@ void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r)
 
 stoke_model *stoke_trainer_model(stoke_trainer *t) { return t->model; }
 
+const stoke_train_config *stoke_trainer_config(const stoke_trainer *t) { return &t->cfg; }
+
+const stoke_decision *stoke_trainer_decision(const stoke_trainer *t) { return &t->decision; }
+
 void stoke_trainer_free(stoke_trainer *t)
 {
     if (!t)
