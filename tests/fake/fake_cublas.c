@@ -5,6 +5,7 @@
  * backend test can assert none happened (fake_cublas_violations). The product itself
  * is queued on the handle's stream, as cuBLAS enqueues kernels, so it runs in stream
  * order and can be captured into a graph. */
+#include "fake_blas.h"
 #include "fake_lib.h"
 
 #include <dlfcn.h>
@@ -15,16 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    OK = 0,
-    NOT_INITIALIZED = 1,
-    ALLOC_FAILED = 3,
-    INVALID_VALUE = 7,
-    EXECUTION_FAILED = 13,
-    NOT_SUPPORTED = 15
-};
-enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
-enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
 
 #define FAKE_MAX_HANDLES 256
 

@@ -12,22 +12,13 @@
  * numbered from each byte's least significant (ld a multiple of 128, cuBLASLt's rule,
  * so every column starts on a 16-byte boundary). stoke never reads the mask itself:
  * only the dReLU epilogue does, so the layout only has to agree with this file. */
+#include "fake_blas.h"
 #include "fake_lib.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    OK = 0,
-    NOT_INITIALIZED = 1,
-    ALLOC_FAILED = 3,
-    INVALID_VALUE = 7,
-    EXECUTION_FAILED = 13,
-    NOT_SUPPORTED = 15
-};
-enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
-enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
 enum { TRANSA = 3, TRANSB = 4, EPILOGUE = 7, BIAS_POINTER = 8, AUX_POINTER = 11, AUX_LD = 12 };
 enum {
     E_DEFAULT = 1,

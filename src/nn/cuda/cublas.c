@@ -1,94 +1,42 @@
 /* cublas.c - cuBLAS, loaded at run time with dlopen (as src/hw/cudart.c loads the CUDA
  * runtime), so a binary built without the toolkit still runs GEMMs on a GPU machine. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nn/cuda/libs.h"
 
-/* The soname's major version, or 0 when the name has none (a file named by the env). */
-static int soname_version(const char *name)
-{
-    const char *so = strstr(name, ".so.");
-    return so ? atoi(so + 4) : 0;
-}
+/* Newest first; then the toolkit's default location, often not in the loader's path. */
+static const char *const names[] = {"libcublas.so.13", "libcublas.so.12",
+                                    "/usr/local/cuda/lib64/libcublas.so.13",
+                                    "/usr/local/cuda/lib64/libcublas.so.12", NULL};
 
-static void *open_cublas(const char **tried)
-{
-    const char *env = getenv("STOKE_CUBLAS_LIBRARY");
-    if (env && *env) {
-        *tried = env;
-        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
-    }
-    /* Newest first; then the toolkit's default location, often not in the loader's
-     * path. */
-    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12",
-                                        "/usr/local/cuda/lib64/libcublas.so.13",
-                                        "/usr/local/cuda/lib64/libcublas.so.12", NULL};
-    *tried = names[0];
-    for (int i = 0; names[i]; i++) {
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib) {
-            *tried = names[i];
-            return lib;
-        }
-    }
-    return NULL;
-}
-
-/* NULL when every required function is there, else the first one missing. */
-static const char *load_cublas(nn_cublas *b)
-{
-    static const struct {
-        const char *name;
-        size_t offset;
-        int optional;
-    } syms[] = {
-        {"cublasCreate_v2", offsetof(nn_cublas, create), 0},
-        {"cublasDestroy_v2", offsetof(nn_cublas, destroy), 0},
-        {"cublasSetStream_v2", offsetof(nn_cublas, set_stream), 0},
-        {"cublasSetMathMode", offsetof(nn_cublas, set_math_mode), 0},
-        {"cublasSetWorkspace_v2", offsetof(nn_cublas, set_workspace), 1},
-        {"cublasGemmEx", offsetof(nn_cublas, gemm_ex), 0},
-        {"cublasGemmStridedBatchedEx", offsetof(nn_cublas, gemm_strided_batched_ex), 0},
-        {"cublasGetStatusString", offsetof(nn_cublas, status_string), 1},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *f = dlsym(b->lib, syms[i].name);
-        memcpy((char *)b + syms[i].offset, &f, sizeof f);
-        if (!f && !syms[i].optional)
-            return syms[i].name;
-    }
-    return NULL;
-}
+static const nn_dl_sym syms[] = {
+    {"cublasCreate_v2", offsetof(nn_cublas, create), 0},
+    {"cublasDestroy_v2", offsetof(nn_cublas, destroy), 0},
+    {"cublasSetStream_v2", offsetof(nn_cublas, set_stream), 0},
+    {"cublasSetMathMode", offsetof(nn_cublas, set_math_mode), 0},
+    {"cublasSetWorkspace_v2", offsetof(nn_cublas, set_workspace), 1},
+    {"cublasGemmEx", offsetof(nn_cublas, gemm_ex), 0},
+    {"cublasGemmStridedBatchedEx", offsetof(nn_cublas, gemm_strided_batched_ex), 0},
+    {"cublasGetStatusString", offsetof(nn_cublas, status_string), 1},
+};
 
 stoke_status nn_cublas_open(nn_cublas **out)
 {
     *out = NULL;
-    const char *tried = NULL;
-    void *lib = open_cublas(&tried);
-    if (!lib) {
-        const char *env = getenv("STOKE_CUBLAS_LIBRARY"), *why = dlerror();
-        if (env && *env)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "STOKE_CUBLAS_LIBRARY=%s: %s", env,
-                              why ? why : "not loaded");
-        return stoke_fail(
-            STOKE_ERR_UNAVAILABLE,
-            "cuBLAS not found (tried libcublas.so.13, libcublas.so.12 and /usr/local/cuda/lib64)");
-    }
     nn_cublas *b = calloc(1, sizeof *b);
-    if (!b) {
-        dlclose(lib);
+    if (!b)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory loading cuBLAS");
-    }
-    b->lib = lib;
-    const char *missing = load_cublas(b);
-    if (missing) {
+    const nn_dl_lib l = {"cuBLAS", "STOKE_CUBLAS_LIBRARY", names, syms,
+                         sizeof syms / sizeof syms[0]};
+    const char *tried;
+    stoke_status st = nn_dl_open(&l, b, &tried);
+    if (st != STOKE_OK) {
         nn_cublas_close(b);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s lacks %s", tried, missing);
+        return st;
     }
-    b->version = soname_version(tried);
+    b->version = nn_dl_soname_version(tried);
     *out = b;
     return STOKE_OK;
 }

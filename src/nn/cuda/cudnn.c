@@ -1,114 +1,70 @@
 /* cudnn.c - cuDNN's convolution and pooling API, loaded at run time with dlopen (as
  * src/hw/cudart.c loads the CUDA runtime), so a binary built without cuDNN still
  * convolves on a GPU machine that has it. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nn/cuda/libs.h"
 
-static void *open_cudnn(const char **tried)
-{
-    const char *env = getenv("STOKE_CUDNN_LIBRARY");
-    if (env && *env) {
-        *tried = env;
-        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
-    }
-    /* cuDNN 9 only: its status codes and the _v7 heuristics are what libs.h declares.
-     * The toolkit's directory comes last, as it is often not in the loader's path. */
-    static const char *const names[] = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
-                                        "/usr/lib/x86_64-linux-gnu/libcudnn.so.9", NULL};
-    *tried = names[0];
-    for (int i = 0; names[i]; i++) {
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib) {
-            *tried = names[i];
-            return lib;
-        }
-    }
-    return NULL;
-}
+/* cuDNN 9 only: its status codes and the _v7 heuristics are what libs.h declares. The
+ * toolkit's directory comes last, as it is often not in the loader's path. */
+static const char *const names[] = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
+                                    "/usr/lib/x86_64-linux-gnu/libcudnn.so.9", NULL};
 
-#define SYM(name, field)                \
-    {                                   \
-        name, offsetof(nn_cudnn, field) \
+#define SYM(name, field)                   \
+    {                                      \
+        name, offsetof(nn_cudnn, field), 0 \
     }
-
-/* NULL when every function is there, else the first one missing. */
-static const char *load_cudnn(nn_cudnn *d)
-{
-    static const struct {
-        const char *name;
-        size_t offset;
-    } syms[] = {
-        SYM("cudnnGetVersion", get_version),
-        SYM("cudnnGetErrorString", error_string),
-        SYM("cudnnCreate", create),
-        SYM("cudnnDestroy", destroy),
-        SYM("cudnnSetStream", set_stream),
-        SYM("cudnnCreateTensorDescriptor", create_tensor),
-        SYM("cudnnSetTensor4dDescriptor", set_tensor_4d),
-        SYM("cudnnDestroyTensorDescriptor", destroy_tensor),
-        SYM("cudnnCreateFilterDescriptor", create_filter),
-        SYM("cudnnSetFilter4dDescriptor", set_filter_4d),
-        SYM("cudnnDestroyFilterDescriptor", destroy_filter),
-        SYM("cudnnCreateConvolutionDescriptor", create_conv),
-        SYM("cudnnSetConvolution2dDescriptor", set_conv_2d),
-        SYM("cudnnSetConvolutionMathType", set_conv_math),
-        SYM("cudnnDestroyConvolutionDescriptor", destroy_conv),
-        SYM("cudnnGetConvolutionForwardAlgorithm_v7", fwd_algos),
-        SYM("cudnnGetConvolutionBackwardDataAlgorithm_v7", bwd_data_algos),
-        SYM("cudnnGetConvolutionBackwardFilterAlgorithm_v7", bwd_filter_algos),
-        SYM("cudnnGetConvolutionForwardWorkspaceSize", fwd_ws),
-        SYM("cudnnGetConvolutionBackwardDataWorkspaceSize", bwd_data_ws),
-        SYM("cudnnGetConvolutionBackwardFilterWorkspaceSize", bwd_filter_ws),
-        SYM("cudnnConvolutionForward", fwd),
-        SYM("cudnnConvolutionBackwardData", bwd_data),
-        SYM("cudnnConvolutionBackwardFilter", bwd_filter),
-        SYM("cudnnConvolutionBiasActivationForward", conv_bias_act),
-        SYM("cudnnCreateActivationDescriptor", create_act),
-        SYM("cudnnSetActivationDescriptor", set_act),
-        SYM("cudnnDestroyActivationDescriptor", destroy_act),
-        SYM("cudnnCreatePoolingDescriptor", create_pool),
-        SYM("cudnnSetPooling2dDescriptor", set_pool_2d),
-        SYM("cudnnDestroyPoolingDescriptor", destroy_pool),
-        SYM("cudnnPoolingForward", pool_fwd),
-        SYM("cudnnPoolingBackward", pool_bwd),
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *f = dlsym(d->lib, syms[i].name);
-        if (!f)
-            return syms[i].name;
-        memcpy((char *)d + syms[i].offset, &f, sizeof f);
-    }
-    return NULL;
-}
+static const nn_dl_sym syms[] = {
+    SYM("cudnnGetVersion", get_version),
+    SYM("cudnnGetErrorString", error_string),
+    SYM("cudnnCreate", create),
+    SYM("cudnnDestroy", destroy),
+    SYM("cudnnSetStream", set_stream),
+    SYM("cudnnCreateTensorDescriptor", create_tensor),
+    SYM("cudnnSetTensor4dDescriptor", set_tensor_4d),
+    SYM("cudnnDestroyTensorDescriptor", destroy_tensor),
+    SYM("cudnnCreateFilterDescriptor", create_filter),
+    SYM("cudnnSetFilter4dDescriptor", set_filter_4d),
+    SYM("cudnnDestroyFilterDescriptor", destroy_filter),
+    SYM("cudnnCreateConvolutionDescriptor", create_conv),
+    SYM("cudnnSetConvolution2dDescriptor", set_conv_2d),
+    SYM("cudnnSetConvolutionMathType", set_conv_math),
+    SYM("cudnnDestroyConvolutionDescriptor", destroy_conv),
+    SYM("cudnnGetConvolutionForwardAlgorithm_v7", fwd_algos),
+    SYM("cudnnGetConvolutionBackwardDataAlgorithm_v7", bwd_data_algos),
+    SYM("cudnnGetConvolutionBackwardFilterAlgorithm_v7", bwd_filter_algos),
+    SYM("cudnnGetConvolutionForwardWorkspaceSize", fwd_ws),
+    SYM("cudnnGetConvolutionBackwardDataWorkspaceSize", bwd_data_ws),
+    SYM("cudnnGetConvolutionBackwardFilterWorkspaceSize", bwd_filter_ws),
+    SYM("cudnnConvolutionForward", fwd),
+    SYM("cudnnConvolutionBackwardData", bwd_data),
+    SYM("cudnnConvolutionBackwardFilter", bwd_filter),
+    SYM("cudnnConvolutionBiasActivationForward", conv_bias_act),
+    SYM("cudnnCreateActivationDescriptor", create_act),
+    SYM("cudnnSetActivationDescriptor", set_act),
+    SYM("cudnnDestroyActivationDescriptor", destroy_act),
+    SYM("cudnnCreatePoolingDescriptor", create_pool),
+    SYM("cudnnSetPooling2dDescriptor", set_pool_2d),
+    SYM("cudnnDestroyPoolingDescriptor", destroy_pool),
+    SYM("cudnnPoolingForward", pool_fwd),
+    SYM("cudnnPoolingBackward", pool_bwd),
+};
+#undef SYM
 
 stoke_status nn_cudnn_open(nn_cudnn **out)
 {
     *out = NULL;
-    const char *tried = NULL;
-    void *lib = open_cudnn(&tried);
-    if (!lib) {
-        const char *env = getenv("STOKE_CUDNN_LIBRARY"), *why = dlerror();
-        if (env && *env)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "STOKE_CUDNN_LIBRARY=%s: %s", env,
-                              why ? why : "not loaded");
-        return stoke_fail(STOKE_ERR_UNAVAILABLE,
-                          "cuDNN not found (tried libcudnn.so.9 in the loader's path, "
-                          "/usr/local/cuda/lib64 and /usr/lib/x86_64-linux-gnu)");
-    }
     nn_cudnn *d = calloc(1, sizeof *d);
-    if (!d) {
-        dlclose(lib);
+    if (!d)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory loading cuDNN");
-    }
-    d->lib = lib;
-    const char *missing = load_cudnn(d);
-    if (missing) {
+    const nn_dl_lib l = {"cuDNN", "STOKE_CUDNN_LIBRARY", names, syms, sizeof syms / sizeof syms[0]};
+    const char *tried;
+    stoke_status st = nn_dl_open(&l, d, &tried);
+    if (st != STOKE_OK) {
         nn_cudnn_close(d);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s lacks %s", tried, missing);
+        return st;
     }
     d->version = d->get_version();
     *out = d;

@@ -12,6 +12,27 @@
 
 #include "stoke/core.h"
 
+/* A library to load (dl.c): `what` names it in messages, env names a file to load
+ * instead (the tests' doubles), names are tried in order (NULL-terminated); syms fill
+ * the table, whose first member is the dlopen handle. */
+typedef struct nn_dl_sym {
+    const char *name;
+    size_t offset; /* of its slot in the table */
+    int optional;  /* a missing one leaves NULL there */
+} nn_dl_sym;
+typedef struct nn_dl_lib {
+    const char *what, *env;
+    const char *const *names;
+    const nn_dl_sym *syms;
+    size_t nsyms;
+} nn_dl_lib;
+/* Loads l into `table` (zeroed by the caller); *tried the file loaded or tried.
+ * STOKE_ERR_UNAVAILABLE: the env's file did not load (with dlerror's reason), none of
+ * the names did (listing them), or a required function is missing (naming it). */
+stoke_status nn_dl_open(const nn_dl_lib *l, void *table, const char **tried);
+/* The soname's major version ("libcublas.so.13": 13), 0 for a name without one. */
+int nn_dl_soname_version(const char *name);
+
 /* ---- cuBLAS (libcublas.so.13, .12) ---- */
 enum { NC_CUBLAS_SUCCESS = 0 };
 enum { NC_OP_N = 0, NC_OP_T = 1 };                           /* cublasOperation_t */
