@@ -4,4 +4,6 @@ add_test(NAME e2e_cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/cli.sh $<TARGET
 add_test(NAME config_show_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/config_show.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/config-show-e2e)
-set_tests_properties(config_show_e2e PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# label nn: it trains a model for a checkpoint, whose OpenMP regions the TSan build
+# cannot see (scripts/check)
+set_tests_properties(config_show_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
