@@ -1047,9 +1047,7 @@ static void fused_chains(void *dnn, const cuda_case *c, int want_chains, bool ot
     if (on && off && fused) {
         size_t a_on = stoke_model_plan(on)->activations_per_sample,
                a_off = stoke_model_plan(off)->activations_per_sample;
-        CHECK_MSG(want_chains ? a_on < a_off
-                  : others    ? a_on < a_off
-                              : a_on == a_off,
+        CHECK_MSG(want_chains || others ? a_on < a_off : a_on == a_off,
                   "%s: %zu bytes a sample fused, %zu unfused", c->name, a_on, a_off);
         stoke_model *m[2] = {on, off};
         for (int k = 0; k < 2; k++) {

@@ -59,6 +59,7 @@ typedef struct cuda_ctx {
      * behind the work and waited for only when the host needs it, so nothing in a step
      * waits: the flags, the losses' and metrics' values (nvalues), the step's decision. */
     int32_t *flags_host;
+    int nflags; /* the flags the last forward_fetch copied */
     float *values_host;
     int nvalues;
     nk_step_result *result, *result_host; /* device, pinned host */

@@ -38,7 +38,7 @@ static stoke_status values_room(cuda_ctx *c, int n)
 stoke_status cuda_forward_fetch(cuda_ctx *c, const float *const *values, int n)
 {
     stoke_status st = values_room(c, n);
-    int nf = flags_used(c);
+    int nf = c->nflags = flags_used(c);
     if (st == STOKE_OK && nf > 0)
         st = stoke_cudart_copy_to_host_async(c->rt, c->flags_host, c->flags,
                                              (size_t)nf * sizeof *c->flags_host, c->L.stream);
@@ -68,8 +68,7 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node, float *values)
         return st;
     for (int k = 0; k < c->nvalues && values; k++)
         values[k] = c->values_host[k];
-    int nf = flags_used(c);
-    for (int i = 0; i < nf; i++) {
+    for (int i = 0; i < c->nflags; i++) { /* the flags fetched */
         const cuda_input_check *k = &c->checks[i];
         int32_t flag = c->flags_host[i];
         if (!k->node || flag <= 0)
