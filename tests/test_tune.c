@@ -687,6 +687,17 @@ static void test_decide_profile(void)
     CHECK_STR_CONTAINS(d.workers_why.reason, "the tuner: GPU machine");
     CHECK_STR_CONTAINS(d.workers_why.reason, "; profile 'h100' (seed 000) starts from the same");
     CHECK_STR_CONTAINS(d.precision_why.reason, "profile 'h100' (seed 000) starts from the same");
+    /* The CPU asked for on that machine: the CPUs compute, so the CPU class's quarter
+     * loads, not the GPU machine's 16 (which left the math 2 threads). */
+    q.device = "cpu";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.profile.how, STOKE_PROFILE_CPU);
+    CHECK_INT_EQ(d.workers, 4);
+    CHECK_INT_EQ(d.threads, 14);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "profile 'cpu' (stoke's own): 1 worker for 4 cores, "
+                                             "scaled to the 18 usable CPUs");
+    CHECK_STR_CONTAINS(d.workers_why.reason, "(the rule alone: 16)");
+    q.device = NULL;
 
     /* The CPU: the same decision as without profiles, the profile named. */
     cpu_box(&machine, 8, 8, 3000, STOKE_SIMD_AVX512F | STOKE_SIMD_AMX_BF16);

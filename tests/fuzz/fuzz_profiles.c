@@ -3,6 +3,7 @@
  * crash, hang or leak; an accepted table holds only what the reader promises, and
  * every profile in it matches (stoke_profile_match_device) without fault. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
