@@ -10,6 +10,7 @@
 #include "stoke/core.h"
 #include "stoke/data.h"
 #include "stoke/nn.h"
+#include "stoke/tune.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -201,6 +202,17 @@ void stoke_train_config_defaults(stoke_train_config *c);
  * names the key and the value when the key is unknown or the value is invalid. */
 stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, const char *value,
                                     stoke_cfg_source src);
+
+/* The hardware profile table (docs/profiles.md) from `len` bytes of YAML; `name` is
+ * what messages call it. STOKE_ERR_FORMAT naming name:line:col and the field: an
+ * unknown key, a duplicate, a wrong type, an absurd value, a missing field, two
+ * profiles of one name, two CPU-only ones, and what config files refuse (nesting,
+ * aliases, tags, documents). On error out->count is 0. */
+stoke_status stoke_profiles_parse(const char *text, size_t len, const char *name,
+                                  stoke_profiles *out);
+/* The table stoke uses: the file STOKE_PROFILES names, else the one built in (the
+ * repository's data/profiles.yaml when stoke was built). */
+stoke_status stoke_profiles_load(stoke_profiles *out);
 
 /* Applies a YAML file of `key: value` pairs (STOKE_CFG_FILE). Errors name the file,
  * line, column and key: an unknown key or a bad value, a value that is not a single

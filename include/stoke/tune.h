@@ -74,6 +74,67 @@ typedef struct stoke_why {
     char reason[400]; /* the facts behind a tuned value; "" for a given one */
 } stoke_why;
 
+/* ---- Hardware profiles (docs/profiles.md) -------------------------------------------
+ * The seeds' per-GPU starting points (and stoke's own for A100, L4 and the CPU) as data:
+ * data/profiles.yaml, embedded in the library, or the file STOKE_PROFILES names (read
+ * by stoke_profiles_load in stoke/train.h, which owns the YAML reader). Starting
+ * points, not measurements: the decision starts from them, trials confirm them. */
+#define STOKE_MAX_PROFILES      32
+#define STOKE_PROFILE_MAX_NAMES 8
+
+typedef struct stoke_profile {
+    char name[32];
+    bool cpu_only; /* the class of a run on the CPU (no usable GPU, or --device cpu) */
+    char gpu_names[STOKE_PROFILE_MAX_NAMES][32]; /* NVML name parts, e.g. "RTX 4090" */
+    int gpu_name_count;
+    int cc_major, cc_minor; /* the class's compute capability; 0.0: none given */
+    double memory_gb;       /* the class's memory (decimal GB, as NVML's bytes); 0: none */
+    int64_t batch;          /* the seed's batch; 0: none given (the memory fit decides) */
+    char batch_for[160];    /* the model and data that batch was for */
+    int workers;            /* loader workers ... */
+    int workers_for_cores;  /* ... for this many CPU cores (scaled); 0: a fixed count */
+    int workers_max;        /* 0: no cap but the machine's */
+    int prefetch_factor;    /* batches each worker keeps ahead (PyTorch's meaning) */
+    bool precision_auto;    /* the probe's rule decides */
+    stoke_precision precision;
+    bool tf32;
+    char source[64]; /* which seed ("seed 003"), or "stoke's own" */
+    char note[400];  /* what the seed said, or why stoke's own values */
+} stoke_profile;
+
+typedef struct stoke_profiles {
+    char origin[256]; /* "built-in data/profiles.yaml" or the file read */
+    int count;
+    stoke_profile items[STOKE_MAX_PROFILES];
+} stoke_profiles;
+
+typedef enum stoke_profile_how {
+    STOKE_PROFILE_NONE = 0, /* no profile: the rules alone */
+    STOKE_PROFILE_BY_NAME,  /* the GPU's NVML name contains one of the profile's names */
+    STOKE_PROFILE_BY_CLASS, /* the nearest compute capability, then memory */
+    STOKE_PROFILE_CPU,      /* the CPU-only class */
+} stoke_profile_how;
+
+/* A device's profile and its start values on this machine. */
+typedef struct stoke_profile_match {
+    stoke_profile_how how;
+    stoke_profile profile; /* a copy; meaningful unless how is NONE */
+    int workers;           /* the profile's workers scaled to this machine's CPUs */
+    int prefetch;          /* workers x prefetch_factor, within the loader's [2, 32] */
+    char why[320];         /* how it matched, or why none did */
+} stoke_profile_match;
+
+/* The profile for `gpu` (an index into m->gpus) or, with STOKE_TUNE_CPU, the CPU-only
+ * class: by name first (a name matches a whole word of the NVML name: "H200" is not
+ * "GH200", "L4" is not "L40S"), the longest name winning; else the profile of the
+ * nearest class (same compute capability major, nearest minor, then nearest memory);
+ * else none, saying why. `p` may be NULL (no profiles: none). Returns out->how. */
+stoke_profile_how stoke_profile_match_device(const stoke_profiles *p, const stoke_machine *m,
+                                             int gpu, stoke_profile_match *out);
+
+/* "none", "name", "class", "cpu". */
+const char *stoke_profile_how_name(stoke_profile_how how);
+
 /* What a run asks for, each setting with the source of its value, and the facts of
  * its dataset the rules need. */
 typedef struct stoke_tune_request {
@@ -90,8 +151,9 @@ typedef struct stoke_tune_request {
     stoke_source prefetch_src;
     int64_t batch; /* samples per batch (given or the default: not tuned yet) */
     stoke_source batch_src;
-    bool in_memory;       /* the training set is held in memory */
-    bool cheap_transform; /* its transform is one fused pass (or none) */
+    bool in_memory;                 /* the training set is held in memory */
+    bool cheap_transform;           /* its transform is one fused pass (or none) */
+    const stoke_profiles *profiles; /* NULL: the rules alone */
 } stoke_tune_request;
 
 /* The settings a training run applies, each with its provenance. */
@@ -108,6 +170,9 @@ typedef struct stoke_decision {
     int64_t batch;
     stoke_why precision_why, device_why, threads_why, workers_why, prefetch_why, pinned_why,
         batch_why;
+    /* The decided device's hardware profile: the start values a measured search begins
+     * from (its batch, tf32 and precision are recorded, not applied). */
+    stoke_profile_match profile;
 } stoke_decision;
 
 /* Decides every setting of the request from the machine's recommendations (`recs`

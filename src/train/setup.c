@@ -49,7 +49,8 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
                                 .batch = c->batch_size,
                                 .batch_src = SRC("batch_size"),
                                 .in_memory = t->train_d != t->train_src,
-                                .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8};
+                                .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8,
+                                .profiles = &t->profiles};
 #undef SRC
 }
 
@@ -639,7 +640,8 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     if (s != STOKE_OK)
         return s;
     stoke_recommend(&t->machine, &t->recs);
-    if ((s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
+    if ((s = stoke_profiles_load(&t->profiles)) != STOKE_OK ||
+        (s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
         (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
         (s = apply_decision(t, NULL)) != STOKE_OK)
         return s;

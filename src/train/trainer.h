@@ -19,6 +19,7 @@ struct stoke_trainer {
     void *cb_ctx;
     stoke_machine machine;
     stoke_recs recs;
+    stoke_profiles profiles; /* the decision's starting points (stoke_profiles_load) */
     stoke_decision decision; /* what runs where and why (stoke_decide), applied */
     stoke_dataset *train_src, *train_d, *val_src, *val_d; /* *_d may be the in-memory copy */
     stoke_dataset_info info;
