@@ -245,16 +245,12 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
         "# key: %s\n",
         t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model, t->cfg.dataset, when, m->samples_per_s, m->wait_pct,
         r->ntrials, seconds, key);
-    if (o->batch)
-        n += (size_t)snprintf(y + n, size - n, "batch_size: %" PRId64 "\n", b->batch);
-    if (o->workers)
-        n += (size_t)snprintf(y + n, size - n, "workers: %d\n", b->workers);
-    if (o->prefetch)
-        n += (size_t)snprintf(y + n, size - n, "prefetch: %d\n", b->prefetch);
-    if (o->threads)
-        n += (size_t)snprintf(y + n, size - n, "threads: %d\n", b->threads);
-    if (o->precision && n < size)
-        say(y + n, size - n, "precision: %s\n", stoke_precision_name(b->precision));
+    /* all five: the file is the whole tuned configuration (the settings given were
+     * measured with), and the cache checks a later run's against them */
+    (void)o;
+    say(y + n, size - n,
+        "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
+        b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
     return y;
 }
 

@@ -306,10 +306,19 @@ static stoke_status search_split(search *s, stoke_tune_point *p)
 
 /* What a batch size is judged by: the samples/s its step takes when fed, so that a
  * loader not yet sized for it (the workers are searched again after) does not hide
- * what the compute gains. */
+ * what the compute gains. Only the wait the loader's production explains is taken
+ * out. */
 static double fed_rate(const stoke_tune_point *p, const stoke_tune_measure *m)
 {
-    return m->ran ? (double)p->batch / compute_ms(m) * 1e3 : 0;
+    if (!m->ran)
+        return 0;
+    /* only the wait the loader's production explains goes away with more workers;
+     * the rest (a worker's wake-up on a busy machine) stays in the step */
+    double c = compute_ms(m), wait = m->step_ms - c;
+    double explained = p->workers == 0 ? m->produce_ms : m->produce_ms / p->workers - c;
+    explained = explained < 0 ? 0 : explained > wait ? wait : explained;
+    double step = m->step_ms - explained;
+    return (double)p->batch / (step > 1e-6 ? step : 1e-6) * 1e3;
 }
 
 /* Powers of two from the start's batch: up while the fed rate rises by more than 2%
