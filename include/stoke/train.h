@@ -359,6 +359,7 @@ typedef struct stoke_train_tune_opts {
     bool grid;            /* every combination (the benchmark's peer), not the search;
                              not cached */
     double trial_seconds; /* each trial's measured seconds; 0: 0.5 */
+    int64_t max_batch;    /* > 0: no batch above it is tried */
     bool use_cache;       /* a cached measurement answers without trials */
     bool write_cache;     /* the result is cached for the next run */
     bool no_trials;       /* the cache or nothing (a dry run) */

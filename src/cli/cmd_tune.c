@@ -13,8 +13,8 @@
 
 void cmd_tune_usage(void)
 {
-    printf("usage: stoke tune [--output FILE] [--trial-seconds S] [--grid] [--no-cache] [--json]\n"
-           "                  [train's options]\n\n"
+    printf("usage: stoke tune [--output FILE] [--trial-seconds S] [--max-batch N] [--grid]\n"
+           "                  [--no-cache] [--json] [train's options]\n\n"
            "Measures the settings `stoke train` would run with that are not given (batch_size,\n"
            "workers, prefetch, threads, precision; or those given as auto) by short trials of\n"
            "real training steps on the model and data the options name, prints every trial\n"
@@ -24,6 +24,8 @@ void cmd_tune_usage(void)
            "starts from it (`stoke config show` says \"cached\").\n\n"
            "  --output FILE         the settings file (default stoke-tune.yaml)\n"
            "  --trial-seconds S     each trial's measured time after its warm-up (default 0.5)\n"
+           "  --max-batch N         try no batch above N (default: what fits in memory and the\n"
+           "                        dataset)\n"
            "  --grid                every combination of batch (powers of two), workers,\n"
            "                        prefetch (2, 4, 8) and threads instead of the search: the\n"
            "                        benchmark's peer (bench/tune_grid.sh); not cached\n"
@@ -147,6 +149,7 @@ int cmd_tune(int argc, char **argv)
 {
     const char *output = "stoke-tune.yaml";
     double seconds = 0;
+    long max_batch = 0;
     bool json = false, grid = false, cache = true;
     char **args = malloc((size_t)(argc + 1) * sizeof *args);
     if (!args)
@@ -164,6 +167,11 @@ int cmd_tune(int argc, char **argv)
             if (++i >= argc || !cli_parse_double(argv[i], 0.05, 600, &seconds)) {
                 free(args);
                 return cli_usage_error("tune", "--trial-seconds needs seconds from 0.05 to 600");
+            }
+        } else if (i > 0 && !strcmp(a, "--max-batch")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 1, 1L << 40, &max_batch)) {
+                free(args);
+                return cli_usage_error("tune", "--max-batch needs a batch from 1");
             }
         } else if (i > 0 && !strcmp(a, "--grid")) {
             grid = true;
@@ -195,6 +203,7 @@ int cmd_tune(int argc, char **argv)
     stoke_train_tune_opts o = {.all = true,
                                .grid = grid,
                                .trial_seconds = seconds,
+                               .max_batch = max_batch,
                                .write_cache = cache,
                                .output = output,
                                .on_trial = json ? NULL : print_trial,

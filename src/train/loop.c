@@ -316,10 +316,12 @@ void train_trial_step(stoke_trainer *t)
         stoke_loader_get_stats(t->loader, &r->s0);
         return;
     }
-    if (r->marked &&
-        ((t->step - r->step0 >= r->min_steps && stoke_wall_time() - r->t0 >= r->seconds) ||
-         t->step >= r->max_steps))
+    double now = stoke_wall_time();
+    if (r->marked && ((t->step - r->step0 >= r->min_steps && now - r->t0 >= r->seconds) ||
+                      t->step >= r->max_steps)) {
         r->done = true;
+        r->t1 = now;
+    }
 }
 
 /* An optimizer step over the `accum` batches accumulated, its progress event and log

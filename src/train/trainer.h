@@ -22,7 +22,7 @@ typedef struct train_trial {
     double seconds;
     /* measured: the window starts at the warm-up's end */
     bool marked, finite, done;
-    double t0;
+    double t0, t1;
     int64_t step0;
     stoke_loader_stats s0;
 } train_trial;

@@ -49,7 +49,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     c.threads = p->threads;
     say(c.precision, sizeof c.precision, "%s", stoke_precision_name(p->precision));
     c.accumulate = 1; /* a micro-batch's speed; accumulation only spaces the updates */
-    c.epochs = INT64_MAX / 4;
+    c.epochs = 1000000; /* the trial stops itself; the schedule's rate stays the start's */
     c.max_steps = c.eval_every = 0;
     c.target_accuracy = 0;
     c.checkpoint[0] = c.resume[0] = c.log[0] = '\0';
@@ -77,7 +77,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     const train_trial *r = &t->trial;
     stoke_loader_stats s1;
     stoke_loader_get_stats(t->loader, &s1);
-    double dt = stoke_wall_time() - r->t0;
+    double dt = r->t1 - r->t0;
     int64_t batches = s1.batches - r->s0.batches;
     m->ran = r->marked && batches > 0 && dt > 0;
     if (!m->ran) {
@@ -344,7 +344,7 @@ static stoke_status plan_trainer(const stoke_train_config *cfg, stoke_trainer **
 }
 
 static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid,
-                                stoke_tune_space *sp)
+                                int64_t max_batch, stoke_tune_space *sp)
 {
     const stoke_decision *d = &pt->decision;
     memset(sp, 0, sizeof *sp);
@@ -372,6 +372,8 @@ static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid
             return s;
         if (fit > 0 && fit < sp->batch_max)
             sp->batch_max = fit;
+        if (max_batch > 0 && max_batch < sp->batch_max)
+            sp->batch_max = max_batch;
         if (sp->batch_min > sp->batch_max)
             sp->batch_min = 1;
     }
@@ -479,7 +481,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
         return STOKE_OK;
     }
     stoke_tune_space sp;
-    if ((s = build_space(pt, &o, opts->grid, &sp)) != STOKE_OK) {
+    if ((s = build_space(pt, &o, opts->grid, opts->max_batch, &sp)) != STOKE_OK) {
         stoke_trainer_free(pt);
         return s;
     }
