@@ -249,6 +249,7 @@ static void test_prefetch(void)
     /* the rule: workers in flight + ready batches covering the late part */
     CHECK_INT_EQ(stoke_tune_prefetch_for(0, 10, 20, 5), 2);
     CHECK_INT_EQ(stoke_tune_prefetch_for(1, 10, 10, 5), 2);
+    CHECK_INT_EQ(stoke_tune_prefetch_for(3, 10, 10, 5), 4); /* no jitter: one ready */
     CHECK_INT_EQ(stoke_tune_prefetch_for(4, 10, 20, 5), 6);   /* 10 ms late / 5 ms steps */
     CHECK_INT_EQ(stoke_tune_prefetch_for(4, 10, 21, 5), 7);   /* rounded up */
     CHECK_INT_EQ(stoke_tune_prefetch_for(30, 10, 100, 1), 32); /* the ring's bound */
