@@ -22,6 +22,7 @@ typedef struct sim {
     uint64_t rng;
     int calls;
     bool fail;         /* the trial function fails (an error that stops the search) */
+    bool diverge_stops; /* a diverging trial cannot run (as an fp32/bf16 step stops) */
 } sim;
 
 static double uniform(uint64_t *s)
@@ -66,6 +67,7 @@ static stoke_status sim_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
         return stoke_fail(STOKE_ERR_IO, "sim: the dataset vanished");
     if (x->oom_above && p->batch > x->oom_above) {
         snprintf(m->error, sizeof m->error, "out of memory at batch %" PRId64, p->batch);
+        m->finite = true;
         return STOKE_OK;
     }
     double comp, prod;
@@ -79,6 +81,10 @@ static stoke_status sim_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     m->produce_ms = prod;
     m->produce_p95_ms = prod * (1 + x->jitter);
     m->finite = !(x->nan_bf16 && p->precision == STOKE_PREC_BF16);
+    if (!m->finite && x->diverge_stops) {
+        m->ran = false;
+        snprintf(m->error, sizeof m->error, "gradient of w is not finite (inf or NaN) at step 3");
+    }
     m->memory_bytes = (double)p->batch * 1e6;
     return STOKE_OK;
 }
@@ -241,6 +247,24 @@ static void test_precision(void)
     CHECK(r->best.precision == STOKE_PREC_BF16);
     CHECK(strstr(r->why_precision, "finite") != NULL);
     CHECK_INT_EQ(r->ntrials, 1); /* the one trial confirms it and is the result */
+    /* bf16 stopped by a gradient that is not finite (the trial could not run): fp32 */
+    x.nan_bf16 = true;
+    x.diverge_stops = true;
+    CHECK(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r) == STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_FP32 && r->best_m.ran);
+    CHECK(!r->trials[0].m.ran && strstr(r->why_precision, "non-finite") != NULL);
+    /* a start that does not fit says nothing about bf16 */
+    x.diverge_stops = x.nan_bf16 = false;
+    x.oom_above = 64;
+    sp.batch = true;
+    CHECK(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r) == STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_BF16 && r->why_precision[0] == '\0');
+    CHECK_INT_EQ(r->best.batch, 64);
+    /* and if bf16 then diverges where it fits, the last trial catches it */
+    x.nan_bf16 = true;
+    CHECK(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r) == STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_FP32 && r->best_m.finite);
+    CHECK(strstr(r->why_precision, "non-finite") != NULL);
     free(r);
 }
 

@@ -148,7 +148,9 @@ typedef struct stoke_tune_measure {
     double produce_ms;     /* the loader's time to produce one batch (one worker's,
                               reading + transforming); 0 when unknown */
     double produce_p95_ms; /* its 95th percentile: the jitter prefetch must cover */
-    bool finite;           /* every loss of the trial was finite */
+    bool finite;           /* every loss of the trial was finite; a trial that could not
+                              run is false when it diverged (a loss or gradient not
+                              finite stopped it), true otherwise (memory, ...) */
     double memory_bytes;   /* the models' planned bytes and the loader's ring */
 } stoke_tune_measure;
 

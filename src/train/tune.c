@@ -62,11 +62,19 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
                       .finite = true};
     stoke_trainer *t = NULL;
     stoke_status s = train_new(&c, NULL, NULL, &tr, &t);
-    if (s == STOKE_OK)
-        s = stoke_trainer_run(t, NULL);
     memset(m, 0, sizeof *m);
+    if (s == STOKE_OK && (s = stoke_trainer_run(t, NULL)) == STOKE_ERR_ARG) {
+        /* set up, then refused by a step: a gradient that is not finite (an fp32 or
+         * bf16 step stops there) or a bad sample; either way this setting did not
+         * train. A bad sample fails every trial, and the search then says so. */
+        say(m->error, sizeof m->error, "%s", stoke_last_error());
+        m->finite = false;
+        stoke_trainer_free(t);
+        return STOKE_OK;
+    }
     if (s == STOKE_ERR_NOMEM) { /* this setting does not fit: the search goes on */
         say(m->error, sizeof m->error, "%s", stoke_last_error());
+        m->finite = true; /* nothing diverged */
         stoke_trainer_free(t);
         return STOKE_OK;
     }
@@ -82,6 +90,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     m->ran = r->marked && batches > 0 && dt > 0;
     if (!m->ran) {
         say(m->error, sizeof m->error, "the trial measured nothing");
+        m->finite = true;
         stoke_trainer_free(t);
         return STOKE_OK;
     }

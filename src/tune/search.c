@@ -125,8 +125,10 @@ static stoke_status search_precision(search *s, stoke_tune_point *p)
     const stoke_tune_measure *m;
     bool check = s->sp->precision && p->precision != STOKE_PREC_FP32;
     stoke_status st = trial(s, p, check ? "precision" : "start", &m);
-    if (st != STOKE_OK || !check || !m->ran)
-        return st; /* fp32: nothing to confirm, the rule's reason stands */
+    /* fp32: nothing to confirm, the rule's reason stands; a trial that could not run
+     * for another reason (memory) says nothing about the precision */
+    if (st != STOKE_OK || !check || (!m->ran && m->finite))
+        return st;
     const char *name = stoke_precision_name(p->precision);
     if (m->finite) {
         say(s->r->why_precision, sizeof s->r->why_precision,
@@ -358,6 +360,8 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
         if ((st = trial(s, &q, "batch", &m)) != STOKE_OK)
             return st;
         double v = fed_rate(&q, m);
+        if (!m->ran && best == 0)
+            continue; /* nothing has fit yet: smaller still */
         if (!m->ran || v < best * (1 - BATCH_TIE))
             break;
         if (v > best)
@@ -527,6 +531,15 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
     const stoke_tune_measure *m;
     if ((st = trial(&s, &p, "confirm", &m)) != STOKE_OK)
         return st;
+    if (space->precision && !m->finite && p.precision != STOKE_PREC_FP32) {
+        /* the precision's first trial could not run (memory): its confirmation is this */
+        say(out->why_precision, sizeof out->why_precision,
+            "the probe's rule said %s, but the loss went non-finite at it: fp32",
+            stoke_precision_name(p.precision));
+        p.precision = STOKE_PREC_FP32;
+        if ((st = trial(&s, &p, "confirm", &m)) != STOKE_OK)
+            return st;
+    }
     if (!m->ran) {
         for (int i = 0; i < out->ntrials; i++)
             if (out->trials[i].m.ran)
