@@ -62,10 +62,13 @@ typedef enum stoke_source {
     STOKE_SRC_ENV,         /* an environment variable */
     STOKE_SRC_FLAG,        /* a command-line flag */
     STOKE_SRC_CHECKPOINT,  /* the config of the checkpoint resumed */
-    STOKE_SRC_TUNED,       /* derived by a rule from the machine and the dataset */
+    STOKE_SRC_TUNED,       /* derived by a rule from the machine and the dataset, or
+                              measured by trials (stoke_tune_search) */
+    STOKE_SRC_CACHED,      /* measured by an earlier run's trials on this machine, model
+                              and dataset, read from the tuning cache */
 } stoke_source;
 
-/* "default", "file", "env", "flag", "checkpoint", "tuned". */
+/* "default", "file", "env", "flag", "checkpoint", "tuned", "cached". */
 const char *stoke_source_name(stoke_source s);
 
 /* A decided setting's provenance. */
@@ -183,6 +186,104 @@ typedef struct stoke_decision {
  * the model then says why it cannot run); auto takes the first GPU found. */
 stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
                           const stoke_tune_request *req, stoke_decision *out);
+
+/* ---- Measured tuning (search.c): which settings run fastest, found by trials -------
+ * The search only decides which settings to try and what the measurements mean; a
+ * trial (stoke_tune_trial_fn) runs them. The trainer's trials run real training steps
+ * (stoke_train_tune, stoke/train.h); the tests' trials are a model of a loader and a
+ * step whose costs they control, so the knee the search must find is known exactly. */
+
+/* The settings one trial runs. */
+typedef struct stoke_tune_point {
+    int64_t batch;
+    int workers, prefetch, threads;
+    stoke_precision precision;
+} stoke_tune_point;
+
+/* What one trial measured over its steady steps (after its warm-up). */
+typedef struct stoke_tune_measure {
+    bool ran;              /* false: the setting could not run (error says why: out of
+                              memory at this batch, ...); the search goes on without it */
+    char error[240];
+    int64_t steps;         /* optimizer steps measured */
+    double seconds;        /* their wall time */
+    double samples_per_s;  /* training samples per second */
+    double wait_pct;       /* % of that time the step waited for its batch */
+    double step_ms;        /* wall time per step */
+    double produce_ms;     /* the loader's time to produce one batch (one worker's,
+                              reading + transforming); 0 when unknown */
+    double produce_p95_ms; /* its 95th percentile: the jitter prefetch must cover */
+    bool finite;           /* every loss of the trial was finite; a trial that could not
+                              run is false when it diverged (a loss or gradient not
+                              finite stopped it), true otherwise (memory, ...) */
+    double memory_bytes;   /* the models' planned bytes and the loader's ring */
+} stoke_tune_measure;
+
+/* Runs one trial. Returns STOKE_OK with m->ran = false for a setting that cannot run
+ * (the search skips it); any other status stops the search with that error. */
+typedef stoke_status (*stoke_tune_trial_fn)(void *ctx, const stoke_tune_point *p,
+                                            stoke_tune_measure *m);
+
+/* What may be searched, and where from. */
+typedef struct stoke_tune_space {
+    stoke_tune_point start; /* the rules' (or a profile's) values: the first trial, and
+                               the value of every setting not searched */
+    bool batch, workers, prefetch, threads, precision; /* open: searched */
+    bool cpu;               /* the CPU computes: loader workers and compute threads
+                               share usable_cpus (the core split) */
+    int usable_cpus;
+    int max_workers;             /* 0: usable_cpus (a GPU's loader), else the bound */
+    int64_t batch_min, batch_max; /* batches tried: powers of two within; batch_max is
+                                     the memory fit capped by the dataset */
+    double wait_target_pct;      /* a data wait at most this is fed (0: 5%) */
+    bool grid;                   /* exhaustive: every combination (the benchmark's peer) */
+} stoke_tune_space;
+
+#define STOKE_TUNE_MAX_TRIALS 1024
+
+typedef struct stoke_tune_trial {
+    stoke_tune_point p;
+    stoke_tune_measure m;
+    const char *stage; /* static: "start", "precision", "batch", "workers", "prefetch",
+                          "confirm", "grid" */
+} stoke_tune_trial;
+
+typedef struct stoke_tune_result {
+    stoke_tune_point best;
+    stoke_tune_measure best_m; /* the trial that ran `best` */
+    int ntrials;
+    stoke_tune_trial trials[STOKE_TUNE_MAX_TRIALS];
+    /* why each searched setting has its value (from the measurements); "" when not
+     * searched */
+    char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400],
+        why_precision[400];
+} stoke_tune_result;
+
+/* Called after each trial (may be NULL): the trainer prints it. */
+typedef void (*stoke_tune_trial_cb)(void *ctx, const stoke_tune_trial *t);
+
+/* Searches the open settings of `space` by trials, one setting after another:
+ *   precision: the start's (the probe's rule) kept when its trial's losses are
+ *     finite, else fp32;
+ *   batch: powers of two from the start's, doubled while samples/s rises by more
+ *     than 5%, halved while within 5%: the smallest batch within 5% of the fastest;
+ *   workers: on a GPU the fewest loader workers whose data wait is at most the
+ *     target (a first guess from the measured batch production and step times, then
+ *     walked to the knee); on the CPU (the core split) the workers/threads split with
+ *     the most samples/s, fewer workers preferred within 3%;
+ *   prefetch: the workers' batches in flight plus enough ready ones to cover the
+ *     measured p95 jitter of a batch's production (at least 2), confirmed by a trial.
+ * STOKE_ERR_ARG for an empty space (a batch range without a power of two), any error
+ * a trial returns, and STOKE_ERR_UNAVAILABLE when no trial could run (naming the
+ * first's error). `grid` measures every combination instead and keeps the fastest. */
+stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_fn fn, void *ctx,
+                               stoke_tune_trial_cb on_trial, void *cb_ctx,
+                               stoke_tune_result *out);
+
+/* The depth the prefetch rule takes: `workers` batches being produced plus the ready
+ * ones that cover (p95 - mean) of production at a step every step_ms, at least 1
+ * ready, within [2, 32]. Pure. */
+int stoke_tune_prefetch_for(int workers, double produce_ms, double produce_p95_ms, double step_ms);
 
 /* Theoretical peak FLOP/s from a GPU's own properties: SM count × max SM clock ×
  * FLOPs per clock per SM for its compute capability. `tensor` selects the dense
