@@ -180,5 +180,9 @@ expect_error "a missing dataset" 1 "no-such-data" "$stoke" tune --dataset "$work
 expect_error "an unwritable output" 1 "$work/no/dir/t.yaml" "$stoke" tune $small $fast \
     --precision fp32 --batch-size 64 --output "$work/no/dir/t.yaml"
 [ ! -e "$work/no/dir/t.yaml" ] && ok "nothing half-written" || fail "a partial output"
+# a run that diverges in every trial: said, with the step that stopped it
+expect_error "every trial diverges" 1 "is not finite" "$stoke" tune --limit 512 --val-limit 100 \
+    --lr 1000 --momentum 0.99 --batch-size 64 --precision fp32 --prefetch 2 --threads 1 \
+    --trial-seconds 0.05 --no-cache
 "$stoke" tune --help >"$out" 2>&1 && grep -q "usage: stoke tune" "$out" && ok "help" || fail "help"
 e2e_end
