@@ -457,7 +457,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
 {
     memset(out, 0, sizeof *out);
     if (!(opts->trial_seconds >= 0 && opts->trial_seconds <= 600))
-        return stoke_fail(STOKE_ERR_ARG, "tune: trial seconds %g (0..600)", opts->trial_seconds);
+        return stoke_fail(STOKE_ERR_ARG, "trial seconds %g (0..600)", opts->trial_seconds);
     tune_open o = open_settings(cfg, opts->all);
     out->batch = o.batch;
     out->workers = o.workers;
@@ -467,7 +467,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     if (!any_open(&o))
         return owner ? STOKE_OK
                      : stoke_fail(STOKE_ERR_ARG,
-                                  "tune: every setting it measures is given (batch_size, workers, "
+                                  "every setting tune measures is given (batch_size, workers, "
                                   "prefetch, threads, precision): nothing to tune");
     stoke_trainer *pt = NULL;
     stoke_status s = plan_trainer(cfg, &pt);
@@ -564,6 +564,8 @@ stoke_status train_tune_settings(stoke_trainer *t)
     /* a dry run (and so `config show`) measures nothing: the cache or the rules */
     stoke_train_tune_opts to = {.use_cache = true, .write_cache = true, .no_trials = t->cfg.dry_run};
     stoke_status s = tune(&t->cfg, &to, t, r);
+    if (s != STOKE_OK && s != STOKE_ERR_NOMEM)
+        train_wrap_error(s, "measuring the settings given as auto");
     struct train_tuned *u = &t->tuned;
     u->batch = r->batch;
     u->workers = r->workers;
