@@ -42,3 +42,8 @@ add_test(NAME train_recompute_e2e
                  ${CMAKE_CURRENT_BINARY_DIR}/train-recompute-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
                  ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
 set_tests_properties(train_recompute_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# batch_size auto against memory budgets (the batch found fits, one more does not),
+# effective_batch, and an injected allocation failure at setup and within training.
+stoke_nn_test(test_batch_fit test_batch_fit.c)
+set_tests_properties(test_batch_fit PROPERTIES TIMEOUT 300)

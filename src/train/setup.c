@@ -339,8 +339,8 @@ static stoke_status check_evaluation(const stoke_trainer *t)
     return STOKE_OK;
 }
 
-/* The optimizer and the learning-rate schedule, and the model line. */
-static void setup_optim(stoke_trainer *t)
+/* The optimizer (its state is part of the plans the batch is fitted to). */
+static void setup_optimizer(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
     t->optim = (stoke_optim){.kind = strcmp(c->optimizer, "adamw") ? STOKE_SGD : STOKE_ADAMW,
@@ -350,6 +350,12 @@ static void setup_optim(stoke_trainer *t)
                              .clip_norm = (float)c->clip_norm};
     if (t->optim.kind == STOKE_ADAMW)
         t->optim.momentum = 0;
+}
+
+/* The learning-rate schedule at the batch decided, and the model line. */
+static void setup_schedule(stoke_trainer *t)
+{
+    const stoke_train_config *c = &t->cfg;
     int64_t steps_per_epoch =
         (t->info.count + c->batch_size * c->accumulate - 1) / (c->batch_size * c->accumulate);
     t->sched = (stoke_lr_schedule){.kind = !strcmp(c->schedule, "cosine") ? STOKE_LR_COSINE
@@ -615,8 +621,9 @@ static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *l
     stoke_status s = t->device != STOKE_TUNE_CPU ? fit_gpu_batch(t) : STOKE_OK;
     if (s != STOKE_OK)
         return s;
-    while ((s = allocate_models(t, ring, left)) == STOKE_ERR_NOMEM && !t->plan_refused &&
-           (recompute_pending(t) || (c->batch_size > 1 && c->accumulate <= (1 << 15)))) {
+    while ((s = allocate_models(t, ring, left)) == STOKE_ERR_NOMEM &&
+           (recompute_pending(t) ||
+            (!t->plan_refused && c->batch_size > 1 && c->accumulate <= (1 << 15)))) {
         char why[300];
         snprintf(why, sizeof why, "%s", stoke_last_error());
         stoke_model_free(t->model);
@@ -804,13 +811,16 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     if ((s = stoke_profiles_load(&t->profiles)) != STOKE_OK ||
         (s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
         (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
-        (s = apply_decision(t, NULL)) != STOKE_OK || (s = train_decide_batch(t)) != STOKE_OK)
+        (s = apply_decision(t, NULL)) != STOKE_OK)
+        return s;
+    setup_optimizer(t);
+    if ((s = train_decide_batch(t)) != STOKE_OK)
         return s;
     /* a test hook: optimizer step N's first batch fails as an allocation would */
     const char *fs = getenv("STOKE_FAIL_ALLOC_AT_STEP");
     t->fail_step = fs && *fs ? strtoll(fs, NULL, 10) : -1;
     setup_mfu(t);
-    setup_optim(t);
+    setup_schedule(t);
     t->recompute = strcmp(t->cfg.recompute, "on") == 0;
     if (t->recompute)
         report_recompute(t, stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "recompute")));
