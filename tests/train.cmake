@@ -52,5 +52,6 @@ set_tests_properties(test_batch_fit PROPERTIES TIMEOUT 300)
 # it with an effective batch, and an injected allocation failure halving it.
 add_test(NAME train_batch_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_batch.sh $<TARGET_FILE:stoke>
-                 ${CMAKE_CURRENT_BINARY_DIR}/train-batch-e2e)
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-batch-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
+                 ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
 set_tests_properties(train_batch_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

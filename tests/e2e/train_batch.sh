@@ -1,12 +1,16 @@
 #!/bin/sh
-# train_batch.sh STOKE WORKDIR - `stoke train --batch-size auto` on a slice of Debian's
+# train_batch.sh STOKE WORKDIR [FAKEDIR SCENARIODIR] - `stoke train --batch-size auto` on a slice of Debian's
 # Fashion-MNIST: --dry-run says the batch found and plans at it, a budget and the
 # safety factor shrink it, --limit caps it; a short run trains at it (its log's start
 # record), reaching an effective batch by accumulation; an injected allocation failure
 # (STOKE_FAIL_ALLOC_ABOVE) halves the batch, doubles the accumulation and completes.
+# With the CUDA test doubles: the fit in a GPU's free memory, and a failure within
+# training (STOKE_FAIL_ALLOC_AT_STEP) ending with the losses of the run without it.
 set -u
 stoke=$1
 work=$2
+fake=${3:-}
+scen=${4:-}
 data=/usr/share/datasets/fashion-mnist
 if [ ! -d "$data" ]; then
     echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
@@ -67,4 +71,23 @@ set -- $last
 [ $# -eq 2 ] && [ $(($1 * $2)) -eq 512 ] && ok "the same effective batch ($1 x $2)" ||
     { fail "effective batch after halving: $last"; show "$out"; }
 expect_line "completed" "^done: 1 epoch, 2 steps"
+
+# --- a GPU (the test doubles: nothing here claims a GPU's result)
+if [ -n "$fake" ] && [ -f "$fake/fake_cudart/libcudart.so.13" ]; then
+    use_gpu_doubles "$fake" "$scen"
+    gpu="--model mlp --hidden 64 --limit 1000 --val-limit 200 --no-monitor --epochs 1"
+    STOKE_FAKE_CUDA_MALLOC_LIMIT=20000000 "$stoke" train $gpu --batch-size auto --dry-run \
+        >"$out" 2>&1
+    expect_line "GPU: the fit in its free memory" \
+        "^batch: [0-9]+ \(auto: 70% \(memory_safety\) of the 20.0 MB free on the GPU \(cudaMemGetInfo\) = 14.0 MB, .*fits [0-9]+"
+    "$stoke" train $gpu --batch-size 128 --optimizer adamw --lr 0.01 >"$work/gpu-a.txt" 2>&1
+    STOKE_FAIL_ALLOC_AT_STEP=2 "$stoke" train $gpu --batch-size 128 --optimizer adamw \
+        --lr 0.01 >"$out" 2>&1
+    expect_line "GPU: halved within training" \
+        "^out of GPU memory \(STOKE_FAIL_ALLOC_AT_STEP: .*\): batch 64 x 2 accumulated instead"
+    a=$(grep "^done:" "$work/gpu-a.txt" | sed 's/ in [0-9.]*s//')
+    b=$(grep "^done:" "$out" | sed 's/ in [0-9.]*s//')
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok "GPU: the same steps and losses ($b)" ||
+        { fail "GPU: '$b' after halving, '$a' without"; show "$out"; }
+fi
 e2e_end
