@@ -150,13 +150,17 @@ static stoke_status effective(stoke_trainer *t)
     w->source = (stoke_source)stoke_train_config_source(c, "accumulate");
     if (c->effective_batch <= 0)
         return STOKE_OK;
-    stoke_cfg_source as = stoke_train_config_source(c, "accumulate");
-    if (as != STOKE_CFG_DEFAULT && as != STOKE_CFG_CHECKPOINT)
+    /* a resumed run's own value yields to the other one given now */
+    stoke_cfg_source as = stoke_train_config_source(c, "accumulate"),
+                     es = stoke_train_config_source(c, "effective_batch");
+    bool a_given = as != STOKE_CFG_DEFAULT && as != STOKE_CFG_CHECKPOINT;
+    if (a_given && es == STOKE_CFG_CHECKPOINT)
+        return STOKE_OK;
+    if (a_given)
         return stoke_fail(STOKE_ERR_ARG,
                           "effective_batch (%s) and accumulate (%s) both set the accumulation: "
                           "give one",
-                          stoke_cfg_source_name(stoke_train_config_source(c, "effective_batch")),
-                          stoke_cfg_source_name(as));
+                          stoke_cfg_source_name(es), stoke_cfg_source_name(as));
     c->accumulate = (c->effective_batch + c->batch_size - 1) / c->batch_size;
     char reached[96] = "";
     if (c->accumulate * c->batch_size != c->effective_batch)

@@ -90,6 +90,8 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
                 continue;
             char uv[600];
             json_value(u, uv, sizeof uv);
+            if (!strcmp(k, "batch_size") && c->batch_size == 0)
+                snprintf(uv, sizeof uv, "auto"); /* the batch finder decides it next */
             given_as(k, c->source[i], uv, given, sizeof given);
             if (in_list(resume_fixed, k))
                 s = stoke_fail(STOKE_ERR_ARG,
