@@ -387,6 +387,22 @@ static void test_alloc_failure(void)
     c.batch_size = 32;
     c.accumulate = 2;
     train_run(&c, &d);
+    /* within a step's accumulation: its second batch, gradients of the first held */
+    run m;
+    setenv("STOKE_FAIL_ALLOC_AT_STEP", "7:1", 1); /* in the last epoch */
+    train_run(&c, &m);
+    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
+    CHECK_INT_EQ(m.batch, 16);
+    CHECK_INT_EQ(m.accum, 4);
+    CHECK_INT_EQ(m.r.steps, a.r.steps);
+    CHECK_INT_EQ(m.said.n, 1);
+    CHECK_STR_CONTAINS(m.said.text[0], "refused at step 7, batch 1 of it): batch 16 x 4");
+    CHECK_MSG(fabs(m.r.val_loss - a.r.val_loss) < 1e-4 * (1 + fabs(a.r.val_loss)),
+              "mid-step: val loss %.6f, at 64 %.6f", m.r.val_loss, a.r.val_loss);
+    for (int k = 0; k < 4; k++)
+        CHECK_NEAR(m.w[k], a.w[k], 1e-4);
+    /* the epoch's loss counts each sample once: the restarted step's first batch too */
+    CHECK_NEAR(m.r.train_loss, a.r.train_loss, 1e-4 * (1 + fabs(a.r.train_loss)));
     const run *rs[] = {&b, &h};
     for (int i = 0; i < 2; i++) {
         const run *r = rs[i];

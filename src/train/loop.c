@@ -244,14 +244,15 @@ static double epoch_metric(const stoke_trainer *t)
 /* Forward and backward over one batch; its loss and metric join the epoch's sums.
  * The phases are marked on the model's device: a GPU's backward is only queued, and
  * the host goes on to the next batch while it runs. */
-static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
+static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accum)
 {
-    if (t->fail_step == t->step) { /* the test hook, once: as a workspace grown would */
+    /* the test hook, once: batch `accum` of the step fails as a workspace grown would */
+    if (t->fail_step == t->step && t->fail_micro == accum) {
         t->fail_step = -1;
         return stoke_fail(STOKE_ERR_NOMEM,
                           "STOKE_FAIL_ALLOC_AT_STEP: the workspace of batch %" PRId64
-                          " refused at step %" PRId64,
-                          b->size, t->step);
+                          " refused at step %" PRId64 ", batch %d of it",
+                          b->size, t->step, accum);
     }
     stoke_model_mark(t->model, STOKE_PHASE_START);
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
@@ -489,7 +490,7 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
         if (s != STOKE_OK)
             return s;
         if (b.size > 0) {
-            s = train_batch(t, &b);
+            s = train_batch(t, &b, accum);
             if (s == STOKE_ERR_NOMEM) {
                 if ((s = restart_halved(t, k, &from)) != STOKE_OK)
                     return s;

@@ -816,9 +816,12 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     setup_optimizer(t);
     if ((s = train_decide_batch(t)) != STOKE_OK)
         return s;
-    /* a test hook: optimizer step N's first batch fails as an allocation would */
+    /* a test hook: "N" or "N:M", batch M (0: the first) of optimizer step N fails as an
+     * allocation would */
     const char *fs = getenv("STOKE_FAIL_ALLOC_AT_STEP");
-    t->fail_step = fs && *fs ? strtoll(fs, NULL, 10) : -1;
+    char *end = NULL;
+    t->fail_step = fs && *fs ? strtoll(fs, &end, 10) : -1;
+    t->fail_micro = end && *end == ':' ? atoi(end + 1) : 0;
     setup_mfu(t);
     setup_schedule(t);
     t->recompute = strcmp(t->cfg.recompute, "on") == 0;
