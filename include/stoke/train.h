@@ -177,6 +177,10 @@ typedef struct stoke_train_config {
                                  (default), on, or auto: on only when the models would
                                  not fit otherwise, before a smaller batch is tried
                                  (env STOKE_RECOMPUTE) */
+    char tune[8];            /* what measures the settings given as auto: trials
+                                  (default: the tuning cache, else trials before the
+                                  run), cache (the cache alone, else the rules), off
+                                  (the rules, as when unset; env STOKE_TUNE) */
     char optimizer[8];       /* sgd, adamw */
     double lr;               /* default 0.05 (SGD) */
     double momentum;         /* SGD, default 0.9 */

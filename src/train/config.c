@@ -79,6 +79,10 @@ static const struct key {
      0, 0, "STOKE_DEVICE", NULL, AUTO_NO},
     {"recompute", T_STR, offsetof(stoke_train_config, recompute),
      sizeof((stoke_train_config *)0)->recompute, 0, 0, "STOKE_RECOMPUTE", " off on auto ", AUTO_NO},
+    /* what `auto` measures by (tune.c): trials (and the cache), the cache alone, or
+     * nothing (the rules decide, as for a setting left unset) */
+    {"tune", T_STR, offsetof(stoke_train_config, tune), sizeof((stoke_train_config *)0)->tune, 0, 0,
+     "STOKE_TUNE", " trials cache off ", AUTO_NO},
     S(optimizer, " sgd adamw "),
     D(lr, 0, 1e3, "LR"),
     D(momentum, 0, 0.9999, NULL),
@@ -135,6 +139,7 @@ void stoke_train_config_defaults(stoke_train_config *c)
     snprintf(c->precision, sizeof c->precision, "auto");
     snprintf(c->device, sizeof c->device, "auto");
     snprintf(c->recompute, sizeof c->recompute, "off");
+    snprintf(c->tune, sizeof c->tune, "trials");
     snprintf(c->optimizer, sizeof c->optimizer, "sgd");
     c->lr = 0.05;
     c->momentum = 0.9;

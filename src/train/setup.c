@@ -72,6 +72,24 @@ static void tuned_sources(const stoke_trainer *t, stoke_tune_request *q)
         q->precision_src = u->source;
 }
 
+void train_tuned_pending(const stoke_trainer *t, stoke_why *w)
+{
+    char rule[sizeof w->reason];
+    memcpy(rule, w->reason, sizeof rule);
+    size_t cap = sizeof rule - 1, a = strlen(t->tuned.pending), b = strlen(rule);
+    a = a < cap ? a : cap;
+    memcpy(w->reason, t->tuned.pending, a);
+    size_t n = a;
+    if (n + 2 <= cap) {
+        memcpy(w->reason + n, ": ", 2);
+        n += 2;
+        b = b < cap - n ? b : cap - n;
+        memcpy(w->reason + n, rule, b);
+        n += b;
+    }
+    w->reason[n] = '\0';
+}
+
 static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
 {
     const struct train_tuned *u = &t->tuned;
@@ -94,21 +112,7 @@ static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
                 snprintf(v[i].w->reason, sizeof v[i].w->reason, "%s", v[i].why);
             continue;
         }
-        /* measurement pending: the rule's value, and why it is not measured */
-        char rule[sizeof v[i].w->reason];
-        memcpy(rule, v[i].w->reason, sizeof rule);
-        size_t cap = sizeof rule - 1, a = strlen(u->pending), b = strlen(rule);
-        a = a < cap ? a : cap;
-        memcpy(v[i].w->reason, u->pending, a);
-        size_t n = a;
-        if (n + 2 <= cap) {
-            memcpy(v[i].w->reason + n, ": ", 2);
-            n += 2;
-            b = b < cap - n ? b : cap - n;
-            memcpy(v[i].w->reason + n, rule, b);
-            n += b;
-        }
-        v[i].w->reason[n] = '\0';
+        train_tuned_pending(t, v[i].w);
     }
 }
 

@@ -101,6 +101,10 @@ struct stoke_trainer {
 stoke_status train_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
                        const train_trial *trial, stoke_trainer **out);
 
+/* setup.c: a setting given as auto that a dry run could not measure: its rule's
+ * reason, prefixed with why it is not measured (t->tuned.pending). */
+void train_tuned_pending(const stoke_trainer *t, stoke_why *w);
+
 /* loop.c: a trial's bookkeeping after each optimizer step: the window's start, the
  * losses' finiteness, and trial.done once it has measured enough. */
 void train_trial_step(stoke_trainer *t);

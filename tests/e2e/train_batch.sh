@@ -18,6 +18,8 @@ if [ ! -d "$data" ]; then
 fi
 . "$(dirname "$0")/lib.sh"
 unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_ABOVE STOKE_FAIL_ALLOC_AT_STEP
+# batch auto as the fit's rule decides it, not measured by trials (tests/e2e/tune.sh)
+export STOKE_TUNE=off
 small="--model mlp --hidden 64 --limit 1000 --val-limit 200 --threads 2 --no-monitor --device cpu"
 expect_line() {
     if grep -Eq -- "$2" "$out"; then ok "$1"; else fail "$1 (no line '$2')"; show "$out"; fi
