@@ -5,7 +5,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "core/tmpfile.h"
 #include "train/trainer.h"
 
@@ -23,16 +23,6 @@
 #define TRIAL_SECONDS   0.5
 /* The batch search starts no lower: below it a step is mostly fixed overhead. */
 #define TUNE_BATCH_MIN 16
-
-/* snprintf through a function: the messages are cut at their buffers by design */
-static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *buf, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct trial_ctx {
     stoke_train_config base;
@@ -47,7 +37,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     c.workers = p->workers;
     c.prefetch = p->prefetch;
     c.threads = p->threads;
-    say(c.precision, sizeof c.precision, "%s", stoke_precision_name(p->precision));
+    stoke_say(c.precision, sizeof c.precision, "%s", stoke_precision_name(p->precision));
     c.accumulate = 1; /* a micro-batch's speed; accumulation only spaces the updates */
     c.effective_batch = 0;
     c.epochs = 1000000; /* the trial stops itself; the schedule's rate stays the start's */
@@ -68,13 +58,13 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
         /* set up, then refused by a step: a gradient that is not finite (an fp32 or
          * bf16 step stops there) or a bad sample; either way this setting did not
          * train. A bad sample fails every trial, and the search then says so. */
-        say(m->error, sizeof m->error, "%s", stoke_last_error());
+        stoke_say(m->error, sizeof m->error, "%s", stoke_last_error());
         m->finite = false;
         stoke_trainer_free(t);
         return STOKE_OK;
     }
     if (s == STOKE_ERR_NOMEM) { /* this setting does not fit: the search goes on */
-        say(m->error, sizeof m->error, "%s", stoke_last_error());
+        stoke_say(m->error, sizeof m->error, "%s", stoke_last_error());
         m->finite = true; /* nothing diverged */
         stoke_trainer_free(t);
         return STOKE_OK;
@@ -90,7 +80,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     int64_t batches = s1.batches - r->s0.batches;
     m->ran = r->marked && batches > 0 && dt > 0;
     if (!m->ran) {
-        say(m->error, sizeof m->error, "the trial measured nothing");
+        stoke_say(m->error, sizeof m->error, "the trial measured nothing");
         m->finite = true;
         stoke_trainer_free(t);
         return STOKE_OK;
@@ -170,7 +160,7 @@ static void cache_key(const stoke_trainer *t, char *key, size_t size)
     char real[PATH_MAX] = "";
     struct stat st = {0};
     if (!realpath(c->dataset, real))
-        say(real, sizeof real, "%s", c->dataset);
+        stoke_say(real, sizeof real, "%s", c->dataset);
     stat(real, &st);
     size_t n = (size_t)snprintf(
         key, size,
@@ -194,11 +184,11 @@ static void cache_dir(char *dir, size_t size)
     const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"),
                *h = getenv("HOME");
     if (e && *e)
-        say(dir, size, "%s", e);
+        stoke_say(dir, size, "%s", e);
     else if (x && *x)
-        say(dir, size, "%s/stoke", x);
+        stoke_say(dir, size, "%s/stoke", x);
     else if (h && *h)
-        say(dir, size, "%s/.cache/stoke", h);
+        stoke_say(dir, size, "%s/.cache/stoke", h);
     else
         dir[0] = '\0';
 }
@@ -211,14 +201,14 @@ static void cache_path(const char *key, char *path, size_t size)
         path[0] = '\0';
         return;
     }
-    say(path, size, "%s/tune/%016" PRIx64 ".yaml", dir, fnv1a(key));
+    stoke_say(path, size, "%s/tune/%016" PRIx64 ".yaml", dir, fnv1a(key));
 }
 
 /* mkdir -p of path's directory. */
 static bool make_dirs(const char *path)
 {
     char d[PATH_MAX];
-    say(d, sizeof d, "%s", path);
+    stoke_say(d, sizeof d, "%s", path);
     char *slash = strrchr(d, '/');
     if (!slash)
         return true;
@@ -242,7 +232,7 @@ static const char *measured_list(const tune_open *o, char *buf, size_t size)
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i])
-            say(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? " " : "", names[i]);
+            stoke_say(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? " " : "", names[i]);
     return buf;
 }
 
@@ -258,7 +248,7 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
     const stoke_tune_measure *m = &r->best_m;
     char when[32] = "", dev[32] = "the CPU computes", names[80];
     if (t->device != STOKE_TUNE_CPU)
-        say(dev, sizeof dev, "on cuda:%d", t->device);
+        stoke_say(dev, sizeof dev, "on cuda:%d", t->device);
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm))
@@ -273,7 +263,7 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
         r->ntrials, seconds, key, measured_list(o, names, sizeof names));
     /* all five: the file is the whole tuned configuration (the settings given were
      * measured with), and the cache checks a later run's against them */
-    say(y + n, size - n,
+    stoke_say(y + n, size - n,
         "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
         b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
     return y;
@@ -296,14 +286,14 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        say(why, wn, "not measured before");
+        stoke_say(why, wn, "not measured before");
         return false;
     }
     char *text = malloc(65536);
     size_t len = text ? fread(text, 1, 65535, f) : 0;
     fclose(f);
     if (!text) {
-        say(why, wn, "out of memory");
+        stoke_say(why, wn, "out of memory");
         return false;
     }
     text[len] = '\0';
@@ -316,7 +306,7 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
     if (ml) {
         ml += 13;
         size_t n = strcspn(ml, "\n");
-        say(measured, sizeof measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
+        stoke_say(measured, sizeof measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
     }
     const char *unmeasured = !strstr(measured, " batch_size ") && o->batch   ? "batch_size"
                              : !strstr(measured, " workers ") && o->workers  ? "workers"
@@ -329,26 +319,26 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
     stoke_status s = match ? stoke_train_config_parse(&c, text, len, path) : STOKE_OK;
     free(text);
     if (!match) {
-        say(why, wn, "%s is for another machine, model or dataset", path);
+        stoke_say(why, wn, "%s is for another machine, model or dataset", path);
         return false;
     }
     if (unmeasured) {
-        say(why, wn, "%s was given %s, not measured", path, unmeasured);
+        stoke_say(why, wn, "%s was given %s, not measured", path, unmeasured);
         return false;
     }
     if (s != STOKE_OK) {
-        say(why, wn, "%s", stoke_last_error());
+        stoke_say(why, wn, "%s", stoke_last_error());
         return false;
     }
     static const char *keys[] = {"batch_size", "workers", "prefetch", "threads", "precision"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (stoke_train_config_source(&c, keys[i]) != STOKE_CFG_FILE) {
-            say(why, wn, "%s has no %s", path, keys[i]);
+            stoke_say(why, wn, "%s has no %s", path, keys[i]);
             return false;
         }
     if (c.workers < 0 || c.prefetch == 0 || c.threads == 0 ||
         !stoke_precision_parse(c.precision, &best->precision)) {
-        say(why, wn, "%s holds a setting that is not a measured value", path);
+        stoke_say(why, wn, "%s holds a setting that is not a measured value", path);
         return false;
     }
     best->batch = c.batch_size;
@@ -367,7 +357,7 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
                           : pr && strcmp(run->precision, c.precision)    ? "precision"
                                                                          : NULL;
     if (differs) {
-        say(why, wn, "%s was measured with another %s than this run's", path, differs);
+        stoke_say(why, wn, "%s was measured with another %s than this run's", path, differs);
         return false;
     }
     return true;
@@ -443,9 +433,9 @@ void stoke_train_format_trial(const stoke_tune_trial *t, int index, char *buf, s
         return;
     char mem[32];
     if (!t->m.ran)
-        say(buf + n, size - (size_t)n, " -> could not run: %s", t->m.error);
+        stoke_say(buf + n, size - (size_t)n, " -> could not run: %s", t->m.error);
     else
-        say(buf + n, size - (size_t)n,
+        stoke_say(buf + n, size - (size_t)n,
                  " -> %.0f samples/s, data wait %.1f%%, %.2f ms a step, memory %s%s",
                  t->m.samples_per_s, t->m.wait_pct, t->m.step_ms,
                  stoke_format_bytes(t->m.memory_bytes, mem, sizeof mem),
@@ -476,11 +466,11 @@ static stoke_status write_results(const stoke_trainer *pt, const tune_open *o,
     if (opts->write_cache && out->cache_path[0] && !opts->grid) {
         errno = 0;
         if (!make_dirs(out->cache_path))
-            say(out->cache_error, sizeof out->cache_error, "%s: %s", out->cache_path,
+            stoke_say(out->cache_error, sizeof out->cache_error, "%s: %s", out->cache_path,
                      strerror(errno));
         else if (write_file(out->cache_path, y) != STOKE_OK)
             /* a cache that cannot be written costs the next run its trials, no more */
-            say(out->cache_error, sizeof out->cache_error, "%s", stoke_last_error());
+            stoke_say(out->cache_error, sizeof out->cache_error, "%s", stoke_last_error());
     }
     if (opts->output)
         s = write_file(opts->output, y);
@@ -513,7 +503,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     cache_key(pt, out->key, sizeof out->key);
     cache_path(out->key, out->cache_path, sizeof out->cache_path);
     if (!out->cache_path[0])
-        say(out->cache_note, sizeof out->cache_note,
+        stoke_say(out->cache_note, sizeof out->cache_note,
                  "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
     else if (opts->use_cache && !opts->grid &&
              cache_read(out->cache_path, out->key, cfg, &o, &out->result.best, out->cache_note,
@@ -536,9 +526,9 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
                     .seconds = opts->trial_seconds > 0 ? opts->trial_seconds : TRIAL_SECONDS};
     /* every trial runs where the rules put the run, not decided again each time */
     if (pt->device == STOKE_TUNE_CPU)
-        say(tc.base.device, sizeof tc.base.device, "cpu");
+        stoke_say(tc.base.device, sizeof tc.base.device, "cpu");
     else
-        say(tc.base.device, sizeof tc.base.device, "cuda:%d", pt->device);
+        stoke_say(tc.base.device, sizeof tc.base.device, "cuda:%d", pt->device);
     if (owner) {
         char what[80] = "";
         const char *names[] = {o.batch ? "batch_size" : NULL, o.workers ? "workers" : NULL,
@@ -546,7 +536,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
                                o.precision ? "precision" : NULL};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             if (names[i])
-                say(what + strlen(what), sizeof what - strlen(what), "%s%s", what[0] ? ", " : "",
+                stoke_say(what + strlen(what), sizeof what - strlen(what), "%s%s", what[0] ? ", " : "",
                     names[i]);
         train_info(owner, "tune: measuring %s by short trials (%s)", what, out->cache_note);
     }
@@ -581,14 +571,14 @@ static void apply_point(stoke_trainer *t, const stoke_train_tuning *r)
     if (r->threads)
         c->threads = b->threads;
     if (r->precision)
-        say(c->precision, sizeof c->precision, "%s", stoke_precision_name(b->precision));
+        stoke_say(c->precision, sizeof c->precision, "%s", stoke_precision_name(b->precision));
 }
 
 /* "measured: <why>"; "" when the search had nothing to say (the rule's reason stays). */
 static void measured(char *buf, size_t size, const char *why)
 {
     if (why[0])
-        say(buf, size, "measured: %s", why);
+        stoke_say(buf, size, "measured: %s", why);
     else
         buf[0] = '\0';
 }
@@ -625,13 +615,13 @@ stoke_status train_tune_settings(stoke_trainer *t)
         u->source = r->cached ? STOKE_SRC_CACHED : STOKE_SRC_TUNED;
     }
     if (r->cached) {
-        say(u->why_batch, sizeof u->why_batch,
+        stoke_say(u->why_batch, sizeof u->why_batch,
                  "measured by an earlier run's trials on this machine, model and data (%s)",
                  r->cache_path);
-        say(u->why_workers, sizeof u->why_workers, "%s", u->why_batch);
-        say(u->why_prefetch, sizeof u->why_prefetch, "%s", u->why_batch);
-        say(u->why_threads, sizeof u->why_threads, "%s", u->why_batch);
-        say(u->why_precision, sizeof u->why_precision, "%s", u->why_batch);
+        stoke_say(u->why_workers, sizeof u->why_workers, "%s", u->why_batch);
+        stoke_say(u->why_prefetch, sizeof u->why_prefetch, "%s", u->why_batch);
+        stoke_say(u->why_threads, sizeof u->why_threads, "%s", u->why_batch);
+        stoke_say(u->why_precision, sizeof u->why_precision, "%s", u->why_batch);
     } else if (u->applied) {
         const stoke_tune_result *x = &r->result;
         measured(u->why_batch, sizeof u->why_batch, x->why_batch);
@@ -643,7 +633,7 @@ stoke_status train_tune_settings(stoke_trainer *t)
                    x->best_m.samples_per_s, r->cache_error[0] ? "; cache not written: " : "",
                    r->cache_error);
     } else {
-        say(u->pending, sizeof u->pending, "auto, not measured yet (%s; %s): the rule",
+        stoke_say(u->pending, sizeof u->pending, "auto, not measured yet (%s; %s): the rule",
             r->cache_note,
             strcmp(t->cfg.tune, "cache") ? "a run measures it first" : "tune: cache runs no trials");
     }

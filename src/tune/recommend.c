@@ -1,9 +1,9 @@
 /* recommend.c - the table of recommendation rules, the peak FLOP/s arithmetic and the
  * judgement of OpenBLAS's kernels against the CPU. */
+#include "core/text.h"
 #include "stoke/tune.h"
 #include "tune/tune_impl.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -57,31 +57,6 @@ static const arch_rate *find_arch(int major, int minor)
     return NULL;
 }
 
-static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *buf, size_t size, const char *fmt, ...)
-{
-    if (!buf || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
-
-/* Appends to a reason already in buf. */
-static void more(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void more(char *buf, size_t size, const char *fmt, ...)
-{
-    size_t used = strlen(buf);
-    if (used + 1 >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, size - used, fmt, ap);
-    va_end(ap);
-}
-
 static bool is_geforce(const stoke_gpu_info *g) { return strstr(g->name, "GeForce") != NULL; }
 
 bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops, char *why,
@@ -89,7 +64,7 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
 {
     *flops = 0;
     if (!(gpu->valid & STOKE_GPU_HAS_CC)) {
-        say(why, why_size, "unknown: the driver did not report the compute capability");
+        stoke_say(why, why_size, "unknown: the driver did not report the compute capability");
         return false;
     }
     const arch_rate *a = find_arch(gpu->cc_major, gpu->cc_minor);
@@ -97,16 +72,16 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
     if (a)
         per_sm = tensor ? a->tensor_flops : 2 * a->fp32_lanes;
     if (per_sm == 0) {
-        say(why, why_size, "unknown: no %s rate on file for compute capability %d.%d",
+        stoke_say(why, why_size, "unknown: no %s rate on file for compute capability %d.%d",
             tensor ? "tensor-core" : "fp32", gpu->cc_major, gpu->cc_minor);
         return false;
     }
     if (!(gpu->valid & STOKE_GPU_HAS_SM_COUNT) || gpu->sm_count <= 0) {
-        say(why, why_size, "unknown: no SM count (the CUDA runtime did not report it)");
+        stoke_say(why, why_size, "unknown: no SM count (the CUDA runtime did not report it)");
         return false;
     }
     if (!(gpu->valid & STOKE_GPU_HAS_MAX_SM_CLOCK) || gpu->max_sm_clock_mhz == 0) {
-        say(why, why_size, "unknown: the driver did not report the max SM clock");
+        stoke_say(why, why_size, "unknown: the driver did not report the max SM clock");
         return false;
     }
     bool halved = tensor && a->geforce_halves && is_geforce(gpu);
@@ -114,13 +89,13 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
         per_sm /= 2;
     *flops = (double)gpu->sm_count * gpu->max_sm_clock_mhz * 1e6 * per_sm;
     if (tensor)
-        say(why, why_size,
+        stoke_say(why, why_size,
             "%d SMs x %u MHz x %d dense FLOPs/clock/SM (%s tensor cores, cc %d.%d, fp32 "
             "accumulate%s)",
             gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->arch, gpu->cc_major, gpu->cc_minor,
             halved ? ", half rate on GeForce" : "");
     else
-        say(why, why_size,
+        stoke_say(why, why_size,
             "%d SMs x %u MHz x %d FLOPs/clock/SM (%d fp32 FMA lanes x 2, %s, cc %d.%d)",
             gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->fp32_lanes, a->arch, gpu->cc_major,
             gpu->cc_minor);
@@ -167,24 +142,24 @@ bool stoke_cpu_peak_flops(const stoke_cpu_info *cpu, bool bf16, double *flops, c
             per_cycle *= 2;
             what = bf16_what;
         } else {
-            say(why, why_size, "unknown: no bf16 instructions (AVX512-BF16, AMX-BF16)");
+            stoke_say(why, why_size, "unknown: no bf16 instructions (AVX512-BF16, AMX-BF16)");
             return false;
         }
     }
     if (per_cycle == 0) {
-        say(why, why_size, "unknown: no SIMD rate on file for this CPU's features");
+        stoke_say(why, why_size, "unknown: no SIMD rate on file for this CPU's features");
         return false;
     }
     if (cpu->physical_cores <= 0) {
-        say(why, why_size, "unknown: the physical core count is unknown");
+        stoke_say(why, why_size, "unknown: the physical core count is unknown");
         return false;
     }
     if (cpu->max_mhz <= 0) {
-        say(why, why_size, "unknown: the kernel reports no CPU clock");
+        stoke_say(why, why_size, "unknown: the kernel reports no CPU clock");
         return false;
     }
     *flops = cpu->physical_cores * cpu->max_mhz * 1e6 * per_cycle;
-    say(why, why_size, "%d physical cores x %.0f MHz x %d FLOPs/cycle/core (%s)",
+    stoke_say(why, why_size, "%d physical cores x %.0f MHz x %d FLOPs/cycle/core (%s)",
         cpu->physical_cores, cpu->max_mhz, per_cycle, what);
     return true;
 }
@@ -278,16 +253,16 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
     if (l >= 0)
         out->cpu_isa = blas_cpu_levels[l].isa;
     if (!core || !*core) {
-        say(out->reason, sizeof out->reason, "unknown: OpenBLAS reported no core");
+        stoke_say(out->reason, sizeof out->reason, "unknown: OpenBLAS reported no core");
         return out->fit;
     }
     if (c < 0) {
-        say(out->reason, sizeof out->reason,
+        stoke_say(out->reason, sizeof out->reason,
             "unknown: OpenBLAS core %s is not one of the x86-64 cores stoke knows", core);
         return out->fit;
     }
     if (l < 0) {
-        say(out->reason, sizeof out->reason,
+        stoke_say(out->reason, sizeof out->reason,
             "unknown: this CPU's flags show no SSE4.2 or wider vectors to judge the %s "
             "kernels (%s) against",
             core, out->core_isa);
@@ -297,7 +272,7 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
     const char *want = blas_cpu_levels[l].coretype;
     if (have == can) {
         out->fit = STOKE_BLAS_FIT_MATCH;
-        say(out->reason, sizeof out->reason,
+        stoke_say(out->reason, sizeof out->reason,
             "OpenBLAS runs its %s kernels (%s), which use the widest vectors this CPU has "
             "(%s)",
             core, out->core_isa, out->cpu_isa);
@@ -306,19 +281,19 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
     out->coretype = want;
     if (have > can) {
         out->fit = STOKE_BLAS_FIT_ABOVE;
-        say(out->reason, sizeof out->reason,
+        stoke_say(out->reason, sizeof out->reason,
             "OpenBLAS runs its %s kernels (%s) but this CPU has only %s: its GEMMs would "
             "stop on an illegal instruction; set OPENBLAS_CORETYPE=%s or unset it",
             core, out->core_isa, out->cpu_isa, want);
     } else if (have == LVL_AVX2 && can == LVL_AVX512) {
         out->fit = STOKE_BLAS_FIT_BELOW;
-        say(out->reason, sizeof out->reason,
+        stoke_say(out->reason, sizeof out->reason,
             "OpenBLAS runs its %s kernels (%s) on a CPU with %s: one level below, slower "
             "on large products; set OPENBLAS_CORETYPE=%s for programs using this OpenBLAS",
             core, out->core_isa, out->cpu_isa, want);
     } else {
         out->fit = STOKE_BLAS_FIT_FALLBACK;
-        say(out->reason, sizeof out->reason,
+        stoke_say(out->reason, sizeof out->reason,
             "OpenBLAS runs its %s kernels (%s) on a CPU with %s: a fallback far below it, "
             "several times slower (OpenBLAS picks them by CPU model and falls back on "
             "models it does not know); set OPENBLAS_CORETYPE=%s for programs using this "
@@ -355,7 +330,7 @@ static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     const stoke_gpu_info *g = &m->gpus[dev];
     r->type = STOKE_REC_TEXT;
     if (!(g->valid & STOKE_GPU_HAS_CC)) {
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "unknown: the driver did not report the compute "
             "capability");
         return true;
@@ -366,7 +341,7 @@ static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
             r->known = true;
             snprintf(r->text, sizeof r->text, "%s", precision_rules[i].value);
             r->precision = precision_rules[i].precision;
-            say(r->reason, sizeof r->reason, "compute capability %d.%d %s", g->cc_major,
+            stoke_say(r->reason, sizeof r->reason, "compute capability %d.%d %s", g->cc_major,
                 g->cc_minor, precision_rules[i].why);
             break;
         }
@@ -379,7 +354,7 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
     const stoke_gpu_info *g = &m->gpus[dev];
     r->type = STOKE_REC_BOOL;
     if (!(g->valid & STOKE_GPU_HAS_CC)) {
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "unknown: the driver did not report the compute "
             "capability");
         return true;
@@ -387,13 +362,13 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
     r->known = true;
     r->number = g->cc_major >= 8;
     if (r->number)
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "compute capability %d.%d >= 8.0: fp32 matmuls and convolutions run on TF32 "
             "tensor cores (10-bit mantissa, fp32 range) on this GPU only; the CPU has no "
             "TF32, so a CPU run has nothing to set",
             g->cc_major, g->cc_minor);
     else
-        say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32", g->cc_major,
+        stoke_say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32", g->cc_major,
             g->cc_minor);
     return true;
 }
@@ -403,10 +378,10 @@ static bool flops_reason(stoke_rec *r, const char *why)
 {
     if (r->known) {
         char f[32];
-        say(r->reason, sizeof r->reason, "%s = %s", why,
+        stoke_say(r->reason, sizeof r->reason, "%s = %s", why,
             stoke_format_flops(r->number, f, sizeof f));
     } else {
-        say(r->reason, sizeof r->reason, "%s", why);
+        stoke_say(r->reason, sizeof r->reason, "%s", why);
     }
     return true;
 }
@@ -450,7 +425,7 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
          * within 0.5 points of fp32's test accuracy. */
         snprintf(r->text, sizeof r->text, "bf16");
         r->precision = STOKE_PREC_BF16;
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "CPU-only with AMX-BF16: bf16 matmuls and convolutions on AMX tiles with fp32 "
             "accumulation and fp32 master weights (about 2x fp32's training speed, same "
             "accuracy within 0.5 points, measured)");
@@ -458,18 +433,18 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     }
     snprintf(r->text, sizeof r->text, "fp32");
     r->precision = STOKE_PREC_FP32;
-    say(r->reason, sizeof r->reason, "CPU-only: the CPU backend computes in fp32");
+    stoke_say(r->reason, sizeof r->reason, "CPU-only: the CPU backend computes in fp32");
     if (m->cpu.simd_hidden & STOKE_SIMD_AMX_BF16)
-        more(r->reason, sizeof r->reason,
+        stoke_more(r->reason, sizeof r->reason,
              "; its AMX-BF16 is hidden by the CPU ISA cap %s (STOKE_MAX_CPU_ISA)",
              stoke_cpu_isa_name(m->cpu.isa_cap));
     else if (s & STOKE_SIMD_AVX512_BF16)
-        more(r->reason, sizeof r->reason,
+        stoke_more(r->reason, sizeof r->reason,
              "; this CPU has AVX512-BF16 but no AMX, so bf16 would at most double the fp32 "
              "rate (one run on an AMD EPYC Zen 4 trained 1.3x faster at the same accuracy: "
              "--precision bf16 to try)");
     else
-        more(r->reason, sizeof r->reason, "; it has no bf16 instructions (AVX512-BF16, AMX-BF16)");
+        stoke_more(r->reason, sizeof r->reason, "; it has no bf16 instructions (AVX512-BF16, AMX-BF16)");
     return true;
 }
 
@@ -503,28 +478,28 @@ static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
     r->type = STOKE_REC_COUNT;
     int usable = m->cpu.usable_cpus;
     if (usable <= 0) {
-        say(r->reason, sizeof r->reason, "unknown: the number of usable CPUs is unknown");
+        stoke_say(r->reason, sizeof r->reason, "unknown: the number of usable CPUs is unknown");
         return true;
     }
     r->known = true;
     int n = loader_workers(m);
     r->number = n;
     if (usable == 1) {
-        say(r->reason, sizeof r->reason, "1 usable CPU: batches are loaded in the training thread");
+        stoke_say(r->reason, sizeof r->reason, "1 usable CPU: batches are loaded in the training thread");
     } else if (m->gpu_count > 0) {
         int raw = usable - 1 - m->gpu_count;
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "GPU machine: %d usable CPUs - 1 for the training loop - %d for GPU feeding "
             "(one per GPU) = %d",
             usable, m->gpu_count, raw);
         if (raw > MAX_GPU_WORKERS)
-            more(r->reason, sizeof r->reason,
+            stoke_more(r->reason, sizeof r->reason,
                  ", capped at %d (more rarely helps and each worker holds batches in RAM)",
                  MAX_GPU_WORKERS);
         else if (raw < 1)
-            more(r->reason, sizeof r->reason, ", raised to 1 so loading overlaps compute");
+            stoke_more(r->reason, sizeof r->reason, ", raised to 1 so loading overlaps compute");
     } else {
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "CPU-only machine: the CPUs also compute, so a quarter of the %d usable CPUs "
             "(at least 1, at most %d) load data",
             usable, MAX_CPU_WORKERS);
@@ -542,7 +517,7 @@ static bool rule_compute_threads(const stoke_machine *m, int dev, stoke_rec *r)
     int workers = loader_workers(m);
     int n = m->cpu.usable_cpus - workers;
     r->number = n < 1 ? 1 : n;
-    say(r->reason, sizeof r->reason,
+    stoke_say(r->reason, sizeof r->reason,
         "CPU-only machine: %d usable CPUs - %d loader worker%s = %.0f for the math "
         "(BLAS/OpenMP threads), so nothing oversubscribes",
         m->cpu.usable_cpus, workers, workers == 1 ? "" : "s", r->number);
@@ -556,12 +531,12 @@ static bool rule_pin_memory(const stoke_machine *m, int dev, stoke_rec *r)
     r->known = true;
     r->number = m->gpu_count > 0;
     if (m->gpu_count > 0)
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "%d GPU%s: batches staged in page-locked host memory copy asynchronously at "
             "full PCIe speed while the GPU computes",
             m->gpu_count, m->gpu_count == 1 ? "" : "s");
     else
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "no GPU: there is no device copy to speed up, and pinned pages are taken "
             "from the OS");
     return true;
@@ -579,7 +554,7 @@ static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
     (void)dev;
     r->type = STOKE_REC_COUNT;
     if (m->cpu.usable_cpus <= 0) {
-        say(r->reason, sizeof r->reason,
+        stoke_say(r->reason, sizeof r->reason,
             "unknown: follows the loader workers, which are "
             "unknown");
         return true;
@@ -588,7 +563,7 @@ static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
     int depth = tune_prefetch_depth(workers);
     r->known = true;
     r->number = depth;
-    say(r->reason, sizeof r->reason,
+    stoke_say(r->reason, sizeof r->reason,
         "2 batches per loader worker (one being filled, one ready) x %d worker%s, within "
         "[%d, %d]%s",
         workers, workers == 1 ? "" : "s", MIN_PREFETCH, MAX_PREFETCH,
@@ -633,7 +608,7 @@ static bool rule_openblas_coretype(const stoke_machine *m, int dev, stoke_rec *r
     r->type = STOKE_REC_TEXT;
     r->known = true;
     snprintf(r->text, sizeof r->text, "%s", c.coretype);
-    say(r->reason, sizeof r->reason, "%s. stoke's training does not use OpenBLAS", c.reason);
+    stoke_say(r->reason, sizeof r->reason, "%s. stoke's training does not use OpenBLAS", c.reason);
     return true;
 }
 

@@ -3,10 +3,10 @@
  * times anything itself, so the tests drive it with a model whose knee is known. */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "stoke/tune.h"
 #include "tune/tune_impl.h"
 
@@ -25,27 +25,6 @@ typedef struct search {
     stoke_tune_result *r;
     double target; /* data wait % that counts as fed */
 } search;
-
-static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *buf, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
-
-static void more(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void more(char *buf, size_t size, const char *fmt, ...)
-{
-    size_t n = strlen(buf);
-    if (n + 1 >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, size - n, fmt, ap);
-    va_end(ap);
-}
 
 static bool same(const stoke_tune_point *a, const stoke_tune_point *b)
 {
@@ -131,12 +110,12 @@ static stoke_status search_precision(search *s, stoke_tune_point *p)
         return st;
     const char *name = stoke_precision_name(p->precision);
     if (m->finite) {
-        say(s->r->why_precision, sizeof s->r->why_precision,
+        stoke_say(s->r->why_precision, sizeof s->r->why_precision,
             "the probe's rule, confirmed: every loss of a %" PRId64 "-step trial at %s was finite",
             m->steps, name);
         return STOKE_OK;
     }
-    say(s->r->why_precision, sizeof s->r->why_precision,
+    stoke_say(s->r->why_precision, sizeof s->r->why_precision,
         "the probe's rule said %s, but the loss went non-finite within a %" PRId64
         "-step trial at it: fp32",
         name, m->steps);
@@ -166,7 +145,7 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
     }
     if (guess > mw)
         guess = mw;
-    say(why, wn, "batch production %.2f ms, a step's compute %.2f ms", m->produce_ms,
+    stoke_say(why, wn, "batch production %.2f ms, a step's compute %.2f ms", m->produce_ms,
         compute_ms(m));
     stoke_tune_point q = *p;
     q.workers = guess;
@@ -182,12 +161,12 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
                 break;
             q = d;
         }
-        more(why, wn,
+        stoke_more(why, wn,
              "; %d worker%s keep%s the data wait within %.0f%% of the step, %s fewer do not", q.workers,
              q.workers == 1 ? "" : "s", q.workers == 1 ? "s" : "", s->target,
              q.workers ? "and" : "so");
         if (!q.workers)
-            more(why, wn, " (the training thread loads)");
+            stoke_more(why, wn, " (the training thread loads)");
         p->workers = q.workers;
         return STOKE_OK;
     }
@@ -196,7 +175,7 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
         if ((st = trial(s, &q, "workers", &m)) != STOKE_OK)
             return st;
         if (fed(s, m)) {
-            more(why, wn, "; %d workers are the fewest that keep the data wait within %.0f%%",
+            stoke_more(why, wn, "; %d workers are the fewest that keep the data wait within %.0f%%",
                  q.workers, s->target);
             p->workers = q.workers;
             return STOKE_OK;
@@ -218,7 +197,7 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
                 q.workers = t->p.workers;
         }
     p->workers = q.workers;
-    more(why, wn,
+    stoke_more(why, wn,
          "; no count up to %d kept the data wait within %.0f%%: %d gave the most samples/s (the "
          "loader, not the workers' count, is the limit)",
          mw, s->target, p->workers);
@@ -287,19 +266,19 @@ static stoke_status search_split(search *s, stoke_tune_point *p)
     }
     char *why = s->r->why_workers;
     size_t wn = sizeof s->r->why_workers;
-    say(why, wn, "samples/s by loader workers + compute threads:");
+    stoke_say(why, wn, "samples/s by loader workers + compute threads:");
     for (int i = 0; i < s->r->ntrials; i++) {
         const stoke_tune_trial *t = &s->r->trials[i];
         stoke_tune_point x = t->p;
         x.workers = best.workers;
         x.threads = best.threads;
         if (same(&x, &best) && t->m.ran)
-            more(why, wn, " %d+%d: %.0f;", t->p.workers, t->p.threads, t->m.samples_per_s);
+            stoke_more(why, wn, " %d+%d: %.0f;", t->p.workers, t->p.threads, t->m.samples_per_s);
     }
-    more(why, wn, " the most with the fewest workers (within %.0f%%): %d + %d", SPLIT_TIE * 100,
+    stoke_more(why, wn, " the most with the fewest workers (within %.0f%%): %d + %d", SPLIT_TIE * 100,
          best.workers, best.threads);
     if (s->sp->threads)
-        say(s->r->why_threads, sizeof s->r->why_threads,
+        stoke_say(s->r->why_threads, sizeof s->r->why_threads,
             "the usable CPUs less the loader workers, as measured by the split: %d + %d",
             best.workers, best.threads);
     *p = best;
@@ -372,7 +351,7 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
     char *why = s->r->why_batch;
     size_t wn = sizeof s->r->why_batch;
     int64_t pick = 0;
-    say(why, wn, "samples/s a fed step takes, by batch:");
+    stoke_say(why, wn, "samples/s a fed step takes, by batch:");
     for (int64_t b = lo; b <= hi && b > 0; b *= 2) {
         stoke_tune_point x = *p;
         x.batch = b;
@@ -381,9 +360,9 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
             if (!same(&t->p, &x))
                 continue;
             if (!t->m.ran)
-                more(why, wn, " %" PRId64 ": could not run;", b);
+                stoke_more(why, wn, " %" PRId64 ": could not run;", b);
             else {
-                more(why, wn, " %" PRId64 ": %.0f;", b, fed_rate(&t->p, &t->m));
+                stoke_more(why, wn, " %" PRId64 ": %.0f;", b, fed_rate(&t->p, &t->m));
                 if (!pick && fed_rate(&t->p, &t->m) >= best * (1 - BATCH_TIE))
                     pick = b;
             }
@@ -394,7 +373,7 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
     if (!pick)
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "no batch from %" PRId64 " to %" PRId64
                           " could run (%s)", lo, hi, m->error);
-    more(why, wn, " %" PRId64 " is the smallest within %.0f%% of the fastest (batches tried up to %" PRId64
+    stoke_more(why, wn, " %" PRId64 " is the smallest within %.0f%% of the fastest (batches tried up to %" PRId64
          ", the memory fit and the dataset)", pick, BATCH_TIE * 100, hi);
     p->batch = pick;
     return STOKE_OK;
@@ -422,13 +401,13 @@ static stoke_status search_prefetch(search *s, stoke_tune_point *p)
         return st;
     if (p->workers == 0) {
         p->prefetch = MIN_PREFETCH;
-        say(why, wn,
+        stoke_say(why, wn,
             "no loader workers: the training thread loads each batch as it asks for it, "
             "nothing is in flight");
         return STOKE_OK;
     }
     int d = stoke_tune_prefetch_for(p->workers, m->produce_ms, m->produce_p95_ms, compute_ms(m));
-    say(why, wn,
+    stoke_say(why, wn,
         "%d worker%s batch%s in flight + the ready ones that cover the p95 jitter of a batch's "
         "production (%.2f ms mean, %.2f ms p95, a step every %.2f ms): %d",
         p->workers, p->workers == 1 ? "'s" : "s'", p->workers == 1 ? "" : "es", m->produce_ms,
@@ -441,11 +420,11 @@ static stoke_status search_prefetch(search *s, stoke_tune_point *p)
     if ((st = trial(s, &q, "prefetch", &m)) != STOKE_OK)
         return st;
     if (m->ran && m->samples_per_s >= was * (1 - SPLIT_TIE)) {
-        more(why, wn, ", confirmed (%.0f samples/s, %.0f at %d)", m->samples_per_s, was,
+        stoke_more(why, wn, ", confirmed (%.0f samples/s, %.0f at %d)", m->samples_per_s, was,
              p->prefetch);
         p->prefetch = d;
     } else {
-        more(why, wn, ", but %d measured faster (%.0f samples/s against %.0f): kept", p->prefetch,
+        stoke_more(why, wn, ", but %d measured faster (%.0f samples/s against %.0f): kept", p->prefetch,
              was, m->ran ? m->samples_per_s : 0.0);
     }
     return STOKE_OK;
@@ -489,7 +468,7 @@ static stoke_status search_grid(search *s, stoke_tune_point *p)
                         best = q;
                     }
                 }
-    say(s->r->why_batch, sizeof s->r->why_batch, "the grid's fastest of %d points (%.0f samples/s)",
+    stoke_say(s->r->why_batch, sizeof s->r->why_batch, "the grid's fastest of %d points (%.0f samples/s)",
         s->r->ntrials, bsps);
     *p = best;
     return STOKE_OK;
@@ -533,7 +512,7 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
         return st;
     if (space->precision && !m->finite && p.precision != STOKE_PREC_FP32) {
         /* the precision's first trial could not run (memory): its confirmation is this */
-        say(out->why_precision, sizeof out->why_precision,
+        stoke_say(out->why_precision, sizeof out->why_precision,
             "the probe's rule said %s, but the loss went non-finite at it: fp32",
             stoke_precision_name(p.precision));
         p.precision = STOKE_PREC_FP32;
