@@ -13,10 +13,12 @@
  * run's machinery apply silently. Any other that differs from the checkpoint's value
  * changes the training from here on: applied, and said. */
 static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed", NULL};
-static const char *const resume_quiet[] = {
-    "resume",          "dry_run",        "log",     "checkpoint",    "log_every", "monitor",
-    "workers",         "prefetch",       "threads", "memory_budget", "max_steps", "eval_every",
-    "target_accuracy", "val_batch_size", "device",  "recompute",     NULL};
+static const char *const resume_quiet[] = {"resume",          "dry_run",         "log",
+                                           "checkpoint",      "log_every",       "monitor",
+                                           "workers",         "prefetch",        "threads",
+                                           "memory_budget",   "max_steps",       "eval_every",
+                                           "target_accuracy", "val_batch_size",  "device",
+                                           "recompute",       "loader_delay_us", NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {
