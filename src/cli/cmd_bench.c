@@ -337,16 +337,28 @@ static int check_given(const stoke_train_config *c)
         stoke_cfg_source s = stoke_train_config_source(c, bench_keys[i]);
         if (s == STOKE_CFG_DEFAULT)
             continue;
-        char flag[40];
-        snprintf(flag, sizeof flag, "%s", bench_keys[i]);
-        for (char *p = flag; *p; p++)
-            if (*p == '_')
-                *p = '-';
+        char given[64];
+        const char *env = NULL;
+        for (int k = 0; stoke_train_config_key(k); k++)
+            if (!strcmp(stoke_train_config_key(k), bench_keys[i]))
+                env = stoke_train_config_env(k);
+        if (s == STOKE_CFG_FLAG) {
+            snprintf(given, sizeof given, "--%s", bench_keys[i]);
+            for (char *p = given; *p; p++)
+                if (*p == '_')
+                    *p = '-';
+        } else if (s == STOKE_CFG_ENV) {
+            snprintf(given, sizeof given, "%s (environment)",
+                     !strcmp(bench_keys[i], "precision") && !getenv("PRECISION") ? "AMP"
+                     : env                                                       ? env
+                                                                                 : bench_keys[i]);
+        } else {
+            snprintf(given, sizeof given, "%s (%s)", bench_keys[i], stoke_cfg_source_name(s));
+        }
         return cli_usage_error("bench",
-                               "%s given (%s): stoke bench sets it itself (naive fixes it, "
-                               "tuned leaves it to stoke, the steps end the runs)",
-                               s == STOKE_CFG_FLAG ? flag : bench_keys[i],
-                               stoke_cfg_source_name(s));
+                               "%s given: stoke bench sets %s itself (naive fixes it, tuned "
+                               "leaves it to stoke, the steps end the runs)",
+                               given, bench_keys[i]);
     }
     return -1;
 }
