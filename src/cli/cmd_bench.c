@@ -410,6 +410,7 @@ static int run_all(stoke_train_config *cfg, int64_t steps, int64_t warmup, const
     if (rc >= 0)
         return rc;
     bench_print(&rep);
+    fflush(stdout); /* the table before a failure's message on stderr */
     if (json && (rc = bench_write_json(&rep, json)) != 0)
         return rc;
     if (rep.robust.ran && !rep.robust.passed)
