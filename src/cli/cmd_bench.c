@@ -233,8 +233,11 @@ static int robustness(stoke_train_config cfg, const bench_run *tuned, bench_robu
     /* per-sample compute at the tuned speed; loading 10x that per loading thread starves
      * the model whatever the workers (they share the same cores) */
     double per_sample_us = 1e6 / tuned->samples_per_s;
-    const char *w = tuned->settings[2].value; /* record_settings' order */
-    int64_t workers = atoll(w), loaders = workers > 0 ? workers : 1;
+    int64_t workers = 0;
+    for (int i = 0; i < tuned->nsettings; i++)
+        if (!strcmp(tuned->settings[i].key, "workers"))
+            workers = atoll(tuned->settings[i].value);
+    int64_t loaders = workers > 0 ? workers : 1;
     double delay = fmin(fmax(10.0 * per_sample_us * (double)loaders, 200.0), 1e6);
     r->delay_us = (int64_t)ceil(delay);
     r->workers = workers;
@@ -271,11 +274,14 @@ static int robustness(stoke_train_config cfg, const bench_run *tuned, bench_robu
     int rc = run_trainer(t, "robustness");
     stoke_train_totals tot;
     stoke_trainer_totals(t, &tot);
+    stoke_train_result res;
+    stoke_trainer_result(t, &res);
     stoke_trainer_free(t);
     if (rc >= 0)
         return rc;
     r->ran = true;
-    (void)tot;
+    double trained = res.seconds - tot.eval_s;
+    r->data_wait_pct = trained > 0 ? 100.0 * tot.loader_wait_s / trained : NAN;
     /* the input-pipeline rules, and advice that moves the loading: more loader workers
      * or cheaper per-sample work (stoke's own flag, not PyTorch's) */
     bool input = !strcmp(r->rule, "data-wait") || !strcmp(r->rule, "input-bound-thread") ||

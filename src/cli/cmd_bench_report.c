@@ -97,9 +97,12 @@ void bench_print(const bench_report *r)
         printf("robustness: skipped (%s)\n", rb->skipped);
         return;
     }
-    printf("robustness: %s, %lld us more CPU per sample, %lld samples, %lld workers: %s\n",
+    char wait[32];
+    cell(wait, sizeof wait, 1, "%", rb->data_wait_pct);
+    printf("robustness: %s, %lld us more CPU per sample, %lld samples, %lld workers, data wait "
+           "%s: %s\n",
            rb->passed ? "passed" : "FAILED", (long long)rb->delay_us, (long long)rb->limit,
-           (long long)rb->workers, rb->verdict);
+           (long long)rb->workers, wait, rb->verdict);
     if (rb->rule[0])
         printf("  evidence: %s\n  advice: %s\n", rb->evidence, rb->advice);
 }
@@ -179,6 +182,7 @@ static cJSON *report_json(const bench_report *r)
     cJSON_AddNumberToObject(rb, "delay_us", (double)b->delay_us);
     cJSON_AddNumberToObject(rb, "limit", (double)b->limit);
     cJSON_AddNumberToObject(rb, "workers", (double)b->workers);
+    add_num(rb, "data_wait_pct", b->data_wait_pct);
     cJSON_AddBoolToObject(rb, "passed", b->passed);
     cJSON_AddStringToObject(rb, "verdict", b->verdict);
     if (b->rule[0])

@@ -41,8 +41,8 @@ for s in ("naive settings:", "tuned settings:"):
     assert s in text, s
 assert re.search(r"^  workers +0 +bench$", text, re.M), "naive workers from bench"
 assert re.search(r"^  workers +[0-9]+ +tuned: ", text, re.M), "tuned workers tuned"
-assert re.search(r"^robustness: passed, [0-9]+ us more CPU per sample, .*: input-bound \(", text,
-                 re.M), "robustness line"
+assert re.search(r"^robustness: passed, [0-9]+ us more CPU per sample, [0-9]+ samples, [0-9]+ "
+                 r"workers, data wait [0-9.]+%: input-bound \(", text, re.M), "robustness line"
 assert re.search(r"^  advice: .*--workers", text, re.M), "advice names --workers"
 PY
 
@@ -96,7 +96,9 @@ assert all(t[k]["source"] != "bench" for k in keys), t
 num(o["speedup"])
 r = o["robustness"]
 assert r["ran"] is True and r["passed"] is True, r
-for k in ("delay_us", "limit", "workers"):
+assert set(r) == {"ran", "delay_us", "limit", "workers", "data_wait_pct", "passed", "verdict",
+                  "rule", "evidence", "advice"}, sorted(r)
+for k in ("delay_us", "limit", "workers", "data_wait_pct"):
     num(r[k])
 assert r["delay_us"] > 0
 assert r["rule"] in ("data-wait", "input-bound-thread", "input-bound-cpu"), r["rule"]
