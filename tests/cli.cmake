@@ -7,6 +7,12 @@ add_test(NAME config_show_e2e
 # label nn: it trains a model for a checkpoint, whose OpenMP regions the TSan build
 # cannot see (scripts/check)
 set_tests_properties(config_show_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+# `stoke tune` and auto in `stoke train` on Debian's Fashion-MNIST (skipped without it);
+# label nn: it trains (the TSan build cannot see OpenMP).
+add_test(NAME tune_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/tune-e2e)
+set_tests_properties(tune_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)
 # `stoke bench` on Debian's Fashion-MNIST (skipped without it); label nn: it trains
 add_test(NAME bench_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bench.sh $<TARGET_FILE:stoke>

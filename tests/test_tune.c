@@ -1,8 +1,10 @@
 /* test_tune.c - recommendations and peak FLOP/s for machines built in C: an H100, an
  * RTX 3090 beside a V100, GPUs with missing readings, and CPU-only boxes; the CPU
  * precision rule on the recorded CPU classes CI runs on, capped and not; OpenBLAS's
- * core judged against every CPU class; the decision a training run applies. */
+ * core judged against every CPU class; the decision a training run applies; the
+ * hardware profile each GPU and the CPU start from, and what the decision takes from it. */
 #include "check.h"
+#include "stoke/train.h" /* stoke_profiles_load: the built-in table */
 #include "stoke/tune.h"
 
 static stoke_machine machine;
@@ -537,6 +539,178 @@ static void test_decide(void)
     CHECK_STR_CONTAINS(stoke_last_error(), "precision: 'fp64' is not auto, fp32, bf16 or fp16");
 }
 
+static stoke_profiles profiles;
+
+/* The profile `name` (an NVML name), of compute capability major.minor and `gb` GB, gets
+ * on an 18-core machine: its name, or "" for none; the match's reason in *why. */
+static const char *profile_of(const char *name, int major, int minor, double gb,
+                              stoke_profile_match *pm)
+{
+    cpu_box(&machine, 18, 18, 3000, STOKE_SIMD_AVX2);
+    stoke_gpu_info *g = add_gpu(&machine, name, major, minor, 100, 1500);
+    if (gb > 0) {
+        g->memory_total_bytes = (uint64_t)(gb * 1e9);
+        g->valid |= STOKE_GPU_HAS_MEMORY;
+    }
+    stoke_profile_match_device(&profiles, &machine, 0, pm);
+    return pm->how == STOKE_PROFILE_NONE ? "" : pm->profile.name;
+}
+
+/* Every seed GPU by the names NVML gives it; the classes around them; none where no
+ * profile comes near, saying why. */
+static void test_profile_match(void)
+{
+    unsetenv("STOKE_PROFILES");
+    CHECK_INT_EQ(stoke_profiles_load(&profiles), STOKE_OK);
+    static const struct {
+        const char *nvml;
+        int major, minor;
+        double gb;
+        const char *profile;
+        stoke_profile_how how;
+    } cases[] = {
+        {"NVIDIA H100 PCIe", 9, 0, 85.5, "h100", STOKE_PROFILE_BY_NAME}, /* seed 000 */
+        {"NVIDIA H100 80GB HBM3", 9, 0, 85.9, "h100", STOKE_PROFILE_BY_NAME},
+        {"NVIDIA H200", 9, 0, 150.0, "h200", STOKE_PROFILE_BY_NAME}, /* 001, 004 */
+        {"NVIDIA H200 NVL", 9, 0, 150.0, "h200", STOKE_PROFILE_BY_NAME},
+        {"NVIDIA GeForce RTX 3090", 8, 6, 25.8, "rtx-3090", STOKE_PROFILE_BY_NAME}, /* 002, 003 */
+        {"NVIDIA GeForce RTX 3090 Ti", 8, 6, 25.8, "rtx-3090", STOKE_PROFILE_BY_NAME},
+        {"NVIDIA GeForce RTX 4090", 8, 9, 25.8, "rtx-4090", STOKE_PROFILE_BY_NAME}, /* 003 */
+        {"NVIDIA GeForce RTX 4080 SUPER", 8, 9, 17.2, "rtx-4080", STOKE_PROFILE_BY_NAME},
+        {"NVIDIA GeForce RTX 5090", 12, 0, 34.2, "rtx-5090", STOKE_PROFILE_BY_NAME},
+        {"NVIDIA A100-SXM4-80GB", 8, 0, 85.1, "a100", STOKE_PROFILE_BY_NAME}, /* stoke's own */
+        {"NVIDIA A100-PCIE-40GB", 8, 0, 42.5, "a100", STOKE_PROFILE_BY_NAME},
+        {"NVIDIA L4", 8, 9, 24.1, "l4", STOKE_PROFILE_BY_NAME},
+        /* whole words only: a Grace Hopper is not an H200, an L40S not an L4 */
+        {"NVIDIA GH200 480GB", 9, 0, 102.0, "h100", STOKE_PROFILE_BY_CLASS},
+        {"NVIDIA L40S", 8, 9, 48.3, "l4", STOKE_PROFILE_BY_CLASS},
+        {"NVIDIA GeForce RTX 3080", 8, 6, 10.7, "rtx-3090", STOKE_PROFILE_BY_CLASS},
+        {"NVIDIA GeForce RTX 4070", 8, 9, 12.9, "rtx-4080", STOKE_PROFILE_BY_CLASS},
+        {"NVIDIA A30", 8, 0, 25.8, "a100", STOKE_PROFILE_BY_CLASS},
+        {"Tesla V100-PCIE-16GB", 7, 0, 17.2, "", STOKE_PROFILE_NONE},
+        {"NVIDIA B200", 10, 0, 192.0, "", STOKE_PROFILE_NONE},
+    };
+    stoke_profile_match pm;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got =
+            profile_of(cases[i].nvml, cases[i].major, cases[i].minor, cases[i].gb, &pm);
+        CHECK_MSG(!strcmp(got, cases[i].profile) && pm.how == cases[i].how,
+                  "%s: profile '%s' by %s (%s), expected '%s' by %s", cases[i].nvml, got,
+                  stoke_profile_how_name(pm.how), pm.why, cases[i].profile,
+                  stoke_profile_how_name(cases[i].how));
+    }
+    profile_of("NVIDIA GeForce RTX 3080", 8, 6, 10.7, &pm);
+    CHECK_STR_CONTAINS(pm.why,
+                       "no profile names 'NVIDIA GeForce RTX 3080'; the nearest class: "
+                       "compute capability 8.6 like rtx-3090's 8.6, 11 GB against its 24 GB");
+    profile_of("Tesla V100-PCIE-16GB", 7, 0, 17.2, &pm);
+    CHECK_STR_CONTAINS(pm.why, "or has compute capability 7.x: the rules decide");
+    profile_of("NVIDIA H100 PCIe", 9, 0, 85.5, &pm);
+    CHECK_STR_EQ(pm.why, "'NVIDIA H100 PCIe' names 'H100'");
+    /* no compute capability and no name: nothing to go by */
+    cpu_box(&machine, 4, 4, 3000, 0);
+    stoke_gpu_info *g = add_gpu(&machine, "Mystery GPU", 0, 0, 0, 0);
+    g->valid = 0;
+    CHECK_INT_EQ(stoke_profile_match_device(&profiles, &machine, 0, &pm), STOKE_PROFILE_NONE);
+    CHECK_STR_CONTAINS(pm.why, "did not report its compute capability");
+    CHECK_INT_EQ(stoke_profile_match_device(NULL, &machine, 0, &pm), STOKE_PROFILE_NONE);
+
+    /* the seed's workers scaled by cores: 16 for 18; on 2 CPUs the GPU run leaves 1 */
+    profile_of("NVIDIA H100 PCIe", 9, 0, 85.5, &pm);
+    CHECK_INT_EQ(pm.workers, 16);
+    CHECK_INT_EQ(pm.prefetch, 32); /* 16 x 2, within [2, 32] */
+    machine.cpu.usable_cpus = 2;
+    stoke_profile_match_device(&profiles, &machine, 0, &pm);
+    CHECK_INT_EQ(pm.workers, 1);
+    CHECK_INT_EQ(pm.prefetch, 2);
+
+    /* The CPU class decides as the rules, on every machine size. */
+    for (int usable = 1; usable <= 80; usable++) {
+        cpu_box(&machine, usable, usable, 3000, STOKE_SIMD_AVX2);
+        stoke_recommend(&machine, &recs);
+        CHECK_INT_EQ(stoke_profile_match_device(&profiles, &machine, STOKE_TUNE_CPU, &pm),
+                     STOKE_PROFILE_CPU);
+        CHECK_MSG(pm.workers == (int)rec("loader_workers", STOKE_TUNE_CPU)->number &&
+                      pm.prefetch == (int)rec("prefetch_depth", STOKE_TUNE_CPU)->number,
+                  "%d CPUs: the profile's %d workers, %d prefetch; the rules' %g, %g", usable,
+                  pm.workers, pm.prefetch, rec("loader_workers", STOKE_TUNE_CPU)->number,
+                  rec("prefetch_depth", STOKE_TUNE_CPU)->number);
+    }
+}
+
+/* What the decision takes from a profile: workers and prefetch, said so; the rule's
+ * precision kept, the profile's differing one said; the start values recorded. */
+static void test_decide_profile(void)
+{
+    stoke_decision d;
+    stoke_tune_request q = {.precision = "auto", .workers = -1, .profiles = &profiles};
+    /* An RTX 3090 on 32 CPUs: the rule gives 16 workers, seed 002 eight */
+    cpu_box(&machine, 32, 32, 3000, STOKE_SIMD_AVX2);
+    stoke_gpu_info *g = add_gpu(&machine, "NVIDIA GeForce RTX 3090", 8, 6, 82, 2100);
+    g->cuda_index = 0;
+    g->valid |= STOKE_GPU_HAS_CUDA_INDEX;
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, 0);
+    CHECK_INT_EQ(d.profile.how, STOKE_PROFILE_BY_NAME);
+    CHECK_STR_EQ(d.profile.profile.name, "rtx-3090");
+    CHECK_INT_EQ(d.profile.profile.batch, 128); /* recorded, not applied */
+    CHECK(d.profile.profile.tf32);
+    CHECK_INT_EQ(d.workers, 8);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "profile 'rtx-3090' (seed 002): 8 workers");
+    CHECK_STR_CONTAINS(d.workers_why.reason, "(the rule alone: 16)");
+    CHECK_INT_EQ(d.prefetch, 32); /* 8 x 4 */
+    CHECK_STR_CONTAINS(d.prefetch_why.reason, "profile 'rtx-3090' (seed 002): 4 batches ahead");
+    CHECK_INT_EQ(d.precision, STOKE_PREC_BF16);
+    CHECK_STR_CONTAINS(d.precision_why.reason, "profile 'rtx-3090' (seed 002) starts from fp16, "
+                                               "the rule is kept");
+    /* Given settings still win over the profile. */
+    q.workers = 2;
+    q.workers_src = STOKE_SRC_FLAG;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 2);
+    CHECK_INT_EQ(d.prefetch, 8); /* the profile's 4 per worker, for the 2 given */
+    /* A device asked for that is not there: no profile, the rules. */
+    q.device = "cuda:3";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.profile.how, STOKE_PROFILE_NONE);
+    CHECK_INT_EQ(d.prefetch, 4);
+
+    /* An H100 on 18 CPUs: the rule and seed 000 agree, and the reason says so. */
+    cpu_box(&machine, 18, 18, 3000, STOKE_SIMD_AVX2);
+    g = add_gpu(&machine, "NVIDIA H100 PCIe", 9, 0, 114, 1755);
+    g->valid |= STOKE_GPU_HAS_CUDA_INDEX;
+    stoke_recommend(&machine, &recs);
+    q = (stoke_tune_request){.precision = "auto", .workers = -1, .profiles = &profiles};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 16);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the tuner: GPU machine");
+    CHECK_STR_CONTAINS(d.workers_why.reason, "; profile 'h100' (seed 000) starts from the same");
+    CHECK_STR_CONTAINS(d.precision_why.reason, "profile 'h100' (seed 000) starts from the same");
+    /* The CPU asked for on that machine: the CPUs compute, so the CPU class's quarter
+     * loads, not the GPU machine's 16 (which left the math 2 threads). */
+    q.device = "cpu";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.profile.how, STOKE_PROFILE_CPU);
+    CHECK_INT_EQ(d.workers, 4);
+    CHECK_INT_EQ(d.threads, 14);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "profile 'cpu' (stoke's own): 1 worker for 4 cores, "
+                                             "scaled to the 18 usable CPUs");
+    CHECK_STR_CONTAINS(d.workers_why.reason, "(the rule alone: 16)");
+    q.device = NULL;
+
+    /* The CPU: the same decision as without profiles, the profile named. */
+    cpu_box(&machine, 8, 8, 3000, STOKE_SIMD_AVX512F | STOKE_SIMD_AMX_BF16);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.profile.how, STOKE_PROFILE_CPU);
+    CHECK_INT_EQ(d.workers, 2);
+    CHECK_INT_EQ(d.threads, 6);
+    CHECK_INT_EQ(d.prefetch, 4);
+    CHECK_INT_EQ(d.precision, STOKE_PREC_BF16);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "profile 'cpu' (stoke's own) starts from the same");
+}
+
 int main(void)
 {
     test_h100();
@@ -548,5 +722,7 @@ int main(void)
     test_openblas_check();
     test_openblas_rule();
     test_decide();
+    test_profile_match();
+    test_decide_profile();
     return CHECK_DONE();
 }

@@ -364,6 +364,8 @@ typedef struct stoke_loader_stats {
     int workers;
     double busy_avg_ms;   /* a worker's time per batch spent reading and
                                   transforming (all workers' busy time / batches) */
+    double busy_p95_ms;   /* p95 of one batch's production time (the workers' time on
+                                  its samples), over the last 1024 batches produced */
     double busy_frac[64]; /* each worker's busy time / wall time since create
                                   (first 64 workers) */
     double elapsed_s;     /* since create */

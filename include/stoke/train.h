@@ -10,6 +10,7 @@
 #include "stoke/core.h"
 #include "stoke/data.h"
 #include "stoke/nn.h"
+#include "stoke/tune.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -205,6 +206,17 @@ void stoke_train_config_defaults(stoke_train_config *c);
 stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, const char *value,
                                     stoke_cfg_source src);
 
+/* The hardware profile table (docs/profiles.md) from `len` bytes of YAML; `name` is
+ * what messages call it. STOKE_ERR_FORMAT naming name:line:col and the field: an
+ * unknown key, a duplicate, a wrong type, an absurd value, a missing field, two
+ * profiles of one name, two CPU-only ones, and what config files refuse (nesting,
+ * aliases, tags, documents). On error out->count is 0. */
+stoke_status stoke_profiles_parse(const char *text, size_t len, const char *name,
+                                  stoke_profiles *out);
+/* The table stoke uses: the file STOKE_PROFILES names, else the one built in (the
+ * repository's data/profiles.yaml when stoke was built). */
+stoke_status stoke_profiles_load(stoke_profiles *out);
+
 /* Applies a YAML file of `key: value` pairs (STOKE_CFG_FILE). Errors name the file,
  * line, column and key: an unknown key or a bad value, a value that is not a single
  * one (a list, a mapping, null), a key given twice (batch-size and batch_size are one
@@ -373,6 +385,52 @@ void stoke_trainer_set_max_steps(stoke_trainer *t, int64_t steps);
 stoke_status stoke_trainer_save(stoke_trainer *t, const char *path);
 
 void stoke_trainer_free(stoke_trainer *t); /* NULL is fine */
+
+/* ---- Measured tuning (tune.c, docs/tune.md) -----------------------------------------
+ * The settings a run leaves open, measured by short trials of real training steps on
+ * its own model and data (stoke_tune_search decides what to try), kept in a cache per
+ * machine + model + dataset + the settings given, so the next run starts tuned. */
+
+typedef struct stoke_train_tune_opts {
+    bool all;             /* `stoke tune`: settings left at their defaults are measured
+                             too; otherwise only those given as auto */
+    bool grid;            /* every combination (the benchmark's peer), not the search;
+                             not cached */
+    double trial_seconds; /* each trial's measured seconds; 0: 0.5 */
+    int64_t max_batch;    /* > 0: no batch above it is tried */
+    bool use_cache;       /* a cached measurement answers without trials */
+    bool write_cache;     /* the result is cached for the next run */
+    bool no_trials;       /* the cache or nothing (a dry run) */
+    const char *output;   /* also write the settings file here (NULL: no) */
+    stoke_tune_trial_cb on_trial; /* after each trial (may be NULL) */
+    void *ctx;
+} stoke_train_tune_opts;
+
+typedef struct stoke_train_tuning {
+    bool batch, workers, prefetch, threads, precision; /* the settings measured */
+    bool cached;              /* result.best came from the cache, no trial ran */
+    stoke_tune_space space;   /* what was searched (not filled when cached) */
+    stoke_tune_result result; /* the trials and the choice with its reasons */
+    double seconds;           /* the trials' wall time */
+    char key[2048];           /* what the measurement depends on (the cache's key) */
+    char cache_path[4200];    /* "" without a cache directory */
+    char cache_note[600];     /* why the cache did not answer */
+    char cache_error[600];    /* why the result could not be cached ("" if it was) */
+} stoke_train_tuning;
+
+/* Measures the open settings of `cfg` (opts->all: every one of batch_size, workers,
+ * prefetch, threads and precision that is not given, else those given as auto) by
+ * trials, writes the settings file (opts->output: YAML that `stoke train --config`
+ * reads, the measurement in comments) and the cache entry. The cache is
+ * $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke: tune/<hash>.yaml.
+ * STOKE_ERR_ARG when nothing is open; errors of the run's setup as stoke_trainer_new
+ * gives them; a cache that cannot be written is not an error (cache_error). */
+stoke_status stoke_train_tune(const stoke_train_config *cfg, const stoke_train_tune_opts *opts,
+                              stoke_train_tuning *out);
+
+/* One trial as a line: "trial 3 (workers): batch 128, 1 worker + 1 thread, prefetch 4,
+ * fp32 -> 7210 samples/s, data wait 0.4%, 17.75 ms a step, memory 120 MB". */
+void stoke_train_format_trial(const stoke_tune_trial *t, int index, char *buf, size_t size);
 
 /* ---- Using a saved model (eval, predict) --------------------------------------- */
 

@@ -62,10 +62,13 @@ typedef enum stoke_source {
     STOKE_SRC_ENV,         /* an environment variable */
     STOKE_SRC_FLAG,        /* a command-line flag */
     STOKE_SRC_CHECKPOINT,  /* the config of the checkpoint resumed */
-    STOKE_SRC_TUNED,       /* derived by a rule from the machine and the dataset */
+    STOKE_SRC_TUNED,       /* derived by a rule from the machine and the dataset, or
+                              measured by trials (stoke_tune_search) */
+    STOKE_SRC_CACHED,      /* measured by an earlier run's trials on this machine, model
+                              and dataset, read from the tuning cache */
 } stoke_source;
 
-/* "default", "file", "env", "flag", "checkpoint", "tuned". */
+/* "default", "file", "env", "flag", "checkpoint", "tuned", "cached". */
 const char *stoke_source_name(stoke_source s);
 
 /* A decided setting's provenance. */
@@ -73,6 +76,67 @@ typedef struct stoke_why {
     stoke_source source;
     char reason[400]; /* the facts behind a tuned value; "" for a given one */
 } stoke_why;
+
+/* ---- Hardware profiles (docs/profiles.md) -------------------------------------------
+ * The seeds' per-GPU starting points (and stoke's own for A100, L4 and the CPU) as data:
+ * data/profiles.yaml, embedded in the library, or the file STOKE_PROFILES names (read
+ * by stoke_profiles_load in stoke/train.h, which owns the YAML reader). Starting
+ * points, not measurements: the decision starts from them, trials confirm them. */
+#define STOKE_MAX_PROFILES      32
+#define STOKE_PROFILE_MAX_NAMES 8
+
+typedef struct stoke_profile {
+    char name[32];
+    bool cpu_only; /* the class of a run on the CPU (no usable GPU, or --device cpu) */
+    char gpu_names[STOKE_PROFILE_MAX_NAMES][32]; /* NVML name parts, e.g. "RTX 4090" */
+    int gpu_name_count;
+    int cc_major, cc_minor; /* the class's compute capability; 0.0: none given */
+    double memory_gb;       /* the class's memory (decimal GB, as NVML's bytes); 0: none */
+    int64_t batch;          /* the seed's batch; 0: none given (the memory fit decides) */
+    char batch_for[160];    /* the model and data that batch was for */
+    int workers;            /* loader workers ... */
+    int workers_for_cores;  /* ... for this many CPU cores (scaled); 0: a fixed count */
+    int workers_max;        /* 0: no cap but the machine's */
+    int prefetch_factor;    /* batches each worker keeps ahead (PyTorch's meaning) */
+    bool precision_auto;    /* the probe's rule decides */
+    stoke_precision precision;
+    bool tf32;
+    char source[64]; /* which seed ("seed 003"), or "stoke's own" */
+    char note[400];  /* what the seed said, or why stoke's own values */
+} stoke_profile;
+
+typedef struct stoke_profiles {
+    char origin[256]; /* "built-in data/profiles.yaml" or the file read */
+    int count;
+    stoke_profile items[STOKE_MAX_PROFILES];
+} stoke_profiles;
+
+typedef enum stoke_profile_how {
+    STOKE_PROFILE_NONE = 0, /* no profile: the rules alone */
+    STOKE_PROFILE_BY_NAME,  /* the GPU's NVML name contains one of the profile's names */
+    STOKE_PROFILE_BY_CLASS, /* the nearest compute capability, then memory */
+    STOKE_PROFILE_CPU,      /* the CPU-only class */
+} stoke_profile_how;
+
+/* A device's profile and its start values on this machine. */
+typedef struct stoke_profile_match {
+    stoke_profile_how how;
+    stoke_profile profile; /* a copy; meaningful unless how is NONE */
+    int workers;           /* the profile's workers scaled to this machine's CPUs */
+    int prefetch;          /* workers x prefetch_factor, within the loader's [2, 32] */
+    char why[320];         /* how it matched, or why none did */
+} stoke_profile_match;
+
+/* The profile for `gpu` (an index into m->gpus) or, with STOKE_TUNE_CPU, the CPU-only
+ * class: by name first (a name matches a whole word of the NVML name: "H200" is not
+ * "GH200", "L4" is not "L40S"), the longest name winning; else the profile of the
+ * nearest class (same compute capability major, nearest minor, then nearest memory);
+ * else none, saying why. `p` may be NULL (no profiles: none). Returns out->how. */
+stoke_profile_how stoke_profile_match_device(const stoke_profiles *p, const stoke_machine *m,
+                                             int gpu, stoke_profile_match *out);
+
+/* "none", "name", "class", "cpu". */
+const char *stoke_profile_how_name(stoke_profile_how how);
 
 /* What a run asks for, each setting with the source of its value, and the facts of
  * its dataset the rules need. */
@@ -90,8 +154,9 @@ typedef struct stoke_tune_request {
     stoke_source prefetch_src;
     int64_t batch; /* samples per batch (given or the default: not tuned yet) */
     stoke_source batch_src;
-    bool in_memory;       /* the training set is held in memory */
-    bool cheap_transform; /* its transform is one fused pass (or none) */
+    bool in_memory;                 /* the training set is held in memory */
+    bool cheap_transform;           /* its transform is one fused pass (or none) */
+    const stoke_profiles *profiles; /* NULL: the rules alone */
 } stoke_tune_request;
 
 /* The settings a training run applies, each with its provenance. */
@@ -108,6 +173,9 @@ typedef struct stoke_decision {
     int64_t batch;
     stoke_why precision_why, device_why, threads_why, workers_why, prefetch_why, pinned_why,
         batch_why;
+    /* The decided device's hardware profile: the start values a measured search begins
+     * from (its batch, tf32 and precision are recorded, not applied). */
+    stoke_profile_match profile;
 } stoke_decision;
 
 /* Decides every setting of the request from the machine's recommendations (`recs`
@@ -118,6 +186,104 @@ typedef struct stoke_decision {
  * the model then says why it cannot run); auto takes the first GPU found. */
 stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
                           const stoke_tune_request *req, stoke_decision *out);
+
+/* ---- Measured tuning (search.c): which settings run fastest, found by trials -------
+ * The search only decides which settings to try and what the measurements mean; a
+ * trial (stoke_tune_trial_fn) runs them. The trainer's trials run real training steps
+ * (stoke_train_tune, stoke/train.h); the tests' trials are a model of a loader and a
+ * step whose costs they control, so the knee the search must find is known exactly. */
+
+/* The settings one trial runs. */
+typedef struct stoke_tune_point {
+    int64_t batch;
+    int workers, prefetch, threads;
+    stoke_precision precision;
+} stoke_tune_point;
+
+/* What one trial measured over its steady steps (after its warm-up). */
+typedef struct stoke_tune_measure {
+    bool ran;              /* false: the setting could not run (error says why: out of
+                              memory at this batch, ...); the search goes on without it */
+    char error[240];
+    int64_t steps;         /* optimizer steps measured */
+    double seconds;        /* their wall time */
+    double samples_per_s;  /* training samples per second */
+    double wait_pct;       /* % of that time the step waited for its batch */
+    double step_ms;        /* wall time per step */
+    double produce_ms;     /* the loader's time to produce one batch (one worker's,
+                              reading + transforming); 0 when unknown */
+    double produce_p95_ms; /* its 95th percentile: the jitter prefetch must cover */
+    bool finite;           /* every loss of the trial was finite; a trial that could not
+                              run is false when it diverged (a loss or gradient not
+                              finite stopped it), true otherwise (memory, ...) */
+    double memory_bytes;   /* the models' planned bytes and the loader's ring */
+} stoke_tune_measure;
+
+/* Runs one trial. Returns STOKE_OK with m->ran = false for a setting that cannot run
+ * (the search skips it); any other status stops the search with that error. */
+typedef stoke_status (*stoke_tune_trial_fn)(void *ctx, const stoke_tune_point *p,
+                                            stoke_tune_measure *m);
+
+/* What may be searched, and where from. */
+typedef struct stoke_tune_space {
+    stoke_tune_point start; /* the rules' (or a profile's) values: the first trial, and
+                               the value of every setting not searched */
+    bool batch, workers, prefetch, threads, precision; /* open: searched */
+    bool cpu;               /* the CPU computes: loader workers and compute threads
+                               share usable_cpus (the core split) */
+    int usable_cpus;
+    int max_workers;             /* 0: usable_cpus (a GPU's loader), else the bound */
+    int64_t batch_min, batch_max; /* batches tried: powers of two within; batch_max is
+                                     the memory fit capped by the dataset */
+    double wait_target_pct;      /* a data wait at most this is fed (0: 5%) */
+    bool grid;                   /* exhaustive: every combination (the benchmark's peer) */
+} stoke_tune_space;
+
+#define STOKE_TUNE_MAX_TRIALS 1024
+
+typedef struct stoke_tune_trial {
+    stoke_tune_point p;
+    stoke_tune_measure m;
+    const char *stage; /* static: "start", "precision", "batch", "workers", "prefetch",
+                          "confirm", "grid" */
+} stoke_tune_trial;
+
+typedef struct stoke_tune_result {
+    stoke_tune_point best;
+    stoke_tune_measure best_m; /* the trial that ran `best` */
+    int ntrials;
+    stoke_tune_trial trials[STOKE_TUNE_MAX_TRIALS];
+    /* why each searched setting has its value (from the measurements); "" when not
+     * searched */
+    char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400],
+        why_precision[400];
+} stoke_tune_result;
+
+/* Called after each trial (may be NULL): the trainer prints it. */
+typedef void (*stoke_tune_trial_cb)(void *ctx, const stoke_tune_trial *t);
+
+/* Searches the open settings of `space` by trials, one setting after another:
+ *   precision: the start's (the probe's rule) kept when its trial's losses are
+ *     finite, else fp32;
+ *   batch: powers of two from the start's, doubled while samples/s rises by more
+ *     than 5%, halved while within 5%: the smallest batch within 5% of the fastest;
+ *   workers: on a GPU the fewest loader workers whose data wait is at most the
+ *     target (a first guess from the measured batch production and step times, then
+ *     walked to the knee); on the CPU (the core split) the workers/threads split with
+ *     the most samples/s, fewer workers preferred within 3%;
+ *   prefetch: the workers' batches in flight plus enough ready ones to cover the
+ *     measured p95 jitter of a batch's production (at least 2), confirmed by a trial.
+ * STOKE_ERR_ARG for an empty space (a batch range without a power of two), any error
+ * a trial returns, and STOKE_ERR_UNAVAILABLE when no trial could run (naming the
+ * first's error). `grid` measures every combination instead and keeps the fastest. */
+stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_fn fn, void *ctx,
+                               stoke_tune_trial_cb on_trial, void *cb_ctx,
+                               stoke_tune_result *out);
+
+/* The depth the prefetch rule takes: `workers` batches being produced plus the ready
+ * ones that cover (p95 - mean) of production at a step every step_ms, at least 1
+ * ready, within [2, 32]. Pure. */
+int stoke_tune_prefetch_for(int workers, double produce_ms, double produce_p95_ms, double step_ms);
 
 /* Theoretical peak FLOP/s from a GPU's own properties: SM count × max SM clock ×
  * FLOPs per clock per SM for its compute capability. `tensor` selects the dense

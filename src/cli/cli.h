@@ -26,6 +26,8 @@ int cmd_predict(int argc, char **argv);
 void cmd_predict_usage(void);
 int cmd_config(int argc, char **argv);
 void cmd_config_usage(void);
+int cmd_tune(int argc, char **argv);
+void cmd_tune_usage(void);
 int cmd_bench(int argc, char **argv);
 void cmd_bench_usage(void);
 

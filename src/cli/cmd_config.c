@@ -16,8 +16,9 @@ void cmd_config_usage(void)
     printf("usage: stoke config show [--json] [train's options]\n\n"
            "Prints every setting `stoke train` would run with, its value and where the value\n"
            "came from: default, file (the --config file), env (the variable), flag,\n"
-           "checkpoint (--resume) or tuned (a setting left to the tuner, or given as auto,\n"
-           "with the tuner's reason). The configuration is resolved as train resolves it\n"
+           "checkpoint (--resume), tuned (a setting left to the tuner, or given as auto,\n"
+           "with the tuner's reason) or cached (given as auto and measured by an earlier\n"
+           "run's trials on this machine, model and data: `stoke tune`). The configuration is resolved as train resolves it\n"
            "(defaults < --config file < environment < flags) and the tuner decides on the\n"
            "machine and the dataset, as `stoke train --dry-run` does; nothing is trained.\n\n"
            "  --json                one JSON object {key: {value, source, detail}}\n\n"
@@ -33,6 +34,12 @@ typedef struct tuned {
     const stoke_why *why;
 } tuned;
 
+/* Decided by a rule or measured (now or by an earlier run: cached). */
+static bool is_tuned(const stoke_why *w)
+{
+    return w->source == STOKE_SRC_TUNED || w->source == STOKE_SRC_CACHED;
+}
+
 static tuned tuned_value(const char *key, const stoke_train_config *c, const stoke_decision *d)
 {
     tuned r = {0};
@@ -43,14 +50,16 @@ static tuned tuned_value(const char *key, const stoke_train_config *c, const sto
         else
             snprintf(dev, sizeof dev, "cuda:%d", d->device);
         r = (tuned){cJSON_CreateString(dev), &d->device_why};
-    } else if (!strcmp(key, "precision") && d->precision_why.source == STOKE_SRC_TUNED) {
+    } else if (!strcmp(key, "precision") && is_tuned(&d->precision_why)) {
         r = (tuned){cJSON_CreateString(stoke_precision_name(d->precision)), &d->precision_why};
-    } else if (!strcmp(key, "workers") && d->workers_why.source == STOKE_SRC_TUNED) {
+    } else if (!strcmp(key, "workers") && is_tuned(&d->workers_why)) {
         r = (tuned){cJSON_CreateNumber(d->workers), &d->workers_why};
-    } else if (!strcmp(key, "threads") && d->threads_why.source == STOKE_SRC_TUNED) {
+    } else if (!strcmp(key, "threads") && is_tuned(&d->threads_why)) {
         r = (tuned){cJSON_CreateNumber(d->threads), &d->threads_why};
-    } else if (!strcmp(key, "prefetch") && d->prefetch_why.source == STOKE_SRC_TUNED) {
+    } else if (!strcmp(key, "prefetch") && is_tuned(&d->prefetch_why)) {
         r = (tuned){cJSON_CreateNumber(d->prefetch), &d->prefetch_why};
+    } else if (!strcmp(key, "batch_size") && is_tuned(&d->batch_why)) {
+        r = (tuned){cJSON_CreateNumber((double)d->batch), &d->batch_why};
     } else if (!strcmp(key, "recompute") && !strcmp(c->recompute, "auto")) {
         /* decided when the models are allocated, which show does not do */
         static const stoke_why later = {
@@ -115,7 +124,7 @@ static cJSON *build(const stoke_train_config *c, const stoke_decision *d, const 
             else
                 snprintf(detail, sizeof detail, "%s", t.why->reason);
             cJSON_AddItemToObject(e, "value", t.value);
-            cJSON_AddStringToObject(e, "source", stoke_source_name(STOKE_SRC_TUNED));
+            cJSON_AddStringToObject(e, "source", stoke_source_name(t.why->source));
             cJSON_AddStringToObject(e, "detail", detail);
         } else {
             cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(values, key);
@@ -145,7 +154,8 @@ static void print_table(const cJSON *o)
         else
             snprintf(text, sizeof text, "-");
         printf("%-16s %-28s %s%s%s\n", e->string, text, src,
-               detail[0] ? (!strcmp(src, "tuned") ? ": " : " ") : "", detail);
+               detail[0] ? (!strcmp(src, "tuned") || !strcmp(src, "cached") ? ": " : " ") : "",
+               detail);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "stoke/hw.h"
+#include "stoke/train.h" /* stoke_profiles_load */
 #include "stoke/tune.h"
 
 void cmd_probe_usage(void)
@@ -24,8 +25,10 @@ void cmd_probe_usage(void)
          "  --json        print one JSON document instead (schema: docs/probe.md)\n"
          "  -h, --help    this help\n"
          "\n"
-         "environment: STOKE_NVML_LIBRARY, STOKE_CUDART_LIBRARY name the NVML and CUDA\n"
-         "runtime libraries to load instead of libnvidia-ml.so.1 and libcudart.so;\n"
+         "environment: STOKE_PROFILES names a hardware profile file to read instead of\n"
+         "the built-in one (docs/profiles.md); STOKE_NVML_LIBRARY, STOKE_CUDART_LIBRARY\n"
+         "name the NVML and CUDA runtime libraries to load instead of libnvidia-ml.so.1\n"
+         "and libcudart.so;\n"
          "STOKE_MAX_CPU_ISA (sse41, avx2, avx512_core, ..., all) caps the instruction\n"
          "sets stoke uses, and the report shows the CPU as capped.");
 }
@@ -96,7 +99,42 @@ static void print_openblas(const stoke_machine *m)
     printf(ROW "%s\n", "note", openblas_note);
 }
 
-static void print_human(const stoke_machine *m, const stoke_recs *recs)
+/* The profile of device `dev` (a GPU's index in m->gpus, or STOKE_TUNE_CPU). */
+static void print_profile(const stoke_machine *m, const stoke_profiles *p, int dev)
+{
+    stoke_profile_match pm;
+    stoke_profile_match_device(p, m, dev, &pm);
+    char label[16];
+    if (dev == STOKE_TUNE_CPU)
+        snprintf(label, sizeof label, "cpu");
+    else
+        snprintf(label, sizeof label, "gpu %d", m->gpus[dev].index);
+    if (pm.how == STOKE_PROFILE_NONE) {
+        printf("  %-6s none: %s\n", label, pm.why);
+        return;
+    }
+    const stoke_profile *f = &pm.profile;
+    if (pm.how == STOKE_PROFILE_CPU)
+        printf("  %-6s %s: %s\n", label, f->name, pm.why);
+    else
+        printf("  %-6s %s, by %s: %s\n", label, f->name, stoke_profile_how_name(pm.how), pm.why);
+    if (f->batch)
+        printf("  %-6s batch %lld, for %s\n", "", (long long)f->batch, f->batch_for);
+    else
+        printf("  %-6s batch: none given (the memory fit decides)\n", "");
+    char per[48] = "";
+    if (f->workers_for_cores)
+        snprintf(per, sizeof per, " for %d cores", f->workers_for_cores);
+    printf("  %-6s loader: %d worker%s%s -> %d here; prefetch factor %d -> %d batches in flight\n",
+           "", f->workers, f->workers == 1 ? "" : "s", per, pm.workers, f->prefetch_factor,
+           pm.prefetch);
+    printf("  %-6s precision %s, tf32 %s\n", "",
+           f->precision_auto ? "auto (the rule)" : stoke_precision_name(f->precision),
+           f->tf32 ? "on" : "off");
+    printf("  %-6s source: %s: %s\n", "", f->source, f->note);
+}
+
+static void print_human(const stoke_machine *m, const stoke_recs *recs, const stoke_profiles *p)
 {
     const stoke_cpu_info *c = &m->cpu;
     char a[64], b[64], d[64];
@@ -201,6 +239,11 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs)
     if (m->gpu_count > 0 && m->gpu_note[0])
         printf("  note: %s\n", m->gpu_note);
 
+    printf("\nProfiles (%s; starting points, not measurements)\n", p->origin);
+    for (int i = 0; i < m->gpu_count; i++)
+        print_profile(m, p, i);
+    print_profile(m, p, STOKE_TUNE_CPU);
+
     printf("\nRecommendations\n");
     for (int i = 0; i < recs->count; i++) {
         const stoke_rec *r = &recs->items[i];
@@ -220,7 +263,45 @@ static void add_nonzero(cJSON *o, const char *key, double v)
         cJSON_AddNumberToObject(o, key, v);
 }
 
-static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
+static cJSON *profile_json(const stoke_machine *m, const stoke_profiles *p, int dev)
+{
+    stoke_profile_match pm;
+    stoke_profile_match_device(p, m, dev, &pm);
+    cJSON *o = cJSON_CreateObject();
+    if (dev == STOKE_TUNE_CPU) {
+        cJSON_AddStringToObject(o, "device", "cpu");
+    } else {
+        cJSON_AddStringToObject(o, "device", "gpu");
+        cJSON_AddNumberToObject(o, "gpu", m->gpus[dev].index);
+    }
+    cJSON_AddStringToObject(o, "match", stoke_profile_how_name(pm.how));
+    cJSON_AddStringToObject(o, "why", pm.why);
+    if (pm.how == STOKE_PROFILE_NONE)
+        return o;
+    const stoke_profile *f = &pm.profile;
+    cJSON *j = cJSON_AddObjectToObject(o, "profile");
+    cJSON_AddStringToObject(j, "name", f->name);
+    if (f->batch) {
+        cJSON_AddNumberToObject(j, "batch", (double)f->batch);
+        cJSON_AddStringToObject(j, "batch_for", f->batch_for);
+    }
+    cJSON_AddNumberToObject(j, "workers", f->workers);
+    if (f->workers_for_cores)
+        cJSON_AddNumberToObject(j, "workers_for_cores", f->workers_for_cores);
+    if (f->workers_max)
+        cJSON_AddNumberToObject(j, "workers_max", f->workers_max);
+    cJSON_AddNumberToObject(j, "prefetch_factor", f->prefetch_factor);
+    cJSON_AddStringToObject(j, "precision",
+                            f->precision_auto ? "auto" : stoke_precision_name(f->precision));
+    cJSON_AddBoolToObject(j, "tf32", f->tf32);
+    cJSON_AddStringToObject(j, "source", f->source);
+    cJSON_AddStringToObject(j, "note", f->note);
+    cJSON_AddNumberToObject(o, "workers", pm.workers);
+    cJSON_AddNumberToObject(o, "prefetch", pm.prefetch);
+    return o;
+}
+
+static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs, const stoke_profiles *p)
 {
     char buf[256];
     cJSON *root = cJSON_CreateObject();
@@ -332,6 +413,13 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs)
     if (m->gpu_note[0])
         cJSON_AddStringToObject(root, "gpu_note", m->gpu_note);
 
+    cJSON *prof = cJSON_AddObjectToObject(root, "profiles");
+    cJSON_AddStringToObject(prof, "origin", p->origin);
+    cJSON *devs = cJSON_AddArrayToObject(prof, "devices");
+    for (int i = 0; i < m->gpu_count; i++)
+        cJSON_AddItemToArray(devs, profile_json(m, p, i));
+    cJSON_AddItemToArray(devs, profile_json(m, p, STOKE_TUNE_CPU));
+
     cJSON *list = cJSON_AddArrayToObject(root, "recommendations");
     for (int i = 0; i < recs->count; i++) {
         const stoke_rec *r = &recs->items[i];
@@ -387,10 +475,18 @@ int cmd_probe(int argc, char **argv)
 
     stoke_machine *m = calloc(1, sizeof *m);
     stoke_recs *recs = calloc(1, sizeof *recs);
-    if (!m || !recs) {
+    stoke_profiles *prof = calloc(1, sizeof *prof);
+    if (!m || !recs || !prof) {
         free(m);
         free(recs);
+        free(prof);
         return cli_error("probe", "out of memory");
+    }
+    if (stoke_profiles_load(prof) != STOKE_OK) {
+        free(m);
+        free(recs);
+        free(prof);
+        return cli_error("probe", "%s", stoke_last_error());
     }
     stoke_status s = stoke_machine_probe(m, data);
     if (s != STOKE_OK) {
@@ -399,12 +495,13 @@ int cmd_probe(int argc, char **argv)
                      : cli_error("probe", "%s", stoke_last_error());
         free(m);
         free(recs);
+        free(prof);
         return rc;
     }
     stoke_recommend(m, recs);
     int rc = 0;
     if (json) {
-        cJSON *doc = machine_json(m, recs);
+        cJSON *doc = machine_json(m, recs, prof);
         char *text = doc ? cJSON_Print(doc) : NULL;
         if (text) {
             puts(text);
@@ -414,10 +511,11 @@ int cmd_probe(int argc, char **argv)
         }
         cJSON_Delete(doc);
     } else {
-        print_human(m, recs);
+        print_human(m, recs, prof);
     }
     free(m);
     free(recs);
+    free(prof);
     if (fflush(stdout) != 0)
         rc = cli_error("probe", "cannot write the report");
     return rc;

@@ -21,6 +21,8 @@ static const cli_command commands[] = {
      cmd_train, cmd_train_usage},
     {"config", "show the settings `stoke train` would run with and where each came from",
      cmd_config, cmd_config_usage},
+    {"tune", "measure the fastest batch, workers, prefetch, threads and precision by trials",
+     cmd_tune, cmd_tune_usage},
     {"bench", "measure naive against tuned settings (before/after table), and robustness",
      cmd_bench, cmd_bench_usage},
     {"eval", "evaluate a checkpoint on a dataset", cmd_eval, cmd_eval_usage},

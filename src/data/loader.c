@@ -26,6 +26,7 @@ typedef struct slot {
     int64_t next_chunk;        /* samples claimed so far */
     int64_t done;              /* samples finished */
     int inflight;              /* chunks claimed and not finished */
+    uint64_t busy_ns;          /* the workers' time on its chunks so far */
     stoke_sampler_state after; /* the sampler's state after this batch */
     stoke_status err;
     int64_t err_pos; /* position in the batch of the failed sample */
@@ -114,6 +115,8 @@ struct stoke_loader {
      * the consumer's current call began (0: not in one), and the highest total told. */
     uint64_t wait_start_ns, wait_told_ns;
     float waits_ms[WAIT_WINDOW];
+    float produce_ms[WAIT_WINDOW]; /* a batch's production time (its chunks', summed) */
+    int64_t produced;              /* batches produced (under mu) */
     int64_t fill_sum;
     int fill_min, fill_max;
 };
@@ -139,6 +142,7 @@ static void open_batch(stoke_loader *l)
     s->index = l->open_index++;
     s->after = stoke_sampler_get_state(l->sampler);
     s->next_chunk = s->done = 0;
+    s->busy_ns = 0;
     s->inflight = 0;
     s->err = STOKE_OK;
     s->msg[0] = '\0';
@@ -213,11 +217,13 @@ static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_
 }
 
 /* Records a finished chunk. Called with mu held. */
-static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos, const char *msg)
+static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos, const char *msg,
+                   uint64_t busy_ns)
 {
     slot *s = c->s;
     s->inflight--;
     s->done += c->n;
+    s->busy_ns += busy_ns;
     if (st != STOKE_OK) {
         /* Chunks finish out of order; the error of the earliest sample wins so the
          * message does not depend on the number of workers. */
@@ -228,8 +234,10 @@ static void finish(stoke_loader *l, const chunk *c, stoke_status st, int64_t pos
         }
         l->failed = true;
     }
-    if (s->done == s->size)
+    if (s->done == s->size) {
         s->state = SLOT_READY;
+        l->produce_ms[l->produced++ % WAIT_WINDOW] = (float)(s->busy_ns / 1e6);
+    }
     /* Wake the consumer only when there is something for it: a batch or an error. */
     if (s->state == SLOT_READY || (s->err != STOKE_OK && s->inflight == 0))
         pthread_cond_signal(&l->ready_cv);
@@ -245,7 +253,7 @@ static void do_one(stoke_loader *l, worker *w, const chunk *c)
     uint64_t t1 = stoke_now_ns();
     pthread_mutex_lock(&l->mu);
     w->busy_ns += t1 - t0;
-    finish(l, c, st, pos, msg);
+    finish(l, c, st, pos, msg, t1 - t0);
 }
 
 static void *worker_main(void *arg)
@@ -865,7 +873,7 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
     s->slots = l->K;
     s->workers = l->nworkers;
     /* Copied under mu (the consumer updates them under it), sorted outside it. */
-    float sorted[WAIT_WINDOW];
+    float sorted[WAIT_WINDOW], prod[WAIT_WINDOW];
     uint64_t wait_sum_ns, wait_max_ns, busy = 0;
     int64_t fill_sum;
     pthread_mutex_lock(&l->mu);
@@ -879,6 +887,8 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
     s->fill_max = l->fill_max;
     int n = l->batches < WAIT_WINDOW ? (int)l->batches : WAIT_WINDOW;
     memcpy(sorted, l->waits_ms, (size_t)n * sizeof *sorted);
+    int np = l->produced < WAIT_WINDOW ? (int)l->produced : WAIT_WINDOW;
+    memcpy(prod, l->produce_ms, (size_t)np * sizeof *prod);
     int nw = l->nworkers ? l->nworkers : 1;
     for (int i = 0; i < nw && l->workers; i++) {
         busy += l->workers[i].busy_ns;
@@ -896,7 +906,12 @@ void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s)
         s->wait_p95_ms = sorted[k];
         s->fill_avg = (double)fill_sum / (double)s->batches;
         s->busy_avg_ms = (double)busy / 1e6 / (double)s->batches;
-    } else {
+    }
+    if (np > 0) {
+        qsort(prod, (size_t)np, sizeof *prod, cmp_float);
+        s->busy_p95_ms = prod[(int)(0.95 * (np - 1) + 0.5)];
+    }
+    if (s->batches == 0) {
         s->fill_min = s->fill_max = 0;
     }
 }

@@ -125,7 +125,7 @@ stoke_status train_open_data(stoke_trainer *t)
                                 : is_subdir(c->dataset, "test") ? "test"
                                                                 : NULL)
                              : NULL;
-    if (c->val_dataset[0] || vsplit) {
+    if ((c->val_dataset[0] || vsplit) && !t->trial.on) { /* a trial measures training only */
         stoke_dataset_opts vo = {.split = vsplit};
         const char *vpath = c->val_dataset[0] ? c->val_dataset : c->dataset;
         s = stoke_dataset_open(vpath, c->val_dataset[0] ? NULL : &vo, &t->val_src);

@@ -328,6 +328,28 @@ static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e
     }
 }
 
+void train_trial_step(stoke_trainer *t)
+{
+    train_trial *r = &t->trial;
+    if (!isfinite(t->ep_loss))
+        r->finite = false;
+    if (!r->marked && t->step >= r->warmup) {
+        /* the window starts here: what came before was warming caches, pools and
+         * the loader's ring */
+        r->marked = true;
+        r->t0 = stoke_wall_time();
+        r->step0 = t->step;
+        stoke_loader_get_stats(t->loader, &r->s0);
+        return;
+    }
+    double now = stoke_wall_time();
+    if (r->marked && ((t->step - r->step0 >= r->min_steps && now - r->t0 >= r->seconds) ||
+                      t->step >= r->max_steps)) {
+        r->done = true;
+        r->t1 = now;
+    }
+}
+
 /* An optimizer step over the `accum` batches accumulated, its progress event and log
  * record, and an evaluation when --eval-every asks for one. *reached: the target
  * accuracy was reached (the run stops). */
@@ -344,6 +366,8 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     if (s != STOKE_OK)
         return s;
     t->step++;
+    if (t->trial.on)
+        train_trial_step(t);
     double now = stoke_wall_time();
     stoke_train_event e = loop_event(t, STOKE_EV_PROGRESS, k->batches, now);
     e.loss = epoch_loss(t);
@@ -440,7 +464,8 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
     const stoke_train_config *c = &t->cfg;
     int accum = 0; /* batches since the last optimizer step */
     for (;;) {
-        if (accum == 0 && ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps))) {
+        if (accum == 0 && ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps) ||
+                           t->trial.done)) {
             t->result.interrupted = true;
             return STOKE_OK;
         }

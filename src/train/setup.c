@@ -49,14 +49,77 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
                                 .batch = c->batch_size,
                                 .batch_src = SRC("batch_size"),
                                 .in_memory = t->train_d != t->train_src,
-                                .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8};
+                                .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8,
+                                .profiles = &t->profiles};
 #undef SRC
+}
+
+/* Settings measured (tune.c) carry their provenance and the measurements' reason. */
+static void tuned_sources(const stoke_trainer *t, stoke_tune_request *q)
+{
+    const struct train_tuned *u = &t->tuned;
+    if (!u->applied)
+        return;
+    if (u->batch)
+        q->batch_src = u->source;
+    if (u->workers)
+        q->workers_src = u->source;
+    if (u->prefetch)
+        q->prefetch_src = u->source;
+    if (u->threads)
+        q->threads_src = u->source;
+    if (u->precision)
+        q->precision_src = u->source;
+}
+
+static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
+{
+    const struct train_tuned *u = &t->tuned;
+    if (!u->applied && !u->pending[0])
+        return;
+    struct {
+        bool on;
+        stoke_why *w;
+        const char *why;
+    } v[] = {{u->batch, &d->batch_why, u->why_batch},
+             {u->workers, &d->workers_why, u->why_workers},
+             {u->prefetch, &d->prefetch_why, u->why_prefetch},
+             {u->threads, &d->threads_why, u->why_threads},
+             {u->precision, &d->precision_why, u->why_precision}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        if (!v[i].on)
+            continue;
+        if (u->applied) {
+            if (v[i].why[0]) /* else the rule's reason: nothing to measure (fp32) */
+                snprintf(v[i].w->reason, sizeof v[i].w->reason, "%s", v[i].why);
+            continue;
+        }
+        /* measurement pending: the rule's value, and why it is not measured */
+        char rule[sizeof v[i].w->reason];
+        memcpy(rule, v[i].w->reason, sizeof rule);
+        size_t cap = sizeof rule - 1, a = strlen(u->pending), b = strlen(rule);
+        a = a < cap ? a : cap;
+        memcpy(v[i].w->reason, u->pending, a);
+        size_t n = a;
+        if (n + 2 <= cap) {
+            memcpy(v[i].w->reason + n, ": ", 2);
+            n += 2;
+            b = b < cap - n ? b : cap - n;
+            memcpy(v[i].w->reason + n, rule, b);
+            n += b;
+        }
+        v[i].w->reason[n] = '\0';
+    }
 }
 
 /* "(flag)", or for a tuned setting its reason. */
 static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s", w->source == STOKE_SRC_TUNED ? w->reason : stoke_source_name(w->source));
+    if (w->source == STOKE_SRC_CACHED)
+        snprintf(buf, n, "cached: %s", w->reason);
+    else
+        snprintf(buf, n, "%s",
+                 w->source == STOKE_SRC_TUNED ? w->reason : stoke_source_name(w->source));
     return buf;
 }
 
@@ -65,11 +128,13 @@ static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
 static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
 {
     stoke_tune_request q = tune_request(t);
+    tuned_sources(t, &q);
     if (cpu_because)
         q.device = "cpu";
     stoke_status s = stoke_decide(&t->machine, &t->recs, &q, &t->decision);
     if (s != STOKE_OK)
         return s;
+    tuned_reasons(t, &t->decision);
     if (cpu_because) {
         t->decision.device_why.source = STOKE_SRC_TUNED;
         snprintf(t->decision.device_why.reason, sizeof t->decision.device_why.reason, "%s",
@@ -640,7 +705,8 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     if (s != STOKE_OK)
         return s;
     stoke_recommend(&t->machine, &t->recs);
-    if ((s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
+    if ((s = stoke_profiles_load(&t->profiles)) != STOKE_OK ||
+        (s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||
         (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
         (s = apply_decision(t, NULL)) != STOKE_OK)
         return s;
@@ -673,6 +739,12 @@ static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_me
 stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
                                stoke_trainer **out)
 {
+    return train_new(cfg, cb, ctx, NULL, out);
+}
+
+stoke_status train_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
+                       const train_trial *trial, stoke_trainer **out)
+{
     *out = NULL;
     stoke_trainer *t = calloc(1, sizeof *t);
     if (!t)
@@ -685,8 +757,12 @@ stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callba
     stoke_ckpt *ck = NULL;
     train_meta meta;
     stoke_status s = STOKE_OK;
+    if (trial)
+        t->trial = *trial;
     if (cfg->resume[0])
         s = open_resume(t, &ck, &meta);
+    if (s == STOKE_OK && !trial)
+        s = train_tune_settings(t);
     if (s == STOKE_OK)
         s = prepare(t, ck ? &meta : NULL);
     if (s == STOKE_OK && !t->cfg.dry_run)

@@ -13,12 +13,27 @@
 #include "stoke/tune.h"
 #include "train/train_impl.h"
 
+/* A tuning trial (tune.c): a trainer that runs `warmup` steps, then measures at least
+ * `min_steps` steps and `seconds`, and stops; no validation, monitor, log or
+ * checkpoint. */
+typedef struct train_trial {
+    bool on;
+    int64_t warmup, min_steps, max_steps;
+    double seconds;
+    /* measured: the window starts at the warm-up's end */
+    bool marked, finite, done;
+    double t0, t1;
+    int64_t step0;
+    stoke_loader_stats s0;
+} train_trial;
+
 struct stoke_trainer {
     stoke_train_config cfg;
     stoke_train_callback cb;
     void *cb_ctx;
     stoke_machine machine;
     stoke_recs recs;
+    stoke_profiles profiles; /* the decision's starting points (stoke_profiles_load) */
     stoke_decision decision; /* what runs where and why (stoke_decide), applied */
     stoke_dataset *train_src, *train_d, *val_src, *val_d; /* *_d may be the in-memory copy */
     stoke_dataset_info info;
@@ -67,7 +82,31 @@ struct stoke_trainer {
     char warned[16][32];
     int nwarned;
     stoke_train_result result;
+    train_trial trial;
+    /* settings left to measurement (tune.c): measured by trials or read from the
+     * cache, applied to cfg before the decision, their provenance kept for it */
+    struct train_tuned {
+        bool batch, workers, prefetch, threads, precision; /* open */
+        bool applied;        /* measured values are in cfg */
+        stoke_source source; /* STOKE_SRC_TUNED or STOKE_SRC_CACHED */
+        char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400],
+            why_precision[400];
+        char pending[400]; /* a dry run without a cached measurement: why the rules decide */
+    } tuned;
 };
+
+/* setup.c: stoke_trainer_new, as a tuning trial when trial is not NULL. */
+stoke_status train_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
+                       const train_trial *trial, stoke_trainer **out);
+
+/* loop.c: a trial's bookkeeping after each optimizer step: the window's start, the
+ * losses' finiteness, and trial.done once it has measured enough. */
+void train_trial_step(stoke_trainer *t);
+
+/* tune.c: settings the run leaves to measurement (`auto` given), taken from the
+ * tuning cache or measured by trials now (their lines as INFO events), applied to
+ * t->cfg and recorded in t->tuned. Nothing to do when none is left open. */
+stoke_status train_tune_settings(stoke_trainer *t);
 
 /* progress.c: an event to the callback; an info line. */
 void train_emit(stoke_trainer *t, const stoke_train_event *e);

@@ -11,7 +11,8 @@
 
 const char *stoke_source_name(stoke_source s)
 {
-    static const char *n[] = {"default", "file", "env", "flag", "checkpoint", "tuned"};
+    static const char *n[] = {"default", "file", "env",   "flag",
+                              "checkpoint", "tuned", "cached"};
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 
@@ -25,6 +26,18 @@ static void why(stoke_why *w, stoke_source src, const char *fmt, ...)
     vsnprintf(w->reason, sizeof w->reason, fmt, ap);
     va_end(ap);
 }
+
+/* The note a rule's reason gets when the device's profile starts from the same value. */
+static const char *profile_same(const stoke_profile_match *pm, char *buf, size_t size)
+{
+    if (pm->how == STOKE_PROFILE_NONE)
+        return "";
+    snprintf(buf, size, "; profile '%s' (%s) starts from the same", pm->profile.name,
+             pm->profile.source);
+    return buf;
+}
+
+#define SAME(pm) profile_same((pm), (char[192]){0}, 192)
 
 /* "auto" takes the rule of the device decided: the GPU's (bf16 from compute
  * capability 8.0, fp16 with loss scaling on 7.x) or the CPU's. */
@@ -42,8 +55,19 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
     int gi = d->device >= 0 ? stoke_machine_cuda_gpu(m, d->device) : -1;
     const stoke_rec *r = stoke_recs_find(recs, "precision", gi >= 0 ? gi : STOKE_TUNE_CPU);
     d->precision = r && r->known ? r->precision : STOKE_PREC_FP32;
-    why(&d->precision_why, STOKE_SRC_TUNED, "%s",
-        r && r->known ? r->reason : "no recommendation, fp32");
+    /* The rule stays: it follows the hardware (bf16 from 8.0), where a seed followed
+     * what its script happened to use (fp16 autocast on a 3090); the profile's differing
+     * value is said, for the trial that confirms the precision. */
+    const stoke_profile_match *pm = &d->profile;
+    char note[200] = "";
+    if (pm->how != STOKE_PROFILE_NONE && !pm->profile.precision_auto &&
+        pm->profile.precision != d->precision)
+        snprintf(note, sizeof note, "; profile '%s' (%s) starts from %s, the rule is kept",
+                 pm->profile.name, pm->profile.source, stoke_precision_name(pm->profile.precision));
+    else
+        snprintf(note, sizeof note, "%s", SAME(pm));
+    why(&d->precision_why, STOKE_SRC_TUNED, "%s%s",
+        r && r->known ? r->reason : "no recommendation, fp32", note);
     return STOKE_OK;
 }
 
@@ -63,8 +87,22 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
             "one fused pass: the training thread gathers each batch");
     } else {
         const stoke_rec *rw = stoke_recs_find(recs, "loader_workers", STOKE_TUNE_CPU);
-        d->workers = rw && rw->known ? (int)rw->number : 1;
-        why(&d->workers_why, STOKE_SRC_TUNED, "the tuner: %s", rw ? rw->reason : "");
+        int rule = rw && rw->known ? (int)rw->number : 1;
+        const stoke_profile_match *pm = &d->profile;
+        d->workers = pm->how != STOKE_PROFILE_NONE ? pm->workers : rule;
+        if (d->workers == rule) {
+            why(&d->workers_why, STOKE_SRC_TUNED, "the tuner: %s%s", rw ? rw->reason : "",
+                SAME(pm));
+        } else {
+            char per[48] = "";
+            if (pm->profile.workers_for_cores)
+                snprintf(per, sizeof per, " for %d cores", pm->profile.workers_for_cores);
+            why(&d->workers_why, STOKE_SRC_TUNED,
+                "profile '%s' (%s): %d worker%s%s, scaled to the %d usable CPUs and capped by "
+                "what they leave = %d (the rule alone: %d)",
+                pm->profile.name, pm->profile.source, pm->profile.workers,
+                pm->profile.workers == 1 ? "" : "s", per, d->usable_cpus, d->workers, rule);
+        }
     }
     if (q->threads > 0) {
         d->threads = q->threads;
@@ -92,11 +130,22 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
         d->prefetch = q->prefetch;
         why(&d->prefetch_why, q->prefetch_src, "%s", "");
     } else {
-        d->prefetch = tune_prefetch_depth(d->workers);
-        why(&d->prefetch_why, STOKE_SRC_TUNED,
-            "2 per loader worker (one being filled, one "
-            "ready), within [%d, %d]",
-            MIN_PREFETCH, MAX_PREFETCH);
+        const stoke_profile_match *pm = &d->profile;
+        int rule = tune_prefetch_depth(d->workers);
+        d->prefetch = pm->how != STOKE_PROFILE_NONE
+                          ? tune_prefetch_clamp((long)d->workers * pm->profile.prefetch_factor)
+                          : rule;
+        if (d->prefetch == rule)
+            why(&d->prefetch_why, STOKE_SRC_TUNED,
+                "2 per loader worker (one being filled, one "
+                "ready), within [%d, %d]%s",
+                MIN_PREFETCH, MAX_PREFETCH, SAME(pm));
+        else
+            why(&d->prefetch_why, STOKE_SRC_TUNED,
+                "profile '%s' (%s): %d batches ahead per loader worker x %d, within [%d, %d] "
+                "(the rule alone: %d)",
+                pm->profile.name, pm->profile.source, pm->profile.prefetch_factor, d->workers,
+                MIN_PREFETCH, MAX_PREFETCH, rule);
     }
     const stoke_rec *rp = stoke_recs_find(recs, "pin_memory", STOKE_TUNE_CPU);
     d->pinned = d->device != STOKE_TUNE_CPU; /* only a device copy gains from them */
@@ -159,6 +208,12 @@ stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
     stoke_status s = decide_device(m, req, out);
     if (s != STOKE_OK)
         return s;
+    /* cuda:N not found gets no profile (an index past the GPUs), never the CPU's */
+    int gi =
+        out->device == STOKE_TUNE_CPU ? STOKE_TUNE_CPU : stoke_machine_cuda_gpu(m, out->device);
+    stoke_profile_match_device(req->profiles, m,
+                               gi < 0 && out->device != STOKE_TUNE_CPU ? m->gpu_count : gi,
+                               &out->profile);
     out->batch = req->batch;
     why(&out->batch_why, req->batch_src, "%s", "");
     s = decide_precision(m, recs, req, out);

@@ -567,11 +567,12 @@ static bool rule_pin_memory(const stoke_machine *m, int dev, stoke_rec *r)
     return true;
 }
 
-int tune_prefetch_depth(int workers)
+int tune_prefetch_clamp(long depth)
 {
-    int depth = 2 * workers;
-    return depth < MIN_PREFETCH ? MIN_PREFETCH : depth > MAX_PREFETCH ? MAX_PREFETCH : depth;
+    return depth < MIN_PREFETCH ? MIN_PREFETCH : depth > MAX_PREFETCH ? MAX_PREFETCH : (int)depth;
 }
+
+int tune_prefetch_depth(int workers) { return tune_prefetch_clamp(2L * workers); }
 
 static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
 {

@@ -10,4 +10,7 @@ enum { MIN_PREFETCH = 2, MAX_PREFETCH = 32 };
 /* The loader's ring slots for this many workers: 2 x workers within [2, 32]. */
 int tune_prefetch_depth(int workers);
 
+/* A count of batches in flight within [2, 32]. */
+int tune_prefetch_clamp(long depth);
+
 #endif

@@ -75,9 +75,14 @@ NUM_WORKERS=auto "$stoke" config show --config "$work/auto.yaml" $small --prefet
     >"$out" 2>&1
 expect_line "auto from env" "^workers +[0-9]+ +tuned: .*\(auto from env NUM_WORKERS\)$"
 expect_line "auto from a flag" "^prefetch +[0-9]+ +tuned: .*\(auto from flag --prefetch\)$"
+# the device's hardware profile (docs/profiles.md) is named where the value starts from it
+expect_line "the profile in the reason" "^prefetch +[0-9]+ +tuned: .*profile '[a-z0-9-]+' \("
 expect_line "auto from a file (precision)" \
     "^precision +(fp32|bf16|fp16) +tuned: .*\(auto from file $work/auto.yaml\)$"
 expect_line "auto from a file (threads)" "^threads +[0-9]+ +tuned: .*\(auto from file "
+printf 'version: 1\nprofiles: [1]\n' >"$work/profiles.yaml"
+expect_error "a bad STOKE_PROFILES file" 1 "$work/profiles.yaml:2:12: profiles: expected a mapping" \
+    env STOKE_PROFILES="$work/profiles.yaml" "$stoke" config show $small
 "$stoke" config show $small --recompute auto >"$out" 2>&1
 expect_line "recompute auto: tuned, when allocated" "^recompute +auto +tuned: decided when"
 

@@ -8,6 +8,8 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 show() { sed 's/^/  | /' "$@"; }
 out=$work/out.txt
+# the tuning cache is the test's own, never the user's (tune.c)
+export STOKE_CACHE_DIR="$work/cache"
 # use_gpu_doubles FAKEDIR SCENARIODIR: NVML, the CUDA runtime, cuBLAS, cuBLASLt and cuDNN are
 # stoke's test doubles (tests/fake) on the cuda_train scenario's GPU, and the kernels
 # run in their host build (the bodies nvcc compiles into libstoke_cuda.so).

@@ -52,7 +52,8 @@ unset STOKE_FAKE_GPU_SCENARIO
 run nogpu 0
 has nogpu.out "no NVIDIA GPU: "
 has nogpu.out "/nonexistent/libnvidia-ml.so.1"
-for section in CPU OpenBLAS Memory GPUs Recommendations; do
+for section in CPU OpenBLAS Memory GPUs Recommendations \
+    "Profiles (built-in data/profiles.yaml; starting points, not measurements)"; do
     grep -qx "$section" "$out/nogpu.out" || fail "nogpu: no '$section' section"
 done
 grep -qx Storage "$out/nogpu.out" && fail "nogpu: a Storage section without --data"
@@ -80,7 +81,14 @@ p = rec('peak_fp32_flops', 'cpu')
 assert p['unit'] == 'FLOP/s' and p['value'] > 0, p
 for r in d['recommendations']:
     assert r['reason'], r
+# the CPU-only class, which decides as the rules
+assert d['profiles']['origin'] == 'built-in data/profiles.yaml', d['profiles']
+(c,) = d['profiles']['devices']
+assert c['device'] == 'cpu' and c['match'] == 'cpu' and c['profile']['name'] == 'cpu', c
+assert c['profile']['source'] == \"stoke's own\" and c['profile']['precision'] == 'auto', c
+assert c['workers'] == w and c['prefetch'] == rec('prefetch_depth', 'cpu')['value'], c
 "
+has nogpu.out "  cpu    cpu: the CPU-only class: training on the CPU"
 
 # --- OpenBLAS: the core it loaded and its fit; a fallback forced with OPENBLAS_CORETYPE
 # (read by OpenBLAS when it loads) is named as one on any CPU with AVX2 or better. ---
@@ -204,7 +212,19 @@ assert rec('peak_fp32_flops', 'gpu', 0)['value'] == 114 * 1755e6 * 256
 assert rec('pin_memory', 'cpu')['value'] is True
 w = rec('loader_workers', 'cpu')['value']
 assert w == max(1, min(16, d['cpu']['usable_cpus'] - 2)), w
+# seed 000's profile, by name; its 16 workers for 18 cores scaled to this machine
+g, c = d['profiles']['devices']
+assert g['device'] == 'gpu' and g['gpu'] == 0 and g['match'] == 'name', g
+assert g['why'] == \"'NVIDIA H100 PCIe' names 'H100'\", g
+p = g['profile']
+assert p['name'] == 'h100' and p['source'] == 'seed 000' and p['batch'] == 32, p
+assert p['workers'] == 16 and p['workers_for_cores'] == 18 and p['tf32'] is True, p
+u = d['cpu']['usable_cpus']
+assert g['workers'] == max(1, min(16 * u // 18, u - 2)), (g, u)
+assert c['device'] == 'cpu' and c['profile']['name'] == 'cpu', c
 "
+has h100.out "  gpu 0  h100, by name: 'NVIDIA H100 PCIe' names 'H100'"
+has h100.out "batch 32, for seed 000's RAP training pipeline"
 
 export STOKE_FAKE_GPU_SCENARIO="$scenarios/probe_mixed.gpu"
 run mixed 0
@@ -229,7 +249,54 @@ assert rec('peak_bf16_flops', 'gpu', 0)['value'] == 82 * 2100e6 * 512
 assert rec('peak_fp16_flops', 'gpu', 1)['value'] == 80 * 1380e6 * 1024
 assert rec('peak_fp32_flops', 'gpu', 1)['value'] == 80 * 1380e6 * 128
 assert a['cuda_device'] == 0 and b['cuda_device'] == 1, (a, b)
+# the 3090 has seed 002's profile; no profile has a V100's compute capability 7.0
+p0, p1, c = d['profiles']['devices']
+assert p0['match'] == 'name' and p0['profile']['name'] == 'rtx-3090', p0
+assert p0['profile']['precision'] == 'fp16' and p0['profile']['prefetch_factor'] == 4, p0
+assert p1['gpu'] == 1 and p1['match'] == 'none' and 'profile' not in p1, p1
+assert 'compute capability 7.x: the rules decide' in p1['why'], p1
 "
+has mixed.out "  gpu 1  none: no profile names 'Tesla V100-PCIE-16GB' or has compute capability 7.x"
+
+# STOKE_PROFILES replaces the table: a V100 profile by name, a class for the 3090; a bad
+# file is an error naming file:line:col and the field.
+cat >"$out/v100.yaml" <<'EOF'
+version: 1
+profiles:
+  - name: v100
+    match: {gpu_names: [V100], compute_capability: "7.0", memory_gb: 16}
+    workers: 4
+    prefetch_factor: 3
+    precision: fp16
+    tf32: false
+    source: test
+    note: a test profile
+  - name: ampere
+    match: {compute_capability: "8.0"}
+    workers: 2
+    prefetch_factor: 2
+    precision: bf16
+    tf32: true
+    source: test
+    note: a class
+EOF
+STOKE_PROFILES="$out/v100.yaml" run custom_json 0 --json
+json custom_json "
+p0, p1, c = d['profiles']['devices']
+assert d['profiles']['origin'].endswith('/v100.yaml'), d['profiles']
+assert c['device'] == 'cpu' and c['match'] == 'none' and 'no CPU-only profile' in c['why'], c
+assert p0['match'] == 'class' and p0['profile']['name'] == 'ampere', p0
+assert \"no profile names 'NVIDIA GeForce RTX 3090'; the nearest class\" in p0['why'], p0
+assert p1['match'] == 'name' and p1['profile']['name'] == 'v100', p1
+"
+STOKE_PROFILES="$out/v100.yaml" run custom 0
+has custom.out "  cpu    none: no CPU-only profile in $out/v100.yaml: the rules decide"
+printf 'version: 1\nprofiles:\n  - name: x\n    workers: lots\n' >"$out/bad.yaml"
+STOKE_PROFILES="$out/bad.yaml" run badprofiles 1
+has badprofiles.err "$out/bad.yaml:4:14: workers: expected a whole number in [0, 256], got 'lots'"
+[ -s "$out/badprofiles.out" ] && fail "badprofiles: printed a report"
+STOKE_PROFILES=/nonexistent/profiles.yaml run noprofiles 1
+has noprofiles.err "/nonexistent/profiles.yaml"
 
 # CUDA_VISIBLE_DEVICES renumbers the runtime's devices, NVML's stay: the V100 is cuda:0
 # (matched by PCI bus id), the 3090 no CUDA device at all.

@@ -1,0 +1,607 @@
+/* tune.c - settings measured rather than ruled: the trials (real training steps on the
+ * run's own model and data), the tuning cache (one file per machine + model + dataset
+ * + the settings given), and stoke_train_tune (`stoke tune`, and `auto` in a run). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/tmpfile.h"
+#include "train/trainer.h"
+
+/* A trial: 3 warm-up steps (the arenas, the loader's ring, the kernels' first
+ * calls), then at least 5 steps and the seconds asked. */
+#define TRIAL_WARMUP    3
+#define TRIAL_MIN_STEPS 5
+#define TRIAL_SECONDS   0.5
+/* The batch search starts no lower: below it a step is mostly fixed overhead. */
+#define TUNE_BATCH_MIN 16
+
+/* snprintf through a function: the messages are cut at their buffers by design */
+static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+}
+
+typedef struct trial_ctx {
+    stoke_train_config base;
+    double seconds;
+} trial_ctx;
+
+static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_measure *m)
+{
+    const trial_ctx *x = ctx;
+    stoke_train_config c = x->base;
+    c.batch_size = p->batch;
+    c.workers = p->workers;
+    c.prefetch = p->prefetch;
+    c.threads = p->threads;
+    say(c.precision, sizeof c.precision, "%s", stoke_precision_name(p->precision));
+    c.accumulate = 1; /* a micro-batch's speed; accumulation only spaces the updates */
+    c.epochs = 1000000; /* the trial stops itself; the schedule's rate stays the start's */
+    c.max_steps = c.eval_every = 0;
+    c.target_accuracy = 0;
+    c.checkpoint[0] = c.resume[0] = c.log[0] = '\0';
+    c.monitor = c.dry_run = false;
+    train_trial tr = {.on = true,
+                      .warmup = TRIAL_WARMUP,
+                      .min_steps = TRIAL_MIN_STEPS,
+                      .max_steps = 1000000,
+                      .seconds = x->seconds,
+                      .finite = true};
+    stoke_trainer *t = NULL;
+    stoke_status s = train_new(&c, NULL, NULL, &tr, &t);
+    memset(m, 0, sizeof *m);
+    if (s == STOKE_OK && (s = stoke_trainer_run(t, NULL)) == STOKE_ERR_ARG) {
+        /* set up, then refused by a step: a gradient that is not finite (an fp32 or
+         * bf16 step stops there) or a bad sample; either way this setting did not
+         * train. A bad sample fails every trial, and the search then says so. */
+        say(m->error, sizeof m->error, "%s", stoke_last_error());
+        m->finite = false;
+        stoke_trainer_free(t);
+        return STOKE_OK;
+    }
+    if (s == STOKE_ERR_NOMEM) { /* this setting does not fit: the search goes on */
+        say(m->error, sizeof m->error, "%s", stoke_last_error());
+        m->finite = true; /* nothing diverged */
+        stoke_trainer_free(t);
+        return STOKE_OK;
+    }
+    if (s != STOKE_OK) {
+        stoke_trainer_free(t);
+        return s;
+    }
+    const train_trial *r = &t->trial;
+    stoke_loader_stats s1;
+    stoke_loader_get_stats(t->loader, &s1);
+    double dt = r->t1 - r->t0;
+    int64_t batches = s1.batches - r->s0.batches;
+    m->ran = r->marked && batches > 0 && dt > 0;
+    if (!m->ran) {
+        say(m->error, sizeof m->error, "the trial measured nothing");
+        m->finite = true;
+        stoke_trainer_free(t);
+        return STOKE_OK;
+    }
+    m->steps = t->step - r->step0;
+    m->seconds = dt;
+    m->samples_per_s = (double)(s1.samples - r->s0.samples) / dt;
+    double wait_ms = s1.wait_avg_ms * (double)s1.batches - r->s0.wait_avg_ms * (double)r->s0.batches;
+    double busy_ms = s1.busy_avg_ms * (double)s1.batches - r->s0.busy_avg_ms * (double)r->s0.batches;
+    m->wait_pct = 100.0 * wait_ms / 1e3 / dt;
+    if (m->wait_pct < 0)
+        m->wait_pct = 0;
+    if (m->wait_pct > 100)
+        m->wait_pct = 100;
+    m->step_ms = dt * 1e3 / (double)(m->steps > 0 ? m->steps : 1);
+    m->produce_ms = busy_ms > 0 ? busy_ms / (double)batches : 0;
+    m->produce_p95_ms = s1.busy_p95_ms > m->produce_ms ? s1.busy_p95_ms : m->produce_ms;
+    m->finite = r->finite && isfinite(t->ep_loss);
+    stoke_mem_plan plan;
+    int64_t most;
+    size_t used, beside;
+    if (stoke_trainer_plan(t, 0, &plan, &most, &used, &beside) == STOKE_OK)
+        m->memory_bytes = (double)plan.total +
+                          (double)train_ring_per_sample(t, t->train_d, p->workers, p->prefetch) *
+                              (double)p->batch;
+    stoke_trainer_free(t);
+    return STOKE_OK;
+}
+
+/* ---- which settings are measured -------------------------------------------------- */
+
+typedef struct tune_open {
+    bool batch, workers, prefetch, threads, precision;
+} tune_open;
+
+/* `auto` given (any source) leaves a setting to measurement; `all` (stoke tune) also
+ * every setting left at its default. */
+static tune_open open_settings(const stoke_train_config *c, bool all)
+{
+#define OPEN(key, is_auto)                                                                         \
+    ((is_auto) && (all || stoke_train_config_source(c, key) != STOKE_CFG_DEFAULT))
+    tune_open o = {
+        .batch = all && stoke_train_config_source(c, "batch_size") == STOKE_CFG_DEFAULT,
+        .workers = OPEN("workers", c->workers < 0),
+        .prefetch = OPEN("prefetch", c->prefetch == 0),
+        .threads = OPEN("threads", c->threads == 0),
+        .precision = OPEN("precision", !strcmp(c->precision, "auto")),
+    };
+#undef OPEN
+    return o;
+}
+
+static bool any_open(const tune_open *o)
+{
+    return o->batch || o->workers || o->prefetch || o->threads || o->precision;
+}
+
+/* ---- the cache -------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* What a measurement depends on besides the five settings, as one line: the machine,
+ * the model and the data. The file's name is its hash; the line is kept in the file
+ * and compared, so a collision reads as a miss. */
+static void cache_key(const stoke_trainer *t, char *key, size_t size)
+{
+    const stoke_train_config *c = &t->cfg;
+    const stoke_machine *m = &t->machine;
+    char real[PATH_MAX] = "";
+    struct stat st = {0};
+    if (!realpath(c->dataset, real))
+        say(real, sizeof real, "%s", c->dataset);
+    stat(real, &st);
+    size_t n = (size_t)snprintf(
+        key, size,
+        "stoke-tune-1|cpu=%s|cpus=%d|simd=%x|mem=%.0fG|model=%s|hidden=%s|model_text=%016" PRIx64
+        "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d|recompute=%s|device=%s",
+        m->cpu.model, m->cpu.usable_cpus, (unsigned)m->cpu.simd,
+        (double)m->mem.total_bytes / (1 << 30), c->model, c->hidden,
+        fnv1a(stoke_model_file_text(t->mf)), real, (long long)st.st_size,
+        (long long)st.st_mtime, c->limit, c->augment, c->recompute, c->device);
+    for (int i = 0; i < m->gpu_count && n < size; i++)
+        n += (size_t)snprintf(key + n, size - n, "|gpu=%s:%.0fG", m->gpus[i].name,
+                              (double)m->gpus[i].memory_total_bytes / 1e9);
+    for (char *p = key; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+}
+
+/* $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke; "" if none. */
+static void cache_dir(char *dir, size_t size)
+{
+    const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"),
+               *h = getenv("HOME");
+    if (e && *e)
+        say(dir, size, "%s", e);
+    else if (x && *x)
+        say(dir, size, "%s/stoke", x);
+    else if (h && *h)
+        say(dir, size, "%s/.cache/stoke", h);
+    else
+        dir[0] = '\0';
+}
+
+static void cache_path(const char *key, char *path, size_t size)
+{
+    char dir[PATH_MAX];
+    cache_dir(dir, sizeof dir);
+    if (!dir[0]) {
+        path[0] = '\0';
+        return;
+    }
+    say(path, size, "%s/tune/%016" PRIx64 ".yaml", dir, fnv1a(key));
+}
+
+/* mkdir -p of path's directory. */
+static bool make_dirs(const char *path)
+{
+    char d[PATH_MAX];
+    say(d, sizeof d, "%s", path);
+    char *slash = strrchr(d, '/');
+    if (!slash)
+        return true;
+    *slash = '\0';
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(d, 0755) && errno != EEXIST)
+                return false;
+            *p = '/';
+        }
+    return !mkdir(d, 0755) || errno == EEXIST;
+}
+
+/* The settings file `stoke train --config` reads, with the measurement as comments. */
+static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_tune_result *r,
+                        const char *key, double seconds)
+{
+    size_t size = 8192;
+    char *y = malloc(size);
+    if (!y)
+        return NULL;
+    const stoke_tune_point *b = &r->best;
+    const stoke_tune_measure *m = &r->best_m;
+    char when[32] = "", dev[32] = "the CPU computes";
+    if (t->device != STOKE_TUNE_CPU)
+        say(dev, sizeof dev, "on cuda:%d", t->device);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    size_t n = (size_t)snprintf(
+        y, size,
+        "# stoke tune: %s, %d usable CPUs, %s; model %s; dataset %s\n"
+        "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
+        "# key: %s\n",
+        t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model, t->cfg.dataset, when, m->samples_per_s, m->wait_pct,
+        r->ntrials, seconds, key);
+    /* all five: the file is the whole tuned configuration (the settings given were
+     * measured with), and the cache checks a later run's against them */
+    (void)o;
+    say(y + n, size - n,
+        "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
+        b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
+    return y;
+}
+
+static stoke_status write_file(const char *path, const char *text)
+{
+    stoke_tmpfile f;
+    stoke_status s = stoke_tmpfile_open(&f, path);
+    if (s == STOKE_OK && (s = stoke_tmpfile_write(&f, text, strlen(text))) == STOKE_OK)
+        s = stoke_tmpfile_commit(&f);
+    return s;
+}
+
+/* The cached point for a run: the entry at `path` when it is for this key and agrees
+ * with every setting the run gives a value (`c`'s, those not open); false (with why)
+ * when there is none or it does not fit: then it is measured again and rewritten. */
+static bool cache_read(const char *path, const char *key, const stoke_train_config *run,
+                       const tune_open *o, stoke_tune_point *best, char *why, size_t wn)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say(why, wn, "not measured before");
+        return false;
+    }
+    char *text = malloc(65536);
+    size_t len = text ? fread(text, 1, 65535, f) : 0;
+    fclose(f);
+    if (!text) {
+        say(why, wn, "out of memory");
+        return false;
+    }
+    text[len] = '\0';
+    const char *k = strstr(text, "\n# key: ");
+    size_t kl = strlen(key);
+    bool match = k && !strncmp(k + 8, key, kl) && (k[8 + kl] == '\n' || !k[8 + kl]);
+    stoke_train_config c;
+    stoke_train_config_defaults(&c);
+    stoke_status s = match ? stoke_train_config_parse(&c, text, len, path) : STOKE_OK;
+    free(text);
+    if (!match) {
+        say(why, wn, "%s is for another machine, model or dataset", path);
+        return false;
+    }
+    if (s != STOKE_OK) {
+        say(why, wn, "%s", stoke_last_error());
+        return false;
+    }
+    static const char *keys[] = {"batch_size", "workers", "prefetch", "threads", "precision"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (stoke_train_config_source(&c, keys[i]) != STOKE_CFG_FILE) {
+            say(why, wn, "%s has no %s", path, keys[i]);
+            return false;
+        }
+    if (c.workers < 0 || c.prefetch == 0 || c.threads == 0 ||
+        !stoke_precision_parse(c.precision, &best->precision)) {
+        say(why, wn, "%s holds a setting that is not a measured value", path);
+        return false;
+    }
+    best->batch = c.batch_size;
+    best->workers = (int)c.workers;
+    best->prefetch = (int)c.prefetch;
+    best->threads = (int)c.threads;
+    /* a value the run gives (not left to a rule: -1, 0, auto) must be the one measured
+     * with: the others were tuned around it */
+    bool batch_given = !o->batch, w = !o->workers && run->workers >= 0,
+         p = !o->prefetch && run->prefetch > 0, th = !o->threads && run->threads > 0,
+         pr = !o->precision && strcmp(run->precision, "auto");
+    const char *differs = batch_given && run->batch_size != c.batch_size ? "batch_size"
+                          : w && run->workers != c.workers               ? "workers"
+                          : p && run->prefetch != c.prefetch             ? "prefetch"
+                          : th && run->threads != c.threads              ? "threads"
+                          : pr && strcmp(run->precision, c.precision)    ? "precision"
+                                                                         : NULL;
+    if (differs) {
+        say(why, wn, "%s was measured with another %s than this run's", path, differs);
+        return false;
+    }
+    return true;
+}
+
+/* ---- the search over a run's settings ---------------------------------------------- */
+
+/* A trainer set up as `cfg` would be, without training (the planning trainer): the
+ * machine, the data, the model and the rules' decision, the search's start. */
+static stoke_status plan_trainer(const stoke_train_config *cfg, stoke_trainer **out)
+{
+    stoke_train_config c = *cfg;
+    c.dry_run = true;
+    c.monitor = false;
+    train_trial off = {0}; /* not a trial, and not tuned again */
+    return train_new(&c, NULL, NULL, &off, out);
+}
+
+static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid,
+                                int64_t max_batch, stoke_tune_space *sp)
+{
+    const stoke_decision *d = &pt->decision;
+    memset(sp, 0, sizeof *sp);
+    sp->start = (stoke_tune_point){pt->cfg.batch_size, d->workers, d->prefetch, d->threads,
+                                   d->precision};
+    sp->batch = o->batch;
+    sp->workers = o->workers;
+    sp->prefetch = o->prefetch;
+    /* threads not given follow the rule (the CPUs the workers leave): the split
+     * moves them with the workers even when only the workers are measured */
+    sp->threads = o->threads || pt->cfg.threads == 0;
+    sp->precision = o->precision;
+    sp->cpu = d->device == STOKE_TUNE_CPU;
+    sp->usable_cpus = d->usable_cpus;
+    sp->max_workers = sp->cpu ? 0 : (d->usable_cpus > 1 ? d->usable_cpus - 1 : 1);
+    sp->grid = grid;
+    sp->batch_min = TUNE_BATCH_MIN;
+    sp->batch_max = pt->info.count;
+    if (o->batch) {
+        stoke_mem_plan plan;
+        int64_t fit = 0;
+        size_t used, beside;
+        stoke_status s = stoke_trainer_plan(pt, 0, &plan, &fit, &used, &beside);
+        if (s != STOKE_OK)
+            return s;
+        if (fit > 0 && fit < sp->batch_max)
+            sp->batch_max = fit;
+        if (max_batch > 0 && max_batch < sp->batch_max)
+            sp->batch_max = max_batch;
+        if (sp->batch_min > sp->batch_max)
+            sp->batch_min = 1;
+    }
+    return STOKE_OK;
+}
+
+typedef struct tune_run {
+    stoke_train_tune_opts opts;
+    stoke_trainer *owner; /* a run tuning itself: trials become its INFO lines */
+    int count;
+} tune_run;
+
+void stoke_train_format_trial(const stoke_tune_trial *t, int index, char *buf, size_t size)
+{
+    const stoke_tune_point *p = &t->p;
+    int n = snprintf(buf, size,
+                     "trial %d (%s): batch %" PRId64 ", %d worker%s + %d thread%s, prefetch %d, %s",
+                     index, t->stage, p->batch, p->workers, p->workers == 1 ? "" : "s", p->threads,
+                     p->threads == 1 ? "" : "s", p->prefetch, stoke_precision_name(p->precision));
+    if (n < 0 || (size_t)n >= size)
+        return;
+    char mem[32];
+    if (!t->m.ran)
+        say(buf + n, size - (size_t)n, " -> could not run: %s", t->m.error);
+    else
+        say(buf + n, size - (size_t)n,
+                 " -> %.0f samples/s, data wait %.1f%%, %.2f ms a step, memory %s%s",
+                 t->m.samples_per_s, t->m.wait_pct, t->m.step_ms,
+                 stoke_format_bytes(t->m.memory_bytes, mem, sizeof mem),
+                 t->m.finite ? "" : ", loss NOT finite");
+}
+
+static void on_trial(void *ctx, const stoke_tune_trial *t)
+{
+    tune_run *r = ctx;
+    r->count++;
+    if (r->owner) {
+        char line[600];
+        stoke_train_format_trial(t, r->count, line, sizeof line);
+        train_info(r->owner, "tune: %s", line);
+    }
+    if (r->opts.on_trial)
+        r->opts.on_trial(r->opts.ctx, t);
+}
+
+/* The settings file for the result, to the cache and to opts->output. */
+static stoke_status write_results(const stoke_trainer *pt, const tune_open *o,
+                                  const stoke_train_tune_opts *opts, stoke_train_tuning *out)
+{
+    char *y = tuned_yaml(pt, o, &out->result, out->key, out->seconds);
+    if (!y)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    stoke_status s = STOKE_OK;
+    if (opts->write_cache && out->cache_path[0] && !opts->grid) {
+        errno = 0;
+        if (!make_dirs(out->cache_path))
+            say(out->cache_error, sizeof out->cache_error, "%s: %s", out->cache_path,
+                     strerror(errno));
+        else if (write_file(out->cache_path, y) != STOKE_OK)
+            /* a cache that cannot be written costs the next run its trials, no more */
+            say(out->cache_error, sizeof out->cache_error, "%s", stoke_last_error());
+    }
+    if (opts->output)
+        s = write_file(opts->output, y);
+    free(y);
+    return s;
+}
+
+/* stoke_train_tune, and a run's own tuning when owner is not NULL. */
+static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_opts *opts,
+                         stoke_trainer *owner, stoke_train_tuning *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!(opts->trial_seconds >= 0 && opts->trial_seconds <= 600))
+        return stoke_fail(STOKE_ERR_ARG, "tune: trial seconds %g (0..600)", opts->trial_seconds);
+    tune_open o = open_settings(cfg, opts->all);
+    out->batch = o.batch;
+    out->workers = o.workers;
+    out->prefetch = o.prefetch;
+    out->threads = o.threads;
+    out->precision = o.precision;
+    if (!any_open(&o))
+        return owner ? STOKE_OK
+                     : stoke_fail(STOKE_ERR_ARG,
+                                  "tune: every setting it measures is given (batch_size, workers, "
+                                  "prefetch, threads, precision): nothing to tune");
+    stoke_trainer *pt = NULL;
+    stoke_status s = plan_trainer(cfg, &pt);
+    if (s != STOKE_OK)
+        return s;
+    cache_key(pt, out->key, sizeof out->key);
+    cache_path(out->key, out->cache_path, sizeof out->cache_path);
+    if (!out->cache_path[0])
+        say(out->cache_note, sizeof out->cache_note,
+                 "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
+    else if (opts->use_cache && !opts->grid &&
+             cache_read(out->cache_path, out->key, cfg, &o, &out->result.best, out->cache_note,
+                        sizeof out->cache_note)) {
+        out->cached = true;
+        stoke_trainer_free(pt);
+        return STOKE_OK;
+    }
+    if (opts->no_trials) {
+        stoke_trainer_free(pt);
+        return STOKE_OK;
+    }
+    stoke_tune_space sp;
+    if ((s = build_space(pt, &o, opts->grid, opts->max_batch, &sp)) != STOKE_OK) {
+        stoke_trainer_free(pt);
+        return s;
+    }
+    out->space = sp;
+    trial_ctx tc = {.base = pt->cfg,
+                    .seconds = opts->trial_seconds > 0 ? opts->trial_seconds : TRIAL_SECONDS};
+    /* every trial runs where the rules put the run, not decided again each time */
+    if (pt->device == STOKE_TUNE_CPU)
+        say(tc.base.device, sizeof tc.base.device, "cpu");
+    else
+        say(tc.base.device, sizeof tc.base.device, "cuda:%d", pt->device);
+    if (owner) {
+        char what[80] = "";
+        const char *names[] = {o.batch ? "batch_size" : NULL, o.workers ? "workers" : NULL,
+                               o.prefetch ? "prefetch" : NULL, o.threads ? "threads" : NULL,
+                               o.precision ? "precision" : NULL};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (names[i])
+                say(what + strlen(what), sizeof what - strlen(what), "%s%s", what[0] ? ", " : "",
+                    names[i]);
+        train_info(owner, "tune: measuring %s by short trials (%s)", what, out->cache_note);
+    }
+    tune_run run = {.opts = *opts, .owner = owner};
+    double t0 = stoke_wall_time();
+    s = stoke_tune_search(&sp, run_trial, &tc, on_trial, &run, &out->result);
+    out->seconds = stoke_wall_time() - t0;
+    if (s == STOKE_OK)
+        s = write_results(pt, &o, opts, out);
+    stoke_trainer_free(pt);
+    return s;
+}
+
+stoke_status stoke_train_tune(const stoke_train_config *cfg, const stoke_train_tune_opts *opts,
+                              stoke_train_tuning *out)
+{
+    return tune(cfg, opts, NULL, out);
+}
+
+/* ---- a run's `auto` settings --------------------------------------------------------- */
+
+static void apply_point(stoke_trainer *t, const stoke_train_tuning *r)
+{
+    stoke_train_config *c = &t->cfg;
+    const stoke_tune_point *b = &r->result.best;
+    if (r->batch)
+        c->batch_size = b->batch;
+    if (r->workers)
+        c->workers = b->workers;
+    if (r->prefetch)
+        c->prefetch = b->prefetch;
+    if (r->threads)
+        c->threads = b->threads;
+    if (r->precision)
+        say(c->precision, sizeof c->precision, "%s", stoke_precision_name(b->precision));
+}
+
+/* "measured: <why>"; "" when the search had nothing to say (the rule's reason stays). */
+static void measured(char *buf, size_t size, const char *why)
+{
+    if (why[0])
+        say(buf, size, "measured: %s", why);
+    else
+        buf[0] = '\0';
+}
+
+stoke_status train_tune_settings(stoke_trainer *t)
+{
+    stoke_train_tuning *r = malloc(sizeof *r);
+    if (!r)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    /* a dry run (and so `config show`) measures nothing: the cache or the rules */
+    stoke_train_tune_opts to = {.use_cache = true, .write_cache = true, .no_trials = t->cfg.dry_run};
+    stoke_status s = tune(&t->cfg, &to, t, r);
+    struct train_tuned *u = &t->tuned;
+    u->batch = r->batch;
+    u->workers = r->workers;
+    u->prefetch = r->prefetch;
+    u->threads = r->threads;
+    u->precision = r->precision;
+    if (s != STOKE_OK || !(r->batch || r->workers || r->prefetch || r->threads || r->precision)) {
+        free(r);
+        return s;
+    }
+    if (r->cached || r->result.ntrials > 0) {
+        apply_point(t, r);
+        u->applied = true;
+        u->source = r->cached ? STOKE_SRC_CACHED : STOKE_SRC_TUNED;
+    }
+    if (r->cached) {
+        say(u->why_batch, sizeof u->why_batch,
+                 "measured by an earlier run's trials on this machine, model and data (%s)",
+                 r->cache_path);
+        say(u->why_workers, sizeof u->why_workers, "%s", u->why_batch);
+        say(u->why_prefetch, sizeof u->why_prefetch, "%s", u->why_batch);
+        say(u->why_threads, sizeof u->why_threads, "%s", u->why_batch);
+        say(u->why_precision, sizeof u->why_precision, "%s", u->why_batch);
+    } else if (u->applied) {
+        const stoke_tune_result *x = &r->result;
+        measured(u->why_batch, sizeof u->why_batch, x->why_batch);
+        measured(u->why_workers, sizeof u->why_workers, x->why_workers);
+        measured(u->why_prefetch, sizeof u->why_prefetch, x->why_prefetch);
+        measured(u->why_threads, sizeof u->why_threads, x->why_threads);
+        measured(u->why_precision, sizeof u->why_precision, x->why_precision);
+        train_info(t, "tune: %d trials in %.1f s: %.0f samples/s%s%s", x->ntrials, r->seconds,
+                   x->best_m.samples_per_s, r->cache_error[0] ? "; cache not written: " : "",
+                   r->cache_error);
+    } else {
+        say(u->pending, sizeof u->pending,
+                 "auto, not measured yet (%s; a run measures it first): the rule",
+                 r->cache_note);
+    }
+    free(r);
+    return STOKE_OK;
+}
