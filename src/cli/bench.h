@@ -9,7 +9,7 @@
 
 #include "stoke/hw.h"
 
-#define BENCH_SETTINGS 8
+#define BENCH_SETTINGS 10
 #define BENCH_WARNINGS 8
 
 /* One setting a configuration ran with: its value, where it came from ("bench" for

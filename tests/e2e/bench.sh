@@ -43,7 +43,8 @@ assert re.search(r"^  workers +0 +bench$", text, re.M), "naive workers from benc
 assert re.search(r"^  workers +[0-9]+ +tuned: ", text, re.M), "tuned workers tuned"
 assert re.search(r"^robustness: passed, [0-9]+ us more CPU per sample, [0-9]+ samples, [0-9]+ "
                  r"workers, data wait [0-9.]+%: input-bound \(", text, re.M), "robustness line"
-assert re.search(r"^  advice: .*--workers", text, re.M), "advice names --workers"
+assert re.search(r"^  advice: .*(--workers [0-9]|make per-sample work cheaper)", text, re.M), \
+    "advice: more workers (--workers N) or cheaper per-sample work"
 PY
 
 if /usr/bin/python3 - "$work/b.json" <<'PY'; then ok "JSON: the schema of docs/bench.md"; else fail "JSON"; show "$work/b.json"; fi
@@ -63,7 +64,7 @@ num(m["usable_cpus"])
 assert o["model"] == "cnn" and o["limit"] == 600
 assert set(o["configurations"]) == {"naive", "tuned"}
 keys = ["batch_size", "accumulate", "workers", "prefetch", "threads", "precision", "device",
-        "pinned"]
+        "pinned", "lr"]
 meas = {"warmup_steps", "steps", "samples", "seconds", "batch", "accumulate", "samples_per_s",
         "data_wait_pct", "step_pct", "cpu_pct", "gpu_pct", "mfu_pct", "plan_bytes",
         "peak_rss_bytes", "peak_rss_reset"}
@@ -93,6 +94,7 @@ assert [n[k]["value"] for k in ("batch_size", "accumulate", "workers", "prefetch
 assert n["precision"]["value"] == "fp32" and n["precision"]["source"] == "bench"
 t = o["configurations"]["tuned"]["settings"]
 assert all(t[k]["source"] != "bench" for k in keys), t
+assert abs(n["lr"]["value"] - t["lr"]["value"] * 4 / 128) < 1e-9, (n["lr"], t["lr"])
 num(o["speedup"])
 r = o["robustness"]
 assert r["ran"] is True and r["passed"] is True, r
