@@ -29,7 +29,7 @@ void cmd_bench_usage(void)
            "Then the robustness check: a short run of the tuned settings with each training\n"
            "sample made slower to load (--loader-delay-us) must be diagnosed input-bound by\n"
            "the monitor, with the fix (loader workers, cheaper per-sample work).\n\n"
-           "  --steps N         optimizer steps measured per configuration (default 100)\n"
+           "  --steps N         optimizer steps measured per configuration (default 300)\n"
            "  --warmup N        steps run first and not measured (default 10): setup,\n"
            "                    first-touch memory, caches\n"
            "  --json FILE       also write the report as JSON (docs/bench.md), atomically\n"
@@ -443,7 +443,7 @@ int cmd_bench(int argc, char **argv)
     if (!args)
         return cli_error("bench", "out of memory");
     int n;
-    int64_t steps = 100, warmup = 10;
+    int64_t steps = 300, warmup = 10;
     const char *json = NULL;
     bool robust = true;
     int rc = parse(argc, argv, args, &n, &steps, &warmup, &json, &robust);
