@@ -42,3 +42,16 @@ add_test(NAME train_recompute_e2e
                  ${CMAKE_CURRENT_BINARY_DIR}/train-recompute-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
                  ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
 set_tests_properties(train_recompute_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# batch_size auto against memory budgets (the batch found fits, one more does not),
+# effective_batch, and an injected allocation failure at setup and within training.
+stoke_nn_test(test_batch_fit test_batch_fit.c)
+set_tests_properties(test_batch_fit PROPERTIES TIMEOUT 300)
+
+# `stoke train --batch-size auto`: --dry-run's batch, budgets and --limit, a short run at
+# it with an effective batch, and an injected allocation failure halving it.
+add_test(NAME train_batch_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_batch.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-batch-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
+                 ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
+set_tests_properties(train_batch_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

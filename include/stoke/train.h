@@ -141,36 +141,49 @@ typedef enum stoke_cfg_source {
 #define STOKE_CFG_MAX_KEYS 48
 
 typedef struct stoke_train_config {
-    char dataset[512];      /* training data (default: Debian's Fashion-MNIST) */
-    char val_dataset[512];  /* "" = the dataset's "test" split when it has one */
-    char model[512];        /* preset name or YAML model file (default "cnn") */
-    char hidden[160];       /* mlp / actor-critic presets: hidden sizes "512,512";
+    char dataset[512];       /* training data (default: Debian's Fashion-MNIST) */
+    char val_dataset[512];   /* "" = the dataset's "test" split when it has one */
+    char model[512];         /* preset name or YAML model file (default "cnn") */
+    char hidden[160];        /* mlp / actor-critic presets: hidden sizes "512,512";
                                  "" = the preset's default */
-    int64_t epochs;         /* default 3 */
-    int64_t max_steps;      /* > 0: stop after this many optimizer steps in total,
+    int64_t epochs;          /* default 3 */
+    int64_t max_steps;       /* > 0: stop after this many optimizer steps in total,
                                  saving a checkpoint as an interruption does */
-    int64_t batch_size;     /* samples per forward/backward (default 128) */
-    int64_t val_batch_size; /* default 256 */
-    int64_t accumulate;     /* backward passes per optimizer step (default 1): the
+    int64_t batch_size;      /* samples per forward/backward (default 128); 0 = auto: the
+                                 largest that fits memory_safety x the free memory (a
+                                 power of two with batch_pow2, at most the samples; on
+                                 the CPU at most train_cpu_start_batch), set by
+                                 stoke_trainer_new */
+    int64_t val_batch_size;  /* default 256 */
+    int64_t accumulate;      /* backward passes per optimizer step (default 1): the
                                  effective batch is batch_size x accumulate */
-    int64_t limit;          /* > 0: train on the first `limit` samples only */
-    int64_t val_limit;      /* > 0: evaluate on the first `val_limit` samples only */
-    int64_t workers;        /* loader threads; -1 = decided (stoke_decide) */
-    int64_t prefetch;       /* ring slots; 0 = decided: 2 x workers within [2, 32] */
-    int64_t threads;        /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided:
+    int64_t effective_batch; /* > 0: accumulate = ceil(this / batch_size) (not with
+                                  accumulate given; env EFFECTIVE_BATCH) */
+    double memory_safety;    /* batch auto: the share of the free memory planned for
+                                  (0, 1], default 0.7 */
+    bool batch_pow2;         /* batch auto: rounded down to a power of two (default) */
+    int64_t limit;           /* > 0: train on the first `limit` samples only */
+    int64_t val_limit;       /* > 0: evaluate on the first `val_limit` samples only */
+    int64_t workers;         /* loader threads; -1 = decided (stoke_decide) */
+    int64_t prefetch;        /* ring slots; 0 = decided: 2 x workers within [2, 32] */
+    int64_t threads;         /* compute threads (OpenMP / oneDNN / BLAS); 0 = decided:
                                  usable CPUs - workers */
-    bool no_fusion;         /* STOKE_NO_FUSION set and not "0" (environment only, not
+    bool no_fusion;          /* STOKE_NO_FUSION set and not "0" (environment only, not
                                  a key): the models run every op apart */
-    char precision[8];      /* auto, fp32, bf16, fp16 */
-    char device[16];        /* auto (a GPU when the CUDA backend can run on one), cpu,
+    char precision[8];       /* auto, fp32, bf16, fp16 */
+    char device[16];         /* auto (a GPU when the CUDA backend can run on one), cpu,
                                  cuda, cuda:N (env STOKE_DEVICE) */
-    char recompute[8];      /* gradient checkpointing (stoke_model_opts.recompute): off
+    char recompute[8];       /* gradient checkpointing (stoke_model_opts.recompute): off
                                  (default), on, or auto: on only when the models would
                                  not fit otherwise, before a smaller batch is tried
                                  (env STOKE_RECOMPUTE) */
-    char optimizer[8];      /* sgd, adamw */
-    double lr;              /* default 0.05 (SGD) */
-    double momentum;        /* SGD, default 0.9 */
+    char tune[8];            /* what measures the settings given as auto: trials
+                                  (default: the tuning cache, else trials before the
+                                  run), cache (the cache alone, else the rules), off
+                                  (the rules, as when unset; env STOKE_TUNE) */
+    char optimizer[8];       /* sgd, adamw */
+    double lr;               /* default 0.05 (SGD) */
+    double momentum;         /* SGD, default 0.9 */
     bool nesterov;
     double weight_decay;
     double clip_norm;  /* 0 = no clipping */

@@ -176,6 +176,7 @@ typedef struct stoke_decision {
     /* The decided device's hardware profile: the start values a measured search begins
      * from (its batch, tf32 and precision are recorded, not applied). */
     stoke_profile_match profile;
+    stoke_why accumulate_why; /* tuned: from effective_batch (set by the trainer) */
 } stoke_decision;
 
 /* Decides every setting of the request from the machine's recommendations (`recs`

@@ -394,8 +394,9 @@ static int run_all(stoke_train_config *cfg, int64_t steps, int64_t warmup, const
     stoke_train_config naive = *cfg, tuned = *cfg;
     char threads[16];
     snprintf(threads, sizeof threads, "%d", usable_cpus());
-    const char *fixed[][2] = {{"batch_size", "4"}, {"accumulate", "1"},  {"workers", "0"},
-                              {"prefetch", "2"},   {"threads", threads}, {"precision", "fp32"}};
+    const char *fixed[][2] = {{"batch_size", "4"},  {"accumulate", "1"}, {"effective_batch", "0"},
+                              {"workers", "0"},     {"prefetch", "2"},   {"threads", threads},
+                              {"precision", "fp32"}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         stoke_train_config_set(&naive, fixed[i][0], fixed[i][1], STOKE_CFG_FLAG);
     /* the linear scaling rule: 4-sample steps at the rate of 128-sample ones diverge

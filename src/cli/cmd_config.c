@@ -61,6 +61,8 @@ static tuned tuned_value(const char *key, const stoke_train_config *c, const sto
         r = (tuned){cJSON_CreateNumber(d->prefetch), &d->prefetch_why};
     } else if (!strcmp(key, "batch_size") && is_tuned(&d->batch_why)) {
         r = (tuned){cJSON_CreateNumber((double)d->batch), &d->batch_why};
+    } else if (!strcmp(key, "accumulate") && is_tuned(&d->accumulate_why)) {
+        r = (tuned){cJSON_CreateNumber((double)c->accumulate), &d->accumulate_why};
     } else if (!strcmp(key, "recompute") && !strcmp(c->recompute, "auto")) {
         /* decided when the models are allocated, which show does not do */
         static const stoke_why later = {

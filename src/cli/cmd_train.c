@@ -24,7 +24,13 @@ void cmd_train_usage(void)
            "                        YAML model file (docs/train.md); default cnn\n"
            "  --hidden N,N,...      mlp / actor-critic hidden sizes (default 512,512 / 64,64)\n"
            "  --epochs N            default 3\n"
-           "  --batch-size N        default 128 (env BATCH_SIZE)\n"
+           "  --batch-size N|auto   default 128 (env BATCH_SIZE); auto: the largest batch whose\n"
+           "                        plan fits --memory-safety x the free memory, a power of\n"
+           "                        two (--batch-pow2=false: not), at most the samples; on\n"
+           "                        the CPU at most 256, its starting point\n"
+           "  --memory-safety X     batch auto's share of the free memory (default 0.7)\n"
+           "  --effective-batch N   accumulate ceil(N / batch) backward passes per step (env\n"
+           "                        EFFECTIVE_BATCH; not with --accumulate)\n"
            "  --val-batch-size N    default 256 (env VAL_BATCH_SIZE)\n"
            "  --accumulate N        backward passes per optimizer step (effective batch;\n"
            "                        env ACCUMULATE)\n"
@@ -127,7 +133,7 @@ static void on_event(const stoke_train_event *e, void *ctx)
     fflush(stdout);
 }
 
-static const char *bool_flags[] = {"dry-run", "augment", "nesterov", "monitor", NULL};
+static const char *bool_flags[] = {"dry-run", "augment", "nesterov", "monitor", "batch-pow2", NULL};
 
 static bool is_bool_flag(const char *name)
 {

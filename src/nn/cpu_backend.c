@@ -1036,6 +1036,11 @@ static void *cpu_alloc(void *ctx, size_t bytes)
 {
     CPU_CTX_SCOPE(ctx);
     void *p = NULL;
+    /* a test hook (docs/testing.md): arenas above this many bytes are refused, so the
+     * trainer's halving on an allocation failure is exercised deterministically */
+    const char *above = getenv("STOKE_FAIL_ALLOC_ABOVE");
+    if (above && *above && bytes > (size_t)strtoull(above, NULL, 10))
+        return NULL;
     if (posix_memalign(&p, ALIGN, bytes ? align_up(bytes) : ALIGN) != 0)
         return NULL;
     memset(p, 0, bytes);

@@ -56,9 +56,15 @@ static const struct key {
      sizeof((stoke_train_config *)0)->hidden, 1, 1 << 20, NULL, NULL, AUTO_NO},
     I(epochs, 1, 1e6, "EPOCHS"),
     I(max_steps, 0, 1e15, NULL),
-    I(batch_size, 1, 1 << 24, "BATCH_SIZE"),
+    /* auto (0): the batch finder's (batch.c), within memory_safety x the free memory */
+    {"batch_size", T_INT, offsetof(stoke_train_config, batch_size), 0, 1, 1 << 24, "BATCH_SIZE",
+     NULL, 0},
     I(val_batch_size, 1, 1 << 24, "VAL_BATCH_SIZE"),
     I(accumulate, 1, 1 << 16, "ACCUMULATE"),
+    I(effective_batch, 0, 1 << 30, "EFFECTIVE_BATCH"),
+    {"memory_safety", T_FRACTION, offsetof(stoke_train_config, memory_safety), 0, 0, 1, NULL, NULL,
+     AUTO_NO},
+    B(batch_pow2),
     I(limit, 0, 1e15, NULL),
     I(val_limit, 0, 1e15, NULL),
     {"workers", T_INT, offsetof(stoke_train_config, workers), 0, -1, 256, "NUM_WORKERS", NULL, -1},
@@ -74,6 +80,10 @@ static const struct key {
      0, 0, "STOKE_DEVICE", NULL, AUTO_NO},
     {"recompute", T_STR, offsetof(stoke_train_config, recompute),
      sizeof((stoke_train_config *)0)->recompute, 0, 0, "STOKE_RECOMPUTE", " off on auto ", AUTO_NO},
+    /* what `auto` measures by (tune.c): trials (and the cache), the cache alone, or
+     * nothing (the rules decide, as for a setting left unset) */
+    {"tune", T_STR, offsetof(stoke_train_config, tune), sizeof((stoke_train_config *)0)->tune, 0, 0,
+     "STOKE_TUNE", " trials cache off ", AUTO_NO},
     S(optimizer, " sgd adamw "),
     D(lr, 0, 1e3, "LR"),
     D(momentum, 0, 0.9999, NULL),
@@ -124,10 +134,13 @@ void stoke_train_config_defaults(stoke_train_config *c)
     c->batch_size = 128;
     c->val_batch_size = 256;
     c->accumulate = 1;
+    c->memory_safety = 0.7;
+    c->batch_pow2 = true;
     c->workers = -1;
     snprintf(c->precision, sizeof c->precision, "auto");
     snprintf(c->device, sizeof c->device, "auto");
     snprintf(c->recompute, sizeof c->recompute, "off");
+    snprintf(c->tune, sizeof c->tune, "trials");
     snprintf(c->optimizer, sizeof c->optimizer, "sgd");
     c->lr = 0.05;
     c->momentum = 0.9;
@@ -273,16 +286,10 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
                 *(int64_t *)(void *)field = k->auto_value;
                 break;
             }
-            /* stoke_decide keeps the batch it is given: a batch that only looks tuned
-             * would mislead, so auto is refused until the tuner chooses one */
-            if (!strcmp(k->name, "batch_size"))
-                return stoke_fail(STOKE_ERR_ARG,
-                                  "batch_size: 'auto' is not supported yet: the tuner does not "
-                                  "choose a batch size (give a number; `stoke train --dry-run` "
-                                  "prints the largest batch that fits)");
             return stoke_fail(STOKE_ERR_ARG,
-                              "%s: 'auto' is for the settings the tuner decides (workers, "
-                              "prefetch, threads, precision, device, recompute); give a whole "
+                              "%s: 'auto' is for the settings the tuner decides (batch_size, "
+                              "workers, prefetch, threads, precision, device, recompute); give a "
+                              "whole "
                               "number in [%.0f, %.0f]",
                               k->name, k->min, k->max);
         }
@@ -314,13 +321,18 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
         if (!parse_bool(value, (bool *)field))
             return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not true or false", k->name, value);
         break;
-    case T_FRACTION:
-        if (!parse_fraction(value, (double *)(void *)field))
+    case T_FRACTION: {
+        double d;
+        /* a safety factor of 0 would plan for no memory at all: it has no "off" */
+        bool zero_ok = strcmp(k->name, "memory_safety") != 0;
+        if (!parse_fraction(value, &d) || (d == 0 && !zero_ok))
             return stoke_fail(STOKE_ERR_ARG,
                               "%s: '%s' is not a fraction in (0, 1] such as 0.9, "
-                              "or a percentage such as 90%% (0 = off)",
-                              k->name, value);
+                              "or a percentage such as 90%%%s",
+                              k->name, value, zero_ok ? " (0 = off)" : "");
+        *(double *)(void *)field = d;
         break;
+    }
     case T_SIZES:
         if (strlen(value) >= k->size || !parse_sizes(value, k->min, k->max))
             return stoke_fail(STOKE_ERR_ARG,

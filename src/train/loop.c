@@ -259,8 +259,16 @@ static double epoch_metric(const stoke_trainer *t)
 /* Forward and backward over one batch; its loss and metric join the epoch's sums.
  * The phases are marked on the model's device: a GPU's backward is only queued, and
  * the host goes on to the next batch while it runs. */
-static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b)
+static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accum)
 {
+    /* the test hook, once: batch `accum` of the step fails as a workspace grown would */
+    if (t->fail_step == t->step && t->fail_micro == accum) {
+        t->fail_step = -1;
+        return stoke_fail(STOKE_ERR_NOMEM,
+                          "STOKE_FAIL_ALLOC_AT_STEP: the workspace of batch %" PRId64
+                          " refused at step %" PRId64 ", batch %d of it",
+                          b->size, t->step, accum);
+    }
     stoke_model_mark(t->model, STOKE_PHASE_START);
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
     train_targets tg = targets_of(t);
@@ -455,6 +463,36 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     return STOKE_OK;
 }
 
+/* Where an optimizer step started: the sampler's position and the epoch's sums. */
+typedef struct step_start {
+    stoke_sampler_state at;
+    double loss, metric;
+    int64_t samples;
+} step_start;
+
+/* A batch whose memory could not be allocated (a workspace grown, an arena): the
+ * step restarts where it started at half the micro-batch and twice the accumulation
+ * (train_halve_batch keeps the weights, optimizer state and step count): no sample is
+ * lost or counted twice, and the effective batch is the same. */
+static stoke_status restart_halved(stoke_trainer *t, epoch_clock *k, const step_start *from)
+{
+    char why[400];
+    snprintf(why, sizeof why, "%s", stoke_last_error());
+    double wait = loader_wait_s(t->loader) - k->wait0;
+    stoke_status s = train_halve_batch(t, from->at, why);
+    if (s != STOKE_OK)
+        return s;
+    int64_t bs = t->cfg.batch_size;
+    t->ep_loss = from->loss;
+    t->ep_metric = from->metric;
+    t->ep_samples = from->samples;
+    t->ep_batches = (from->samples + bs - 1) / bs;
+    k->batches = (t->info.count + bs - 1) / bs;
+    k->wait0 = -wait; /* the new loader's waits add to the old one's */
+    k->last_decile = (int)(t->ep_batches * 10 / k->batches);
+    return STOKE_OK;
+}
+
 /* Batches until the last epoch ends, the target is reached, max_steps is reached or
  * *stop is set (these two only between optimizer steps). *mid_epoch: it stopped
  * within an epoch (the run's end then saves the position). */
@@ -462,19 +500,30 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
                          bool *mid_epoch)
 {
     const stoke_train_config *c = &t->cfg;
-    int accum = 0; /* batches since the last optimizer step */
+    int accum = 0;         /* batches since the last optimizer step */
+    step_start from = {0}; /* where that step started: it restarts there at half the batch */
     for (;;) {
         if (accum == 0 && ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps) ||
                            t->trial.done)) {
             t->result.interrupted = true;
             return STOKE_OK;
         }
+        if (accum == 0)
+            from = (step_start){stoke_loader_state(t->loader), t->ep_loss, t->ep_metric,
+                                t->ep_samples};
         stoke_batch b;
         stoke_status s = stoke_loader_next(t->loader, &b);
         if (s != STOKE_OK)
             return s;
         if (b.size > 0) {
-            if ((s = train_batch(t, &b)) != STOKE_OK)
+            s = train_batch(t, &b, accum);
+            if (s == STOKE_ERR_NOMEM) {
+                if ((s = restart_halved(t, k, &from)) != STOKE_OK)
+                    return s;
+                accum = 0;
+                continue;
+            }
+            if (s != STOKE_OK)
                 return s;
             if (++accum < c->accumulate)
                 continue;

@@ -13,12 +13,11 @@
  * run's machinery apply silently. Any other that differs from the checkpoint's value
  * changes the training from here on: applied, and said. */
 static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed", NULL};
-static const char *const resume_quiet[] = {"resume",          "dry_run",         "log",
-                                           "checkpoint",      "log_every",       "monitor",
-                                           "workers",         "prefetch",        "threads",
-                                           "memory_budget",   "max_steps",       "eval_every",
-                                           "target_accuracy", "val_batch_size",  "device",
-                                           "recompute",       "loader_delay_us", NULL};
+static const char *const resume_quiet[] = {
+    "resume",        "dry_run",   "log",           "loader_delay_us", "checkpoint",
+    "log_every",     "monitor",   "workers",       "prefetch",        "threads",
+    "memory_budget", "max_steps", "eval_every",    "target_accuracy", "val_batch_size",
+    "device",        "recompute", "memory_safety", "batch_pow2",      NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {
@@ -90,6 +89,8 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
                 continue;
             char uv[600];
             json_value(u, uv, sizeof uv);
+            if (!strcmp(k, "batch_size") && c->batch_size == 0)
+                snprintf(uv, sizeof uv, "auto"); /* the batch finder decides it next */
             given_as(k, c->source[i], uv, given, sizeof given);
             if (in_list(resume_fixed, k))
                 s = stoke_fail(STOKE_ERR_ARG,

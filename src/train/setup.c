@@ -72,6 +72,24 @@ static void tuned_sources(const stoke_trainer *t, stoke_tune_request *q)
         q->precision_src = u->source;
 }
 
+void train_tuned_pending(const stoke_trainer *t, stoke_why *w)
+{
+    char rule[sizeof w->reason];
+    memcpy(rule, w->reason, sizeof rule);
+    size_t cap = sizeof rule - 1, a = strlen(t->tuned.pending), b = strlen(rule);
+    a = a < cap ? a : cap;
+    memcpy(w->reason, t->tuned.pending, a);
+    size_t n = a;
+    if (n + 2 <= cap) {
+        memcpy(w->reason + n, ": ", 2);
+        n += 2;
+        b = b < cap - n ? b : cap - n;
+        memcpy(w->reason + n, rule, b);
+        n += b;
+    }
+    w->reason[n] = '\0';
+}
+
 static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
 {
     const struct train_tuned *u = &t->tuned;
@@ -94,21 +112,7 @@ static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
                 snprintf(v[i].w->reason, sizeof v[i].w->reason, "%s", v[i].why);
             continue;
         }
-        /* measurement pending: the rule's value, and why it is not measured */
-        char rule[sizeof v[i].w->reason];
-        memcpy(rule, v[i].w->reason, sizeof rule);
-        size_t cap = sizeof rule - 1, a = strlen(u->pending), b = strlen(rule);
-        a = a < cap ? a : cap;
-        memcpy(v[i].w->reason, u->pending, a);
-        size_t n = a;
-        if (n + 2 <= cap) {
-            memcpy(v[i].w->reason + n, ": ", 2);
-            n += 2;
-            b = b < cap - n ? b : cap - n;
-            memcpy(v[i].w->reason + n, rule, b);
-            n += b;
-        }
-        v[i].w->reason[n] = '\0';
+        train_tuned_pending(t, v[i].w);
     }
 }
 
@@ -339,8 +343,8 @@ static stoke_status check_evaluation(const stoke_trainer *t)
     return STOKE_OK;
 }
 
-/* The optimizer and the learning-rate schedule, and the model line. */
-static void setup_optim(stoke_trainer *t)
+/* The optimizer (its state is part of the plans the batch is fitted to). */
+static void setup_optimizer(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
     t->optim = (stoke_optim){.kind = strcmp(c->optimizer, "adamw") ? STOKE_SGD : STOKE_ADAMW,
@@ -350,6 +354,12 @@ static void setup_optim(stoke_trainer *t)
                              .clip_norm = (float)c->clip_norm};
     if (t->optim.kind == STOKE_ADAMW)
         t->optim.momentum = 0;
+}
+
+/* The learning-rate schedule at the batch decided, and the model line. */
+static void setup_schedule(stoke_trainer *t)
+{
+    const stoke_train_config *c = &t->cfg;
     int64_t steps_per_epoch =
         (t->info.count + c->batch_size * c->accumulate - 1) / (c->batch_size * c->accumulate);
     t->sched = (stoke_lr_schedule){.kind = !strcmp(c->schedule, "cosine") ? STOKE_LR_COSINE
@@ -486,6 +496,9 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     ring[1] = t->val_d ? train_ring_per_sample(t, t->val_d, 0, 0) : 0;
     stoke_status s =
         mo.cuda ? host_left_for_rings(t, ring, left) : check_host_memory(t, ring, left);
+    /* the CPU's plan check names the batch that fits: a given batch is not halved
+     * behind it; an allocation that fails is */
+    t->plan_refused = s == STOKE_ERR_NOMEM && !mo.cuda;
     if (s != STOKE_OK || (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         return s;
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
@@ -517,7 +530,7 @@ static stoke_status planned_bytes(const stoke_trainer *t, size_t *bytes)
 }
 
 /* The GPU's free memory, from the CUDA runtime. */
-static stoke_status gpu_free_bytes(int device, size_t *free_bytes)
+stoke_status train_gpu_free_bytes(int device, size_t *free_bytes)
 {
     stoke_cudart *rt = NULL;
     size_t total = 0;
@@ -538,6 +551,21 @@ static stoke_status gpu_free_bytes(int device, size_t *free_bytes)
     return s;
 }
 
+/* Half the micro-batch, twice the accumulation: the same effective batch, said. */
+static void halve(stoke_trainer *t, const char *why)
+{
+    stoke_train_config *c = &t->cfg;
+    c->batch_size /= 2;
+    c->accumulate *= 2;
+    if (c->val_batch_size > 1)
+        c->val_batch_size /= 2;
+    t->decision.batch = c->batch_size;
+    train_info(t,
+               "out of %s memory (%s): batch %" PRId64 " x %" PRId64
+               " accumulated instead, the same effective batch",
+               t->device != STOKE_TUNE_CPU ? "GPU" : "host", why, c->batch_size, c->accumulate);
+}
+
 /* Halves the micro-batch (doubling accumulation) until the models' exact plans fit in
  * 90% of the GPU's free memory (the rest: the libraries' handles and pools); an error
  * with the numbers when not even batch 1 fits. */
@@ -545,7 +573,7 @@ static stoke_status fit_gpu_batch(stoke_trainer *t)
 {
     stoke_train_config *c = &t->cfg;
     size_t free_bytes = 0, need = 0;
-    stoke_status s = gpu_free_bytes(t->device, &free_bytes);
+    stoke_status s = train_gpu_free_bytes(t->device, &free_bytes);
     if (s != STOKE_OK)
         return s;
     size_t budget = free_bytes / 10 * 9;
@@ -587,10 +615,10 @@ static stoke_status fit_gpu_batch(stoke_trainer *t)
     return s;
 }
 
-/* A GPU whose memory cannot hold the models at this batch: half the micro-batch,
- * twice the accumulation, the same effective batch (seed 004's advice, applied), down
- * to batch 1. Every buffer is allocated up front, so this is the one place a GPU
- * runs out. */
+/* Models that cannot be allocated at this batch: half the micro-batch, twice the
+ * accumulation, the same effective batch (seed 004's advice, applied), down to batch
+ * 1. On a GPU every buffer is allocated up front, so this is where it runs out; on the
+ * CPU an allocation refused (the plan check's refusal names the batch that fits). */
 static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *left)
 {
     stoke_train_config *c = &t->cfg;
@@ -599,7 +627,7 @@ static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *l
         return s;
     while ((s = allocate_models(t, ring, left)) == STOKE_ERR_NOMEM &&
            (recompute_pending(t) ||
-            (t->device != STOKE_TUNE_CPU && c->batch_size > 1 && c->accumulate <= (1 << 15)))) {
+            (!t->plan_refused && c->batch_size > 1 && c->accumulate <= (1 << 15)))) {
         char why[300];
         snprintf(why, sizeof why, "%s", stoke_last_error());
         stoke_model_free(t->model);
@@ -610,14 +638,7 @@ static stoke_status allocate_halving(stoke_trainer *t, size_t ring[2], size_t *l
             report_recompute(t, "auto: the models did not fit without it");
             continue;
         }
-        c->batch_size /= 2;
-        c->accumulate *= 2;
-        if (c->val_batch_size > 1)
-            c->val_batch_size /= 2;
-        train_info(t,
-                   "out of GPU memory (%s): batch %" PRId64 " x %" PRId64
-                   " accumulated instead, the same effective batch",
-                   why, c->batch_size, c->accumulate);
+        halve(t, why);
     }
     return s;
 }
@@ -693,9 +714,96 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
         if (stoke_monitor_create(&mc, &t->monitor) != STOKE_OK)
             t->monitor = NULL; /* utilization is then reported as unknown */
     }
-    if (c->log[0])
-        return stoke_mon_open_log(c->log, c->resume[0] != 0, &t->log_fd);
     return STOKE_OK;
+}
+
+/* A model's state that a rebuilt model takes over: weights, optimizer state, steps
+ * and loss scale, on the host. */
+typedef struct model_state {
+    float **v; /* param i, then its optimizer slots: (1 + slots) x nparams */
+    int n, slots;
+    int64_t steps;
+    float scale;
+} model_state;
+
+static void state_free(model_state *st)
+{
+    for (int i = 0; st->v && i < st->n * (1 + st->slots); i++)
+        free(st->v[i]);
+    free(st->v);
+}
+
+/* Each buffer of m (param or slot - 1) i, into or out of the snapshot. */
+static stoke_status state_copy(stoke_model *m, model_state *st, bool save)
+{
+    const stoke_graph *g = stoke_model_graph(m);
+    for (int slot = -1; slot < st->slots; slot++)
+        for (int i = 0; i < st->n; i++) {
+            float *dev = slot < 0 ? stoke_model_param(m, i) : stoke_model_optim_state(m, i, slot);
+            float **h = &st->v[(slot + 1) * st->n + i];
+            size_t bytes = (size_t)stoke_graph_param(g, i)->elems * sizeof(float);
+            if (!dev)
+                continue;
+            if (save && !(*h = malloc(bytes)))
+                return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+            stoke_status s =
+                save ? stoke_model_read(m, dev, *h, bytes) : stoke_model_write(m, dev, *h, bytes);
+            if (s != STOKE_OK)
+                return s;
+        }
+    if (save) {
+        st->steps = stoke_model_step_count(m);
+        st->scale = stoke_model_loss_scale(m);
+        return STOKE_OK;
+    }
+    stoke_model_params_changed(m);
+    stoke_model_set_step_count(m, st->steps);
+    stoke_model_set_loss_scale(m, st->scale);
+    return stoke_model_sync(m);
+}
+
+/* The loaders and the monitor watching one, gone (rebuilt after them). */
+static void stop_pipeline(stoke_trainer *t)
+{
+    stoke_monitor_free(t->monitor);
+    t->monitor = NULL;
+    if (t->model)
+        stoke_model_sync(t->model);
+    if (t->eval_model)
+        stoke_model_sync(t->eval_model);
+    stoke_loader_destroy(t->loader);
+    stoke_loader_destroy(t->val_loader);
+    t->loader = t->val_loader = NULL;
+}
+
+stoke_status train_halve_batch(stoke_trainer *t, stoke_sampler_state from, const char *err)
+{
+    stoke_train_config *c = &t->cfg;
+    if (c->batch_size <= 1 || c->accumulate > (1 << 15))
+        return stoke_fail(STOKE_ERR_NOMEM, "%s (at batch %" PRId64 ": nothing left to halve)", err,
+                          c->batch_size);
+    model_state st = {.n = stoke_graph_param_count(t->graph),
+                      .slots = stoke_model_optim_slots(t->model)};
+    st.v = calloc((size_t)st.n * (size_t)(1 + st.slots) + 1, sizeof *st.v);
+    stoke_status s = st.v ? state_copy(t->model, &st, true) : STOKE_ERR_NOMEM;
+    if (s == STOKE_OK) {
+        stop_pipeline(t);
+        stoke_model_free(t->model);
+        stoke_model_free(t->eval_model);
+        t->model = t->eval_model = NULL;
+        halve(t, err);
+        size_t ring[2], left;
+        s = allocate_halving(t, ring, &left);
+        if (s == STOKE_OK)
+            s = state_copy(t->model, &st, false);
+        t->start = from;
+        if (s == STOKE_OK)
+            s = start_pipeline(t, ring, left);
+        if (s == STOKE_OK && t->monitor)
+            stoke_monitor_start(t->monitor);
+    }
+    state_free(&st);
+    return s;
 }
 
 /* Everything up to the model line (all a --dry-run does). */
@@ -710,8 +818,17 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
         (s = setup_model(t, meta)) != STOKE_OK || (s = check_evaluation(t)) != STOKE_OK ||
         (s = apply_decision(t, NULL)) != STOKE_OK)
         return s;
+    setup_optimizer(t);
+    if ((s = train_decide_batch(t)) != STOKE_OK)
+        return s;
+    /* a test hook: "N" or "N:M", batch M (0: the first) of optimizer step N fails as an
+     * allocation would */
+    const char *fs = getenv("STOKE_FAIL_ALLOC_AT_STEP");
+    char *end = NULL;
+    t->fail_step = fs && *fs ? strtoll(fs, &end, 10) : -1;
+    t->fail_micro = end && *end == ':' ? atoi(end + 1) : 0;
     setup_mfu(t);
-    setup_optim(t);
+    setup_schedule(t);
     t->recompute = strcmp(t->cfg.recompute, "on") == 0;
     if (t->recompute)
         report_recompute(t, stoke_cfg_source_name(stoke_train_config_source(&t->cfg, "recompute")));
@@ -733,7 +850,16 @@ static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_me
                    t->cfg.resume, t->start.epoch + 1, t->start.index, t->step);
     }
     t->epoch = t->start.epoch;
-    return start_pipeline(t, ring, left);
+    s = start_pipeline(t, ring, left);
+    /* a loader's ring that does not fit: the models at half the batch leave it room */
+    while (s == STOKE_ERR_NOMEM && t->cfg.batch_size > 1) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", stoke_last_error());
+        s = train_halve_batch(t, t->start, why);
+    }
+    if (s == STOKE_OK && t->cfg.log[0])
+        s = stoke_mon_open_log(t->cfg.log, t->cfg.resume[0] != 0, &t->log_fd);
+    return s;
 }
 
 stoke_status stoke_trainer_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
@@ -786,7 +912,7 @@ static stoke_status plan_on_gpu(stoke_trainer *t, size_t budget_bytes, stoke_mem
     size_t free_bytes = 0, all = 0;
     stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
     if (s == STOKE_OK && !budget_bytes && !(c->memory_budget > 0))
-        s = gpu_free_bytes(t->device, &free_bytes);
+        s = train_gpu_free_bytes(t->device, &free_bytes);
     if (s == STOKE_OK)
         s = planned_bytes(t, &all);
     if (s != STOKE_OK)

@@ -64,6 +64,9 @@ struct stoke_trainer {
     stoke_sampler_state start;
     stoke_monitor *monitor;
     int workers, threads;
+    bool plan_refused; /* the last allocate_models' NOMEM was the CPU's plan check */
+    int64_t fail_step; /* test hook STOKE_FAIL_ALLOC_AT_STEP=N[:M], else -1 */
+    int fail_micro;    /* M: the batch of that step */
     int log_fd;
     char log_error[600]; /* the first record that could not be written */
     double held_bytes;   /* samples held in memory (training and validation) */
@@ -99,6 +102,10 @@ struct stoke_trainer {
 stoke_status train_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,
                        const train_trial *trial, stoke_trainer **out);
 
+/* setup.c: a setting given as auto that a dry run could not measure: its rule's
+ * reason, prefixed with why it is not measured (t->tuned.pending). */
+void train_tuned_pending(const stoke_trainer *t, stoke_why *w);
+
 /* loop.c: a trial's bookkeeping after each optimizer step: the window's start, the
  * losses' finiteness, and trial.done once it has measured enough. */
 void train_trial_step(stoke_trainer *t);
@@ -121,6 +128,29 @@ stoke_status train_input_stats(stoke_dataset *d, train_input *ti);
 stoke_status train_count_actions(stoke_dataset *d, const char *path, int64_t *actions);
 /* Host bytes per sample of a loader's ring over d with these settings. */
 size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int workers, int prefetch);
+
+/* batch.c: batch_size auto and effective_batch, decided (cfg, decision) and said;
+ * after the decision (device, loader) and before the optimizer's schedule. */
+stoke_status train_decide_batch(stoke_trainer *t);
+/* The largest batch whose exact plan (stoke_trainer_plan: the training model, the
+ * loader's ring, the validation model and the data held beside it) fits `safety` x
+ * the device's free memory (the GPU's, the host's available memory, or
+ * --memory-budget), rounded down to a power of two when `pow2`, at most the training
+ * samples: *cap, with the numbers in `why`. STOKE_ERR_NOMEM when not even batch 1
+ * fits. The tuner calls it too. */
+stoke_status train_fit_batch(stoke_trainer *t, double safety, bool pow2, int64_t *cap, char *why,
+                             size_t n);
+/* The CPU's batch where its memory fit is larger (a cap there, not the fastest
+ * batch), with the reason. The measured search replaces it behind this call. */
+#define TRAIN_CPU_START_BATCH 256
+int64_t train_cpu_start_batch(const stoke_trainer *t, char *why, size_t n);
+/* setup.c: the GPU's free memory (cudaMemGetInfo). */
+stoke_status train_gpu_free_bytes(int device, size_t *free_bytes);
+/* setup.c: after an allocation failure within training (err: its message): the
+ * models, their state (weights, optimizer state, step count, loss scale) and the
+ * loaders rebuilt at half the micro-batch and twice the accumulation, the loader
+ * starting at `from`. STOKE_ERR_NOMEM when the batch is 1 already. */
+stoke_status train_halve_batch(stoke_trainer *t, stoke_sampler_state from, const char *err);
 
 /* meta.c: the trainer's position and running sums from a checkpoint's metadata (m,
  * read by train_meta_read), and its weights and optimizer state from ck. */

@@ -49,6 +49,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     c.threads = p->threads;
     say(c.precision, sizeof c.precision, "%s", stoke_precision_name(p->precision));
     c.accumulate = 1; /* a micro-batch's speed; accumulation only spaces the updates */
+    c.effective_batch = 0;
     c.epochs = 1000000; /* the trial stops itself; the schedule's rate stays the start's */
     c.max_steps = c.eval_every = 0;
     c.target_accuracy = 0;
@@ -132,7 +133,9 @@ static tune_open open_settings(const stoke_train_config *c, bool all)
 #define OPEN(key, is_auto)                                                                         \
     ((is_auto) && (all || stoke_train_config_source(c, key) != STOKE_CFG_DEFAULT))
     tune_open o = {
-        .batch = all && stoke_train_config_source(c, "batch_size") == STOKE_CFG_DEFAULT,
+        /* batch_size auto is 0 (train_decide_batch) */
+        .batch = c->batch_size == 0 ||
+                 (all && stoke_train_config_source(c, "batch_size") == STOKE_CFG_DEFAULT),
         .workers = OPEN("workers", c->workers < 0),
         .prefetch = OPEN("prefetch", c->prefetch == 0),
         .threads = OPEN("threads", c->threads == 0),
@@ -172,11 +175,12 @@ static void cache_key(const stoke_trainer *t, char *key, size_t size)
     size_t n = (size_t)snprintf(
         key, size,
         "stoke-tune-1|cpu=%s|cpus=%d|simd=%x|mem=%.0fG|model=%s|hidden=%s|model_text=%016" PRIx64
-        "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d|recompute=%s|device=%s|delay_us=%" PRId64,
+        "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d|recompute=%s|device=%s|safety=%g"
+        "|delay_us=%" PRId64,
         m->cpu.model, m->cpu.usable_cpus, (unsigned)m->cpu.simd,
         (double)m->mem.total_bytes / (1 << 30), c->model, c->hidden,
         fnv1a(stoke_model_file_text(t->mf)), real, (long long)st.st_size,
-        (long long)st.st_mtime, c->limit, c->augment, c->recompute, c->device,
+        (long long)st.st_mtime, c->limit, c->augment, c->recompute, c->device, c->memory_safety,
         c->loader_delay_us); /* trials run with the slowed loader: their answer is its own */
     for (int i = 0; i < m->gpu_count && n < size; i++)
         n += (size_t)snprintf(key + n, size - n, "|gpu=%s:%.0fG", m->gpus[i].name,
@@ -231,6 +235,19 @@ static bool make_dirs(const char *path)
     return !mkdir(d, 0755) || errno == EEXIST;
 }
 
+/* "batch_size workers ...": the settings a measurement chose (the rest were given). */
+static const char *measured_list(const tune_open *o, char *buf, size_t size)
+{
+    const char *names[] = {o->batch ? "batch_size" : NULL, o->workers ? "workers" : NULL,
+                           o->prefetch ? "prefetch" : NULL, o->threads ? "threads" : NULL,
+                           o->precision ? "precision" : NULL};
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i])
+            say(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? " " : "", names[i]);
+    return buf;
+}
+
 /* The settings file `stoke train --config` reads, with the measurement as comments. */
 static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_tune_result *r,
                         const char *key, double seconds)
@@ -241,7 +258,7 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
         return NULL;
     const stoke_tune_point *b = &r->best;
     const stoke_tune_measure *m = &r->best_m;
-    char when[32] = "", dev[32] = "the CPU computes";
+    char when[32] = "", dev[32] = "the CPU computes", names[80];
     if (t->device != STOKE_TUNE_CPU)
         say(dev, sizeof dev, "on cuda:%d", t->device);
     time_t now = time(NULL);
@@ -252,12 +269,12 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
         y, size,
         "# stoke tune: %s, %d usable CPUs, %s; model %s; dataset %s\n"
         "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
-        "# key: %s\n",
+        "# key: %s\n"
+        "# measured: %s\n",
         t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model, t->cfg.dataset, when, m->samples_per_s, m->wait_pct,
-        r->ntrials, seconds, key);
+        r->ntrials, seconds, key, measured_list(o, names, sizeof names));
     /* all five: the file is the whole tuned configuration (the settings given were
      * measured with), and the cache checks a later run's against them */
-    (void)o;
     say(y + n, size - n,
         "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
         b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
@@ -295,12 +312,30 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
     const char *k = strstr(text, "\n# key: ");
     size_t kl = strlen(key);
     bool match = k && !strncmp(k + 8, key, kl) && (k[8 + kl] == '\n' || !k[8 + kl]);
+    /* a setting the run leaves open must have been measured there, not given */
+    const char *ml = strstr(text, "\n# measured: ");
+    char measured[120] = "";
+    if (ml) {
+        ml += 13;
+        size_t n = strcspn(ml, "\n");
+        say(measured, sizeof measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
+    }
+    const char *unmeasured = !strstr(measured, " batch_size ") && o->batch   ? "batch_size"
+                             : !strstr(measured, " workers ") && o->workers  ? "workers"
+                             : !strstr(measured, " prefetch ") && o->prefetch ? "prefetch"
+                             : !strstr(measured, " threads ") && o->threads  ? "threads"
+                             : !strstr(measured, " precision ") && o->precision ? "precision"
+                                                                             : NULL;
     stoke_train_config c;
     stoke_train_config_defaults(&c);
     stoke_status s = match ? stoke_train_config_parse(&c, text, len, path) : STOKE_OK;
     free(text);
     if (!match) {
         say(why, wn, "%s is for another machine, model or dataset", path);
+        return false;
+    }
+    if (unmeasured) {
+        say(why, wn, "%s was given %s, not measured", path, unmeasured);
         return false;
     }
     if (s != STOKE_OK) {
@@ -344,9 +379,12 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
 
 /* A trainer set up as `cfg` would be, without training (the planning trainer): the
  * machine, the data, the model and the rules' decision, the search's start. */
-static stoke_status plan_trainer(const stoke_train_config *cfg, stoke_trainer **out)
+static stoke_status plan_trainer(const stoke_train_config *cfg, const tune_open *o,
+                                 stoke_trainer **out)
 {
     stoke_train_config c = *cfg;
+    if (o->batch)
+        c.batch_size = 0; /* the search starts from batch auto's rule (train_decide_batch) */
     c.dry_run = true;
     c.monitor = false;
     train_trial off = {0}; /* not a trial, and not tuned again */
@@ -374,10 +412,10 @@ static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid
     sp->batch_min = TUNE_BATCH_MIN;
     sp->batch_max = pt->info.count;
     if (o->batch) {
-        stoke_mem_plan plan;
+        /* the memory fit (memory_safety x the free memory) is the batches' ceiling */
         int64_t fit = 0;
-        size_t used, beside;
-        stoke_status s = stoke_trainer_plan(pt, 0, &plan, &fit, &used, &beside);
+        char why[400];
+        stoke_status s = train_fit_batch(pt, pt->cfg.memory_safety, false, &fit, why, sizeof why);
         if (s != STOKE_OK)
             return s;
         if (fit > 0 && fit < sp->batch_max)
@@ -458,7 +496,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
 {
     memset(out, 0, sizeof *out);
     if (!(opts->trial_seconds >= 0 && opts->trial_seconds <= 600))
-        return stoke_fail(STOKE_ERR_ARG, "tune: trial seconds %g (0..600)", opts->trial_seconds);
+        return stoke_fail(STOKE_ERR_ARG, "trial seconds %g (0..600)", opts->trial_seconds);
     tune_open o = open_settings(cfg, opts->all);
     out->batch = o.batch;
     out->workers = o.workers;
@@ -468,10 +506,10 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     if (!any_open(&o))
         return owner ? STOKE_OK
                      : stoke_fail(STOKE_ERR_ARG,
-                                  "tune: every setting it measures is given (batch_size, workers, "
+                                  "every setting tune measures is given (batch_size, workers, "
                                   "prefetch, threads, precision): nothing to tune");
     stoke_trainer *pt = NULL;
-    stoke_status s = plan_trainer(cfg, &pt);
+    stoke_status s = plan_trainer(cfg, &o, &pt);
     if (s != STOKE_OK)
         return s;
     cache_key(pt, out->key, sizeof out->key);
@@ -563,8 +601,16 @@ stoke_status train_tune_settings(stoke_trainer *t)
     if (!r)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     /* a dry run (and so `config show`) measures nothing: the cache or the rules */
-    stoke_train_tune_opts to = {.use_cache = true, .write_cache = true, .no_trials = t->cfg.dry_run};
+    if (!strcmp(t->cfg.tune, "off")) {
+        free(r);
+        return STOKE_OK; /* auto is the rules' */
+    }
+    stoke_train_tune_opts to = {.use_cache = true,
+                                .write_cache = true,
+                                .no_trials = t->cfg.dry_run || !strcmp(t->cfg.tune, "cache")};
     stoke_status s = tune(&t->cfg, &to, t, r);
+    if (s != STOKE_OK && s != STOKE_ERR_NOMEM)
+        train_wrap_error(s, "measuring the settings given as auto");
     struct train_tuned *u = &t->tuned;
     u->batch = r->batch;
     u->workers = r->workers;
@@ -599,9 +645,9 @@ stoke_status train_tune_settings(stoke_trainer *t)
                    x->best_m.samples_per_s, r->cache_error[0] ? "; cache not written: " : "",
                    r->cache_error);
     } else {
-        say(u->pending, sizeof u->pending,
-                 "auto, not measured yet (%s; a run measures it first): the rule",
-                 r->cache_note);
+        say(u->pending, sizeof u->pending, "auto, not measured yet (%s; %s): the rule",
+            r->cache_note,
+            strcmp(t->cfg.tune, "cache") ? "a run measures it first" : "tune: cache runs no trials");
     }
     free(r);
     return STOKE_OK;

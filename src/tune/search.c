@@ -64,7 +64,7 @@ static stoke_status trial(search *s, const stoke_tune_point *p, const char *stag
             return STOKE_OK;
         }
     if (r->ntrials == STOKE_TUNE_MAX_TRIALS)
-        return stoke_fail(STOKE_ERR_ARG, "tune: more than %d trials", STOKE_TUNE_MAX_TRIALS);
+        return stoke_fail(STOKE_ERR_ARG, "more than %d trials", STOKE_TUNE_MAX_TRIALS);
     stoke_tune_trial *t = &r->trials[r->ntrials];
     memset(t, 0, sizeof *t);
     t->p = *p;
@@ -392,7 +392,7 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
             break;
     }
     if (!pick)
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "tune: no batch from %" PRId64 " to %" PRId64
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "no batch from %" PRId64 " to %" PRId64
                           " could run (%s)", lo, hi, m->error);
     more(why, wn, " %" PRId64 " is the smallest within %.0f%% of the fastest (batches tried up to %" PRId64
          ", the memory fit and the dataset)", pick, BATCH_TIE * 100, hi);
@@ -470,7 +470,7 @@ static stoke_status search_grid(search *s, stoke_tune_point *p)
     for (int64_t b = lo; b <= hi; b *= 2)
         count += (long)(wmax - wmin + 1) * (tmax - tmin + 1) * nd;
     if (count > STOKE_TUNE_MAX_TRIALS)
-        return stoke_fail(STOKE_ERR_ARG, "tune: the grid has %ld points, more than %d", count,
+        return stoke_fail(STOKE_ERR_ARG, "the grid has %ld points, more than %d", count,
                           STOKE_TUNE_MAX_TRIALS);
     const stoke_tune_measure *m;
     stoke_tune_point best = *p;
@@ -501,10 +501,10 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
     memset(out, 0, sizeof *out);
     if (space->batch && (space->batch_max < 1 || space->batch_min > space->batch_max ||
                          pow2_floor(space->batch_max) < space->batch_min))
-        return stoke_fail(STOKE_ERR_ARG, "tune: no power of two between batches %" PRId64
+        return stoke_fail(STOKE_ERR_ARG, "no power of two between batches %" PRId64
                           " and %" PRId64, space->batch_min, space->batch_max);
     if (space->usable_cpus < 1)
-        return stoke_fail(STOKE_ERR_ARG, "tune: %d usable CPUs", space->usable_cpus);
+        return stoke_fail(STOKE_ERR_ARG, "%d usable CPUs", space->usable_cpus);
     search s = {space, fn, ctx, on_trial, cb_ctx, out,
                 space->wait_target_pct > 0 ? space->wait_target_pct : 5.0};
     stoke_tune_point p = space->start;
@@ -544,8 +544,8 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
         for (int i = 0; i < out->ntrials; i++)
             if (out->trials[i].m.ran)
                 return stoke_fail(STOKE_ERR_UNAVAILABLE,
-                                  "tune: the chosen setting could not run: %s", m->error);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "tune: no trial could run: %s",
+                                  "the chosen setting could not run: %s", m->error);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "no trial could run: %s",
                           out->trials[0].m.error);
     }
     out->best = p;

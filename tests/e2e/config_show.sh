@@ -14,7 +14,10 @@ fi
 . "$(dirname "$0")/lib.sh"
 # the environment of the machine running the test must not leak into the sources
 unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
-    ACCUMULATE STOKE_DEVICE STOKE_RECOMPUTE
+    ACCUMULATE EFFECTIVE_BATCH STOKE_DEVICE STOKE_RECOMPUTE STOKE_FAIL_ALLOC_ABOVE \
+# auto as the rules answer it (the measured answer, the cache's: tests/e2e/tune.sh)
+export STOKE_TUNE=off
+    STOKE_FAIL_ALLOC_AT_STEP
 small="--limit 300 --val-limit 100"
 
 # expect_line WHAT PATTERN: $out has a line matching PATTERN (grep -E)
@@ -83,6 +86,28 @@ expect_line "auto from a file (threads)" "^threads +[0-9]+ +tuned: .*\(auto from
 printf 'version: 1\nprofiles: [1]\n' >"$work/profiles.yaml"
 expect_error "a bad STOKE_PROFILES file" 1 "$work/profiles.yaml:2:12: profiles: expected a mapping" \
     env STOKE_PROFILES="$work/profiles.yaml" "$stoke" config show $small
+# batch_size auto: the finder's batch and its numbers, from every source
+"$stoke" config show $small --batch-size auto >"$out" 2>&1
+expect_line "batch auto from a flag" \
+    "^batch_size +[0-9]+ +tuned: .*memory_safety.*fits [0-9]+.*\(auto from flag --batch-size\)$"
+expect_line "the safety factor's default" "^memory_safety +0.7 +default$"
+expect_line "a power of two by default" "^batch_pow2 +true +default$"
+BATCH_SIZE=auto "$stoke" config show $small --memory-safety 0.5 --batch-pow2=false >"$out" 2>&1
+expect_line "batch auto from env" "^batch_size +[0-9]+ +tuned: (.*fit: )?50% .*\(auto from env BATCH_SIZE\)$"
+expect_line "memory_safety from a flag" "^memory_safety +0.5 +flag --memory-safety$"
+expect_line "batch_pow2 from a flag" "^batch_pow2 +false +flag --batch-pow2$"
+printf 'batch_size: auto\nmemory_safety: 90%%\n' >"$work/bauto.yaml"
+"$stoke" config show $small --config "$work/bauto.yaml" >"$out" 2>&1
+expect_line "batch auto from a file" "^batch_size +[0-9]+ +tuned: (.*fit: )?90% .*\(auto from file $work/bauto.yaml\)$"
+expect_line "memory_safety from a file" "^memory_safety +0.9 +file $work/bauto.yaml$"
+# effective_batch: the accumulation that reaches it, and what is reached
+"$stoke" config show $small --batch-size 32 --effective-batch 100 >"$out" 2>&1
+expect_line "effective_batch from a flag" "^effective_batch +100 +flag --effective-batch$"
+expect_line "accumulate from effective_batch" \
+    "^accumulate +4 +tuned: effective_batch 100 at batch 32: 4 accumulated; .*the effective batch is 128$"
+EFFECTIVE_BATCH=96 "$stoke" config show $small --batch-size 32 >"$out" 2>&1
+expect_line "effective_batch from env" "^effective_batch +96 +env EFFECTIVE_BATCH$"
+expect_line "an exact effective batch" "^accumulate +3 +tuned: effective_batch 96 at batch 32: 3 accumulated$"
 "$stoke" config show $small --recompute auto >"$out" 2>&1
 expect_line "recompute auto: tuned, when allocated" "^recompute +auto +tuned: decided when"
 
@@ -96,11 +121,11 @@ keys = """dataset val_dataset model hidden epochs max_steps batch_size val_batch
 accumulate limit val_limit workers prefetch threads loader_delay_us precision device recompute
 optimizer lr momentum nesterov weight_decay clip_norm schedule warmup_steps step_size gamma min_lr augment
 seed checkpoint resume log log_every eval_every target_accuracy dry_run memory_budget
-monitor""".split()
+monitor effective_batch memory_safety batch_pow2 tune""".split()
 assert sorted(o) == sorted(keys), set(o) ^ set(keys)
 for k, e in o.items():
     assert set(e) == {"value", "source", "detail"}, (k, e)
-    assert e["source"] in ("default", "file", "env", "flag", "checkpoint", "tuned"), (k, e)
+    assert e["source"] in ("default", "file", "env", "flag", "checkpoint", "tuned", "cached"), (k, e)
 assert o["batch_size"] == {"value": 16, "source": "flag", "detail": "--batch-size"}, o["batch_size"]
 assert o["lr"] == {"value": 0.1, "source": "file", "detail": sys.argv[2]}, o["lr"]
 w = o["workers"]
@@ -142,11 +167,21 @@ expect_error "wrong type as a flag" 2 "--workers: 'few' is not a whole number" \
     "$stoke" config show --workers few
 expect_error "out of range as a flag" 2 "--val-batch-size: '0' is not a whole number" \
     "$stoke" config show --val-batch-size 0
-expect_error "batch_size auto refused (flag)" 2 "--batch-size: 'auto' is not supported yet" \
-    "$stoke" config show --batch-size auto
-printf 'batch_size: auto\n' >"$work/bauto.yaml"
-expect_error "batch_size auto refused (file)" 1 "bauto.yaml:1:13: batch_size: 'auto' is not supported yet" \
-    "$stoke" config show --config "$work/bauto.yaml"
+expect_error "effective_batch beside accumulate" 1 \
+    "effective_batch (flag) and accumulate (env) both set the accumulation: give one" \
+    env ACCUMULATE=2 "$stoke" config show $small --effective-batch 64
+expect_error "memory_safety 0 as a flag" 2 "--memory-safety: '0' is not a fraction in (0, 1]" \
+    "$stoke" config show --memory-safety 0
+printf 'memory_safety: 1.5\n' >"$work/safety.yaml"
+expect_error "memory_safety above 1 in a file" 1 "safety.yaml:1:16: memory_safety: '1.5' is not a fraction" \
+    "$stoke" config show --config "$work/safety.yaml"
+expect_error "effective_batch out of range in env" 1 \
+    "environment EFFECTIVE_BATCH=-3: effective_batch: '-3' is not a whole number" \
+    env EFFECTIVE_BATCH=-3 "$stoke" config show
+expect_error "batch_pow2 not a bool" 2 "--batch-pow2: 'sometimes' is not true or false" \
+    "$stoke" config show --batch-pow2=sometimes
+expect_error "batch auto: not even batch 1" 1 "batch_size auto: not even batch 1 fits" \
+    "$stoke" config show $small --batch-size auto --memory-budget 1M
 expect_error "auto where the tuner decides nothing" 2 "--epochs: 'auto' is for the settings" \
     "$stoke" config show --epochs auto
 expect_error "a missing file" 1 "nope.yaml" "$stoke" config show --config "$work/nope.yaml"

@@ -14,7 +14,7 @@ if [ ! -d "$data" ]; then
 fi
 . "$(dirname "$0")/lib.sh"
 unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
-    ACCUMULATE STOKE_DEVICE STOKE_RECOMPUTE
+    ACCUMULATE EFFECTIVE_BATCH STOKE_DEVICE STOKE_RECOMPUTE STOKE_TUNE
 py=/usr/bin/python3
 small="--limit 2048 --val-limit 100"
 fast="--trial-seconds 0.1"
@@ -43,7 +43,7 @@ expect_error() {
 "$stoke" tune $small $fast --output "$work/tuned.yaml" >"$out" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "tune runs" || { fail "tune exit $rc"; show "$out"; }
-expect_line "trials printed" "^trial 1 \(start\): batch 128, [0-9]+ workers? \+ [0-9]+ threads?, prefetch [0-9]+, fp32 -> [0-9]+ samples/s, data wait [0-9.]+%"
+expect_line "trials printed" "^trial 1 \(start\): batch [0-9]+, [0-9]+ workers? \+ [0-9]+ threads?, prefetch [0-9]+, fp32 -> [0-9]+ samples/s, data wait [0-9.]+%"
 expect_line "the choice" "^[0-9]+ trials in [0-9.]+ s\. Chosen: batch [0-9]+, "
 expect_line "why the batch" "^  batch_size: samples/s a fed step takes, by batch: "
 expect_line "why the workers" "^  workers: samples/s by loader workers \+ compute threads: "
@@ -134,6 +134,21 @@ expect_line "the workers line says measured" "loader workers? \(measured: sample
     >"$out" 2>&1
 expect_no_line "the next run starts tuned" "^tune: trial"
 
+# batch auto measured too, and an effective batch reached by accumulation at it
+"$stoke" train --limit 1024 --val-limit 100 --batch-size auto --effective-batch 512 \
+    --workers auto --max-steps 2 --no-monitor >"$out" 2>&1
+expect_line "batch auto measured" "^batch: [0-9]+ \(auto: measured: samples/s a fed step takes, by batch"
+expect_line "the effective batch at it" "^accumulate: [0-9]+ \(auto: effective_batch 512 at batch "
+# tune: cache answers from the cache or leaves auto to the rules; off never measures
+"$stoke" train --limit 700 --val-limit 100 --workers auto --tune cache --max-steps 2 \
+    --no-monitor >"$out" 2>&1
+expect_no_line "tune cache: no trials" "^tune: "
+expect_line "tune cache: the rule, and why" "loader workers? \(auto, not measured yet \(not measured before; tune: cache runs no trials\): the rule: "
+STOKE_TUNE=off "$stoke" train --limit 1024 --val-limit 100 --workers auto --max-steps 2 \
+    --no-monitor >"$out" 2>&1
+expect_no_line "tune off: no trials" "^tune: "
+expect_no_line "tune off: not the cache" "cached: "
+
 # a corrupt cache entry: measured again, never a crash, rewritten whole
 for f in "$work"/cache/tune/*.yaml; do printf 'workers: [1\n\001\377' >"$f"; done
 "$stoke" train --limit 1024 --val-limit 100 --workers auto --max-steps 3 --no-monitor \
@@ -184,5 +199,9 @@ expect_error "a missing dataset" 1 "no-such-data" "$stoke" tune --dataset "$work
 expect_error "an unwritable output" 1 "$work/no/dir/t.yaml" "$stoke" tune $small $fast \
     --precision fp32 --batch-size 64 --output "$work/no/dir/t.yaml"
 [ ! -e "$work/no/dir/t.yaml" ] && ok "nothing half-written" || fail "a partial output"
+# a run that diverges in every trial: said, with the step that stopped it
+expect_error "every trial diverges" 1 "is not finite" "$stoke" tune --limit 512 --val-limit 100 \
+    --lr 1000 --momentum 0.99 --batch-size 64 --precision fp32 --prefetch 2 --threads 1 \
+    --trial-seconds 0.05 --no-cache
 "$stoke" tune --help >"$out" 2>&1 && grep -q "usage: stoke tune" "$out" && ok "help" || fail "help"
 e2e_end
