@@ -246,8 +246,9 @@ static int robustness(stoke_train_config cfg, const bench_run *tuned, bench_robu
     double delay = fmin(fmax(10.0 * per_sample_us * (double)loaders, 200.0), 1e6);
     r->delay_us = (int64_t)ceil(delay);
     r->workers = workers;
-    /* ~4 s of loading, and at least 4 batches */
-    int64_t n = (int64_t)(4e6 * (double)loaders / delay);
+    /* ~6 s of loading (the setup before the first step, workers idle, dilutes their busy
+     * share less), and at least 4 batches */
+    int64_t n = (int64_t)(6e6 * (double)loaders / delay);
     if (n < 4 * tuned->batch)
         n = 4 * tuned->batch;
     if (cfg.limit > 0 && cfg.limit < n)

@@ -15,7 +15,7 @@ fi
 . "$(dirname "$0")/lib.sh"
 unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
     ACCUMULATE STOKE_DEVICE STOKE_RECOMPUTE
-small="--limit 600 --val-limit 100"
+small="--limit 2000 --val-limit 100"
 
 # --- a whole run: table, JSON, robustness
 "$stoke" bench $small --steps 6 --warmup 2 --json "$work/b.json" >"$out" 2>&1
@@ -61,7 +61,7 @@ assert o["schema"] == "stoke-bench/1"
 m = o["machine"]
 assert isinstance(m["cpu"], str) and isinstance(m["gpus"], list)
 num(m["usable_cpus"])
-assert o["model"] == "cnn" and o["limit"] == 600
+assert o["model"] == "cnn" and o["limit"] == 2000
 assert set(o["configurations"]) == {"naive", "tuned"}
 keys = ["batch_size", "accumulate", "workers", "prefetch", "threads", "precision", "device",
         "pinned", "lr"]
