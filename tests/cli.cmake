@@ -13,3 +13,8 @@ add_test(NAME tune_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/tune-e2e)
 set_tests_properties(tune_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)
+# `stoke bench` on Debian's Fashion-MNIST (skipped without it); label nn: it trains
+add_test(NAME bench_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bench.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/bench-e2e)
+set_tests_properties(bench_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -290,6 +291,9 @@ static const stoke_op aug_ops[3] = {
     {.kind = STOKE_OP_NORMALIZE, .mean = {0.3f}, .std = {0.35f}},
 };
 
+/* opts.sample_delay_us of run_loader's loaders (case_loader_delay). */
+static int run_delay_us;
+
 /* Every byte of `nb` batches (end markers included as a 0 size), appended to out. */
 static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb, unsigned char *out,
                          size_t cap)
@@ -298,7 +302,8 @@ static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb, un
     stoke_loader_opts o = {.sampler = {.batch_size = 32, .shuffle = true, .seed = 11},
                            .transform = &to,
                            .workers = workers,
-                           .prefetch = prefetch};
+                           .prefetch = prefetch,
+                           .sample_delay_us = run_delay_us};
     stoke_loader *l = NULL;
     CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
     if (!l)
@@ -388,6 +393,65 @@ static void case_loader_workers_identical(void)
     CHECK_STR_EQ(stoke_loader_device_reason(l), "no device requested");
     stoke_loader_destroy(l);
     stoke_transform_destroy(t);
+    stoke_dataset_close(d);
+    free(ref);
+    free(got);
+    free(a.x);
+    free(a.y);
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* sample_delay_us: each sample costs at least the delay of the loading thread's CPU
+ * time (the consumer's own with 0 workers; a worker's busy time otherwise), and the
+ * batches are the same bytes as without it. */
+static void case_loader_delay(void)
+{
+    enum { N = 80, DELAY_US = 400 };
+    arrays a = make_arrays(N);
+    stoke_dataset_info info = image_info(N);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    size_t cap = 1u << 20;
+    unsigned char *ref = malloc(cap), *got = malloc(cap);
+    size_t nref = run_loader(d, 0, 0, 4, ref, cap);
+    run_delay_us = DELAY_US;
+    for (int workers = 0; workers <= 2; workers += 2) {
+        size_t n = run_loader(d, workers, 0, 4, got, cap);
+        CHECK_MSG(n == nref && memcmp(ref, got, n) == 0, "delay with %d workers: other bytes",
+                  workers);
+    }
+    run_delay_us = 0;
+    stoke_loader_opts o = {.sampler = {.batch_size = 32}, .sample_delay_us = DELAY_US};
+    stoke_loader *l = NULL;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    stoke_batch b;
+    double t0 = thread_cpu_s();
+    CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+    double spent = thread_cpu_s() - t0;
+    CHECK_MSG(spent >= 32 * DELAY_US * 1e-6, "0 workers: a batch of 32 took %.4f s of CPU", spent);
+    stoke_loader_destroy(l);
+    o.workers = 2;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+    for (int i = 0; i < 3 && l; i++)
+        CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+    stoke_loader_stats st;
+    stoke_loader_get_stats(l, &st);
+    CHECK_MSG(st.busy_avg_ms >= 32 * DELAY_US * 1e-3, "2 workers: %.2f ms busy per batch of 32",
+              st.busy_avg_ms);
+    stoke_loader_destroy(l);
+    l = (stoke_loader *)1;
+    o.sample_delay_us = -1;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "sample delay -1 us");
+    CHECK(l == NULL);
+    o.sample_delay_us = 1000001;
+    CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_ERR_ARG);
     stoke_dataset_close(d);
     free(ref);
     free(got);
@@ -1037,6 +1101,7 @@ int main(int argc, char **argv)
     case_sampler_resume();
     case_memory_dataset();
     case_loader_workers_identical();
+    case_loader_delay();
     case_loader_resume();
     case_loader_error();
     case_loader_bad_options();

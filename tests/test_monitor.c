@@ -454,6 +454,17 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->advice, "run 1 loader worker, --workers 1 (now 0");
     }
     CHECK(find(f, n, "cpu-underused") == NULL);
+    /* Its compute between batches takes from its busy share: still its own loading. */
+    cw.busy = 0.6;
+    run_scenario(&cw, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->advice, "run 1 loader worker, --workers 1 (now 0");
+        CHECK(strstr(x->advice, "storage") == NULL);
+    }
+    cw.busy = 0.95;
     CHECK_INT_EQ(x ? x->gpu : 0, -1);
 
     /* A healthy pipeline: the loop waits 2% of the time, nothing fires ... */

@@ -257,6 +257,11 @@ typedef struct stoke_loader_opts {
     bool hold;           /* each batch stays valid, unchanged, until the caller gives
                                          it back with stoke_loader_release, however many
                                          batches it takes meanwhile (docs/loader.md) */
+    int sample_delay_us; /* a test and benchmark knob, 0..1e6 (0: none, the default):
+                            the thread that loads a sample (a worker, or the consumer
+                            with 0 workers) then spins until it has used this much more
+                            CPU time of its own, so each sample costs exactly that much
+                            more CPU, as a slow decode would (docs/loader.md) */
 } stoke_loader_opts;
 
 /* The ring slots a loader with these options has (prefetch, else 2 x workers + 2, at

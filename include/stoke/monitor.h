@@ -42,7 +42,8 @@ typedef struct stoke_mon_thread {
  * cumulative counts let the monitor compute each window's share; the rest are the
  * pipeline's own summaries since it started. */
 typedef struct stoke_mon_pipeline {
-    double wait_total_s; /* cumulative time the consumer waited for batches */
+    double wait_total_s; /* cumulative time the consumer waited for batches (stoke's
+                            loader: with the wait in progress) */
     int64_t batches;     /* cumulative batches handed out */
     double wait_avg_ms;  /* the consumer's wait per batch: mean, */
     double wait_p95_ms;  /*   p95 (over the pipeline's recent batches), */
@@ -86,8 +87,8 @@ typedef struct stoke_mon_sample {
     stoke_mon_gpu gpus[STOKE_MAX_GPUS];
     stoke_mon_pipeline pipe;  /* STOKE_MS_PIPELINE */
     double data_wait_pct;     /* % of the wall time since the previous snapshot that
-                                    the consumer waited for data, 0..100 (a wait is
-                                    counted in the window its batch was handed out) */
+                                    the consumer waited for data, 0..100 (as the
+                                    pipeline counts its waits: wait_total_s) */
     double batches_per_s;     /* batches handed out per second in that window */
     stoke_mon_thread busiest; /* STOKE_MS_THREAD: the tree's busiest thread */
 } stoke_mon_sample;

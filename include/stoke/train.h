@@ -205,6 +205,9 @@ typedef struct stoke_train_config {
     double memory_budget;   /* bytes the models may take (checked before allocating;
                                  --dry-run's budget); 0 = what is available */
     bool monitor;           /* embed the monitor (CPU/GPU utilization, warnings) */
+    /* a test/benchmark knob: CPU time added to the loading of each training sample
+     * (stoke_loader_opts.sample_delay_us), a slow decode on demand (stoke bench) */
+    int64_t loader_delay_us;
     stoke_cfg_source source[STOKE_CFG_MAX_KEYS]; /* per key, in stoke_train_config_key order */
 } stoke_train_config;
 
@@ -295,6 +298,10 @@ typedef struct stoke_train_event {
     int64_t val_samples;
     double run_elapsed_s; /* seconds since the training loop started (not setup) */
     double target;        /* TARGET: target_accuracy */
+    /* WARNING: the monitor's finding apart (text joins them): its rule (stoke_rules)
+     * and its evidence and advice; NULL for other events */
+    const struct stoke_rule *rule;
+    const char *evidence, *advice;
 } stoke_train_event;
 
 typedef void (*stoke_train_callback)(const stoke_train_event *e, void *ctx);
@@ -366,6 +373,26 @@ const struct stoke_decision *stoke_trainer_decision(const stoke_trainer *t);
 
 /* The model being trained (for tests and tools); owned by the trainer. */
 stoke_model *stoke_trainer_model(stoke_trainer *t);
+
+/* What the trainer has done since it was created, for measuring a part of a run
+ * (stoke bench: totals after its warm-up and at the end, differenced). Never reset by
+ * an epoch's end or a second stoke_trainer_run. */
+typedef struct stoke_train_totals {
+    int64_t steps, samples;        /* optimizer steps; samples through forward/backward */
+    double loader_wait_s;          /* the training thread's wait for batches */
+    double phase_s[4];             /* input, forward, backward, optimizer (stoke_phase
+                                      order from STOKE_PHASE_INPUT), on the device's clock */
+    double eval_s;                 /* evaluations (validation), within and after epochs */
+    double step_flops, peak_flops; /* per sample of a step; the device's peak (0: unknown) */
+} stoke_train_totals;
+
+/* The totals so far (on a GPU it waits for the phases queued). */
+void stoke_trainer_totals(stoke_trainer *t, stoke_train_totals *out);
+
+/* A later stoke_trainer_run goes on to `steps` optimizer steps in all (max_steps): a run
+ * stopped at max_steps continues where it stopped, its epoch's figures over the new
+ * part only. */
+void stoke_trainer_set_max_steps(stoke_trainer *t, int64_t steps);
 
 /* Writes a checkpoint of the current state to `path` now. */
 stoke_status stoke_trainer_save(stoke_trainer *t, const char *path);

@@ -28,6 +28,8 @@ int cmd_config(int argc, char **argv);
 void cmd_config_usage(void);
 int cmd_tune(int argc, char **argv);
 void cmd_tune_usage(void);
+int cmd_bench(int argc, char **argv);
+void cmd_bench_usage(void);
 
 struct stoke_train_config;
 /* The settings `stoke train` runs with, from defaults < --config file < environment <

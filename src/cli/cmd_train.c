@@ -40,6 +40,8 @@ void cmd_train_usage(void)
            "  --prefetch N|auto     batches in flight (env PREFETCH_FACTOR; default auto: 2 x\n"
            "                        workers within [2, 32], the probe's prefetch_depth rule)\n"
            "  --threads N|auto      compute threads (default auto: usable CPUs - workers)\n"
+           "  --loader-delay-us N   test/benchmark knob: each training sample costs N us more\n"
+           "                        CPU to load (a slow decode; default 0; docs/bench.md)\n"
            "  --device D            auto (a GPU when the CUDA backend can run on it, else the\n"
            "                        CPU), cpu, cuda, cuda:N (env STOKE_DEVICE)\n"
            "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env PRECISION;\n"

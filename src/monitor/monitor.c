@@ -59,7 +59,8 @@ static void read_pipeline(stoke_monitor *m, stoke_mon_sample *s)
         if (m->have_pipe_prev && dt > 0 && p.batches >= q->batches &&
             p.wait_total_s >= q->wait_total_s) {
             double pct = 100.0 * (p.wait_total_s - q->wait_total_s) / dt;
-            /* A wait that began in the previous window is counted whole in this one. */
+            /* A provider that counts a wait when its batch arrives (not stoke's loader,
+             * which counts it as it accrues) puts all of it in this window. */
             s->data_wait_pct = pct > 100.0 ? 100.0 : pct;
             s->batches_per_s = (double)(p.batches - q->batches) / dt;
             s->valid |= STOKE_MS_PIPELINE_RATE;

@@ -150,7 +150,11 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     bool reading = (io->n && io->median >= r->iowait_atleast) || slow_disk(s);
     int cap = suggested_workers(s);
     char knob[96];
-    if (p->busy_frac >= r->busy_frac_atleast && reading) {
+    /* With no workers the loop loads inside its wait: the wait is loading work, however
+     * much its compute between batches dilutes its busy share (86% busy loading 90% of
+     * the time, once). */
+    bool busy = p->busy_frac >= r->busy_frac_atleast || p->workers == 0;
+    if (busy && reading) {
         /* Blocking reads count as busy: busy workers on waiting storage are reading. */
         char ram[32];
         stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
@@ -160,7 +164,7 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
             "here) or to local SSD, and %s so each sample is one sequential read; see io-bound",
             io->n ? io->median : 0.0, slow_disk(s) ? ", the data is on slow storage" : "", ram,
             pack_advice(s));
-    } else if (p->busy_frac >= r->busy_frac_atleast) {
+    } else if (busy) {
         /* To keep up, the pipeline must produce 1/(1 - wait share) times as fast. */
         double share = w->median < 99 ? w->median / 100.0 : 0.99;
         int have = p->workers > 0 ? p->workers : 1;

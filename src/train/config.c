@@ -71,6 +71,7 @@ static const struct key {
     {"prefetch", T_INT, offsetof(stoke_train_config, prefetch), 0, 0, 1024, "PREFETCH_FACTOR", NULL,
      0},
     {"threads", T_INT, offsetof(stoke_train_config, threads), 0, 0, 4096, NULL, NULL, 0},
+    I(loader_delay_us, 0, 1e6, NULL),
     {"precision", T_STR, offsetof(stoke_train_config, precision),
      sizeof((stoke_train_config *)0)->precision, 0, 0, "PRECISION", " auto fp32 bf16 fp16 ",
      AUTO_NO},

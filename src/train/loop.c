@@ -53,7 +53,17 @@ static stoke_status train_feed_input(stoke_model *m, stoke_tensor x, stoke_loade
 
 /* The validation set's mean loss and metric with the training model's weights, on the
  * inference model (so the training trajectory is unchanged). NaN and 0 without one. */
+static stoke_status evaluate_set(stoke_trainer *t, double *loss, double *metric, int64_t *count);
+
 static stoke_status evaluate(stoke_trainer *t, double *loss, double *metric, int64_t *count)
+{
+    double t0 = stoke_wall_time();
+    stoke_status s = evaluate_set(t, loss, metric, count);
+    t->totals.eval_s += stoke_wall_time() - t0;
+    return s;
+}
+
+static stoke_status evaluate_set(stoke_trainer *t, double *loss, double *metric, int64_t *count)
 {
     *loss = *metric = NAN;
     *count = 0;
@@ -105,7 +115,12 @@ static void monitor_warnings(stoke_trainer *t)
             snprintf(t->warned[t->nwarned++], sizeof t->warned[0], "%s", f[i].rule->id);
             char text[1000];
             snprintf(text, sizeof text, "%s: %s; %s", f[i].rule->id, f[i].evidence, f[i].advice);
-            stoke_train_event e = {.kind = STOKE_EV_WARNING, .text = text, .epoch = t->epoch};
+            stoke_train_event e = {.kind = STOKE_EV_WARNING,
+                                   .text = text,
+                                   .epoch = t->epoch,
+                                   .rule = f[i].rule,
+                                   .evidence = f[i].evidence,
+                                   .advice = f[i].advice};
             train_emit(t, &e);
         }
     }
@@ -273,14 +288,25 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accu
         t->ep_metric += stoke_model_value(t->model, t->metric) * (double)b->size;
     t->ep_samples += b->size;
     t->ep_batches++;
+    t->totals.samples += b->size;
     return STOKE_OK;
 }
 
 /* The step's phases as % of `ran` seconds (this part of the epoch), with the marks
  * completed so far (all of them when `wait`). */
+/* The phases completed since the last call into the epoch's and the run's seconds. */
+static void collect_phases(stoke_trainer *t, bool wait)
+{
+    double before[STOKE_PHASE_COUNT];
+    memcpy(before, t->ph, sizeof before);
+    stoke_model_phase_seconds(t->model, wait, t->ph);
+    for (int p = 0; p < 4; p++)
+        t->totals.phase_s[p] += t->ph[STOKE_PHASE_INPUT + p] - before[STOKE_PHASE_INPUT + p];
+}
+
 static void phases(stoke_trainer *t, stoke_train_event *e, double ran, bool wait)
 {
-    stoke_model_phase_seconds(t->model, wait, t->ph);
+    collect_phases(t, wait);
     double pct = ran > 0 ? 100.0 / ran : 0;
     e->input_pct = t->ph[STOKE_PHASE_INPUT] * pct;
     e->forward_pct = t->ph[STOKE_PHASE_FORWARD] * pct;
@@ -559,3 +585,16 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     stoke_status ls = train_log_finish(t);
     return s != STOKE_OK ? s : ls;
 }
+
+void stoke_trainer_totals(stoke_trainer *t, stoke_train_totals *out)
+{
+    if (t->model)
+        collect_phases(t, true);
+    t->totals.steps = t->step;
+    t->totals.loader_wait_s = t->loader ? loader_wait_s(t->loader) : 0;
+    t->totals.step_flops = t->step_flops;
+    t->totals.peak_flops = t->peak_flops;
+    *out = t->totals;
+}
+
+void stoke_trainer_set_max_steps(stoke_trainer *t, int64_t steps) { t->cfg.max_steps = steps; }

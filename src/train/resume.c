@@ -14,11 +14,10 @@
  * changes the training from here on: applied, and said. */
 static const char *const resume_fixed[] = {"model", "hidden", "optimizer", "seed", NULL};
 static const char *const resume_quiet[] = {
-    "resume",          "dry_run",        "log",       "checkpoint",
-    "log_every",       "monitor",        "workers",   "prefetch",
-    "threads",         "memory_budget",  "max_steps", "eval_every",
-    "target_accuracy", "val_batch_size", "device",    "recompute",
-    "memory_safety",   "batch_pow2",     NULL};
+    "resume",        "dry_run",   "log",           "loader_delay_us", "checkpoint",
+    "log_every",     "monitor",   "workers",       "prefetch",        "threads",
+    "memory_budget", "max_steps", "eval_every",    "target_accuracy", "val_batch_size",
+    "device",        "recompute", "memory_safety", "batch_pow2",      NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {

@@ -678,6 +678,7 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
         .prefetch = t->decision.prefetch,
         .use_device = t->device != STOKE_TUNE_CPU,
         .device = t->device,
+        .sample_delay_us = (int)c->loader_delay_us,
         .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
     if (t->start.epoch < c->epochs &&
         (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)

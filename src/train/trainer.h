@@ -79,8 +79,9 @@ struct stoke_trainer {
     /* this part of the epoch's seconds in each phase of a step (stoke_phase), on the
      * clock of the model's device */
     double ph[STOKE_PHASE_COUNT];
-    bool graphs_said;  /* the `CUDA graphs:` line went out */
-    double loop_start; /* wall time the training loop started: log "elapsed" */
+    stoke_train_totals totals; /* the run's, never reset (stoke_trainer_totals) */
+    bool graphs_said;          /* the `CUDA graphs:` line went out */
+    double loop_start;         /* wall time the training loop started: log "elapsed" */
     char warned[16][32];
     int nwarned;
     stoke_train_result result;

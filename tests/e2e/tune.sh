@@ -114,6 +114,10 @@ rc=$?
 expect_no_line "no trial run" "^tune: trial"
 expect_line "the threads line says cached" "^threads: .*cached: measured by an earlier run"
 
+# a slowed loader (bench's robustness knob) is another key: its trials are its own
+"$stoke" config show $small --batch-size "$tb" --workers auto --loader-delay-us 500 >"$out" 2>&1
+expect_line "a slowed loader: not the cache's" "^workers +[0-9]+ +tuned: auto, not measured yet"
+
 # a setting given that differs from the cached one: measured again, said why
 "$stoke" config show $small --batch-size $((tb * 2)) --workers auto >"$out" 2>&1
 expect_line "another batch: not the cache's" "^workers +[0-9]+ +tuned: auto, not measured yet \(.*measured with another batch_size"
