@@ -2,7 +2,6 @@
  * layers, checked with the file, line and column of every error, built into a graph. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,21 +104,6 @@ typedef struct ctx {
     yaml_document_t *doc;
 } ctx;
 
-static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
-                            ...) __attribute__((format(printf, 4, 5)));
-
-static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
-                            ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s: %s", c->file,
-                      n ? n->start_mark.line + 1 : 1, n ? n->start_mark.column + 1 : 1, field, msg);
-}
-
 /* A value's text; NULL for a mapping, a list or null (each an error where a value is
  * expected, reported with train_yaml_what). */
 static const char *scalar(const yaml_node_t *n)
@@ -142,7 +126,8 @@ static stoke_status get_int(const ctx *c, const yaml_node_t *n, const char *fiel
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < min || v > max)
-        return fail_at(c, n, field, "expected an integer in [%ld, %ld], got %s", min, max, WHAT(n));
+        return train_yaml_fail(c->file, n, field, "expected an integer in [%ld, %ld], got %s", min,
+                               max, WHAT(n));
     *out = v;
     return STOKE_OK;
 }
@@ -165,7 +150,8 @@ static stoke_status get_float(const ctx *c, const yaml_node_t *n, const char *fi
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
     if (!s || !*s || *end || errno || !isfinite(v) || v < min || v > max)
-        return fail_at(c, n, field, "expected a number in [%g, %g], got %s", min, max, WHAT(n));
+        return train_yaml_fail(c->file, n, field, "expected a number in [%g, %g], got %s", min, max,
+                               WHAT(n));
     *out = (float)v;
     return STOKE_OK;
 }
@@ -181,7 +167,7 @@ static stoke_status get_bool(const ctx *c, const yaml_node_t *n, const char *fie
         *out = false;
         return STOKE_OK;
     }
-    return fail_at(c, n, field, "expected true or false, got %s", WHAT(n));
+    return train_yaml_fail(c->file, n, field, "expected true or false, got %s", WHAT(n));
 }
 
 /* dst = path + suffix (a field name such as "layers[0].layers[2].out"). A path too long
@@ -236,7 +222,8 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
                                 layer *l)
 {
     if (n->type != YAML_MAPPING_NODE)
-        return fail_at(c, n, path, "expected a mapping such as {type: relu}, got %s", WHAT(n));
+        return train_yaml_fail(c->file, n, path, "expected a mapping such as {type: relu}, got %s",
+                               WHAT(n));
     memset(l, 0, sizeof *l);
     l->bias = true;
     l->line = n->start_mark.line + 1;
@@ -256,17 +243,17 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
     "layernorm, relu, gelu, tanh, sigmoid, dropout, flatten, attention, " \
     "patchify, pos_embed, seq_mean, residual"
     if (!type_node)
-        return fail_at(c, n, field, "missing (one of " LAYER_TYPES ")");
+        return train_yaml_fail(c->file, n, field, "missing (one of " LAYER_TYPES ")");
     if (!t)
-        return fail_at(c, type_node, field, "expected one of " LAYER_TYPES ", got %s",
-                       WHAT(type_node));
+        return train_yaml_fail(c->file, type_node, field, "expected one of " LAYER_TYPES ", got %s",
+                               WHAT(type_node));
 #undef LAYER_TYPES
     int type = -1;
     for (int i = 0; i < L_COUNT; i++)
         if (!strcmp(layer_types[i].name, t))
             type = i;
     if (type < 0)
-        return fail_at(c, type_node, field, "unknown layer type '%s'", t);
+        return train_yaml_fail(c->file, type_node, field, "unknown layer type '%s'", t);
     l->type = (layer_type)type;
     if (type == L_MAXPOOL || type == L_AVGPOOL)
         l->kernel = 2;
@@ -278,7 +265,7 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
         yaml_node_t *kn = node(c, p->key), *v = node(c, p->value);
         const char *k = scalar(kn);
         if (!k)
-            return fail_at(c, kn, path, "keys must be plain names");
+            return train_yaml_fail(c->file, kn, path, "keys must be plain names");
         char dot_k[72];
         snprintf(dot_k, sizeof dot_k, ".%.64s", k);
         field_path(field, sizeof field, path, dot_k);
@@ -287,16 +274,16 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
         char want[40];
         snprintf(want, sizeof want, " %s ", k);
         if (strcmp(k, "name") != 0 && !strstr(layer_types[type].fields, want))
-            return fail_at(c, kn, field, "not a field of a %s layer (fields:%sname)", t,
-                           layer_types[type].fields);
+            return train_yaml_fail(c->file, kn, field, "not a field of a %s layer (fields:%sname)",
+                                   t, layer_types[type].fields);
         stoke_status s = STOKE_OK;
         if (!strcmp(k, "name")) {
             const char *nm = scalar(v);
             if (!nm || !*nm || strlen(nm) >= sizeof l->name || strchr(nm, '.'))
-                return fail_at(c, v, field,
-                               "expected a name of 1 to 63 characters without "
-                               "'.', got %s",
-                               WHAT(v));
+                return train_yaml_fail(c->file, v, field,
+                                       "expected a name of 1 to 63 characters without "
+                                       "'.', got %s",
+                                       WHAT(v));
             snprintf(l->name, sizeof l->name, "%s", nm);
         } else if (!strcmp(k, "out")) {
             const char *sv = scalar(v);
@@ -330,10 +317,10 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
             /* (a key given twice, which would leak the first list, is refused by
              * train_yaml_load before this runs) */
             if (blocks >= MAX_BLOCK_NESTING)
-                return fail_at(c, n, path,
-                               "residual blocks nested deeper than %d (stoke's "
-                               "limit)",
-                               MAX_BLOCK_NESTING);
+                return train_yaml_fail(c->file, n, path,
+                                       "residual blocks nested deeper than %d (stoke's "
+                                       "limit)",
+                                       MAX_BLOCK_NESTING);
             s = parse_layers(c, v, sub, blocks + 1, &l->children, &l->nchildren);
         }
         if (s != STOKE_OK)
@@ -341,13 +328,13 @@ static stoke_status parse_layer(const ctx *c, const yaml_node_t *n, const char *
     }
     snprintf(field, sizeof field, "%s", path);
     if (type == L_CONV2D && (!have_out || !have_kernel))
-        return fail_at(c, n, field, "a conv2d layer needs out and kernel");
+        return train_yaml_fail(c->file, n, field, "a conv2d layer needs out and kernel");
     if (type == L_ATTENTION && l->heads == 0)
-        return fail_at(c, n, field, "an attention layer needs heads");
+        return train_yaml_fail(c->file, n, field, "an attention layer needs heads");
     if (type == L_PATCHIFY && l->patch == 0)
-        return fail_at(c, n, field, "a patchify layer needs patch");
+        return train_yaml_fail(c->file, n, field, "a patchify layer needs patch");
     if (type == L_RESIDUAL && l->nchildren == 0)
-        return fail_at(c, n, field, "a residual block needs layers");
+        return train_yaml_fail(c->file, n, field, "a residual block needs layers");
     (void)have_out;
     return STOKE_OK;
 }
@@ -356,12 +343,12 @@ static stoke_status parse_layers(const ctx *c, const yaml_node_t *seq, const cha
                                  layer **out, int *count)
 {
     if (seq->type != YAML_SEQUENCE_NODE)
-        return fail_at(c, seq, path, "expected a list of layers, got %s", WHAT(seq));
+        return train_yaml_fail(c->file, seq, path, "expected a list of layers, got %s", WHAT(seq));
     int n = (int)(seq->data.sequence.items.top - seq->data.sequence.items.start);
     if (n == 0)
-        return fail_at(c, seq, path, "the list of layers is empty");
+        return train_yaml_fail(c->file, seq, path, "the list of layers is empty");
     if (n > 4096)
-        return fail_at(c, seq, path, "%d layers (at most 4096)", n);
+        return train_yaml_fail(c->file, seq, path, "%d layers (at most 4096)", n);
     layer *l = calloc((size_t)n, sizeof *l);
     if (!l)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", c->file);
@@ -386,20 +373,20 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
 {
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (!root)
-        return fail_at(c, NULL, "model", "the file is empty");
+        return train_yaml_fail(c->file, NULL, "model", "the file is empty");
     if (root->type == YAML_SCALAR_NODE) {
         /* A bare preset name, as `--model cnn` gives. */
         if (!scalar(root))
-            return fail_at(c, root, "model",
-                           "expected a mapping (model: cnn, or layers: "
-                           "[...]) or a preset name, got %s",
-                           WHAT(root));
+            return train_yaml_fail(c->file, root, "model",
+                                   "expected a mapping (model: cnn, or layers: "
+                                   "[...]) or a preset name, got %s",
+                                   WHAT(root));
         snprintf(mf->preset, sizeof mf->preset, "%.31s", scalar(root));
     } else if (root->type != YAML_MAPPING_NODE) {
-        return fail_at(c, root, "model",
-                       "expected a mapping (model: cnn, or layers: [...]), "
-                       "got %s",
-                       WHAT(root));
+        return train_yaml_fail(c->file, root, "model",
+                               "expected a mapping (model: cnn, or layers: [...]), "
+                               "got %s",
+                               WHAT(root));
     }
     const yaml_node_t *layers_node = NULL, *preset_node = NULL, *ac_node = NULL;
     if (root->type == YAML_MAPPING_NODE) {
@@ -408,32 +395,32 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
             yaml_node_t *kn = node(c, p->key), *v = node(c, p->value);
             const char *k = scalar(kn);
             if (!k)
-                return fail_at(c, kn, "model", "keys must be plain names");
+                return train_yaml_fail(c->file, kn, "model", "keys must be plain names");
             stoke_status s = STOKE_OK;
             if (!strcmp(k, "model")) {
                 const char *pv = scalar(v);
                 if (!pv || !*pv || strlen(pv) >= sizeof mf->preset)
-                    return fail_at(c, v, k,
-                                   "expected a preset name (mlp, cnn, resnet, "
-                                   "transformer, actor-critic), got %s",
-                                   WHAT(v));
+                    return train_yaml_fail(c->file, v, k,
+                                           "expected a preset name (mlp, cnn, resnet, "
+                                           "transformer, actor-critic), got %s",
+                                           WHAT(v));
                 snprintf(mf->preset, sizeof mf->preset, "%s", pv);
                 preset_node = v;
             } else if (!strcmp(k, "layers")) {
                 if (v->type == YAML_SEQUENCE_NODE)
                     layers_node = v;
                 else if (!scalar(v))
-                    return fail_at(c, v, k,
-                                   "expected a list of layers (or the transformer's "
-                                   "depth), got %s",
-                                   WHAT(v));
+                    return train_yaml_fail(c->file, v, k,
+                                           "expected a list of layers (or the transformer's "
+                                           "depth), got %s",
+                                           WHAT(v));
                 else
                     s = get_int32(c, v, k, 1, 256, &mf->depth); /* transformer depth */
             } else if (!strcmp(k, "hidden")) {
                 if (v->type == YAML_SEQUENCE_NODE) {
                     int n = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
                     if (n < 1 || n > MAX_HIDDEN)
-                        return fail_at(c, v, k, "expected 1 to %d sizes", MAX_HIDDEN);
+                        return train_yaml_fail(c->file, v, k, "expected 1 to %d sizes", MAX_HIDDEN);
                     for (int i = 0; i < n && s == STOKE_OK; i++) {
                         char f[32];
                         snprintf(f, sizeof f, "hidden[%d]", i);
@@ -457,8 +444,8 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
                 const char *lv = scalar(v);
                 if (!lv || (strcmp(lv, "cross_entropy") && strcmp(lv, "mse") && strcmp(lv, "l1") &&
                             strcmp(lv, "bce")))
-                    return fail_at(c, v, k, "expected cross_entropy, mse, l1 or bce, got %s",
-                                   WHAT(v));
+                    return train_yaml_fail(
+                        c->file, v, k, "expected cross_entropy, mse, l1 or bce, got %s", WHAT(v));
                 snprintf(mf->loss, sizeof mf->loss, "%s", lv);
             } else if (!strcmp(k, "label_smoothing")) {
                 s = get_float(c, v, k, 0, 0.99, &mf->label_smoothing);
@@ -469,32 +456,34 @@ static stoke_status parse_root(const ctx *c, stoke_model_file *mf)
                 s = get_float(c, v, k, 0, 10, &mf->entropy);
                 ac_node = kn;
             } else {
-                return fail_at(c, kn, k,
-                               "unknown key (model, layers, hidden, width, blocks, "
-                               "patch, heads, loss, label_smoothing, clip, entropy)");
+                return train_yaml_fail(c->file, kn, k,
+                                       "unknown key (model, layers, hidden, width, blocks, "
+                                       "patch, heads, loss, label_smoothing, clip, entropy)");
             }
             if (s != STOKE_OK)
                 return s;
         }
     }
     if (mf->preset[0] && layers_node)
-        return fail_at(c, layers_node, "layers",
-                       "give either model (a preset) or a list of "
-                       "layers, not both");
+        return train_yaml_fail(c->file, layers_node, "layers",
+                               "give either model (a preset) or a list of "
+                               "layers, not both");
     if (ac_node && strcmp(mf->preset, "actor-critic") != 0)
-        return fail_at(c, ac_node, scalar(ac_node), "applies to the actor-critic preset only");
+        return train_yaml_fail(c->file, ac_node, scalar(ac_node),
+                               "applies to the actor-critic preset only");
     if (layers_node)
         return parse_layers(c, layers_node, "layers", 0, &mf->layers, &mf->nlayers);
     if (!mf->preset[0])
-        return fail_at(c, root, "model", "missing: name a preset (model: cnn) or list layers");
+        return train_yaml_fail(c->file, root, "model",
+                               "missing: name a preset (model: cnn) or list layers");
     bool known = false;
     for (size_t i = 0; i < N_PRESETS; i++)
         known |= !strcmp(presets[i], mf->preset);
     if (!known)
-        return fail_at(c, preset_node ? preset_node : root, "model",
-                       "unknown preset '%s' "
-                       "(mlp, cnn, resnet, transformer, actor-critic)",
-                       mf->preset);
+        return train_yaml_fail(c->file, preset_node ? preset_node : root, "model",
+                               "unknown preset '%s' "
+                               "(mlp, cnn, resnet, transformer, actor-critic)",
+                               mf->preset);
     return STOKE_OK;
 }
 

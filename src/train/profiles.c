@@ -4,7 +4,6 @@
  * aliases, tags, duplicate keys); the tune module, which may not reach train, gets the
  * parsed table and only matches it. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,20 +21,6 @@ typedef struct ctx {
     const char *file;
     yaml_document_t *doc;
 } ctx;
-
-static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
-                            ...) __attribute__((format(printf, 4, 5)));
-static stoke_status fail_at(const ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
-                            ...)
-{
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s: %s", c->file,
-                      n ? n->start_mark.line + 1 : 1, n ? n->start_mark.column + 1 : 1, field, msg);
-}
 
 #define WHAT(n) train_yaml_what((n), (char[96]){0}, 96)
 
@@ -56,8 +41,8 @@ static stoke_status get_int(const ctx *c, const yaml_node_t *n, const char *fiel
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < min || v > max)
-        return fail_at(c, n, field, "expected a whole number in [%ld, %ld], got %s", min, max,
-                       WHAT(n));
+        return train_yaml_fail(c->file, n, field, "expected a whole number in [%ld, %ld], got %s",
+                               min, max, WHAT(n));
     *out = v;
     return STOKE_OK;
 }
@@ -67,8 +52,8 @@ static stoke_status get_text(const ctx *c, const yaml_node_t *n, const char *fie
 {
     const char *s = scalar(n);
     if (!s || !*s || strlen(s) >= size)
-        return fail_at(c, n, field, "expected text of 1 to %zu characters, got %s", size - 1,
-                       s && *s ? "a longer text" : WHAT(n));
+        return train_yaml_fail(c->file, n, field, "expected text of 1 to %zu characters, got %s",
+                               size - 1, s && *s ? "a longer text" : WHAT(n));
     memcpy(dst, s, strlen(s) + 1);
     return STOKE_OK;
 }
@@ -80,7 +65,7 @@ static stoke_status get_bool(const ctx *c, const yaml_node_t *n, const char *fie
         *out = s[0] == 't';
         return STOKE_OK;
     }
-    return fail_at(c, n, field, "expected true or false, got %s", WHAT(n));
+    return train_yaml_fail(c->file, n, field, "expected true or false, got %s", WHAT(n));
 }
 
 /* "MAJOR.MINOR", as NVML and the probe write a compute capability. */
@@ -90,8 +75,8 @@ static stoke_status get_cc(const ctx *c, const yaml_node_t *n, const char *field
     const char *s = scalar(n);
     int a, b, used = 0;
     if (!s || sscanf(s, "%2d.%1d%n", &a, &b, &used) != 2 || s[used] || a < 1 || b < 0)
-        return fail_at(c, n, field, "expected a compute capability such as \"8.6\", got %s",
-                       WHAT(n));
+        return train_yaml_fail(c->file, n, field,
+                               "expected a compute capability such as \"8.6\", got %s", WHAT(n));
     *major = a;
     *minor = b;
     return STOKE_OK;
@@ -105,7 +90,8 @@ static stoke_status get_memory(const ctx *c, const yaml_node_t *n, const char *f
     double v = s ? strtod(s, &end) : 0;
     /* 0 < v: a class of no memory matches nothing; 10 TB is past any GPU for years */
     if (!s || !*s || *end || errno || !(v > 0 && v <= 10000))
-        return fail_at(c, n, field, "expected gigabytes in (0, 10000], got %s", WHAT(n));
+        return train_yaml_fail(c->file, n, field, "expected gigabytes in (0, 10000], got %s",
+                               WHAT(n));
     *out = v;
     return STOKE_OK;
 }
@@ -122,18 +108,19 @@ static bool printable(const char *s)
 static stoke_status parse_names(const ctx *c, const yaml_node_t *n, stoke_profile *p)
 {
     if (n->type != YAML_SEQUENCE_NODE || n->data.sequence.items.start == n->data.sequence.items.top)
-        return fail_at(c, n, "match.gpu_names", "expected a list of NVML name parts, got %s",
-                       WHAT(n));
+        return train_yaml_fail(c->file, n, "match.gpu_names",
+                               "expected a list of NVML name parts, got %s", WHAT(n));
     for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top; i++) {
         if (p->gpu_name_count == STOKE_PROFILE_MAX_NAMES)
-            return fail_at(c, node(c, *i), "match.gpu_names", "more than %d names",
-                           STOKE_PROFILE_MAX_NAMES);
+            return train_yaml_fail(c->file, node(c, *i), "match.gpu_names", "more than %d names",
+                                   STOKE_PROFILE_MAX_NAMES);
         char *dst = p->gpu_names[p->gpu_name_count];
         stoke_status s = get_text(c, node(c, *i), "match.gpu_names", dst, sizeof p->gpu_names[0]);
         if (s != STOKE_OK)
             return s;
         if (!printable(dst))
-            return fail_at(c, node(c, *i), "match.gpu_names", "a control character in '%s'", dst);
+            return train_yaml_fail(c->file, node(c, *i), "match.gpu_names",
+                                   "a control character in '%s'", dst);
         p->gpu_name_count++;
     }
     return STOKE_OK;
@@ -142,14 +129,14 @@ static stoke_status parse_names(const ctx *c, const yaml_node_t *n, stoke_profil
 static stoke_status parse_match(const ctx *c, const yaml_node_t *n, stoke_profile *p)
 {
     if (n->type != YAML_MAPPING_NODE)
-        return fail_at(c, n, "match", "expected a mapping, got %s", WHAT(n));
+        return train_yaml_fail(c->file, n, "match", "expected a mapping, got %s", WHAT(n));
     bool has_class = false;
     for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < n->data.mapping.pairs.top; q++) {
         yaml_node_t *k = node(c, q->key), *v = node(c, q->value);
         const char *key = scalar(k);
         stoke_status s = STOKE_OK;
         if (!key)
-            return fail_at(c, k, "match", "expected a key, got %s", WHAT(k));
+            return train_yaml_fail(c->file, k, "match", "expected a key, got %s", WHAT(k));
         if (!strcmp(key, "gpu_names")) {
             s = parse_names(c, v, p);
         } else if (!strcmp(key, "compute_capability")) {
@@ -160,24 +147,25 @@ static stoke_status parse_match(const ctx *c, const yaml_node_t *n, stoke_profil
         } else if (!strcmp(key, "cpu_only")) {
             s = get_bool(c, v, "match.cpu_only", &p->cpu_only);
             if (s == STOKE_OK && !p->cpu_only)
-                s = fail_at(c, v, "match.cpu_only", "only 'true' means something: leave it out");
+                s = train_yaml_fail(c->file, v, "match.cpu_only",
+                                    "only 'true' means something: leave it out");
         } else {
-            return fail_at(c, k, "match",
-                           "unknown key '%.64s' (gpu_names, compute_capability, "
-                           "memory_gb, cpu_only)",
-                           key);
+            return train_yaml_fail(c->file, k, "match",
+                                   "unknown key '%.64s' (gpu_names, compute_capability, "
+                                   "memory_gb, cpu_only)",
+                                   key);
         }
         if (s != STOKE_OK)
             return s;
     }
     if (p->cpu_only && (p->gpu_name_count || has_class || p->memory_gb > 0))
-        return fail_at(c, n, "match",
-                       "cpu_only matches no GPU: no gpu_names, "
-                       "compute_capability or memory_gb with it");
+        return train_yaml_fail(c->file, n, "match",
+                               "cpu_only matches no GPU: no gpu_names, "
+                               "compute_capability or memory_gb with it");
     if (!p->cpu_only && !p->gpu_name_count && !has_class)
-        return fail_at(c, n, "match",
-                       "matches nothing: give gpu_names, a compute_capability, "
-                       "or cpu_only: true");
+        return train_yaml_fail(c->file, n, "match",
+                               "matches nothing: give gpu_names, a compute_capability, "
+                               "or cpu_only: true");
     return STOKE_OK;
 }
 
@@ -189,7 +177,8 @@ static stoke_status parse_precision(const ctx *c, const yaml_node_t *n, stoke_pr
         return STOKE_OK;
     }
     if (!s || !stoke_precision_parse(s, &p->precision))
-        return fail_at(c, n, "precision", "expected auto, fp32, bf16 or fp16, got %s", WHAT(n));
+        return train_yaml_fail(c->file, n, "precision", "expected auto, fp32, bf16 or fp16, got %s",
+                               WHAT(n));
     return STOKE_OK;
 }
 
@@ -214,7 +203,7 @@ static stoke_status parse_field(const ctx *c, const char *key, const yaml_node_t
     if (!strcmp(key, "name")) {
         s = get_text(c, v, "name", p->name, sizeof p->name);
         if (s == STOKE_OK && !printable(p->name))
-            s = fail_at(c, v, "name", "a control character in the name");
+            s = train_yaml_fail(c->file, v, "name", "a control character in the name");
         return s;
     }
     if (!strcmp(key, "match"))
@@ -254,19 +243,21 @@ static stoke_status parse_field(const ctx *c, const char *key, const yaml_node_t
         return get_text(c, v, "source", p->source, sizeof p->source);
     if (!strcmp(key, "note"))
         return get_text(c, v, "note", p->note, sizeof p->note);
-    return fail_at(c, k, "profile", "unknown key '%.64s' (docs/profiles.md lists them)", key);
+    return train_yaml_fail(c->file, k, "profile",
+                           "unknown key '%.64s' (docs/profiles.md lists them)", key);
 }
 
 static stoke_status parse_profile(const ctx *c, const yaml_node_t *n, stoke_profile *p)
 {
     if (n->type != YAML_MAPPING_NODE)
-        return fail_at(c, n, "profiles", "expected a mapping per profile, got %s", WHAT(n));
+        return train_yaml_fail(c->file, n, "profiles", "expected a mapping per profile, got %s",
+                               WHAT(n));
     unsigned seen = 0;
     for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < n->data.mapping.pairs.top; q++) {
         yaml_node_t *k = node(c, q->key), *v = node(c, q->value);
         const char *key = scalar(k);
         if (!key)
-            return fail_at(c, k, "profile", "expected a key, got %s", WHAT(k));
+            return train_yaml_fail(c->file, k, "profile", "expected a key, got %s", WHAT(k));
         for (size_t j = 0; j < sizeof fields / sizeof fields[0]; j++)
             if (!strcmp(key, fields[j].key))
                 seen |= fields[j].bit;
@@ -276,26 +267,29 @@ static stoke_status parse_profile(const ctx *c, const yaml_node_t *n, stoke_prof
     }
     for (size_t i = 0; i < REQUIRED; i++)
         if (!(seen & fields[i].bit))
-            return fail_at(c, n, fields[i].key, "missing in profile '%s'",
-                           p->name[0] ? p->name : "(unnamed)");
+            return train_yaml_fail(c->file, n, fields[i].key, "missing in profile '%s'",
+                                   p->name[0] ? p->name : "(unnamed)");
     if (!(seen & F_BATCH) != !(seen & F_BATCH_FOR))
-        return fail_at(c, n, "batch_for",
-                       "batch and batch_for go together (a seed's batch is for one model)");
+        return train_yaml_fail(c->file, n, "batch_for",
+                               "batch and batch_for go together (a seed's batch is for one model)");
     if (p->workers_max && p->workers_for_cores == 0)
-        return fail_at(c, n, "workers_max", "caps a scaled count: give workers_for_cores too");
+        return train_yaml_fail(c->file, n, "workers_max",
+                               "caps a scaled count: give workers_for_cores too");
     if (p->cpu_only && p->tf32)
-        return fail_at(c, n, "tf32", "the CPU has no TF32");
+        return train_yaml_fail(c->file, n, "tf32", "the CPU has no TF32");
     return STOKE_OK;
 }
 
 static stoke_status parse_list(const ctx *c, const yaml_node_t *n, stoke_profiles *out)
 {
     if (n->type != YAML_SEQUENCE_NODE)
-        return fail_at(c, n, "profiles", "expected a list of profiles, got %s", WHAT(n));
+        return train_yaml_fail(c->file, n, "profiles", "expected a list of profiles, got %s",
+                               WHAT(n));
     for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top; i++) {
         const yaml_node_t *item = node(c, *i);
         if (out->count == STOKE_MAX_PROFILES)
-            return fail_at(c, item, "profiles", "more than %d profiles", STOKE_MAX_PROFILES);
+            return train_yaml_fail(c->file, item, "profiles", "more than %d profiles",
+                                   STOKE_MAX_PROFILES);
         stoke_profile *p = &out->items[out->count];
         memset(p, 0, sizeof *p);
         stoke_status s = parse_profile(c, item, p);
@@ -303,10 +297,11 @@ static stoke_status parse_list(const ctx *c, const yaml_node_t *n, stoke_profile
             return s;
         for (int j = 0; j < out->count; j++) {
             if (!strcmp(out->items[j].name, p->name))
-                return fail_at(c, item, "name", "profile '%s' given twice", p->name);
+                return train_yaml_fail(c->file, item, "name", "profile '%s' given twice", p->name);
             if (p->cpu_only && out->items[j].cpu_only)
-                return fail_at(c, item, "match.cpu_only", "a second CPU-only profile ('%s' is one)",
-                               out->items[j].name);
+                return train_yaml_fail(c->file, item, "match.cpu_only",
+                                       "a second CPU-only profile ('%s' is one)",
+                                       out->items[j].name);
         }
         out->count++;
     }
@@ -326,8 +321,8 @@ stoke_status stoke_profiles_parse(const char *text, size_t len, const char *name
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     bool version = false, list = false;
     if (!root || root->type != YAML_MAPPING_NODE)
-        s = fail_at(&c, root, "profiles", "expected a mapping of version and profiles, got %s",
-                    WHAT(root));
+        s = train_yaml_fail(c.file, root, "profiles",
+                            "expected a mapping of version and profiles, got %s", WHAT(root));
     for (yaml_node_pair_t *q = s == STOKE_OK ? root->data.mapping.pairs.start : NULL;
          q && q < root->data.mapping.pairs.top && s == STOKE_OK; q++) {
         yaml_node_t *k = node(&c, q->key), *v = node(&c, q->value);
@@ -340,11 +335,11 @@ stoke_status stoke_profiles_parse(const char *text, size_t len, const char *name
             list = true;
             s = parse_list(&c, v, out);
         } else {
-            s = fail_at(&c, k, key ? key : "(key)", "unknown key (version, profiles)");
+            s = train_yaml_fail(c.file, k, key ? key : "(key)", "unknown key (version, profiles)");
         }
     }
     if (s == STOKE_OK && (!version || !list))
-        s = fail_at(&c, root, version ? "profiles" : "version", "missing");
+        s = train_yaml_fail(c.file, root, version ? "profiles" : "version", "missing");
     yaml_document_delete(&doc);
     if (s != STOKE_OK)
         out->count = 0;

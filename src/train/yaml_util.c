@@ -1,6 +1,7 @@
 /* yaml_util.c - the checks every stoke YAML reader shares, made on libyaml's events
  * before the document is loaded: depth, aliases, tags, one document, unique keys. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,4 +390,16 @@ const char *train_yaml_what(const yaml_node_t *n, char *buf, size_t size)
         snprintf(buf, size, "'%.*s'", size > 3 ? (int)(size - 3) : 0,
                  (const char *)n->data.scalar.value);
     return buf;
+}
+
+stoke_status train_yaml_fail(const char *file, const yaml_node_t *n, const char *field,
+                             const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return stoke_fail(STOKE_ERR_FORMAT, "%s:%zu:%zu: %s: %s", file, n ? n->start_mark.line + 1 : 1,
+                      n ? n->start_mark.column + 1 : 1, field, msg);
 }

@@ -41,6 +41,11 @@ stoke_status train_yaml_load(const char *text, size_t len, const char *name,
 stoke_status train_yaml_read_file(const char *path, const char *unopened, char **text, size_t *len);
 
 /* True for YAML's null: an empty plain value, ~, null, Null or NULL. */
+/* STOKE_ERR_FORMAT with "FILE:LINE:COL: FIELD: message": the node's place (1-based;
+ * 1:1 when n is NULL), for every YAML reader's errors. */
+stoke_status train_yaml_fail(const char *file, const yaml_node_t *n, const char *field,
+                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 bool train_yaml_is_null(const yaml_node_t *n);
 
 /* What a value is, for "expected X, got Y" messages: 'text' (a scalar, quoted and cut
