@@ -162,18 +162,20 @@ typedef enum stoke_image_layout {
 } stoke_image_layout;
 
 typedef enum stoke_op_kind {
-    STOKE_OP_RESIZE = 1,          /* bilinear, align_corners=False, no antialias */
-    STOKE_OP_CROP,                /* zero-pad `pad` on each side, then a random (or centre)
+    STOKE_OP_RESIZE = 1,   /* bilinear, align_corners=False, no antialias */
+    STOKE_OP_CROP,         /* zero-pad `pad` on each side, then a random (or centre)
                               height x width crop: torchvision RandomCrop(padding=) */
-    STOKE_OP_HFLIP,               /* mirror left-right with probability p */
-    STOKE_OP_COLOR_JITTER,        /* torchvision ColorJitter on values in [0, 1] */
-    STOKE_OP_NORMALIZE,           /* (x - mean[c]) / std[c] */
-    STOKE_OP_RANDOM_RESIZED_CROP, /* torchvision RandomResizedCrop: a window of random
-                              area (fraction in scale) and aspect (log-uniform in ratio),
-                              resized to height x width; first op on u8 HWC input: Pillow's
-                              antialiased bilinear, as torchvision on PIL images */
-    STOKE_OP_RESIZE_SHORTER,      /* torchvision Resize(int): the shorter side to `height`,
-                              aspect kept; then a centre CROP for validation */
+    STOKE_OP_HFLIP,        /* mirror left-right with probability p */
+    STOKE_OP_COLOR_JITTER, /* torchvision ColorJitter on values in [0, 1] */
+    STOKE_OP_NORMALIZE,    /* (x - mean[c]) / std[c] */
+    /* torchvision RandomResizedCrop: a window of random area (fraction uniform in scale)
+     * and aspect (log-uniform in ratio), resized to height x width. As the first op on u8
+     * HWC input it resamples with Pillow's antialiased bilinear filter (torchvision on PIL
+     * images); elsewhere as RESIZE does. */
+    STOKE_OP_RANDOM_RESIZED_CROP,
+    /* torchvision Resize(int): the shorter side to `height`, the aspect kept (the longer
+     * side truncated); a centre CROP after it makes the evaluation transform. */
+    STOKE_OP_RESIZE_SHORTER,
 } stoke_op_kind;
 
 typedef struct stoke_op {
@@ -189,8 +191,9 @@ typedef struct stoke_op {
     bool random_order;                           /* COLOR_JITTER: a random order of the four (as
                              torchvision); false: b, c, s, h */
     float mean[4], std[4];                       /* NORMALIZE: per channel, in the [0, 1] scale */
-    float scale[2], ratio[2]; /* RANDOM_RESIZED_CROP: area fraction and aspect (w / h)
-                                 ranges; {0, 0} means torchvision's (0.08, 1) and (3/4, 4/3) */
+    /* RANDOM_RESIZED_CROP: the area fraction and aspect (width / height) ranges; {0, 0}
+     * means torchvision's (0.08, 1) and (3/4, 4/3). */
+    float scale[2], ratio[2];
 } stoke_op;
 
 /* A transform pipeline: an input sample (u8 or f32) of `in_shape`; u8 values are
