@@ -1,5 +1,6 @@
 /* images.c - image folders: one subdirectory per class of JPEG (TurboJPEG) and PNG
- * (libpng) files, decoded and resized to one size on every read. */
+ * (libpng) files, decoded and resized to one size on every read. RandomResizedCrop runs
+ * on that image in the transforms, not here on the original (transform.c says why). */
 #include "data/dataset_impl.h"
 #include "core/regular.h"
 #include "data/transform_impl.h"
