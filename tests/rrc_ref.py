@@ -1,5 +1,6 @@
-# rrc_ref.py IN OUT: Pillow's results for test_rrc.c (case_pillow). IN: int32 H, W, OH,
-# OW, NW, RS, CC; an H x W RGB image (u8); NW windows (int32 top, left, height, width).
+# rrc_ref.py IN OUT: Pillow's results for test_rrc.c (case_pillow). IN: int32 H, W, C,
+# OH, OW, NW, RS, CC; an H x W image of C channels (u8: 3 RGB, 1 L); NW windows (int32
+# top, left, height, width).
 # OUT: each window cropped and resized to OW x OH with Image.BILINEAR (torchvision's
 # F.resized_crop on a PIL image), then Resize(RS) + CenterCrop(CC) as torchvision does
 # them on a PIL image (the longer side truncated; the margin rounded half to even).
@@ -9,9 +10,9 @@ import sys
 from PIL import Image
 
 raw = open(sys.argv[1], "rb").read()
-H, W, OH, OW, NW, RS, CC = struct.unpack("<7i", raw[:28])
-img = Image.frombytes("RGB", (W, H), raw[28 : 28 + H * W * 3])
-wins = struct.unpack("<%di" % (4 * NW), raw[28 + H * W * 3 :])
+H, W, C, OH, OW, NW, RS, CC = struct.unpack("<8i", raw[:32])
+img = Image.frombytes("RGB" if C == 3 else "L", (W, H), raw[32 : 32 + H * W * C])
+wins = struct.unpack("<%di" % (4 * NW), raw[32 + H * W * C :])
 out = bytearray()
 for k in range(NW):
     i, j, h, w = wins[4 * k : 4 * k + 4]

@@ -156,6 +156,7 @@ static void case_fallback(void)
         {1000, 10, {0.08f, 1.0f}, {493, 0, 13, 10}}, /* taller than 3/4: w kept */
         {50, 60, {2.0f, 3.0f}, {0, 0, 50, 60}},      /* ratio in range, area too big */
         {7, 11, {1.5f, 2.0f}, {0, 1, 7, 9}},         /* 7 * 4/3 = 9.33 -> 9 wide */
+        {1, 1, {0.08f, 1.0f}, {0, 0, 1, 1}},         /* a pixel: fits or falls back, the same */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         stoke_transform *t =
@@ -340,10 +341,10 @@ static int have_pillow(void)
 /* Pillow's crop + resize(BILINEAR) of the windows stoke draws, and Resize(24) +
  * CenterCrop(20) as torchvision does them on a PIL image: stoke's u8 path uses the same
  * filter and fixed-point arithmetic, so the values are equal (scaled by 255, exact). */
-static void case_pillow(void)
+static void case_pillow(int H, int W, int C)
 {
-    enum { H = 37, W = 53, C = 3, OH = 19, OW = 23, NW = 8, RS = 24, CC = 20 };
-    static uint8_t img[H * W * C];
+    enum { MAXPX = 64 * 64 * 3, OH = 19, OW = 23, NW = 8, RS = 24, CC = 20 };
+    static uint8_t img[MAXPX];
     for (int y = 0; y < H; y++) /* smooth plus noise: both the filter's slopes and edges */
         for (int x = 0; x < W; x++)
             for (int c = 0; c < C; c++)
@@ -376,23 +377,24 @@ static void case_pillow(void)
     CHECK(f != NULL);
     if (!f)
         return;
-    const int32_t hdr[7] = {H, W, OH, OW, NW, RS, CC};
+    const int32_t hdr[8] = {H, W, C, OH, OW, NW, RS, CC};
     fwrite(hdr, sizeof hdr, 1, f);
-    fwrite(img, 1, sizeof img, f);
+    fwrite(img, 1, (size_t)H * W * C, f);
     fwrite(wins, sizeof wins, 1, f);
     fclose(f);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/rrc_ref.py %s %s", STOKE_TEST_DATA, in_path,
              out_path);
     CHECK_INT_EQ(system(cmd), 0);
-    static uint8_t ref[NW * OH * OW * C + CC * CC * C];
+    static uint8_t ref[NW * OH * OW * 3 + CC * CC * 3];
+    size_t nref = (size_t)NW * OH * OW * C + (size_t)CC * CC * C;
     f = fopen(out_path, "rb");
     CHECK(f != NULL);
     if (!f)
         return;
-    CHECK(fread(ref, 1, sizeof ref, f) == sizeof ref);
+    CHECK(fread(ref, 1, nref, f) == nref);
     fclose(f);
     unlink(in_path), unlink(out_path), rmdir(dir);
-    static float out[OH * OW * C], scratch[1 << 16];
+    static float out[OH * OW * 3], scratch[1 << 16];
     int maxdiff = 0;
     for (int i = 0; i < NW; i++) {
         stoke_transform_apply(t, img, out, scratch, 11, 0, i);
@@ -405,7 +407,8 @@ static void case_pillow(void)
                               : maxdiff;
             }
     }
-    CHECK_MSG(maxdiff == 0, "random resized crop vs Pillow: %d levels off", maxdiff);
+    CHECK_MSG(maxdiff == 0, "random resized crop vs Pillow (%d x %d x %d): %d levels off", H, W, C,
+              maxdiff);
     stoke_transform_apply(v, img, out, scratch, 0, 0, 0);
     maxdiff = 0;
     const uint8_t *vr = ref + NW * OH * OW * C;
@@ -414,7 +417,8 @@ static void case_pillow(void)
             int d = abs((int)lrintf(out[c * CC * CC + k] * 255.0f) - vr[k * C + c]);
             maxdiff = d > maxdiff ? d : maxdiff;
         }
-    CHECK_MSG(maxdiff == 0, "resize shorter + centre crop vs Pillow: %d levels off", maxdiff);
+    CHECK_MSG(maxdiff == 0, "resize shorter + centre crop vs Pillow (%d x %d x %d): %d levels off",
+              H, W, C, maxdiff);
     stoke_transform_destroy(t);
     stoke_transform_destroy(v);
 }
@@ -426,7 +430,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "skipped: /usr/bin/python3 with Pillow not found\n");
             return CHECK_SKIPPED;
         }
-        case_pillow();
+        case_pillow(37, 53, 3);
+        case_pillow(53, 37, 1); /* gray (mode L), taller than wide */
         return CHECK_DONE();
     }
     case_distribution();
