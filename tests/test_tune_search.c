@@ -9,7 +9,7 @@
 #include "stoke/tune.h"
 
 typedef struct sim {
-    bool cpu;          /* compute threads and loader workers share `cores` */
+    bool cpu; /* compute threads and loader workers share `cores` */
     int cores;
     double load_us;    /* one worker's time to load and transform a sample */
     double jitter;     /* p95 of a batch's production is mean x (1 + jitter) */
@@ -21,7 +21,7 @@ typedef struct sim {
     double noise;      /* each measurement off by up to +-noise (seeded) */
     uint64_t rng;
     int calls;
-    bool fail;         /* the trial function fails (an error that stops the search) */
+    bool fail;          /* the trial function fails (an error that stops the search) */
     bool diverge_stops; /* a diverging trial cannot run (as an fp32/bf16 step stops) */
 } sim;
 
@@ -147,8 +147,12 @@ static void test_core_split(void)
     const double loads[] = {0, 30, 120, 400};
     for (int cores = 2; cores <= 8; cores *= 2)
         for (size_t i = 0; i < sizeof loads / sizeof loads[0]; i++) {
-            sim x = {.cpu = true, .cores = cores, .load_us = loads[i], .fixed_ms = 0.5,
-                     .comp_us = 60, .big = 1e9};
+            sim x = {.cpu = true,
+                     .cores = cores,
+                     .load_us = loads[i],
+                     .fixed_ms = 0.5,
+                     .comp_us = 60,
+                     .big = 1e9};
             stoke_tune_space sp = {.start = {128, 0, 2, cores, STOKE_PREC_FP32},
                                    .workers = true,
                                    .threads = true,
@@ -169,9 +173,8 @@ static void test_core_split(void)
             }
             CHECK(r->best.threads == (cores - r->best.workers > 1 ? cores - r->best.workers : 1));
             CHECK_MSG(r->best_m.samples_per_s >= best / 1.03,
-                      "%d cores, load %.0f: %.0f samples/s at %d+%d, the best split %.0f",
-                      cores, loads[i], r->best_m.samples_per_s, r->best.workers, r->best.threads,
-                      best);
+                      "%d cores, load %.0f: %.0f samples/s at %d+%d, the best split %.0f", cores,
+                      loads[i], r->best_m.samples_per_s, r->best.workers, r->best.threads, best);
             CHECK(r->why_threads[0] != '\0');
             free(r);
         }
@@ -273,9 +276,9 @@ static void test_prefetch(void)
     /* the rule: workers in flight + ready batches covering the late part */
     CHECK_INT_EQ(stoke_tune_prefetch_for(0, 10, 20, 5), 2);
     CHECK_INT_EQ(stoke_tune_prefetch_for(1, 10, 10, 5), 2);
-    CHECK_INT_EQ(stoke_tune_prefetch_for(3, 10, 10, 5), 4); /* no jitter: one ready */
-    CHECK_INT_EQ(stoke_tune_prefetch_for(4, 10, 20, 5), 6);   /* 10 ms late / 5 ms steps */
-    CHECK_INT_EQ(stoke_tune_prefetch_for(4, 10, 21, 5), 7);   /* rounded up */
+    CHECK_INT_EQ(stoke_tune_prefetch_for(3, 10, 10, 5), 4);    /* no jitter: one ready */
+    CHECK_INT_EQ(stoke_tune_prefetch_for(4, 10, 20, 5), 6);    /* 10 ms late / 5 ms steps */
+    CHECK_INT_EQ(stoke_tune_prefetch_for(4, 10, 21, 5), 7);    /* rounded up */
     CHECK_INT_EQ(stoke_tune_prefetch_for(30, 10, 100, 1), 32); /* the ring's bound */
     /* the search applies it to what its trial measured */
     sim x = {.cores = 16, .load_us = 100, .jitter = 1.5, .fixed_ms = 1, .comp_us = 10, .big = 1e9};

@@ -410,16 +410,16 @@ void stoke_trainer_free(stoke_trainer *t); /* NULL is fine */
  * machine + model + dataset + the settings given, so the next run starts tuned. */
 
 typedef struct stoke_train_tune_opts {
-    bool all;             /* `stoke tune`: settings left at their defaults are measured
+    bool all;                     /* `stoke tune`: settings left at their defaults are measured
                              too; otherwise only those given as auto */
-    bool grid;            /* every combination (the benchmark's peer), not the search;
+    bool grid;                    /* every combination (the benchmark's peer), not the search;
                              not cached */
-    double trial_seconds; /* each trial's measured seconds; 0: 0.5 */
-    int64_t max_batch;    /* > 0: no batch above it is tried */
-    bool use_cache;       /* a cached measurement answers without trials */
-    bool write_cache;     /* the result is cached for the next run */
-    bool no_trials;       /* the cache or nothing (a dry run) */
-    const char *output;   /* also write the settings file here (NULL: no) */
+    double trial_seconds;         /* each trial's measured seconds; 0: 0.5 */
+    int64_t max_batch;            /* > 0: no batch above it is tried */
+    bool use_cache;               /* a cached measurement answers without trials */
+    bool write_cache;             /* the result is cached for the next run */
+    bool no_trials;               /* the cache or nothing (a dry run) */
+    const char *output;           /* also write the settings file here (NULL: no) */
     stoke_tune_trial_cb on_trial; /* after each trial (may be NULL) */
     void *ctx;
 } stoke_train_tune_opts;

@@ -203,7 +203,7 @@ typedef struct stoke_tune_point {
 
 /* What one trial measured over its steady steps (after its warm-up). */
 typedef struct stoke_tune_measure {
-    bool ran;              /* false: the setting could not run (error says why: out of
+    bool ran; /* false: the setting could not run (error says why: out of
                               memory at this batch, ...); the search goes on without it */
     char error[240];
     int64_t steps;         /* optimizer steps measured */
@@ -230,14 +230,14 @@ typedef struct stoke_tune_space {
     stoke_tune_point start; /* the rules' (or a profile's) values: the first trial, and
                                the value of every setting not searched */
     bool batch, workers, prefetch, threads, precision; /* open: searched */
-    bool cpu;               /* the CPU computes: loader workers and compute threads
+    bool cpu; /* the CPU computes: loader workers and compute threads
                                share usable_cpus (the core split) */
     int usable_cpus;
-    int max_workers;             /* 0: usable_cpus (a GPU's loader), else the bound */
+    int max_workers;              /* 0: usable_cpus (a GPU's loader), else the bound */
     int64_t batch_min, batch_max; /* batches tried: powers of two within; batch_max is
                                      the memory fit capped by the dataset */
-    double wait_target_pct;      /* a data wait at most this is fed (0: 5%) */
-    bool grid;                   /* exhaustive: every combination (the benchmark's peer) */
+    double wait_target_pct;       /* a data wait at most this is fed (0: 5%) */
+    bool grid;                    /* exhaustive: every combination (the benchmark's peer) */
 } stoke_tune_space;
 
 #define STOKE_TUNE_MAX_TRIALS 1024
@@ -256,8 +256,7 @@ typedef struct stoke_tune_result {
     stoke_tune_trial trials[STOKE_TUNE_MAX_TRIALS];
     /* why each searched setting has its value (from the measurements); "" when not
      * searched */
-    char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400],
-        why_precision[400];
+    char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400], why_precision[400];
 } stoke_tune_result;
 
 /* Called after each trial (may be NULL): the trainer prints it. */
@@ -278,8 +277,7 @@ typedef void (*stoke_tune_trial_cb)(void *ctx, const stoke_tune_trial *t);
  * a trial returns, and STOKE_ERR_UNAVAILABLE when no trial could run (naming the
  * first's error). `grid` measures every combination instead and keeps the fastest. */
 stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_fn fn, void *ctx,
-                               stoke_tune_trial_cb on_trial, void *cb_ctx,
-                               stoke_tune_result *out);
+                               stoke_tune_trial_cb on_trial, void *cb_ctx, stoke_tune_result *out);
 
 /* The depth the prefetch rule takes: `workers` batches being produced plus the ready
  * ones that cover (p95 - mean) of production at a step every step_ms, at least 1

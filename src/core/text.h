@@ -12,7 +12,6 @@
 void stoke_say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Appends to the text already in buf, cut at its size. */
-void stoke_more(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void stoke_more(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

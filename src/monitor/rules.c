@@ -3,20 +3,12 @@
 #include "stoke/monitor.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#define GB 1e9
+#include "core/text.h"
 
-static void put(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void put(char *buf, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
+#define GB 1e9
 
 /* The GPUs the job uses: those holding memory of the watched tree if the driver says
  * so for any GPU, otherwise every GPU with utilization readings. */
@@ -53,9 +45,9 @@ static bool is_stoke(const stoke_mon_summary *s) { return s->program.kind == STO
 static const char *workers_knob(const stoke_mon_summary *s, int n, char *buf, size_t size)
 {
     if (is_stoke(s))
-        put(buf, size, "--workers %d", n);
+        stoke_say(buf, size, "--workers %d", n);
     else
-        put(buf, size, "DataLoader(num_workers=%d)", n);
+        stoke_say(buf, size, "DataLoader(num_workers=%d)", n);
     return buf;
 }
 
@@ -64,22 +56,22 @@ static const char *prefetch_knob(const stoke_mon_summary *s, int slots, int work
                                  size_t size)
 {
     if (is_stoke(s))
-        put(buf, size, "--prefetch %d", slots);
+        stoke_say(buf, size, "--prefetch %d", slots);
     else
-        put(buf, size, "prefetch %d batches: DataLoader(prefetch_factor=%d)", slots,
-            workers > 0 ? (slots + workers - 1) / workers : slots);
+        stoke_say(buf, size, "prefetch %d batches: DataLoader(prefetch_factor=%d)", slots,
+                  workers > 0 ? (slots + workers - 1) / workers : slots);
     return buf;
 }
 
 static const char *threads_knob(const stoke_mon_summary *s, int n, char *buf, size_t size)
 {
     if (is_stoke(s))
-        put(buf, size, "--threads %d", n);
+        stoke_say(buf, size, "--threads %d", n);
     else
-        put(buf, size,
-            "OMP_NUM_THREADS=%d (and MKL_NUM_THREADS / OPENBLAS_NUM_THREADS, "
-            "torch.set_num_threads(%d))",
-            n, n);
+        stoke_say(buf, size,
+                  "OMP_NUM_THREADS=%d (and MKL_NUM_THREADS / OPENBLAS_NUM_THREADS, "
+                  "torch.set_num_threads(%d))",
+                  n, n);
     return buf;
 }
 
@@ -88,11 +80,11 @@ static const char *batch_knob(const stoke_mon_summary *s, double factor, char *b
 {
     int b = s->program.batch_size;
     if (is_stoke(s) && b > 0)
-        put(buf, size, "--batch-size %d (now %d)", (int)fmax(1, floor(b * factor)), b);
+        stoke_say(buf, size, "--batch-size %d (now %d)", (int)fmax(1, floor(b * factor)), b);
     else if (is_stoke(s))
-        put(buf, size, "--batch-size");
+        stoke_say(buf, size, "--batch-size");
     else
-        put(buf, size, "the DataLoader's batch_size");
+        stoke_say(buf, size, "the DataLoader's batch_size");
     return buf;
 }
 
@@ -128,19 +120,21 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     const stoke_mon_pipeline *p = &s->pipeline;
     char workers[96], rate[64] = "", cpu[64] = "";
     if (p->workers > 0)
-        put(workers, sizeof workers, "%d worker%s busy %.0f%% of the time", p->workers,
-            p->workers == 1 ? "" : "s", 100.0 * p->busy_frac);
+        stoke_say(workers, sizeof workers, "%d worker%s busy %.0f%% of the time", p->workers,
+                  p->workers == 1 ? "" : "s", 100.0 * p->busy_frac);
     else
-        put(workers, sizeof workers,
-            "no workers: the loop read and transformed its batches "
-            "itself (busy %.0f%% of the time)",
-            100.0 * p->busy_frac);
+        stoke_say(workers, sizeof workers,
+                  "no workers: the loop read and transformed its batches "
+                  "itself (busy %.0f%% of the time)",
+                  100.0 * p->busy_frac);
     if (s->sys[STOKE_M_BATCH_RATE].n)
-        put(rate, sizeof rate, "; %.1f batches/s (median)", s->sys[STOKE_M_BATCH_RATE].median);
+        stoke_say(rate, sizeof rate, "; %.1f batches/s (median)",
+                  s->sys[STOKE_M_BATCH_RATE].median);
     if (s->sys[STOKE_M_CPU].n)
-        put(cpu, sizeof cpu, "; CPUs %.0f%% busy (median)", s->sys[STOKE_M_CPU].median);
+        stoke_say(cpu, sizeof cpu, "; CPUs %.0f%% busy (median)", s->sys[STOKE_M_CPU].median);
     f->gpu = -1;
-    put(f->evidence, sizeof f->evidence,
+    stoke_say(
+        f->evidence, sizeof f->evidence,
         "the training loop waited for data %.0f%% of the time (median; p95 %.0f%%); per batch "
         "avg %.1f ms, p95 %.1f ms, max %.1f ms; the ring of %d slots held %.2f ready batches "
         "on average when asked; %s%s%s",
@@ -158,7 +152,8 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
         /* Blocking reads count as busy: busy workers on waiting storage are reading. */
         char ram[32];
         stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
-        put(f->advice, sizeof f->advice,
+        stoke_say(
+            f->advice, sizeof f->advice,
             "the workers spend their time reading (iowait median %.0f%%%s): storage feeds "
             "them too slowly - copy the dataset to tmpfs (/dev/shm) if it fits in RAM (%s "
             "here) or to local SSD, and %s so each sample is one sequential read; see io-bound",
@@ -172,7 +167,8 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
         if (need > cap)
             need = cap;
         if (p->workers < cap && need > p->workers)
-            put(f->advice, sizeof f->advice,
+            stoke_say(
+                f->advice, sizeof f->advice,
                 "the workers cannot keep up: run %d loader worker%s, %s (now %d; waiting %.0f%% "
                 "of the time means the pipeline must be %.1fx as fast; at most %d, one of the "
                 "%d usable cores is the training loop's), and make per-sample work cheaper "
@@ -180,7 +176,8 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
                 need, need == 1 ? "" : "s", workers_knob(s, need, knob, sizeof knob), p->workers,
                 w->median, 1.0 / (1.0 - share), cap, s->usable_cpus, pack_advice(s));
         else
-            put(f->advice, sizeof f->advice,
+            stoke_say(
+                f->advice, sizeof f->advice,
                 "the %d workers are busy and use the usable cores (%d, one for the training "
                 "loop): make per-sample work cheaper - cheaper transforms, decode/resize once "
                 "(%s), augmentation on the accelerator; beyond that only more cores help",
@@ -188,23 +185,24 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     } else if (p->fill_avg < r->fill_below) {
         char ring[160] = "";
         if (p->workers > 0 && p->slots < 2 * p->workers + 2)
-            put(ring, sizeof ring,
-                "; a ring of %d slots for %d workers also gives them too "
-                "little to do at once: %s",
-                p->slots, p->workers,
-                prefetch_knob(s, 2 * p->workers + 2, p->workers, knob, sizeof knob));
-        put(f->advice, sizeof f->advice,
+            stoke_say(ring, sizeof ring,
+                      "; a ring of %d slots for %d workers also gives them too "
+                      "little to do at once: %s",
+                      p->slots, p->workers,
+                      prefetch_knob(s, 2 * p->workers + 2, p->workers, knob, sizeof knob));
+        stoke_say(
+            f->advice, sizeof f->advice,
             "the workers idle %.0f%% of the time yet the ring is mostly empty, so they are not "
             "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD; "
             "%s)%s",
             100.0 * (1.0 - p->busy_frac), pack_advice(s), ring);
     } else {
-        put(f->advice, sizeof f->advice,
-            "batches are ready on average (%.2f) yet the loop still waits: the waits come in "
-            "bursts (max %.1f ms against avg %.1f ms); a deeper prefetch ring absorbs them: "
-            "%d slots instead of %d, %s",
-            p->fill_avg, p->wait_max_ms, p->wait_avg_ms, 2 * p->slots, p->slots,
-            prefetch_knob(s, 2 * p->slots, p->workers, knob, sizeof knob));
+        stoke_say(f->advice, sizeof f->advice,
+                  "batches are ready on average (%.2f) yet the loop still waits: the waits come in "
+                  "bursts (max %.1f ms against avg %.1f ms); a deeper prefetch ring absorbs them: "
+                  "%d slots instead of %d, %s",
+                  p->fill_avg, p->wait_max_ms, p->wait_avg_ms, 2 * p->slots, p->slots,
+                  prefetch_knob(s, 2 * p->slots, p->workers, knob, sizeof knob));
     }
     return true;
 }
@@ -242,13 +240,13 @@ static bool check_thread_bound(const stoke_rule *r, const stoke_mon_summary *s, 
             return false;
         double u = s->gpu[g].s[STOKE_G_UTIL].median;
         speedup = 100.0 / fmax(u, 10.0);
-        put(starved, sizeof starved, "GPU %d utilization median %.0f%%", g, u);
+        stoke_say(starved, sizeof starved, "GPU %d utilization median %.0f%%", g, u);
     } else {
         if (!w)
             return false; /* CPU-only without the loader's numbers: cpu-underused judges */
         speedup = 1.0 / (1.0 - fmin(w->median, 90.0) / 100.0);
-        put(starved, sizeof starved, "the training loop waited for data %.0f%% of the time",
-            w->median);
+        stoke_say(starved, sizeof starved, "the training loop waited for data %.0f%% of the time",
+                  w->median);
     }
     int need = (int)ceil(load * speedup - 1e-9);
     int avail = (int)floor(idle + 1e-9);
@@ -259,15 +257,18 @@ static bool check_thread_bound(const stoke_rule *r, const stoke_mon_summary *s, 
     f->gpu = g;
     char job[64] = "";
     if (s->sys[STOKE_M_PROC_CPU].n)
-        put(job, sizeof job, "; the job used %.1f cores", s->sys[STOKE_M_PROC_CPU].median / 100.0);
-    put(f->evidence, sizeof f->evidence,
+        stoke_say(job, sizeof job, "; the job used %.1f cores",
+                  s->sys[STOKE_M_PROC_CPU].median / 100.0);
+    stoke_say(
+        f->evidence, sizeof f->evidence,
         "thread '%s' (TID %d of PID %d) ran at %.0f%% of a core (median of the busiest "
         "thread; p95 %.0f%%; the busiest in %zu of %zu samples) while %s and %.1f of %d cores "
         "were idle (CPUs %.0f%% busy)%s",
         t->comm, t->tid, t->pid, th->median, th->p95, s->busiest_thread_samples, th->n, starved,
         idle, s->ncpu, cpu->median, job);
     char knob[96];
-    put(f->advice, sizeof f->advice,
+    stoke_say(
+        f->advice, sizeof f->advice,
         "one thread prepares the batches and cannot go faster: run %d loader worker%s to take "
         "the loading off it (%s; the thread's %.1f cores of work would need %d at full speed, %.1f "
         "cores idle here)%s",
@@ -309,13 +310,16 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
         f->gpu = g;
         char jobtxt[96] = "";
         if (job->n)
-            put(jobtxt, sizeof jobtxt, "; the job itself used %.1f cores", job->median / 100.0);
-        put(f->evidence, sizeof f->evidence,
-            "GPU %d utilization median %.0f%% (p95 %.0f%%) while the CPUs were %.0f%% busy "
-            "(median): %.1f of %d cores busy%s",
-            g, u->median, u->p95, cpu->median, cpu->median / 100.0 * s->ncpu, s->ncpu, jobtxt);
+            stoke_say(jobtxt, sizeof jobtxt, "; the job itself used %.1f cores",
+                      job->median / 100.0);
+        stoke_say(f->evidence, sizeof f->evidence,
+                  "GPU %d utilization median %.0f%% (p95 %.0f%%) while the CPUs were %.0f%% busy "
+                  "(median): %.1f of %d cores busy%s",
+                  g, u->median, u->p95, cpu->median, cpu->median / 100.0 * s->ncpu, s->ncpu,
+                  jobtxt);
         char knob[96];
-        put(f->advice, sizeof f->advice,
+        stoke_say(
+            f->advice, sizeof f->advice,
             "the GPU waits for batches prepared on the CPU: run %d loader workers (%s) if it "
             "has fewer, and make per-sample CPU work cheaper (decode/resize once and cache the "
             "result, move augmentation to the GPU); all %d cores are busy, so beyond that only "
@@ -336,13 +340,13 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
         return false;
     char disk[320] = "";
     if (slow_disk(s))
-        put(disk, sizeof disk, "; the data under %s is on %s storage", s->data_path,
-            stoke_disk_kind_name(s->disk_kind));
+        stoke_say(disk, sizeof disk, "; the data under %s is on %s storage", s->data_path,
+                  stoke_disk_kind_name(s->disk_kind));
     char rd[48] = "";
     if (s->sys[STOKE_M_PROC_READ].n) {
         char b[32];
-        put(rd, sizeof rd, "; the job read %s/s (median)",
-            stoke_format_bytes(s->sys[STOKE_M_PROC_READ].median, b, sizeof b));
+        stoke_say(rd, sizeof rd, "; the job read %s/s (median)",
+                  stoke_format_bytes(s->sys[STOKE_M_PROC_READ].median, b, sizeof b));
     }
     char ram[32];
     stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
@@ -357,10 +361,11 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
         if (!waiting)
             return false;
         f->gpu = -1;
-        put(f->evidence, sizeof f->evidence, "iowait median %.0f%% (p95 %.0f%%) of the CPUs%s%s",
-            io->median, io->p95, rd, disk);
-        put(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
-            knob);
+        stoke_say(f->evidence, sizeof f->evidence,
+                  "iowait median %.0f%% (p95 %.0f%%) of the CPUs%s%s", io->median, io->p95, rd,
+                  disk);
+        stoke_say(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
+                  knob);
         return true;
     }
     for (int g = 0; g < s->gpu_count; g++) {
@@ -370,11 +375,12 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
         f->gpu = g;
         char wait[64] = "";
         if (io->n)
-            put(wait, sizeof wait, "; iowait median %.0f%% (p95 %.0f%%)", io->median, io->p95);
-        put(f->evidence, sizeof f->evidence, "GPU %d utilization median %.0f%%%s%s%s", g, u->median,
-            wait, rd, disk);
-        put(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
-            knob);
+            stoke_say(wait, sizeof wait, "; iowait median %.0f%% (p95 %.0f%%)", io->median,
+                      io->p95);
+        stoke_say(f->evidence, sizeof f->evidence, "GPU %d utilization median %.0f%%%s%s%s", g,
+                  u->median, wait, rd, disk);
+        stoke_say(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
+                  knob);
         return true;
     }
     return false;
@@ -394,11 +400,12 @@ static bool check_batch_grow(const stoke_rule *r, const stoke_mon_summary *s, st
         double target = r->mem_target_frac * total;
         double factor = target / m->max;
         f->gpu = g;
-        put(f->evidence, sizeof f->evidence,
-            "GPU %d utilization median %.0f%% with memory peak %.1f of %.1f GB (%.1f%%)", g,
-            u->median, m->max / GB, total / GB, 100.0 * m->max / total);
+        stoke_say(f->evidence, sizeof f->evidence,
+                  "GPU %d utilization median %.0f%% with memory peak %.1f of %.1f GB (%.1f%%)", g,
+                  u->median, m->max / GB, total / GB, 100.0 * m->max / total);
         char knob[96];
-        put(f->advice, sizeof f->advice,
+        stoke_say(
+            f->advice, sizeof f->advice,
             "the batch can grow: %.1f GB of headroom up to %.0f%% of memory; memory grows at "
             "most in proportion to the batch, so up to about %.0fx the batch fits - grow it in "
             "steps (2x first: %s) watching memory, and scale the learning rate with it",
@@ -420,19 +427,19 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
             continue;
         double keep = r->mem_target_frac * total / m->max;
         f->gpu = g;
-        put(f->evidence, sizeof f->evidence,
-            "GPU %d memory peak %.1f of %.1f GB (%.0f%%), median %.1f GB", g, m->max / GB,
-            total / GB, 100.0 * m->max / total, m->median / GB);
+        stoke_say(f->evidence, sizeof f->evidence,
+                  "GPU %d memory peak %.1f of %.1f GB (%.0f%%), median %.1f GB", g, m->max / GB,
+                  total / GB, 100.0 * m->max / total, m->median / GB);
         char knob[96];
-        put(f->advice, sizeof f->advice,
-            "one larger batch or allocation away from out-of-memory: scale the batch by "
-            "about %.2f (%s) to stay near %.0f%% of memory and use gradient accumulation (%d "
-            "steps keep the effective batch), or use bf16/fp16 activations%s",
-            keep, batch_knob(s, keep, knob, sizeof knob), 100.0 * r->mem_target_frac,
-            keep > 0 ? (int)ceil(1.0 / keep) : 2,
-            is_stoke(s) ? ""
-                        : "; PyTorch's caching allocator may hold freed memory, so check "
-                          "torch.cuda.max_memory_allocated too");
+        stoke_say(f->advice, sizeof f->advice,
+                  "one larger batch or allocation away from out-of-memory: scale the batch by "
+                  "about %.2f (%s) to stay near %.0f%% of memory and use gradient accumulation (%d "
+                  "steps keep the effective batch), or use bf16/fp16 activations%s",
+                  keep, batch_knob(s, keep, knob, sizeof knob), 100.0 * r->mem_target_frac,
+                  keep > 0 ? (int)ceil(1.0 / keep) : 2,
+                  is_stoke(s) ? ""
+                              : "; PyTorch's caching allocator may hold freed memory, so check "
+                                "torch.cuda.max_memory_allocated too");
         return true;
     }
     const stoke_stats *m = &s->sys[STOKE_M_MEM_USED];
@@ -441,11 +448,12 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
         f->gpu = -1;
         char rss[64] = "";
         if (s->sys[STOKE_M_PROC_RSS].n)
-            put(rss, sizeof rss, "; the job's RSS peaked at %.1f GB",
-                s->sys[STOKE_M_PROC_RSS].max / GB);
-        put(f->evidence, sizeof f->evidence, "RAM peak %.1f of %.1f GB (%.0f%%)%s", m->max / GB,
-            total / GB, 100.0 * m->max / total, rss);
-        put(f->advice, sizeof f->advice,
+            stoke_say(rss, sizeof rss, "; the job's RSS peaked at %.1f GB",
+                      s->sys[STOKE_M_PROC_RSS].max / GB);
+        stoke_say(f->evidence, sizeof f->evidence, "RAM peak %.1f of %.1f GB (%.0f%%)%s",
+                  m->max / GB, total / GB, 100.0 * m->max / total, rss);
+        stoke_say(
+            f->advice, sizeof f->advice,
             "system memory is nearly full (the kernel's OOM killer or swapping is next): free "
             "about %.1f GB - fewer loader workers or a shallower prefetch (%s; each worker "
             "holds its own batches), memory-map the dataset instead of loading it",
@@ -474,27 +482,29 @@ static bool check_throttle(const stoke_rule *r, const stoke_mon_summary *s, stok
         const stoke_stats *c = &s->gpu[g].s[STOKE_G_SM_CLOCK];
         char pwr[80] = "", temp[64] = "", clk[80] = "";
         if (p->n && s->gpu[g].power_limit_w > 0)
-            put(pwr, sizeof pwr, "; power median %.0f W of a %.0f W limit", p->median,
-                s->gpu[g].power_limit_w);
+            stoke_say(pwr, sizeof pwr, "; power median %.0f W of a %.0f W limit", p->median,
+                      s->gpu[g].power_limit_w);
         if (t->n)
-            put(temp, sizeof temp, "; temperature p95 %.0f C", t->p95);
+            stoke_say(temp, sizeof temp, "; temperature p95 %.0f C", t->p95);
         if (c->n)
-            put(clk, sizeof clk, "; SM clock median %.0f MHz (max seen %.0f)", c->median, c->max);
-        put(f->evidence, sizeof f->evidence,
-            "GPU %d throttled in %.0f%% of samples by power and %.0f%% by temperature%s%s%s", g,
-            100.0 * pw, 100.0 * th, pwr, temp, clk);
+            stoke_say(clk, sizeof clk, "; SM clock median %.0f MHz (max seen %.0f)", c->median,
+                      c->max);
+        stoke_say(f->evidence, sizeof f->evidence,
+                  "GPU %d throttled in %.0f%% of samples by power and %.0f%% by temperature%s%s%s",
+                  g, 100.0 * pw, 100.0 * th, pwr, temp, clk);
         if (th >= r->samples_frac_atleast)
-            put(f->advice, sizeof f->advice,
+            stoke_say(
+                f->advice, sizeof f->advice,
                 "the GPU slows down to cool off: improve airflow or the fan curve, or cap "
                 "power a little (nvidia-smi -pl %.0f, 10%% under the limit) to keep the clock "
                 "steady below the thermal limit",
                 s->gpu[g].power_limit_w > 0 ? 0.9 * s->gpu[g].power_limit_w : 0.0);
         else
-            put(f->advice, sizeof f->advice,
-                "the GPU is held at its power limit: normal at full load, but if the limit "
-                "(%.0f W) is under the card's default raise it (nvidia-smi -pl); bf16/fp16 "
-                "math does more work per watt",
-                s->gpu[g].power_limit_w);
+            stoke_say(f->advice, sizeof f->advice,
+                      "the GPU is held at its power limit: normal at full load, but if the limit "
+                      "(%.0f W) is under the card's default raise it (nvidia-smi -pl); bf16/fp16 "
+                      "math does more work per watt",
+                      s->gpu[g].power_limit_w);
         return true;
     }
     return false;
@@ -526,17 +536,17 @@ static bool check_cpu_underused(const stoke_rule *r, const stoke_mon_summary *s,
     if (dw && dw->median >= r->data_wait_atleast)
         return false; /* waiting for data (data-wait), not short of threads */
     f->gpu = -1;
-    put(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who, used,
-        cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
+    stoke_say(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who,
+              used, cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
     char th[160], wk[96];
     if (is_stoke(s) && s->program.threads > 0)
-        put(th, sizeof th, "--threads %d (now %d)", cores, s->program.threads);
+        stoke_say(th, sizeof th, "--threads %d (now %d)", cores, s->program.threads);
     else
         threads_knob(s, cores, th, sizeof th);
-    put(f->advice, sizeof f->advice,
-        "the work runs on fewer threads than there are cores: set %s, or use %d loader "
-        "workers (%s)",
-        th, suggested_workers(s), workers_knob(s, suggested_workers(s), wk, sizeof wk));
+    stoke_say(f->advice, sizeof f->advice,
+              "the work runs on fewer threads than there are cores: set %s, or use %d loader "
+              "workers (%s)",
+              th, suggested_workers(s), workers_knob(s, suggested_workers(s), wk, sizeof wk));
     return true;
 }
 
@@ -548,20 +558,20 @@ static bool check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stok
         if (!gpu_considered(s, g) || u->n == 0 || u->median >= r->gpu_util_below)
             continue;
         f->gpu = g;
-        put(f->evidence, sizeof f->evidence,
-            "GPU %d utilization median %.0f%% (p95 %.0f%%, max %.0f%%) is under %.0f%%", g,
-            u->median, u->p95, u->max, r->gpu_util_below);
+        stoke_say(f->evidence, sizeof f->evidence,
+                  "GPU %d utilization median %.0f%% (p95 %.0f%%, max %.0f%%) is under %.0f%%", g,
+                  u->median, u->p95, u->max, r->gpu_util_below);
         const stoke_stats *m = &s->gpu[g].s[STOKE_G_MEM_USED];
         char mem[96] = "";
         if (m->n && s->gpu[g].mem_total_bytes)
-            put(mem, sizeof mem, " (memory peak %.1f of %.1f GB)", m->max / GB,
-                (double)s->gpu[g].mem_total_bytes / GB);
+            stoke_say(mem, sizeof mem, " (memory peak %.1f of %.1f GB)", m->max / GB,
+                      (double)s->gpu[g].mem_total_bytes / GB);
         char knob[96];
-        put(f->advice, sizeof f->advice,
-            "possible causes: a batch too small for the GPU%s, too few loader workers "
-            "(%d cores: try %d) - %s, too little prefetch; the other findings say which",
-            mem, s->usable_cpus, suggested_workers(s),
-            workers_knob(s, suggested_workers(s), knob, sizeof knob));
+        stoke_say(f->advice, sizeof f->advice,
+                  "possible causes: a batch too small for the GPU%s, too few loader workers "
+                  "(%d cores: try %d) - %s, too little prefetch; the other findings say which",
+                  mem, s->usable_cpus, suggested_workers(s),
+                  workers_knob(s, suggested_workers(s), knob, sizeof knob));
         return true;
     }
     return false;
@@ -699,10 +709,10 @@ void stoke_diagnosis_print(const stoke_mon_summary *s, const stoke_finding *f, s
     if (fired == 0) {
         char cpu[64] = "", gpu[64] = "";
         if (s->sys[STOKE_M_CPU].n)
-            put(cpu, sizeof cpu, "CPU median %.0f%%, iowait %.0f%%", s->sys[STOKE_M_CPU].median,
-                s->sys[STOKE_M_IOWAIT].median);
+            stoke_say(cpu, sizeof cpu, "CPU median %.0f%%, iowait %.0f%%",
+                      s->sys[STOKE_M_CPU].median, s->sys[STOKE_M_IOWAIT].median);
         if (busiest_gpu >= 0)
-            put(gpu, sizeof gpu, ", GPU %d median %.0f%%", busiest_gpu, busiest);
+            stoke_say(gpu, sizeof gpu, ", GPU %d median %.0f%%", busiest_gpu, busiest);
         fprintf(out,
                 "diagnosis: no rule fired - no bottleneck found (%s%s); nothing to "
                 "change\n",

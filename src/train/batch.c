@@ -186,9 +186,9 @@ stoke_status train_decide_batch(stoke_trainer *t)
     if (t->tuned.batch && t->tuned.pending[0])
         train_tuned_pending(t, &t->decision.batch_why); /* the rule decided: say why */
     if (d->batch_why.source == STOKE_SRC_TUNED || d->batch_why.source == STOKE_SRC_CACHED)
-        train_info(t, "batch: %" PRId64 " (%s%s)", c->batch_size,
-                   d->batch_why.source == STOKE_SRC_CACHED ? "cached: " : "auto: ",
-                   d->batch_why.reason);
+        train_info(
+            t, "batch: %" PRId64 " (%s%s)", c->batch_size,
+            d->batch_why.source == STOKE_SRC_CACHED ? "cached: " : "auto: ", d->batch_why.reason);
     if (d->accumulate_why.source == STOKE_SRC_TUNED)
         train_info(t, "accumulate: %" PRId64 " (auto: %s)", c->accumulate,
                    d->accumulate_why.reason);

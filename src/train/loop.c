@@ -503,8 +503,8 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
     int accum = 0;         /* batches since the last optimizer step */
     step_start from = {0}; /* where that step started: it restarts there at half the batch */
     for (;;) {
-        if (accum == 0 && ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps) ||
-                           t->trial.done)) {
+        if (accum == 0 &&
+            ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps) || t->trial.done)) {
             t->result.interrupted = true;
             return STOKE_OK;
         }

@@ -90,8 +90,8 @@ struct stoke_trainer {
      * cache, applied to cfg before the decision, their provenance kept for it */
     struct train_tuned {
         bool batch, workers, prefetch, threads, precision; /* open */
-        bool applied;        /* measured values are in cfg */
-        stoke_source source; /* STOKE_SRC_TUNED or STOKE_SRC_CACHED */
+        bool applied;                                      /* measured values are in cfg */
+        stoke_source source;                               /* STOKE_SRC_TUNED or STOKE_SRC_CACHED */
         char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400],
             why_precision[400];
         char pending[400]; /* a dry run without a cached measurement: why the rules decide */

@@ -88,8 +88,10 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     m->steps = t->step - r->step0;
     m->seconds = dt;
     m->samples_per_s = (double)(s1.samples - r->s0.samples) / dt;
-    double wait_ms = s1.wait_avg_ms * (double)s1.batches - r->s0.wait_avg_ms * (double)r->s0.batches;
-    double busy_ms = s1.busy_avg_ms * (double)s1.batches - r->s0.busy_avg_ms * (double)r->s0.batches;
+    double wait_ms =
+        s1.wait_avg_ms * (double)s1.batches - r->s0.wait_avg_ms * (double)r->s0.batches;
+    double busy_ms =
+        s1.busy_avg_ms * (double)s1.batches - r->s0.busy_avg_ms * (double)r->s0.batches;
     m->wait_pct = 100.0 * wait_ms / 1e3 / dt;
     if (m->wait_pct < 0)
         m->wait_pct = 0;
@@ -120,7 +122,7 @@ typedef struct tune_open {
  * every setting left at its default. */
 static tune_open open_settings(const stoke_train_config *c, bool all)
 {
-#define OPEN(key, is_auto)                                                                         \
+#define OPEN(key, is_auto) \
     ((is_auto) && (all || stoke_train_config_source(c, key) != STOKE_CFG_DEFAULT))
     tune_open o = {
         /* batch_size auto is 0 (train_decide_batch) */
@@ -183,8 +185,7 @@ static void cache_key(const stoke_trainer *t, char *key, size_t size)
 /* $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke; "" if none. */
 static void cache_dir(char *dir, size_t size)
 {
-    const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"),
-               *h = getenv("HOME");
+    const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     if (e && *e)
         stoke_say(dir, size, "%s", e);
     else if (x && *x)
@@ -255,19 +256,20 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
     struct tm tm;
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-    size_t n = (size_t)snprintf(
-        y, size,
-        "# stoke tune: %s, %d usable CPUs, %s; model %s; dataset %s\n"
-        "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
-        "# key: %s\n"
-        "# measured: %s\n",
-        t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model, t->cfg.dataset, when, m->samples_per_s, m->wait_pct,
-        r->ntrials, seconds, key, measured_list(o, names, sizeof names));
+    size_t n =
+        (size_t)snprintf(y, size,
+                         "# stoke tune: %s, %d usable CPUs, %s; model %s; dataset %s\n"
+                         "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
+                         "# key: %s\n"
+                         "# measured: %s\n",
+                         t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model,
+                         t->cfg.dataset, when, m->samples_per_s, m->wait_pct, r->ntrials, seconds,
+                         key, measured_list(o, names, sizeof names));
     /* all five: the file is the whole tuned configuration (the settings given were
      * measured with), and the cache checks a later run's against them */
     stoke_say(y + n, size - n,
-        "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
-        b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
+              "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
+              b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
     return y;
 }
 
@@ -310,12 +312,12 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
         size_t n = strcspn(ml, "\n");
         stoke_say(measured, sizeof measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
     }
-    const char *unmeasured = !strstr(measured, " batch_size ") && o->batch   ? "batch_size"
-                             : !strstr(measured, " workers ") && o->workers  ? "workers"
-                             : !strstr(measured, " prefetch ") && o->prefetch ? "prefetch"
-                             : !strstr(measured, " threads ") && o->threads  ? "threads"
+    const char *unmeasured = !strstr(measured, " batch_size ") && o->batch      ? "batch_size"
+                             : !strstr(measured, " workers ") && o->workers     ? "workers"
+                             : !strstr(measured, " prefetch ") && o->prefetch   ? "prefetch"
+                             : !strstr(measured, " threads ") && o->threads     ? "threads"
                              : !strstr(measured, " precision ") && o->precision ? "precision"
-                                                                             : NULL;
+                                                                                : NULL;
     stoke_train_config c;
     stoke_train_config_defaults(&c);
     stoke_status s = match ? stoke_train_config_parse(&c, text, len, path) : STOKE_OK;
@@ -381,13 +383,13 @@ static stoke_status plan_trainer(const stoke_train_config *cfg, const tune_open 
     return train_new(&c, NULL, NULL, &off, out);
 }
 
-static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid,
-                                int64_t max_batch, stoke_tune_space *sp)
+static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid, int64_t max_batch,
+                                stoke_tune_space *sp)
 {
     const stoke_decision *d = &pt->decision;
     memset(sp, 0, sizeof *sp);
-    sp->start = (stoke_tune_point){pt->cfg.batch_size, d->workers, d->prefetch, d->threads,
-                                   d->precision};
+    sp->start =
+        (stoke_tune_point){pt->cfg.batch_size, d->workers, d->prefetch, d->threads, d->precision};
     sp->batch = o->batch;
     sp->workers = o->workers;
     sp->prefetch = o->prefetch;
@@ -438,10 +440,10 @@ void stoke_train_format_trial(const stoke_tune_trial *t, int index, char *buf, s
         stoke_say(buf + n, size - (size_t)n, " -> could not run: %s", t->m.error);
     else
         stoke_say(buf + n, size - (size_t)n,
-                 " -> %.0f samples/s, data wait %.1f%%, %.2f ms a step, memory %s%s",
-                 t->m.samples_per_s, t->m.wait_pct, t->m.step_ms,
-                 stoke_format_bytes(t->m.memory_bytes, mem, sizeof mem),
-                 t->m.finite ? "" : ", loss NOT finite");
+                  " -> %.0f samples/s, data wait %.1f%%, %.2f ms a step, memory %s%s",
+                  t->m.samples_per_s, t->m.wait_pct, t->m.step_ms,
+                  stoke_format_bytes(t->m.memory_bytes, mem, sizeof mem),
+                  t->m.finite ? "" : ", loss NOT finite");
 }
 
 static void on_trial(void *ctx, const stoke_tune_trial *t)
@@ -469,7 +471,7 @@ static stoke_status write_results(const stoke_trainer *pt, const tune_open *o,
         errno = 0;
         if (!make_dirs(out->cache_path))
             stoke_say(out->cache_error, sizeof out->cache_error, "%s: %s", out->cache_path,
-                     strerror(errno));
+                      strerror(errno));
         else if (write_file(out->cache_path, y) != STOKE_OK)
             /* a cache that cannot be written costs the next run its trials, no more */
             stoke_say(out->cache_error, sizeof out->cache_error, "%s", stoke_last_error());
@@ -506,7 +508,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     cache_path(out->key, out->cache_path, sizeof out->cache_path);
     if (!out->cache_path[0])
         stoke_say(out->cache_note, sizeof out->cache_note,
-                 "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
+                  "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
     else if (opts->use_cache && !opts->grid &&
              cache_read(out->cache_path, out->key, cfg, &o, &out->result.best, out->cache_note,
                         sizeof out->cache_note)) {
@@ -538,8 +540,8 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
                                o.precision ? "precision" : NULL};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             if (names[i])
-                stoke_say(what + strlen(what), sizeof what - strlen(what), "%s%s", what[0] ? ", " : "",
-                    names[i]);
+                stoke_say(what + strlen(what), sizeof what - strlen(what), "%s%s",
+                          what[0] ? ", " : "", names[i]);
         train_info(owner, "tune: measuring %s by short trials (%s)", what, out->cache_note);
     }
     tune_run run = {.opts = *opts, .owner = owner};
@@ -618,8 +620,8 @@ stoke_status train_tune_settings(stoke_trainer *t)
     }
     if (r->cached) {
         stoke_say(u->why_batch, sizeof u->why_batch,
-                 "measured by an earlier run's trials on this machine, model and data (%s)",
-                 r->cache_path);
+                  "measured by an earlier run's trials on this machine, model and data (%s)",
+                  r->cache_path);
         stoke_say(u->why_workers, sizeof u->why_workers, "%s", u->why_batch);
         stoke_say(u->why_prefetch, sizeof u->why_prefetch, "%s", u->why_batch);
         stoke_say(u->why_threads, sizeof u->why_threads, "%s", u->why_batch);
@@ -636,8 +638,9 @@ stoke_status train_tune_settings(stoke_trainer *t)
                    r->cache_error);
     } else {
         stoke_say(u->pending, sizeof u->pending, "auto, not measured yet (%s; %s): the rule",
-            r->cache_note,
-            strcmp(t->cfg.tune, "cache") ? "a run measures it first" : "tune: cache runs no trials");
+                  r->cache_note,
+                  strcmp(t->cfg.tune, "cache") ? "a run measures it first"
+                                               : "tune: cache runs no trials");
     }
     free(r);
     return STOKE_OK;

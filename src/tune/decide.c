@@ -11,8 +11,7 @@
 
 const char *stoke_source_name(stoke_source s)
 {
-    static const char *n[] = {"default", "file", "env",   "flag",
-                              "checkpoint", "tuned", "cached"};
+    static const char *n[] = {"default", "file", "env", "flag", "checkpoint", "tuned", "cached"};
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 

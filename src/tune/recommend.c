@@ -73,7 +73,7 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
         per_sm = tensor ? a->tensor_flops : 2 * a->fp32_lanes;
     if (per_sm == 0) {
         stoke_say(why, why_size, "unknown: no %s rate on file for compute capability %d.%d",
-            tensor ? "tensor-core" : "fp32", gpu->cc_major, gpu->cc_minor);
+                  tensor ? "tensor-core" : "fp32", gpu->cc_major, gpu->cc_minor);
         return false;
     }
     if (!(gpu->valid & STOKE_GPU_HAS_SM_COUNT) || gpu->sm_count <= 0) {
@@ -90,15 +90,15 @@ bool stoke_gpu_peak_flops(const stoke_gpu_info *gpu, bool tensor, double *flops,
     *flops = (double)gpu->sm_count * gpu->max_sm_clock_mhz * 1e6 * per_sm;
     if (tensor)
         stoke_say(why, why_size,
-            "%d SMs x %u MHz x %d dense FLOPs/clock/SM (%s tensor cores, cc %d.%d, fp32 "
-            "accumulate%s)",
-            gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->arch, gpu->cc_major, gpu->cc_minor,
-            halved ? ", half rate on GeForce" : "");
+                  "%d SMs x %u MHz x %d dense FLOPs/clock/SM (%s tensor cores, cc %d.%d, fp32 "
+                  "accumulate%s)",
+                  gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->arch, gpu->cc_major,
+                  gpu->cc_minor, halved ? ", half rate on GeForce" : "");
     else
         stoke_say(why, why_size,
-            "%d SMs x %u MHz x %d FLOPs/clock/SM (%d fp32 FMA lanes x 2, %s, cc %d.%d)",
-            gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->fp32_lanes, a->arch, gpu->cc_major,
-            gpu->cc_minor);
+                  "%d SMs x %u MHz x %d FLOPs/clock/SM (%d fp32 FMA lanes x 2, %s, cc %d.%d)",
+                  gpu->sm_count, gpu->max_sm_clock_mhz, per_sm, a->fp32_lanes, a->arch,
+                  gpu->cc_major, gpu->cc_minor);
     return true;
 }
 
@@ -160,7 +160,7 @@ bool stoke_cpu_peak_flops(const stoke_cpu_info *cpu, bool bf16, double *flops, c
     }
     *flops = cpu->physical_cores * cpu->max_mhz * 1e6 * per_cycle;
     stoke_say(why, why_size, "%d physical cores x %.0f MHz x %d FLOPs/cycle/core (%s)",
-        cpu->physical_cores, cpu->max_mhz, per_cycle, what);
+              cpu->physical_cores, cpu->max_mhz, per_cycle, what);
     return true;
 }
 
@@ -258,14 +258,14 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
     }
     if (c < 0) {
         stoke_say(out->reason, sizeof out->reason,
-            "unknown: OpenBLAS core %s is not one of the x86-64 cores stoke knows", core);
+                  "unknown: OpenBLAS core %s is not one of the x86-64 cores stoke knows", core);
         return out->fit;
     }
     if (l < 0) {
         stoke_say(out->reason, sizeof out->reason,
-            "unknown: this CPU's flags show no SSE4.2 or wider vectors to judge the %s "
-            "kernels (%s) against",
-            core, out->core_isa);
+                  "unknown: this CPU's flags show no SSE4.2 or wider vectors to judge the %s "
+                  "kernels (%s) against",
+                  core, out->core_isa);
         return out->fit;
     }
     blas_level have = blas_cores[c].level, can = blas_cpu_levels[l].level;
@@ -273,32 +273,32 @@ stoke_blas_fit stoke_openblas_check(const char *core, uint32_t simd, stoke_blas_
     if (have == can) {
         out->fit = STOKE_BLAS_FIT_MATCH;
         stoke_say(out->reason, sizeof out->reason,
-            "OpenBLAS runs its %s kernels (%s), which use the widest vectors this CPU has "
-            "(%s)",
-            core, out->core_isa, out->cpu_isa);
+                  "OpenBLAS runs its %s kernels (%s), which use the widest vectors this CPU has "
+                  "(%s)",
+                  core, out->core_isa, out->cpu_isa);
         return out->fit;
     }
     out->coretype = want;
     if (have > can) {
         out->fit = STOKE_BLAS_FIT_ABOVE;
         stoke_say(out->reason, sizeof out->reason,
-            "OpenBLAS runs its %s kernels (%s) but this CPU has only %s: its GEMMs would "
-            "stop on an illegal instruction; set OPENBLAS_CORETYPE=%s or unset it",
-            core, out->core_isa, out->cpu_isa, want);
+                  "OpenBLAS runs its %s kernels (%s) but this CPU has only %s: its GEMMs would "
+                  "stop on an illegal instruction; set OPENBLAS_CORETYPE=%s or unset it",
+                  core, out->core_isa, out->cpu_isa, want);
     } else if (have == LVL_AVX2 && can == LVL_AVX512) {
         out->fit = STOKE_BLAS_FIT_BELOW;
         stoke_say(out->reason, sizeof out->reason,
-            "OpenBLAS runs its %s kernels (%s) on a CPU with %s: one level below, slower "
-            "on large products; set OPENBLAS_CORETYPE=%s for programs using this OpenBLAS",
-            core, out->core_isa, out->cpu_isa, want);
+                  "OpenBLAS runs its %s kernels (%s) on a CPU with %s: one level below, slower "
+                  "on large products; set OPENBLAS_CORETYPE=%s for programs using this OpenBLAS",
+                  core, out->core_isa, out->cpu_isa, want);
     } else {
         out->fit = STOKE_BLAS_FIT_FALLBACK;
         stoke_say(out->reason, sizeof out->reason,
-            "OpenBLAS runs its %s kernels (%s) on a CPU with %s: a fallback far below it, "
-            "several times slower (OpenBLAS picks them by CPU model and falls back on "
-            "models it does not know); set OPENBLAS_CORETYPE=%s for programs using this "
-            "OpenBLAS",
-            core, out->core_isa, out->cpu_isa, want);
+                  "OpenBLAS runs its %s kernels (%s) on a CPU with %s: a fallback far below it, "
+                  "several times slower (OpenBLAS picks them by CPU model and falls back on "
+                  "models it does not know); set OPENBLAS_CORETYPE=%s for programs using this "
+                  "OpenBLAS",
+                  core, out->core_isa, out->cpu_isa, want);
     }
     return out->fit;
 }
@@ -331,8 +331,8 @@ static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     r->type = STOKE_REC_TEXT;
     if (!(g->valid & STOKE_GPU_HAS_CC)) {
         stoke_say(r->reason, sizeof r->reason,
-            "unknown: the driver did not report the compute "
-            "capability");
+                  "unknown: the driver did not report the compute "
+                  "capability");
         return true;
     }
     int cc = 10 * g->cc_major + g->cc_minor;
@@ -342,7 +342,7 @@ static bool rule_gpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
             snprintf(r->text, sizeof r->text, "%s", precision_rules[i].value);
             r->precision = precision_rules[i].precision;
             stoke_say(r->reason, sizeof r->reason, "compute capability %d.%d %s", g->cc_major,
-                g->cc_minor, precision_rules[i].why);
+                      g->cc_minor, precision_rules[i].why);
             break;
         }
     }
@@ -355,21 +355,21 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
     r->type = STOKE_REC_BOOL;
     if (!(g->valid & STOKE_GPU_HAS_CC)) {
         stoke_say(r->reason, sizeof r->reason,
-            "unknown: the driver did not report the compute "
-            "capability");
+                  "unknown: the driver did not report the compute "
+                  "capability");
         return true;
     }
     r->known = true;
     r->number = g->cc_major >= 8;
     if (r->number)
         stoke_say(r->reason, sizeof r->reason,
-            "compute capability %d.%d >= 8.0: fp32 matmuls and convolutions run on TF32 "
-            "tensor cores (10-bit mantissa, fp32 range) on this GPU only; the CPU has no "
-            "TF32, so a CPU run has nothing to set",
-            g->cc_major, g->cc_minor);
+                  "compute capability %d.%d >= 8.0: fp32 matmuls and convolutions run on TF32 "
+                  "tensor cores (10-bit mantissa, fp32 range) on this GPU only; the CPU has no "
+                  "TF32, so a CPU run has nothing to set",
+                  g->cc_major, g->cc_minor);
     else
-        stoke_say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32", g->cc_major,
-            g->cc_minor);
+        stoke_say(r->reason, sizeof r->reason, "compute capability %d.%d < 8.0 has no TF32",
+                  g->cc_major, g->cc_minor);
     return true;
 }
 
@@ -379,7 +379,7 @@ static bool flops_reason(stoke_rec *r, const char *why)
     if (r->known) {
         char f[32];
         stoke_say(r->reason, sizeof r->reason, "%s = %s", why,
-            stoke_format_flops(r->number, f, sizeof f));
+                  stoke_format_flops(r->number, f, sizeof f));
     } else {
         stoke_say(r->reason, sizeof r->reason, "%s", why);
     }
@@ -426,9 +426,9 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
         snprintf(r->text, sizeof r->text, "bf16");
         r->precision = STOKE_PREC_BF16;
         stoke_say(r->reason, sizeof r->reason,
-            "CPU-only with AMX-BF16: bf16 matmuls and convolutions on AMX tiles with fp32 "
-            "accumulation and fp32 master weights (about 2x fp32's training speed, same "
-            "accuracy within 0.5 points, measured)");
+                  "CPU-only with AMX-BF16: bf16 matmuls and convolutions on AMX tiles with fp32 "
+                  "accumulation and fp32 master weights (about 2x fp32's training speed, same "
+                  "accuracy within 0.5 points, measured)");
         return true;
     }
     snprintf(r->text, sizeof r->text, "fp32");
@@ -436,15 +436,16 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
     stoke_say(r->reason, sizeof r->reason, "CPU-only: the CPU backend computes in fp32");
     if (m->cpu.simd_hidden & STOKE_SIMD_AMX_BF16)
         stoke_more(r->reason, sizeof r->reason,
-             "; its AMX-BF16 is hidden by the CPU ISA cap %s (STOKE_MAX_CPU_ISA)",
-             stoke_cpu_isa_name(m->cpu.isa_cap));
+                   "; its AMX-BF16 is hidden by the CPU ISA cap %s (STOKE_MAX_CPU_ISA)",
+                   stoke_cpu_isa_name(m->cpu.isa_cap));
     else if (s & STOKE_SIMD_AVX512_BF16)
         stoke_more(r->reason, sizeof r->reason,
-             "; this CPU has AVX512-BF16 but no AMX, so bf16 would at most double the fp32 "
-             "rate (one run on an AMD EPYC Zen 4 trained 1.3x faster at the same accuracy: "
-             "--precision bf16 to try)");
+                   "; this CPU has AVX512-BF16 but no AMX, so bf16 would at most double the fp32 "
+                   "rate (one run on an AMD EPYC Zen 4 trained 1.3x faster at the same accuracy: "
+                   "--precision bf16 to try)");
     else
-        stoke_more(r->reason, sizeof r->reason, "; it has no bf16 instructions (AVX512-BF16, AMX-BF16)");
+        stoke_more(r->reason, sizeof r->reason,
+                   "; it has no bf16 instructions (AVX512-BF16, AMX-BF16)");
     return true;
 }
 
@@ -485,24 +486,25 @@ static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
     int n = loader_workers(m);
     r->number = n;
     if (usable == 1) {
-        stoke_say(r->reason, sizeof r->reason, "1 usable CPU: batches are loaded in the training thread");
+        stoke_say(r->reason, sizeof r->reason,
+                  "1 usable CPU: batches are loaded in the training thread");
     } else if (m->gpu_count > 0) {
         int raw = usable - 1 - m->gpu_count;
         stoke_say(r->reason, sizeof r->reason,
-            "GPU machine: %d usable CPUs - 1 for the training loop - %d for GPU feeding "
-            "(one per GPU) = %d",
-            usable, m->gpu_count, raw);
+                  "GPU machine: %d usable CPUs - 1 for the training loop - %d for GPU feeding "
+                  "(one per GPU) = %d",
+                  usable, m->gpu_count, raw);
         if (raw > MAX_GPU_WORKERS)
             stoke_more(r->reason, sizeof r->reason,
-                 ", capped at %d (more rarely helps and each worker holds batches in RAM)",
-                 MAX_GPU_WORKERS);
+                       ", capped at %d (more rarely helps and each worker holds batches in RAM)",
+                       MAX_GPU_WORKERS);
         else if (raw < 1)
             stoke_more(r->reason, sizeof r->reason, ", raised to 1 so loading overlaps compute");
     } else {
         stoke_say(r->reason, sizeof r->reason,
-            "CPU-only machine: the CPUs also compute, so a quarter of the %d usable CPUs "
-            "(at least 1, at most %d) load data",
-            usable, MAX_CPU_WORKERS);
+                  "CPU-only machine: the CPUs also compute, so a quarter of the %d usable CPUs "
+                  "(at least 1, at most %d) load data",
+                  usable, MAX_CPU_WORKERS);
     }
     return true;
 }
@@ -518,9 +520,9 @@ static bool rule_compute_threads(const stoke_machine *m, int dev, stoke_rec *r)
     int n = m->cpu.usable_cpus - workers;
     r->number = n < 1 ? 1 : n;
     stoke_say(r->reason, sizeof r->reason,
-        "CPU-only machine: %d usable CPUs - %d loader worker%s = %.0f for the math "
-        "(BLAS/OpenMP threads), so nothing oversubscribes",
-        m->cpu.usable_cpus, workers, workers == 1 ? "" : "s", r->number);
+              "CPU-only machine: %d usable CPUs - %d loader worker%s = %.0f for the math "
+              "(BLAS/OpenMP threads), so nothing oversubscribes",
+              m->cpu.usable_cpus, workers, workers == 1 ? "" : "s", r->number);
     return true;
 }
 
@@ -532,13 +534,13 @@ static bool rule_pin_memory(const stoke_machine *m, int dev, stoke_rec *r)
     r->number = m->gpu_count > 0;
     if (m->gpu_count > 0)
         stoke_say(r->reason, sizeof r->reason,
-            "%d GPU%s: batches staged in page-locked host memory copy asynchronously at "
-            "full PCIe speed while the GPU computes",
-            m->gpu_count, m->gpu_count == 1 ? "" : "s");
+                  "%d GPU%s: batches staged in page-locked host memory copy asynchronously at "
+                  "full PCIe speed while the GPU computes",
+                  m->gpu_count, m->gpu_count == 1 ? "" : "s");
     else
         stoke_say(r->reason, sizeof r->reason,
-            "no GPU: there is no device copy to speed up, and pinned pages are taken "
-            "from the OS");
+                  "no GPU: there is no device copy to speed up, and pinned pages are taken "
+                  "from the OS");
     return true;
 }
 
@@ -555,8 +557,8 @@ static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
     r->type = STOKE_REC_COUNT;
     if (m->cpu.usable_cpus <= 0) {
         stoke_say(r->reason, sizeof r->reason,
-            "unknown: follows the loader workers, which are "
-            "unknown");
+                  "unknown: follows the loader workers, which are "
+                  "unknown");
         return true;
     }
     int workers = loader_workers(m);
@@ -564,10 +566,10 @@ static bool rule_prefetch_depth(const stoke_machine *m, int dev, stoke_rec *r)
     r->known = true;
     r->number = depth;
     stoke_say(r->reason, sizeof r->reason,
-        "2 batches per loader worker (one being filled, one ready) x %d worker%s, within "
-        "[%d, %d]%s",
-        workers, workers == 1 ? "" : "s", MIN_PREFETCH, MAX_PREFETCH,
-        m->gpu_count > 0 ? ", in pinned slots" : "");
+              "2 batches per loader worker (one being filled, one ready) x %d worker%s, within "
+              "[%d, %d]%s",
+              workers, workers == 1 ? "" : "s", MIN_PREFETCH, MAX_PREFETCH,
+              m->gpu_count > 0 ? ", in pinned slots" : "");
     return true;
 }
 

@@ -12,8 +12,8 @@
 
 /* Measurements within 5% (3% for the core split) are one result: trials on a shared
  * machine vary by that much, and the cheaper setting wins a tie. */
-#define BATCH_TIE 0.05
-#define SPLIT_TIE 0.03
+#define BATCH_TIE   0.05
+#define SPLIT_TIE   0.03
 #define BATCH_CLIMB 0.02
 
 typedef struct search {
@@ -111,14 +111,15 @@ static stoke_status search_precision(search *s, stoke_tune_point *p)
     const char *name = stoke_precision_name(p->precision);
     if (m->finite) {
         stoke_say(s->r->why_precision, sizeof s->r->why_precision,
-            "the probe's rule, confirmed: every loss of a %" PRId64 "-step trial at %s was finite",
-            m->steps, name);
+                  "the probe's rule, confirmed: every loss of a %" PRId64
+                  "-step trial at %s was finite",
+                  m->steps, name);
         return STOKE_OK;
     }
     stoke_say(s->r->why_precision, sizeof s->r->why_precision,
-        "the probe's rule said %s, but the loss went non-finite within a %" PRId64
-        "-step trial at it: fp32",
-        name, m->steps);
+              "the probe's rule said %s, but the loss went non-finite within a %" PRId64
+              "-step trial at it: fp32",
+              name, m->steps);
     p->precision = STOKE_PREC_FP32;
     return STOKE_OK;
 }
@@ -146,7 +147,7 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
     if (guess > mw)
         guess = mw;
     stoke_say(why, wn, "batch production %.2f ms, a step's compute %.2f ms", m->produce_ms,
-        compute_ms(m));
+              compute_ms(m));
     stoke_tune_point q = *p;
     q.workers = guess;
     if ((st = trial(s, &q, "workers", &m)) != STOKE_OK)
@@ -162,9 +163,9 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
             q = d;
         }
         stoke_more(why, wn,
-             "; %d worker%s keep%s the data wait within %.0f%% of the step, %s fewer do not", q.workers,
-             q.workers == 1 ? "" : "s", q.workers == 1 ? "s" : "", s->target,
-             q.workers ? "and" : "so");
+                   "; %d worker%s keep%s the data wait within %.0f%% of the step, %s fewer do not",
+                   q.workers, q.workers == 1 ? "" : "s", q.workers == 1 ? "s" : "", s->target,
+                   q.workers ? "and" : "so");
         if (!q.workers)
             stoke_more(why, wn, " (the training thread loads)");
         p->workers = q.workers;
@@ -176,7 +177,7 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
             return st;
         if (fed(s, m)) {
             stoke_more(why, wn, "; %d workers are the fewest that keep the data wait within %.0f%%",
-                 q.workers, s->target);
+                       q.workers, s->target);
             p->workers = q.workers;
             return STOKE_OK;
         }
@@ -197,10 +198,11 @@ static stoke_status search_workers_fed(search *s, stoke_tune_point *p)
                 q.workers = t->p.workers;
         }
     p->workers = q.workers;
-    stoke_more(why, wn,
-         "; no count up to %d kept the data wait within %.0f%%: %d gave the most samples/s (the "
-         "loader, not the workers' count, is the limit)",
-         mw, s->target, p->workers);
+    stoke_more(
+        why, wn,
+        "; no count up to %d kept the data wait within %.0f%%: %d gave the most samples/s (the "
+        "loader, not the workers' count, is the limit)",
+        mw, s->target, p->workers);
     return STOKE_OK;
 }
 
@@ -226,8 +228,8 @@ static stoke_status search_split(search *s, stoke_tune_point *p)
             q.workers = w;
             split(s, &q);
             double c = one / q.threads;
-            double step = w == 0 ? c + m->produce_ms
-                                 : (m->produce_ms / w > c ? m->produce_ms / w : c);
+            double step =
+                w == 0 ? c + m->produce_ms : (m->produce_ms / w > c ? m->produce_ms / w : c);
             if (step < fastest * (1 - SPLIT_TIE)) {
                 fastest = step;
                 g = q;
@@ -275,12 +277,12 @@ static stoke_status search_split(search *s, stoke_tune_point *p)
         if (same(&x, &best) && t->m.ran)
             stoke_more(why, wn, " %d+%d: %.0f;", t->p.workers, t->p.threads, t->m.samples_per_s);
     }
-    stoke_more(why, wn, " the most with the fewest workers (within %.0f%%): %d + %d", SPLIT_TIE * 100,
-         best.workers, best.threads);
+    stoke_more(why, wn, " the most with the fewest workers (within %.0f%%): %d + %d",
+               SPLIT_TIE * 100, best.workers, best.threads);
     if (s->sp->threads)
         stoke_say(s->r->why_threads, sizeof s->r->why_threads,
-            "the usable CPUs less the loader workers, as measured by the split: %d + %d",
-            best.workers, best.threads);
+                  "the usable CPUs less the loader workers, as measured by the split: %d + %d",
+                  best.workers, best.threads);
     *p = best;
     return STOKE_OK;
 }
@@ -371,10 +373,14 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
             break;
     }
     if (!pick)
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "no batch from %" PRId64 " to %" PRId64
-                          " could run (%s)", lo, hi, m->error);
-    stoke_more(why, wn, " %" PRId64 " is the smallest within %.0f%% of the fastest (batches tried up to %" PRId64
-         ", the memory fit and the dataset)", pick, BATCH_TIE * 100, hi);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "no batch from %" PRId64 " to %" PRId64 " could run (%s)", lo, hi,
+                          m->error);
+    stoke_more(why, wn,
+               " %" PRId64
+               " is the smallest within %.0f%% of the fastest (batches tried up to %" PRId64
+               ", the memory fit and the dataset)",
+               pick, BATCH_TIE * 100, hi);
     p->batch = pick;
     return STOKE_OK;
 }
@@ -402,12 +408,13 @@ static stoke_status search_prefetch(search *s, stoke_tune_point *p)
     if (p->workers == 0) {
         p->prefetch = MIN_PREFETCH;
         stoke_say(why, wn,
-            "no loader workers: the training thread loads each batch as it asks for it, "
-            "nothing is in flight");
+                  "no loader workers: the training thread loads each batch as it asks for it, "
+                  "nothing is in flight");
         return STOKE_OK;
     }
     int d = stoke_tune_prefetch_for(p->workers, m->produce_ms, m->produce_p95_ms, compute_ms(m));
-    stoke_say(why, wn,
+    stoke_say(
+        why, wn,
         "%d worker%s batch%s in flight + the ready ones that cover the p95 jitter of a batch's "
         "production (%.2f ms mean, %.2f ms p95, a step every %.2f ms): %d",
         p->workers, p->workers == 1 ? "'s" : "s'", p->workers == 1 ? "" : "es", m->produce_ms,
@@ -421,11 +428,11 @@ static stoke_status search_prefetch(search *s, stoke_tune_point *p)
         return st;
     if (m->ran && m->samples_per_s >= was * (1 - SPLIT_TIE)) {
         stoke_more(why, wn, ", confirmed (%.0f samples/s, %.0f at %d)", m->samples_per_s, was,
-             p->prefetch);
+                   p->prefetch);
         p->prefetch = d;
     } else {
-        stoke_more(why, wn, ", but %d measured faster (%.0f samples/s against %.0f): kept", p->prefetch,
-             was, m->ran ? m->samples_per_s : 0.0);
+        stoke_more(why, wn, ", but %d measured faster (%.0f samples/s against %.0f): kept",
+                   p->prefetch, was, m->ran ? m->samples_per_s : 0.0);
     }
     return STOKE_OK;
 }
@@ -468,8 +475,8 @@ static stoke_status search_grid(search *s, stoke_tune_point *p)
                         best = q;
                     }
                 }
-    stoke_say(s->r->why_batch, sizeof s->r->why_batch, "the grid's fastest of %d points (%.0f samples/s)",
-        s->r->ntrials, bsps);
+    stoke_say(s->r->why_batch, sizeof s->r->why_batch,
+              "the grid's fastest of %d points (%.0f samples/s)", s->r->ntrials, bsps);
     *p = best;
     return STOKE_OK;
 }
@@ -480,11 +487,16 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
     memset(out, 0, sizeof *out);
     if (space->batch && (space->batch_max < 1 || space->batch_min > space->batch_max ||
                          pow2_floor(space->batch_max) < space->batch_min))
-        return stoke_fail(STOKE_ERR_ARG, "no power of two between batches %" PRId64
-                          " and %" PRId64, space->batch_min, space->batch_max);
+        return stoke_fail(STOKE_ERR_ARG, "no power of two between batches %" PRId64 " and %" PRId64,
+                          space->batch_min, space->batch_max);
     if (space->usable_cpus < 1)
         return stoke_fail(STOKE_ERR_ARG, "%d usable CPUs", space->usable_cpus);
-    search s = {space, fn, ctx, on_trial, cb_ctx, out,
+    search s = {space,
+                fn,
+                ctx,
+                on_trial,
+                cb_ctx,
+                out,
                 space->wait_target_pct > 0 ? space->wait_target_pct : 5.0};
     stoke_tune_point p = space->start;
     split(&s, &p);
@@ -513,8 +525,8 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
     if (space->precision && !m->finite && p.precision != STOKE_PREC_FP32) {
         /* the precision's first trial could not run (memory): its confirmation is this */
         stoke_say(out->why_precision, sizeof out->why_precision,
-            "the probe's rule said %s, but the loss went non-finite at it: fp32",
-            stoke_precision_name(p.precision));
+                  "the probe's rule said %s, but the loss went non-finite at it: fp32",
+                  stoke_precision_name(p.precision));
         p.precision = STOKE_PREC_FP32;
         if ((st = trial(&s, &p, "confirm", &m)) != STOKE_OK)
             return st;
@@ -522,10 +534,9 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
     if (!m->ran) {
         for (int i = 0; i < out->ntrials; i++)
             if (out->trials[i].m.ran)
-                return stoke_fail(STOKE_ERR_UNAVAILABLE,
-                                  "the chosen setting could not run: %s", m->error);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "no trial could run: %s",
-                          out->trials[0].m.error);
+                return stoke_fail(STOKE_ERR_UNAVAILABLE, "the chosen setting could not run: %s",
+                                  m->error);
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "no trial could run: %s", out->trials[0].m.error);
     }
     out->best = p;
     out->best_m = *m;
