@@ -2,6 +2,9 @@
 # and the loader benchmark's driver (bench/loader_bench.sh runs it; not a test).
 stoke_unit_test(test_transform test_transform.c)
 stoke_torch_test(test_transform)
+# RandomResizedCrop and resize-shorter + centre crop; the part "pillow" needs Pillow.
+stoke_unit_test(test_rrc test_rrc.c)
+stoke_part_test(test_rrc pillow)
 stoke_unit_test(test_loader test_loader.c)
 stoke_part_test(test_loader fashion_mnist)
 add_dependencies(test_loader fake_cudart)

@@ -1,7 +1,9 @@
 /* images.c - image folders: one subdirectory per class of JPEG (TurboJPEG) and PNG
- * (libpng) files, decoded and resized to one size on every read. */
+ * (libpng) files, decoded and resized to one size on every read. RandomResizedCrop runs
+ * on that image in the transforms, not here on the original (transform.c says why). */
 #include "data/dataset_impl.h"
 #include "core/regular.h"
+#include "data/transform_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -580,6 +582,11 @@ done:
     img_coeffs_free(&hx);
     img_coeffs_free(&vy);
     return ok;
+}
+
+bool stoke_image_resize_u8(const uint8_t *in, int iw, int ih, uint8_t *out, int ow, int oh, int c)
+{
+    return img_resize(in, iw, ih, out, ow, oh, c);
 }
 
 /* ---- The dataset ------------------------------------------------------------------- */
