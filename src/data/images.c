@@ -273,10 +273,22 @@ static stoke_status img_check_size(const char *path, int64_t i, long long w, lon
     return STOKE_OK;
 }
 
+int stoke_images_jpeg_denom(int w, int h, int ow, int oh)
+{
+    for (int denom = 8; denom > 1; denom /= 2) {
+        tjscalingfactor sf = {1, denom};
+        if (TJSCALED(w, sf) >= ow && TJSCALED(h, sf) >= oh)
+            return denom;
+    }
+    return 1;
+}
+
 /* JPEG through TurboJPEG. Where the image is at least twice the target size, the
- * decoder's DCT scaling (1/2, 1/4, 1/8) does most of the shrinking for far less work;
- * the resampler does the rest. Warnings (a truncated file, corrupt entropy data)
- * are errors: the decoder would otherwise hand back gray filler. */
+ * decoder's DCT scaling does most of the shrinking for far less work; the resampler
+ * does the rest. Only 1/2, 1/4 and 1/8 (as Pillow's draft mode): libjpeg-turbo's other
+ * factors (3/8, 5/8, 3/4, 7/8) run scalar IDCTs and decode slower than the whole image
+ * (bench/resize_bench.c, docs/loader.md). Warnings (a truncated file, corrupt entropy
+ * data) are errors: the decoder would otherwise hand back gray filler. */
 static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned char *buf,
                                     size_t len, int ow, int oh, int c, img_pixels *px)
 {
@@ -298,17 +310,7 @@ static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned 
     }
     if ((st = img_check_size(path, i, w, h)) != STOKE_OK)
         goto done;
-    int nsf = 0;
-    tjscalingfactor *sf = tjGetScalingFactors(&nsf);
-    tjscalingfactor best = {1, 1};
-    for (int k = 0; sf && k < nsf; k++) {
-        if (sf[k].num > sf[k].denom)
-            continue;
-        int sw = TJSCALED(w, sf[k]), sh = TJSCALED(h, sf[k]);
-        if (sw >= ow && sh >= oh &&
-            (long long)sf[k].num * best.denom < (long long)best.num * sf[k].denom)
-            best = sf[k];
-    }
+    tjscalingfactor best = {1, stoke_images_jpeg_denom(w, h, ow, oh)};
     px->w = TJSCALED(w, best);
     px->h = TJSCALED(h, best);
     px->c = c;
