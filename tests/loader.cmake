@@ -16,3 +16,7 @@ target_link_libraries(stoke_bench_loader PRIVATE stoke_lib)
 # and the resize benchmark (bench/resize_bench.c; not a test).
 stoke_unit_test(test_resize test_resize.c)
 set_tests_properties(test_resize PROPERTIES TIMEOUT 120)
+add_executable(stoke_bench_resize ${PROJECT_SOURCE_DIR}/bench/resize_bench.c)
+target_include_directories(stoke_bench_resize PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(stoke_bench_resize PRIVATE _GNU_SOURCE)
+target_link_libraries(stoke_bench_resize PRIVATE stoke_lib)
