@@ -194,6 +194,7 @@ static void test_damaged_among_good(void)
             CHECK_MSG(s == STOKE_ERR_FORMAT, "%s: %s", names[i], stoke_status_name(s));
             CHECK_STR_CONTAINS(stoke_last_error(), names[i]);
             CHECK_STR_CONTAINS(stoke_last_error(), "corrupt JPEG");
+            fprintf(stderr, "%s\n", stoke_last_error());
         }
     }
     /* The loader's workers stop at the first damaged sample and report it by name. */
