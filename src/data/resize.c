@@ -234,35 +234,39 @@ __attribute__((target("avx2"))) static inline __m256i rz_htaps(const unsigned ch
     return _mm256_srai_epi32(acc, RZ_PRECISION_BITS);
 }
 
-/* Rows [y0, y1) of in into tmp, as rz_horiz_scalar; t holds iw * c * 8 bytes and ob
- * (ow * c rounded up to 16) * 8. */
-__attribute__((target("avx2"))) static void rz_horiz_avx2(const unsigned char *in, int iw,
-                                                          unsigned char *tmp, int ow, int c, int y0,
-                                                          int y1, const rz_coeffs *hx,
-                                                          unsigned char *t, unsigned char *ob)
+/* One output value of the horizontal pass: its first tap's byte column, tap count
+ * and weights (so the pass does not divide by c per value). */
+typedef struct rz_tap {
+    int first, xn;
+    const int *k;
+} rz_tap;
+
+/* Rows [y0, y1) of in into tmp, as rz_horiz_scalar; t holds iw * c * 8 bytes, taps
+ * and ob (ow * c rounded up to 16) entries and entries of 8 bytes. */
+__attribute__((target("avx2"))) static void
+rz_horiz_avx2(const unsigned char *in, int iw, unsigned char *tmp, int ow, int c, int y0, int y1,
+              const rz_coeffs *hx, unsigned char *t, rz_tap *taps, unsigned char *ob)
 {
     size_t rowbytes = (size_t)iw * c, nout = (size_t)ow * c, npad = (nout + 15) & ~(size_t)15;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t j = 0; j < npad; j++) { /* the padding: no taps, so 0 */
+        int xx = (int)(j / (size_t)c), ch = (int)(j % (size_t)c);
+        taps[j] = j < nout ? (rz_tap){hx->bounds[2 * xx] * c + ch, hx->bounds[2 * xx + 1],
+                                      hx->k + (size_t)xx * hx->ksize}
+                           : (rz_tap){0, 0, hx->k};
+    }
     int y = y0;
     for (; y + 8 <= y1; y += 8) {
         rz_transpose_in(in + (size_t)y * rowbytes, rowbytes, t);
         for (size_t j = 0; j < npad; j += 4) {
-            __m256i r[4];
-            for (int q = 0; q < 4; q++) {
-                size_t jj = j + (size_t)q;
-                if (jj >= nout) {
-                    r[q] = _mm256_setzero_si256();
-                    continue;
-                }
-                int xx = (int)(jj / (size_t)c), ch = (int)(jj % (size_t)c);
-                r[q] = rz_htaps(t, hx->bounds[2 * xx] * c + ch, hx->bounds[2 * xx + 1], c,
-                                hx->k + (size_t)xx * hx->ksize);
-            }
+            const rz_tap *p = taps + j;
             /* clamp to 0..255 as rz_clip8 does, 8 bytes (rows 0-7) per value */
-            __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(r[0], r[1]),
-                                            _mm256_packus_epi32(r[2], r[3]));
+            __m256i lo = _mm256_packus_epi32(rz_htaps(t, p[0].first, p[0].xn, c, p[0].k),
+                                             rz_htaps(t, p[1].first, p[1].xn, c, p[1].k));
+            __m256i hi = _mm256_packus_epi32(rz_htaps(t, p[2].first, p[2].xn, c, p[2].k),
+                                             rz_htaps(t, p[3].first, p[3].xn, c, p[3].k));
             _mm256_storeu_si256((__m256i *)(void *)(ob + j * 8),
-                                _mm256_permutevar8x32_epi32(p, order));
+                                _mm256_permutevar8x32_epi32(_mm256_packus_epi16(lo, hi), order));
         }
         rz_transpose_out(ob, nout, tmp + (size_t)(y - y0) * nout);
     }
@@ -308,6 +312,9 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
 {
     rz_coeffs hx = {0}, vy = {0};
     unsigned char *tmp = NULL, *t = NULL, *ob = NULL;
+#if defined(__x86_64__)
+    rz_tap *taps = NULL;
+#endif
     bool ok = false, simd = have_avx2();
     if (!rz_coeffs_make(iw, ow, &hx) || !rz_coeffs_make(ih, oh, &vy))
         goto done;
@@ -321,9 +328,10 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
 #if defined(__x86_64__)
         if (simd) {
             size_t npad = ((size_t)ow * c + 15) & ~(size_t)15;
-            if (!(t = malloc((size_t)iw * c * 8)) || !(ob = malloc(npad * 8)))
+            if (!(t = malloc((size_t)iw * c * 8)) || !(ob = malloc(npad * 8)) ||
+                !(taps = malloc(npad * sizeof *taps)))
                 goto done;
-            rz_horiz_avx2(in, iw, tmp, ow, c, y0, y1, &hx, t, ob);
+            rz_horiz_avx2(in, iw, tmp, ow, c, y0, y1, &hx, t, taps, ob);
         } else
 #endif
             rz_horiz_scalar(in, iw, tmp, ow, c, y0, y1, &hx);
@@ -343,6 +351,9 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
     }
     ok = true;
 done:
+#if defined(__x86_64__)
+    free(taps);
+#endif
     free(t);
     free(ob);
     free(tmp);
