@@ -123,11 +123,11 @@ static void rz_horiz_scalar(const unsigned char *in, int iw, unsigned char *tmp,
     }
 }
 
-/* Output rows [yy0, yy1) from src, whose row 0 is source row y0. */
-static void rz_vert_scalar(const unsigned char *src, unsigned char *out, size_t stride, int yy0,
-                           int yy1, int y0, const rz_coeffs *vy)
+/* The oh output rows from src, whose row 0 is source row y0. */
+static void rz_vert_scalar(const unsigned char *src, unsigned char *out, size_t stride, int oh,
+                           int y0, const rz_coeffs *vy)
 {
-    for (int yy = yy0; yy < yy1; yy++) {
+    for (int yy = 0; yy < oh; yy++) {
         int ymin = vy->bounds[2 * yy] - y0, yn = vy->bounds[2 * yy + 1];
         const int *k = vy->k + (size_t)yy * vy->ksize;
         unsigned char *o = out + (size_t)yy * stride;
@@ -316,6 +316,7 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
     rz_tap *taps = NULL;
 #endif
     bool ok = false, simd = have_avx2();
+    (void)simd; /* x86-64 only */
     if (!rz_coeffs_make(iw, ow, &hx) || !rz_coeffs_make(ih, oh, &vy))
         goto done;
     /* Only the source rows the vertical pass reads go through the horizontal pass. */
@@ -345,7 +346,7 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
             rz_vert_avx2(src, out, (size_t)ow * c, oh, y0, &vy);
         else
 #endif
-            rz_vert_scalar(src, out, (size_t)ow * c, 0, oh, y0, &vy);
+            rz_vert_scalar(src, out, (size_t)ow * c, oh, y0, &vy);
     } else {
         memcpy(out, src, (size_t)oh * ow * c);
     }
