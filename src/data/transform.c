@@ -17,6 +17,7 @@
 
 #include "core/isa.h"
 #include "core/rng.h"
+#include "data/resize.h"
 #include "data/transform_impl.h"
 #include "stoke/data.h"
 
@@ -564,7 +565,9 @@ static bool u8_resample(const stoke_transform *t, const uint8_t *in, uint8_t *wi
         window_copy(in, 1, t->W, t->C, q->crop_i, q->crop_j, q->win_h, q->win_w, win);
         src = win, sh = q->win_h, sw = q->win_w;
     }
-    return stoke_image_resize_u8(src, sw, sh, out8, op->width, op->height, t->C);
+    /* Pillow's antialiased resize (resize.c), as images.c resizes image folders: the
+     * same arithmetic as torchvision on PIL images */
+    return stoke_resize_u8(src, sw, sh, out8, op->width, op->height, t->C);
 }
 
 static void general_apply(const stoke_transform *t, const void *in, void *out, float *a, float *b,

@@ -18,11 +18,6 @@ typedef struct stoke_op_draw {
     float factor[4];    /*   and their factors (hue: the shift, in turns) */
 } stoke_op_draw;
 
-/* Pillow's antialiased bilinear resize of a packed u8 (ih, iw, c) image (images.c, which
- * resizes image folders with it): the transforms resample decoded u8 images with the same
- * arithmetic, so RandomResizedCrop matches torchvision on PIL images. False if out of
- * memory. */
-bool stoke_image_resize_u8(const uint8_t *in, int iw, int ih, uint8_t *out, int ow, int oh, int c);
 
 struct stoke_transform;
 /* Fills p[0..nops) with what stoke_transform_apply draws for that sample; the tests
