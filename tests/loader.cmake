@@ -2,6 +2,9 @@
 # and the loader benchmark's driver (bench/loader_bench.sh runs it; not a test).
 stoke_unit_test(test_transform test_transform.c)
 stoke_torch_test(test_transform)
+# RandomResizedCrop and resize-shorter + centre crop; the part "pillow" needs Pillow.
+stoke_unit_test(test_rrc test_rrc.c)
+stoke_part_test(test_rrc pillow)
 stoke_unit_test(test_loader test_loader.c)
 stoke_part_test(test_loader fashion_mnist)
 add_dependencies(test_loader fake_cudart)
@@ -11,3 +14,15 @@ add_executable(stoke_bench_loader ${PROJECT_SOURCE_DIR}/bench/loader_bench.c)
 target_include_directories(stoke_bench_loader PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(stoke_bench_loader PRIVATE _GNU_SOURCE)
 target_link_libraries(stoke_bench_loader PRIVATE stoke_lib)
+
+# The resize (AVX2 against scalar), scaled JPEG decode, damaged JPEGs among good ones;
+# and the resize benchmark (bench/resize_bench.c; not a test).
+stoke_unit_test(test_resize test_resize.c)
+set_tests_properties(test_resize PROPERTIES TIMEOUT 120)
+# Again with the instruction-set cap below AVX2: the resize must honour it (scalar).
+add_test(NAME test_resize_sse41 COMMAND test_resize)
+set_tests_properties(test_resize_sse41 PROPERTIES ENVIRONMENT STOKE_MAX_CPU_ISA=sse41 TIMEOUT 120)
+add_executable(stoke_bench_resize ${PROJECT_SOURCE_DIR}/bench/resize_bench.c)
+target_include_directories(stoke_bench_resize PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(stoke_bench_resize PRIVATE _GNU_SOURCE)
+target_link_libraries(stoke_bench_resize PRIVATE stoke_lib)

@@ -168,11 +168,20 @@ typedef enum stoke_op_kind {
     STOKE_OP_HFLIP,        /* mirror left-right with probability p */
     STOKE_OP_COLOR_JITTER, /* torchvision ColorJitter on values in [0, 1] */
     STOKE_OP_NORMALIZE,    /* (x - mean[c]) / std[c] */
+    /* torchvision RandomResizedCrop: a window of random area (fraction uniform in scale)
+     * and aspect (log-uniform in ratio), resized to height x width. As the first op on u8
+     * HWC input it resamples with Pillow's antialiased bilinear filter (torchvision on PIL
+     * images); elsewhere as RESIZE does. */
+    STOKE_OP_RANDOM_RESIZED_CROP,
+    /* torchvision Resize(int): the shorter side to `height`, the aspect kept (the longer
+     * side truncated); a centre CROP after it makes the evaluation transform. */
+    STOKE_OP_RESIZE_SHORTER,
 } stoke_op_kind;
 
 typedef struct stoke_op {
     stoke_op_kind kind;
-    int height, width;                           /* RESIZE, CROP: output size */
+    int height, width;                           /* RESIZE, CROP, RANDOM_RESIZED_CROP: output
+                                                    size; RESIZE_SHORTER: height */
     int pad;                                     /* CROP: zero padding on every side */
     bool center;                                 /* CROP: centre instead of random (evaluation) */
     float p;                                     /* HFLIP: probability (0 means 0.5) */
@@ -182,6 +191,9 @@ typedef struct stoke_op {
     bool random_order;                           /* COLOR_JITTER: a random order of the four (as
                              torchvision); false: b, c, s, h */
     float mean[4], std[4];                       /* NORMALIZE: per channel, in the [0, 1] scale */
+    /* RANDOM_RESIZED_CROP: the area fraction and aspect (width / height) ranges; {0, 0}
+     * means torchvision's (0.08, 1) and (3/4, 4/3). */
+    float scale[2], ratio[2];
 } stoke_op;
 
 /* A transform pipeline: an input sample (u8 or f32) of `in_shape`; u8 values are

@@ -192,7 +192,12 @@ typedef struct stoke_train_config {
     int64_t step_size;      /* schedule step: optimizer steps between decays */
     double gamma;           /* schedule step: the decay factor */
     double min_lr;          /* schedule cosine */
-    bool augment;           /* random crop (pad 2) + horizontal flip of images */
+    bool augment;           /* augment images as `transforms` says */
+    char transforms[8];     /* the augmentation: crop (random crop, pad 2, + horizontal flip;
+                               the default) or rrc (RandomResizedCrop to the input size +
+                               flip; validation: the shorter side resized to 8/7 of it,
+                               then a centre crop, as torchvision's Resize(256) +
+                               CenterCrop(224)) */
     uint64_t seed;          /* shuffling, augmentation, initialization, dropout */
     char checkpoint[512];   /* "" = none; written every epoch, at the end, on SIGINT */
     char resume[512];       /* "" = start afresh */

@@ -373,7 +373,9 @@ static int parse_op(PyObject *d, stoke_op *op)
                  {"crop", STOKE_OP_CROP},
                  {"hflip", STOKE_OP_HFLIP},
                  {"color_jitter", STOKE_OP_COLOR_JITTER},
-                 {"normalize", STOKE_OP_NORMALIZE}};
+                 {"normalize", STOKE_OP_NORMALIZE},
+                 {"random_resized_crop", STOKE_OP_RANDOM_RESIZED_CROP},
+                 {"resize_shorter", STOKE_OP_RESIZE_SHORTER}};
     memset(op, 0, sizeof *op);
     for (size_t i = 0; k && i < sizeof kinds / sizeof *kinds; i++)
         if (strcmp(k, kinds[i].name) == 0)
@@ -389,7 +391,8 @@ static int parse_op(PyObject *d, stoke_op *op)
         get_float(d, "contrast", &op->contrast) < 0 ||
         get_float(d, "saturation", &op->saturation) < 0 || get_float(d, "hue", &op->hue) < 0 ||
         get_bool(d, "random_order", &op->random_order) < 0 ||
-        get_floats(d, "mean", op->mean, 4) < 0 || get_floats(d, "std", op->std, 4) < 0)
+        get_floats(d, "mean", op->mean, 4) < 0 || get_floats(d, "std", op->std, 4) < 0 ||
+        get_floats(d, "scale", op->scale, 2) < 0 || get_floats(d, "ratio", op->ratio, 2) < 0)
         return -1;
     return 0;
 }

@@ -3,10 +3,11 @@ says what it waits on, and the machine's probe and recommendations (docs/python.
 from ._stoke import (ArgumentError, Error, FileError, FormatError, NotFoundError,
                      OutOfMemoryError, SystemFailure, UnavailableError)
 from .loader import (CenterCrop, ColorJitter, Dataset, HFlip, Loader, Normalize,
-                     RandomCrop, Resize)
+                     RandomCrop, RandomResizedCrop, Resize, ResizeShorter)
 from .monitor import Monitor, probe, recommend
 
-__all__ = ["Dataset", "Loader", "Resize", "RandomCrop", "CenterCrop", "HFlip",
+__all__ = ["Dataset", "Loader", "Resize", "RandomCrop", "RandomResizedCrop", "ResizeShorter",
+           "CenterCrop", "HFlip",
            "ColorJitter", "Normalize", "Monitor", "probe", "recommend", "Error",
            "ArgumentError", "FileError", "FormatError", "NotFoundError",
            "OutOfMemoryError", "SystemFailure", "UnavailableError"]

@@ -9,7 +9,8 @@ import os
 from . import _stoke
 from ._stoke import ArgumentError, UnavailableError
 
-__all__ = ["Dataset", "Loader", "Resize", "RandomCrop", "CenterCrop", "HFlip",
+__all__ = ["Dataset", "Loader", "Resize", "RandomCrop", "RandomResizedCrop", "ResizeShorter",
+           "CenterCrop", "HFlip",
            "ColorJitter", "Normalize"]
 
 try:  # torch is optional: without it batches are NumPy arrays
@@ -113,6 +114,38 @@ class RandomCrop(_Op):
 
     def op(self, dataset):
         return {"kind": "crop", "height": self.size[0], "width": self.size[1], "pad": self.pad}
+
+
+class RandomResizedCrop(_Op):
+    """torchvision's RandomResizedCrop(size, scale, ratio): a window of random area
+    (fraction uniform in scale) and aspect (log-uniform in ratio), with its fallback to a
+    centre crop, resized to (height, width) with Pillow's filter on uint8 images. Put it
+    first: it resamples the image as read."""
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)):
+        self.size = _size(size, "RandomResizedCrop")
+        for name, r in (("scale", scale), ("ratio", ratio)):
+            if len(r) != 2 or not 0 < float(r[0]) <= float(r[1]):
+                raise ArgumentError(f"RandomResizedCrop: {name}={r!r}: (lo, hi), 0 < lo <= hi")
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+
+    def op(self, dataset):
+        return {"kind": "random_resized_crop", "height": self.size[0], "width": self.size[1],
+                "scale": list(self.scale), "ratio": list(self.ratio)}
+
+
+class ResizeShorter(_Op):
+    """torchvision's Resize(int): the shorter side to `size`, the aspect kept (Pillow's
+    filter on uint8 images when first); CenterCrop after it for evaluation."""
+
+    def __init__(self, size):
+        if int(size) < 1:
+            raise ArgumentError(f"ResizeShorter: size={size!r} must be at least 1")
+        self.size = int(size)
+
+    def op(self, dataset):
+        return {"kind": "resize_shorter", "height": self.size}
 
 
 class CenterCrop(_Op):

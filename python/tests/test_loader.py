@@ -37,6 +37,26 @@ def reference_batches(ds, loader, epoch, nbatches):
     return out
 
 
+@pytest.mark.parametrize("workers", [0, 3])
+def test_random_resized_crop_is_the_libraries_bytes(rgb_npy, workers):
+    """RandomResizedCrop (first, on the uint8 images) + flip, and the evaluation pair
+    ResizeShorter + CenterCrop: the batches are the library's per-sample transform."""
+    path, _, _ = rgb_npy
+    ds = stoke.Dataset(path)
+    for tf in ([stoke.RandomResizedCrop((12, 10)), stoke.HFlip()],
+               [stoke.RandomResizedCrop(8, scale=(0.5, 1.0), ratio=(0.5, 2.0))],
+               [stoke.ResizeShorter(20), stoke.CenterCrop(16)]):
+        loader = stoke.Loader(ds, batch_size=16, shuffle=True, seed=3, transforms=tf,
+                              workers=workers, prefetch=2)
+        want = reference_batches(ds, loader, 0, 3)
+        for k, (x, y) in enumerate(loader):
+            if k == 3:
+                break
+            assert x.contiguous().numpy().tobytes() == want[k][0]
+    with pytest.raises(stoke.ArgumentError, match="scale"):
+        stoke.RandomResizedCrop(8, scale=(0.9, 0.1))
+
+
 def digest(loader, passes=1):
     h = hashlib.sha256()
     for _ in range(passes):

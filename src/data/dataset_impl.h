@@ -37,5 +37,9 @@ stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_
  * .jpg/.jpeg/.png files. */
 bool stoke_hdf5_sniff(const char *path);
 bool stoke_images_sniff(const char *path, const stoke_dataset_opts *o);
+/* The DCT scaling an image folder decodes a w x h JPEG with, to be resized to ow x oh:
+ * 1/denom, denom the largest of 1, 2, 4, 8 that leaves at least ow x oh pixels
+ * (TJSCALED: sizes rounded up). */
+int stoke_images_jpeg_denom(int w, int h, int ow, int oh);
 
 #endif

@@ -1,7 +1,9 @@
 /* images.c - image folders: one subdirectory per class of JPEG (TurboJPEG) and PNG
- * (libpng) files, decoded and resized to one size on every read. */
+ * (libpng) files, decoded and resized to one size on every read. RandomResizedCrop runs
+ * on that image in the transforms, not here on the original (transform.c says why). */
 #include "data/dataset_impl.h"
 #include "core/regular.h"
+#include "data/resize.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -272,10 +274,22 @@ static stoke_status img_check_size(const char *path, int64_t i, long long w, lon
     return STOKE_OK;
 }
 
+int stoke_images_jpeg_denom(int w, int h, int ow, int oh)
+{
+    for (int denom = 8; denom > 1; denom /= 2) {
+        tjscalingfactor sf = {1, denom};
+        if (TJSCALED(w, sf) >= ow && TJSCALED(h, sf) >= oh)
+            return denom;
+    }
+    return 1;
+}
+
 /* JPEG through TurboJPEG. Where the image is at least twice the target size, the
- * decoder's DCT scaling (1/2, 1/4, 1/8) does most of the shrinking for far less work;
- * the resampler does the rest. Warnings (a truncated file, corrupt entropy data)
- * are errors: the decoder would otherwise hand back gray filler. */
+ * decoder's DCT scaling does most of the shrinking for far less work; the resampler
+ * does the rest. Only 1/2, 1/4 and 1/8 (as Pillow's draft mode): libjpeg-turbo's other
+ * factors (3/8, 5/8, 3/4, 7/8) run scalar IDCTs and decode slower than the whole image
+ * (bench/resize_bench.c, docs/loader.md). Warnings (a truncated file, corrupt entropy
+ * data) are errors: the decoder would otherwise hand back gray filler. */
 static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned char *buf,
                                     size_t len, int ow, int oh, int c, img_pixels *px)
 {
@@ -297,17 +311,7 @@ static stoke_status img_decode_jpeg(const char *path, int64_t i, const unsigned 
     }
     if ((st = img_check_size(path, i, w, h)) != STOKE_OK)
         goto done;
-    int nsf = 0;
-    tjscalingfactor *sf = tjGetScalingFactors(&nsf);
-    tjscalingfactor best = {1, 1};
-    for (int k = 0; sf && k < nsf; k++) {
-        if (sf[k].num > sf[k].denom)
-            continue;
-        int sw = TJSCALED(w, sf[k]), sh = TJSCALED(h, sf[k]);
-        if (sw >= ow && sh >= oh &&
-            (long long)sf[k].num * best.denom < (long long)best.num * sf[k].denom)
-            best = sf[k];
-    }
+    tjscalingfactor best = {1, stoke_images_jpeg_denom(w, h, ow, oh)};
     px->w = TJSCALED(w, best);
     px->h = TJSCALED(h, best);
     px->c = c;
@@ -447,141 +451,6 @@ static void img_rgb_to_gray(img_pixels *px)
     px->c = 1;
 }
 
-/* ---- Resizing ---------------------------------------------------------------------- */
-
-/* Pillow's resampling (ImagingResample with the BILINEAR filter), written out because
- * no Debian C library offers it with the same arithmetic: a separable triangle filter
- * whose support grows with the downscale factor, so shrinking averages every source
- * pixel (area-correct) instead of skipping, with 22-bit fixed-point weights. The
- * horizontal pass runs first, as in Pillow, so results match Pillow's resize(). */
-#define IMG_PRECISION_BITS (32 - 8 - 2)
-
-typedef struct img_coeffs {
-    int ksize;
-    int *bounds; /* per output pixel: first source index, count */
-    int *k;      /* per output pixel: ksize fixed-point weights */
-} img_coeffs;
-
-static double img_triangle(double x)
-{
-    if (x < 0.0)
-        x = -x;
-    return x < 1.0 ? 1.0 - x : 0.0;
-}
-
-static bool img_coeffs_make(int in_size, int out_size, img_coeffs *co)
-{
-    double scale = (double)in_size / out_size;
-    double filterscale = scale < 1.0 ? 1.0 : scale;
-    double support = 1.0 * filterscale;
-    int ksize = (int)ceil(support) * 2 + 1;
-    co->ksize = ksize;
-    co->bounds = malloc(sizeof(int) * 2 * (size_t)out_size);
-    co->k = malloc(sizeof(int) * (size_t)ksize * (size_t)out_size);
-    double *w = malloc(sizeof(double) * (size_t)ksize);
-    if (!co->bounds || !co->k || !w) {
-        free(w);
-        return false;
-    }
-    for (int xx = 0; xx < out_size; xx++) {
-        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
-        int xmin = (int)(center - support + 0.5);
-        if (xmin < 0)
-            xmin = 0;
-        int xmax = (int)(center + support + 0.5);
-        if (xmax > in_size)
-            xmax = in_size;
-        xmax -= xmin;
-        for (int x = 0; x < xmax; x++) {
-            w[x] = img_triangle((x + xmin - center + 0.5) * ss);
-            ww += w[x];
-        }
-        int *k = co->k + (size_t)xx * ksize;
-        for (int x = 0; x < ksize; x++) {
-            double v = x < xmax && ww != 0.0 ? w[x] / ww : 0.0;
-            k[x] = (int)(v < 0 ? -0.5 + v * (1 << IMG_PRECISION_BITS)
-                               : 0.5 + v * (1 << IMG_PRECISION_BITS));
-        }
-        co->bounds[2 * xx] = xmin;
-        co->bounds[2 * xx + 1] = xmax;
-    }
-    free(w);
-    return true;
-}
-
-static void img_coeffs_free(img_coeffs *co)
-{
-    free(co->bounds);
-    free(co->k);
-}
-
-static unsigned char img_clip8(int v)
-{
-    v >>= IMG_PRECISION_BITS;
-    return (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
-/* in is (ih, iw, c), out is (oh, ow, c). False if out of memory. */
-static bool img_resize(const unsigned char *in, int iw, int ih, unsigned char *out, int ow, int oh,
-                       int c)
-{
-    img_coeffs hx = {0}, vy = {0};
-    unsigned char *tmp = NULL;
-    bool ok = false;
-    if (!img_coeffs_make(iw, ow, &hx) || !img_coeffs_make(ih, oh, &vy))
-        goto done;
-    /* Only the source rows the vertical pass reads go through the horizontal pass. */
-    int y0 = vy.bounds[0], y1 = vy.bounds[2 * (oh - 1)] + vy.bounds[2 * (oh - 1) + 1];
-    const unsigned char *src = in;
-    int rows = ih;
-    if (iw != ow) {
-        tmp = malloc((size_t)(y1 - y0) * (size_t)ow * (size_t)c);
-        if (!tmp)
-            goto done;
-        for (int y = y0; y < y1; y++) {
-            const unsigned char *row = in + (size_t)y * iw * c;
-            unsigned char *o = tmp + (size_t)(y - y0) * ow * c;
-            for (int xx = 0; xx < ow; xx++) {
-                int xmin = hx.bounds[2 * xx], xn = hx.bounds[2 * xx + 1];
-                const int *k = hx.k + (size_t)xx * hx.ksize;
-                for (int ch = 0; ch < c; ch++) {
-                    int ss = 1 << (IMG_PRECISION_BITS - 1);
-                    for (int x = 0; x < xn; x++)
-                        ss += row[(size_t)(x + xmin) * c + ch] * k[x];
-                    o[(size_t)xx * c + ch] = img_clip8(ss);
-                }
-            }
-        }
-        src = tmp;
-        rows = y1 - y0;
-    } else {
-        y0 = 0;
-    }
-    (void)rows;
-    if (ih != oh) {
-        size_t stride = (size_t)ow * c;
-        for (int yy = 0; yy < oh; yy++) {
-            int ymin = vy.bounds[2 * yy] - y0, yn = vy.bounds[2 * yy + 1];
-            const int *k = vy.k + (size_t)yy * vy.ksize;
-            unsigned char *o = out + (size_t)yy * stride;
-            for (size_t xc = 0; xc < stride; xc++) {
-                int ss = 1 << (IMG_PRECISION_BITS - 1);
-                for (int y = 0; y < yn; y++)
-                    ss += src[(size_t)(y + ymin) * stride + xc] * k[y];
-                o[xc] = img_clip8(ss);
-            }
-        }
-    } else {
-        memcpy(out, src, (size_t)oh * ow * c);
-    }
-    ok = true;
-done:
-    free(tmp);
-    img_coeffs_free(&hx);
-    img_coeffs_free(&vy);
-    return ok;
-}
-
 /* ---- The dataset ------------------------------------------------------------------- */
 
 static stoke_status img_read(stoke_dataset *d, int64_t i, void *input, void *target)
@@ -613,7 +482,7 @@ static stoke_status img_read(stoke_dataset *d, int64_t i, void *input, void *tar
         img_rgb_to_gray(&px);
     if (px.w == im->width && px.h == im->height)
         memcpy(input, px.data, d->info.input_bytes);
-    else if (!img_resize(px.data, px.w, px.h, input, im->width, im->height, im->channels))
+    else if (!stoke_resize_u8(px.data, px.w, px.h, input, im->width, im->height, im->channels))
         st = stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): out of memory resizing", path,
                         (long long)i);
     free(px.data);

@@ -1,6 +1,15 @@
-/* transform.c - per-sample augmentation: resize, crop with padding, flip, color
- * jitter, normalize, and conversion to f32/bf16/f16 in CHW or HWC, with a fused,
- * vectorized pass for the common u8 -> crop -> flip -> normalize -> f32 path. */
+/* transform.c - per-sample augmentation: resize, crop with padding, random resized crop,
+ * resize of the shorter side, flip, color jitter, normalize, and conversion to
+ * f32/bf16/f16 in CHW or HWC, with a fused, vectorized pass for the common
+ * u8 -> crop -> flip -> normalize -> f32 path.
+ *
+ * RandomResizedCrop works on the sample the dataset hands over. For image folders that
+ * is the image decoded and resized to the dataset's size at read time (images.c), not
+ * the original: the loader's slots, the sampler and the memory/records datasets all
+ * rest on samples of one size, and the window is drawn from the (seed, epoch, index)
+ * stream, which a dataset read does not see. Reading the folder at a size larger than
+ * the output (image_height/width) keeps the detail the crop enlarges; the framing the
+ * window picks is the original's, only stretched to the read size's aspect. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +17,7 @@
 
 #include "core/isa.h"
 #include "core/rng.h"
+#include "data/resize.h"
 #include "data/transform_impl.h"
 #include "stoke/data.h"
 
@@ -27,6 +37,11 @@ struct stoke_transform {
     bool out_hwc;
     stoke_dtype out_dtype;
     size_t stage_elems; /* largest intermediate image, in floats */
+    /* The first op resamples u8 HWC input (RANDOM_RESIZED_CROP, RESIZE_SHORTER): done on
+     * the u8 pixels with Pillow's filter before the float pipeline, as torchvision does on
+     * PIL images; u8_elems bytes of scratch hold the window and its resized copy. */
+    bool u8_first;
+    size_t u8_elems;
     /* Fused path: u8 input, ops a subsequence of CROP, HFLIP, NORMALIZE, f32 out. */
     fused_fn fused;
     int crop_op, flip_op;    /* their positions in ops, or -1 */
@@ -53,6 +68,8 @@ static const char *op_name(stoke_op_kind k)
     case STOKE_OP_HFLIP: return "hflip";
     case STOKE_OP_COLOR_JITTER: return "color_jitter";
     case STOKE_OP_NORMALIZE: return "normalize";
+    case STOKE_OP_RANDOM_RESIZED_CROP: return "random_resized_crop";
+    case STOKE_OP_RESIZE_SHORTER: return "resize_shorter";
     }
     return "?";
 }
@@ -177,6 +194,54 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
             if (last_kind == STOKE_OP_NORMALIZE)
                 fusable = false; /* two normalizes do not fold into one */
             break;
+        case STOKE_OP_RANDOM_RESIZED_CROP:
+            if (op.scale[0] == 0 && op.scale[1] == 0)
+                op.scale[0] = 0.08f, op.scale[1] = 1.0f;
+            if (op.ratio[0] == 0 && op.ratio[1] == 0)
+                op.ratio[0] = 3.0f / 4.0f, op.ratio[1] = 4.0f / 3.0f;
+            if (op.height < 1 || op.width < 1 || op.height > 65536 || op.width > 65536 ||
+                !(op.scale[0] > 0 && op.scale[0] <= op.scale[1] && isfinite(op.scale[1])) ||
+                !(op.ratio[0] > 0 && op.ratio[0] <= op.ratio[1] && isfinite(op.ratio[1]))) {
+                st = stoke_fail(STOKE_ERR_ARG,
+                                "transform op %d (random_resized_crop): size %d x %d, "
+                                "scale (%g, %g), ratio (%g, %g): sizes 1..65536, ranges "
+                                "0 < lo <= hi",
+                                i, op.height, op.width, (double)op.scale[0], (double)op.scale[1],
+                                (double)op.ratio[0], (double)op.ratio[1]);
+                break;
+            }
+            if (i == 0 && o->in_dtype == STOKE_U8 && t->in_hwc)
+                t->u8_first = true;
+            fusable = false;
+            h = op.height, w = op.width;
+            break;
+        case STOKE_OP_RESIZE_SHORTER: {
+            if (op.height < 1 || op.height > 65536) {
+                st = stoke_fail(STOKE_ERR_ARG, "transform op %d (resize_shorter): size %d", i,
+                                op.height);
+                break;
+            }
+            /* torchvision's _compute_resized_output_size: the longer side truncated. */
+            int s = op.height;
+            int64_t lng = (int64_t)s * (h > w ? h : w) / (h > w ? w : h);
+            if (lng > 65536) {
+                st = stoke_fail(STOKE_ERR_ARG,
+                                "transform op %d (resize_shorter): %d x %d to a shorter side "
+                                "of %d is larger than 65536",
+                                i, h, w, s);
+                break;
+            }
+            /* Kept as the size it resizes to: what the later ops and the draw need. */
+            if (w <= h)
+                op.width = s, op.height = (int)lng;
+            else
+                op.height = s, op.width = (int)lng;
+            if (i == 0 && o->in_dtype == STOKE_U8 && t->in_hwc)
+                t->u8_first = true;
+            fusable = false;
+            h = op.height, w = op.width;
+            break;
+        }
         default:
             st = stoke_fail(STOKE_ERR_ARG, "transform op %d: unknown kind %d", i, (int)op.kind);
         }
@@ -195,6 +260,8 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
     t->nops = o->nops;
     t->oH = h, t->oW = w;
     t->stage_elems = big * (size_t)t->C;
+    if (t->u8_first)
+        t->u8_elems = ((size_t)t->H * t->W + (size_t)t->ops[0].height * t->ops[0].width) * t->C;
     if (fusable)
         t->fused = have_avx2() ? fused_avx2 : fused_default;
     *out = t;
@@ -222,10 +289,40 @@ size_t stoke_transform_out_bytes(const stoke_transform *t)
 
 size_t stoke_transform_scratch_bytes(const stoke_transform *t)
 {
-    return t->fused ? 0 : 2 * t->stage_elems * sizeof(float);
+    return t->fused ? 0 : 2 * t->stage_elems * sizeof(float) + t->u8_elems;
 }
 
 /* ---- random parameters ------------------------------------------------------------ */
+
+/* torchvision RandomResizedCrop.get_params: ten tries of an area fraction uniform in
+ * scale and an aspect ratio log-uniform in ratio, sides rounded half to even as Python's
+ * round(); then the whole image clamped to the ratio range, centred. */
+static void rrc_window(stoke_rng *r, int H, int W, const stoke_op *op, op_params *q)
+{
+    double area = (double)H * W, lr0 = log(op->ratio[0]), lr1 = log(op->ratio[1]);
+    for (int k = 0; k < 10; k++) {
+        double target = area * (op->scale[0] + (op->scale[1] - op->scale[0]) * stoke_rng_unit(r));
+        double aspect = exp(lr0 + (lr1 - lr0) * stoke_rng_unit(r));
+        double wd = rint(sqrt(target * aspect)), hd = rint(sqrt(target / aspect));
+        if (wd > 0 && wd <= W && hd > 0 && hd <= H) {
+            int w = (int)wd, h = (int)hd;
+            q->crop_i = (int)stoke_rng_below(r, (uint64_t)(H - h) + 1);
+            q->crop_j = (int)stoke_rng_below(r, (uint64_t)(W - w) + 1);
+            q->win_h = h, q->win_w = w;
+            return;
+        }
+    }
+    double in_ratio = (double)W / H;
+    int w = W, h = H;
+    if (in_ratio < op->ratio[0])
+        h = (int)rint(W / (double)op->ratio[0]);
+    else if (in_ratio > op->ratio[1])
+        w = (int)rint(H * (double)op->ratio[1]);
+    h = h < 1 ? 1 : h > H ? H : h;
+    w = w < 1 ? 1 : w > W ? W : w;
+    q->crop_i = (H - h) / 2, q->crop_j = (W - w) / 2;
+    q->win_h = h, q->win_w = w;
+}
 
 void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch, int64_t index,
                           stoke_op_draw *p)
@@ -240,8 +337,8 @@ void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch
         case STOKE_OP_RESIZE: h = op->height, w = op->width; break;
         case STOKE_OP_CROP: {
             int ph = h + 2 * op->pad - op->height, pw = w + 2 * op->pad - op->width;
-            if (op->center) { /* torchvision CenterCrop's rounding */
-                q->crop_i = (int)lround(ph / 2.0), q->crop_j = (int)lround(pw / 2.0);
+            if (op->center) { /* torchvision CenterCrop's rounding: Python's, half to even */
+                q->crop_i = (int)rint(ph / 2.0), q->crop_j = (int)rint(pw / 2.0);
             } else {
                 q->crop_i = (int)stoke_rng_below(&r, (uint64_t)ph + 1);
                 q->crop_j = (int)stoke_rng_below(&r, (uint64_t)pw + 1);
@@ -267,6 +364,11 @@ void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch
             break;
         }
         case STOKE_OP_NORMALIZE: break;
+        case STOKE_OP_RANDOM_RESIZED_CROP:
+            rrc_window(&r, h, w, op, q);
+            h = op->height, w = op->width;
+            break;
+        case STOKE_OP_RESIZE_SHORTER: h = op->height, w = op->width; break;
         }
     }
 }
@@ -441,23 +543,65 @@ static void color_jitter(float *img, size_t npx, int C, const stoke_op *op, cons
     }
 }
 
+/* Copies the (wh, ww) window at (i, j) of an (h, w, C) image into a packed one. */
+static void window_copy(const void *src, size_t elem, int w, int C, int i, int j, int wh, int ww,
+                        void *dst)
+{
+    size_t row = (size_t)ww * C * elem;
+    for (int y = 0; y < wh; y++)
+        memcpy((char *)dst + (size_t)y * row,
+               (const char *)src + (((size_t)(i + y) * w + j) * C) * elem, row);
+}
+
+/* The first op on u8 HWC input, resampled with Pillow's filter into out8. False if out
+ * of memory. */
+static bool u8_resample(const stoke_transform *t, const uint8_t *in, uint8_t *win, uint8_t *out8,
+                        const op_params *q)
+{
+    const stoke_op *op = &t->ops[0];
+    const uint8_t *src = in;
+    int sh = t->H, sw = t->W;
+    if (op->kind == STOKE_OP_RANDOM_RESIZED_CROP) {
+        window_copy(in, 1, t->W, t->C, q->crop_i, q->crop_j, q->win_h, q->win_w, win);
+        src = win, sh = q->win_h, sw = q->win_w;
+    }
+    /* Pillow's antialiased resize (resize.c), as images.c resizes image folders: the
+     * same arithmetic as torchvision on PIL images */
+    return stoke_resize_u8(src, sw, sh, out8, op->width, op->height, t->C);
+}
+
 static void general_apply(const stoke_transform *t, const void *in, void *out, float *a, float *b,
-                          const op_params *p)
+                          uint8_t *u8, const op_params *p)
 {
     const int C = t->C;
-    int h = t->H, w = t->W;
+    int h = t->H, w = t->W, k0 = 0;
+    bool hwc = t->in_hwc;
+    if (t->u8_first) {
+        uint8_t *out8 = u8 + (size_t)t->H * t->W * C;
+        if (!u8_resample(t, in, u8, out8, &p[0]))
+            memset(out8, 0, (size_t)t->ops[0].height * t->ops[0].width * C);
+        in = out8, h = t->ops[0].height, w = t->ops[0].width, k0 = 1, hwc = true;
+    }
     size_t n = (size_t)h * w;
     /* Load as HWC floats in [0, 1] (u8) or as given (f32). */
     for (size_t i = 0; i < n; i++)
         for (int c = 0; c < C; c++) {
-            size_t src = t->in_hwc ? i * C + c : (size_t)c * n + i;
+            size_t src = hwc ? i * C + c : (size_t)c * n + i;
             a[i * C + c] = t->in_dtype == STOKE_U8 ? ((const uint8_t *)in)[src] / 255.0f
                                                    : ((const float *)in)[src];
         }
-    for (int k = 0; k < t->nops; k++) {
+    for (int k = k0; k < t->nops; k++) {
         const stoke_op *op = &t->ops[k];
         const op_params *q = &p[k];
         switch (op->kind) {
+        case STOKE_OP_RANDOM_RESIZED_CROP:
+            /* Float input, or not the first op: the window resized as RESIZE does (torch's
+             * tensor bilinear without antialias). */
+            window_copy(a, sizeof(float), w, C, q->crop_i, q->crop_j, q->win_h, q->win_w, b);
+            resize_bilinear(b, q->win_h, q->win_w, C, a, op->height, op->width);
+            h = op->height, w = op->width;
+            break;
+        case STOKE_OP_RESIZE_SHORTER:
         case STOKE_OP_RESIZE: {
             resize_bilinear(a, h, w, C, b, op->height, op->width);
             float *tmp = a;
@@ -534,6 +678,6 @@ void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, 
         return;
     }
     float *a = scratch, *b = a + t->stage_elems;
-    general_apply(t, in, out, a, b, p);
+    general_apply(t, in, out, a, b, (uint8_t *)(b + t->stage_elems), p);
     free(own);
 }

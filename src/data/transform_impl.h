@@ -9,12 +9,15 @@
 /* The random parameters one op draws for one sample, in op order from the sample's
  * stream (seed, epoch, index). */
 typedef struct stoke_op_draw {
-    int crop_i, crop_j; /* CROP: top-left corner in the padded image */
+    int crop_i, crop_j; /* CROP: top-left corner in the padded image;
+                           RANDOM_RESIZED_CROP: the window's */
+    int win_h, win_w;   /* RANDOM_RESIZED_CROP: the window's size */
     bool flip;          /* HFLIP */
     int order[4];       /* COLOR_JITTER: order of brightness 0, contrast 1,
                            saturation 2, hue 3 */
     float factor[4];    /*   and their factors (hue: the shift, in turns) */
 } stoke_op_draw;
+
 
 struct stoke_transform;
 /* Fills p[0..nops) with what stoke_transform_apply draws for that sample; the tests

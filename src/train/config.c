@@ -96,6 +96,7 @@ static const struct key {
     D(gamma, 0, 1, NULL),
     D(min_lr, 0, 1e3, NULL),
     B(augment),
+    S(transforms, " crop rrc "),
     {"seed", T_U64, offsetof(stoke_train_config, seed), 0, 0, 0, "SEED", NULL, AUTO_NO},
     S(checkpoint, NULL),
     S(resume, NULL),
@@ -136,6 +137,7 @@ void stoke_train_config_defaults(stoke_train_config *c)
     c->accumulate = 1;
     c->memory_safety = 0.7;
     c->batch_pow2 = true;
+    snprintf(c->transforms, sizeof c->transforms, "crop");
     c->workers = -1;
     snprintf(c->precision, sizeof c->precision, "auto");
     snprintf(c->device, sizeof c->device, "auto");

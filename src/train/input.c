@@ -61,14 +61,31 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
     return STOKE_OK;
 }
 
-void train_transform_opts(const train_input *ti, bool augment, stoke_op *ops,
+void train_aug_of(bool augment, const char *transforms, train_aug *train, train_aug *eval)
+{
+    bool rrc = augment && !strcmp(transforms, "rrc");
+    *train = !augment ? TRAIN_AUG_NONE : rrc ? TRAIN_AUG_RRC : TRAIN_AUG_CROP;
+    *eval = rrc ? TRAIN_AUG_RRC_EVAL : TRAIN_AUG_NONE;
+}
+
+void train_transform_opts(const train_input *ti, train_aug aug, stoke_op *ops,
                           stoke_transform_opts *o)
 {
     int n = 0;
     int64_t h = ti->model_shape.dims[1], w = ti->model_shape.dims[2];
-    if (augment) {
+    if (aug == TRAIN_AUG_CROP)
         ops[n++] = (stoke_op){.kind = STOKE_OP_CROP, .height = (int)h, .width = (int)w, .pad = 2};
+    if (aug == TRAIN_AUG_RRC)
+        ops[n++] =
+            (stoke_op){.kind = STOKE_OP_RANDOM_RESIZED_CROP, .height = (int)h, .width = (int)w};
+    if (aug == TRAIN_AUG_CROP || aug == TRAIN_AUG_RRC)
         ops[n++] = (stoke_op){.kind = STOKE_OP_HFLIP};
+    if (aug == TRAIN_AUG_RRC_EVAL) {
+        /* torchvision's Resize(256) + CenterCrop(224) for any input size: 8/7. */
+        int64_t s = h < w ? h : w;
+        ops[n++] = (stoke_op){.kind = STOKE_OP_RESIZE_SHORTER, .height = (int)((s * 8 + 3) / 7)};
+        ops[n++] =
+            (stoke_op){.kind = STOKE_OP_CROP, .height = (int)h, .width = (int)w, .center = true};
     }
     stoke_op norm = {.kind = STOKE_OP_NORMALIZE};
     for (int c = 0; c < TRAIN_MAX_CHANNELS; c++)

@@ -1,5 +1,6 @@
 /* saved.c - a trained model rebuilt from its checkpoint for evaluation and prediction:
  * the model file, input shape, targets and normalization come from the metadata. */
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -83,6 +84,22 @@ static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *
     return STOKE_OK;
 }
 
+/* The evaluation transform the training run used (its config in the checkpoint): a
+ * model trained on random resized crops is evaluated on centre crops of the image
+ * enlarged by 8/7, as during training. None when the config does not say. */
+static train_aug saved_eval_aug(const stoke_ckpt *c)
+{
+    const char *js = stoke_ckpt_meta(c, "stoke.config");
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "augment");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transforms");
+    train_aug train = TRAIN_AUG_NONE, eval = TRAIN_AUG_NONE;
+    if (cJSON_IsString(tr))
+        train_aug_of(cJSON_IsTrue(a), tr->valuestring, &train, &eval);
+    cJSON_Delete(o);
+    return eval;
+}
+
 stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out)
 {
     *out = NULL;
@@ -125,7 +142,7 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
                             path, s->input.channels);
             goto fail;
         }
-        train_transform_opts(&s->input, false, s->ops, &s->topts);
+        train_transform_opts(&s->input, saved_eval_aug(c), s->ops, &s->topts);
         if ((st = stoke_transform_create(&s->topts, &s->transform)) != STOKE_OK)
             goto fail;
         size_t sb = stoke_transform_scratch_bytes(s->transform);

@@ -49,7 +49,8 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
                                 .batch = c->batch_size,
                                 .batch_src = SRC("batch_size"),
                                 .in_memory = t->train_d != t->train_src,
-                                .cheap_transform = !c->augment || t->input.in_dtype == STOKE_U8,
+                                .cheap_transform = !c->augment || (t->input.in_dtype == STOKE_U8 &&
+                                                                   strcmp(c->transforms, "rrc")),
                                 .profiles = &t->profiles};
 #undef SRC
 }
@@ -308,19 +309,30 @@ static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
     }
     if (!t->input.image)
         return STOKE_OK;
+    if (!c->augment && strcmp(c->transforms, "crop"))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "transforms (--transforms %s) picks the augmentation, which is off: "
+                          "add --augment",
+                          c->transforms);
     if (meta) {
         memcpy(t->input.mean, meta->mean.v, (size_t)meta->mean.n * sizeof(float));
         memcpy(t->input.std, meta->std.v, (size_t)meta->std.n * sizeof(float));
     } else if ((s = train_input_stats(t->train_d, &t->input)) != STOKE_OK) {
         return s;
     }
-    train_transform_opts(&t->input, c->augment, t->ops, &t->topts);
-    train_transform_opts(&t->input, false, t->val_ops, &t->val_topts);
+    train_aug aug, eval;
+    train_aug_of(c->augment, c->transforms, &aug, &eval);
+    train_transform_opts(&t->input, aug, t->ops, &t->topts);
+    train_transform_opts(&t->input, eval, t->val_ops, &t->val_topts);
     char mean[64], std[64];
     train_format_floats(t->input.mean, t->input.channels, mean, sizeof mean);
     train_format_floats(t->input.std, t->input.channels, std, sizeof std);
     train_info(t, "transforms: %snormalize (mean %s, std %s, from the training set)",
-               c->augment ? "random crop (pad 2), horizontal flip, " : "", mean, std);
+               aug == TRAIN_AUG_RRC    ? "random resized crop (scale 0.08-1, ratio 3/4-4/3), "
+                                         "horizontal flip, "
+               : aug == TRAIN_AUG_CROP ? "random crop (pad 2), horizontal flip, "
+                                       : "",
+               mean, std);
     return STOKE_OK;
 }
 

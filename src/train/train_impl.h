@@ -30,9 +30,22 @@ stoke_status train_wrap_error(stoke_status s, const char *fmt, ...)
  * layout; f32 vectors as they are). STOKE_ERR_ARG for what cannot be trained on. */
 stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_dtype dtype);
 
-/* Transform options (normalize, plus crop/flip when augment) for an image input.
- * `ops` holds at least 3. */
-void train_transform_opts(const train_input *ti, bool augment, stoke_op *ops,
+/* What comes before the normalize: nothing, random crop (pad 2) + flip, or
+ * RandomResizedCrop + flip for training and resize-shorter + centre crop for its
+ * evaluation. */
+typedef enum train_aug {
+    TRAIN_AUG_NONE,
+    TRAIN_AUG_CROP,
+    TRAIN_AUG_RRC,
+    TRAIN_AUG_RRC_EVAL
+} train_aug;
+
+/* The training and evaluation transforms of a config's augment + transforms. */
+void train_aug_of(bool augment, const char *transforms, train_aug *train, train_aug *eval);
+
+/* Transform options (what `aug` says, then normalize) for an image input. `ops` holds
+ * at least 3. */
+void train_transform_opts(const train_input *ti, train_aug aug, stoke_op *ops,
                           stoke_transform_opts *o);
 
 /* A number of any dtype at element i of src (NaN for an unknown dtype). */

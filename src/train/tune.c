@@ -167,12 +167,12 @@ static void cache_key(const stoke_trainer *t, char *key, size_t size)
     size_t n = (size_t)snprintf(
         key, size,
         "stoke-tune-1|cpu=%s|cpus=%d|simd=%x|mem=%.0fG|model=%s|hidden=%s|model_text=%016" PRIx64
-        "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d|recompute=%s|device=%s|safety=%g"
+        "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d:%s|recompute=%s|device=%s|safety=%g"
         "|delay_us=%" PRId64,
         m->cpu.model, m->cpu.usable_cpus, (unsigned)m->cpu.simd,
         (double)m->mem.total_bytes / (1 << 30), c->model, c->hidden,
         fnv1a(stoke_model_file_text(t->mf)), real, (long long)st.st_size, (long long)st.st_mtime,
-        c->limit, c->augment, c->recompute, c->device, c->memory_safety,
+        c->limit, c->augment, c->transforms, c->recompute, c->device, c->memory_safety,
         c->loader_delay_us); /* trials run with the slowed loader: their answer is its own */
     for (int i = 0; i < m->gpu_count && n < size; i++)
         n += (size_t)snprintf(key + n, size - n, "|gpu=%s:%.0fG", m->gpus[i].name,

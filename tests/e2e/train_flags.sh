@@ -263,6 +263,25 @@ if [ $? -eq 0 ] && grep -q "^dataset: $work/split: 12 samples" "$out" &&
 else
     fail "train on an image folder with train/ and val/"; show "$out"
 fi
+# --transforms rrc: RandomResizedCrop + flip for training, evaluation on centre crops
+# (the saved model's eval uses the same); without --augment it is refused
+"$stoke" train --dataset "$work/split" $imgs --augment --transforms rrc \
+    --checkpoint "$work/rrc.safetensors" >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q "^transforms: random resized crop (scale 0.08-1, ratio 3/4-4/3), horizontal flip, normalize" "$out" &&
+   grep -q 'val acc' "$out" &&
+   "$stoke" eval "$work/rrc.safetensors" --dataset "$work/split" --split val >"$work/eval.txt" 2>&1 &&
+   grep -q "on .*split (val, 6 samples): loss" "$work/eval.txt"; then
+    ok "train --augment --transforms rrc, and eval of its checkpoint"
+else
+    fail "train --augment --transforms rrc"; show "$out" "$work/eval.txt"
+fi
+"$stoke" train --dataset "$work/split" $imgs --transforms rrc >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "transforms (--transforms rrc) picks the augmentation, which is off: add --augment" "$out"; then
+    ok "--transforms rrc without --augment is refused"
+else
+    fail "--transforms rrc without --augment (exit $rc)"; show "$out"
+fi
 # --augment on data that is not images: an error, not dropped without a word
 "$stoke" train --dataset "$work/vec_x.npy" --augment $imgs >"$out" 2>&1
 rc=$?
