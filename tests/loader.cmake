@@ -19,6 +19,9 @@ target_link_libraries(stoke_bench_loader PRIVATE stoke_lib)
 # and the resize benchmark (bench/resize_bench.c; not a test).
 stoke_unit_test(test_resize test_resize.c)
 set_tests_properties(test_resize PROPERTIES TIMEOUT 120)
+# the AVX2 resize against the scalar one, bit for bit; a skip where AVX2 is not usable
+stoke_part_test(test_resize simd)
+set_tests_properties(test_resize_simd PROPERTIES TIMEOUT 120)
 # Again with the instruction-set cap below AVX2: the resize must honour it (scalar).
 add_test(NAME test_resize_sse41 COMMAND test_resize)
 set_tests_properties(test_resize_sse41 PROPERTIES ENVIRONMENT STOKE_MAX_CPU_ISA=sse41 TIMEOUT 120)
