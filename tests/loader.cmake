@@ -29,3 +29,7 @@ add_executable(stoke_bench_resize ${PROJECT_SOURCE_DIR}/bench/resize_bench.c)
 target_include_directories(stoke_bench_resize PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(stoke_bench_resize PRIVATE _GNU_SOURCE)
 target_link_libraries(stoke_bench_resize PRIVATE stoke_lib)
+# RandomResizedCrop and the validation transform on the originals (partial, scaled JPEG
+# decode); the part "pillow" compares with Pillow.
+stoke_unit_test(test_originals test_originals.c)
+stoke_part_test(test_originals pillow)

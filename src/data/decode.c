@@ -89,6 +89,7 @@ void stoke_image_window_fit(void *ctx, int src_w, int src_h, stoke_image_window 
     const int *size = ctx;
     w->x = stoke_resize_whole(src_w, size[0]);
     w->y = stoke_resize_whole(src_h, size[1]);
+    w->x0 = w->y0 = 0;
 }
 
 /* ---- JPEG -------------------------------------------------------------------------- */
@@ -123,24 +124,31 @@ static void dec_jpeg_message(j_common_ptr ci, int level)
         dec_jpeg_error(ci);
 }
 
-/* One axis of the window in the coordinates of the image decoded at 1/denom: the box
- * scaled, the filter's limits widened to whole scaled pixels. */
-static void dec_scale_axis(stoke_resize_axis *a, int denom, int scaled_size)
+/* One axis of the window in the coordinates of the image decoded at 1/denom (its
+ * coordinate 0 moved to the image's first pixel): the box scaled, the filter's limits
+ * widened to whole scaled pixels. */
+static void dec_scale_axis(stoke_resize_axis *a, int *base, int denom, int scaled_size)
 {
     if (denom == 1)
         return;
-    a->in0 /= denom;
-    a->in1 /= denom;
-    a->lo = a->lo / denom;
-    a->hi = (a->hi + denom - 1) / denom;
+    a->in0 = (a->in0 + *base) / denom;
+    a->in1 = (a->in1 + *base) / denom;
+    a->lo = (a->lo + *base) / denom;
+    a->hi = (a->hi + *base + denom - 1) / denom;
     if (a->hi > scaled_size)
         a->hi = scaled_size;
+    *base = 0;
 }
 
-static bool dec_axis_ok(const stoke_resize_axis *a, int size)
+static bool dec_axis_ok(const stoke_resize_axis *a, int base, int size)
 {
-    return a->out >= 1 && a->virt >= 1 && a->off >= 0 && a->off + a->out <= a->virt &&
-           a->in1 > a->in0 && a->lo >= 0 && a->hi <= size && a->lo < a->hi;
+    return a->out >= 1 && a->virt >= 1 && a->off >= 0 && a->off <= a->virt - a->out &&
+           a->in1 > a->in0 && a->lo + base >= 0 && a->hi + base <= size && a->lo < a->hi;
+}
+
+static bool dec_window_ok(const stoke_image_window *w, int width, int height)
+{
+    return dec_axis_ok(&w->x, w->x0, width) && dec_axis_ok(&w->y, w->y0, height);
 }
 
 static bool dec_jpeg_run(dec_jpeg_job *j, const unsigned char *buf, size_t len, int c,
@@ -162,9 +170,9 @@ static bool dec_jpeg_run(dec_jpeg_job *j, const unsigned char *buf, size_t len, 
                  W, H, STOKE_IMAGE_MAX_PIXELS);
         return false;
     }
-    stoke_image_window w;
+    stoke_image_window w = {0};
     fn(ctx, W, H, &w);
-    if (!dec_axis_ok(&w.x, W) || !dec_axis_ok(&w.y, H)) {
+    if (!dec_window_ok(&w, W, H)) {
         snprintf(j->err, sizeof j->err, "no valid window in a %dx%d image", W, H);
         return false;
     }
@@ -176,18 +184,24 @@ static bool dec_jpeg_run(dec_jpeg_job *j, const unsigned char *buf, size_t len, 
     ci->dct_method = JDCT_ISLOW; /* Pillow's and TurboJPEG's ACCURATEDCT */
     jpeg_start_decompress(ci);
     int SW = (int)ci->output_width, SH = (int)ci->output_height;
-    dec_scale_axis(&w.x, (int)ci->scale_denom, SW);
-    dec_scale_axis(&w.y, (int)ci->scale_denom, SH);
+    dec_scale_axis(&w.x, &w.x0, (int)ci->scale_denom, SW);
+    dec_scale_axis(&w.y, &w.y0, (int)ci->scale_denom, SH);
     int x0, x1, y0, y1;
     stoke_resize_span(&w.x, &x0, &x1);
     stoke_resize_span(&w.y, &y0, &y1);
+    x0 += w.x0, x1 += w.x0, y0 += w.y0, y1 += w.y0; /* image pixels */
     if (!partial_on)
         x0 = 0, x1 = SW, y0 = 0, y1 = SH;
     /* Only the columns and rows the resize reads: the crop starts at an iMCU boundary
      * (libjpeg widens it); rows above are skipped (entropy-decoded, not transformed),
      * rows below are never decoded. */
-    JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
-    if (x0 > 0 || x1 < SW)
+    /* libjpeg upsamples chroma at a crop's edges as at the image's (replicating, not
+     * interpolating from the neighbour): one iMCU more on each side keeps the columns
+     * the resize reads the whole decode's, bit for bit. */
+    int imcu = ci->max_h_samp_factor * ci->min_DCT_scaled_size;
+    int cx0 = x0 - imcu < 0 ? 0 : x0 - imcu, cx1 = x1 + imcu > SW ? SW : x1 + imcu;
+    JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
+    if (cx0 > 0 || cx1 < SW)
         jpeg_crop_scanline(ci, &xoff, &cw);
     if (y0 > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)y0) != (JDIMENSION)y0) {
         snprintf(j->err, sizeof j->err, "corrupt JPEG: fewer rows than its header's %d", SH);
@@ -215,7 +229,7 @@ static bool dec_jpeg_run(dec_jpeg_job *j, const unsigned char *buf, size_t len, 
         jpeg_finish_decompress(ci); /* reads to the end-of-image marker */
     else
         jpeg_abort_decompress(ci);
-    if (!stoke_resize_box_u8(j->px, (int)cw, rh, (int)xoff, y0, &w.x, &w.y, out, c)) {
+    if (!stoke_resize_box_u8(j->px, (int)cw, rh, (int)xoff - w.x0, y0 - w.y0, &w.x, &w.y, out, c)) {
         snprintf(j->err, sizeof j->err, "out of memory resizing");
         return false;
     }
@@ -402,12 +416,12 @@ stoke_status stoke_image_decode(const char *name, int64_t i, const unsigned char
         return st;
     if (px.c == 3 && c == 1)
         dec_rgb_to_gray(&px);
-    stoke_image_window w;
+    stoke_image_window w = {0};
     fn(ctx, px.w, px.h, &w);
-    if (!dec_axis_ok(&w.x, px.w) || !dec_axis_ok(&w.y, px.h))
+    if (!dec_window_ok(&w, px.w, px.h))
         st = stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): no valid window in a %dx%d image",
                         name, (long long)i, px.w, px.h);
-    else if (!stoke_resize_box_u8(px.data, px.w, px.h, 0, 0, &w.x, &w.y, out, c))
+    else if (!stoke_resize_box_u8(px.data, px.w, px.h, -w.x0, -w.y0, &w.x, &w.y, out, c))
         st = stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): out of memory resizing", name,
                         (long long)i);
     free(px.data);

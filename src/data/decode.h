@@ -18,10 +18,13 @@
  * corrupt header must not make a read allocate gigabytes. */
 #define STOKE_IMAGE_MAX_PIXELS 178956970LL
 
-/* The part of a src_w x src_h image a sample needs, in source pixels, as resize axes
- * (resize.h): x on the width, y on the height; out sizes are the sample's. */
+/* The part of a src_w x src_h image a sample needs, as resize axes (resize.h): x on the
+ * width, y on the height; out sizes are the sample's. The axes' coordinate 0 is image
+ * pixel (x0, y0): a crop's own coordinates, so that crop then resize computes Pillow's
+ * weights bit for bit (they depend on where coordinate 0 is through rounding). */
 typedef struct stoke_image_window {
     stoke_resize_axis x, y;
+    int x0, y0;
 } stoke_image_window;
 
 /* Fills *w for an image of src_w x src_h pixels. Called once per decode, before any
