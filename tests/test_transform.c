@@ -484,6 +484,42 @@ static void case_out_dtypes(void)
     stoke_transform_destroy(t32);
     stoke_transform_destroy(t16);
     stoke_transform_destroy(tb);
+    /* uint8 output: a flip and a crop give the input's own bytes, in HWC or CHW; a
+     * normalize is refused; so is out_u8 with another dtype. */
+    stoke_op u8ops[2] = {{.kind = STOKE_OP_CROP, .height = 4, .width = 3, .pad = 1},
+                         {.kind = STOKE_OP_HFLIP, .p = 1.0f}};
+    stoke_transform_opts uo = {.in_shape = {3, {3, 6, 5}},
+                               .in_dtype = STOKE_U8,
+                               .ops = u8ops,
+                               .nops = 2,
+                               .out_u8 = true,
+                               .out_layout = STOKE_LAYOUT_HWC};
+    stoke_transform *tu = NULL;
+    CHECK_INT_EQ(stoke_transform_create(&uo, &tu), STOKE_OK);
+    if (tu) {
+        CHECK_INT_EQ(stoke_transform_out_dtype(tu), STOKE_U8);
+        CHECK_INT_EQ(stoke_transform_out_bytes(tu), 4 * 3 * 3);
+        uint8_t got[36];
+        stoke_op_draw p[2];
+        stoke_transform_apply(tu, img, got, scratch, 4, 0, 2);
+        stoke_transform_draw(tu, 4, 0, 2, p);
+        int bad = 0;
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 3; x++)
+                for (int c = 0; c < 3; c++) {
+                    int sy = y + p[0].crop_i - 1, sx = (2 - x) + p[0].crop_j - 1;
+                    int v = sy < 0 || sy >= 6 || sx < 0 || sx >= 5 ? 0 : img[c * 30 + sy * 5 + sx];
+                    bad += got[(y * 3 + x) * 3 + c] != v;
+                }
+        CHECK_INT_EQ(bad, 0);
+        stoke_transform_destroy(tu);
+    }
+    uo.ops = ops, uo.nops = 2, tu = NULL;
+    CHECK_INT_EQ(stoke_transform_create(&uo, &tu), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "(normalize): uint8 output");
+    uo.ops = u8ops, uo.out_dtype = STOKE_F16;
+    CHECK_INT_EQ(stoke_transform_create(&uo, &tu), STOKE_ERR_ARG);
+    CHECK(tu == NULL);
 }
 
 int main(int argc, char **argv)

@@ -76,6 +76,12 @@ stoke_status stoke_dataset_open(const char *path, const stoke_dataset_opts *opts
 
 const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d);
 
+/* True when the samples are images the loader can read from their originals (image
+ * folders, packed JPEG records): a transform beginning with RandomResizedCrop (or the
+ * validation pair) then draws its window on the original, decoded at the window's
+ * scale (docs/loader.md). */
+bool stoke_dataset_has_originals(const stoke_dataset *d);
+
 /* Reads sample i: its input into `input` (info.input_bytes) and its target into
  * `target` (info.target_bytes; may be NULL to skip). Thread-safe: many workers may
  * read at once. Errors (STOKE_ERR_FORMAT, STOKE_ERR_IO, STOKE_ERR_ARG for i out of
@@ -210,6 +216,9 @@ typedef struct stoke_transform_opts {
     stoke_dtype out_dtype;         /* STOKE_F32, STOKE_BF16 or STOKE_F16 (round to nearest
                                      even); STOKE_U8, the zero value, means F32 */
     stoke_image_layout out_layout; /* CHW (AUTO) or HWC */
+    bool out_u8; /* uint8 output instead (out_dtype left 0): [0, 1] as 0..255, rounded;
+                    a quarter of float32's bytes to copy to the device, where the consumer
+                    normalizes (a NORMALIZE op is refused) */
 } stoke_transform_opts;
 
 typedef struct stoke_transform stoke_transform;
@@ -250,6 +259,12 @@ stoke_status stoke_dataset_from_arrays(const stoke_dataset_info *info, const voi
  * info, format "memory"); `src` stays open and owned by the caller. Errors are those of
  * the reads (file and sample index), or STOKE_ERR_NOMEM. */
 stoke_status stoke_dataset_load(stoke_dataset *src, stoke_dataset **out);
+
+/* A dataset of the first n samples of `src`, read through to it (borrowed: it must
+ * outlive the prefix): what a --limit keeps when the samples must stay on storage, as
+ * images read from their originals do. STOKE_ERR_ARG if n is outside [0, count]. Close
+ * with stoke_dataset_close (src stays open). */
+stoke_status stoke_dataset_prefix(stoke_dataset *src, int64_t n, stoke_dataset **out);
 
 /* ---- Loader -------------------------------------------------------------------- */
 

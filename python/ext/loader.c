@@ -397,7 +397,8 @@ static int parse_op(PyObject *d, stoke_op *op)
     return 0;
 }
 
-static int parse_dtype(PyObject *d, const char *k, stoke_dtype *out)
+/* "u8" sets out_u8 (the zero dtype means float32 in stoke_transform_opts). */
+static int parse_dtype(PyObject *d, const char *k, stoke_transform_opts *to)
 {
     PyObject *v = PyDict_GetItemString(d, k);
     if (!v || v == Py_None)
@@ -409,12 +410,17 @@ static int parse_dtype(PyObject *d, const char *k, stoke_dtype *out)
     } names[] = {{"f32", STOKE_F32},   {"float32", STOKE_F32},   {"fp32", STOKE_F32},
                  {"bf16", STOKE_BF16}, {"bfloat16", STOKE_BF16}, {"f16", STOKE_F16},
                  {"fp16", STOKE_F16},  {"float16", STOKE_F16}};
+    if (s && (strcmp(s, "u8") == 0 || strcmp(s, "uint8") == 0)) {
+        to->out_dtype = STOKE_U8;
+        to->out_u8 = true;
+        return 0;
+    }
     for (size_t i = 0; s && i < sizeof names / sizeof *names; i++)
         if (strcmp(s, names[i].name) == 0) {
-            *out = names[i].t;
+            to->out_dtype = names[i].t;
             return 0;
         }
-    PyErr_Format(PyExc_ValueError, "dtype %R: use \"f32\", \"bf16\" or \"fp16\"", v);
+    PyErr_Format(PyExc_ValueError, "dtype %R: use \"f32\", \"bf16\", \"fp16\" or \"u8\"", v);
     return -1;
 }
 
@@ -443,7 +449,7 @@ static int parse_transform(CoreObject *self, PyObject *t)
     self->to.ops = self->ops;
     self->to.nops = (int)n;
     self->to.out_dtype = STOKE_F32;
-    if (parse_dtype(t, "dtype", &self->to.out_dtype) < 0)
+    if (parse_dtype(t, "dtype", &self->to) < 0)
         return -1;
     PyObject *lay = PyDict_GetItemString(t, "layout");
     const char *ls = lay && PyUnicode_Check(lay) ? PyUnicode_AsUTF8(lay) : "NCHW";

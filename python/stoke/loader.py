@@ -219,7 +219,8 @@ def _seq(v):
 # ---- the loader ---------------------------------------------------------------------
 
 _DTYPES = {"f32": "f32", "float32": "f32", "fp32": "f32", "bf16": "bf16",
-           "bfloat16": "bf16", "fp16": "fp16", "f16": "fp16", "float16": "fp16"}
+           "bfloat16": "bf16", "fp16": "fp16", "f16": "fp16", "float16": "fp16",
+           "u8": "u8", "uint8": "u8"}
 
 
 def _count(v, name, auto_ok=True):
@@ -263,7 +264,7 @@ class Loader:
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise ArgumentError(f"rank={rank!r}: 0 <= rank < world_size ({world_size})")
         if dtype not in _DTYPES:
-            raise ArgumentError(f'dtype={dtype!r}: "f32", "bf16" or "fp16"')
+            raise ArgumentError(f'dtype={dtype!r}: "f32", "bf16", "fp16" or "u8"')
         if layout not in ("NCHW", "NHWC"):
             raise ArgumentError(f'layout={layout!r}: "NCHW" or "NHWC"')
         if output is None:

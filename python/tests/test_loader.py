@@ -172,6 +172,23 @@ def test_numpy_output(rgb_npy):
         stoke.Loader(ds, transforms=AUG, dtype="bf16", output="numpy")
 
 
+def test_uint8_output(rgb_npy):
+    """dtype="u8": the float32 batch's [0, 1] as 0..255, a quarter of the bytes; a
+    normalize is refused (it belongs where the batch is consumed)."""
+    path, x, y = rgb_npy
+    ds = stoke.Dataset(path)
+    aug = [stoke.RandomCrop((16, 16), pad=2), stoke.HFlip()]
+    kw = dict(batch_size=40, shuffle=True, seed=3, transforms=aug, workers=2, layout="NHWC",
+              output="numpy")
+    for (xu, _), (xf, _) in zip(stoke.Loader(ds, dtype="u8", **kw),
+                                stoke.Loader(ds, dtype="f32", **kw)):
+        assert xu.dtype == np.uint8 and xu.shape == xf.shape
+        assert np.array_equal(xu, np.rint(xf * 255).astype(np.uint8))
+    with pytest.raises(Exception, match="uint8 output"):
+        next(iter(stoke.Loader(ds, transforms=[stoke.Normalize([.5] * 3, [.2] * 3)],
+                               dtype="u8")))
+
+
 def test_resume_mid_epoch(rgb_npy):
     path, _, _ = rgb_npy
     ds = stoke.Dataset(path)

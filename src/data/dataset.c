@@ -178,6 +178,8 @@ const char *stoke_target_kind_name(stoke_target_kind k)
     return "?";
 }
 
+bool stoke_dataset_has_originals(const stoke_dataset *d) { return d && d->vt->read_window; }
+
 const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d)
 {
     return d ? &d->info : NULL;

@@ -1,5 +1,6 @@
 /* memory.c - datasets held in memory: over a caller's arrays (borrowed or copied), or
- * a full copy of any other dataset, so benchmarks and tests run without files. */
+ * a full copy of any other dataset, so benchmarks and tests run without files; and a
+ * prefix of another dataset, read through to it. */
 #include "data/dataset_impl.h"
 
 #include <inttypes.h>
@@ -138,4 +139,43 @@ stoke_status stoke_dataset_load(stoke_dataset *src, stoke_dataset **out)
         }
     }
     return wrap(info, ci, ct, ci, ct, out);
+}
+
+/* ---- a prefix of another dataset, read through ---------------------------------- */
+
+static stoke_status prefix_read(stoke_dataset *d, int64_t i, void *input, void *target)
+{
+    stoke_dataset *src = d->impl;
+    return src->vt->read(src, i, input, target);
+}
+
+static stoke_status prefix_read_window(stoke_dataset *d, int64_t i, stoke_image_window_fn fn,
+                                       void *ctx, void *input, void *target)
+{
+    stoke_dataset *src = d->impl;
+    return src->vt->read_window(src, i, fn, ctx, input, target);
+}
+
+static void prefix_close(stoke_dataset *d) { d->impl = NULL; /* src is borrowed */ }
+
+static const stoke_dataset_vt prefix_vt = {.read = prefix_read, .close = prefix_close};
+static const stoke_dataset_vt prefix_window_vt = {
+    .read = prefix_read, .read_window = prefix_read_window, .close = prefix_close};
+
+stoke_status stoke_dataset_prefix(stoke_dataset *src, int64_t n, stoke_dataset **out)
+{
+    *out = NULL;
+    if (n < 0 || n > src->info.count)
+        return stoke_fail(STOKE_ERR_ARG, "%s: a prefix of %" PRId64 " of its %" PRId64 " samples",
+                          src->path, n, src->info.count);
+    stoke_dataset *d = calloc(1, sizeof *d);
+    if (!d)
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", src->path);
+    d->vt = src->vt->read_window ? &prefix_window_vt : &prefix_vt;
+    d->info = src->info;
+    d->info.count = n;
+    snprintf(d->path, sizeof d->path, "%s", src->path);
+    d->impl = src;
+    *out = d;
+    return STOKE_OK;
 }

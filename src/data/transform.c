@@ -127,9 +127,12 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
     stoke_status st = parse_input(t, o);
     if (st == STOKE_OK && (o->nops < 0 || o->nops > MAX_OPS || (o->nops && !o->ops)))
         st = stoke_fail(STOKE_ERR_ARG, "transform: %d ops (at most %d)", o->nops, MAX_OPS);
-    t->out_dtype = o->out_dtype == STOKE_U8 ? STOKE_F32 : o->out_dtype;
+    t->out_dtype = o->out_u8 ? STOKE_U8 : o->out_dtype == STOKE_U8 ? STOKE_F32 : o->out_dtype;
+    if (st == STOKE_OK && o->out_u8 && o->out_dtype != STOKE_U8)
+        st = stoke_fail(STOKE_ERR_ARG, "transform: out_u8 with output dtype %s (leave it 0)",
+                        stoke_dtype_name(o->out_dtype));
     if (st == STOKE_OK && t->out_dtype != STOKE_F32 && t->out_dtype != STOKE_BF16 &&
-        t->out_dtype != STOKE_F16)
+        t->out_dtype != STOKE_F16 && t->out_dtype != STOKE_U8)
         st = stoke_fail(STOKE_ERR_ARG,
                         "transform: output dtype %s (float32, bfloat16 or "
                         "float16 only)",
@@ -185,6 +188,11 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
             fusable = false;
             break;
         case STOKE_OP_NORMALIZE:
+            if (t->out_dtype == STOKE_U8)
+                st = stoke_fail(STOKE_ERR_ARG,
+                                "transform op %d (normalize): uint8 output holds [0, 1] as 0..255; "
+                                "normalize where the batch is consumed (on the device)",
+                                i);
             for (int c = 0; c < t->C && st == STOKE_OK; c++)
                 if (!(op.std[c] != 0.0f) || !isfinite(op.std[c]) || !isfinite(op.mean[c]))
                     st = stoke_fail(STOKE_ERR_ARG,
@@ -695,6 +703,9 @@ static void general_apply(const stoke_transform *t, const void *in, void *out, f
     }
     if (t->out_dtype == STOKE_F32)
         memcpy(out, src, n * C * sizeof(float));
+    else if (t->out_dtype == STOKE_U8) /* [0, 1] back to 0..255: u8 in, u8 out exactly */
+        for (size_t k = 0; k < n * C; k++)
+            ((uint8_t *)out)[k] = (uint8_t)lrintf(clamp01(src[k]) * 255.0f);
     else if (t->out_dtype == STOKE_BF16)
         stoke_f32_to_bf16(src, out, n * C);
     else

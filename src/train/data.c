@@ -98,11 +98,20 @@ stoke_status train_open_data(stoke_trainer *t)
         c->memory_budget > 0 ? (uint64_t)c->memory_budget : t->machine.mem.available_bytes;
     int64_t n = c->limit > 0 && c->limit < t->info.count ? c->limit : t->info.count;
     double bytes = (double)n * (double)(t->info.input_bytes + t->info.target_bytes);
-    bool in_memory = avail == 0 || bytes <= avail / 4.0;
-    if (!in_memory && c->limit > 0 &&
+    /* RandomResizedCrop on images read from their originals draws a new window on the
+     * original every epoch: decoded pixels held in memory would freeze it. */
+    bool originals =
+        c->augment && !strcmp(c->transforms, "rrc") && stoke_dataset_has_originals(t->train_src);
+    bool in_memory = !originals && (avail == 0 || bytes <= avail / 4.0);
+    if (!in_memory && !originals && c->limit > 0 &&
         (s = check_hold(c->dataset, "--limit", n, bytes, avail)) != STOKE_OK)
         return s;
-    if (in_memory || c->limit > 0) {
+    if (originals) {
+        t->train_d = t->train_src;
+        if (n < t->info.count &&
+            (s = stoke_dataset_prefix(t->train_src, n, &t->train_d)) != STOKE_OK)
+            return s;
+    } else if (in_memory || c->limit > 0) {
         s = load_prefix(t->train_src, n, &t->train_d);
         if (s != STOKE_OK)
             return s;
@@ -115,7 +124,10 @@ stoke_status train_open_data(stoke_trainer *t)
     train_info(t, "dataset: %s: %" PRId64 " samples of %s %s%s (%s)%s", c->dataset, t->info.count,
                stoke_shape_format(&t->info.input_shape, sh, sizeof sh),
                stoke_dtype_name(t->info.input_dtype), c->limit > 0 ? ", limited" : "",
-               stoke_dataset_get_info(t->train_src)->format, in_memory ? ", held in memory" : "");
+               stoke_dataset_get_info(t->train_src)->format,
+               in_memory   ? ", held in memory"
+               : originals ? ", decoded from the originals every epoch"
+                           : "");
     /* Validation: the given set, the test split of an IDX directory, or the val (else
      * test) subfolder of an image folder that has a train subfolder. */
     const char *src_format = stoke_dataset_get_info(t->train_src)->format;
@@ -142,13 +154,19 @@ stoke_status train_open_data(stoke_trainer *t)
                                   c->dataset, vsplit, vi->num_classes, c->dataset,
                                   t->info.num_classes);
             int64_t vn = c->val_limit > 0 && c->val_limit < vi->count ? c->val_limit : vi->count;
-            if ((s = check_hold(vpath, "--val-limit", vn,
-                                (double)vn * (double)(vi->input_bytes + vi->target_bytes),
-                                avail)) != STOKE_OK)
-                return s;
-            if ((s = load_prefix(t->val_src, vn, &t->val_d)) != STOKE_OK)
-                return s;
-            t->held_bytes += (double)vn * (double)(vi->input_bytes + vi->target_bytes);
+            /* the validation transform (resize shorter + centre crop) on originals too */
+            if (originals && stoke_dataset_has_originals(t->val_src)) {
+                if ((s = stoke_dataset_prefix(t->val_src, vn, &t->val_d)) != STOKE_OK)
+                    return s;
+            } else {
+                if ((s = check_hold(vpath, "--val-limit", vn,
+                                    (double)vn * (double)(vi->input_bytes + vi->target_bytes),
+                                    avail)) != STOKE_OK)
+                    return s;
+                if ((s = load_prefix(t->val_src, vn, &t->val_d)) != STOKE_OK)
+                    return s;
+                t->held_bytes += (double)vn * (double)(vi->input_bytes + vi->target_bytes);
+            }
             t->val_count = vn;
             train_info(t, "validation: %s%s%s%s: %" PRId64 " samples", vpath,
                        c->val_dataset[0] ? "" : " (", c->val_dataset[0] ? "" : vsplit,

@@ -327,11 +327,14 @@ static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
     char mean[64], std[64];
     train_format_floats(t->input.mean, t->input.channels, mean, sizeof mean);
     train_format_floats(t->input.std, t->input.channels, std, sizeof std);
+    bool orig = aug == TRAIN_AUG_RRC && stoke_dataset_has_originals(t->train_d);
     train_info(t, "transforms: %snormalize (mean %s, std %s, from the training set)",
-               aug == TRAIN_AUG_RRC    ? "random resized crop (scale 0.08-1, ratio 3/4-4/3), "
-                                         "horizontal flip, "
-               : aug == TRAIN_AUG_CROP ? "random crop (pad 2), horizontal flip, "
-                                       : "",
+               aug == TRAIN_AUG_RRC && orig ? "random resized crop (scale 0.08-1, ratio 3/4-4/3, "
+                                              "on the original images), horizontal flip, "
+               : aug == TRAIN_AUG_RRC       ? "random resized crop (scale 0.08-1, ratio 3/4-4/3), "
+                                              "horizontal flip, "
+               : aug == TRAIN_AUG_CROP      ? "random crop (pad 2), horizontal flip, "
+                                            : "",
                mean, std);
     return STOKE_OK;
 }

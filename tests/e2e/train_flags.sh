@@ -267,7 +267,7 @@ fi
 # (the saved model's eval uses the same); without --augment it is refused
 "$stoke" train --dataset "$work/split" $imgs --augment --transforms rrc \
     --checkpoint "$work/rrc.safetensors" >"$out" 2>&1
-if [ $? -eq 0 ] && grep -q "^transforms: random resized crop (scale 0.08-1, ratio 3/4-4/3), horizontal flip, normalize" "$out" &&
+if [ $? -eq 0 ] && grep -q "decoded from the originals every epoch" "$out" && grep -q "^transforms: random resized crop (scale 0.08-1, ratio 3/4-4/3, on the original images), horizontal flip, normalize" "$out" &&
    grep -q 'val acc' "$out" &&
    "$stoke" eval "$work/rrc.safetensors" --dataset "$work/split" --split val >"$work/eval.txt" 2>&1 &&
    grep -q "on .*split (val, 6 samples): loss" "$work/eval.txt"; then
