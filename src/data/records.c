@@ -133,13 +133,10 @@ static uint64_t shape_bytes(const stoke_shape *s, stoke_dtype t)
     return total;
 }
 
-/* Version 2's own fields: an image sample (u8, H x W x C with C 1 or 3, the size a
- * plain read resizes to), no fixed record size, and a file long enough for the index
- * and the trailer (whose entries stoke_records_check_index reads). */
-static stoke_status parse_enc_layout(const unsigned char *buf, uint64_t file_size, const char *path,
-                                     stoke_rec_header *h)
+/* Version 2's samples are images: u8 (height, width, channels), C 1 or 3, the size a
+ * plain read resizes to. */
+static stoke_status parse_enc_input(const stoke_dataset_info *f, const char *path)
 {
-    const stoke_dataset_info *f = &h->info;
     const stoke_shape *s = &f->input_shape;
     if (f->input_dtype != STOKE_U8 || s->ndim != 3)
         return stoke_fail(STOKE_ERR_FORMAT,
@@ -158,6 +155,14 @@ static stoke_status parse_enc_layout(const unsigned char *buf, uint64_t file_siz
                                        : "channels",
                               s->dims[k], k == 2 ? "1 or 3" : "1 to 16384");
     }
+    return STOKE_OK;
+}
+
+/* Version 2's layout: no fixed record size, and a file long enough for the index and
+ * the trailer (whose entries stoke_records_check_index reads). */
+static stoke_status parse_enc_layout(const unsigned char *buf, uint64_t file_size, const char *path,
+                                     stoke_rec_header *h)
+{
     h->record_size = stoke_rec_get_u64(buf + OFF_RECORD_SIZE);
     if (h->record_size != 0)
         return stoke_fail(STOKE_ERR_FORMAT,
@@ -243,6 +248,8 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           path, OFF_INPUT_DTYPE, buf[OFF_INPUT_DTYPE]);
     f->input_dtype = buf[OFF_INPUT_DTYPE];
     stoke_status s = get_shape(buf, OFF_INPUT_NDIM, OFF_INPUT_DIMS, path, "input", &f->input_shape);
+    if (s == STOKE_OK && enc)
+        s = parse_enc_input(f, path);
     if (s != STOKE_OK)
         return s;
     if (buf[OFF_TARGET_KIND] > STOKE_TARGET_VECTOR)

@@ -57,15 +57,18 @@ stoke_status stoke_records_check_index(const unsigned char *buf, size_t size, co
                               " starts at %" PRIu64 " (expected %" PRIu64
                               ": records follow each other from byte 256, no gap or overlap)",
                               path, at, i, off, pos);
-        if (len <= tb || len - tb > STOKE_REC_MAX_IMAGE_BYTES || len > index - pos)
+        if (len > index - pos)
             return stoke_fail(STOKE_ERR_FORMAT,
                               "%s: records index, offset %" PRIu64 ": record %" PRIu64
-                              " at %" PRIu64 " is %" PRIu64 " bytes (%s)",
-                              path, at + 8, i, off, len,
-                              len > index - pos ? "past the index, which starts at byte"
-                                                  " where the records must end"
-                                                : "its target's bytes, then 1 byte to 1 GiB of"
-                                                  " image");
+                              " at %" PRIu64 " is %" PRIu64 " bytes: past the index, which"
+                              " starts at %" PRIu64,
+                              path, at + 8, i, off, len, index);
+        if (len <= tb || len - tb > STOKE_REC_MAX_IMAGE_BYTES)
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records index, offset %" PRIu64 ": record %" PRIu64
+                              " at %" PRIu64 " is %" PRIu64 " bytes (its target's %" PRIu64
+                              ", then 1 byte to 1 GiB of image)",
+                              path, at + 8, i, off, len, tb);
         pos += len;
     }
     if (pos != index)
