@@ -2,3 +2,7 @@
 # the round trip against the image folder, corrupt fields, the loader over both.
 stoke_unit_test(test_records_jpeg test_records_jpeg.c)
 set_tests_properties(test_records_jpeg PROPERTIES TIMEOUT 120)
+add_test(NAME records_jpeg_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/records_jpeg.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/records-jpeg-e2e)
+set_tests_properties(records_jpeg_e2e PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
