@@ -22,7 +22,7 @@ static char dir[4096];    /* the work directory */
 static char folder[4200]; /* the image folder: dir/imgs/{a,b}/ */
 static char jrec[4200], prec[4200], bad[4200];
 
-enum { NIMG = 12, OW = 224, OH = 224 };
+enum { NIMG = 12, OW = 256, OH = 224 }; /* not square: width and height must not swap */
 
 static void spit(const char *path, const unsigned char *b, size_t n)
 {
@@ -166,7 +166,7 @@ static void test_round_trip(void)
     CHECK_STR_EQ(stoke_records_encoding(j, &mj), "jpeg");
     CHECK_STR_EQ(stoke_records_encoding(p, &mp), "pixels");
     CHECK(stoke_records_encoding(f, NULL) == NULL);
-    CHECK_INT_EQ(mp, (224 * 224 * 3 + 8 + 15) / 16 * 16); /* version 1: 16-byte records */
+    CHECK_INT_EQ(mp, (OW * OH * 3 + 8 + 15) / 16 * 16); /* version 1: 16-byte records */
     double images = (double)(sj.st_size - STOKE_REC_HEADER_SIZE - STOKE_REC_TRAILER_SIZE -
                              NIMG * (STOKE_REC_INDEX_ENTRY + 8));
     CHECK_NEAR(mj, images / NIMG, 1e-9);
