@@ -1,6 +1,7 @@
 /* records.c - stoke's packed-records format: a checksummed 256-byte header, then
  * fixed-size aligned records (input bytes, then target bytes), memory-mapped on open;
- * and the writer, which goes through a temporary file renamed into place. */
+ * and the writer, which goes through a temporary file renamed into place. The header
+ * of both versions is read here; version 2 (encoded images) is records_jpeg.c's. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
