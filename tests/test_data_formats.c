@@ -526,7 +526,7 @@ static void test_records(void)
         const char *needle1, *needle2;
     } cases[] = {
         {"bad magic", 0, 'X', n, false, "unrecognised format", "58 54 4f 4b"},
-        {"wrong version", 8, 2, n, false, "offset 8: version 2", "reads version 1"},
+        {"wrong version", 8, 3, n, false, "offset 8: version 3", "reads versions 1 and 2"},
         {"bad checksum", 70, 0x55, n, false, "offset 252: bad checksum", NULL},
         {"truncated body", SIZE_MAX, 0, n - 1, false, "truncated", "holds 8000255"},
         {"truncated header", SIZE_MAX, 0, 100, false, "header truncated: 100 bytes", NULL},

@@ -115,6 +115,27 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
                                  void (*progress)(void *ctx, int64_t done, int64_t total),
                                  void *ctx);
 
+/* What each record of a packed-records file holds (docs/formats.md). */
+typedef enum stoke_records_store {
+    STOKE_STORE_PIXELS = 0, /* the samples as read: fixed-size records (version 1) */
+    STOKE_STORE_JPEG,       /* image folders only: each image file's own bytes (JPEG, or
+                               PNG where the folder has one), decoded on every read as the
+                               folder's files are (version 2): several times smaller */
+} stoke_records_store;
+
+/* stoke_records_write with a choice of store. STOKE_STORE_JPEG decodes each image once
+ * while converting (at 1/8 scale where it can), so a damaged file fails the convert
+ * naming it; a source that is not an image folder is STOKE_ERR_ARG. */
+stoke_status stoke_records_write_as(stoke_dataset *d, const char *path, stoke_records_store store,
+                                    void (*progress)(void *ctx, int64_t done, int64_t total),
+                                    void *ctx);
+
+/* A packed-records dataset's storage: "pixels" (version 1) or "jpeg" (version 2), and
+ * in *bytes_per_sample (may be NULL) the bytes a sample takes in the file on average
+ * (the record size; for "jpeg", the image bytes' mean). NULL, and 0, for any other
+ * dataset. */
+const char *stoke_records_encoding(const stoke_dataset *d, double *bytes_per_sample);
+
 /* ---- Sampler ------------------------------------------------------------------- */
 
 /* Which samples, in which order, make each batch of an epoch. Sharding pads by

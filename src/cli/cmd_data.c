@@ -38,6 +38,9 @@ void cmd_data_usage(void)
          "  --target-name N  HDF5: the dataset of targets (default: targets, y, Y, labels)\n"
          "  --size HxW    image folders: resize every image to H x W (default 224x224)\n"
          "  --channels C  image folders: 1 (gray) or 3 (RGB, default)\n"
+         "  --store S     convert: pixels (default: every sample decoded and resized,\n"
+         "                fixed-size records) or jpeg (image folders: each file's own\n"
+         "                bytes, several times smaller, decoded at --size on every read)\n"
          "  --regression  float targets are regression values, even if whole numbers\n"
          "  --json        info: print one JSON document\n"
          "Exit: 0 success, 1 the dataset cannot be read or written (the message names the\n"
@@ -54,11 +57,18 @@ static cJSON *shape_json(const stoke_shape *s)
     return a;
 }
 
-static void print_json(const char *path, const stoke_dataset_info *f, const int64_t *counts)
+static void print_json(const char *path, const stoke_dataset *d, const int64_t *counts)
 {
+    const stoke_dataset_info *f = stoke_dataset_get_info(d);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "path", path);
     cJSON_AddStringToObject(root, "format", f->format);
+    double stored = 0;
+    const char *enc = stoke_records_encoding(d, &stored);
+    if (enc) {
+        cJSON_AddStringToObject(root, "encoding", enc);
+        cJSON_AddNumberToObject(root, "stored_bytes_per_sample", stored);
+    }
     cJSON_AddNumberToObject(root, "count", (double)f->count);
     cJSON *in = cJSON_AddObjectToObject(root, "input");
     cJSON_AddItemToObject(in, "shape", shape_json(&f->input_shape));
@@ -90,11 +100,20 @@ static void print_json(const char *path, const stoke_dataset_info *f, const int6
     cJSON_Delete(root);
 }
 
-static void print_human(const char *path, const stoke_dataset_info *f, const int64_t *counts)
+static void print_human(const char *path, const stoke_dataset *d, const int64_t *counts)
 {
+    const stoke_dataset_info *f = stoke_dataset_get_info(d);
     char shape[160];
     printf("path         %s\n", path);
     printf("format       %s\n", f->format);
+    double stored = 0;
+    const char *enc = stoke_records_encoding(d, &stored);
+    if (enc && !strcmp(enc, "jpeg"))
+        printf("encoding     jpeg: image file bytes, %.0f bytes per sample on average, decoded "
+               "on read\n",
+               stored);
+    else if (enc)
+        printf("encoding     pixels: %.0f bytes per sample, as read\n", stored);
     printf("samples      %" PRId64 "\n", f->count);
     printf("input        %s %s, %zu byte%s per sample\n",
            stoke_shape_format(&f->input_shape, shape, sizeof shape),
@@ -150,7 +169,7 @@ static void on_progress(void *arg, int64_t done, int64_t total)
 /* Parses the shared options; collects positional arguments into pos. Returns -1 when
  * all is well, else the exit code. */
 static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, bool *json,
-                 const char **pos, int max_pos, int *npos)
+                 stoke_records_store *store, const char **pos, int max_pos, int *npos)
 {
     *npos = 0;
     for (int i = 2; i < argc; i++) {
@@ -161,13 +180,18 @@ static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, 
         }
         bool valued = strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0 ||
                       strcmp(a, "--input-name") == 0 || strcmp(a, "--target-name") == 0 ||
-                      strcmp(a, "--size") == 0 || strcmp(a, "--channels") == 0;
+                      strcmp(a, "--size") == 0 || strcmp(a, "--channels") == 0 ||
+                      (store && strcmp(a, "--store") == 0);
         if (valued && i + 1 >= argc)
             return cli_usage_error(CMD, "%s needs a value", a);
         const char *v = valued ? argv[i + 1] : NULL;
         i += valued;
         if (strcmp(a, "--json") == 0 && json) {
             *json = true;
+        } else if (store && strcmp(a, "--store") == 0) {
+            if (strcmp(v, "pixels") && strcmp(v, "jpeg"))
+                return cli_usage_error(CMD, "--store takes pixels or jpeg, not '%s'", v);
+            *store = strcmp(v, "jpeg") ? STOKE_STORE_PIXELS : STOKE_STORE_JPEG;
         } else if (strcmp(a, "--regression") == 0) {
             o->regression = true;
         } else if (strcmp(a, "--split") == 0) {
@@ -249,7 +273,7 @@ static int data_info(int argc, char **argv)
     bool json = false;
     const char *pos[1];
     int npos;
-    int rc = parse(argc, argv, "info", &o, &json, pos, 1, &npos);
+    int rc = parse(argc, argv, "info", &o, &json, NULL, pos, 1, &npos);
     if (rc >= 0)
         return rc;
     stoke_dataset *d;
@@ -268,9 +292,9 @@ static int data_info(int argc, char **argv)
         }
     }
     if (json)
-        print_json(pos[0], f, counts);
+        print_json(pos[0], d, counts);
     else
-        print_human(pos[0], f, counts);
+        print_human(pos[0], d, counts);
     free(counts);
     stoke_dataset_close(d);
     return 0;
@@ -281,15 +305,23 @@ static int data_convert(int argc, char **argv)
     stoke_dataset_opts o = {0};
     const char *pos[2];
     int npos;
-    int rc = parse(argc, argv, "convert", &o, NULL, pos, 2, &npos);
+    stoke_records_store store = STOKE_STORE_PIXELS;
+    int rc = parse(argc, argv, "convert", &o, NULL, &store, pos, 2, &npos);
     if (rc >= 0)
         return rc;
     stoke_dataset *d;
     rc = open_dataset(pos[0], &o, &d);
     if (rc >= 0)
         return rc;
+    const char *format = stoke_dataset_get_info(d)->format;
+    if (store == STOKE_STORE_JPEG && strcmp(format, "images")) {
+        rc =
+            cli_usage_error(CMD, "--store jpeg applies to image folders; %s is %s", pos[0], format);
+        stoke_dataset_close(d);
+        return rc;
+    }
     progress_ctx p = {.tty = isatty(STDOUT_FILENO), .last_quarter = -1, .t0 = stoke_now_ns()};
-    stoke_status s = stoke_records_write(d, pos[1], on_progress, &p);
+    stoke_status s = stoke_records_write_as(d, pos[1], store, on_progress, &p);
     double secs = (double)(stoke_now_ns() - p.t0) * 1e-9;
     int64_t count = stoke_dataset_get_info(d)->count;
     stoke_dataset_close(d);

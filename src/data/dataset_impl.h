@@ -38,6 +38,13 @@ stoke_status stoke_hdf5_open(stoke_dataset *d, const char *path, const stoke_dat
 stoke_status stoke_images_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
 stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_dataset_opts *o);
 
+/* Image folders: sample i's file as stored, for packed records that keep the bytes:
+ * its bytes in *buf (free it) and *len, its path in *path (the dataset's), its channels
+ * (1 or 3) in *channels, and its target into `target` (NULL: skipped). STOKE_ERR_ARG
+ * if d is not an image folder; else the errors of reading the file. */
+stoke_status stoke_images_raw(stoke_dataset *d, int64_t i, void *target, unsigned char **buf,
+                              size_t *len, const char **path, int *channels);
+
 /* Sniffers that need more than a file's first bytes: the HDF5 signature at offset 0,
  * 512, 1024 or 2048; a directory (or its opts->split) whose subdirectories hold
  * .jpg/.jpeg/.png files. */

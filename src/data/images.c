@@ -232,6 +232,22 @@ static stoke_status img_read(stoke_dataset *d, int64_t i, void *input, void *tar
     return img_read_window(d, i, stoke_image_window_fit, size, input, target);
 }
 
+static const stoke_dataset_vt img_vt;
+
+stoke_status stoke_images_raw(stoke_dataset *d, int64_t i, void *target, unsigned char **buf,
+                              size_t *len, const char **path, int *channels)
+{
+    if (!d || d->vt != &img_vt)
+        return stoke_fail(STOKE_ERR_ARG, "%s: is %s, not an image folder", d ? d->path : "(null)",
+                          d ? d->info.format : "missing");
+    img_impl *im = d->impl;
+    if (target)
+        memcpy(target, &im->items[i].label, sizeof(int64_t));
+    *path = im->items[i].path;
+    *channels = im->channels;
+    return stoke_image_load_file(im->items[i].path, i, buf, len);
+}
+
 static void img_free(img_impl *im)
 {
     if (!im)

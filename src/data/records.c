@@ -1,6 +1,7 @@
 /* records.c - stoke's packed-records format: a checksummed 256-byte header, then
  * fixed-size aligned records (input bytes, then target bytes), memory-mapped on open;
- * and the writer, which goes through a temporary file renamed into place. */
+ * and the writer, which goes through a temporary file renamed into place. The header
+ * of both versions is read here; version 2 (encoded images) is records_jpeg.c's. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,23 +34,9 @@ enum {
     OFF_RESERVED = 200,
 };
 
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static uint32_t get_u32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> 8 * i);
 }
 
 static void put_u32(unsigned char *p, uint32_t v)
@@ -91,21 +78,23 @@ void stoke_records_encode_header(const stoke_rec_header *h,
     memcpy(out + OFF_MAGIC, STOKE_REC_MAGIC, 8);
     put_u32(out + OFF_VERSION, h->version);
     put_u32(out + OFF_HEADER_SIZE, STOKE_REC_HEADER_SIZE);
-    put_u64(out + OFF_COUNT, h->count);
-    put_u64(out + OFF_RECORD_SIZE, h->record_size);
-    put_u64(out + OFF_INPUT_BYTES, f->input_bytes);
-    put_u64(out + OFF_TARGET_BYTES, f->target_bytes);
-    put_u64(out + OFF_NUM_CLASSES, (uint64_t)f->num_classes);
+    stoke_rec_put_u64(out + OFF_COUNT, h->count);
+    stoke_rec_put_u64(out + OFF_RECORD_SIZE, h->record_size);
+    stoke_rec_put_u64(out + OFF_INPUT_BYTES, f->input_bytes);
+    stoke_rec_put_u64(out + OFF_TARGET_BYTES, f->target_bytes);
+    stoke_rec_put_u64(out + OFF_NUM_CLASSES, (uint64_t)f->num_classes);
     out[OFF_INPUT_DTYPE] = (unsigned char)f->input_dtype;
     out[OFF_INPUT_NDIM] = (unsigned char)f->input_shape.ndim;
     out[OFF_TARGET_KIND] = (unsigned char)f->target_kind;
     out[OFF_TARGET_DTYPE] = (unsigned char)f->target_dtype;
     out[OFF_TARGET_NDIM] = (unsigned char)f->target_shape.ndim;
     for (int k = 0; k < f->input_shape.ndim; k++)
-        put_u64(out + OFF_INPUT_DIMS + 8 * k, (uint64_t)f->input_shape.dims[k]);
+        stoke_rec_put_u64(out + OFF_INPUT_DIMS + 8 * k, (uint64_t)f->input_shape.dims[k]);
     for (int k = 0; k < f->target_shape.ndim; k++)
-        put_u64(out + OFF_TARGET_DIMS + 8 * k, (uint64_t)f->target_shape.dims[k]);
-    put_u64(out + OFF_TARGET_OFFSET, h->target_offset);
+        stoke_rec_put_u64(out + OFF_TARGET_DIMS + 8 * k, (uint64_t)f->target_shape.dims[k]);
+    stoke_rec_put_u64(out + OFF_TARGET_OFFSET, h->target_offset);
+    if (h->version == STOKE_REC_VERSION_ENC)
+        out[STOKE_REC_OFF_ENCODING] = STOKE_REC_ENC_IMAGE;
     put_u32(out + STOKE_REC_CRC_OFFSET, header_crc(out));
 }
 
@@ -121,7 +110,7 @@ static stoke_status get_shape(const unsigned char *buf, int ndim_off, int dims_o
                           path, ndim_off, which, nd, STOKE_MAX_DIMS);
     s->ndim = nd;
     for (int k = 0; k < STOKE_MAX_DIMS; k++) {
-        uint64_t v = get_u64(buf + dims_off + 8 * k);
+        uint64_t v = stoke_rec_get_u64(buf + dims_off + 8 * k);
         if (k < nd ? v == 0 || v > ((uint64_t)1 << 40) : v != 0)
             return stoke_fail(STOKE_ERR_FORMAT,
                               "%s: records header, offset %d: %s dimension "
@@ -145,6 +134,62 @@ static uint64_t shape_bytes(const stoke_shape *s, stoke_dtype t)
     return total;
 }
 
+/* Version 2's samples are images: u8 (height, width, channels), C 1 or 3, the size a
+ * plain read resizes to. */
+static stoke_status parse_enc_input(const stoke_dataset_info *f, const char *path)
+{
+    const stoke_shape *s = &f->input_shape;
+    if (f->input_dtype != STOKE_U8 || s->ndim != 3)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: encoded images are read as uint8 "
+                          "(height, width, channels), not %s of ndim %d",
+                          path, f->input_dtype != STOKE_U8 ? OFF_INPUT_DTYPE : OFF_INPUT_NDIM,
+                          stoke_dtype_name(f->input_dtype), s->ndim);
+    for (int k = 0; k < 3; k++) {
+        int64_t lim = k == 2 ? 3 : 16384;
+        if (s->dims[k] > lim || (k == 2 && s->dims[k] == 2))
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records header, offset %d: %s %" PRId64 " (%s)", path,
+                              OFF_INPUT_DIMS + 8 * k,
+                              k == 0   ? "height"
+                              : k == 1 ? "width"
+                                       : "channels",
+                              s->dims[k], k == 2 ? "1 or 3" : "1 to 16384");
+    }
+    return STOKE_OK;
+}
+
+/* Version 2's layout: no fixed record size, and a file long enough for the index and
+ * the trailer (whose entries stoke_records_check_index reads). */
+static stoke_status parse_enc_layout(const unsigned char *buf, uint64_t file_size, const char *path,
+                                     stoke_rec_header *h)
+{
+    h->record_size = stoke_rec_get_u64(buf + OFF_RECORD_SIZE);
+    if (h->record_size != 0)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: record size %" PRIu64
+                          " (version 2: 0, records vary)",
+                          path, OFF_RECORD_SIZE, h->record_size);
+    h->target_offset = stoke_rec_get_u64(buf + OFF_TARGET_OFFSET);
+    if (h->target_offset != 0)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: target offset %" PRIu64
+                          " (version 2: 0, the target leads each record)",
+                          path, OFF_TARGET_OFFSET, h->target_offset);
+    h->count = stoke_rec_get_u64(buf + OFF_COUNT);
+    uint64_t fixed = STOKE_REC_HEADER_SIZE + STOKE_REC_TRAILER_SIZE;
+    if (file_size < fixed || h->count > (file_size - fixed) / STOKE_REC_INDEX_ENTRY)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: truncated: the header (offset %d) says %" PRIu64
+                          " records, whose index and trailer alone need more than the %" PRIu64
+                          " bytes the file holds after the header",
+                          path, OFF_COUNT, h->count,
+                          file_size > STOKE_REC_HEADER_SIZE ? file_size - STOKE_REC_HEADER_SIZE
+                                                            : 0);
+    h->info.count = (int64_t)h->count;
+    return STOKE_OK;
+}
+
 stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint64_t file_size,
                                         const char *path, stoke_rec_header *h)
 {
@@ -160,11 +205,12 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           "\"STOKEREC\")",
                           path);
     h->version = get_u32(buf + OFF_VERSION);
-    if (h->version != STOKE_REC_VERSION)
+    if (h->version != STOKE_REC_VERSION && h->version != STOKE_REC_VERSION_ENC)
         return stoke_fail(STOKE_ERR_FORMAT,
                           "%s: records header, offset %d: version %" PRIu32
-                          " (this stoke reads version %d)",
-                          path, OFF_VERSION, h->version, STOKE_REC_VERSION);
+                          " (this stoke reads versions %d and %d)",
+                          path, OFF_VERSION, h->version, STOKE_REC_VERSION, STOKE_REC_VERSION_ENC);
+    bool enc = h->version == STOKE_REC_VERSION_ENC;
     uint32_t stored = get_u32(buf + STOKE_REC_CRC_OFFSET), computed = header_crc(buf);
     if (stored != computed)
         return stoke_fail(STOKE_ERR_FORMAT,
@@ -182,7 +228,13 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                               "%s: records header, offset %d: reserved "
                               "byte is not 0",
                               path, i);
-    for (int i = OFF_RESERVED; i < STOKE_REC_CRC_OFFSET; i++)
+    if (enc && buf[STOKE_REC_OFF_ENCODING] != STOKE_REC_ENC_IMAGE)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: records header, offset %d: encoding %u (version 2 knows %d, "
+                          "image file bytes)",
+                          path, STOKE_REC_OFF_ENCODING, buf[STOKE_REC_OFF_ENCODING],
+                          STOKE_REC_ENC_IMAGE);
+    for (int i = OFF_RESERVED + enc; i < STOKE_REC_CRC_OFFSET; i++)
         if (buf[i])
             return stoke_fail(STOKE_ERR_FORMAT,
                               "%s: records header, offset %d: reserved "
@@ -197,6 +249,8 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           path, OFF_INPUT_DTYPE, buf[OFF_INPUT_DTYPE]);
     f->input_dtype = buf[OFF_INPUT_DTYPE];
     stoke_status s = get_shape(buf, OFF_INPUT_NDIM, OFF_INPUT_DIMS, path, "input", &f->input_shape);
+    if (s == STOKE_OK && enc)
+        s = parse_enc_input(f, path);
     if (s != STOKE_OK)
         return s;
     if (buf[OFF_TARGET_KIND] > STOKE_TARGET_VECTOR)
@@ -215,7 +269,7 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
     if (s != STOKE_OK)
         return s;
 
-    uint64_t in_bytes = get_u64(buf + OFF_INPUT_BYTES);
+    uint64_t in_bytes = stoke_rec_get_u64(buf + OFF_INPUT_BYTES);
     uint64_t want_in = shape_bytes(&f->input_shape, f->input_dtype);
     if (in_bytes != want_in)
         return stoke_fail(STOKE_ERR_FORMAT,
@@ -223,7 +277,7 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           " do not match the input shape and dtype",
                           path, OFF_INPUT_BYTES, in_bytes);
     f->input_bytes = (size_t)in_bytes;
-    uint64_t tg_bytes = get_u64(buf + OFF_TARGET_BYTES);
+    uint64_t tg_bytes = stoke_rec_get_u64(buf + OFF_TARGET_BYTES);
     uint64_t want_tg =
         f->target_kind == STOKE_TARGET_NONE ? 0 : shape_bytes(&f->target_shape, f->target_dtype);
     if (tg_bytes != want_tg)
@@ -246,7 +300,7 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           "%s: records header, offset %d: a vector target "
                           "has ndim 0",
                           path, OFF_TARGET_NDIM);
-    f->num_classes = (int64_t)get_u64(buf + OFF_NUM_CLASSES);
+    f->num_classes = (int64_t)stoke_rec_get_u64(buf + OFF_NUM_CLASSES);
     if (f->target_kind == STOKE_TARGET_CLASS
             ? f->num_classes < 1 || f->num_classes > STOKE_MAX_CLASSES
             : f->num_classes != 0)
@@ -255,13 +309,15 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           " (class targets: 1 to %d; others: 0)",
                           path, OFF_NUM_CLASSES, f->num_classes, STOKE_MAX_CLASSES);
 
-    h->target_offset = get_u64(buf + OFF_TARGET_OFFSET);
+    if (enc)
+        return parse_enc_layout(buf, file_size, path, h);
+    h->target_offset = stoke_rec_get_u64(buf + OFF_TARGET_OFFSET);
     if (h->target_offset != align_up(in_bytes, 8))
         return stoke_fail(STOKE_ERR_FORMAT,
                           "%s: records header, offset %d: target offset %" PRIu64
                           " (expected %" PRIu64 ")",
                           path, OFF_TARGET_OFFSET, h->target_offset, align_up(in_bytes, 8));
-    h->record_size = get_u64(buf + OFF_RECORD_SIZE);
+    h->record_size = stoke_rec_get_u64(buf + OFF_RECORD_SIZE);
     uint64_t want_rs = align_up(h->target_offset + tg_bytes, 16);
     if (want_rs == 0)
         want_rs = 16;
@@ -270,7 +326,7 @@ stoke_status stoke_records_parse_header(const unsigned char *buf, size_t n, uint
                           "%s: records header, offset %d: record size %" PRIu64
                           " (expected %" PRIu64 ")",
                           path, OFF_RECORD_SIZE, h->record_size, want_rs);
-    h->count = get_u64(buf + OFF_COUNT);
+    h->count = stoke_rec_get_u64(buf + OFF_COUNT);
     uint64_t body;
     if (h->count > INT64_MAX || __builtin_mul_overflow(h->count, h->record_size, &body) ||
         body > UINT64_MAX - STOKE_REC_HEADER_SIZE)
@@ -337,6 +393,20 @@ static void records_close(stoke_dataset *d)
     d->impl = NULL;
 }
 
+const char *stoke_records_encoding(const stoke_dataset *d, double *bytes_per_sample)
+{
+    double mean = d ? stoke_records_enc_mean_bytes(d) : -1;
+    if (bytes_per_sample)
+        *bytes_per_sample = mean > 0 ? mean : 0;
+    if (mean >= 0)
+        return "jpeg";
+    if (!d || !d->vt || d->vt->close != records_close)
+        return NULL;
+    if (bytes_per_sample)
+        *bytes_per_sample = (double)((const records_impl *)d->impl)->h.record_size;
+    return "pixels";
+}
+
 static const stoke_dataset_vt records_vt = {
     .read = records_read, .close = records_close, .class_counts = records_class_counts};
 
@@ -355,6 +425,15 @@ stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_
     stoke_status s = stoke_map_file(path, &m->map);
     if (s == STOKE_OK)
         s = stoke_records_parse_header(m->map.data, m->map.size, m->map.size, path, &m->h);
+    if (s == STOKE_OK && m->h.version == STOKE_REC_VERSION_ENC) {
+        s = stoke_records_check_index(m->map.data, m->map.size, path, &m->h);
+        if (s == STOKE_OK)
+            s = stoke_records_enc_open(d, m->map, &m->h);
+        if (s == STOKE_OK) {
+            free(m); /* the mapping is the version 2 dataset's now */
+            return s;
+        }
+    }
     if (s != STOKE_OK) {
         stoke_unmap_file(&m->map);
         free(m);
@@ -372,6 +451,13 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
                                  void (*progress)(void *ctx, int64_t done, int64_t total),
                                  void *ctx)
 {
+    return stoke_records_write_as(d, path, STOKE_STORE_PIXELS, progress, ctx);
+}
+
+stoke_status stoke_records_write_as(stoke_dataset *d, const char *path, stoke_records_store store,
+                                    void (*progress)(void *ctx, int64_t done, int64_t total),
+                                    void *ctx)
+{
     if (!d || !path || !*path)
         return stoke_fail(STOKE_ERR_ARG, "stoke_records_write: %s is missing",
                           d ? "the path" : "the dataset");
@@ -380,6 +466,10 @@ stoke_status stoke_records_write(stoke_dataset *d, const char *path,
                           "%s: packed records need a little-endian "
                           "host",
                           path);
+    if (store == STOKE_STORE_JPEG)
+        return stoke_records_enc_write(d, path, progress, ctx);
+    if (store != STOKE_STORE_PIXELS)
+        return stoke_fail(STOKE_ERR_ARG, "stoke_records_write_as: unknown store %d", (int)store);
     stoke_rec_header h;
     stoke_status s = stoke_records_layout(&d->info, &h);
     if (s != STOKE_OK)

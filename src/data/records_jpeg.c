@@ -1,0 +1,259 @@
+/* records_jpeg.c - packed records version 2: each sample's image file bytes (JPEG, or
+ * PNG), decoded on every read as an image folder's files are (decode.h), so a file is
+ * several times smaller than decoded pixels and RandomResizedCrop is drawn on the
+ * original image; and its writer. Records vary in size: an index of (offset, length)
+ * finds them. The index follows the records, so the writer goes through the file once
+ * (core/tmpfile.h only appends) and reads each image once. Layout in docs/formats.md. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tmpfile.h"
+#include "data/dataset_impl.h"
+#include "data/decode.h"
+#include "data/records_impl.h"
+
+typedef struct enc_impl {
+    stoke_mapped map;
+    stoke_rec_header h;
+    int size[2]; /* {width, height}: what a plain read resizes to */
+    int channels;
+} enc_impl;
+
+/* ---- the index --------------------------------------------------------------------- */
+
+stoke_status stoke_records_check_index(const unsigned char *buf, size_t size, const char *path,
+                                       stoke_rec_header *h)
+{
+    /* parse_header saw room for the index and the trailer; a caller that skipped it
+     * must not make this read out of bounds */
+    uint64_t fixed = STOKE_REC_HEADER_SIZE + STOKE_REC_TRAILER_SIZE;
+    if (size < fixed || h->count > (size - fixed) / STOKE_REC_INDEX_ENTRY)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: truncated: %zu bytes hold no index of %" PRIu64 " records", path,
+                          size, h->count);
+    uint64_t trailer = size - STOKE_REC_TRAILER_SIZE;
+    if (memcmp(buf + trailer + 8, STOKE_REC_TRAILER_MAGIC, 8) != 0)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: truncated or damaged: trailer, offset %" PRIu64
+                          ": no end marker \"STOKEEND\" (the last 8 bytes of a complete file)",
+                          path, trailer + 8);
+    uint64_t index = trailer - h->count * STOKE_REC_INDEX_ENTRY;
+    uint64_t stored = stoke_rec_get_u64(buf + trailer);
+    if (stored != index)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: trailer, offset %" PRIu64 ": index offset %" PRIu64
+                          " (expected %" PRIu64 ": the %" PRIu64
+                          " entries of 16 bytes end where the trailer starts)",
+                          path, trailer, stored, index, h->count);
+    uint64_t tb = h->info.target_bytes, pos = STOKE_REC_HEADER_SIZE;
+    for (uint64_t i = 0; i < h->count; i++) {
+        uint64_t at = index + i * STOKE_REC_INDEX_ENTRY;
+        uint64_t off = stoke_rec_get_u64(buf + at), len = stoke_rec_get_u64(buf + at + 8);
+        if (off != pos)
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records index, offset %" PRIu64 ": record %" PRIu64
+                              " starts at %" PRIu64 " (expected %" PRIu64
+                              ": records follow each other from byte 256, no gap or overlap)",
+                              path, at, i, off, pos);
+        if (len > index - pos)
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records index, offset %" PRIu64 ": record %" PRIu64
+                              " at %" PRIu64 " is %" PRIu64 " bytes: past the index, which"
+                              " starts at %" PRIu64,
+                              path, at + 8, i, off, len, index);
+        if (len <= tb || len - tb > STOKE_REC_MAX_IMAGE_BYTES)
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: records index, offset %" PRIu64 ": record %" PRIu64
+                              " at %" PRIu64 " is %" PRIu64 " bytes (its target's %" PRIu64
+                              ", then 1 byte to 1 GiB of image)",
+                              path, at + 8, i, off, len, tb);
+        pos += len;
+    }
+    if (pos != index)
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s: trailer, offset %" PRIu64 ": the records end at %" PRIu64
+                          " but the index starts at %" PRIu64,
+                          path, trailer, pos, index);
+    h->index_offset = index;
+    return STOKE_OK;
+}
+
+/* ---- reading ----------------------------------------------------------------------- */
+
+static void enc_entry(const enc_impl *m, int64_t i, uint64_t *off, uint64_t *len)
+{
+    const unsigned char *e = m->map.data + m->h.index_offset + (uint64_t)i * STOKE_REC_INDEX_ENTRY;
+    *off = stoke_rec_get_u64(e);
+    *len = stoke_rec_get_u64(e + 8);
+}
+
+static stoke_status enc_read_window(stoke_dataset *d, int64_t i, stoke_image_window_fn fn,
+                                    void *ctx, void *input, void *target)
+{
+    const enc_impl *m = d->impl;
+    uint64_t off, len, tb = d->info.target_bytes;
+    enc_entry(m, i, &off, &len);
+    const unsigned char *rec = m->map.data + off;
+    if (target)
+        memcpy(target, rec, tb);
+    /* the decoder's messages name this, then the sample */
+    char name[sizeof d->path + 64];
+    snprintf(name, sizeof name, "%s: the image at byte %" PRIu64, d->path, off + tb);
+    return stoke_image_decode(name, i, rec + tb, (size_t)(len - tb), m->channels, fn, ctx, input);
+}
+
+static stoke_status enc_read(stoke_dataset *d, int64_t i, void *input, void *target)
+{
+    enc_impl *m = d->impl;
+    return enc_read_window(d, i, stoke_image_window_fit, m->size, input, target);
+}
+
+/* Targets lead their records: counting them touches one page per record, no image. */
+static stoke_status enc_class_counts(stoke_dataset *d, int64_t *counts)
+{
+    const enc_impl *m = d->impl;
+    const stoke_dataset_info *f = &d->info;
+    memset(counts, 0, sizeof *counts * (size_t)f->num_classes);
+    for (int64_t i = 0; i < f->count; i++) {
+        uint64_t off, len;
+        enc_entry(m, i, &off, &len);
+        const unsigned char *t = m->map.data + off;
+        int64_t c;
+        if (!stoke_class_of(t, f->target_dtype, f->num_classes, &c))
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: sample %" PRId64 " (record at byte %" PRIu64
+                              "): class %g is not in [0, %" PRId64 ")",
+                              d->path, i, off, stoke_value_as_double(t, f->target_dtype),
+                              f->num_classes);
+        counts[c]++;
+    }
+    return STOKE_OK;
+}
+
+static void enc_close(stoke_dataset *d)
+{
+    enc_impl *m = d->impl;
+    if (!m)
+        return;
+    stoke_unmap_file(&m->map);
+    free(m);
+    d->impl = NULL;
+}
+
+static const stoke_dataset_vt enc_vt = {.read = enc_read,
+                                        .read_window = enc_read_window,
+                                        .close = enc_close,
+                                        .class_counts = enc_class_counts};
+
+stoke_status stoke_records_enc_open(stoke_dataset *d, stoke_mapped map, const stoke_rec_header *h)
+{
+    enc_impl *m = calloc(1, sizeof *m);
+    if (!m)
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", d->path);
+    m->map = map;
+    m->h = *h;
+    m->size[0] = (int)h->info.input_shape.dims[1];
+    m->size[1] = (int)h->info.input_shape.dims[0];
+    m->channels = (int)h->info.input_shape.dims[2];
+    d->impl = m;
+    d->vt = &enc_vt;
+    d->info = h->info;
+    return STOKE_OK;
+}
+
+double stoke_records_enc_mean_bytes(const stoke_dataset *d)
+{
+    if (d->vt != &enc_vt)
+        return -1;
+    const enc_impl *m = d->impl;
+    if (m->h.count == 0)
+        return 0;
+    uint64_t images =
+        m->h.index_offset - STOKE_REC_HEADER_SIZE - m->h.count * (uint64_t)d->info.target_bytes;
+    return (double)images / (double)m->h.count;
+}
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+/* Converting decodes every image once, as small as the decoder allows (1/8 scale), so a
+ * damaged file fails the convert with its name instead of an epoch later. */
+enum { ENC_CHECK_SIZE = 8 };
+
+static void enc_check_window(void *ctx, int w, int h, stoke_image_window *win)
+{
+    (void)ctx;
+    int size[2] = {w < ENC_CHECK_SIZE ? w : ENC_CHECK_SIZE,
+                   h < ENC_CHECK_SIZE ? h : ENC_CHECK_SIZE};
+    stoke_image_window_fit(size, w, h, win);
+}
+
+stoke_status stoke_records_enc_write(stoke_dataset *d, const char *path,
+                                     void (*progress)(void *ctx, int64_t done, int64_t total),
+                                     void *ctx)
+{
+    if (strcmp(d->info.format, "images") != 0)
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: is %s: only an image folder's files can be stored as JPEG "
+                          "bytes (--store jpeg)",
+                          d->path, d->info.format);
+    stoke_rec_header h = {.version = STOKE_REC_VERSION_ENC, .info = d->info};
+    h.count = (uint64_t)d->info.count;
+    size_t tb = d->info.target_bytes;
+    unsigned char header[STOKE_REC_HEADER_SIZE];
+    stoke_records_encode_header(&h, header);
+
+    unsigned char *index = malloc(h.count ? h.count * STOKE_REC_INDEX_ENTRY : 1);
+    unsigned char *target = malloc(tb ? tb : 1);
+    if (!index || !target) {
+        free(index);
+        free(target);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory for the index of %" PRIu64 " records",
+                          path, h.count);
+    }
+    stoke_tmpfile out;
+    stoke_status s = stoke_tmpfile_open(&out, path);
+    if (s != STOKE_OK) {
+        free(index);
+        free(target);
+        return s;
+    }
+    s = stoke_tmpfile_write(&out, header, sizeof header);
+    if (s == STOKE_OK && progress)
+        progress(ctx, 0, d->info.count);
+    unsigned char check[ENC_CHECK_SIZE * ENC_CHECK_SIZE * 3];
+    uint64_t pos = STOKE_REC_HEADER_SIZE;
+    for (int64_t i = 0; s == STOKE_OK && i < d->info.count; i++) {
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        const char *file = NULL;
+        int channels = 3;
+        s = stoke_images_raw(d, i, target, &buf, &len, &file, &channels);
+        if (s == STOKE_OK)
+            s = stoke_image_decode(file, i, buf, len, channels, enc_check_window, NULL, check);
+        if (s == STOKE_OK && tb)
+            s = stoke_tmpfile_write(&out, target, tb);
+        if (s == STOKE_OK)
+            s = stoke_tmpfile_write(&out, buf, len);
+        free(buf);
+        stoke_rec_put_u64(index + (uint64_t)i * STOKE_REC_INDEX_ENTRY, pos);
+        stoke_rec_put_u64(index + (uint64_t)i * STOKE_REC_INDEX_ENTRY + 8, tb + len);
+        pos += tb + len;
+        if (s == STOKE_OK && progress && ((i + 1) % 64 == 0 || i + 1 == d->info.count))
+            progress(ctx, i + 1, d->info.count);
+    }
+    if (s == STOKE_OK)
+        s = stoke_tmpfile_write(&out, index, h.count * STOKE_REC_INDEX_ENTRY);
+    unsigned char trailer[STOKE_REC_TRAILER_SIZE];
+    stoke_rec_put_u64(trailer, pos);
+    memcpy(trailer + 8, STOKE_REC_TRAILER_MAGIC, 8);
+    if (s == STOKE_OK)
+        s = stoke_tmpfile_write(&out, trailer, sizeof trailer);
+    free(index);
+    free(target);
+    if (s == STOKE_OK)
+        return stoke_tmpfile_commit(&out);
+    stoke_tmpfile_abort(&out);
+    return s;
+}
