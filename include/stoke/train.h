@@ -193,11 +193,13 @@ typedef struct stoke_train_config {
     double gamma;           /* schedule step: the decay factor */
     double min_lr;          /* schedule cosine */
     bool augment;           /* augment images as `transforms` says */
-    char transforms[8];     /* the augmentation: crop (random crop, pad 2, + horizontal flip;
+    char transforms[16];    /* the augmentation: crop (random crop, pad 2, + horizontal flip;
                                the default) or rrc (RandomResizedCrop to the input size +
-                               flip; validation: the shorter side resized to 8/7 of it,
-                               then a centre crop, as torchvision's Resize(256) +
-                               CenterCrop(224)) */
+                               flip, on the original images where the dataset has them;
+                               validation: the shorter side resized to 8/7 of it, then a
+                               centre crop, as torchvision's Resize(256) +
+                               CenterCrop(224)); crop+jitter and rrc+jitter add a color
+                               jitter (brightness, contrast, saturation 0.4) */
     uint64_t seed;          /* shuffling, augmentation, initialization, dropout */
     char checkpoint[512];   /* "" = none; written every epoch, at the end, on SIGINT */
     char resume[512];       /* "" = start afresh */

@@ -96,7 +96,7 @@ static const struct key {
     D(gamma, 0, 1, NULL),
     D(min_lr, 0, 1e3, NULL),
     B(augment),
-    S(transforms, " crop rrc "),
+    S(transforms, " crop rrc crop+jitter rrc+jitter "),
     {"seed", T_U64, offsetof(stoke_train_config, seed), 0, 0, 0, "SEED", NULL, AUTO_NO},
     S(checkpoint, NULL),
     S(resume, NULL),

@@ -100,8 +100,8 @@ stoke_status train_open_data(stoke_trainer *t)
     double bytes = (double)n * (double)(t->info.input_bytes + t->info.target_bytes);
     /* RandomResizedCrop on images read from their originals draws a new window on the
      * original every epoch: decoded pixels held in memory would freeze it. */
-    bool originals =
-        c->augment && !strcmp(c->transforms, "rrc") && stoke_dataset_has_originals(t->train_src);
+    bool originals = c->augment && !strncmp(c->transforms, "rrc", 3) &&
+                     stoke_dataset_has_originals(t->train_src);
     bool in_memory = !originals && (avail == 0 || bytes <= avail / 4.0);
     if (!in_memory && !originals && c->limit > 0 &&
         (s = check_hold(c->dataset, "--limit", n, bytes, avail)) != STOKE_OK)

@@ -63,8 +63,11 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
 
 void train_aug_of(bool augment, const char *transforms, train_aug *train, train_aug *eval)
 {
-    bool rrc = augment && !strcmp(transforms, "rrc");
-    *train = !augment ? TRAIN_AUG_NONE : rrc ? TRAIN_AUG_RRC : TRAIN_AUG_CROP;
+    bool rrc = augment && !strncmp(transforms, "rrc", 3);
+    bool jitter = strstr(transforms, "+jitter") != NULL;
+    *train = !augment ? TRAIN_AUG_NONE
+             : rrc    ? (jitter ? TRAIN_AUG_RRC_JITTER : TRAIN_AUG_RRC)
+                      : (jitter ? TRAIN_AUG_CROP_JITTER : TRAIN_AUG_CROP);
     *eval = rrc ? TRAIN_AUG_RRC_EVAL : TRAIN_AUG_NONE;
 }
 
@@ -73,13 +76,22 @@ void train_transform_opts(const train_input *ti, train_aug aug, stoke_op *ops,
 {
     int n = 0;
     int64_t h = ti->model_shape.dims[1], w = ti->model_shape.dims[2];
-    if (aug == TRAIN_AUG_CROP)
+    bool crop = aug == TRAIN_AUG_CROP || aug == TRAIN_AUG_CROP_JITTER;
+    bool rrc = aug == TRAIN_AUG_RRC || aug == TRAIN_AUG_RRC_JITTER;
+    if (crop)
         ops[n++] = (stoke_op){.kind = STOKE_OP_CROP, .height = (int)h, .width = (int)w, .pad = 2};
-    if (aug == TRAIN_AUG_RRC)
+    if (rrc)
         ops[n++] =
             (stoke_op){.kind = STOKE_OP_RANDOM_RESIZED_CROP, .height = (int)h, .width = (int)w};
-    if (aug == TRAIN_AUG_CROP || aug == TRAIN_AUG_RRC)
+    if (crop || rrc)
         ops[n++] = (stoke_op){.kind = STOKE_OP_HFLIP};
+    /* timm's and the ImageNet recipes' color_jitter 0.4, torchvision's random order */
+    if (aug == TRAIN_AUG_CROP_JITTER || aug == TRAIN_AUG_RRC_JITTER)
+        ops[n++] = (stoke_op){.kind = STOKE_OP_COLOR_JITTER,
+                              .brightness = 0.4f,
+                              .contrast = 0.4f,
+                              .saturation = 0.4f,
+                              .random_order = true};
     if (aug == TRAIN_AUG_RRC_EVAL) {
         /* torchvision's Resize(256) + CenterCrop(224) for any input size: 8/7. */
         int64_t s = h < w ? h : w;

@@ -50,7 +50,7 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
                                 .batch_src = SRC("batch_size"),
                                 .in_memory = t->train_d != t->train_src,
                                 .cheap_transform = !c->augment || (t->input.in_dtype == STOKE_U8 &&
-                                                                   strcmp(c->transforms, "rrc")),
+                                                                   !strcmp(c->transforms, "crop")),
                                 .profiles = &t->profiles};
 #undef SRC
 }
@@ -327,15 +327,17 @@ static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
     char mean[64], std[64];
     train_format_floats(t->input.mean, t->input.channels, mean, sizeof mean);
     train_format_floats(t->input.std, t->input.channels, std, sizeof std);
-    bool orig = aug == TRAIN_AUG_RRC && stoke_dataset_has_originals(t->train_d);
-    train_info(t, "transforms: %snormalize (mean %s, std %s, from the training set)",
-               aug == TRAIN_AUG_RRC && orig ? "random resized crop (scale 0.08-1, ratio 3/4-4/3, "
-                                              "on the original images), horizontal flip, "
-               : aug == TRAIN_AUG_RRC       ? "random resized crop (scale 0.08-1, ratio 3/4-4/3), "
-                                              "horizontal flip, "
-               : aug == TRAIN_AUG_CROP      ? "random crop (pad 2), horizontal flip, "
-                                            : "",
-               mean, std);
+    bool rrc = aug == TRAIN_AUG_RRC || aug == TRAIN_AUG_RRC_JITTER;
+    bool orig = rrc && stoke_dataset_has_originals(t->train_d);
+    bool jitter = aug == TRAIN_AUG_RRC_JITTER || aug == TRAIN_AUG_CROP_JITTER;
+    train_info(t, "transforms: %s%snormalize (mean %s, std %s, from the training set)",
+               rrc && orig             ? "random resized crop (scale 0.08-1, ratio 3/4-4/3, "
+                                         "on the original images), horizontal flip, "
+               : rrc                   ? "random resized crop (scale 0.08-1, ratio 3/4-4/3), "
+                                         "horizontal flip, "
+               : aug != TRAIN_AUG_NONE ? "random crop (pad 2), horizontal flip, "
+                                       : "",
+               jitter ? "color jitter (brightness, contrast, saturation 0.4), " : "", mean, std);
     return STOKE_OK;
 }
 

@@ -32,19 +32,21 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
 
 /* What comes before the normalize: nothing, random crop (pad 2) + flip, or
  * RandomResizedCrop + flip for training and resize-shorter + centre crop for its
- * evaluation. */
+ * evaluation; the _JITTER ones add a color jitter after the flip. */
 typedef enum train_aug {
     TRAIN_AUG_NONE,
     TRAIN_AUG_CROP,
     TRAIN_AUG_RRC,
-    TRAIN_AUG_RRC_EVAL
+    TRAIN_AUG_RRC_EVAL,
+    TRAIN_AUG_CROP_JITTER,
+    TRAIN_AUG_RRC_JITTER
 } train_aug;
 
 /* The training and evaluation transforms of a config's augment + transforms. */
 void train_aug_of(bool augment, const char *transforms, train_aug *train, train_aug *eval);
 
 /* Transform options (what `aug` says, then normalize) for an image input. `ops` holds
- * at least 3. */
+ * at least 4. */
 void train_transform_opts(const train_input *ti, train_aug aug, stoke_op *ops,
                           stoke_transform_opts *o);
 

@@ -275,6 +275,20 @@ if [ $? -eq 0 ] && grep -q "decoded from the originals every epoch" "$out" && gr
 else
     fail "train --augment --transforms rrc"; show "$out" "$work/eval.txt"
 fi
+# the color jitter presets: named in the log, and a typo is refused with the choices
+"$stoke" train --dataset "$work/split" $imgs --augment --transforms rrc+jitter --max-steps 2 >"$out" 2>&1
+if [ $? -eq 0 ] && grep -q "^transforms: random resized crop (.*on the original images), horizontal flip, color jitter (brightness, contrast, saturation 0.4), normalize" "$out"; then
+    ok "train --transforms rrc+jitter"
+else
+    fail "train --transforms rrc+jitter"; show "$out"
+fi
+"$stoke" train --dataset "$work/split" $imgs --augment --transforms rrc+jiter >"$out" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "rrc+jitter" "$out"; then
+    ok "--transforms with a typo is refused, naming the choices"
+else
+    fail "--transforms rrc+jiter (exit $rc)"; show "$out"
+fi
 "$stoke" train --dataset "$work/split" $imgs --transforms rrc >"$out" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "transforms (--transforms rrc) picks the augmentation, which is off: add --augment" "$out"; then
