@@ -191,7 +191,8 @@ EOF
         --workers $list --seconds 1 >"$work/sigint.out" 2>"$work/sigint.err" &
     pid=$!
     i=0
-    while [ "$(grep -c '^ *[01] ' "$work/sigint.out" 2>/dev/null)" -lt 1 ] && [ $i -lt 600 ]; do
+    rows() { n=$(grep -c '^ *[01] ' "$work/sigint.out" 2>/dev/null); echo "${n:-0}"; }
+    while [ "$(rows)" -lt 1 ] && [ $i -lt 600 ]; do
         sleep 0.1
         i=$((i + 1))
     done
@@ -199,7 +200,7 @@ EOF
     wait $pid
     rc=$?
     [ $rc -eq 130 ] || fail "sigint: exit $rc, expected 130: $(cat "$work/sigint.err")"
-    n=$(grep -c '^ *[01] ' "$work/sigint.out")
+    n=$(rows)
     [ "$n" -ge 1 ] && [ "$n" -lt 40 ] || fail "sigint: $n rows, expected a partial table"
     has sigint.out "the loader can feed a model"
 else
