@@ -58,8 +58,8 @@ torch = {int(k[7:]): float(v) for k, v in kv("torch").items()}
 print("".join(l for l in open(f"{out}/torch") if l[0] == "#"), end="")
 decode = float(dec["decode_images_per_s"])
 print(f"\nfolder: {dec['decode_images']} JPEGs, mean {dec['decode_mean_kb']} KB\n")
-print(f"{'pipeline':58} {'workers':>7} {'images/s':>9} {'per core':>9}")
-print(f"{'a. decode only (TurboJPEG, whole image, 1 thread)':58} {'-':>7} {decode:9.0f} "
+print(f"{'pipeline':66} {'workers':>7} {'images/s':>9} {'per core':>9}")
+print(f"{'a. decode only (TurboJPEG, whole image, 1 thread)':66} {'-':>7} {decode:9.0f} "
       f"{decode:9.0f}")
 rows = {}
 for name, label in (("stoke", "as stoke train runs it"), ("stoke_nohold", "--hold no")):
@@ -67,12 +67,12 @@ for name, label in (("stoke", "as stoke train runs it"), ("stoke_nohold", "--hol
     for r in d["rows"]:
         per = r["samples_per_s"] / max(r["workers"], 1)
         held = "held in memory" if d["memory"]["held"] else "decoded every epoch"
-        print(f"{'b. stoke data bench, ' + label + ' (' + held + ')':58} {r['workers']:7d} "
+        print(f"{'b. stoke data bench, ' + label + ' (' + held + ')':66} {r['workers']:7d} "
               f"{r['samples_per_s']:9.0f} {per:9.0f}")
     b = d["best"]
     rows[name] = (b["samples_per_s"], b["samples_per_s"] / max(b["workers"], 1), held)
 for w, v in sorted(torch.items()):
-    print(f"{'c. torchvision DataLoader, RRC + flip + ToTensor + Normalize':58} {w:7d} {v:9.0f} "
+    print(f"{'c. torchvision DataLoader, RRC + flip + ToTensor + Normalize':66} {w:7d} {v:9.0f} "
           f"{v / max(w, 1):9.0f}")
 tw = max(torch, key=torch.get)
 tper = torch[tw] / max(tw, 1)
