@@ -61,19 +61,25 @@ static unsigned char *jg_pixels(int w, int h, uint64_t seed)
     return p;
 }
 
-/* jg_pixels as a 4:2:0 JPEG of `quality`: *out (free with tjFree) and *len. False on
- * failure. */
-static int jg_jpeg(int w, int h, uint64_t seed, int quality, unsigned char **out,
-                   unsigned long *len)
+/* jg_pixels as a JPEG of `quality` and subsampling `samp` (TJSAMP_*): *out (free with
+ * tjFree) and *len. False on failure. */
+static inline int jg_jpeg_samp(int w, int h, uint64_t seed, int quality, int samp,
+                               unsigned char **out, unsigned long *len)
 {
     unsigned char *p = jg_pixels(w, h, seed);
     tjhandle tj = tjInitCompress();
-    int ok =
-        p && tj && tjCompress2(tj, p, w, 0, h, TJPF_RGB, out, len, TJSAMP_420, quality, 0) == 0;
+    int ok = p && tj && tjCompress2(tj, p, w, 0, h, TJPF_RGB, out, len, samp, quality, 0) == 0;
     if (tj)
         tjDestroy(tj);
     free(p);
     return ok;
+}
+
+/* The same, 4:2:0 (what cameras and most datasets store). */
+static inline int jg_jpeg(int w, int h, uint64_t seed, int quality, unsigned char **out,
+                          unsigned long *len)
+{
+    return jg_jpeg_samp(w, h, seed, quality, TJSAMP_420, out, len);
 }
 
 #endif

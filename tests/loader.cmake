@@ -29,6 +29,10 @@ add_executable(stoke_bench_resize ${PROJECT_SOURCE_DIR}/bench/resize_bench.c)
 target_include_directories(stoke_bench_resize PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(stoke_bench_resize PRIVATE _GNU_SOURCE)
 target_link_libraries(stoke_bench_resize PRIVATE stoke_lib)
+# RandomResizedCrop and the validation transform on the originals (partial, scaled JPEG
+# decode); the part "pillow" compares with Pillow.
+stoke_unit_test(test_originals test_originals.c)
+stoke_part_test(test_originals pillow)
 # the decode-only limit of bench/image_pipeline.sh (not a test)
 add_executable(stoke_bench_decode ${PROJECT_SOURCE_DIR}/bench/jpeg_decode_bench.c)
 target_link_libraries(stoke_bench_decode PRIVATE PkgConfig::TURBOJPEG)

@@ -3,12 +3,18 @@
 #ifndef STOKE_DATASET_IMPL_H
 #define STOKE_DATASET_IMPL_H
 
+#include "data/decode.h"
 #include "stoke/data.h"
 
 typedef struct stoke_dataset_vt {
     /* Reads sample i (0 <= i < count, already checked) into input/target (target may
      * be NULL). Must be thread-safe. */
     stoke_status (*read)(stoke_dataset *d, int64_t i, void *input, void *target);
+    /* Optional (image datasets): reads sample i's image from its original, the part
+     * fn picks once the original's size is known, into input (the window's out
+     * sizes x the dataset's channels, u8 HWC), and the target as read does. */
+    stoke_status (*read_window)(stoke_dataset *d, int64_t i, stoke_image_window_fn fn, void *ctx,
+                                void *input, void *target);
     void (*close)(stoke_dataset *d); /* frees d->impl; not d itself */
     /* Optional (NULL: stoke_dataset_class_counts reads every sample): fills
      * counts[0..num_classes) faster than reading every sample would. */
@@ -37,9 +43,5 @@ stoke_status stoke_records_open(stoke_dataset *d, const char *path, const stoke_
  * .jpg/.jpeg/.png files. */
 bool stoke_hdf5_sniff(const char *path);
 bool stoke_images_sniff(const char *path, const stoke_dataset_opts *o);
-/* The DCT scaling an image folder decodes a w x h JPEG with, to be resized to ow x oh:
- * 1/denom, denom the largest of 1, 2, 4, 8 that leaves at least ow x oh pixels
- * (TJSCALED: sizes rounded up). */
-int stoke_images_jpeg_denom(int w, int h, int ow, int oh);
 
 #endif

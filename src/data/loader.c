@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "data/dataset_impl.h"
+#include "data/transform_impl.h"
 #include "stoke/data.h"
 #include "stoke/hw.h"
 #include "stoke/monitor.h"
@@ -69,6 +70,7 @@ struct stoke_loader {
     uint64_t seed;
     int64_t bs;
     size_t raw_bytes, in_bytes, tg_bytes; /* per sample: as read, in the slot, target */
+    bool originals; /* samples read from the originals (stoke_transform_read) */
     stoke_shape in_shape;
     stoke_dtype in_dtype;
     int K;
@@ -201,14 +203,16 @@ static stoke_status run_chunk(stoke_loader *l, worker *w, const chunk *c, int64_
         int64_t i = s->samples[j];
         unsigned char *dst = s->inputs + (size_t)j * l->in_bytes;
         void *tg = l->tg_bytes ? s->targets + (size_t)j * l->tg_bytes : NULL;
-        stoke_status st = l->d->vt->read(l->d, i, l->tf ? w->raw : dst, tg);
+        stoke_status st = l->originals ? stoke_transform_read(l->tf, l->d, i, w->raw, dst, tg,
+                                                              w->scratch, l->seed, s->epoch)
+                                       : l->d->vt->read(l->d, i, l->tf ? w->raw : dst, tg);
         if (st != STOKE_OK) {
             *pos = j;
             snprintf(msg, msize, "%s (sample %" PRId64 ", batch %" PRId64 " of epoch %" PRId64 ")",
                      stoke_last_error(), i, s->index, s->epoch);
             return st;
         }
-        if (l->tf)
+        if (l->tf && !l->originals)
             stoke_transform_apply(l->tf, w->raw, dst, w->scratch, l->seed, s->epoch, i);
         if (l->delay_ns)
             spend_cpu(l->delay_ns);
@@ -514,6 +518,12 @@ stoke_status stoke_loader_create(stoke_dataset *d, const stoke_loader_opts *o, s
                            " bytes does not match the dataset's samples of %zu bytes",
                            stoke_shape_elems(&to.in_shape) * (int64_t)stoke_dtype_size(to.in_dtype),
                            info->input_bytes);
+        if (st == STOKE_OK && stoke_transform_on_originals(l->tf, d)) {
+            l->originals = true;
+            size_t wb = stoke_transform_window_bytes(l->tf);
+            if (wb > l->raw_bytes)
+                l->raw_bytes = wb;
+        }
         if (st == STOKE_OK) {
             l->in_bytes = stoke_transform_out_bytes(l->tf);
             l->in_shape = stoke_transform_out_shape(l->tf);

@@ -51,12 +51,25 @@ static double rz_triangle(double x)
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-static bool rz_coeffs_make(int in_size, int out_size, rz_coeffs *co)
+/* Output pixel xx's first source coordinate and count: Pillow's precompute_coeffs with
+ * a box (center = in0 + (off + xx + 0.5) * scale), the filter clipped to [lo, hi). */
+static void rz_bound(const stoke_resize_axis *a, double scale, double support, int xx,
+                     double *center, int *xmin, int *xmax)
 {
-    double scale = (double)in_size / out_size;
+    *center = a->in0 + (a->off + xx + 0.5) * scale;
+    int lo = (int)(*center - support + 0.5), hi = (int)(*center + support + 0.5);
+    *xmin = lo < a->lo ? a->lo : lo;
+    *xmax = (hi > a->hi ? a->hi : hi) - *xmin;
+}
+
+static double rz_scale(const stoke_resize_axis *a) { return (a->in1 - a->in0) / a->virt; }
+
+static bool rz_coeffs_make(const stoke_resize_axis *a, int origin, rz_coeffs *co)
+{
+    double scale = rz_scale(a);
     double filterscale = scale < 1.0 ? 1.0 : scale;
     double support = 1.0 * filterscale;
-    int ksize = (int)ceil(support) * 2 + 1;
+    int ksize = (int)ceil(support) * 2 + 1, out_size = a->out;
     co->ksize = ksize;
     co->bounds = malloc(sizeof(int) * 2 * (size_t)out_size);
     co->k = malloc(sizeof(int) * (size_t)ksize * (size_t)out_size);
@@ -66,14 +79,9 @@ static bool rz_coeffs_make(int in_size, int out_size, rz_coeffs *co)
         return false;
     }
     for (int xx = 0; xx < out_size; xx++) {
-        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
-        int xmin = (int)(center - support + 0.5);
-        if (xmin < 0)
-            xmin = 0;
-        int xmax = (int)(center + support + 0.5);
-        if (xmax > in_size)
-            xmax = in_size;
-        xmax -= xmin;
+        double center, ww = 0.0, ss = 1.0 / filterscale;
+        int xmin, xmax;
+        rz_bound(a, scale, support, xx, &center, &xmin, &xmax);
         for (int x = 0; x < xmax; x++) {
             w[x] = rz_triangle((x + xmin - center + 0.5) * ss);
             ww += w[x];
@@ -84,11 +92,28 @@ static bool rz_coeffs_make(int in_size, int out_size, rz_coeffs *co)
             k[x] = (int)(v < 0 ? -0.5 + v * (1 << RZ_PRECISION_BITS)
                                : 0.5 + v * (1 << RZ_PRECISION_BITS));
         }
-        co->bounds[2 * xx] = xmin;
-        co->bounds[2 * xx + 1] = xmax;
+        /* the passes index the buffer, whose first pixel is coordinate `origin` */
+        co->bounds[2 * xx] = xmin - origin;
+        co->bounds[2 * xx + 1] = xmax < 0 ? 0 : xmax;
     }
     free(w);
     return true;
+}
+
+void stoke_resize_span(const stoke_resize_axis *a, int *first, int *end)
+{
+    double scale = rz_scale(a), support = scale < 1.0 ? 1.0 : scale, c;
+    int x0, n0, x1, n1;
+    rz_bound(a, scale, support, 0, &c, &x0, &n0);
+    rz_bound(a, scale, support, a->out - 1, &c, &x1, &n1);
+    *first = x0;
+    *end = x1 + (n1 < 0 ? 0 : n1);
+}
+
+stoke_resize_axis stoke_resize_whole(int in, int out)
+{
+    return (stoke_resize_axis){
+        .in0 = 0, .in1 = in, .lo = 0, .hi = in, .virt = out, .off = 0, .out = out};
 }
 
 static void rz_coeffs_free(rz_coeffs *co)
@@ -310,6 +335,23 @@ __attribute__((target("avx2"))) static void rz_vert_avx2(const unsigned char *sr
 bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out, int ow, int oh,
                      int c)
 {
+    stoke_resize_axis ax = stoke_resize_whole(iw, ow), ay = stoke_resize_whole(ih, oh);
+    return stoke_resize_box_u8(in, iw, ih, 0, 0, &ax, &ay, out, c);
+}
+
+/* An axis the resize copies unchanged: Pillow skips such a pass (and would compute
+ * weights of exactly 1 and 0 if it did not). */
+static bool rz_identity(const stoke_resize_axis *a, int origin, int in_size)
+{
+    return a->in0 == 0 && a->in1 == a->out && a->virt == a->out && a->off == 0 && a->lo == 0 &&
+           a->hi == a->out && origin == 0 && in_size == a->out;
+}
+
+bool stoke_resize_box_u8(const unsigned char *in, int iw, int ih, int ox, int oy,
+                         const stoke_resize_axis *ax, const stoke_resize_axis *ay,
+                         unsigned char *out, int c)
+{
+    int ow = ax->out, oh = ay->out;
     rz_coeffs hx = {0}, vy = {0};
     unsigned char *tmp = NULL, *t = NULL, *ob = NULL;
 #if defined(__x86_64__)
@@ -317,12 +359,12 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
 #endif
     bool ok = false, simd = have_avx2();
     (void)simd; /* x86-64 only */
-    if (!rz_coeffs_make(iw, ow, &hx) || !rz_coeffs_make(ih, oh, &vy))
+    if (!rz_coeffs_make(ax, ox, &hx) || !rz_coeffs_make(ay, oy, &vy))
         goto done;
     /* Only the source rows the vertical pass reads go through the horizontal pass. */
     int y0 = vy.bounds[0], y1 = vy.bounds[2 * (oh - 1)] + vy.bounds[2 * (oh - 1) + 1];
     const unsigned char *src = in;
-    if (iw != ow) {
+    if (!rz_identity(ax, ox, iw)) {
         tmp = malloc((size_t)(y1 - y0) * (size_t)ow * (size_t)c);
         if (!tmp)
             goto done;
@@ -340,7 +382,7 @@ bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out
     } else {
         y0 = 0;
     }
-    if (ih != oh) {
+    if (!rz_identity(ay, oy, ih)) {
 #if defined(__x86_64__)
         if (simd)
             rz_vert_avx2(src, out, (size_t)ow * c, oh, y0, &vy);

@@ -3,13 +3,12 @@
  * f32/bf16/f16 in CHW or HWC, with a fused, vectorized pass for the common
  * u8 -> crop -> flip -> normalize -> f32 path.
  *
- * RandomResizedCrop works on the sample the dataset hands over. For image folders that
- * is the image decoded and resized to the dataset's size at read time (images.c), not
- * the original: the loader's slots, the sampler and the memory/records datasets all
- * rest on samples of one size, and the window is drawn from the (seed, epoch, index)
- * stream, which a dataset read does not see. Reading the folder at a size larger than
- * the output (image_height/width) keeps the detail the crop enlarges; the framing the
- * window picks is the original's, only stretched to the read size's aspect. */
+ * RandomResizedCrop (and the validation transform, resize of the shorter side + centre
+ * crop) works on the original image when the dataset can read one (image folders,
+ * packed JPEG records: read_window): stoke_transform_read draws the window on the
+ * original's size, as torchvision does, and the decoder produces only that window at
+ * the op's size (decode.c); the other ops then run on it. On other datasets (arrays,
+ * pixel records) they work on the sample as stored. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 
 #include "core/isa.h"
 #include "core/rng.h"
+#include "data/dataset_impl.h"
 #include "data/resize.h"
 #include "data/transform_impl.h"
 #include "stoke/data.h"
@@ -42,6 +42,11 @@ struct stoke_transform {
      * PIL images; u8_elems bytes of scratch hold the window and its resized copy. */
     bool u8_first;
     size_t u8_elems;
+    /* On originals (stoke_transform_read): how many leading ops the decoder's window
+     * does (1: RANDOM_RESIZED_CROP; 2: RESIZE_SHORTER + centre CROP; 0: none), the
+     * shorter side asked for, and the window's output size. */
+    int window_ops, shorter;
+    int win_h, win_w;
     /* Fused path: u8 input, ops a subsequence of CROP, HFLIP, NORMALIZE, f32 out. */
     fused_fn fused;
     int crop_op, flip_op;    /* their positions in ops, or -1 */
@@ -231,6 +236,8 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
                                 i, h, w, s);
                 break;
             }
+            if (i == 0)
+                t->shorter = s;
             /* Kept as the size it resizes to: what the later ops and the draw need. */
             if (w <= h)
                 op.width = s, op.height = (int)lng;
@@ -262,6 +269,14 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
     t->stage_elems = big * (size_t)t->C;
     if (t->u8_first)
         t->u8_elems = ((size_t)t->H * t->W + (size_t)t->ops[0].height * t->ops[0].width) * t->C;
+    const stoke_op *o0 = &t->ops[0], *o1 = &t->ops[1];
+    if (t->u8_first && o0->kind == STOKE_OP_RANDOM_RESIZED_CROP)
+        t->window_ops = 1, t->win_h = o0->height, t->win_w = o0->width;
+    /* The centre crop must lie inside the resized original whatever its aspect. */
+    if (t->u8_first && o0->kind == STOKE_OP_RESIZE_SHORTER && t->nops >= 2 &&
+        o1->kind == STOKE_OP_CROP && o1->center && o1->pad == 0 && t->shorter >= o1->height &&
+        t->shorter >= o1->width)
+        t->window_ops = 2, t->win_h = o1->height, t->win_w = o1->width;
     if (fusable)
         t->fused = have_avx2() ? fused_avx2 : fused_default;
     *out = t;
@@ -324,12 +339,23 @@ static void rrc_window(stoke_rng *r, int H, int W, const stoke_op *op, op_params
     q->win_h = h, q->win_w = w;
 }
 
-void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch, int64_t index,
-                          stoke_op_draw *p)
+/* torchvision's _compute_resized_output_size: the shorter side to s, the longer
+ * truncated. */
+static void shorter_size(int s, int h, int w, int *oh, int *ow)
+{
+    int64_t lng = (int64_t)s * (h > w ? h : w) / (h > w ? w : h);
+    if (w <= h)
+        *ow = s, *oh = (int)lng;
+    else
+        *oh = s, *ow = (int)lng;
+}
+
+/* The draws of a sample whose input is h x w: the dataset's shape, or an original's. */
+static void draw_sized(const stoke_transform *t, uint64_t seed, int64_t epoch, int64_t index, int h,
+                       int w, stoke_op_draw *p)
 {
     memset(p, 0, (size_t)t->nops * sizeof *p);
     stoke_rng r = {stoke_stream_key(seed ^ TRANSFORM_DOMAIN, (uint64_t)epoch, (uint64_t)index), 0};
-    int h = t->H, w = t->W;
     for (int i = 0; i < t->nops; i++) {
         const stoke_op *op = &t->ops[i];
         op_params *q = &p[i];
@@ -368,9 +394,20 @@ void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch
             rrc_window(&r, h, w, op, q);
             h = op->height, w = op->width;
             break;
-        case STOKE_OP_RESIZE_SHORTER: h = op->height, w = op->width; break;
+        case STOKE_OP_RESIZE_SHORTER:
+            if (i == 0)
+                shorter_size(t->shorter, h, w, &h, &w);
+            else
+                h = op->height, w = op->width;
+            break;
         }
     }
+}
+
+void stoke_transform_draw(const stoke_transform *t, uint64_t seed, int64_t epoch, int64_t index,
+                          stoke_op_draw *p)
+{
+    draw_sized(t, seed, epoch, index, t->H, t->W, p);
 }
 
 /* ---- the fused pass --------------------------------------------------------------- */
@@ -570,13 +607,17 @@ static bool u8_resample(const stoke_transform *t, const uint8_t *in, uint8_t *wi
     return stoke_resize_u8(src, sw, sh, out8, op->width, op->height, t->C);
 }
 
+/* The ops from k0 on; k0 > 0: `in` is the u8 HWC window the decoder made of an original
+ * (stoke_transform_read), t->win_h x t->win_w. */
 static void general_apply(const stoke_transform *t, const void *in, void *out, float *a, float *b,
-                          uint8_t *u8, const op_params *p)
+                          uint8_t *u8, const op_params *p, int k0)
 {
     const int C = t->C;
-    int h = t->H, w = t->W, k0 = 0;
+    int h = t->H, w = t->W;
     bool hwc = t->in_hwc;
-    if (t->u8_first) {
+    if (k0 > 0) {
+        h = t->win_h, w = t->win_w, hwc = true;
+    } else if (t->u8_first) {
         uint8_t *out8 = u8 + (size_t)t->H * t->W * C;
         if (!u8_resample(t, in, u8, out8, &p[0]))
             memset(out8, 0, (size_t)t->ops[0].height * t->ops[0].width * C);
@@ -678,6 +719,62 @@ void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, 
         return;
     }
     float *a = scratch, *b = a + t->stage_elems;
-    general_apply(t, in, out, a, b, (uint8_t *)(b + t->stage_elems), p);
+    general_apply(t, in, out, a, b, (uint8_t *)(b + t->stage_elems), p, 0);
     free(own);
+}
+
+/* ---- on originals ------------------------------------------------------------------ */
+
+typedef struct window_ctx {
+    const stoke_transform *t;
+    uint64_t seed;
+    int64_t epoch, index;
+    op_params *p;
+} window_ctx;
+
+/* The decoder's window for an original of src_w x src_h: drawn from the sample's stream
+ * on that size (so every later op's draw follows as on a stored sample). */
+static void window_of(void *ctx, int src_w, int src_h, stoke_image_window *win)
+{
+    window_ctx *c = ctx;
+    const stoke_transform *t = c->t;
+    draw_sized(t, c->seed, c->epoch, c->index, src_h, src_w, c->p);
+    memset(win, 0, sizeof *win);
+    if (t->window_ops == 1) { /* crop, then resize the crop alone */
+        const op_params *q = &c->p[0];
+        win->x = stoke_resize_whole(q->win_w, t->win_w);
+        win->y = stoke_resize_whole(q->win_h, t->win_h);
+        win->x0 = q->crop_j, win->y0 = q->crop_i;
+    } else { /* resize the whole, then keep the centre */
+        int rh, rw;
+        shorter_size(t->shorter, src_h, src_w, &rh, &rw);
+        win->x = stoke_resize_whole(src_w, rw);
+        win->y = stoke_resize_whole(src_h, rh);
+        win->x.off = c->p[1].crop_j, win->x.out = t->win_w;
+        win->y.off = c->p[1].crop_i, win->y.out = t->win_h;
+    }
+}
+
+bool stoke_transform_on_originals(const stoke_transform *t, const stoke_dataset *d)
+{
+    return t->window_ops > 0 && d->vt->read_window;
+}
+
+size_t stoke_transform_window_bytes(const stoke_transform *t)
+{
+    return (size_t)t->win_h * t->win_w * t->C;
+}
+
+stoke_status stoke_transform_read(const stoke_transform *t, stoke_dataset *d, int64_t i,
+                                  void *window, void *out, void *target, void *scratch,
+                                  uint64_t seed, int64_t epoch)
+{
+    op_params p[MAX_OPS];
+    window_ctx c = {t, seed, epoch, i, p};
+    stoke_status st = d->vt->read_window(d, i, window_of, &c, window, target);
+    if (st != STOKE_OK)
+        return st;
+    float *a = scratch, *b = a + t->stage_elems;
+    general_apply(t, window, out, a, b, NULL, p, t->window_ops);
+    return STOKE_OK;
 }
