@@ -21,3 +21,8 @@ set_tests_properties(data_e2e PROPERTIES FIXTURES_REQUIRED data_fixtures TIMEOUT
 add_test(NAME data_options_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/data_options.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/data-options-e2e)
+
+add_test(NAME data_bench_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/data_bench.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/data-bench-e2e)
+set_tests_properties(data_bench_e2e PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -33,3 +33,6 @@ target_link_libraries(stoke_bench_resize PRIVATE stoke_lib)
 # decode); the part "pillow" compares with Pillow.
 stoke_unit_test(test_originals test_originals.c)
 stoke_part_test(test_originals pillow)
+# the decode-only limit of bench/image_pipeline.sh (not a test)
+add_executable(stoke_bench_decode ${PROJECT_SOURCE_DIR}/bench/jpeg_decode_bench.c)
+target_link_libraries(stoke_bench_decode PRIVATE PkgConfig::TURBOJPEG)

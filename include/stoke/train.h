@@ -265,6 +265,34 @@ const char *stoke_cfg_source_name(stoke_cfg_source s); /* "default", "file", "en
 /* The configuration as one JSON object (malloc'd; NULL when out of memory). */
 char *stoke_train_config_json(const stoke_train_config *c);
 
+/* ---- The training input pipeline (input.c, data.c) ------------------------------
+ * What `stoke train` does to a training set's samples, for a program that runs its
+ * loader alone (`stoke data bench`) and must not build a second pipeline. */
+
+#define STOKE_TRAIN_MAX_OPS 4
+
+/* The transform `stoke train` runs on the samples of the training set `d` under c
+ * (augment, transforms; c->dataset names it in messages): its training transform or,
+ * with `eval`, its validation one, normalized by d's per-channel statistics as
+ * training computes them (this reads samples). *o points into ops. *image is false
+ * (and *o zeroed) for inputs fed to the model as read (float32 vectors). STOKE_ERR_ARG
+ * with stoke train's messages for inputs it cannot take or augmentation it refuses;
+ * the reads' errors (naming the file) otherwise. */
+stoke_status stoke_train_input_transform(const stoke_train_config *c, stoke_dataset *d, bool eval,
+                                         stoke_op ops[STOKE_TRAIN_MAX_OPS], stoke_transform_opts *o,
+                                         bool *image);
+
+/* Whether `stoke train` under c reads the training set d's samples from their original
+ * images every epoch: RandomResizedCrop (rrc, rrc+jitter) on a dataset that has them
+ * (stoke_dataset_has_originals). */
+bool stoke_train_reads_originals(const stoke_train_config *c, const stoke_dataset *d);
+
+/* Whether `stoke train` under c holds the training set d, `bytes` (inputs and targets as
+ * read), in memory when `available` bytes are (0: unknown): when it takes at most a
+ * quarter, unless it reads the originals. */
+bool stoke_train_holds_in_memory(const stoke_train_config *c, const stoke_dataset *d, double bytes,
+                                 uint64_t available);
+
 /* ---- The trainer -------------------------------------------------------------- */
 
 typedef enum stoke_train_event_kind {

@@ -67,6 +67,18 @@ struct stoke_dataset_opts;
 int cli_check_dataset_options(const char *cmd, const char *path, struct stoke_dataset *d,
                               const struct stoke_dataset_opts *given);
 
+/* cmd_data.c: the dataset option at argv[*i] (--split, --size, --channels, ...; see
+ * `stoke data --help`) into *o, moving *i past its value. -2 when argv[*i] is not one,
+ * -1 when it was taken, else the exit code (2) after printing the usage error. */
+int cli_data_option(int argc, char **argv, int *i, struct stoke_dataset_opts *o);
+/* Opens a dataset for `stoke data`: -1 when it opened, else the exit code after the
+ * message (2 for a bad option value or one the format does not use, 1 for a dataset
+ * that cannot be read). */
+int cli_data_open(const char *path, const struct stoke_dataset_opts *o, struct stoke_dataset **d);
+/* cmd_data_bench.c: `stoke data bench` (argv[1] is "bench"). */
+int cmd_data_bench(int argc, char **argv);
+void cmd_data_bench_usage(void);
+
 /* True if argv[i] is -h or --help. */
 bool cli_is_help(const char *arg);
 

@@ -1,5 +1,6 @@
 /* cmd_data.c - `stoke data info` (count, shapes, dtypes, class balance of a dataset)
- * and `stoke data convert` (any supported format to stoke packed records). */
+ * and `stoke data convert` (any supported format to stoke packed records); `stoke data
+ * bench` is cmd_data_bench.c. */
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
@@ -18,6 +19,8 @@ void cmd_data_usage(void)
 {
     puts("usage: stoke data info PATH [OPTIONS] [--json]\n"
          "       stoke data convert SRC DST [OPTIONS]\n"
+         "       stoke data bench PATH [OPTIONS] [--augment] [--transforms crop|rrc] [--eval]\n"
+         "                  [--workers N|LIST] [--batch-size N] [--seconds S] [--json] ...\n"
          "\n"
          "info     prints a dataset's sample count, input shape and dtype, target kind,\n"
          "         shape and dtype, and for class targets the number of classes and the\n"
@@ -25,6 +28,9 @@ void cmd_data_usage(void)
          "convert  writes every sample of SRC as a stoke packed-records file DST (the\n"
          "         fastest format to read), through a temporary file renamed into place:\n"
          "         a failure never leaves a partial DST and leaves an existing DST intact.\n"
+         "bench    runs the loader alone, as `stoke train` would on PATH, for each worker\n"
+         "         count: samples/s, per-batch wait, worker busy share, the best count\n"
+         "         (all its options: stoke data bench --help).\n"
          "\n"
          "PATH / SRC may be an IDX directory or file (plain or .gz), an NPY file, an HDF5\n"
          "file, a folder of class subfolders of images, or a packed-records file; the\n"
@@ -166,6 +172,44 @@ static void on_progress(void *arg, int64_t done, int64_t total)
     }
 }
 
+int cli_data_option(int argc, char **argv, int *i, stoke_dataset_opts *o)
+{
+    const char *a = argv[*i];
+    bool valued = strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0 ||
+                  strcmp(a, "--input-name") == 0 || strcmp(a, "--target-name") == 0 ||
+                  strcmp(a, "--size") == 0 || strcmp(a, "--channels") == 0;
+    if (!valued && strcmp(a, "--regression") != 0)
+        return -2;
+    if (valued && *i + 1 >= argc)
+        return cli_usage_error(CMD, "%s needs a value", a);
+    const char *v = valued ? argv[*i + 1] : NULL;
+    *i += valued;
+    if (strcmp(a, "--regression") == 0) {
+        o->regression = true;
+    } else if (strcmp(a, "--split") == 0) {
+        o->split = v;
+    } else if (strcmp(a, "--targets") == 0) {
+        o->targets_path = v;
+    } else if (strcmp(a, "--input-name") == 0) {
+        o->input_name = v;
+    } else if (strcmp(a, "--target-name") == 0) {
+        o->target_name = v;
+    } else if (strcmp(a, "--size") == 0) {
+        int h = 0, w = 0, used = 0;
+        if (sscanf(v, "%dx%d%n", &h, &w, &used) != 2 || v[used] || h < 1 || w < 1 || h > 65535 ||
+            w > 65535)
+            return cli_usage_error(CMD, "--size takes HxW, e.g. 224x224, not '%s'", v);
+        o->image_height = h;
+        o->image_width = w;
+    } else {
+        long c;
+        if (!cli_parse_long(v, 1, 3, &c) || c == 2)
+            return cli_usage_error(CMD, "--channels takes 1 or 3, not '%s'", v);
+        o->image_channels = (int)c;
+    }
+    return -1;
+}
+
 /* Parses the shared options; collects positional arguments into pos. Returns -1 when
  * all is well, else the exit code. */
 static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, bool *json,
@@ -178,42 +222,20 @@ static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, 
             cmd_data_usage();
             return 0;
         }
-        bool valued = strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0 ||
-                      strcmp(a, "--input-name") == 0 || strcmp(a, "--target-name") == 0 ||
-                      strcmp(a, "--size") == 0 || strcmp(a, "--channels") == 0 ||
-                      (store && strcmp(a, "--store") == 0);
-        if (valued && i + 1 >= argc)
-            return cli_usage_error(CMD, "%s needs a value", a);
-        const char *v = valued ? argv[i + 1] : NULL;
-        i += valued;
+        int rc = cli_data_option(argc, argv, &i, o);
+        if (rc >= 0)
+            return rc;
+        if (rc == -1)
+            continue;
         if (strcmp(a, "--json") == 0 && json) {
             *json = true;
         } else if (store && strcmp(a, "--store") == 0) {
+            if (i + 1 >= argc)
+                return cli_usage_error(CMD, "%s needs a value", a);
+            const char *v = argv[++i];
             if (strcmp(v, "pixels") && strcmp(v, "jpeg"))
                 return cli_usage_error(CMD, "--store takes pixels or jpeg, not '%s'", v);
             *store = strcmp(v, "jpeg") ? STOKE_STORE_PIXELS : STOKE_STORE_JPEG;
-        } else if (strcmp(a, "--regression") == 0) {
-            o->regression = true;
-        } else if (strcmp(a, "--split") == 0) {
-            o->split = v;
-        } else if (strcmp(a, "--targets") == 0) {
-            o->targets_path = v;
-        } else if (strcmp(a, "--input-name") == 0) {
-            o->input_name = v;
-        } else if (strcmp(a, "--target-name") == 0) {
-            o->target_name = v;
-        } else if (strcmp(a, "--size") == 0) {
-            int h = 0, w = 0, used = 0;
-            if (sscanf(v, "%dx%d%n", &h, &w, &used) != 2 || v[used] || h < 1 || w < 1 ||
-                h > 65535 || w > 65535)
-                return cli_usage_error(CMD, "--size takes HxW, e.g. 224x224, not '%s'", v);
-            o->image_height = h;
-            o->image_width = w;
-        } else if (strcmp(a, "--channels") == 0) {
-            long c;
-            if (!cli_parse_long(v, 1, 3, &c) || c == 2)
-                return cli_usage_error(CMD, "--channels takes 1 or 3, not '%s'", v);
-            o->image_channels = (int)c;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(CMD, "unknown option '%s' for %s", a, sub);
         } else if (*npos < max_pos) {
@@ -249,9 +271,7 @@ int cli_check_dataset_options(const char *cmd, const char *path, stoke_dataset *
                            idx && !idx_dir ? " (a single file)" : "");
 }
 
-/* Opens a dataset; -1 when it opened, else the exit code (2 for a bad option value such
- * as --split or one the format does not use, 1 for a dataset that cannot be read). */
-static int open_dataset(const char *path, const stoke_dataset_opts *o, stoke_dataset **d)
+int cli_data_open(const char *path, const stoke_dataset_opts *o, stoke_dataset **d)
 {
     stoke_status s = stoke_dataset_open(path, o, d);
     if (s == STOKE_OK) {
@@ -277,7 +297,7 @@ static int data_info(int argc, char **argv)
     if (rc >= 0)
         return rc;
     stoke_dataset *d;
-    rc = open_dataset(pos[0], &o, &d);
+    rc = cli_data_open(pos[0], &o, &d);
     if (rc >= 0)
         return rc;
     const stoke_dataset_info *f = stoke_dataset_get_info(d);
@@ -310,7 +330,7 @@ static int data_convert(int argc, char **argv)
     if (rc >= 0)
         return rc;
     stoke_dataset *d;
-    rc = open_dataset(pos[0], &o, &d);
+    rc = cli_data_open(pos[0], &o, &d);
     if (rc >= 0)
         return rc;
     const char *format = stoke_dataset_get_info(d)->format;
@@ -340,7 +360,7 @@ static int data_convert(int argc, char **argv)
 int cmd_data(int argc, char **argv)
 {
     if (argc < 2)
-        return cli_usage_error(CMD, "needs a subcommand: info or convert");
+        return cli_usage_error(CMD, "needs a subcommand: info, convert or bench");
     if (cli_is_help(argv[1])) {
         cmd_data_usage();
         return 0;
@@ -349,5 +369,7 @@ int cmd_data(int argc, char **argv)
         return data_info(argc, argv);
     if (strcmp(argv[1], "convert") == 0)
         return data_convert(argc, argv);
-    return cli_usage_error(CMD, "unknown subcommand '%s' (info or convert)", argv[1]);
+    if (strcmp(argv[1], "bench") == 0)
+        return cmd_data_bench(argc, argv);
+    return cli_usage_error(CMD, "unknown subcommand '%s' (info, convert or bench)", argv[1]);
 }

@@ -37,6 +37,18 @@ static stoke_status load_prefix(stoke_dataset *src, int64_t n, stoke_dataset **o
     return s;
 }
 
+bool stoke_train_reads_originals(const stoke_train_config *c, const stoke_dataset *d)
+{
+    return c->augment && !strncmp(c->transforms, "rrc", 3) && stoke_dataset_has_originals(d);
+}
+
+bool stoke_train_holds_in_memory(const stoke_train_config *c, const stoke_dataset *d, double bytes,
+                                 uint64_t available)
+{
+    return !stoke_train_reads_originals(c, d) &&
+           (available == 0 || bytes <= (double)available / 4.0);
+}
+
 /* Per-channel mean and std of the training inputs (in the [0, 1] scale for u8), over
  * at most 10,000 samples spread over the set, for the normalize transform. */
 stoke_status train_input_stats(stoke_dataset *d, train_input *ti)
@@ -92,17 +104,15 @@ stoke_status train_open_data(stoke_trainer *t)
     if (s != STOKE_OK)
         return s;
     t->info = *stoke_dataset_get_info(t->train_src);
-    /* Hold the data in memory when it takes at most a quarter of the available RAM:
-     * the loader then gathers batches without touching storage. */
+    /* Held in memory, the loader gathers batches without touching storage. */
     uint64_t avail =
         c->memory_budget > 0 ? (uint64_t)c->memory_budget : t->machine.mem.available_bytes;
     int64_t n = c->limit > 0 && c->limit < t->info.count ? c->limit : t->info.count;
     double bytes = (double)n * (double)(t->info.input_bytes + t->info.target_bytes);
     /* RandomResizedCrop on images read from their originals draws a new window on the
      * original every epoch: decoded pixels held in memory would freeze it. */
-    bool originals = c->augment && !strncmp(c->transforms, "rrc", 3) &&
-                     stoke_dataset_has_originals(t->train_src);
-    bool in_memory = !originals && (avail == 0 || bytes <= avail / 4.0);
+    bool originals = stoke_train_reads_originals(c, t->train_src);
+    bool in_memory = stoke_train_holds_in_memory(c, t->train_src, bytes, avail);
     if (!in_memory && !originals && c->limit > 0 &&
         (s = check_hold(c->dataset, "--limit", n, bytes, avail)) != STOKE_OK)
         return s;

@@ -61,6 +61,46 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
     return STOKE_OK;
 }
 
+stoke_status train_input_setup(train_input *ti, const stoke_train_config *c, const char *path,
+                               const stoke_dataset_info *info)
+{
+    stoke_status s = train_input_init(ti, &info->input_shape, info->input_dtype);
+    if (s != STOKE_OK)
+        return s;
+    if (c->augment && !ti->image) { /* not dropped without a word */
+        char sh[64];
+        return stoke_fail(STOKE_ERR_ARG,
+                          "augment (--augment): random crops and flips are for "
+                          "images, and %s has samples of %s",
+                          path, stoke_shape_format(&info->input_shape, sh, sizeof sh));
+    }
+    if (ti->image && !c->augment && strcmp(c->transforms, "crop"))
+        return stoke_fail(STOKE_ERR_ARG,
+                          "transforms (--transforms %s) picks the augmentation, which is off: "
+                          "add --augment",
+                          c->transforms);
+    return STOKE_OK;
+}
+
+stoke_status stoke_train_input_transform(const stoke_train_config *c, stoke_dataset *d, bool eval,
+                                         stoke_op ops[STOKE_TRAIN_MAX_OPS], stoke_transform_opts *o,
+                                         bool *image)
+{
+    train_input ti;
+    memset(o, 0, sizeof *o);
+    *image = false;
+    stoke_status s = train_input_setup(&ti, c, c->dataset, stoke_dataset_get_info(d));
+    if (s != STOKE_OK || !ti.image)
+        return s;
+    if ((s = train_input_stats(d, &ti)) != STOKE_OK)
+        return s;
+    train_aug aug, val;
+    train_aug_of(c->augment, c->transforms, &aug, &val);
+    train_transform_opts(&ti, eval ? val : aug, ops, o);
+    *image = true;
+    return STOKE_OK;
+}
+
 void train_aug_of(bool augment, const char *transforms, train_aug *train, train_aug *eval)
 {
     bool rrc = augment && !strncmp(transforms, "rrc", 3);

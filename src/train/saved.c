@@ -15,7 +15,7 @@ struct stoke_saved_model {
     stoke_model *model;
     int64_t batch;
     train_input input;
-    stoke_op ops[4];
+    stoke_op ops[STOKE_TRAIN_MAX_OPS];
     stoke_transform_opts topts;
     stoke_transform *transform;
     void *scratch;

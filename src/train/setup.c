@@ -297,23 +297,9 @@ static stoke_status open_resume(stoke_trainer *t, stoke_ckpt **ck, train_meta *m
 static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
 {
     const stoke_train_config *c = &t->cfg;
-    stoke_status s = train_input_init(&t->input, &t->info.input_shape, t->info.input_dtype);
-    if (s != STOKE_OK)
+    stoke_status s = train_input_setup(&t->input, c, c->dataset, &t->info);
+    if (s != STOKE_OK || !t->input.image)
         return s;
-    if (c->augment && !t->input.image) { /* not dropped without a word */
-        char sh[64];
-        return stoke_fail(STOKE_ERR_ARG,
-                          "augment (--augment): random crops and flips are for "
-                          "images, and %s has samples of %s",
-                          c->dataset, stoke_shape_format(&t->info.input_shape, sh, sizeof sh));
-    }
-    if (!t->input.image)
-        return STOKE_OK;
-    if (!c->augment && strcmp(c->transforms, "crop"))
-        return stoke_fail(STOKE_ERR_ARG,
-                          "transforms (--transforms %s) picks the augmentation, which is off: "
-                          "add --augment",
-                          c->transforms);
     if (meta) {
         memcpy(t->input.mean, meta->mean.v, (size_t)meta->mean.n * sizeof(float));
         memcpy(t->input.std, meta->std.v, (size_t)meta->std.n * sizeof(float));

@@ -30,6 +30,15 @@ stoke_status train_wrap_error(stoke_status s, const char *fmt, ...)
  * layout; f32 vectors as they are). STOKE_ERR_ARG for what cannot be trained on. */
 stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_dtype dtype);
 
+/* train_input_init for the training set at `path` (for messages) under c, and c's
+ * augmentation checked against it: STOKE_ERR_ARG for augment on inputs that are not
+ * images, and for transforms other than crop without augment. */
+stoke_status train_input_setup(train_input *ti, const stoke_train_config *c, const char *path,
+                               const stoke_dataset_info *info);
+
+/* data.c: per-channel mean and std of the training inputs for the normalize transform. */
+stoke_status train_input_stats(stoke_dataset *d, train_input *ti);
+
 /* What comes before the normalize: nothing, random crop (pad 2) + flip, or
  * RandomResizedCrop + flip for training and resize-shorter + centre crop for its
  * evaluation; the _JITTER ones add a color jitter after the flip. */
@@ -46,7 +55,7 @@ typedef enum train_aug {
 void train_aug_of(bool augment, const char *transforms, train_aug *train, train_aug *eval);
 
 /* Transform options (what `aug` says, then normalize) for an image input. `ops` holds
- * at least 4. */
+ * STOKE_TRAIN_MAX_OPS. */
 void train_transform_opts(const train_input *ti, train_aug aug, stoke_op *ops,
                           stoke_transform_opts *o);
 

@@ -39,7 +39,7 @@ struct stoke_trainer {
     stoke_dataset_info info;
     int64_t val_count;
     train_input input;
-    stoke_op ops[4], val_ops[4];
+    stoke_op ops[STOKE_TRAIN_MAX_OPS], val_ops[STOKE_TRAIN_MAX_OPS];
     stoke_transform_opts topts, val_topts;
     stoke_model_file *mf;
     stoke_graph *graph;
@@ -122,8 +122,6 @@ void train_info(stoke_trainer *t, const char *fmt, ...) __attribute__((format(pr
 /* data.c: opens the training and validation sets (held in memory when they fit),
  * printing the dataset and validation lines. */
 stoke_status train_open_data(stoke_trainer *t);
-/* Per-channel mean and std of the training inputs for the normalize transform. */
-stoke_status train_input_stats(stoke_dataset *d, train_input *ti);
 /* The actor-critic's action count (the largest first target value + 1) into *actions. */
 stoke_status train_count_actions(stoke_dataset *d, const char *path, int64_t *actions);
 /* Host bytes per sample of a loader's ring over d with these settings. */

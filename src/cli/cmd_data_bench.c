@@ -1,0 +1,547 @@
+/* cmd_data_bench.c - `stoke data bench`: the loader alone over a dataset, with the
+ * transform and the in-memory holding `stoke train` would use on it, timed for each
+ * worker count: what a user runs to learn whether the loader can feed a GPU that
+ * trains at X samples/s before renting one. */
+#include "cli/cli.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stoke/data.h"
+#include "stoke/hw.h"
+#include "stoke/train.h"
+
+#define CMD         "data"
+#define MAX_WORKERS 256
+#define MAX_COUNTS  64
+
+void cmd_data_bench_usage(void)
+{
+    puts("usage: stoke data bench PATH [DATASET OPTIONS] [TRANSFORM OPTIONS] [--workers N|LIST]\n"
+         "                        [--batch-size N] [--seconds S] [--hold auto|yes|no] [--json]\n"
+         "\n"
+         "Runs the loader alone over PATH as `stoke train` would (its transform, its\n"
+         "normalization from the data, shuffled batches, the data held in memory when\n"
+         "stoke train would hold it) for each worker count, and prints samples/s, batches/s,\n"
+         "the per-batch wait (average and p95), the workers' busy share and the rate a\n"
+         "model could be fed at, then the best worker count.\n"
+         "\n"
+         "Dataset options as `stoke data info`: --split, --size HxW, --channels C, --targets,\n"
+         "--input-name, --target-name, --regression.\n"
+         "Transform options (images):\n"
+         "  --augment             the training augmentation, as stoke train --augment\n"
+         "  --transforms crop|rrc which one: random crop (pad 2) + flip (default), or\n"
+         "                        RandomResizedCrop + flip (on the original images);\n"
+         "                        crop+jitter, rrc+jitter add a color jitter\n"
+         "  --eval                the validation transform instead of the training one\n"
+         "  --dtype f32|bf16|f16  the batches' element type (default f32)\n"
+         "  --layout nchw|nhwc    the batches' layout (default nchw)\n"
+         "  --seed N              shuffling and augmentation (default 1, as stoke train)\n"
+         "Loader options:\n"
+         "  --workers N|LIST      the worker counts to try, e.g. 4 or 0,2,4 (default: 0 to\n"
+         "                        the usable CPUs)\n"
+         "  --batch-size N        samples per batch (default 128, as stoke train)\n"
+         "  --seconds S           timed seconds per worker count, after a warm-up of\n"
+         "                        min(0.5, S/4) s (default 3)\n"
+         "  --hold auto|yes|no    hold the samples in memory: as stoke train decides (auto,\n"
+         "                        when they take at most a quarter of the available\n"
+         "                        memory), always, or never (read and decoded every epoch)\n"
+         "  --json                print one JSON document instead of the table\n"
+         "Exit: 0 success, 1 the dataset cannot be read (the message names the file), 2 a\n"
+         "usage error, 130 interrupted by SIGINT (the rows measured so far are printed).\n"
+         "Fields: docs/data.md.");
+}
+
+typedef struct bench_opts {
+    stoke_train_config cfg; /* augment, transforms, seed, batch size: as stoke train's */
+    stoke_dataset_opts data;
+    bool eval, json, transforms_given, image_flags;
+    stoke_dtype dtype;
+    stoke_image_layout layout;
+    int workers[MAX_COUNTS], nworkers;
+    double seconds;
+    int hold; /* -1 auto, 0 no, 1 yes */
+    const char *path;
+} bench_opts;
+
+typedef struct bench_row {
+    int workers;
+    int64_t samples, batches, epoch_ends;
+    double seconds, wait_avg_ms, wait_p95_ms, busy_share;
+} bench_row;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int parse_workers(const char *v, bench_opts *o)
+{
+    o->nworkers = 0;
+    const char *p = v;
+    while (*p) {
+        char num[16];
+        size_t n = strcspn(p, ",");
+        long w;
+        if (n == 0 || n >= sizeof num || o->nworkers == MAX_COUNTS)
+            return cli_usage_error(CMD,
+                                   "--workers takes a count or a list such as 0,2,4 "
+                                   "(at most %d), not '%s'",
+                                   MAX_COUNTS, v);
+        memcpy(num, p, n);
+        num[n] = '\0';
+        if (!cli_parse_long(num, 0, MAX_WORKERS, &w))
+            return cli_usage_error(CMD, "--workers: '%s' is not a count from 0 to %d", num,
+                                   MAX_WORKERS);
+        o->workers[o->nworkers++] = (int)w;
+        p += n + (p[n] == ',');
+        if (p[-1] == ',' && !*p)
+            return cli_usage_error(CMD, "--workers: '%s' ends with a comma", v);
+    }
+    return o->nworkers ? -1 : cli_usage_error(CMD, "--workers needs a value");
+}
+
+/* A train setting through stoke train's own parser, so values and messages agree. */
+static int set_cfg(bench_opts *o, const char *key, const char *flag, const char *v)
+{
+    if (stoke_train_config_set(&o->cfg, key, v, STOKE_CFG_FLAG) == STOKE_OK)
+        return -1;
+    return cli_usage_error(CMD, "%s: %s", flag, stoke_last_error());
+}
+
+static int parse(int argc, char **argv, bench_opts *o)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            cmd_data_bench_usage();
+            return 0;
+        }
+        int rc = cli_data_option(argc, argv, &i, &o->data);
+        if (rc >= 0)
+            return rc;
+        if (rc == -1)
+            continue;
+        bool valued = !strcmp(a, "--transforms") || !strcmp(a, "--dtype") ||
+                      !strcmp(a, "--layout") || !strcmp(a, "--workers") ||
+                      !strcmp(a, "--batch-size") || !strcmp(a, "--seconds") ||
+                      !strcmp(a, "--hold") || !strcmp(a, "--seed");
+        if (valued && i + 1 >= argc)
+            return cli_usage_error(CMD, "%s needs a value", a);
+        const char *v = valued ? argv[++i] : NULL;
+        rc = -1;
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--eval")) {
+            o->eval = o->image_flags = true;
+        } else if (!strcmp(a, "--augment")) {
+            rc = set_cfg(o, "augment", a, "true");
+        } else if (!strcmp(a, "--transforms")) {
+            o->transforms_given = true;
+            rc = set_cfg(o, "transforms", a, v);
+        } else if (!strcmp(a, "--seed")) {
+            rc = set_cfg(o, "seed", a, v);
+        } else if (!strcmp(a, "--dtype")) {
+            o->image_flags = true;
+            if (!strcmp(v, "f32"))
+                o->dtype = STOKE_F32;
+            else if (!strcmp(v, "bf16"))
+                o->dtype = STOKE_BF16;
+            else if (!strcmp(v, "f16"))
+                o->dtype = STOKE_F16;
+            else
+                return cli_usage_error(CMD, "--dtype takes f32, bf16 or f16, not '%s'", v);
+        } else if (!strcmp(a, "--layout")) {
+            o->image_flags = true;
+            if (!strcmp(v, "nchw"))
+                o->layout = STOKE_LAYOUT_CHW;
+            else if (!strcmp(v, "nhwc"))
+                o->layout = STOKE_LAYOUT_HWC;
+            else
+                return cli_usage_error(CMD, "--layout takes nchw or nhwc, not '%s'", v);
+        } else if (!strcmp(a, "--workers")) {
+            rc = parse_workers(v, o);
+        } else if (!strcmp(a, "--batch-size")) {
+            long b;
+            if (!cli_parse_long(v, 1, 1L << 20, &b))
+                return cli_usage_error(CMD, "--batch-size takes a count from 1 to %ld, not '%s'",
+                                       1L << 20, v);
+            o->cfg.batch_size = b;
+        } else if (!strcmp(a, "--seconds")) {
+            if (!cli_parse_double(v, 0.01, 86400, &o->seconds))
+                return cli_usage_error(CMD, "--seconds takes a time from 0.01 to 86400, not '%s'",
+                                       v);
+        } else if (!strcmp(a, "--hold")) {
+            o->hold = !strcmp(v, "auto") ? -1 : !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -2;
+            if (o->hold == -2)
+                return cli_usage_error(CMD, "--hold takes auto, yes or no, not '%s'", v);
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error(CMD, "unknown option '%s' for bench", a);
+        } else if (!o->path) {
+            o->path = a;
+        } else {
+            return cli_usage_error(CMD, "bench: unexpected argument '%s'", a);
+        }
+        if (rc >= 0)
+            return rc;
+    }
+    if (!o->path)
+        return cli_usage_error(CMD, "bench needs a PATH");
+    return -1;
+}
+
+/* The next batch, waiting in slices so that SIGINT is seen while a slow batch is
+ * being made. False when interrupted. */
+static bool next_batch(stoke_loader *l, stoke_batch *b, stoke_status *s)
+{
+    do {
+        if (interrupted)
+            return false;
+        *s = stoke_loader_next_timed(l, b, 0.1);
+    } while (*s == STOKE_ERR_TIMEOUT);
+    return true;
+}
+
+/* Seconds each worker (the consumer with 0 workers) spent loading, summed. */
+static double busy_seconds(const stoke_loader_stats *s)
+{
+    int n = s->workers > 0 ? s->workers : 1;
+    double t = 0;
+    for (int i = 0; i < n && i < 64; i++)
+        t += s->busy_frac[i] * s->elapsed_s;
+    return t;
+}
+
+/* One worker count: warm-up, then `seconds` of batches. 0 when the row is measured,
+ * 1 on a dataset error (message printed), 130 when interrupted. */
+static int run_one(stoke_dataset *d, const bench_opts *o, const stoke_transform_opts *t,
+                   int workers, bench_row *row)
+{
+    stoke_loader_opts lo = {
+        .sampler = {.batch_size = o->cfg.batch_size, .shuffle = true, .seed = o->cfg.seed},
+        .transform = t,
+        .workers = workers,
+    };
+    stoke_loader *l;
+    if (stoke_loader_create(d, &lo, &l) != STOKE_OK)
+        return cli_last_error(CMD);
+    memset(row, 0, sizeof *row);
+    row->workers = workers;
+    double warm = o->seconds / 4 < 0.5 ? o->seconds / 4 : 0.5;
+    uint64_t t0 = stoke_now_ns();
+    stoke_loader_stats s0, s1;
+    stoke_batch b;
+    stoke_status s = STOKE_OK;
+    bool measuring = false;
+    int rc = 0;
+    for (;;) {
+        if (!next_batch(l, &b, &s)) {
+            rc = 130;
+            break;
+        }
+        if (s != STOKE_OK) {
+            rc = cli_last_error(CMD);
+            break;
+        }
+        double el = (double)(stoke_now_ns() - t0) * 1e-9;
+        if (!measuring) {
+            if (b.size == 0 || el < warm)
+                continue;
+            stoke_loader_get_stats(l, &s0);
+            t0 = stoke_now_ns();
+            measuring = true;
+            continue;
+        }
+        row->epoch_ends += b.size == 0;
+        if (el >= o->seconds)
+            break;
+    }
+    if (rc == 0) {
+        stoke_loader_get_stats(l, &s1);
+        row->batches = s1.batches - s0.batches;
+        row->samples = s1.samples - s0.samples;
+        row->seconds = s1.elapsed_s - s0.elapsed_s;
+        if (row->batches > 0)
+            row->wait_avg_ms =
+                (s1.wait_avg_ms * (double)s1.batches - s0.wait_avg_ms * (double)s0.batches) /
+                (double)row->batches;
+        row->wait_p95_ms = s1.wait_p95_ms;
+        int n = workers > 0 ? workers : 1;
+        if (row->seconds > 0)
+            row->busy_share = (busy_seconds(&s1) - busy_seconds(&s0)) / (n * row->seconds);
+    }
+    stoke_loader_destroy(l);
+    return rc;
+}
+
+static double rate(int64_t n, double secs) { return secs > 0 ? (double)n / secs : 0; }
+
+typedef struct bench_setup {
+    const stoke_dataset_info *info;
+    bool held, image, originals;
+    double load_s, bytes;
+    uint64_t avail;
+    stoke_shape out_shape;
+    stoke_cpu_info cpu;
+    double load_avg;
+} bench_setup;
+
+static const char *transform_name(const bench_opts *o, const bench_setup *b)
+{
+    if (!b->image)
+        return "none (inputs fed as read)";
+    bool rrc = o->cfg.augment && !strncmp(o->cfg.transforms, "rrc", 3);
+    bool jitter = strstr(o->cfg.transforms, "+jitter") != NULL;
+    if (o->eval)
+        return rrc ? "validation: resize the shorter side + centre crop + normalize"
+                   : "validation: normalize";
+    if (!o->cfg.augment)
+        return "training: normalize";
+    if (rrc)
+        return jitter ? "training: random resized crop + flip + color jitter + normalize"
+                      : "training: random resized crop + flip + normalize";
+    return jitter ? "training: random crop (pad 2) + flip + color jitter + normalize"
+                  : "training: random crop (pad 2) + flip + normalize";
+}
+
+static int best_row(const bench_row *rows, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (best < 0 ||
+            rate(rows[i].samples, rows[i].seconds) > rate(rows[best].samples, rows[best].seconds))
+            best = i;
+    return best;
+}
+
+static cJSON *shape_json(const stoke_shape *s)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; k < s->ndim; k++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)s->dims[k]));
+    return a;
+}
+
+static void print_json(const bench_opts *o, const bench_setup *b, const bench_row *rows, int n)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "path", o->path);
+    cJSON_AddStringToObject(root, "format", b->info->format);
+    cJSON_AddNumberToObject(root, "count", (double)b->info->count);
+    cJSON *in = cJSON_AddObjectToObject(root, "input");
+    cJSON_AddItemToObject(in, "shape", shape_json(&b->info->input_shape));
+    cJSON_AddStringToObject(in, "dtype", stoke_dtype_name(b->info->input_dtype));
+    cJSON *m = cJSON_AddObjectToObject(root, "memory");
+    cJSON_AddStringToObject(m, "hold", o->hold < 0 ? "auto" : o->hold ? "yes" : "no");
+    cJSON_AddBoolToObject(m, "held", b->held);
+    cJSON_AddNumberToObject(m, "bytes", b->bytes);
+    cJSON_AddNumberToObject(m, "available_bytes", (double)b->avail);
+    cJSON_AddNumberToObject(m, "load_seconds", b->load_s);
+    cJSON *t = cJSON_AddObjectToObject(root, "transform");
+    cJSON_AddStringToObject(t, "name", transform_name(o, b));
+    cJSON_AddBoolToObject(t, "augment", o->cfg.augment);
+    cJSON_AddStringToObject(t, "transforms", o->cfg.transforms);
+    cJSON_AddBoolToObject(t, "eval", o->eval);
+    if (b->image) {
+        cJSON_AddItemToObject(t, "out_shape", shape_json(&b->out_shape));
+        cJSON_AddStringToObject(t, "out_dtype", stoke_dtype_name(o->dtype));
+        cJSON_AddStringToObject(t, "layout", o->layout == STOKE_LAYOUT_HWC ? "nhwc" : "nchw");
+    }
+    cJSON_AddNumberToObject(root, "batch_size", (double)o->cfg.batch_size);
+    cJSON_AddNumberToObject(root, "seed", (double)o->cfg.seed);
+    cJSON_AddNumberToObject(root, "seconds", o->seconds);
+    cJSON_AddStringToObject(root, "cpu", b->cpu.model);
+    cJSON_AddNumberToObject(root, "usable_cpus", b->cpu.usable_cpus);
+    cJSON_AddNumberToObject(root, "load_average", b->load_avg);
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < n; i++) {
+        const bench_row *r = &rows[i];
+        cJSON *e = cJSON_CreateObject();
+        double sps = rate(r->samples, r->seconds);
+        cJSON_AddNumberToObject(e, "workers", r->workers);
+        cJSON_AddNumberToObject(e, "samples", (double)r->samples);
+        cJSON_AddNumberToObject(e, "batches", (double)r->batches);
+        cJSON_AddNumberToObject(e, "epoch_ends", (double)r->epoch_ends);
+        cJSON_AddNumberToObject(e, "seconds", r->seconds);
+        cJSON_AddNumberToObject(e, "samples_per_s", sps);
+        cJSON_AddNumberToObject(e, "batches_per_s", rate(r->batches, r->seconds));
+        cJSON_AddNumberToObject(e, "wait_avg_ms", r->wait_avg_ms);
+        cJSON_AddNumberToObject(e, "wait_p95_ms", r->wait_p95_ms);
+        cJSON_AddNumberToObject(e, "busy_share", r->busy_share);
+        cJSON_AddNumberToObject(e, "feeds_samples_per_s", sps);
+        cJSON_AddItemToArray(arr, e);
+    }
+    int bi = best_row(rows, n);
+    if (bi >= 0) {
+        cJSON *e = cJSON_AddObjectToObject(root, "best");
+        cJSON_AddNumberToObject(e, "workers", rows[bi].workers);
+        cJSON_AddNumberToObject(e, "samples_per_s", rate(rows[bi].samples, rows[bi].seconds));
+    } else {
+        cJSON_AddNullToObject(root, "best");
+    }
+    cJSON_AddBoolToObject(root, "interrupted", interrupted != 0);
+    char *s = cJSON_Print(root);
+    if (s)
+        puts(s);
+    free(s);
+    cJSON_Delete(root);
+}
+
+static void print_header(const bench_opts *o, const bench_setup *b)
+{
+    char sh[96], x[32], y[32];
+    printf("dataset      %s (%s, %" PRId64 " samples of %s %s)\n", o->path, b->info->format,
+           b->info->count, stoke_shape_format(&b->info->input_shape, sh, sizeof sh),
+           stoke_dtype_name(b->info->input_dtype));
+    stoke_format_bytes(b->bytes, x, sizeof x);
+    stoke_format_bytes((double)b->avail, y, sizeof y);
+    if (b->held)
+        printf("memory       held in memory (%s; %s available; loaded in %.2f s)%s\n", x, y,
+               b->load_s, o->hold < 0 ? ", as stoke train holds it" : ", --hold yes");
+    else
+        printf("memory       read from storage every epoch%s (%s; %s available)%s\n",
+               b->originals ? ", the crop drawn on each original image" : "", x, y,
+               o->hold < 0 ? ", as stoke train reads it" : ", --hold no");
+    printf("transform    %s", transform_name(o, b));
+    if (b->image)
+        printf(" -> %s %s %s", stoke_shape_format(&b->out_shape, sh, sizeof sh),
+               stoke_dtype_name(o->dtype), o->layout == STOKE_LAYOUT_HWC ? "NHWC" : "NCHW");
+    printf("\nbatches      %" PRId64 " samples, shuffled, seed %" PRIu64
+           "; %.3g s per worker count after a warm-up\n",
+           o->cfg.batch_size, o->cfg.seed, o->seconds);
+    printf("cpu          %s, %d usable CPU%s, load average %.2f\n",
+           b->cpu.model[0] ? b->cpu.model : "?", b->cpu.usable_cpus,
+           b->cpu.usable_cpus == 1 ? "" : "s", b->load_avg);
+    printf("\n%7s %11s %10s %12s %12s %7s %16s\n", "workers", "samples/s", "batches/s",
+           "wait avg ms", "wait p95 ms", "busy %", "feeds samples/s");
+    fflush(stdout);
+}
+
+static void print_row(const bench_row *r)
+{
+    double sps = rate(r->samples, r->seconds);
+    printf("%7d %11.0f %10.1f %12.3f %12.3f %7.1f %16.0f\n", r->workers, sps,
+           rate(r->batches, r->seconds), r->wait_avg_ms, r->wait_p95_ms, 100 * r->busy_share, sps);
+    fflush(stdout);
+}
+
+static void print_best(const bench_row *rows, int n)
+{
+    int bi = best_row(rows, n);
+    if (bi < 0)
+        return;
+    double sps = rate(rows[bi].samples, rows[bi].seconds);
+    printf("\nbest: %d worker%s, %.0f samples/s\n", rows[bi].workers,
+           rows[bi].workers == 1 ? "" : "s", sps);
+    printf("the loader can feed a model that trains at up to %.0f samples/s with %d worker%s\n",
+           sps, rows[bi].workers, rows[bi].workers == 1 ? "" : "s");
+}
+
+/* The dataset opened, held in memory or not, and the transform made: -1 when ready,
+ * else the exit code. */
+static int setup(bench_opts *o, stoke_dataset **src, stoke_dataset **d, bench_setup *b,
+                 stoke_op *ops, stoke_transform_opts *t)
+{
+    int rc = cli_data_open(o->path, &o->data, src);
+    if (rc >= 0)
+        return rc;
+    b->info = stoke_dataset_get_info(*src);
+    b->bytes = (double)b->info->count * (double)(b->info->input_bytes + b->info->target_bytes);
+    stoke_mem_info mi = {0};
+    b->avail = stoke_mem_probe(NULL, &mi) == STOKE_OK ? mi.available_bytes : 0;
+    b->held =
+        o->hold < 0 ? stoke_train_holds_in_memory(&o->cfg, *src, b->bytes, b->avail) : o->hold == 1;
+    *d = *src;
+    if (b->held) {
+        uint64_t t0 = stoke_now_ns();
+        if (stoke_dataset_load(*src, d) != STOKE_OK)
+            return cli_last_error(CMD);
+        b->load_s = (double)(stoke_now_ns() - t0) * 1e-9;
+    }
+    stoke_status s = stoke_train_input_transform(&o->cfg, *d, o->eval, ops, t, &b->image);
+    if (s != STOKE_OK) /* the augmentation asked for does not fit the data: a usage error */
+        return s == STOKE_ERR_ARG && (o->cfg.augment || o->transforms_given)
+                   ? cli_usage_error(CMD, "%s", stoke_last_error())
+                   : cli_last_error(CMD);
+    if (!b->image && o->image_flags) {
+        char sh[64];
+        return cli_usage_error(CMD,
+                               "--eval, --dtype and --layout apply to images; %s has samples "
+                               "of %s %s",
+                               o->path, stoke_shape_format(&b->info->input_shape, sh, sizeof sh),
+                               stoke_dtype_name(b->info->input_dtype));
+    }
+    if (b->image) {
+        t->out_dtype = o->dtype;
+        t->out_layout = o->layout;
+        stoke_transform *tr;
+        if (stoke_transform_create(t, &tr) != STOKE_OK)
+            return cli_last_error(CMD);
+        b->out_shape = stoke_transform_out_shape(tr);
+        stoke_transform_destroy(tr);
+    }
+    if (stoke_cpu_probe(NULL, &b->cpu) != STOKE_OK || b->cpu.usable_cpus < 1)
+        b->cpu.usable_cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (!o->nworkers) {
+        int n = b->cpu.usable_cpus < MAX_COUNTS ? b->cpu.usable_cpus : MAX_COUNTS - 1;
+        for (int i = 0; i <= n; i++)
+            o->workers[o->nworkers++] = i;
+    }
+    double la[1];
+    b->load_avg = getloadavg(la, 1) == 1 ? la[0] : -1;
+    return -1;
+}
+
+int cmd_data_bench(int argc, char **argv)
+{
+    bench_opts o = {.dtype = STOKE_F32, .layout = STOKE_LAYOUT_CHW, .seconds = 3, .hold = -1};
+    stoke_train_config_defaults(&o.cfg);
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    snprintf(o.cfg.dataset, sizeof o.cfg.dataset, "%s", o.path);
+    stoke_dataset *src = NULL, *d = NULL;
+    bench_setup b = {0};
+    stoke_op ops[STOKE_TRAIN_MAX_OPS];
+    stoke_transform_opts t;
+    rc = setup(&o, &src, &d, &b, ops, &t);
+    bench_row rows[MAX_COUNTS];
+    int n = 0;
+    if (rc < 0) {
+        if (!o.json)
+            print_header(&o, &b);
+        /* Only around the runs: before, a SIGINT ends a long load at once, as it would
+         * stoke train's. */
+        struct sigaction sa = {.sa_handler = on_sigint};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        for (int i = 0; i < o.nworkers && rc < 0; i++) {
+            int r = run_one(d, &o, b.image ? &t : NULL, o.workers[i], &rows[n]);
+            if (r == 0 && !o.json)
+                print_row(&rows[n]);
+            n += r == 0;
+            if (r > 0)
+                rc = r;
+        }
+        signal(SIGINT, SIG_DFL);
+        if (rc != 1) {
+            if (o.json)
+                print_json(&o, &b, rows, n);
+            else
+                print_best(rows, n);
+        }
+        rc = rc < 0 ? 0 : rc;
+    }
+    if (d != src)
+        stoke_dataset_close(d);
+    stoke_dataset_close(src);
+    return rc;
+}
