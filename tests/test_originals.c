@@ -174,11 +174,8 @@ static stoke_transform *make_t(int H, int W, const stoke_op *ops, int n)
 
 /* The windows come from the original's size: a transform made for that size draws the
  * same ones, and every later op's draws follow. */
-static void case_windows_on_originals(stoke_dataset *d)
+static void case_windows_on_originals(stoke_dataset *d, const stoke_op *ops)
 {
-    stoke_op ops[3] = {{.kind = STOKE_OP_RANDOM_RESIZED_CROP, .height = 40, .width = 48},
-                       {.kind = STOKE_OP_HFLIP},
-                       {.kind = STOKE_OP_COLOR_JITTER, .brightness = 0.4f, .hue = 0.1f}};
     stoke_transform *t = make_t(64, 64, ops, 3);
     CHECK(t && stoke_transform_on_originals(t, d));
     if (!t)
@@ -188,7 +185,7 @@ static void case_windows_on_originals(stoke_dataset *d)
     float *out = malloc(ob), *ref = malloc(ob), *scratch = malloc(sb);
     for (int k = 0; k < NORIG; k++) {
         int W = orig[k][0], H = orig[k][1];
-        stoke_transform *big = make_t(H, W, ops, 3);
+        stoke_transform *big = make_t(H, W, ops, 3); /* op by op: not the fused pass */
         for (int e = 0; e < 3; e++) {
             CHECK_INT_EQ(stoke_transform_read(t, d, k, win, out, NULL, scratch, 5, e), STOKE_OK);
             /* the reference: the whole original decoded, then the transform made for its
@@ -452,7 +449,15 @@ int main(int argc, char **argv)
     case_partial_exact();
     stoke_dataset *d = make_folder();
     if (d) {
-        case_windows_on_originals(d);
+        /* the ops after the window: the op-by-op pass (jitter), and the fused one */
+        const stoke_op jit[3] = {{.kind = STOKE_OP_RANDOM_RESIZED_CROP, .height = 40, .width = 48},
+                                 {.kind = STOKE_OP_HFLIP},
+                                 {.kind = STOKE_OP_COLOR_JITTER, .brightness = 0.4f, .hue = 0.1f}};
+        const stoke_op fus[3] = {{.kind = STOKE_OP_RANDOM_RESIZED_CROP, .height = 40, .width = 48},
+                                 {.kind = STOKE_OP_HFLIP},
+                                 {.kind = STOKE_OP_NORMALIZE, .std = {1, 1, 1}}};
+        case_windows_on_originals(d, jit);
+        case_windows_on_originals(d, fus);
         case_loader(d);
         case_truncated(d);
     }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stoke/data.h"
@@ -73,6 +74,7 @@ typedef struct bench_row {
     int workers;
     int64_t samples, batches, epoch_ends;
     double seconds, wait_avg_ms, wait_p95_ms, busy_share;
+    double cpu_seconds; /* this process's CPU (every thread's) over the timed window */
 } bench_row;
 
 static volatile sig_atomic_t interrupted;
@@ -220,6 +222,15 @@ static double busy_seconds(const stoke_loader_stats *s)
     return t;
 }
 
+/* CPU seconds of every thread of this process: samples per CPU second is the per-core
+ * rate, which other jobs on a shared machine do not move as they move wall time. */
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* One worker count: warm-up, then `seconds` of batches. 0 when the row is measured,
  * 1 on a dataset error (message printed), 130 when interrupted. */
 static int run_one(stoke_dataset *d, const bench_opts *o, const stoke_transform_opts *t,
@@ -242,6 +253,7 @@ static int run_one(stoke_dataset *d, const bench_opts *o, const stoke_transform_
     stoke_status s = STOKE_OK;
     bool measuring = false;
     int rc = 0;
+    double cpu0 = 0;
     for (;;) {
         if (!next_batch(l, &b, &s)) {
             rc = 130;
@@ -257,6 +269,7 @@ static int run_one(stoke_dataset *d, const bench_opts *o, const stoke_transform_
                 continue;
             stoke_loader_get_stats(l, &s0);
             t0 = stoke_now_ns();
+            cpu0 = process_cpu_s();
             measuring = true;
             continue;
         }
@@ -265,6 +278,7 @@ static int run_one(stoke_dataset *d, const bench_opts *o, const stoke_transform_
             break;
     }
     if (rc == 0) {
+        row->cpu_seconds = process_cpu_s() - cpu0;
         stoke_loader_get_stats(l, &s1);
         row->batches = s1.batches - s0.batches;
         row->samples = s1.samples - s0.samples;
@@ -371,6 +385,8 @@ static void print_json(const bench_opts *o, const bench_setup *b, const bench_ro
         cJSON_AddNumberToObject(e, "batches", (double)r->batches);
         cJSON_AddNumberToObject(e, "epoch_ends", (double)r->epoch_ends);
         cJSON_AddNumberToObject(e, "seconds", r->seconds);
+        cJSON_AddNumberToObject(e, "cpu_seconds", r->cpu_seconds);
+        cJSON_AddNumberToObject(e, "samples_per_cpu_s", rate(r->samples, r->cpu_seconds));
         cJSON_AddNumberToObject(e, "samples_per_s", sps);
         cJSON_AddNumberToObject(e, "batches_per_s", rate(r->batches, r->seconds));
         cJSON_AddNumberToObject(e, "wait_avg_ms", r->wait_avg_ms);
@@ -420,16 +436,17 @@ static void print_header(const bench_opts *o, const bench_setup *b)
     printf("cpu          %s, %d usable CPU%s, load average %.2f\n",
            b->cpu.model[0] ? b->cpu.model : "?", b->cpu.usable_cpus,
            b->cpu.usable_cpus == 1 ? "" : "s", b->load_avg);
-    printf("\n%7s %11s %10s %12s %12s %7s %16s\n", "workers", "samples/s", "batches/s",
-           "wait avg ms", "wait p95 ms", "busy %", "feeds samples/s");
+    printf("\n%7s %11s %10s %12s %12s %7s %16s %12s\n", "workers", "samples/s", "batches/s",
+           "wait avg ms", "wait p95 ms", "busy %", "feeds samples/s", "per CPU-s");
     fflush(stdout);
 }
 
 static void print_row(const bench_row *r)
 {
     double sps = rate(r->samples, r->seconds);
-    printf("%7d %11.0f %10.1f %12.3f %12.3f %7.1f %16.0f\n", r->workers, sps,
-           rate(r->batches, r->seconds), r->wait_avg_ms, r->wait_p95_ms, 100 * r->busy_share, sps);
+    printf("%7d %11.0f %10.1f %12.3f %12.3f %7.1f %16.0f %12.0f\n", r->workers, sps,
+           rate(r->batches, r->seconds), r->wait_avg_ms, r->wait_p95_ms, 100 * r->busy_share, sps,
+           rate(r->samples, r->cpu_seconds));
     fflush(stdout);
 }
 

@@ -47,6 +47,8 @@ struct stoke_transform {
      * shorter side asked for, and the window's output size. */
     int window_ops, shorter;
     int win_h, win_w;
+    struct stoke_transform *tail; /* the ops after the window, on its u8 HWC pixels (the
+                                     fused pass where they allow it) */
     /* Fused path: u8 input, ops a subsequence of CROP, HFLIP, NORMALIZE, f32 out. */
     fused_fn fused;
     int crop_op, flip_op;    /* their positions in ops, or -1 */
@@ -287,11 +289,30 @@ stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transfo
         t->window_ops = 2, t->win_h = o1->height, t->win_w = o1->width;
     if (fusable)
         t->fused = have_avx2() ? fused_avx2 : fused_default;
+    if (t->window_ops) {
+        stoke_transform_opts to = {.in_shape = {3, {t->win_h, t->win_w, t->C}},
+                                   .in_dtype = STOKE_U8,
+                                   .in_layout = STOKE_LAYOUT_HWC,
+                                   .ops = t->ops + t->window_ops,
+                                   .nops = t->nops - t->window_ops,
+                                   .out_dtype = t->out_dtype == STOKE_U8 ? STOKE_U8 : t->out_dtype,
+                                   .out_layout = t->out_hwc ? STOKE_LAYOUT_HWC : STOKE_LAYOUT_CHW,
+                                   .out_u8 = t->out_dtype == STOKE_U8};
+        if ((st = stoke_transform_create(&to, &t->tail)) != STOKE_OK) {
+            free(t);
+            return st;
+        }
+    }
     *out = t;
     return STOKE_OK;
 }
 
-void stoke_transform_destroy(stoke_transform *t) { free(t); }
+void stoke_transform_destroy(stoke_transform *t)
+{
+    if (t)
+        stoke_transform_destroy(t->tail);
+    free(t);
+}
 
 stoke_shape stoke_transform_out_shape(const stoke_transform *t)
 {
@@ -312,7 +333,9 @@ size_t stoke_transform_out_bytes(const stoke_transform *t)
 
 size_t stoke_transform_scratch_bytes(const stoke_transform *t)
 {
-    return t->fused ? 0 : 2 * t->stage_elems * sizeof(float) + t->u8_elems;
+    size_t own = t->fused ? 0 : 2 * t->stage_elems * sizeof(float) + t->u8_elems;
+    size_t tail = t->tail ? stoke_transform_scratch_bytes(t->tail) : 0;
+    return own > tail ? own : tail;
 }
 
 /* ---- random parameters ------------------------------------------------------------ */
@@ -615,17 +638,13 @@ static bool u8_resample(const stoke_transform *t, const uint8_t *in, uint8_t *wi
     return stoke_resize_u8(src, sw, sh, out8, op->width, op->height, t->C);
 }
 
-/* The ops from k0 on; k0 > 0: `in` is the u8 HWC window the decoder made of an original
- * (stoke_transform_read), t->win_h x t->win_w. */
 static void general_apply(const stoke_transform *t, const void *in, void *out, float *a, float *b,
-                          uint8_t *u8, const op_params *p, int k0)
+                          uint8_t *u8, const op_params *p)
 {
     const int C = t->C;
-    int h = t->H, w = t->W;
+    int h = t->H, w = t->W, k0 = 0;
     bool hwc = t->in_hwc;
-    if (k0 > 0) {
-        h = t->win_h, w = t->win_w, hwc = true;
-    } else if (t->u8_first) {
+    if (t->u8_first) {
         uint8_t *out8 = u8 + (size_t)t->H * t->W * C;
         if (!u8_resample(t, in, u8, out8, &p[0]))
             memset(out8, 0, (size_t)t->ops[0].height * t->ops[0].width * C);
@@ -712,11 +731,10 @@ static void general_apply(const stoke_transform *t, const void *in, void *out, f
         stoke_f32_to_f16(src, out, n * C);
 }
 
-void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, void *scratch,
-                           uint64_t seed, int64_t epoch, int64_t index)
+/* The ops with their parameters already drawn. */
+static void apply_drawn(const stoke_transform *t, const void *in, void *out, void *scratch,
+                        const op_params *p)
 {
-    op_params p[MAX_OPS];
-    stoke_transform_draw(t, seed, epoch, index, p);
     if (t->fused) {
         int crop[2] = {0, 0};
         if (t->crop_op >= 0)
@@ -730,8 +748,16 @@ void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, 
         return;
     }
     float *a = scratch, *b = a + t->stage_elems;
-    general_apply(t, in, out, a, b, (uint8_t *)(b + t->stage_elems), p, 0);
+    general_apply(t, in, out, a, b, (uint8_t *)(b + t->stage_elems), p);
     free(own);
+}
+
+void stoke_transform_apply(const stoke_transform *t, const void *in, void *out, void *scratch,
+                           uint64_t seed, int64_t epoch, int64_t index)
+{
+    op_params p[MAX_OPS];
+    stoke_transform_draw(t, seed, epoch, index, p);
+    apply_drawn(t, in, out, scratch, p);
 }
 
 /* ---- on originals ------------------------------------------------------------------ */
@@ -785,7 +811,6 @@ stoke_status stoke_transform_read(const stoke_transform *t, stoke_dataset *d, in
     stoke_status st = d->vt->read_window(d, i, window_of, &c, window, target);
     if (st != STOKE_OK)
         return st;
-    float *a = scratch, *b = a + t->stage_elems;
-    general_apply(t, window, out, a, b, NULL, p, t->window_ops);
+    apply_drawn(t->tail, window, out, scratch, p + t->window_ops);
     return STOKE_OK;
 }
