@@ -75,6 +75,13 @@ static inline int check_have_torch(void)
     return cached;
 }
 
+/* Whether /usr/bin/python3 with Pillow is there (the resize references). */
+static inline int check_have_pillow(void)
+{
+    return access("/usr/bin/python3", X_OK) == 0 &&
+           system("/usr/bin/python3 -c 'import PIL' 2>/dev/null") == 0;
+}
+
 /* A test executable with cases that need a reference which may be missing (torch, a
  * dataset) runs them only when its first argument names that part (ctest's
  * <name>_<part>: stoke_torch_test, stoke_part_test), everything else without an

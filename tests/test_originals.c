@@ -298,12 +298,6 @@ static void case_truncated(stoke_dataset *d)
 
 /* ---- against Pillow ---- */
 
-static int have_pillow(void)
-{
-    return access("/usr/bin/python3", X_OK) == 0 &&
-           system("/usr/bin/python3 -c 'import PIL' 2>/dev/null") == 0;
-}
-
 /* Pillow's results for windows drawn on the original (tests/rrc_ref.py): crop + resize,
  * and Resize(RS) + CenterCrop(CC), of the whole decoded image. */
 static bool pillow_ref(const unsigned char *img, int H, int W, int OH, int OW, int NW,
@@ -435,7 +429,7 @@ static void case_pillow(stoke_dataset *d)
 int main(int argc, char **argv)
 {
     if (check_part(argc, argv, "pillow")) {
-        if (!have_pillow()) {
+        if (!check_have_pillow()) {
             fprintf(stderr, "skipped: /usr/bin/python3 with Pillow not found\n");
             return CHECK_SKIPPED;
         }

@@ -332,12 +332,6 @@ static void case_loader_workers(void)
 
 /* ---- against Pillow ---- */
 
-static int have_pillow(void)
-{
-    return access("/usr/bin/python3", X_OK) == 0 &&
-           system("/usr/bin/python3 -c 'import PIL' 2>/dev/null") == 0;
-}
-
 /* Pillow's crop + resize(BILINEAR) of the windows stoke draws, and Resize(24) +
  * CenterCrop(20) as torchvision does them on a PIL image: stoke's u8 path uses the same
  * filter and fixed-point arithmetic, so the values are equal (scaled by 255, exact). */
@@ -426,7 +420,7 @@ static void case_pillow(int H, int W, int C)
 int main(int argc, char **argv)
 {
     if (check_part(argc, argv, "pillow")) {
-        if (!have_pillow()) {
+        if (!check_have_pillow()) {
             fprintf(stderr, "skipped: /usr/bin/python3 with Pillow not found\n");
             return CHECK_SKIPPED;
         }
