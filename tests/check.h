@@ -75,6 +75,44 @@ static inline int check_have_torch(void)
     return cached;
 }
 
+/* A whole file read into malloc'd memory (*n its size); NULL if unreadable. */
+static inline unsigned char *check_slurp(const char *path, size_t *n)
+{
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(len > 0 ? (size_t)len : 1);
+    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *n = len > 0 ? (size_t)len : 0;
+    return b;
+}
+
+/* Writes n bytes to path; a failure is a failed check. */
+static inline void check_spit(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f && fwrite(b, 1, n, f) == n, "%s: cannot write", path);
+    if (f)
+        fclose(f);
+}
+
+/* Removes a test's temporary directory and everything in it. */
+static inline void check_rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* Whether /usr/bin/python3 with Pillow is there (the resize references). */
 static inline int check_have_pillow(void)
 {

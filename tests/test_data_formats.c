@@ -26,25 +26,6 @@ static char work[1024]; /* scratch directory under the fixtures */
 
 #define FM "/usr/share/datasets/fashion-mnist"
 
-/* Reads a whole file; *n gets its size. NULL if unreadable. */
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(len > 0 ? (size_t)len : 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
 static void spit(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -151,8 +132,8 @@ static void check_debian(const char *split, long count, unsigned long crc, const
     CHECK_INT_EQ(f->num_classes, 10);
 
     size_t n1, n2, nl;
-    unsigned char *want_first = slurp(first, &n1), *want_last = slurp(last, &n2);
-    unsigned char *want_labels = slurp(labels, &nl);
+    unsigned char *want_first = check_slurp(first, &n1), *want_last = check_slurp(last, &n2);
+    unsigned char *want_labels = check_slurp(labels, &nl);
     CHECK(want_first && want_last && want_labels && n1 == 784 && nl == (size_t)count);
     unsigned char img[784];
     uLong all = crc32(0L, Z_NULL, 0);
@@ -251,12 +232,12 @@ static void check_case(char **w)
     unsigned char *in, *tg;
     read_all(d, &in, &tg);
     size_t n;
-    unsigned char *want = slurp(w[4], &n);
+    unsigned char *want = check_slurp(w[4], &n);
     CHECK_MSG(want && n == (size_t)f->count * f->input_bytes && memcmp(in, want, n) == 0,
               "%s: inputs differ from numpy's", name);
     free(want);
     if (strcmp(w[5], "-") != 0) {
-        want = slurp(w[5], &n);
+        want = check_slurp(w[5], &n);
         CHECK_MSG(want && n == (size_t)f->count * f->target_bytes && memcmp(tg, want, n) == 0,
                   "%s: targets differ from numpy's", name);
         free(want);
@@ -512,7 +493,7 @@ static void test_records(void)
 
     /* Corrupt copies: each names the field and its offset. */
     size_t n;
-    unsigned char *good = slurp(rec, &n);
+    unsigned char *good = check_slurp(rec, &n);
     if (!good)
         return;
     char bad[1300];
@@ -577,7 +558,7 @@ static void test_records(void)
     fake.info = *stoke_dataset_get_info(src);
     CHECK(stoke_records_write(&fake, dest, NULL, NULL) == STOKE_ERR_IO);
     CHECK_STR_CONTAINS(stoke_last_error(), "sample 3: disk on fire");
-    unsigned char *kept = slurp(dest, &n);
+    unsigned char *kept = check_slurp(dest, &n);
     CHECK(kept && n == 12 && memcmp(kept, "old contents", 12) == 0);
     free(kept);
     CHECK_INT_EQ(count_temp_files(work), 0);

@@ -156,13 +156,6 @@ static stoke_dataset *make_folder(void)
     return d;
 }
 
-static void remove_folder(void)
-{
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", folder);
-    CHECK(system(cmd) == 0);
-}
-
 static stoke_transform *make_t(int H, int W, const stoke_op *ops, int n)
 {
     stoke_transform_opts o = {
@@ -437,7 +430,7 @@ int main(int argc, char **argv)
         if (d)
             case_pillow(d);
         stoke_dataset_close(d);
-        remove_folder();
+        check_rm_rf(folder);
         return CHECK_DONE();
     }
     case_partial_exact();
@@ -456,6 +449,6 @@ int main(int argc, char **argv)
         case_truncated(d);
     }
     stoke_dataset_close(d);
-    remove_folder();
+    check_rm_rf(folder);
     return CHECK_DONE();
 }

@@ -24,32 +24,6 @@ static char jrec[4200], prec[4200], bad[4200];
 
 enum { NIMG = 12, OW = 256, OH = 224 }; /* not square: width and height must not swap */
 
-static void spit(const char *path, const unsigned char *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f && fwrite(b, 1, n, f) == n, "%s: %s", path, strerror(errno));
-    if (f)
-        fclose(f);
-}
-
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(sz > 0 ? (size_t)sz : 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 /* Photo-like JPEGs of several sizes and qualities, in two classes. */
 static int make_folder(void)
 {
@@ -73,18 +47,10 @@ static int make_folder(void)
         unsigned long n = 0;
         if (!jg_jpeg(sizes[k % 8][0], sizes[k % 8][1], 40 + k, 75 + 2 * k, &j, &n))
             return 0;
-        spit(p, j, n);
+        check_spit(p, j, n);
         tjFree(j);
     }
     return 1;
-}
-
-static void rm_dir(void)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static stoke_dataset *open_or_fail(const char *path, const stoke_dataset_opts *o)
@@ -237,7 +203,7 @@ static void fix_crc(unsigned char *b)
 static void test_corrupt(void)
 {
     size_t n;
-    unsigned char *good = slurp(jrec, &n);
+    unsigned char *good = check_slurp(jrec, &n);
     CHECK(good != NULL);
     if (!good)
         return;
@@ -309,7 +275,7 @@ static void test_corrupt(void)
         }
         if (cases[i].fix_crc)
             fix_crc(b);
-        spit(bad, b, len);
+        check_spit(bad, b, len);
         free(b);
         stoke_dataset *d = (stoke_dataset *)1;
         stoke_status s = stoke_dataset_open(bad, NULL, &d);
@@ -334,7 +300,7 @@ static void test_corrupt(void)
     memcpy(b, good, n);
     for (uint64_t k = off3 + len3 / 2; k < off3 + len3 / 2 + 64; k++)
         b[k] = (k & 1) ? 0xD3 : 0xFF; /* restart markers where none are declared */
-    spit(bad, b, n);
+    check_spit(bad, b, n);
     free(b);
     stoke_dataset *d = open_or_fail(bad, NULL);
     if (d) {
@@ -364,13 +330,13 @@ static void test_convert_damaged(void)
     char p[4300];
     snprintf(p, sizeof p, "%s/b/05.jpg", folder);
     size_t n;
-    unsigned char *j = slurp(p, &n);
+    unsigned char *j = check_slurp(p, &n);
     CHECK(j != NULL);
     if (!j)
         return;
     for (size_t k = n / 2; k < n / 2 + 64; k++)
         j[k] = (k & 1) ? 0xD3 : 0xFF;
-    spit(p, j, n);
+    check_spit(p, j, n);
     free(j);
     char out[4300];
     snprintf(out, sizeof out, "%s/never.rec", dir);
@@ -393,6 +359,6 @@ int main(void)
     test_round_trip();
     test_corrupt();
     test_convert_damaged();
-    rm_dir();
+    check_rm_rf(dir);
     return CHECK_DONE();
 }

@@ -235,14 +235,6 @@ static int make_dir(void)
     return 1;
 }
 
-static void rm_dir(void)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-}
-
 int main(int argc, char **argv)
 {
     /* the part test_resize_simd: scalar against scalar would prove nothing */
@@ -260,10 +252,10 @@ int main(int argc, char **argv)
     if (!make_dir())
         return 1;
     test_scaled_decode();
-    rm_dir();
+    check_rm_rf(dir);
     if (!make_dir())
         return 1;
     test_damaged_among_good();
-    rm_dir();
+    check_rm_rf(dir);
     return CHECK_DONE();
 }
