@@ -2,7 +2,8 @@
  * folder of photo-like JPEGs (bench/jpeg_gen.h: sizes around ImageNet's ~400x350,
  * quality 75 to 95, 4:2:0): decoding alone (the limit), decoding at the scale stoke
  * picks and at the scale the rule before it picked, and stoke_dataset_read (file read,
- * scaled decode, resize) with the scalar and the AVX2 resize; then the resize alone.
+ * scaled decode, resize) with the scalar, AVX2 and AVX-512 resizes; then the resize
+ * alone.
  * Images/s on one thread, so per core. Prints what it measured and the ratios.
  *
  *     stoke_bench_resize [IMAGES] [SECONDS_PER_MEASURE] [OUT_SIZES...]
@@ -180,18 +181,25 @@ int main(int argc, char **argv)
         printf("-- output %dx%d (image 0: %dx%d decoded at %dx%d)\n", ow, oh, im[0].w, im[0].h,
                im[0].pw, im[0].ph);
         double dec = run_decode(im, n, 1, ow, oh), old = run_decode(im, n, 2, ow, oh);
-        double rs = run_read(dir, n, ow, oh, 0), rv = run_read(dir, n, ow, oh, 1);
-        double zs = run_resize(im, n, ow, oh, 0), zv = run_resize(im, n, ow, oh, 1);
+        /* levels 0-2 (scalar, AVX2, AVX-512), each lowered to what is usable */
+        double rd[3], rz[3];
+        const char *name[3];
+        for (int l = 0; l < 3; l++) {
+            stoke_resize_set_isa(l);
+            name[l] = stoke_resize_path();
+            rd[l] = run_read(dir, n, ow, oh, l);
+            rz[l] = run_resize(im, n, ow, oh, l);
+        }
         printf("decode only, stoke's scale (1/2^k):    %8.0f images/s\n", dec);
         printf("decode only, any TurboJPEG scale:      %8.0f images/s (the rule before)\n", old);
-        printf("decode + resize, scalar resize:        %8.0f images/s\n", rs);
-        printf("decode + resize, %-6s resize:        %8.0f images/s\n", stoke_resize_path(), rv);
-        printf("resize only, scalar:                   %8.0f images/s\n", zs);
-        printf("resize only, %-6s:                    %8.0f images/s\n", stoke_resize_path(), zv);
-        printf("ratios: resize %s/scalar %.2fx; decode + %s resize / full decode %.2f; "
-               "/ scaled decode %.2f; decode + resize %s/scalar %.2fx\n",
-               stoke_resize_path(), zv / zs, stoke_resize_path(), rv / full, rv / dec,
-               stoke_resize_path(), rv / rs);
+        for (int l = 0; l < 3; l++)
+            printf("decode + resize, %-6s resize:        %8.0f images/s\n", name[l], rd[l]);
+        for (int l = 0; l < 3; l++)
+            printf("resize only, %-6s:                    %8.0f images/s\n", name[l], rz[l]);
+        printf("ratios: resize %s/scalar %.2fx, %s/%s %.2fx; decode + %s resize / full decode "
+               "%.2f; / scaled decode %.2f; decode + resize %s/scalar %.2fx, %s/%s %.2fx\n",
+               name[2], rz[2] / rz[0], name[2], name[1], rz[2] / rz[1], name[2], rd[2] / full,
+               rd[2] / dec, name[2], rd[2] / rd[0], name[2], name[1], rd[2] / rd[1]);
     }
     for (int k = 0; k < n; k++) {
         snprintf(path, sizeof path, "%s/%05d.jpg", cls, k);

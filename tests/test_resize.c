@@ -1,4 +1,4 @@
-/* test_resize.c - the AVX2 resize against the scalar reference (bit for bit, at sizes
+/* test_resize.c - the AVX2 and AVX-512 resizes against the scalar reference (bit for bit, at sizes
  * that reach every vector loop and its tails), the JPEG scale an image folder decodes
  * at, scaled decode + resize against full decode + resize, and damaged JPEGs among
  * good ones read through the loader. The scalar resize itself is checked against
@@ -28,20 +28,36 @@ static unsigned rnd(void)
     return (unsigned)(rng >> 32);
 }
 
-/* The path taken follows the CPU and the STOKE_MAX_CPU_ISA cap. */
+/* The path each level takes follows the CPU and the STOKE_MAX_CPU_ISA cap, worked out
+ * here from the CPU's features and the cap rather than from the dispatcher's own
+ * stoke_isa_usable(). */
 static void test_paths(void)
 {
-    unsigned usable = stoke_isa_usable();
+    stoke_cpu_isa cap;
+    CHECK(stoke_max_cpu_isa(&cap) == STOKE_OK);
+    unsigned present = stoke_isa_present();
+#if defined(__x86_64__)
+    bool bw = __builtin_cpu_supports("avx512bw");
+#else
+    bool bw = false;
+#endif
+    bool avx2 = (present & STOKE_ISA_AVX2) && cap >= STOKE_CPU_ISA_AVX2;
+    bool avx512 = (present & STOKE_ISA_AVX512F) && bw && cap >= STOKE_CPU_ISA_AVX512_CORE;
+    const char *best = avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
+    stoke_resize_set_isa(2);
+    CHECK_STR_EQ(stoke_resize_path(), best);
     stoke_resize_set_isa(1);
-    CHECK_STR_EQ(stoke_resize_path(), (usable & STOKE_ISA_AVX2) ? "avx2" : "scalar");
+    CHECK_STR_EQ(stoke_resize_path(), avx2 ? "avx2" : "scalar");
     stoke_resize_set_isa(0);
     CHECK_STR_EQ(stoke_resize_path(), "scalar");
     stoke_resize_set_isa(-1);
+    CHECK_STR_EQ(stoke_resize_path(), best);
+    fprintf(stderr, "cap %s: resize path %s\n", stoke_cpu_isa_name(cap), stoke_resize_path());
 }
 
 /* Every pair of sizes: down by small and large factors, up, one direction only, rows
  * narrower than the filter (the scalar fallback), widths that leave vector tails. */
-static void test_simd_matches_scalar(void)
+static void test_simd_matches_scalar(int level)
 {
     static const int sz[][4] = {
         {400, 350, 224, 224}, {250, 219, 224, 224}, {500, 375, 224, 224}, {1000, 800, 37, 29},
@@ -59,13 +75,13 @@ static void test_simd_matches_scalar(void)
                     in[k] = kind ? (rnd() & 1 ? 255 : 0) : (unsigned char)rnd();
                 stoke_resize_set_isa(0);
                 CHECK(stoke_resize_u8(in, iw, ih, a, ow, oh, c));
-                stoke_resize_set_isa(1);
+                stoke_resize_set_isa(level);
                 CHECK(stoke_resize_u8(in, iw, ih, b, ow, oh, c));
                 size_t bad = 0;
                 for (size_t k = 0; k < out_n; k++)
                     bad += a[k] != b[k];
-                CHECK_MSG(bad == 0, "%dx%d -> %dx%d, %d channels, kind %d: %zu of %zu differ", iw,
-                          ih, ow, oh, c, kind, bad, out_n);
+                CHECK_MSG(bad == 0, "%s: %dx%d -> %dx%d, %d channels, kind %d: %zu of %zu differ",
+                          stoke_resize_path(), iw, ih, ow, oh, c, kind, bad, out_n);
                 free(in);
                 free(a);
                 free(b);
@@ -237,14 +253,20 @@ static int make_dir(void)
 
 int main(int argc, char **argv)
 {
-    /* the part test_resize_simd: scalar against scalar would prove nothing */
-    if (check_part(argc, argv, "simd")) {
-        if (!(stoke_isa_usable() & STOKE_ISA_AVX2)) {
-            fprintf(stderr, "skipped: AVX2 is not usable here (the CPU, or STOKE_MAX_CPU_ISA): "
-                            "no vectorized resize to compare with the scalar one\n");
+    /* the parts test_resize_simd and _simd512: scalar against scalar would prove
+     * nothing */
+    int level = check_part(argc, argv, "simd") ? 1 : check_part(argc, argv, "simd512") ? 2 : 0;
+    if (level) {
+        static const char *const want[] = {"", "avx2", "avx512"};
+        stoke_resize_set_isa(level);
+        if (strcmp(stoke_resize_path(), want[level]) != 0) {
+            fprintf(stderr,
+                    "skipped: %s is not usable here (the CPU, or STOKE_MAX_CPU_ISA): "
+                    "no vectorized resize to compare with the scalar one\n",
+                    level == 1 ? "AVX2" : "AVX-512 (F and BW)");
             return CHECK_SKIPPED;
         }
-        test_simd_matches_scalar();
+        test_simd_matches_scalar(level);
         return CHECK_DONE();
     }
     test_paths();

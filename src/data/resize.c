@@ -7,8 +7,9 @@
  *
  * The AVX2 path does the same integer sums 8 lanes at a time (32-bit products, as the
  * scalar code), so it is bit-exact with it: integer addition does not care about order.
- * 16-bit weights (madd_epi16, as Pillow-SIMD does) would be faster but round
- * differently from Pillow. */
+ * The AVX-512 path does them 16 lanes at a time, the same way. 16-bit weights
+ * (madd_epi16, as Pillow-SIMD does) would be faster but round differently from
+ * Pillow. */
 #include "data/resize.h"
 #include "core/isa.h"
 
@@ -23,20 +24,33 @@
 
 #define RZ_PRECISION_BITS (32 - 8 - 2)
 
-static int isa_level = -1; /* -1: detect; 0: scalar; 1: AVX2 (see resize.h) */
+static int isa_level = -1; /* -1: detect; 0: scalar; 1: AVX2; 2: AVX-512 (see resize.h) */
 
 void stoke_resize_set_isa(int level) { isa_level = level; }
 
-static bool have_avx2(void)
+enum { RZ_SCALAR, RZ_AVX2, RZ_AVX512 };
+
+/* The path isa_level asks for, lowered to what the CPU and the cap allow. AVX512BW has
+ * AVX512F's cap level (avx512_core), so the F bit carries the cap; isa.c has no BW bit,
+ * so its presence is asked here (gcc and clang check the OS's zmm state for it). */
+static int rz_level(void)
 {
 #if defined(__x86_64__)
-    return isa_level != 0 && (stoke_isa_usable() & STOKE_ISA_AVX2);
-#else
-    return false;
+    unsigned usable = stoke_isa_usable();
+    int want = isa_level < 0 ? RZ_AVX512 : isa_level;
+    if (want >= RZ_AVX512 && (usable & STOKE_ISA_AVX512F) && __builtin_cpu_supports("avx512bw"))
+        return RZ_AVX512;
+    if (want >= RZ_AVX2 && (usable & STOKE_ISA_AVX2))
+        return RZ_AVX2;
 #endif
+    return RZ_SCALAR;
 }
 
-const char *stoke_resize_path(void) { return have_avx2() ? "avx2" : "scalar"; }
+const char *stoke_resize_path(void)
+{
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    return names[rz_level()];
+}
 
 typedef struct rz_coeffs {
     int ksize;
@@ -266,6 +280,17 @@ typedef struct rz_tap {
     const int *k;
 } rz_tap;
 
+/* The taps of the nout = ow * c output values, padded with tapless ones (so 0) to npad. */
+static void rz_taps_fill(rz_tap *taps, size_t nout, size_t npad, int c, const rz_coeffs *hx)
+{
+    for (size_t j = 0; j < npad; j++) {
+        int xx = (int)(j / (size_t)c), ch = (int)(j % (size_t)c);
+        taps[j] = j < nout ? (rz_tap){hx->bounds[2 * xx] * c + ch, hx->bounds[2 * xx + 1],
+                                      hx->k + (size_t)xx * hx->ksize}
+                           : (rz_tap){0, 0, hx->k};
+    }
+}
+
 /* Rows [y0, y1) of in into tmp, as rz_horiz_scalar; t holds iw * c * 8 bytes, taps
  * and ob (ow * c rounded up to 16) entries and entries of 8 bytes. */
 __attribute__((target("avx2"))) static void
@@ -274,12 +299,7 @@ rz_horiz_avx2(const unsigned char *in, int iw, unsigned char *tmp, int ow, int c
 {
     size_t rowbytes = (size_t)iw * c, nout = (size_t)ow * c, npad = (nout + 15) & ~(size_t)15;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (size_t j = 0; j < npad; j++) { /* the padding: no taps, so 0 */
-        int xx = (int)(j / (size_t)c), ch = (int)(j % (size_t)c);
-        taps[j] = j < nout ? (rz_tap){hx->bounds[2 * xx] * c + ch, hx->bounds[2 * xx + 1],
-                                      hx->k + (size_t)xx * hx->ksize}
-                           : (rz_tap){0, 0, hx->k};
-    }
+    rz_taps_fill(taps, nout, npad, c, hx);
     int y = y0;
     for (; y + 8 <= y1; y += 8) {
         rz_transpose_in(in + (size_t)y * rowbytes, rowbytes, t);
@@ -330,6 +350,154 @@ __attribute__((target("avx2"))) static void rz_vert_avx2(const unsigned char *sr
         }
     }
 }
+
+/* The AVX-512 path: the AVX2 path's sums, 16 lanes (rows in the horizontal pass, byte
+ * columns in the vertical one) at a time. */
+#define RZ_AVX512_FN __attribute__((target("avx512f,avx512bw")))
+
+/* 16x16 bytes transposed: one round of these unpacks rotates each byte's 8-bit
+ * (register, byte) index left by one bit, so four rounds swap register and byte. */
+RZ_AVX512_FN static inline void rz_transpose16(__m128i a[16])
+{
+    __m128i b[16];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 8; i++) {
+            b[2 * i] = _mm_unpacklo_epi8(a[i], a[i + 8]);
+            b[2 * i + 1] = _mm_unpackhi_epi8(a[i], a[i + 8]);
+        }
+        for (int i = 0; i < 16; i++)
+            a[i] = b[i];
+    }
+}
+
+/* 16 rows of rowbytes into t, 16 bytes (one per row) per byte column. */
+RZ_AVX512_FN static void rz_transpose_in16(const unsigned char *in, size_t rowbytes,
+                                           unsigned char *t)
+{
+    size_t x = 0;
+    for (; x + 16 <= rowbytes; x += 16) {
+        __m128i a[16];
+        for (int r = 0; r < 16; r++)
+            a[r] = _mm_loadu_si128((const __m128i *)(in + (size_t)r * rowbytes + x));
+        rz_transpose16(a);
+        for (int k = 0; k < 16; k++)
+            _mm_storeu_si128((__m128i *)(void *)(t + (x + k) * 16), a[k]);
+    }
+    for (; x < rowbytes; x++)
+        for (int r = 0; r < 16; r++)
+            t[x * 16 + r] = in[(size_t)r * rowbytes + x];
+}
+
+/* ob holds 16 bytes (rows 0-15) per output value, padded to a multiple of 16 values;
+ * out gets the 16 rows of n values. */
+RZ_AVX512_FN static void rz_transpose_out16(const unsigned char *ob, size_t n, unsigned char *out)
+{
+    for (size_t j = 0; j < n; j += 16) {
+        __m128i a[16];
+        for (int m = 0; m < 16; m++)
+            a[m] = _mm_loadu_si128((const __m128i *)(ob + (j + m) * 16));
+        rz_transpose16(a);
+        for (int r = 0; r < 16; r++) {
+            if (j + 16 <= n) {
+                _mm_storeu_si128((__m128i *)(out + r * n + j), a[r]);
+            } else {
+                unsigned char last[16];
+                _mm_storeu_si128((__m128i *)last, a[r]);
+                memcpy(out + r * n + j, last, n - j);
+            }
+        }
+    }
+}
+
+/* One output value of 16 rows from the transposed rows, as rz_htaps. */
+RZ_AVX512_FN static inline __m512i rz_htaps16(const unsigned char *t, int first, int xn, int c,
+                                              const int *k)
+{
+    __m512i acc = _mm512_set1_epi32(1 << (RZ_PRECISION_BITS - 1));
+    for (int x = 0; x < xn; x++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(t + (size_t)(first + x * c) * 16));
+        acc = _mm512_add_epi32(
+            acc, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(v), _mm512_set1_epi32(k[x])));
+    }
+    return _mm512_srai_epi32(acc, RZ_PRECISION_BITS);
+}
+
+/* As rz_horiz_avx2, 16 rows at a time; the last rows (fewer than 16) go to it. t holds
+ * iw * c * 16 bytes, ob 16 bytes per entry of taps. */
+RZ_AVX512_FN static void rz_horiz_avx512(const unsigned char *in, int iw, unsigned char *tmp,
+                                         int ow, int c, int y0, int y1, const rz_coeffs *hx,
+                                         unsigned char *t, rz_tap *taps, unsigned char *ob)
+{
+    size_t rowbytes = (size_t)iw * c, nout = (size_t)ow * c, npad = (nout + 15) & ~(size_t)15;
+    /* after the packs, 128-bit lane l holds rows 4l-4l+3 of values 0-3; gather each
+     * value's 16 rows */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    rz_taps_fill(taps, nout, npad, c, hx);
+    int y = y0;
+    for (; y + 16 <= y1; y += 16) {
+        rz_transpose_in16(in + (size_t)y * rowbytes, rowbytes, t);
+        for (size_t j = 0; j < npad; j += 4) {
+            const rz_tap *p = taps + j;
+            /* clamp to 0..255 as rz_clip8 does, 16 bytes (rows 0-15) per value */
+            __m512i lo = _mm512_packus_epi32(rz_htaps16(t, p[0].first, p[0].xn, c, p[0].k),
+                                             rz_htaps16(t, p[1].first, p[1].xn, c, p[1].k));
+            __m512i hi = _mm512_packus_epi32(rz_htaps16(t, p[2].first, p[2].xn, c, p[2].k),
+                                             rz_htaps16(t, p[3].first, p[3].xn, c, p[3].k));
+            _mm512_storeu_si512((void *)(ob + j * 16),
+                                _mm512_permutexvar_epi32(order, _mm512_packus_epi16(lo, hi)));
+        }
+        rz_transpose_out16(ob, nout, tmp + (size_t)(y - y0) * nout);
+    }
+    if (y < y1)
+        rz_horiz_avx2(in, iw, tmp + (size_t)(y - y0) * nout, ow, c, y, y1, hx, t, taps, ob);
+}
+
+/* 16 sums to bytes under mask m: rz_clip8's shift and clamp (the unsigned saturation of
+ * vpmovusdb clamps at 255, the max at 0). */
+RZ_AVX512_FN static inline void rz_store16(unsigned char *o, __m512i acc, __mmask16 m)
+{
+    __m512i v = _mm512_max_epi32(_mm512_srai_epi32(acc, RZ_PRECISION_BITS), _mm512_setzero_si512());
+    _mm512_mask_cvtusepi32_storeu_epi8(o, m, v);
+}
+
+/* As rz_vert_avx2, 32 byte columns at a time, then 16 at a time under a mask. */
+RZ_AVX512_FN static void rz_vert_avx512(const unsigned char *src, unsigned char *out, size_t stride,
+                                        int oh, int y0, const rz_coeffs *vy)
+{
+    const __m512i round = _mm512_set1_epi32(1 << (RZ_PRECISION_BITS - 1));
+    for (int yy = 0; yy < oh; yy++) {
+        int ymin = vy->bounds[2 * yy] - y0, yn = vy->bounds[2 * yy + 1];
+        const int *k = vy->k + (size_t)yy * vy->ksize;
+        const unsigned char *s0 = src + (size_t)ymin * stride;
+        unsigned char *o = out + (size_t)yy * stride;
+        size_t xc = 0;
+        for (; xc + 32 <= stride; xc += 32) {
+            __m512i a = round, b = round;
+            for (int y = 0; y < yn; y++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(s0 + (size_t)y * stride + xc));
+                __m512i w = _mm512_set1_epi32(k[y]);
+                a = _mm512_add_epi32(
+                    a, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)), w));
+                b = _mm512_add_epi32(
+                    b, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(v, 1)), w));
+            }
+            rz_store16(o + xc, a, 0xFFFF);
+            rz_store16(o + xc + 16, b, 0xFFFF);
+        }
+        for (; xc < stride; xc += 16) {
+            size_t n = stride - xc < 16 ? stride - xc : 16;
+            __mmask16 m = (__mmask16)((1u << n) - 1);
+            __m512i a = round;
+            for (int y = 0; y < yn; y++) {
+                __m512i v = _mm512_maskz_loadu_epi8(m, s0 + (size_t)y * stride + xc);
+                a = _mm512_add_epi32(
+                    a, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(v)),
+                                          _mm512_set1_epi32(k[y])));
+            }
+            rz_store16(o + xc, a, m);
+        }
+    }
+}
 #endif
 
 bool stoke_resize_u8(const unsigned char *in, int iw, int ih, unsigned char *out, int ow, int oh,
@@ -357,8 +525,9 @@ bool stoke_resize_box_u8(const unsigned char *in, int iw, int ih, int ox, int oy
 #if defined(__x86_64__)
     rz_tap *taps = NULL;
 #endif
-    bool ok = false, simd = have_avx2();
-    (void)simd; /* x86-64 only */
+    bool ok = false;
+    int level = rz_level();
+    (void)level; /* x86-64 only */
     if (!rz_coeffs_make(ax, ox, &hx) || !rz_coeffs_make(ay, oy, &vy))
         goto done;
     /* Only the source rows the vertical pass reads go through the horizontal pass. */
@@ -369,12 +538,15 @@ bool stoke_resize_box_u8(const unsigned char *in, int iw, int ih, int ox, int oy
         if (!tmp)
             goto done;
 #if defined(__x86_64__)
-        if (simd) {
-            size_t npad = ((size_t)ow * c + 15) & ~(size_t)15;
-            if (!(t = malloc((size_t)iw * c * 8)) || !(ob = malloc(npad * 8)) ||
+        if (level != RZ_SCALAR) {
+            size_t npad = ((size_t)ow * c + 15) & ~(size_t)15, rows = level == RZ_AVX512 ? 16 : 8;
+            if (!(t = malloc((size_t)iw * c * rows)) || !(ob = malloc(npad * rows)) ||
                 !(taps = malloc(npad * sizeof *taps)))
                 goto done;
-            rz_horiz_avx2(in, iw, tmp, ow, c, y0, y1, &hx, t, taps, ob);
+            if (level == RZ_AVX512)
+                rz_horiz_avx512(in, iw, tmp, ow, c, y0, y1, &hx, t, taps, ob);
+            else
+                rz_horiz_avx2(in, iw, tmp, ow, c, y0, y1, &hx, t, taps, ob);
         } else
 #endif
             rz_horiz_scalar(in, iw, tmp, ow, c, y0, y1, &hx);
@@ -384,7 +556,9 @@ bool stoke_resize_box_u8(const unsigned char *in, int iw, int ih, int ox, int oy
     }
     if (!rz_identity(ay, oy, ih)) {
 #if defined(__x86_64__)
-        if (simd)
+        if (level == RZ_AVX512)
+            rz_vert_avx512(src, out, (size_t)ow * c, oh, y0, &vy);
+        else if (level == RZ_AVX2)
             rz_vert_avx2(src, out, (size_t)ow * c, oh, y0, &vy);
         else
 #endif
