@@ -194,10 +194,9 @@ static bool dec_jpeg_run(dec_jpeg_job *j, const unsigned char *buf, size_t len, 
         x0 = 0, x1 = SW, y0 = 0, y1 = SH;
     /* Only the columns and rows the resize reads: the crop starts at an iMCU boundary
      * (libjpeg widens it); rows above are skipped (entropy-decoded, not transformed),
-     * rows below are never decoded. */
-    /* libjpeg upsamples chroma at a crop's edges as at the image's (replicating, not
-     * interpolating from the neighbour): one iMCU more on each side keeps the columns
-     * the resize reads the whole decode's, bit for bit. */
+     * rows below are never decoded. libjpeg upsamples chroma at a crop's edges as at
+     * the image's (replicating, not interpolating from the neighbour): one iMCU more
+     * on each side keeps the columns the resize reads the whole decode's, bit for bit. */
     int imcu = ci->max_h_samp_factor * ci->min_DCT_scaled_size;
     int cx0 = x0 - imcu < 0 ? 0 : x0 - imcu, cx1 = x1 + imcu > SW ? SW : x1 + imcu;
     JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
