@@ -297,7 +297,11 @@ class Loader:
                             "layout": layout} if transforms else None)
         # What runs: the tuner decides what was left "auto" (the rules `stoke probe`
         # prints), each value with its source and reason.
-        cheap = not transforms or info["input_dtype"] == "uint8"
+        # A crop first on a folder or JPEG records decodes each original every epoch
+        # (docs/loader.md): not the cheap work per sample held uint8 images take.
+        originals = bool(transforms) and info["originals"] and isinstance(
+            transforms[0], (RandomResizedCrop, ResizeShorter))
+        cheap = not transforms or (info["input_dtype"] == "uint8" and not originals)
         d = _stoke.decide(self._workers, self._prefetch if self._prefetch > 0 else 0,
                           batch_size, self.dataset.in_memory, cheap)
         self.workers, self.prefetch = d["workers"], d["prefetch"]

@@ -308,6 +308,29 @@ def test_errors_name_the_file_and_the_argument(tmp_path, rgb_npy):
         stoke.Loader(ds, device="cuda")  # no GPU here: the reason, not a CPU fallback
 
 
+def test_random_resized_crop_on_originals(tmp_path, monkeypatch):
+    """An image folder's RandomResizedCrop reads the originals: the info says the
+    dataset has them, the tuner is told each sample decodes an image (not the cheap
+    work of a flip on held pixels), and a held copy (in_memory) has none."""
+    from PIL import Image
+    d = tmp_path / "imgs"
+    for c in ("a", "b"):
+        (d / c).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(np.full((30, 40, 3), i * 30, np.uint8)).save(d / c / f"{i}.jpg")
+    ds = stoke.Dataset(d, image_size=16)
+    assert ds.info["originals"] is True
+    seen, real = [], _stoke.decide
+    monkeypatch.setattr(_stoke, "decide", lambda *a: seen.append(a[4]) or real(*a))
+    loader = stoke.Loader(ds, batch_size=4, transforms=[stoke.RandomResizedCrop(8)])
+    stoke.Loader(ds, batch_size=4, transforms=[stoke.HFlip()])
+    stoke.Loader(ds, batch_size=4, transforms=[stoke.ResizeShorter(18), stoke.CenterCrop(16)])
+    assert seen == [False, True, False]  # cheap_transform as given to the tuner
+    x, _ = next(iter(loader))
+    assert tuple(x.shape) == (4, 3, 8, 8)
+    assert stoke.Dataset(d, image_size=16, in_memory=True).info["originals"] is False
+
+
 def test_read_error_mid_epoch_is_an_exception(tmp_path):
     """A sample that cannot be read mid-epoch: an exception naming the file and the
     sample, after the batches before it; never a crash."""
