@@ -420,7 +420,12 @@ def test_misuse_is_an_error_not_a_crash(rgb_npy):
         t.join()
     assert errors and all("one consumer" in e or "one pass at a time" in e for e in errors)
     # After fork() (multiprocessing's default here), the child's pass starts a loader
-    # of its own: the same batches, no hang on the parent's threads.
+    # of its own: the same batches, no hang on the parent's threads. `slow`'s worker is
+    # still filling 500-sample batches: it is closed first, because under
+    # AddressSanitizer (GCC 12) a fork while another thread is inside malloc leaves the
+    # child's allocator locked (seen once in CI). `loader`'s worker, idle with its ring
+    # full, stays alive across the fork.
+    slow.close()
     loader.set_epoch(3)
     want = [y.clone() for _, y in loader]
     pid = os.fork()
