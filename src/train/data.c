@@ -39,7 +39,10 @@ static stoke_status load_prefix(stoke_dataset *src, int64_t n, stoke_dataset **o
 
 bool stoke_train_reads_originals(const stoke_train_config *c, const stoke_dataset *d)
 {
-    return c->augment && !strncmp(c->transforms, "rrc", 3) && stoke_dataset_has_originals(d);
+    train_aug train, eval; /* the transforms' own reading of the config, not a second one */
+    train_aug_of(c->augment, c->transforms, &train, &eval);
+    return (train == TRAIN_AUG_RRC || train == TRAIN_AUG_RRC_JITTER) &&
+           stoke_dataset_has_originals(d);
 }
 
 bool stoke_train_holds_in_memory(const stoke_train_config *c, const stoke_dataset *d, double bytes,
