@@ -303,8 +303,14 @@ static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
     if (meta) {
         memcpy(t->input.mean, meta->mean.v, (size_t)meta->mean.n * sizeof(float));
         memcpy(t->input.std, meta->std.v, (size_t)meta->std.n * sizeof(float));
-    } else if ((s = train_input_stats(t->train_d, &t->input)) != STOKE_OK) {
-        return s;
+    } else {
+        if (stoke_dataset_has_originals(t->train_d)) /* decoded one by one: seconds */
+            train_info(t,
+                       "preparing: the mean and std to normalize with, over %" PRId64
+                       " training images...",
+                       t->info.count < TRAIN_STATS_SAMPLES ? t->info.count : TRAIN_STATS_SAMPLES);
+        if ((s = train_input_stats(t->train_d, &t->input)) != STOKE_OK)
+            return s;
     }
     train_aug aug, eval;
     train_aug_of(c->augment, c->transforms, &aug, &eval);
@@ -541,7 +547,19 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     /* the CPU's plan check names the batch that fits: a given batch is not halved
      * behind it; an allocation that fails is */
     t->plan_refused = s == STOKE_ERR_NOMEM && !mo.cuda;
-    if (s != STOKE_OK || (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
+    if (s != STOKE_OK)
+        return s;
+    /* gigabytes of arenas take seconds to allocate and clear, before any progress line */
+    stoke_mem_plan tp, ep = {0};
+    char a[32], b[32], v[96] = "";
+    if (plan_model(t, &mo, &tp) == STOKE_OK && (!t->val_d || plan_model(t, &eo, &ep) == STOKE_OK)) {
+        if (t->val_d)
+            snprintf(v, sizeof v, ", validation %s at batch %" PRId64,
+                     stoke_format_bytes((double)ep.total, b, sizeof b), eo.max_batch);
+        train_info(t, "preparing: allocating the models: training %s at batch %" PRId64 "%s...",
+                   stoke_format_bytes((double)tp.total, a, sizeof a), mo.max_batch, v);
+    }
+    if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         return s;
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
         return s;
