@@ -440,6 +440,77 @@ static void cleanup(void)
     rmdir(dir);
 }
 
+/* Issue 24 (4): batches larger than the samples they are run on. The validation
+ * model was planned at --val-batch-size whatever the validation set held (256 for 30
+ * images: 3.4 GB); --batch-size 100000 on 1000 samples was planned as such and
+ * failed at the kernels' size limit, with a message naming the wrong size. */
+static void test_caps(void)
+{
+    stoke_train_config c;
+    base(&c);
+    c.memory_budget = 1e9;
+    c.batch_size = 32;
+    c.val_limit = 30;
+    size_t beside[2] = {0, 0};
+    int64_t vb[2] = {256, 30};
+    for (int i = 0; i < 2; i++) {
+        c.val_batch_size = vb[i];
+        stoke_trainer *t = dry(&c);
+        if (!t)
+            return;
+        stoke_mem_plan plan;
+        int64_t maxb;
+        size_t used;
+        CHECK_INT_EQ(stoke_trainer_plan(t, 0, &plan, &maxb, &used, &beside[i]), STOKE_OK);
+        stoke_trainer_free(t);
+    }
+    /* the validation model at 30 either way: what it takes beside the training one */
+    CHECK_MSG(beside[0] == beside[1], "beside the training model: %zu at val batch 256, %zu at 30",
+              beside[0], beside[1]);
+
+    /* a given batch over the training samples: capped, and said */
+    base(&c);
+    c.limit = 90;
+    c.batch_size = 100000;
+    stoke_trainer *t = dry(&c);
+    if (t) {
+        CHECK_INT_EQ(stoke_trainer_config(t)->batch_size, 90);
+        CHECK_INT_EQ(stoke_trainer_decision(t)->batch, 90);
+        stoke_trainer_free(t);
+    }
+
+    /* a batch within the samples that the kernels cannot index: conv1's output is
+     * 131072 x 8 x 8 = 8388608 values a sample, so 255 samples are the most an int
+     * counts (2147483647 / 8388608 = 255.99) */
+    char wide_path[512];
+    write_text(wide_path, sizeof wide_path, "wide.yaml",
+               "layers:\n"
+               "  - {type: conv2d, out: 131072, kernel: 3, padding: 1}\n"
+               "  - {type: global_avgpool}\n"
+               "  - {type: flatten}\n"
+               "  - {type: linear}\n");
+    base(&c);
+    snprintf(c.model, sizeof c.model, "%s", wide_path);
+    c.val_dataset[0] = '\0';
+    c.batch_size = 300;
+    t = dry(&c);
+    if (t) {
+        stoke_mem_plan plan;
+        int64_t maxb;
+        size_t used, bes;
+        CHECK_INT_EQ(stoke_trainer_plan(t, 0, &plan, &maxb, &used, &bes), STOKE_ERR_ARG);
+        CHECK_STR_CONTAINS(stoke_last_error(),
+                           "conv1: its output at batch 300 has 2516582400 values (8388608 a "
+                           "sample), more than the CPU kernels' int limit (2147483647): this "
+                           "layer takes a batch of at most 255");
+        CHECK_STR_CONTAINS(stoke_last_error(),
+                           "the largest training batch the model's kernels take is 255 "
+                           "(--batch-size 255)");
+        stoke_trainer_free(t);
+    }
+    unlink(wide_path);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -451,6 +522,7 @@ int main(void)
     make_dataset();
     test_config_keys();
     test_finder();
+    test_caps();
     test_effective();
     test_alloc_failure();
     cleanup();

@@ -323,6 +323,53 @@ static void test_build(void)
     stoke_model_file_free(mf);
 }
 
+/* Issue 24 (4): linear layers on an image without a flatten failed at the loss,
+ * "cross_entropy#8: needs logits (K) with K >= 2 classes, fc2 is (1, 28, 10)", naming
+ * neither a layer of the file nor the fix. The first linear on a (C, H, W) input is
+ * refused, with its name, line and shape, and the flatten it lacks. */
+static void test_linear_on_image(void)
+{
+    stoke_shape img = {3, {1, 28, 28}}, none = {0};
+    stoke_model_file *mf = parse("layers:\n"
+                                 "  - {type: relu}\n"
+                                 "  - {type: linear, out: 64}\n"
+                                 "  - {type: relu}\n"
+                                 "  - {type: linear}\n");
+    stoke_graph *g = mf ? stoke_model_file_build(mf, &img, STOKE_TARGET_CLASS, &none, 10) : NULL;
+    CHECK(g == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(),
+                       "m.yaml:3:5: fc1: linear on a (1, 28, 28) input applies to its last axis "
+                       "only (28 values)");
+    CHECK_STR_CONTAINS(stoke_last_error(), "add `- {type: flatten}` before it");
+    stoke_graph_free(g);
+    stoke_model_file_free(mf);
+    /* the user's name, after a conv, inside a residual block */
+    mf = parse("layers:\n"
+               "  - {type: conv2d, out: 4, kernel: 3, padding: 1}\n"
+               "  - type: residual\n"
+               "    layers:\n"
+               "      - {type: linear, out: 28, name: mix}\n"
+               "  - {type: flatten}\n"
+               "  - {type: linear}\n");
+    g = mf ? stoke_model_file_build(mf, &img, STOKE_TARGET_CLASS, &none, 10) : NULL;
+    CHECK(g == NULL);
+    CHECK_STR_CONTAINS(stoke_last_error(), "m.yaml:5:9: mix: linear on a (4, 28, 28) input");
+    stoke_graph_free(g);
+    stoke_model_file_free(mf);
+    /* after a flatten, and on the tokens of a patchify, linear is what is meant */
+    mf = parse("layers:\n  - {type: flatten}\n  - {type: linear}\n");
+    g = mf ? stoke_model_file_build(mf, &img, STOKE_TARGET_CLASS, &none, 10) : NULL;
+    CHECK_MSG(g != NULL, "%s", stoke_last_error());
+    stoke_graph_free(g);
+    stoke_model_file_free(mf);
+    mf = parse("layers:\n  - {type: patchify, patch: 7}\n  - {type: linear, out: 8}\n"
+               "  - {type: seq_mean}\n  - {type: linear}\n");
+    g = mf ? stoke_model_file_build(mf, &img, STOKE_TARGET_CLASS, &none, 10) : NULL;
+    CHECK_MSG(g != NULL, "%s", stoke_last_error());
+    stoke_graph_free(g);
+    stoke_model_file_free(mf);
+}
+
 int main(void)
 {
     test_parse();
@@ -331,6 +378,7 @@ int main(void)
     test_duplicate_keys();
     test_shapes();
     test_build();
+    test_linear_on_image();
     test_actor_critic();
     return CHECK_DONE();
 }

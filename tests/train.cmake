@@ -55,3 +55,11 @@ add_test(NAME train_batch_e2e
                  ${CMAKE_CURRENT_BINARY_DIR}/train-batch-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
                  ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
 set_tests_properties(train_batch_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# Issue 24 (4): batches past the samples (validation planned at its samples, a given
+# batch capped), the kernels' int range named with the batch that fits, linear layers
+# on images refused at the layer, and the slow phases before training said.
+add_test(NAME train_caps_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_caps.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-caps-e2e)
+set_tests_properties(train_caps_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)

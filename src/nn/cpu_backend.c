@@ -40,11 +40,29 @@ static const stoke_shape *in_shape(const nn_exec_args *a, int i)
 
 static int64_t elems(const stoke_shape *s) { return stoke_shape_elems(s); }
 
-/* Sizes reach the kernels as int: the plan refuses graphs where they would not fit. */
-static stoke_status too_big(const nn_node *n, int64_t v)
+/* Sizes reach the kernels as int: the plan refuses graphs where they would not fit,
+ * naming the quantity past the limit and the batch this layer takes, since the batch
+ * is what the user can change. */
+static stoke_status too_big(const nn_node *n, const char *what, int64_t batch, int64_t per_sample)
 {
-    return stoke_fail(STOKE_ERR_ARG, "%s: size %lld exceeds the CPU kernels' int range", n->name,
-                      (long long)v);
+    if (per_sample > INT32_MAX)
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: its %s has %lld values a sample, more than the CPU kernels' int "
+                          "limit (2147483647) even at batch 1",
+                          n->name, what, (long long)per_sample);
+    return stoke_fail(STOKE_ERR_ARG,
+                      "%s: its %s at batch %lld has %.0f values (%lld a sample), more than the "
+                      "CPU kernels' int limit (2147483647): this layer takes a batch of at most "
+                      "%lld",
+                      n->name, what, (long long)batch, (double)batch * (double)per_sample,
+                      (long long)per_sample, (long long)(INT32_MAX / per_sample));
+}
+
+/* Whether batch x per_sample is past the kernels' int (without overflowing first: the
+ * batch search plans batches up to 2^40). */
+static bool past_int(int64_t batch, int64_t per_sample)
+{
+    return per_sample > 0 && batch > INT32_MAX / per_sample;
 }
 
 /* ---- low precision operands ----
@@ -122,8 +140,10 @@ static stoke_status linear_dims(const stoke_graph *g, const nn_node *n, int64_t 
     const stoke_shape *s = &g->nodes[n->in[0]].shape;
     int64_t C = s->dims[s->ndim - 1];
     int64_t rows = batch * (elems(s) / C);
-    if (rows > INT32_MAX || C > INT32_MAX || n->features > INT32_MAX)
-        return too_big(n, rows);
+    if (C > INT32_MAX || n->features > INT32_MAX)
+        return too_big(n, "weight's side", 1, C > n->features ? C : n->features);
+    if (past_int(batch, elems(s) / C))
+        return too_big(n, "rows (the batch x the input's leading axes)", batch, elems(s) / C);
     *d = (lin_dims){(int)rows, (int)C, (int)n->features};
     return STOKE_OK;
 }
@@ -224,8 +244,10 @@ static stoke_status conv_shape(const stoke_graph *g, const nn_node *n, int64_t b
                                cpu_conv2d_shape *s)
 {
     const stoke_shape *in = &g->nodes[n->in[0]].shape;
-    if (batch > INT32_MAX || batch * elems(in) > INT32_MAX || batch * elems(&n->shape) > INT32_MAX)
-        return too_big(n, batch * elems(in));
+    if (past_int(batch, elems(in)))
+        return too_big(n, "input", batch, elems(in));
+    if (past_int(batch, elems(&n->shape)))
+        return too_big(n, "output", batch, elems(&n->shape));
     *s = (cpu_conv2d_shape){.B = (int)batch,
                             .C = (int)in->dims[0],
                             .H = (int)in->dims[1],

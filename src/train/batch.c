@@ -178,6 +178,13 @@ stoke_status train_decide_batch(stoke_trainer *t)
 {
     stoke_train_config *c = &t->cfg;
     stoke_status s = c->batch_size == 0 ? auto_batch(t) : STOKE_OK;
+    /* A batch past the samples is never filled, yet the models would be planned for it
+     * (--batch-size 100000 on 1000 samples hit the kernels' size limit) */
+    int64_t given = c->batch_size;
+    if (s == STOKE_OK && t->info.count > 0 && c->batch_size > t->info.count) {
+        c->batch_size = t->info.count;
+        t->decision.batch = c->batch_size;
+    }
     if (s == STOKE_OK)
         s = effective(t);
     if (s != STOKE_OK)
@@ -185,7 +192,12 @@ stoke_status train_decide_batch(stoke_trainer *t)
     const stoke_decision *d = &t->decision;
     if (t->tuned.batch && t->tuned.pending[0])
         train_tuned_pending(t, &t->decision.batch_why); /* the rule decided: say why */
-    if (d->batch_why.source == STOKE_SRC_TUNED || d->batch_why.source == STOKE_SRC_CACHED)
+    if (given != c->batch_size)
+        train_info(t,
+                   "batch: %" PRId64 " (capped by the %" PRId64 " training samples; %" PRId64
+                   " given (%s))",
+                   c->batch_size, t->info.count, given, stoke_source_name(d->batch_why.source));
+    else if (d->batch_why.source == STOKE_SRC_TUNED || d->batch_why.source == STOKE_SRC_CACHED)
         train_info(
             t, "batch: %" PRId64 " (%s%s)", c->batch_size,
             d->batch_why.source == STOKE_SRC_CACHED ? "cached: " : "auto: ", d->batch_why.reason);

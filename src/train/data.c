@@ -57,7 +57,7 @@ bool stoke_train_holds_in_memory(const stoke_train_config *c, const stoke_datase
 stoke_status train_input_stats(stoke_dataset *d, train_input *ti)
 {
     int channels = 0;
-    return stoke_dataset_channel_stats(d, 10000, &channels, ti->mean, ti->std);
+    return stoke_dataset_channel_stats(d, TRAIN_STATS_SAMPLES, &channels, ti->mean, ti->std);
 }
 
 static bool is_subdir(const char *path, const char *name)
@@ -125,6 +125,10 @@ stoke_status train_open_data(stoke_trainer *t)
             (s = stoke_dataset_prefix(t->train_src, n, &t->train_d)) != STOKE_OK)
             return s;
     } else if (in_memory || c->limit > 0) {
+        /* decoding a folder of images takes seconds before the dataset line: said */
+        if (stoke_dataset_has_originals(t->train_src))
+            train_info(t, "preparing: decoding %" PRId64 " images of %s into memory...", n,
+                       c->dataset);
         s = load_prefix(t->train_src, n, &t->train_d);
         if (s != STOKE_OK)
             return s;
@@ -176,6 +180,9 @@ stoke_status train_open_data(stoke_trainer *t)
                                     (double)vn * (double)(vi->input_bytes + vi->target_bytes),
                                     avail)) != STOKE_OK)
                     return s;
+                if (stoke_dataset_has_originals(t->val_src))
+                    train_info(
+                        t, "preparing: decoding %" PRId64 " validation images into memory...", vn);
                 if ((s = load_prefix(t->val_src, vn, &t->val_d)) != STOKE_OK)
                     return s;
                 t->held_bytes += (double)vn * (double)(vi->input_bytes + vi->target_bytes);

@@ -578,9 +578,25 @@ static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor
             name[0] = '\0';
         stoke_graph *g = b->g;
         switch (y->type) {
-        case L_LINEAR:
+        case L_LINEAR: {
+            /* A linear layer maps the last axis: on a (C, H, W) image that is each row's
+             * W pixels, never what is meant, and left alone the mistake surfaced only at
+             * the loss, as a shape the user's file never mentions. */
+            const stoke_shape *in = stoke_graph_shape(g, x);
+            if (in && in->ndim >= 3) {
+                char sh[64];
+                stoke_fail(STOKE_ERR_ARG,
+                           "%s:%zu:%zu: %s: linear on a %s input applies to its last axis "
+                           "only (%lld values), not to the whole sample; add `- {type: "
+                           "flatten}` before it",
+                           b->mf->name, y->line, y->col, name,
+                           stoke_shape_format(in, sh, sizeof sh),
+                           (long long)in->dims[in->ndim - 1]);
+                return STOKE_NO_TENSOR;
+            }
             x = stoke_nn_linear(g, name, x, y->out ? y->out : b->outputs, y->bias);
             break;
+        }
         case L_CONV2D:
             x = stoke_nn_conv2d(g, name, x, y->out ? y->out : b->outputs, y->kernel,
                                 y->stride ? y->stride : 1, y->padding, y->bias);
@@ -602,6 +618,8 @@ static stoke_tensor build_layers(builder *b, const layer *l, int n, stoke_tensor
         case L_SEQ_MEAN: x = stoke_nn_seq_mean(g, x); break;
         case L_RESIDUAL: {
             stoke_tensor r = build_layers(b, y->children, y->nchildren, x);
+            if (r == STOKE_NO_TENSOR) /* the inner layer's message names its line */
+                return STOKE_NO_TENSOR;
             x = stoke_nn_add(g, x, r);
             break;
         }

@@ -303,8 +303,14 @@ static stoke_status setup_input(stoke_trainer *t, const train_meta *meta)
     if (meta) {
         memcpy(t->input.mean, meta->mean.v, (size_t)meta->mean.n * sizeof(float));
         memcpy(t->input.std, meta->std.v, (size_t)meta->std.n * sizeof(float));
-    } else if ((s = train_input_stats(t->train_d, &t->input)) != STOKE_OK) {
-        return s;
+    } else {
+        if (stoke_dataset_has_originals(t->train_d)) /* decoded one by one: seconds */
+            train_info(t,
+                       "preparing: the mean and std to normalize with, over %" PRId64
+                       " training images...",
+                       t->info.count < TRAIN_STATS_SAMPLES ? t->info.count : TRAIN_STATS_SAMPLES);
+        if ((s = train_input_stats(t->train_d, &t->input)) != STOKE_OK)
+            return s;
     }
     train_aug aug, eval;
     train_aug_of(c->augment, c->transforms, &aug, &eval);
@@ -388,12 +394,22 @@ static void setup_schedule(stoke_trainer *t)
                c->epochs == 1 ? "" : "s", c->seed);
 }
 
+/* The validation batch as run: a batch larger than the validation set is never
+ * filled, and planning the evaluation model at it reserved memory for samples that do
+ * not exist (256 x 224x224 images for 30 of them: 3.4 GB). The config keeps the value
+ * given, so a resumed run on a larger set gets it back. */
+static int64_t val_batch(const stoke_trainer *t)
+{
+    int64_t b = t->cfg.val_batch_size;
+    return t->val_count > 0 && t->val_count < b ? t->val_count : b;
+}
+
 /* The options of the training model (training) or of the inference model that
  * evaluates on the validation set: on the device decided, at the configured batches. */
 static stoke_model_opts model_opts(const stoke_trainer *t, bool training)
 {
     const stoke_train_config *c = &t->cfg;
-    return (stoke_model_opts){.max_batch = training ? c->batch_size : c->val_batch_size,
+    return (stoke_model_opts){.max_batch = training ? c->batch_size : val_batch(t),
                               .epoch_samples = training ? t->info.count : t->val_count,
                               .precision = t->precision,
                               .optim = training ? t->optim : (stoke_optim){0},
@@ -403,6 +419,35 @@ static stoke_model_opts model_opts(const stoke_trainer *t, bool training)
                               .recompute = training && t->recompute,
                               .cuda = t->device != STOKE_TUNE_CPU,
                               .cuda_device = t->device};
+}
+
+/* stoke_graph_plan of a model of t's graph. A batch past what the kernels can index
+ * fails at one layer, which names its own limit; the batch that fits the whole model is
+ * what the user can give, so it is found (the sizes grow with the batch) and named. */
+static stoke_status plan_model(const stoke_trainer *t, const stoke_model_opts *o,
+                               stoke_mem_plan *plan)
+{
+    stoke_status s = stoke_graph_plan(t->graph, o, plan);
+    if (s != STOKE_ERR_ARG || o->max_batch <= 1)
+        return s;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", stoke_last_error());
+    stoke_model_opts q = *o;
+    stoke_mem_plan p;
+    int64_t lo = 0, hi = o->max_batch; /* lo plans (0: none found), hi does not */
+    while (hi - lo > 1) {
+        q.max_batch = lo + (hi - lo) / 2;
+        if (stoke_graph_plan(t->graph, &q, &p) == STOKE_OK)
+            lo = q.max_batch;
+        else
+            hi = q.max_batch;
+    }
+    if (lo == 0) /* not the batch: its message as it was */
+        return stoke_fail(s, "%s", msg);
+    return stoke_fail(
+        s, "%s; the largest %s batch the model's kernels take is %" PRId64 " (%s %" PRId64 ")", msg,
+        o->training ? "training" : "validation", lo,
+        o->training ? "--batch-size" : "--val-batch-size", lo);
 }
 
 /* The recompute line: how many segments the training model checkpoints and the
@@ -449,8 +494,8 @@ static stoke_status check_host_memory(const stoke_trainer *t, const size_t ring[
     stoke_model_opts mo = model_opts(t, true), eo = model_opts(t, false);
     stoke_mem_plan tp, ep;
     stoke_status s;
-    if ((s = stoke_graph_plan(t->graph, &mo, &tp)) != STOKE_OK ||
-        (t->val_d && (s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK))
+    if ((s = plan_model(t, &mo, &tp)) != STOKE_OK ||
+        (t->val_d && (s = plan_model(t, &eo, &ep)) != STOKE_OK))
         return s;
     train_mem_need need[2] = {{"training", &tp, "--batch-size", ring[0]},
                               {"validation", &ep, "--val-batch-size", ring[1]}};
@@ -471,7 +516,7 @@ static stoke_status host_left_for_rings(const stoke_trainer *t, const size_t rin
     *left = 0; /* unknown: no limit */
     if (stoke_mem_probe(NULL, &mi) != STOKE_OK || mi.available_bytes == 0)
         return STOKE_OK;
-    size_t rings = ring[0] * (size_t)t->cfg.batch_size + ring[1] * (size_t)t->cfg.val_batch_size;
+    size_t rings = ring[0] * (size_t)t->cfg.batch_size + ring[1] * (size_t)val_batch(t);
     char a[32], b[32];
     if (rings > mi.available_bytes)
         return stoke_fail(STOKE_ERR_NOMEM,
@@ -502,12 +547,24 @@ static stoke_status allocate_models(stoke_trainer *t, size_t ring[2], size_t *le
     /* the CPU's plan check names the batch that fits: a given batch is not halved
      * behind it; an allocation that fails is */
     t->plan_refused = s == STOKE_ERR_NOMEM && !mo.cuda;
-    if (s != STOKE_OK || (s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
+    if (s != STOKE_OK)
+        return s;
+    /* gigabytes of arenas take seconds to allocate and clear, before any progress line */
+    stoke_mem_plan tp, ep = {0};
+    char a[32], b[32], v[96] = "";
+    if (plan_model(t, &mo, &tp) == STOKE_OK && (!t->val_d || plan_model(t, &eo, &ep) == STOKE_OK)) {
+        if (t->val_d)
+            snprintf(v, sizeof v, ", validation %s at batch %" PRId64,
+                     stoke_format_bytes((double)ep.total, b, sizeof b), eo.max_batch);
+        train_info(t, "preparing: allocating the models: training %s at batch %" PRId64 "%s...",
+                   stoke_format_bytes((double)tp.total, a, sizeof a), mo.max_batch, v);
+    }
+    if ((s = stoke_model_new(t->graph, &mo, &t->model)) != STOKE_OK)
         return s;
     if (t->val_d && (s = stoke_model_new(t->graph, &eo, &t->eval_model)) != STOKE_OK)
         return s;
     /* a device model's targets are converted on the host first; the CPU's in place */
-    int64_t most = c->batch_size > c->val_batch_size ? c->batch_size : c->val_batch_size;
+    int64_t most = c->batch_size > val_batch(t) ? c->batch_size : val_batch(t);
     free(t->target_stage);
     t->target_stage = NULL;
     if (mo.cuda && !(t->target_stage =
@@ -522,13 +579,13 @@ static stoke_status planned_bytes(const stoke_trainer *t, size_t *bytes)
     const stoke_train_config *c = &t->cfg;
     stoke_model_opts mo = model_opts(t, true), eo = model_opts(t, false);
     stoke_mem_plan tp, ep = {0};
-    stoke_status s = stoke_graph_plan(t->graph, &mo, &tp);
+    stoke_status s = plan_model(t, &mo, &tp);
     if (s == STOKE_OK && t->val_d)
-        s = stoke_graph_plan(t->graph, &eo, &ep);
+        s = plan_model(t, &eo, &ep);
     /* and the loaders' device slots, which the batches are copied into */
     size_t in = (size_t)stoke_shape_elems(&t->input.model_shape) * 4;
     *bytes = tp.total + ep.total + (size_t)t->decision.prefetch * (size_t)c->batch_size * in +
-             (t->val_d ? 2 * (size_t)c->val_batch_size * in : 0);
+             (t->val_d ? 2 * (size_t)val_batch(t) * in : 0);
     return s;
 }
 
@@ -560,8 +617,8 @@ static void halve(stoke_trainer *t, const char *why)
     stoke_train_config *c = &t->cfg;
     c->batch_size /= 2;
     c->accumulate *= 2;
-    if (c->val_batch_size > 1)
-        c->val_batch_size /= 2;
+    if (val_batch(t) > 1) /* from the batch run, or halving a 256 over 30 samples frees nothing */
+        c->val_batch_size = val_batch(t) / 2;
     t->decision.batch = c->batch_size;
     train_info(t,
                "out of %s memory (%s): batch %" PRId64 " x %" PRId64
@@ -608,8 +665,8 @@ static stoke_status fit_gpu_batch(stoke_trainer *t)
     while ((s = planned_bytes(t, &need)) == STOKE_OK && need > budget && c->batch_size > 1) {
         c->batch_size /= 2;
         c->accumulate *= 2;
-        if (c->val_batch_size > 1)
-            c->val_batch_size /= 2;
+        if (val_batch(t) > 1)
+            c->val_batch_size = val_batch(t) / 2;
         train_info(t,
                    "GPU memory: the plan needs %.1f MB, 90%% of the %.1f MB free is %.1f MB: "
                    "batch %" PRId64 " x %" PRId64 " accumulated instead, the same effective batch",
@@ -687,12 +744,11 @@ static stoke_status start_pipeline(stoke_trainer *t, const size_t ring[2], size_
         (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
         return s;
     if (t->val_d) {
-        stoke_loader_opts vo = {.sampler = {.batch_size = c->val_batch_size},
+        stoke_loader_opts vo = {.sampler = {.batch_size = val_batch(t)},
                                 .transform = t->input.image ? &t->val_topts : NULL,
                                 .use_device = t->device != STOKE_TUNE_CPU,
                                 .device = t->device,
-                                .memory_limit =
-                                    left ? left + ring[1] * (size_t)c->val_batch_size : 0};
+                                .memory_limit = left ? left + ring[1] * (size_t)val_batch(t) : 0};
         if ((s = stoke_loader_create(t->val_d, &vo, &t->val_loader)) != STOKE_OK)
             return s;
     }
@@ -913,7 +969,7 @@ static stoke_status plan_on_gpu(stoke_trainer *t, size_t budget_bytes, stoke_mem
     const stoke_train_config *c = &t->cfg;
     stoke_model_opts mo = model_opts(t, true);
     size_t free_bytes = 0, all = 0;
-    stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
+    stoke_status s = plan_model(t, &mo, plan);
     if (s == STOKE_OK && !budget_bytes && !(c->memory_budget > 0))
         s = train_gpu_free_bytes(t->device, &free_bytes);
     if (s == STOKE_OK)
@@ -940,7 +996,7 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
     if (t->device != STOKE_TUNE_CPU)
         return plan_on_gpu(t, budget_bytes, plan, max_batch, budget_used, beside);
     stoke_model_opts mo = model_opts(t, true);
-    stoke_status s = stoke_graph_plan(t->graph, &mo, plan);
+    stoke_status s = plan_model(t, &mo, plan);
     if (s != STOKE_OK)
         return s;
     /* The same budget as the check before allocating (train_check_memory): a given
@@ -960,10 +1016,9 @@ stoke_status stoke_trainer_plan(stoke_trainer *t, size_t budget_bytes, stoke_mem
     if (t->val_d) {
         stoke_model_opts eo = model_opts(t, false);
         stoke_mem_plan ep;
-        if ((s = stoke_graph_plan(t->graph, &eo, &ep)) != STOKE_OK)
+        if ((s = plan_model(t, &eo, &ep)) != STOKE_OK)
             return s;
-        others +=
-            ep.total + train_ring_per_sample(t, t->val_d, 0, 0) * (size_t)t->cfg.val_batch_size;
+        others += ep.total + train_ring_per_sample(t, t->val_d, 0, 0) * (size_t)val_batch(t);
     }
     *budget_used = budget;
     *beside = others;

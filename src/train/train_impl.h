@@ -36,7 +36,9 @@ stoke_status train_input_init(train_input *ti, const stoke_shape *shape, stoke_d
 stoke_status train_input_setup(train_input *ti, const stoke_train_config *c, const char *path,
                                const stoke_dataset_info *info);
 
-/* data.c: per-channel mean and std of the training inputs for the normalize transform. */
+/* data.c: per-channel mean and std of the training inputs for the normalize transform,
+ * over at most TRAIN_STATS_SAMPLES of them. */
+#define TRAIN_STATS_SAMPLES 10000
 stoke_status train_input_stats(stoke_dataset *d, train_input *ti);
 
 /* What comes before the normalize: nothing, random crop (pad 2) + flip, or
