@@ -166,8 +166,8 @@ static void print_human(const char *path, const stoke_dataset *d, const int64_t 
         else
             snprintf(read, sizeof read, "%" PRId64 " of %" PRId64 " images sampled", z->read,
                      f->count);
-        printf("on disk      %d to %d px wide, %d to %d px high (%s)\n", z->min_width,
-               z->max_width, z->min_height, z->max_height, read);
+        printf("on disk      %d to %d px wide, %d to %d px high (%s)\n", z->min_width, z->max_width,
+               z->min_height, z->max_height, read);
     }
     if (f->target_kind == STOKE_TARGET_NONE)
         printf("target       none\n");

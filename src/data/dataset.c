@@ -268,8 +268,7 @@ const char *stoke_dataset_class_name(const stoke_dataset *d, int64_t c)
     return d->vt->class_name(d, c);
 }
 
-stoke_status stoke_dataset_image_sizes(stoke_dataset *d, int64_t max_images,
-                                       stoke_image_sizes *out)
+stoke_status stoke_dataset_image_sizes(stoke_dataset *d, int64_t max_images, stoke_image_sizes *out)
 {
     memset(out, 0, sizeof *out);
     if (!d || !d->vt->original_size)

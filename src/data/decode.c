@@ -456,9 +456,9 @@ stoke_status stoke_image_size(const char *name, int64_t i, const unsigned char *
         w = j->ci.image_width;
         h = j->ci.image_height;
         jpeg_destroy_decompress(&j->ci);
-        stoke_status st = ok ? STOKE_OK
-                             : stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): %s", name,
-                                          (long long)i, j->err);
+        stoke_status st =
+            ok ? STOKE_OK
+               : stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): %s", name, (long long)i, j->err);
         free(j);
         if (st != STOKE_OK)
             return st;

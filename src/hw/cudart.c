@@ -120,8 +120,7 @@ static stoke_status driver_missing(const stoke_cudart *rt, int rc)
                       "the NVIDIA driver is older than the CUDA runtime: it supports CUDA up "
                       "to %d.%d, the runtime is %d.%d (cudaGetDeviceCount: %s, error %d); "
                       "install a newer NVIDIA driver",
-                      drv / 1000, drv % 1000 / 10, run / 1000, run % 1000 / 10, cu_err(rt, rc),
-                      rc);
+                      drv / 1000, drv % 1000 / 10, run / 1000, run % 1000 / 10, cu_err(rt, rc), rc);
 }
 
 stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count)

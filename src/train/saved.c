@@ -55,15 +55,16 @@ static stoke_status read_class_names(stoke_saved_model *s, const stoke_ckpt *c, 
     stoke_status st = STOKE_OK;
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != s->classes)
         st = stoke_fail(STOKE_ERR_FORMAT,
-                        "%s: metadata stoke.class_names is not an array of %" PRId64 " names",
-                        path, s->classes);
+                        "%s: metadata stoke.class_names is not an array of %" PRId64 " names", path,
+                        s->classes);
     else if (!(s->class_names = calloc((size_t)s->classes, sizeof *s->class_names)))
         st = stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     for (int64_t k = 0; st == STOKE_OK && k < s->classes; k++) {
         const cJSON *e = cJSON_GetArrayItem(a, (int)k);
         if (!cJSON_IsString(e))
-            st = stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.class_names: entry %" PRId64
-                            " is not a string", path, k);
+            st = stoke_fail(STOKE_ERR_FORMAT,
+                            "%s: metadata stoke.class_names: entry %" PRId64 " is not a string",
+                            path, k);
         else if (!(s->class_names[k] = strdup(e->valuestring)))
             st = stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     }

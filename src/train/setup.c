@@ -161,8 +161,8 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
         if (t->decision.device_why.source != STOKE_SRC_TUNED)
             return stoke_fail(STOKE_ERR_UNAVAILABLE,
                               "device cuda:%d (%s): %s; or train on the CPU (--device cpu)",
-                              t->decision.device,
-                              stoke_source_name(t->decision.device_why.source), why);
+                              t->decision.device, stoke_source_name(t->decision.device_why.source),
+                              why);
         snprintf(reason, sizeof reason, "the CUDA backend cannot run on cuda:%d: %s",
                  t->decision.device, why);
         return apply_decision(t, reason);
