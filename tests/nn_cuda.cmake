@@ -17,8 +17,9 @@ add_test(NAME train_cuda_e2e
 # twice that beside the sanitized suite's other GPU tests on 2 cores.
 set_tests_properties(train_cuda_e2e PROPERTIES LABELS nn TIMEOUT 1200 SKIP_RETURN_CODE 77)
 # Its parts that need a reference the machine may lack, each skipped (77) with the reason:
-# numpy for the actor-critic's rollouts, nvcc's libstoke_cuda.so for the module's check.
-foreach(part actor_critic module)
+# numpy for the actor-critic's rollouts, nvcc's libstoke_cuda.so for the module's check;
+# and nodriver, the CUDA runtime on a machine without the NVIDIA driver or with an old one.
+foreach(part actor_critic module nodriver)
   add_test(NAME train_cuda_e2e_${part}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_cuda.sh $<TARGET_FILE:stoke>
                    ${CMAKE_CURRENT_BINARY_DIR}/train-cuda-e2e-${part} ${CMAKE_CURRENT_BINARY_DIR}/fake

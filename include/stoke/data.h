@@ -94,6 +94,25 @@ void stoke_dataset_close(stoke_dataset *d); /* NULL is fine */
  * allocates num_classes entries). STOKE_ERR_ARG if the targets are not classes. */
 stoke_status stoke_dataset_class_counts(stoke_dataset *d, int64_t *counts);
 
+/* The name of class c (0 <= c < info.num_classes): an image folder's class folder;
+ * NULL when the format does not name its classes or c is out of range. The string
+ * belongs to d. */
+const char *stoke_dataset_class_name(const stoke_dataset *d, int64_t c);
+
+/* The sizes of a dataset's images as stored, before the resize to info.input_shape. */
+typedef struct stoke_image_sizes {
+    int min_width, max_width;   /* pixels */
+    int min_height, max_height; /* pixels */
+    int64_t read;               /* images whose header was read: all, or an even sample */
+} stoke_image_sizes;
+
+/* Reads the headers (no pixel is decoded) of at most max_images images (every (count /
+ * max_images)-th from the start; max_images <= 0: all) into *out. STOKE_ERR_ARG when
+ * the dataset is not of image files (image folders are); else the errors of reading
+ * and parsing a file, naming it. */
+stoke_status stoke_dataset_image_sizes(stoke_dataset *d, int64_t max_images,
+                                       stoke_image_sizes *out);
+
 /* Per-channel mean and std of the inputs (uint8 or float32), in the transforms' scale
  * (uint8 / 255), over at most max_samples samples, every (count / max_samples)-th from
  * the start: what a normalize op without given statistics uses. Channels follow the

@@ -231,7 +231,9 @@ void stoke_cudart_close(stoke_cudart *rt);
 int stoke_cudart_runtime_version(const stoke_cudart *rt); /* 13000, or 0 */
 
 /* Number of CUDA devices; on failure STOKE_ERR_UNAVAILABLE with the runtime's reason
- * ("no CUDA-capable device is detected"). */
+ * ("no CUDA-capable device is detected"), or in words when the runtime is installed
+ * but the driver is not ("no NVIDIA driver: ... libcuda.so.1 is not found") or is older
+ * than the runtime, with what to install. */
 stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count);
 
 /* SM count and PCI bus id ("0000:3b:00.0" form, lower case) of CUDA device `dev`. */

@@ -396,6 +396,14 @@ stoke_status stoke_monitor_start(stoke_monitor *m);
  * to the sampler; call from one controlling thread. */
 void stoke_monitor_stop(stoke_monitor *m);
 
+/* On a stopped monitor: takes one sample now, outside the schedule, covering the time
+ * since the previous reading (to the log and the history as any other). A run shorter
+ * than the interval then still has a sample of its whole length. Nothing is taken, and
+ * false returned, when less than min_s seconds have passed since the previous reading
+ * (rates over a shorter span are mostly the clock's granularity) or the watched root
+ * has ended; errors are recorded as the sampler's (stoke_monitor_error). */
+bool stoke_monitor_sample_now(stoke_monitor *m, double min_s);
+
 /* Copies the latest sample into *out; false if none yet. Safe from any thread. */
 bool stoke_monitor_latest(stoke_monitor *m, stoke_mon_sample *out);
 

@@ -496,6 +496,10 @@ void stoke_saved_model_free(stoke_saved_model *s);
 const char *stoke_saved_model_dataset(const stoke_saved_model *s);
 const stoke_shape *stoke_saved_model_input_shape(const stoke_saved_model *s);
 int64_t stoke_saved_model_classes(const stoke_saved_model *s); /* 0 for regression */
+/* The name of class c as the training data named it (an image folder's class folder),
+ * or NULL: the checkpoint names no classes (other formats, older checkpoints) or c is
+ * out of range. The string belongs to s. */
+const char *stoke_saved_model_class_name(const stoke_saved_model *s, int64_t c);
 
 /* Evaluates on a dataset (opened by the caller, with the checkpoint's normalization):
  * mean loss and accuracy (classes) or MAE over `limit` samples (0 = all). */

@@ -85,7 +85,10 @@ PyMODINIT_FUNC PyInit__stoke(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    if (stokepy_add_errors(m) < 0 || stokepy_add_data(m) < 0 || stokepy_add_monitor(m) < 0 ||
+    /* the library's version: the package is built from the same sources, so the two
+     * cannot differ */
+    if (PyModule_AddStringConstant(m, "__version__", STOKE_VERSION) < 0 ||
+        stokepy_add_errors(m) < 0 || stokepy_add_data(m) < 0 || stokepy_add_monitor(m) < 0 ||
         stokepy_add_probe(m) < 0) {
         Py_DECREF(m);
         return NULL;

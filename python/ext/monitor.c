@@ -277,6 +277,10 @@ static PyObject *Monitor_start(MonitorObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* The shortest span the sample taken at stop() covers: over less, the CPU readings
+ * (clock ticks of 10 ms) would say more about the tick than about the run. */
+#define STOP_SAMPLE_MIN_S 0.02
+
 /* Stops and joins the sampler; the caller holds ctl and the GIL. */
 static void halt(MonitorObject *self)
 {
@@ -308,6 +312,13 @@ static PyObject *Monitor_stop(MonitorObject *self, PyObject *unused)
     ctl_lock(self);
     bool was = self->running;
     halt(self);
+    if (was && self->owner == getpid()) {
+        /* A loop shorter than the interval still gets a sample of its whole length, so
+         * that the diagnosis has something to judge (README's example is such a loop). */
+        PyThreadState *save = PyEval_SaveThread();
+        stoke_monitor_sample_now(self->mon, STOP_SAMPLE_MIN_S);
+        PyEval_RestoreThread(save);
+    }
     sink *c = self->sink;
     if (c->printed) {
         write_stderr("\n", 1);

@@ -242,10 +242,23 @@ def test_advice_in_pytorch_terms():
 
 def test_short_run_names_the_python_argument():
     with stoke.Monitor(interval=5, gpu=False) as mon:
-        pass  # stopped before a second sample
+        pass  # stopped at once: too short even for the sample taken at stop
     text = mon.diagnosis()
     assert "--interval" not in text
-    assert "too few samples" in text and "a shorter stoke.Monitor(interval=...)" in text
+    assert "too few samples (0)" in text and "a shorter stoke.Monitor(interval=...)" in text
+
+
+def test_a_loop_shorter_than_the_interval_is_judged(tmp_path):
+    # stop() samples the whole loop: one sample, in the history and the log, judged
+    log = tmp_path / "short.jsonl"
+    with stoke.Monitor(interval=5, gpu=False, jsonl=str(log)) as mon:
+        t = time.monotonic()
+        while time.monotonic() - t < 0.2:  # longer than stop()'s shortest sample; not judged
+            pass
+    assert mon.summary()["samples"] == 1
+    assert len(log.read_text().splitlines()) == 1
+    text = mon.diagnosis()
+    assert text.startswith("diagnosis: ") and "too few samples" not in text, text
 
 
 def test_no_gpu_gives_the_reason():

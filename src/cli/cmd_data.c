@@ -63,7 +63,20 @@ static cJSON *shape_json(const stoke_shape *s)
     return a;
 }
 
-static void print_json(const char *path, const stoke_dataset *d, const int64_t *counts)
+/* What `info` says about an image dataset beyond its header: the sizes on disk, and
+ * whether the size it is read at was given. */
+typedef struct image_note {
+    bool known;
+    stoke_image_sizes sizes;
+    bool size_given; /* --size; else the default */
+} image_note;
+
+/* Sizes from an even sample of this many images: a folder of a million files is not
+ * read whole for a summary. */
+#define INFO_SIZE_SAMPLE 1000
+
+static void print_json(const char *path, const stoke_dataset *d, const int64_t *counts,
+                       const image_note *img)
 {
     const stoke_dataset_info *f = stoke_dataset_get_info(d);
     cJSON *root = cJSON_CreateObject();
@@ -80,6 +93,17 @@ static void print_json(const char *path, const stoke_dataset *d, const int64_t *
     cJSON_AddItemToObject(in, "shape", shape_json(&f->input_shape));
     cJSON_AddStringToObject(in, "dtype", stoke_dtype_name(f->input_dtype));
     cJSON_AddNumberToObject(in, "bytes", (double)f->input_bytes);
+    if (img->known) {
+        cJSON_AddStringToObject(in, "size_from", img->size_given ? "--size" : "default");
+        cJSON *disk = cJSON_AddObjectToObject(root, "on_disk");
+        cJSON *w = cJSON_AddArrayToObject(disk, "width");
+        cJSON_AddItemToArray(w, cJSON_CreateNumber(img->sizes.min_width));
+        cJSON_AddItemToArray(w, cJSON_CreateNumber(img->sizes.max_width));
+        cJSON *h = cJSON_AddArrayToObject(disk, "height");
+        cJSON_AddItemToArray(h, cJSON_CreateNumber(img->sizes.min_height));
+        cJSON_AddItemToArray(h, cJSON_CreateNumber(img->sizes.max_height));
+        cJSON_AddNumberToObject(disk, "images_read", (double)img->sizes.read);
+    }
     cJSON *t = cJSON_AddObjectToObject(root, "target");
     cJSON_AddStringToObject(t, "kind", stoke_target_kind_name(f->target_kind));
     if (f->target_kind != STOKE_TARGET_NONE) {
@@ -93,6 +117,9 @@ static void print_json(const char *path, const stoke_dataset *d, const int64_t *
         for (int64_t c = 0; c < f->num_classes; c++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "class", (double)c);
+            const char *name = stoke_dataset_class_name(d, c);
+            if (name)
+                cJSON_AddStringToObject(o, "name", name);
             cJSON_AddNumberToObject(o, "count", (double)counts[c]);
             cJSON_AddNumberToObject(o, "percent",
                                     f->count ? 100.0 * (double)counts[c] / (double)f->count : 0);
@@ -106,7 +133,8 @@ static void print_json(const char *path, const stoke_dataset *d, const int64_t *
     cJSON_Delete(root);
 }
 
-static void print_human(const char *path, const stoke_dataset *d, const int64_t *counts)
+static void print_human(const char *path, const stoke_dataset *d, const int64_t *counts,
+                        const image_note *img)
 {
     const stoke_dataset_info *f = stoke_dataset_get_info(d);
     char shape[160];
@@ -121,9 +149,26 @@ static void print_human(const char *path, const stoke_dataset *d, const int64_t 
     else if (enc)
         printf("encoding     pixels: %.0f bytes per sample, as read\n", stored);
     printf("samples      %" PRId64 "\n", f->count);
-    printf("input        %s %s, %zu byte%s per sample\n",
+    printf("input        %s %s, %zu byte%s per sample",
            stoke_shape_format(&f->input_shape, shape, sizeof shape),
            stoke_dtype_name(f->input_dtype), f->input_bytes, f->input_bytes == 1 ? "" : "s");
+    /* the shape of an image folder is the size it is read at, not the images' own */
+    if (img->known)
+        printf(", as read: every image resized to %" PRId64 "x%" PRId64 " (%s)",
+               f->input_shape.dims[0], f->input_shape.dims[1],
+               img->size_given ? "HxW, --size" : "HxW, the --size default");
+    printf("\n");
+    if (img->known) {
+        const stoke_image_sizes *z = &img->sizes;
+        char read[64];
+        if (z->read == f->count)
+            snprintf(read, sizeof read, "all %" PRId64 " images", z->read);
+        else
+            snprintf(read, sizeof read, "%" PRId64 " of %" PRId64 " images sampled", z->read,
+                     f->count);
+        printf("on disk      %d to %d px wide, %d to %d px high (%s)\n", z->min_width, z->max_width,
+               z->min_height, z->max_height, read);
+    }
     if (f->target_kind == STOKE_TARGET_NONE)
         printf("target       none\n");
     else
@@ -135,10 +180,14 @@ static void print_human(const char *path, const stoke_dataset *d, const int64_t 
         printf("classes      %" PRId64 "\n", f->num_classes);
     if (!counts)
         return;
-    printf("class balance\n  %8s %12s %8s\n", "class", "samples", "%");
-    for (int64_t c = 0; c < f->num_classes; c++)
-        printf("  %8" PRId64 " %12" PRId64 " %8.2f\n", c, counts[c],
+    bool named = stoke_dataset_class_name(d, 0) != NULL;
+    printf("class balance\n  %8s %12s %8s%s\n", "class", "samples", "%", named ? "  name" : "");
+    for (int64_t c = 0; c < f->num_classes; c++) {
+        printf("  %8" PRId64 " %12" PRId64 " %8.2f", c, counts[c],
                f->count ? 100.0 * (double)counts[c] / (double)f->count : 0.0);
+        const char *name = stoke_dataset_class_name(d, c);
+        printf("%s%s\n", name ? "  " : "", name ? name : "");
+    }
 }
 
 typedef struct progress_ctx {
@@ -163,10 +212,13 @@ static void on_progress(void *arg, int64_t done, int64_t total)
         fflush(stdout);
         return;
     }
-    /* Not a terminal (a log, CI): a few plain lines, at 0, 25, 50, 75 and 100%. */
+    /* Not a terminal (a log, CI): a line when a quarter is crossed, at most five. The
+     * writer reports whole chunks of samples, so a line can come well past the quarter
+     * it crosses: it says the share actually done, the same figure as its counts. */
     int q = (int)(frac * 4);
     if (q > p->last_quarter) {
-        printf("converting: %" PRId64 "/%" PRId64 " samples (%d%%)\n", done, total, q * 25);
+        printf("converting: %" PRId64 "/%" PRId64 " samples (%" PRId64 "%%)\n", done, total,
+               total ? done * 100 / total : 100);
         fflush(stdout);
         p->last_quarter = q;
     }
@@ -311,10 +363,20 @@ static int data_info(int argc, char **argv)
             return rc;
         }
     }
+    image_note img = {.size_given = o.image_height || o.image_width};
+    if (!strcmp(f->format, "images")) {
+        if (stoke_dataset_image_sizes(d, INFO_SIZE_SAMPLE, &img.sizes) != STOKE_OK) {
+            rc = cli_error(CMD, "%s", stoke_last_error());
+            free(counts);
+            stoke_dataset_close(d);
+            return rc;
+        }
+        img.known = true;
+    }
     if (json)
-        print_json(pos[0], d, counts);
+        print_json(pos[0], d, counts, &img);
     else
-        print_human(pos[0], d, counts);
+        print_human(pos[0], d, counts, &img);
     free(counts);
     stoke_dataset_close(d);
     return 0;

@@ -12,11 +12,39 @@ void cmd_predict_usage(void)
 {
     printf("usage: stoke predict CHECKPOINT INPUT [--limit N] [--outputs]\n\n"
            "Runs a checkpoint written by `stoke train` on INPUT: a dataset in any format\n"
-           "stoke reads (the \"test\" split of an IDX directory) or an .npy file of samples\n"
+           "stoke reads (the \"test\" split of an IDX directory or an image folder, else the\n"
+           "image folder itself) or an .npy file of samples\n"
            "shaped like the training inputs. Prints one line per sample: its index, the\n"
-           "predicted class (or value), and its label when INPUT has targets; --outputs adds\n"
+           "predicted class (or value), and its label when INPUT has targets; a class is its\n"
+           "index, then its name when the training data named it (image folders: the class\n"
+           "folder, e.g. `3 dress`); --outputs adds\n"
            "the model's raw outputs (logits). Ends with the accuracy when labels are known.\n"
            "An actor-critic prints the most likely action and `value V` (the value head).\n");
+}
+
+/* A class as its index, then its name where the checkpoint has the data's names: the
+ * index stays the first word, for scripts. */
+static void print_class(const stoke_saved_model *m, int64_t c)
+{
+    const char *name = stoke_saved_model_class_name(m, c);
+    printf("%" PRId64 "%s%s", c, name ? " " : "", name ? name : "");
+}
+
+/* An image folder without a test/ split (photos/<class>/<images>) is itself the samples;
+ * other formats keep the test split's error, which is left as the last error. */
+static bool open_plain_images(const char *input, stoke_dataset **d)
+{
+    char why[1100];
+    snprintf(why, sizeof why, "%s", stoke_last_error());
+    stoke_dataset_opts plain = {0};
+    if (stoke_dataset_open(input, &plain, d) == STOKE_OK) {
+        if (!strcmp(stoke_dataset_get_info(*d)->format, "images"))
+            return true;
+        stoke_dataset_close(*d);
+        *d = NULL;
+    }
+    stoke_fail(STOKE_ERR_NOTFOUND, "%s", why);
+    return false;
 }
 
 int cmd_predict(int argc, char **argv)
@@ -52,7 +80,7 @@ int cmd_predict(int argc, char **argv)
         return cli_last_error("predict");
     stoke_dataset_opts o = {.split = "test"};
     stoke_dataset *d;
-    if (stoke_dataset_open(input, &o, &d) != STOKE_OK) {
+    if (stoke_dataset_open(input, &o, &d) != STOKE_OK && !open_plain_images(input, &d)) {
         int rc = cli_last_error("predict");
         stoke_saved_model_free(m);
         return rc;
@@ -93,7 +121,7 @@ int cmd_predict(int argc, char **argv)
     for (int64_t i = 0; i < n; i++) {
         printf("%" PRId64 "\t", i);
         if (classes)
-            printf("%" PRId64, pred[i]);
+            print_class(m, pred[i]);
         else
             printf("%.6g", (double)out[(size_t)i * (size_t)k]);
         if (actions > 0)
@@ -103,7 +131,8 @@ int cmd_predict(int argc, char **argv)
                         : in->target_dtype == STOKE_I64 ? *(int64_t *)(void *)tg
                         : in->target_dtype == STOKE_I32 ? *(int32_t *)(void *)tg
                                                         : -1;
-            printf("\tlabel %" PRId64, y);
+            printf("\tlabel ");
+            print_class(m, y);
             right += y == pred[i];
         }
         if (outputs)

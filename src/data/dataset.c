@@ -261,6 +261,39 @@ stoke_status stoke_dataset_channel_stats(stoke_dataset *d, int64_t max_samples, 
     return STOKE_OK;
 }
 
+const char *stoke_dataset_class_name(const stoke_dataset *d, int64_t c)
+{
+    if (!d || !d->vt->class_name || c < 0 || c >= d->info.num_classes)
+        return NULL;
+    return d->vt->class_name(d, c);
+}
+
+stoke_status stoke_dataset_image_sizes(stoke_dataset *d, int64_t max_images, stoke_image_sizes *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!d || !d->vt->original_size)
+        return stoke_fail(STOKE_ERR_ARG, "%s: is %s, not a dataset of image files",
+                          d ? d->path : "(null)", d ? d->info.format : "missing");
+    int64_t n = d->info.count;
+    int64_t step = max_images > 0 && n > max_images ? n / max_images : 1;
+    for (int64_t i = 0, k = 0; i < n && (max_images <= 0 || k < max_images); i += step, k++) {
+        int w = 0, h = 0;
+        stoke_status s = d->vt->original_size(d, i, &w, &h);
+        if (s != STOKE_OK)
+            return s;
+        if (!out->read || w < out->min_width)
+            out->min_width = w;
+        if (!out->read || h < out->min_height)
+            out->min_height = h;
+        if (w > out->max_width)
+            out->max_width = w;
+        if (h > out->max_height)
+            out->max_height = h;
+        out->read++;
+    }
+    return STOKE_OK;
+}
+
 stoke_status stoke_dataset_class_counts(stoke_dataset *d, int64_t *counts)
 {
     if (!d || !counts)

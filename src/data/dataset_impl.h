@@ -19,6 +19,11 @@ typedef struct stoke_dataset_vt {
     /* Optional (NULL: stoke_dataset_class_counts reads every sample): fills
      * counts[0..num_classes) faster than reading every sample would. */
     stoke_status (*class_counts)(stoke_dataset *d, int64_t *counts);
+    /* Optional (formats that name their classes): class c's name, c in range, or NULL. */
+    const char *(*class_name)(const stoke_dataset *d, int64_t c);
+    /* Optional (datasets of image files): sample i's image size as stored, in pixels,
+     * from its header. */
+    stoke_status (*original_size)(stoke_dataset *d, int64_t i, int *width, int *height);
 } stoke_dataset_vt;
 
 struct stoke_dataset {

@@ -426,3 +426,61 @@ stoke_status stoke_image_decode(const char *name, int64_t i, const unsigned char
     free(px.data);
     return st;
 }
+
+/* The JPEG's header alone: libjpeg reads the markers up to the frame's size, no pixel. */
+static bool dec_jpeg_header(dec_jpeg_job *j, const unsigned char *buf, size_t len)
+{
+    if (setjmp(j->jb))
+        return false;
+    jpeg_mem_src(&j->ci, buf, (unsigned long)len);
+    jpeg_read_header(&j->ci, TRUE);
+    return true;
+}
+
+stoke_status stoke_image_size(const char *name, int64_t i, const unsigned char *buf, size_t len,
+                              int *width, int *height)
+{
+    static const unsigned char png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    long long w = 0, h = 0;
+    if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF) {
+        dec_jpeg_job *j = calloc(1, sizeof *j);
+        if (!j)
+            return stoke_fail(STOKE_ERR_NOMEM, "%s (sample %lld): out of memory", name,
+                              (long long)i);
+        j->ci.err = jpeg_std_error(&j->em);
+        j->em.error_exit = dec_jpeg_error;
+        j->em.emit_message = dec_jpeg_message;
+        j->ci.client_data = j;
+        jpeg_create_decompress(&j->ci);
+        bool ok = dec_jpeg_header(j, buf, len);
+        w = j->ci.image_width;
+        h = j->ci.image_height;
+        jpeg_destroy_decompress(&j->ci);
+        stoke_status st =
+            ok ? STOKE_OK
+               : stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): %s", name, (long long)i, j->err);
+        free(j);
+        if (st != STOKE_OK)
+            return st;
+    } else if (len >= 8 && memcmp(buf, png_sig, 8) == 0) {
+        /* IHDR is the first chunk (PNG spec 5.6): its width and height, big-endian */
+        if (len < 24 || memcmp(buf + 12, "IHDR", 4) != 0)
+            return stoke_fail(STOKE_ERR_FORMAT, "%s (sample %lld): corrupt PNG: no IHDR chunk",
+                              name, (long long)i);
+        w = (long long)buf[16] << 24 | buf[17] << 16 | buf[18] << 8 | buf[19];
+        h = (long long)buf[20] << 24 | buf[21] << 16 | buf[22] << 8 | buf[23];
+    } else {
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s (sample %lld): not a JPEG or PNG file (%zu bytes, no JPEG or PNG "
+                          "signature)",
+                          name, (long long)i, len);
+    }
+    if (!dec_size_ok(w, h))
+        return stoke_fail(STOKE_ERR_FORMAT,
+                          "%s (sample %lld): image size %lldx%lld is invalid or above the "
+                          "%lld-pixel limit",
+                          name, (long long)i, w, h, STOKE_IMAGE_MAX_PIXELS);
+    *width = (int)w;
+    *height = (int)h;
+    return STOKE_OK;
+}

@@ -43,6 +43,11 @@ stoke_status stoke_image_decode(const char *name, int64_t index, const unsigned 
                                 size_t len, int c, stoke_image_window_fn fn, void *ctx,
                                 unsigned char *out);
 
+/* The width and height in pixels of a JPEG or PNG image, from its header alone (no
+ * pixel is decoded). Errors as stoke_image_decode's for a bad header or size. */
+stoke_status stoke_image_size(const char *name, int64_t index, const unsigned char *buf, size_t len,
+                              int *width, int *height);
+
 /* The DCT scaling a JPEG window of bw x bh source pixels is decoded with, to be
  * resized to ow x oh: 1/denom, denom the largest of 1, 2, 4, 8 that leaves at least
  * ow x oh pixels (sizes rounded up, as libjpeg's). Only these: libjpeg-turbo's other

@@ -27,6 +27,8 @@ typedef struct img_impl {
     img_entry *items;
     int64_t n, cap;
     int height, width, channels;
+    char **class_names; /* the class folders' names, by class index */
+    size_t nclasses;
 } img_impl;
 
 static bool img_has_ext(const char *name)
@@ -255,7 +257,27 @@ static void img_free(img_impl *im)
     for (int64_t k = 0; k < im->n; k++)
         free(im->items[k].path);
     free(im->items);
+    img_names_free(im->class_names, im->nclasses);
     free(im);
+}
+
+static const char *img_class_name(const stoke_dataset *d, int64_t c)
+{
+    const img_impl *im = d->impl;
+    return c >= 0 && (size_t)c < im->nclasses ? im->class_names[c] : NULL;
+}
+
+/* The header alone is read: sizes of a large folder come at the cost of its file reads. */
+static stoke_status img_original_size(stoke_dataset *d, int64_t i, int *w, int *h)
+{
+    img_impl *im = d->impl;
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    stoke_status st = stoke_image_load_file(im->items[i].path, i, &buf, &len);
+    if (st == STOKE_OK)
+        st = stoke_image_size(im->items[i].path, i, buf, len, w, h);
+    free(buf);
+    return st;
 }
 
 static void img_close(stoke_dataset *d)
@@ -277,7 +299,9 @@ static stoke_status img_class_counts(stoke_dataset *d, int64_t *counts)
 static const stoke_dataset_vt img_vt = {.read = img_read,
                                         .read_window = img_read_window,
                                         .close = img_close,
-                                        .class_counts = img_class_counts};
+                                        .class_counts = img_class_counts,
+                                        .class_name = img_class_name,
+                                        .original_size = img_original_size};
 
 static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *path,
                                   const char *root)
@@ -296,11 +320,20 @@ static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *pa
             st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", root);
             break;
         }
-        if (img_is_dir(p))
-            st = img_scan_class(im, p, classes++, 0);
+        if (img_is_dir(p)) {
+            st = img_scan_class(im, p, classes, 0);
+            /* the class keeps its folder's name: names[] is compacted in place */
+            char *name = names[k];
+            names[k] = names[classes];
+            names[classes++] = name;
+        }
         free(p);
     }
-    img_names_free(names, n);
+    im->class_names = names;
+    im->nclasses = (size_t)classes;
+    /* the names that are not classes (files beside the folders) are freed now */
+    for (size_t k = (size_t)classes; k < n; k++)
+        free(names[k]);
     if (st != STOKE_OK)
         return st;
     if (classes == 0)

@@ -101,12 +101,36 @@ static const char *cu_err(const stoke_cudart *rt, int rc)
     return s ? s : "unknown CUDA error";
 }
 
+/* cudaErrorInsufficientDriver (35) and cudaErrorStubLibrary (34) mean the runtime is
+ * installed but the driver it talks to is not, or is too old for it: the runtime's own
+ * words ("driver version is insufficient") hide the common case, no driver at all,
+ * which cudaDriverGetVersion tells apart by answering 0. */
+static stoke_status driver_missing(const stoke_cudart *rt, int rc)
+{
+    int drv = 0, run = rt->runtime_version;
+    if (!rt->driver_get_version || rt->driver_get_version(&drv) != CU_SUCCESS)
+        drv = 0;
+    if (drv <= 0 || rc == CU_ERROR_STUB_LIBRARY)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "no NVIDIA driver: the CUDA runtime %d.%d is installed but the "
+                          "driver's library libcuda.so.1 is not found (cudaGetDeviceCount: "
+                          "error %d); install the NVIDIA driver",
+                          run / 1000, run % 1000 / 10, rc);
+    return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                      "the NVIDIA driver is older than the CUDA runtime: it supports CUDA up "
+                      "to %d.%d, the runtime is %d.%d (cudaGetDeviceCount: %s, error %d); "
+                      "install a newer NVIDIA driver",
+                      drv / 1000, drv % 1000 / 10, run / 1000, run % 1000 / 10, cu_err(rt, rc), rc);
+}
+
 stoke_status stoke_cudart_device_count(stoke_cudart *rt, int *count)
 {
     *count = 0;
     int rc = rt->get_device_count(count);
     if (rc != CU_SUCCESS) {
         *count = 0;
+        if (rc == CU_ERROR_INSUFFICIENT_DRIVER || rc == CU_ERROR_STUB_LIBRARY)
+            return driver_missing(rt, rc);
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "cudaGetDeviceCount: %s (error %d)",
                           cu_err(rt, rc), rc);
     }

@@ -206,6 +206,22 @@ void stoke_monitor_stop(stoke_monitor *m)
     m->running = false;
 }
 
+bool stoke_monitor_sample_now(stoke_monitor *m, double min_s)
+{
+    if (m->running || m->gone)
+        return false;
+    double since = (double)(stoke_now_ns() - m->t0_ns) * 1e-9 - (m->have_latest ? m->latest.t : 0);
+    if (since < min_s)
+        return false;
+    if (!sample_once(m)) {
+        pthread_mutex_lock(&m->mu);
+        m->gone = true;
+        pthread_mutex_unlock(&m->mu);
+        return false;
+    }
+    return true;
+}
+
 bool stoke_monitor_latest(stoke_monitor *m, stoke_mon_sample *out)
 {
     pthread_mutex_lock(&m->mu);

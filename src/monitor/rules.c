@@ -690,7 +690,9 @@ void stoke_diagnosis_print(const stoke_mon_summary *s, const stoke_finding *f, s
             busiest = s->gpu[g].s[STOKE_G_UTIL].median;
             busiest_gpu = g;
         }
-    if (s->samples < 2) {
+    /* one sample is judged: a short run's only sample spans all of it (the Python
+     * monitor takes one at stop) */
+    if (s->samples < 1) {
         fprintf(out,
                 "diagnosis: too few samples (%zu) to judge; run longer or with a "
                 "shorter --interval\n",

@@ -1,6 +1,7 @@
 /* meta.c - a training checkpoint: its stoke.* metadata as one table of {key, field,
  * type} that both the writer (stoke_trainer_save) and the readers (resume, eval,
  * predict) go through, and the tensors (weights, then the optimizer's state). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
@@ -189,6 +190,21 @@ static void trainer_meta(const stoke_trainer *t, const char *config, train_meta 
     memcpy(m->std.v, t->input.std, sizeof m->std.v);
 }
 
+/* The training data's class names as a JSON array (to free), or NULL when it names
+ * none (only image folders do) or they do not match the model's classes. */
+static char *class_names_json(const stoke_trainer *t)
+{
+    if (!t->classes || t->nclasses <= 0 || !stoke_dataset_class_name(t->train_src, 0) ||
+        stoke_dataset_get_info(t->train_src)->num_classes != t->nclasses)
+        return NULL;
+    cJSON *a = cJSON_CreateArray();
+    for (int64_t c = 0; a && c < t->nclasses; c++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(stoke_dataset_class_name(t->train_src, c)));
+    char *js = a ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
+    return js;
+}
+
 static size_t tensor_bytes(const stoke_ckpt_tensor *t)
 {
     size_t n = stoke_dtype_size(t->dtype);
@@ -248,13 +264,19 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
     train_meta m;
     trainer_meta(t, cfg ? cfg : "{}", &m);
     char text[N_ROWS][128];
-    stoke_ckpt_kv kv[1 + N_ROWS] = {
+    stoke_ckpt_kv kv[2 + N_ROWS] = {
         {"format", "pt"}, /* what Hugging Face's loaders expect for plain tensors */
     };
     for (int i = 0; i < N_ROWS; i++)
         kv[1 + i] =
             (stoke_ckpt_kv){rows[i].key, meta_format(&rows[i], &m, text[i], sizeof text[i])};
-    stoke_status s = stoke_ckpt_write(path, ts, n, kv, 1 + N_ROWS);
+    /* optional, after the table: predict prints the names the data gave the classes */
+    char *class_names = class_names_json(t);
+    size_t nkv = 1 + N_ROWS;
+    if (class_names)
+        kv[nkv++] = (stoke_ckpt_kv){"stoke.class_names", class_names};
+    stoke_status s = stoke_ckpt_write(path, ts, n, kv, nkv);
+    free(class_names);
     free(host);
     free(cfg);
     free(ts);

@@ -24,7 +24,8 @@ struct stoke_saved_model {
     stoke_tensor x, y, logits, value, metric;
     int64_t outputs, logit_elems, target_elems;
     char dataset[512];
-    stoke_ckpt *ck; /* open until the model is allocated, for its weights */
+    stoke_ckpt *ck;     /* open until the model is allocated, for its weights */
+    char **class_names; /* classes entries, or NULL: the checkpoint names none */
 };
 
 void stoke_saved_model_free(stoke_saved_model *s)
@@ -37,7 +38,38 @@ void stoke_saved_model_free(stoke_saved_model *s)
     stoke_model_file_free(s->mf);
     stoke_transform_destroy(s->transform);
     free(s->scratch);
+    for (int64_t c = 0; s->class_names && c < s->classes; c++)
+        free(s->class_names[c]);
+    free(s->class_names);
     free(s);
+}
+
+/* stoke.class_names, a JSON array of one string per class; optional (checkpoints of
+ * datasets without names, and older ones, lack it). */
+static stoke_status read_class_names(stoke_saved_model *s, const stoke_ckpt *c, const char *path)
+{
+    const char *js = stoke_ckpt_meta(c, "stoke.class_names");
+    if (!js || s->kind != STOKE_TARGET_CLASS || s->classes <= 0)
+        return STOKE_OK;
+    cJSON *a = cJSON_Parse(js);
+    stoke_status st = STOKE_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != s->classes)
+        st = stoke_fail(STOKE_ERR_FORMAT,
+                        "%s: metadata stoke.class_names is not an array of %" PRId64 " names", path,
+                        s->classes);
+    else if (!(s->class_names = calloc((size_t)s->classes, sizeof *s->class_names)))
+        st = stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    for (int64_t k = 0; st == STOKE_OK && k < s->classes; k++) {
+        const cJSON *e = cJSON_GetArrayItem(a, (int)k);
+        if (!cJSON_IsString(e))
+            st = stoke_fail(STOKE_ERR_FORMAT,
+                            "%s: metadata stoke.class_names: entry %" PRId64 " is not a string",
+                            path, k);
+        else if (!(s->class_names[k] = strdup(e->valuestring)))
+            st = stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    }
+    cJSON_Delete(a);
+    return st;
 }
 
 /* The graph's tensors eval and predict use: input, target, the outputs (logits, or an
@@ -132,7 +164,8 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
               : !strcmp(m.target_kind, "vector") ? STOKE_TARGET_VECTOR
                                                  : STOKE_TARGET_SCALAR;
     s->classes = m.classes;
-    if ((st = train_input_init(&s->input, &m.data_shape, dt)) != STOKE_OK)
+    if ((st = read_class_names(s, c, path)) != STOKE_OK ||
+        (st = train_input_init(&s->input, &m.data_shape, dt)) != STOKE_OK)
         goto fail;
     if (s->input.image) {
         memcpy(s->input.mean, m.mean.v, sizeof s->input.mean);
@@ -204,6 +237,11 @@ const stoke_shape *stoke_saved_model_input_shape(const stoke_saved_model *s)
 int64_t stoke_saved_model_classes(const stoke_saved_model *s)
 {
     return s->kind == STOKE_TARGET_CLASS ? s->classes : 0;
+}
+
+const char *stoke_saved_model_class_name(const stoke_saved_model *s, int64_t c)
+{
+    return s->class_names && c >= 0 && c < s->classes ? s->class_names[c] : NULL;
 }
 int64_t stoke_saved_model_outputs(const stoke_saved_model *s) { return s->outputs; }
 int64_t stoke_saved_model_actions(const stoke_saved_model *s)

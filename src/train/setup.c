@@ -128,6 +128,22 @@ static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
     return buf;
 }
 
+/* The CUDA runtime sees GPU `device`: checked before anything is said about it (its
+ * precision, pinned memory, peak), so that a machine without a driver is told so first. */
+static stoke_status check_cuda_device(int device)
+{
+    stoke_cudart *rt = NULL;
+    int count = 0;
+    stoke_status s = stoke_cudart_open(&rt);
+    if (s == STOKE_OK)
+        s = stoke_cudart_device_count(rt, &count);
+    if (s == STOKE_OK && device >= count) /* the backend's words, as elsewhere */
+        s = stoke_fail(STOKE_ERR_UNAVAILABLE, "CUDA device %d does not exist (%d found)", device,
+                       count);
+    stoke_cudart_close(rt);
+    return s;
+}
+
 /* What tune decided, applied (the compute threads; the rest is read from t->decision
  * where the models and loaders are made) and printed. */
 static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
@@ -139,6 +155,18 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
     stoke_status s = stoke_decide(&t->machine, &t->recs, &q, &t->decision);
     if (s != STOKE_OK)
         return s;
+    if (t->decision.device != STOKE_TUNE_CPU && check_cuda_device(t->decision.device) != STOKE_OK) {
+        char why[400], reason[480];
+        snprintf(why, sizeof why, "%s", stoke_last_error());
+        if (t->decision.device_why.source != STOKE_SRC_TUNED)
+            return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                              "device cuda:%d (%s): %s; or train on the CPU (--device cpu)",
+                              t->decision.device, stoke_source_name(t->decision.device_why.source),
+                              why);
+        snprintf(reason, sizeof reason, "the CUDA backend cannot run on cuda:%d: %s",
+                 t->decision.device, why);
+        return apply_decision(t, reason);
+    }
     tuned_reasons(t, &t->decision);
     if (cpu_because) {
         t->decision.device_why.source = STOKE_SRC_TUNED;

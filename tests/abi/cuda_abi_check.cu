@@ -19,6 +19,7 @@ extern "C" {
 static_assert((int)cudaSuccess == CU_SUCCESS, "cudaSuccess");
 static_assert((int)cudaErrorInsufficientDriver == CU_ERROR_INSUFFICIENT_DRIVER,
               "cudaErrorInsufficientDriver");
+static_assert((int)cudaErrorStubLibrary == CU_ERROR_STUB_LIBRARY, "cudaErrorStubLibrary");
 static_assert((int)cudaErrorNoDevice == CU_ERROR_NO_DEVICE, "cudaErrorNoDevice");
 static_assert((int)cudaDevAttrMultiProcessorCount == CU_ATTR_MULTIPROCESSOR_COUNT,
               "MultiProcessorCount");

@@ -67,5 +67,56 @@ run bad_size_zero 2 info "$work/pets" --size 0x6
 run bad_channels 2 info "$work/pets" --channels 2
 run missing_value 2 info "$work/named.h5" --input-name
 
+# --- A newcomer's photo folder: 121 images of 80 to 200 px in three named classes. ---
+$py - "$work" <<'EOF_PY' || { echo "cannot write the photos" >&2; exit 1; }
+import sys, os
+from PIL import Image
+w = sys.argv[1]
+for cls, n in (("boot", 40), ("dress", 41), ("shirt", 40)):
+    os.makedirs(f"{w}/photos/{cls}")
+    for i in range(n):
+        # 80 to 200 px wide, 90 to 150 high: the extremes in the first two
+        size = ((80, 150), (200, 90))[i] if i < 2 else (100 + i, 100 + i % 40)
+        ext = "png" if i % 3 == 0 else "jpg"
+        Image.new("RGB", size, (i * 5 % 256, 60, 90)).save(f"{w}/photos/{cls}/{i:03d}.{ext}")
+open(f"{w}/photos/README.txt", "w").write("not a class\n")
+EOF_PY
+
+# info says the sizes on disk beside the size the images are read at, and the classes'
+# names beside their indices.
+run photos 0 info "$work/photos"
+grep -qx "input        (224, 224, 3) uint8, 150528 bytes per sample, as read: every image resized to 224x224 (HxW, the --size default)" "$work/photos.out" ||
+    fail "photos: the input line does not say the size is --size's default: $(cat "$work/photos.out")"
+grep -qx "on disk      80 to 200 px wide, 90 to 150 px high (all 121 images)" "$work/photos.out" ||
+    fail "photos: no sizes on disk: $(cat "$work/photos.out")"
+$py - "$work/photos.out" <<'EOF_PY' || fail "photos: class balance without names: $(cat "$work/photos.out")"
+import sys
+out = open(sys.argv[1]).read().splitlines()
+rows = [l.split() for l in out[out.index("class balance") + 1:]]
+assert rows[0] == ["class", "samples", "%", "name"], rows[0]
+assert rows[1:] == [["0", "40", "33.06", "boot"], ["1", "41", "33.88", "dress"],
+                    ["2", "40", "33.06", "shirt"]], rows
+EOF_PY
+run photos_sized 0 info "$work/photos" --size 64x48 --json
+json "$work/photos_sized.out" 'd["input"]["shape"] == [64, 48, 3] and d["input"]["size_from"] == "--size"'
+json "$work/photos_sized.out" 'd["on_disk"] == {"width": [80, 200], "height": [90, 150], "images_read": 121}'
+json "$work/photos_sized.out" '[b["name"] for b in d["class_balance"]] == ["boot", "dress", "shirt"]'
+json "$work/h5_named.out" '"on_disk" not in d and "name" not in d["class_balance"][0]'
+
+# convert's progress: each line's percentage is its own counts' share (the writer
+# reports whole chunks: 85 records of 64x64x3 to a MiB, not quarters).
+run photos_convert 0 convert "$work/photos" "$work/photos.rec" --size 64x64
+$py - "$work/photos_convert.out" <<'EOF_PY' || fail "photos_convert: progress disagrees with itself: $(cat "$work/photos_convert.out")"
+import re, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("converting:")]
+assert len(lines) >= 2, lines
+for l in lines:
+    m = re.fullmatch(r"converting: (\d+)/(\d+) samples \((\d+)%\)", l)
+    assert m, l
+    done, total, pct = map(int, m.groups())
+    assert total == 121 and pct == done * 100 // total, l
+assert lines[-1] == "converting: 121/121 samples (100%)", lines
+EOF_PY
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

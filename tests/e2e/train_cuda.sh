@@ -7,7 +7,8 @@
 # GPU run is compared with the same run on the CPU backend: step losses, validation,
 # checkpoints that move between devices, the fallback and the errors. A fifth argument
 # runs one part alone, as its own ctest that is skipped (77) when its reference is
-# missing: actor_critic (needs numpy), module (needs the nvcc-built libstoke_cuda.so).
+# missing: actor_critic (needs numpy), module (needs the nvcc-built libstoke_cuda.so);
+# nodriver (the runtime without a driver) is only short.
 set -u
 stoke=$1
 work=$2
@@ -96,11 +97,47 @@ part_module() {
         ok "auto on that GPU: the CPU, saying why" || { fail "turing auto"; show "$work/turing_auto.txt"; }
 }
 
+# The CUDA runtime without the NVIDIA driver (cudaGetDeviceCount's error 35, driver
+# version 0), and with a driver older than the runtime: --device cuda says so, and what
+# to do, before any line about the GPU; auto trains on the CPU, saying why.
+part_nodriver() {
+    STOKE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_nodriver.gpu" \
+        run nodriver --model mlp --device cuda
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q '^stoke train: device cuda:0 (flag): no NVIDIA driver: the CUDA runtime 13.0 is installed but the driver.s library libcuda.so.1 is not found (cudaGetDeviceCount: error 35); install the NVIDIA driver; or train on the CPU (--device cpu)' "$work/nodriver.txt"; then
+        ok "--device cuda without a driver: what is missing and what to do"
+    else
+        fail "no driver: exit $rc"; show "$work/nodriver.txt"
+    fi
+    if grep -q '^device: \|^pinned memory\|pinned memory: \|^MFU\|^precision: ' "$work/nodriver.txt"; then
+        fail "no driver: decisions about the GPU printed before the error"; show "$work/nodriver.txt"
+    else
+        ok "no driver: nothing said about the GPU before the error"
+    fi
+    STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_old_driver.gpu" run old_driver --model mlp --device cuda
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q 'device cuda:0 (flag): the NVIDIA driver is older than the CUDA runtime: it supports CUDA up to 12.2, the runtime is 13.0 (cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version, error 35); install a newer NVIDIA driver; or train on the CPU (--device cpu)' "$work/old_driver.txt" &&
+        ! grep -q '^device: ' "$work/old_driver.txt"; then
+        ok "--device cuda with an old driver: its CUDA version and the runtime's"
+    else
+        fail "old driver: exit $rc"; show "$work/old_driver.txt"
+    fi
+    STOKE_FAKE_GPU_SCENARIO="$scenarios/cuda_old_driver.gpu" run old_driver_auto --model mlp
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c '^device: ' "$work/old_driver_auto.txt")" -eq 1 ] &&
+        grep -q '^device: cpu (auto: the CUDA backend cannot run on cuda:0: the NVIDIA driver is older than the CUDA runtime' "$work/old_driver_auto.txt"; then
+        ok "auto with an old driver: the CPU, saying why, once"
+    else
+        fail "old driver, auto: exit $rc"; show "$work/old_driver_auto.txt"
+    fi
+}
+
 case $part in
 actor_critic) part_actor_critic; e2e_end; exit ;;
 module) part_module; e2e_end; exit ;;
+nodriver) part_nodriver; e2e_end; exit ;;
 main) ;;
-*) echo "unknown part '$part' (main, actor_critic, module)"; exit 2 ;;
+*) echo "unknown part '$part' (main, actor_critic, module, nodriver)"; exit 2 ;;
 esac
 
 # Every preset the CUDA backend runs, on few samples (the doubles compute in double

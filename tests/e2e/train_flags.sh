@@ -249,12 +249,22 @@ np.save(f"{w}/vec_x.npy", rng.random((8, 3), np.float32))
 np.save(f"{w}/vec_y.npy", np.arange(8) % 2)
 PY
 imgs="--model mlp --hidden 8 --epochs 1 --batch-size 4 --threads 2 --no-monitor"
-"$stoke" train --dataset "$work/plain" $imgs >"$out" 2>&1
+"$stoke" train --dataset "$work/plain" $imgs --checkpoint "$work/plain.safetensors" >"$out" 2>&1
 if [ $? -eq 0 ] && grep -q "^dataset: $work/plain: 12 samples" "$out" && grep -q '^done: 1 epoch' "$out" &&
    grep -q "^validation: none" "$out"; then
     ok "train on a plain image folder"
 else
     fail "train on a plain image folder"; show "$out"
+fi
+# predict on that folder (it has no test/ split): each class as its index and its
+# folder's name, which the checkpoint keeps
+"$stoke" predict "$work/plain.safetensors" "$work/plain" >"$work/predict.txt" 2>&1
+if [ $? -eq 0 ] && [ "$(grep -c '^[0-9]*	[01] \(cat\|dog\)	label [01] \(cat\|dog\)$' "$work/predict.txt")" -eq 12 ] &&
+   grep -q '	label 0 cat$' "$work/predict.txt" && grep -q '	label 1 dog$' "$work/predict.txt" &&
+   ! grep -q '0 dog\|1 cat' "$work/predict.txt"; then
+    ok "predict on an image folder names the classes"
+else
+    fail "predict on an image folder"; show "$work/predict.txt"
 fi
 "$stoke" train --dataset "$work/split" $imgs >"$out" 2>&1
 if [ $? -eq 0 ] && grep -q "^dataset: $work/split: 12 samples" "$out" &&

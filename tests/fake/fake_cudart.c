@@ -33,6 +33,8 @@ static int physical(int dev)
 int cudaGetDeviceCount(int *n)
 {
     *n = 0;
+    if (fake_scenario_get()->cudart_error) /* as the runtime without (a recent) driver */
+        return fake_scenario_get()->cudart_error;
     while (physical(*n) >= 0)
         (*n)++;
     return *n ? OK : NO_DEVICE;
@@ -78,6 +80,8 @@ const char *cudaGetErrorString(int rc)
     switch (rc) {
     case OK: return "no error";
     case NO_DEVICE: return "no CUDA-capable device is detected";
+    case 34: return "CUDA driver is a stub library";
+    case 35: return "CUDA driver version is insufficient for CUDA runtime version";
     case INVALID_DEVICE: return "invalid device ordinal";
     case 2: return "out of memory";
     case 400: return "invalid resource handle";

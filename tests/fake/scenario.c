@@ -83,7 +83,7 @@ static void load(void)
         if (!p)
             continue;
         if (!strcmp(word, "driver") || !strcmp(word, "cuda") || !strcmp(word, "runtime") ||
-            !strcmp(word, "init_error")) {
+            !strcmp(word, "init_error") || !strcmp(word, "cudart_error")) {
             char *arg, *unused;
             if (!next_field(p, &arg, &unused))
                 die(file, line, "missing value");
@@ -93,6 +93,8 @@ static void load(void)
                 s->cuda = (int)num(file, line, arg);
             else if (!strcmp(word, "runtime"))
                 s->runtime = (int)num(file, line, arg);
+            else if (!strcmp(word, "cudart_error"))
+                s->cudart_error = (int)num(file, line, arg);
             else
                 s->init_error = (int)num(file, line, arg);
         } else if (!strcmp(word, "device")) {

@@ -50,6 +50,7 @@ typedef struct fake_device {
 typedef struct fake_scenario {
     char driver[80];
     int cuda, runtime, init_error;
+    int cudart_error; /* cudaGetDeviceCount's error (35: no or an old driver), 0 none */
     int ndevices;
     fake_device devices[FAKE_MAX_DEVICES];
 } fake_scenario;
