@@ -13,6 +13,12 @@ add_test(NAME tune_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/tune-e2e)
 set_tests_properties(tune_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)
+# What a newcomer met with auto (issue 24): resume, batch auto's steps and figures,
+# reasons cut mid-word, rule against measured, train's help; label nn: it trains.
+add_test(NAME tune_reasons_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune_reasons.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/tune-reasons-e2e)
+set_tests_properties(tune_reasons_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 # `stoke bench` on Debian's Fashion-MNIST (skipped without it); label nn: it trains
 add_test(NAME bench_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bench.sh $<TARGET_FILE:stoke>

@@ -2,6 +2,7 @@
  * instruction-set cap. */
 #include "check.h"
 #include "core/isa.h"
+#include "core/text.h"
 #include "stoke/core.h"
 
 #include <unistd.h>
@@ -59,8 +60,31 @@ static void test_isa_cap(void)
     CHECK_STR_CONTAINS(stoke_last_error(), "already fixed at avx2");
 }
 
+/* A reason longer than its buffer ends in "..." after its last whole word, never in a
+ * cut word followed by what came after it ("roun)"). */
+static void test_text_cut(void)
+{
+    char b[24];
+    stoke_say(b, sizeof b, "%s", "fits here");
+    CHECK_STR_EQ(b, "fits here");
+    stoke_say(b, sizeof b, "capped by the %d samples, rounded down", 60000);
+    CHECK_STR_EQ(b, "capped by the 60000...");
+    stoke_say(b, sizeof b, "%s", "abcdefghijklmnopqrstuvwxyz"); /* one word: cut in it, marked */
+    CHECK_STR_EQ(b, "abcdefghijklmnopqrst...");
+    stoke_say(b, sizeof b, "%s", "fits");
+    stoke_more(b, sizeof b, " and then: %s", "rounded down)");
+    CHECK_STR_EQ(b, "fits and then:...");
+    stoke_more(b, sizeof b, "%s", ")"); /* once cut, nothing follows the mark */
+    CHECK_STR_EQ(b, "fits and then:...");
+    char c[48];
+    stoke_say(c, sizeof c, "%s", "a");
+    stoke_more(c, sizeof c, "%s", " b");
+    CHECK_STR_EQ(c, "a b");
+}
+
 int main(void)
 {
+    test_text_cut();
     CHECK_STR_EQ(stoke_status_name(STOKE_OK), "ok");
     CHECK_STR_EQ(stoke_status_name(STOKE_ERR_FORMAT), "format");
 

@@ -448,7 +448,7 @@ static void test_decide(void)
     stoke_tune_request q = {.precision = "auto", .workers = -1, .batch = 128};
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
     CHECK_INT_EQ(d.precision, STOKE_PREC_BF16);
-    CHECK_INT_EQ(d.precision_why.source, STOKE_SRC_TUNED);
+    CHECK_INT_EQ(d.precision_why.source, STOKE_SRC_RULE);
     CHECK_STR_CONTAINS(d.precision_why.reason, "AMX-BF16");
     CHECK_INT_EQ(d.workers, 2); /* a quarter of 8 */
     CHECK_STR_CONTAINS(d.workers_why.reason, "the tuner: CPU-only machine");
@@ -503,7 +503,10 @@ static void test_decide(void)
     CHECK_INT_EQ(d.precision, STOKE_PREC_FP16);
     /* auto takes the GPU: batches are copied there, one thread queues its work */
     CHECK_INT_EQ(d.device, 0);
-    CHECK_STR_EQ(stoke_source_name(d.device_why.source), "tuned");
+    /* a rule decided it, nothing was measured: said so, apart from measured and cached */
+    CHECK_STR_EQ(stoke_source_name(d.device_why.source), "rule");
+    CHECK_STR_EQ(stoke_source_name(STOKE_SRC_MEASURED), "measured");
+    CHECK_STR_EQ(stoke_source_name(STOKE_SRC_CACHED), "cached");
     CHECK_STR_CONTAINS(d.device_why.reason, "Tesla V100, compute capability 7.0");
     CHECK(d.pinned);
     CHECK_STR_CONTAINS(d.pinned_why.reason, "copied to the GPU");

@@ -233,6 +233,42 @@ static void test_batch(void)
     free(r);
 }
 
+/* The batch's reason reports the figures the trials printed (a newcomer read 2339
+ * samples/s in a trial and 2433 for the same batch in the decision), which batches
+ * were tried and what the ceiling is, not a ceiling that reads as tried. */
+static void test_batch_reason(void)
+{
+    /* the training thread loads (no workers): the fed rate differs from the measured */
+    sim x = {.cpu = true, .cores = 2, .load_us = 40, .fixed_ms = 1, .comp_us = 30, .big = 700};
+    stoke_tune_space sp = {.start = {256, 0, 2, 2, STOKE_PREC_FP32},
+                           .batch = true,
+                           .cpu = true,
+                           .usable_cpus = 2,
+                           .batch_min = 16,
+                           .batch_max = 3000};
+    snprintf(sp.batch_max_why, sizeof sp.batch_max_why, "the 3000 samples");
+    stoke_tune_result *r = malloc(sizeof *r);
+    CHECK(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r) == STOKE_OK);
+    int64_t lo = 0, hi = 0;
+    for (int i = 0; i < r->ntrials; i++) {
+        const stoke_tune_trial *t = &r->trials[i];
+        if (strcmp(t->stage, "batch") || !t->m.ran)
+            continue;
+        char want[64];
+        snprintf(want, sizeof want, " %" PRId64 ": %.0f", t->p.batch, t->m.samples_per_s);
+        CHECK_MSG(strstr(r->why_batch, want) != NULL, "'%s' not in: %s", want, r->why_batch);
+        lo = lo && lo < t->p.batch ? lo : t->p.batch;
+        hi = hi > t->p.batch ? hi : t->p.batch;
+    }
+    CHECK(lo > 0 && hi > lo);
+    char tried[64];
+    snprintf(tried, sizeof tried, "(tried %" PRId64 " to %" PRId64 ";", lo, hi);
+    CHECK_MSG(strstr(r->why_batch, tried) != NULL, "'%s' not in: %s", tried, r->why_batch);
+    CHECK_STR_CONTAINS(r->why_batch, "the ceiling 2048, a power of two: the 3000 samples)");
+    CHECK(strstr(r->why_batch, "...") == NULL);
+    free(r);
+}
+
 static void test_precision(void)
 {
     sim x = {.cores = 16, .fixed_ms = 1, .comp_us = 10, .big = 1e9, .nan_bf16 = true};
@@ -418,6 +454,7 @@ int main(void)
     test_workers_knee();
     test_core_split();
     test_batch();
+    test_batch_reason();
     test_precision();
     test_prefetch();
     test_against_grid();

@@ -57,24 +57,34 @@ const stoke_rec *stoke_recs_find(const stoke_recs *recs, const char *key, int de
 /* Where a decided setting came from. The first five are the config layer's
  * (stoke_cfg_source in stoke/train.h has the same values). */
 typedef enum stoke_source {
-    STOKE_SRC_DEFAULT = 0, /* the built-in default */
-    STOKE_SRC_FILE,        /* a --config file */
-    STOKE_SRC_ENV,         /* an environment variable */
-    STOKE_SRC_FLAG,        /* a command-line flag */
-    STOKE_SRC_CHECKPOINT,  /* the config of the checkpoint resumed */
-    STOKE_SRC_TUNED,       /* derived by a rule from the machine and the dataset, or
-                              measured by trials (stoke_tune_search) */
-    STOKE_SRC_CACHED,      /* measured by an earlier run's trials on this machine, model
+    STOKE_SRC_DEFAULT = 0,            /* the built-in default */
+    STOKE_SRC_FILE,                   /* a --config file */
+    STOKE_SRC_ENV,                    /* an environment variable */
+    STOKE_SRC_FLAG,                   /* a command-line flag */
+    STOKE_SRC_CHECKPOINT,             /* the config of the checkpoint resumed */
+    STOKE_SRC_RULE,                   /* derived by a rule from the machine and the dataset: nothing
+                              was measured */
+    STOKE_SRC_CACHED,                 /* measured by an earlier run's trials on this machine, model
                               and dataset, read from the tuning cache */
+    STOKE_SRC_MEASURED,               /* measured by this run's trials (stoke_tune_search) */
+    STOKE_SRC_TUNED = STOKE_SRC_RULE, /* the name RULE had before measurements were a
+                                         source of their own */
 } stoke_source;
 
-/* "default", "file", "env", "flag", "checkpoint", "tuned", "cached". */
+/* "default", "file", "env", "flag", "checkpoint", "rule", "cached", "measured". */
 const char *stoke_source_name(stoke_source s);
+
+/* Decided by stoke (a rule, this run's trials or the cache) rather than given. */
+static inline bool stoke_source_decided(stoke_source s)
+{
+    return s == STOKE_SRC_RULE || s == STOKE_SRC_MEASURED || s == STOKE_SRC_CACHED;
+}
 
 /* A decided setting's provenance. */
 typedef struct stoke_why {
     stoke_source source;
-    char reason[400]; /* the facts behind a tuned value; "" for a given one */
+    char reason[600]; /* the facts behind a decided value (sized for the longest: batch
+                         auto's rule and the memory fit it names); "" for a given one */
 } stoke_why;
 
 /* ---- Hardware profiles (docs/profiles.md) -------------------------------------------
@@ -236,6 +246,8 @@ typedef struct stoke_tune_space {
     int max_workers;              /* 0: usable_cpus (a GPU's loader), else the bound */
     int64_t batch_min, batch_max; /* batches tried: powers of two within; batch_max is
                                      the memory fit capped by the dataset */
+    char batch_max_why[200];      /* what set batch_max, for the batch's reason ("" when
+                                     unknown) */
     double wait_target_pct;       /* a data wait at most this is fed (0: 5%) */
     bool grid;                    /* exhaustive: every combination (the benchmark's peer) */
 } stoke_tune_space;
@@ -256,7 +268,7 @@ typedef struct stoke_tune_result {
     stoke_tune_trial trials[STOKE_TUNE_MAX_TRIALS];
     /* why each searched setting has its value (from the measurements); "" when not
      * searched */
-    char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400], why_precision[400];
+    char why_batch[600], why_workers[600], why_prefetch[600], why_threads[600], why_precision[600];
 } stoke_tune_result;
 
 /* Called after each trial (may be NULL): the trainer prints it. */

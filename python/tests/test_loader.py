@@ -253,7 +253,7 @@ def test_decision_and_measured_normalize(rgb_npy):
     ds = stoke.Dataset(path)
     loader = stoke.Loader(ds, batch_size=32, transforms=[stoke.Normalize()])
     d = loader.decision
-    assert d["workers"]["source"] == "tuned" and d["workers"]["reason"]
+    assert d["workers"]["source"] == "rule" and d["workers"]["reason"]
     assert d["prefetch"]["value"] >= 2
     mean = d["normalize"]["value"]["mean"]
     assert np.allclose(mean, (x / 255.0).reshape(-1, 3).mean(axis=0), atol=1e-6)

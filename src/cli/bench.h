@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "stoke/hw.h"
+#include "stoke/tune.h" /* stoke_why: a detail holds its reason */
 
 #define BENCH_SETTINGS 10
 #define BENCH_WARNINGS 8
@@ -18,7 +19,7 @@ typedef struct bench_setting {
     const char *key;
     char value[32];
     char source[16];
-    char detail[400];
+    char detail[sizeof((stoke_why *)0)->reason];
 } bench_setting;
 
 /* A configuration's steady state: the steps after the warm-up, differenced from the

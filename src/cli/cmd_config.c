@@ -16,10 +16,11 @@ void cmd_config_usage(void)
     printf("usage: stoke config show [--json] [train's options]\n\n"
            "Prints every setting `stoke train` would run with, its value and where the value\n"
            "came from: default, file (the --config file), env (the variable), flag,\n"
-           "checkpoint (--resume), tuned (a setting left to the tuner, or given as auto,\n"
-           "with the tuner's reason) or cached (given as auto and measured by an earlier\n"
-           "run's trials on this machine, model and data: `stoke tune`). The configuration is "
-           "resolved as train resolves it\n"
+           "checkpoint (--resume), rule (left to the tuner or given as auto, and decided by\n"
+           "a rule from the machine and the data: nothing measured), measured (given as auto\n"
+           "and measured by trials) or cached (given as auto and measured by an earlier run's\n"
+           "trials on this machine, model and data: `stoke tune`); a decided value shows its\n"
+           "reason. The configuration is resolved as train resolves it\n"
            "(defaults < --config file < environment < flags) and the tuner decides on the\n"
            "machine and the dataset, as `stoke train --dry-run` does; nothing is trained.\n\n"
            "  --json                one JSON object {key: {value, source, detail}}\n\n"
@@ -36,16 +37,13 @@ typedef struct tuned {
 } tuned;
 
 /* Decided by a rule or measured (now or by an earlier run: cached). */
-static bool is_tuned(const stoke_why *w)
-{
-    return w->source == STOKE_SRC_TUNED || w->source == STOKE_SRC_CACHED;
-}
+static bool is_tuned(const stoke_why *w) { return stoke_source_decided(w->source); }
 
 static tuned tuned_value(const char *key, const stoke_train_config *c, const stoke_decision *d)
 {
     tuned r = {0};
     char dev[16];
-    if (!strcmp(key, "device") && d->device_why.source == STOKE_SRC_TUNED) {
+    if (!strcmp(key, "device") && d->device_why.source == STOKE_SRC_RULE) {
         if (d->device == STOKE_TUNE_CPU)
             snprintf(dev, sizeof dev, "cpu");
         else
@@ -66,8 +64,8 @@ static tuned tuned_value(const char *key, const stoke_train_config *c, const sto
     } else if (!strcmp(key, "recompute") && !strcmp(c->recompute, "auto")) {
         /* decided when the models are allocated, which show does not do */
         static const stoke_why later = {
-            STOKE_SRC_TUNED, "decided when the models are allocated: on only if they would not "
-                             "fit without it, before a smaller batch is tried"};
+            STOKE_SRC_RULE, "decided when the models are allocated: on only if they would not "
+                            "fit without it, before a smaller batch is tried"};
         r = (tuned){cJSON_CreateString("auto"), &later};
     }
     return r;
@@ -157,7 +155,11 @@ static void print_table(const cJSON *o)
         else
             snprintf(text, sizeof text, "-");
         printf("%-16s %-28s %s%s%s\n", e->string, text, src,
-               detail[0] ? (!strcmp(src, "tuned") || !strcmp(src, "cached") ? ": " : " ") : "",
+               detail[0]
+                   ? (!strcmp(src, "rule") || !strcmp(src, "measured") || !strcmp(src, "cached")
+                          ? ": "
+                          : " ")
+                   : "",
                detail);
     }
 }

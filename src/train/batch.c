@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "train/trainer.h"
 
 int64_t train_cpu_start_batch(const stoke_trainer *t, char *why, size_t n)
@@ -14,6 +15,26 @@ int64_t train_cpu_start_batch(const stoke_trainer *t, char *why, size_t n)
     snprintf(why, n,
              "the CPU's throughput flattens past a few hundred samples; stoke tune measures it");
     return TRAIN_CPU_START_BATCH;
+}
+
+int64_t train_steps_cap(const stoke_trainer *t, char *why, size_t n)
+{
+    const stoke_train_config *c = &t->cfg;
+    why[0] = '\0';
+    if (c->effective_batch > 0)
+        return 0;
+    int64_t per = (int64_t)TRAIN_MIN_EPOCH_STEPS * (c->accumulate > 1 ? c->accumulate : 1);
+    int64_t cap = t->info.count / per;
+    if (cap < 1)
+        cap = 1;
+    char acc[48] = "";
+    if (c->accumulate > 1)
+        stoke_say(acc, sizeof acc, " of %" PRId64 " accumulated batches", c->accumulate);
+    stoke_say(why, n,
+              "at most %" PRId64 " keeps an epoch of %" PRId64 " samples at least %d optimizer "
+              "steps%s",
+              cap, t->info.count, TRAIN_MIN_EPOCH_STEPS, acc);
+    return cap;
 }
 
 /* The largest power of two <= b (b >= 1). */
@@ -94,50 +115,55 @@ stoke_status train_fit_batch(stoke_trainer *t, double safety, bool pow2, int64_t
     *cap = pow2 ? pow2_floor(fit) : fit;
     char p2[64] = "", ds[64] = "";
     if (pow2 && *cap != fit)
-        snprintf(p2, sizeof p2, ", rounded down to a power of two: %" PRId64, *cap);
+        stoke_say(p2, sizeof p2, ", rounded down to a power of two: %" PRId64, *cap);
     if (fit == t->info.count)
-        snprintf(ds, sizeof ds, " (capped by the %" PRId64 " samples)", t->info.count);
-    snprintf(why, n,
-             "%.0f%% (memory_safety) of the %s %s = %s, less %s beside (validation, data "
-             "held); the plan: %s + %s a sample: fits %" PRId64 "%s%s",
-             safety * 100, stoke_format_bytes((double)free_bytes, a, sizeof a), what,
-             stoke_format_bytes((double)budget, b, sizeof b),
-             stoke_format_bytes((double)beside - (double)held, e, sizeof e),
-             stoke_format_bytes((double)(fixed + plan.workspace), f, sizeof f),
-             stoke_format_bytes((double)(plan.activations_per_sample + ring), g, sizeof g), fit, ds,
-             p2);
+        stoke_say(ds, sizeof ds, " (capped by the %" PRId64 " samples)", t->info.count);
+    stoke_say(why, n,
+              "%.0f%% (memory_safety) of the %s %s = %s, less %s beside (validation, data "
+              "held); the plan: %s + %s a sample: fits %" PRId64 "%s%s",
+              safety * 100, stoke_format_bytes((double)free_bytes, a, sizeof a), what,
+              stoke_format_bytes((double)budget, b, sizeof b),
+              stoke_format_bytes((double)beside - (double)held, e, sizeof e),
+              stoke_format_bytes((double)(fixed + plan.workspace), f, sizeof f),
+              stoke_format_bytes((double)(plan.activations_per_sample + ring), g, sizeof g), fit,
+              ds, p2);
     return STOKE_OK;
 }
 
-/* batch_size auto: the fit (a cap on the CPU's starting point) into cfg and the
- * decision. */
+/* batch_size auto: the smallest of the memory fit, the steps an epoch needs and (on the
+ * CPU) its starting point, into cfg and the decision, the bound that decided it first
+ * in the reason. */
 static stoke_status auto_batch(stoke_trainer *t)
 {
     stoke_train_config *c = &t->cfg;
     stoke_why *w = &t->decision.batch_why;
-    char fit[300];
+    char fit[320];
     int64_t cap;
     stoke_status s = train_fit_batch(t, c->memory_safety, c->batch_pow2, &cap, fit, sizeof fit);
     if (s != STOKE_OK)
         return s;
-    c->batch_size = cap;
+    char steps_why[160], start_why[160], lead[200] = "";
+    int64_t steps = train_steps_cap(t, steps_why, sizeof steps_why);
+    if (steps > 0 && c->batch_pow2)
+        steps = pow2_floor(steps);
+    int64_t start = 0;
     if (t->device == STOKE_TUNE_CPU) {
-        char start_why[200];
-        int64_t start = train_cpu_start_batch(t, start_why, sizeof start_why);
+        start = train_cpu_start_batch(t, start_why, sizeof start_why);
         if (c->batch_pow2)
             start = pow2_floor(start);
-        if (start < cap) {
-            c->batch_size = start;
-            snprintf(w->reason, sizeof w->reason,
-                     "%" PRId64 ", the CPU's starting point (%.90s); fit: %.250s", start, start_why,
-                     fit);
-        } else {
-            snprintf(w->reason, sizeof w->reason, "%.399s", fit);
-        }
-    } else {
-        snprintf(w->reason, sizeof w->reason, "%.399s", fit);
     }
-    w->source = STOKE_SRC_TUNED;
+    c->batch_size = cap;
+    if (steps > 0 && steps < c->batch_size && (start <= 0 || steps < start)) {
+        c->batch_size = steps;
+        stoke_say(lead, sizeof lead, "%" PRId64 " (%s%s); ", steps, steps_why,
+                  c->batch_pow2 ? ", a power of two" : "");
+    } else if (start > 0 && start < c->batch_size) {
+        c->batch_size = start;
+        stoke_say(lead, sizeof lead, "%" PRId64 ", the CPU's starting point (%s); ", start,
+                  start_why);
+    }
+    stoke_say(w->reason, sizeof w->reason, "%s%s%s", lead, lead[0] ? "fit: " : "", fit);
+    w->source = STOKE_SRC_RULE;
     t->decision.batch = c->batch_size;
     return STOKE_OK;
 }
@@ -164,13 +190,13 @@ static stoke_status effective(stoke_trainer *t)
     c->accumulate = (c->effective_batch + c->batch_size - 1) / c->batch_size;
     char reached[96] = "";
     if (c->accumulate * c->batch_size != c->effective_batch)
-        snprintf(reached, sizeof reached,
-                 "; %" PRId64 " is not a multiple: the effective batch is %" PRId64,
-                 c->effective_batch, c->accumulate * c->batch_size);
-    w->source = STOKE_SRC_TUNED;
-    snprintf(w->reason, sizeof w->reason,
-             "effective_batch %" PRId64 " at batch %" PRId64 ": %" PRId64 " accumulated%s",
-             c->effective_batch, c->batch_size, c->accumulate, reached);
+        stoke_say(reached, sizeof reached,
+                  "; %" PRId64 " is not a multiple: the effective batch is %" PRId64,
+                  c->effective_batch, c->accumulate * c->batch_size);
+    w->source = STOKE_SRC_RULE;
+    stoke_say(w->reason, sizeof w->reason,
+              "effective_batch %" PRId64 " at batch %" PRId64 ": %" PRId64 " accumulated%s",
+              c->effective_batch, c->batch_size, c->accumulate, reached);
     return STOKE_OK;
 }
 
@@ -197,11 +223,11 @@ stoke_status train_decide_batch(stoke_trainer *t)
                    "batch: %" PRId64 " (capped by the %" PRId64 " training samples; %" PRId64
                    " given (%s))",
                    c->batch_size, t->info.count, given, stoke_source_name(d->batch_why.source));
-    else if (d->batch_why.source == STOKE_SRC_TUNED || d->batch_why.source == STOKE_SRC_CACHED)
+    else if (stoke_source_decided(d->batch_why.source))
         train_info(
             t, "batch: %" PRId64 " (%s%s)", c->batch_size,
             d->batch_why.source == STOKE_SRC_CACHED ? "cached: " : "auto: ", d->batch_why.reason);
-    if (d->accumulate_why.source == STOKE_SRC_TUNED)
+    if (d->accumulate_why.source == STOKE_SRC_RULE)
         train_info(t, "accumulate: %" PRId64 " (auto: %s)", c->accumulate,
                    d->accumulate_why.reason);
     return STOKE_OK;

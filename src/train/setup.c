@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "train/trainer.h"
 
 /* What the precision line adds when the CPU has no kernels of that precision. */
@@ -77,18 +78,7 @@ void train_tuned_pending(const stoke_trainer *t, stoke_why *w)
 {
     char rule[sizeof w->reason];
     memcpy(rule, w->reason, sizeof rule);
-    size_t cap = sizeof rule - 1, a = strlen(t->tuned.pending), b = strlen(rule);
-    a = a < cap ? a : cap;
-    memcpy(w->reason, t->tuned.pending, a);
-    size_t n = a;
-    if (n + 2 <= cap) {
-        memcpy(w->reason + n, ": ", 2);
-        n += 2;
-        b = b < cap - n ? b : cap - n;
-        memcpy(w->reason + n, rule, b);
-        n += b;
-    }
-    w->reason[n] = '\0';
+    stoke_say(w->reason, sizeof w->reason, "%s: %s", t->tuned.pending, rule);
 }
 
 static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
@@ -109,22 +99,24 @@ static void tuned_reasons(const stoke_trainer *t, stoke_decision *d)
         if (!v[i].on)
             continue;
         if (u->applied) {
-            if (v[i].why[0]) /* else the rule's reason: nothing to measure (fp32) */
-                snprintf(v[i].w->reason, sizeof v[i].w->reason, "%s", v[i].why);
+            /* a value measured but given to the rules as if given: its source and
+             * reason are the measurement's (tune.c leaves no reason empty) */
+            v[i].w->source = u->source;
+            stoke_say(v[i].w->reason, sizeof v[i].w->reason, "%s", v[i].why);
             continue;
         }
         train_tuned_pending(t, v[i].w);
     }
 }
 
-/* "(flag)", or for a tuned setting its reason. */
+/* "(flag)", or for a decided setting its reason. */
 static const char *given_or_why(const stoke_why *w, char *buf, size_t n)
 {
     if (w->source == STOKE_SRC_CACHED)
-        snprintf(buf, n, "cached: %s", w->reason);
+        stoke_say(buf, n, "cached: %s", w->reason);
     else
-        snprintf(buf, n, "%s",
-                 w->source == STOKE_SRC_TUNED ? w->reason : stoke_source_name(w->source));
+        stoke_say(buf, n, "%s",
+                  stoke_source_decided(w->source) ? w->reason : stoke_source_name(w->source));
     return buf;
 }
 
@@ -144,6 +136,12 @@ static stoke_status check_cuda_device(int device)
     return s;
 }
 
+/* The "auto: " a line's reason starts with: decided now, by a rule or trials. */
+static const char *auto_prefix(const stoke_why *w)
+{
+    return w->source == STOKE_SRC_RULE || w->source == STOKE_SRC_MEASURED ? "auto: " : "";
+}
+
 /* What tune decided, applied (the compute threads; the rest is read from t->decision
  * where the models and loaders are made) and printed. */
 static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
@@ -158,7 +156,7 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
     if (t->decision.device != STOKE_TUNE_CPU && check_cuda_device(t->decision.device) != STOKE_OK) {
         char why[400], reason[480];
         snprintf(why, sizeof why, "%s", stoke_last_error());
-        if (t->decision.device_why.source != STOKE_SRC_TUNED)
+        if (t->decision.device_why.source != STOKE_SRC_RULE)
             return stoke_fail(STOKE_ERR_UNAVAILABLE,
                               "device cuda:%d (%s): %s; or train on the CPU (--device cpu)",
                               t->decision.device, stoke_source_name(t->decision.device_why.source),
@@ -169,7 +167,7 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
     }
     tuned_reasons(t, &t->decision);
     if (cpu_because) {
-        t->decision.device_why.source = STOKE_SRC_TUNED;
+        t->decision.device_why.source = STOKE_SRC_RULE;
         snprintf(t->decision.device_why.reason, sizeof t->decision.device_why.reason, "%s",
                  cpu_because);
     }
@@ -179,19 +177,17 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
     t->workers = d->workers;
     t->threads = d->threads;
     stoke_nn_set_threads(t->threads);
-    char a[420], b[420], given[32] = "";
-    if (d->threads_why.source != STOKE_SRC_TUNED)
+    char a[sizeof d->device_why.reason + 16], b[sizeof a], given[32] = "";
+    if (!stoke_source_decided(d->threads_why.source))
         snprintf(given, sizeof given, " (%s)", stoke_source_name(d->threads_why.source));
     if (d->device == STOKE_TUNE_CPU)
-        train_info(t, "device: cpu (%s%s)", d->device_why.source == STOKE_SRC_TUNED ? "auto: " : "",
+        train_info(t, "device: cpu (%s%s)", auto_prefix(&d->device_why),
                    given_or_why(&d->device_why, a, sizeof a));
     else
-        train_info(t, "device: cuda:%d (%s%s)", d->device,
-                   d->device_why.source == STOKE_SRC_TUNED ? "auto: " : "",
+        train_info(t, "device: cuda:%d (%s%s)", d->device, auto_prefix(&d->device_why),
                    given_or_why(&d->device_why, a, sizeof a));
     train_info(t, "precision: %s (%s%s)%s", stoke_precision_name(d->precision),
-               d->precision_why.source == STOKE_SRC_TUNED ? "auto: " : "",
-               given_or_why(&d->precision_why, a, sizeof a),
+               auto_prefix(&d->precision_why), given_or_why(&d->precision_why, a, sizeof a),
                d->device == STOKE_TUNE_CPU ? emulated_note(d->precision) : "");
     if (d->device != STOKE_TUNE_CPU)
         train_info(t, "threads: %d usable CPU%s: 1 queues the GPU's work + %d loader worker%s (%s)",
@@ -738,7 +734,7 @@ static stoke_status allocate_on_device(stoke_trainer *t, size_t ring[2], size_t 
 {
     stoke_status s = allocate_halving(t, ring, left);
     if (s != STOKE_ERR_UNAVAILABLE || t->device == STOKE_TUNE_CPU ||
-        t->decision.device_why.source != STOKE_SRC_TUNED)
+        t->decision.device_why.source != STOKE_SRC_RULE)
         return s;
     char reason[400];
     snprintf(reason, sizeof reason, "the CUDA backend cannot run on cuda:%d: %s", t->device,

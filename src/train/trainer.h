@@ -91,10 +91,10 @@ struct stoke_trainer {
     struct train_tuned {
         bool batch, workers, prefetch, threads, precision; /* open */
         bool applied;                                      /* measured values are in cfg */
-        stoke_source source;                               /* STOKE_SRC_TUNED or STOKE_SRC_CACHED */
-        char why_batch[400], why_workers[400], why_prefetch[400], why_threads[400],
-            why_precision[400];
-        char pending[400]; /* a dry run without a cached measurement: why the rules decide */
+        stoke_source source; /* STOKE_SRC_MEASURED or STOKE_SRC_CACHED */
+        char why_batch[620], why_workers[620], why_prefetch[620], why_threads[620],
+            why_precision[620]; /* "measured: " and the search's reason */
+        char pending[400];      /* a dry run without a cached measurement: why the rules decide */
     } tuned;
 };
 
@@ -142,6 +142,16 @@ stoke_status train_fit_batch(stoke_trainer *t, double safety, bool pow2, int64_t
  * batch), with the reason. The measured search replaces it behind this call. */
 #define TRAIN_CPU_START_BATCH 256
 int64_t train_cpu_start_batch(const stoke_trainer *t, char *why, size_t n);
+/* The fewest optimizer steps an epoch that batch auto (the rule and the measured
+ * search) leaves: the fastest batch of a small dataset is a few steps an epoch, and a
+ * few steps do not train (2,000 samples at batch 1024: 2 steps, 9% validation
+ * accuracy). 50 steps is a batch of at most 2% of the samples: a full Fashion-MNIST
+ * (60,000) keeps batches up to 1024 open, --limit 2000 caps them at 40. */
+#define TRAIN_MIN_EPOCH_STEPS 50
+/* The largest batch that keeps TRAIN_MIN_EPOCH_STEPS optimizer steps an epoch (at the
+ * accumulation given), at least 1, with the reason; 0 when an effective_batch is given
+ * (the user chose the optimizer's batch, the micro-batch only sets the speed). */
+int64_t train_steps_cap(const stoke_trainer *t, char *why, size_t n);
 /* setup.c: the GPU's free memory (cudaMemGetInfo). */
 stoke_status train_gpu_free_bytes(int device, size_t *free_bytes);
 /* setup.c: after an allocation failure within training (err: its message): the

@@ -118,12 +118,15 @@ typedef struct tune_open {
     bool batch, workers, prefetch, threads, precision;
 } tune_open;
 
-/* `auto` given (any source) leaves a setting to measurement; `all` (stoke tune) also
- * every setting left at its default. */
+/* `auto` given leaves a setting to measurement; `all` (stoke tune) also every setting
+ * left at its default. A checkpoint's auto is not given: a run saves what it measured
+ * as the value (apply_point), so an auto it saved is one its rules decided, and the
+ * resumed run decides it by the same rules. */
 static tune_open open_settings(const stoke_train_config *c, bool all)
 {
-#define OPEN(key, is_auto) \
-    ((is_auto) && (all || stoke_train_config_source(c, key) != STOKE_CFG_DEFAULT))
+#define OPEN(key, is_auto)                                                           \
+    ((is_auto) && (all || (stoke_train_config_source(c, key) != STOKE_CFG_DEFAULT && \
+                           stoke_train_config_source(c, key) != STOKE_CFG_CHECKPOINT)))
     tune_open o = {
         /* batch_size auto is 0 (train_decide_batch) */
         .batch = c->batch_size == 0 ||
@@ -403,17 +406,32 @@ static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid
     sp->grid = grid;
     sp->batch_min = TUNE_BATCH_MIN;
     sp->batch_max = pt->info.count;
+    stoke_say(sp->batch_max_why, sizeof sp->batch_max_why, "the %" PRId64 " samples",
+              pt->info.count);
     if (o->batch) {
-        /* the memory fit (memory_safety x the free memory) is the batches' ceiling */
+        /* the memory fit (memory_safety x the free memory) is the batches' ceiling, and
+         * so are the steps an epoch needs (the fastest batch of a small dataset would
+         * leave too few to learn) */
         int64_t fit = 0;
         char why[400];
         stoke_status s = train_fit_batch(pt, pt->cfg.memory_safety, false, &fit, why, sizeof why);
         if (s != STOKE_OK)
             return s;
-        if (fit > 0 && fit < sp->batch_max)
+        if (fit > 0 && fit < sp->batch_max) {
             sp->batch_max = fit;
-        if (max_batch > 0 && max_batch < sp->batch_max)
+            stoke_say(sp->batch_max_why, sizeof sp->batch_max_why,
+                      "the memory fit (%.0f%% memory_safety of the free memory)",
+                      pt->cfg.memory_safety * 100);
+        }
+        int64_t steps = train_steps_cap(pt, why, sizeof why);
+        if (steps > 0 && steps < sp->batch_max) {
+            sp->batch_max = steps;
+            stoke_say(sp->batch_max_why, sizeof sp->batch_max_why, "%s", why);
+        }
+        if (max_batch > 0 && max_batch < sp->batch_max) {
             sp->batch_max = max_batch;
+            stoke_say(sp->batch_max_why, sizeof sp->batch_max_why, "--max-batch");
+        }
         if (sp->batch_min > sp->batch_max)
             sp->batch_min = 1;
     }
@@ -482,6 +500,26 @@ static stoke_status write_results(const stoke_trainer *pt, const tune_open *o,
     return s;
 }
 
+/* A setting measured whose trials said nothing (fp32: no rule to confirm) keeps the
+ * rule's value, and so the rule's reason: a measured value is never shown without one. */
+static void rule_reasons(const stoke_trainer *pt, const tune_open *o, stoke_tune_result *x)
+{
+    const stoke_decision *d = &pt->decision;
+    struct {
+        bool on;
+        char *why;
+        const stoke_why *rule;
+    } v[] = {{o->batch, x->why_batch, &d->batch_why},
+             {o->workers, x->why_workers, &d->workers_why},
+             {o->prefetch, x->why_prefetch, &d->prefetch_why},
+             {o->threads, x->why_threads, &d->threads_why},
+             {o->precision, x->why_precision, &d->precision_why}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i].on && !v[i].why[0])
+            stoke_say(v[i].why, sizeof x->why_batch, "the rule's value, which the trials kept%s%s",
+                      v[i].rule->reason[0] ? ": " : "", v[i].rule->reason);
+}
+
 /* stoke_train_tune, and a run's own tuning when owner is not NULL. */
 static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_opts *opts,
                          stoke_trainer *owner, stoke_train_tuning *out)
@@ -548,8 +586,10 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     double t0 = stoke_wall_time();
     s = stoke_tune_search(&sp, run_trial, &tc, on_trial, &run, &out->result);
     out->seconds = stoke_wall_time() - t0;
-    if (s == STOKE_OK)
+    if (s == STOKE_OK) {
+        rule_reasons(pt, &o, &out->result);
         s = write_results(pt, &o, opts, out);
+    }
     stoke_trainer_free(pt);
     return s;
 }
@@ -616,7 +656,7 @@ stoke_status train_tune_settings(stoke_trainer *t)
     if (r->cached || r->result.ntrials > 0) {
         apply_point(t, r);
         u->applied = true;
-        u->source = r->cached ? STOKE_SRC_CACHED : STOKE_SRC_TUNED;
+        u->source = r->cached ? STOKE_SRC_CACHED : STOKE_SRC_MEASURED;
     }
     if (r->cached) {
         stoke_say(u->why_batch, sizeof u->why_batch,

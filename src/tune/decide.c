@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "stoke/tune.h"
 #include "tune/tune_impl.h"
 
 const char *stoke_source_name(stoke_source s)
 {
-    static const char *n[] = {"default", "file", "env", "flag", "checkpoint", "tuned", "cached"};
+    static const char *n[] = {"default",    "file", "env",    "flag",
+                              "checkpoint", "rule", "cached", "measured"};
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 
@@ -22,7 +24,7 @@ static void why(stoke_why *w, stoke_source src, const char *fmt, ...)
     w->source = src;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->reason, sizeof w->reason, fmt, ap);
+    stoke_sayv(w->reason, sizeof w->reason, fmt, ap);
     va_end(ap);
 }
 
@@ -65,7 +67,7 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
                  pm->profile.name, pm->profile.source, stoke_precision_name(pm->profile.precision));
     else
         snprintf(note, sizeof note, "%s", SAME(pm));
-    why(&d->precision_why, STOKE_SRC_TUNED, "%s%s",
+    why(&d->precision_why, STOKE_SRC_RULE, "%s%s",
         r && r->known ? r->reason : "no recommendation, fp32", note);
     return STOKE_OK;
 }
@@ -81,7 +83,7 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
          * sample, far below a step's compute: a worker thread would mostly sleep yet
          * take a core from the math, so the training thread does it. */
         d->workers = 0;
-        why(&d->workers_why, STOKE_SRC_TUNED,
+        why(&d->workers_why, STOKE_SRC_RULE,
             "the dataset is in memory and its transform is "
             "one fused pass: the training thread gathers each batch");
     } else {
@@ -90,13 +92,12 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
         const stoke_profile_match *pm = &d->profile;
         d->workers = pm->how != STOKE_PROFILE_NONE ? pm->workers : rule;
         if (d->workers == rule) {
-            why(&d->workers_why, STOKE_SRC_TUNED, "the tuner: %s%s", rw ? rw->reason : "",
-                SAME(pm));
+            why(&d->workers_why, STOKE_SRC_RULE, "the tuner: %s%s", rw ? rw->reason : "", SAME(pm));
         } else {
             char per[48] = "";
             if (pm->profile.workers_for_cores)
                 snprintf(per, sizeof per, " for %d cores", pm->profile.workers_for_cores);
-            why(&d->workers_why, STOKE_SRC_TUNED,
+            why(&d->workers_why, STOKE_SRC_RULE,
                 "profile '%s' (%s): %d worker%s%s, scaled to the %d usable CPUs and capped by "
                 "what they leave = %d (the rule alone: %d)",
                 pm->profile.name, pm->profile.source, pm->profile.workers,
@@ -108,14 +109,14 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
         why(&d->threads_why, q->threads_src, "%s", "");
     } else if (d->device != STOKE_TUNE_CPU) {
         d->threads = 1;
-        why(&d->threads_why, STOKE_SRC_TUNED,
+        why(&d->threads_why, STOKE_SRC_RULE,
             "the GPU computes: one host thread queues its work, the other CPUs are "
             "the loader's");
     } else {
         d->threads = d->usable_cpus - d->workers;
         if (d->threads < 1)
             d->threads = 1;
-        why(&d->threads_why, STOKE_SRC_TUNED,
+        why(&d->threads_why, STOKE_SRC_RULE,
             "the usable CPUs less the loader workers, at "
             "least 1");
     }
@@ -135,12 +136,12 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
                           ? tune_prefetch_clamp((long)d->workers * pm->profile.prefetch_factor)
                           : rule;
         if (d->prefetch == rule)
-            why(&d->prefetch_why, STOKE_SRC_TUNED,
+            why(&d->prefetch_why, STOKE_SRC_RULE,
                 "2 per loader worker (one being filled, one "
                 "ready), within [%d, %d]%s",
                 MIN_PREFETCH, MAX_PREFETCH, SAME(pm));
         else
-            why(&d->prefetch_why, STOKE_SRC_TUNED,
+            why(&d->prefetch_why, STOKE_SRC_RULE,
                 "profile '%s' (%s): %d batches ahead per loader worker x %d, within [%d, %d] "
                 "(the rule alone: %d)",
                 pm->profile.name, pm->profile.source, pm->profile.prefetch_factor, d->workers,
@@ -149,13 +150,13 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
     const stoke_rec *rp = stoke_recs_find(recs, "pin_memory", STOKE_TUNE_CPU);
     d->pinned = d->device != STOKE_TUNE_CPU; /* only a device copy gains from them */
     if (d->pinned)
-        why(&d->pinned_why, STOKE_SRC_TUNED,
+        why(&d->pinned_why, STOKE_SRC_RULE,
             "batches are copied to the GPU: page-locked slots let the copy run "
             "asynchronously, on the loader's stream, while the GPU computes");
     else if (m->gpu_count > 0)
-        why(&d->pinned_why, STOKE_SRC_TUNED, "the CPU computes: no batch is copied to a GPU");
+        why(&d->pinned_why, STOKE_SRC_RULE, "the CPU computes: no batch is copied to a GPU");
     else
-        why(&d->pinned_why, STOKE_SRC_TUNED, "%s", rp ? rp->reason : "no GPU");
+        why(&d->pinned_why, STOKE_SRC_RULE, "%s", rp ? rp->reason : "no GPU");
 }
 
 /* "cuda" and "cuda:N" as a device index; -1 if s is neither. */
@@ -187,13 +188,13 @@ static stoke_status decide_device(const stoke_machine *m, const stoke_tune_reque
         return STOKE_OK;
     }
     if (m->gpu_count == 0) {
-        why(&d->device_why, STOKE_SRC_TUNED, "no GPU found");
+        why(&d->device_why, STOKE_SRC_RULE, "no GPU found");
         return STOKE_OK;
     }
     int gi = stoke_machine_cuda_gpu(m, 0);
     const stoke_gpu_info *g = &m->gpus[gi >= 0 ? gi : 0];
     d->device = 0;
-    why(&d->device_why, STOKE_SRC_TUNED, "%s, compute capability %d.%d, %.1f GB, found by NVML%s",
+    why(&d->device_why, STOKE_SRC_RULE, "%s, compute capability %d.%d, %.1f GB, found by NVML%s",
         g->name, g->cc_major, g->cc_minor, (double)g->memory_total_bytes / 1e9,
         m->gpu_count > 1 ? "; the first of several (--device cuda:N picks another)" : "");
     return STOKE_OK;

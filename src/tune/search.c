@@ -349,11 +349,15 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
             best = v;
     }
     /* the smallest within 5% of the fastest: fewer samples per step is more steps
-     * per epoch for the same time */
+     * per epoch for the same time. The line lists the samples/s each trial printed, so
+     * the reader can find every number in the trials; the fed rate the choice compares
+     * follows where it differs from the measured figure. */
     char *why = s->r->why_batch;
     size_t wn = sizeof s->r->why_batch;
-    int64_t pick = 0;
-    stoke_say(why, wn, "samples/s a fed step takes, by batch:");
+    int64_t pick = 0, first = 0, last = 0;
+    stoke_say(why, wn,
+              "samples/s by batch as the trials measured them (fed: with the wait the "
+              "loader's production explains taken out, what the choice compares):");
     for (int64_t b = lo; b <= hi && b > 0; b *= 2) {
         stoke_tune_point x = *p;
         x.batch = b;
@@ -361,13 +365,20 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
             const stoke_tune_trial *t = &s->r->trials[i];
             if (!same(&t->p, &x))
                 continue;
-            if (!t->m.ran)
+            first = first ? first : b;
+            last = b;
+            if (!t->m.ran) {
                 stoke_more(why, wn, " %" PRId64 ": could not run;", b);
-            else {
-                stoke_more(why, wn, " %" PRId64 ": %.0f;", b, fed_rate(&t->p, &t->m));
-                if (!pick && fed_rate(&t->p, &t->m) >= best * (1 - BATCH_TIE))
-                    pick = b;
+                continue;
             }
+            double f = fed_rate(&t->p, &t->m);
+            stoke_more(why, wn, " %" PRId64 ": %.0f", b, t->m.samples_per_s);
+            /* the same figure at the precision printed: one number */
+            if (round(f) != round(t->m.samples_per_s))
+                stoke_more(why, wn, " (fed %.0f)", f);
+            stoke_more(why, wn, ";");
+            if (!pick && f >= best * (1 - BATCH_TIE))
+                pick = b;
         }
         if (b > hi / 2)
             break;
@@ -376,11 +387,13 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
         return stoke_fail(STOKE_ERR_UNAVAILABLE,
                           "no batch from %" PRId64 " to %" PRId64 " could run (%s)", lo, hi,
                           m->error);
-    stoke_more(why, wn,
-               " %" PRId64
-               " is the smallest within %.0f%% of the fastest (batches tried up to %" PRId64
-               ", the memory fit and the dataset)",
-               pick, BATCH_TIE * 100, hi);
+    stoke_more(why, wn, " %" PRId64 " is the smallest within %.0f%% of the fastest (tried %" PRId64,
+               pick, BATCH_TIE * 100, first);
+    if (last != first)
+        stoke_more(why, wn, " to %" PRId64, last);
+    stoke_more(why, wn, "; the ceiling %" PRId64 "%s%s%s)", hi,
+               hi != sp->batch_max ? ", a power of two" : "", sp->batch_max_why[0] ? ": " : "",
+               sp->batch_max_why);
     p->batch = pick;
     return STOKE_OK;
 }

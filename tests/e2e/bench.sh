@@ -40,7 +40,7 @@ assert "warm-up 2 steps" in text and "6 measured steps after 2 warm-up steps" in
 for s in ("naive settings:", "tuned settings:"):
     assert s in text, s
 assert re.search(r"^  workers +0 +bench$", text, re.M), "naive workers from bench"
-assert re.search(r"^  workers +[0-9]+ +tuned: ", text, re.M), "tuned workers tuned"
+assert re.search(r"^  workers +[0-9]+ +(rule|measured|cached): ", text, re.M), "tuned workers decided"
 assert re.search(r"^robustness: passed, [0-9]+ us more CPU per sample, [0-9]+ samples, [0-9]+ "
                  r"workers, data wait [0-9.]+%: input-bound \(", text, re.M), "robustness line"
 assert re.search(r"^  advice: .*(--workers [0-9]|make per-sample work cheaper)", text, re.M), \
@@ -73,7 +73,7 @@ for name, c in o["configurations"].items():
     assert list(c["settings"]) == keys, (name, list(c["settings"]))
     for k, s in c["settings"].items():
         assert set(s) == {"value", "source", "detail"}, (name, k, s)
-        assert s["source"] in ("default", "file", "env", "flag", "checkpoint", "tuned", "cached",
+        assert s["source"] in ("default", "file", "env", "flag", "checkpoint", "rule", "cached", "measured",
                                "bench"), (name, k, s)
         assert isinstance(s["detail"], str)
     x = c["measured"]

@@ -71,45 +71,45 @@ expect_line "AMP" "^precision +fp32 +env AMP$"
 
 # --- auto: the tuner's answer and its reason, from every source
 "$stoke" config show $small >"$out" 2>&1
-expect_line "workers left open: tuned with a reason" "^workers +[0-9]+ +tuned: .{20,}"
-expect_line "device auto by default: tuned" "^device +(cpu|cuda:[0-9]+) +tuned: ."
+expect_line "workers left open: a rule, with its reason" "^workers +[0-9]+ +rule: .{20,}"
+expect_line "device auto by default: a rule" "^device +(cpu|cuda:[0-9]+) +rule: ."
 printf 'precision: auto\nthreads: auto\n' >"$work/auto.yaml"
 NUM_WORKERS=auto "$stoke" config show --config "$work/auto.yaml" $small --prefetch auto \
     >"$out" 2>&1
-expect_line "auto from env" "^workers +[0-9]+ +tuned: .*\(auto from env NUM_WORKERS\)$"
-expect_line "auto from a flag" "^prefetch +[0-9]+ +tuned: .*\(auto from flag --prefetch\)$"
+expect_line "auto from env" "^workers +[0-9]+ +rule: .*\(auto from env NUM_WORKERS\)$"
+expect_line "auto from a flag" "^prefetch +[0-9]+ +rule: .*\(auto from flag --prefetch\)$"
 # the device's hardware profile (docs/profiles.md) is named where the value starts from it
-expect_line "the profile in the reason" "^prefetch +[0-9]+ +tuned: .*profile '[a-z0-9-]+' \("
+expect_line "the profile in the reason" "^prefetch +[0-9]+ +rule: .*profile '[a-z0-9-]+' \("
 expect_line "auto from a file (precision)" \
-    "^precision +(fp32|bf16|fp16) +tuned: .*\(auto from file $work/auto.yaml\)$"
-expect_line "auto from a file (threads)" "^threads +[0-9]+ +tuned: .*\(auto from file "
+    "^precision +(fp32|bf16|fp16) +rule: .*\(auto from file $work/auto.yaml\)$"
+expect_line "auto from a file (threads)" "^threads +[0-9]+ +rule: .*\(auto from file "
 printf 'version: 1\nprofiles: [1]\n' >"$work/profiles.yaml"
 expect_error "a bad STOKE_PROFILES file" 1 "$work/profiles.yaml:2:12: profiles: expected a mapping" \
     env STOKE_PROFILES="$work/profiles.yaml" "$stoke" config show $small
 # batch_size auto: the finder's batch and its numbers, from every source
 "$stoke" config show $small --batch-size auto >"$out" 2>&1
 expect_line "batch auto from a flag" \
-    "^batch_size +[0-9]+ +tuned: .*memory_safety.*fits [0-9]+.*\(auto from flag --batch-size\)$"
+    "^batch_size +[0-9]+ +rule: .*memory_safety.*fits [0-9]+.*\(auto from flag --batch-size\)$"
 expect_line "the safety factor's default" "^memory_safety +0.7 +default$"
 expect_line "a power of two by default" "^batch_pow2 +true +default$"
 BATCH_SIZE=auto "$stoke" config show $small --memory-safety 0.5 --batch-pow2=false >"$out" 2>&1
-expect_line "batch auto from env" "^batch_size +[0-9]+ +tuned: (.*fit: )?50% .*\(auto from env BATCH_SIZE\)$"
+expect_line "batch auto from env" "^batch_size +[0-9]+ +rule: (.*fit: )?50% .*\(auto from env BATCH_SIZE\)$"
 expect_line "memory_safety from a flag" "^memory_safety +0.5 +flag --memory-safety$"
 expect_line "batch_pow2 from a flag" "^batch_pow2 +false +flag --batch-pow2$"
 printf 'batch_size: auto\nmemory_safety: 90%%\n' >"$work/bauto.yaml"
 "$stoke" config show $small --config "$work/bauto.yaml" >"$out" 2>&1
-expect_line "batch auto from a file" "^batch_size +[0-9]+ +tuned: (.*fit: )?90% .*\(auto from file $work/bauto.yaml\)$"
+expect_line "batch auto from a file" "^batch_size +[0-9]+ +rule: (.*fit: )?90% .*\(auto from file $work/bauto.yaml\)$"
 expect_line "memory_safety from a file" "^memory_safety +0.9 +file $work/bauto.yaml$"
 # effective_batch: the accumulation that reaches it, and what is reached
 "$stoke" config show $small --batch-size 32 --effective-batch 100 >"$out" 2>&1
 expect_line "effective_batch from a flag" "^effective_batch +100 +flag --effective-batch$"
 expect_line "accumulate from effective_batch" \
-    "^accumulate +4 +tuned: effective_batch 100 at batch 32: 4 accumulated; .*the effective batch is 128$"
+    "^accumulate +4 +rule: effective_batch 100 at batch 32: 4 accumulated; .*the effective batch is 128$"
 EFFECTIVE_BATCH=96 "$stoke" config show $small --batch-size 32 >"$out" 2>&1
 expect_line "effective_batch from env" "^effective_batch +96 +env EFFECTIVE_BATCH$"
-expect_line "an exact effective batch" "^accumulate +3 +tuned: effective_batch 96 at batch 32: 3 accumulated$"
+expect_line "an exact effective batch" "^accumulate +3 +rule: effective_batch 96 at batch 32: 3 accumulated$"
 "$stoke" config show $small --recompute auto >"$out" 2>&1
-expect_line "recompute auto: tuned, when allocated" "^recompute +auto +tuned: decided when"
+expect_line "recompute auto: a rule, when allocated" "^recompute +auto +rule: decided when"
 
 # --- JSON: parses, every key, {value, source, detail}
 NUM_WORKERS=auto "$stoke" config show --json --config "$cfg" $small --batch-size 16 \
@@ -125,11 +125,11 @@ monitor effective_batch memory_safety batch_pow2 tune""".split()
 assert sorted(o) == sorted(keys), set(o) ^ set(keys)
 for k, e in o.items():
     assert set(e) == {"value", "source", "detail"}, (k, e)
-    assert e["source"] in ("default", "file", "env", "flag", "checkpoint", "tuned", "cached"), (k, e)
+    assert e["source"] in ("default", "file", "env", "flag", "checkpoint", "rule", "measured", "cached"), (k, e)
 assert o["batch_size"] == {"value": 16, "source": "flag", "detail": "--batch-size"}, o["batch_size"]
 assert o["lr"] == {"value": 0.1, "source": "file", "detail": sys.argv[2]}, o["lr"]
 w = o["workers"]
-assert w["source"] == "tuned" and isinstance(w["value"], int) and w["value"] >= 0, w
+assert w["source"] == "rule" and isinstance(w["value"], int) and w["value"] >= 0, w
 assert w["detail"].endswith("(auto from env NUM_WORKERS)") and len(w["detail"]) > 40, w
 assert o["optimizer"] == {"value": "sgd", "source": "default", "detail": ""}
 assert o["nesterov"]["value"] is False and o["seed"]["value"] == "1"

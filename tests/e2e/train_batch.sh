@@ -25,16 +25,21 @@ expect_line() {
     if grep -Eq -- "$2" "$out"; then ok "$1"; else fail "$1 (no line '$2')"; show "$out"; fi
 }
 
-# --- dry run: the batch found (the CPU's starting point under the fit), planned at
-"$stoke" train $small --batch-size auto --dry-run >"$out" 2>&1
+# --- dry run: the batch found (the CPU's starting point under the fit and the 50
+# steps an epoch of 20,000 samples keeps), planned at
+"$stoke" train $small --limit 20000 --batch-size auto --dry-run >"$out" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "dry run" || { fail "dry run exit $rc"; show "$out"; }
-expect_line "the batch said, tuned" "^batch: 256 \(auto: 256, the CPU's starting point \(.*; fit: 70% \(memory_safety\) of the .* fits 1000 \(capped by the 1000 samples\), rounded down to a power of two: 512\)$"
+expect_line "the batch said, by the rule" "^batch: 256 \(auto: 256, the CPU's starting point \(.*; fit: 70% \(memory_safety\) of the .* fits 20000 \(capped by the 20000 samples\), rounded down to a power of two: 16384\)$"
 expect_line "planned at it" "^memory plan for batch 256:$"
 expect_line "trained at it" "^model: .* batch 256 x 1 accumulated = 256,"
+# 1000 samples: at most 20 a batch keeps 50 optimizer steps an epoch
+"$stoke" train $small --batch-size auto --dry-run >"$out" 2>&1
+expect_line "50 steps an epoch" "^batch: 16 \(auto: 16 \(at most 20 keeps an epoch of 1000 samples at least 50 optimizer steps, a power of two\); fit: 70% .* fits 1000 \(capped by the 1000 samples\), rounded down to a power of two: 512\)$"
 # a budget: the fit under the start; the plan's largest batch within the same share
+# (an effective batch given: its steps are the user's, the fit alone bounds the batch)
 "$stoke" train $small --batch-size auto --dry-run --memory-budget 12M --batch-pow2=false \
-    --memory-safety 0.5 >"$out" 2>&1
+    --memory-safety 0.5 --effective-batch 4096 >"$out" 2>&1
 b=$(sed -n 's/^batch: \([0-9]*\) (auto: 50% (memory_safety) of the 12.0 MB --memory-budget.* fits \([0-9]*\))$/\1 \2/p' "$out")
 set -- $b
 if [ $# -eq 2 ] && [ "$1" = "$2" ] && [ "$1" -lt 256 ] && [ "$1" -gt 0 ]; then
@@ -47,7 +52,7 @@ half=$(sed -n 's/^largest batch within .*: \([0-9]*\).*/\1/p' "$out")
 [ "$half" = "${1:-x}" ] && ok "the same fit as --dry-run's largest batch in half the budget" ||
     { fail "dry run's largest batch in 6 MB is $half, the fit ${1:-?}"; show "$out"; }
 "$stoke" train $small --batch-size auto --dry-run --limit 100 >"$out" 2>&1
-expect_line "--limit caps it" "^batch: 64 \(auto: .*fits 100 \(capped by the 100 samples\), rounded down to a power of two: 64\)$"
+expect_line "--limit caps it" "^batch: 2 \(auto: 2 \(at most 2 keeps an epoch of 100 samples at least 50 optimizer steps, a power of two\); fit: .*fits 100 \(capped by the 100 samples\), rounded down to a power of two: 64\)$"
 
 # --- a short run at it, reaching an effective batch of 500 by accumulation
 "$stoke" train $small --batch-size auto --effective-batch 500 --epochs 1 \
@@ -81,7 +86,7 @@ if [ -n "$fake" ] && [ -f "$fake/fake_cudart/libcudart.so.13" ]; then
     STOKE_FAKE_CUDA_MALLOC_LIMIT=20000000 "$stoke" train $gpu --batch-size auto --dry-run \
         >"$out" 2>&1
     expect_line "GPU: the fit in its free memory" \
-        "^batch: [0-9]+ \(auto: 70% \(memory_safety\) of the 20.0 MB free on the GPU \(cudaMemGetInfo\) = 14.0 MB, .*fits [0-9]+"
+        "^batch: [0-9]+ \(auto: (.*; fit: )?70% \(memory_safety\) of the 20.0 MB free on the GPU \(cudaMemGetInfo\) = 14.0 MB, .*fits [0-9]+"
     "$stoke" train $gpu --batch-size 128 --optimizer adamw --lr 0.01 >"$work/gpu-a.txt" 2>&1
     STOKE_FAIL_ALLOC_AT_STEP=2 "$stoke" train $gpu --batch-size 128 --optimizer adamw \
         --lr 0.01 >"$out" 2>&1

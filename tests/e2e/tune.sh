@@ -45,7 +45,7 @@ rc=$?
 [ $rc -eq 0 ] && ok "tune runs" || { fail "tune exit $rc"; show "$out"; }
 expect_line "trials printed" "^trial 1 \(start\): batch [0-9]+, [0-9]+ workers? \+ [0-9]+ threads?, prefetch [0-9]+, fp32 -> [0-9]+ samples/s, data wait [0-9.]+%"
 expect_line "the choice" "^[0-9]+ trials in [0-9.]+ s\. Chosen: batch [0-9]+, "
-expect_line "why the batch" "^  batch_size: samples/s a fed step takes, by batch: "
+expect_line "why the batch" "^  batch_size: samples/s by batch as the trials measured them \(fed: "
 expect_line "why the workers" "^  workers: samples/s by loader workers \+ compute threads: "
 expect_line "the file written" "^written: $work/tuned.yaml \(stoke train --config"
 expect_line "cached" "^cached: $work/cache/tune/[0-9a-f]{16}\.yaml"
@@ -116,11 +116,11 @@ expect_line "the threads line says cached" "^threads: .*cached: measured by an e
 
 # a slowed loader (bench's robustness knob) is another key: its trials are its own
 "$stoke" config show $small --batch-size "$tb" --workers auto --loader-delay-us 500 >"$out" 2>&1
-expect_line "a slowed loader: not the cache's" "^workers +[0-9]+ +tuned: auto, not measured yet"
+expect_line "a slowed loader: not the cache's" "^workers +[0-9]+ +rule: auto, not measured yet"
 
 # a setting given that differs from the cached one: measured again, said why
 "$stoke" config show $small --batch-size $((tb * 2)) --workers auto >"$out" 2>&1
-expect_line "another batch: not the cache's" "^workers +[0-9]+ +tuned: auto, not measured yet \(.*measured with another batch_size"
+expect_line "another batch: not the cache's" "^workers +[0-9]+ +rule: auto, not measured yet \(.*measured with another batch_size"
 
 # a miss in train: trials first, printed as the run's lines, then cached
 "$stoke" train --limit 1024 --val-limit 100 --workers auto --max-steps 3 --no-monitor \
@@ -137,7 +137,7 @@ expect_no_line "the next run starts tuned" "^tune: trial"
 # batch auto measured too, and an effective batch reached by accumulation at it
 "$stoke" train --limit 1024 --val-limit 100 --batch-size auto --effective-batch 512 \
     --workers auto --max-steps 2 --no-monitor >"$out" 2>&1
-expect_line "batch auto measured" "^batch: [0-9]+ \(auto: measured: samples/s a fed step takes, by batch"
+expect_line "batch auto measured" "^batch: [0-9]+ \(auto: measured: samples/s by batch as the trials measured them"
 expect_line "the effective batch at it" "^accumulate: [0-9]+ \(auto: effective_batch 512 at batch "
 # tune: cache answers from the cache or leaves auto to the rules; off never measures
 "$stoke" train --limit 700 --val-limit 100 --workers auto --tune cache --max-steps 2 \
