@@ -135,8 +135,7 @@ static void test_generation(void)
     CHECK_INT_EQ(c.model_number, 2); /* not the "model name" line's */
     CHECK_INT_EQ(c.stepping, 1);
     CHECK_STR_EQ(c.model, "AMD EPYC 9B45");
-    CHECK_STR_EQ(stoke_cpu_generation(c.vendor, c.family, c.model_number, c.stepping),
-                 "AMD Zen 5");
+    CHECK_STR_EQ(stoke_cpu_generation(c.vendor, c.family, c.model_number, c.stepping), "AMD Zen 5");
     /* a cpuinfo without those lines says unknown, not family 0 */
     CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/cpu-zen4", &c), STOKE_OK);
     CHECK_INT_EQ(c.family, -1);

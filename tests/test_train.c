@@ -735,9 +735,14 @@ static void test_peak(void)
     snprintf(cache, sizeof cache, "%s/peakcache", dir);
     snprintf(sub, sizeof sub, "%s/peak", cache);
     setenv("STOKE_CACHE_DIR", cache, 1);
-    stoke_cpu_info cpu = {.model = "Test CPU", .vendor = "AuthenticAMD", .family = 26,
-                          .model_number = 2, .stepping = 1, .physical_cores = 2,
-                          .max_mhz = 2000, .simd = STOKE_SIMD_AVX2 | STOKE_SIMD_FMA};
+    stoke_cpu_info cpu = {.model = "Test CPU",
+                          .vendor = "AuthenticAMD",
+                          .family = 26,
+                          .model_number = 2,
+                          .stepping = 1,
+                          .physical_cores = 2,
+                          .max_mhz = 2000,
+                          .simd = STOKE_SIMD_AVX2 | STOKE_SIMD_FMA};
     char key[1024], key2[1024], path[4200], when[40], why[600];
     double f = 0;
     train_peak_key(&cpu, STOKE_PREC_FP32, 2, key, sizeof key);

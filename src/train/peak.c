@@ -36,8 +36,9 @@ void train_peak_key(const stoke_cpu_info *cpu, stoke_precision p, int threads, c
 {
     /* the model name alone does not tell a capped CPU (STOKE_MAX_CPU_ISA) from the
      * whole one, whose kernels differ: the features in use are part of the key */
-    stoke_say(key, size, PEAK_FORMAT "|cpu=%s|vendor=%s|family=%d|model=%d|stepping=%d|simd=%x|"
-                         "threads=%d|precision=%s",
+    stoke_say(key, size,
+              PEAK_FORMAT "|cpu=%s|vendor=%s|family=%d|model=%d|stepping=%d|simd=%x|"
+                          "threads=%d|precision=%s",
               cpu->model, cpu->vendor, cpu->family, cpu->model_number, cpu->stepping,
               (unsigned)cpu->simd, threads, stoke_precision_name(p));
     for (char *c = key; *c; c++)
@@ -92,11 +93,11 @@ bool train_peak_cache_read(const char *path, const char *key, double *flops, cha
                *w = field(text, "measured", &wl);
     if (more || strlen(text) != len || !k || !fv || !w || wl == 0 || wl >= when_size) {
         stoke_say(why, why_size, "%s: not a peak cache file (%s)", path,
-                  more                   ? "longer than one"
-                  : strlen(text) != len  ? "a NUL byte in it"
-                  : !k                   ? "no key line"
-                  : !fv                  ? "no flops line"
-                                         : "no measured date");
+                  more                  ? "longer than one"
+                  : strlen(text) != len ? "a NUL byte in it"
+                  : !k                  ? "no key line"
+                  : !fv                 ? "no flops line"
+                                        : "no measured date");
         return false;
     }
     if (kl != strlen(key) || strncmp(k, key, kl)) {
@@ -106,8 +107,10 @@ bool train_peak_cache_read(const char *path, const char *key, double *flops, cha
     char *end;
     double v = strtod(fv, &end);
     if (end == fv || (size_t)(end - fv) != fl || !isfinite(v) || v <= 0) {
-        stoke_say(why, why_size, "%s: not a peak cache file (flops: '%.*s' is not a positive "
-                  "number)", path, (int)(fl < 40 ? fl : 40), fv);
+        stoke_say(why, why_size,
+                  "%s: not a peak cache file (flops: '%.*s' is not a positive "
+                  "number)",
+                  path, (int)(fl < 40 ? fl : 40), fv);
         return false;
     }
     *flops = v;
@@ -123,8 +126,10 @@ stoke_status train_peak_cache_write(const char *path, const char *key, double fl
     struct tm tm;
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-    stoke_say(text, sizeof text, "# stoke: the peak MFU is measured against (%s)\nkey: %s\n"
-              "flops: %.6e\nmeasured: %s\n", what, key, flops, when);
+    stoke_say(text, sizeof text,
+              "# stoke: the peak MFU is measured against (%s)\nkey: %s\n"
+              "flops: %.6e\nmeasured: %s\n",
+              what, key, flops, when);
     if (!train_make_dirs(path))
         return stoke_fail(STOKE_ERR_IO, "%s: cannot create its directory: %m", path);
     stoke_tmpfile f;
@@ -142,15 +147,15 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
     train_peak_key(cpu, p, threads, key, sizeof key);
     train_peak_path(key, out->cache_path, sizeof out->cache_path);
     if (!out->cache_path[0])
-        stoke_say(why, sizeof why, "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME "
-                                   "unset)");
+        stoke_say(why, sizeof why,
+                  "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME "
+                  "unset)");
     else if (train_peak_cache_read(out->cache_path, key, &out->flops, when, sizeof when, why,
                                    sizeof why)) {
         out->source = TRAIN_PEAK_CACHED;
         stoke_say(out->label, sizeof out->label, "cached from %s", when);
-        stoke_say(out->how, sizeof out->how,
-                  "oneDNN's %s matmul on %d thread%s, measured %s (%s)", stoke_precision_name(p),
-                  threads, threads == 1 ? "" : "s", when, out->cache_path);
+        stoke_say(out->how, sizeof out->how, "oneDNN's %s matmul on %d thread%s, measured %s (%s)",
+                  stoke_precision_name(p), threads, threads == 1 ? "" : "s", when, out->cache_path);
         return;
     }
     stoke_nn_matmul_rate r;
@@ -163,17 +168,21 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
         stoke_say(out->label, sizeof out->label, "measured now%s",
                   r.cpu_share < 0.9 ? ", cores busy" : "");
         char what[200], err[700] = "";
-        stoke_say(what, sizeof what, "oneDNN's %s matmul %dx%dx%d on %d thread%s, best of %d "
-                  "reps, %.2f s", stoke_precision_name(p), r.n, r.n, r.n, r.threads,
-                  r.threads == 1 ? "" : "s", r.reps, r.seconds);
+        stoke_say(what, sizeof what,
+                  "oneDNN's %s matmul %dx%dx%d on %d thread%s, best of %d "
+                  "reps, %.2f s",
+                  stoke_precision_name(p), r.n, r.n, r.n, r.threads, r.threads == 1 ? "" : "s",
+                  r.reps, r.seconds);
         /* A rate measured while other processes took the cores is theirs to share, not
          * the machine's peak: good for this run (the run shares them too), but not kept
          * for the next one. 0.9: libgomp's threads spin at barriers, so threads that
          * had their cores account for nearly all of the wall time. */
         if (r.cpu_share < 0.9) {
             out->busy = true;
-            stoke_say(err, sizeof err, "; not cached: the cores were busy (its threads ran "
-                      "%.0f%% of the time)", 100.0 * r.cpu_share);
+            stoke_say(err, sizeof err,
+                      "; not cached: the cores were busy (its threads ran "
+                      "%.0f%% of the time)",
+                      100.0 * r.cpu_share);
         } else if (out->cache_path[0] &&
                    train_peak_cache_write(out->cache_path, key, r.flops, what) != STOKE_OK) {
             /* a cache that cannot be written costs the next run a measurement, no more */
@@ -185,9 +194,8 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
     char clock_why[300];
     const char *not = measure ? stoke_last_error() : "a dry run measures nothing";
     char nm[300];
-    stoke_say(nm, sizeof nm, "%s", not);
-    if (stoke_cpu_peak_flops(cpu, p == STOKE_PREC_BF16, &out->flops, clock_why,
-                             sizeof clock_why)) {
+    stoke_say(nm, sizeof nm, "%s", not );
+    if (stoke_cpu_peak_flops(cpu, p == STOKE_PREC_BF16, &out->flops, clock_why, sizeof clock_why)) {
         out->source = TRAIN_PEAK_CLOCK;
         stoke_say(out->label, sizeof out->label, "computed from the clock");
         stoke_say(out->how, sizeof out->how, "computed from the clock: %s; not measured: %s",
@@ -218,9 +226,10 @@ double train_peak_mfu(stoke_trainer *t, double samples_per_s, int64_t epoch)
     p->flops = rate;
     p->source = TRAIN_PEAK_RAISED;
     stoke_say(p->label, sizeof p->label, "raised to epoch %" PRId64 "'s rate", epoch + 1);
-    train_info(t, "MFU: epoch %" PRId64 " ran at %.3g TFLOP/s, above the peak taken (%s): the "
-               "peak is raised to it, so MFU reads 100%%%s", epoch + 1, rate / 1e12, p->how,
-               cached ? " and the next run measures it again" : "");
+    train_info(t,
+               "MFU: epoch %" PRId64 " ran at %.3g TFLOP/s, above the peak taken (%s): the "
+               "peak is raised to it, so MFU reads 100%%%s",
+               epoch + 1, rate / 1e12, p->how, cached ? " and the next run measures it again" : "");
     return 100.0;
 }
 

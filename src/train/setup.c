@@ -204,10 +204,10 @@ static void setup_mfu(stoke_trainer *t)
         }
     } else if (t->device == STOKE_TUNE_CPU) {
         /* emulated bf16 and fp16 run on the fp32 kernels: their rate is fp32's */
-        stoke_precision p = t->precision == STOKE_PREC_BF16 &&
-                                    stoke_nn_precision_native(STOKE_PREC_BF16)
-                                ? STOKE_PREC_BF16
-                                : STOKE_PREC_FP32;
+        stoke_precision p =
+            t->precision == STOKE_PREC_BF16 && stoke_nn_precision_native(STOKE_PREC_BF16)
+                ? STOKE_PREC_BF16
+                : STOKE_PREC_FP32;
         train_cpu_peak(&t->machine.cpu, p, t->threads, !t->cfg.dry_run, &t->peak);
     } else {
         stoke_say(t->peak.how, sizeof t->peak.how, "unknown: cuda:%d is not among the GPUs probed",
@@ -225,8 +225,8 @@ static void setup_mfu(stoke_trainer *t)
                "MFU: %.3g MFLOP a sample a step (forward and what backward computes: weight "
                "gradients, and input gradients but the first layer's) against a peak of %s, "
                "%s: %s",
-               t->step_flops / 1e6, stoke_format_flops(t->peak.flops, f, sizeof f),
-               t->peak.label, t->peak.how);
+               t->step_flops / 1e6, stoke_format_flops(t->peak.flops, f, sizeof f), t->peak.label,
+               t->peak.how);
 }
 
 /* The model (the checkpoint's when resuming, else the preset, --hidden or model file)

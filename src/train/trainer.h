@@ -26,9 +26,9 @@ typedef enum train_peak_source {
 typedef struct train_peak {
     double flops;
     train_peak_source source;
-    bool busy;            /* measured while other processes took the cores: not cached */
-    char label[64];       /* for the epoch line: "measured now", "cached from DATE", ... */
-    char how[1400];       /* for the setup line: how it was obtained, in full */
+    bool busy;             /* measured while other processes took the cores: not cached */
+    char label[64];        /* for the epoch line: "measured now", "cached from DATE", ... */
+    char how[1400];        /* for the setup line: how it was obtained, in full */
     char cache_path[4200]; /* the CPU's peak cache file ("" for none) */
 } train_peak;
 

@@ -14,10 +14,7 @@
 /* Square sizes large enough that packing and thread start-up are a few percent: each
  * thread gets at least 128 rows of a 1024 product up to 8 threads; more threads need a
  * larger one. The largest (3072) holds 113 MB of fp32 operands. */
-static int square_size(int threads)
-{
-    return threads <= 8 ? 1024 : threads <= 32 ? 2048 : 3072;
-}
+static int square_size(int threads) { return threads <= 8 ? 1024 : threads <= 32 ? 2048 : 3072; }
 
 /* Timing: one warm-up (the primitive is built there, and the caches and the clock
  * ramp up), then at least 3 reps and at most 10, stopping once the reps took 150 ms:
@@ -29,7 +26,9 @@ enum { MIN_REPS = 3, MAX_REPS = 10 };
 static double process_cpu_s(void)
 {
     struct timespec ts;
-    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) ? 0 : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)
+               ? 0
+               : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static stoke_status run_reps(int n, bool bf16, void *a, void *w, float *out,
