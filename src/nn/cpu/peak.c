@@ -13,14 +13,18 @@
 
 /* Square sizes large enough that packing and thread start-up are a few percent: each
  * thread gets at least 128 rows of a 1024 product up to 8 threads; more threads need a
- * larger one. The largest (3072) holds 113 MB of fp32 operands. */
+ * larger one. The largest (3072) holds 113 MB of fp32 operands. A slow machine (no
+ * AVX, or one thread under a cap) gets a smaller one, by the rate a 512 product shows:
+ * the largest whose rep takes at most 50 ms, 512 at least, where such kernels already
+ * run at their best. */
 static int square_size(int threads) { return threads <= 8 ? 1024 : threads <= 32 ? 2048 : 3072; }
+#define REP_TARGET_S 0.05
 
-/* Timing: one warm-up (the primitive is built there, and the caches and the clock
- * ramp up), then at least 3 reps and at most 10, stopping once the reps took 150 ms:
- * about 0.2 s on an AVX-512 core, 0.5 s on an SSE-only one at n 1024. Best of them:
- * noise (a preempted thread, another process) only ever slows a rep. */
-enum { MIN_REPS = 3, MAX_REPS = 10 };
+/* Timing: a 512 product twice (the primitive is built in the first; the caches and
+ * the clock ramp up), one warm-up at the size chosen, then at least 3 reps and at most
+ * 10, stopping once the reps took 150 ms: about 0.2 s in all. Best of them: noise (a
+ * preempted thread, another process) only ever slows a rep. */
+enum { MIN_REPS = 3, MAX_REPS = 10, PROBE_N = 512 };
 #define REPS_BUDGET_NS 150000000ull
 
 static double process_cpu_s(void)
@@ -31,33 +35,53 @@ static double process_cpu_s(void)
                : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static stoke_status run_reps(int n, bool bf16, void *a, void *w, float *out,
-                             stoke_nn_matmul_rate *r)
+/* One n x n x n product: its wall and process CPU seconds. */
+static stoke_status one_rep(int n, bool bf16, void *a, void *w, float *out, double *wall,
+                            double *cpu)
 {
     stoke_status s = cpu_linear_prepare(n, n, n, 0, bf16);
     if (s != STOKE_OK)
         return s;
-    double best = 0;
-    uint64_t spent = 0;
-    for (int rep = -1; rep < MAX_REPS; rep++) {
-        double c0 = process_cpu_s();
-        uint64_t t0 = stoke_now_ns();
-        s = bf16 ? cpu_linear_forward_bf16(out, a, w, NULL, n, n, n)
-                 : cpu_linear_forward(out, a, w, NULL, n, n, n);
-        uint64_t dt = stoke_now_ns() - t0;
-        double cpu = process_cpu_s() - c0;
-        if (s != STOKE_OK)
+    double c0 = process_cpu_s();
+    uint64_t t0 = stoke_now_ns();
+    s = bf16 ? cpu_linear_forward_bf16(out, a, w, NULL, n, n, n)
+             : cpu_linear_forward(out, a, w, NULL, n, n, n);
+    *wall = (double)(stoke_now_ns() - t0) * 1e-9;
+    *cpu = process_cpu_s() - c0;
+    return s;
+}
+
+static stoke_status run_reps(int max_n, bool bf16, void *a, void *w, float *out,
+                             stoke_nn_matmul_rate *r)
+{
+    double wall = 0, cpu = 0;
+    stoke_status s = one_rep(PROBE_N, bf16, a, w, out, &wall, &cpu);
+    if (s == STOKE_OK)
+        s = one_rep(PROBE_N, bf16, a, w, out, &wall, &cpu);
+    if (s != STOKE_OK)
+        return s;
+    double probe = wall > 0 ? 2.0 * PROBE_N * PROBE_N * (double)PROBE_N / wall : 0;
+    int n = PROBE_N;
+    for (int c = max_n; c > PROBE_N; c = c > 1024 ? c - 1024 : PROBE_N)
+        if (probe > 0 && 2.0 * c * c * (double)c / probe <= REP_TARGET_S) {
+            n = c;
+            break;
+        }
+    r->n = n;
+    if (n != PROBE_N && (s = one_rep(n, bf16, a, w, out, &wall, &cpu)) != STOKE_OK)
+        return s;
+    double best = 0, spent = 0;
+    for (int rep = 0; rep < MAX_REPS; rep++) {
+        if ((s = one_rep(n, bf16, a, w, out, &wall, &cpu)) != STOKE_OK)
             return s;
-        if (rep < 0)
-            continue;
-        double f = dt > 0 ? 2.0 * n * n * (double)n / ((double)dt * 1e-9) : 0;
+        double f = wall > 0 ? 2.0 * n * n * (double)n / wall : 0;
         if (f > best) {
             best = f;
-            r->cpu_share = dt > 0 ? cpu / ((double)dt * 1e-9 * r->threads) : 0;
+            r->cpu_share = wall > 0 ? cpu / (wall * r->threads) : 0;
         }
-        spent += dt;
+        spent += wall;
         r->reps = rep + 1;
-        if (r->reps >= MIN_REPS && spent >= REPS_BUDGET_NS)
+        if (r->reps >= MIN_REPS && spent >= REPS_BUDGET_NS * 1e-9)
             break;
     }
     r->flops = best;
@@ -102,7 +126,6 @@ stoke_status stoke_nn_cpu_matmul_rate(stoke_precision p, int threads, stoke_nn_m
             }
         }
         CPU_CTX_SCOPE(c);
-        r->n = n;
         r->threads = cpu_ctx_threads(c);
         s = run_reps(n, bf16, a, w, out, r);
     }
