@@ -822,6 +822,12 @@ static void test_peak(void)
     CHECK_STR_CONTAINS(p.how, "FIFO");
     if (!p.busy)
         CHECK_STR_CONTAINS(p.how, "not cached: ");
+    CHECK(!p.in_cache);
+    stoke_trainer *ft = calloc(1, sizeof *ft);
+    ft->step_flops = 1;
+    ft->peak = p;
+    CHECK(train_peak_mfu(ft, 2 * p.flops, 0) == 100); /* raised: the FIFO stays */
+    free(ft);
     struct stat st;
     CHECK(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode));
     unlink(path);
@@ -836,6 +842,7 @@ static void test_peak(void)
     t->step_flops = 1e6;
     t->peak.flops = 1e8;
     t->peak.source = TRAIN_PEAK_CACHED;
+    t->peak.in_cache = true;
     snprintf(t->peak.cache_path, sizeof t->peak.cache_path, "%s", path);
     CHECK(train_peak_mfu(t, 50, 0) == 50);
     CHECK(train_peak_mfu(t, 300, 1) == 100);

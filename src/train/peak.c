@@ -153,6 +153,7 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
     else if (train_peak_cache_read(out->cache_path, key, &out->flops, when, sizeof when, why,
                                    sizeof why)) {
         out->source = TRAIN_PEAK_CACHED;
+        out->in_cache = true;
         stoke_say(out->label, sizeof out->label, "cached from %s", when);
         stoke_say(out->how, sizeof out->how, "oneDNN's %s matmul on %d thread%s, measured %s (%s)",
                   stoke_precision_name(p), threads, threads == 1 ? "" : "s", when, out->cache_path);
@@ -183,10 +184,11 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
                       "; not cached: the cores were busy (its threads ran "
                       "%.0f%% of the time)",
                       100.0 * r.cpu_share);
-        } else if (out->cache_path[0] &&
-                   train_peak_cache_write(out->cache_path, key, r.flops, what) != STOKE_OK) {
+        } else if (out->cache_path[0]) {
+            out->in_cache = train_peak_cache_write(out->cache_path, key, r.flops, what) == STOKE_OK;
             /* a cache that cannot be written costs the next run a measurement, no more */
-            stoke_say(err, sizeof err, "; not cached: %s", stoke_last_error());
+            if (!out->in_cache)
+                stoke_say(err, sizeof err, "; not cached: %s", stoke_last_error());
         }
         stoke_say(out->how, sizeof out->how, "%s (no cached peak: %s)%s", what, why, err);
         return;
@@ -220,16 +222,19 @@ double train_peak_mfu(stoke_trainer *t, double samples_per_s, int64_t epoch)
      * true one, rather than measured again: a new measurement costs the run its time
      * and would meet the same load, while the epoch just measured the same kernels at
      * the run's own sizes. A cached peak is removed so the next run measures it anew. */
-    bool cached = p->source == TRAIN_PEAK_CACHED || p->source == TRAIN_PEAK_MEASURED;
+    bool cached = p->in_cache && p->source != TRAIN_PEAK_RAISED;
     if (cached)
         unlink(p->cache_path);
+    char was[32], now[32];
+    stoke_format_flops(p->flops, was, sizeof was);
+    stoke_format_flops(rate, now, sizeof now);
+    train_info(t,
+               "MFU: epoch %" PRId64 " ran at %s, above the peak taken (%s, %s): the peak is "
+               "raised to it, so MFU reads 100%%%s",
+               epoch + 1, now, was, p->label, cached ? " and the next run measures it again" : "");
     p->flops = rate;
     p->source = TRAIN_PEAK_RAISED;
     stoke_say(p->label, sizeof p->label, "raised to epoch %" PRId64 "'s rate", epoch + 1);
-    train_info(t,
-               "MFU: epoch %" PRId64 " ran at %.3g TFLOP/s, above the peak taken (%s): the "
-               "peak is raised to it, so MFU reads 100%%%s",
-               epoch + 1, rate / 1e12, p->how, cached ? " and the next run measures it again" : "");
     return 100.0;
 }
 

@@ -27,6 +27,7 @@ typedef struct train_peak {
     double flops;
     train_peak_source source;
     bool busy;             /* measured while other processes took the cores: not cached */
+    bool in_cache;         /* cache_path holds this peak (read from it, or written) */
     char label[64];        /* for the epoch line: "measured now", "cached from DATE", ... */
     char how[1400];        /* for the setup line: how it was obtained, in full */
     char cache_path[4200]; /* the CPU's peak cache file ("" for none) */
