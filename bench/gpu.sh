@@ -173,9 +173,11 @@ fi
     echo "batch_cnn $batch_cnn"
     echo "batch_mlp $batch_mlp"
     echo "loader_workers $workers"
-    # 3 x the forward's matmul and convolution FLOPs a sample (stoke_graph_flops's count)
-    echo "flops_cnn $((3 * 2 * (28 * 28 * 32 * 1 * 9 + 14 * 14 * 64 * 32 * 9 + 3136 * 128 + 128 * 10)))"
-    echo "flops_mlp $((3 * 2 * (784 * 512 + 512 * 512 + 512 * 10)))"
+    # a step's matmul and convolution FLOPs a sample as backward computes them
+    # (stoke_graph_step_flops's count): 3 x forward less the first layer's input
+    # gradient, which is never computed
+    echo "flops_cnn $((3 * 2 * (28 * 28 * 32 * 1 * 9 + 14 * 14 * 64 * 32 * 9 + 3136 * 128 + 128 * 10) - 2 * 28 * 28 * 32 * 1 * 9))"
+    echo "flops_mlp $((3 * 2 * (784 * 512 + 512 * 512 + 512 * 10) - 2 * 784 * 512))"
     cat "$tmp/probe.kv"
 } >>"$out"
 note "GPU: $(kv gpu_name) (compute capability $(kv gpu_cc)), driver $(kv driver)"

@@ -97,6 +97,51 @@ static void test_simd_names(void)
         "avx avx2");
 }
 
+/* The generation table: the Linux kernel's family and model ranges, "unknown" for
+ * anything off them (never the nearest entry), and the probe's fields from a recorded
+ * Zen 5 guest (EPYC family 26 model 2, 2,596 MHz reported). */
+static void test_generation(void)
+{
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 26, 2, 1), "AMD Zen 5");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 0x1a, 0x11, 0), "AMD Zen 5");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 0x1a, 0x44, 0), "AMD Zen 5");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 0x1a, 0x30, 0), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 25, 0x01, 1), "AMD Zen 3");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 25, 0x21, 0), "AMD Zen 3");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 25, 0x11, 1), "AMD Zen 4");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 25, 0x61, 2), "AMD Zen 4");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 25, 0xa0, 2), "AMD Zen 4");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 25, 0xb0, 0), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 23, 0x31, 0), "AMD Zen 2");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 27, 0x00, 0), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 0x8f, 8), "Intel Sapphire Rapids");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 0xcf, 2), "Intel Emerald Rapids");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 0xad, 1), "Intel Granite Rapids");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 0x6a, 6), "Intel Ice Lake-SP");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 85, 4), "Intel Skylake-SP");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 85, 7), "Intel Cascade Lake");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 85, 11), "Intel Cooper Lake");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 85, 8), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 6, 85, -1), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation("GenuineIntel", 19, 1, 0), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation("AuthenticAMD", 6, 0x8f, 0), "unknown"); /* vendor */
+    CHECK_STR_EQ(stoke_cpu_generation("", -1, -1, -1), "unknown");
+    CHECK_STR_EQ(stoke_cpu_generation(NULL, 26, 2, 1), "unknown");
+
+    stoke_cpu_info c;
+    CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/cpu-zen5", &c), STOKE_OK);
+    CHECK_STR_EQ(c.vendor, "AuthenticAMD");
+    CHECK_INT_EQ(c.family, 26);
+    CHECK_INT_EQ(c.model_number, 2); /* not the "model name" line's */
+    CHECK_INT_EQ(c.stepping, 1);
+    CHECK_STR_EQ(c.model, "AMD EPYC 9B45");
+    CHECK_STR_EQ(stoke_cpu_generation(c.vendor, c.family, c.model_number, c.stepping), "AMD Zen 5");
+    /* a cpuinfo without those lines says unknown, not family 0 */
+    CHECK_INT_EQ(stoke_cpu_probe(SYSROOT "/cpu-zen4", &c), STOKE_OK);
+    CHECK_INT_EQ(c.family, -1);
+    CHECK_STR_EQ(stoke_cpu_generation(c.vendor, c.family, c.model_number, c.stepping), "unknown");
+}
+
 /* The instruction-set cap on a recorded tree: it is applied only when asked
  * (stoke_cpu_apply_isa_cap), hides by oneDNN's levels, and only ever lowers. */
 static void test_isa_cap(void)
@@ -374,6 +419,7 @@ int main(void)
     test_cgroup_memory();
     test_simd_names();
     test_isa_cap();
+    test_generation();
     test_this_machine();
     test_real_disk();
     test_recorded_mounts();

@@ -1047,9 +1047,62 @@ static void test_lr(void)
     CHECK(!stoke_precision_parse("auto", &p));
 }
 
+/* ---- FLOPs a step: what backward really computes, per op ---- */
+
+static void test_step_flops(void)
+{
+    /* MLP 784 -> 512 -> 256 -> 10: forward 2 x sum(in x out) a sample; backward a
+     * weight gradient for every linear and an input gradient for all but fc1, whose
+     * input is the data (the backends never compute it). */
+    stoke_shape in = shp(1, 784, 0, 0);
+    int64_t hidden[] = {512, 256};
+    stoke_graph *g = stoke_preset_mlp(&in, hidden, 2, 10);
+    CHECK(g != NULL);
+    double l1 = 2.0 * 784 * 512, l2 = 2.0 * 512 * 256, l3 = 2.0 * 256 * 10;
+    CHECK(stoke_graph_flops(g) == l1 + l2 + l3);
+    CHECK(stoke_graph_step_flops(g) == (l1 + l2 + l3) + (l1 + l2 + l3) + (l2 + l3));
+    CHECK(stoke_graph_step_flops(g) < 3 * stoke_graph_flops(g));
+    stoke_graph_free(g);
+
+    /* The reference CNN on 1x28x28: conv1's input gradient is not computed either. */
+    stoke_shape img = shp(3, 1, 28, 28);
+    g = stoke_preset_cnn(&img, 10);
+    CHECK(g != NULL);
+    double c1 = 2.0 * 32 * 28 * 28 * (1 * 3 * 3), c2 = 2.0 * 64 * 14 * 14 * (32 * 3 * 3),
+           f1 = 2.0 * 64 * 7 * 7 * 128, f2 = 2.0 * 128 * 10, fwd = c1 + c2 + f1 + f2;
+    CHECK(stoke_graph_flops(g) == fwd);
+    CHECK(stoke_graph_step_flops(g) == fwd + fwd + (c2 + f1 + f2));
+    stoke_graph_free(g);
+
+    /* Attention on the data itself: the Q, K, V projection's input gradient is skipped;
+     * its weight gradient, the output projection's two products and both batched
+     * products' two each are computed. */
+    stoke_shape seq = shp(2, 6, 8, 0);
+    g = stoke_graph_new("attn");
+    stoke_tensor x = stoke_nn_input(g, "x", STOKE_F32, &seq);
+    stoke_tensor a = stoke_nn_attention(g, "attn", x, 2);
+    CHECK(a >= 0 && stoke_graph_status(g) == STOKE_OK);
+    double T = 6, C = 8, qkv = 2 * T * C * 3 * C, proj = 2 * T * C * C, prod = 2 * 2 * T * T * C;
+    CHECK(stoke_graph_flops(g) == qkv + proj + prod);
+    CHECK(stoke_graph_step_flops(g) == (qkv + proj + prod) + qkv + 2 * proj + 2 * prod);
+    /* fed by a layer that needs a gradient, the input gradient is computed too */
+    stoke_graph_free(g);
+    g = stoke_graph_new("attn2");
+    x = stoke_nn_input(g, "x", STOKE_F32, &seq);
+    x = stoke_nn_linear(g, "fc", x, 8, true);
+    a = stoke_nn_attention(g, "attn", x, 2);
+    CHECK(a >= 0 && stoke_graph_status(g) == STOKE_OK);
+    double fc = 2 * T * 8 * 8;
+    CHECK(stoke_graph_step_flops(g) ==
+          2 * fc + (qkv + proj + prod) + 2 * qkv + 2 * proj + 2 * prod);
+    stoke_graph_free(g);
+    CHECK(stoke_graph_step_flops(NULL) == 0);
+}
+
 int main(void)
 {
     stoke_nn_set_threads(2);
+    test_step_flops();
     test_graph_errors();
     test_preset_params();
     test_cnn_plan();

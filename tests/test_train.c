@@ -10,8 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "check.h"
 #include "stoke/train.h"
+#include "train/trainer.h"
 
 static char dir[256];
 static char x_path[512], model_path[512], dropout_path[512], dropout0_path[512];
@@ -713,6 +716,161 @@ static void test_bf16(void)
     CHECK_NEAR(loss[1], loss[0], 0.05);
 }
 
+/* The CPU's peak: its cache (write, read, another key, corrupt files and a FIFO, all
+ * measured again with a message, never a hang), the clock as the fallback, and MFU
+ * never above 100% (an epoch faster than the peak raises it and drops the cache). The
+ * CPU is made up, so the key and the clock's figure are the same on any machine; only
+ * the measurement runs on this one, and no timing is compared. */
+static void write_text(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    fwrite(text, 1, n, f);
+    fclose(f);
+}
+
+static void test_peak(void)
+{
+    char cache[600], sub[640];
+    snprintf(cache, sizeof cache, "%s/peakcache", dir);
+    snprintf(sub, sizeof sub, "%s/peak", cache);
+    setenv("STOKE_CACHE_DIR", cache, 1);
+    stoke_cpu_info cpu = {.model = "Test CPU",
+                          .vendor = "AuthenticAMD",
+                          .family = 26,
+                          .model_number = 2,
+                          .stepping = 1,
+                          .physical_cores = 2,
+                          .max_mhz = 2000,
+                          .simd = STOKE_SIMD_AVX2 | STOKE_SIMD_FMA};
+    char key[1024], key2[1024], path[4200], when[40], why[600];
+    double f = 0;
+    train_peak_key(&cpu, STOKE_PREC_FP32, 2, key, sizeof key);
+    train_peak_path(key, path, sizeof path);
+    CHECK_STR_CONTAINS(path, "/peakcache/peak/");
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "not measured before");
+
+    /* measuring is impossible (a dry run) and nothing is cached: the clock's figure,
+     * 2 cores x 2000 MHz x 32 (AVX2+FMA), said so */
+    train_peak p;
+    train_cpu_peak(&cpu, STOKE_PREC_FP32, 2, false, &p);
+    CHECK_INT_EQ(p.source, TRAIN_PEAK_CLOCK);
+    CHECK(p.flops == 2 * 2000e6 * 32);
+    CHECK_STR_EQ(p.label, "computed from the clock");
+    CHECK_STR_CONTAINS(p.how, "a dry run measures nothing");
+
+    /* written atomically, read back; another thread count or precision is a miss */
+    CHECK_INT_EQ(train_peak_cache_write(path, key, 5.21e11, "test"), STOKE_OK);
+    CHECK(train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK(fabs(f - 5.21e11) < 1e6);
+    CHECK(strlen(when) > 0);
+    train_peak_key(&cpu, STOKE_PREC_FP32, 3, key2, sizeof key2);
+    CHECK(strcmp(key, key2) != 0);
+    CHECK(!train_peak_cache_read(path, key2, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "another CPU, thread count or precision");
+    train_peak_key(&cpu, STOKE_PREC_BF16, 2, key2, sizeof key2);
+    CHECK(strcmp(key, key2) != 0);
+    train_cpu_peak(&cpu, STOKE_PREC_FP32, 2, false, &p);
+    CHECK_INT_EQ(p.source, TRAIN_PEAK_CACHED);
+    CHECK(fabs(p.flops - 5.21e11) < 1e6);
+    CHECK_STR_CONTAINS(p.label, "cached from ");
+    CHECK_STR_CONTAINS(p.how, path);
+
+    /* corrupt files: a clear message each, and measured again */
+    char text[1200];
+    snprintf(text, sizeof text, "key: %s\nflops: lots\nmeasured: 2025-01-01\n", key);
+    write_text(path, text, strlen(text));
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "not a peak cache file (flops: 'lots' is not a positive number)");
+    snprintf(text, sizeof text, "key: %s\nflops: -3\nmeasured: 2025-01-01\n", key);
+    write_text(path, text, strlen(text));
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "is not a positive number");
+    snprintf(text, sizeof text, "key: %s\nflops: 1e11\n", key); /* truncated */
+    write_text(path, text, strlen(text));
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "not a peak cache file (no measured date)");
+    write_text(path, "\x93NUMPY\0\x01garbage", 15);
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "not a peak cache file");
+    char *big = malloc(10000);
+    memset(big, 'k', 10000);
+    write_text(path, big, 10000);
+    free(big);
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "not a peak cache file (longer than one)");
+    train_cpu_peak(&cpu, STOKE_PREC_FP32, 1, true, &p); /* another key: its own file */
+    CHECK_INT_EQ(p.source, TRAIN_PEAK_MEASURED);
+    CHECK(p.flops > 0);
+    CHECK_STR_CONTAINS(p.how, "oneDNN's fp32 matmul");
+    train_cpu_peak(&cpu, STOKE_PREC_FP32, 2, true, &p);
+    CHECK_INT_EQ(p.source, TRAIN_PEAK_MEASURED);
+    CHECK_STR_CONTAINS(p.label, "measured now");
+    CHECK_STR_CONTAINS(p.how, "not a peak cache file (longer than one)");
+    /* rewritten over the corrupt one, unless the measurement met busy cores */
+    if (!p.busy)
+        CHECK(train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+
+    /* a FIFO is never opened (it would block), and never replaced */
+    unlink(path);
+    CHECK(mkfifo(path, 0644) == 0);
+    CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "FIFO");
+    train_cpu_peak(&cpu, STOKE_PREC_FP32, 2, true, &p);
+    CHECK_INT_EQ(p.source, TRAIN_PEAK_MEASURED);
+    CHECK_STR_CONTAINS(p.how, "FIFO");
+    if (!p.busy)
+        CHECK_STR_CONTAINS(p.how, "not cached: ");
+    CHECK(!p.in_cache);
+    stoke_trainer *ft = calloc(1, sizeof *ft);
+    ft->step_flops = 1;
+    ft->peak = p;
+    CHECK(train_peak_mfu(ft, 2 * p.flops, 0) == 100); /* raised: the FIFO stays */
+    free(ft);
+    struct stat st;
+    CHECK(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode));
+    unlink(path);
+
+    /* MFU: at most 100; an epoch above the peak raises it and removes the cache */
+    CHECK(stoke_train_mfu_pct(50, 1e6, 1e8) == 50);
+    CHECK(stoke_train_mfu_pct(300, 1e6, 1e8) == 100);
+    CHECK(isnan(stoke_train_mfu_pct(50, 1e6, 0)));
+    CHECK(isnan(stoke_train_mfu_pct(50, 0, 1e8)));
+    CHECK_INT_EQ(train_peak_cache_write(path, key, 1e8, "test"), STOKE_OK);
+    stoke_trainer *t = calloc(1, sizeof *t);
+    t->step_flops = 1e6;
+    t->peak.flops = 1e8;
+    t->peak.source = TRAIN_PEAK_CACHED;
+    t->peak.in_cache = true;
+    snprintf(t->peak.cache_path, sizeof t->peak.cache_path, "%s", path);
+    CHECK(train_peak_mfu(t, 50, 0) == 50);
+    CHECK(train_peak_mfu(t, 300, 1) == 100);
+    CHECK(t->peak.flops == 3e8);
+    CHECK_INT_EQ(t->peak.source, TRAIN_PEAK_RAISED);
+    CHECK_STR_EQ(t->peak.label, "raised to epoch 2's rate");
+    CHECK(access(path, F_OK) != 0);
+    CHECK(train_peak_mfu(t, 150, 2) == 50); /* against the raised peak */
+    t->peak.flops = 0;
+    CHECK(isnan(train_peak_mfu(t, 150, 3)));
+    free(t);
+
+    /* its files, then its directories */
+    DIR *d = opendir(sub);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char q[1000];
+        snprintf(q, sizeof q, "%s/%s", sub, e->d_name);
+        if (e->d_name[0] != '.' || strlen(e->d_name) > 2)
+            unlink(q);
+    }
+    if (d)
+        closedir(d);
+    CHECK(rmdir(sub) == 0);
+    CHECK(rmdir(cache) == 0);
+    unsetenv("STOKE_CACHE_DIR");
+}
+
 static void cleanup(void)
 {
     DIR *d = opendir(dir);
@@ -732,6 +890,7 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     make_dataset();
+    test_peak();
     test_config();
     test_config_env_auto();
     test_config_shapes();

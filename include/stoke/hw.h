@@ -46,6 +46,9 @@ typedef struct stoke_cpu_info {
     double max_mhz;        /* highest clock the kernel reports; 0 = unknown */
     stoke_cpu_isa isa_cap; /* the instruction-set cap applied; STOKE_CPU_ISA_ALL: none */
     uint32_t simd_hidden;  /* STOKE_SIMD_* bits the CPU has but the cap hides */
+    char vendor[16];       /* "vendor_id": "GenuineIntel", "AuthenticAMD"; "" if unknown */
+    int family, model_number, stepping; /* as the kernel shows them (extended family and
+                                           model folded in: AMD's 0x1A is 26); -1 if unknown */
 } stoke_cpu_info;
 
 /* Fills *out from /proc/cpuinfo and /sys/devices/system/{cpu,node}. `root` is a
@@ -63,6 +66,12 @@ stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out);
  * info->simd_hidden, and records the cap in info->isa_cap (a second cap can only hide
  * more; the lower one is kept). STOKE_CPU_ISA_ALL changes nothing. Can't fail. */
 void stoke_cpu_apply_isa_cap(stoke_cpu_info *info, stoke_cpu_isa cap);
+
+/* The CPU's generation ("AMD Zen 5", "Intel Sapphire Rapids") from its vendor id,
+ * family, model and stepping (stepping only tells Skylake-SP, Cascade Lake and Cooper
+ * Lake apart; -1 if unknown), after the Linux kernel's own tables; "unknown" for any
+ * combination not on file, never a guess from the nearest entry. Pure; never NULL. */
+const char *stoke_cpu_generation(const char *vendor, int family, int model, int stepping);
 
 /* Space-separated names of the bits in `simd` ("avx2 fma avx512f ..."). */
 const char *stoke_simd_names(uint32_t simd, char *buf, size_t size);

@@ -211,9 +211,15 @@ const stoke_param_info *stoke_graph_param(const stoke_graph *g, int i);
 int64_t stoke_graph_trainable_elems(const stoke_graph *g);
 /* Floating-point operations of one sample's forward pass in its matmuls and
  * convolutions (2 per multiply-add: linear, conv2d, attention's projections and its
- * two batched products), the work that MFU counts; a training step is about 3 times
- * that (forward, and backward's two products per layer). 0 for a graph with errors. */
+ * two batched products). 0 for a graph with errors. */
 double stoke_graph_flops(const stoke_graph *g);
+/* The same for one sample of a training step, the work MFU counts: forward plus what
+ * backward computes, per op: every weight gradient (as many FLOPs as the forward
+ * product), the input gradient only where the input needs one (not for a first layer
+ * fed by the data), and two products for each of attention's two. Less than 3 x
+ * forward: an MLP's first layer costs 2 x its forward, not 3. 0 for a graph with
+ * errors. */
+double stoke_graph_step_flops(const stoke_graph *g);
 
 /* ---- Precision, optimizers, learning rates --------------------------------------- */
 
@@ -275,6 +281,28 @@ int stoke_nn_threads(void);
  * same arithmetic up to the order of sums but no faster than fp32; fp16 always, bf16
  * below AVX-512 or under an ISA cap below it). Can't fail. */
 bool stoke_nn_precision_native(stoke_precision p);
+
+/* The CPU backend's matmul rate, measured: oneDNN's matmul (what linear layers and,
+ * at their rate, convolutions run on) on an n x n x n product large enough to run at
+ * its best (n 1024 up to 8 threads, 2048 up to 32, 3072 above; smaller, down to 512,
+ * where a rep would take over 50 ms), in precision p (fp32, or bf16 where it is
+ * native), on `threads` compute threads (<= 0: stoke_nn_threads()), best of 3 to 10
+ * reps after a warm-up: about 0.2 s in all. It is the peak MFU is measured against on
+ * a CPU: the clock the kernel reports under a hypervisor, and FLOPs-per-cycle tables,
+ * can be far from what the cores do. STOKE_ERR_UNAVAILABLE for fp16, and bf16 where
+ * it is emulated; STOKE_ERR_NOMEM. */
+typedef struct stoke_nn_matmul_rate {
+    double flops;   /* best rep's FLOP/s (2 per multiply-add) */
+    int n;          /* the product's size */
+    int reps;       /* timed reps (the warm-up not counted) */
+    int threads;    /* compute threads it ran on */
+    double seconds; /* the whole measurement, allocation and warm-up included */
+    /* the process's CPU time in the best rep / (its wall time x threads): near 1 when
+     * the threads had their cores; well below, other processes took them and the rate
+     * is theirs to share, not the peak */
+    double cpu_share;
+} stoke_nn_matmul_rate;
+stoke_status stoke_nn_cpu_matmul_rate(stoke_precision p, int threads, stoke_nn_matmul_rate *r);
 
 /* Whether the CUDA backend can run on CUDA device `device`: it loads what a model would
  * (the runtime, the device, cuBLAS, the kernel module) and lets it go. true with what it

@@ -322,7 +322,13 @@ typedef struct stoke_train_event {
     double cpu_pct;       /* the process, 100 = one core; NaN if unknown */
     double gpu_pct;       /* GPU utilization, NaN without a GPU */
     double mfu_pct;       /* model FLOP utilization: the matmuls' and convolutions'
-                                    FLOP/s as % of the device's peak; NaN if unknown */
+                                    FLOP/s as % of the device's peak, at most 100;
+                                    NaN if unknown */
+    /* EPOCH: the peak MFU was taken against (0 if unknown) and how it was obtained:
+     * "measured now", "cached from <date>", "computed from the clock", "GPU spec",
+     * "raised to epoch N's rate"; "" if unknown. Lives as long as the trainer. */
+    double peak_flops;
+    const char *peak_source;
     /* PROGRESS, EPOCH: % of the epoch's time so far in each phase of the steps (with
      * data_wait_pct, the rest is bookkeeping): the batch into the model, forward,
      * backward (on a GPU waited for, so its time is its own), the optimizer step */
@@ -420,6 +426,11 @@ typedef struct stoke_train_totals {
     double eval_s;                 /* evaluations (validation), within and after epochs */
     double step_flops, peak_flops; /* per sample of a step; the device's peak (0: unknown) */
 } stoke_train_totals;
+
+/* MFU in % of peak_flops for a rate of samples_per_s x step_flops, at most 100 (a
+ * higher rate shows the peak is low: the trainer raises its own to it); NaN when
+ * either figure is unknown (0). */
+double stoke_train_mfu_pct(double samples_per_s, double step_flops, double peak_flops);
 
 /* The totals so far (on a GPU it waits for the phases queued). */
 void stoke_trainer_totals(stoke_trainer *t, stoke_train_totals *out);

@@ -224,9 +224,7 @@ static int measure(stoke_train_config cfg, bool naive, int64_t warmup, int64_t s
         r->phase_pct[p] = (b.phase_s[p] - a.phase_s[p]) * pct;
     r->cpu_pct = wall > 0 ? 100.0 * cpu / wall : NAN;
     r->gpu_pct = l.gpu_n ? l.gpu_sum / l.gpu_n : NAN;
-    r->mfu_pct = b.peak_flops > 0 && b.step_flops > 0
-                     ? 100.0 * r->samples_per_s * b.step_flops / b.peak_flops
-                     : NAN;
+    r->mfu_pct = stoke_train_mfu_pct(r->samples_per_s, b.step_flops, b.peak_flops);
     return -1;
 }
 

@@ -140,6 +140,12 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs, const st
     char a[64], b[64], d[64];
     printf("CPU\n");
     printf(ROW "%s\n", "model", c->model[0] ? c->model : "unknown");
+    const char *gen = stoke_cpu_generation(c->vendor, c->family, c->model_number, c->stepping);
+    if (c->family >= 0)
+        printf(ROW "%s (%s family %d model %d)\n", "generation", gen,
+               c->vendor[0] ? c->vendor : "unknown vendor", c->family, c->model_number);
+    else
+        printf(ROW "unknown (no cpu family in /proc/cpuinfo)\n", "generation");
     printf(ROW "%d physical, %d logical, %d usable by this process\n", "cores", c->physical_cores,
            c->logical_cpus, c->usable_cpus);
     printf(ROW "%d socket%s, %d NUMA node%s\n", "sockets", c->sockets, c->sockets == 1 ? "" : "s",
@@ -311,6 +317,15 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs, const
     cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
     if (c->model[0])
         cJSON_AddStringToObject(cpu, "model", c->model);
+    cJSON_AddStringToObject(
+        cpu, "generation",
+        stoke_cpu_generation(c->vendor, c->family, c->model_number, c->stepping));
+    if (c->vendor[0])
+        cJSON_AddStringToObject(cpu, "vendor", c->vendor);
+    if (c->family >= 0)
+        cJSON_AddNumberToObject(cpu, "family", c->family);
+    if (c->model_number >= 0)
+        cJSON_AddNumberToObject(cpu, "model_number", c->model_number);
     add_nonzero(cpu, "logical_cpus", c->logical_cpus);
     add_nonzero(cpu, "usable_cpus", c->usable_cpus);
     add_nonzero(cpu, "physical_cores", c->physical_cores);

@@ -985,24 +985,58 @@ void nn_param_init(const nn_param *p, uint64_t seed, float *out)
     }
 }
 
+/* One node's matmul and convolution FLOPs a sample: forward, and what backward
+ * computes. Backward multiplies by the weights' gradient always (a node with weights
+ * needs_grad) and by the input's gradient only when the input needs one: the backends
+ * skip it (din NULL) for a first layer fed by the data, so counting "3 x forward"
+ * overstated an MLP's step by a quarter of that layer's share. */
+static void node_flops(const stoke_graph *g, const nn_node *n, double *fwd, double *bwd)
+{
+    *fwd = *bwd = 0;
+    if (n->op != STOKE_NN_LINEAR && n->op != STOKE_NN_CONV2D && n->op != STOKE_NN_ATTENTION)
+        return;
+    const nn_node *src = &g->nodes[n->in[0]];
+    const stoke_shape *in = &src->shape;
+    const stoke_shape *out = &n->shape;
+    bool din = src->needs_grad;
+    if (n->op == STOKE_NN_ATTENTION) {
+        double T = (double)out->dims[0], C = (double)out->dims[1];
+        double qkv = 2.0 * T * C * 3 * C, proj = 2.0 * T * C * C, products = 2.0 * 2 * T * T * C;
+        *fwd = qkv + proj + products;
+        if (n->needs_grad) /* weight gradients of both projections, the output projection's
+                              input gradient, and two products per forward product */
+            *bwd = qkv + proj + proj + 2 * products + (din ? qkv : 0);
+        return;
+    }
+    double k = n->op == STOKE_NN_LINEAR ? (double)in->dims[in->ndim - 1]
+                                        : (double)in->dims[0] * n->kernel * n->kernel;
+    *fwd = 2.0 * (double)stoke_shape_elems(out) * k;
+    if (n->needs_grad)
+        *bwd = *fwd + (din ? *fwd : 0);
+}
+
 double stoke_graph_flops(const stoke_graph *g)
 {
     if (!g || g->status != STOKE_OK)
         return 0;
     double f = 0;
     for (int i = 0; i < g->nnodes; i++) {
-        const nn_node *n = &g->nodes[i];
-        const stoke_shape *in = n->nin > 0 ? &g->nodes[n->in[0]].shape : NULL;
-        const stoke_shape *out = &n->shape;
-        if (n->op == STOKE_NN_LINEAR) {
-            double cin = (double)in->dims[in->ndim - 1];
-            f += 2.0 * (double)stoke_shape_elems(out) * cin;
-        } else if (n->op == STOKE_NN_CONV2D) {
-            f += 2.0 * (double)stoke_shape_elems(out) * (double)in->dims[0] * n->kernel * n->kernel;
-        } else if (n->op == STOKE_NN_ATTENTION) {
-            double T = (double)out->dims[0], C = (double)out->dims[1];
-            f += 2.0 * T * C * C * 4 /* Q, K, V, out projections */ + 2.0 * 2 * T * T * C;
-        }
+        double fwd, bwd;
+        node_flops(g, &g->nodes[i], &fwd, &bwd);
+        f += fwd;
+    }
+    return f;
+}
+
+double stoke_graph_step_flops(const stoke_graph *g)
+{
+    if (!g || g->status != STOKE_OK)
+        return 0;
+    double f = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        double fwd, bwd;
+        node_flops(g, &g->nodes[i], &fwd, &bwd);
+        f += fwd + bwd;
     }
     return f;
 }

@@ -437,9 +437,9 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     double run_el = el - t->ep_elapsed_before;
     e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - k->samples_start) / run_el : 0;
     e.data_wait_pct = run_el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / run_el : 0;
-    e.mfu_pct = t->peak_flops > 0 && t->step_flops > 0
-                    ? 100.0 * e.samples_per_s * t->step_flops / t->peak_flops
-                    : NAN;
+    e.mfu_pct = train_peak_mfu(t, e.samples_per_s, t->epoch);
+    e.peak_flops = t->peak.flops;
+    e.peak_source = t->peak.label;
     phases(t, &e, run_el, true);
     utilization(t, &e);
     train_emit(t, &e);
@@ -601,7 +601,7 @@ void stoke_trainer_totals(stoke_trainer *t, stoke_train_totals *out)
     t->totals.steps = t->step;
     t->totals.loader_wait_s = t->loader ? loader_wait_s(t->loader) : 0;
     t->totals.step_flops = t->step_flops;
-    t->totals.peak_flops = t->peak_flops;
+    t->totals.peak_flops = t->peak.flops;
     *out = t->totals;
 }
 

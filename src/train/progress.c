@@ -58,15 +58,19 @@ size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t
 
 size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t size)
 {
-    char m[48], vm[48], val[96] = "", cpu[32] = "", mfu[32] = "";
+    char m[48], vm[48], val[96] = "", cpu[32] = "", mfu[160] = "";
     metric_text(e, e->metric, "", m, sizeof m);
     metric_text(e, e->val_metric, "val ", vm, sizeof vm);
     if (isfinite(e->val_loss))
         snprintf(val, sizeof val, " | val loss %.4f%s", e->val_loss, vm);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, ", CPU %.0f%%", e->cpu_pct);
-    if (isfinite(e->mfu_pct))
-        snprintf(mfu, sizeof mfu, ", MFU %.1f%%", e->mfu_pct);
+    if (isfinite(e->mfu_pct)) {
+        char f[32];
+        snprintf(mfu, sizeof mfu, ", MFU %.1f%% of %s (%s)", e->mfu_pct,
+                 stoke_format_flops(e->peak_flops, f, sizeof f),
+                 e->peak_source && *e->peak_source ? e->peak_source : "peak");
+    }
     char phases[128] = "";
     if (e->forward_pct > 0 || e->backward_pct > 0)
         snprintf(phases, sizeof phases,

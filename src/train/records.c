@@ -234,6 +234,9 @@ void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now)
     add_fixed(o, "data_wait_pct", 2, e->data_wait_pct);
     add_num(o, "cpu_pct", e->cpu_pct);
     add_num(o, "mfu_pct", e->mfu_pct);
+    add_num(o, "peak_flops", e->peak_flops > 0 ? e->peak_flops : NAN);
+    if (e->peak_source && *e->peak_source)
+        cJSON_AddStringToObject(o, "peak_source", e->peak_source);
     add_fixed(o, "input_pct", 2, e->input_pct);
     add_fixed(o, "forward_pct", 2, e->forward_pct);
     add_fixed(o, "backward_pct", 2, e->backward_pct);

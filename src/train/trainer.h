@@ -13,6 +13,26 @@
 #include "stoke/tune.h"
 #include "train/train_impl.h"
 
+/* The peak MFU is taken against (peak.c), and how it was obtained. */
+typedef enum train_peak_source {
+    TRAIN_PEAK_NONE = 0, /* unknown: no MFU */
+    TRAIN_PEAK_MEASURED, /* the CPU's matmul rate, measured by this run */
+    TRAIN_PEAK_CACHED,   /* the same, measured by an earlier run (the peak cache) */
+    TRAIN_PEAK_CLOCK,    /* the CPU's clock x FLOPs per cycle: nothing could be measured */
+    TRAIN_PEAK_SPEC,     /* a GPU's: SMs x clock x its architecture's rate */
+    TRAIN_PEAK_RAISED,   /* an epoch ran faster than the peak: raised to its rate */
+} train_peak_source;
+
+typedef struct train_peak {
+    double flops;
+    train_peak_source source;
+    bool busy;             /* measured while other processes took the cores: not cached */
+    bool in_cache;         /* cache_path holds this peak (read from it, or written) */
+    char label[64];        /* for the epoch line: "measured now", "cached from DATE", ... */
+    char how[1400];        /* for the setup line: how it was obtained, in full */
+    char cache_path[4200]; /* the CPU's peak cache file ("" for none) */
+} train_peak;
+
 /* A tuning trial (tune.c): a trainer that runs `warmup` steps, then measures at least
  * `min_steps` steps and `seconds`, and stops; no validation, monitor, log or
  * checkpoint. */
@@ -49,8 +69,8 @@ struct stoke_trainer {
     int device;         /* the models' CUDA device, or STOKE_TUNE_CPU */
     bool recompute;     /* the training model checkpoints (cfg.recompute on, or auto
                            and it did not fit without) */
-    double step_flops;  /* per sample of a training step: 3 x the forward's (MFU) */
-    double peak_flops;  /* the device's peak at the precision; 0 if unknown */
+    double step_flops;  /* per sample of a training step, as backward computes it (MFU) */
+    train_peak peak;    /* the device's peak at the precision (flops 0: unknown) */
     void *target_stage; /* a device model's batch of converted targets, on the host; NULL
                            for the CPU's, converted in place (train_targets.stage) */
     stoke_optim optim;
@@ -114,6 +134,36 @@ void train_trial_step(stoke_trainer *t);
  * tuning cache or measured by trials now (their lines as INFO events), applied to
  * t->cfg and recorded in t->tuned. Nothing to do when none is left open. */
 stoke_status train_tune_settings(stoke_trainer *t);
+
+/* tune.c: the cache directory ($STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else
+ * ~/.cache/stoke; "" if none), and mkdir -p of a path's directory. */
+void train_cache_dir(char *dir, size_t size);
+bool train_make_dirs(const char *path);
+
+/* peak.c: the CPU's peak cache. The key names what the rate depends on (the CPU and
+ * the features in use, threads, precision); the path is <cache>/peak/<hash of key>.txt
+ * ("" without a cache directory). read: true with the cached FLOP/s and its date, or
+ * false with why ("not measured before", not a regular file, not a peak cache file,
+ * for another key); never blocks on a FIFO. write: atomically (a temporary file
+ * renamed), `what` as a comment; a status with the message on failure. */
+void train_peak_key(const stoke_cpu_info *cpu, stoke_precision p, int threads, char *key,
+                    size_t size);
+void train_peak_path(const char *key, char *path, size_t size);
+bool train_peak_cache_read(const char *path, const char *key, double *flops, char *when,
+                           size_t when_size, char *why, size_t why_size);
+stoke_status train_peak_cache_write(const char *path, const char *key, double flops,
+                                    const char *what);
+
+/* peak.c: the CPU's peak at precision p (fp32, or bf16 where native) and `threads`:
+ * the cache's, else measured now (if `measure`) and cached, else computed from the
+ * clock (stoke_cpu_peak_flops), else unknown (flops 0). Can't fail. */
+void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, bool measure,
+                    train_peak *out);
+
+/* peak.c: an epoch's MFU against t->peak, never above 100%: an epoch whose FLOP/s
+ * exceed the peak shows the peak was low, so it is raised to that rate (and a cached
+ * one removed, so the next run measures again). NaN when the peak is unknown. */
+double train_peak_mfu(stoke_trainer *t, double samples_per_s, int64_t epoch);
 
 /* progress.c: an event to the callback; an info line. */
 void train_emit(stoke_trainer *t, const stoke_train_event *e);

@@ -186,7 +186,7 @@ static void cache_key(const stoke_trainer *t, char *key, size_t size)
 }
 
 /* $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke; "" if none. */
-static void cache_dir(char *dir, size_t size)
+void train_cache_dir(char *dir, size_t size)
 {
     const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     if (e && *e)
@@ -202,7 +202,7 @@ static void cache_dir(char *dir, size_t size)
 static void cache_path(const char *key, char *path, size_t size)
 {
     char dir[PATH_MAX];
-    cache_dir(dir, sizeof dir);
+    train_cache_dir(dir, sizeof dir);
     if (!dir[0]) {
         path[0] = '\0';
         return;
@@ -210,8 +210,7 @@ static void cache_path(const char *key, char *path, size_t size)
     stoke_say(path, size, "%s/tune/%016" PRIx64 ".yaml", dir, fnv1a(key));
 }
 
-/* mkdir -p of path's directory. */
-static bool make_dirs(const char *path)
+bool train_make_dirs(const char *path)
 {
     char d[PATH_MAX];
     stoke_say(d, sizeof d, "%s", path);
@@ -487,7 +486,7 @@ static stoke_status write_results(const stoke_trainer *pt, const tune_open *o,
     stoke_status s = STOKE_OK;
     if (opts->write_cache && out->cache_path[0] && !opts->grid) {
         errno = 0;
-        if (!make_dirs(out->cache_path))
+        if (!train_make_dirs(out->cache_path))
             stoke_say(out->cache_error, sizeof out->cache_error, "%s: %s", out->cache_path,
                       strerror(errno));
         else if (write_file(out->cache_path, y) != STOKE_OK)

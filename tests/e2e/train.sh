@@ -23,6 +23,22 @@ for want in '^threads: ' '^precision: \(fp32\|bf16\) (auto: ' '^epoch 1/1 .*samp
             '^epoch 1/1 done in .* val acc ' '^checkpoint: ' '^done: 1 epoch'; do
     if grep -q -- "$want" "$out"; then ok "output has '$want'"; else fail "output lacks '$want'"; sed 's/^/  | /' "$out"; fi
 done
+# MFU: the FLOPs backward computes (the reference CNN: 2 x forward + every input
+# gradient but conv1's = 25.0 MFLOP a sample, not 3 x forward's 25.4), the peak's
+# source on both lines, and never above 100% (its value is a timing: only its bound
+# and format are checked).
+if grep -q '^MFU: 25 MFLOP a sample a step (.* against a peak of [0-9.]* [kMGT]*FLOP/s, \(measured now\|cached from \|computed from the clock\)' "$out"; then
+    ok "MFU setup line: the step's FLOPs and the peak's source"
+else
+    fail "MFU setup line"; grep '^MFU' "$out" | show
+fi
+mfu=$(sed -n 's/^epoch 1\/1 done in .*, MFU \([0-9.]*\)% of [0-9.]* [kMGT]*FLOP\/s (\(measured now\|cached from \|computed from the clock\|raised to epoch 1.s rate\).*/\1/p' "$out")
+if [ -n "$mfu" ] && awk -v m="$mfu" 'BEGIN { exit !(m >= 0 && m <= 100) }'; then
+    ok "epoch line: MFU $mfu% with the peak's source, within 100%"
+else
+    fail "epoch line's MFU ('$mfu')"; grep '^epoch 1/1 done' "$out" | show
+fi
+
 # Not a terminal: progress lines every 10% of the epoch, at most 10 of them.
 n=$(grep -c '^epoch 1/1 .*%.*eta' "$out")
 if [ "$n" -ge 1 ] && [ "$n" -le 10 ]; then ok "progress printed $n times"; else fail "progress printed $n times"; fi
@@ -42,6 +58,8 @@ assert len(epochs) == 1 and epochs[0]["val_samples"] == 500
 for k in ("loss", "acc", "val_loss", "val_acc", "seconds", "samples_per_s", "data_wait_pct",
           "mfu_pct", "input_pct", "forward_pct", "backward_pct", "optimizer_pct"):
     assert k in epochs[0], k
+assert 0 <= epochs[0]["mfu_pct"] <= 100, epochs[0]["mfu_pct"]
+assert epochs[0]["peak_flops"] > 0 and epochs[0]["peak_source"], epochs[0]
 # the step's phases are in every step and epoch record, as numbers (their values are
 # timings: bench/'s, not a test's)
 for r in epochs + steps:
