@@ -57,18 +57,16 @@ const stoke_rec *stoke_recs_find(const stoke_recs *recs, const char *key, int de
 /* Where a decided setting came from. The first five are the config layer's
  * (stoke_cfg_source in stoke/train.h has the same values). */
 typedef enum stoke_source {
-    STOKE_SRC_DEFAULT = 0,            /* the built-in default */
-    STOKE_SRC_FILE,                   /* a --config file */
-    STOKE_SRC_ENV,                    /* an environment variable */
-    STOKE_SRC_FLAG,                   /* a command-line flag */
-    STOKE_SRC_CHECKPOINT,             /* the config of the checkpoint resumed */
-    STOKE_SRC_RULE,                   /* derived by a rule from the machine and the dataset: nothing
-                              was measured */
-    STOKE_SRC_CACHED,                 /* measured by an earlier run's trials on this machine, model
-                              and dataset, read from the tuning cache */
-    STOKE_SRC_MEASURED,               /* measured by this run's trials (stoke_tune_search) */
-    STOKE_SRC_TUNED = STOKE_SRC_RULE, /* the name RULE had before measurements were a
-                                         source of their own */
+    STOKE_SRC_DEFAULT = 0, /* the built-in default */
+    STOKE_SRC_FILE,        /* a --config file */
+    STOKE_SRC_ENV,         /* an environment variable */
+    STOKE_SRC_FLAG,        /* a command-line flag */
+    STOKE_SRC_CHECKPOINT,  /* the config of the checkpoint resumed */
+    STOKE_SRC_RULE,        /* derived by a rule from the machine and the dataset: nothing
+                            was measured */
+    STOKE_SRC_CACHED,      /* measured by an earlier run's trials on this machine, model
+                            and dataset, read from the tuning cache */
+    STOKE_SRC_MEASURED,    /* measured by this run's trials (stoke_tune_search) */
 } stoke_source;
 
 /* "default", "file", "env", "flag", "checkpoint", "rule", "cached", "measured". */
