@@ -22,6 +22,7 @@
 #   stoke_to90_<model>_<prec> seconds, stoke_to90cfg_<model>_<prec> config, and
 #       stoke_epoch_<model>_<prec>_<epoch> "seconds accuracy"
 #   flops_fwd_<model> FLOPs of one sample's forward pass
+#   flops_first_<model> FLOPs of its first layer's forward product
 #   target_<model> the test accuracy the time-to-target runs stop at
 #   peer_openblas_<set|unset> "CORE FIT [OPENBLAS_CORETYPE=...]": the OpenBLAS kernels
 #       PyTorch ran on, FIT as `stoke probe` judges them (match, below, fallback, ...)
@@ -189,7 +190,9 @@ def main():
 
     for model in ("cnn", "mlp"):
         b = BATCH[model]
-        train_flops = 3 * num(v, f"flops_fwd_{model}")  # forward + two backward products
+        # forward + two backward products, less the first layer's input gradient (never
+        # computed: its input is data)
+        train_flops = 3 * num(v, f"flops_fwd_{model}") - num(v, f"flops_first_{model}")
         tf32, tcfg32 = best({k: x for k, x in v.items() if "_bf16_" not in k}, f"torch_speed_{model}_")
         tbf, tcfgbf = best({k: x for k, x in v.items() if "_bf16_" in k}, f"torch_speed_{model}_")
         s32, scfg32 = best(v, f"stoke_speed_{model}_fp32_")

@@ -89,6 +89,13 @@ def forward_flops(model):
     return 2 * macs
 
 
+def first_layer_flops(model):
+    """FLOPs of the first layer's forward product: its input gradient, which would cost
+    as much, is never computed (the input is data), so a training step is 3 x forward
+    less this (stoke_graph_step_flops counts the same way)."""
+    return 2 * (28 * 28 * 32 * (1 * 3 * 3) if model == "cnn" else 784 * 512)
+
+
 def openblas():
     """The OpenBLAS that torch loaded (same instance, so its thread count is torch's)."""
     torch.mm(torch.ones(2, 2), torch.ones(2, 2))
@@ -184,6 +191,7 @@ def speed(args, blas):
         tag = f"{args.model}_t{threads}_b{blas_threads}_cl{int(cl)}{'_bf16' if args.bf16 else ''}"
         print(f"speed_{tag} {best:.0f}", flush=True)
     print(f"flops_fwd_{args.model} {forward_flops(args.model)}")
+    print(f"flops_first_{args.model} {first_layer_flops(args.model)}")
 
 
 def evaluate(net, x, y, channels_last):
