@@ -821,7 +821,7 @@ static void test_peak(void)
     CHECK_INT_EQ(p.source, TRAIN_PEAK_MEASURED);
     CHECK_STR_CONTAINS(p.how, "FIFO");
     if (!p.busy)
-        CHECK_STR_CONTAINS(p.how, "not cached: ");
+        CHECK_STR_CONTAINS(p.how, "the cache not written: ");
     CHECK(!p.in_cache);
     stoke_trainer *ft = calloc(1, sizeof *ft);
     ft->step_flops = 1;

@@ -52,12 +52,22 @@ static const char *version_text(int v, char *buf, size_t size)
     return buf;
 }
 
+/* A number /proc/cpuinfo may not give (-1): None, as the JSON leaves it out. */
+static int put_int(PyObject *d, const char *key, int v)
+{
+    return v >= 0 ? stokepy_put(d, key, PyLong_FromLong(v)) : PyDict_SetItemString(d, key, Py_None);
+}
+
 static PyObject *cpu_dict(const stoke_cpu_info *c)
 {
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
     if (put_str(d, "model", c->model) < 0 ||
+        put_str(d, "generation",
+                stoke_cpu_generation(c->vendor, c->family, c->model_number, c->stepping)) < 0 ||
+        put_str(d, "vendor", c->vendor) < 0 || put_int(d, "family", c->family) < 0 ||
+        put_int(d, "model_number", c->model_number) < 0 ||
         put_u64(d, "logical_cpus", (uint64_t)c->logical_cpus) < 0 ||
         put_u64(d, "usable_cpus", (uint64_t)c->usable_cpus) < 0 ||
         put_u64(d, "physical_cores", (uint64_t)c->physical_cores) < 0 ||

@@ -224,9 +224,12 @@ stoke_status train_decide_batch(stoke_trainer *t)
                    " given (%s))",
                    c->batch_size, t->info.count, given, stoke_source_name(d->batch_why.source));
     else if (stoke_source_decided(d->batch_why.source))
-        train_info(
-            t, "batch: %" PRId64 " (%s%s)", c->batch_size,
-            d->batch_why.source == STOKE_SRC_CACHED ? "cached: " : "auto: ", d->batch_why.reason);
+        /* a pending reason begins "auto, not measured yet": no second "auto" before it */
+        train_info(t, "batch: %" PRId64 " (%s%s)", c->batch_size,
+                   d->batch_why.source == STOKE_SRC_CACHED ? "cached: "
+                   : t->tuned.batch && t->tuned.pending[0] ? ""
+                                                           : "auto: ",
+                   d->batch_why.reason);
     if (d->accumulate_why.source == STOKE_SRC_RULE)
         train_info(t, "accumulate: %" PRId64 " (auto: %s)", c->accumulate,
                    d->accumulate_why.reason);

@@ -181,14 +181,14 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
         if (r.cpu_share < 0.9) {
             out->busy = true;
             stoke_say(err, sizeof err,
-                      "; not cached: the cores were busy (its threads ran "
+                      "; kept out of the cache: the cores were busy (its threads ran "
                       "%.0f%% of the time)",
                       100.0 * r.cpu_share);
         } else if (out->cache_path[0]) {
             out->in_cache = train_peak_cache_write(out->cache_path, key, r.flops, what) == STOKE_OK;
             /* a cache that cannot be written costs the next run a measurement, no more */
             if (!out->in_cache)
-                stoke_say(err, sizeof err, "; not cached: %s", stoke_last_error());
+                stoke_say(err, sizeof err, "; the cache not written: %s", stoke_last_error());
         }
         stoke_say(out->how, sizeof out->how, "%s (no cached peak: %s)%s", what, why, err);
         return;
@@ -196,7 +196,7 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
     char clock_why[300];
     const char *not = measure ? stoke_last_error() : "a dry run measures nothing";
     char nm[300];
-    stoke_say(nm, sizeof nm, "%s", not );
+    stoke_say(nm, sizeof nm, "%s", not);
     if (stoke_cpu_peak_flops(cpu, p == STOKE_PREC_BF16, &out->flops, clock_why, sizeof clock_why)) {
         out->source = TRAIN_PEAK_CLOCK;
         stoke_say(out->label, sizeof out->label, "computed from the clock");
