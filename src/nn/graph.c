@@ -1015,7 +1015,8 @@ static void node_flops(const stoke_graph *g, const nn_node *n, double *fwd, doub
         *bwd = *fwd + (din ? *fwd : 0);
 }
 
-double stoke_graph_flops(const stoke_graph *g)
+/* The forward's FLOPs, and with `step` what backward computes too. */
+static double graph_flops(const stoke_graph *g, bool step)
 {
     if (!g || g->status != STOKE_OK)
         return 0;
@@ -1023,20 +1024,11 @@ double stoke_graph_flops(const stoke_graph *g)
     for (int i = 0; i < g->nnodes; i++) {
         double fwd, bwd;
         node_flops(g, &g->nodes[i], &fwd, &bwd);
-        f += fwd;
+        f += fwd + (step ? bwd : 0);
     }
     return f;
 }
 
-double stoke_graph_step_flops(const stoke_graph *g)
-{
-    if (!g || g->status != STOKE_OK)
-        return 0;
-    double f = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        double fwd, bwd;
-        node_flops(g, &g->nodes[i], &fwd, &bwd);
-        f += fwd + bwd;
-    }
-    return f;
-}
+double stoke_graph_flops(const stoke_graph *g) { return graph_flops(g, false); }
+
+double stoke_graph_step_flops(const stoke_graph *g) { return graph_flops(g, true); }

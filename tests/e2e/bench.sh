@@ -7,14 +7,9 @@
 set -u
 stoke=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
-unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
-    ACCUMULATE STOKE_DEVICE STOKE_RECOMPUTE
+need_fashion_mnist
+clear_config_env
 small="--limit 2000 --val-limit 100"
 
 # --- a whole run: table, JSON, robustness

@@ -6,18 +6,13 @@
 set -u
 stoke=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 # the environment of the machine running the test must not leak into the sources
-unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
-    ACCUMULATE EFFECTIVE_BATCH STOKE_DEVICE STOKE_RECOMPUTE STOKE_FAIL_ALLOC_ABOVE \
+clear_config_env
+unset STOKE_FAIL_ALLOC_ABOVE STOKE_FAIL_ALLOC_AT_STEP
 # auto as the rules answer it (the measured answer, the cache's: tests/e2e/tune.sh)
 export STOKE_TUNE=off
-    STOKE_FAIL_ALLOC_AT_STEP
 small="--limit 300 --val-limit 100"
 
 # expect_line WHAT PATTERN: $out has a line matching PATTERN (grep -E)

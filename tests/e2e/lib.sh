@@ -22,6 +22,20 @@ use_gpu_doubles() {
     export STOKE_FAKE_GPU_SCENARIO="$2/cuda_train.gpu"
     export STOKE_CUDA_KERNELS=host
 }
+# need_fashion_mnist: $data is Debian's Fashion-MNIST, or the test is skipped (77).
+need_fashion_mnist() {
+    data=/usr/share/datasets/fashion-mnist
+    if [ ! -d "$data" ]; then
+        echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
+        exit 77
+    fi
+}
+# clear_config_env: the settings a user may have in the environment (docs/config.md)
+# do not leak from the machine running the test into what it checks.
+clear_config_env() {
+    unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
+        ACCUMULATE EFFECTIVE_BATCH STOKE_DEVICE STOKE_RECOMPUTE STOKE_TUNE
+}
 e2e_end() {
     echo "$fails failed"
     [ "$fails" -eq 0 ]

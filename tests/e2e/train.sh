@@ -7,12 +7,8 @@ set -u
 stoke=$1
 work=$2
 here=$(dirname "$0")
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 
 # A short run: 1 epoch of 1000 samples, validated on 500.
 "$stoke" train --limit 1000 --val-limit 500 --epochs 1 --checkpoint "$work/c.safetensors" \

@@ -11,12 +11,8 @@ stoke=$1
 work=$2
 fake=${3:-}
 scen=${4:-}
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_ABOVE STOKE_FAIL_ALLOC_AT_STEP
 # batch auto as the fit's rule decides it, not measured by trials (tests/e2e/tune.sh)
 export STOKE_TUNE=off

@@ -8,13 +8,9 @@
 set -u
 stoke=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
 py=/usr/bin/python3
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 unset BATCH_SIZE VAL_BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH
 export STOKE_TUNE=off
 small="--model mlp --hidden 32 --limit 1000 --threads 2 --no-monitor --device cpu"

@@ -15,12 +15,8 @@ work=$2
 fake=$3
 scenarios=$4
 part=${5:-main}
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 
 use_gpu_doubles "$fake" "$scenarios"
 

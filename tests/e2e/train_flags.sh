@@ -8,13 +8,9 @@
 set -u
 stoke=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
 py=/usr/bin/python3
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 # 1000 training samples (8 steps of 128 an epoch), 300 to validate on; fixed threads so
 # that runs compare bit for bit.
 small="--model mlp --hidden 64,32 --limit 1000 --val-limit 300 --threads 2 --no-monitor --precision fp32"

@@ -13,13 +13,9 @@ stoke=$1
 work=$2
 fake=${3:-}
 scenarios=${4:-}
-data=/usr/share/datasets/fashion-mnist
 py=/usr/bin/python3
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 small="--limit 512 --val-limit 128 --val-batch-size 32 --threads 2 --no-monitor --precision fp32 --epochs 1"
 
 # same_losses NAME A B: the step records' losses and the last epoch record's val_loss

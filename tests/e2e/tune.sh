@@ -7,14 +7,9 @@
 set -u
 stoke=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
-unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
-    ACCUMULATE EFFECTIVE_BATCH STOKE_DEVICE STOKE_RECOMPUTE STOKE_TUNE
+need_fashion_mnist
+clear_config_env
 py=/usr/bin/python3
 small="--limit 2048 --val-limit 100"
 fast="--trial-seconds 0.1"

@@ -7,14 +7,9 @@
 set -u
 stoke=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
-if [ ! -d "$data" ]; then
-    echo "skip: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
 . "$(dirname "$0")/lib.sh"
-unset BATCH_SIZE VAL_BATCH_SIZE NUM_WORKERS PREFETCH_FACTOR AMP PRECISION EPOCHS LR SEED \
-    ACCUMULATE EFFECTIVE_BATCH STOKE_DEVICE STOKE_RECOMPUTE STOKE_TUNE
+need_fashion_mnist
+clear_config_env
 # no bf16 kernels whatever the CPU: the precision rule is fp32, which trials keep
 # without a reason of their own (the empty "(auto: )" a newcomer saw)
 export STOKE_MAX_CPU_ISA=avx2
