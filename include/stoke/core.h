@@ -10,6 +10,7 @@
 extern "C" {
 #endif
 
+/* Checked against CMakeLists.txt's project() version at configure. */
 #define STOKE_VERSION "0.1.0"
 
 /* Every library call that can fail returns one of these. Values only grow at the
