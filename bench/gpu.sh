@@ -14,10 +14,11 @@
 #     faster kept) and a DataLoader over the same tensors on the CPU (pin_memory,
 #     non_blocking copies, num_workers 0, 2 and 4, the best kept: what the seeds' users
 #     run);
-#   - MFU: samples/s x 3 x the forward's matmul/conv FLOPs a sample (the count stoke
-#     uses) / the peak `stoke probe --json` gives this GPU at that precision (tensor
-#     cores for bf16/fp16, the FMA rate for fp32, so TF32 can read above 100%): the same
-#     peak for both sides;
+#   - MFU: samples/s x the step's matmul/conv FLOPs a sample (3 x forward less the first
+#     layer's input gradient, never computed: the count stoke uses) / the peak `stoke
+#     probe --json` gives this GPU at that precision (tensor cores for bf16/fp16, the
+#     FMA rate for fp32): the same peak for both sides; a rate past it (TF32) is printed
+#     "> peak", never as an MFU above 100%;
 #   - time to 90% test accuracy for the CNN: wall time from the first step to the first
 #     end-of-epoch evaluation on the 10,000 test images reaching it, at most 6 epochs
 #     (--quick 3); PyTorch with its data resident;

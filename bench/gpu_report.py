@@ -208,6 +208,15 @@ def fmt_small(x, decimals=1):
     return f"{x:.{decimals}f}" if abs(x) >= 10 ** -decimals or x == 0 else f"{x:.2g}"
 
 
+def fmt_mfu(x):
+    """An MFU as printed: never above 100%. A rate past the peak shows the peak is not
+    this run's ceiling (fp32 with TF32 on tensor cores against the FMA peak): said as
+    such, not as a figure."""
+    if x is not None and not math.isnan(x) and x > 100:
+        return "> peak"
+    return fmt_small(x)
+
+
 def jnum(x, digits=None):
     """A JSON number (None for NaN), to `digits` significant digits when given."""
     if x is None or math.isnan(x):
@@ -282,7 +291,7 @@ def table(path, json_out):
         ratio = "-" if r["who"] == "stoke" else fmt(r["stoke_over_peer"], "{:.2f}x")
         print(f"{MODEL_NAME[r['model']]:6} {r['precision']:9} {(r['who'] + ref):22} "
               f"{fmt(r['samples_per_s'], '{:,.0f}'):>10} {ratio:>10} "
-              f"{fmt_small(r['mfu_pct']):>7} {t:>14} {fmt_small(r['data_wait_pct']):>11} "
+              f"{fmt_mfu(r['mfu_pct']):>7} {t:>14} {fmt_small(r['data_wait_pct']):>11} "
               f"{('/'.join(r['step_pct'].split()) or '-'):>20}")
     if not rows:
         print("(no rows: nothing was measured)")
@@ -313,7 +322,8 @@ def table(path, json_out):
         print(f"{k[len('graphs_'):].replace('_', ' ', 1)}: {v[k]}")
     for p in precs:
         pk = num(v, f"peak_{p}")
-        print(f"MFU {p}: 3 x the forward's matmul/conv FLOPs a sample ("
+        print(f"MFU {p}: the step's matmul/conv FLOPs a sample (3 x forward less the first "
+              f"layer's input gradient, never computed: "
               + ", ".join(f"{MODEL_NAME[m]} {fmt(num(v, f'flops_{m}') / 1e6, '{:.2f}')}"
                           for m in models)
               + f" MFLOP) against stoke's {p} peak {fmt(pk / 1e12, '{:.1f}')} TFLOP/s: "
