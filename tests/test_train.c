@@ -746,7 +746,7 @@ static void test_peak(void)
     char key[1024], key2[1024], path[4200], when[40], why[600];
     double f = 0;
     train_peak_key(&cpu, STOKE_PREC_FP32, 2, key, sizeof key);
-    train_peak_path(key, path, sizeof path);
+    train_cache_file("peak", key, "txt", path, sizeof path);
     CHECK_STR_CONTAINS(path, "/peakcache/peak/");
     CHECK(!train_peak_cache_read(path, key, &f, when, sizeof when, why, sizeof why));
     CHECK_STR_CONTAINS(why, "not measured before");

@@ -23,14 +23,6 @@
 
 #define PEAK_FORMAT "stoke-peak-1"
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 void train_peak_key(const stoke_cpu_info *cpu, stoke_precision p, int threads, char *key,
                     size_t size)
 {
@@ -44,17 +36,6 @@ void train_peak_key(const stoke_cpu_info *cpu, stoke_precision p, int threads, c
     for (char *c = key; *c; c++)
         if (*c == '\n' || *c == '\r')
             *c = ' ';
-}
-
-void train_peak_path(const char *key, char *path, size_t size)
-{
-    char dir[4096];
-    train_cache_dir(dir, sizeof dir);
-    if (!dir[0]) {
-        path[0] = '\0';
-        return;
-    }
-    stoke_say(path, size, "%s/peak/%016" PRIx64 ".txt", dir, fnv1a(key));
 }
 
 /* The value after "\n<name>: " (or at the start), up to the line's end, or NULL. */
@@ -145,7 +126,7 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
     memset(out, 0, sizeof *out);
     char key[1024], why[600] = "", when[40];
     train_peak_key(cpu, p, threads, key, sizeof key);
-    train_peak_path(key, out->cache_path, sizeof out->cache_path);
+    train_cache_file("peak", key, "txt", out->cache_path, sizeof out->cache_path);
     if (!out->cache_path[0])
         stoke_say(why, sizeof why,
                   "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME "
@@ -196,7 +177,7 @@ void train_cpu_peak(const stoke_cpu_info *cpu, stoke_precision p, int threads, b
     char clock_why[300];
     const char *not = measure ? stoke_last_error() : "a dry run measures nothing";
     char nm[300];
-    stoke_say(nm, sizeof nm, "%s", not);
+    stoke_say(nm, sizeof nm, "%s", not );
     if (stoke_cpu_peak_flops(cpu, p == STOKE_PREC_BF16, &out->flops, clock_why, sizeof clock_why)) {
         out->source = TRAIN_PEAK_CLOCK;
         stoke_say(out->label, sizeof out->label, "computed from the clock");

@@ -135,20 +135,20 @@ void train_trial_step(stoke_trainer *t);
  * t->cfg and recorded in t->tuned. Nothing to do when none is left open. */
 stoke_status train_tune_settings(stoke_trainer *t);
 
-/* tune.c: the cache directory ($STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else
- * ~/.cache/stoke; "" if none), and mkdir -p of a path's directory. */
-void train_cache_dir(char *dir, size_t size);
+/* tune.c: the cache file of `key` among the `kind` entries: <cache>/<kind>/<hash of
+ * key>.<ext> under $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke
+ * ("" if none); and mkdir -p of a path's directory. */
+void train_cache_file(const char *kind, const char *key, const char *ext, char *path, size_t size);
 bool train_make_dirs(const char *path);
 
 /* peak.c: the CPU's peak cache. The key names what the rate depends on (the CPU and
- * the features in use, threads, precision); the path is <cache>/peak/<hash of key>.txt
- * ("" without a cache directory). read: true with the cached FLOP/s and its date, or
+ * the features in use, threads, precision); its file is train_cache_file("peak", key,
+ * "txt"). read: true with the cached FLOP/s and its date, or
  * false with why ("not measured before", not a regular file, not a peak cache file,
  * for another key); never blocks on a FIFO. write: atomically (a temporary file
  * renamed), `what` as a comment; a status with the message on failure. */
 void train_peak_key(const stoke_cpu_info *cpu, stoke_precision p, int threads, char *key,
                     size_t size);
-void train_peak_path(const char *key, char *path, size_t size);
 bool train_peak_cache_read(const char *path, const char *key, double *flops, char *when,
                            size_t when_size, char *why, size_t why_size);
 stoke_status train_peak_cache_write(const char *path, const char *key, double flops,

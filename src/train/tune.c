@@ -186,7 +186,7 @@ static void cache_key(const stoke_trainer *t, char *key, size_t size)
 }
 
 /* $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke; "" if none. */
-void train_cache_dir(char *dir, size_t size)
+static void cache_dir(char *dir, size_t size)
 {
     const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     if (e && *e)
@@ -199,15 +199,15 @@ void train_cache_dir(char *dir, size_t size)
         dir[0] = '\0';
 }
 
-static void cache_path(const char *key, char *path, size_t size)
+void train_cache_file(const char *kind, const char *key, const char *ext, char *path, size_t size)
 {
     char dir[PATH_MAX];
-    train_cache_dir(dir, sizeof dir);
+    cache_dir(dir, sizeof dir);
     if (!dir[0]) {
         path[0] = '\0';
         return;
     }
-    stoke_say(path, size, "%s/tune/%016" PRIx64 ".yaml", dir, fnv1a(key));
+    stoke_say(path, size, "%s/%s/%016" PRIx64 ".%s", dir, kind, fnv1a(key), ext);
 }
 
 bool train_make_dirs(const char *path)
@@ -542,7 +542,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     if (s != STOKE_OK)
         return s;
     cache_key(pt, out->key, sizeof out->key);
-    cache_path(out->key, out->cache_path, sizeof out->cache_path);
+    train_cache_file("tune", out->key, "yaml", out->cache_path, sizeof out->cache_path);
     if (!out->cache_path[0])
         stoke_say(out->cache_note, sizeof out->cache_note,
                   "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
