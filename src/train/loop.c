@@ -570,12 +570,12 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     }
     /* the first step (and the loader's first batches) can take seconds at a large
      * batch: the last silence before the first progress line, said */
+    int64_t steps = (k.batches + c->accumulate - 1) / c->accumulate;
     if (!t->trial.on)
         train_info(t,
                    "training: %" PRId64 " step%s an epoch at batch %" PRId64
                    "; the first progress line follows the first step...",
-                   (k.batches + c->accumulate - 1) / c->accumulate,
-                   (k.batches + c->accumulate - 1) / c->accumulate == 1 ? "" : "s", c->batch_size);
+                   steps, steps == 1 ? "" : "s", c->batch_size);
     epoch_clock_start(t, &k);
     bool mid_epoch = false; /* the target was reached within an epoch */
     stoke_status s = loop(t, &k, stop, &mid_epoch);

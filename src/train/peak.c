@@ -196,7 +196,7 @@ double train_peak_mfu(stoke_trainer *t, double samples_per_s, int64_t epoch)
         return p->flops > 0 && t->step_flops > 0 ? 0 : NAN;
     double rate = samples_per_s * t->step_flops;
     if (rate <= p->flops)
-        return 100.0 * rate / p->flops;
+        return stoke_train_mfu_pct(samples_per_s, t->step_flops, p->flops);
     /* The step's own kernels ran faster than the peak: the peak is wrong (measured
      * while other processes took the cores, a clock the hypervisor under-reports, a GPU
      * whose TF32 beats its FMA rate). Raised to this epoch's rate, a lower bound of the
