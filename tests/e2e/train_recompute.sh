@@ -75,7 +75,8 @@ if grep -q "^recompute: on (file;" "$out"; then ok "config key recompute"; else 
 STOKE_RECOMPUTE=on "$stoke" train --model transformer $small --dry-run >"$out" 2>&1
 if grep -q "^recompute: on (env;" "$out"; then ok "STOKE_RECOMPUTE=on"; else fail "STOKE_RECOMPUTE=on"; show "$out"; fi
 STOKE_RECOMPUTE=on "$stoke" train --model transformer $small --dry-run --recompute off >"$out" 2>&1
-if ! grep -q "recompute" "$out"; then ok "--recompute off over the environment"; else fail "--recompute off"; show "$out"; fi
+# (the MFU line may name the peak cache's path, which is under this test's folder)
+if ! grep -v "^MFU: " "$out" | grep -q "recompute"; then ok "--recompute off over the environment"; else fail "--recompute off"; show "$out"; fi
 "$stoke" train --model transformer $small --recompute=maybe >"$out" 2>&1
 rc=$?
 if [ $rc -eq 2 ] && grep -q "recompute: 'maybe' is not one of off on auto" "$out"; then
@@ -103,7 +104,7 @@ else
 fi
 same_losses "auto: the same losses" "$work/transformer-off.jsonl" "$work/auto.jsonl"
 "$stoke" train --model transformer $small --recompute auto --dry-run >"$out" 2>&1
-if ! grep -q "recompute" "$out"; then ok "auto: off when everything fits"; else fail "auto when it fits"; show "$out"; fi
+if ! grep -v "^MFU: " "$out" | grep -q "recompute"; then ok "auto: off when everything fits"; else fail "auto when it fits"; show "$out"; fi
 
 if [ -n "$fake" ]; then
     use_gpu_doubles "$fake" "$scenarios"
