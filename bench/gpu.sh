@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/gpu.sh [--quick] [--dry-run] [--no-build] [--json FILE] [BUILD_DIR] - `stoke train --device
+# bench/gpu.sh [--quick] [--dry-run] [--no-build] [--models cnn,mlp] [--json FILE] [BUILD_DIR] - `stoke train --device
 # cuda` beside PyTorch on the same NVIDIA GPU, the GPU twin of bench/train_bench.sh: the
 # reference CNN (batch 128) and the MLP 784-512-512-10 (batch 256) on Fashion-MNIST,
 # SGD momentum 0.9, lr 0.05 constant, cross-entropy, seed 1. For each model, in the
@@ -23,6 +23,8 @@
 #     end-of-epoch evaluation on the 10,000 test images reaching it, at most 6 epochs
 #     (--quick 3); PyTorch with its data resident;
 #   - the loader's wait (% of the window) stoke reports.
+# --models mlp (or cnn) measures one model only; the time to target is then the
+# MLP's when the CNN is left out.
 # Prints one table and a line naming the GPU, driver, CUDA, the CPU and the command, and
 # writes the same as JSON (bench/out/gpu-<date>.json, or --json FILE); the raw "key
 # value" lines go to BUILD_DIR/gpu_bench.results. Builds BUILD_DIR (default out/release)
@@ -35,7 +37,11 @@
 # is labelled "DRY RUN: CPU doubles, not a GPU measurement", in the table and the JSON.
 #
 # Environment: STOKE_BENCH_PYTHON (default /usr/bin/python3) is the Python whose torch
-# is the peer (it needs a CUDA build of torch; without one only stoke is measured).
+# is the peer (it needs a CUDA build of torch; without one only stoke is measured);
+# STOKE_BENCH_DATA the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist).
+# --dry-run takes the doubles from STOKE_CUDART_LIBRARY, _CUBLAS_, _CUBLASLT_, _CUDNN_,
+# STOKE_NVML_LIBRARY and STOKE_FAKE_GPU_SCENARIO when all are set (the GPU kit's dry
+# run), else from BUILD_DIR/tests/fake.
 # CUDA_DEVICE_ORDER=PCI_BUS_ID is set so that cuda:0 is the same GPU for stoke and
 # PyTorch; the probe's GPU and peak are cuda:0's, which the probe matches by PCI bus id
 # (so CUDA_VISIBLE_DEVICES is followed too).
@@ -44,16 +50,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 command="bench/gpu.sh${*:+ $*}"
 usage() {
-    echo "usage: bench/gpu.sh [--quick] [--dry-run] [--no-build] [--json FILE] [BUILD_DIR]" >&2
+    echo "usage: bench/gpu.sh [--quick] [--dry-run] [--no-build] [--models cnn,mlp] [--json FILE] [BUILD_DIR]" >&2
     exit 2
 }
-quick=0 dry=0 nobuild=0 json="" build=""
+quick=0 dry=0 nobuild=0 json="" build="" only=""
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) quick=1 ;;
         --dry-run) dry=1 ;;
         --no-build) nobuild=1 ;;
         --json) [ $# -ge 2 ] || usage; json=$2; shift ;;
+        --models) [ $# -ge 2 ] || usage; only=$2; shift ;;
         --json=*) json=${1#--json=} ;;
         -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "bench/gpu.sh: unknown option $1" >&2; usage ;;
@@ -65,10 +72,13 @@ done
 build=${build:-$repo/out/release}
 case $build in /*) ;; *) build=$(pwd)/$build ;; esac
 py=${STOKE_BENCH_PYTHON:-/usr/bin/python3}
-data=/usr/share/datasets/fashion-mnist
+data=${STOKE_BENCH_DATA:-/usr/share/datasets/fashion-mnist}
 stoke=$build/stoke
 # the report needs only the standard library: /usr/bin/python3, whatever the peer is
-report() { /usr/bin/python3 "$here/gpu_report.py" "$@"; }
+# (the peer's Python where there is no /usr/bin/python3)
+rpy=/usr/bin/python3
+[ -x "$rpy" ] || rpy=$py
+report() { "$rpy" "$here/gpu_report.py" "$@"; }
 note() { printf '%s\n' "$*" >&2; }
 
 # Sizes. The speed windows stay inside the first epoch (stoke's data wait is read over
@@ -109,7 +119,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out=$tmp/results
 
-if [ $dry = 1 ]; then
+if [ $dry = 1 ] && [ -n "${STOKE_CUDART_LIBRARY:-}" ] && [ -n "${STOKE_CUBLAS_LIBRARY:-}" ] &&
+   [ -n "${STOKE_CUBLASLT_LIBRARY:-}" ] && [ -n "${STOKE_CUDNN_LIBRARY:-}" ] &&
+   [ -n "${STOKE_NVML_LIBRARY:-}" ] && [ -n "${STOKE_FAKE_GPU_SCENARIO:-}" ]; then
+    # the caller named the doubles (the GPU kit's dry run, scripts/kit/run.sh)
+    export STOKE_CUDA_KERNELS=host
+    note "DRY RUN: stoke on the CUDA test doubles the environment names ($STOKE_CUDART_LIBRARY ...), PyTorch on the CPU, tiny sizes: not a GPU measurement"
+elif [ $dry = 1 ]; then
     fake=$build/tests/fake
     for f in fake_nvml/libnvidia-ml.so.1 fake_cudart/libcudart.so.13 \
              fake_cublas/libcublas.so.13 fake_cublaslt/libcublasLt.so.13 \
@@ -218,7 +234,7 @@ models="cnn mlp"
 tt_models=cnn
 if [ $dry = 1 ]; then
     # The CUDA backend's convolution may not have landed yet: then the dry run is the MLP.
-    if ! "$stoke" train --device cuda --model cnn --batch-size 2 --limit 4 --val-limit 4 --epochs 1 \
+    if ! "$stoke" train --device cuda --model cnn --batch-size 2 --limit 4 --val-limit 4 --epochs 1 --dataset "$data" \
             --max-steps 1 --no-monitor >"$tmp/cnn_try" 2>&1; then
         if grep -q 'not built yet' "$tmp/cnn_try"; then
             models=mlp tt_models=mlp
@@ -226,6 +242,16 @@ if [ $dry = 1 ]; then
             note "dry run: stoke's CUDA backend cannot run the CNN yet ($(tail -1 "$tmp/cnn_try")): the MLP alone"
         fi
     fi
+fi
+if [ -n "$only" ]; then
+    # a subset (the GPU kit's dry run: the MLP alone, whose doubles' loops are fast)
+    sel="" tt=""
+    for m in $(echo "$only" | tr ',' ' '); do
+        case " $models " in *" $m "*) sel="$sel $m" ;; *) note "bench/gpu.sh: --models: '$m' is not one of: $models"; exit 2 ;; esac
+        case " $tt_models " in *" $m "*) tt="$tt $m" ;; esac
+    done
+    models=${sel# } tt_models=${tt# }
+    [ -n "$tt_models" ] || tt_models=$(echo "$models" | cut -d' ' -f1)
 fi
 echo "models $models" >>"$out"
 echo "precisions $precisions" >>"$out"
@@ -235,7 +261,7 @@ lim() { [ "$1" -gt 0 ] && printf '%s %s' "$2" "$1"; return 0; }
 stoke_common() { # MODEL BATCH: the flags every stoke run shares
     if [ "$1" = cnn ]; then printf '%s' "--model cnn"; else printf '%s' "--model mlp --hidden 512,512"; fi
     printf ' %s' --batch-size "$2" --device cuda:0 --optimizer sgd --lr 0.05 --momentum 0.9 \
-        --schedule constant --seed 1 --val-batch-size 1000 --no-monitor
+        --schedule constant --seed 1 --val-batch-size 1000 --no-monitor --dataset "$data"
     # shellcheck disable=SC2046 # lim prints nothing or two words
     printf ' %s' $(lim "$limit" --limit)
 }
