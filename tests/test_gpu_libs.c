@@ -732,6 +732,9 @@ static void case_conv_refused(void)
                 "mode 0");
     dnn_refused(E.dnn->set_conv_2d(d.conv, -1, 0, 1, 1, 1, 1, 1, NC_CUDNN_DATA_FLOAT), 2000,
                 "pad -1");
+    /* cudnnMathType_t's four values only */
+    dnn_refused(E.dnn->set_conv_math(d.conv, 4), 2000, "math 4");
+    dnn_refused(E.dnn->set_conv_math(d.conv, -1), 2000, "math -1");
     CHECK_INT_EQ(E.dnn->set_tensor_4d(d.y, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, 2, 4, 4, 4),
                  0);
     CHECK_INT_EQ(FWD(x, algo, ws, need), 0);
