@@ -31,7 +31,8 @@ target_compile_definitions(test_gpu PRIVATE
   FAKE_CUDART="$<TARGET_FILE:fake_cudart>")
 
 stoke_unit_test(test_gpu_libs test_gpu_libs.c)
-# the toolkit's own cuBLAS and cuDNN, skipped where they are not installed
+# NVIDIA's own cuBLAS, cuBLASLt and cuDNN: the toolkit's, or those STOKE_CUBLAS_LIBRARY etc.
+# name (the GPU kit's), skipped where they do not load
 stoke_part_test(test_gpu_libs real_libraries)
 add_dependencies(test_gpu_libs fake_cudart fake_cublas fake_cublaslt fake_cudnn)
 target_compile_definitions(test_gpu_libs PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"

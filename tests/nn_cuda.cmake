@@ -7,6 +7,16 @@ add_dependencies(test_nn_cuda fake_cudart fake_cublas fake_cublaslt fake_cudnn)
 target_compile_definitions(test_nn_cuda PRIVATE FAKE_CUDART="$<TARGET_FILE:fake_cudart>"
   FAKE_CUBLAS="$<TARGET_FILE:fake_cublas>" FAKE_CUBLASLT="$<TARGET_FILE:fake_cublaslt>"
   FAKE_CUDNN="$<TARGET_FILE:fake_cudnn>")
+# test_nn_cuda --real as the GPU kit runs it (docs/gpu.md), here on the doubles: the
+# environment names them and the kernels' host build where the kit names NVIDIA's
+# libraries and libstoke_cuda.so. The wrapper also checks the skip lines.
+add_test(NAME test_nn_cuda_real_mode
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/nn_cuda_real.sh $<TARGET_FILE:test_nn_cuda>)
+set(STOKE_REAL_MODE_ENV STOKE_CUDART_LIBRARY=$<TARGET_FILE:fake_cudart>
+    STOKE_CUBLAS_LIBRARY=$<TARGET_FILE:fake_cublas> STOKE_CUBLASLT_LIBRARY=$<TARGET_FILE:fake_cublaslt>
+    STOKE_CUDNN_LIBRARY=$<TARGET_FILE:fake_cudnn> STOKE_CUDA_KERNELS=host
+    STOKE_FAKE_GPU_SCENARIO=${CMAKE_CURRENT_SOURCE_DIR}/scenarios/cuda_train.gpu)
+set_tests_properties(test_nn_cuda_real_mode PROPERTIES LABELS nn ENVIRONMENT "${STOKE_REAL_MODE_ENV}")
 
 # `stoke train --device cuda` end to end on the doubles, against the CPU backend.
 add_test(NAME train_cuda_e2e

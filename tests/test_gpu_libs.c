@@ -5,6 +5,7 @@
  * the doubles load their scenario once. */
 #include <dlfcn.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -732,6 +733,9 @@ static void case_conv_refused(void)
                 "mode 0");
     dnn_refused(E.dnn->set_conv_2d(d.conv, -1, 0, 1, 1, 1, 1, 1, NC_CUDNN_DATA_FLOAT), 2000,
                 "pad -1");
+    /* cudnnMathType_t's four values only */
+    dnn_refused(E.dnn->set_conv_math(d.conv, 4), 2000, "math 4");
+    dnn_refused(E.dnn->set_conv_math(d.conv, -1), 2000, "math -1");
     CHECK_INT_EQ(E.dnn->set_tensor_4d(d.y, NC_CUDNN_TENSOR_NCHW, NC_CUDNN_DATA_FLOAT, 2, 4, 4, 4),
                  0);
     CHECK_INT_EQ(FWD(x, algo, ws, need), 0);
@@ -1561,16 +1565,29 @@ static void case_no_runtime(void)
     nn_cudnn_close(d);
 }
 
-/* The toolkit's own libraries (the part real_libraries, skipped where they are not
- * installed): every function of the tables is there (no GPU is needed to load them). */
+/* Leaves environment variable `var` as the caller set it, naming a library to load
+ * instead of the default names (the GPU kit points it at PyTorch's copies), unless it
+ * names `fake`, the double's file: then the library is found by its default names. */
+static void real_library(const char *var, const char *fake)
+{
+    const char *path = getenv(var);
+    struct stat a, b;
+    if (path && stat(path, &a) == 0 && stat(fake, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+        unsetenv(var);
+}
+
+/* NVIDIA's own libraries (the part real_libraries, skipped where they are not found):
+ * every function of the tables is there (no GPU is needed to load them). */
 static int real_libraries(void)
 {
-    unsetenv("STOKE_CUBLAS_LIBRARY");
-    unsetenv("STOKE_CUDNN_LIBRARY");
+    real_library("STOKE_CUBLAS_LIBRARY", FAKE_CUBLAS);
+    real_library("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLASLT);
+    real_library("STOKE_CUDNN_LIBRARY", FAKE_CUDNN);
     nn_cublas *b = NULL;
     nn_cudnn *d = NULL;
     if (nn_cublas_open(&b) != STOKE_OK || nn_cudnn_open(&d) != STOKE_OK) {
-        fprintf(stderr, "skipped: cuBLAS or cuDNN is not installed: %s\n", stoke_last_error());
+        fprintf(stderr, "skipped: cuBLAS or cuDNN does not load: %s\n", stoke_last_error());
         nn_cublas_close(b);
         return CHECK_SKIPPED;
     }
@@ -1581,7 +1598,6 @@ static int real_libraries(void)
     /* pooling and the fused convolution (every entry is loaded, or open fails) */
     CHECK(d->pool_fwd && d->pool_bwd && d->conv_bias_act && d->set_pool_2d && d->set_act);
     /* cuBLASLt ships with cuBLAS: where one is, the other must load, every function */
-    unsetenv("STOKE_CUBLASLT_LIBRARY");
     nn_cublaslt *lt = NULL;
     CHECK_MSG(nn_cublaslt_open(&lt) == STOKE_OK, "%s", stoke_last_error());
     CHECK(lt && lt->version >= 12);

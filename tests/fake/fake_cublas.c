@@ -19,6 +19,8 @@
 
 #define FAKE_MAX_HANDLES 256
 
+enum { MATH_DEFAULT = 0, MATH_TENSOR_OP = 1, MATH_PEDANTIC = 2, MATH_TF32 = 3 }; /* cublasMath_t */
+
 typedef struct fake_handle {
     int live;
     int stream_set;
@@ -81,8 +83,8 @@ int cublasSetMathMode(void *h, int mode)
     fake_handle *fh = get_handle(h);
     if (!fh)
         return fake_violation(NOT_INITIALIZED, "cublasSetMathMode: not a live handle");
-    /* 0 default, 1 tensor op (deprecated), 2 pedantic, 3 TF32; 16 is a flag */
-    if ((mode & ~16) < 0 || (mode & ~16) > 3)
+    /* 16 (DISALLOW_REDUCED_PRECISION_REDUCTION) is a flag */
+    if ((mode & ~16) < MATH_DEFAULT || (mode & ~16) > MATH_TF32)
         return fake_violation(INVALID_VALUE, "cublasSetMathMode: mode %d", mode);
     fh->math = mode;
     return OK;
@@ -221,6 +223,16 @@ static void gemm_queued(void *params)
         compute_one(g, p);
 }
 
+/* Whether cuBLAS may run a GEMM on TF32: fp32 operands with the TF32 compute type, or
+ * 32F under the handle's TF32 math mode (or the deprecated tensor-op one, which allows
+ * even fp16). PEDANTIC math and DEFAULT keep fp32. */
+static int tf32_permitted(const gemm *g, int math)
+{
+    int mode = math & ~16;
+    return g->atype == R_32F &&
+           (g->compute == COMPUTE_32F_FAST_TF32 || mode == MATH_TF32 || mode == MATH_TENSOR_OP);
+}
+
 static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const void *beta)
 {
     fake_count_call();
@@ -246,6 +258,8 @@ static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const v
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
     if (rc != OK)
         return fake_violation(EXECUTION_FAILED, "%s: queueing on the stream failed (%d)", fn, rc);
+    if (tf32_permitted(g, fh->math))
+        fake_count_tf32();
     return OK;
 }
 
@@ -301,6 +315,7 @@ int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, con
 /* ---- For the tests (found with dlsym) ---- */
 int fake_cublas_violations(void) { return fake_lib_violations(); }
 int fake_cublas_calls(void) { return fake_lib_calls(); }
+int fake_cublas_tf32_calls(void) { return fake_lib_tf32_calls(); }
 const char *fake_cublas_last_problem(void) { return fake_lib_last_problem(); }
 
 /* Live handles: 0 when every created one was destroyed. */

@@ -486,12 +486,15 @@ int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *
     pthread_mutex_lock(&fake_lib_mu);
     epi_calls[d->epi]++;
     pthread_mutex_unlock(&fake_lib_mu);
+    if (g.a.type == R_32F && d->compute == COMPUTE_32F_FAST_TF32)
+        fake_count_tf32();
     return OK;
 }
 
 /* ---- For the tests (found with dlsym) ---- */
 int fake_cublaslt_violations(void) { return fake_lib_violations(); }
 int fake_cublaslt_calls(void) { return fake_lib_calls(); }
+int fake_cublaslt_tf32_calls(void) { return fake_lib_tf32_calls(); }
 const char *fake_cublaslt_last_problem(void) { return fake_lib_last_problem(); }
 void fake_cublaslt_reset(void) { fake_lib_reset(); }
 /* Handles, descriptors, layouts and preferences not destroyed. */

@@ -32,6 +32,7 @@ enum { O_HANDLE = 1, O_TENSOR, O_FILTER, O_CONV, O_POOL, O_ACT };
 enum { POOL_MAX = 0, POOL_AVG_INCLUDE = 1, POOL_AVG_EXCLUDE = 2, POOL_MAX_DETERMINISTIC = 3 };
 enum { ACT_RELU = 1, ACT_IDENTITY = 5, ALGO_IMPLICIT_PRECOMP_GEMM = 1 };
 enum { FWD, BWD_DATA, BWD_FILTER };
+enum { MATH_DEFAULT = 0, MATH_TENSOR_OP = 1, MATH_ALLOW_CONVERSION = 2, MATH_FMA = 3 };
 
 /* One handle or descriptor. All are kept in `objs` until exit (a destroyed one is
  * marked, not freed), so a use after destroy is recognised rather than undefined. */
@@ -224,7 +225,7 @@ int cudnnSetConvolutionMathType(void *d, int math)
     obj *o = find(d, O_CONV);
     if (!o)
         return fake_violation(BAD_PARAM, "cudnnSetConvolutionMathType: %p is not live", d);
-    if (math < 0 || math > 3)
+    if (math < MATH_DEFAULT || math > MATH_FMA)
         return fake_violation(BAD_PARAM, "cudnnSetConvolutionMathType: math %d", math);
     o->math = math;
     return OK;
@@ -492,6 +493,14 @@ static void conv_queued(void *params)
     }
 }
 
+/* Counts a convolution cuDNN may run on TF32: fp32 data under any math type but
+ * FMA_MATH (DEFAULT_MATH permits TF32 from compute capability 8.0: cudnnMathType_t). */
+static void count_tf32(const problem *p)
+{
+    if (p->dtype == D_FLOAT && p->math != MATH_FMA)
+        fake_count_tf32();
+}
+
 static int run_conv(const call *c)
 {
     conv_job j = {.op = c->op, .o = {c->x, c->w, c->y, NULL}, .out = c->out};
@@ -512,6 +521,7 @@ static int run_conv(const call *c)
     if (rc != OK)
         return fake_violation(EXECUTION_FAILED, "%s: queueing on the stream failed (%d)", c->fn,
                               rc);
+    count_tf32(&j.p);
     return OK;
 }
 
@@ -687,6 +697,7 @@ int cudnnConvolutionBiasActivationForward(void *h, const void *alpha1, void *xd,
     pthread_mutex_lock(&fake_lib_mu);
     fused_calls++;
     pthread_mutex_unlock(&fake_lib_mu);
+    count_tf32(p);
     return OK;
 }
 
@@ -884,6 +895,7 @@ int cudnnPoolingBackward(void *h, void *pd, const void *alpha, void *yd, const v
 /* ---- For the tests (found with dlsym) ---- */
 int fake_cudnn_violations(void) { return fake_lib_violations(); }
 int fake_cudnn_calls(void) { return fake_lib_calls(); }
+int fake_cudnn_tf32_calls(void) { return fake_lib_tf32_calls(); }
 const char *fake_cudnn_last_problem(void) { return fake_lib_last_problem(); }
 /* cudnnConvolutionBiasActivationForward calls queued: whether a fused chain ran. */
 int fake_cudnn_fused_calls(void)

@@ -13,7 +13,7 @@
 
 fake_runtime fake_rt;
 pthread_mutex_t fake_lib_mu = PTHREAD_MUTEX_INITIALIZER;
-static int violations, calls;
+static int violations, calls, tf32_calls;
 static char last_problem[256];
 
 static void load_runtime(void)
@@ -68,6 +68,14 @@ void fake_count_call(void)
     pthread_mutex_unlock(&fake_lib_mu);
 }
 
+void fake_count_tf32(void)
+{
+    pthread_mutex_lock(&fake_lib_mu);
+    tf32_calls++;
+    pthread_mutex_unlock(&fake_lib_mu);
+}
+
+int fake_lib_tf32_calls(void) { return tf32_calls; }
 int fake_lib_violations(void) { return violations; }
 int fake_lib_calls(void) { return calls; }
 const char *fake_lib_last_problem(void) { return last_problem; }
@@ -75,7 +83,7 @@ const char *fake_lib_last_problem(void) { return last_problem; }
 void fake_lib_reset(void)
 {
     pthread_mutex_lock(&fake_lib_mu);
-    violations = calls = 0;
+    violations = calls = tf32_calls = 0;
     last_problem[0] = '\0';
     pthread_mutex_unlock(&fake_lib_mu);
 }

@@ -36,6 +36,11 @@ FAKE_HIDDEN int fake_violation(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Counts a computing call (a GEMM, a convolution). */
 FAKE_HIDDEN void fake_count_call(void);
+/* Counts a computing call on fp32 operands that the library may run on TF32 tensor
+ * cores (of a device of compute capability 8.0 and up), where the caller's arguments
+ * permit it: how a test sees that TF32 turned off reached every call. */
+FAKE_HIDDEN void fake_count_tf32(void);
+FAKE_HIDDEN int fake_lib_tf32_calls(void);
 FAKE_HIDDEN int fake_lib_violations(void);
 FAKE_HIDDEN int fake_lib_calls(void);
 FAKE_HIDDEN const char *fake_lib_last_problem(void);

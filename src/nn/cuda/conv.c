@@ -177,8 +177,11 @@ static stoke_status describe(cuda_ctx *c, cuda_conv_plan *p)
 {
     const conv_key *k = &p->key;
     nn_cudnn *d = c->dnn;
-    /* tensor cores where the device has them: TF32 for fp32, as the GEMMs (ctx.c) */
-    int math = lowp(p) || c->tf32 ? NC_CUDNN_TENSOR_OP_MATH : NC_CUDNN_DEFAULT_MATH;
+    /* tensor cores where the device has them: TF32 for fp32 when the context allows
+     * it, as the GEMMs (ctx.c). Without TF32, FMA_MATH: cuDNN's DEFAULT_MATH permits
+     * TF32 for fp32 from compute capability 8.0 (cudnnMathType_t); below, the two are
+     * the same. */
+    int math = lowp(p) || c->tf32 ? NC_CUDNN_TENSOR_OP_MATH : NC_CUDNN_FMA_MATH;
     int rc = describe_one(d, k, NC_CUDNN_DATA_FLOAT, &p->d[0]);
     if (rc == NC_CUDNN_SUCCESS && lowp(p))
         rc = describe_one(d, k, k->dtype, &p->d[1]);

@@ -194,6 +194,17 @@ static stoke_status open_device(cuda_ctx *c, int device)
     return st;
 }
 
+static _Atomic int default_tf32 = CUDA_TF32_AUTO;
+
+void cuda_set_default_tf32(cuda_tf32 t) { atomic_store(&default_tf32, (int)t); }
+
+/* TF32 for fp32 matmuls where tensor cores have it, as PyTorch's allow_tf32 for
+ * convolutions and the seeds' Ampere+ advice, unless turned off (ctx.h) */
+static bool tf32_of(const cuda_ctx *c)
+{
+    return atomic_load(&default_tf32) != CUDA_TF32_OFF && c->cc_major >= 8;
+}
+
 static stoke_status open_blas(cuda_ctx *c)
 {
     stoke_status st = nn_cublas_open(&c->blas);
@@ -202,9 +213,7 @@ static stoke_status open_blas(cuda_ctx *c)
     st = cuda_blas_check(c, c->blas->create(&c->blas_h), "cublasCreate");
     if (st == STOKE_OK)
         st = cuda_blas_check(c, c->blas->set_stream(c->blas_h, c->L.stream), "cublasSetStream");
-    /* TF32 for fp32 matmuls where tensor cores have it, as PyTorch's
-     * allow_tf32 for convolutions and the seeds' Ampere+ advice */
-    c->tf32 = c->cc_major >= 8;
+    c->tf32 = tf32_of(c);
     if (st == STOKE_OK)
         st = cuda_blas_check(
             c,

@@ -45,7 +45,7 @@ typedef struct cuda_ctx {
     const nn_cuda_kernels *k;
     nk_launch L;
     int device, cc_major, cc_minor;
-    bool tf32;       /* fp32 GEMMs on TF32 tensor cores (compute capability >= 8.0) */
+    bool tf32;       /* fp32 GEMMs and convolutions on TF32 tensor cores (cuda_tf32) */
     double *partial; /* CUDA_SUM_STRIDE doubles of device memory */
     double *totals;  /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
@@ -177,6 +177,21 @@ void cuda_ctx_set_attention(cuda_ctx *c, cuda_attention a);
 /* The choice contexts created from now on start with (CUDA_ATTN_AUTO unless set): how
  * a test reaches the contexts its models create. */
 void cuda_set_default_attention(cuda_attention a);
+
+/* Whether fp32 matmuls and convolutions (cuBLAS, cuBLASLt, cuDNN) may run on TF32
+ * tensor cores, which read 10 of an operand's 23 mantissa bits and sum in fp32: the
+ * speed PyTorch's allow_tf32 buys, at ~5e-4 relative per product. Turned off, the
+ * backend's fp32 results are fp32's, so a test can hold them to the CPU backend's
+ * fp32 tolerances on a GPU (test_nn_cuda --real); turned on, the same test measures
+ * TF32 against its own tolerance. */
+typedef enum cuda_tf32 {
+    CUDA_TF32_AUTO, /* the backend's default: as CUDA_TF32_ON */
+    CUDA_TF32_OFF,  /* fp32 products: cuBLAS DEFAULT_MATH and COMPUTE_32F, cuDNN FMA_MATH */
+    CUDA_TF32_ON,   /* where the device has TF32 (compute capability 8.0 and up) */
+} cuda_tf32;
+/* The choice contexts created from now on take (CUDA_TF32_AUTO unless set), as
+ * cuda_set_default_attention: how a test reaches the contexts its models create. */
+void cuda_set_default_tf32(cuda_tf32 t);
 
 /* Runs kernel `name` over n indices with args a, as a status. */
 #define CUDA_RUN(c, name, n, a) cuda_check((c), (c)->k->name(&(c)->L, (int64_t)(n), (a)), #name)
