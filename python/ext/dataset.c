@@ -17,7 +17,7 @@ PyObject *stokepy_shape_tuple(const stoke_shape *s)
             Py_DECREF(t);
             return NULL;
         }
-        PyTuple_SET_ITEM(t, i, v);
+        PyTuple_SetItem(t, i, v);
     }
     return t;
 }
@@ -28,12 +28,9 @@ static int opt_str(PyObject *o, const char *name, const char **out)
     *out = NULL;
     if (!o || o == Py_None)
         return 0;
-    if (!PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str or None, not %s", name,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = PyUnicode_AsUTF8(o);
+    if (!PyUnicode_Check(o))
+        return stokepy_wrong_type(name, "a str or None", o);
+    *out = PyUnicode_AsUTF8AndSize(o, NULL);
     return *out ? 0 : -1;
 }
 
@@ -43,7 +40,7 @@ static void dataset_dealloc(DatasetObject *self)
 {
     stoke_dataset_close(self->d);
     stoke_dataset_close(self->file);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    stokepy_free((PyObject *)self);
 }
 
 static int dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
@@ -74,7 +71,7 @@ static int dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     stoke_dataset_close(self->d);
     stoke_dataset_close(self->file);
     self->d = self->file = NULL;
-    const char *path = PyBytes_AS_STRING(path_o);
+    const char *path = PyBytes_AsString(path_o);
     stoke_dataset *d = NULL, *mem = NULL;
     stoke_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -149,7 +146,7 @@ static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
         Py_XDECREF(tg);
         return NULL;
     }
-    char *pi = PyBytes_AS_STRING(in), *pt = tg == Py_None ? NULL : PyBytes_AS_STRING(tg);
+    char *pi = PyBytes_AsString(in), *pt = tg == Py_None ? NULL : PyBytes_AsString(tg);
     stoke_status st;
     Py_BEGIN_ALLOW_THREADS
         st = stoke_dataset_read(self->d, i, pi, pt);
@@ -185,8 +182,8 @@ static PyObject *dataset_channel_stats(DatasetObject *self, PyObject *arg)
         return stokepy_raise(st);
     PyObject *mean = PyList_New(ch), *std = PyList_New(ch);
     for (int c = 0; mean && std && c < ch; c++) {
-        PyList_SET_ITEM(mean, c, PyFloat_FromDouble(m[c]));
-        PyList_SET_ITEM(std, c, PyFloat_FromDouble(sd[c]));
+        PyList_SetItem(mean, c, PyFloat_FromDouble(m[c]));
+        PyList_SetItem(std, c, PyFloat_FromDouble(sd[c]));
     }
     return Py_BuildValue("(NN)", mean, std);
 }
@@ -213,7 +210,7 @@ static PyObject *dataset_class_counts(DatasetObject *self, PyObject *unused)
         stokepy_raise(st);
     } else if ((out = PyList_New((Py_ssize_t)info->num_classes))) {
         for (int64_t k = 0; k < info->num_classes; k++)
-            PyList_SET_ITEM(out, k, PyLong_FromLongLong(c[k]));
+            PyList_SetItem(out, k, PyLong_FromLongLong(c[k]));
     }
     free(c);
     return out;
@@ -232,24 +229,28 @@ static PyGetSetDef dataset_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PySequenceMethods dataset_seq = {.sq_length = (lenfunc)dataset_len};
-
-PyTypeObject stokepy_DatasetType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_stoke.Dataset",
-    .tp_basicsize = sizeof(DatasetObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "A dataset in a format stoke reads (docs/data.md).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)dataset_init,
-    .tp_dealloc = (destructor)dataset_dealloc,
-    .tp_methods = dataset_methods,
-    .tp_getset = dataset_getset,
-    .tp_as_sequence = &dataset_seq,
+static PyType_Slot dataset_slots[] = {
+    {Py_tp_doc, "A dataset in a format stoke reads (docs/data.md)."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, dataset_init},
+    {Py_tp_dealloc, dataset_dealloc},
+    {Py_tp_methods, dataset_methods},
+    {Py_tp_getset, dataset_getset},
+    {Py_sq_length, dataset_len},
+    {0, NULL},
 };
+
+static PyType_Spec dataset_spec = {
+    .name = "_stoke.Dataset",
+    .basicsize = sizeof(DatasetObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = dataset_slots,
+};
+
+PyTypeObject *stokepy_DatasetType;
 
 int stokepy_add_dataset(PyObject *m)
 {
-    if (PyType_Ready(&stokepy_DatasetType) < 0)
-        return -1;
-    return PyModule_AddObjectRef(m, "Dataset", (PyObject *)&stokepy_DatasetType);
+    stokepy_DatasetType = stokepy_add_type(m, &dataset_spec);
+    return stokepy_DatasetType ? 0 : -1;
 }

@@ -84,22 +84,31 @@ static void hold_dealloc(HoldObject *self)
 {
     if (self->core && self->core->l)
         stoke_loader_release(self->core->l, self->token);
-    Py_XDECREF(self->core);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_XDECREF((PyObject *)self->core);
+    stokepy_free((PyObject *)self);
 }
 
-static PyTypeObject HoldType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_stoke._Hold",
-    .tp_basicsize = sizeof(HoldObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A batch held by the arrays that view it.",
-    .tp_dealloc = (destructor)hold_dealloc,
+/* Holds and arrays are made only by next(), as static types without tp_new were; a
+ * heap type would otherwise inherit object's. */
+static PyType_Slot hold_slots[] = {
+    {Py_tp_doc, "A batch held by the arrays that view it."},
+    {Py_tp_dealloc, hold_dealloc},
+    {0, NULL},
 };
+
+static PyType_Spec hold_spec = {
+    .name = "_stoke._Hold",
+    .basicsize = sizeof(HoldObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = hold_slots,
+};
+
+static PyTypeObject *HoldType;
 
 static void array_dealloc(ArrayObject *self)
 {
-    Py_XDECREF(self->hold);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_XDECREF((PyObject *)self->hold);
+    stokepy_free((PyObject *)self);
 }
 
 /* The DLPack tensor a consumer takes: it keeps the array (and so the batch) alive. */
@@ -157,10 +166,10 @@ static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kw)
     m->mt.dl_tensor.byte_offset = 0;
     m->mt.manager_ctx = self;
     m->mt.deleter = managed_deleter;
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     PyObject *cap = PyCapsule_New(&m->mt, "dltensor", capsule_destructor);
     if (!cap) {
-        Py_DECREF(self);
+        Py_DECREF((PyObject *)self);
         free(m);
     }
     return cap;
@@ -183,7 +192,7 @@ static PyObject *array_shape(ArrayObject *self, void *closure)
     (void)closure;
     PyObject *t = PyTuple_New(self->ndim);
     for (int i = 0; t && i < self->ndim; i++)
-        PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(self->shape[i]));
+        PyTuple_SetItem(t, i, PyLong_FromLongLong(self->shape[i]));
     return t;
 }
 
@@ -201,15 +210,22 @@ static PyGetSetDef array_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject ArrayType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_stoke.Array",
-    .tp_basicsize = sizeof(ArrayObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A batch's inputs or targets, for torch.from_dlpack / numpy.from_dlpack.",
-    .tp_dealloc = (destructor)array_dealloc,
-    .tp_methods = array_methods,
-    .tp_getset = array_getset,
+static PyType_Slot array_slots[] = {
+    {Py_tp_doc, "A batch's inputs or targets, for torch.from_dlpack / numpy.from_dlpack."},
+    {Py_tp_dealloc, array_dealloc},
+    {Py_tp_methods, array_methods},
+    {Py_tp_getset, array_getset},
+    {0, NULL},
 };
+
+static PyType_Spec array_spec = {
+    .name = "_stoke.Array",
+    .basicsize = sizeof(ArrayObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = array_slots,
+};
+
+static PyTypeObject *ArrayType;
 
 static DLDataType dl_dtype(stoke_dtype t)
 {
@@ -234,10 +250,10 @@ static DLDataType dl_dtype(stoke_dtype t)
 static ArrayObject *new_array(HoldObject *h, void *data, int64_t n, const stoke_shape *s,
                               stoke_dtype t, const stoke_batch *b, int device)
 {
-    ArrayObject *a = PyObject_New(ArrayObject, &ArrayType);
+    ArrayObject *a = PyObject_New(ArrayObject, ArrayType);
     if (!a)
         return NULL;
-    Py_INCREF(h);
+    Py_INCREF((PyObject *)h);
     a->hold = h;
     a->data = data;
     a->ndim = s->ndim + 1;
@@ -278,7 +294,7 @@ static void core_dealloc(CoreObject *self)
         stoke_loader_destroy(self->l);
     self->l = NULL;
     Py_XDECREF(self->dataset);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    stokepy_free((PyObject *)self);
 }
 
 /* Dict helpers for the options: a missing key leaves the default. */
@@ -339,14 +355,16 @@ static int get_floats(PyObject *d, const char *k, float *out, int cap)
     PyObject *seq = PySequence_Fast(v, "mean and std must be sequences of numbers");
     if (!seq)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PySequence_Size(seq);
     int rc = 0;
     if (n < 1 || n > cap) {
         PyErr_Format(PyExc_ValueError, "%s has %zd values (1 to %d channels)", k, n, cap);
         rc = -1;
     }
     for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
-        double x = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *item = PySequence_GetItem(seq, i);
+        double x = item ? PyFloat_AsDouble(item) : -1;
+        Py_XDECREF(item);
         if (x == -1 && PyErr_Occurred())
             rc = -1;
         out[i] = (float)x;
@@ -365,7 +383,7 @@ static int parse_op(PyObject *d, stoke_op *op)
         return -1;
     }
     PyObject *kind = PyDict_GetItemString(d, "kind");
-    const char *k = kind && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : NULL;
+    const char *k = kind && PyUnicode_Check(kind) ? PyUnicode_AsUTF8AndSize(kind, NULL) : NULL;
     static const struct {
         const char *name;
         stoke_op_kind kind;
@@ -403,7 +421,7 @@ static int parse_dtype(PyObject *d, const char *k, stoke_transform_opts *to)
     PyObject *v = PyDict_GetItemString(d, k);
     if (!v || v == Py_None)
         return 0;
-    const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+    const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, NULL) : NULL;
     static const struct {
         const char *name;
         stoke_dtype t;
@@ -434,14 +452,17 @@ static int parse_transform(CoreObject *self, PyObject *t)
     PyObject *seq = ops ? PySequence_Fast(ops, "transform ops must be a list") : PyList_New(0);
     if (!seq)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PySequence_Size(seq);
     int rc = 0;
     if (n > (Py_ssize_t)(sizeof self->ops / sizeof *self->ops)) {
         PyErr_Format(PyExc_ValueError, "%zd transform ops (at most 16)", n);
         rc = -1;
     }
-    for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
-        rc = parse_op(PySequence_Fast_GET_ITEM(seq, i), &self->ops[i]);
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *op = PySequence_GetItem(seq, i);
+        rc = op ? parse_op(op, &self->ops[i]) : -1;
+        Py_XDECREF(op);
+    }
     Py_DECREF(seq);
     if (rc < 0)
         return -1;
@@ -452,7 +473,7 @@ static int parse_transform(CoreObject *self, PyObject *t)
     if (parse_dtype(t, "dtype", &self->to) < 0)
         return -1;
     PyObject *lay = PyDict_GetItemString(t, "layout");
-    const char *ls = lay && PyUnicode_Check(lay) ? PyUnicode_AsUTF8(lay) : "NCHW";
+    const char *ls = lay && PyUnicode_Check(lay) ? PyUnicode_AsUTF8AndSize(lay, NULL) : "NCHW";
     if (strcmp(ls, "NCHW") == 0) {
         self->to.out_layout = STOKE_LAYOUT_CHW;
     } else if (strcmp(ls, "NHWC") == 0) {
@@ -469,7 +490,7 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"dataset", "options", NULL};
     PyObject *ds, *o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!", names, &stokepy_DatasetType, &ds,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!", names, stokepy_DatasetType, &ds,
                                      &PyDict_Type, &o))
         return -1;
     if (!stokepy_dataset_ok((DatasetObject *)ds))
@@ -517,8 +538,8 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
     self->l = l;
     self->device = device;
     self->pid = getpid();
-    Py_INCREF(ds);
-    Py_XSETREF(self->dataset, ds);
+    Py_XDECREF(self->dataset);
+    self->dataset = Py_NewRef(ds);
     return 0;
 }
 
@@ -579,12 +600,12 @@ static PyObject *core_next(CoreObject *self, PyObject *args, PyObject *kw)
     set_active(l);
     if (b.size == 0)
         Py_RETURN_NONE;
-    HoldObject *h = PyObject_New(HoldObject, &HoldType);
+    HoldObject *h = PyObject_New(HoldObject, HoldType);
     if (!h) {
         stoke_loader_release(l, b.held);
         return NULL;
     }
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     h->core = self;
     h->token = b.held;
     const stoke_dataset_info *info = stoke_dataset_get_info(((DatasetObject *)self->dataset)->d);
@@ -594,13 +615,13 @@ static PyObject *core_next(CoreObject *self, PyObject *args, PyObject *kw)
     if (x && b.targets) {
         y = new_array(h, b.targets, b.size, &info->target_shape, info->target_dtype, &b, device_id);
     }
-    Py_DECREF(h); /* the arrays hold it now */
+    Py_DECREF((PyObject *)h); /* the arrays hold it now */
     PyObject *samples = want_samples ? PyList_New(b.size) : (Py_INCREF(Py_None), Py_None);
     for (int64_t i = 0; want_samples && samples && i < b.size; i++)
-        PyList_SET_ITEM(samples, i, PyLong_FromLongLong(b.samples[i]));
+        PyList_SetItem(samples, i, PyLong_FromLongLong(b.samples[i]));
     if (!x || (b.targets && !y) || !samples) {
-        Py_XDECREF(x);
-        Py_XDECREF(y);
+        Py_XDECREF((PyObject *)x);
+        Py_XDECREF((PyObject *)y);
         Py_XDECREF(samples);
         return NULL;
     }
@@ -627,7 +648,7 @@ static PyObject *core_stats(CoreObject *self, PyObject *unused)
     int n = s.workers > 0 ? (s.workers < 64 ? s.workers : 64) : 1;
     PyObject *busy = PyList_New(n);
     for (int i = 0; busy && i < n; i++)
-        PyList_SET_ITEM(busy, i, PyFloat_FromDouble(s.busy_frac[i]));
+        PyList_SetItem(busy, i, PyFloat_FromDouble(s.busy_frac[i]));
     return Py_BuildValue("{s:L,s:L,s:d,s:d,s:d,s:d,s:i,s:i,s:i,s:i,s:d,s:N,s:d,s:i,s:i}", "batches",
                          (long long)s.batches, "samples", (long long)s.samples, "wait_avg_ms",
                          s.wait_avg_ms, "wait_p95_ms", s.wait_p95_ms, "wait_max_ms", s.wait_max_ms,
@@ -677,15 +698,20 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject CoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_stoke.LoaderCore",
-    .tp_basicsize = sizeof(CoreObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The C loader (use stoke.Loader).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)core_init,
-    .tp_dealloc = (destructor)core_dealloc,
-    .tp_methods = core_methods,
+static PyType_Slot core_slots[] = {
+    {Py_tp_doc, "The C loader (use stoke.Loader)."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, core_init},
+    {Py_tp_dealloc, core_dealloc},
+    {Py_tp_methods, core_methods},
+    {0, NULL},
+};
+
+static PyType_Spec core_spec = {
+    .name = "_stoke.LoaderCore",
+    .basicsize = sizeof(CoreObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = core_slots,
 };
 
 /* ---- module functions: the sampler, the transform alone, the tuner ---------------------- */
@@ -720,7 +746,7 @@ static PyObject *epoch_order(PyObject *mod, PyObject *args)
     while (out && (n = stoke_sampler_next(s, idx, &e)) > 0) {
         PyObject *b = PyList_New(n);
         for (int64_t i = 0; b && i < n; i++)
-            PyList_SET_ITEM(b, i, PyLong_FromLongLong(idx[i]));
+            PyList_SetItem(b, i, PyLong_FromLongLong(idx[i]));
         if (!b || PyList_Append(out, b) < 0)
             Py_CLEAR(out);
         Py_XDECREF(b);
@@ -761,8 +787,8 @@ static PyObject *transform_apply(PyObject *mod, PyObject *args)
     Py_buffer in;
     unsigned long long seed;
     long long epoch, index;
-    if (!PyArg_ParseTuple(args, "O!O!y*KLL", &stokepy_DatasetType, &ds, &PyDict_Type, &t, &in,
-                          &seed, &epoch, &index))
+    if (!PyArg_ParseTuple(args, "O!O!y*KLL", stokepy_DatasetType, &ds, &PyDict_Type, &t, &in, &seed,
+                          &epoch, &index))
         return NULL;
     PyObject *out = NULL;
     CoreObject tmp; /* only its transform fields */
@@ -787,7 +813,7 @@ static PyObject *transform_apply(PyObject *mod, PyObject *args)
     void *scratch = sb ? malloc(sb) : NULL;
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)stoke_transform_out_bytes(tf));
     if (out && (!sb || scratch))
-        stoke_transform_apply(tf, in.buf, PyBytes_AS_STRING(out), scratch, seed, epoch, index);
+        stoke_transform_apply(tf, in.buf, PyBytes_AsString(out), scratch, seed, epoch, index);
     else if (out) {
         Py_CLEAR(out);
         PyErr_NoMemory();
@@ -860,11 +886,13 @@ int stokepy_add_data(PyObject *m)
 {
     if (stokepy_add_dataset(m) < 0)
         return -1;
-    PyTypeObject *types[] = {&CoreType, &HoldType, &ArrayType};
-    const char *names[] = {"LoaderCore", "_Hold", "Array"};
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
-        if (PyType_Ready(types[i]) < 0 ||
-            PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
-            return -1;
+    /* Only Python makes LoaderCores (by calling the type), so its pointer is not kept. */
+    PyTypeObject *core = stokepy_add_type(m, &core_spec);
+    if (!core)
+        return -1;
+    Py_DECREF((PyObject *)core);
+    if (!(HoldType = stokepy_add_type(m, &hold_spec)) ||
+        !(ArrayType = stokepy_add_type(m, &array_spec)))
+        return -1;
     return PyModule_AddFunctions(m, data_functions);
 }

@@ -1,4 +1,6 @@
 /* module.c - the _stoke extension module: its init and the exception classes. */
+#include <stdio.h>
+
 #include "ext.h"
 
 static PyObject *errors[8]; /* by stoke_status; [0] is the base class stoke.Error */
@@ -26,6 +28,36 @@ int stokepy_put(PyObject *d, const char *key, PyObject *v)
     int rc = PyDict_SetItemString(d, key, v);
     Py_DECREF(v);
     return rc;
+}
+
+PyTypeObject *stokepy_add_type(PyObject *m, PyType_Spec *spec)
+{
+    PyObject *t = PyType_FromModuleAndSpec(m, spec, NULL);
+    if (!t || PyModule_AddType(m, (PyTypeObject *)t) < 0) {
+        Py_XDECREF(t);
+        return NULL;
+    }
+    return (PyTypeObject *)t;
+}
+
+void stokepy_free(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF((PyObject *)tp);
+}
+
+/* The type's __name__: tp_name is not in the stable ABI. The two agree for the
+ * built-in types and for classes defined in Python. */
+int stokepy_wrong_type(const char *what, const char *expected, PyObject *o)
+{
+    PyObject *name = PyType_GetName(Py_TYPE(o));
+    if (name) {
+        PyErr_Format(PyExc_TypeError, "%s must be %s, not %U", what, expected, name);
+        Py_DECREF(name);
+    }
+    return -1;
 }
 
 /* Each class is also the built-in exception a Python user would catch for the same

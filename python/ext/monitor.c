@@ -107,12 +107,13 @@ static bool ready(MonitorObject *self)
 static PyObject *Monitor_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     (void)args, (void)kw;
-    MonitorObject *self = (MonitorObject *)type->tp_alloc(type, 0);
+    allocfunc alloc = PyType_GetSlot(type, Py_tp_alloc);
+    MonitorObject *self = (MonitorObject *)alloc(type, 0);
     if (!self)
         return NULL;
     self->ctl = PyThread_allocate_lock();
     if (!self->ctl) {
-        Py_DECREF(self);
+        Py_DECREF((PyObject *)self);
         return PyErr_NoMemory();
     }
     return (PyObject *)self;
@@ -151,8 +152,7 @@ static int Monitor_init(MonitorObject *self, PyObject *args, PyObject *kw)
         if (v == -1 && PyErr_Occurred()) {
             if (PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
-                PyErr_Format(PyExc_TypeError, "pid must be an int or None, not %s",
-                             Py_TYPE(pid_obj)->tp_name);
+                stokepy_wrong_type("pid", "an int or None", pid_obj);
             }
             return -1;
         }
@@ -170,8 +170,8 @@ static int Monitor_init(MonitorObject *self, PyObject *args, PyObject *kw)
         PyObject *bytes = NULL;
         if (!PyUnicode_FSConverter(data, &bytes))
             return -1;
-        snprintf(self->data_path, sizeof self->data_path, "%s", PyBytes_AS_STRING(bytes));
-        stoke_status st = stoke_disk_probe(PyBytes_AS_STRING(bytes), &self->disk);
+        snprintf(self->data_path, sizeof self->data_path, "%s", PyBytes_AsString(bytes));
+        stoke_status st = stoke_disk_probe(PyBytes_AsString(bytes), &self->disk);
         Py_DECREF(bytes);
         if (st != STOKE_OK) {
             stokepy_raise(st);
@@ -194,7 +194,7 @@ static int Monitor_init(MonitorObject *self, PyObject *args, PyObject *kw)
             sink_free(c);
             return -1;
         }
-        c->json_path = strdup(PyBytes_AS_STRING(bytes));
+        c->json_path = strdup(PyBytes_AsString(bytes));
         Py_DECREF(bytes);
         if (!c->json_path) {
             sink_free(c);
@@ -252,7 +252,7 @@ static void Monitor_dealloc(MonitorObject *self)
     sink_free(self->sink);
     if (self->ctl)
         PyThread_free_lock(self->ctl);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    stokepy_free((PyObject *)self);
 }
 
 static PyObject *Monitor_start(MonitorObject *self, PyObject *unused)
@@ -700,22 +700,28 @@ static PyGetSetDef Monitor_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject MonitorType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoke._stoke.Monitor",
-    .tp_basicsize = sizeof(MonitorObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "Monitor(interval=0.5, pid=None, no_gpu=False, jsonl=None, live=False, data=None): "
-              "libstoke's sampler (use stoke.Monitor).",
-    .tp_new = Monitor_new,
-    .tp_init = (initproc)Monitor_init,
-    .tp_dealloc = (destructor)Monitor_dealloc,
-    .tp_methods = Monitor_methods,
-    .tp_getset = Monitor_getset,
+static PyType_Slot Monitor_slots[] = {
+    {Py_tp_doc, "Monitor(interval=0.5, pid=None, no_gpu=False, jsonl=None, live=False, data=None): "
+                "libstoke's sampler (use stoke.Monitor)."},
+    {Py_tp_new, Monitor_new},
+    {Py_tp_init, Monitor_init},
+    {Py_tp_dealloc, Monitor_dealloc},
+    {Py_tp_methods, Monitor_methods},
+    {Py_tp_getset, Monitor_getset},
+    {0, NULL},
 };
 
+static PyType_Spec Monitor_spec = {
+    .name = "stoke._stoke.Monitor",
+    .basicsize = sizeof(MonitorObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Monitor_slots,
+};
+
+/* Only Python makes Monitors (by calling the type), so its pointer is not kept. */
 int stokepy_add_monitor(PyObject *m)
 {
-    if (PyType_Ready(&MonitorType) < 0)
-        return -1;
-    return PyModule_AddObjectRef(m, "Monitor", (PyObject *)&MonitorType);
+    PyTypeObject *t = stokepy_add_type(m, &Monitor_spec);
+    Py_XDECREF((PyObject *)t);
+    return t ? 0 : -1;
 }

@@ -232,7 +232,7 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     if (data != Py_None && !PyUnicode_FSConverter(data, &bytes))
         return NULL;
-    stoke_machine *m = probe_machine(bytes ? PyBytes_AS_STRING(bytes) : NULL);
+    stoke_machine *m = probe_machine(bytes ? PyBytes_AsString(bytes) : NULL);
     Py_XDECREF(bytes);
     if (!m)
         return NULL;
