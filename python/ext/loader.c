@@ -473,7 +473,9 @@ static int parse_transform(CoreObject *self, PyObject *t)
     if (parse_dtype(t, "dtype", &self->to) < 0)
         return -1;
     PyObject *lay = PyDict_GetItemString(t, "layout");
-    const char *ls = lay && PyUnicode_Check(lay) ? PyUnicode_AsUTF8AndSize(lay, NULL) : "NCHW";
+    const char *ls = !lay ? "NCHW" : PyUnicode_Check(lay) ? PyUnicode_AsUTF8AndSize(lay, NULL) : "";
+    if (!ls) /* a str UTF-8 cannot encode (a lone surrogate): its UnicodeEncodeError */
+        return -1;
     if (strcmp(ls, "NCHW") == 0) {
         self->to.out_layout = STOKE_LAYOUT_CHW;
     } else if (strcmp(ls, "NHWC") == 0) {

@@ -450,3 +450,14 @@ def test_numpy_batches_without_torch(rgb_npy):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["numpy", "uint8", "int64", "(8,", "16,", "20,", "3)", str(int(x[:8].sum()))]
+
+
+def test_core_refuses_bad_layouts(tmp_path):
+    """The C core's own checks (the Python layer checks first): a layout that is not a
+    str, or a str UTF-8 cannot encode, is an error, never the default or a crash."""
+    np.save(tmp_path / "x.npy", np.zeros((4, 2, 2), dtype=np.uint8))
+    ds = stoke.Dataset(str(tmp_path / "x.npy"))
+    for layout, err in ((5, ValueError), ("\udc80", UnicodeEncodeError), ("NCWH", ValueError)):
+        with pytest.raises(err):
+            _stoke.LoaderCore(ds._d, {"batch_size": 2, "workers": 0, "prefetch": 1, "device": -1,
+                                      "transform": {"ops": [], "layout": layout}})
