@@ -313,12 +313,20 @@ static int algos(const char *fn, void *h, void *xd, void *wd, void *cd, void *yd
         size_t memory;
         int determinism, math_type, reserved[3];
     } *perf = perf_out;
-    *got = want < 2 ? want : 2;
-    for (int i = 0; i < *got; i++) {
-        perf[i] =
+    /* The real heuristics rank algorithms of other math types too (PyTorch sets each
+     * call's math type from the entry it picks): for fp32 data on FMA_MATH, a tensor-op
+     * entry ranked first, which a caller that keeps TF32 off must pass over (taking it
+     * shows in fake_cudnn_tf32_calls). */
+    int n = 0;
+    if (p.dtype == D_FLOAT && p.math == MATH_FMA && n < want)
+        perf[n++] =
+            (struct perf){.algo = 1, .time = -1.0f, .determinism = 1, .math_type = MATH_TENSOR_OP};
+    for (int i = 0; i < 2 && n < want; i++)
+        perf[n++] =
             (struct perf){.algo = 1 - i, .time = -1.0f, .determinism = 1, .math_type = p.math};
+    for (int i = 0; i < n; i++)
         workspace(&p, op, perf[i].algo, &perf[i].memory);
-    }
+    *got = n;
     return OK;
 }
 

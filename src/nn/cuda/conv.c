@@ -45,7 +45,8 @@ typedef struct cuda_conv_plan {
     void *bias_d, *act; /* fused: the bias (1 x k x 1 x 1) and ReLU descriptors */
     float *zero_bias;   /* fused without bias: k zeros of device memory */
     int algo[NDIR];
-    size_t ws; /* the largest of the three directions' */
+    int math[NDIR]; /* cudnnMathType_t of each direction's algorithm, set before its call */
+    size_t ws;      /* the largest of the three directions' */
 } cuda_conv_plan;
 
 static bool key_eq(const conv_key *a, const conv_key *b)
@@ -173,15 +174,33 @@ static stoke_status describe_fused(cuda_ctx *c, cuda_conv_plan *p)
     return st;
 }
 
+/* tensor cores where the device has them: TF32 for fp32 when the context allows it, as
+ * the GEMMs (ctx.c). Without TF32, FMA_MATH: cuDNN's DEFAULT_MATH permits TF32 for fp32
+ * from compute capability 8.0 (cudnnMathType_t); below, the two are the same. */
+static bool fp32_no_tf32(const cuda_ctx *c, const cuda_conv_plan *p)
+{
+    return !lowp(p) && !c->tf32;
+}
+
+static int base_math(const cuda_ctx *c, const cuda_conv_plan *p)
+{
+    return fp32_no_tf32(c, p) ? NC_CUDNN_FMA_MATH : NC_CUDNN_TENSOR_OP_MATH;
+}
+
+/* The descriptor's math type for a direction's call: cuDNN picks its kernels from the
+ * algorithm and the math type together, so each call runs with the math type the
+ * heuristics gave its algorithm (as PyTorch does). */
+static stoke_status use_math(cuda_ctx *c, const cuda_conv_plan *p, int dir)
+{
+    return cuda_dnn_check(c, c->dnn->set_conv_math(p->cd, p->math[dir]),
+                          "cudnnSetConvolutionMathType");
+}
+
 static stoke_status describe(cuda_ctx *c, cuda_conv_plan *p)
 {
     const conv_key *k = &p->key;
     nn_cudnn *d = c->dnn;
-    /* tensor cores where the device has them: TF32 for fp32 when the context allows
-     * it, as the GEMMs (ctx.c). Without TF32, FMA_MATH: cuDNN's DEFAULT_MATH permits
-     * TF32 for fp32 from compute capability 8.0 (cudnnMathType_t); below, the two are
-     * the same. */
-    int math = lowp(p) || c->tf32 ? NC_CUDNN_TENSOR_OP_MATH : NC_CUDNN_FMA_MATH;
+    int math = base_math(c, p);
     int rc = describe_one(d, k, NC_CUDNN_DATA_FLOAT, &p->d[0]);
     if (rc == NC_CUDNN_SUCCESS && lowp(p))
         rc = describe_one(d, k, k->dtype, &p->d[1]);
@@ -239,6 +258,7 @@ static stoke_status choose(cuda_ctx *c, cuda_conv_plan *p, int dir)
                             "conv+bias+relu needs %zu MiB of workspace, more than %zu MiB",
                             bytes >> 20, CONV_WS_LIMIT >> 20);
         p->algo[dir] = NC_CUDNN_FWD_IMPLICIT_PRECOMP_GEMM;
+        p->math[dir] = base_math(c, p);
         p->ws = bytes > p->ws ? bytes : p->ws;
         return st;
     }
@@ -247,8 +267,18 @@ static stoke_status choose(cuda_ctx *c, cuda_conv_plan *p, int dir)
         size_t bytes = 0;
         if (perf[i].status != NC_CUDNN_SUCCESS || perf[i].memory > CONV_WS_LIMIT)
             continue;
-        st = cuda_dnn_check(c, ws_of(c, p, dir, perf[i].algo, &bytes),
-                            "cudnnGetConvolutionWorkspaceSize");
+        int math = perf[i].math_type;
+        if (fp32_no_tf32(c, p)) {
+            /* TF32 is off: a tensor-op entry would run fp32 on TF32 */
+            if (math != NC_CUDNN_DEFAULT_MATH && math != NC_CUDNN_FMA_MATH)
+                continue;
+            math = NC_CUDNN_FMA_MATH;
+        }
+        p->math[dir] = math;
+        st = use_math(c, p, dir);
+        if (st == STOKE_OK)
+            st = cuda_dnn_check(c, ws_of(c, p, dir, perf[i].algo, &bytes),
+                                "cudnnGetConvolutionWorkspaceSize");
         if (st == STOKE_OK && bytes <= CONV_WS_LIMIT) {
             p->algo[dir] = perf[i].algo;
             p->ws = bytes > p->ws ? bytes : p->ws;
@@ -425,6 +455,8 @@ static stoke_status forward(cuda_ctx *c, const nn_exec_args *a, float *y)
     }
     const float one = 1.0f, zero = 0.0f;
     const conv_descs *t = descs(p, DIR_FWD);
+    if (st == STOKE_OK)
+        st = use_math(c, p, DIR_FWD);
     if (st == STOKE_OK && p->key.fused) {
         /* alpha2 0: z (y itself, as cuDNN allows) is not read */
         const float *bias = p->zero_bias ? p->zero_bias : a->param[1];
@@ -466,11 +498,14 @@ static stoke_status bwd_data(cuda_ctx *c, const nn_exec_args *a, const cuda_conv
     const conv_descs *t = descs(p, DIR_BWD_DATA);
     const void *wt = lowp(p) ? (const void *)a->param_lp[0] : (const void *)a->param[0];
     void *dx = lowp(p) ? (void *)w->dx : (void *)a->din[0];
-    stoke_status st = cuda_dnn_check(c,
-                                     c->dnn->bwd_data(c->dnn_h, &one, t->w, wt, t->y, dy, p->cd,
-                                                      p->algo[DIR_BWD_DATA], w->dnn, p->ws,
-                                                      lowp(p) ? &zero : &one, t->x, dx),
-                                     "cudnnConvolutionBackwardData");
+    stoke_status st = use_math(c, p, DIR_BWD_DATA);
+    if (st != STOKE_OK)
+        return st;
+    st = cuda_dnn_check(c,
+                        c->dnn->bwd_data(c->dnn_h, &one, t->w, wt, t->y, dy, p->cd,
+                                         p->algo[DIR_BWD_DATA], w->dnn, p->ws,
+                                         lowp(p) ? &zero : &one, t->x, dx),
+                        "cudnnConvolutionBackwardData");
     if (st == STOKE_OK && lowp(p))
         st = widen(c, a, a->din[0], w->dx, x_n(p), 1);
     return st;
@@ -482,11 +517,14 @@ static stoke_status bwd_filter(cuda_ctx *c, const nn_exec_args *a, const cuda_co
     const float one = 1.0f, zero = 0.0f;
     const conv_descs *t = descs(p, DIR_BWD_FILTER);
     void *dw = lowp(p) ? (void *)w->dw : (void *)a->grad[0];
-    stoke_status st = cuda_dnn_check(c,
-                                     c->dnn->bwd_filter(c->dnn_h, &one, t->x, x, t->y, dy, p->cd,
-                                                        p->algo[DIR_BWD_FILTER], w->dnn, p->ws,
-                                                        lowp(p) ? &zero : &one, t->w, dw),
-                                     "cudnnConvolutionBackwardFilter");
+    stoke_status st = use_math(c, p, DIR_BWD_FILTER);
+    if (st != STOKE_OK)
+        return st;
+    st = cuda_dnn_check(c,
+                        c->dnn->bwd_filter(c->dnn_h, &one, t->x, x, t->y, dy, p->cd,
+                                           p->algo[DIR_BWD_FILTER], w->dnn, p->ws,
+                                           lowp(p) ? &zero : &one, t->w, dw),
+                        "cudnnConvolutionBackwardFilter");
     if (st == STOKE_OK && lowp(p))
         st = widen(c, a, a->grad[0], w->dw, w_n(p), 1);
     return st;
