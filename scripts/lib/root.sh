@@ -109,6 +109,8 @@ root_copy_tree() {
 root_run() {
     limit=$1 log=$2 cmd=$3
     shift 3
+    # In the background and waited for: a trapped signal interrupts `wait` at once
+    # (a foreground pipeline would hold the trap until the run ended by itself).
     {
         rc=0
         timeout --kill-after=30 "$limit" unshare --mount --propagation private sh -c '
@@ -124,6 +126,7 @@ root_run() {
         echo $! >"$work/pid"
         wait $! || rc=$?
         echo $rc >"$work/rc"
-    } 2>&1 | tee "$log"
+    } 2>&1 | tee "$log" &
+    wait $! || true
     rc=$(cat "$work/rc" 2>/dev/null || echo 1)
 }
