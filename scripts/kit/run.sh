@@ -153,7 +153,7 @@ cands() { # NAME-GLOB: candidate files, in the order of preference
         ls "$s"/nvidia/*/lib/$1 "$s"/nvidia/*/*/lib/$1 2>/dev/null
     done
     ls /usr/local/cuda/lib64/$1 /usr/local/cuda/targets/x86_64-linux/lib/$1 2>/dev/null
-    ldconfig -p 2>/dev/null | awk -v g="$1" '{n = $1; gsub(/\./, "\\.", g); gsub(/\*/, ".*", g); if (n ~ "^" g "$") print $NF}'
+    ldconfig -p 2>/dev/null | awk -v g="$1" 'BEGIN {gsub(/\./, "\\.", g); gsub(/\*/, ".*", g)} $1 ~ "^" g "$" {print $NF}'
     ls /usr/local/nvidia/lib64/$1 /usr/lib/x86_64-linux-gnu/$1 /usr/lib64/$1 2>/dev/null
 }
 pick() { # VAR GLOB...: sets VAR (unless set) to the first file found
