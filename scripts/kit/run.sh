@@ -202,16 +202,13 @@ say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | sed 's/^/nvidia-smi: /' | tee -a "$summary"
 
 # ---- Where each library resolves from ----
-# Allowed outside the kit: glibc, the C++ runtime and NVIDIA's own libraries.
+# Allowed outside the kit: what the machine provides itself (provided.sh), from
+# anywhere, and anything in the folders the NVIDIA libraries were found in.
+. "$kit/provided.sh"
 allowed() {
     case $1 in "$kit"/*) return 0 ;; esac
     for d in $nvdirs; do case $1 in "$d"/*) return 0 ;; esac; done
-    case ${1##*/} in
-        ld-linux* | libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | \
-        libresolv.so.* | libutil.so.* | libstdc++.so.* | libgcc_s.so.* | linux-vdso* | \
-        libcuda.so* | libnvidia-*.so* | libcudnn*.so* | libcublas*.so* | libnvrtc*.so* | libnvJitLink*.so*) return 0 ;;
-    esac
-    return 1
+    provided_lib "${1##*/}"
 }
 ldso=$(ls /lib64/ld-linux-x86-64.so.2 2>/dev/null || ls /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2)
 say ""
