@@ -434,6 +434,22 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->advice, "io-bound");
         CHECK_STR_CONTAINS(x->advice, "--prefetch 10");
     }
+    /* Workers idle 15% of the time on CPUs at 100%: short of CPU, not of storage (the
+     * robustness check of stoke bench under a sanitizer, once). */
+    dw.cpu = 100;
+    dw.busy = 0.85;
+    dw.workers = 2;
+    dw.slots = 2;
+    run_scenario(&dw, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "data-wait");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->advice, "the 2 workers share saturated CPUs");
+        CHECK_STR_CONTAINS(x->advice, "make per-sample work cheaper");
+        CHECK(strstr(x->advice, "look at the storage") == NULL);
+    }
+    dw.slots = 4;
     /* A CPU-only loop on one of two cores that waits for data is not short of threads. */
     scen cw = cpu_ok;
     cw.cpu = 50;
