@@ -53,6 +53,17 @@ int cli_last_error(const char *cmd);
 bool cli_parse_double(const char *s, double min, double max, double *out);
 bool cli_parse_long(const char *s, long min, long max, long *out);
 
+/* stop.c: SIGINT and SIGTERM set cli_stop_flag (the trainer's stop flag) between
+ * cli_stop_catch and cli_stop_release, and a second one ends the process.
+ * cli_stop_signal: the first signal caught since cli_stop_catch, 0 none; the exit code
+ * of a run it stopped is 128 + that (130 SIGINT, 143 SIGTERM). */
+extern volatile int cli_stop_flag;
+void cli_stop_catch(void);
+void cli_stop_release(void);
+int cli_stop_signal(void);
+/* "SIGINT", "SIGTERM", or "" when none was caught. */
+const char *cli_stop_signal_name(void);
+
 /* Gives SIGXFSZ back the disposition stoke inherited (main ignores it); for a child
  * process before exec. Async-signal-safe. */
 void cli_restore_inherited_signals(void);

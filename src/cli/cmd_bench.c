@@ -4,7 +4,6 @@
  * slowed loader, which the monitor must diagnose as input-bound. */
 #include <math.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +37,7 @@ void cmd_bench_usage(void)
            "--batch-size, --workers, --prefetch, --threads, --precision, --epochs,\n"
            "--max-steps, --loader-delay-us, and those that do not measure: --checkpoint,\n"
            "--resume, --log, --dry-run. Exit status: 0 done, 1 an error or the robustness\n"
-           "check failed, 2 usage, 130 interrupted (no JSON written).\n");
+           "check failed, 2 usage, 130/143 interrupted by SIGINT/SIGTERM (no JSON written).\n");
 }
 
 /* Settings bench chooses itself: given from anywhere they would be overridden. */
@@ -46,14 +45,7 @@ static const char *const bench_keys[] = {
     "batch_size",      "workers",    "prefetch", "threads", "precision", "epochs", "max_steps",
     "loader_delay_us", "checkpoint", "resume",   "log",     "dry_run",   NULL};
 
-static volatile int stop_flag;
 static char naive_lr_why[160];
-
-static void on_signal(int sig)
-{
-    stop_flag = 1;
-    signal(sig, SIG_DFL);
-}
 
 /* What the trainer's events say during one configuration. */
 typedef struct listen {
@@ -165,13 +157,14 @@ static void record_settings(bench_run *r, stoke_trainer *t, bool naive)
                 naive ? naive_lr_why : "");
 }
 
-/* stoke_trainer_run, 130 when interrupted, 1 on an error, -1 when it ran. */
+/* stoke_trainer_run, 128 + the signal when interrupted, 1 on an error, -1 when it ran. */
 static int run_trainer(stoke_trainer *t, const char *what)
 {
-    stoke_status s = stoke_trainer_run(t, &stop_flag);
-    if (stop_flag) {
-        fprintf(stderr, "stoke bench: interrupted during the %s run; no report written\n", what);
-        return 130;
+    stoke_status s = stoke_trainer_run(t, &cli_stop_flag);
+    if (cli_stop_flag) {
+        fprintf(stderr, "stoke bench: interrupted by %s during the %s run; no report written\n",
+                cli_stop_signal_name(), what);
+        return 128 + cli_stop_signal();
     }
     if (s != STOKE_OK)
         return cli_error("bench", "%s run: %s", what, stoke_last_error());
@@ -412,10 +405,7 @@ static int run_all(stoke_train_config *cfg, int64_t steps, int64_t warmup, const
         stoke_train_config_set(&tuned, autos[i], "auto", STOKE_CFG_FLAG);
     rep.runs[0].name = "naive";
     rep.runs[1].name = "tuned";
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_catch();
     int rc = measure(naive, true, warmup, steps, &rep.runs[0]);
     if (rc < 0)
         rc = measure(tuned, false, warmup, steps, &rep.runs[1]);
@@ -424,8 +414,7 @@ static int run_all(stoke_train_config *cfg, int64_t steps, int64_t warmup, const
         rc = robustness(tuned, &rep.runs[1], &rep.robust);
     else if (rc < 0)
         snprintf(rep.robust.skipped, sizeof rep.robust.skipped, "--no-robustness");
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    cli_stop_release();
     if (rc >= 0)
         return rc;
     bench_print(&rep);

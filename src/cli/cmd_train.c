@@ -3,7 +3,6 @@
  * on SIGINT/SIGTERM, and --dry-run's memory plan. */
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,16 +87,6 @@ void cmd_train_usage(void)
            "1 error, 2 usage, 130/143 interrupted by SIGINT/SIGTERM (checkpoint written).\n");
 }
 
-static volatile int stop_flag;
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-    stop_flag = 1;
-    stop_signal = sig;
-    /* A second Ctrl-C ends the process at once. */
-    signal(sig, SIG_DFL);
-}
 
 typedef struct out_state {
     bool tty;
@@ -282,13 +271,9 @@ int cmd_train(int argc, char **argv)
         stoke_trainer_free(t);
         return s == STOKE_OK ? 0 : cli_last_error("train");
     }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    stoke_status s = stoke_trainer_run(t, &stop_flag);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    cli_stop_catch();
+    stoke_status s = stoke_trainer_run(t, &cli_stop_flag);
+    cli_stop_release();
     if (o.line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
@@ -311,7 +296,7 @@ int cmd_train(int argc, char **argv)
                  100 * cfg.target_accuracy, 100 * r.best_val_metric);
     if (r.interrupted)
         printf("stopped after step %" PRId64 " (%s)%s%s%s\n", r.steps,
-               stop_signal ? (stop_signal == SIGINT ? "SIGINT" : "SIGTERM") : "max steps",
+               cli_stop_signal() ? cli_stop_signal_name() : "max steps",
                cfg.checkpoint[0] ? "; checkpoint written to " : "; no --checkpoint given",
                cfg.checkpoint, target);
     else if (r.target_reached)
@@ -323,7 +308,7 @@ int cmd_train(int argc, char **argv)
         printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s%s\n", r.epochs_done,
                r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val, target);
     stoke_trainer_free(t);
-    if (r.interrupted && stop_signal)
-        return 128 + stop_signal;
+    if (r.interrupted && cli_stop_signal())
+        return 128 + cli_stop_signal();
     return 0;
 }

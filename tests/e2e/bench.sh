@@ -2,7 +2,7 @@
 # bench.sh STOKE WORKDIR - `stoke bench` on a small prefix of Fashion-MNIST: the
 # before/after table with a number (or "-") in every cell, the JSON report valid
 # against docs/bench.md's schema, the robustness run diagnosed input-bound with the
-# fix; absurd flags, an unwritable --json and SIGINT fail cleanly with no partial JSON.
+# fix; absurd flags, an unwritable --json, SIGINT and SIGTERM fail cleanly with no partial JSON.
 # No timing thresholds: the figures are checked for being numbers, not for their size.
 set -u
 stoke=$1
@@ -136,21 +136,24 @@ else
     fail "unwritable --json: exit $rc"; show "$out"
 fi
 
-# --- SIGINT mid-run: 130, no JSON, no temporary file left
-rm -f "$work/int.json"
-"$stoke" bench --limit 2000 --steps 1000000 --json "$work/int.json" >"$out" 2>&1 &
-pid=$!
-i=0
-while [ $i -lt 600 ] && ! grep -q "warm-up" "$out"; do sleep 0.1; i=$((i + 1)); done
-sleep 0.5
-kill -INT $pid
-wait $pid
-rc=$?
-if [ "$rc" -eq 130 ] && [ ! -e "$work/int.json" ] && ! ls -A "$work" | grep -q stoke-tmp &&
-    grep -q "interrupted during the naive run; no report written" "$out"; then
-    ok "SIGINT: exit 130, no JSON"
-else
-    fail "SIGINT: exit $rc"; show "$out"; ls -A "$work"
-fi
+# --- SIGINT or SIGTERM mid-run: 128 + the signal, no JSON, no temporary file left
+for sig in INT:130 TERM:143; do
+    name=${sig%:*} code=${sig#*:}
+    rm -f "$work/int.json"
+    "$stoke" bench --limit 2000 --steps 1000000 --json "$work/int.json" >"$out" 2>&1 &
+    pid=$!
+    i=0
+    while [ $i -lt 600 ] && ! grep -q "warm-up" "$out"; do sleep 0.1; i=$((i + 1)); done
+    sleep 0.5
+    kill -"$name" $pid
+    wait $pid
+    rc=$?
+    if [ "$rc" -eq "$code" ] && [ ! -e "$work/int.json" ] && ! ls -A "$work" | grep -q stoke-tmp &&
+        grep -q "interrupted by SIG$name during the naive run; no report written" "$out"; then
+        ok "SIG$name: exit $code, no JSON"
+    else
+        fail "SIG$name: exit $rc (expected $code)"; show "$out"; ls -A "$work"
+    fi
+done
 
 e2e_end
