@@ -11,6 +11,9 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "core/json.h"
+#include "core/parse.h"
+#include "stoke/tune.h"
 #include "train/train_impl.h"
 #include "train/yaml_util.h"
 
@@ -302,12 +305,12 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
         break;
     }
     case T_U64: {
-        char *end;
-        errno = 0;
-        unsigned long long u = strtoull(value, &end, 10);
-        if (!*value || *end || errno || value[0] == '-')
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a non-negative integer", k->name,
-                              value);
+        uint64_t u;
+        if (!stoke_parse_u64(value, &u))
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: '%s' is not a whole number in [0, 18446744073709551615] "
+                              "(digits only: no sign or blank)",
+                              k->name, value);
         *(uint64_t *)(void *)field = u;
         break;
     }

@@ -1,0 +1,2 @@
+# Issue 26's faults in settings: signed unsigned values at the config parser.
+stoke_unit_test(test_train_faults test_train_faults.c)
