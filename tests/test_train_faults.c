@@ -1,5 +1,6 @@
 /* test_train_faults.c - issue 26's settings faults, at the config parser every source
- * goes through: unsigned values with a blank or a sign (9). */
+ * goes through: unsigned values with a blank or a sign (9), and the device's form and
+ * limit named with its source (12). */
 #include "check.h"
 #include "stoke/train.h"
 
@@ -48,8 +49,33 @@ static void test_seed_sign(void)
     CHECK_INT_EQ(c.seed, 42);
 }
 
+/* 12: a device not of the form names its source (a file's line, the variable); one of
+ * the form past the GPUs stoke addresses says the limit, not that the form is wrong. */
+static void test_device_source(void)
+{
+    stoke_train_config c;
+    CHECK_INT_EQ(load_text(&c, "epochs: 2\ndevice: gpu\n"), STOKE_ERR_FORMAT);
+    CHECK_STR_CONTAINS(stoke_last_error(),
+                       "c.yaml:2:9: device: 'gpu' is not auto, cpu, cuda or cuda:N");
+    CHECK_INT_EQ(load_env(&c, "STOKE_DEVICE", "gpu"), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "environment STOKE_DEVICE=gpu: device: 'gpu' is not");
+    CHECK_INT_EQ(load_env(&c, "STOKE_DEVICE", "cuda:99"), STOKE_ERR_ARG);
+    CHECK_STR_CONTAINS(stoke_last_error(), "environment STOKE_DEVICE=cuda:99: device: "
+                                           "'cuda:99': stoke addresses at most 16 GPUs, "
+                                           "cuda:0 to cuda:15");
+    CHECK(!strstr(stoke_last_error(), "is not auto"));
+    CHECK_INT_EQ(load_text(&c, "device: cuda:16\n"), STOKE_ERR_FORMAT);
+    CHECK_STR_CONTAINS(stoke_last_error(), "c.yaml:1:9: device: 'cuda:16': stoke addresses");
+    const char *good[] = {"auto", "cpu", "cuda", "cuda:0", "cuda:15"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        CHECK_INT_EQ(load_env(&c, "STOKE_DEVICE", good[i]), STOKE_OK);
+        CHECK_STR_EQ(c.device, good[i]);
+    }
+}
+
 int main(void)
 {
     test_seed_sign();
+    test_device_source();
     return CHECK_DONE();
 }

@@ -1,2 +1,3 @@
-# Issue 26's faults in settings: signed unsigned values at the config parser.
+# Issue 26's faults in settings: signed unsigned values and device errors at the config
+# parser.
 stoke_unit_test(test_train_faults test_train_faults.c)

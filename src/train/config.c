@@ -78,7 +78,7 @@ static const struct key {
     {"precision", T_STR, offsetof(stoke_train_config, precision),
      sizeof((stoke_train_config *)0)->precision, 0, 0, "PRECISION", " auto fp32 bf16 fp16 ",
      AUTO_NO},
-    /* auto, cpu, cuda or cuda:N: checked by the tuner (stoke_decide), which names it */
+    /* auto, cpu, cuda or cuda:N (stoke_device_check) */
     {"device", T_STR, offsetof(stoke_train_config, device), sizeof((stoke_train_config *)0)->device,
      0, 0, "STOKE_DEVICE", NULL, AUTO_NO},
     {"recompute", T_STR, offsetof(stoke_train_config, recompute),
@@ -281,6 +281,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
                 return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not one of%s", k->name, value,
                                   k->choices);
         }
+        /* checked here, not only by the decision, so the error names its source */
+        if (!strcmp(k->name, "device") && stoke_device_check(value) != STOKE_OK)
+            return STOKE_ERR_ARG;
         snprintf(field, k->size, "%s", value);
         break;
     }
