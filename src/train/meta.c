@@ -2,13 +2,17 @@
  * type} that both the writer (stoke_trainer_save) and the readers (resume, eval,
  * predict) go through, and the tensors (weights, then the optimizer's state). */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
+#include "core/parse.h"
 #include "train/trainer.h"
 
 typedef enum meta_type {
@@ -25,40 +29,55 @@ typedef struct meta_row {
     const char *key;
     size_t field; /* offsetof(train_meta, ...) */
     meta_type type;
+    /* A number's range: what a run can write. A checkpoint is outside data (edited,
+     * damaged, another program's): "-1" as the step would run the loop from step -1. */
+    double min, max;
 } meta_row;
 
-#define ROW(key, field, type)                  \
-    {                                          \
-        key, offsetof(train_meta, field), type \
+/* The counts a run reaches: max_steps and limit go to 1e15, epochs to 1e6. */
+#define COUNT 1e15
+#define ROW(key, field, type)                        \
+    {                                                \
+        key, offsetof(train_meta, field), type, 0, 0 \
+    }
+#define NUM(key, field, type, lo, hi)                  \
+    {                                                  \
+        key, offsetof(train_meta, field), type, lo, hi \
     }
 /* In the order they are written (the checkpoint's bytes depend on it). */
 static const meta_row rows[] = {
     ROW("stoke.format", format, META_TEXT),
-    ROW("stoke.epoch", epoch, META_I64),
-    ROW("stoke.step", step, META_I64),
-    ROW("stoke.seed", seed, META_U64),
-    ROW("stoke.sampler_epoch", sampler_epoch, META_I64),
-    ROW("stoke.sampler_index", sampler_index, META_I64),
-    ROW("stoke.loss_scale", loss_scale, META_F32),
+    NUM("stoke.epoch", epoch, META_I64, 0, 1e6),
+    NUM("stoke.step", step, META_I64, 0, COUNT),
+    ROW("stoke.seed", seed, META_U64), /* every 64-bit value is a seed */
+    NUM("stoke.sampler_epoch", sampler_epoch, META_I64, 0, 1e6),
+    NUM("stoke.sampler_index", sampler_index, META_I64, 0, COUNT),
+    /* 0: no dynamic scale (fp32, bf16); fp16's is a power of two, at most FLT_MAX */
+    NUM("stoke.loss_scale", loss_scale, META_F32, 0, FLT_MAX),
     ROW("stoke.precision", precision, META_TEXT),
     ROW("stoke.optimizer", optimizer, META_TEXT),
-    ROW("stoke.input_shape", input_shape, META_SHAPE),
-    ROW("stoke.data_shape", data_shape, META_SHAPE),
+    /* shapes: each dimension, at least 1 (the kernels index with 32-bit ints) */
+    NUM("stoke.input_shape", input_shape, META_SHAPE, 1, INT32_MAX),
+    NUM("stoke.data_shape", data_shape, META_SHAPE, 1, INT32_MAX),
     ROW("stoke.data_dtype", data_dtype, META_TEXT),
     ROW("stoke.target_kind", target_kind, META_TEXT),
-    ROW("stoke.classes", classes, META_I64),
-    ROW("stoke.target_shape", target_shape, META_SHAPE),
-    ROW("stoke.normalize_mean", mean, META_FLOATS),
-    ROW("stoke.normalize_std", std, META_FLOATS),
-    ROW("stoke.epoch_loss_sum", epoch_loss_sum, META_F64),
-    ROW("stoke.epoch_metric_sum", epoch_metric_sum, META_F64),
-    ROW("stoke.epoch_samples", epoch_samples, META_I64),
-    ROW("stoke.epoch_batches", epoch_batches, META_I64),
+    NUM("stoke.classes", classes, META_I64, 0, INT32_MAX),
+    NUM("stoke.target_shape", target_shape, META_SHAPE, 1, INT32_MAX),
+    /* each channel's; a std divides (the writer's is never below 1e-6) */
+    NUM("stoke.normalize_mean", mean, META_FLOATS, -FLT_MAX, FLT_MAX),
+    NUM("stoke.normalize_std", std, META_FLOATS, FLT_MIN, FLT_MAX),
+    /* an actor-critic's loss is below 0 at times; accuracy and MAE never are */
+    NUM("stoke.epoch_loss_sum", epoch_loss_sum, META_F64, -DBL_MAX, DBL_MAX),
+    NUM("stoke.epoch_metric_sum", epoch_metric_sum, META_F64, 0, DBL_MAX),
+    NUM("stoke.epoch_samples", epoch_samples, META_I64, 0, COUNT),
+    NUM("stoke.epoch_batches", epoch_batches, META_I64, 0, COUNT),
     ROW("stoke.model", model, META_TEXT),
     ROW("stoke.dataset", dataset, META_TEXT),
     ROW("stoke.config", config, META_TEXT),
 };
 #undef ROW
+#undef NUM
+#undef COUNT
 enum { N_ROWS = sizeof rows / sizeof rows[0] };
 
 /* A row's value as text into buf (a META_TEXT row's own string is returned instead). */
@@ -81,26 +100,43 @@ static const char *meta_format(const meta_row *r, const train_meta *m, char *buf
     return buf;
 }
 
-/* Parses v into the row's field; false when it is not of the row's type. */
-static bool meta_parse(const meta_row *r, const char *v, train_meta *m)
+/* Parses v into the row's field; false when it is not of the row's type, and
+ * *out_of_range too when it is a number outside the row's range (NaN and infinities
+ * are outside every range). */
+static bool meta_parse(const meta_row *r, const char *v, train_meta *m, bool *out_of_range)
 {
     void *f = (char *)m + r->field;
     char *end = NULL;
+    double x = 0;
+    *out_of_range = false;
     errno = 0;
     switch (r->type) {
     case META_TEXT: *(const char **)f = v; return true;
-    case META_I64: *(int64_t *)f = strtoll(v, &end, 10); break;
-    case META_U64: *(uint64_t *)f = strtoull(v, &end, 10); break;
-    case META_F32: *(float *)f = strtof(v, &end); break;
-    case META_F64: *(double *)f = strtod(v, &end); break;
-    case META_SHAPE: return train_parse_shape(v, f);
+    case META_U64: return stoke_parse_u64(v, (uint64_t *)f);
+    case META_SHAPE: {
+        const stoke_shape *sh = f;
+        if (!train_parse_shape(v, f))
+            return false;
+        for (int d = 0; d < sh->ndim; d++)
+            *out_of_range |= !(sh->dims[d] >= r->min && sh->dims[d] <= r->max);
+        return !*out_of_range;
+    }
     case META_FLOATS: {
         train_floats *fl = f;
         fl->n = train_parse_floats(v, fl->v, TRAIN_MAX_CHANNELS);
-        return fl->n >= 0;
+        for (int c = 0; c < fl->n; c++)
+            *out_of_range |= !(fl->v[c] >= r->min && fl->v[c] <= r->max);
+        return fl->n >= 0 && !*out_of_range;
     }
+    case META_I64: x = (double)(*(int64_t *)f = strtoll(v, &end, 10)); break;
+    case META_F32: x = *(float *)f = strtof(v, &end); break;
+    case META_F64: x = *(double *)f = strtod(v, &end); break;
     }
-    return end != v && !*end && errno == 0;
+    /* as the writer prints them: no blank or '+' before, nothing after */
+    if (end == v || *end || errno || isspace((unsigned char)v[0]) || v[0] == '+')
+        return false;
+    *out_of_range = !(x >= r->min && x <= r->max);
+    return !*out_of_range;
 }
 
 stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
@@ -113,9 +149,15 @@ stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
                               "%s: metadata key %s is missing (not a stoke "
                               "checkpoint?)",
                               stoke_ckpt_path(c), rows[i].key);
-        if (!meta_parse(&rows[i], v, m))
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata %s: '%.80s' is not understood",
-                              stoke_ckpt_path(c), rows[i].key, v);
+        bool out_of_range;
+        if (!meta_parse(&rows[i], v, m, &out_of_range))
+            return out_of_range
+                       ? stoke_fail(STOKE_ERR_FORMAT,
+                                    "%s: metadata %s: '%.80s' is outside [%.17g, %.17g] "
+                                    "(a damaged or edited checkpoint)",
+                                    stoke_ckpt_path(c), rows[i].key, v, rows[i].min, rows[i].max)
+                       : stoke_fail(STOKE_ERR_FORMAT, "%s: metadata %s: '%.80s' is not understood",
+                                    stoke_ckpt_path(c), rows[i].key, v);
     }
     return STOKE_OK;
 }
