@@ -481,7 +481,7 @@ char *stoke_train_config_json(const stoke_train_config *c)
         case T_BOOL: cJSON_AddBoolToObject(o, keys[i].name, *(const bool *)field); break;
         }
     }
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = stoke_json_print(o, false);
     cJSON_Delete(o);
     return s;
 }

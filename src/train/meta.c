@@ -242,7 +242,7 @@ static char *class_names_json(const stoke_trainer *t)
     cJSON *a = cJSON_CreateArray();
     for (int64_t c = 0; a && c < t->nclasses; c++)
         cJSON_AddItemToArray(a, cJSON_CreateString(stoke_dataset_class_name(t->train_src, c)));
-    char *js = a ? cJSON_PrintUnformatted(a) : NULL;
+    char *js = a ? stoke_json_print(a, false) : NULL;
     cJSON_Delete(a);
     return js;
 }
