@@ -454,6 +454,31 @@ stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *pat
     return s;
 }
 
+stoke_status train_config_bytes(const stoke_train_config *c, char **json)
+{
+    *json = NULL;
+    cJSON *o = NULL;
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *field = (const char *)c + keys[i].off;
+        if ((keys[i].type != T_STR && keys[i].type != T_SIZES) || stoke_utf8_valid(field))
+            continue;
+        char hex[2 * sizeof((stoke_train_config *)0)->dataset + 1];
+        size_t n = strlen(field);
+        for (size_t j = 0; j < n && 2 * j + 2 < sizeof hex; j++)
+            snprintf(hex + 2 * j, 3, "%02x", (unsigned char)field[j]);
+        if ((!o && !(o = cJSON_CreateObject())) || !cJSON_AddStringToObject(o, keys[i].name, hex)) {
+            cJSON_Delete(o);
+            return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+        }
+    }
+    if (o && !(*json = stoke_json_print(o, false))) {
+        cJSON_Delete(o);
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    }
+    cJSON_Delete(o);
+    return STOKE_OK;
+}
+
 char *stoke_train_config_json(const stoke_train_config *c)
 {
     cJSON *o = cJSON_CreateObject();

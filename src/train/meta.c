@@ -162,6 +162,88 @@ stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
     return STOKE_OK;
 }
 
+static const char *const config_required[] = {
+    "dataset", "model", "hidden", "optimizer", "seed", "augment", "transforms", NULL};
+
+static const char *json_kind(const cJSON *v)
+{
+    return cJSON_IsArray(v)    ? "an array"
+           : cJSON_IsObject(v) ? "an object"
+           : cJSON_IsNull(v)   ? "null"
+           : cJSON_IsString(v) ? "a string"
+           : cJSON_IsNumber(v) ? "a number"
+                               : "a boolean";
+}
+
+stoke_status train_ckpt_config(const stoke_ckpt *c, cJSON **out)
+{
+    *out = NULL;
+    const char *path = stoke_ckpt_path(c);
+    const char *js = stoke_ckpt_meta(c, "stoke.config");
+    if (!js)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata key stoke.config is missing", path);
+    cJSON *o = cJSON_Parse(js);
+    if (!o)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.config is not JSON", path);
+    stoke_status s = STOKE_OK;
+    if (!cJSON_IsObject(o))
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s: metadata stoke.config is %s, not a JSON object of the run's "
+                       "settings (a damaged or edited checkpoint)",
+                       path, json_kind(o));
+    for (const cJSON *v = s == STOKE_OK ? o->child : NULL; v && s == STOKE_OK; v = v->next)
+        if (!cJSON_IsString(v) && !cJSON_IsNumber(v) && !cJSON_IsBool(v))
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: metadata stoke.config: key %s is %s, not a setting's value "
+                           "(a string, number or boolean)",
+                           path, v->string, json_kind(v));
+    for (int i = 0; s == STOKE_OK && config_required[i]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(o, config_required[i]))
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: metadata stoke.config lacks the key %s (what the checkpoint "
+                           "was trained with; a damaged or edited checkpoint)",
+                           path, config_required[i]);
+    if (s != STOKE_OK) {
+        cJSON_Delete(o);
+        return s;
+    }
+    *out = o;
+    return STOKE_OK;
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int train_ckpt_config_bytes(const stoke_ckpt *c, const char *key, char *buf, size_t size)
+{
+    const char *js = stoke_ckpt_meta(c, "stoke.config_bytes");
+    if (!js)
+        return 0;
+    cJSON *o = cJSON_Parse(js);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    int r = cJSON_IsObject(o) && (!v || cJSON_IsString(v)) ? (v ? 1 : 0) : -1;
+    size_t n = r == 1 ? strlen(v->valuestring) : 0;
+    if (r == 1 && (n % 2 || n / 2 >= size))
+        r = -1;
+    for (size_t i = 0; r == 1 && i < n / 2; i++) {
+        int hi = hex_digit(v->valuestring[2 * i]), lo = hex_digit(v->valuestring[2 * i + 1]);
+        if (hi < 0 || lo < 0 || (hi | lo) == 0) /* a NUL would cut the text */
+            r = -1;
+        buf[i] = (char)(hi << 4 | lo);
+    }
+    if (r == 1)
+        buf[n / 2] = '\0';
+    cJSON_Delete(o);
+    if (r < 0)
+        stoke_fail(STOKE_ERR_FORMAT,
+                   "%s: metadata stoke.config_bytes: %s is not an object of settings whose "
+                   "values are the hex of their bytes",
+                   stoke_ckpt_path(c), v ? key : "it");
+    return r;
+}
+
 /* The checkpoint's tensors: every parameter, then each optimizer slot's state of the
  * trainable ones ("optim.m.NAME", "optim.v.NAME"). */
 static stoke_ckpt_tensor *collect_tensors(stoke_model *model, char (*names)[160], size_t *count)
@@ -306,7 +388,7 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
     train_meta m;
     trainer_meta(t, cfg ? cfg : "{}", &m);
     char text[N_ROWS][128];
-    stoke_ckpt_kv kv[2 + N_ROWS] = {
+    stoke_ckpt_kv kv[3 + N_ROWS] = {
         {"format", "pt"}, /* what Hugging Face's loaders expect for plain tensors */
     };
     for (int i = 0; i < N_ROWS; i++)
@@ -317,7 +399,13 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
     size_t nkv = 1 + N_ROWS;
     if (class_names)
         kv[nkv++] = (stoke_ckpt_kv){"stoke.class_names", class_names};
-    stoke_status s = stoke_ckpt_write(path, ts, n, kv, nkv);
+    char *exact = NULL;
+    stoke_status s = train_config_bytes(&t->cfg, &exact);
+    if (exact)
+        kv[nkv++] = (stoke_ckpt_kv){"stoke.config_bytes", exact};
+    if (s == STOKE_OK)
+        s = stoke_ckpt_write(path, ts, n, kv, nkv);
+    free(exact);
     free(class_names);
     free(host);
     free(cfg);

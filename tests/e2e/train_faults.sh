@@ -47,6 +47,30 @@ resume() {
     fi
 }
 
+# 5: a config that is JSON but not an object, or lacks what the weights were trained
+# with, is refused naming the key; it never falls back to the defaults (Fashion-MNIST).
+resume config_array 1 "^stoke train: $work/config_array.safetensors: metadata stoke.config is an array, not a JSON object" \
+    stoke.config '[]'
+resume config_string 1 "metadata stoke.config is a string, not a JSON object" stoke.config '"x"'
+cfg=$(meta get "$ck" stoke.config)
+nodata=$(printf '%s' "$cfg" | $py -c 'import json, sys; c = json.load(sys.stdin); del c["dataset"]; print(json.dumps(c))')
+resume config_no_dataset 1 "metadata stoke.config lacks the key dataset" stoke.config "$nodata"
+badlr=$(printf '%s' "$cfg" | $py -c 'import json, sys; c = json.load(sys.stdin); c["lr"] = [1]; print(json.dumps(c))')
+resume config_array_value 1 "metadata stoke.config: key lr is an array, not a setting's value" \
+    stoke.config "$badlr"
+badseed=$(printf '%s' "$cfg" | $py -c 'import json, sys; c = json.load(sys.stdin); c["seed"] = " -1"; print(json.dumps(c))')
+resume config_seed_sign 1 "config_seed_sign.safetensors: seed: ' -1' is not a whole number" \
+    stoke.config "$badseed"
+# a setting newer than the checkpoint (not one of those required): its default, said
+nosched=$(printf '%s' "$cfg" | $py -c 'import json, sys; c = json.load(sys.stdin); del c["schedule"]; print(json.dumps(c))')
+resume config_no_schedule 0 "^resume: the checkpoint's config lacks settings newer than it; the defaults apply: schedule cosine$" \
+    stoke.config "$nosched"
+if grep -q fashion-mnist "$work"/config_*.txt; then
+    fail "a broken config fell back to the default dataset"; grep fashion-mnist "$work"/config_*.txt | show
+else
+    ok "no broken config falls back to the default dataset"
+fi
+
 # 6: every metadata number in its range, written as the writer writes it.
 resume step_negative 1 "metadata stoke.step: '-1' is outside \[0, 1000000000000000\]" stoke.step -1
 resume step_blank 1 "metadata stoke.step: ' 5' is not understood" stoke.step ' 5'
@@ -74,6 +98,62 @@ meta set "$work/evalstep.safetensors" stoke.classes -1
 "$stoke" eval "$work/evalstep.safetensors" --dataset "$work/data/x.npy" >"$out" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "metadata stoke.classes: '-1' is outside" "$out"; then ok "eval: the same checks"; else fail "eval: exit $rc"; show "$out"; fi
+
+# 7: a dataset path with byte 0xFF. Every JSON written is UTF-8 (U+FFFD in its place),
+# and the checkpoint keeps the exact bytes (stoke.config_bytes), so --resume and eval
+# open the same file.
+odd=$work/$(printf 'd\377x')
+mkdir -p "$odd"
+cp "$work/data/x.npy" "$work/data/y.npy" "$odd/"
+"$stoke" train --dataset "$odd/x.npy" $small --epochs 1 --checkpoint "$work/odd.safetensors" \
+    --log "$odd/log.jsonl" >"$out" 2>&1 || { fail "training on the odd path"; show "$out"; }
+if $py "$here/../safetensors_read.py" model "$work/odd.safetensors" >"$work/py.txt" 2>&1; then
+    ok "the independent reader accepts the checkpoint of a non-UTF-8 path"
+else
+    fail "independent reader"; show "$work/py.txt"
+fi
+"$stoke" data info "$odd/x.npy" --json >"$work/info.json" 2>&1
+"$stoke" config show --dataset "$odd/x.npy" --json >"$work/show.json" 2>&1
+if $py - "$work/odd.safetensors" "$odd/log.jsonl" "$work/info.json" "$work/show.json" "$odd" <<'PY'
+import json, os, struct, sys
+ck, log, info, show, odd = sys.argv[1:6]
+want = (odd + "/x.npy").encode("utf-8", "surrogateescape")
+shown = want.decode("utf-8", "replace")  # each invalid byte: U+FFFD
+with open(ck, "rb") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    meta = json.loads(f.read(n).decode("utf-8"))["__metadata__"]
+assert meta["stoke.dataset"] == shown, meta["stoke.dataset"]
+assert json.loads(meta["stoke.config"])["dataset"] == shown
+assert bytes.fromhex(json.loads(meta["stoke.config_bytes"])["dataset"]) == want
+recs = [json.loads(l) for l in open(log, encoding="utf-8")]
+assert [r for r in recs if r["type"] == "start"][0]["dataset"] == shown
+assert json.load(open(info, encoding="utf-8"))["path"] == shown
+json.load(open(show, encoding="utf-8"))
+PY
+then
+    ok "checkpoint header, log, data info --json and config show --json: UTF-8 JSON"
+else
+    fail "JSON of a non-UTF-8 path"
+fi
+"$stoke" train --resume "$work/odd.safetensors" --epochs 2 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^dataset: $odd/x.npy: 64 samples" "$out"; then
+    ok "resume opens the exact non-UTF-8 path"
+else
+    fail "resume of the odd path: exit $rc"; show "$out"
+fi
+"$stoke" eval "$work/odd.safetensors" >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^$work/odd.safetensors on $odd/x.npy (test, 64 samples)" "$out"; then
+    ok "eval opens the exact non-UTF-8 path"
+else
+    fail "eval of the odd path: exit $rc"; show "$out"
+fi
+cp "$work/odd.safetensors" "$work/oddbad.safetensors"
+meta set "$work/oddbad.safetensors" stoke.config_bytes '{"dataset":"zz"}'
+"$stoke" train --resume "$work/oddbad.safetensors" --epochs 2 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "metadata stoke.config_bytes: dataset is not" "$out"; then ok "config_bytes checked"; else fail "config_bytes: exit $rc"; show "$out"; fi
 
 # 9 and 12 from the command line: a sign before the digits, and the device's source.
 SEED=" -5" "$stoke" train --dataset "$work/data/x.npy" --dry-run >"$out" 2>&1
