@@ -79,8 +79,11 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
     }
     stoke_status s = STOKE_OK;
     char absent[1200] = "";
+    int ckpt_key = 0;
     for (int i = 0; stoke_train_config_key(i) && s == STOKE_OK; i++) {
         const char *k = stoke_train_config_key(i);
+        if (!strcmp(k, "checkpoint"))
+            ckpt_key = i;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
         char buf[600], given[700];
         json_value(v, buf, sizeof buf);
@@ -122,6 +125,9 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
         if (stoke_train_config_set(c, k, buf, STOKE_CFG_CHECKPOINT) != STOKE_OK)
             s = train_wrap_error(STOKE_ERR_FORMAT, "%s", stoke_ckpt_path(ck));
     }
+    if (s == STOKE_OK && c->checkpoint[0] && c->source[ckpt_key] == STOKE_CFG_CHECKPOINT)
+        train_info(t, "resume: checkpoints go to %s, the path in %s's config (--checkpoint "
+                      "writes elsewhere)", c->checkpoint, stoke_ckpt_path(ck));
     if (s == STOKE_OK && absent[0])
         train_info(t, "resume: the checkpoint's config lacks settings newer than it; the "
                       "defaults apply: %s", absent);

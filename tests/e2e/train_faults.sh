@@ -99,6 +99,21 @@ meta set "$work/evalstep.safetensors" stoke.classes -1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "metadata stoke.classes: '-1' is outside" "$out"; then ok "eval: the same checks"; else fail "eval: exit $rc"; show "$out"; fi
 
+# 13: a resumed run without --checkpoint writes to the path in the checkpoint's
+# config: it says so, and why, at the start and in its last line.
+cp "$ck" "$work/r13.safetensors"
+"$stoke" train --resume "$work/r13.safetensors" --epochs 4 --max-steps 6 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^resume: checkpoints go to $ck, the path in $work/r13.safetensors's config (--checkpoint writes elsewhere)$" "$out" \
+    && grep -q "^stopped after step 6 (max steps); checkpoint written to $ck (the path in $work/r13.safetensors's config" "$out" \
+    && ! grep -q "no --checkpoint given" "$out"; then
+    ok "resume: where it writes, and why"
+else
+    fail "resume: where it writes (exit $rc)"; show "$out"
+fi
+"$stoke" train --dataset "$work/data/x.npy" $small --epochs 2 --max-steps 2 >"$out" 2>&1
+if grep -q "^stopped after step 2 (max steps); no --checkpoint given$" "$out"; then ok "no checkpoint: said"; else fail "no checkpoint"; show "$out"; fi
+
 # 7: a dataset path with byte 0xFF. Every JSON written is UTF-8 (U+FFFD in its place),
 # and the checkpoint keeps the exact bytes (stoke.config_bytes), so --resume and eval
 # open the same file.
