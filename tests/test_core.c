@@ -1,10 +1,14 @@
 /* test_core.c - status names, last error, file helpers, byte formatting, the CPU
- * instruction-set cap. */
+ * instruction-set cap, unsigned numbers from outside text, JSON that is valid UTF-8. */
 #include "check.h"
 #include "core/isa.h"
+#include "core/json.h"
+#include "core/parse.h"
 #include "core/text.h"
 #include "stoke/core.h"
 
+#include <cjson/cJSON.h>
+#include <stdint.h>
 #include <unistd.h>
 
 /* The instruction-set cap: names, the levels of CPU features, which dispatch features
@@ -82,8 +86,60 @@ static void test_text_cut(void)
     CHECK_STR_EQ(c, "a b");
 }
 
+/* Issue 26 (9): strtoull takes " -5" as 2^64 - 5; the helper takes digits only. */
+static void test_parse_u64(void)
+{
+    uint64_t v = 7;
+    CHECK(stoke_parse_u64("0", &v) && v == 0);
+    CHECK(stoke_parse_u64("18446744073709551615", &v) && v == UINT64_MAX);
+    const char *bad[] = {"", " -5", "-5", "-0", " 5", "+5", "5 ", "5x", "18446744073709551616",
+                         "0x10", "\t1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        CHECK_MSG(!stoke_parse_u64(bad[i], &v) && v == 7, "'%s' taken as %llu", bad[i],
+                  (unsigned long long)v);
+    }
+    const char *end;
+    CHECK(stoke_parse_u64_prefix("48K", 10, &v, &end) && v == 48 && !strcmp(end, "K"));
+    CHECK(stoke_parse_u64_prefix("00ff:1", 16, &v, &end) && v == 255 && *end == ':');
+    CHECK(!stoke_parse_u64_prefix("-1:0", 16, &v, &end));
+    CHECK(!stoke_parse_u64_prefix(" 1", 16, &v, &end));
+    CHECK(!stoke_parse_u64_prefix("0x1", 16, &v, &end));
+}
+
+/* Issue 26 (7): JSON that strict readers accept whatever bytes a path holds. Each byte
+ * outside a well-formed sequence becomes U+FFFD; valid text is kept as it is. */
+static void test_json_utf8(void)
+{
+    CHECK(stoke_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+    const char *bad[] = {"\xff", "caf\xe9", "\xc0\xaf" /* overlong '/' */,
+                         "\xed\xa0\x80" /* a surrogate */, "\xf4\x90\x80\x80" /* > U+10FFFF */,
+                         "\xe2\x82" /* cut */};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(!stoke_utf8_valid(bad[i]), "bad[%zu] taken as UTF-8", i);
+    char *r = stoke_utf8_repair("d\xffx/caf\xc3\xa9\xe2\x82");
+    CHECK_STR_EQ(r, "d\xef\xbf\xbdx/caf\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd");
+    free(r);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", "/data/\xff\xfe.npy");
+    cJSON_AddStringToObject(o, "k\x80", "\"q\"\n");
+    for (int formatted = 0; formatted < 2; formatted++) {
+        char *js = stoke_json_print(o, formatted);
+        CHECK(js && stoke_utf8_valid(js));
+        CHECK_STR_CONTAINS(js, "/data/\xef\xbf\xbd\xef\xbf\xbd.npy");
+        CHECK_STR_CONTAINS(js, "\\\"q\\\"\\n"); /* cJSON's escapes are kept */
+        cJSON *back = js ? cJSON_Parse(js) : NULL;
+        CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(back, "k\xef\xbf\xbd")));
+        cJSON_Delete(back);
+        free(js);
+    }
+    cJSON_Delete(o);
+}
+
 int main(void)
 {
+    test_parse_u64();
+    test_json_utf8();
     test_text_cut();
     CHECK_STR_EQ(stoke_status_name(STOKE_OK), "ok");
     CHECK_STR_EQ(stoke_status_name(STOKE_ERR_FORMAT), "format");

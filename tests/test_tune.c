@@ -534,12 +534,24 @@ static void test_decide(void)
     q.device = "cuda";
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
     CHECK_INT_EQ(d.device, 0);
-    const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda:99", "CPU"};
+    const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda: 1", "cuda:+1", "cuda:1x",
+                         "CPU"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         q.device = bad[i];
         CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
         CHECK_STR_CONTAINS(stoke_last_error(), "is not auto, cpu, cuda or cuda:N");
+        CHECK_INT_EQ(stoke_device_check(bad[i]), STOKE_ERR_ARG);
     }
+    /* issue 26 (12): of the form, past the devices stoke addresses: the limit is said */
+    const char *past[] = {"cuda:16", "cuda:99", "cuda:99999999999999999999"};
+    for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
+        q.device = past[i];
+        CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
+        CHECK_STR_CONTAINS(stoke_last_error(), "stoke addresses at most 16 GPUs, cuda:0 to cuda:15");
+    }
+    q.device = "cuda:15";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, 15);
     q.device = NULL;
 
     q.precision = "fp64";

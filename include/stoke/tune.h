@@ -187,6 +187,13 @@ typedef struct stoke_decision {
     stoke_why accumulate_why; /* tuned: from effective_batch (set by the trainer) */
 } stoke_decision;
 
+/* The device setting's form: "auto", "cpu", "cuda" or "cuda:N" with N a CUDA device
+ * index stoke can address (0 to STOKE_MAX_GPUS - 1). STOKE_ERR_ARG naming the value
+ * ("device: 'gpu' is not ...", "device: 'cuda:99': stoke addresses at most ...") so
+ * each source of settings refuses it with its own name first (a file's line, a
+ * variable, a flag). Whether that GPU exists is the model's to say when it is made. */
+stoke_status stoke_device_check(const char *device);
+
 /* Decides every setting of the request from the machine's recommendations (`recs`
  * from stoke_recommend on `m`, the rules `stoke probe` prints) where the request
  * leaves it open. STOKE_ERR_ARG naming the value for a precision that is not auto,

@@ -310,6 +310,21 @@ static int get_i64(PyObject *d, const char *k, int64_t *out)
     return 0;
 }
 
+/* A 64-bit seed: PyLong_AsUnsignedLongLong refuses a negative int (OverflowError)
+ * where PyLong_AsLongLong and a cast would make -5 into 2^64 - 5, and it takes the
+ * seeds from 2^63 up that loader.py allows. */
+static int get_u64(PyObject *d, const char *k, uint64_t *out)
+{
+    PyObject *v = PyDict_GetItemString(d, k);
+    if (!v)
+        return 0;
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = x;
+    return 0;
+}
+
 static int get_int(PyObject *d, const char *k, int *out)
 {
     int64_t x = *out;
@@ -512,10 +527,8 @@ static int core_init(CoreObject *self, PyObject *args, PyObject *kw)
         get_i64(o, "start_index", &lo.start.index) < 0 || get_int(o, "workers", &lo.workers) < 0 ||
         get_int(o, "prefetch", &lo.prefetch) < 0 || get_int(o, "device", &device) < 0)
         return -1;
-    int64_t seed = 0;
-    if (get_i64(o, "seed", &seed) < 0)
+    if (get_u64(o, "seed", &lo.sampler.seed) < 0)
         return -1;
-    lo.sampler.seed = (uint64_t)seed;
     PyObject *t = PyDict_GetItemString(o, "transform");
     if (t && t != Py_None) {
         if (parse_transform(self, t) < 0)
@@ -728,12 +741,10 @@ static PyObject *epoch_order(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "LO!L", &count, &PyDict_Type, &o, &epoch))
         return NULL;
     stoke_sampler_opts so = {.batch_size = 1, .world_size = 1};
-    int64_t seed = 0;
     if (get_i64(o, "batch_size", &so.batch_size) < 0 || get_bool(o, "shuffle", &so.shuffle) < 0 ||
         get_bool(o, "drop_last", &so.drop_last) < 0 || get_int(o, "rank", &so.rank) < 0 ||
-        get_int(o, "world_size", &so.world_size) < 0 || get_i64(o, "seed", &seed) < 0)
+        get_int(o, "world_size", &so.world_size) < 0 || get_u64(o, "seed", &so.seed) < 0)
         return NULL;
-    so.seed = (uint64_t)seed;
     stoke_sampler *s = NULL;
     stoke_status st = stoke_sampler_create(count, &so, &s);
     if (st == STOKE_OK)
@@ -785,13 +796,18 @@ static PyObject *epoch_batches(PyObject *mod, PyObject *args)
 static PyObject *transform_apply(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    PyObject *ds, *t;
+    PyObject *ds, *t, *seed_obj;
     Py_buffer in;
-    unsigned long long seed;
     long long epoch, index;
-    if (!PyArg_ParseTuple(args, "O!O!y*KLL", stokepy_DatasetType, &ds, &PyDict_Type, &t, &in, &seed,
-                          &epoch, &index))
+    /* the seed as an object: "K" converts without a range check, -5 to 2^64 - 5 */
+    if (!PyArg_ParseTuple(args, "O!O!y*O!LL", stokepy_DatasetType, &ds, &PyDict_Type, &t, &in,
+                          &PyLong_Type, &seed_obj, &epoch, &index))
         return NULL;
+    unsigned long long seed = PyLong_AsUnsignedLongLong(seed_obj);
+    if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
     PyObject *out = NULL;
     CoreObject tmp; /* only its transform fields */
     memset(&tmp, 0, sizeof tmp);

@@ -217,6 +217,26 @@ def test_resume_mid_epoch(rgb_npy):
         stoke.Loader(ds, **dict(kw, batch_size=16)).load_state_dict(state)
 
 
+def test_seed_is_unsigned_64_bits(rgb_npy):
+    """Issue 26 (9): the extension reads a seed as unsigned: a negative one is refused
+    (it was cast to 2**64 - 5), and the top half of the range loader.py allows works
+    (it overflowed a signed read)."""
+    ds = stoke.Dataset(rgb_npy[0])
+    top = stoke.Loader(ds, batch_size=50, shuffle=True, seed=2**64 - 1, workers=0,
+                       output="numpy")
+    assert sum(1 for _ in top) == 10
+    sampler = dict(top._sampler)
+    assert len(_stoke.epoch_order(len(ds), sampler, 0)) == 10
+    for bad in (-5, -1):
+        with pytest.raises(OverflowError):
+            _stoke.epoch_order(len(ds), dict(sampler, seed=bad), 0)
+    loader = stoke.Loader(ds, batch_size=50, transforms=AUG[:1], workers=0)
+    raw, _ = ds.read(0)
+    _stoke.transform_apply(ds._d, loader._transform, raw, 2**64 - 1, 0, 0)
+    with pytest.raises(OverflowError):
+        _stoke.transform_apply(ds._d, loader._transform, raw, -5, 0, 0)
+
+
 def test_epochs_len_and_shards(rgb_npy):
     path, _, _ = rgb_npy
     ds = stoke.Dataset(path)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "core/tmpfile.h"
@@ -206,7 +207,7 @@ int bench_check_json_path(const char *path)
 int bench_write_json(const bench_report *r, const char *path)
 {
     cJSON *o = report_json(r);
-    char *s = o ? cJSON_Print(o) : NULL;
+    char *s = o ? stoke_json_print(o, true) : NULL;
     cJSON_Delete(o);
     if (!s)
         return cli_error("bench", "out of memory");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "cli/cli.h"
 #include "stoke/train.h"
 #include "stoke/tune.h"
@@ -200,7 +201,7 @@ static int show(int argc, char **argv)
     if (!o)
         return cli_error("config show", "out of memory");
     if (json) {
-        char *s = cJSON_PrintUnformatted(o);
+        char *s = stoke_json_print(o, false);
         if (s)
             printf("%s\n", s);
         free(s);

@@ -1,6 +1,7 @@
 /* cmd_data.c - `stoke data info` (count, shapes, dtypes, class balance of a dataset)
  * and `stoke data convert` (any supported format to stoke packed records); `stoke data
  * bench` is cmd_data_bench.c. */
+#include "core/json.h"
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
@@ -126,7 +127,7 @@ static void print_json(const char *path, const stoke_dataset *d, const int64_t *
             cJSON_AddItemToArray(bal, o);
         }
     }
-    char *s = cJSON_Print(root);
+    char *s = stoke_json_print(root, true);
     if (s)
         puts(s);
     free(s);

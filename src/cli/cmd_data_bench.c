@@ -2,6 +2,7 @@
  * transform and the in-memory holding `stoke train` would use on it, timed for each
  * worker count: what a user runs to learn whether the loader can feed a GPU that
  * trains at X samples/s before renting one. */
+#include "core/json.h"
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
@@ -404,7 +405,7 @@ static void print_json(const bench_opts *o, const bench_setup *b, const bench_ro
         cJSON_AddNullToObject(root, "best");
     }
     cJSON_AddBoolToObject(root, "interrupted", interrupted != 0);
-    char *s = cJSON_Print(root);
+    char *s = stoke_json_print(root, true);
     if (s)
         puts(s);
     free(s);

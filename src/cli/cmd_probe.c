@@ -1,4 +1,5 @@
 /* cmd_probe.c - `stoke probe`: what the machine has and what stoke will do with it. */
+#include "core/json.h"
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
@@ -517,7 +518,7 @@ int cmd_probe(int argc, char **argv)
     int rc = 0;
     if (json) {
         cJSON *doc = machine_json(m, recs, prof);
-        char *text = doc ? cJSON_Print(doc) : NULL;
+        char *text = doc ? stoke_json_print(doc, true) : NULL;
         if (text) {
             puts(text);
             free(text);

@@ -283,6 +283,17 @@ int cmd_train(int argc, char **argv)
     }
     stoke_train_result r;
     stoke_trainer_result(t, &r);
+    /* the run's settings: with --resume, those not given came from the checkpoint */
+    const stoke_train_config *run = stoke_trainer_config(t);
+    char ckpt[sizeof run->checkpoint + sizeof run->resume + 200] = "";
+    if (run->checkpoint[0] &&
+        stoke_train_config_source(run, "checkpoint") == STOKE_CFG_CHECKPOINT)
+        snprintf(ckpt, sizeof ckpt,
+                 "; checkpoint written to %s (the path in %s's config: a resumed run goes on "
+                 "writing where it did; --checkpoint writes elsewhere)",
+                 run->checkpoint, run->resume);
+    else if (run->checkpoint[0])
+        snprintf(ckpt, sizeof ckpt, "; checkpoint written to %s", run->checkpoint);
     char val[96] = "";
     if (isfinite(r.val_metric) && !strcmp(r.metric_name, "acc"))
         snprintf(val, sizeof val, ", val loss %.4f, val acc %.2f%%", r.val_loss,
@@ -291,19 +302,18 @@ int cmd_train(int argc, char **argv)
         snprintf(val, sizeof val, ", val loss %.4f", r.val_loss);
     /* With --target-accuracy the last line says whether it was reached. */
     char target[160] = "";
-    if (cfg.target_accuracy > 0 && !r.target_reached)
+    if (run->target_accuracy > 0 && !r.target_reached)
         snprintf(target, sizeof target, "; target val acc %.2f%% not reached (best %.2f%%)",
-                 100 * cfg.target_accuracy, 100 * r.best_val_metric);
+                 100 * run->target_accuracy, 100 * r.best_val_metric);
     if (r.interrupted)
-        printf("stopped after step %" PRId64 " (%s)%s%s%s\n", r.steps,
+        printf("stopped after step %" PRId64 " (%s)%s%s\n", r.steps,
                cli_stop_signal() ? cli_stop_signal_name() : "max steps",
-               cfg.checkpoint[0] ? "; checkpoint written to " : "; no --checkpoint given",
-               cfg.checkpoint, target);
+               ckpt[0] ? ckpt : "; no --checkpoint given", target);
     else if (r.target_reached)
         printf("done: target val acc %.2f%% reached at step %" PRId64 " (epoch %" PRId64
-               ") in %.1fs%s%s%s\n",
-               100 * cfg.target_accuracy, r.target_step, r.target_epoch + 1, r.target_elapsed_s,
-               val, cfg.checkpoint[0] ? "; checkpoint written to " : "", cfg.checkpoint);
+               ") in %.1fs%s%s\n",
+               100 * run->target_accuracy, r.target_step, r.target_epoch + 1, r.target_elapsed_s,
+               val, ckpt);
     else
         printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s%s\n", r.epochs_done,
                r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val, target);

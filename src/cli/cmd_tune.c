@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "cli/cli.h"
 #include "stoke/train.h"
 #include "stoke/tune.h"
@@ -106,7 +107,7 @@ static int print_json(const stoke_train_tuning *r, const char *output)
     cJSON_AddStringToObject(o, "cache", r->cache_error[0] ? "" : r->cache_path);
     if (r->cache_error[0])
         cJSON_AddStringToObject(o, "cache_error", r->cache_error);
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = stoke_json_print(o, false);
     cJSON_Delete(o);
     if (!s)
         return cli_error("tune", "out of memory");

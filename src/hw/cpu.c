@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/isa.h"
+#include "core/parse.h"
 
 /* Enough for the kernel's CPU list syntax ("0-3,8-11") and for the CPU indices a
  * recorded tree uses; larger machines are counted but not walked one by one. */
@@ -52,9 +53,9 @@ static int parse_list(const char *s, bool *set, int cap)
 /* "48K", "2048K", "32M" as sysfs writes cache sizes; 0 if unreadable. */
 static uint64_t parse_size(const char *s)
 {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s)
+    const char *end;
+    uint64_t v;
+    if (!stoke_parse_u64_prefix(s, 10, &v, &end))
         return 0;
     switch (*end) {
     case 'K': return (uint64_t)v << 10;
@@ -466,9 +467,8 @@ static uint64_t cg_value(const char *path)
     char buf[64];
     if (stoke_read_line(path, buf, sizeof buf) <= 0)
         return 0;
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    if (end == buf || v >= (1ull << 62))
+    uint64_t v;
+    if (!stoke_parse_u64_prefix(buf, 10, &v, NULL) || v >= (1ull << 62))
         return 0;
     return (uint64_t)v;
 }

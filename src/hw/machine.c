@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/parse.h"
+
 typedef struct pci_addr {
-    unsigned long domain, bus, device, function;
+    uint64_t domain, bus, device, function;
 } pci_addr;
 
 /* Parses "domain:bus:device.function" (hex); the domain may be absent ("01:00.0"),
@@ -16,15 +18,12 @@ static bool parse_bus_id(const char *s, pci_addr *out)
 {
     if (!s || !*s)
         return false;
-    unsigned long f[4];
+    uint64_t f[4];
     int n = 0;
     const char *p = s;
     for (;;) {
-        char *end;
-        if (n == 4)
-            return false;
-        f[n++] = strtoul(p, &end, 16);
-        if (end == p)
+        const char *end;
+        if (n == 4 || !stoke_parse_u64_prefix(p, 16, &f[n++], &end))
             return false;
         if (*end == ':' || (*end == '.' && n >= 2)) {
             p = end + 1;

@@ -18,6 +18,7 @@
 #include "nn/cpu/loss.h"
 #include "nn/cpu/norm.h"
 #include "nn/cpu/optim.h"
+#include "core/parse.h"
 #include "core/precision.h"
 
 #define ALIGN 64
@@ -1061,7 +1062,8 @@ static void *cpu_alloc(void *ctx, size_t bytes)
     /* a test hook (docs/testing.md): arenas above this many bytes are refused, so the
      * trainer's halving on an allocation failure is exercised deterministically */
     const char *above = getenv("STOKE_FAIL_ALLOC_ABOVE");
-    if (above && *above && bytes > (size_t)strtoull(above, NULL, 10))
+    uint64_t limit;
+    if (above && stoke_parse_u64(above, &limit) && bytes > limit)
         return NULL;
     if (posix_memalign(&p, ALIGN, bytes ? align_up(bytes) : ALIGN) != 0)
         return NULL;

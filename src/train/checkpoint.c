@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "core/regular.h"
 #include "core/tmpfile.h"
 #include "stoke/train.h"
@@ -137,7 +138,7 @@ static char *build_header(const char *path, const stoke_ckpt_tensor *t, size_t n
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + nb)));
         off += nb;
     }
-    char *json = cJSON_PrintUnformatted(root);
+    char *json = stoke_json_print(root, false);
     cJSON_Delete(root);
     if (!json)
         goto nomem;

@@ -11,6 +11,9 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "core/json.h"
+#include "core/parse.h"
+#include "stoke/tune.h"
 #include "train/train_impl.h"
 #include "train/yaml_util.h"
 
@@ -75,7 +78,7 @@ static const struct key {
     {"precision", T_STR, offsetof(stoke_train_config, precision),
      sizeof((stoke_train_config *)0)->precision, 0, 0, "PRECISION", " auto fp32 bf16 fp16 ",
      AUTO_NO},
-    /* auto, cpu, cuda or cuda:N: checked by the tuner (stoke_decide), which names it */
+    /* auto, cpu, cuda or cuda:N (stoke_device_check) */
     {"device", T_STR, offsetof(stoke_train_config, device), sizeof((stoke_train_config *)0)->device,
      0, 0, "STOKE_DEVICE", NULL, AUTO_NO},
     {"recompute", T_STR, offsetof(stoke_train_config, recompute),
@@ -278,6 +281,9 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
                 return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not one of%s", k->name, value,
                                   k->choices);
         }
+        /* checked here, not only by the decision, so the error names its source */
+        if (!strcmp(k->name, "device") && stoke_device_check(value) != STOKE_OK)
+            return STOKE_ERR_ARG;
         snprintf(field, k->size, "%s", value);
         break;
     }
@@ -302,12 +308,12 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
         break;
     }
     case T_U64: {
-        char *end;
-        errno = 0;
-        unsigned long long u = strtoull(value, &end, 10);
-        if (!*value || *end || errno || value[0] == '-')
-            return stoke_fail(STOKE_ERR_ARG, "%s: '%s' is not a non-negative integer", k->name,
-                              value);
+        uint64_t u;
+        if (!stoke_parse_u64(value, &u))
+            return stoke_fail(STOKE_ERR_ARG,
+                              "%s: '%s' is not a whole number in [0, 18446744073709551615] "
+                              "(digits only: no sign or blank)",
+                              k->name, value);
         *(uint64_t *)(void *)field = u;
         break;
     }
@@ -448,6 +454,31 @@ stoke_status stoke_train_config_load_file(stoke_train_config *c, const char *pat
     return s;
 }
 
+stoke_status train_config_bytes(const stoke_train_config *c, char **json)
+{
+    *json = NULL;
+    cJSON *o = NULL;
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *field = (const char *)c + keys[i].off;
+        if ((keys[i].type != T_STR && keys[i].type != T_SIZES) || stoke_utf8_valid(field))
+            continue;
+        char hex[2 * sizeof((stoke_train_config *)0)->dataset + 1];
+        size_t n = strlen(field);
+        for (size_t j = 0; j < n && 2 * j + 2 < sizeof hex; j++)
+            snprintf(hex + 2 * j, 3, "%02x", (unsigned char)field[j]);
+        if ((!o && !(o = cJSON_CreateObject())) || !cJSON_AddStringToObject(o, keys[i].name, hex)) {
+            cJSON_Delete(o);
+            return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+        }
+    }
+    if (o && !(*json = stoke_json_print(o, false))) {
+        cJSON_Delete(o);
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    }
+    cJSON_Delete(o);
+    return STOKE_OK;
+}
+
 char *stoke_train_config_json(const stoke_train_config *c)
 {
     cJSON *o = cJSON_CreateObject();
@@ -475,7 +506,7 @@ char *stoke_train_config_json(const stoke_train_config *c)
         case T_BOOL: cJSON_AddBoolToObject(o, keys[i].name, *(const bool *)field); break;
         }
     }
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = stoke_json_print(o, false);
     cJSON_Delete(o);
     return s;
 }

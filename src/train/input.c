@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/parse.h"
 #include "train/train_impl.h"
 
 stoke_status train_wrap_error(stoke_status s, const char *fmt, ...)
@@ -209,11 +210,12 @@ bool train_parse_shape(const char *s, stoke_shape *out)
     if (!*s)
         return true;
     while (*s) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 0 || out->ndim >= STOKE_MAX_DIMS)
+        const char *end;
+        uint64_t v; /* digits only: strtoll took " 5" and "+5" */
+        if (!stoke_parse_u64_prefix(s, 10, &v, &end) || v > INT64_MAX ||
+            out->ndim >= STOKE_MAX_DIMS)
             return false;
-        out->dims[out->ndim++] = v;
+        out->dims[out->ndim++] = (int64_t)v;
         s = end;
         if (*s == ',')
             s++;

@@ -262,8 +262,8 @@ static double epoch_metric(const stoke_trainer *t)
 static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accum)
 {
     /* the test hook, once: batch `accum` of the step fails as a workspace grown would */
-    if (t->fail_step == t->step && t->fail_micro == accum) {
-        t->fail_step = -1;
+    if (t->fail_on && t->fail_step == t->step && t->fail_micro == accum) {
+        t->fail_on = false;
         return stoke_fail(STOKE_ERR_NOMEM,
                           "STOKE_FAIL_ALLOC_AT_STEP: the workspace of batch %" PRId64
                           " refused at step %" PRId64 ", batch %d of it",

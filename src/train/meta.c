@@ -2,13 +2,17 @@
  * type} that both the writer (stoke_trainer_save) and the readers (resume, eval,
  * predict) go through, and the tensors (weights, then the optimizer's state). */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
+#include "core/parse.h"
 #include "train/trainer.h"
 
 typedef enum meta_type {
@@ -25,40 +29,55 @@ typedef struct meta_row {
     const char *key;
     size_t field; /* offsetof(train_meta, ...) */
     meta_type type;
+    /* A number's range: what a run can write. A checkpoint is outside data (edited,
+     * damaged, another program's): "-1" as the step would run the loop from step -1. */
+    double min, max;
 } meta_row;
 
-#define ROW(key, field, type)                  \
-    {                                          \
-        key, offsetof(train_meta, field), type \
+/* The counts a run reaches: max_steps and limit go to 1e15, epochs to 1e6. */
+#define COUNT 1e15
+#define ROW(key, field, type)                        \
+    {                                                \
+        key, offsetof(train_meta, field), type, 0, 0 \
+    }
+#define NUM(key, field, type, lo, hi)                  \
+    {                                                  \
+        key, offsetof(train_meta, field), type, lo, hi \
     }
 /* In the order they are written (the checkpoint's bytes depend on it). */
 static const meta_row rows[] = {
     ROW("stoke.format", format, META_TEXT),
-    ROW("stoke.epoch", epoch, META_I64),
-    ROW("stoke.step", step, META_I64),
-    ROW("stoke.seed", seed, META_U64),
-    ROW("stoke.sampler_epoch", sampler_epoch, META_I64),
-    ROW("stoke.sampler_index", sampler_index, META_I64),
-    ROW("stoke.loss_scale", loss_scale, META_F32),
+    NUM("stoke.epoch", epoch, META_I64, 0, 1e6),
+    NUM("stoke.step", step, META_I64, 0, COUNT),
+    ROW("stoke.seed", seed, META_U64), /* every 64-bit value is a seed */
+    NUM("stoke.sampler_epoch", sampler_epoch, META_I64, 0, 1e6),
+    NUM("stoke.sampler_index", sampler_index, META_I64, 0, COUNT),
+    /* 0: no dynamic scale (fp32, bf16); fp16's is a power of two, at most FLT_MAX */
+    NUM("stoke.loss_scale", loss_scale, META_F32, 0, FLT_MAX),
     ROW("stoke.precision", precision, META_TEXT),
     ROW("stoke.optimizer", optimizer, META_TEXT),
-    ROW("stoke.input_shape", input_shape, META_SHAPE),
-    ROW("stoke.data_shape", data_shape, META_SHAPE),
+    /* shapes: each dimension, at least 1 (the kernels index with 32-bit ints) */
+    NUM("stoke.input_shape", input_shape, META_SHAPE, 1, INT32_MAX),
+    NUM("stoke.data_shape", data_shape, META_SHAPE, 1, INT32_MAX),
     ROW("stoke.data_dtype", data_dtype, META_TEXT),
     ROW("stoke.target_kind", target_kind, META_TEXT),
-    ROW("stoke.classes", classes, META_I64),
-    ROW("stoke.target_shape", target_shape, META_SHAPE),
-    ROW("stoke.normalize_mean", mean, META_FLOATS),
-    ROW("stoke.normalize_std", std, META_FLOATS),
-    ROW("stoke.epoch_loss_sum", epoch_loss_sum, META_F64),
-    ROW("stoke.epoch_metric_sum", epoch_metric_sum, META_F64),
-    ROW("stoke.epoch_samples", epoch_samples, META_I64),
-    ROW("stoke.epoch_batches", epoch_batches, META_I64),
+    NUM("stoke.classes", classes, META_I64, 0, INT32_MAX),
+    NUM("stoke.target_shape", target_shape, META_SHAPE, 1, INT32_MAX),
+    /* each channel's; a std divides (the writer's is never below 1e-6) */
+    NUM("stoke.normalize_mean", mean, META_FLOATS, -FLT_MAX, FLT_MAX),
+    NUM("stoke.normalize_std", std, META_FLOATS, FLT_MIN, FLT_MAX),
+    /* an actor-critic's loss is below 0 at times; accuracy and MAE never are */
+    NUM("stoke.epoch_loss_sum", epoch_loss_sum, META_F64, -DBL_MAX, DBL_MAX),
+    NUM("stoke.epoch_metric_sum", epoch_metric_sum, META_F64, 0, DBL_MAX),
+    NUM("stoke.epoch_samples", epoch_samples, META_I64, 0, COUNT),
+    NUM("stoke.epoch_batches", epoch_batches, META_I64, 0, COUNT),
     ROW("stoke.model", model, META_TEXT),
     ROW("stoke.dataset", dataset, META_TEXT),
     ROW("stoke.config", config, META_TEXT),
 };
 #undef ROW
+#undef NUM
+#undef COUNT
 enum { N_ROWS = sizeof rows / sizeof rows[0] };
 
 /* A row's value as text into buf (a META_TEXT row's own string is returned instead). */
@@ -81,26 +100,43 @@ static const char *meta_format(const meta_row *r, const train_meta *m, char *buf
     return buf;
 }
 
-/* Parses v into the row's field; false when it is not of the row's type. */
-static bool meta_parse(const meta_row *r, const char *v, train_meta *m)
+/* Parses v into the row's field; false when it is not of the row's type, and
+ * *out_of_range too when it is a number outside the row's range (NaN and infinities
+ * are outside every range). */
+static bool meta_parse(const meta_row *r, const char *v, train_meta *m, bool *out_of_range)
 {
     void *f = (char *)m + r->field;
     char *end = NULL;
+    double x = 0;
+    *out_of_range = false;
     errno = 0;
     switch (r->type) {
     case META_TEXT: *(const char **)f = v; return true;
-    case META_I64: *(int64_t *)f = strtoll(v, &end, 10); break;
-    case META_U64: *(uint64_t *)f = strtoull(v, &end, 10); break;
-    case META_F32: *(float *)f = strtof(v, &end); break;
-    case META_F64: *(double *)f = strtod(v, &end); break;
-    case META_SHAPE: return train_parse_shape(v, f);
+    case META_U64: return stoke_parse_u64(v, (uint64_t *)f);
+    case META_SHAPE: {
+        const stoke_shape *sh = f;
+        if (!train_parse_shape(v, f))
+            return false;
+        for (int d = 0; d < sh->ndim; d++)
+            *out_of_range |= !(sh->dims[d] >= r->min && sh->dims[d] <= r->max);
+        return !*out_of_range;
+    }
     case META_FLOATS: {
         train_floats *fl = f;
         fl->n = train_parse_floats(v, fl->v, TRAIN_MAX_CHANNELS);
-        return fl->n >= 0;
+        for (int c = 0; c < fl->n; c++)
+            *out_of_range |= !(fl->v[c] >= r->min && fl->v[c] <= r->max);
+        return fl->n >= 0 && !*out_of_range;
     }
+    case META_I64: x = (double)(*(int64_t *)f = strtoll(v, &end, 10)); break;
+    case META_F32: x = *(float *)f = strtof(v, &end); break;
+    case META_F64: x = *(double *)f = strtod(v, &end); break;
     }
-    return end != v && !*end && errno == 0;
+    /* as the writer prints them: no blank or '+' before, nothing after */
+    if (end == v || *end || errno || isspace((unsigned char)v[0]) || v[0] == '+')
+        return false;
+    *out_of_range = !(x >= r->min && x <= r->max);
+    return !*out_of_range;
 }
 
 stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
@@ -113,11 +149,99 @@ stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
                               "%s: metadata key %s is missing (not a stoke "
                               "checkpoint?)",
                               stoke_ckpt_path(c), rows[i].key);
-        if (!meta_parse(&rows[i], v, m))
-            return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata %s: '%.80s' is not understood",
-                              stoke_ckpt_path(c), rows[i].key, v);
+        bool out_of_range;
+        if (!meta_parse(&rows[i], v, m, &out_of_range))
+            return out_of_range
+                       ? stoke_fail(STOKE_ERR_FORMAT,
+                                    "%s: metadata %s: '%.80s' is outside [%.17g, %.17g] "
+                                    "(a damaged or edited checkpoint)",
+                                    stoke_ckpt_path(c), rows[i].key, v, rows[i].min, rows[i].max)
+                       : stoke_fail(STOKE_ERR_FORMAT, "%s: metadata %s: '%.80s' is not understood",
+                                    stoke_ckpt_path(c), rows[i].key, v);
     }
     return STOKE_OK;
+}
+
+static const char *const config_required[] = {
+    "dataset", "model", "hidden", "optimizer", "seed", "augment", "transforms", NULL};
+
+static const char *json_kind(const cJSON *v)
+{
+    return cJSON_IsArray(v)    ? "an array"
+           : cJSON_IsObject(v) ? "an object"
+           : cJSON_IsNull(v)   ? "null"
+           : cJSON_IsString(v) ? "a string"
+           : cJSON_IsNumber(v) ? "a number"
+                               : "a boolean";
+}
+
+stoke_status train_ckpt_config(const stoke_ckpt *c, cJSON **out)
+{
+    *out = NULL;
+    const char *path = stoke_ckpt_path(c);
+    const char *js = stoke_ckpt_meta(c, "stoke.config");
+    if (!js)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata key stoke.config is missing", path);
+    cJSON *o = cJSON_Parse(js);
+    if (!o)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.config is not JSON", path);
+    stoke_status s = STOKE_OK;
+    if (!cJSON_IsObject(o))
+        s = stoke_fail(STOKE_ERR_FORMAT,
+                       "%s: metadata stoke.config is %s, not a JSON object of the run's "
+                       "settings (a damaged or edited checkpoint)",
+                       path, json_kind(o));
+    for (const cJSON *v = s == STOKE_OK ? o->child : NULL; v && s == STOKE_OK; v = v->next)
+        if (!cJSON_IsString(v) && !cJSON_IsNumber(v) && !cJSON_IsBool(v))
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: metadata stoke.config: key %s is %s, not a setting's value "
+                           "(a string, number or boolean)",
+                           path, v->string, json_kind(v));
+    for (int i = 0; s == STOKE_OK && config_required[i]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(o, config_required[i]))
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: metadata stoke.config lacks the key %s (what the checkpoint "
+                           "was trained with; a damaged or edited checkpoint)",
+                           path, config_required[i]);
+    if (s != STOKE_OK) {
+        cJSON_Delete(o);
+        return s;
+    }
+    *out = o;
+    return STOKE_OK;
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int train_ckpt_config_bytes(const stoke_ckpt *c, const char *key, char *buf, size_t size)
+{
+    const char *js = stoke_ckpt_meta(c, "stoke.config_bytes");
+    if (!js)
+        return 0;
+    cJSON *o = cJSON_Parse(js);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    int r = cJSON_IsObject(o) && (!v || cJSON_IsString(v)) ? (v ? 1 : 0) : -1;
+    size_t n = r == 1 ? strlen(v->valuestring) : 0;
+    if (r == 1 && (n % 2 || n / 2 >= size))
+        r = -1;
+    for (size_t i = 0; r == 1 && i < n / 2; i++) {
+        int hi = hex_digit(v->valuestring[2 * i]), lo = hex_digit(v->valuestring[2 * i + 1]);
+        if (hi < 0 || lo < 0 || (hi | lo) == 0) /* a NUL would cut the text */
+            r = -1;
+        buf[i] = (char)(hi << 4 | lo);
+    }
+    if (r == 1)
+        buf[n / 2] = '\0';
+    cJSON_Delete(o);
+    if (r < 0)
+        stoke_fail(STOKE_ERR_FORMAT,
+                   "%s: metadata stoke.config_bytes: %s is not an object of settings whose "
+                   "values are the hex of their bytes",
+                   stoke_ckpt_path(c), v ? key : "it");
+    return r;
 }
 
 /* The checkpoint's tensors: every parameter, then each optimizer slot's state of the
@@ -200,7 +324,7 @@ static char *class_names_json(const stoke_trainer *t)
     cJSON *a = cJSON_CreateArray();
     for (int64_t c = 0; a && c < t->nclasses; c++)
         cJSON_AddItemToArray(a, cJSON_CreateString(stoke_dataset_class_name(t->train_src, c)));
-    char *js = a ? cJSON_PrintUnformatted(a) : NULL;
+    char *js = a ? stoke_json_print(a, false) : NULL;
     cJSON_Delete(a);
     return js;
 }
@@ -264,7 +388,7 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
     train_meta m;
     trainer_meta(t, cfg ? cfg : "{}", &m);
     char text[N_ROWS][128];
-    stoke_ckpt_kv kv[2 + N_ROWS] = {
+    stoke_ckpt_kv kv[3 + N_ROWS] = {
         {"format", "pt"}, /* what Hugging Face's loaders expect for plain tensors */
     };
     for (int i = 0; i < N_ROWS; i++)
@@ -275,7 +399,13 @@ stoke_status stoke_trainer_save(stoke_trainer *t, const char *path)
     size_t nkv = 1 + N_ROWS;
     if (class_names)
         kv[nkv++] = (stoke_ckpt_kv){"stoke.class_names", class_names};
-    stoke_status s = stoke_ckpt_write(path, ts, n, kv, nkv);
+    char *exact = NULL;
+    stoke_status s = train_config_bytes(&t->cfg, &exact);
+    if (exact)
+        kv[nkv++] = (stoke_ckpt_kv){"stoke.config_bytes", exact};
+    if (s == STOKE_OK)
+        s = stoke_ckpt_write(path, ts, n, kv, nkv);
+    free(exact);
     free(class_names);
     free(host);
     free(cfg);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "train/trainer.h"
 
 /* A record that cannot be written (a full disk, /dev/full, a file-size limit) stops
@@ -105,7 +106,7 @@ static cJSON *record(const char *type, double now, double elapsed, int64_t epoch
 /* Writes o as one line and frees it. */
 static void write_record(stoke_trainer *t, cJSON *o)
 {
-    char *js = o ? cJSON_PrintUnformatted(o) : NULL;
+    char *js = o ? stoke_json_print(o, false) : NULL;
     cJSON_Delete(o);
     if (!js)
         return;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "train/trainer.h"
 
 /* How a setting given with --resume relates to the checkpoint. The model, the
@@ -65,11 +66,10 @@ static void given_as(const char *k, stoke_cfg_source src, const char *v, char *b
 stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
 {
     stoke_train_config *c = &t->cfg;
-    const char *js = stoke_ckpt_meta(ck, "stoke.config");
-    cJSON *o = js ? cJSON_Parse(js) : NULL;
-    if (!o)
-        return stoke_fail(STOKE_ERR_FORMAT, "%s: metadata stoke.config is missing or not JSON",
-                          stoke_ckpt_path(ck));
+    cJSON *o;
+    stoke_status cs = train_ckpt_config(ck, &o);
+    if (cs != STOKE_OK)
+        return cs;
     char *mine_js = stoke_train_config_json(c);
     cJSON *mine = mine_js ? cJSON_Parse(mine_js) : NULL;
     free(mine_js);
@@ -78,11 +78,20 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     }
     stoke_status s = STOKE_OK;
+    char absent[1200] = "";
+    int ckpt_key = 0;
     for (int i = 0; stoke_train_config_key(i) && s == STOKE_OK; i++) {
         const char *k = stoke_train_config_key(i);
+        if (!strcmp(k, "checkpoint"))
+            ckpt_key = i;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
         char buf[600], given[700];
         json_value(v, buf, sizeof buf);
+        /* a path that is not UTF-8: the exact bytes, not the JSON's U+FFFD */
+        if (cJSON_IsString(v) && train_ckpt_config_bytes(ck, k, buf, sizeof buf) < 0) {
+            s = STOKE_ERR_FORMAT;
+            break;
+        }
         if (c->source[i] != STOKE_CFG_DEFAULT) {
             const cJSON *u = cJSON_GetObjectItemCaseSensitive(mine, k);
             if (!v || in_list(resume_quiet, k) || cJSON_Compare(u, v, true))
@@ -104,12 +113,24 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
                            buf[0] ? buf : "unset");
             continue;
         }
-        if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log") || !v ||
-            (!cJSON_IsString(v) && !cJSON_IsBool(v) && !cJSON_IsNumber(v)))
+        if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log"))
             continue;
+        if (!v) { /* not a key train_ckpt_config requires: a setting newer than the file */
+            char dv[600];
+            json_value(cJSON_GetObjectItemCaseSensitive(mine, k), dv, sizeof dv);
+            stoke_more(absent, sizeof absent, "%s%s %s", absent[0] ? ", " : "", k,
+                       dv[0] ? dv : "''");
+            continue;
+        }
         if (stoke_train_config_set(c, k, buf, STOKE_CFG_CHECKPOINT) != STOKE_OK)
             s = train_wrap_error(STOKE_ERR_FORMAT, "%s", stoke_ckpt_path(ck));
     }
+    if (s == STOKE_OK && c->checkpoint[0] && c->source[ckpt_key] == STOKE_CFG_CHECKPOINT)
+        train_info(t, "resume: checkpoints go to %s, the path in %s's config (--checkpoint "
+                      "writes elsewhere)", c->checkpoint, stoke_ckpt_path(ck));
+    if (s == STOKE_OK && absent[0])
+        train_info(t, "resume: the checkpoint's config lacks settings newer than it; the "
+                      "defaults apply: %s", absent);
     cJSON_Delete(mine);
     cJSON_Delete(o);
     return s;

@@ -118,18 +118,22 @@ static stoke_status check_weights(const stoke_saved_model *s, const stoke_ckpt *
 
 /* The evaluation transform the training run used (its config in the checkpoint): a
  * model trained on random resized crops is evaluated on centre crops of the image
- * enlarged by 8/7, as during training. None when the config does not say. */
-static train_aug saved_eval_aug(const stoke_ckpt *c)
+ * enlarged by 8/7, as during training. A config that does not say is refused
+ * (train_ckpt_config): guessing "none" would evaluate such a model on other inputs. */
+static stoke_status saved_eval_aug(const stoke_ckpt *c, train_aug *eval)
 {
-    const char *js = stoke_ckpt_meta(c, "stoke.config");
-    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    cJSON *o;
+    stoke_status s = train_ckpt_config(c, &o);
+    if (s != STOKE_OK)
+        return s;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "augment");
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transforms");
-    train_aug train = TRAIN_AUG_NONE, eval = TRAIN_AUG_NONE;
+    train_aug train = TRAIN_AUG_NONE;
+    *eval = TRAIN_AUG_NONE;
     if (cJSON_IsString(tr))
-        train_aug_of(cJSON_IsTrue(a), tr->valuestring, &train, &eval);
+        train_aug_of(cJSON_IsTrue(a), tr->valuestring, &train, eval);
     cJSON_Delete(o);
-    return eval;
+    return STOKE_OK;
 }
 
 stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved_model **out)
@@ -149,6 +153,11 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
     if ((st = train_meta_read(c, &m)) != STOKE_OK)
         goto fail;
     snprintf(s->dataset, sizeof s->dataset, "%s", m.dataset);
+    /* a path that is not UTF-8: the exact bytes, not the JSON's U+FFFD */
+    if (train_ckpt_config_bytes(c, "dataset", s->dataset, sizeof s->dataset) < 0) {
+        st = STOKE_ERR_FORMAT;
+        goto fail;
+    }
     stoke_dtype dt = STOKE_DTYPE_COUNT;
     for (int i = 0; i < STOKE_DTYPE_COUNT; i++)
         if (!strcmp(stoke_dtype_name((stoke_dtype)i), m.data_dtype))
@@ -175,7 +184,10 @@ stoke_status stoke_saved_model_open(const char *path, int64_t batch, stoke_saved
                             path, s->input.channels);
             goto fail;
         }
-        train_transform_opts(&s->input, saved_eval_aug(c), s->ops, &s->topts);
+        train_aug eval;
+        if ((st = saved_eval_aug(c, &eval)) != STOKE_OK)
+            goto fail;
+        train_transform_opts(&s->input, eval, s->ops, &s->topts);
         if ((st = stoke_transform_create(&s->topts, &s->transform)) != STOKE_OK)
             goto fail;
         size_t sb = stoke_transform_scratch_bytes(s->transform);

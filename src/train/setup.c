@@ -2,12 +2,14 @@
  * it (precision, threads), the data, the model and its optimizer, the memory check,
  * the loaders, the monitor and the log; and the trainer's end. The loop is loop.c. */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/parse.h"
 #include "core/text.h"
 #include "train/trainer.h"
 
@@ -927,9 +929,12 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     /* a test hook: "N" or "N:M", batch M (0: the first) of optimizer step N fails as an
      * allocation would */
     const char *fs = getenv("STOKE_FAIL_ALLOC_AT_STEP");
-    char *end = NULL;
-    t->fail_step = fs && *fs ? strtoll(fs, &end, 10) : -1;
-    t->fail_micro = end && *end == ':' ? atoi(end + 1) : 0;
+    const char *end = "";
+    uint64_t step = 0, micro = 0;
+    t->fail_on = fs && stoke_parse_u64_prefix(fs, 10, &step, &end) && step <= INT64_MAX &&
+                 (!*end || (*end == ':' && stoke_parse_u64(end + 1, &micro) && micro <= INT_MAX));
+    t->fail_step = (int64_t)step;
+    t->fail_micro = (int)micro;
     setup_mfu(t);
     setup_schedule(t);
     t->recompute = strcmp(t->cfg.recompute, "on") == 0;

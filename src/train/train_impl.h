@@ -160,6 +160,25 @@ typedef struct train_meta {
  * type. *m points into c: valid while c is open. */
 stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m);
 
+/* The checkpoint's stoke.config, parsed (free with cJSON_Delete). It must be a JSON
+ * object whose values are strings, numbers or booleans, holding at least the settings
+ * that say what its weights are and how their inputs are prepared (dataset, model,
+ * hidden, optimizer, seed, augment, transforms): a default in their place would train
+ * or evaluate something else without a word. STOKE_ERR_FORMAT naming the file and the
+ * key otherwise. */
+struct cJSON;
+stoke_status train_ckpt_config(const stoke_ckpt *c, struct cJSON **out);
+
+/* The checkpoint's texts that are not UTF-8, kept exactly (core/json.h: JSON holds
+ * them with U+FFFD in place of each invalid byte, which would name another file).
+ * write: *json (malloc'd) is the object stoke.config_bytes holds, {"dataset":
+ * "2f746d702fff"}, hex of each string setting of c that is not UTF-8; NULL when all
+ * are. read: setting `key`'s exact bytes from the checkpoint's stoke.config_bytes into
+ * buf: 1 when there, 0 when not (stoke.config's text is exact), -1 when malformed
+ * (the error names the file and key). */
+stoke_status train_config_bytes(const stoke_train_config *c, char **json);
+int train_ckpt_config_bytes(const stoke_ckpt *c, const char *key, char *buf, size_t size);
+
 /* Whether a checkpoint tensor (NULL: missing) is float32 of this shape: what a model's
  * parameter or optimizer state can be loaded from. */
 bool train_tensor_fits(const stoke_ckpt_tensor *t, const stoke_shape *shape);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/parse.h"
 #include "core/text.h"
 #include "stoke/tune.h"
 #include "tune/tune_impl.h"
@@ -159,16 +160,35 @@ static void decide_loader(const stoke_machine *m, const stoke_recs *recs,
         why(&d->pinned_why, STOKE_SRC_RULE, "%s", rp ? rp->reason : "no GPU");
 }
 
-/* "cuda" and "cuda:N" as a device index; -1 if s is neither. */
-static int parse_cuda(const char *s)
+/* "cuda" and "cuda:N" as a device index into *index (past the limit: -2); false if s
+ * is neither form. */
+static bool parse_cuda(const char *s, int *index)
 {
-    if (!strcmp(s, "cuda"))
-        return 0;
-    if (strncmp(s, "cuda:", 5) || s[5] < '0' || s[5] > '9')
-        return -1;
-    char *end;
-    long v = strtol(s + 5, &end, 10);
-    return *end || v > STOKE_MAX_GPUS ? -1 : (int)v;
+    if (!strcmp(s, "cuda")) {
+        *index = 0;
+        return true;
+    }
+    const char *digits = s + 5;
+    size_t n = strncmp(s, "cuda:", 5) ? 0 : strspn(digits, "0123456789");
+    if (n == 0 || digits[n])
+        return false;
+    uint64_t v; /* digits past UINT64_MAX are of the form too: past the limit */
+    *index = stoke_parse_u64(digits, &v) && v < STOKE_MAX_GPUS ? (int)v : -2;
+    return true;
+}
+
+stoke_status stoke_device_check(const char *dev)
+{
+    int index;
+    if (!strcmp(dev, "auto") || !strcmp(dev, "cpu"))
+        return STOKE_OK;
+    if (!parse_cuda(dev, &index))
+        return stoke_fail(STOKE_ERR_ARG, "device: '%s' is not auto, cpu, cuda or cuda:N", dev);
+    if (index < 0)
+        return stoke_fail(STOKE_ERR_ARG,
+                          "device: '%s': stoke addresses at most %d GPUs, cuda:0 to cuda:%d",
+                          dev, STOKE_MAX_GPUS, STOKE_MAX_GPUS - 1);
+    return STOKE_OK;
 }
 
 static stoke_status decide_device(const stoke_machine *m, const stoke_tune_request *q,
@@ -181,9 +201,10 @@ static stoke_status decide_device(const stoke_machine *m, const stoke_tune_reque
         return STOKE_OK;
     }
     if (strcmp(dev, "auto")) {
-        d->device = parse_cuda(dev);
-        if (d->device < 0)
-            return stoke_fail(STOKE_ERR_ARG, "device: '%s' is not auto, cpu, cuda or cuda:N", dev);
+        stoke_status s = stoke_device_check(dev);
+        if (s != STOKE_OK)
+            return s;
+        parse_cuda(dev, &d->device);
         why(&d->device_why, q->device_src, "%s", "");
         return STOKE_OK;
     }

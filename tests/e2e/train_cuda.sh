@@ -291,7 +291,7 @@ STOKE_FAKE_GPU_SCENARIO=/dev/null run no_gpu --model mlp
 grep -q '^device: cpu (auto: no GPU found)' "$work/no_gpu.txt" && ok "no GPU: the CPU" || { fail "no GPU"; show "$work/no_gpu.txt"; }
 STOKE_DEVICE=cpu run env_cpu --model mlp
 grep -q '^device: cpu (env)' "$work/env_cpu.txt" && ok "STOKE_DEVICE=cpu" || { fail "STOKE_DEVICE"; show "$work/env_cpu.txt"; }
-for bad in gpu cuda:x cuda:-1 "cuda:99999"; do
+for bad in gpu cuda:x cuda:-1; do
     run bad --model mlp --device "$bad"
     rc=$?
     if [ $rc -ne 0 ] && grep -q "device.*'$bad' is not auto, cpu, cuda or cuda:N" "$work/bad.txt"; then
@@ -300,6 +300,13 @@ for bad in gpu cuda:x cuda:-1 "cuda:99999"; do
         fail "--device $bad: exit $rc"; show "$work/bad.txt"
     fi
 done
+run past --model mlp --device cuda:99999
+rc=$?
+if [ $rc -ne 0 ] && grep -q "^stoke train: --device: 'cuda:99999': stoke addresses at most 16 GPUs, cuda:0 to cuda:15" "$work/past.txt"; then
+    ok "--device cuda:99999: the limit said"
+else
+    fail "--device cuda:99999: exit $rc"; show "$work/past.txt"
+fi
 run absent --model mlp --device cuda:3
 rc=$?
 if [ $rc -eq 1 ] && grep -q 'CUDA device 3 does not exist (1 found)' "$work/absent.txt"; then
