@@ -3,7 +3,7 @@
  * stopped it (130 or 143), as a shell reports a process the signal killed. */
 #include <signal.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 volatile int cli_stop_flag;
 static volatile sig_atomic_t stop_signal;
