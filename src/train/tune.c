@@ -612,6 +612,13 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     memset(out, 0, sizeof *out);
     if (!(opts->trial_seconds >= 0 && opts->trial_seconds <= 600))
         return stoke_fail(STOKE_ERR_ARG, "trial seconds %g (0..600)", opts->trial_seconds);
+    /* the output checked before the trials, not after them: a missing directory found
+     * at the end costs every trial (a file beside it tried and removed, as the write's) */
+    stoke_tmpfile probe;
+    if (opts->output && stoke_tmpfile_open(&probe, opts->output) != STOKE_OK)
+        return train_wrap_error(STOKE_ERR_IO, "--output");
+    if (opts->output)
+        stoke_tmpfile_abort(&probe);
     tune_open o = open_settings(cfg, opts->all);
     out->batch = o.batch;
     out->workers = o.workers;
