@@ -309,10 +309,11 @@ static stoke_status write_file(const char *path, const char *text)
 /* An entry is a few lines; a file larger than this is not one. */
 #define CACHE_ENTRY_MAX 65536
 
-/* The entry's text (NUL-terminated, the caller frees it), or NULL with why: "not
- * measured before" when there is none, else that it is unreadable and why. Opened as
- * a regular file only: a FIFO there would block the run (and `config show`) forever. */
-static char *cache_text(const char *path, size_t *len, char *why, size_t wn)
+/* The entry's bytes (the caller frees them; up to CACHE_ENTRY_MAX + 1, so that a larger
+ * file is told apart), or NULL with why: "not measured before" when there is none,
+ * else that it is unreadable and why. Opened as a regular file only: a FIFO there
+ * would block the run (and `config show`) forever. */
+static char *cache_bytes(const char *path, size_t *len, char *why, size_t wn)
 {
     FILE *f = NULL;
     stoke_status s = stoke_fopen_regular(path, NULL, &f);
@@ -332,21 +333,75 @@ static char *cache_text(const char *path, size_t *len, char *why, size_t wn)
         stoke_say(why, wn, "out of memory");
         return NULL;
     }
-    const char *bad = e                          ? strerror(e)
-                      : *len > CACHE_ENTRY_MAX   ? "larger than 64 KiB, not a cache entry"
-                      : memchr(text, '\0', *len) ? "holds a NUL byte, not text"
-                                                 : NULL;
-    if (!bad) {
-        text[*len] = '\0';
+    if (e) {
+        stoke_say(why, wn, "the entry is unreadable: %s: %s", path, strerror(e));
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, const char *key,
+                            train_tune_entry *e, char *why, size_t wn)
+{
+    memset(e, 0, sizeof *e);
+    const char *bad = len > CACHE_ENTRY_MAX              ? "larger than 64 KiB, not a cache entry"
+                      : memchr(bytes, '\0', len) != NULL ? "holds a NUL byte, not text"
+                                                         : NULL;
+    char *text = bad ? NULL : malloc(len + 1);
+    if (!bad && !text) {
+        stoke_say(why, wn, "out of memory");
+        return false;
+    }
+    if (text) {
+        memcpy(text, bytes, len);
+        text[len] = '\0';
         if (!strstr(text, "\n# key: "))
             bad = "has no '# key:' line, not an entry stoke tune wrote";
     }
     if (bad) {
         stoke_say(why, wn, "the entry is unreadable: %s: %s", path, bad);
         free(text);
-        return NULL;
+        return false;
     }
-    return text;
+    const char *k = strstr(text, "\n# key: ");
+    size_t kl = strlen(key);
+    if (strncmp(k + 8, key, kl) || (k[8 + kl] != '\n' && k[8 + kl])) {
+        stoke_say(why, wn, "%s is for another machine, model or dataset", path);
+        free(text);
+        return false;
+    }
+    const char *ml = strstr(text, "\n# measured: ");
+    if (ml) {
+        ml += 13;
+        size_t n = strcspn(ml, "\n");
+        stoke_say(e->measured, sizeof e->measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
+    }
+    stoke_train_config c;
+    stoke_train_config_defaults(&c);
+    stoke_status s = stoke_train_config_parse(&c, text, len, path);
+    free(text);
+    if (s != STOKE_OK) {
+        stoke_say(why, wn, "%s", stoke_last_error());
+        return false;
+    }
+    static const char *keys[] = {"batch_size", "workers", "prefetch", "threads", "precision"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (stoke_train_config_source(&c, keys[i]) != STOKE_CFG_FILE) {
+            stoke_say(why, wn, "%s has no %s", path, keys[i]);
+            return false;
+        }
+    if (c.batch_size <= 0 || c.workers < 0 || c.prefetch == 0 || c.threads == 0 ||
+        !stoke_precision_parse(c.precision, &e->best.precision)) {
+        stoke_say(why, wn, "%s holds a setting that is not a measured value", path);
+        return false;
+    }
+    e->best.batch = c.batch_size;
+    e->best.workers = (int)c.workers;
+    e->best.prefetch = (int)c.prefetch;
+    e->best.threads = (int)c.threads;
+    stoke_say(e->precision, sizeof e->precision, "%s", c.precision);
+    return true;
 }
 
 /* A cached value outside what this machine and dataset allow now (a batch above the
@@ -386,68 +441,38 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
                        char *why, size_t wn)
 {
     size_t len = 0;
-    char *text = cache_text(path, &len, why, wn);
-    if (!text)
+    char *bytes = cache_bytes(path, &len, why, wn);
+    if (!bytes)
         return false;
-    const char *k = strstr(text, "\n# key: ");
-    size_t kl = strlen(key);
-    bool match = k && !strncmp(k + 8, key, kl) && (k[8 + kl] == '\n' || !k[8 + kl]);
+    train_tune_entry e;
+    bool ok = train_tune_cache_parse(path, bytes, len, key, &e, why, wn);
+    free(bytes);
+    if (!ok)
+        return false;
     /* a setting the run leaves open must have been measured there, not given */
-    const char *ml = strstr(text, "\n# measured: ");
-    char measured[120] = "";
-    if (ml) {
-        ml += 13;
-        size_t n = strcspn(ml, "\n");
-        stoke_say(measured, sizeof measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
-    }
-    const char *unmeasured = !strstr(measured, " batch_size ") && o->batch      ? "batch_size"
-                             : !strstr(measured, " workers ") && o->workers     ? "workers"
-                             : !strstr(measured, " prefetch ") && o->prefetch   ? "prefetch"
-                             : !strstr(measured, " threads ") && o->threads     ? "threads"
-                             : !strstr(measured, " precision ") && o->precision ? "precision"
-                                                                                : NULL;
-    stoke_train_config c;
-    stoke_train_config_defaults(&c);
-    stoke_status s = match ? stoke_train_config_parse(&c, text, len, path) : STOKE_OK;
-    free(text);
-    if (!match) {
-        stoke_say(why, wn, "%s is for another machine, model or dataset", path);
-        return false;
-    }
+    const char *m = e.measured;
+    const char *unmeasured = !strstr(m, " batch_size ") && o->batch      ? "batch_size"
+                             : !strstr(m, " workers ") && o->workers     ? "workers"
+                             : !strstr(m, " prefetch ") && o->prefetch   ? "prefetch"
+                             : !strstr(m, " threads ") && o->threads     ? "threads"
+                             : !strstr(m, " precision ") && o->precision ? "precision"
+                                                                         : NULL;
     if (unmeasured) {
         stoke_say(why, wn, "%s was given %s, not measured", path, unmeasured);
         return false;
     }
-    if (s != STOKE_OK) {
-        stoke_say(why, wn, "%s", stoke_last_error());
-        return false;
-    }
-    static const char *keys[] = {"batch_size", "workers", "prefetch", "threads", "precision"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (stoke_train_config_source(&c, keys[i]) != STOKE_CFG_FILE) {
-            stoke_say(why, wn, "%s has no %s", path, keys[i]);
-            return false;
-        }
-    if (c.workers < 0 || c.prefetch == 0 || c.threads == 0 ||
-        !stoke_precision_parse(c.precision, &best->precision)) {
-        stoke_say(why, wn, "%s holds a setting that is not a measured value", path);
-        return false;
-    }
-    best->batch = c.batch_size;
-    best->workers = (int)c.workers;
-    best->prefetch = (int)c.prefetch;
-    best->threads = (int)c.threads;
+    *best = e.best;
     /* a value the run gives (not left to a rule: -1, 0, auto) must be the one measured
      * with: the others were tuned around it */
     bool batch_given = !o->batch, w = !o->workers && run->workers >= 0,
          p = !o->prefetch && run->prefetch > 0, th = !o->threads && run->threads > 0,
          pr = !o->precision && strcmp(run->precision, "auto");
-    const char *differs = batch_given && run->batch_size != c.batch_size ? "batch_size"
-                          : w && run->workers != c.workers               ? "workers"
-                          : p && run->prefetch != c.prefetch             ? "prefetch"
-                          : th && run->threads != c.threads              ? "threads"
-                          : pr && strcmp(run->precision, c.precision)    ? "precision"
-                                                                         : NULL;
+    const char *differs = batch_given && run->batch_size != best->batch ? "batch_size"
+                          : w && run->workers != best->workers          ? "workers"
+                          : p && run->prefetch != best->prefetch        ? "prefetch"
+                          : th && run->threads != best->threads         ? "threads"
+                          : pr && strcmp(run->precision, e.precision)   ? "precision"
+                                                                        : NULL;
     if (differs) {
         stoke_say(why, wn, "%s was measured with another %s than this run's", path, differs);
         return false;
