@@ -270,7 +270,17 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
         return NULL;
     const stoke_tune_point *b = &r->best;
     const stoke_tune_measure *m = &r->best_m;
-    char when[32] = "", dev[32] = "the CPU computes", names[80];
+    char when[32] = "", dev[32] = "the CPU computes", names[80], data[sizeof t->cfg.dataset],
+         model[sizeof t->cfg.model];
+    /* a line break in a path would end the comment and put the rest in the YAML */
+    stoke_say(data, sizeof data, "%s", t->cfg.dataset);
+    stoke_say(model, sizeof model, "%s", t->cfg.model);
+    for (char *p = data; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    for (char *p = model; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
     if (t->device != STOKE_TUNE_CPU)
         stoke_say(dev, sizeof dev, "on cuda:%d", t->device);
     time_t now = time(NULL);
@@ -282,8 +292,8 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
             "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
             "# key: %s\n"
             "# measured: %s\n",
-            t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model, t->cfg.dataset,
-            when, m->samples_per_s, m->wait_pct, r->ntrials, seconds, key,
+            t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, model, data, when,
+            m->samples_per_s, m->wait_pct, r->ntrials, seconds, key,
             measured_list(o, names, sizeof names));
     /* all five: the file is the whole tuned configuration (the settings given were
      * measured with), and the cache checks a later run's against them */
@@ -637,13 +647,6 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     memset(out, 0, sizeof *out);
     if (!(opts->trial_seconds >= 0 && opts->trial_seconds <= 600))
         return stoke_fail(STOKE_ERR_ARG, "trial seconds %g (0..600)", opts->trial_seconds);
-    /* the output checked before the trials, not after them: a missing directory found
-     * at the end costs every trial (a file beside it tried and removed, as the write's) */
-    stoke_tmpfile probe;
-    if (opts->output && stoke_tmpfile_open(&probe, opts->output) != STOKE_OK)
-        return train_wrap_error(STOKE_ERR_IO, "--output");
-    if (opts->output)
-        stoke_tmpfile_abort(&probe);
     tune_open o = open_settings(cfg, opts->all);
     out->batch = o.batch;
     out->workers = o.workers;
@@ -655,6 +658,13 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
                      : stoke_fail(STOKE_ERR_ARG,
                                   "every setting tune measures is given (batch_size, workers, "
                                   "prefetch, threads, precision): nothing to tune");
+    /* the output checked before the trials, not after them: a missing directory found
+     * at the end costs every trial (a file beside it tried and removed, as the write's) */
+    stoke_tmpfile probe;
+    if (opts->output && stoke_tmpfile_open(&probe, opts->output) != STOKE_OK)
+        return train_wrap_error(STOKE_ERR_IO, "--output");
+    if (opts->output)
+        stoke_tmpfile_abort(&probe);
     stoke_trainer *pt = NULL;
     stoke_status s = plan_trainer(cfg, &o, &pt);
     if (s != STOKE_OK)

@@ -118,6 +118,17 @@ else
     fail "the key cut"; grep '^# key' "$work/a.yaml" | cut -c 1-300
 fi
 
+# a line break in the dataset's path: the settings file stays YAML (the path is in a
+# comment line, which the break would end)
+nl="$work/nl
+x"
+ln -s "$data" "$nl"
+run "tune on a path with a line break" "$stoke" tune --dataset "$nl" $small $fast --no-cache \
+    --output "$work/nl.yaml"
+run "the file it wrote" "$stoke" config show --config "$work/nl.yaml" --limit 10
+[ $rc -eq 0 ] && ok "a line break in the path: the settings file reads back" ||
+    { fail "the file does not read back: exit $rc"; show "$out"; }
+
 # --- outputs checked before the work
 run "tune --output in a missing directory" "$stoke" tune $small $fast --no-cache \
     --output "$work/no/dir/t.yaml"
