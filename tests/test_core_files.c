@@ -121,6 +121,32 @@ static void test_open_regular(void)
     CHECK_STR_EQ(stoke_file_kind(S_IFREG | 0644), "a regular file");
 }
 
+/* A library's path before dlopen, which opens blocking: a FIFO would hang it. */
+static void test_check_library(void)
+{
+    char file[1024], fifo[1024];
+    snprintf(file, sizeof file, "%s", in_dir("lib.so"));
+    snprintf(fifo, sizeof fifo, "%s", in_dir("lib.fifo"));
+    put(file, "not ELF: dlopen says so, the check does not");
+    CHECK(mkfifo(fifo, 0644) == 0);
+    CHECK_INT_EQ(stoke_check_library("STOKE_X_LIBRARY", file), STOKE_OK);
+    CHECK_INT_EQ(stoke_check_library("STOKE_X_LIBRARY", fifo), STOKE_ERR_IO);
+    char want[1200];
+    snprintf(want, sizeof want,
+             "STOKE_X_LIBRARY=%s: is a FIFO (named pipe), not a regular file (a library is one)",
+             fifo);
+    CHECK_STR_EQ(stoke_last_error(), want);
+    CHECK_INT_EQ(stoke_check_library(NULL, dir), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), ": is a directory, not a regular file");
+    CHECK_INT_EQ(stoke_check_library("STOKE_X_LIBRARY", "/dev/null"), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "STOKE_X_LIBRARY=/dev/null: is a character device");
+    /* missing: dlopen's own message says so; a bare soname: the loader's search */
+    CHECK_INT_EQ(stoke_check_library("STOKE_X_LIBRARY", in_dir("missing.so")), STOKE_OK);
+    CHECK_INT_EQ(stoke_check_library("STOKE_X_LIBRARY", "libnvidia-ml.so.1"), STOKE_OK);
+    unlink(fifo);
+    unlink(file);
+}
+
 /* ---- tmpfile.h: in this process ---------------------------------------------------- */
 
 static void test_tmpfile_basics(void)
@@ -406,6 +432,7 @@ int main(void)
         return 1;
     }
     test_open_regular();
+    test_check_library();
     test_tmpfile_basics();
     test_tmpfile_signals();
     CHECK_MSG(rmdir(dir) == 0, "%s: %s (files left in it?)", dir, strerror(errno));

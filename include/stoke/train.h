@@ -471,7 +471,6 @@ typedef struct stoke_train_tuning {
     stoke_tune_space space;   /* what was searched (not filled when cached) */
     stoke_tune_result result; /* the trials and the choice with its reasons */
     double seconds;           /* the trials' wall time */
-    char key[2048];           /* what the measurement depends on (the cache's key) */
     char cache_path[4200];    /* "" without a cache directory */
     char cache_note[600];     /* why the cache did not answer */
     char cache_error[600];    /* why the result could not be cached ("" if it was) */

@@ -259,6 +259,11 @@ typedef struct stoke_tune_space {
 
 #define STOKE_TUNE_MAX_TRIALS 1024
 
+/* The loader's ring: batches in flight, whatever the workers (the floor keeps the next
+ * batch ready without workers; the ceiling bounds the RAM the ring holds). */
+#define STOKE_TUNE_PREFETCH_MIN 2
+#define STOKE_TUNE_PREFETCH_MAX 32
+
 typedef struct stoke_tune_trial {
     stoke_tune_point p;
     stoke_tune_measure m;

@@ -86,3 +86,38 @@ def test_no_gpu_is_an_error_with_the_reason(tmp_path):
     np.save(tmp_path / "y.npy", np.zeros(10, np.int64))
     with pytest.raises(stoke.UnavailableError, match="cuda:1"):
         stoke.Loader(stoke.Dataset(tmp_path / "x.npy"), device="cuda:1")
+
+
+REFUSED = """
+import json, sys
+import numpy as np
+import stoke
+np.save(sys.argv[1] + "/x.npy", np.zeros((10, 4), np.float32))
+np.save(sys.argv[1] + "/y.npy", np.zeros(10, np.int64))
+try:
+    stoke.Loader(stoke.Dataset(sys.argv[1] + "/x.npy"), device="cuda")
+    print(json.dumps({"error": None}))
+except stoke.UnavailableError as e:
+    print(json.dumps({"error": str(e)}))
+"""
+
+
+def test_no_driver_says_so(tmp_path):
+    """The CUDA runtime without the NVIDIA driver (error 35, driver version 0): what is
+    missing, not the runtime's "driver version is insufficient"."""
+    _, cudart = doubles.fake_libs()
+    r = doubles.run(REFUSED.replace("sys.argv[1]", repr(str(tmp_path))),
+                    scenario=SCENARIO.parent / "cuda_nodriver.gpu", cudart=cudart)
+    assert "no NVIDIA driver" in r["error"] and "libcuda.so.1 is not found" in r["error"]
+    assert "insufficient" not in r["error"]
+
+
+def test_runtime_that_is_a_fifo_is_refused(tmp_path):
+    """STOKE_CUDART_LIBRARY naming a FIFO: refused by name, never opened (dlopen would
+    wait for a writer forever: the child's timeout turns that into a failure)."""
+    import os
+    fifo = tmp_path / "libcudart.fifo"
+    os.mkfifo(fifo)
+    r = doubles.run(REFUSED.replace("sys.argv[1]", repr(str(tmp_path))), cudart=fifo,
+                    timeout=60)
+    assert f"STOKE_CUDART_LIBRARY={fifo}: is a FIFO (named pipe), not a regular file" in r["error"]

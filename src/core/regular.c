@@ -91,3 +91,15 @@ stoke_status stoke_fopen_regular(const char *path, const char *context, FILE **f
     }
     return STOKE_OK;
 }
+
+stoke_status stoke_check_library(const char *var, const char *path)
+{
+    struct stat st;
+    /* a path that cannot be stat'ed is dlopen's to report, in the loader's words */
+    if (!strchr(path, '/') || stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return STOKE_OK;
+    if (var)
+        return stoke_fail(STOKE_ERR_IO, "%s=%s: is %s, not a regular file (a library is one)", var,
+                          path, stoke_file_kind(st.st_mode));
+    return not_regular(path, NULL, st.st_mode);
+}

@@ -30,4 +30,18 @@ stoke_status stoke_open_regular(const char *path, int *fd, struct stat *st);
  * regular file". */
 stoke_status stoke_fopen_regular(const char *path, const char *context, FILE **f);
 
+/* Checks a library that `var` (an environment variable, or NULL for a built-in path)
+ * names before dlopen reads it: dlopen() opens without O_NONBLOCK, so a FIFO there would
+ * hang it forever. A path with a '/' that exists must be a regular file (after symbolic
+ * links; one that does not exist is left to dlopen, whose message says so);
+ * a bare soname ("libcudart.so.13") is the loader's to find in its own search path
+ * (LD_LIBRARY_PATH, the ld.so cache, the system directories), never a file in the
+ * working directory: it is let through, as every program that loads that soname is.
+ * A FIFO swapped in between this check and the dlopen could still block; nothing
+ * narrower exists short of dlopen("/proc/self/fd/N"), which breaks a library's
+ * $ORIGIN RUNPATH. STOKE_ERR_IO "VAR=PATH: is a FIFO (named pipe), not a regular file
+ * (a library is one)" (or the kind it is; "PATH: is ..., not a regular file" when var
+ * is NULL). */
+stoke_status stoke_check_library(const char *var, const char *path);
+
 #endif

@@ -6,13 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/regular.h"
 #include "hw/gpu_impl.h"
 
-static void *open_runtime(const char **tried)
+/* NULL with *refused set when STOKE_CUDART_LIBRARY names a file that is not one
+ * (a FIFO would hang dlopen: stoke_check_library), its message already failed. */
+static void *open_runtime(const char **tried, bool *refused)
 {
     const char *env = getenv("STOKE_CUDART_LIBRARY");
+    *refused = false;
     if (env && *env) {
         *tried = env;
+        if (stoke_check_library("STOKE_CUDART_LIBRARY", env) != STOKE_OK) {
+            *refused = true;
+            return NULL;
+        }
         return dlopen(env, RTLD_NOW | RTLD_LOCAL);
     }
     /* Sonames newest first; then the toolkit's default location, which is often not
@@ -21,6 +29,8 @@ static void *open_runtime(const char **tried)
                                         "/usr/local/cuda/lib64/libcudart.so", NULL};
     *tried = "libcudart.so.13";
     for (int i = 0; names[i]; i++) {
+        if (stoke_check_library(NULL, names[i]) != STOKE_OK)
+            continue; /* the toolkit's path missing, or not a file: the next */
         void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (lib)
             return lib;
@@ -32,7 +42,10 @@ stoke_status stoke_cudart_open(stoke_cudart **out)
 {
     *out = NULL;
     const char *tried = NULL;
-    void *lib = open_runtime(&tried);
+    bool refused;
+    void *lib = open_runtime(&tried, &refused);
+    if (refused)
+        return STOKE_ERR_UNAVAILABLE;
     if (!lib)
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "CUDA runtime not found (%s)", tried);
     stoke_cudart *rt = calloc(1, sizeof *rt);

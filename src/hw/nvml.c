@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/regular.h"
 #include "hw/gpu_impl.h"
 
 static void *sym(void *lib, const char *const *names)
@@ -50,6 +51,8 @@ stoke_status stoke_nvml_open(stoke_nvml **out)
     *out = NULL;
     const char *env = getenv("STOKE_NVML_LIBRARY");
     const char *path = (env && *env) ? env : "libnvidia-ml.so.1";
+    if (env && *env && stoke_check_library("STOKE_NVML_LIBRARY", env) != STOKE_OK)
+        return STOKE_ERR_UNAVAILABLE; /* a FIFO would hang dlopen */
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         if (env && *env)

@@ -11,6 +11,7 @@
 
 #include "core/parse.h"
 #include "core/text.h"
+#include "core/tmpfile.h"
 #include "train/trainer.h"
 
 /* What the precision line adds when the CPU has no kernels of that precision. */
@@ -946,6 +947,14 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
 /* The rest: memory, models, the checkpoint's state, loaders, monitor and log. */
 static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_meta *meta)
 {
+    /* The checkpoint's directory before any step: its first write comes at the end of
+     * an epoch, and a missing one found then costs the epoch. */
+    if (t->cfg.checkpoint[0]) {
+        stoke_tmpfile f;
+        if (stoke_tmpfile_open(&f, t->cfg.checkpoint) != STOKE_OK)
+            return train_wrap_error(STOKE_ERR_IO, "--checkpoint");
+        stoke_tmpfile_abort(&f);
+    }
     size_t ring[2], left;
     stoke_status s = allocate_on_device(t, ring, &left);
     if (s != STOKE_OK)

@@ -144,6 +144,23 @@ stoke_status train_tune_settings(stoke_trainer *t);
 void train_cache_file(const char *kind, const char *key, const char *ext, char *path, size_t size);
 bool train_make_dirs(const char *path);
 
+/* tune.c: a tuning cache entry's bytes as read from `path` (len of them, anything): true
+ * with its five settings when it is text of at most 64 KiB whose "# key:" line is
+ * `key` and whose settings parse as a --config file and are measured values (a batch
+ * of at least 1, workers not auto, ...). False with why otherwise: "the entry is
+ * unreadable: PATH: <why>" (not text, too large, no key line), "PATH is for another
+ * machine, model or dataset", the config parser's message, "PATH has no <setting>",
+ * "PATH holds a setting that is not a measured value". Pure: whether the run may take
+ * it (measured or given, equal to the run's, within bounds) is the caller's; fuzzed by
+ * tests/fuzz/fuzz_tune_cache.c. */
+typedef struct train_tune_entry {
+    stoke_tune_point best;
+    char precision[8];  /* as the entry writes it */
+    char measured[120]; /* " batch_size workers ... ": the settings measured there */
+} train_tune_entry;
+bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, const char *key,
+                            train_tune_entry *e, char *why, size_t wn);
+
 /* peak.c: the CPU's peak cache. The key names what the rate depends on (the CPU and
  * the features in use, threads, precision); its file is train_cache_file("peak", key,
  * "txt"). read: true with the cached FLOP/s and its date, or

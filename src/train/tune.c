@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/regular.h"
 #include "core/text.h"
 #include "core/tmpfile.h"
 #include "train/trainer.h"
@@ -157,32 +158,47 @@ static uint64_t fnv1a(const char *s)
 
 /* What a measurement depends on besides the five settings, as one line: the machine,
  * the model and the data. The file's name is its hash; the line is kept in the file
- * and compared, so a collision reads as a miss. */
-static void cache_key(const stoke_trainer *t, char *key, size_t size)
+ * and compared, so a collision reads as a miss. Allocated whole (the caller frees it;
+ * NULL when out of memory): a key cut to a buffer's size would drop what follows a
+ * long dataset path (its size and time, every setting after it), and two datasets
+ * would share one entry. */
+static char *cache_key(const stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
     const stoke_machine *m = &t->machine;
-    char real[PATH_MAX] = "";
+    char *real = realpath(c->dataset, NULL);
     struct stat st = {0};
-    if (!realpath(c->dataset, real))
-        stoke_say(real, sizeof real, "%s", c->dataset);
-    stat(real, &st);
-    size_t n = (size_t)snprintf(
-        key, size,
+    stat(real ? real : c->dataset, &st);
+    char *key = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&key, &size);
+    if (!f) {
+        free(real);
+        return NULL;
+    }
+    fprintf(
+        f,
         "stoke-tune-1|cpu=%s|cpus=%d|simd=%x|mem=%.0fG|model=%s|hidden=%s|model_text=%016" PRIx64
         "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d:%s|recompute=%s|device=%s|safety=%g"
         "|delay_us=%" PRId64,
         m->cpu.model, m->cpu.usable_cpus, (unsigned)m->cpu.simd,
         (double)m->mem.total_bytes / (1 << 30), c->model, c->hidden,
-        fnv1a(stoke_model_file_text(t->mf)), real, (long long)st.st_size, (long long)st.st_mtime,
-        c->limit, c->augment, c->transforms, c->recompute, c->device, c->memory_safety,
+        fnv1a(stoke_model_file_text(t->mf)), real ? real : c->dataset, (long long)st.st_size,
+        (long long)st.st_mtime, c->limit, c->augment, c->transforms, c->recompute, c->device,
+        c->memory_safety,
         c->loader_delay_us); /* trials run with the slowed loader: their answer is its own */
-    for (int i = 0; i < m->gpu_count && n < size; i++)
-        n += (size_t)snprintf(key + n, size - n, "|gpu=%s:%.0fG", m->gpus[i].name,
-                              (double)m->gpus[i].memory_total_bytes / 1e9);
+    free(real);
+    for (int i = 0; i < m->gpu_count; i++)
+        fprintf(f, "|gpu=%s:%.0fG", m->gpus[i].name, (double)m->gpus[i].memory_total_bytes / 1e9);
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed) {
+        free(key);
+        return NULL;
+    }
     for (char *p = key; *p; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
+    return key;
 }
 
 /* $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke; "" if none. */
@@ -241,37 +257,53 @@ static const char *measured_list(const tune_open *o, char *buf, size_t size)
     return buf;
 }
 
-/* The settings file `stoke train --config` reads, with the measurement as comments. */
+/* The settings file `stoke train --config` reads, with the measurement as comments.
+ * Sized to its text: the key line is as long as the dataset's path makes it, and a
+ * file cut short would lose the settings after it. */
 static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_tune_result *r,
                         const char *key, double seconds)
 {
-    size_t size = 8192;
-    char *y = malloc(size);
-    if (!y)
+    char *y = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&y, &size);
+    if (!f)
         return NULL;
     const stoke_tune_point *b = &r->best;
     const stoke_tune_measure *m = &r->best_m;
-    char when[32] = "", dev[32] = "the CPU computes", names[80];
+    char when[32] = "", dev[32] = "the CPU computes", names[80], data[sizeof t->cfg.dataset],
+         model[sizeof t->cfg.model];
+    /* a line break in a path would end the comment and put the rest in the YAML */
+    stoke_say(data, sizeof data, "%s", t->cfg.dataset);
+    stoke_say(model, sizeof model, "%s", t->cfg.model);
+    for (char *p = data; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    for (char *p = model; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
     if (t->device != STOKE_TUNE_CPU)
         stoke_say(dev, sizeof dev, "on cuda:%d", t->device);
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-    size_t n =
-        (size_t)snprintf(y, size,
-                         "# stoke tune: %s, %d usable CPUs, %s; model %s; dataset %s\n"
-                         "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
-                         "# key: %s\n"
-                         "# measured: %s\n",
-                         t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, t->cfg.model,
-                         t->cfg.dataset, when, m->samples_per_s, m->wait_pct, r->ntrials, seconds,
-                         key, measured_list(o, names, sizeof names));
+    fprintf(f,
+            "# stoke tune: %s, %d usable CPUs, %s; model %s; dataset %s\n"
+            "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
+            "# key: %s\n"
+            "# measured: %s\n",
+            t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, model, data, when,
+            m->samples_per_s, m->wait_pct, r->ntrials, seconds, key,
+            measured_list(o, names, sizeof names));
     /* all five: the file is the whole tuned configuration (the settings given were
      * measured with), and the cache checks a later run's against them */
-    stoke_say(y + n, size - n,
-              "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
-              b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
+    fprintf(f, "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
+            b->batch, b->workers, b->prefetch, b->threads, stoke_precision_name(b->precision));
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed) {
+        free(y);
+        return NULL;
+    }
     return y;
 }
 
@@ -284,54 +316,81 @@ static stoke_status write_file(const char *path, const char *text)
     return s;
 }
 
-/* The cached point for a run: the entry at `path` when it is for this key and agrees
- * with every setting the run gives a value (`c`'s, those not open); false (with why)
- * when there is none or it does not fit: then it is measured again and rewritten. */
-static bool cache_read(const char *path, const char *key, const stoke_train_config *run,
-                       const tune_open *o, stoke_tune_point *best, char *why, size_t wn)
+/* An entry is a few lines; a file larger than this is not one. */
+#define CACHE_ENTRY_MAX 65536
+
+/* The entry's bytes (the caller frees them; up to CACHE_ENTRY_MAX + 1, so that a larger
+ * file is told apart), or NULL with why: "not measured before" when there is none,
+ * else that it is unreadable and why. Opened as a regular file only: a FIFO there
+ * would block the run (and `config show`) forever. */
+static char *cache_bytes(const char *path, size_t *len, char *why, size_t wn)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    FILE *f = NULL;
+    stoke_status s = stoke_fopen_regular(path, NULL, &f);
+    if (s == STOKE_ERR_NOTFOUND) {
         stoke_say(why, wn, "not measured before");
-        return false;
+        return NULL;
     }
-    char *text = malloc(65536);
-    size_t len = text ? fread(text, 1, 65535, f) : 0;
+    if (s != STOKE_OK) {
+        stoke_say(why, wn, "the entry is unreadable: %s", stoke_last_error());
+        return NULL;
+    }
+    char *text = malloc(CACHE_ENTRY_MAX + 1);
+    *len = text ? fread(text, 1, CACHE_ENTRY_MAX + 1, f) : 0;
+    int e = ferror(f) ? errno : 0;
     fclose(f);
     if (!text) {
         stoke_say(why, wn, "out of memory");
+        return NULL;
+    }
+    if (e) {
+        stoke_say(why, wn, "the entry is unreadable: %s: %s", path, strerror(e));
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, const char *key,
+                            train_tune_entry *e, char *why, size_t wn)
+{
+    memset(e, 0, sizeof *e);
+    const char *bad = len > CACHE_ENTRY_MAX              ? "larger than 64 KiB, not a cache entry"
+                      : memchr(bytes, '\0', len) != NULL ? "holds a NUL byte, not text"
+                                                         : NULL;
+    char *text = bad ? NULL : malloc(len + 1);
+    if (!bad && !text) {
+        stoke_say(why, wn, "out of memory");
         return false;
     }
-    text[len] = '\0';
+    if (text) {
+        memcpy(text, bytes, len);
+        text[len] = '\0';
+        if (!strstr(text, "\n# key: "))
+            bad = "has no '# key:' line, not an entry stoke tune wrote";
+    }
+    if (bad) {
+        stoke_say(why, wn, "the entry is unreadable: %s: %s", path, bad);
+        free(text);
+        return false;
+    }
     const char *k = strstr(text, "\n# key: ");
     size_t kl = strlen(key);
-    bool match = k && !strncmp(k + 8, key, kl) && (k[8 + kl] == '\n' || !k[8 + kl]);
-    /* a setting the run leaves open must have been measured there, not given */
+    if (strncmp(k + 8, key, kl) || (k[8 + kl] != '\n' && k[8 + kl])) {
+        stoke_say(why, wn, "%s is for another machine, model or dataset", path);
+        free(text);
+        return false;
+    }
     const char *ml = strstr(text, "\n# measured: ");
-    char measured[120] = "";
     if (ml) {
         ml += 13;
         size_t n = strcspn(ml, "\n");
-        stoke_say(measured, sizeof measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
+        stoke_say(e->measured, sizeof e->measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
     }
-    const char *unmeasured = !strstr(measured, " batch_size ") && o->batch      ? "batch_size"
-                             : !strstr(measured, " workers ") && o->workers     ? "workers"
-                             : !strstr(measured, " prefetch ") && o->prefetch   ? "prefetch"
-                             : !strstr(measured, " threads ") && o->threads     ? "threads"
-                             : !strstr(measured, " precision ") && o->precision ? "precision"
-                                                                                : NULL;
     stoke_train_config c;
     stoke_train_config_defaults(&c);
-    stoke_status s = match ? stoke_train_config_parse(&c, text, len, path) : STOKE_OK;
+    stoke_status s = stoke_train_config_parse(&c, text, len, path);
     free(text);
-    if (!match) {
-        stoke_say(why, wn, "%s is for another machine, model or dataset", path);
-        return false;
-    }
-    if (unmeasured) {
-        stoke_say(why, wn, "%s was given %s, not measured", path, unmeasured);
-        return false;
-    }
     if (s != STOKE_OK) {
         stoke_say(why, wn, "%s", stoke_last_error());
         return false;
@@ -342,31 +401,93 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
             stoke_say(why, wn, "%s has no %s", path, keys[i]);
             return false;
         }
-    if (c.workers < 0 || c.prefetch == 0 || c.threads == 0 ||
-        !stoke_precision_parse(c.precision, &best->precision)) {
+    if (c.batch_size <= 0 || c.workers < 0 || c.prefetch == 0 || c.threads == 0 ||
+        !stoke_precision_parse(c.precision, &e->best.precision)) {
         stoke_say(why, wn, "%s holds a setting that is not a measured value", path);
         return false;
     }
-    best->batch = c.batch_size;
-    best->workers = (int)c.workers;
-    best->prefetch = (int)c.prefetch;
-    best->threads = (int)c.threads;
+    e->best.batch = c.batch_size;
+    e->best.workers = (int)c.workers;
+    e->best.prefetch = (int)c.prefetch;
+    e->best.threads = (int)c.threads;
+    stoke_say(e->precision, sizeof e->precision, "%s", c.precision);
+    return true;
+}
+
+/* A cached value outside what this machine and dataset allow now (a batch above the
+ * samples or the memory fit, more workers or threads than usable CPUs, a prefetch
+ * outside the loader's ring) is not a measurement of this run: an entry edited, or
+ * written under other limits. Only the settings the run leaves open are checked: a
+ * given one must equal the entry's, and is the user's. The bounds are those the
+ * search itself keeps to (build_space), so an entry it wrote always passes. */
+static bool cache_in_bounds(const char *path, const stoke_tune_point *b, const tune_open *o,
+                            const stoke_tune_space *sp, char *why, size_t wn)
+{
+    int cpus = sp->usable_cpus;
+    if (o->batch && (b->batch < 1 || b->batch > sp->batch_max))
+        stoke_say(why, wn, "%s holds batch_size %" PRId64 ", outside 1..%" PRId64 " (%s)", path,
+                  b->batch, sp->batch_max, sp->batch_max_why[0] ? sp->batch_max_why : "this run's");
+    else if (o->workers && b->workers > cpus)
+        stoke_say(why, wn, "%s holds %d workers, more than this machine's %d usable CPU%s", path,
+                  b->workers, cpus, cpus == 1 ? "" : "s");
+    else if (o->threads && b->threads > cpus)
+        stoke_say(why, wn, "%s holds %d threads, more than this machine's %d usable CPU%s", path,
+                  b->threads, cpus, cpus == 1 ? "" : "s");
+    else if (o->prefetch &&
+             (b->prefetch < STOKE_TUNE_PREFETCH_MIN || b->prefetch > STOKE_TUNE_PREFETCH_MAX))
+        stoke_say(why, wn, "%s holds prefetch %d, outside the loader's %d..%d batches in flight",
+                  path, b->prefetch, STOKE_TUNE_PREFETCH_MIN, STOKE_TUNE_PREFETCH_MAX);
+    else
+        return true;
+    return false;
+}
+
+/* The cached point for a run: the entry at `path` when it is for this key, agrees
+ * with every setting the run gives a value (`c`'s, those not open) and holds values
+ * within `sp`'s bounds; false (with why) when there is none or it does not fit: then
+ * it is measured again and rewritten. */
+static bool cache_read(const char *path, const char *key, const stoke_train_config *run,
+                       const tune_open *o, const stoke_tune_space *sp, stoke_tune_point *best,
+                       char *why, size_t wn)
+{
+    size_t len = 0;
+    char *bytes = cache_bytes(path, &len, why, wn);
+    if (!bytes)
+        return false;
+    train_tune_entry e;
+    bool ok = train_tune_cache_parse(path, bytes, len, key, &e, why, wn);
+    free(bytes);
+    if (!ok)
+        return false;
+    /* a setting the run leaves open must have been measured there, not given */
+    const char *m = e.measured;
+    const char *unmeasured = !strstr(m, " batch_size ") && o->batch      ? "batch_size"
+                             : !strstr(m, " workers ") && o->workers     ? "workers"
+                             : !strstr(m, " prefetch ") && o->prefetch   ? "prefetch"
+                             : !strstr(m, " threads ") && o->threads     ? "threads"
+                             : !strstr(m, " precision ") && o->precision ? "precision"
+                                                                         : NULL;
+    if (unmeasured) {
+        stoke_say(why, wn, "%s was given %s, not measured", path, unmeasured);
+        return false;
+    }
+    *best = e.best;
     /* a value the run gives (not left to a rule: -1, 0, auto) must be the one measured
      * with: the others were tuned around it */
     bool batch_given = !o->batch, w = !o->workers && run->workers >= 0,
          p = !o->prefetch && run->prefetch > 0, th = !o->threads && run->threads > 0,
          pr = !o->precision && strcmp(run->precision, "auto");
-    const char *differs = batch_given && run->batch_size != c.batch_size ? "batch_size"
-                          : w && run->workers != c.workers               ? "workers"
-                          : p && run->prefetch != c.prefetch             ? "prefetch"
-                          : th && run->threads != c.threads              ? "threads"
-                          : pr && strcmp(run->precision, c.precision)    ? "precision"
-                                                                         : NULL;
+    const char *differs = batch_given && run->batch_size != best->batch ? "batch_size"
+                          : w && run->workers != best->workers          ? "workers"
+                          : p && run->prefetch != best->prefetch        ? "prefetch"
+                          : th && run->threads != best->threads         ? "threads"
+                          : pr && strcmp(run->precision, e.precision)   ? "precision"
+                                                                        : NULL;
     if (differs) {
         stoke_say(why, wn, "%s was measured with another %s than this run's", path, differs);
         return false;
     }
-    return true;
+    return cache_in_bounds(path, best, o, sp, why, wn);
 }
 
 /* ---- the search over a run's settings ---------------------------------------------- */
@@ -477,10 +598,10 @@ static void on_trial(void *ctx, const stoke_tune_trial *t)
 }
 
 /* The settings file for the result, to the cache and to opts->output. */
-static stoke_status write_results(const stoke_trainer *pt, const tune_open *o,
+static stoke_status write_results(const stoke_trainer *pt, const tune_open *o, const char *key,
                                   const stoke_train_tune_opts *opts, stoke_train_tuning *out)
 {
-    char *y = tuned_yaml(pt, o, &out->result, out->key, out->seconds);
+    char *y = tuned_yaml(pt, o, &out->result, key, out->seconds);
     if (!y)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     stoke_status s = STOKE_OK;
@@ -537,30 +658,45 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
                      : stoke_fail(STOKE_ERR_ARG,
                                   "every setting tune measures is given (batch_size, workers, "
                                   "prefetch, threads, precision): nothing to tune");
+    /* the output checked before the trials, not after them: a missing directory found
+     * at the end costs every trial (a file beside it tried and removed, as the write's) */
+    stoke_tmpfile probe;
+    if (opts->output && stoke_tmpfile_open(&probe, opts->output) != STOKE_OK)
+        return train_wrap_error(STOKE_ERR_IO, "--output");
+    if (opts->output)
+        stoke_tmpfile_abort(&probe);
     stoke_trainer *pt = NULL;
     stoke_status s = plan_trainer(cfg, &o, &pt);
     if (s != STOKE_OK)
         return s;
-    cache_key(pt, out->key, sizeof out->key);
-    train_cache_file("tune", out->key, "yaml", out->cache_path, sizeof out->cache_path);
+    char *key = cache_key(pt);
+    if (!key) {
+        stoke_trainer_free(pt);
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    }
+    train_cache_file("tune", key, "yaml", out->cache_path, sizeof out->cache_path);
+    /* the space first: its bounds are what a cached entry is checked against */
+    stoke_tune_space sp;
+    stoke_status space_s = build_space(pt, &o, opts->grid, opts->max_batch, &sp);
     if (!out->cache_path[0])
         stoke_say(out->cache_note, sizeof out->cache_note,
                   "no cache directory (STOKE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
+    else if (space_s != STOKE_OK)
+        stoke_say(out->cache_note, sizeof out->cache_note, "the cache not read: %s",
+                  stoke_last_error());
     else if (opts->use_cache && !opts->grid &&
-             cache_read(out->cache_path, out->key, cfg, &o, &out->result.best, out->cache_note,
+             cache_read(out->cache_path, key, cfg, &o, &sp, &out->result.best, out->cache_note,
                         sizeof out->cache_note)) {
         out->cached = true;
+        free(key);
         stoke_trainer_free(pt);
         return STOKE_OK;
     }
-    if (opts->no_trials) {
+    if (opts->no_trials || space_s != STOKE_OK) {
+        free(key);
         stoke_trainer_free(pt);
-        return STOKE_OK;
-    }
-    stoke_tune_space sp;
-    if ((s = build_space(pt, &o, opts->grid, opts->max_batch, &sp)) != STOKE_OK) {
-        stoke_trainer_free(pt);
-        return s;
+        /* the space's own error when trials were to run (its message is the last) */
+        return opts->no_trials ? STOKE_OK : space_s;
     }
     out->space = sp;
     trial_ctx tc = {.base = pt->cfg,
@@ -587,8 +723,9 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     out->seconds = stoke_wall_time() - t0;
     if (s == STOKE_OK) {
         rule_reasons(pt, &o, &out->result);
-        s = write_results(pt, &o, opts, out);
+        s = write_results(pt, &o, key, opts, out);
     }
+    free(key);
     stoke_trainer_free(pt);
     return s;
 }

@@ -3,9 +3,11 @@
 #ifndef STOKE_TUNE_IMPL_H
 #define STOKE_TUNE_IMPL_H
 
+#include "stoke/tune.h"
+
 /* Two batches per worker keep one being filled and one ready; the floor of 2 keeps
  * the next batch ready even without workers; 32 bounds the RAM the ring holds. */
-enum { MIN_PREFETCH = 2, MAX_PREFETCH = 32 };
+enum { MIN_PREFETCH = STOKE_TUNE_PREFETCH_MIN, MAX_PREFETCH = STOKE_TUNE_PREFETCH_MAX };
 
 /* The loader's ring slots for this many workers: 2 x workers within [2, 32]. */
 int tune_prefetch_depth(int workers);

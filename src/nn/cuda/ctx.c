@@ -1,6 +1,7 @@
 /* ctx.c - setting up the CUDA backend's context: the runtime, the device, cuBLAS, the
  * kernel module, the stream every op is queued on. */
 #include "nn/cuda/ops.h"
+#include "core/regular.h"
 
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -121,6 +122,8 @@ static void *open_module(char *tried, size_t size)
     for (size_t i = 0; i < sizeof where / sizeof *where; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s%s", dir, where[i]);
+        if (stoke_check_library(NULL, path) != STOKE_OK)
+            continue; /* not there, or not a file dlopen could read without hanging */
         void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         if (lib)
             return lib;
@@ -144,6 +147,11 @@ static stoke_status load_kernels(cuda_ctx *c)
     }
     if (env && *env) {
         snprintf(tried, sizeof tried, "%s", env);
+        if (stoke_check_library("STOKE_CUDA_KERNELS", env) != STOKE_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", stoke_last_error());
+            return stoke_fail(STOKE_ERR_UNAVAILABLE, "the CUDA kernels %s", why);
+        }
         c->module = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!c->module) {
             const char *why = dlerror();

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/regular.h"
 #include "nn/cuda/libs.h"
 
 /* "a, b and c" from names, for the message when none loads. */
@@ -27,6 +28,8 @@ stoke_status nn_dl_open(const nn_dl_lib *l, void *table, const char **tried)
     void *lib = NULL;
     *tried = env && *env ? env : l->names[0];
     if (env && *env) {
+        if (stoke_check_library(l->env, env) != STOKE_OK)
+            return STOKE_ERR_UNAVAILABLE; /* a FIFO would hang dlopen */
         if (!(lib = dlopen(env, RTLD_NOW | RTLD_LOCAL))) {
             const char *why = dlerror();
             return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s=%s: %s", l->env, env,
