@@ -368,6 +368,8 @@ bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, con
         text[len] = '\0';
         if (!strstr(text, "\n# key: "))
             bad = "has no '# key:' line, not an entry stoke tune wrote";
+        else if (!strstr(text, "\n# measured: "))
+            bad = "has no '# measured:' line, not an entry stoke tune wrote";
     }
     if (bad) {
         stoke_say(why, wn, "the entry is unreadable: %s: %s", path, bad);
@@ -381,12 +383,9 @@ bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, con
         free(text);
         return false;
     }
-    const char *ml = strstr(text, "\n# measured: ");
-    if (ml) {
-        ml += 13;
-        size_t n = strcspn(ml, "\n");
-        stoke_say(e->measured, sizeof e->measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
-    }
+    const char *ml = strstr(text, "\n# measured: ") + 13;
+    size_t n = strcspn(ml, "\n");
+    stoke_say(e->measured, sizeof e->measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
     stoke_train_config c;
     stoke_train_config_defaults(&c);
     stoke_status s = stoke_train_config_parse(&c, text, len, path);
