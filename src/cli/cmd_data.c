@@ -112,6 +112,13 @@ static void print_json(const char *path, const stoke_dataset *d, const int64_t *
         cJSON_AddNumberToObject(t, "bytes", (double)f->target_bytes);
     }
     cJSON_AddNumberToObject(root, "num_classes", (double)f->num_classes);
+    const char *ex;
+    int64_t skipped = stoke_dataset_skipped(d, &ex);
+    if (skipped > 0) {
+        cJSON *sk = cJSON_AddObjectToObject(root, "skipped");
+        cJSON_AddNumberToObject(sk, "count", (double)skipped);
+        cJSON_AddStringToObject(sk, "example", ex);
+    }
     if (counts) {
         cJSON *bal = cJSON_AddArrayToObject(root, "class_balance");
         for (int64_t c = 0; c < f->num_classes; c++) {
@@ -178,6 +185,12 @@ static void print_human(const char *path, const stoke_dataset *d, const int64_t 
                stoke_dtype_name(f->target_dtype), f->target_bytes, f->target_bytes == 1 ? "" : "s");
     if (f->target_kind == STOKE_TARGET_CLASS)
         printf("classes      %" PRId64 "\n", f->num_classes);
+    const char *ex;
+    int64_t skipped = stoke_dataset_skipped(d, &ex);
+    if (skipped > 0)
+        printf("skipped      %" PRId64 " (symbolic links out of their class folder, files and "
+               "folders reached twice), e.g. %s\n",
+               skipped, ex);
     if (!counts)
         return;
     bool named = stoke_dataset_class_name(d, 0) != NULL;
@@ -332,6 +345,11 @@ int cli_data_open(const char *path, const stoke_dataset_opts *o, stoke_dataset *
             stoke_dataset_close(*d);
             *d = NULL;
         }
+        const char *ex;
+        int64_t k = rc < 0 ? stoke_dataset_skipped(*d, &ex) : 0;
+        if (k > 0)
+            fprintf(stderr, "stoke %s: warning: %s: %" PRId64 " entr%s left out, e.g. %s\n", CMD,
+                    path, k, k == 1 ? "y" : "ies", ex);
         return rc;
     }
     if (s == STOKE_ERR_ARG)
