@@ -267,7 +267,8 @@ static void test_hdf5_regression_and_types(void)
     o.input_name = "grp"; /* a group, not a dataset */
     open_fails("h5/dtypes.h5", &o, STOKE_ERR_NOTFOUND, "'grp/nested' (9, 2)");
     o = (stoke_dataset_opts){.input_name = "t_u1", .target_name = "neg"};
-    open_fails("h5/dtypes.h5", &o, STOKE_ERR_FORMAT, "sample 2: negative class label -1");
+    open_fails("h5/dtypes.h5", &o, STOKE_ERR_FORMAT,
+               "'neg': sample 2: label -1 is not a class index (0 to 16777215)");
 }
 
 static void test_hdf5_corrupt(void)

@@ -82,6 +82,10 @@ const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d);
  * scale (docs/loader.md). */
 bool stoke_dataset_has_originals(const stoke_dataset *d);
 
+/* The path d was opened from, for messages: a dataset loaded into memory or a prefix
+ * keeps its source's; "(memory)" for arrays. Never NULL; belongs to d. */
+const char *stoke_dataset_path(const stoke_dataset *d);
+
 /* What opening left out: image folders leave out a symbolic link that leads out of
  * its class folder (to another class, the root, or out of the dataset) or nowhere, a
  * folder or file reached a second time (a link loop, a second link to it; each file

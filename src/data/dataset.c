@@ -180,6 +180,8 @@ const char *stoke_target_kind_name(stoke_target_kind k)
 
 bool stoke_dataset_has_originals(const stoke_dataset *d) { return d && d->vt->read_window; }
 
+const char *stoke_dataset_path(const stoke_dataset *d) { return d ? d->path : "(null)"; }
+
 int64_t stoke_dataset_skipped(const stoke_dataset *d, const char **example)
 {
     if (example)

@@ -297,8 +297,9 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     unsigned char *tb = malloc((size_t)s->batch * (in->target_bytes ? in->target_bytes : 1));
     int64_t *idx = malloc((size_t)s->batch * sizeof *idx);
     stoke_status st = ib && tb && idx ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "out of memory");
-    train_targets tg = {in->target_dtype, s->target_elems, s->kind == STOKE_TARGET_CLASS,
-                        s->classes, NULL};
+    train_targets tg = {
+        in->target_dtype,     s->target_elems, s->kind == STOKE_TARGET_CLASS, s->classes, NULL,
+        stoke_dataset_path(d)};
     train_eval acc = {0};
     for (int64_t at = 0; at < n && st == STOKE_OK; at += s->batch) {
         int64_t b = n - at < s->batch ? n - at : s->batch;
