@@ -535,7 +535,8 @@ static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *ro
                               real ? real : strerror(errno));
                 free(real);
             } else {
-                char *real = img_join(root_real, names[k]);
+                /* a root of "/" is joined without a second slash */
+                char *real = img_join(strcmp(root_real, "/") ? root_real : "", names[k]);
                 if (!real || (!img_set_add(&w.dirs, &cs, 0, &first) && first == -2))
                     st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", p);
                 w.class_real = real;
