@@ -331,6 +331,24 @@ def test_random_resized_crop_on_originals(tmp_path, monkeypatch):
     assert stoke.Dataset(d, image_size=16, in_memory=True).info["originals"] is False
 
 
+def test_image_folder_symlinks_are_left_out_and_said(tmp_path):
+    """A link loop and a link out of its class: each image once, in its own class; what
+    was left out is in .info and a warning (docs/formats.md#image-folders)."""
+    from PIL import Image
+    d = tmp_path / "fan"
+    for c in ("a", "b"):
+        (d / c).mkdir(parents=True)
+        Image.fromarray(np.full((8, 8, 3), 50, np.uint8)).save(d / c / "0.png")
+    for i in range(3):
+        os.symlink(".", d / "a" / f"s{i}")
+    os.symlink("..", d / "b" / "up")
+    with pytest.warns(UserWarning, match="4 entries left out"):
+        ds = stoke.Dataset(d, image_size=8)
+    assert len(ds) == 2 and list(ds.class_counts()) == [1, 1]
+    assert ds.info["skipped"] == 4
+    assert ds.info["skipped_example"].startswith(f"{d}/a/s0: a folder walked already")
+
+
 def test_read_error_mid_epoch_is_an_exception(tmp_path):
     """A sample that cannot be read mid-epoch: an exception naming the file and the
     sample, after the batches before it; never a crash."""
