@@ -336,6 +336,15 @@ int cli_check_dataset_options(const char *cmd, const char *path, stoke_dataset *
                            idx && !idx_dir ? " (a single file)" : "");
 }
 
+void cli_warn_skipped(const char *cmd, const char *path, const stoke_dataset *d)
+{
+    const char *ex;
+    int64_t k = stoke_dataset_skipped(d, &ex);
+    if (k > 0)
+        fprintf(stderr, "stoke %s: warning: %s: %" PRId64 " entr%s left out, e.g. %s\n", cmd, path,
+                k, k == 1 ? "y" : "ies", ex);
+}
+
 int cli_data_open(const char *path, const stoke_dataset_opts *o, stoke_dataset **d)
 {
     stoke_status s = stoke_dataset_open(path, o, d);
@@ -345,11 +354,8 @@ int cli_data_open(const char *path, const stoke_dataset_opts *o, stoke_dataset *
             stoke_dataset_close(*d);
             *d = NULL;
         }
-        const char *ex;
-        int64_t k = rc < 0 ? stoke_dataset_skipped(*d, &ex) : 0;
-        if (k > 0)
-            fprintf(stderr, "stoke %s: warning: %s: %" PRId64 " entr%s left out, e.g. %s\n", CMD,
-                    path, k, k == 1 ? "y" : "ies", ex);
+        if (rc < 0)
+            cli_warn_skipped(CMD, path, *d);
         return rc;
     }
     if (s == STOKE_ERR_ARG)

@@ -105,8 +105,11 @@ head -c 3000 "$work/j.rec" >"$work/cut.rec"
 run info_truncated 1 info "$work/cut.rec"
 has info_truncated.err "cut.rec: truncated or damaged: trailer, offset 2992: no end marker"
 
-# A label out of range (the records' labels are checked when used, not on open): train
-# and info name the file and the sample, whatever the value.
+# A label out of range (the records' labels are checked when used, not on open): train,
+# eval and info name the file and the sample, whatever the value.
+"$stoke" train --dataset "$work/j.rec" --model mlp --hidden 8 --epochs 1 --batch-size 4 \
+    --threads 2 --no-monitor --checkpoint "$work/m.ckpt" >"$out" 2>&1 || {
+    fail "train a checkpoint on jpeg records"; show "$out"; }
 for label in 1000 -1; do
     $py - "$work/j.rec" "$work/label.rec" "$label" <<'PY'
 import struct, sys
@@ -124,6 +127,14 @@ PY
         ok "train on a label of $label"
     else
         fail "train on a label of $label: exit $rc"; show "$out"
+    fi
+    "$stoke" eval "$work/m.ckpt" --dataset "$work/label.rec" >"$out" 2>&1
+    rc=$?
+    if [ "$rc" -eq 1 ] &&
+       grep -qxF "stoke eval: $work/label.rec: sample 2: class $label is not in [0, 2)" "$out"; then
+        ok "eval on a label of $label"
+    else
+        fail "eval on a label of $label: exit $rc"; show "$out"
     fi
     run "info_label$label" 1 info "$work/label.rec"
     has "info_label$label.err" "label.rec: sample 2: class $label is not in [0, 2) (record at byte"
