@@ -629,6 +629,113 @@ static void test_concurrent_reads(void)
     }
 }
 
+/* An NPY v1.0 file of u8 `shape` (a header string such as "(100, 8)"), data[i] = i. */
+static void write_npy_u8(const char *path, const char *shape, size_t n)
+{
+    char dict[128];
+    int len = snprintf(dict, sizeof dict, "{'descr': '|u1', 'fortran_order': False, 'shape': %s, }",
+                       shape);
+    size_t hlen = ((size_t)len + 1 + 10 + 63) / 64 * 64 - 10; /* data 64-byte aligned */
+    unsigned char *b = malloc(10 + hlen + n);
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (unsigned char)hlen;
+    b[9] = (unsigned char)(hlen >> 8);
+    memset(b + 10, ' ', hlen);
+    memcpy(b + 10, dict, (size_t)len);
+    b[10 + hlen - 1] = '\n';
+    for (size_t i = 0; i < n; i++)
+        b[10 + hlen + i] = (unsigned char)i;
+    spit(path, b, 10 + hlen + n);
+    free(b);
+}
+
+/* Reading sample i of d after its file shrank: an error naming the file and the sample,
+ * never SIGBUS (the readers used to map their files). */
+static void check_shrunk_read(stoke_dataset *d, const char *file, int64_t i)
+{
+    const stoke_dataset_info *f = stoke_dataset_get_info(d);
+    unsigned char *in = malloc(f->input_bytes), tg[16];
+    stoke_status s = stoke_dataset_read(d, i, in, tg);
+    CHECK_MSG(s == STOKE_ERR_IO, "%s: sample %" PRId64 ": %s", file, i, stoke_status_name(s));
+    char want[1400];
+    snprintf(want, sizeof want, "%s: sample %" PRId64 ": the file ends at byte 300", file, i);
+    CHECK_STR_CONTAINS(stoke_last_error(), want);
+    CHECK_STR_CONTAINS(stoke_last_error(), "truncated or rewritten while in use");
+    free(in);
+}
+
+/* A file that shrinks while open (truncated, or rewritten in place by a convert that
+ * does not go through a temporary file): each reader of a file it keeps open. */
+static void test_shrinks_while_open(void)
+{
+    char rec[1200], cp[1300], x[1300], y[1300], im[1300], lb[1300];
+    snprintf(rec, sizeof rec, "%s/fm_test.rec", work);
+    snprintf(cp, sizeof cp, "%s/shrink.rec", work);
+    size_t n;
+    unsigned char *b = check_slurp(rec, &n);
+    CHECK(b != NULL);
+    if (b) {
+        spit(cp, b, n);
+        free(b);
+        stoke_dataset *d = NULL;
+        CHECK_MSG(stoke_dataset_open(cp, NULL, &d) == STOKE_OK, "%s", stoke_last_error());
+        if (d) {
+            unsigned char in[784], tg;
+            CHECK(stoke_dataset_read(d, 5000, in, &tg) == STOKE_OK);
+            CHECK(truncate(cp, 300) == 0);
+            check_shrunk_read(d, cp, 5000);
+            int64_t counts[10];
+            CHECK_INT_EQ(stoke_dataset_class_counts(d, counts), STOKE_ERR_IO);
+            CHECK_STR_CONTAINS(stoke_last_error(), "shrink.rec: sample 0: the file ends");
+            stoke_dataset_close(d);
+        }
+    }
+
+    /* NPY: the inputs are read per sample; scalar targets were read on open. */
+    snprintf(x, sizeof x, "%s/shrink_x.npy", work);
+    snprintf(y, sizeof y, "%s/shrink_y.npy", work);
+    write_npy_u8(x, "(100, 8)", 800);
+    write_npy_u8(y, "(100,)", 100);
+    stoke_dataset *d = NULL;
+    CHECK_MSG(stoke_dataset_open(x, NULL, &d) == STOKE_OK, "%s", stoke_last_error());
+    if (d) {
+        unsigned char in[8], tg = 0;
+        CHECK(truncate(y, 64) == 0);
+        CHECK(stoke_dataset_read(d, 99, in, &tg) == STOKE_OK && tg == 99 && in[0] == 24);
+        CHECK(truncate(x, 300) == 0);
+        check_shrunk_read(d, x, 50);
+        stoke_dataset_close(d);
+    }
+
+    /* IDX, plain: the images per sample, the labels in memory since open. */
+    snprintf(im, sizeof im, "%s/shrink-images-idx3-ubyte", work);
+    snprintf(lb, sizeof lb, "%s/shrink-labels-idx1-ubyte", work);
+    unsigned char ib[16 + 100 * 16], lbb[8 + 100];
+    memcpy(ib, "\0\0\x08\x03\0\0\0\x64\0\0\0\x04\0\0\0\x04", 16);
+    memcpy(lbb, "\0\0\x08\x01\0\0\0\x64", 8);
+    for (int i = 0; i < 100 * 16; i++)
+        ib[16 + i] = (unsigned char)i;
+    for (int i = 0; i < 100; i++)
+        lbb[8 + i] = (unsigned char)(i % 10);
+    spit(im, ib, sizeof ib);
+    spit(lb, lbb, sizeof lbb);
+    d = NULL;
+    CHECK_MSG(stoke_dataset_open(im, NULL, &d) == STOKE_OK, "%s", stoke_last_error());
+    if (d) {
+        unsigned char in[16], tg = 0;
+        CHECK(truncate(lb, 8) == 0);
+        CHECK(stoke_dataset_read(d, 57, in, &tg) == STOKE_OK && tg == 7);
+        CHECK(truncate(im, 300) == 0);
+        check_shrunk_read(d, im, 90);
+        stoke_dataset_close(d);
+    }
+    unlink(cp);
+    unlink(x);
+    unlink(y);
+    unlink(im);
+    unlink(lb);
+}
+
 int main(int argc, char **argv)
 {
     fixtures = argc > 1 ? argv[1] : STOKE_DATA_FIXTURES;
@@ -640,5 +747,6 @@ int main(int argc, char **argv)
     test_naming();
     test_records();
     test_concurrent_reads();
+    test_shrinks_while_open();
     return CHECK_DONE();
 }

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "data/dataset_impl.h"
@@ -265,7 +267,8 @@ static void test_hdf5_regression_and_types(void)
     o.input_name = "grp"; /* a group, not a dataset */
     open_fails("h5/dtypes.h5", &o, STOKE_ERR_NOTFOUND, "'grp/nested' (9, 2)");
     o = (stoke_dataset_opts){.input_name = "t_u1", .target_name = "neg"};
-    open_fails("h5/dtypes.h5", &o, STOKE_ERR_FORMAT, "sample 2: negative class label -1");
+    open_fails("h5/dtypes.h5", &o, STOKE_ERR_FORMAT,
+               "'neg': sample 2: label -1 is not a class index (0 to 16777215)");
 }
 
 static void test_hdf5_corrupt(void)
@@ -572,6 +575,96 @@ static void test_threads(void)
     }
 }
 
+/* ---- Symbolic links in an image folder ------------------------------------------ */
+
+static void put_link(const char *dir, const char *target, const char *name)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    CHECK_MSG(symlink(target, p) == 0, "%s: %s", p, strerror(errno));
+}
+
+static void put_copy(const char *from, const char *dir, const char *name)
+{
+    size_t n;
+    unsigned char *b = load(from, &n);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    check_spit(p, b, n);
+    free(b);
+}
+
+/* Each file is one sample, by device and inode, in the class whose folder holds it;
+ * nothing outside the root is read; what is left out is counted, with an example.
+ * Before: links to "." multiplied a class's images, b/up -> .. gave class b (and a
+ * class-folder link c) a's images. */
+static void test_images_symlinks(void)
+{
+    char t[4096], root[4200], a[4300], b[4300], p[4400];
+    snprintf(t, sizeof t, "%s/links-XXXXXX", fx);
+    if (!mkdtemp(t)) {
+        CHECK_MSG(0, "mkdtemp %s: %s", t, strerror(errno));
+        return;
+    }
+    snprintf(root, sizeof root, "%s/root", t);
+    snprintf(a, sizeof a, "%s/a", root);
+    snprintf(b, sizeof b, "%s/b", root);
+    mkdir(root, 0755);
+    mkdir(a, 0755);
+    mkdir(b, 0755);
+    snprintf(p, sizeof p, "%s/sub", a);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/sub2", b);
+    mkdir(p, 0755);
+    const char *img = "imgs/dog/photo.jpg";
+    put_copy(img, a, "0.jpg");
+    put_copy(img, a, "sub/1.jpg");
+    put_copy(img, b, "2.jpg");
+    put_copy(img, b, "sub2/3.jpg");
+    put_copy(img, t, "outside.jpg");
+    put_link(a, ".", "s1"); /* loops */
+    put_link(a, ".", "s2");
+    put_link(a, "0.jpg", "same.jpg");       /* a second name for a counted file */
+    put_link(b, "..", "up");                /* the root: out of class b */
+    put_link(b, "../a/0.jpg", "steal.jpg"); /* class a's image */
+    put_link(b, "../../outside.jpg", "out.jpg");
+    put_link(b, "nowhere.jpg", "broken.jpg");
+    put_link(b, "sub2", "inner"); /* b's own folder: walked once, as inner */
+    put_link(root, "a", "c");     /* a class folder that is a link */
+    char f0[4400], hard[4400];
+    snprintf(f0, sizeof f0, "%s/0.jpg", a);
+    snprintf(hard, sizeof hard, "%s/hard.jpg", b);
+    CHECK(link(f0, hard) == 0); /* the same inode in another class */
+
+    stoke_dataset_opts o = {.image_height = IMG_H, .image_width = IMG_W};
+    stoke_dataset *d = NULL;
+    CHECK_MSG(stoke_dataset_open(root, &o, &d) == STOKE_OK, "%s", stoke_last_error());
+    if (d) {
+        const stoke_dataset_info *f = stoke_dataset_get_info(d);
+        CHECK_INT_EQ(f->count, 4);
+        CHECK_INT_EQ(f->num_classes, 2);
+        int64_t counts[2] = {0, 0};
+        if (f->num_classes == 2) {
+            CHECK(stoke_dataset_class_counts(d, counts) == STOKE_OK);
+            CHECK_INT_EQ(counts[0], 2);
+            CHECK_INT_EQ(counts[1], 2);
+        }
+        const char *ex = NULL;
+        /* s1 s2 same.jpg; broken.jpg hard.jpg out.jpg steal.jpg sub2 up; c */
+        CHECK_INT_EQ(stoke_dataset_skipped(d, &ex), 10);
+        CHECK_STR_CONTAINS(ex, "root/a/same.jpg: the same file as sample 0, ");
+        CHECK_STR_CONTAINS(ex, "root/a/0.jpg");
+        stoke_dataset_close(d);
+    }
+    /* A folder without links leaves nothing out. */
+    d = open_ok("imgs", &o);
+    if (d) {
+        CHECK_INT_EQ(stoke_dataset_skipped(d, NULL), 0);
+        stoke_dataset_close(d);
+    }
+    check_rm_rf(t);
+}
+
 int main(int argc, char **argv)
 {
     fx = argc > 1 ? argv[1] : getenv("STOKE_FIXTURES");
@@ -589,6 +682,7 @@ int main(int argc, char **argv)
     test_images_exact();
     test_images_resize();
     test_images_corrupt();
+    test_images_symlinks();
     test_threads();
     return CHECK_DONE();
 }

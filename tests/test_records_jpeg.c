@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "../bench/jpeg_gen.h"
@@ -350,6 +351,38 @@ static void test_convert_damaged(void)
     stoke_dataset_close(f);
 }
 
+/* A file that shrinks while open: reading a record past the new end is an error naming
+ * the file and the sample, never SIGBUS (the reader used to map the file); the index
+ * was read on open and stays as checked. */
+static void test_shrinks_while_open(void)
+{
+    size_t n;
+    unsigned char *good = check_slurp(jrec, &n);
+    CHECK(good != NULL);
+    if (!good)
+        return;
+    check_spit(bad, good, n);
+    free(good);
+    stoke_dataset *d = open_or_fail(bad, NULL);
+    if (!d)
+        return;
+    unsigned char *px = malloc(stoke_dataset_get_info(d)->input_bytes);
+    int64_t t;
+    CHECK(stoke_dataset_read(d, 5, px, &t) == STOKE_OK);
+    CHECK(truncate(bad, 300) == 0);
+    CHECK_INT_EQ(stoke_dataset_read(d, 5, px, &t), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "bad.rec: sample 5: the file ends at byte 300");
+    CHECK_STR_CONTAINS(stoke_last_error(), "truncated or rewritten while in use");
+    unsigned char w[40 * 30 * 3];
+    CHECK_INT_EQ(d->vt->read_window(d, 6, crop_window, NULL, w, NULL), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "bad.rec: sample 6: the file ends");
+    int64_t counts[2];
+    CHECK_INT_EQ(stoke_dataset_class_counts(d, counts), STOKE_ERR_IO);
+    CHECK_STR_CONTAINS(stoke_last_error(), "bad.rec: sample 1: the file ends");
+    free(px);
+    stoke_dataset_close(d);
+}
+
 int main(void)
 {
     if (!make_folder()) {
@@ -359,6 +392,7 @@ int main(void)
     test_round_trip();
     test_corrupt();
     test_convert_damaged();
+    test_shrinks_while_open();
     check_rm_rf(dir);
     return CHECK_DONE();
 }

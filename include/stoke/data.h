@@ -82,6 +82,19 @@ const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d);
  * scale (docs/loader.md). */
 bool stoke_dataset_has_originals(const stoke_dataset *d);
 
+/* The path d was opened from, for messages: a dataset loaded into memory or a prefix
+ * keeps its source's; "(memory)" for arrays. Never NULL; belongs to d. */
+const char *stoke_dataset_path(const stoke_dataset *d);
+
+/* What opening left out: image folders leave out a symbolic link that leads out of
+ * its class folder (to another class, the root, or out of the dataset) or nowhere, a
+ * folder or file reached a second time (a link loop, a second link to it; each file
+ * is one sample, by device and inode), a folder more than 8 levels below its class
+ * folder, and a class folder that is a symbolic link (docs/data.md). Returns how many,
+ * and in *example (if not NULL) the first as "PATH: why" (owned by d; NULL when none).
+ * 0 for the other formats. */
+int64_t stoke_dataset_skipped(const stoke_dataset *d, const char **example);
+
 /* Reads sample i: its input into `input` (info.input_bytes) and its target into
  * `target` (info.target_bytes; may be NULL to skip). Thread-safe: many workers may
  * read at once. Errors (STOKE_ERR_FORMAT, STOKE_ERR_IO, STOKE_ERR_ARG for i out of

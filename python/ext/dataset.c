@@ -110,15 +110,19 @@ static PyObject *dataset_info(DatasetObject *self, void *closure)
     if (!stokepy_dataset_ok(self))
         return NULL;
     const stoke_dataset_info *i = stoke_dataset_get_info(self->d);
+    /* what opening the file left out (image folders): the file's, not the copy's */
+    const char *ex = NULL;
+    int64_t skipped = stoke_dataset_skipped(self->file ? self->file : self->d, &ex);
     return Py_BuildValue(
-        "{s:s,s:L,s:N,s:s,s:s,s:N,s:s,s:L,s:n,s:n,s:N}", "format", i->format, "count",
+        "{s:s,s:L,s:N,s:s,s:s,s:N,s:s,s:L,s:n,s:n,s:N,s:L,s:z}", "format", i->format, "count",
         (long long)i->count, "input_shape", stokepy_shape_tuple(&i->input_shape), "input_dtype",
         stoke_dtype_name(i->input_dtype), "target_kind", stoke_target_kind_name(i->target_kind),
         "target_shape", stokepy_shape_tuple(&i->target_shape), "target_dtype",
         i->target_kind == STOKE_TARGET_NONE ? "" : stoke_dtype_name(i->target_dtype), "num_classes",
         (long long)i->num_classes, "input_bytes", (Py_ssize_t)i->input_bytes, "target_bytes",
         (Py_ssize_t)i->target_bytes, "originals",
-        PyBool_FromLong(stoke_dataset_has_originals(self->d)));
+        PyBool_FromLong(stoke_dataset_has_originals(self->d)), "skipped", (long long)skipped,
+        "skipped_example", ex);
 }
 
 static Py_ssize_t dataset_len(DatasetObject *self)

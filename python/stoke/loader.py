@@ -5,6 +5,7 @@ of batch buffers without the GIL, and each batch reaches Python as a tensor over
 buffer (DLPack, no copy). The buffer goes back to the loader only when the last tensor
 viewing it is freed."""
 import os
+import warnings
 
 from . import _stoke
 from ._stoke import ArgumentError, UnavailableError
@@ -50,6 +51,10 @@ class Dataset:
                                  channels=channels or 0, regression=bool(regression),
                                  in_memory=bool(in_memory))
         self.info = self._d.info
+        if self.info["skipped"]:
+            warnings.warn(f"{self.path}: {self.info['skipped']} entries left out, e.g. "
+                          f"{self.info['skipped_example']} (docs/formats.md#image-folders)",
+                          stacklevel=2)
 
     def __len__(self):
         return self.info["count"]

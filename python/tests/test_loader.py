@@ -351,6 +351,24 @@ def test_random_resized_crop_on_originals(tmp_path, monkeypatch):
     assert stoke.Dataset(d, image_size=16, in_memory=True).info["originals"] is False
 
 
+def test_image_folder_symlinks_are_left_out_and_said(tmp_path):
+    """A link loop and a link out of its class: each image once, in its own class; what
+    was left out is in .info and a warning (docs/formats.md#image-folders)."""
+    from PIL import Image
+    d = tmp_path / "fan"
+    for c in ("a", "b"):
+        (d / c).mkdir(parents=True)
+        Image.fromarray(np.full((8, 8, 3), 50, np.uint8)).save(d / c / "0.png")
+    for i in range(3):
+        os.symlink(".", d / "a" / f"s{i}")
+    os.symlink("..", d / "b" / "up")
+    with pytest.warns(UserWarning, match="4 entries left out"):
+        ds = stoke.Dataset(d, image_size=8)
+    assert len(ds) == 2 and list(ds.class_counts()) == [1, 1]
+    assert ds.info["skipped"] == 4
+    assert ds.info["skipped_example"].startswith(f"{d}/a/s0: a folder walked already")
+
+
 def test_read_error_mid_epoch_is_an_exception(tmp_path):
     """A sample that cannot be read mid-epoch: an exception naming the file and the
     sample, after the batches before it; never a crash."""
@@ -373,6 +391,53 @@ def test_read_error_mid_epoch_is_an_exception(tmp_path):
         for _ in loader:  # a new pass starts the epoch again: the same batches, then
             again += 1    # the same error
     assert again == 6
+
+
+SHRINK = textwrap.dedent("""
+    import os, struct, sys, zlib, numpy as np, stoke
+    kind, d = sys.argv[1], sys.argv[2]
+    x = np.arange(4096 * 64, dtype=np.uint32).astype(np.uint8).reshape(4096, 8, 8)
+    y = (np.arange(4096) % 10).astype(np.uint8)
+    if kind == "npy":
+        path = d + "/x.npy"
+        np.save(path, x)
+        np.save(d + "/y.npy", y)
+    else:  # packed records, version 1, as docs/formats.md lays them out
+        path = d + "/x.rec"
+        h = bytearray(256)
+        h[0:8] = b"STOKEREC"
+        struct.pack_into("<IIQQQQq", h, 8, 1, 256, 4096, 80, 64, 1, 10)
+        h[56:61] = bytes([0, 2, 1, 0, 0])  # u8 input, ndim 2, class, u8 target, ndim 0
+        struct.pack_into("<QQ", h, 64, 8, 8)
+        struct.pack_into("<Q", h, 192, 64)
+        struct.pack_into("<I", h, 252, zlib.crc32(bytes(h[:252])))
+        recs = np.zeros((4096, 80), np.uint8)
+        recs[:, :64] = x.reshape(4096, 64)
+        recs[:, 64] = y
+        with open(path, "wb") as f:
+            f.write(bytes(h) + recs.tobytes())
+    loader = stoke.Loader(stoke.Dataset(path), batch_size=64, workers=1, prefetch=1)
+    it = iter(loader)
+    next(it)
+    os.truncate(path, 300)
+    try:
+        for _ in it:
+            pass
+    except stoke.Error as e:
+        print(e)
+        sys.exit(3)
+""")
+
+
+@pytest.mark.parametrize("kind", ["npy", "records"])
+def test_a_file_shrinking_under_the_loader_is_an_exception(tmp_path, kind):
+    """A dataset file truncated while a loader reads it: an exception naming the file
+    and the sample, never SIGBUS (the readers used to map their files)."""
+    p = subprocess.run([sys.executable, "-c", SHRINK, kind, str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    name = "x.npy" if kind == "npy" else "x.rec"
+    assert name + ": sample " in p.stdout and "the file ends at byte 300" in p.stdout, p.stdout
 
 
 SLOW = textwrap.dedent("""

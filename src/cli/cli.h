@@ -86,6 +86,9 @@ int cli_data_option(int argc, char **argv, int *i, struct stoke_dataset_opts *o)
  * message (2 for a bad option value or one the format does not use, 1 for a dataset
  * that cannot be read). */
 int cli_data_open(const char *path, const struct stoke_dataset_opts *o, struct stoke_dataset **d);
+/* What opening an image folder left out (stoke_dataset_skipped), as a warning line on
+ * stderr: "stoke CMD: warning: PATH: N entries left out, e.g. ..."; nothing if none. */
+void cli_warn_skipped(const char *cmd, const char *path, const struct stoke_dataset *d);
 /* cmd_data_bench.c: `stoke data bench` (argv[1] is "bench"). */
 int cmd_data_bench(int argc, char **argv);
 void cmd_data_bench_usage(void);

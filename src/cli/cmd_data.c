@@ -113,6 +113,13 @@ static void print_json(const char *path, const stoke_dataset *d, const int64_t *
         cJSON_AddNumberToObject(t, "bytes", (double)f->target_bytes);
     }
     cJSON_AddNumberToObject(root, "num_classes", (double)f->num_classes);
+    const char *ex;
+    int64_t skipped = stoke_dataset_skipped(d, &ex);
+    if (skipped > 0) {
+        cJSON *sk = cJSON_AddObjectToObject(root, "skipped");
+        cJSON_AddNumberToObject(sk, "count", (double)skipped);
+        cJSON_AddStringToObject(sk, "example", ex);
+    }
     if (counts) {
         cJSON *bal = cJSON_AddArrayToObject(root, "class_balance");
         for (int64_t c = 0; c < f->num_classes; c++) {
@@ -179,6 +186,12 @@ static void print_human(const char *path, const stoke_dataset *d, const int64_t 
                stoke_dtype_name(f->target_dtype), f->target_bytes, f->target_bytes == 1 ? "" : "s");
     if (f->target_kind == STOKE_TARGET_CLASS)
         printf("classes      %" PRId64 "\n", f->num_classes);
+    const char *ex;
+    int64_t skipped = stoke_dataset_skipped(d, &ex);
+    if (skipped > 0)
+        printf("skipped      %" PRId64 " (symbolic links out of their class folder, files and "
+               "folders reached twice), e.g. %s\n",
+               skipped, ex);
     if (!counts)
         return;
     bool named = stoke_dataset_class_name(d, 0) != NULL;
@@ -324,6 +337,15 @@ int cli_check_dataset_options(const char *cmd, const char *path, stoke_dataset *
                            idx && !idx_dir ? " (a single file)" : "");
 }
 
+void cli_warn_skipped(const char *cmd, const char *path, const stoke_dataset *d)
+{
+    const char *ex;
+    int64_t k = stoke_dataset_skipped(d, &ex);
+    if (k > 0)
+        fprintf(stderr, "stoke %s: warning: %s: %" PRId64 " entr%s left out, e.g. %s\n", cmd, path,
+                k, k == 1 ? "y" : "ies", ex);
+}
+
 int cli_data_open(const char *path, const stoke_dataset_opts *o, stoke_dataset **d)
 {
     stoke_status s = stoke_dataset_open(path, o, d);
@@ -333,6 +355,8 @@ int cli_data_open(const char *path, const stoke_dataset_opts *o, stoke_dataset *
             stoke_dataset_close(*d);
             *d = NULL;
         }
+        if (rc < 0)
+            cli_warn_skipped(CMD, path, *d);
         return rc;
     }
     if (s == STOKE_ERR_ARG)

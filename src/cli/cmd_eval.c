@@ -60,6 +60,7 @@ int cmd_eval(int argc, char **argv)
         stoke_saved_model_free(m);
         return rc;
     }
+    cli_warn_skipped("eval", dataset, d);
     int orc = cli_check_dataset_options("eval", dataset, d, &given);
     if (orc >= 0) {
         stoke_dataset_close(d);
@@ -71,7 +72,8 @@ int cmd_eval(int argc, char **argv)
     stoke_status s = stoke_saved_model_eval(m, d, limit, &loss, &metric, &n);
     int rc = 0;
     if (s != STOKE_OK) {
-        rc = cli_error("eval", "%s: %s", dataset, stoke_last_error());
+        /* the dataset's own errors (a read, a label, its shape) name it already */
+        rc = cli_error("eval", "%s", stoke_last_error());
     } else if (stoke_saved_model_classes(m) > 0) {
         printf("%s on %s (%s, %" PRId64 " samples): loss %.4f, accuracy %.2f%%\n", ckpt, dataset,
                split, n, loss, 100 * metric);

@@ -85,6 +85,7 @@ int cmd_predict(int argc, char **argv)
         stoke_saved_model_free(m);
         return rc;
     }
+    cli_warn_skipped("predict", input, d);
     const stoke_dataset_info *in = stoke_dataset_get_info(d);
     const stoke_shape *want = stoke_saved_model_input_shape(m);
     int rc = 0;

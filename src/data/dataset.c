@@ -180,6 +180,15 @@ const char *stoke_target_kind_name(stoke_target_kind k)
 
 bool stoke_dataset_has_originals(const stoke_dataset *d) { return d && d->vt->read_window; }
 
+const char *stoke_dataset_path(const stoke_dataset *d) { return d ? d->path : "(null)"; }
+
+int64_t stoke_dataset_skipped(const stoke_dataset *d, const char **example)
+{
+    if (example)
+        *example = NULL;
+    return d && d->vt->skipped ? d->vt->skipped(d, example) : 0;
+}
+
 const stoke_dataset_info *stoke_dataset_get_info(const stoke_dataset *d)
 {
     return d ? &d->info : NULL;

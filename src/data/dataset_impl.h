@@ -24,6 +24,8 @@ typedef struct stoke_dataset_vt {
     /* Optional (datasets of image files): sample i's image size as stored, in pixels,
      * from its header. */
     stoke_status (*original_size)(stoke_dataset *d, int64_t i, int *width, int *height);
+    /* Optional (image folders): what opening left out (stoke_dataset_skipped). */
+    int64_t (*skipped)(const stoke_dataset *d, const char **example);
 } stoke_dataset_vt;
 
 struct stoke_dataset {

@@ -610,10 +610,12 @@ static stoke_status h5_load_scalar_targets(const char *path, h5_field *f, int64_
     int64_t max = -1;
     for (int64_t i = 0; i < count; i++) {
         int64_t v = h5_label(f, i);
+        /* the shape of util.c's label check (IDX, NPY), which names file and sample */
         if (v < 0 || v >= STOKE_MAX_CLASSES)
-            return stoke_fail(
-                STOKE_ERR_FORMAT, "%s: HDF5 dataset '%s' sample %lld: %s class label %lld", path,
-                f->name, (long long)i, v < 0 ? "negative" : "too large a", (long long)v);
+            return stoke_fail(STOKE_ERR_FORMAT,
+                              "%s: HDF5 dataset '%s': sample %lld: label %lld is not a class "
+                              "index (0 to %d)",
+                              path, f->name, (long long)i, (long long)v, STOKE_MAX_CLASSES - 1);
         if (v > max)
             max = v;
     }

@@ -1,6 +1,7 @@
 /* idx.c - IDX files (MNIST, Fashion-MNIST), plain or gzip: an images file and its
- * labels file, checked entirely on open and held in memory (mapped, or inflated once:
- * gzip cannot seek). */
+ * labels file, checked entirely on open. A gzip file is inflated into memory once (gzip
+ * cannot seek), and so are plain class labels (checked on open: they stay as checked);
+ * other plain files are read by offset (pread, not mapped: util_impl.h says why). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,10 +17,10 @@
 
 typedef struct idx_file {
     char path[1024];
-    stoke_mapped map;          /* plain files */
-    unsigned char *inflated;   /* gzip files: the whole content */
-    const unsigned char *data; /* the content: header, then elements */
-    size_t size;
+    stoke_rfile file;          /* plain files read by offset; closed once in memory */
+    unsigned char *mem;        /* in memory (inflated, or read whole): the content */
+    const unsigned char *data; /* mem: header, then elements; NULL: read from file */
+    size_t size;               /* the content's bytes */
     stoke_dtype dtype;
     int ndim;
     int64_t dims[IDX_MAX_NDIM];
@@ -33,9 +34,9 @@ typedef struct idx_impl {
 
 static void idx_file_free(idx_file *f)
 {
-    stoke_unmap_file(&f->map);
-    free(f->inflated);
-    f->inflated = NULL;
+    stoke_rfile_close(&f->file);
+    free(f->mem);
+    f->mem = NULL;
     f->data = NULL;
 }
 
@@ -123,18 +124,22 @@ static stoke_status size_mismatch(const idx_file *f, size_t expect, size_t actua
                       actual > expect ? "at least " : "", actual, what);
 }
 
-/* Inflates the whole gzip stream of f->map into f->inflated. Memory grows only as
- * data actually comes out, and never past the size the header promises (+1 byte to
- * tell an oversized file), so a lying header cannot make it allocate much. */
+/* Inflates the whole gzip stream of f->file into f->mem. Memory grows only as data
+ * actually comes out, and never past the size the header promises (+1 byte to tell an
+ * oversized file), so a lying header cannot make it allocate much. */
 static stoke_status inflate_all(idx_file *f)
 {
+    enum { IN_CHUNK = 1 << 18 };
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 15 + 32) != Z_OK) /* 32: gzip or zlib header */
+    unsigned char *in = malloc(IN_CHUNK);
+    if (!in)
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", f->path);
+    if (inflateInit2(&z, 15 + 32) != Z_OK) { /* 32: gzip or zlib header */
+        free(in);
         return stoke_fail(STOKE_ERR_NOMEM, "%s: zlib: cannot start inflating", f->path);
-    z.next_in = (Bytef *)f->map.data;
-    z.avail_in = (uInt)(f->map.size > UINT32_MAX ? UINT32_MAX : f->map.size);
-    size_t in_left = f->map.size - z.avail_in; /* beyond 4 GiB compressed */
+    }
+    uint64_t in_pos = 0, in_size = f->file.size; /* read so far; the compressed bytes */
 
     unsigned char *buf = NULL;
     size_t cap = 0, len = 0;
@@ -178,23 +183,28 @@ static stoke_status inflate_all(idx_file *f)
         z.next_out = buf + len;
         z.avail_out = (uInt)(want > UINT32_MAX ? UINT32_MAX : want);
         uInt before = z.avail_out;
-        if (z.avail_in == 0 && in_left) {
-            z.avail_in = (uInt)(in_left > UINT32_MAX ? UINT32_MAX : in_left);
-            in_left -= z.avail_in;
+        if (z.avail_in == 0 && in_pos < in_size) {
+            size_t k = in_size - in_pos < IN_CHUNK ? (size_t)(in_size - in_pos) : IN_CHUNK;
+            s = stoke_rfile_read(&f->file, f->path, -1, in, k, in_pos);
+            if (s != STOKE_OK)
+                break;
+            z.next_in = in;
+            z.avail_in = (uInt)k;
+            in_pos += k;
         }
         int r = inflate(&z, Z_NO_FLUSH);
         len += before - z.avail_out;
         if (r == Z_STREAM_END) {
             /* Concatenated gzip members are one file (as gzip -d reads them). */
-            if (z.avail_in == 0 && in_left == 0)
+            if (z.avail_in == 0 && in_pos == in_size)
                 ended = true;
             else if (inflateReset(&z) != Z_OK)
                 s = stoke_fail(STOKE_ERR_FORMAT, "%s: zlib: cannot restart", f->path);
-        } else if (r == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
+        } else if (r == Z_BUF_ERROR && z.avail_in == 0 && in_pos == in_size) {
             s = stoke_fail(STOKE_ERR_FORMAT,
                            "%s: bad gzip: the compressed stream ends "
-                           "early, at compressed byte %zu",
-                           f->path, f->map.size);
+                           "early, at compressed byte %" PRIu64,
+                           f->path, in_size);
         } else if (r == Z_MEM_ERROR) {
             s = stoke_fail(STOKE_ERR_NOMEM, "%s: zlib: out of memory", f->path);
         } else if (r != Z_OK && r != Z_BUF_ERROR) {
@@ -203,6 +213,7 @@ static stoke_status inflate_all(idx_file *f)
         }
     }
     inflateEnd(&z);
+    free(in);
     if (s == STOKE_OK && !header_known) {
         if (len < 4)
             s = parse_magic(f, buf, len);
@@ -218,57 +229,79 @@ static stoke_status inflate_all(idx_file *f)
         free(buf);
         return s;
     }
-    stoke_unmap_file(&f->map); /* the compressed bytes are no longer needed */
-    f->inflated = buf;
+    stoke_rfile_close(&f->file); /* the compressed bytes are no longer needed */
+    f->mem = buf;
     f->data = buf;
     f->size = len;
     return STOKE_OK;
 }
 
-/* Loads and checks one IDX file (plain or gzip). */
-static stoke_status idx_load(const char *path, idx_file *f)
+/* Loads and checks one IDX file (plain or gzip). `labels`: a plain file of class
+ * labels (1 dimension) is read whole, as a gzip file is inflated. */
+static stoke_status idx_load(const char *path, idx_file *f, bool labels)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    stoke_status s = stoke_map_file(path, &f->map);
+    stoke_status s = stoke_rfile_open(path, &f->file);
     if (s != STOKE_OK)
         return s;
-    if (f->map.size >= 2 && f->map.data[0] == 0x1f && f->map.data[1] == 0x8b) {
+    unsigned char head[4 + 4 * IDX_MAX_NDIM];
+    f->size = f->file.size < sizeof head ? (size_t)f->file.size : sizeof head;
+    s = stoke_rfile_read(&f->file, path, -1, head, f->size, 0);
+    if (s == STOKE_OK && f->size >= 2 && head[0] == 0x1f && head[1] == 0x8b) {
         s = inflate_all(f);
-    } else {
-        f->data = f->map.data;
-        f->size = f->map.size;
+    } else if (s == STOKE_OK) {
         size_t expect = 0;
-        s = parse_magic(f, f->data, f->size);
+        s = parse_magic(f, head, f->size);
+        f->size = (size_t)f->file.size;
         if (s == STOKE_OK && f->size < f->header)
             s = stoke_fail(STOKE_ERR_FORMAT,
                            "%s: truncated: the %d-dimension header needs "
                            "%zu bytes, the file holds %zu",
                            path, f->ndim, f->header, f->size);
         if (s == STOKE_OK)
-            s = parse_dims(f, f->data, &expect);
+            s = parse_dims(f, head, &expect);
         if (s == STOKE_OK && f->size != expect)
             s = size_mismatch(f, expect, f->size, "");
+        if (s == STOKE_OK && labels && f->ndim == 1) {
+            f->mem = malloc(f->size);
+            s = f->mem
+                    ? stoke_rfile_read(&f->file, path, -1, f->mem, f->size, 0)
+                    : stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory for %zu bytes", path, f->size);
+            f->data = f->mem;
+            if (s == STOKE_OK)
+                stoke_rfile_close(&f->file);
+        }
     }
     if (s != STOKE_OK)
         idx_file_free(f);
     return s;
 }
 
+/* Sample i's `bytes` of f into out, in the host's order (IDX is big-endian). */
+static stoke_status idx_sample(const idx_file *f, int64_t i, size_t bytes, void *out)
+{
+    size_t es = stoke_dtype_size(f->dtype);
+    bool swap = stoke_host_little();
+    size_t at = f->header + (size_t)i * bytes;
+    if (f->data) {
+        stoke_copy_swapped(out, f->data + at, bytes / es, es, swap);
+        return STOKE_OK;
+    }
+    stoke_status s = stoke_rfile_read(&f->file, f->path, i, out, bytes, at);
+    if (s == STOKE_OK && swap && es > 1)
+        stoke_swap_in_place(out, bytes / es, es);
+    return s;
+}
+
 static stoke_status idx_read(stoke_dataset *d, int64_t i, void *input, void *target)
 {
     const idx_impl *m = d->impl;
-    bool swap = stoke_host_little(); /* IDX is big-endian */
     const stoke_dataset_info *f = &d->info;
-    size_t es = stoke_dtype_size(f->input_dtype);
-    stoke_copy_swapped(input, m->images.data + m->images.header + (size_t)i * f->input_bytes,
-                       f->input_bytes / es, es, swap);
-    if (target && m->has_labels) {
-        size_t ts = stoke_dtype_size(f->target_dtype);
-        stoke_copy_swapped(target, m->labels.data + m->labels.header + (size_t)i * f->target_bytes,
-                           f->target_bytes / ts, ts, swap);
-    }
-    return STOKE_OK;
+    stoke_status s = idx_sample(&m->images, i, f->input_bytes, input);
+    if (s == STOKE_OK && target && m->has_labels)
+        s = idx_sample(&m->labels, i, f->target_bytes, target);
+    return s;
 }
 
 static void idx_close(stoke_dataset *d)
@@ -338,11 +371,12 @@ stoke_status stoke_idx_open(stoke_dataset *d, const char *path, const stoke_data
     idx_impl *m = calloc(1, sizeof *m);
     if (!m)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
+    m->images.file.fd = m->labels.file.fd = -1;
     d->impl = m;
     d->vt = &idx_vt;
-    stoke_status s = idx_load(images, &m->images);
+    stoke_status s = idx_load(images, &m->images, false);
     if (s == STOKE_OK && want_labels) {
-        s = idx_load(labels, &m->labels);
+        s = idx_load(labels, &m->labels, true);
         m->has_labels = s == STOKE_OK;
     }
     if (s != STOKE_OK) {

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Class folders may hold images in nested folders; this bounds symlink loops. */
+/* Class folders may hold images in nested folders, to this depth. */
 #define IMG_MAX_DEPTH 8
 
 typedef struct img_entry {
@@ -29,6 +30,8 @@ typedef struct img_impl {
     int height, width, channels;
     char **class_names; /* the class folders' names, by class index */
     size_t nclasses;
+    int64_t skipped;    /* entries the walk left out (img_skip) */
+    char *skip_example; /* the first of them, "PATH: why" */
 } img_impl;
 
 static bool img_has_ext(const char *name)
@@ -114,9 +117,201 @@ static bool img_is_file(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* ---- The walk ---------------------------------------------------------------------- */
+/* Symbolic links are followed only where they stay inside the class folder they are
+ * in (resolved with realpath), and each file and folder is visited once, by device and
+ * inode: a link to "." or ".." cannot multiply the samples, a link from b/ into a/
+ * cannot give a's images class b's label, and nothing outside the dataset's root is
+ * read. What is left out is counted, with one example (stoke_dataset_skipped). */
+
+/* A set of (device, inode) pairs, open addressing; `value` keeps the first item that
+ * had the key (a file's sample index, for messages). */
+typedef struct img_set {
+    struct img_key {
+        uint64_t dev, ino;
+        int64_t value; /* -1: empty slot */
+    } * slots;
+    size_t cap, n; /* cap: 0 or a power of two */
+} img_set;
+
+static size_t img_hash(uint64_t dev, uint64_t ino)
+{
+    uint64_t h = (ino ^ (dev * 0x9E3779B97F4A7C15ull)) * 0xD6E8FEB86659FD93ull;
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* Adds (dev, ino) with `value`: true if it was new; false with *first = the value it
+ * had (or on out of memory, *first = -2). */
+static bool img_set_add(img_set *s, const struct stat *st, int64_t value, int64_t *first)
+{
+    if (2 * (s->n + 1) > s->cap) {
+        size_t ncap = s->cap ? 2 * s->cap : 1024;
+        struct img_key *ns = malloc(ncap * sizeof *ns);
+        if (!ns) {
+            *first = -2;
+            return false;
+        }
+        for (size_t k = 0; k < ncap; k++)
+            ns[k].value = -1;
+        for (size_t k = 0; k < s->cap; k++) {
+            if (s->slots[k].value == -1)
+                continue;
+            size_t j = img_hash(s->slots[k].dev, s->slots[k].ino) & (ncap - 1);
+            while (ns[j].value != -1)
+                j = (j + 1) & (ncap - 1);
+            ns[j] = s->slots[k];
+        }
+        free(s->slots);
+        s->slots = ns;
+        s->cap = ncap;
+    }
+    uint64_t dev = (uint64_t)st->st_dev, ino = (uint64_t)st->st_ino;
+    size_t j = img_hash(dev, ino) & (s->cap - 1);
+    for (; s->slots[j].value != -1; j = (j + 1) & (s->cap - 1))
+        if (s->slots[j].dev == dev && s->slots[j].ino == ino) {
+            *first = s->slots[j].value;
+            return false;
+        }
+    s->slots[j] = (struct img_key){dev, ino, value};
+    s->n++;
+    return true;
+}
+
+typedef struct img_walk {
+    img_impl *im;
+    const char *root_real; /* the dataset root, resolved */
+    const char *class_real;
+    img_set files, dirs;
+} img_walk;
+
+/* True if resolved path `p` is `base` or below it. */
+static bool img_under(const char *p, const char *base)
+{
+    size_t n = strlen(base);
+    if (n == 1 && base[0] == '/')
+        return p[0] == '/';
+    return strncmp(p, base, n) == 0 && (p[n] == '/' || p[n] == '\0');
+}
+
+/* Counts `path` as left out, keeping the first one's reason. */
+static stoke_status img_skip(img_impl *im, const char *path, const char *why, const char *what)
+{
+    im->skipped++;
+    if (im->skip_example)
+        return STOKE_OK;
+    size_t n = strlen(path) + strlen(why) + (what ? strlen(what) : 0) + 8;
+    im->skip_example = malloc(n);
+    if (!im->skip_example)
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(im->skip_example, n, "%s: %s%s%s", path, why, what ? " " : "", what ? what : "");
+    return STOKE_OK;
+}
+
+/* Where link `p` leads, if that is inside the class folder being walked: its resolved
+ * path in *real (free it); NULL in *real and the link counted as skipped otherwise. */
+static stoke_status img_follow(img_walk *w, const char *p, char **real)
+{
+    *real = realpath(p, NULL);
+    if (!*real)
+        return img_skip(w->im, p, "a symbolic link that leads nowhere:", strerror(errno));
+    if (img_under(*real, w->class_real))
+        return STOKE_OK;
+    const char *why = img_under(*real, w->root_real) ? "a symbolic link out of its class folder, to"
+                                                     : "a symbolic link out of the dataset, to";
+    stoke_status st = img_skip(w->im, p, why, *real);
+    free(*real);
+    *real = NULL;
+    return st;
+}
+
+static stoke_status img_add(img_impl *im, char *p, int64_t label)
+{
+    if (im->n == im->cap) {
+        int64_t ncap = im->cap ? im->cap * 2 : 256;
+        img_entry *ni = realloc(im->items, (size_t)ncap * sizeof *ni);
+        if (!ni)
+            return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", p);
+        im->items = ni;
+        im->cap = ncap;
+    }
+    im->items[im->n].path = p;
+    im->items[im->n].label = label;
+    im->n++;
+    return STOKE_OK;
+}
+
+/* One entry of a class folder: an image file (pass 0) or a folder to walk (pass 1).
+ * `p` is its path as walked (kept for an image), `real` its resolved folder's path. */
+static stoke_status img_scan_class(img_walk *w, const char *dir, const char *real, int64_t label,
+                                   int depth);
+
+static stoke_status img_scan_entry(img_walk *w, char *p, const char *dir_real, const char *name,
+                                   int pass, int64_t label, int depth, bool *kept)
+{
+    *kept = false;
+    struct stat st;
+    if (lstat(p, &st) != 0)
+        return STOKE_OK; /* gone since the listing */
+    bool image = img_has_ext(name);
+    char *real = NULL;
+    if (S_ISLNK(st.st_mode)) {
+        struct stat to;
+        bool ok = stat(p, &to) == 0;
+        if (ok && !(pass == 0 ? image && S_ISREG(to.st_mode) : S_ISDIR(to.st_mode)))
+            return STOKE_OK; /* the other pass's, or neither an image nor a folder */
+        if (!ok && (pass == 1 || !image))
+            return STOKE_OK; /* a broken link is reported once, by the image pass */
+        stoke_status s = img_follow(w, p, &real);
+        if (s != STOKE_OK || !real)
+            return s;
+        st = to;
+    } else if (pass == 0 ? !(image && S_ISREG(st.st_mode)) : !S_ISDIR(st.st_mode)) {
+        return STOKE_OK;
+    }
+    stoke_status s = STOKE_OK;
+    int64_t first;
+    if (pass == 0) {
+        if (img_set_add(&w->files, &st, w->im->n, &first)) {
+            s = img_add(w->im, p, label);
+            *kept = s == STOKE_OK;
+        } else if (first == -2) {
+            s = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", p);
+        } else {
+            s = img_skip(w->im, p, "the same file as sample", NULL);
+            if (s == STOKE_OK && w->im->skipped == 1) { /* the example: name the sample */
+                char *e = w->im->skip_example;
+                size_t n = strlen(e) + strlen(w->im->items[first].path) + 32;
+                char *x = malloc(n);
+                if (x) {
+                    snprintf(x, n, "%s %" PRId64 ", %s", e, first, w->im->items[first].path);
+                    free(e);
+                    w->im->skip_example = x;
+                }
+            }
+        }
+    } else if (depth >= IMG_MAX_DEPTH) {
+        s = img_skip(w->im, p, "a folder deeper than 8 levels below its class folder", NULL);
+    } else if (!img_set_add(&w->dirs, &st, 0, &first)) {
+        s = first == -2 ? stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", p)
+                        : img_skip(w->im, p,
+                                   "a folder walked already (a symbolic link loop, or a second "
+                                   "link to it)",
+                                   NULL);
+    } else {
+        char *sub = real ? real : img_join(dir_real, name);
+        s = sub ? img_scan_class(w, p, sub, label, depth + 1)
+                : stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", p);
+        if (sub != real)
+            free(sub);
+    }
+    free(real);
+    return s;
+}
+
 /* Adds the images of one class folder: its files in name order, then its subfolders'
  * (in name order, recursively). */
-static stoke_status img_scan_class(img_impl *im, const char *dir, int64_t label, int depth)
+static stoke_status img_scan_class(img_walk *w, const char *dir, const char *real, int64_t label,
+                                   int depth)
 {
     char **names;
     size_t n;
@@ -130,26 +325,10 @@ static stoke_status img_scan_class(img_impl *im, const char *dir, int64_t label,
                 st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", dir);
                 break;
             }
-            if (pass == 0 && img_has_ext(names[k]) && img_is_file(p)) {
-                if (im->n == im->cap) {
-                    int64_t ncap = im->cap ? im->cap * 2 : 256;
-                    img_entry *ni = realloc(im->items, (size_t)ncap * sizeof *ni);
-                    if (!ni) {
-                        free(p);
-                        st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", dir);
-                        break;
-                    }
-                    im->items = ni;
-                    im->cap = ncap;
-                }
-                im->items[im->n].path = p;
-                im->items[im->n].label = label;
-                im->n++;
-                continue;
-            }
-            if (pass == 1 && depth < IMG_MAX_DEPTH && img_is_dir(p))
-                st = img_scan_class(im, p, label, depth + 1);
-            free(p);
+            bool kept;
+            st = img_scan_entry(w, p, real, names[k], pass, label, depth, &kept);
+            if (!kept)
+                free(p);
         }
     }
     img_names_free(names, n);
@@ -258,6 +437,7 @@ static void img_free(img_impl *im)
         free(im->items[k].path);
     free(im->items);
     img_names_free(im->class_names, im->nclasses);
+    free(im->skip_example);
     free(im);
 }
 
@@ -296,23 +476,44 @@ static stoke_status img_class_counts(stoke_dataset *d, int64_t *counts)
     return STOKE_OK;
 }
 
+static int64_t img_skipped(const stoke_dataset *d, const char **example)
+{
+    const img_impl *im = d->impl;
+    if (example)
+        *example = im->skip_example;
+    return im->skipped;
+}
+
 static const stoke_dataset_vt img_vt = {.read = img_read,
+                                        .skipped = img_skipped,
                                         .read_window = img_read_window,
                                         .close = img_close,
                                         .class_counts = img_class_counts,
                                         .class_name = img_class_name,
                                         .original_size = img_original_size};
 
-static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *path,
-                                  const char *root)
+/* The class folders are the root's subfolders; a symbolic link among them is left out
+ * (it leads out of the dataset, or to images another folder holds). */
+static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *root)
 {
     if (!img_is_dir(root))
         return stoke_fail(STOKE_ERR_NOTFOUND, "%s: not a directory", root);
+    img_walk w = {.im = im};
+    char *root_real = realpath(root, NULL);
+    if (!root_real)
+        return stoke_fail(STOKE_ERR_IO, "%s: %s", root, strerror(errno));
+    w.root_real = root_real;
     char **names;
     size_t n;
     stoke_status st = img_list_dir(root, &names, &n);
-    if (st != STOKE_OK)
+    if (st != STOKE_OK) {
+        free(root_real);
         return st;
+    }
+    struct stat rs;
+    int64_t first;
+    if (stat(root, &rs) == 0 && !img_set_add(&w.dirs, &rs, 0, &first) && first == -2)
+        st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", root);
     int64_t classes = 0;
     for (size_t k = 0; k < n && st == STOKE_OK; k++) {
         char *p = img_join(root, names[k]);
@@ -320,15 +521,39 @@ static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *pa
             st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", root);
             break;
         }
-        if (img_is_dir(p)) {
-            st = img_scan_class(im, p, classes, 0);
-            /* the class keeps its folder's name: names[] is compacted in place */
-            char *name = names[k];
-            names[k] = names[classes];
-            names[classes++] = name;
+        struct stat ls, cs;
+        if (lstat(p, &ls) == 0 && stat(p, &cs) == 0 && S_ISDIR(cs.st_mode)) {
+            if (S_ISLNK(ls.st_mode)) {
+                /* inside the root it leads to another class's images (or to the root),
+                 * outside it out of the dataset: neither is a class of its own */
+                char *real = realpath(p, NULL);
+                st = img_skip(im, p,
+                              real && img_under(real, root_real)
+                                  ? "a symbolic link to a folder of the dataset, not a class "
+                                    "folder of its own:"
+                                  : "a symbolic link out of the dataset, to",
+                              real ? real : strerror(errno));
+                free(real);
+            } else {
+                /* a root of "/" is joined without a second slash */
+                char *real = img_join(strcmp(root_real, "/") ? root_real : "", names[k]);
+                if (!real || (!img_set_add(&w.dirs, &cs, 0, &first) && first == -2))
+                    st = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", p);
+                w.class_real = real;
+                if (st == STOKE_OK)
+                    st = img_scan_class(&w, p, real, classes, 0);
+                free(real);
+                /* the class keeps its folder's name: names[] is compacted in place */
+                char *name = names[k];
+                names[k] = names[classes];
+                names[classes++] = name;
+            }
         }
         free(p);
     }
+    free(w.files.slots);
+    free(w.dirs.slots);
+    free(root_real);
     im->class_names = names;
     im->nclasses = (size_t)classes;
     /* the names that are not classes (files beside the folders) are freed now */
@@ -346,7 +571,6 @@ static stoke_status img_open_root(stoke_dataset *d, img_impl *im, const char *pa
                           "%s: no .jpg, .jpeg or .png images in its %lld class "
                           "subdirectories",
                           root, (long long)classes);
-    (void)path;
     d->info.count = im->n;
     d->info.num_classes = classes;
     return STOKE_OK;
@@ -376,7 +600,7 @@ stoke_status stoke_images_open(stoke_dataset *d, const char *path, const stoke_d
         snprintf(d->path, sizeof d->path, "%s", path);
     memset(&d->info, 0, sizeof d->info);
     snprintf(d->info.format, sizeof d->info.format, "images");
-    stoke_status st = img_open_root(d, im, path, root);
+    stoke_status st = img_open_root(d, im, root);
     free(root);
     if (st != STOKE_OK) {
         img_free(im);

@@ -138,7 +138,10 @@ stoke_status stoke_dataset_load(stoke_dataset *src, stoke_dataset **out)
             return st;
         }
     }
-    return wrap(info, ci, ct, ci, ct, out);
+    stoke_status st = wrap(info, ci, ct, ci, ct, out);
+    if (st == STOKE_OK) /* its messages still name the file the samples came from */
+        snprintf((*out)->path, sizeof(*out)->path, "%s", src->path);
+    return st;
 }
 
 /* ---- a prefix of another dataset, read through ---------------------------------- */

@@ -1,5 +1,6 @@
 /* npy.c - NPY files (format 1.0, 2.0, 3.0, either byte order, C order): an inputs file
- * and its targets file, memory-mapped and byte-swapped on read when big-endian. */
+ * and its targets file, read by offset (pread, not mapped: util_impl.h says why) and
+ * byte-swapped on read when big-endian; scalar targets are read whole on open. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -292,8 +293,9 @@ stoke_status stoke_npy_parse_header(const unsigned char *buf, size_t n, const ch
 
 typedef struct npy_file {
     char path[1024];
-    stoke_mapped map;
+    stoke_rfile file;
     stoke_npy_header h;
+    unsigned char *all; /* scalar targets: all of them, read and checked on open */
 } npy_file;
 
 typedef struct npy_impl {
@@ -301,22 +303,61 @@ typedef struct npy_impl {
     bool has_targets;
 } npy_impl;
 
-/* Maps and checks one file: header, and data size == what the header describes. */
+/* numpy writes headers of a few hundred bytes (and reads none over 10000 by default):
+ * a larger one is refused before it is read into memory. */
+#define NPY_HEADER_MAX ((size_t)1 << 20)
+
+static void npy_file_free(npy_file *f)
+{
+    stoke_rfile_close(&f->file);
+    free(f->all);
+    f->all = NULL;
+}
+
+/* Opens and checks one file: header, and data size == what the header describes. */
 static stoke_status npy_load(const char *path, npy_file *f)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    stoke_status s = stoke_map_file(path, &f->map);
+    stoke_status s = stoke_rfile_open(path, &f->file);
     if (s != STOKE_OK)
         return s;
-    s = stoke_npy_parse_header(f->map.data, f->map.size, path, &f->h);
-    if (s == STOKE_OK && f->map.size - f->h.data_offset != f->h.data_bytes)
+    uint64_t size = f->file.size;
+    /* The preamble gives the header's length: read that much (the parser then sees the
+     * whole header), or the whole file if it is shorter (it reports where it ends). */
+    unsigned char pre[12];
+    size_t n = size < sizeof pre ? (size_t)size : sizeof pre, want = n;
+    s = stoke_rfile_read(&f->file, path, -1, pre, n, 0);
+    size_t start = n >= 10 && memcmp(pre, "\x93NUMPY", 6) == 0 && pre[7] == 0
+                       ? pre[6] == 1                               ? 10
+                         : (pre[6] == 2 || pre[6] == 3) && n == 12 ? 12
+                                                                   : 0
+                       : 0;
+    if (s == STOKE_OK && start) { /* else the parser names what is wrong in pre[] */
+        size_t hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+        if (start == 12)
+            hlen |= (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+        if (start + hlen > NPY_HEADER_MAX)
+            s = stoke_fail(STOKE_ERR_FORMAT,
+                           "%s: NPY header, offset 8: header length %zu (stoke reads headers "
+                           "up to %zu bytes; numpy writes a few hundred)",
+                           path, hlen, NPY_HEADER_MAX - start);
+        want = start + hlen < size ? start + hlen : (size_t)size;
+    }
+    unsigned char *head = s == STOKE_OK ? malloc(want ? want : 1) : NULL;
+    if (s == STOKE_OK && !head)
+        s = stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory for the header", path);
+    if (s == STOKE_OK)
+        s = stoke_rfile_read(&f->file, path, -1, head, want, 0);
+    if (s == STOKE_OK)
+        s = stoke_npy_parse_header(head, want, path, &f->h);
+    free(head);
+    if (s == STOKE_OK && size - f->h.data_offset != f->h.data_bytes)
         s = stoke_fail(STOKE_ERR_FORMAT,
                        "%s: %s data: the header describes %zu bytes "
-                       "from offset %zu, the file holds %zu",
-                       path,
-                       f->map.size - f->h.data_offset < f->h.data_bytes ? "truncated" : "oversized",
-                       f->h.data_bytes, f->h.data_offset, f->map.size - f->h.data_offset);
+                       "from offset %zu, the file holds %" PRIu64,
+                       path, size - f->h.data_offset < f->h.data_bytes ? "truncated" : "oversized",
+                       f->h.data_bytes, f->h.data_offset, size - f->h.data_offset);
     if (s == STOKE_OK && f->h.ndim == 0)
         s = stoke_fail(STOKE_ERR_FORMAT,
                        "%s: offset %zu: shape () is a single value with no "
@@ -329,7 +370,22 @@ static stoke_status npy_load(const char *path, npy_file *f)
                            "be empty",
                            path, k);
     if (s != STOKE_OK)
-        stoke_unmap_file(&f->map);
+        npy_file_free(f);
+    return s;
+}
+
+/* Sample i's `bytes` of f into out, in the host's order. */
+static stoke_status npy_sample(const npy_file *f, int64_t i, size_t bytes, stoke_dtype t, void *out)
+{
+    size_t es = stoke_dtype_size(t);
+    if (f->all) {
+        stoke_copy_swapped(out, f->all + (size_t)i * bytes, bytes / es, es, f->h.swap);
+        return STOKE_OK;
+    }
+    stoke_status s =
+        stoke_rfile_read(&f->file, f->path, i, out, bytes, f->h.data_offset + (uint64_t)i * bytes);
+    if (s == STOKE_OK && f->h.swap)
+        stoke_swap_in_place(out, bytes / es, es);
     return s;
 }
 
@@ -337,17 +393,10 @@ static stoke_status npy_read(stoke_dataset *d, int64_t i, void *input, void *tar
 {
     const npy_impl *m = d->impl;
     const stoke_dataset_info *f = &d->info;
-    size_t es = stoke_dtype_size(f->input_dtype);
-    stoke_copy_swapped(input,
-                       m->inputs.map.data + m->inputs.h.data_offset + (size_t)i * f->input_bytes,
-                       f->input_bytes / es, es, m->inputs.h.swap);
-    if (target && m->has_targets) {
-        size_t ts = stoke_dtype_size(f->target_dtype);
-        stoke_copy_swapped(
-            target, m->targets.map.data + m->targets.h.data_offset + (size_t)i * f->target_bytes,
-            f->target_bytes / ts, ts, m->targets.h.swap);
-    }
-    return STOKE_OK;
+    stoke_status s = npy_sample(&m->inputs, i, f->input_bytes, f->input_dtype, input);
+    if (s == STOKE_OK && target && m->has_targets)
+        s = npy_sample(&m->targets, i, f->target_bytes, f->target_dtype, target);
+    return s;
 }
 
 static void npy_close(stoke_dataset *d)
@@ -355,8 +404,8 @@ static void npy_close(stoke_dataset *d)
     npy_impl *m = d->impl;
     if (!m)
         return;
-    stoke_unmap_file(&m->inputs.map);
-    stoke_unmap_file(&m->targets.map);
+    npy_file_free(&m->inputs);
+    npy_file_free(&m->targets);
     free(m);
     d->impl = NULL;
 }
@@ -422,6 +471,7 @@ stoke_status stoke_npy_open(stoke_dataset *d, const char *path, const stoke_data
     npy_impl *m = calloc(1, sizeof *m);
     if (!m)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", path);
+    m->inputs.file.fd = m->targets.file.fd = -1;
     d->impl = m;
     d->vt = &npy_vt;
     stoke_status s = npy_load(path, &m->inputs);
@@ -461,9 +511,19 @@ stoke_status stoke_npy_open(stoke_dataset *d, const char *path, const stoke_data
         f->target_kind = STOKE_TARGET_VECTOR;
         return STOKE_OK;
     }
-    s = stoke_scalar_targets(tpath, m->targets.map.data + th->data_offset, f->count, th->dtype,
-                             th->swap, o && o->regression, &f->target_kind, &f->num_classes);
-    if (s != STOKE_OK)
+    /* Scalar targets are held in memory: their checks below stay true whatever happens
+     * to the file later. */
+    npy_file *tf = &m->targets;
+    tf->all = malloc(th->data_bytes ? th->data_bytes : 1);
+    s = tf->all ? stoke_rfile_read(&tf->file, tpath, -1, tf->all, th->data_bytes, th->data_offset)
+                : stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory for %zu bytes of targets", tpath,
+                             th->data_bytes);
+    if (s == STOKE_OK)
+        s = stoke_scalar_targets(tpath, tf->all, f->count, th->dtype, th->swap, o && o->regression,
+                                 &f->target_kind, &f->num_classes);
+    if (s == STOKE_OK)
+        stoke_rfile_close(&tf->file);
+    else
         npy_close(d);
     return s;
 }

@@ -72,17 +72,21 @@ void stoke_records_encode_header(const stoke_rec_header *h,
 
 /* ---- version 2 (records_jpeg.c) ---- */
 
-/* Checks a version 2 file's trailer and index in buf[0..size) (the whole file; h from
- * stoke_records_parse_header): the trailer's magic and index offset, then each entry:
- * records follow each other from byte 256 with no gap or overlap, each holds its
- * target and at least one image byte, the last ends at the index. Sets
- * h->index_offset. STOKE_ERR_FORMAT naming path, the entry, its byte offset. */
-stoke_status stoke_records_check_index(const unsigned char *buf, size_t size, const char *path,
-                                       stoke_rec_header *h);
+/* Checks a version 2 file's trailer and index in `tail`, the last n bytes of a file of
+ * file_size bytes (h from stoke_records_parse_header, which saw room for them; n at
+ * least the index and the trailer, count x 16 + 16): the trailer's magic and index
+ * offset, then each entry: records follow each other from byte 256 with no gap or
+ * overlap, each holds its target and at least one image byte, the last ends at the
+ * index. Sets h->index_offset. STOKE_ERR_FORMAT naming path, the entry, its byte
+ * offset. */
+stoke_status stoke_records_check_index(const unsigned char *tail, size_t n, uint64_t file_size,
+                                       const char *path, stoke_rec_header *h);
 
-/* Makes d a version 2 dataset over `map` (checked by the two functions above), taking
- * ownership of the mapping. */
-stoke_status stoke_records_enc_open(stoke_dataset *d, stoke_mapped map, const stoke_rec_header *h);
+/* Makes d a version 2 dataset over `file` (h checked by stoke_records_parse_header):
+ * reads the index and the trailer into memory and checks them. On success d owns the
+ * file; on failure the caller still does. */
+stoke_status stoke_records_enc_open(stoke_dataset *d, const char *path, stoke_rfile file,
+                                    const stoke_rec_header *h);
 
 /* Writes image folder d's files' bytes as a version 2 file (stoke_records_write_as). */
 stoke_status stoke_records_enc_write(stoke_dataset *d, const char *path,

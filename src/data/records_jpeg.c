@@ -15,7 +15,8 @@
 #include "data/records_impl.h"
 
 typedef struct enc_impl {
-    stoke_mapped map;
+    stoke_rfile file;
+    unsigned char *index; /* the index entries, read on open: count x 16 bytes */
     stoke_rec_header h;
     int size[2]; /* {width, height}: what a plain read resizes to */
     int channels;
@@ -23,24 +24,27 @@ typedef struct enc_impl {
 
 /* ---- the index --------------------------------------------------------------------- */
 
-stoke_status stoke_records_check_index(const unsigned char *buf, size_t size, const char *path,
-                                       stoke_rec_header *h)
+stoke_status stoke_records_check_index(const unsigned char *tail, size_t n, uint64_t file_size,
+                                       const char *path, stoke_rec_header *h)
 {
     /* parse_header saw room for the index and the trailer; a caller that skipped it
      * must not make this read out of bounds */
     uint64_t fixed = STOKE_REC_HEADER_SIZE + STOKE_REC_TRAILER_SIZE;
-    if (size < fixed || h->count > (size - fixed) / STOKE_REC_INDEX_ENTRY)
+    if (file_size < fixed || h->count > (file_size - fixed) / STOKE_REC_INDEX_ENTRY ||
+        n > file_size || n < h->count * STOKE_REC_INDEX_ENTRY + STOKE_REC_TRAILER_SIZE)
         return stoke_fail(STOKE_ERR_FORMAT,
-                          "%s: truncated: %zu bytes hold no index of %" PRIu64 " records", path,
-                          size, h->count);
-    uint64_t trailer = size - STOKE_REC_TRAILER_SIZE;
-    if (memcmp(buf + trailer + 8, STOKE_REC_TRAILER_MAGIC, 8) != 0)
+                          "%s: truncated: %" PRIu64 " bytes hold no index of %" PRIu64 " records",
+                          path, file_size, h->count);
+    /* tail[k] is the file's byte base + k */
+    uint64_t base = file_size - n;
+    uint64_t trailer = file_size - STOKE_REC_TRAILER_SIZE;
+    if (memcmp(tail + (trailer - base) + 8, STOKE_REC_TRAILER_MAGIC, 8) != 0)
         return stoke_fail(STOKE_ERR_FORMAT,
                           "%s: truncated or damaged: trailer, offset %" PRIu64
                           ": no end marker \"STOKEEND\" (the last 8 bytes of a complete file)",
                           path, trailer + 8);
     uint64_t index = trailer - h->count * STOKE_REC_INDEX_ENTRY;
-    uint64_t stored = stoke_rec_get_u64(buf + trailer);
+    uint64_t stored = stoke_rec_get_u64(tail + (trailer - base));
     if (stored != index)
         return stoke_fail(STOKE_ERR_FORMAT,
                           "%s: trailer, offset %" PRIu64 ": index offset %" PRIu64
@@ -50,7 +54,8 @@ stoke_status stoke_records_check_index(const unsigned char *buf, size_t size, co
     uint64_t tb = h->info.target_bytes, pos = STOKE_REC_HEADER_SIZE;
     for (uint64_t i = 0; i < h->count; i++) {
         uint64_t at = index + i * STOKE_REC_INDEX_ENTRY;
-        uint64_t off = stoke_rec_get_u64(buf + at), len = stoke_rec_get_u64(buf + at + 8);
+        const unsigned char *e = tail + (at - base);
+        uint64_t off = stoke_rec_get_u64(e), len = stoke_rec_get_u64(e + 8);
         if (off != pos)
             return stoke_fail(STOKE_ERR_FORMAT,
                               "%s: records index, offset %" PRIu64 ": record %" PRIu64
@@ -84,7 +89,7 @@ stoke_status stoke_records_check_index(const unsigned char *buf, size_t size, co
 
 static void enc_entry(const enc_impl *m, int64_t i, uint64_t *off, uint64_t *len)
 {
-    const unsigned char *e = m->map.data + m->h.index_offset + (uint64_t)i * STOKE_REC_INDEX_ENTRY;
+    const unsigned char *e = m->index + (uint64_t)i * STOKE_REC_INDEX_ENTRY;
     *off = stoke_rec_get_u64(e);
     *len = stoke_rec_get_u64(e + 8);
 }
@@ -94,14 +99,23 @@ static stoke_status enc_read_window(stoke_dataset *d, int64_t i, stoke_image_win
 {
     const enc_impl *m = d->impl;
     uint64_t off, len, tb = d->info.target_bytes;
-    enc_entry(m, i, &off, &len);
-    const unsigned char *rec = m->map.data + off;
-    if (target)
-        memcpy(target, rec, tb);
-    /* the decoder's messages name this, then the sample */
-    char name[sizeof d->path + 64];
-    snprintf(name, sizeof name, "%s: the image at byte %" PRIu64, d->path, off + tb);
-    return stoke_image_decode(name, i, rec + tb, (size_t)(len - tb), m->channels, fn, ctx, input);
+    enc_entry(m, i, &off, &len); /* checked on open: tb < len <= 1 GiB + tb */
+    unsigned char *rec = malloc((size_t)len);
+    if (!rec)
+        return stoke_fail(STOKE_ERR_NOMEM,
+                          "%s: sample %" PRId64 ": out of memory for %" PRIu64 " bytes", d->path, i,
+                          len);
+    stoke_status s = stoke_rfile_read(&m->file, d->path, i, rec, (size_t)len, off);
+    if (s == STOKE_OK) {
+        if (target)
+            memcpy(target, rec, tb);
+        /* the decoder's messages name this, then the sample */
+        char name[sizeof d->path + 64];
+        snprintf(name, sizeof name, "%s: the image at byte %" PRIu64, d->path, off + tb);
+        s = stoke_image_decode(name, i, rec + tb, (size_t)(len - tb), m->channels, fn, ctx, input);
+    }
+    free(rec);
+    return s;
 }
 
 static stoke_status enc_read(stoke_dataset *d, int64_t i, void *input, void *target)
@@ -110,23 +124,29 @@ static stoke_status enc_read(stoke_dataset *d, int64_t i, void *input, void *tar
     return enc_read_window(d, i, stoke_image_window_fit, m->size, input, target);
 }
 
-/* Targets lead their records: counting them touches one page per record, no image. */
+/* Targets lead their records: counting them reads a few bytes per record, no image. */
 static stoke_status enc_class_counts(stoke_dataset *d, int64_t *counts)
 {
     const enc_impl *m = d->impl;
     const stoke_dataset_info *f = &d->info;
     memset(counts, 0, sizeof *counts * (size_t)f->num_classes);
+    unsigned char t[16]; /* a class target is one scalar */
+    if (f->target_bytes > sizeof t)
+        return stoke_fail(STOKE_ERR_FORMAT, "%s: a class target of %zu bytes", d->path,
+                          f->target_bytes);
     for (int64_t i = 0; i < f->count; i++) {
         uint64_t off, len;
         enc_entry(m, i, &off, &len);
-        const unsigned char *t = m->map.data + off;
+        stoke_status s = stoke_rfile_read(&m->file, d->path, i, t, f->target_bytes, off);
+        if (s != STOKE_OK)
+            return s;
         int64_t c;
         if (!stoke_class_of(t, f->target_dtype, f->num_classes, &c))
             return stoke_fail(STOKE_ERR_FORMAT,
-                              "%s: sample %" PRId64 " (record at byte %" PRIu64
-                              "): class %g is not in [0, %" PRId64 ")",
-                              d->path, i, off, stoke_value_as_double(t, f->target_dtype),
-                              f->num_classes);
+                              "%s: sample %" PRId64 ": class %g is not in [0, %" PRId64
+                              ") (record at byte %" PRIu64 ")",
+                              d->path, i, stoke_value_as_double(t, f->target_dtype), f->num_classes,
+                              off);
         counts[c]++;
     }
     return STOKE_OK;
@@ -137,7 +157,8 @@ static void enc_close(stoke_dataset *d)
     enc_impl *m = d->impl;
     if (!m)
         return;
-    stoke_unmap_file(&m->map);
+    stoke_rfile_close(&m->file);
+    free(m->index);
     free(m);
     d->impl = NULL;
 }
@@ -147,19 +168,36 @@ static const stoke_dataset_vt enc_vt = {.read = enc_read,
                                         .close = enc_close,
                                         .class_counts = enc_class_counts};
 
-stoke_status stoke_records_enc_open(stoke_dataset *d, stoke_mapped map, const stoke_rec_header *h)
+stoke_status stoke_records_enc_open(stoke_dataset *d, const char *path, stoke_rfile file,
+                                    const stoke_rec_header *h)
 {
+    /* parse_header checked that the file holds the index and the trailer */
+    size_t n = (size_t)(h->count * STOKE_REC_INDEX_ENTRY + STOKE_REC_TRAILER_SIZE);
     enc_impl *m = calloc(1, sizeof *m);
-    if (!m)
-        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", d->path);
-    m->map = map;
+    unsigned char *tail = malloc(n);
+    if (!m || !tail) {
+        free(m);
+        free(tail);
+        return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory for the index of %" PRIu64 " records",
+                          path, h->count);
+    }
     m->h = *h;
+    stoke_status s = stoke_rfile_read(&file, path, -1, tail, n, file.size - n);
+    if (s == STOKE_OK)
+        s = stoke_records_check_index(tail, n, file.size, path, &m->h);
+    if (s != STOKE_OK) {
+        free(tail);
+        free(m);
+        return s;
+    }
+    m->file = file;
+    m->index = tail; /* the entries lead; the trailer after them is not read again */
     m->size[0] = (int)h->info.input_shape.dims[1];
     m->size[1] = (int)h->info.input_shape.dims[0];
     m->channels = (int)h->info.input_shape.dims[2];
     d->impl = m;
     d->vt = &enc_vt;
-    d->info = h->info;
+    d->info = m->h.info;
     return STOKE_OK;
 }
 

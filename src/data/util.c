@@ -1,4 +1,4 @@
-/* util.c - the helpers the file readers share (util_impl.h): whole-file mappings, byte
+/* util.c - the helpers the file readers share (util_impl.h): reading a file by offset, byte
  * swapping, decoding one element, and deciding what scalar targets are. Apart from
  * dataset.c so the readers depend on it and dataset.c on them, without a cycle. */
 #include "data/util_impl.h"
@@ -8,44 +8,111 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/regular.h"
 
 /* ---- helpers shared by the readers (util_impl.h) ---------------------------------- */
 
-stoke_status stoke_map_file(const char *path, stoke_mapped *m)
+stoke_status stoke_rfile_open(const char *path, stoke_rfile *f)
 {
-    m->data = NULL;
-    m->size = 0;
-    int fd;
+    f->fd = -1;
+    f->size = 0;
     struct stat st;
-    stoke_status s = stoke_open_regular(path, &fd, &st);
-    if (s != STOKE_OK)
-        return s;
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return stoke_fail(STOKE_ERR_IO, "%s: cannot map %lld bytes: %s", path,
-                              (long long)st.st_size, strerror(e));
+    stoke_status s = stoke_open_regular(path, &f->fd, &st);
+    if (s == STOKE_OK)
+        f->size = (uint64_t)st.st_size;
+    return s;
+}
+
+void stoke_rfile_close(stoke_rfile *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    f->size = 0;
+}
+
+/* "PATH: sample I: " or "PATH: ", for the messages below. */
+static void where(char *buf, size_t size, const char *path, int64_t sample)
+{
+    if (sample >= 0)
+        snprintf(buf, size, "%s: sample %" PRId64, path, sample);
+    else
+        snprintf(buf, size, "%s", path);
+}
+
+stoke_status stoke_rfile_readv(const stoke_rfile *f, const char *path, int64_t sample,
+                               const stoke_rfile_part *parts, int nparts, uint64_t off)
+{
+    struct iovec iov[4];
+    size_t total = 0;
+    int n = 0;
+    for (int k = 0; k < nparts && k < 4; k++)
+        if (parts[k].n) {
+            iov[n++] = (struct iovec){parts[k].buf, parts[k].n};
+            total += parts[k].n;
         }
-        m->data = p;
-        m->size = (size_t)st.st_size;
+    size_t got = 0;
+    struct iovec *v = iov;
+    while (got < total) {
+        ssize_t r = preadv(f->fd, v, n, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int e = errno;
+            char at[1200];
+            where(at, sizeof at, path, sample);
+            if (r < 0)
+                return stoke_fail(STOKE_ERR_IO,
+                                  "%s: cannot read %zu bytes at offset %" PRIu64 ": %s", at, total,
+                                  off, strerror(e));
+            struct stat st;
+            long long now = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+            return stoke_fail(STOKE_ERR_IO,
+                              "%s: the file ends at byte %lld, before the %zu bytes at offset "
+                              "%" PRIu64 " (it held %" PRIu64
+                              " bytes when opened: it was truncated or rewritten while in use)",
+                              at, now, total, off, f->size);
+        }
+        got += (size_t)r;
+        /* a short read (rare for a regular file): go on after what arrived */
+        while (n > 0 && (size_t)r >= v->iov_len) {
+            r -= (ssize_t)v->iov_len;
+            v++;
+            n--;
+        }
+        if (n > 0) {
+            v->iov_base = (char *)v->iov_base + r;
+            v->iov_len -= (size_t)r;
+        }
     }
-    close(fd);
     return STOKE_OK;
 }
 
-void stoke_unmap_file(stoke_mapped *m)
+stoke_status stoke_rfile_read(const stoke_rfile *f, const char *path, int64_t sample, void *buf,
+                              size_t n, uint64_t off)
 {
-    if (m->data)
-        munmap((void *)m->data, m->size);
-    m->data = NULL;
-    m->size = 0;
+    stoke_rfile_part p = {buf, n};
+    return stoke_rfile_readv(f, path, sample, &p, 1, off);
+}
+
+void stoke_swap_in_place(void *p, size_t n, size_t elem_size)
+{
+    /* 2, 4, 8: each element is read whole before it is written, so in place is safe */
+    if (elem_size == 2 || elem_size == 4 || elem_size == 8) {
+        stoke_copy_swapped(p, p, n, elem_size, true);
+        return;
+    }
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++, b += elem_size)
+        for (size_t lo = 0, hi = elem_size ? elem_size - 1 : 0; lo < hi; lo++, hi--) {
+            unsigned char t = b[lo];
+            b[lo] = b[hi];
+            b[hi] = t;
+        }
 }
 
 void stoke_copy_swapped(void *dst, const void *src, size_t n, size_t elem_size, bool swap)

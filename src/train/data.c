@@ -94,6 +94,21 @@ size_t train_ring_per_sample(const stoke_trainer *t, stoke_dataset *d, int worke
     return (size_t)stoke_loader_slots(&o) * (in + i->target_bytes + sizeof(int64_t));
 }
 
+/* An image folder's entries that opening left out (symbolic links out of their class
+ * folder, loops): a warning, as `stoke data` gives. */
+static void warn_skipped(stoke_trainer *t, const char *path, const stoke_dataset *d)
+{
+    const char *ex;
+    int64_t skipped = stoke_dataset_skipped(d, &ex);
+    if (skipped <= 0)
+        return;
+    char w[1400];
+    snprintf(w, sizeof w, "%s: %" PRId64 " entr%s left out, e.g. %.1200s", path, skipped,
+             skipped == 1 ? "y" : "ies", ex);
+    stoke_train_event e = {.kind = STOKE_EV_WARNING, .text = w};
+    train_emit(t, &e);
+}
+
 stoke_status train_open_data(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
@@ -107,6 +122,7 @@ stoke_status train_open_data(stoke_trainer *t)
     if (s != STOKE_OK)
         return s;
     t->info = *stoke_dataset_get_info(t->train_src);
+    warn_skipped(t, c->dataset, t->train_src);
     /* Held in memory, the loader gathers batches without touching storage. */
     uint64_t avail =
         c->memory_budget > 0 ? (uint64_t)c->memory_budget : t->machine.mem.available_bytes;
@@ -161,6 +177,7 @@ stoke_status train_open_data(stoke_trainer *t)
         if (s != STOKE_OK && (c->val_dataset[0] || strcmp(src_format, "idx")))
             return s;
         if (s == STOKE_OK) {
+            warn_skipped(t, vpath, t->val_src);
             const stoke_dataset_info *vi = stoke_dataset_get_info(t->val_src);
             /* class indices follow the sorted folder names: the splits must agree */
             if (!c->val_dataset[0] && !strcmp(src_format, "images") &&

@@ -178,15 +178,17 @@ double train_read_num(const void *src, stoke_dtype t, int64_t i)
 
 stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n, int64_t elems,
                                    bool classes, int64_t nclasses, void *dst,
-                                   const int64_t *samples)
+                                   const int64_t *samples, const char *source)
 {
     for (int64_t i = 0; i < n * elems; i++) {
         double v = train_read_num(src, dtype, i);
         if (classes) {
+            /* a label the format does not check on open (packed records) meets the
+             * model's class count here: the message names the file as theirs do */
             if (!(v >= 0 && v < (double)nclasses) || v != floor(v))
                 return stoke_fail(STOKE_ERR_ARG,
-                                  "sample %" PRId64 ": class %g is outside "
-                                  "[0, %" PRId64 ")",
+                                  "%s%ssample %" PRId64 ": class %g is not in [0, %" PRId64 ")",
+                                  source ? source : "", source ? ": " : "",
                                   samples ? samples[i] : i, v, nclasses);
             ((int32_t *)dst)[i] = (int32_t)v;
         } else {
@@ -255,7 +257,7 @@ stoke_status train_feed_targets(stoke_model *m, stoke_tensor y, const train_targ
 {
     void *dst = tg->stage ? tg->stage : stoke_model_input(m, y);
     stoke_status s = train_convert_targets(targets, tg->dtype, n, tg->elems, tg->classes,
-                                           tg->nclasses, dst, samples);
+                                           tg->nclasses, dst, samples, tg->source);
     if (s == STOKE_OK && tg->stage)
         s = stoke_model_set_input(m, y, tg->stage, (size_t)n * (size_t)tg->elems * 4);
     return s;

@@ -32,11 +32,12 @@ static double loader_wait_s(stoke_loader *l)
     return s.wait_avg_ms * (double)s.batches / 1000.0;
 }
 
-/* How the run's targets feed "y" (train_feed_targets). */
-static train_targets targets_of(const stoke_trainer *t)
+/* How the targets of d (the training or the validation set) feed "y"
+ * (train_feed_targets). */
+static train_targets targets_of(const stoke_trainer *t, const stoke_dataset *d)
 {
-    return (train_targets){t->info.target_dtype, t->target_elems, t->classes, t->nclasses,
-                           t->target_stage};
+    return (train_targets){t->info.target_dtype, t->target_elems, t->classes,
+                           t->nclasses,          t->target_stage, stoke_dataset_path(d)};
 }
 
 /* A batch's inputs into the model: from the loader's device copy (the model's stream
@@ -73,7 +74,7 @@ static stoke_status evaluate_set(stoke_trainer *t, double *loss, double *metric,
     stoke_status s = stoke_model_copy_params(m, t->model);
     if (s != STOKE_OK)
         return train_wrap_error(s, "validation");
-    train_targets tg = targets_of(t);
+    train_targets tg = targets_of(t, t->val_d);
     train_eval acc = {0};
     stoke_batch b;
     while ((s = stoke_loader_next(t->val_loader, &b)) == STOKE_OK && b.size > 0) {
@@ -271,7 +272,7 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accu
     }
     stoke_model_mark(t->model, STOKE_PHASE_START);
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);
-    train_targets tg = targets_of(t);
+    train_targets tg = targets_of(t, t->train_d);
     if (s == STOKE_OK)
         s = train_feed_targets(t->model, t->y, &tg, b->host_targets, b->samples, b->size);
     stoke_model_mark(t->model, STOKE_PHASE_INPUT);

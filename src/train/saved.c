@@ -295,10 +295,13 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     if (in->input_dtype != s->input.in_dtype || in->input_shape.ndim != s->input.in_shape.ndim ||
         memcmp(in->input_shape.dims, s->input.in_shape.dims,
                sizeof in->input_shape.dims[0] * (size_t)in->input_shape.ndim))
-        return stoke_fail(STOKE_ERR_ARG, "the dataset's samples are not those the model was "
-                                         "trained on (shape or dtype differ)");
+        return stoke_fail(STOKE_ERR_ARG,
+                          "%s: the dataset's samples are not those the model was "
+                          "trained on (shape or dtype differ)",
+                          stoke_dataset_path(d));
     if (in->target_kind == STOKE_TARGET_NONE || s->y == STOKE_NO_TENSOR)
-        return stoke_fail(STOKE_ERR_ARG, "the dataset has no targets to evaluate against");
+        return stoke_fail(STOKE_ERR_ARG, "%s: the dataset has no targets to evaluate against",
+                          stoke_dataset_path(d));
     int64_t n = limit > 0 && limit < in->count ? limit : in->count;
     stoke_status rs = ensure_model(s, n);
     if (rs == STOKE_OK)
@@ -309,8 +312,9 @@ stoke_status stoke_saved_model_eval(stoke_saved_model *s, stoke_dataset *d, int6
     unsigned char *tb = malloc((size_t)s->batch * (in->target_bytes ? in->target_bytes : 1));
     int64_t *idx = malloc((size_t)s->batch * sizeof *idx);
     stoke_status st = ib && tb && idx ? STOKE_OK : stoke_fail(STOKE_ERR_NOMEM, "out of memory");
-    train_targets tg = {in->target_dtype, s->target_elems, s->kind == STOKE_TARGET_CLASS,
-                        s->classes, NULL};
+    train_targets tg = {
+        in->target_dtype,     s->target_elems, s->kind == STOKE_TARGET_CLASS, s->classes, NULL,
+        stoke_dataset_path(d)};
     train_eval acc = {0};
     for (int64_t at = 0; at < n && st == STOKE_OK; at += s->batch) {
         int64_t b = n - at < s->batch ? n - at : s->batch;

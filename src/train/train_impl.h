@@ -65,11 +65,12 @@ void train_transform_opts(const train_input *ti, train_aug aug, stoke_op *ops,
 double train_read_num(const void *src, stoke_dtype t, int64_t i);
 
 /* Converts n targets of the dataset's dtype into the model's "y" input: int32 class
- * indices (checked against classes: STOKE_ERR_ARG naming the sample) or float32 values.
- * `samples` (may be NULL) gives the dataset indices for messages. */
+ * indices (checked against classes: STOKE_ERR_ARG naming the file `source` and the
+ * sample, as the readers' own label checks do) or float32 values. `samples` (may be
+ * NULL) gives the dataset indices and `source` (may be NULL) its path, for messages. */
 stoke_status train_convert_targets(const void *src, stoke_dtype dtype, int64_t n, int64_t elems,
                                    bool classes, int64_t nclasses, void *dst,
-                                   const int64_t *samples);
+                                   const int64_t *samples, const char *source);
 
 /* How a dataset's targets feed the model's "y" (train_convert_targets' arguments). */
 typedef struct train_targets {
@@ -77,8 +78,9 @@ typedef struct train_targets {
     int64_t elems;
     bool classes;
     int64_t nclasses;
-    void *stage; /* host memory for a batch of converted targets, copied into "y" from
+    void *stage;        /* host memory for a batch of converted targets, copied into "y" from
                     there (a model on a device); NULL: converted in place (the CPU) */
+    const char *source; /* the dataset's path, for messages (stoke_dataset_path) */
 } train_targets;
 
 /* n targets of the dataset into the model's "y": converted in place, or through

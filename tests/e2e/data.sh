@@ -212,6 +212,32 @@ run dest_dir 1 convert "$fm" "$work/dir.rec" --split test
 [ -d "$work/dir.rec" ] || fail "dest_dir: the directory is gone"
 ls -a "$work" | grep -q stoke-tmp && fail "dest_dir: a temporary file was left behind"
 
+# --- an image folder with symbolic links (docs/data.md): loops into ".", a link out of
+# its class to the root, a class folder that is a link. Each image is one sample of the
+# class whose folder holds it; what was left out is counted, with an example.
+fan=$work/fan
+mkdir -p "$fan/a" "$fan/b"
+$py -c 'import sys; from PIL import Image; Image.new("RGB", (9, 7), (9, 8, 7)).save(sys.argv[1])' \
+    "$fan/a/0.png" || fail "fan: Pillow could not write the image"
+cp "$fan/a/0.png" "$fan/b/0.png"
+for i in 1 2 3; do ln -s . "$fan/a/s$i"; done
+ln -s .. "$fan/b/up"
+ln -s a "$fan/c"
+run fan 0 info "$fan"
+has fan.out "samples      2"
+has fan.out "classes      2"
+has fan.out "skipped      5 ("
+has fan.out "e.g. $fan/a/s1: a folder walked already"
+has fan.err "warning: $fan: 5 entries left out"
+run fan_json 0 info "$fan" --json
+$py - "$work/fan_json.out" <<'EOF' || fail "fan_json: $(cat "$work/fan_json.out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["count"] == 2 and j["num_classes"] == 2, j
+assert [c["count"] for c in j["class_balance"]] == [1, 1], j["class_balance"]
+assert j["skipped"]["count"] == 5 and "/b/up" not in j["skipped"]["example"], j["skipped"]
+EOF
+
 # --- usage errors: exit 2. ---
 run usage_none 2
 run usage_sub 2 frobnicate

@@ -4,7 +4,7 @@
 # encoding and bytes per sample against the files' sizes; the pixels read back from the
 # JPEG records identical to the folder's (both converted to pixel records, compared with
 # cmp); usage errors; a damaged JPEG refused while converting, naming it; a truncated
-# file; and `stoke train --augment --transforms rrc` on the records.
+# file; labels out of range; and `stoke train --augment --transforms rrc` on the records.
 set -u
 stoke=$1 work=$2
 py=/usr/bin/python3
@@ -104,6 +104,41 @@ ls -a "$work" | grep -q stoke-tmp && fail "a temporary file was left"
 head -c 3000 "$work/j.rec" >"$work/cut.rec"
 run info_truncated 1 info "$work/cut.rec"
 has info_truncated.err "cut.rec: truncated or damaged: trailer, offset 2992: no end marker"
+
+# A label out of range (the records' labels are checked when used, not on open): train,
+# eval and info name the file and the sample, whatever the value.
+"$stoke" train --dataset "$work/j.rec" --model mlp --hidden 8 --epochs 1 --batch-size 4 \
+    --threads 2 --no-monitor --checkpoint "$work/m.ckpt" >"$out" 2>&1 || {
+    fail "train a checkpoint on jpeg records"; show "$out"; }
+for label in 1000 -1; do
+    $py - "$work/j.rec" "$work/label.rec" "$label" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+index, = struct.unpack_from("<Q", b, len(b) - 16)
+off, = struct.unpack_from("<Q", b, index + 2 * 16)  # record 2: its int64 target leads
+struct.pack_into("<q", b, off, int(sys.argv[3]))
+open(sys.argv[2], "wb").write(b)
+PY
+    "$stoke" train --dataset "$work/label.rec" --model mlp --hidden 8 --epochs 1 --batch-size 4 \
+        --threads 2 --no-monitor >"$out" 2>&1
+    rc=$?
+    if [ "$rc" -ne 0 ] &&
+       grep -qF "stoke train: $work/label.rec: sample 2: class $label is not in [0, 2)" "$out"; then
+        ok "train on a label of $label"
+    else
+        fail "train on a label of $label: exit $rc"; show "$out"
+    fi
+    "$stoke" eval "$work/m.ckpt" --dataset "$work/label.rec" >"$out" 2>&1
+    rc=$?
+    if [ "$rc" -eq 1 ] &&
+       grep -qxF "stoke eval: $work/label.rec: sample 2: class $label is not in [0, 2)" "$out"; then
+        ok "eval on a label of $label"
+    else
+        fail "eval on a label of $label: exit $rc"; show "$out"
+    fi
+    run "info_label$label" 1 info "$work/label.rec"
+    has "info_label$label.err" "label.rec: sample 2: class $label is not in [0, 2) (record at byte"
+done
 
 # Training on it with RandomResizedCrop.
 "$stoke" train --dataset "$work/j.rec" --model mlp --hidden 8 --epochs 1 --batch-size 4 \
