@@ -229,8 +229,10 @@ int train_ckpt_config_bytes(const stoke_ckpt *c, const char *key, char *buf, siz
         r = -1;
     for (size_t i = 0; r == 1 && i < n / 2; i++) {
         int hi = hex_digit(v->valuestring[2 * i]), lo = hex_digit(v->valuestring[2 * i + 1]);
-        if (hi < 0 || lo < 0 || (hi | lo) == 0) /* a NUL would cut the text */
+        if (hi < 0 || lo < 0 || (hi | lo) == 0) { /* a NUL would cut the text */
             r = -1;
+            break;
+        }
         buf[i] = (char)(hi << 4 | lo);
     }
     if (r == 1)
