@@ -197,10 +197,8 @@ static cJSON *report_json(const bench_report *r)
 
 int bench_check_json_path(const char *path)
 {
-    stoke_tmpfile t;
-    if (stoke_tmpfile_open(&t, path) != STOKE_OK)
+    if (stoke_tmpfile_check(path) != STOKE_OK)
         return cli_error("bench", "--json: %s", stoke_last_error());
-    stoke_tmpfile_abort(&t);
     return 0;
 }
 

@@ -442,3 +442,12 @@ void stoke_tmpfile_abort(stoke_tmpfile *t)
         unlinkat(t->dirfd, t->tmp, 0);
     release(t);
 }
+
+stoke_status stoke_tmpfile_check(const char *path)
+{
+    stoke_tmpfile t;
+    stoke_status s = stoke_tmpfile_open(&t, path);
+    if (s == STOKE_OK)
+        stoke_tmpfile_abort(&t);
+    return s;
+}

@@ -73,4 +73,10 @@ stoke_status stoke_tmpfile_commit(stoke_tmpfile *t);
  * (it then does nothing). Can't fail. */
 void stoke_tmpfile_abort(stoke_tmpfile *t);
 
+/* Whether `path` could be written the way stoke_tmpfile_open writes it: its temporary
+ * file is created and removed at once. For a command to check an output before the
+ * work that produces it (a missing directory found at the end costs the work). The
+ * status and message are stoke_tmpfile_open's. */
+stoke_status stoke_tmpfile_check(const char *path);
+
 #endif

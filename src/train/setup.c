@@ -949,12 +949,8 @@ static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_me
 {
     /* The checkpoint's directory before any step: its first write comes at the end of
      * an epoch, and a missing one found then costs the epoch. */
-    if (t->cfg.checkpoint[0]) {
-        stoke_tmpfile f;
-        if (stoke_tmpfile_open(&f, t->cfg.checkpoint) != STOKE_OK)
-            return train_wrap_error(STOKE_ERR_IO, "--checkpoint");
-        stoke_tmpfile_abort(&f);
-    }
+    if (t->cfg.checkpoint[0] && stoke_tmpfile_check(t->cfg.checkpoint) != STOKE_OK)
+        return train_wrap_error(STOKE_ERR_IO, "--checkpoint");
     size_t ring[2], left;
     stoke_status s = allocate_on_device(t, ring, &left);
     if (s != STOKE_OK)

@@ -657,13 +657,9 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
                      : stoke_fail(STOKE_ERR_ARG,
                                   "every setting tune measures is given (batch_size, workers, "
                                   "prefetch, threads, precision): nothing to tune");
-    /* the output checked before the trials, not after them: a missing directory found
-     * at the end costs every trial (a file beside it tried and removed, as the write's) */
-    stoke_tmpfile probe;
-    if (opts->output && stoke_tmpfile_open(&probe, opts->output) != STOKE_OK)
+    /* the output checked before the trials, not after them */
+    if (opts->output && stoke_tmpfile_check(opts->output) != STOKE_OK)
         return train_wrap_error(STOKE_ERR_IO, "--output");
-    if (opts->output)
-        stoke_tmpfile_abort(&probe);
     stoke_trainer *pt = NULL;
     stoke_status s = plan_trainer(cfg, &o, &pt);
     if (s != STOKE_OK)
