@@ -84,6 +84,7 @@ typedef struct scen {
     double wait_pct, busy, fill; /* its wait share %, worker busy 0..1, ring fill */
     int workers, slots;
     double thread_pct; /* the busiest thread's % of a core, 0 = not read */
+    int busy_threads;  /* threads busy in a sample (with thread_pct) */
     stoke_mon_program prog;
 } scen;
 
@@ -133,6 +134,7 @@ static void run_scenario(const scen *sc, int ncpu, stoke_mon_summary *sum)
             s.valid |= STOKE_MS_THREAD;
             s.busiest = (stoke_mon_thread){.pid = 1234, .tid = 1240, .comm = "python"};
             s.busiest.core_pct = sc->thread_pct + w > 100 ? 100 : sc->thread_pct + w;
+            s.busy_threads = sc->busy_threads;
         }
         if (sc->pipe) {
             s.valid |= STOKE_MS_PIPELINE | STOKE_MS_PIPELINE_RATE;
@@ -645,6 +647,25 @@ static void check_consistent(const stoke_finding *f, const stoke_mon_summary *s)
     if (!strcmp(id, "data-wait"))
         CHECK_MSG(num_after(f->evidence, "waited for data ") >= 10, "[%s] no wait: %s", id,
                   f->evidence);
+    /* Shared cores need others that hold them, on saturated CPUs; the fewer threads it
+     * asks for are fewer than the job runs. */
+    if (!strcmp(id, "cpu-contention")) {
+        CHECK_MSG(num_after(f->evidence, "other processes kept ") >= 0.5 &&
+                      num_after(f->evidence, "(CPUs ") >= 90,
+                  "[%s] the CPUs were not taken by others: %s", id, f->evidence);
+        double now = num_after(f->evidence, "with ");
+        double run = num_after(f->advice, ": run ");
+        CHECK_MSG(isnan(run) || run < now, "[%s] asks for %.0f threads, runs %.0f: %s", id, run,
+                  now, f->advice);
+    }
+}
+
+/* Findings that contradict each other: more threads for cores that others hold. */
+static void check_agree(const stoke_finding *f, size_t n)
+{
+    const stoke_finding *c = find(f, n, "cpu-contention");
+    CHECK_MSG(!c || !find(f, n, "cpu-underused"), "cpu-underused beside cpu-contention: %s",
+              c ? c->evidence : "");
 }
 
 static void test_consistency(void)
@@ -724,6 +745,26 @@ static void test_consistency(void)
     cases[nc++] = c;
     c.fill = 3;
     cases[nc++] = c;
+    /* Cores shared with other processes: a CPU-only job's two threads at 0.2 and 0.55
+     * of a core, then one thread with a full core (each with a GPU idle too). */
+    scen sh = {.cpu = 100,
+               .ram_used = 4 * 1000000000ull,
+               .ram_total = 64 * 1000000000ull,
+               .job_cpu = 41,
+               .thread_pct = 21,
+               .busy_threads = 2};
+    cases[nc++] = sh;
+    sh.job_cpu = 110;
+    sh.thread_pct = 56;
+    cases[nc++] = sh;
+    sh.job_cpu = 99;
+    sh.thread_pct = 99;
+    sh.busy_threads = 1;
+    cases[nc++] = sh;
+    sh = cases[2]; /* the GPU case whose job used 0.3 of the busy cores */
+    sh.thread_pct = 15;
+    sh.busy_threads = 2;
+    cases[nc++] = sh;
     size_t fired_total = 0;
     for (int k = 0; k < nc; k++)
         for (int prog = 0; prog < 2; prog++) {
@@ -740,6 +781,7 @@ static void test_consistency(void)
             fired_total += n;
             for (size_t i = 0; i < n && i < 16; i++)
                 check_consistent(&f[i], &sum);
+            check_agree(f, n < 16 ? n : 16);
         }
     CHECK(fired_total > 2 * (size_t)nc / 2); /* the property ran over findings, not none */
 
@@ -897,6 +939,172 @@ static void test_thread_rule(void)
     CHECK(find(f, n, "cpu-underused") != NULL);
 }
 
+/* The table's row of a rule, NULL if there is none. */
+static const stoke_rule *rule_row(const char *id)
+{
+    size_t n;
+    const stoke_rule *r = stoke_rules(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(r[i].id, id))
+            return &r[i];
+    return NULL;
+}
+
+/* Cores shared with other processes (issue 27): a job that got 41% of a core with two
+ * compute threads while the machine was saturated by others; then the same machine
+ * with the job alone, and with a one-thread job that gets its full core. */
+static void test_contention_rule(void)
+{
+    const stoke_rule *row = rule_row("cpu-contention");
+    CHECK(row != NULL);
+    stoke_mon_summary sum;
+    stoke_finding f[16], one;
+    scen sc = {.cpu = 100,
+               .ram_used = 4 * 1000000000ull,
+               .ram_total = 64 * 1000000000ull,
+               .job_cpu = 41,
+               .thread_pct = 21,
+               .busy_threads = 2};
+    run_scenario(&sc, 2, &sum);
+    /* The summary's inputs: the job's cores, the others', the busy threads. */
+    CHECK_NEAR(sum.sys[STOKE_M_PROC_CPU].median, 41, 1e-6);
+    CHECK_NEAR(sum.sys[STOKE_M_OTHERS_CPU].median, 158, 1e-6);
+    CHECK_NEAR(sum.sys[STOKE_M_BUSY_THREADS].median, 2, 0);
+    size_t n = stoke_diagnose(&sum, f, 16);
+    const stoke_finding *x = find(f, n, "cpu-contention");
+    CHECK(x != NULL);
+    CHECK(n > 0 && f[0].rule == row);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "the job used 0.41 of a core with 2 compute threads");
+        CHECK_STR_CONTAINS(x->evidence, "other processes kept 1.6 of the 2 usable CPUs busy");
+        CHECK_STR_CONTAINS(x->advice, "run 1 (the others take all 2 usable CPUs; one at least)");
+        CHECK_STR_CONTAINS(x->advice, "OMP_NUM_THREADS=1");
+        CHECK_STR_CONTAINS(x->advice, "torch.set_num_threads(1)");
+        CHECK(strstr(x->advice, "--threads") == NULL);
+        CHECK(strstr(x->advice, "OMP_WAIT_POLICY") == NULL); /* one thread: no barrier */
+        CHECK_INT_EQ(x->gpu, -1);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    stoke_diagnosis_print(&sum, f, n, n, out);
+    fclose(out);
+    CHECK_STR_CONTAINS(text, "bounded by CPU shared with other processes");
+    CHECK(strstr(text, "no rule fired") == NULL);
+    free(text);
+    /* Inside stoke train: its threads setting, and its flag. */
+    sc.prog = (stoke_mon_program){.kind = STOKE_PROG_STOKE, .threads = 2, .batch_size = 64};
+    run_scenario(&sc, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "cpu-contention");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "2 compute threads (0.2");
+        CHECK_STR_CONTAINS(x->evidence, "its --threads");
+        CHECK_STR_CONTAINS(x->advice, "--threads 1 (now 2)");
+        CHECK(strstr(x->advice, "OMP_NUM_THREADS") == NULL);
+    }
+    /* Two threads with 1.1 cores on cores half taken: cpu-underused asked for more
+     * threads there; the cores are the others', not idle. */
+    sc.job_cpu = 110;
+    sc.thread_pct = 56;
+    run_scenario(&sc, 2, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "cpu-contention") != NULL);
+    CHECK(find(f, n, "cpu-underused") == NULL);
+    /* Four threads with 2 of 4 cores, the others holding 1.9: two threads, and libgomp
+     * told not to spin. */
+    sc.cpu = 98;
+    sc.job_cpu = 200;
+    sc.thread_pct = 50;
+    sc.busy_threads = 4;
+    sc.prog.kind = STOKE_PROG_EXTERNAL;
+    run_scenario(&sc, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    x = find(f, n, "cpu-contention");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->advice, "run 2 (4 usable - 2 taken)");
+        CHECK_STR_CONTAINS(x->advice, "torch.set_num_threads(2)");
+        CHECK_STR_CONTAINS(x->advice, "OMP_WAIT_POLICY=passive");
+    }
+    /* The row's thresholds are what it reads. */
+    if (row) {
+        stoke_rule r = *row;
+        memset(&one, 0, sizeof one);
+        CHECK(r.check(&r, &sum, &one));
+        r.others_cores_atleast = 2.5;
+        CHECK(!r.check(&r, &sum, &one));
+        r = *row;
+        r.cpu_atleast = 99;
+        CHECK(!r.check(&r, &sum, &one));
+    }
+    /* A busy GPU bounded the run whatever the host threads got. */
+    scen g = sc;
+    g.gpus = 1;
+    g.util = 95;
+    g.vram_used = 17 * 1000000000ull;
+    g.vram_total = 24 * 1000000000ull;
+    g.limit_w = 350;
+    run_scenario(&g, 4, &sum);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "cpu-contention") == NULL);
+
+    /* Negative: the job alone saturates the machine (the others hold nothing). */
+    scen alone = {.cpu = 98,
+                  .ram_used = 4 * 1000000000ull,
+                  .ram_total = 64 * 1000000000ull,
+                  .job_cpu = 195,
+                  .thread_pct = 97,
+                  .busy_threads = 2};
+    for (int prog = 0; prog < 2; prog++) {
+        alone.prog = (stoke_mon_program){.kind = prog ? STOKE_PROG_STOKE : STOKE_PROG_EXTERNAL,
+                                         .threads = 2};
+        run_scenario(&alone, 2, &sum);
+        CHECK(sum.sys[STOKE_M_OTHERS_CPU].median < 50);
+        if (row) {
+            memset(&one, 0, sizeof one);
+            CHECK(!row->check(row, &sum, &one));
+        }
+        CHECK_INT_EQ(stoke_diagnose(&sum, f, 16), 0);
+    }
+    /* Negative: a busy machine, the job's one thread gets its full core. Nothing to
+     * change: neither fewer threads nor more (cpu-underused asked for 2 here, on a
+     * core the others held). */
+    scen full = alone;
+    full.cpu = 100;
+    full.job_cpu = 99;
+    full.thread_pct = 99;
+    full.busy_threads = 1;
+    for (int prog = 0; prog < 2; prog++) {
+        full.prog = (stoke_mon_program){.kind = prog ? STOKE_PROG_STOKE : STOKE_PROG_EXTERNAL,
+                                        .threads = 1};
+        run_scenario(&full, 2, &sum);
+        if (row) {
+            memset(&one, 0, sizeof one);
+            CHECK(!row->check(row, &sum, &one));
+        }
+        n = stoke_diagnose(&sum, f, 16);
+        CHECK_MSG(n == 0, "%zu findings, the first %s", n, n ? f[0].rule->id : "");
+    }
+    /* A job that used 0.05 of a core sleeps more likely than it starves. */
+    sc.job_cpu = 5;
+    run_scenario(&sc, 4, &sum);
+    if (row) {
+        memset(&one, 0, sizeof one);
+        CHECK(!row->check(row, &sum, &one));
+    }
+    sc.job_cpu = 200;
+    /* Without a thread count (no per-thread readings, not stoke's) a job that sleeps
+     * cannot be told from a starved one: no finding. */
+    sc.thread_pct = 0;
+    run_scenario(&sc, 4, &sum);
+    if (row) {
+        memset(&one, 0, sizeof one);
+        CHECK(!row->check(row, &sum, &one));
+    }
+}
+
 /* The per-thread reader over a recorded /proc: two snapshots of a tree (PID 4242 with
  * three threads and a child process 4300), 100 clock ticks apart, in which thread 4242
  * ran 100 ticks, 4245 two, 4246 none, the child three; 4247 appears only in the second
@@ -916,17 +1124,21 @@ static void test_thread_reader(void)
     CHECK_INT_EQ(stoke_thread_reader_open(root, &t), STOKE_OK);
     int pids[] = {4242, 4300, 4999 /* ended: no task directory */};
     stoke_mon_thread th;
-    CHECK(!stoke_thread_read(t, pids, 3, 0.0, &th)); /* a first read has no rates */
+    int busy = -1;
+    CHECK(!stoke_thread_read(t, pids, 3, 0.0, &th, &busy)); /* a first read has no rates */
+    CHECK_INT_EQ(busy, 0);
     unlink(link);
     CHECK_INT_EQ(symlink(STOKE_TEST_DATA "/sysroot/threads-busy/t1", link), 0);
     double tick = 1.0 / (double)sysconf(_SC_CLK_TCK);
-    CHECK(stoke_thread_read(t, pids, 3, 100 * tick, &th));
+    CHECK(stoke_thread_read(t, pids, 3, 100 * tick, &th, &busy));
+    /* 4242 at 100% is busy; 4245 (2%), 4246 and the child (3%) are not. */
+    CHECK_INT_EQ(busy, 1);
     CHECK_INT_EQ(th.pid, 4242);
     CHECK_INT_EQ(th.tid, 4242);
     CHECK_STR_EQ(th.comm, "python");
     CHECK_NEAR(th.core_pct, 100.0, 1e-9);
     /* The same snapshot again, the child's threads only: nothing ran since. */
-    CHECK(stoke_thread_read(t, pids + 1, 1, 200 * tick, &th));
+    CHECK(stoke_thread_read(t, pids + 1, 1, 200 * tick, &th, NULL));
     CHECK_INT_EQ(th.tid, 4300);
     CHECK_STR_EQ(th.comm, "sh");
     CHECK_NEAR(th.core_pct, 0.0, 1e-9);
@@ -1303,6 +1515,7 @@ int main(void)
     test_rules();
     test_consistency();
     test_thread_rule();
+    test_contention_rule();
     test_thread_reader();
     test_formats();
     test_proc();

@@ -91,6 +91,8 @@ typedef struct stoke_mon_sample {
                                     pipeline counts its waits: wait_total_s) */
     double batches_per_s;     /* batches handed out per second in that window */
     stoke_mon_thread busiest; /* STOKE_MS_THREAD: the tree's busiest thread */
+    int busy_threads;         /* STOKE_MS_THREAD: threads of the tree that were busy
+                                 (stoke_thread_read) */
 } stoke_mon_sample;
 
 /* ---- /proc readers (proc.c) -------------------------------------------------- */
@@ -124,9 +126,12 @@ void stoke_thread_reader_free(stoke_thread_reader *t); /* NULL is fine */
 /* Reads every thread of pids[0..npids) at time now_s (seconds on any steady clock;
  * tests pass it so that rates do not depend on timing). Fills *out with the thread
  * that used the most CPU since the previous call and returns true; false on the first
- * call, or when no thread was seen in both reads. */
+ * call, or when no thread was seen in both reads. *busy (busy may be NULL) receives
+ * how many threads were busy since the previous call (0 when false is returned): at
+ * least half the busiest thread's CPU or 20% of a core, and at least 5% of a core
+ * (threads.c says why). */
 bool stoke_thread_read(stoke_thread_reader *t, const int *pids, int npids, double now_s,
-                       stoke_mon_thread *out);
+                       stoke_mon_thread *out, int *busy);
 
 /* ---- Series and the history of a run (series.c) ------------------------------ */
 
@@ -170,6 +175,8 @@ typedef enum stoke_sys_metric {
     STOKE_M_DATA_WAIT,    /* % of wall time the consumer waited for data */
     STOKE_M_BATCH_RATE,   /* batches/s */
     STOKE_M_THREAD_MAX,   /* % of one core used by the tree's busiest thread */
+    STOKE_M_BUSY_THREADS, /* threads of the tree that were busy (stoke_thread_read) */
+    STOKE_M_OTHERS_CPU,   /* % of one core: busy CPUs not used by the tree (>= 0) */
     STOKE_M_COUNT
 } stoke_sys_metric;
 
@@ -317,6 +324,9 @@ typedef struct stoke_rule {
     double job_share_atleast;    /* the job's share of the busy cores to blame it for them */
     double thread_core_atleast;  /* median busiest thread % of a core = saturated thread */
     double idle_cores_atleast;   /* cores idle (median) for a saturated thread to be the cap */
+    double others_cores_atleast; /* other processes' cores (median) to call the CPUs shared */
+    double excess_cores_atleast; /* compute threads + others' cores over the usable CPUs */
+    double thread_share_below;   /* the job's cores per compute thread under this = starved */
     /* Fills *f and returns true when the rule fires. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 } stoke_rule;

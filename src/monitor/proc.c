@@ -449,7 +449,8 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
     r->prev_wr = wr_sum;
     r->prev_io = all_io;
     r->prev_tree_t = now;
-    if (r->threads && stoke_thread_read(r->threads, r->pids, r->npids, now, &s->busiest))
+    if (r->threads &&
+        stoke_thread_read(r->threads, r->pids, r->npids, now, &s->busiest, &s->busy_threads))
         s->valid |= STOKE_MS_THREAD;
     s->proc_count = count;
     s->proc_threads = (int)threads;

@@ -215,6 +215,124 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     return true;
 }
 
+/* ---- Cores shared with other processes --------------------------------------- */
+
+/* The job's compute threads: for stoke's trainer its threads setting (what it gave
+ * oneDNN, BLAS and its OpenMP loops); otherwise, or when stoke's is unknown, the median
+ * count of the tree's threads that were busy in a sample (stoke_thread_read: at least
+ * half the busiest thread's CPU or 20% of a core). That count is what the job runs, not
+ * what it was configured with, but on shared cores the threads of a team get equal
+ * slices, so the relative cut still finds them. 0 when neither is known: without it
+ * a job that sleeps cannot be told from one that is starved. */
+static int compute_threads(const stoke_mon_summary *s, bool *configured)
+{
+    *configured = is_stoke(s) && s->program.threads > 0;
+    if (*configured)
+        return s->program.threads;
+    const stoke_stats *b = &s->sys[STOKE_M_BUSY_THREADS];
+    return b->n && b->median >= 0.5 ? (int)lround(b->median) : 0;
+}
+
+/* The cores other processes kept busy among those the job may use (median). The
+ * per-sample series counts the whole machine; when the job may use fewer CPUs than
+ * there are (affinity), only the others on its own CPUs compete with it: on saturated
+ * CPUs those are its CPUs' busy share less its own cores. */
+static double others_cores(const stoke_mon_summary *s)
+{
+    const stoke_stats *o = &s->sys[STOKE_M_OTHERS_CPU];
+    if (!o->n)
+        return 0;
+    double others = o->median / 100.0;
+    if (s->usable_cpus > 0 && s->usable_cpus < s->ncpu && s->sys[STOKE_M_CPU].n)
+        others = fmin(others, fmax(0.0, s->usable_cpus * s->sys[STOKE_M_CPU].median / 100.0 -
+                                            s->sys[STOKE_M_PROC_CPU].median / 100.0));
+    return others;
+}
+
+/* The CPUs saturated with other processes holding a part of them: then idle cores
+ * are not there to be used, whatever the job's own share (cpu-underused must not ask
+ * for more threads). The thresholds are the reading rule's row. */
+static bool cpus_taken(const stoke_rule *r, const stoke_mon_summary *s)
+{
+    const stoke_stats *cpu = &s->sys[STOKE_M_CPU];
+    return cpu->n && s->sys[STOKE_M_PROC_CPU].n && cpu->median >= r->cpu_atleast &&
+           others_cores(s) >= r->others_cores_atleast;
+}
+
+/* The job's compute threads compete with other processes for the usable CPUs: more
+ * runnable threads than cores (its threads + the others' cores exceed them), or each
+ * of its threads getting only a slice of a core. A job alone saturating the machine is
+ * not this (the others hold nothing), nor one thread that gets its full core. */
+static bool check_contention(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f)
+{
+    if (!cpus_taken(r, s))
+        return false;
+    bool configured;
+    int threads = compute_threads(s, &configured);
+    if (threads < 1)
+        return false;
+    /* A GPU kept busy bounded the run whatever the host threads got. */
+    for (int g = 0; g < s->gpu_count; g++) {
+        const stoke_stats *u = &s->gpu[g].s[STOKE_G_UTIL];
+        if (gpu_considered(s, g) && u->n && u->median >= r->gpu_util_atleast)
+            return false;
+    }
+    int usable = s->usable_cpus > 0 ? s->usable_cpus : 1;
+    double job = s->sys[STOKE_M_PROC_CPU].median / 100.0;
+    /* A job next to nothing mostly sleeps (on a GPU, I/O, a lock): starving it would
+     * take a load of tens of runnable threads per core. */
+    if (job < r->job_cores_atleast)
+        return false;
+    double others = others_cores(s);
+    double each = job / threads;
+    bool over = threads + others >= usable + r->excess_cores_atleast;
+    bool starved = each < r->thread_share_below;
+    if (!over && !starved)
+        return false;
+    /* The threads the others leave room for: one at least. */
+    int n = usable - (int)lround(others);
+    char room[80];
+    if (n < 1) {
+        n = 1;
+        stoke_say(room, sizeof room, "the others take all %d usable CPUs; one at least", usable);
+    } else {
+        stoke_say(room, sizeof room, "%d usable - %.0f taken", usable, round(others));
+    }
+    f->gpu = -1;
+    stoke_say(f->evidence, sizeof f->evidence,
+              "the job used %.2f of a core with %d compute thread%s (%.2f each; %s); other "
+              "processes kept %.1f of the %d usable CPUs busy (CPUs %.0f%% busy, median)",
+              job, threads, threads == 1 ? "" : "s", each,
+              configured ? "its --threads" : "threads busy in a sample, median", others, usable,
+              s->sys[STOKE_M_CPU].median);
+    char knob[160];
+    if (n < threads) {
+        /* libgomp's threads spin at barriers: on a core shared with another process a
+         * descheduled one stalls every parallel region for a time slice (10x slower
+         * kernels measured, src/nn/cpu/dense.h). One thread has no barrier to wait at. */
+        if (is_stoke(s))
+            stoke_say(knob, sizeof knob, "--threads %d (now %d)", n, threads);
+        else
+            threads_knob(s, n, knob, sizeof knob);
+        stoke_say(f->advice, sizeof f->advice,
+                  "more compute threads than the cores the other processes leave free: run %d "
+                  "(%s): %s%s; or stop or renice the other processes (renice +10), or give "
+                  "the job CPUs of its own (taskset, a cpuset)",
+                  n, room, knob,
+                  n > 1 ? ", and OMP_WAIT_POLICY=passive for libgomp-based programs (spinning "
+                          "threads at barriers turn a shared core into a collapse)"
+                        : "");
+    } else {
+        stoke_say(f->advice, sizeof f->advice,
+                  "the job already runs no more compute threads (%d) than the cores the others "
+                  "leave (%d): fewer would not help; the other processes hold the CPUs - stop "
+                  "or renice them (renice +10), run the job when the machine is free, or give "
+                  "it CPUs of its own (taskset, a cpuset)",
+                  threads, n);
+    }
+    return true;
+}
+
 /* One thread of the job saturated (a loop loading its own batches: PyTorch with
  * num_workers=0) while the GPU idles, or a CPU-only loop waits for data, and the
  * machine has idle cores: the process totals hide it, the per-thread reading shows it. */
@@ -543,6 +661,10 @@ static bool check_cpu_underused(const stoke_rule *r, const stoke_mon_summary *s,
     const stoke_stats *dw = data_wait(s);
     if (dw && dw->median >= r->data_wait_atleast)
         return false; /* waiting for data (data-wait), not short of threads */
+    /* Cores other processes keep busy are not left idle: more threads would only share
+     * them (cpu-contention judges that). */
+    if (cpus_taken(r, s))
+        return false;
     f->gpu = -1;
     stoke_say(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who,
               used, cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
@@ -597,6 +719,16 @@ static const stoke_rule rules[] = {
      .fill_below = 1,
      .iowait_atleast = 10,
      .check = check_data_wait},
+    {.id = "cpu-contention",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "CPU shared with other processes",
+     .cpu_atleast = 90,
+     .others_cores_atleast = 0.5,
+     .excess_cores_atleast = 0.5,
+     .thread_share_below = 0.6,
+     .job_cores_atleast = 0.1,
+     .gpu_util_atleast = 80,
+     .check = check_contention},
     {.id = "input-bound-thread",
      .kind = STOKE_RULE_BOUND,
      .resource = "one CPU thread (input pipeline on one thread)",
@@ -626,6 +758,8 @@ static const stoke_rule rules[] = {
      .job_cores_atleast = 0.5,
      .cores_frac_below = 0.75,
      .data_wait_atleast = 10,
+     .cpu_atleast = 90,
+     .others_cores_atleast = 0.5,
      .check = check_cpu_underused},
     {.id = "memory-nearly-full",
      .kind = STOKE_RULE_RISK,

@@ -137,6 +137,11 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
     }
     if (s->valid & STOKE_MS_PROC_CPU)
         PUSH(&h->sys[STOKE_M_PROC_CPU], s->proc_cpu_pct);
+    /* The other processes' CPU, sample by sample (the medians of two series need not
+     * come from the same sample): the busy CPUs less the tree's. Both readings span
+     * the same interval; rounding can make the difference slightly negative. */
+    if ((s->valid & STOKE_MS_CPU) && (s->valid & STOKE_MS_PROC_CPU) && s->ncpu > 0)
+        PUSH(&h->sys[STOKE_M_OTHERS_CPU], fmax(0.0, s->cpu_pct * s->ncpu - s->proc_cpu_pct));
     if (s->valid & STOKE_MS_PROC_IO) {
         PUSH(&h->sys[STOKE_M_PROC_READ], s->proc_read_Bps);
         PUSH(&h->sys[STOKE_M_PROC_WRITE], s->proc_write_Bps);
@@ -145,6 +150,7 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
         PUSH(&h->sys[STOKE_M_PROC_GPU_MEM], s->proc_gpu_mem_bytes);
     if (s->valid & STOKE_MS_THREAD) {
         PUSH(&h->sys[STOKE_M_THREAD_MAX], s->busiest.core_pct);
+        PUSH(&h->sys[STOKE_M_BUSY_THREADS], s->busy_threads);
         int k = 0;
         while (k < h->nbusy && h->busy[k].tid != s->busiest.tid)
             k++;
@@ -218,6 +224,8 @@ static const char *const sys_names[STOKE_M_COUNT][2] = {
     [STOKE_M_DATA_WAIT] = {"data_wait_pct", "%"},
     [STOKE_M_BATCH_RATE] = {"batches_per_s", "batches/s"},
     [STOKE_M_THREAD_MAX] = {"thread_max_pct", "% of a core"},
+    [STOKE_M_BUSY_THREADS] = {"busy_threads", ""},
+    [STOKE_M_OTHERS_CPU] = {"others_cpu_pct", "% of a core"},
 };
 
 static const char *const gpu_names[STOKE_G_COUNT][2] = {

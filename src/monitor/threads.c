@@ -1,8 +1,10 @@
-/* threads.c - the busiest thread of a process tree, from /proc/PID/task/TID/stat. */
+/* threads.c - the busiest thread of a process tree, and how many of its threads were
+ * busy, from /proc/PID/task/TID/stat. */
 #include "stoke/monitor.h"
 #include "monitor/proc_impl.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 typedef struct thread_ent {
     int pid, tid;
     unsigned long long ticks; /* utime + stime at the read that saw it */
+    unsigned long long delta; /* ticks since the previous read, if rated */
+    bool rated;               /* seen in both reads */
 } thread_ent;
 
 struct stoke_thread_reader {
@@ -61,7 +65,7 @@ static int push(stoke_thread_reader *t, int pid, int tid, unsigned long long tic
             return -1;
         t->cap = cap;
     }
-    t->cur[t->ncur++] = (thread_ent){.pid = pid, .tid = tid, .ticks = ticks};
+    t->cur[t->ncur++] = (thread_ent){.pid = pid, .tid = tid, .ticks = ticks, .rated = false};
     return 0;
 }
 
@@ -94,9 +98,21 @@ static int read_process(stoke_thread_reader *t, int pid)
     return rc;
 }
 
+/* A thread counts as busy when it ran at least half as much as the busiest one, or at
+ * least THREAD_BUSY_PCT of a core, and never under THREAD_BUSY_FLOOR_PCT. The relative
+ * part matters on shared cores: the compute threads of a team (OpenMP, oneDNN, BLAS)
+ * get equal slices of what is left to the job, and two threads at 10% of a core each
+ * are still two threads that want a core; an absolute cut alone would miss them exactly
+ * when the cores are most contended. The floor keeps a tick of a sleeping thread (2% at
+ * 100 Hz over half a second) from counting. */
+#define THREAD_BUSY_PCT       20.0
+#define THREAD_BUSY_FLOOR_PCT 5.0
+
 bool stoke_thread_read(stoke_thread_reader *t, const int *pids, int npids, double now_s,
-                       stoke_mon_thread *out)
+                       stoke_mon_thread *out, int *busy)
 {
+    if (busy)
+        *busy = 0;
     t->ncur = 0;
     for (int i = 0; i < npids; i++)
         if (read_process(t, pids[i]) < 0)
@@ -116,6 +132,8 @@ bool stoke_thread_read(stoke_thread_reader *t, const int *pids, int npids, doubl
                 t->prev[j].ticks > t->cur[i].ticks)
                 continue;
             unsigned long long d = t->cur[i].ticks - t->prev[j].ticks;
+            t->cur[i].rated = true;
+            t->cur[i].delta = d;
             if (!best || d > best_d) {
                 best = &t->cur[i];
                 best_d = d;
@@ -123,6 +141,13 @@ bool stoke_thread_read(stoke_thread_reader *t, const int *pids, int npids, doubl
         }
     }
     bool found = best != NULL;
+    if (found && busy) {
+        double per_pct = 100.0 / (double)t->clk_tck / dt; /* % of a core per tick */
+        double cut = fmax(THREAD_BUSY_FLOOR_PCT, fmin(THREAD_BUSY_PCT, 0.5 * best_d * per_pct));
+        for (int i = 0; i < t->ncur; i++)
+            if (t->cur[i].rated && (double)t->cur[i].delta * per_pct >= cut)
+                (*busy)++;
+    }
     if (found) {
         memset(out, 0, sizeof *out);
         out->pid = best->pid;

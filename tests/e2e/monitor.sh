@@ -130,10 +130,14 @@ gpu-input-bound)
     expect_rc 0
     expect_out "GPU 11% | VRAM 8.0/24.0 GB (33%) | PWR 120/350 W"
     expect_out "[low-gpu-util]"
+    # A load that takes the job's cores can also make it cpu-contention's (its two
+    # spinning threads beside the other processes' cores).
     if grep -q "diagnosis: bounded by CPU (input pipeline)" "$out"; then
         expect_out "[input-bound-cpu]: GPU 0 utilization median 11%"
+    elif grep -q "diagnosis: bounded by CPU shared with other processes" "$out"; then
+        expect_out "[cpu-contention]: the job used "
     elif ! grep -q "diagnosis: no single resource bounded the run" "$out"; then
-        fail "gpu-input-bound: neither the input-bound verdict nor none"
+        fail "gpu-input-bound: neither the input-bound verdict, contention nor none"
     fi ;;
 gpu-busy-thread)
     # The issue's trial: the input-bound GPU beside a job whose one thread spins. Only
