@@ -134,8 +134,8 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
         if (s->valid & STOKE_MS_PROC_GPU)
             add(&o, ",\"gpu_mem_bytes\":%llu", (unsigned long long)s->proc_gpu_mem_bytes);
         if (s->valid & STOKE_MS_THREAD)
-            add(&o, ",\"thread_max_pct\":%.1f,\"thread_max_tid\":%d", s->busiest.core_pct,
-                s->busiest.tid);
+            add(&o, ",\"thread_max_pct\":%.1f,\"thread_max_tid\":%d,\"busy_threads\":%d",
+                s->busiest.core_pct, s->busiest.tid, s->busy_threads);
         add(&o, "}");
     }
     if (s->gpu_count > 0) {

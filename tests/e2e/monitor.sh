@@ -152,14 +152,19 @@ while time.time() < end: pass'
     expect_out "thread_max_pct"
     python3 - "$dir/m.jsonl" <<'EOF' || fail "busiest-thread check failed"
 import json, sys
-seen = 0
+seen = busy = 0
 for line in open(sys.argv[1]):
     p = json.loads(line).get("proc", {})
     if "thread_max_tid" in p:
         assert p["thread_max_tid"] == p["pid"], p
         assert 0 <= p["thread_max_pct"] <= 400, p
+        # one thread spins: it is the busy one (the count may miss it only if the
+        # machine's load left it under 5% of a core)
+        assert 0 <= p["busy_threads"] <= p["threads"], p
+        busy = max(busy, p["busy_threads"])
         seen += 1
 assert seen >= 2, f"only {seen} samples name the busiest thread"
+assert busy == 1, f"the spinning thread was counted as {busy} busy threads"
 EOF
     ;;
 gpu-batch-grow)
