@@ -55,6 +55,106 @@ static void test_cgroup_memory(void)
     CHECK_INT_EQ(m.available_bytes, (4ull << 30) - 1000000000ull);
 }
 
+/* The CPU quota of this process's cgroup and its ancestors: the smallest wins, "max"
+ * and -1 are none, a malformed file is none; available = min(usable, ceil(quota)). */
+static void test_cpu_quota(void)
+{
+    static const struct {
+        const char *tree;
+        double quota;
+        const char *file;
+        int available;
+    } cases[] = {
+        /* the pod's 1.5 beats the container's 3 under it and "max" above */
+        {"cpuquota-v2-nested", 1.5, "/sys/fs/cgroup/kubepods/pod1/cpu.max", 2},
+        {"cpuquota-v2-max", 0, "", 4},
+        /* "150000", "150000 0", "-50000 100000", "abc 100000", "150000 100000 7" */
+        {"cpuquota-v2-bad", 0, "", 4},
+        /* v1 "cpu,cpuacct": the container's 0.5; its parent's "12x" and the mount's -1
+         * are none */
+        {"cpuquota-v1", 0.5, "/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", 1},
+        /* v1 "cpu" alone, the path not under the mount: the mount's own 2.5 */
+        {"cpuquota-v1-cpu", 2.5, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", 3},
+        {"twosocket", 0, "", 16}, /* no /proc/self/cgroup */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char root[512];
+        snprintf(root, sizeof root, "%s/%s", SYSROOT, cases[i].tree);
+        stoke_cpu_info c;
+        CHECK_INT_EQ(stoke_cpu_probe(root, &c), STOKE_OK);
+        CHECK_MSG(c.quota_cpus == cases[i].quota, "%s: quota %g", cases[i].tree, c.quota_cpus);
+        CHECK_STR_EQ(c.quota_file, cases[i].file);
+        CHECK_MSG(c.available_cpus == cases[i].available, "%s: available %d", cases[i].tree,
+                  c.available_cpus);
+        CHECK_INT_EQ(stoke_cpu_available(&c), cases[i].available);
+    }
+    /* filled by hand (available 0): the usable CPUs, at least 1 */
+    stoke_cpu_info hand = {.usable_cpus = 6};
+    CHECK_INT_EQ(stoke_cpu_available(&hand), 6);
+    hand.usable_cpus = 0;
+    CHECK_INT_EQ(stoke_cpu_available(&hand), 1);
+}
+
+/* Two recorded /proc/stat snapshots: busy, own and others' CPUs, steal, run queue. */
+static void test_cpu_load(void)
+{
+    stoke_cpu_snapshot t0, t1, t2;
+    stoke_cpu_load l;
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/cpuload/t0", &t0), STOKE_OK);
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/cpuload/t1", &t1), STOKE_OK);
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/cpuload/t2", &t2), STOKE_OK);
+    CHECK_INT_EQ(t0.ncpu, 4);
+    CHECK_INT_EQ(t0.steal, 1000);
+    CHECK_INT_EQ(t0.procs_running, 2);
+    CHECK(t0.own_valid);
+    CHECK_NEAR(t0.own_ticks, 1000, 0); /* utime 700 + stime 300, past "(a) b c)" */
+    /* 400 ticks of 4 CPUs: 250 busy (user 150, nice 20, system 50, irq 10, softirq 20),
+     * idle 100, iowait 10, steal 40; this process 100 */
+    CHECK(stoke_cpu_load_between(&t0, &t1, &l));
+    CHECK_INT_EQ(l.ncpu, 4);
+    CHECK_NEAR(l.seconds, 100.0 / (double)sysconf(_SC_CLK_TCK), 1e-12);
+    CHECK_NEAR(l.busy_cpus, 2.5, 1e-12);
+    CHECK_NEAR(l.own_cpus, 1.0, 1e-12);
+    CHECK_NEAR(l.others_cpus, 1.5, 1e-12);
+    CHECK_NEAR(l.steal_pct, 10.0, 1e-12);
+    CHECK_INT_EQ(l.run_queue, 5);
+    /* this process's 60 ticks beat the machine's 40 busy (read at other times): others
+     * clamped to 0 */
+    CHECK(stoke_cpu_load_between(&t1, &t2, &l));
+    CHECK_NEAR(l.busy_cpus, 40.0 / 360 * 4, 1e-12);
+    CHECK_NEAR(l.own_cpus, 60.0 / 360 * 4, 1e-12);
+    CHECK_NEAR(l.others_cpus, 0, 0);
+    CHECK_NEAR(l.steal_pct, 0, 0);
+    CHECK_INT_EQ(l.run_queue, 1);
+    /* backwards (another machine, a reset) or the same snapshot: no load */
+    CHECK(!stoke_cpu_load_between(&t1, &t0, &l));
+    CHECK(!l.valid);
+    CHECK_INT_EQ(l.run_queue, -1);
+    CHECK(!stoke_cpu_load_between(&t1, &t1, &l));
+    /* an old kernel's four counters, no own time, no procs_running: all busy is others' */
+    stoke_cpu_snapshot o0, o1;
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/cpuload/oldkernel0", &o0), STOKE_OK);
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/cpuload/oldkernel1", &o1), STOKE_OK);
+    CHECK(!o1.own_valid);
+    CHECK_INT_EQ(o1.procs_running, -1);
+    CHECK(stoke_cpu_load_between(&o0, &o1, &l));
+    CHECK_NEAR(l.busy_cpus, 1.0, 1e-12);
+    CHECK_NEAR(l.others_cpus, 1.0, 1e-12);
+    CHECK_INT_EQ(l.run_queue, -1);
+    /* no aggregate line; no file */
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/cpuload/bad", &o0), STOKE_ERR_FORMAT);
+    CHECK_STR_CONTAINS(stoke_last_error(), "no aggregate \"cpu\" line");
+    CHECK(!stoke_cpu_load_between(&o0, &o1, &l));
+    CHECK_INT_EQ(stoke_cpu_snapshot_read(SYSROOT "/nonexistent", &o0), STOKE_ERR_IO);
+    /* live: the figures hang together, whatever this machine is doing */
+    CHECK_INT_EQ(stoke_cpu_load_sample(0.05, &l), STOKE_OK);
+    if (l.valid) {
+        CHECK(l.others_cpus >= 0 && l.others_cpus <= l.busy_cpus + 1e-9);
+        CHECK(l.busy_cpus <= l.ncpu + 1e-9);
+        CHECK(l.steal_pct >= 0 && l.steal_pct <= 100);
+    }
+}
+
 static void test_nosysfs(void)
 {
     stoke_cpu_info c;
@@ -214,6 +314,8 @@ static void test_this_machine(void)
     CHECK_INT_EQ(stoke_cpu_probe(NULL, &c), STOKE_OK);
     CHECK_INT_EQ(c.logical_cpus, sysconf(_SC_NPROCESSORS_ONLN));
     CHECK(c.usable_cpus >= 1 && c.usable_cpus <= c.logical_cpus);
+    CHECK(c.available_cpus >= 1 && c.available_cpus <= c.usable_cpus);
+    CHECK(c.quota_cpus >= 0);
     CHECK(c.physical_cores >= 1 && c.physical_cores <= c.logical_cpus);
     CHECK(c.sockets >= 1 && c.sockets <= c.physical_cores);
     CHECK(c.numa_nodes >= 1);
@@ -417,6 +519,8 @@ int main(void)
     test_twosocket();
     test_nosysfs();
     test_cgroup_memory();
+    test_cpu_quota();
+    test_cpu_load();
     test_simd_names();
     test_isa_cap();
     test_generation();

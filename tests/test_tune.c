@@ -559,6 +559,100 @@ static void test_decide(void)
     CHECK_STR_CONTAINS(stoke_last_error(), "precision: 'fp64' is not auto, fp32, bf16 or fp16");
 }
 
+/* Issue 27: the threads follow the CPUs available (affinity and the cgroup quota), less
+ * the whole cores other processes were busy on at the start (the load a test sets). */
+static void test_decide_available(void)
+{
+    stoke_decision d;
+    stoke_tune_request q = {
+        .precision = "fp32", .workers = -1, .in_memory = true, .cheap_transform = true};
+    /* 2 usable CPUs under a quota of 1 CPU */
+    cpu_box(&machine, 2, 2, 3000, STOKE_SIMD_AVX2);
+    machine.cpu.quota_cpus = 1.0;
+    machine.cpu.available_cpus = 1;
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.usable_cpus, 2);
+    CHECK_INT_EQ(d.available_cpus, 1);
+    CHECK_INT_EQ(d.workers, 0);
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_EQ(d.threads_why.reason, "2 usable CPUs, a cgroup quota of 1.0 CPU: 1 available, "
+                                       "less 0 loader workers: 1 thread");
+    /* a quota of 3.5 on 16 usable: 4 available; the rules share those out */
+    cpu_box(&machine, 16, 16, 3000, STOKE_SIMD_AVX2);
+    machine.cpu.quota_cpus = 3.5;
+    machine.cpu.available_cpus = 4;
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(rec("loader_workers", STOKE_TUNE_CPU)->number, 1); /* a quarter of 4 */
+    CHECK_STR_CONTAINS(rec("loader_workers", STOKE_TUNE_CPU)->reason,
+                       "a quarter of the 4 available CPUs (16 usable, a cgroup quota of 3.5)");
+    CHECK_INT_EQ(rec("compute_threads", STOKE_TUNE_CPU)->number, 3);
+    q.in_memory = false;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 1);
+    CHECK_INT_EQ(d.threads, 3);
+    CHECK_STR_EQ(d.threads_why.reason, "16 usable CPUs, a cgroup quota of 3.5 CPUs: 4 available, "
+                                       "less 1 loader worker: 3 threads");
+    q.in_memory = true;
+
+    /* 2 CPUs, other processes busy on one of them at the start */
+    cpu_box(&machine, 2, 2, 3000, STOKE_SIMD_AVX2);
+    stoke_recommend(&machine, &recs);
+    machine.load = (stoke_cpu_load){.valid = true,
+                                    .ncpu = 2,
+                                    .busy_cpus = 1.2,
+                                    .own_cpus = 0.2,
+                                    .others_cpus = 1.0,
+                                    .run_queue = 2};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.others_cpus, 1);
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_EQ(d.threads_why.reason, "2 usable CPUs, other processes busy on about 1.0 of "
+                                       "them, less 0 loader workers: 1 thread");
+    /* less than half a core: nothing taken out, nothing said */
+    machine.load.others_cpus = 0.4;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.others_cpus, 0);
+    CHECK_INT_EQ(d.threads, 2);
+    CHECK_STR_EQ(d.threads_why.reason, "2 usable CPUs, less 0 loader workers: 2 threads");
+    /* all of them busy: at least 1 */
+    machine.load.others_cpus = 2.0;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_CONTAINS(d.threads_why.reason, ": 1 thread (at least 1)");
+    /* threads given: kept, whatever the load */
+    q.threads = 2;
+    q.threads_src = STOKE_SRC_FLAG;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.threads, 2);
+    q.threads = 0;
+    /* 4 CPUs of a 64-CPU machine (a container): the others' 40 fit in the 60 outside
+     * ours; 62 leave 2 on ours */
+    cpu_box(&machine, 4, 4, 3000, STOKE_SIMD_AVX2);
+    stoke_recommend(&machine, &recs);
+    machine.load = (stoke_cpu_load){.valid = true, .ncpu = 64, .others_cpus = 40.0};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.others_cpus, 0);
+    CHECK_INT_EQ(d.threads, 4);
+    CHECK_STR_CONTAINS(d.threads_why.reason, "other processes busy on about 40.0 of the "
+                                             "machine's 64 CPUs: 0 of these taken out");
+    machine.load.others_cpus = 61.6;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.others_cpus, 2);
+    CHECK_INT_EQ(d.threads, 2);
+    /* an unsampled load (valid false) takes nothing out */
+    machine.load = (stoke_cpu_load){.others_cpus = 3};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.threads, 4);
+    /* a GPU computes: one thread, the load changes nothing */
+    machine.load = (stoke_cpu_load){.valid = true, .ncpu = 4, .others_cpus = 3};
+    add_gpu(&machine, "Tesla V100", 7, 0, 80, 1530);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_CONTAINS(d.threads_why.reason, "the GPU computes");
+}
+
 static stoke_profiles profiles;
 
 /* The profile `name` (an NVML name), of compute capability major.minor and `gb` GB, gets
@@ -742,6 +836,7 @@ int main(void)
     test_openblas_check();
     test_openblas_rule();
     test_decide();
+    test_decide_available();
     test_profile_match();
     test_decide_profile();
     return CHECK_DONE();

@@ -49,10 +49,28 @@ typedef struct stoke_cpu_info {
     char vendor[16];       /* "vendor_id": "GenuineIntel", "AuthenticAMD"; "" if unknown */
     int family, model_number, stepping; /* as the kernel shows them (extended family and
                                            model folded in: AMD's 0x1A is 26); -1 if unknown */
+
+    double quota_cpus;    /* the tightest cgroup CPU quota (quota / period) of this
+                             process's cgroup or an ancestor, in CPUs (1.5 = 150 ms
+                             each 100 ms); 0 = none */
+    char quota_file[640]; /* the cgroup file that quota came from, without the root
+                             ("/sys/fs/cgroup/user.slice/cpu.max"); "" = none */
+    int available_cpus;   /* the CPUs stoke may keep busy: usable_cpus, less what the
+                             quota allows (min(usable, ceil(quota))), at least 1 */
 } stoke_cpu_info;
 
-/* Fills *out from /proc/cpuinfo and /sys/devices/system/{cpu,node}. `root` is a
- * prefix prepended to those paths ("" or NULL for the real system) so tests can feed
+/* The CPUs stoke may keep busy: info->available_cpus, or usable_cpus when that is
+ * unset (0: an info filled by hand); at least 1. Can't fail. */
+static inline int stoke_cpu_available(const stoke_cpu_info *info)
+{
+    int n = info->available_cpus > 0 ? info->available_cpus : info->usable_cpus;
+    return n > 0 ? n : 1;
+}
+
+/* Fills *out from /proc/cpuinfo, /sys/devices/system/{cpu,node} and the CPU quota of
+ * /proc/self/cgroup's cgroup and its ancestors (v2 cpu.max, v1 cpu.cfs_quota_us over
+ * cpu.cfs_period_us; a malformed file is no quota). `root` is a prefix prepended to
+ * those paths ("" or NULL for the real system) so tests can feed
  * a recorded tree. Missing files leave their fields 0/"". On the real system the
  * process's instruction-set cap (stoke_max_cpu_isa, STOKE_MAX_CPU_ISA) is applied with
  * stoke_cpu_apply_isa_cap, since the cap is part of the machine stoke sees; a recorded
@@ -75,6 +93,53 @@ const char *stoke_cpu_generation(const char *vendor, int family, int model, int 
 
 /* Space-separated names of the bits in `simd` ("avx2 fma avx512f ..."). */
 const char *stoke_simd_names(uint32_t simd, char *buf, size_t size);
+
+/* ---- What other processes take ------------------------------------------------
+ * Two snapshots of the kernel's CPU counters some time apart tell how many CPUs the
+ * whole machine kept busy in between, how many this process did, and so how many the
+ * other processes did. */
+
+/* One reading of /proc/stat's aggregate "cpu" line, its run queue and this process's
+ * own CPU time. Counters are in clock ticks (USER_HZ), summed over all CPUs. */
+typedef struct stoke_cpu_snapshot {
+    bool valid; /* the "cpu" line was read */
+    uint64_t user, nice, system, idle, iowait, irq, softirq, steal;
+    int ncpu;          /* "cpuN" lines: the online CPUs the counters add up */
+    int procs_running; /* runnable tasks right then (the reader included); -1 unknown */
+    bool own_valid;    /* own_ticks was read */
+    double own_ticks;  /* this process's user + system time, clock ticks */
+} stoke_cpu_snapshot;
+
+/* What happened between two snapshots, as CPUs kept busy on average (2.0 = two CPUs
+ * flat out). busy counts user, nice, system, irq and softirq time; idle, iowait and
+ * steal are not busy. */
+typedef struct stoke_cpu_load {
+    bool valid;         /* both snapshots were valid and the counters advanced */
+    int ncpu;           /* CPUs of the second snapshot */
+    double seconds;     /* the interval, from the counters (ticks / ncpu / USER_HZ) */
+    double busy_cpus;   /* the whole machine's */
+    double own_cpus;    /* this process's (0 when its time was not read) */
+    double others_cpus; /* busy_cpus - own_cpus, at least 0 */
+    double steal_pct;   /* % of all CPU time a hypervisor gave to other guests */
+    int run_queue;      /* procs_running of the second snapshot; -1 unknown */
+} stoke_cpu_load;
+
+/* Reads <root>/proc/stat and this process's CPU time: <root>/proc/self/stat's utime +
+ * stime when root is a recorded tree, getrusage on the real system (root NULL or "").
+ * STOKE_ERR_IO if /proc/stat cannot be read, STOKE_ERR_FORMAT if it has no "cpu"
+ * line; a missing own time or procs_running only leaves its field unknown. */
+stoke_status stoke_cpu_snapshot_read(const char *root, stoke_cpu_snapshot *out);
+
+/* The load between snapshot a and the later b into *out. Pure. Returns out->valid:
+ * false (all figures 0, run_queue -1) when either is invalid or the counters did not
+ * advance (or went backwards: a different machine or a counter reset). */
+bool stoke_cpu_load_between(const stoke_cpu_snapshot *a, const stoke_cpu_snapshot *b,
+                            stoke_cpu_load *out);
+
+/* Two live snapshots `seconds` apart (the calling thread sleeps in between; 0.2 s is
+ * enough to see whole cores taken). Errors as stoke_cpu_snapshot_read; out->valid is
+ * false when the counters did not advance. */
+stoke_status stoke_cpu_load_sample(double seconds, stoke_cpu_load *out);
 
 typedef struct stoke_mem_info {
     uint64_t total_bytes;             /* MemTotal */
@@ -369,6 +434,9 @@ typedef struct stoke_machine {
     char driver_version[80];  /* NVIDIA driver, "" if unknown */
     int cuda_driver_version;  /* 1000*major + 10*minor, 0 if unknown */
     int cuda_runtime_version; /* same encoding, 0 if no runtime */
+    stoke_cpu_load load;      /* what other processes took when the run started; valid
+                                 false: not sampled (stoke_machine_probe leaves it so,
+                                 the trainer and `stoke probe` sample it) */
 } stoke_machine;
 
 /* Probes everything. `data_path` may be NULL. A missing GPU, NVML or runtime is

@@ -170,14 +170,19 @@ typedef struct stoke_tune_request {
 /* The settings a training run applies, each with its provenance. */
 typedef struct stoke_decision {
     stoke_precision precision;
-    int device;      /* STOKE_TUNE_CPU, or a CUDA device: the GPU's index in
-                        stoke_machine.gpus (NVML's order, which the CUDA ordinal
-                        follows when CUDA_DEVICE_ORDER=PCI_BUS_ID) */
-    int usable_cpus; /* what threads + workers share (at least 1) */
-    int threads;     /* compute threads (OpenMP: oneDNN, kernels, BLAS) */
-    int workers;     /* loader worker threads; 0: the training thread loads */
-    int prefetch;    /* the loader's ring slots (batches in flight) */
-    bool pinned;     /* page-locked ring slots (only with a device copy) */
+    int device;         /* STOKE_TUNE_CPU, or a CUDA device: the GPU's index in
+                           stoke_machine.gpus (NVML's order, which the CUDA ordinal
+                           follows when CUDA_DEVICE_ORDER=PCI_BUS_ID) */
+    int usable_cpus;    /* CPUs this process may run on (affinity; at least 1) */
+    int available_cpus; /* what threads + workers share: usable_cpus, less what a
+                           cgroup CPU quota allows (stoke_cpu_available) */
+    int others_cpus;    /* whole CPUs of those the machine's other processes were busy
+                           on when the run started (stoke_machine.load), taken out of
+                           the compute threads; 0 when not sampled */
+    int threads;        /* compute threads (OpenMP: oneDNN, kernels, BLAS) */
+    int workers;        /* loader worker threads; 0: the training thread loads */
+    int prefetch;       /* the loader's ring slots (batches in flight) */
+    bool pinned;        /* page-locked ring slots (only with a device copy) */
     int64_t batch;
     stoke_why precision_why, device_why, threads_why, workers_why, prefetch_why, pinned_why,
         batch_why;
@@ -245,9 +250,9 @@ typedef struct stoke_tune_space {
     stoke_tune_point start; /* the rules' (or a profile's) values: the first trial, and
                                the value of every setting not searched */
     bool batch, workers, prefetch, threads, precision; /* open: searched */
-    bool cpu; /* the CPU computes: loader workers and compute threads
-                               share usable_cpus (the core split) */
-    int usable_cpus;
+    bool cpu;                     /* the CPU computes: workers and threads share
+                                     usable_cpus (the core split) */
+    int usable_cpus;              /* the decision's available_cpus (affinity, cgroup quota) */
     int max_workers;              /* 0: usable_cpus (a GPU's loader), else the bound */
     int64_t batch_min, batch_max; /* batches tried: powers of two within; batch_max is
                                      the memory fit capped by the dataset */

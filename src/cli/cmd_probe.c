@@ -149,6 +149,22 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs, const st
         printf(ROW "unknown (no cpu family in /proc/cpuinfo)\n", "generation");
     printf(ROW "%d physical, %d logical, %d usable by this process\n", "cores", c->physical_cores,
            c->logical_cpus, c->usable_cpus);
+    if (c->quota_cpus > 0)
+        printf(ROW "%.2f CPUs (%s)\n", "CPU quota", c->quota_cpus, c->quota_file);
+    else
+        printf(ROW "none\n", "CPU quota");
+    printf(ROW "%d (the usable CPUs%s)\n", "available", c->available_cpus,
+           c->quota_cpus > 0 ? " within the cgroup quota" : "");
+    const stoke_cpu_load *ld = &m->load;
+    if (ld->valid) {
+        printf(ROW "other processes busy on %.1f CPUs, this one on %.1f; steal %.1f%%", "load",
+               ld->others_cpus, ld->own_cpus, ld->steal_pct);
+        if (ld->run_queue >= 0)
+            printf(", run queue %d", ld->run_queue);
+        printf(" (%.1f s)\n", ld->seconds);
+    } else {
+        printf(ROW "unknown (/proc/stat did not advance or could not be read)\n", "load");
+    }
     printf(ROW "%d socket%s, %d NUMA node%s\n", "sockets", c->sockets, c->sockets == 1 ? "" : "s",
            c->numa_nodes, c->numa_nodes == 1 ? "" : "s");
     printf(ROW "L1d %s, L2 %s, L3 %s\n", "caches",
@@ -329,6 +345,24 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs, const
         cJSON_AddNumberToObject(cpu, "model_number", c->model_number);
     add_nonzero(cpu, "logical_cpus", c->logical_cpus);
     add_nonzero(cpu, "usable_cpus", c->usable_cpus);
+    if (c->quota_cpus > 0) {
+        cJSON_AddNumberToObject(cpu, "quota_cpus", c->quota_cpus);
+        cJSON_AddStringToObject(cpu, "quota_file", c->quota_file);
+    } else {
+        cJSON_AddNullToObject(cpu, "quota_cpus");
+    }
+    add_nonzero(cpu, "available_cpus", c->available_cpus);
+    const stoke_cpu_load *l = &m->load;
+    if (l->valid) {
+        cJSON *load = cJSON_AddObjectToObject(cpu, "load");
+        cJSON_AddNumberToObject(load, "seconds", l->seconds);
+        cJSON_AddNumberToObject(load, "busy_cpus", l->busy_cpus);
+        cJSON_AddNumberToObject(load, "own_cpus", l->own_cpus);
+        cJSON_AddNumberToObject(load, "others_cpus", l->others_cpus);
+        cJSON_AddNumberToObject(load, "steal_pct", l->steal_pct);
+        if (l->run_queue >= 0)
+            cJSON_AddNumberToObject(load, "run_queue", l->run_queue);
+    }
     add_nonzero(cpu, "physical_cores", c->physical_cores);
     add_nonzero(cpu, "sockets", c->sockets);
     add_nonzero(cpu, "numa_nodes", c->numa_nodes);
@@ -514,6 +548,8 @@ int cmd_probe(int argc, char **argv)
         free(prof);
         return rc;
     }
+    /* one short look at what other processes take (a failed one leaves it unknown) */
+    (void)stoke_cpu_load_sample(0.2, &m->load);
     stoke_recommend(m, recs);
     int rc = 0;
     if (json) {

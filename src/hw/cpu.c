@@ -1,11 +1,14 @@
-/* cpu.c - CPU topology, caches, SIMD features and memory from /proc and /sys. */
+/* cpu.c - CPU topology, caches, SIMD features, the cgroup CPU quota and memory from
+ * /proc and /sys. */
 #include "stoke/hw.h"
 
+#include <math.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/isa.h"
 #include "core/parse.h"
@@ -378,6 +381,8 @@ static int count_usable(const char *root, int logical)
     return n > 0 ? n : logical;
 }
 
+static void cg_cpu_quota(const char *root, stoke_cpu_info *out);
+
 stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
 {
     memset(out, 0, sizeof *out);
@@ -457,6 +462,7 @@ stoke_status stoke_cpu_probe(const char *root, stoke_cpu_info *out)
     out->numa_nodes = nodes > 0 ? nodes : 1;
 
     read_caches(root, out);
+    cg_cpu_quota(root, out);
     stoke_cpu_apply_isa_cap(out, cap);
     return STOKE_OK;
 }
@@ -473,19 +479,27 @@ static uint64_t cg_value(const char *path)
     return (uint64_t)v;
 }
 
-/* The headroom under the memory limits of this process's cgroup and its ancestors,
- * the smallest limit - usage among those that set a limit. In a container MemAvailable
- * is the host's, and the cgroup's limit is what the OOM killer enforces. v2's
- * "0::/path" and v1's "N:...memory...:/path" name the cgroup; inside a cgroup
- * namespace the path may not exist under the mount, and the walk up to the mount
- * itself still finds the container's own limit. */
-static void cg_headroom(const char *root, stoke_mem_info *out)
+/* Where one controller's cgroup of this process lives: the mount (without the root)
+ * and the cgroup's path under it. */
+typedef struct cg_place {
+    char mount[64]; /* "/sys/fs/cgroup" (v2) or the v1 controller's mount */
+    char rel[512];  /* "/user.slice/app.scope" */
+    bool v1;
+} cg_place;
+
+/* Finds `controller`'s cgroup in /proc/self/cgroup: v2's "0::/path" (under the unified
+ * mount) or v1's "N:ctrl,...:/path" whose comma-separated list names it (a v1 line wins:
+ * on a hybrid system the controller is v1's). The v1 mount is the first of v1_mounts
+ * that exists under root, else the last. False when neither line is there. */
+static bool cg_find(const char *root, const char *controller, const char *const *v1_mounts,
+                    int n_mounts, cg_place *out)
 {
     char path[1024], buf[4096];
+    memset(out, 0, sizeof *out);
     join(path, sizeof path, root, "/proc/self/cgroup");
     if (stoke_read_file(path, buf, sizeof buf) < 0)
-        return;
-    char rel[512] = "", mount[64] = "", lim[32] = "", use[32] = "";
+        return false;
+    size_t clen = strlen(controller);
     for (char *line = buf; line && *line;) {
         char *nl = strchr(line, '\n');
         if (nl)
@@ -498,29 +512,125 @@ static void cg_headroom(const char *root, stoke_mem_info *out)
             for (char *t = c1 + 1; !v2 && t < c2;) { /* comma-separated controllers */
                 char *e = memchr(t, ',', (size_t)(c2 - t));
                 size_t k = (size_t)((e ? e : c2) - t);
-                v1 |= k == 6 && !strncmp(t, "memory", 6);
+                v1 |= k == clen && !strncmp(t, controller, clen);
                 t += k + 1;
             }
-            if (v1 || (v2 && !mount[0])) {
-                snprintf(rel, sizeof rel, "%s", c2 + 1);
-                snprintf(mount, sizeof mount, "%s",
-                         v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup");
-                snprintf(lim, sizeof lim, "%s", v1 ? "memory.limit_in_bytes" : "memory.max");
-                snprintf(use, sizeof use, "%s", v1 ? "memory.usage_in_bytes" : "memory.current");
+            if (v1 || (v2 && !out->mount[0])) {
+                snprintf(out->rel, sizeof out->rel, "%s", c2 + 1);
+                out->v1 = v1;
+                if (!v1) {
+                    snprintf(out->mount, sizeof out->mount, "/sys/fs/cgroup");
+                } else {
+                    for (int i = 0; i < n_mounts; i++) {
+                        snprintf(out->mount, sizeof out->mount, "%s", v1_mounts[i]);
+                        join(path, sizeof path, root, v1_mounts[i]);
+                        if (access(path, F_OK) == 0)
+                            break;
+                    }
+                }
             }
         }
         line = nl ? nl + 1 : NULL;
     }
-    if (!mount[0] || rel[0] != '/')
+    return out->mount[0] && out->rel[0] == '/';
+}
+
+/* Steps p->rel up to its parent: "/a/b" -> "/a" -> "/"; false at "/". Inside a cgroup
+ * namespace the path may not exist under the mount, and the walk up to the mount
+ * itself still finds the container's own settings. */
+static bool cg_parent(cg_place *p)
+{
+    char *slash = strrchr(p->rel, '/');
+    if (!slash || p->rel[1] == '\0')
+        return false;
+    if (slash == p->rel)
+        p->rel[1] = '\0'; /* "/a" -> "/" */
+    else
+        *slash = '\0';
+    return true;
+}
+
+/* The directory of p's cgroup under root, and the file `name` in it (without the
+ * root into `shown` when given). */
+static void cg_file(const char *root, const cg_place *p, const char *name, char *out, size_t size,
+                    char *shown, size_t shown_size)
+{
+    const char *sep = p->rel[1] ? "/" : "";
+    snprintf(out, size, "%s%s%s%s%s", root ? root : "", p->mount, p->rel, sep, name);
+    if (shown)
+        snprintf(shown, shown_size, "%s%s%s%s", p->mount, p->rel, sep, name);
+}
+
+/* The quota of one cgroup in CPUs, 0 for none or a malformed file. v2's cpu.max is
+ * "max 100000" (none) or "150000 100000" (1.5 CPUs); v1's cpu.cfs_quota_us is -1 for
+ * none, over cpu.cfs_period_us. */
+static double cg_quota(const char *root, const cg_place *p, char *shown, size_t shown_size)
+{
+    char f[1700], buf[128];
+    uint64_t quota, period;
+    const char *end;
+    if (!p->v1) {
+        cg_file(root, p, "cpu.max", f, sizeof f, shown, shown_size);
+        if (stoke_read_line(f, buf, sizeof buf) <= 0 ||
+            !stoke_parse_u64_prefix(buf, 10, &quota, &end) || *end != ' ' ||
+            !stoke_parse_u64(end + 1, &period))
+            return 0; /* "max ..." or malformed */
+    } else {
+        cg_file(root, p, "cpu.cfs_period_us", f, sizeof f, NULL, 0);
+        if (stoke_read_line(f, buf, sizeof buf) <= 0 || !stoke_parse_u64(buf, &period))
+            return 0;
+        cg_file(root, p, "cpu.cfs_quota_us", f, sizeof f, shown, shown_size);
+        if (stoke_read_line(f, buf, sizeof buf) <= 0 || !stoke_parse_u64(buf, &quota))
+            return 0; /* "-1" or malformed */
+    }
+    if (quota == 0 || period == 0)
+        return 0;
+    return (double)quota / (double)period;
+}
+
+/* The smallest CPU quota of this process's cgroup and its ancestors into
+ * out->quota_cpus and quota_file; then available_cpus. */
+static void cg_cpu_quota(const char *root, stoke_cpu_info *out)
+{
+    static const char *const mounts[] = {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"};
+    cg_place p;
+    if (cg_find(root, "cpu", mounts, 2, &p)) {
+        do {
+            char shown[sizeof out->quota_file];
+            double q = cg_quota(root, &p, shown, sizeof shown);
+            if (q > 0 && (out->quota_cpus == 0 || q < out->quota_cpus)) {
+                out->quota_cpus = q;
+                snprintf(out->quota_file, sizeof out->quota_file, "%s", shown);
+            }
+        } while (cg_parent(&p));
+    }
+    int n = out->usable_cpus;
+    if (out->quota_cpus > 0) {
+        double whole = ceil(out->quota_cpus - 1e-9);
+        if (whole < n)
+            n = (int)whole;
+    }
+    out->available_cpus = n > 0 ? n : 1;
+}
+
+/* The headroom under the memory limits of this process's cgroup and its ancestors,
+ * the smallest limit - usage among those that set a limit. In a container MemAvailable
+ * is the host's, and the cgroup's limit is what the OOM killer enforces. */
+static void cg_headroom(const char *root, stoke_mem_info *out)
+{
+    static const char *const mounts[] = {"/sys/fs/cgroup/memory"};
+    cg_place p;
+    if (!cg_find(root, "memory", mounts, 1, &p))
         return;
+    const char *lim = p.v1 ? "memory.limit_in_bytes" : "memory.max";
+    const char *use = p.v1 ? "memory.usage_in_bytes" : "memory.current";
     uint64_t best = UINT64_MAX;
-    for (;;) {
-        char dir[1600], f[1700];
-        snprintf(dir, sizeof dir, "%s%s%s", root ? root : "", mount, rel);
-        snprintf(f, sizeof f, "%s/%s", dir, lim);
+    do {
+        char f[1700];
+        cg_file(root, &p, lim, f, sizeof f, NULL, 0);
         uint64_t l = cg_value(f);
         if (l > 0) {
-            snprintf(f, sizeof f, "%s/%s", dir, use);
+            cg_file(root, &p, use, f, sizeof f, NULL, 0);
             uint64_t u = cg_value(f), room = u < l ? l - u : 0;
             if (room < best) {
                 best = room;
@@ -528,14 +638,7 @@ static void cg_headroom(const char *root, stoke_mem_info *out)
                 out->cgroup_used_bytes = u;
             }
         }
-        char *slash = strrchr(rel, '/');
-        if (!slash || rel[1] == '\0')
-            break;
-        if (slash == rel)
-            rel[1] = '\0'; /* "/a" -> "/" */
-        else
-            *slash = '\0';
-    }
+    } while (cg_parent(&p));
     if (best != UINT64_MAX && (out->available_bytes == 0 || best < out->available_bytes))
         out->available_bytes = best ? best : 1; /* 0 would read as unknown */
 }

@@ -147,6 +147,19 @@ static const char *auto_prefix(const stoke_why *w)
 
 /* What tune decided, applied (the compute threads; the rest is read from t->decision
  * where the models and loaders are made) and printed. */
+/* " + 1 left to other processes (busy on about 1.2 CPUs at the start)" when the threads'
+ * rule took CPUs out for them; "" otherwise. */
+static const char *others_note(const stoke_trainer *t, const stoke_decision *d, char *buf,
+                               size_t size)
+{
+    buf[0] = '\0';
+    int left = d->available_cpus - d->threads - d->workers; /* the 1-thread floor may eat in */
+    if (d->others_cpus > 0 && left > 0 && d->threads_why.source == STOKE_SRC_RULE)
+        snprintf(buf, size, " + %d left to other processes (busy on about %.1f CPUs at the start)",
+                 left, t->machine.load.others_cpus);
+    return buf;
+}
+
 static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
 {
     stoke_tune_request q = tune_request(t);
@@ -198,10 +211,12 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
                    d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
     else
         train_info(t,
-                   "threads: %d usable CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
-                   "%d loader worker%s (%s)",
-                   d->usable_cpus, d->usable_cpus == 1 ? "" : "s", d->threads, given, d->workers,
-                   d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a));
+                   "threads: %d %s CPU%s = %d compute (OpenMP: oneDNN, kernels, BLAS)%s + "
+                   "%d loader worker%s (%s)%s",
+                   d->available_cpus, d->available_cpus < d->usable_cpus ? "available" : "usable",
+                   d->available_cpus == 1 ? "" : "s", d->threads, given, d->workers,
+                   d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a),
+                   others_note(t, d, b, sizeof b));
     train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
                given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
                given_or_why(&d->pinned_why, b, sizeof b));
@@ -912,12 +927,20 @@ stoke_status train_halve_batch(stoke_trainer *t, stoke_sampler_state from, const
     return s;
 }
 
+/* How long the start's look at other processes' CPU use takes, seconds. */
+#define CPU_LOAD_SAMPLE_S 0.2
+
 /* Everything up to the model line (all a --dry-run does). */
 static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
 {
     stoke_status s = stoke_machine_probe(&t->machine, NULL);
     if (s != STOKE_OK)
         return s;
+    /* What other processes take, once, for the compute threads' rule (a dry run too, so
+     * `config show` says what a run would decide); threads given need no sample. A
+     * failed sample leaves the load unknown and the rule on the available CPUs alone. */
+    if (t->cfg.threads <= 0)
+        (void)stoke_cpu_load_sample(CPU_LOAD_SAMPLE_S, &t->machine.load);
     stoke_recommend(&t->machine, &t->recs);
     if ((s = stoke_profiles_load(&t->profiles)) != STOKE_OK ||
         (s = train_open_data(t)) != STOKE_OK || (s = setup_input(t, meta)) != STOKE_OK ||

@@ -181,7 +181,7 @@ static char *cache_key(const stoke_trainer *t)
         "stoke-tune-1|cpu=%s|cpus=%d|simd=%x|mem=%.0fG|model=%s|hidden=%s|model_text=%016" PRIx64
         "|data=%s:%lld:%lld|limit=%" PRId64 "|augment=%d:%s|recompute=%s|device=%s|safety=%g"
         "|delay_us=%" PRId64,
-        m->cpu.model, m->cpu.usable_cpus, (unsigned)m->cpu.simd,
+        m->cpu.model, stoke_cpu_available(&m->cpu), (unsigned)m->cpu.simd,
         (double)m->mem.total_bytes / (1 << 30), c->model, c->hidden,
         fnv1a(stoke_model_file_text(t->mf)), real ? real : c->dataset, (long long)st.st_size,
         (long long)st.st_mtime, c->limit, c->augment, c->transforms, c->recompute, c->device,
@@ -292,7 +292,7 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
             "# measured %s: %.0f samples/s, data wait %.1f%%, %d trials in %.1f s\n"
             "# key: %s\n"
             "# measured: %s\n",
-            t->machine.cpu.model, t->machine.cpu.usable_cpus, dev, model, data, when,
+            t->machine.cpu.model, stoke_cpu_available(&t->machine.cpu), dev, model, data, when,
             m->samples_per_s, m->wait_pct, r->ntrials, seconds, key,
             measured_list(o, names, sizeof names));
     /* all five: the file is the whole tuned configuration (the settings given were
@@ -520,8 +520,8 @@ static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid
     sp->threads = o->threads || pt->cfg.threads == 0;
     sp->precision = o->precision;
     sp->cpu = d->device == STOKE_TUNE_CPU;
-    sp->usable_cpus = d->usable_cpus;
-    sp->max_workers = sp->cpu ? 0 : (d->usable_cpus > 1 ? d->usable_cpus - 1 : 1);
+    sp->usable_cpus = d->available_cpus; /* the cgroup quota's, not only the affinity's */
+    sp->max_workers = sp->cpu ? 0 : (d->available_cpus > 1 ? d->available_cpus - 1 : 1);
     sp->grid = grid;
     sp->batch_min = TUNE_BATCH_MIN;
     sp->batch_max = pt->info.count;

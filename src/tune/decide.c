@@ -1,6 +1,7 @@
 /* decide.c - the one decision a training run applies: each setting the user left open
  * is taken from the machine's recommendations (the rules `stoke probe` prints) and the
  * dataset's facts; each given one is kept with its source. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -73,8 +74,39 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
     return STOKE_OK;
 }
 
+/* "8 usable CPUs", or with a cgroup quota "8 usable CPUs, a cgroup quota of 1.5 CPUs: 2
+ * available". */
+static void cpus_phrase(const stoke_machine *m, const stoke_decision *d, char *buf, size_t size)
+{
+    if (m->cpu.quota_cpus > 0) {
+        char q[32];
+        snprintf(q, sizeof q, "%.1f", m->cpu.quota_cpus);
+        snprintf(buf, size, "%d usable CPU%s, a cgroup quota of %s CPU%s: %d available",
+                 d->usable_cpus, d->usable_cpus == 1 ? "" : "s", q, strcmp(q, "1.0") ? "s" : "",
+                 d->available_cpus);
+    } else {
+        snprintf(buf, size, "%d usable CPU%s", d->available_cpus,
+                 d->available_cpus == 1 ? "" : "s");
+    }
+}
+
+/* The whole CPUs of ours the machine's other processes were busy on at the start: their
+ * load rounded, less the CPUs outside ours (the machine's CPUs past those available to
+ * us take the rest first), within [0, available]. */
+static int others_on_ours(const stoke_machine *m, int available)
+{
+    const stoke_cpu_load *l = &m->load;
+    if (!l->valid || !(l->others_cpus > 0))
+        return 0;
+    long others = lround(l->others_cpus);
+    long outside = l->ncpu > available ? l->ncpu - available : 0;
+    long n = others - outside;
+    return n < 0 ? 0 : n > available ? available : (int)n;
+}
+
 /* Loader workers, then the compute threads on the CPUs they leave. */
-static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, stoke_decision *d)
+static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
+                           const stoke_tune_request *q, stoke_decision *d)
 {
     if (q->workers >= 0) {
         d->workers = q->workers;
@@ -99,10 +131,11 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
             if (pm->profile.workers_for_cores)
                 snprintf(per, sizeof per, " for %d cores", pm->profile.workers_for_cores);
             why(&d->workers_why, STOKE_SRC_RULE,
-                "profile '%s' (%s): %d worker%s%s, scaled to the %d usable CPUs and capped by "
+                "profile '%s' (%s): %d worker%s%s, scaled to the %d %s CPUs and capped by "
                 "what they leave = %d (the rule alone: %d)",
                 pm->profile.name, pm->profile.source, pm->profile.workers,
-                pm->profile.workers == 1 ? "" : "s", per, d->usable_cpus, d->workers, rule);
+                pm->profile.workers == 1 ? "" : "s", per, d->available_cpus,
+                d->available_cpus < d->usable_cpus ? "available" : "usable", d->workers, rule);
         }
     }
     if (q->threads > 0) {
@@ -114,12 +147,24 @@ static void decide_threads(const stoke_recs *recs, const stoke_tune_request *q, 
             "the GPU computes: one host thread queues its work, the other CPUs are "
             "the loader's");
     } else {
-        d->threads = d->usable_cpus - d->workers;
-        if (d->threads < 1)
-            d->threads = 1;
-        why(&d->threads_why, STOKE_SRC_RULE,
-            "the usable CPUs less the loader workers, at "
-            "least 1");
+        int n = d->available_cpus - d->others_cpus - d->workers;
+        d->threads = n < 1 ? 1 : n;
+        char cpus[160], others[200] = "";
+        cpus_phrase(m, d, cpus, sizeof cpus);
+        if (d->others_cpus > 0 || (m->load.valid && m->load.others_cpus >= 0.5)) {
+            const stoke_cpu_load *l = &m->load;
+            if (l->ncpu > d->available_cpus)
+                snprintf(others, sizeof others,
+                         ", other processes busy on about %.1f of the machine's %d CPUs: %d "
+                         "of these taken out",
+                         l->others_cpus, l->ncpu, d->others_cpus);
+            else
+                snprintf(others, sizeof others, ", other processes busy on about %.1f of them",
+                         l->others_cpus);
+        }
+        why(&d->threads_why, STOKE_SRC_RULE, "%s%s, less %d loader worker%s: %d thread%s%s", cpus,
+            others, d->workers, d->workers == 1 ? "" : "s", d->threads, d->threads == 1 ? "" : "s",
+            n < 1 ? " (at least 1)" : "");
     }
 }
 
@@ -226,6 +271,10 @@ stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
 {
     memset(out, 0, sizeof *out);
     out->usable_cpus = m->cpu.usable_cpus > 0 ? m->cpu.usable_cpus : 1;
+    out->available_cpus = stoke_cpu_available(&m->cpu);
+    if (out->available_cpus > out->usable_cpus)
+        out->available_cpus = out->usable_cpus;
+    out->others_cpus = others_on_ours(m, out->available_cpus);
     stoke_status s = decide_device(m, req, out);
     if (s != STOKE_OK)
         return s;
@@ -240,7 +289,7 @@ stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
     s = decide_precision(m, recs, req, out);
     if (s != STOKE_OK)
         return s;
-    decide_threads(recs, req, out);
+    decide_threads(m, recs, req, out);
     decide_loader(m, recs, req, out);
     return STOKE_OK;
 }

@@ -50,7 +50,7 @@ static bool has_word(const char *name, const char *part)
  * keeps one for the math), at least 1 so loading overlaps compute. */
 static int scaled_workers(const stoke_profile *p, const stoke_machine *m, bool gpu)
 {
-    int usable = m->cpu.usable_cpus;
+    int usable = stoke_cpu_available(&m->cpu); /* affinity and cgroup quota */
     if (usable <= 1 || p->workers == 0)
         return 0;
     long n = p->workers;

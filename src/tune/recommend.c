@@ -455,9 +455,28 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
  * of them (1 to 8) load and the rest compute. */
 enum { MAX_GPU_WORKERS = 16, MAX_CPU_WORKERS = 8 };
 
+/* The CPUs the rules share out: the usable ones, less what a cgroup CPU quota allows;
+ * 0 when unknown. */
+static int cpus_of(const stoke_machine *m)
+{
+    return m->cpu.usable_cpus > 0 ? stoke_cpu_available(&m->cpu) : 0;
+}
+
+/* "8 usable CPUs", or with a quota "2 available CPUs (8 usable, a cgroup quota of 1.5)". */
+static const char *cpus_words(const stoke_machine *m, char *buf, size_t size)
+{
+    int n = cpus_of(m);
+    if (m->cpu.quota_cpus > 0 && n < m->cpu.usable_cpus)
+        snprintf(buf, size, "%d available CPU%s (%d usable, a cgroup quota of %.1f)", n,
+                 n == 1 ? "" : "s", m->cpu.usable_cpus, m->cpu.quota_cpus);
+    else
+        snprintf(buf, size, "%d usable CPU%s", n, n == 1 ? "" : "s");
+    return buf;
+}
+
 static int loader_workers(const stoke_machine *m)
 {
-    int usable = m->cpu.usable_cpus;
+    int usable = cpus_of(m);
     if (usable <= 1)
         return 0;
     int n;
@@ -477,7 +496,9 @@ static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
 {
     (void)dev;
     r->type = STOKE_REC_COUNT;
-    int usable = m->cpu.usable_cpus;
+    int usable = cpus_of(m);
+    char cpus[96];
+    cpus_words(m, cpus, sizeof cpus);
     if (usable <= 0) {
         stoke_say(r->reason, sizeof r->reason, "unknown: the number of usable CPUs is unknown");
         return true;
@@ -486,14 +507,14 @@ static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
     int n = loader_workers(m);
     r->number = n;
     if (usable == 1) {
-        stoke_say(r->reason, sizeof r->reason,
-                  "1 usable CPU: batches are loaded in the training thread");
+        stoke_say(r->reason, sizeof r->reason, "%s: batches are loaded in the training thread",
+                  cpus);
     } else if (m->gpu_count > 0) {
         int raw = usable - 1 - m->gpu_count;
         stoke_say(r->reason, sizeof r->reason,
-                  "GPU machine: %d usable CPUs - 1 for the training loop - %d for GPU feeding "
+                  "GPU machine: %s - 1 for the training loop - %d for GPU feeding "
                   "(one per GPU) = %d",
-                  usable, m->gpu_count, raw);
+                  cpus, m->gpu_count, raw);
         if (raw > MAX_GPU_WORKERS)
             stoke_more(r->reason, sizeof r->reason,
                        ", capped at %d (more rarely helps and each worker holds batches in RAM)",
@@ -502,9 +523,9 @@ static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
             stoke_more(r->reason, sizeof r->reason, ", raised to 1 so loading overlaps compute");
     } else {
         stoke_say(r->reason, sizeof r->reason,
-                  "CPU-only machine: the CPUs also compute, so a quarter of the %d usable CPUs "
+                  "CPU-only machine: the CPUs also compute, so a quarter of the %s "
                   "(at least 1, at most %d) load data",
-                  usable, MAX_CPU_WORKERS);
+                  cpus, MAX_CPU_WORKERS);
     }
     return true;
 }
@@ -517,12 +538,13 @@ static bool rule_compute_threads(const stoke_machine *m, int dev, stoke_rec *r)
     r->type = STOKE_REC_COUNT;
     r->known = true;
     int workers = loader_workers(m);
-    int n = m->cpu.usable_cpus - workers;
+    int n = cpus_of(m) - workers;
     r->number = n < 1 ? 1 : n;
+    char cpus[96];
     stoke_say(r->reason, sizeof r->reason,
-              "CPU-only machine: %d usable CPUs - %d loader worker%s = %.0f for the math "
+              "CPU-only machine: %s - %d loader worker%s = %.0f for the math "
               "(BLAS/OpenMP threads), so nothing oversubscribes",
-              m->cpu.usable_cpus, workers, workers == 1 ? "" : "s", r->number);
+              cpus_words(m, cpus, sizeof cpus), workers, workers == 1 ? "" : "s", r->number);
     return true;
 }
 

@@ -281,7 +281,7 @@ static stoke_status search_split(search *s, stoke_tune_point *p)
                SPLIT_TIE * 100, best.workers, best.threads);
     if (s->sp->threads)
         stoke_say(s->r->why_threads, sizeof s->r->why_threads,
-                  "the usable CPUs less the loader workers, as measured by the split: %d + %d",
+                  "the available CPUs less the loader workers, as measured by the split: %d + %d",
                   best.workers, best.threads);
     *p = best;
     return STOKE_OK;

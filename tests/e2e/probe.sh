@@ -58,6 +58,9 @@ for section in CPU OpenBLAS Memory GPUs Recommendations \
 done
 grep -qx Storage "$out/nogpu.out" && fail "nogpu: a Storage section without --data"
 has nogpu.out "pin_memory"
+has nogpu.out "  CPU quota       "
+has nogpu.out "  available       "
+has nogpu.out "  load            "
 has nogpu.out "because no GPU"
 [ -s "$out/nogpu.err" ] && fail "nogpu: wrote to stderr: $(cat "$out/nogpu.err")"
 
@@ -76,7 +79,13 @@ assert rec('precision', 'cpu')['value'] == ('bf16' if 'amx_bf16' in d['cpu']['si
 assert rec('pin_memory', 'cpu')['value'] is False
 w = rec('loader_workers', 'cpu')['value']
 t = rec('compute_threads', 'cpu')['value']
-assert w + t == d['cpu']['usable_cpus'] or d['cpu']['usable_cpus'] == 1, (w, t)
+assert w + t == d['cpu']['available_cpus'] or d['cpu']['available_cpus'] == 1, (w, t)
+# the cgroup quota (null: none) and the CPUs it leaves; the load sample's figures
+q = d['cpu']['quota_cpus']
+assert q is None or (q > 0 and d['cpu']['quota_file']), d['cpu']
+assert 1 <= d['cpu']['available_cpus'] <= d['cpu']['usable_cpus'], d['cpu']
+l = d['cpu'].get('load')
+assert l is None or (0 <= l['others_cpus'] <= l['busy_cpus'] + 1e-9 and 0 <= l['steal_pct'] <= 100), l
 p = rec('peak_fp32_flops', 'cpu')
 assert p['unit'] == 'FLOP/s' and p['value'] > 0, p
 for r in d['recommendations']:
