@@ -13,6 +13,11 @@
 #       ignores torch.set_num_threads: Debian's torch links libopenblas0-pthread), and for
 #       the CNN NCHW or channels_last. Warm-up steps, then R windows of N steps; the best
 #       window is printed ("speed_cnn_t2_b2_cl1 samples/s").
+#   train_torch.py rate MODEL --threads T|0 --samples N [--bf16]
+#       what a training script gets at a thread count under the load of the moment
+#       (bench/contention.sh): 3 warm-up steps, then N samples timed as one window (not
+#       the best of several, which would hide a collapse); T = 0 leaves torch at its
+#       default thread count. "rate samples/s threads" is printed.
 #   train_torch.py blas
 #       the OpenBLAS core torch loaded and whether it is a fallback far below this CPU:
 #       "peer_openblas CORE FIT [OPENBLAS_CORETYPE=...]" (FIT as `stoke probe` judges it).
@@ -194,6 +199,32 @@ def speed(args, blas):
     print(f"flops_first_{args.model} {first_layer_flops(args.model)}")
 
 
+def rate(args, blas):
+    x, y = load("train", args.model)
+    b = BATCH[args.model]
+    if args.threads > 0:
+        set_threads(blas, args.threads, args.threads)
+    net, opt = new_model(args.model, False, LR[args.model])
+    step = make_step(net, opt, args.bf16)
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
+    pos = 0
+
+    def run(n):
+        nonlocal pos
+        for _ in range(n):
+            if pos + b > len(x):
+                pos = 0
+            xb, yb = batch(x, y, perm, pos, b, False)
+            step(xb, yb)
+            pos += b
+    run(3)
+    steps = max(1, args.samples // b)
+    t0 = time.perf_counter()
+    run(steps)
+    print(f"rate {steps * b / (time.perf_counter() - t0):.0f} {torch.get_num_threads()}",
+          flush=True)
+
+
 def evaluate(net, x, y, channels_last):
     correct = 0
     with torch.no_grad():
@@ -250,9 +281,10 @@ def sgemm(args, blas):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=("sgemm", "speed", "to90", "blas"))
+    p.add_argument("command", choices=("sgemm", "speed", "to90", "blas", "rate"))
     p.add_argument("model", nargs="?", choices=("cnn", "mlp"))
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--samples", type=int, default=12800)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
@@ -280,7 +312,7 @@ def main():
     if args.command == "blas":
         print(f"peer_openblas {core} {fit} {advice}".rstrip())
         return
-    {"sgemm": sgemm, "speed": speed, "to90": to90}[args.command](args, blas)
+    {"sgemm": sgemm, "speed": speed, "to90": to90, "rate": rate}[args.command](args, blas)
 
 
 if __name__ == "__main__":

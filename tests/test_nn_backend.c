@@ -180,6 +180,47 @@ static void test_threads(bool cnn)
     stoke_graph_free(g);
 }
 
+/* What the trainer's thread controller does (src/train/adapt.c): the count changed
+ * between steps of one model, 2 -> 1 -> 2 -> 1. Every step still runs, on the count set
+ * (the kernels apply it on entry), and the parameters stay as close to the run at a
+ * fixed count as two fixed counts are to each other: a change alters only the order
+ * of the reductions split across threads, never the arithmetic. */
+static void test_switch_mid_run(bool cnn)
+{
+    const char *name = cnn ? "cnn" : "mlp";
+    stoke_graph *g = graph(cnn);
+    if (!g)
+        return;
+    size_t n = nparams(g);
+    enum { RUN = 8 };
+    stoke_model *fixed = model(g, 2, false), *sw = model(g, 2, false);
+    if (fixed && sw) {
+        for (int s = 0; s < RUN; s++) {
+            int want = s < 2 ? 2 : s % 2 ? 1 : 2, omp = 0;
+            stoke_model_set_threads(sw, want);
+            double lf = step(fixed, NULL), ls = step(sw, &omp);
+            CHECK_MSG(omp == want, "%s step %d: kernels ran on %d threads, %d set", name, s, omp,
+                      want);
+            if (s < 3) /* the same count so far: the same bits */
+                CHECK_MSG(lf == ls, "%s step %d: loss %.9g switched, %.9g fixed", name, s, ls, lf);
+            CHECK_NEAR(ls, lf, 1e-4 * (1 + fabs(lf)));
+        }
+        float *wf = params(fixed), *ws = params(sw);
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < n; i++) {
+            worst = fmax(worst, fabs((double)wf[i] - ws[i]));
+            scale = fmax(scale, fabs((double)wf[i]));
+        }
+        CHECK_MSG(worst <= 1e-4 * scale, "%s: parameters %.3g apart (largest %.3g)", name, worst,
+                  scale);
+        free(wf);
+        free(ws);
+    }
+    stoke_model_free(fixed);
+    stoke_model_free(sw);
+    stoke_graph_free(g);
+}
+
 /* 0 takes the process default when the model is created; the model keeps it. */
 static void test_default_threads(void)
 {
@@ -258,6 +299,8 @@ int main(void)
     for (size_t i = 0; i < (size_t)B * 784; i++)
         xs[i] = rnd();
     test_threads(false);
+    test_switch_mid_run(false);
+    test_switch_mid_run(true);
     test_threads(true);
     test_default_threads();
     test_fusion();

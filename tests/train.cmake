@@ -63,3 +63,7 @@ add_test(NAME train_caps_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_caps.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-caps-e2e)
 set_tests_properties(train_caps_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# The compute-thread controller on modelled step times: quiet, a competing job that
+# comes and goes, no load readings, noise within the margin, the load's hint.
+stoke_unit_test(test_train_adapt test_train_adapt.c)

@@ -275,6 +275,14 @@ double stoke_lr_at(const stoke_lr_schedule *s, int64_t step);
 void stoke_nn_set_threads(int n);
 int stoke_nn_threads(void);
 
+/* How the compute threads wait at OpenMP barriers in this process: libgomp reads
+ * OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, so a launcher that
+ * chooses for the user (the stoke command, src/cli/omp_wait.c) sets GOMP_SPINCOUNT and
+ * STOKE_OMP_WAIT_MARK in a fresh process image. One line for the setup output: the
+ * setting, and whether stoke or the user chose it. */
+#define STOKE_OMP_WAIT_MARK "STOKE_OMP_WAIT_SET"
+const char *stoke_nn_omp_wait(char *buf, size_t size);
+
 /* Whether the backend runs matmuls and convolutions in precision p on kernels of
  * that precision (true for fp32; bf16 where oneDNN has bf16 kernels: AVX-512 and up)
  * or emulates it (false: operands rounded to p, fp32 kernels and accumulation, the

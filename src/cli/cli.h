@@ -64,6 +64,12 @@ int cli_stop_signal(void);
 /* "SIGINT", "SIGTERM", or "" when none was caught. */
 const char *cli_stop_signal_name(void);
 
+/* omp_wait.c: for the commands that compute, before any work: unless the user set
+ * OMP_WAIT_POLICY or GOMP_SPINCOUNT, sets GOMP_SPINCOUNT to stoke's bounded spin and
+ * re-executes the process (libgomp reads it only when it is loaded); returns only when
+ * nothing was to be done or the re-execution failed. argv is main's. */
+void cli_omp_wait_choose(char **argv);
+
 /* Gives SIGXFSZ back the disposition stoke inherited (main ignores it); for a child
  * process before exec. Async-signal-safe. */
 void cli_restore_inherited_signals(void);

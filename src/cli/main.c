@@ -112,6 +112,10 @@ static int run(int argc, char **argv)
         fprintf(stderr, "stoke: %s\n", stoke_last_error());
         return 2;
     }
+    static const char *const computes[] = {"train", "tune", "bench", "eval", "predict"};
+    for (size_t i = 0; i < sizeof computes / sizeof computes[0]; i++)
+        if (!strcmp(name, computes[i]))
+            cli_omp_wait_choose(argv);
     return c->run(argc - 1, argv + 1);
 }
 

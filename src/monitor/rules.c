@@ -319,9 +319,11 @@ static bool check_contention(const stoke_rule *r, const stoke_mon_summary *s, st
                   "(%s): %s%s; or stop or renice the other processes (renice +10), or give "
                   "the job CPUs of its own (taskset, a cpuset)",
                   n, room, knob,
-                  n > 1 ? ", and OMP_WAIT_POLICY=passive for libgomp-based programs (spinning "
-                          "threads at barriers turn a shared core into a collapse)"
-                        : "");
+                  /* the stoke command bounds libgomp's spinning itself (cli/omp_wait.c) */
+                  n > 1 && !is_stoke(s)
+                      ? ", and OMP_WAIT_POLICY=passive for libgomp-based programs (spinning "
+                        "threads at barriers turn a shared core into a collapse)"
+                      : "");
     } else {
         stoke_say(f->advice, sizeof f->advice,
                   "the job already runs no more compute threads (%d) than the cores the others "

@@ -194,7 +194,12 @@ static stoke_train_event loop_event(const stoke_trainer *t, stoke_train_event_ki
                                .batches = batches,
                                .step = t->step,
                                .metric_name = t->metric_name,
-                               .run_elapsed_s = now - t->loop_start};
+                               .run_elapsed_s = now - t->loop_start,
+                               /* a switch kept, not a trial's window */
+                               .threads = t->adapt.on && !t->adapt.a.base &&
+                                                  t->adapt.a.switches > 0
+                                              ? t->adapt.a.cur
+                                              : 0};
 }
 
 /* An evaluation within an epoch (every eval_every steps). It runs on the inference
@@ -359,6 +364,67 @@ void train_trial_step(stoke_trainer *t)
     }
 }
 
+/* ---- the compute threads during the run (adapt.h) ---------------------------------- */
+
+void train_adapt_start(stoke_trainer *t)
+{
+    struct train_adapt *ad = &t->adapt;
+    double now = stoke_wall_time();
+    adapt_params p;
+    adapt_default_params(&p);
+    adapt_init(&ad->a, &p, ad->max, t->threads, now);
+    adapt_pause(&ad->a, now);
+    ad->samples = t->totals.samples;
+    ad->others = NAN;
+    ad->snap_t = now;
+    if (stoke_cpu_snapshot_read(NULL, &ad->snap) != STOKE_OK)
+        ad->snap.valid = false; /* no /proc/stat: the step times alone decide */
+}
+
+void train_adapt_pause(stoke_trainer *t)
+{
+    if (t->adapt.on)
+        adapt_pause(&t->adapt.a, stoke_wall_time());
+}
+
+static void set_threads(stoke_trainer *t, int n)
+{
+    stoke_model_set_threads(t->model, n);
+    if (t->eval_model)
+        stoke_model_set_threads(t->eval_model, n);
+    t->threads = n;
+}
+
+void train_adapt_step(stoke_trainer *t, double now)
+{
+    struct train_adapt *ad = &t->adapt;
+    if (!ad->on)
+        return;
+    /* the other processes' cores, over the last half second or more */
+    if (ad->snap.valid && now - ad->snap_t >= 0.5) {
+        stoke_cpu_snapshot b;
+        stoke_cpu_load l;
+        if (stoke_cpu_snapshot_read(NULL, &b) == STOKE_OK) {
+            if (stoke_cpu_load_between(&ad->snap, &b, &l))
+                ad->others = l.others_cpus;
+            ad->snap = b;
+            ad->snap_t = now;
+        }
+    }
+    int64_t n = t->totals.samples - ad->samples;
+    ad->samples = t->totals.samples;
+    adapt_result r;
+    adapt_action act = adapt_step(&ad->a, now, n, ad->others, &r);
+    if (act == ADAPT_NONE)
+        return;
+    set_threads(t, r.threads);
+    if (act == ADAPT_TRY)
+        return;
+    train_log_threads(t, &r, now);
+    if (act == ADAPT_KEEP)
+        train_info(t, "%s", r.reason);
+}
+
 /* An optimizer step over the `accum` batches accumulated, its progress event and log
  * record, and an evaluation when --eval-every asks for one. *reached: the target
  * accuracy was reached (the run stops). */
@@ -378,6 +444,7 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
     if (t->trial.on)
         train_trial_step(t);
     double now = stoke_wall_time();
+    train_adapt_step(t, now);
     stoke_train_event e = loop_event(t, STOKE_EV_PROGRESS, k->batches, now);
     e.loss = epoch_loss(t);
     e.metric = epoch_metric(t);
@@ -393,6 +460,7 @@ static stoke_status step(stoke_trainer *t, epoch_clock *k, int accum, bool *reac
         if ((s = eval_within_epoch(t, k->batches, &eval_s, reached)) != STOKE_OK)
             return s;
         k->start += eval_s; /* the epoch's figures count training time only */
+        train_adapt_pause(t);
     }
     return STOKE_OK;
 }
@@ -461,6 +529,7 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     *done = t->epoch >= c->epochs || reached;
     if (!*done)
         epoch_clock_start(t, k);
+    train_adapt_pause(t); /* the evaluation and the checkpoint were not a step */
     return STOKE_OK;
 }
 
@@ -578,6 +647,8 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
                    "; the first progress line follows the first step...",
                    steps, steps == 1 ? "" : "s", c->batch_size);
     epoch_clock_start(t, &k);
+    if (t->adapt.on)
+        train_adapt_start(t);
     bool mid_epoch = false; /* the target was reached within an epoch */
     stoke_status s = loop(t, &k, stop, &mid_epoch);
     if (t->monitor)

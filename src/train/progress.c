@@ -37,10 +37,12 @@ static size_t metric_text(const stoke_train_event *e, double v, const char *pref
 
 size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t size)
 {
-    char m[48], cpu[32] = "", gpu[32] = "", ph[64] = "";
+    char m[48], cpu[48] = "", gpu[32] = "", ph[64] = "";
     metric_text(e, e->metric, "", m, sizeof m);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, " | CPU %.0f%%", e->cpu_pct);
+    if (e->threads > 0) /* the run changed the count: said beside the CPU it gets */
+        snprintf(cpu + strlen(cpu), sizeof cpu - strlen(cpu), " | threads %d", e->threads);
     if (isfinite(e->gpu_pct))
         snprintf(gpu, sizeof gpu, " | GPU %.0f%%", e->gpu_pct);
     if (e->forward_pct > 0 || e->backward_pct > 0)
@@ -58,13 +60,15 @@ size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t
 
 size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t size)
 {
-    char m[48], vm[48], val[96] = "", cpu[32] = "", mfu[160] = "";
+    char m[48], vm[48], val[96] = "", cpu[48] = "", mfu[160] = "";
     metric_text(e, e->metric, "", m, sizeof m);
     metric_text(e, e->val_metric, "val ", vm, sizeof vm);
     if (isfinite(e->val_loss))
         snprintf(val, sizeof val, " | val loss %.4f%s", e->val_loss, vm);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, ", CPU %.0f%%", e->cpu_pct);
+    if (e->threads > 0)
+        snprintf(cpu + strlen(cpu), sizeof cpu - strlen(cpu), ", threads %d", e->threads);
     if (isfinite(e->mfu_pct)) {
         char f[32];
         snprintf(mfu, sizeof mfu, ", MFU %.1f%% of %s (%s)", e->mfu_pct,

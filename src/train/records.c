@@ -201,6 +201,24 @@ void train_log_step(stoke_trainer *t, const stoke_train_event *e, double now, do
     write_record(t, o);
 }
 
+void train_log_threads(stoke_trainer *t, const adapt_result *r, double now)
+{
+    if (t->log_fd < 0)
+        return;
+    cJSON *o = record("threads", now, now - t->loop_start, t->epoch, t->step);
+    if (!o)
+        return;
+    add_int(o, "from", r->from);
+    add_int(o, "tried", r->tried);
+    add_int(o, "to", r->threads);
+    cJSON_AddBoolToObject(o, "switched", r->action == ADAPT_KEEP);
+    add_fixed(o, "samples_per_s_before", 1, r->rate_from);
+    add_fixed(o, "samples_per_s_tried", 1, r->rate_to);
+    add_num(o, "others_cpus", r->others);
+    cJSON_AddStringToObject(o, "reason", r->reason);
+    write_record(t, o);
+}
+
 void train_log_eval(stoke_trainer *t, const stoke_train_event *e, double now)
 {
     if (t->log_fd < 0)

@@ -217,6 +217,26 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
                    d->available_cpus == 1 ? "" : "s", d->threads, given, d->workers,
                    d->workers == 1 ? "" : "s", given_or_why(&d->workers_why, a, sizeof a),
                    others_note(t, d, b, sizeof b));
+    if (d->device == STOKE_TUNE_CPU) {
+        /* the most threads a quiet machine would get: the available CPUs less the
+         * workers (the start's count may be lower, other processes busy then) */
+        int most = d->available_cpus - d->workers;
+        t->adapt.max = most > t->threads ? most : t->threads;
+        t->adapt.on = stoke_source_decided(d->threads_why.source) && t->adapt.max > 1 &&
+                      !t->trial.on;
+        char w[400];
+        if (t->adapt.on)
+            train_info(t,
+                       "threads adapt: on: the steps' speed is watched, and another count is "
+                       "tried when it or the other processes' load changes, between 1 and %d "
+                       "(kept when faster by 5%%, and said; --threads N fixes the count); %s",
+                       t->adapt.max, stoke_nn_omp_wait(w, sizeof w));
+        else
+            train_info(t, "threads adapt: off (%s); %s",
+                       !stoke_source_decided(d->threads_why.source) ? "the count was given"
+                                                                    : "one compute thread",
+                       stoke_nn_omp_wait(w, sizeof w));
+    }
     train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,
                given_or_why(&d->prefetch_why, a, sizeof a), d->pinned ? "yes" : "no",
                given_or_why(&d->pinned_why, b, sizeof b));
@@ -249,7 +269,10 @@ static void setup_mfu(stoke_trainer *t)
             t->precision == STOKE_PREC_BF16 && stoke_nn_precision_native(STOKE_PREC_BF16)
                 ? STOKE_PREC_BF16
                 : STOKE_PREC_FP32;
-        train_cpu_peak(&t->machine.cpu, p, t->threads, !t->cfg.dry_run, &t->peak);
+        /* adapting, the count can rise to adapt.max: MFU is against that many threads'
+         * peak, so a switch up cannot read above 100% */
+        train_cpu_peak(&t->machine.cpu, p, t->adapt.on ? t->adapt.max : t->threads,
+                       !t->cfg.dry_run, &t->peak);
     } else {
         stoke_say(t->peak.how, sizeof t->peak.how, "unknown: cuda:%d is not among the GPUs probed",
                   t->device);

@@ -11,6 +11,7 @@
 
 #include "stoke/monitor.h"
 #include "stoke/tune.h"
+#include "train/adapt.h"
 #include "train/train_impl.h"
 
 /* The peak MFU is taken against (peak.c), and how it was obtained. */
@@ -109,6 +110,17 @@ struct stoke_trainer {
     int nwarned;
     stoke_train_result result;
     train_trial trial;
+    /* the compute threads during the run (adapt.c): on when the count was decided
+     * (rule or measured) on the CPU with more than one; the load is read at most every
+     * half second for the controller's hint */
+    struct train_adapt {
+        bool on;
+        int max; /* the most threads tried: the available CPUs less the workers */
+        adapt_state a;
+        int64_t samples; /* totals.samples at the last step fed */
+        stoke_cpu_snapshot snap;
+        double snap_t, others;
+    } adapt;
     /* settings left to measurement (tune.c): measured by trials or read from the
      * cache, applied to cfg before the decision, their provenance kept for it */
     struct train_tuned {
@@ -128,6 +140,15 @@ stoke_status train_new(const stoke_train_config *cfg, stoke_train_callback cb, v
 /* setup.c: a setting given as auto that a dry run could not measure: its rule's
  * reason, prefixed with why it is not measured (t->tuned.pending). */
 void train_tuned_pending(const stoke_trainer *t, stoke_why *w);
+
+/* loop.c: the thread controller's start (at the loop's), each optimizer step's
+ * report to it (switches said and logged), and time spent outside steps. */
+void train_adapt_start(stoke_trainer *t);
+void train_adapt_step(stoke_trainer *t, double now);
+void train_adapt_pause(stoke_trainer *t);
+
+/* records.c: a trial of another thread count that ended (kept or reverted). */
+void train_log_threads(stoke_trainer *t, const adapt_result *r, double now);
 
 /* loop.c: a trial's bookkeeping after each optimizer step: the window's start, the
  * losses' finiteness, and trial.done once it has measured enough. */
