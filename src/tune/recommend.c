@@ -455,7 +455,7 @@ static bool rule_cpu_precision(const stoke_machine *m, int dev, stoke_rec *r)
      * fp32 on a Zen 4 and 1.6x on a Zen 5, but the rate is a model's and a machine's,
      * so a run that leaves precision unset measures it. Without AVX512-BF16 (none, or
      * capped away) bf16 is emulated on the fp32 kernels: slower, so fp32 is sure. */
-    if ((s & STOKE_SIMD_AVX512_BF16)) {
+    if (s & STOKE_SIMD_AVX512_BF16) {
         r->unsure = true;
         stoke_say(r->unsure_why, sizeof r->unsure_why, "AVX512-BF16 without AMX%s",
                   hidden & STOKE_SIMD_AMX_BF16 ? " (capped)" : "");
