@@ -19,6 +19,13 @@ add_test(NAME tune_reasons_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune_reasons.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/tune-reasons-e2e)
 set_tests_properties(tune_reasons_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+# Precision left unset where the CPU's rule is unsure (AVX512-BF16 without AMX) is
+# measured, fp32 against bf16; skipped (77, saying why) on a CPU without AVX512-BF16
+# once the sure case is checked; label nn: it trains.
+add_test(NAME tune_precision_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune_precision.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/tune-precision-e2e)
+set_tests_properties(tune_precision_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 # The tuning cache and the files stoke opens as a hostile user leaves them (issue 26):
 # FIFOs (each command under its own `timeout`: a hang fails), unreadable entries,
 # long dataset paths, cached values out of bounds, outputs checked before the work.

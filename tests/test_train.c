@@ -883,6 +883,39 @@ static void cleanup(void)
     rmdir(dir);
 }
 
+/* Whether a run leaves precision to measurement (train_precision_open, what tune.c
+ * opens): auto given, or left unset where the rule is unsure; never a checkpoint's auto
+ * (a resumed run keeps its precision), never a value given. */
+static void test_precision_open(void)
+{
+    struct {
+        const char *value; /* NULL: left unset */
+        stoke_cfg_source src;
+        bool all, unsure, open;
+    } cases[] = {
+        {NULL, STOKE_CFG_DEFAULT, false, false, false}, /* the rule is sure: taken */
+        {NULL, STOKE_CFG_DEFAULT, false, true, true},   /* unsure: measured */
+        {NULL, STOKE_CFG_DEFAULT, true, false, true},   /* stoke tune measures it all */
+        {"auto", STOKE_CFG_FLAG, false, false, true},   /* auto asked for */
+        {"auto", STOKE_CFG_ENV, false, true, true},
+        {"auto", STOKE_CFG_CHECKPOINT, false, true, false}, /* a resume keeps it */
+        {"fp32", STOKE_CFG_CHECKPOINT, false, true, false},
+        {"bf16", STOKE_CFG_CHECKPOINT, false, true, false},
+        {"fp32", STOKE_CFG_FLAG, false, true, false}, /* given: the user's */
+        {"bf16", STOKE_CFG_FILE, true, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stoke_train_config c;
+        stoke_train_config_defaults(&c);
+        if (cases[i].value)
+            CHECK_INT_EQ(stoke_train_config_set(&c, "precision", cases[i].value, cases[i].src),
+                         STOKE_OK);
+        CHECK_MSG(train_precision_open(&c, cases[i].all, cases[i].unsure) == cases[i].open,
+                  "case %zu: precision %s (%d), all %d, unsure %d: expected open %d", i,
+                  c.precision, (int)cases[i].src, cases[i].all, cases[i].unsure, cases[i].open);
+    }
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -893,6 +926,7 @@ int main(void)
     test_peak();
     test_config();
     test_config_env_auto();
+    test_precision_open();
     test_config_shapes();
     test_learns_and_eval();
     test_resume();

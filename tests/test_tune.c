@@ -212,6 +212,70 @@ static void test_cpu_only_amx(void)
     CHECK_STR_CONTAINS(rec("precision", STOKE_TUNE_CPU)->reason, "AVX512-BF16 but no AMX");
 }
 
+/* The CPU precision rule says when it is unsure, the case a run measures instead of
+ * taking it (docs/tune.md): AVX512-BF16 without AMX. Synthetic machines, so it holds on
+ * whatever CPU runs the test. */
+static void test_cpu_precision_unsure(void)
+{
+    uint32_t avx512 = STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA | STOKE_SIMD_AVX512F;
+    struct {
+        const char *what;
+        uint32_t simd, hidden;
+        const char *text;
+        bool unsure;
+        const char *reason;
+    } cases[] = {
+        {"AMX-BF16: sure bf16", avx512 | STOKE_SIMD_AVX512_BF16 | STOKE_SIMD_AMX_BF16, 0, "bf16",
+         false, "AMX-BF16"},
+        {"AVX512-BF16 without AMX: unsure fp32", avx512 | STOKE_SIMD_AVX512_BF16, 0, "fp32", true,
+         "AVX512-BF16 but no AMX"},
+        {"AVX512-BF16 hidden by a cap: sure fp32", avx512, STOKE_SIMD_AVX512_BF16, "fp32", false,
+         "its AVX512-BF16 is hidden by the CPU ISA cap"},
+        {"AMX hidden, AVX512-BF16 left: unsure fp32", avx512 | STOKE_SIMD_AVX512_BF16,
+         STOKE_SIMD_AMX_BF16, "fp32", true, "its AMX-BF16 is hidden"},
+        {"no bf16 instructions: sure fp32", avx512, 0, "fp32", false, "no bf16 instructions"},
+        {"AVX2 only: sure fp32", STOKE_SIMD_AVX2 | STOKE_SIMD_FMA, 0, "fp32", false,
+         "no bf16 instructions"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cpu_box(&machine, 4, 8, 3000, cases[i].simd);
+        machine.cpu.simd_hidden = cases[i].hidden;
+        if (cases[i].hidden)
+            machine.cpu.isa_cap = STOKE_CPU_ISA_AVX512_CORE;
+        stoke_recommend(&machine, &recs);
+        const stoke_rec *r = rec("precision", STOKE_TUNE_CPU);
+        printf("  %s: %s%s\n", cases[i].what, r->text, r->unsure ? " (unsure)" : "");
+        CHECK_STR_EQ(r->text, cases[i].text);
+        CHECK_INT_EQ(r->unsure, cases[i].unsure);
+        CHECK_STR_CONTAINS(r->reason, cases[i].reason);
+        if (cases[i].unsure)
+            CHECK_STR_CONTAINS(r->unsure_why, "AVX512-BF16 without AMX");
+        else
+            CHECK_STR_EQ(r->unsure_why, "");
+
+        /* the decision carries the doubt for precision auto only */
+        stoke_decision d;
+        stoke_tune_request q = {.precision = "auto", .workers = -1, .batch = 128};
+        CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+        CHECK_INT_EQ(d.precision_unsure, cases[i].unsure);
+        CHECK_STR_EQ(d.precision_unsure_why, r->unsure_why);
+        q.precision = "bf16";
+        q.precision_src = STOKE_SRC_FLAG;
+        CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+        CHECK(!d.precision_unsure);
+    }
+    /* with a GPU the CPU's rule is silent, and the GPU's rules are sure */
+    cpu_box(&machine, 4, 8, 3000, avx512 | STOKE_SIMD_AVX512_BF16);
+    add_gpu(&machine, "NVIDIA A100-SXM4-80GB", 8, 0, 108, 1410);
+    stoke_recommend(&machine, &recs);
+    CHECK(stoke_recs_find(&recs, "precision", STOKE_TUNE_CPU) == NULL);
+    CHECK(!rec("precision", 0)->unsure);
+    stoke_decision d;
+    stoke_tune_request q = {.precision = "auto", .workers = -1, .batch = 128};
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK(!d.precision_unsure);
+}
+
 static void test_cpu_only_avx2(void)
 {
     cpu_box(&machine, 8, 16, 3700, STOKE_SIMD_AVX | STOKE_SIMD_AVX2 | STOKE_SIMD_FMA);
@@ -303,9 +367,11 @@ static void test_cpu_classes(void)
     r = cpu_class("cpu-zen5", STOKE_CPU_ISA_ALL);
     CHECK_STR_CONTAINS(r->reason, "measured on an AMD EPYC Zen 4: bf16 trained 1.3x faster");
     CHECK(strstr(r->reason, "one run on an AMD EPYC Zen 4") == NULL);
+    CHECK(r->unsure);
     r = cpu_class("cpu-zen4", STOKE_CPU_ISA_AVX512_CORE);
     CHECK_STR_EQ(r->text, "fp32");
-    CHECK_STR_CONTAINS(r->reason, "no bf16 instructions");
+    CHECK_STR_CONTAINS(r->reason, "its AVX512-BF16 is hidden by the CPU ISA cap avx512_core");
+    CHECK(!r->unsure);
 
     /* AVX2 only: fp32; a cap above what it has hides nothing */
     r = cpu_class("cpu-haswell", STOKE_CPU_ISA_ALL);
@@ -831,6 +897,7 @@ int main(void)
     test_3090_and_v100();
     test_missing_readings();
     test_cpu_only_amx();
+    test_cpu_precision_unsure();
     test_cpu_only_avx2();
     test_cpu_classes();
     test_openblas_check();

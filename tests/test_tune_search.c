@@ -23,6 +23,8 @@ typedef struct sim {
     int calls;
     bool fail;          /* the trial function fails (an error that stops the search) */
     bool diverge_stops; /* a diverging trial cannot run (as an fp32/bf16 step stops) */
+    double bf16_speed;  /* bf16's compute is this many times fp32's (0: the same) */
+    double bf16_loss;   /* bf16's mean loss over the first steps is fp32's x (1 + this) */
 } sim;
 
 static double uniform(uint64_t *s)
@@ -43,7 +45,8 @@ static void model(const sim *x, const stoke_tune_point *p, double *sps, double *
         if (cores < 0.5)
             cores = 0.5;
     }
-    *comp = x->fixed_ms + b * x->comp_us / 1e3 * (1 + b / x->big) / (x->cpu ? cores : 1);
+    double speed = p->precision == STOKE_PREC_BF16 && x->bf16_speed > 0 ? x->bf16_speed : 1;
+    *comp = x->fixed_ms + b * x->comp_us / 1e3 * (1 + b / x->big) / (x->cpu ? cores : 1) / speed;
     *prod = b * x->load_us / 1e3;
     double step, wait;
     if (p->workers == 0) {
@@ -86,6 +89,9 @@ static stoke_status sim_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
         snprintf(m->error, sizeof m->error, "gradient of w is not finite (inf or NaN) at step 3");
     }
     m->memory_bytes = (double)p->batch * 1e6;
+    m->loss = 2.3 * (p->precision == STOKE_PREC_BF16 ? 1 + x->bf16_loss : 1);
+    if (!m->finite)
+        m->loss = NAN;
     return STOKE_OK;
 }
 
@@ -307,6 +313,76 @@ static void test_precision(void)
     free(r);
 }
 
+/* The rule unsure (AVX512-BF16 without AMX): fp32 and bf16 are both tried at the
+ * start's settings, and bf16 kept only when it is faster beyond the tie and learns as
+ * well (finite, mean loss within STOKE_TUNE_BF16_LOSS_TOL of fp32's). */
+static void test_precision_compare(void)
+{
+    sim x = {.cpu = true, .cores = 4, .fixed_ms = 0, .comp_us = 40, .big = 1e9, .bf16_speed = 1.6};
+    stoke_tune_space sp = {.start = {128, 0, 2, 4, STOKE_PREC_FP32},
+                           .precision = true,
+                           .precision_compare = true,
+                           .cpu = true,
+                           .usable_cpus = 4};
+    snprintf(sp.precision_unsure_why, sizeof sp.precision_unsure_why, "AVX512-BF16 without AMX");
+    stoke_tune_result *r = malloc(sizeof *r);
+    /* faster and as good: bf16, with both rates, the losses and the rule's doubt */
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    printf("  %s\n", r->why_precision);
+    CHECK(r->best.precision == STOKE_PREC_BF16);
+    CHECK(r->trials[0].p.precision == STOKE_PREC_FP32 &&
+          r->trials[1].p.precision == STOKE_PREC_BF16);
+    CHECK_STR_EQ(r->trials[0].stage, "precision");
+    CHECK_STR_CONTAINS(r->why_precision, "bf16 1.6x fp32's samples/s (fp32 ");
+    CHECK_STR_CONTAINS(r->why_precision,
+                       "mean loss over the same first steps 2.3 against fp32's 2.3");
+    CHECK_STR_CONTAINS(r->why_precision, "; the rule was unsure: AVX512-BF16 without AMX");
+    CHECK_INT_EQ(r->ntrials, 2); /* bf16's trial is the result's: no confirmation again */
+    /* within the tolerance: still bf16 */
+    x.bf16_loss = STOKE_TUNE_BF16_LOSS_TOL / 2;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_BF16);
+    /* faster but learning worse: fp32, saying why */
+    x.bf16_loss = STOKE_TUNE_BF16_LOSS_TOL * 2;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    printf("  %s\n", r->why_precision);
+    CHECK(r->best.precision == STOKE_PREC_FP32);
+    CHECK_STR_CONTAINS(r->why_precision, "is not within 3% of fp32's 2.3");
+    CHECK(r->best_m.ran && r->best_m.finite);
+    /* faster but not finite: fp32 */
+    x.bf16_loss = 0;
+    x.nan_bf16 = true;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_FP32);
+    CHECK_STR_CONTAINS(r->why_precision, "fp32: bf16's trial went non-finite");
+    x.diverge_stops = true; /* stopped by its gradient: the same */
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_FP32 && r->best_m.ran);
+    CHECK_STR_CONTAINS(r->why_precision, "went non-finite: gradient of w is not finite");
+    /* as good but within the tie (emulated bf16 is slower still): fp32 */
+    x.nan_bf16 = x.diverge_stops = false;
+    x.bf16_speed = 1.02;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    printf("  %s\n", r->why_precision);
+    CHECK(r->best.precision == STOKE_PREC_FP32);
+    CHECK_STR_CONTAINS(r->why_precision, "not 5% faster; the rule was unsure");
+    x.bf16_speed = 0.5;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_FP32);
+    /* the rule sure (no compare): one trial at its value, as before */
+    x.bf16_speed = 1.6;
+    sp.precision_compare = false;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    CHECK(r->best.precision == STOKE_PREC_FP32);
+    CHECK_INT_EQ(r->ntrials, 1);
+    /* compare asked but precision not open: nothing compared */
+    sp.precision_compare = true;
+    sp.precision = false;
+    CHECK_INT_EQ(stoke_tune_search(&sp, sim_trial, &x, NULL, NULL, r), STOKE_OK);
+    CHECK_INT_EQ(r->ntrials, 1);
+    free(r);
+}
+
 static void test_prefetch(void)
 {
     /* the rule: workers in flight + ready batches covering the late part */
@@ -456,6 +532,7 @@ int main(void)
     test_batch();
     test_batch_reason();
     test_precision();
+    test_precision_compare();
     test_prefetch();
     test_against_grid();
     test_grid_and_errors();

@@ -36,6 +36,12 @@ typedef struct stoke_rec {
                                   backend runs it (text "fp16+loss-scaling" is fp16) */
     double number;             /* the value of the other types */
     char reason[320];          /* the facts the value came from, for the user */
+    /* The facts do not settle the value: a trial should (the CPU's precision with
+     * AVX512-BF16 and no AMX, where bf16 may or may not beat fp32). A run that leaves
+     * the setting unset measures it (docs/tune.md); `unsure_why` says what the rule
+     * could not tell from ("AVX512-BF16 without AMX"), "" when sure. */
+    bool unsure;
+    char unsure_why[64];
 } stoke_rec;
 
 #define STOKE_MAX_RECS (8 + 6 * STOKE_MAX_GPUS)
@@ -186,6 +192,11 @@ typedef struct stoke_decision {
     int64_t batch;
     stoke_why precision_why, device_why, threads_why, workers_why, prefetch_why, pinned_why,
         batch_why;
+    /* precision auto took a rule that is unsure (stoke_rec.unsure) and why: a measured
+     * search trials fp32 against bf16 (stoke_tune_space.precision_compare), and a run
+     * that leaves precision unset measures it */
+    bool precision_unsure;
+    char precision_unsure_why[64];
     /* The decided device's hardware profile: the start values a measured search begins
      * from (its batch, tf32 and precision are recorded, not applied). */
     stoke_profile_match profile;
@@ -238,6 +249,9 @@ typedef struct stoke_tune_measure {
                               run is false when it diverged (a loss or gradient not
                               finite stopped it), true otherwise (memory, ...) */
     double memory_bytes;   /* the models' planned bytes and the loader's ring */
+    double loss;           /* the mean training loss over the trial's first steps, the
+                              same steps (and batches) in every trial of one batch size:
+                              what the precisions' accuracy is compared by; NAN unknown */
 } stoke_tune_measure;
 
 /* Runs one trial. Returns STOKE_OK with m->ran = false for a setting that cannot run
@@ -250,6 +264,10 @@ typedef struct stoke_tune_space {
     stoke_tune_point start; /* the rules' (or a profile's) values: the first trial, and
                                the value of every setting not searched */
     bool batch, workers, prefetch, threads, precision; /* open: searched */
+    /* precision open and the rule unsure: fp32 and bf16 are both tried, not the
+     * start's confirmed; `precision_unsure_why` is the rule's doubt, for the reason */
+    bool precision_compare;
+    char precision_unsure_why[64];
     bool cpu;                     /* the CPU computes: workers and threads share
                                      usable_cpus (the core split) */
     int usable_cpus;              /* the decision's available_cpus (affinity, cgroup quota) */
@@ -289,9 +307,17 @@ typedef struct stoke_tune_result {
 /* Called after each trial (may be NULL): the trainer prints it. */
 typedef void (*stoke_tune_trial_cb)(void *ctx, const stoke_tune_trial *t);
 
+/* bf16 measured against fp32 is kept only when its trial's mean loss is at most
+ * fp32's plus this fraction of it (over the same first steps: STOKE_TUNE_BF16_LOSS_TOL
+ * x |fp32's|): faster but learning worse is not faster. */
+#define STOKE_TUNE_BF16_LOSS_TOL 0.03
+
 /* Searches the open settings of `space` by trials, one setting after another:
  *   precision: the start's (the probe's rule) kept when its trial's losses are
- *     finite, else fp32;
+ *     finite, else fp32; with precision_compare (the rule unsure) fp32 and bf16 are
+ *     both tried at the start's other settings and bf16 is kept when its losses are
+ *     finite, its mean loss is within STOKE_TUNE_BF16_LOSS_TOL of fp32's and its
+ *     samples/s beat fp32's by more than 5%, else fp32;
  *   batch: powers of two from the start's, doubled while samples/s rises by more
  *     than 5%, halved while within 5%: the smallest batch within 5% of the fastest;
  *   workers: on a GPU the fewest loader workers whose data wait is at most the

@@ -277,6 +277,9 @@ static void print_human(const stoke_machine *m, const stoke_recs *recs, const st
             snprintf(dev, sizeof dev, "gpu %d", m->gpus[r->device].index);
         printf("  %-6s %-18s %s\n", dev, r->key, rec_value_text(r, a, sizeof a));
         printf("  %-6s because %s\n", "", r->reason);
+        if (r->unsure)
+            printf("  %-6s unsure: %s; a run that leaves it unset measures it\n", "",
+                   r->unsure_why);
     }
 }
 
@@ -492,6 +495,8 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs, const
                 cJSON_AddStringToObject(o, "unit", "FLOP/s");
         }
         cJSON_AddStringToObject(o, "reason", r->reason);
+        if (r->unsure)
+            cJSON_AddStringToObject(o, "unsure", r->unsure_why);
         cJSON_AddItemToArray(list, o);
     }
     return root;

@@ -3,6 +3,7 @@
  * choice with its reasons, written as a settings file train's --config reads. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,11 @@ static void measure_json(cJSON *o, const stoke_tune_measure *m)
     cJSON_AddNumberToObject(o, "produce_p95_ms", m->produce_p95_ms);
     cJSON_AddBoolToObject(o, "finite", m->finite);
     cJSON_AddNumberToObject(o, "memory_bytes", m->memory_bytes);
+    /* the mean loss over the first steps the precisions are compared by; null unknown */
+    if (isfinite(m->loss))
+        cJSON_AddNumberToObject(o, "loss", m->loss);
+    else
+        cJSON_AddNullToObject(o, "loss");
 }
 
 static int print_json(const stoke_train_tuning *r, const char *output)

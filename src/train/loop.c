@@ -289,7 +289,12 @@ static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accu
     stoke_model_mark(t->model, STOKE_PHASE_BACKWARD);
     if (s != STOKE_OK)
         return s;
-    t->ep_loss += stoke_model_loss(t->model) * (double)b->size;
+    double loss = stoke_model_loss(t->model);
+    t->ep_loss += loss * (double)b->size;
+    if (t->trial.on && t->step < t->trial.warmup + t->trial.min_steps) {
+        t->trial.loss_sum += loss * (double)b->size;
+        t->trial.loss_samples += (double)b->size;
+    }
     if (t->metric != STOKE_NO_TENSOR)
         t->ep_metric += stoke_model_value(t->model, t->metric) * (double)b->size;
     t->ep_samples += b->size;

@@ -43,6 +43,9 @@ typedef struct train_trial {
     double seconds;
     /* measured: the window starts at the warm-up's end */
     bool marked, finite, done;
+    /* the losses of the first warmup + min_steps steps (every trial runs them, on the
+     * same batches): their mean is what the precisions are compared by */
+    double loss_sum, loss_samples;
     double t0, t1;
     int64_t step0;
     stoke_loader_stats s0;
@@ -159,6 +162,11 @@ void train_trial_step(stoke_trainer *t);
  * t->cfg and recorded in t->tuned. Nothing to do when none is left open. */
 stoke_status train_tune_settings(stoke_trainer *t);
 
+/* tune.c: whether precision is left to measurement: auto given (a checkpoint's auto
+ * is not: a resumed run keeps its precision), or auto left unset with `all` (stoke
+ * tune) or `unsure` (the rule is unsure: stoke_decision.precision_unsure). */
+bool train_precision_open(const stoke_train_config *c, bool all, bool unsure);
+
 /* tune.c: the cache file of `key` among the `kind` entries: <cache>/<kind>/<hash of
  * key>.<ext> under $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke
  * ("" if none); and mkdir -p of a path's directory. */
@@ -176,8 +184,10 @@ bool train_make_dirs(const char *path);
  * tests/fuzz/fuzz_tune_cache.c. */
 typedef struct train_tune_entry {
     stoke_tune_point best;
-    char precision[8];  /* as the entry writes it */
-    char measured[120]; /* " batch_size workers ... ": the settings measured there */
+    char precision[8];       /* as the entry writes it */
+    char measured[120];      /* " batch_size workers ... ": the settings measured there */
+    char why_precision[600]; /* the trials' reason for a precision measured there ("#
+                                why precision:"), "" when the entry has none */
 } train_tune_entry;
 bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, const char *key,
                             train_tune_entry *e, char *why, size_t wn);

@@ -102,6 +102,7 @@ static stoke_status run_trial(void *ctx, const stoke_tune_point *p, stoke_tune_m
     m->produce_ms = busy_ms > 0 ? busy_ms / (double)batches : 0;
     m->produce_p95_ms = s1.busy_p95_ms > m->produce_ms ? s1.busy_p95_ms : m->produce_ms;
     m->finite = r->finite && isfinite(t->ep_loss);
+    m->loss = r->loss_samples > 0 ? r->loss_sum / r->loss_samples : NAN;
     stoke_mem_plan plan;
     int64_t most;
     size_t used, beside;
@@ -119,11 +120,20 @@ typedef struct tune_open {
     bool batch, workers, prefetch, threads, precision;
 } tune_open;
 
+bool train_precision_open(const stoke_train_config *c, bool all, bool unsure)
+{
+    stoke_cfg_source src = stoke_train_config_source(c, "precision");
+    return !strcmp(c->precision, "auto") &&
+           (all || (src != STOKE_CFG_DEFAULT && src != STOKE_CFG_CHECKPOINT) ||
+            (unsure && src == STOKE_CFG_DEFAULT));
+}
+
 /* `auto` given leaves a setting to measurement; `all` (stoke tune) also every setting
- * left at its default. A checkpoint's auto is not given: a run saves what it measured
- * as the value (apply_point), so an auto it saved is one its rules decided, and the
- * resumed run decides it by the same rules. */
-static tune_open open_settings(const stoke_train_config *c, bool all)
+ * left at its default, and precision left unset is measured where its rule is unsure
+ * (train_precision_open). A checkpoint's auto is not given: a run saves what it
+ * measured as the value (apply_point), so an auto it saved is one its rules decided,
+ * and the resumed run decides it by the same rules. */
+static tune_open open_settings(const stoke_train_config *c, bool all, bool unsure)
 {
 #define OPEN(key, is_auto)                                                           \
     ((is_auto) && (all || (stoke_train_config_source(c, key) != STOKE_CFG_DEFAULT && \
@@ -135,10 +145,29 @@ static tune_open open_settings(const stoke_train_config *c, bool all)
         .workers = OPEN("workers", c->workers < 0),
         .prefetch = OPEN("prefetch", c->prefetch == 0),
         .threads = OPEN("threads", c->threads == 0),
-        .precision = OPEN("precision", !strcmp(c->precision, "auto")),
+        .precision = train_precision_open(c, all, unsure),
     };
 #undef OPEN
     return o;
+}
+
+/* Whether this CPU's precision rule is unsure (stoke_rec.unsure), from the CPU alone: a
+ * cheap filter before the planning trainer, whose decision (the rule of the device the
+ * run takes, none on a GPU) is the one that counts. False when the CPU cannot be read:
+ * the rule then decides, as the run's own probe will say. */
+static bool cpu_rule_unsure(void)
+{
+    stoke_machine *m = calloc(1, sizeof *m);
+    stoke_recs *recs = malloc(sizeof *recs);
+    bool unsure = false;
+    if (m && recs && stoke_cpu_probe(NULL, &m->cpu) == STOKE_OK) {
+        stoke_recommend(m, recs);
+        const stoke_rec *r = stoke_recs_find(recs, "precision", STOKE_TUNE_CPU);
+        unsure = r && r->unsure;
+    }
+    free(recs);
+    free(m);
+    return unsure;
 }
 
 static bool any_open(const tune_open *o)
@@ -295,6 +324,9 @@ static char *tuned_yaml(const stoke_trainer *t, const tune_open *o, const stoke_
             t->machine.cpu.model, stoke_cpu_available(&t->machine.cpu), dev, model, data, when,
             m->samples_per_s, m->wait_pct, r->ntrials, seconds, key,
             measured_list(o, names, sizeof names));
+    /* the precision's reason (both rates, the rule's doubt) for the runs that read it */
+    if (o->precision && r->why_precision[0])
+        fprintf(f, "# why precision: %s\n", r->why_precision);
     /* all five: the file is the whole tuned configuration (the settings given were
      * measured with), and the cache checks a later run's against them */
     fprintf(f, "batch_size: %" PRId64 "\nworkers: %d\nprefetch: %d\nthreads: %d\nprecision: %s\n",
@@ -386,6 +418,13 @@ bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, con
     const char *ml = strstr(text, "\n# measured: ") + 13;
     size_t n = strcspn(ml, "\n");
     stoke_say(e->measured, sizeof e->measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
+    const char *wp = strstr(text, "\n# why precision: ");
+    if (wp) {
+        wp += 19;
+        n = strcspn(wp, "\n");
+        if (n < sizeof e->why_precision)
+            stoke_say(e->why_precision, sizeof e->why_precision, "%.*s", (int)n, wp);
+    }
     stoke_train_config c;
     stoke_train_config_defaults(&c);
     stoke_status s = stoke_train_config_parse(&c, text, len, path);
@@ -446,9 +485,10 @@ static bool cache_in_bounds(const char *path, const stoke_tune_point *b, const t
  * within `sp`'s bounds; false (with why) when there is none or it does not fit: then
  * it is measured again and rewritten. */
 static bool cache_read(const char *path, const char *key, const stoke_train_config *run,
-                       const tune_open *o, const stoke_tune_space *sp, stoke_tune_point *best,
+                       const tune_open *o, const stoke_tune_space *sp, stoke_tune_result *res,
                        char *why, size_t wn)
 {
+    stoke_tune_point *best = &res->best;
     size_t len = 0;
     char *bytes = cache_bytes(path, &len, why, wn);
     if (!bytes)
@@ -471,6 +511,8 @@ static bool cache_read(const char *path, const char *key, const stoke_train_conf
         return false;
     }
     *best = e.best;
+    if (o->precision)
+        stoke_say(res->why_precision, sizeof res->why_precision, "%s", e.why_precision);
     /* a value the run gives (not left to a rule: -1, 0, auto) must be the one measured
      * with: the others were tuned around it */
     bool batch_given = !o->batch, w = !o->workers && run->workers >= 0,
@@ -519,6 +561,9 @@ static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid
      * moves them with the workers even when only the workers are measured */
     sp->threads = o->threads || pt->cfg.threads == 0;
     sp->precision = o->precision;
+    sp->precision_compare = o->precision && d->precision_unsure;
+    stoke_say(sp->precision_unsure_why, sizeof sp->precision_unsure_why, "%s",
+              d->precision_unsure_why);
     sp->cpu = d->device == STOKE_TUNE_CPU;
     sp->usable_cpus = d->available_cpus; /* the cgroup quota's, not only the affinity's */
     sp->max_workers = sp->cpu ? 0 : (d->available_cpus > 1 ? d->available_cpus - 1 : 1);
@@ -646,13 +691,12 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     memset(out, 0, sizeof *out);
     if (!(opts->trial_seconds >= 0 && opts->trial_seconds <= 600))
         return stoke_fail(STOKE_ERR_ARG, "trial seconds %g (0..600)", opts->trial_seconds);
-    tune_open o = open_settings(cfg, opts->all);
-    out->batch = o.batch;
-    out->workers = o.workers;
-    out->prefetch = o.prefetch;
-    out->threads = o.threads;
-    out->precision = o.precision;
-    if (!any_open(&o))
+    tune_open o = open_settings(cfg, opts->all, false);
+    /* precision left unset is measured where the rule is unsure, which only the
+     * machine can say: the planning trainer's decision (stoke_decision), made only
+     * where the CPU's rule may be (no cost elsewhere) */
+    bool unset = !o.precision && train_precision_open(cfg, opts->all, true) && cpu_rule_unsure();
+    if (!any_open(&o) && !unset)
         return owner ? STOKE_OK
                      : stoke_fail(STOKE_ERR_ARG,
                                   "every setting tune measures is given (batch_size, workers, "
@@ -664,6 +708,16 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
     stoke_status s = plan_trainer(cfg, &o, &pt);
     if (s != STOKE_OK)
         return s;
+    o.precision = o.precision || (unset && pt->decision.precision_unsure);
+    out->batch = o.batch;
+    out->workers = o.workers;
+    out->prefetch = o.prefetch;
+    out->threads = o.threads;
+    out->precision = o.precision;
+    if (!any_open(&o)) { /* the rule is sure: nothing to measure */
+        stoke_trainer_free(pt);
+        return STOKE_OK;
+    }
     char *key = cache_key(pt);
     if (!key) {
         stoke_trainer_free(pt);
@@ -680,7 +734,7 @@ static stoke_status tune(const stoke_train_config *cfg, const stoke_train_tune_o
         stoke_say(out->cache_note, sizeof out->cache_note, "the cache not read: %s",
                   stoke_last_error());
     else if (opts->use_cache && !opts->grid &&
-             cache_read(out->cache_path, key, cfg, &o, &sp, &out->result.best, out->cache_note,
+             cache_read(out->cache_path, key, cfg, &o, &sp, &out->result, out->cache_note,
                         sizeof out->cache_note)) {
         out->cached = true;
         free(key);
@@ -796,7 +850,8 @@ stoke_status train_tune_settings(stoke_trainer *t)
         stoke_say(u->why_workers, sizeof u->why_workers, "%s", u->why_batch);
         stoke_say(u->why_prefetch, sizeof u->why_prefetch, "%s", u->why_batch);
         stoke_say(u->why_threads, sizeof u->why_threads, "%s", u->why_batch);
-        stoke_say(u->why_precision, sizeof u->why_precision, "%s", u->why_batch);
+        stoke_say(u->why_precision, sizeof u->why_precision, "%s%s%s", u->why_batch,
+                  r->result.why_precision[0] ? ": " : "", r->result.why_precision);
     } else if (u->applied) {
         const stoke_tune_result *x = &r->result;
         measured(u->why_batch, sizeof u->why_batch, x->why_batch);

@@ -58,6 +58,10 @@ static stoke_status decide_precision(const stoke_machine *m, const stoke_recs *r
     int gi = d->device >= 0 ? stoke_machine_cuda_gpu(m, d->device) : -1;
     const stoke_rec *r = stoke_recs_find(recs, "precision", gi >= 0 ? gi : STOKE_TUNE_CPU);
     d->precision = r && r->known ? r->precision : STOKE_PREC_FP32;
+    if (r && r->known && r->unsure) {
+        d->precision_unsure = true;
+        snprintf(d->precision_unsure_why, sizeof d->precision_unsure_why, "%s", r->unsure_why);
+    }
     /* The rule stays: it follows the hardware (bf16 from 8.0), where a seed followed
      * what its script happened to use (fp16 autocast on a 3090); the profile's differing
      * value is said, for the trial that confirms the precision. */

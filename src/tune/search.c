@@ -99,8 +99,64 @@ static int max_workers(const search *s)
     return mw < 0 ? 0 : mw;
 }
 
+/* The rule unsure (AVX512-BF16 without AMX): fp32 and bf16 at the same other settings,
+ * bf16 kept when it learns as well over the same first steps (finite, mean loss within
+ * STOKE_TUNE_BF16_LOSS_TOL of fp32's) and is faster beyond the tie; fp32 otherwise. */
+static stoke_status compare_precision(search *s, stoke_tune_point *p)
+{
+    stoke_tune_point a = *p, b = *p;
+    a.precision = STOKE_PREC_FP32;
+    b.precision = STOKE_PREC_BF16;
+    const stoke_tune_measure *ma, *mb;
+    stoke_status st = trial(s, &a, "precision", &ma);
+    if (st == STOKE_OK)
+        st = trial(s, &b, "precision", &mb);
+    if (st != STOKE_OK)
+        return st;
+    char *why = s->r->why_precision;
+    size_t wn = sizeof s->r->why_precision;
+    const char *doubt = s->sp->precision_unsure_why[0] ? s->sp->precision_unsure_why : "unsure";
+    p->precision = STOKE_PREC_FP32;
+    double tol = STOKE_TUNE_BF16_LOSS_TOL * fabs(ma->loss);
+    if (!ma->ran)
+        /* nothing to compare against (memory, say): the rule's fp32, its trial the
+         * later stages' to judge */
+        stoke_say(why, wn,
+                  "fp32, the rule's: its trial could not run (%s), so bf16 was not "
+                  "compared; the rule was unsure: %s",
+                  ma->error, doubt);
+    else if (!mb->ran || !mb->finite)
+        stoke_say(why, wn, "fp32: bf16's trial %s%s%s; the rule was unsure: %s",
+                  mb->finite ? "could not run" : "went non-finite", mb->error[0] ? ": " : "",
+                  mb->error, doubt);
+    else if (!(isfinite(ma->loss) && isfinite(mb->loss) && mb->loss <= ma->loss + tol))
+        stoke_say(why, wn,
+                  "fp32: bf16 ran %.2fx fp32's samples/s (fp32 %.0f, bf16 %.0f) but "
+                  "its mean loss over the same first steps, %.4g, is not within %.0f%% of "
+                  "fp32's %.4g; the rule was unsure: %s",
+                  mb->samples_per_s / ma->samples_per_s, ma->samples_per_s, mb->samples_per_s,
+                  mb->loss, STOKE_TUNE_BF16_LOSS_TOL * 100, ma->loss, doubt);
+    else if (!(mb->samples_per_s > ma->samples_per_s * (1 + BATCH_TIE)))
+        stoke_say(why, wn,
+                  "fp32: bf16 ran %.2fx fp32's samples/s (fp32 %.0f, bf16 %.0f), not "
+                  "%.0f%% faster; the rule was unsure: %s",
+                  mb->samples_per_s / ma->samples_per_s, ma->samples_per_s, mb->samples_per_s,
+                  BATCH_TIE * 100, doubt);
+    else {
+        p->precision = STOKE_PREC_BF16;
+        stoke_say(why, wn,
+                  "bf16 %.1fx fp32's samples/s (fp32 %.0f, bf16 %.0f), mean loss over "
+                  "the same first steps %.4g against fp32's %.4g; the rule was unsure: %s",
+                  mb->samples_per_s / ma->samples_per_s, ma->samples_per_s, mb->samples_per_s,
+                  mb->loss, ma->loss, doubt);
+    }
+    return STOKE_OK;
+}
+
 static stoke_status search_precision(search *s, stoke_tune_point *p)
 {
+    if (s->sp->precision && s->sp->precision_compare)
+        return compare_precision(s, p);
     const stoke_tune_measure *m;
     bool check = s->sp->precision && p->precision != STOKE_PREC_FP32;
     stoke_status st = trial(s, p, check ? "precision" : "start", &m);
