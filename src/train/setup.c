@@ -224,6 +224,9 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
         t->adapt.max = most > t->threads ? most : t->threads;
         t->adapt.on = stoke_source_decided(d->threads_why.source) && t->adapt.max > 1 &&
                       !t->trial.on;
+        if (t->adapt.on) /* `config show` and bench say it with the decision */
+            stoke_more(t->decision.threads_why.reason, sizeof t->decision.threads_why.reason,
+                       "; during the run it follows the load, 1 to %d", t->adapt.max);
         char w[400];
         if (t->adapt.on)
             train_info(t,
