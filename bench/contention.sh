@@ -1,5 +1,6 @@
 #!/bin/sh
-# bench/contention.sh [--quick] [--rounds R] [BUILD_DIR] - training speed when the cores
+# bench/contention.sh [--quick] [--rounds R] [--levels "0 1 2 quota"] [--models "cnn mlp"]
+#                     [BUILD_DIR] - training speed when the cores
 # are shared: the reference CNN (batch 128) and the MLP 784-512-512-10 (batch 256) on
 # Fashion-MNIST in memory, fp32 and bf16, with 0, 1 and 2 competing busy processes on
 # the machine, and under a CPU quota of one core (a cgroup, where one can be made).
@@ -15,11 +16,13 @@
 # rounds of both precisions (about 25 minutes). Builds BUILD_DIR (default out/release).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-quick=0 rounds=2
+quick=0 rounds=2 want_levels="0 1 2 quota" models="cnn mlp"
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) quick=1 rounds=1; shift ;;
         --rounds) rounds=$2; shift 2 ;;
+        --levels) want_levels=$2; shift 2 ;;
+        --models) models=$2; shift 2 ;;
         *) break ;;
     esac
 done
@@ -68,8 +71,11 @@ make_quota() {
     done
     return 1
 }
-levels="0 1 2"
-if make_quota; then levels="$levels quota"; else note "no cgroup with a CPU quota could be made here: the quota rows are left out"; fi
+levels=$(echo "$want_levels" | tr ' ' '\n' | grep -v '^quota$' | tr '\n' ' ')
+case " $want_levels " in
+    *" quota "*)
+        if make_quota; then levels="$levels quota"; else note "no cgroup with a CPU quota could be made here: the quota rows are left out"; fi ;;
+esac
 
 # in_level LEVEL CMD...: CMD inside the quota's cgroup for the quota level.
 in_level() {
@@ -99,7 +105,7 @@ stop_hogs() {
 # One stoke run: its epoch's samples/s (the whole run: start-up decision, warm-up and any
 # thread switch included, as a user gets it).
 stoke_rate() { # LEVEL MODEL PREC THREADS(0 = default)
-    if [ "$2" = cnn ]; then spec="cnn" b=128 n=12800; else spec="mlp --hidden 512,512" b=256 n=51200; fi
+    if [ "$2" = cnn ]; then spec="cnn" b=128 n=6400; else spec="mlp --hidden 512,512" b=256 n=25600; fi
     th=""
     [ "$4" != 0 ] && th="--threads $4"
     in_level "$1" "$stoke" train --model $spec --batch-size $b --optimizer sgd --lr 0.05 --momentum 0.9 \
@@ -109,7 +115,7 @@ stoke_rate() { # LEVEL MODEL PREC THREADS(0 = default)
     grep -h '"type":"threads"' "$tmp/log.jsonl" 2>/dev/null | sed 's/^/# /' >&2 || true
 }
 torch_rate() { # LEVEL MODEL PREC THREADS(0 = default)
-    if [ "$2" = cnn ]; then n=12800; else n=51200; fi
+    if [ "$2" = cnn ]; then n=6400; else n=25600; fi
     bf=""
     [ "$3" = bf16 ] && bf=--bf16
     in_level "$1" "$py" "$here/train_torch.py" rate "$2" --threads "$4" --samples $n $bf \
@@ -135,7 +141,7 @@ while [ $r -le "$rounds" ]; do
         case $lv in quota) k=0 ;; *) k=$lv ;; esac
         start_hogs "$k"
         sleep 1
-        for m in cnn mlp; do
+        for m in $models; do
             for p in $precs; do
                 # rotate the order by round, so no configuration always runs first
                 for w in $(who_list | awk -v r=$r '{a[NR] = $0} END {for (i = 0; i < NR; i++) print a[(i + r) % NR + 1]}'); do

@@ -67,3 +67,11 @@ set_tests_properties(train_caps_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN
 # The compute-thread controller on modelled step times: quiet, a competing job that
 # comes and goes, no load readings, noise within the margin, the load's hint.
 stoke_unit_test(test_train_adapt test_train_adapt.c)
+
+# Threads on shared cores as a user sees them: adapting on/off, libgomp's bounded spin
+# and the user's setting kept, the re-exec keeping arguments, a monitored foreign job
+# untouched, a one-CPU cgroup quota where one can be made; label nn: it trains.
+add_test(NAME train_threads_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_threads.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-threads-e2e)
+set_tests_properties(train_threads_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
