@@ -60,6 +60,16 @@ if grep -q "spin=unset mark=unset" "$out"; then ok "monitor's child untouched"; 
 rc=$?
 if [ $rc -eq 2 ] && grep -q "threads" "$out"; then ok "bad --threads: exit 2"; else fail "bad --threads: exit $rc"; show "$out"; fi
 
+# An affinity mask of one CPU (taskset): one usable CPU, one thread, nothing to adapt.
+if command -v taskset >/dev/null 2>&1 && [ "$(nproc --all)" -ge 2 ]; then
+    taskset -c 0 "$stoke" config show >"$out" 2>&1
+    if grep -q "^threads *1 *rule: 1 usable CPU" "$out"; then ok "one thread on one CPU of affinity"; else fail "affinity"; show "$out"; fi
+    taskset -c 0 "$stoke" train $small >"$out" 2>&1
+    if grep -q "^threads adapt: off (one compute thread)" "$out"; then ok "adapt off on one CPU of affinity"; else fail "adapt under taskset"; show "$out"; fi
+else
+    echo "note: no taskset or one CPU: the affinity case is not run here"
+fi
+
 # A cgroup with a quota of one CPU, where this machine lets one be made (root, a
 # writable cpu controller): probe reads it, and the decision takes it.
 cg=""
