@@ -1,12 +1,14 @@
 #!/bin/sh
-# bench/contention.sh [--quick] [--rounds R] [--levels "0 1 2 quota"] [--models "cnn mlp"]
-#                     [BUILD_DIR] - training speed when the cores
+# bench/contention.sh [--quick] [--torch2] [--rounds R] [--levels "0 1 2 quota"]
+#                     [--models "cnn mlp"] [BUILD_DIR] - training speed when the cores
 # are shared: the reference CNN (batch 128) and the MLP 784-512-512-10 (batch 256) on
 # Fashion-MNIST in memory, fp32 and bf16, with 0, 1 and 2 competing busy processes on
 # the machine, and under a CPU quota of one core (a cgroup, where one can be made).
 # For each: stoke's default (threads decided at the start and adapted during the run),
 # stoke at every fixed thread count (--threads N), and PyTorch (Debian's python3-torch,
-# or STOKE_BENCH_PYTHON's) at its default thread count and at every fixed count. The
+# 1.13; --torch2: PyTorch 2.5.1 from PyPI, pinned, in a venv under BUILD_DIR, about 3 GB
+# with the CUDA libraries its wheel depends on; or STOKE_BENCH_PYTHON's) at its default
+# thread count and at every fixed count. The
 # runs of one load level are interleaved, and the rounds repeat the whole sweep; the
 # table gives the median of the rounds with the load average each figure ran at.
 #
@@ -16,10 +18,11 @@
 # rounds of both precisions (about 25 minutes). Builds BUILD_DIR (default out/release).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-quick=0 rounds=2 want_levels="0 1 2 quota" models="cnn mlp"
+quick=0 torch2=0 rounds=2 want_levels="0 1 2 quota" models="cnn mlp"
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) quick=1 rounds=1; shift ;;
+        --torch2) torch2=1; shift ;;
         --rounds) rounds=$2; shift 2 ;;
         --levels) want_levels=$2; shift 2 ;;
         --models) models=$2; shift 2 ;;
@@ -28,8 +31,18 @@ while [ $# -gt 0 ]; do
 done
 build=${1:-out/release}
 py=${STOKE_BENCH_PYTHON:-/usr/bin/python3}
+if [ $torch2 = 1 ]; then
+    venv=$build/torch2-venv
+    if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+        echo "installing PyTorch 2.5.1 and NumPy 1.26.4 from PyPI into $venv (about 3 GB)" >&2
+        /usr/bin/python3 -m venv "$venv" &&
+            "$venv/bin/pip" install -q --disable-pip-version-check "torch==2.5.1" "numpy==1.26.4" ||
+            { echo "contention.sh: installing PyTorch 2.5.1 failed" >&2; exit 1; }
+    fi
+    py=$venv/bin/python
+fi
 data=/usr/share/datasets/fashion-mnist
-if ! [ -d "$data" ] || ! "$py" -c 'import torch' 2>/dev/null; then
+if ! [ -d "$data" ] || { [ $torch2 = 0 ] && ! "$py" -c 'import torch' 2>/dev/null; }; then
     echo "installing python3-torch and dataset-fashion-mnist (apt-get)" >&2
     apt-get install -y python3-torch dataset-fashion-mnist >/dev/null
 fi

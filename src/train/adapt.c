@@ -15,7 +15,7 @@ void adapt_default_params(adapt_params *p)
         .min_steps = 5,
         .min_seconds = 0.5,
         .margin = 0.05,
-        .first_explore = 5.0,
+        .first_explore = 10.0,
         .backoff_max = 120.0,
         .change = 0.25,
         .min_gap = 2.0,
