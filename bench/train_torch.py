@@ -106,11 +106,14 @@ def openblas():
     torch.mm(torch.ones(2, 2), torch.ones(2, 2))
     with open("/proc/self/maps") as f:
         paths = {line.split()[-1] for line in f if "libopenblas" in line}
-    if not paths:
-        return None
-    lib = ctypes.CDLL(sorted(paths)[0])
-    lib.openblas_get_corename.restype = ctypes.c_char_p
-    return lib
+    # NumPy's wheels bundle an OpenBLAS whose symbols carry a suffix (64_), and PyTorch's
+    # PyPI wheels compute on MKL: only a library with the plain API is torch's.
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)
+        if hasattr(lib, "openblas_get_corename"):
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib
+    return None
 
 
 def core_fit(core, stoke):
