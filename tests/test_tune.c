@@ -719,6 +719,99 @@ static void test_decide_available(void)
     CHECK_STR_CONTAINS(d.threads_why.reason, "the GPU computes");
 }
 
+/* Workers for a caller that computes on its own threads beside the loader (the Python
+ * loader: torch.get_num_threads()): what the available CPUs, its threads and the other
+ * processes leave, at least 1, at most the rules' cap; 0 threads (stoke train) keeps
+ * the rules. */
+static void test_decide_host_threads(void)
+{
+    stoke_decision d;
+    stoke_tune_request q = {.precision = "fp32",
+                            .workers = -1,
+                            .host_threads = 1,
+                            .host_threads_from = "torch.get_num_threads()"};
+    cpu_box(&machine, 2, 2, 3000, STOKE_SIMD_AVX2);
+    machine.load = (stoke_cpu_load){.valid = true, .ncpu = 2};
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 1);
+    CHECK_INT_EQ(d.workers_why.source, STOKE_SRC_RULE);
+    CHECK_STR_EQ(d.workers_why.reason, "2 available CPUs, the script computes on 1 thread "
+                                       "(torch.get_num_threads()), other processes busy on "
+                                       "0.0: 1 worker");
+    /* 16 CPUs, the script on 4 threads, others on 2: 10 left, the CPU-only cap is 8 */
+    cpu_box(&machine, 16, 16, 3000, STOKE_SIMD_AVX2);
+    machine.load = (stoke_cpu_load){.valid = true, .ncpu = 16, .others_cpus = 2.2};
+    stoke_recommend(&machine, &recs);
+    q.host_threads = 4;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 8);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the script computes on 4 threads "
+                                             "(torch.get_num_threads()), other processes busy "
+                                             "on 2.2: 8 workers (10 left, capped at 8: the "
+                                             "rules' cap on a CPU-only machine)");
+    q.host_threads = 10; /* 16 - 10 - 2 */
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 4);
+    /* the prefetch rule follows the workers */
+    CHECK_INT_EQ(d.prefetch, 8);
+    q.host_threads = 16; /* nothing left: at least 1 */
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 1);
+    CHECK_STR_CONTAINS(d.workers_why.reason, ": 1 worker (at least 1)");
+    /* 0 threads (stoke train): the rules' quarter, whatever the load */
+    q.host_threads = 0;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 4);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the tuner: CPU-only machine");
+    /* given workers never change; the in-memory rule's 0 stays */
+    q.host_threads = 1;
+    q.workers = 3;
+    q.workers_src = STOKE_SRC_FLAG;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 3);
+    CHECK_INT_EQ(d.workers_why.source, STOKE_SRC_FLAG);
+    q.workers = -1;
+    q.in_memory = q.cheap_transform = true;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 0);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the training thread gathers");
+    q.in_memory = q.cheap_transform = false;
+    /* a quota of 3.5 on 16 usable: 4 available, less 1 thread: 3; an unsampled load
+     * takes nothing out and says so */
+    machine.cpu.quota_cpus = 3.5;
+    machine.cpu.available_cpus = 4;
+    machine.load = (stoke_cpu_load){0};
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 3);
+    CHECK_STR_EQ(d.workers_why.reason, "4 available CPUs (16 usable, a cgroup quota of 3.5), the "
+                                       "script computes on 1 thread (torch.get_num_threads()), "
+                                       "other processes' load unknown: 3 workers");
+    /* 4 CPUs of a 64-CPU machine: the others' 61.6 leave 2 of ours busy */
+    cpu_box(&machine, 4, 4, 3000, STOKE_SIMD_AVX2);
+    machine.load = (stoke_cpu_load){.valid = true, .ncpu = 64, .others_cpus = 61.6};
+    stoke_recommend(&machine, &recs);
+    q.host_threads_from = NULL;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 1);
+    CHECK_STR_EQ(d.workers_why.reason, "4 available CPUs, the script computes on 1 thread, other "
+                                       "processes busy on 61.6 of the machine's 64 CPUs (2 of "
+                                       "these): 1 worker");
+    /* one CPU: the rule's training thread loads, whatever is left */
+    cpu_box(&machine, 1, 1, 3000, STOKE_SIMD_AVX2);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 0);
+    /* a GPU machine: its cap is 16 */
+    cpu_box(&machine, 32, 32, 3000, STOKE_SIMD_AVX2);
+    add_gpu(&machine, "NVIDIA H100 PCIe", 9, 0, 114, 1755);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 16);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "(31 left, capped at 16: the rules' cap with a GPU)");
+}
+
 static stoke_profiles profiles;
 
 /* The profile `name` (an NVML name), of compute capability major.minor and `gb` GB, gets
@@ -904,6 +997,7 @@ int main(void)
     test_openblas_rule();
     test_decide();
     test_decide_available();
+    test_decide_host_threads();
     test_profile_match();
     test_decide_profile();
     return CHECK_DONE();

@@ -171,6 +171,15 @@ typedef struct stoke_tune_request {
     bool in_memory;                 /* the training set is held in memory */
     bool cheap_transform;           /* its transform is one fused pass (or none) */
     const stoke_profiles *profiles; /* NULL: the rules alone */
+    /* The threads the caller's own process computes on beside the loader (a PyTorch
+     * script's torch.get_num_threads()); 0: unknown, the rules share the CPUs out (what
+     * `stoke train` passes). With a count, workers left to decide take what is left:
+     * the available CPUs, less these threads, less the CPUs other processes keep busy
+     * (stoke_machine.load), at least 1, at most the rules' cap; the in-memory rule's 0
+     * and a single CPU's 0 stay. */
+    int host_threads;
+    const char *host_threads_from; /* where the count came from, for the reason
+                                      ("torch.get_num_threads()"); NULL: nothing said */
 } stoke_tune_request;
 
 /* The settings a training run applies, each with its provenance. */

@@ -853,15 +853,26 @@ static PyObject *why_dict(const stoke_why *w)
     return Py_BuildValue("{s:s,s:s}", "source", stoke_source_name(w->source), "reason", w->reason);
 }
 
-/* decide(workers, prefetch, batch, in_memory, cheap_transform) -> dict: stoke_decide
- * for a loader (workers or prefetch < 0: decide), each value with source and reason. */
+/* How long decide() watches what other processes take, when it needs to. */
+#define LOAD_SAMPLE_S 0.1
+
+/* decide(workers, prefetch, batch, in_memory, cheap_transform[, host_threads,
+ * host_threads_from]) -> dict: stoke_decide for a loader (workers or prefetch < 0:
+ * decide), each value with source and reason. host_threads: the threads the script
+ * computes on beside the loader (0: unknown, the rules share the CPUs out); with it and
+ * workers to decide, what other processes take is sampled now (LOAD_SAMPLE_S) and the
+ * workers take what is left (stoke_tune_request.host_threads). */
 static PyObject *decide(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    int workers, prefetch, in_memory, cheap;
+    int workers, prefetch, in_memory, cheap, host_threads = 0;
     long long batch;
-    if (!PyArg_ParseTuple(args, "iiLpp", &workers, &prefetch, &batch, &in_memory, &cheap))
+    const char *host_from = NULL;
+    if (!PyArg_ParseTuple(args, "iiLpp|iz", &workers, &prefetch, &batch, &in_memory, &cheap,
+                          &host_threads, &host_from))
         return NULL;
+    if (host_threads < 0)
+        return PyErr_Format(PyExc_ValueError, "host_threads=%d: a count >= 0", host_threads);
     if (!probed) {
         stoke_status st;
         Py_BEGIN_ALLOW_THREADS
@@ -872,6 +883,16 @@ static PyObject *decide(PyObject *mod, PyObject *args)
         stoke_recommend(&machine, &recs);
         probed = true;
     }
+    if (workers < 0 && host_threads > 0) {
+        /* the load now, not the first loader's: the decision follows it each epoch; a
+         * failed sample is an unknown load (valid false), which takes nothing out */
+        stoke_cpu_load load = {0};
+        Py_BEGIN_ALLOW_THREADS
+            if (stoke_cpu_load_sample(LOAD_SAMPLE_S, &load) != STOKE_OK)
+                load = (stoke_cpu_load){.run_queue = -1};
+        Py_END_ALLOW_THREADS
+        machine.load = load;
+    }
     stoke_tune_request q = {.precision = "auto",
                             .workers = workers,
                             .workers_src = workers < 0 ? STOKE_SRC_DEFAULT : STOKE_SRC_FLAG,
@@ -880,16 +901,24 @@ static PyObject *decide(PyObject *mod, PyObject *args)
                             .batch = batch,
                             .batch_src = STOKE_SRC_FLAG,
                             .in_memory = in_memory,
-                            .cheap_transform = cheap};
+                            .cheap_transform = cheap,
+                            .host_threads = host_threads,
+                            .host_threads_from = host_from};
     stoke_decision d;
     stoke_status st = stoke_decide(&machine, &recs, &q, &d);
     if (st != STOKE_OK)
         return stokepy_raise(st);
-    return Py_BuildValue("{s:i,s:i,s:i,s:O,s:i,s:N,s:N,s:N,s:N}", "workers", d.workers, "prefetch",
-                         d.prefetch, "threads", d.threads, "pinned", d.pinned ? Py_True : Py_False,
-                         "usable_cpus", d.usable_cpus, "workers_why", why_dict(&d.workers_why),
-                         "prefetch_why", why_dict(&d.prefetch_why), "threads_why",
-                         why_dict(&d.threads_why), "pinned_why", why_dict(&d.pinned_why));
+    PyObject *others =
+        machine.load.valid ? PyFloat_FromDouble(machine.load.others_cpus) : Py_NewRef(Py_None);
+    if (!others)
+        return NULL;
+    return Py_BuildValue(
+        "{s:i,s:i,s:i,s:O,s:i,s:i,s:i,s:i,s:N,s:N,s:N,s:N,s:N}", "workers", d.workers, "prefetch",
+        d.prefetch, "threads", d.threads, "pinned", d.pinned ? Py_True : Py_False, "usable_cpus",
+        d.usable_cpus, "available_cpus", d.available_cpus, "others_cpus", d.others_cpus,
+        "host_threads", host_threads, "load_others_cpus", others, "workers_why",
+        why_dict(&d.workers_why), "prefetch_why", why_dict(&d.prefetch_why), "threads_why",
+        why_dict(&d.threads_why), "pinned_why", why_dict(&d.pinned_why));
 }
 
 static PyMethodDef data_functions[] = {

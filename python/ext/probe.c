@@ -16,6 +16,9 @@ static const char openblas_note[] =
     "picks kernels by the instructions the CPU reports); the fit matters to programs "
     "that load this library (numpy, Debian's torch)";
 
+/* How long probe() watches what other processes take: what `stoke probe` does. */
+#define PROBE_LOAD_S 0.2
+
 /* Unknown facts are None, so every key is always there. */
 static int put_u64(PyObject *d, const char *key, uint64_t v)
 {
@@ -58,8 +61,30 @@ static int put_int(PyObject *d, const char *key, int v)
     return v >= 0 ? stokepy_put(d, key, PyLong_FromLong(v)) : PyDict_SetItemString(d, key, Py_None);
 }
 
-static PyObject *cpu_dict(const stoke_cpu_info *c)
+/* What other processes took over the probe's short look, as `stoke probe` says it;
+ * None when the counters did not advance or could not be read. */
+static PyObject *load_dict(const stoke_cpu_load *l)
 {
+    if (!l->valid)
+        Py_RETURN_NONE;
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    if (stokepy_put(d, "seconds", PyFloat_FromDouble(l->seconds)) < 0 ||
+        stokepy_put(d, "busy_cpus", PyFloat_FromDouble(l->busy_cpus)) < 0 ||
+        stokepy_put(d, "own_cpus", PyFloat_FromDouble(l->own_cpus)) < 0 ||
+        stokepy_put(d, "others_cpus", PyFloat_FromDouble(l->others_cpus)) < 0 ||
+        stokepy_put(d, "steal_pct", PyFloat_FromDouble(l->steal_pct)) < 0 ||
+        put_int(d, "run_queue", l->run_queue) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *cpu_dict(const stoke_machine *m)
+{
+    const stoke_cpu_info *c = &m->cpu;
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
@@ -70,6 +95,11 @@ static PyObject *cpu_dict(const stoke_cpu_info *c)
         put_int(d, "model_number", c->model_number) < 0 ||
         put_u64(d, "logical_cpus", (uint64_t)c->logical_cpus) < 0 ||
         put_u64(d, "usable_cpus", (uint64_t)c->usable_cpus) < 0 ||
+        (c->quota_cpus > 0 ? stokepy_put(d, "quota_cpus", PyFloat_FromDouble(c->quota_cpus))
+                           : PyDict_SetItemString(d, "quota_cpus", Py_None)) < 0 ||
+        put_str(d, "quota_file", c->quota_cpus > 0 ? c->quota_file : NULL) < 0 ||
+        put_u64(d, "available_cpus", (uint64_t)c->available_cpus) < 0 ||
+        stokepy_put(d, "load", load_dict(&m->load)) < 0 ||
         put_u64(d, "physical_cores", (uint64_t)c->physical_cores) < 0 ||
         put_u64(d, "sockets", (uint64_t)c->sockets) < 0 ||
         put_u64(d, "numa_nodes", (uint64_t)c->numa_nodes) < 0 ||
@@ -203,8 +233,10 @@ static PyObject *gpu_dict(const stoke_machine *m, int i)
     return d;
 }
 
-/* Probes with the GIL released: loading NVML and the CUDA runtime takes a while. */
-static stoke_machine *probe_machine(const char *data)
+/* Probes with the GIL released: loading NVML and the CUDA runtime takes a while. With
+ * `load`, then looks at what other processes take for as long as `stoke probe` does (a
+ * failed look leaves the load unknown). */
+static stoke_machine *probe_machine(const char *data, bool load)
 {
     stoke_machine *m = calloc(1, sizeof *m);
     if (!m) {
@@ -214,6 +246,8 @@ static stoke_machine *probe_machine(const char *data)
     stoke_status st;
     PyThreadState *save = PyEval_SaveThread();
     st = stoke_machine_probe(m, data);
+    if (st == STOKE_OK && load)
+        (void)stoke_cpu_load_sample(PROBE_LOAD_S, &m->load);
     PyEval_RestoreThread(save);
     if (st != STOKE_OK) {
         free(m);
@@ -232,7 +266,7 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     if (data != Py_None && !PyUnicode_FSConverter(data, &bytes))
         return NULL;
-    stoke_machine *m = probe_machine(bytes ? PyBytes_AsString(bytes) : NULL);
+    stoke_machine *m = probe_machine(bytes ? PyBytes_AsString(bytes) : NULL, true);
     Py_XDECREF(bytes);
     if (!m)
         return NULL;
@@ -240,8 +274,7 @@ static PyObject *py_probe(PyObject *self, PyObject *args, PyObject *kw)
     PyObject *d = PyDict_New(), *gpus = NULL;
     if (!d)
         goto fail;
-    if (put_str(d, "stoke_version", STOKE_VERSION) < 0 ||
-        stokepy_put(d, "cpu", cpu_dict(&m->cpu)) < 0 ||
+    if (put_str(d, "stoke_version", STOKE_VERSION) < 0 || stokepy_put(d, "cpu", cpu_dict(m)) < 0 ||
         stokepy_put(d, "openblas", openblas_dict(m)) < 0 ||
         stokepy_put(d, "memory", memory_dict(&m->mem)) < 0 ||
         stokepy_put(d, "storage", storage_dict(m)) < 0 ||
@@ -299,7 +332,7 @@ static PyObject *rec_value(const stoke_rec *r)
 static PyObject *py_recommend(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
-    stoke_machine *m = probe_machine(NULL);
+    stoke_machine *m = probe_machine(NULL, false);
     if (!m)
         return NULL;
     stoke_recs *recs = calloc(1, sizeof *recs);
@@ -325,6 +358,9 @@ static PyObject *py_recommend(PyObject *self, PyObject *unused)
             rc = stokepy_put(o, "value", rec_value(r));
         if (rc == 0)
             rc = stokepy_put(o, "reason", PyUnicode_FromString(r->reason));
+        /* the facts do not settle it (the CPU's precision): what they could not tell */
+        if (rc == 0)
+            rc = put_str(o, "unsure", r->unsure ? r->unsure_why : NULL);
         if (rc == 0)
             rc = PyList_Append(list, o);
         Py_XDECREF(o);

@@ -5,6 +5,7 @@ of batch buffers without the GIL, and each batch reaches Python as a tensor over
 buffer (DLPack, no copy). The buffer goes back to the loader only when the last tensor
 viewing it is freed."""
 import os
+import sys
 import warnings
 
 from . import _stoke
@@ -306,24 +307,52 @@ class Loader:
         # (docs/loader.md): not the cheap work per sample held uint8 images take.
         originals = bool(transforms) and info["originals"] and isinstance(
             transforms[0], (RandomResizedCrop, ResizeShorter))
-        cheap = not transforms or (info["input_dtype"] == "uint8" and not originals)
-        d = _stoke.decide(self._workers, self._prefetch if self._prefetch > 0 else 0,
-                          batch_size, self.dataset.in_memory, cheap)
-        self.workers, self.prefetch = d["workers"], d["prefetch"]
-        self.decision = {"workers": {"value": d["workers"], **d["workers_why"]},
-                         "prefetch": {"value": d["prefetch"], **d["prefetch_why"]}}
+        self._cheap = not transforms or (info["input_dtype"] == "uint8" and not originals)
+        self.decision = {}
+        self._decide()
         for t, o in zip(transforms, ops):
             if isinstance(t, Normalize) and t.mean is None:
                 self.decision["normalize"] = {
                     "value": {"mean": o["mean"], "std": o["std"]}, "source": "measured",
                     "reason": f"mean and std of up to {t.samples} samples of the dataset"}
         self._epoch, self._resume = 0, 0
+        self._decided = True  # the first pass runs the decision just made
         self._core = None
         self._event = None
         self._pid = os.getpid()
         # Started now: a bad transform or a missing GPU is said here, not at the first
         # batch, and the workers fill the ring while the script builds its model.
         self._open(0, 0)
+
+    # -- the tuner's decision -------------------------------------------------------------
+
+    def _host_threads(self):
+        """The threads the script computes on beside the loader, and where that count
+        came from: torch's intra-op threads when torch is imported (never imported here
+        for it) and batches stay on the CPU; one thread without torch; 0 (unknown: the
+        rules, whose GPU machine keeps one CPU for the training loop) when batches go to
+        a GPU, which computes."""
+        if self._device >= 0:
+            return 0, None
+        t = sys.modules.get("torch")
+        if t is not None and hasattr(t, "get_num_threads"):
+            return t.get_num_threads(), "torch.get_num_threads()"
+        return 1, "torch not imported: one assumed"
+
+    def _decide(self):
+        """Asks the tuner for what was left "auto" (the rules `stoke probe` prints, and
+        for workers what the script's threads and the other processes leave of the
+        available CPUs), each value with its source and reason. True when the workers
+        or the prefetch changed."""
+        host, host_from = self._host_threads()
+        d = _stoke.decide(self._workers, self._prefetch if self._prefetch > 0 else 0,
+                          self.batch_size, self.dataset.in_memory, self._cheap, host, host_from)
+        changed = (getattr(self, "workers", None), getattr(self, "prefetch", None)) != (
+            d["workers"], d["prefetch"])
+        self.workers, self.prefetch = d["workers"], d["prefetch"]
+        self.decision.update({"workers": {"value": d["workers"], **d["workers_why"]},
+                              "prefetch": {"value": d["prefetch"], **d["prefetch_why"]}})
+        return changed
 
     # -- the C loader behind a pass --------------------------------------------------
 
@@ -378,7 +407,12 @@ class Loader:
             # fork()ed: the loader's threads stayed in the parent. The child starts its
             # own, where this pass begins (the inherited copy is left untouched).
             self._core, self._pid = None, os.getpid()
-        if self._core is None or self._core.state() != start:
+        # workers="auto" follows what the script leaves: decided again at each pass
+        # but the first (decided at construction); a new count starts a new C loader at
+        # this pass's start, so the batches and their order are the same.
+        redo = not self._decided and self._workers < 0 and self._decide()
+        self._decided = False
+        if redo or self._core is None or self._core.state() != start:
             self._open(*start)
         self._resume = 0
         return self._pass(self._core, self._epoch)

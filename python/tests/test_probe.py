@@ -1,6 +1,7 @@
 """stoke.probe() and stoke.recommend(): what `stoke probe` reports, as Python objects
 (docs/python.md, "probe() and recommend()")."""
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -29,7 +30,24 @@ def test_probe_shape():
                       "driver_version", "cuda_driver_version", "cuda_runtime_version",
                       "gpus", "gpu_note"}
     cpu = p["cpu"]
+    assert set(cpu) == {"model", "generation", "vendor", "family", "model_number",
+                        "logical_cpus", "usable_cpus", "quota_cpus", "quota_file",
+                        "available_cpus", "load", "physical_cores", "sockets", "numa_nodes",
+                        "l1d_bytes", "l2_bytes", "l3_bytes", "simd", "max_mhz", "isa_cap",
+                        "simd_hidden"}
     assert cpu["logical_cpus"] >= 1 and cpu["usable_cpus"] >= 1
+    # affinity and a cgroup quota: the CPUs stoke may keep busy
+    assert 1 <= cpu["available_cpus"] <= cpu["usable_cpus"]
+    if cpu["quota_cpus"] is None:
+        assert cpu["quota_file"] is None and cpu["available_cpus"] == cpu["usable_cpus"]
+    else:
+        assert cpu["quota_cpus"] > 0 and cpu["quota_file"]
+        assert cpu["available_cpus"] == min(cpu["usable_cpus"], math.ceil(cpu["quota_cpus"]))
+    # what other processes took over the probe's look (None if /proc/stat did not advance)
+    if cpu["load"] is not None:
+        assert set(cpu["load"]) == {"seconds", "busy_cpus", "own_cpus", "others_cpus",
+                                    "steal_pct", "run_queue"}
+        assert cpu["load"]["seconds"] > 0 and cpu["load"]["others_cpus"] >= 0
     assert all(isinstance(s, str) for s in cpu["simd"])
     assert isinstance(cpu["isa_cap"], str)
     mem = p["memory"]
@@ -47,8 +65,10 @@ def test_probe_says_what_stoke_probe_says():
     cli = cli_probe(env={k: v for k, v in os.environ.items() if not k.startswith("STOKE_FAKE")})
     p = stoke.probe()
     for k, v in cli["cpu"].items():
-        if k == "max_mhz":
-            assert p["cpu"][k] == pytest.approx(v, rel=0.05)
+        if k in ("max_mhz", "quota_cpus") and v is not None:
+            assert p["cpu"][k] == pytest.approx(v, rel=0.05), k
+        elif k == "load":  # another look, another moment: the same readings
+            assert p["cpu"][k] is None or set(p["cpu"][k]) == set(v)
         else:
             assert p["cpu"][k] == v, k
     for k, v in p["cpu"].items():
@@ -71,6 +91,7 @@ def test_probe_says_what_stoke_probe_says():
             assert r["value"] == pytest.approx(c["value"], rel=0.05)
         else:
             assert r["value"] == c.get("value"), r["key"]
+        assert r["unsure"] == c.get("unsure"), r["key"]
 
 
 def test_recommend_types():
@@ -78,7 +99,9 @@ def test_recommend_types():
     assert recs
     kinds = {"text": str, "bool": bool, "count": int, "flops": float}
     for r in recs:
-        assert set(r) == {"key", "device", "type", "known", "value", "reason"}
+        assert set(r) == {"key", "device", "type", "known", "value", "reason", "unsure"}
+        # the rule's doubt (a trial settles it), only the precision's
+        assert r["unsure"] is None or (r["key"] == "precision" and r["unsure"])
         assert r["device"] == "cpu" or isinstance(r["device"], int)
         if r["known"]:
             assert type(r["value"]) is kinds[r["type"]], r

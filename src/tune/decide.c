@@ -108,6 +108,56 @@ static int others_on_ours(const stoke_machine *m, int available)
     return n < 0 ? 0 : n > available ? available : (int)n;
 }
 
+/* Workers for a caller whose own process computes on q->host_threads threads beside
+ * the loader: the available CPUs, less those threads, less the whole CPUs other
+ * processes keep busy, at least 1, at most the rules' cap (or the profile's, when
+ * lower). */
+static void decide_workers_left(const stoke_machine *m, const stoke_tune_request *q,
+                                stoke_decision *d)
+{
+    int left = d->available_cpus - q->host_threads - d->others_cpus;
+    int cap = tune_workers_cap(m);
+    char cap_why[128];
+    snprintf(cap_why, sizeof cap_why, "the rules' cap %s",
+             m->gpu_count > 0 ? "with a GPU" : "on a CPU-only machine");
+    const stoke_profile_match *pm = &d->profile;
+    if (pm->how != STOKE_PROFILE_NONE && pm->profile.workers_max > 0 &&
+        pm->profile.workers_max < cap) {
+        cap = pm->profile.workers_max;
+        snprintf(cap_why, sizeof cap_why, "profile '%s' (%s)", pm->profile.name,
+                 pm->profile.source);
+    }
+    d->workers = left < 1 ? 1 : left > cap ? cap : left;
+    char cpus[160];
+    if (m->cpu.quota_cpus > 0 && d->available_cpus < d->usable_cpus)
+        snprintf(cpus, sizeof cpus, "%d available CPU%s (%d usable, a cgroup quota of %.1f)",
+                 d->available_cpus, d->available_cpus == 1 ? "" : "s", d->usable_cpus,
+                 m->cpu.quota_cpus);
+    else
+        snprintf(cpus, sizeof cpus, "%d available CPU%s", d->available_cpus,
+                 d->available_cpus == 1 ? "" : "s");
+    char from[96] = "", others[160], bound[256] = "";
+    if (q->host_threads_from && *q->host_threads_from)
+        snprintf(from, sizeof from, " (%s)", q->host_threads_from);
+    const stoke_cpu_load *l = &m->load;
+    if (!l->valid)
+        snprintf(others, sizeof others, "other processes' load unknown");
+    else if (l->ncpu > d->available_cpus)
+        snprintf(others, sizeof others,
+                 "other processes busy on %.1f of the machine's %d CPUs (%d of these)",
+                 l->others_cpus, l->ncpu, d->others_cpus);
+    else
+        snprintf(others, sizeof others, "other processes busy on %.1f", l->others_cpus);
+    if (left < 1)
+        snprintf(bound, sizeof bound, " (at least 1)");
+    else if (left > cap)
+        snprintf(bound, sizeof bound, " (%d left, capped at %d: %s)", left, cap, cap_why);
+    why(&d->workers_why, STOKE_SRC_RULE,
+        "%s, the script computes on %d thread%s%s, %s: %d worker%s%s", cpus, q->host_threads,
+        q->host_threads == 1 ? "" : "s", from, others, d->workers, d->workers == 1 ? "" : "s",
+        bound);
+}
+
 /* Loader workers, then the compute threads on the CPUs they leave. */
 static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
                            const stoke_tune_request *q, stoke_decision *d)
@@ -141,6 +191,10 @@ static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
                 pm->profile.workers == 1 ? "" : "s", per, d->available_cpus,
                 d->available_cpus < d->usable_cpus ? "available" : "usable", d->workers, rule);
         }
+        /* the caller's own compute threads known: workers take what they leave (a
+         * single CPU's rule, the training thread loads, stays) */
+        if (q->host_threads > 0 && rule > 0)
+            decide_workers_left(m, q, d);
     }
     if (q->threads > 0) {
         d->threads = q->threads;

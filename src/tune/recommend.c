@@ -506,6 +506,11 @@ static int loader_workers(const stoke_machine *m)
     return n < 1 ? 1 : n;
 }
 
+int tune_workers_cap(const stoke_machine *m)
+{
+    return m->gpu_count > 0 ? MAX_GPU_WORKERS : MAX_CPU_WORKERS;
+}
+
 static bool rule_loader_workers(const stoke_machine *m, int dev, stoke_rec *r)
 {
     (void)dev;

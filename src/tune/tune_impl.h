@@ -15,4 +15,8 @@ int tune_prefetch_depth(int workers);
 /* A count of batches in flight within [2, 32]. */
 int tune_prefetch_clamp(long depth);
 
+/* The most loader workers the rules give this machine: 16 with a GPU (more rarely
+ * helps and each worker holds batches in RAM), 8 on a CPU-only machine. */
+int tune_workers_cap(const stoke_machine *m);
+
 #endif
