@@ -647,6 +647,83 @@ static void test_errors(void)
     CHECK_STR_CONTAINS(stoke_last_error(), "half the kernel");
 }
 
+/* The benchmark's layer sizes (the reference CNN's 3136->128 at batch 128, the MLP's
+ * 784->512 and 512->512 at batch 256): GEMMs large enough to run on every compute
+ * thread, with reductions longer than one of the GEMM's K blocks, as the trainer runs
+ * them. Finite differences would cost a float64 forward per element, so the backward
+ * is checked against the float64 products it computes: onto random prior gradients
+ * within FWD_TOL * (1 + sum of |terms|) each; from zero, a second call doubles every
+ * gradient exactly; a second run on fresh buffers gives the same bits. (Exact doubling
+ * holds on AVX-512, where the suite runs this; under STOKE_MAX_CPU_ISA=avx2 or sse41
+ * oneDNN's GEMMs accumulate onto the gradient as they go, with and without
+ * dnnl_sgemm's products, see SGEMM_MAX_K in src/nn/cpu/dense.c.) */
+static void test_linear_large(int B, int C, int OC)
+{
+    char what[96];
+    snprintf(what, sizeof what, "linear B=%d C=%d OC=%d on %d threads", B, C, OC,
+             cpu_get_threads());
+    size_t nx = (size_t)B * C, nw = (size_t)OC * C, ny = (size_t)B * OC;
+    float *x = frand(nx), *w = frand(nw), *g = frand(ny);
+    float *dx = frand(nx), *dw = frand(nw), *db = frand(OC);
+    double *rx = malloc(nx * sizeof *rx), *mx = malloc(nx * sizeof *mx);
+    double *rw = malloc(nw * sizeof *rw), *mw = malloc(nw * sizeof *mw);
+    double *rb = malloc(OC * sizeof *rb), *mb = malloc(OC * sizeof *mb);
+    for (size_t i = 0; i < nx; i++)
+        rx[i] = dx[i], mx[i] = fabs(dx[i]);
+    for (size_t i = 0; i < nw; i++)
+        rw[i] = dw[i], mw[i] = fabs(dw[i]);
+    for (int o = 0; o < OC; o++)
+        rb[o] = db[o], mb[o] = fabs(db[o]);
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < OC; o++) {
+            double go = g[(size_t)b * OC + o];
+            rb[o] += go, mb[o] += fabs(go);
+            for (int c = 0; c < C; c++) {
+                double tx = go * w[(size_t)o * C + c], tw = go * x[(size_t)b * C + c];
+                rx[(size_t)b * C + c] += tx, mx[(size_t)b * C + c] += fabs(tx);
+                rw[(size_t)o * C + c] += tw, mw[(size_t)o * C + c] += fabs(tw);
+            }
+        }
+    CHECK_INT_EQ(cpu_linear_backward(dx, dw, db, g, x, w, B, C, OC), STOKE_OK);
+    const float *got[3] = {dx, dw, db};
+    const double *ref[3] = {rx, rw, rb}, *mag[3] = {mx, mw, mb};
+    const char *name[3] = {"dinp", "dweight", "dbias"};
+    size_t len[3] = {nx, nw, (size_t)OC};
+    for (int t = 0; t < 3; t++) {
+        size_t bad = len[t];
+        for (size_t i = 0; i < len[t] && bad == len[t]; i++)
+            if (!(fabs(got[t][i] - ref[t][i]) <= FWD_TOL * (1 + mag[t][i])))
+                bad = i;
+        CHECK_MSG(bad == len[t], "%s: %s[%zu] %.8g vs %.8g", what, name[t], bad,
+                  bad < len[t] ? got[t][bad] : 0.0, bad < len[t] ? ref[t][bad] : 0.0);
+    }
+
+    float *r[2][3];
+    for (int run = 0; run < 2; run++) {
+        float *ex = fzero(nx), *ew = fzero(nw), *eb = fzero(OC);
+        CHECK_INT_EQ(cpu_linear_backward(ex, ew, eb, g, x, w, B, C, OC), STOKE_OK);
+        r[run][0] = ex, r[run][1] = ew, r[run][2] = eb;
+    }
+    for (int t = 0; t < 3; t++) {
+        char m[160];
+        snprintf(m, sizeof m, "%s: %s determinism", what, name[t]);
+        check_bits(m, r[0][t], r[1][t], len[t]);
+    }
+    CHECK_INT_EQ(cpu_linear_backward(r[1][0], r[1][1], r[1][2], g, x, w, B, C, OC), STOKE_OK);
+    for (int t = 0; t < 3; t++) {
+        for (size_t i = 0; i < len[t]; i++)
+            r[0][t][i] *= 2;
+        char m[160];
+        snprintf(m, sizeof m, "%s: %s twice", what, name[t]);
+        check_bits(m, r[1][t], r[0][t], len[t]);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int t = 0; t < 3; t++)
+            free(r[run][t]);
+    free(x), free(w), free(g), free(dx), free(dw), free(db);
+    free(rx), free(mx), free(rw), free(mw), free(rb), free(mb);
+}
+
 int main(void)
 {
     cpu_set_threads(2);
@@ -659,6 +736,12 @@ int main(void)
         test_linear(6, 100, 70, 1, (cpu_linear_impl)impl);
     }
     test_linear(5, 13, 11, 1, CPU_LINEAR_AUTO);
+    for (int threads = 1; threads <= 2; threads++) {
+        cpu_set_threads(threads);
+        test_linear_large(128, 3136, 128);
+        test_linear_large(256, 784, 512);
+        test_linear_large(256, 512, 512);
+    }
     /* Small GEMMs run on one thread, and the calling thread's OpenMP count (which the
      * other kernels follow) is restored afterwards. */
     CHECK_INT_EQ(omp_get_max_threads(), 2);

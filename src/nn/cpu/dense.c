@@ -144,6 +144,29 @@ static void linear_entry_free(void *value)
     free(e);
 }
 
+/* fp32 backward products whose reduction (K: the output features for dinp, the batch
+ * for dweight) is at most this long run on oneDNN's GEMM, dnnl_sgemm, rather than the
+ * matmul primitives. The reference CNN's 3136->128 layer at batch 128 has K = 128 in
+ * both: there the primitives ran at 60-65% of the forward's rate on the Cascade Lake
+ * machine and dnnl_sgemm cut the layer's backward by 29% (1 and 2 threads); at K = 256
+ * (the MLP's weight gradients at batch 256) it was 11% faster for 784->512 and 8%
+ * slower for 512->512, so longer reductions stay on the primitives
+ * (docs/nn-kernels.md, "Where a training step's time goes"). On AVX-512 the
+ * reduction is then one of dnnl_sgemm's K blocks and it adds one finished product to
+ * the gradient, as the primitive's sum post-op does: from zero, a second call doubles
+ * it exactly (tests/test_nn_dense_conv.c, test_linear_large). Under an AVX2 or SSE4.1
+ * cap neither the primitives nor dnnl_sgemm double exactly at these sizes (they
+ * accumulate onto the gradient as they go); they still add, deterministically. */
+#define SGEMM_MAX_K 128
+
+/* Whether product (M x N, reduction K) of a backward runs on dnnl_sgemm: fp32, a short
+ * reduction, and large enough to be threaded (the MLP's 512->10 and the CNN's 128->10
+ * gained nothing measurable either way). */
+static int use_sgemm(int bf16, long M, long N, long K)
+{
+    return !bf16 && K <= SGEMM_MAX_K && M * N * K >= LINEAR_SERIAL_MACS;
+}
+
 static stoke_status linear_create(const void *key, void **value)
 {
     const linear_key *k = key;
@@ -179,6 +202,16 @@ static stoke_status linear_create(const void *key, void **value)
     if (e->bwd_w.scratch_bytes > s)
         s = e->bwd_w.scratch_bytes;
     e->scratch_bytes = dnnl_util_align(s);
+    if (use_sgemm(k->bf16, B, C, OC) || use_sgemm(k->bf16, OC, C, B)) {
+        /* dnnl_sgemm generates its kernels on its first call, which took 44 ms on the
+         * Cascade Lake machine: a call of 8x8x8 does it here, while the model is
+         * planned, rather than in the first step */
+        float a[64] = {0}, b[64] = {0}, c[64] = {0};
+        st = dnnl_util_check(dnnl_sgemm('N', 'N', 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8),
+                             "linear backward (sgemm)");
+        if (st != STOKE_OK)
+            goto fail;
+    }
     if (s && !(e->scratch = aligned_alloc(DNNL_UTIL_ALIGN, e->scratch_bytes))) {
         st = stoke_fail(STOKE_ERR_NOMEM, "linear %dx%d->%d: out of memory", k->B, k->C, k->OC);
         goto fail;
@@ -310,6 +343,13 @@ static stoke_status matmul_forward(float *out, const void *inp, const void *weig
     return st;
 }
 
+static stoke_status sgemm(char ta, int M, int N, int K, const float *A, int lda, const float *Bm,
+                          int ldb, float *Cm, int ldc, const char *what)
+{
+    return dnnl_util_check(dnnl_sgemm(ta, 'N', M, N, K, 1.0f, A, lda, Bm, ldb, 1.0f, Cm, ldc),
+                           what);
+}
+
 static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout,
                                     const void *inp, const void *weight, int B, int C, int OC,
                                     int bf16)
@@ -320,7 +360,10 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
         return st;
     pthread_mutex_lock(&e->lock);
     int prev = with_threads(e);
-    if (dinp) {
+    if (dinp && use_sgemm(bf16, B, C, OC)) {
+        /* dinp (B, C) += dout (B, OC) . weight (OC, C) */
+        st = sgemm('N', B, C, OC, dout, OC, weight, C, dinp, C, "linear backward data (sgemm)");
+    } else if (dinp) {
         set(e->d_dout, dout);
         set(e->d_w, weight);
         set(e->d_dinp, dinp);
@@ -328,7 +371,10 @@ static stoke_status matmul_backward(float *dinp, float *dweight, float *dbias, c
             {DNNL_ARG_SRC, e->d_dout}, {DNNL_ARG_WEIGHTS, e->d_w}, {DNNL_ARG_DST, e->d_dinp}};
         st = dnnl_util_exec(&e->bwd_d, 3, args, e->scratch, "linear backward data");
     }
-    if (st == STOKE_OK) {
+    if (st == STOKE_OK && use_sgemm(bf16, OC, C, B)) {
+        /* dweight (OC, C) += dout^T (OC, B) . inp (B, C) */
+        st = sgemm('T', OC, C, B, dout, OC, inp, C, dweight, C, "linear backward weights (sgemm)");
+    } else if (st == STOKE_OK) {
         set(e->w_doutT, dout);
         set(e->w_inp, inp);
         set(e->w_dw, dweight);
