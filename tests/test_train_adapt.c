@@ -95,7 +95,8 @@ static void simulate(const machine *m, const adapt_params *p, double until, run 
     r->t = t;
 }
 
-/* Quiet: 2 threads stay; trials are few (back-off doubles) and cost little. */
+/* Quiet, and read as quiet: 2 threads stay and nothing is tried (no trial can find
+ * more than the full count on an idle machine). */
 static void test_quiet_keeps_the_decision(void)
 {
     adapt_params p;
@@ -104,11 +105,43 @@ static void test_quiet_keeps_the_decision(void)
     run r;
     simulate(&m, &p, 600, &r);
     CHECK_INT_EQ(r.keeps, 0);
+    CHECK_INT_EQ(r.tries, 0);
+    CHECK_INT_EQ(r.threads, 2);
+}
+
+/* Quiet without load readings: periodic trials, few (the back-off doubles), and
+ * cheap; the count stays. */
+static void test_quiet_without_load_readings(void)
+{
+    adapt_params p;
+    adapt_default_params(&p);
+    machine m = {two_core_step, unknown, 1e9, 1e9, 2, 0};
+    run r;
+    simulate(&m, &p, 600, &r);
+    CHECK_INT_EQ(r.keeps, 0);
     CHECK_INT_EQ(r.threads, 2);
     CHECK_MSG(r.tries >= 3 && r.tries <= 10, "%d trials in 600 s", r.tries);
     /* time at the slower count: the trials' windows only */
-    CHECK_MSG(r.thread_seconds[1] < 0.02 * r.t, "%.1f s of %.1f at 1 thread", r.thread_seconds[1],
+    CHECK_MSG(r.thread_seconds[1] < 0.01 * r.t, "%.1f s of %.1f at 1 thread", r.thread_seconds[1],
               r.t);
+}
+
+/* The first seconds warm up (a first window slower than the next): no trial there. */
+static double warming_step(const machine *m, int threads, double t)
+{
+    (void)m;
+    double s = threads >= 2 ? 0.010 : 0.018;
+    return (t < 1.0 ? 1.6 * s : s) * noise();
+}
+
+static void test_warm_up_is_not_load(void)
+{
+    adapt_params p;
+    adapt_default_params(&p);
+    machine m = {warming_step, unknown, 0, 0, 2, 0};
+    run r;
+    simulate(&m, &p, 9.5, &r);
+    CHECK_INT_EQ(r.tries, 0);
 }
 
 /* A competing job from 30 s to 300 s: the controller moves to 1 thread soon after it
@@ -259,6 +292,8 @@ static void test_pause_is_not_a_step(void)
 int main(void)
 {
     test_quiet_keeps_the_decision();
+    test_quiet_without_load_readings();
+    test_warm_up_is_not_load();
     test_contention_comes_and_goes();
     test_contention_without_load_readings();
     test_start_busy_goes_up();

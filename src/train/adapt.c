@@ -13,7 +13,7 @@ void adapt_default_params(adapt_params *p)
     *p = (adapt_params){
         .settle_steps = 2,
         .min_steps = 5,
-        .min_seconds = 0.5,
+        .min_seconds = 0.3,
         .margin = 0.05,
         .first_explore = 10.0,
         .backoff_max = 120.0,
@@ -30,7 +30,7 @@ void adapt_init(adapt_state *a, const adapt_params *p, int max, int threads, dou
     a->cur = threads < 1 ? 1 : threads > a->max ? a->max : threads;
     a->backoff = p->first_explore;
     a->next_try = now + p->first_explore;
-    a->last_try = now - p->min_gap;
+    a->last_try = now; /* no trial in the first min_gap seconds: warm-up, not load */
     a->others_ref = NAN;
     a->settle = p->settle_steps;
 }
@@ -138,18 +138,28 @@ adapt_action adapt_step(adapt_state *a, double now, int64_t samples, double othe
         a->next_try = now + a->backoff;
         a->others_ref = oth;
         a->base = 0;
+        a->windows = 1; /* the trial's (KEEP) or the one before it (REVERT) */
         return res->action;
     }
 
-    /* a window at the current count: is it time to try another? */
+    /* a window at the current count: is it time to try another? A change of speed
+     * counts from the second window on (the first after a start or a change still
+     * warms caches). */
     bool first = a->ref_rate <= 0;
-    bool moved = !first && fabs(rate - a->ref_rate) > a->p.change * a->ref_rate;
+    a->windows++;
+    bool moved = !first && a->windows > 2 && fabs(rate - a->ref_rate) > a->p.change * a->ref_rate;
     bool load_moved =
         isfinite(oth) && isfinite(a->others_ref) && fabs(oth - a->others_ref) >= 0.75;
     if (first || !isfinite(a->others_ref))
         a->others_ref = oth;
-    bool due = now >= a->next_try ||
-               ((moved || load_moved) && now - a->last_try >= a->p.min_gap);
+    /* the periodic trial looks for what the readings cannot show; a machine read as
+     * quiet at the full count has nothing to find (fewer threads than cores on an idle
+     * machine is the start's decision to make, by trials: docs/tune.md) */
+    bool quiet_full = isfinite(oth) && oth < 0.5 && a->cur == a->max;
+    bool periodic = now >= a->next_try && !quiet_full;
+    if (now >= a->next_try && quiet_full)
+        a->next_try = now + a->backoff;
+    bool due = periodic || ((moved || load_moved) && now - a->last_try >= a->p.min_gap);
     if (!due) {
         a->ref_rate = first ? rate : 0.75 * a->ref_rate + 0.25 * rate;
         return ADAPT_NONE;
@@ -173,6 +183,7 @@ adapt_action adapt_step(adapt_state *a, double now, int64_t samples, double othe
     a->base = a->cur;
     a->base_rate = rate;
     a->cur = c;
+    a->windows = 0;
     a->settle = a->p.settle_steps;
     a->last_try = now;
     a->trials++;

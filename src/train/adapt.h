@@ -63,6 +63,7 @@ typedef struct adapt_state {
     double last_try;    /* when the last trial started */
     int toggle;         /* alternates the neighbour tried when there is no hint */
     double others_ref;  /* other processes' busy cores when the count was last judged */
+    int windows;        /* windows measured at the current count since it was set */
     /* the window being measured: seconds per sample of each step */
     double per_sample[ADAPT_WINDOW_MAX];
     int n;
