@@ -254,6 +254,36 @@ static void test_hint_goes_to_the_free_cores(void)
     CHECK_INT_EQ(r.threads, 3);
 }
 
+/* Two busy processes on 2 cores (the others hold every core): the kernel shares time
+ * by thread, so 2 threads get half of each core where 1 gets a third of one; the
+ * decision keeps 2 and the hint does too, and a trial of 1 that loses is reverted. */
+static double two_others_step(const machine *m, int threads, double t)
+{
+    (void)m;
+    (void)t;
+    return (threads >= 2 ? 0.020 : 0.030) * noise();
+}
+
+static double two_others(const machine *m, double t)
+{
+    (void)m;
+    (void)t;
+    return 2.0;
+}
+
+static void test_all_cores_taken_keeps_the_team(void)
+{
+    adapt_params p;
+    adapt_default_params(&p);
+    machine m = {two_others_step, two_others, 0, 0, 2, 0};
+    run r;
+    simulate(&m, &p, 300, &r);
+    CHECK_INT_EQ(r.keeps, 0);
+    CHECK_INT_EQ(r.threads, 2);
+    CHECK_MSG(r.thread_seconds[1] < 0.02 * r.t, "%.1f s of %.1f at 1 thread", r.thread_seconds[1],
+              r.t);
+}
+
 /* One thread decided: nothing to adapt, never a trial. */
 static void test_one_thread_never_tries(void)
 {
@@ -301,6 +331,7 @@ int main(void)
     test_noise_does_not_flap();
     test_hint_goes_to_the_free_cores();
     test_one_thread_never_tries();
+    test_all_cores_taken_keeps_the_team();
     test_pause_is_not_a_step();
     return CHECK_DONE();
 }

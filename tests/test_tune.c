@@ -681,11 +681,17 @@ static void test_decide_available(void)
     CHECK_INT_EQ(d.others_cpus, 0);
     CHECK_INT_EQ(d.threads, 2);
     CHECK_STR_EQ(d.threads_why.reason, "2 usable CPUs, less 0 loader workers: 2 threads");
-    /* all of them busy: at least 1 */
+    /* all of them busy: none left out (time is shared by thread: a smaller team only
+     * gets a smaller share), and said */
     machine.load.others_cpus = 2.0;
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
-    CHECK_INT_EQ(d.threads, 1);
-    CHECK_STR_CONTAINS(d.threads_why.reason, ": 1 thread (at least 1)");
+    CHECK_INT_EQ(d.threads, 2);
+    CHECK_STR_CONTAINS(d.threads_why.reason, "about 2.0 of them (all of them: none is left out");
+    CHECK_STR_CONTAINS(d.threads_why.reason, ": 2 threads");
+    /* 1.6: rounds to all of them too */
+    machine.load.others_cpus = 1.6;
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
+    CHECK_INT_EQ(d.threads, 2);
     /* threads given: kept, whatever the load */
     q.threads = 2;
     q.threads_src = STOKE_SRC_FLAG;

@@ -59,8 +59,10 @@ static double window_rate(adapt_state *a)
 static int candidate(adapt_state *a, double others)
 {
     if (isfinite(others)) {
+        /* the others holding every core: the full count (time is shared by thread, the
+         * decision's rule: tune/decide.c) */
         long free_cores = a->max - lround(others);
-        int hint = free_cores < 1 ? 1 : (int)free_cores;
+        int hint = free_cores < 1 ? a->max : (int)free_cores;
         if (hint != a->cur)
             return hint;
     }

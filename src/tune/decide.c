@@ -205,9 +205,17 @@ static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
             "the GPU computes: one host thread queues its work, the other CPUs are "
             "the loader's");
     } else {
-        int n = d->available_cpus - d->others_cpus - d->workers;
+        /* Cores other processes hold are left to them while some stay free. When they
+         * hold them all, fewer threads buy nothing: the kernel shares time by thread,
+         * so the team's share grows with its size, and the bounded spin
+         * (cli/omp_wait.c) keeps a descheduled thread from stalling the rest for long
+         * (measured on 2 cores beside 2 busy processes: 2 threads 1.7x 1 thread's
+         * samples/s; beside 1, 1 thread was 1.07-1.14x 2's: docs/train.md). */
+        int room = d->available_cpus - d->workers;
+        bool all_taken = d->others_cpus > 0 && room > 0 && d->others_cpus >= room;
+        int n = all_taken ? room : room - d->others_cpus;
         d->threads = n < 1 ? 1 : n;
-        char cpus[160], others[200] = "";
+        char cpus[160], others[300] = "";
         cpus_phrase(m, d, cpus, sizeof cpus);
         if (d->others_cpus > 0 || (m->load.valid && m->load.others_cpus >= 0.5)) {
             const stoke_cpu_load *l = &m->load;
@@ -219,6 +227,10 @@ static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
             else
                 snprintf(others, sizeof others, ", other processes busy on about %.1f of them",
                          l->others_cpus);
+            if (all_taken)
+                stoke_more(others, sizeof others,
+                           " (all of them: none is left out, as the kernel shares time by "
+                           "thread)");
         }
         why(&d->threads_why, STOKE_SRC_RULE, "%s%s, less %d loader worker%s: %d thread%s%s", cpus,
             others, d->workers, d->workers == 1 ? "" : "s", d->threads, d->threads == 1 ? "" : "s",
