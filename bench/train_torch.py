@@ -166,6 +166,21 @@ def batch(x, y, perm, i, b, channels_last):
     return xb, y[j]
 
 
+def stepper(x, y, perm, b, channels_last, step):
+    """run(n): n training steps on the next batches of perm, wrapping around."""
+    pos = 0
+
+    def run(n):
+        nonlocal pos
+        for _ in range(n):
+            if pos + b > len(x):
+                pos = 0
+            xb, yb = batch(x, y, perm, pos, b, channels_last)
+            step(xb, yb)
+            pos += b
+    return run
+
+
 def speed(args, blas):
     x, y = load("train", args.model)
     b = BATCH[args.model]
@@ -179,17 +194,7 @@ def speed(args, blas):
     for threads, blas_threads, cl in configs:
         set_threads(blas, threads, blas_threads)
         net, opt = new_model(args.model, cl, LR[args.model])
-        step = make_step(net, opt, args.bf16)
-        pos = 0
-
-        def run(n):
-            nonlocal pos
-            for _ in range(n):
-                if pos + b > len(x):
-                    pos = 0
-                xb, yb = batch(x, y, perm, pos, b, cl)
-                step(xb, yb)
-                pos += b
+        run = stepper(x, y, perm, b, cl, make_step(net, opt, args.bf16))
         run(args.warmup)
         best = 0.0
         for _ in range(args.repeats):
@@ -208,18 +213,8 @@ def rate(args, blas):
     if args.threads > 0:
         set_threads(blas, args.threads, args.threads)
     net, opt = new_model(args.model, False, LR[args.model])
-    step = make_step(net, opt, args.bf16)
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
-    pos = 0
-
-    def run(n):
-        nonlocal pos
-        for _ in range(n):
-            if pos + b > len(x):
-                pos = 0
-            xb, yb = batch(x, y, perm, pos, b, False)
-            step(xb, yb)
-            pos += b
+    run = stepper(x, y, perm, b, False, make_step(net, opt, args.bf16))
     run(3)
     steps = max(1, args.samples // b)
     t0 = time.perf_counter()
