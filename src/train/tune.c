@@ -418,9 +418,10 @@ bool train_tune_cache_parse(const char *path, const char *bytes, size_t len, con
     const char *ml = strstr(text, "\n# measured: ") + 13;
     size_t n = strcspn(ml, "\n");
     stoke_say(e->measured, sizeof e->measured, " %.*s ", (int)(n < 100 ? n : 100), ml);
-    const char *wp = strstr(text, "\n# why precision: ");
+    static const char why_line[] = "\n# why precision: ";
+    const char *wp = strstr(text, why_line);
     if (wp) {
-        wp += 19;
+        wp += sizeof why_line - 1; /* the value, which may be empty at the text's end */
         n = strcspn(wp, "\n");
         if (n < sizeof e->why_precision)
             stoke_say(e->why_precision, sizeof e->why_precision, "%.*s", (int)n, wp);
