@@ -26,7 +26,8 @@ typedef struct run {
     double keep_at[16];
     int keep_to[16];
     double t;
-    double thread_seconds[9]; /* time spent at each count */
+    double thread_seconds[9]; /* modelled time at each count: the model's step times
+                                 summed, never a clock, so the shares checked are exact */
 } run;
 
 static uint32_t noise_state = 12345;
