@@ -21,3 +21,7 @@ foreach(cap sse41 avx2 avx512_core avx512_core_vnni avx512_core_bf16 avx512_core
   set_tests_properties(test_nn_isa_${cap} PROPERTIES LABELS nn
                        ENVIRONMENT "STOKE_MAX_CPU_ISA=${cap}")
 endforeach()
+
+# Signals while oneDNN's JIT GEMMs run: the OpenMP team's alternate signal stacks keep
+# the heap intact (core/sigstack.h); under every cap the label nn is run with.
+stoke_nn_test(test_nn_sigstack test_nn_sigstack.c)

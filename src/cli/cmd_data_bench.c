@@ -538,7 +538,7 @@ int cmd_data_bench(int argc, char **argv)
             print_header(&o, &b);
         /* Only around the runs: before, a SIGINT ends a long load at once, as it would
          * stoke train's. */
-        struct sigaction sa = {.sa_handler = on_sigint};
+        struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_ONSTACK};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         for (int i = 0; i < o.nworkers && rc < 0; i++) {

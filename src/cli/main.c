@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sigstack.h"
 #include "stoke/core.h"
 
 static const cli_command commands[] = {
@@ -121,6 +122,9 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* Before any work: a signal handled while oneDNN's JIT GEMMs run on this thread
+     * must not write its frame over the heap (core/sigstack.h). */
+    stoke_sigstack_ensure();
     /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which the
      * writer reports by name and cleans up after, instead of the process dying of
      * SIGXFSZ without a word. */

@@ -21,7 +21,9 @@ void cli_stop_catch(void)
 {
     cli_stop_flag = 0;
     stop_signal = 0;
-    struct sigaction sa = {.sa_handler = on_signal};
+    /* SA_ONSTACK: on the thread's alternate stack, never at an rsp that oneDNN's JIT
+     * GEMMs pointed at the heap (core/sigstack.h) */
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_ONSTACK};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

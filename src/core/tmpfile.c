@@ -75,7 +75,8 @@ static void ours_in_front_of(const struct sigaction *behind, struct sigaction *s
 {
     memset(sa, 0, sizeof *sa);
     sa->sa_sigaction = on_signal;
-    sa->sa_flags = SA_SIGINFO | (behind->sa_flags & SA_RESTART);
+    /* SA_ONSTACK: core/sigstack.h */
+    sa->sa_flags = SA_SIGINFO | SA_ONSTACK | (behind->sa_flags & SA_RESTART);
     sigemptyset(&sa->sa_mask);
     for (size_t k = 0; k < N_SIGNALS; k++)
         sigaddset(&sa->sa_mask, cleanup_signals[k]);

@@ -9,7 +9,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sigstack.h"
 #include "nn/cpu/dnnl_util.h"
+
+/* The team size whose threads were given alternate signal stacks, for this calling
+ * thread: libgomp keeps one pool of threads per thread that starts a team. */
+static _Thread_local int t_sigstack_team;
+
+/* oneDNN's JIT GEMMs run on the calling thread and its OpenMP team with rsp on the
+ * heap, so a signal handled there would write its frame over the heap: every thread
+ * of a team of n gets an alternate signal stack (core/sigstack.h says why). The pool
+ * only grows, so a team no larger than one already covered needs nothing; `force`
+ * covers again (a thread setting: cheap, and rare). */
+static void team_sigstacks(int n, int force)
+{
+    if (!force && n <= t_sigstack_team)
+        return;
+#pragma omp parallel num_threads(n)
+    stoke_sigstack_ensure();
+    if (n > t_sigstack_team)
+        t_sigstack_team = n;
+}
 
 void cpu_set_threads(int n)
 {
@@ -20,6 +40,7 @@ void cpu_set_threads(int n)
     atomic_store(&cpu_ctx_default()->threads, n);
     openblas_set_num_threads(n);
     omp_set_num_threads(n);
+    team_sigstacks(n, 1);
 }
 
 int cpu_get_threads(void) { return cpu_ctx_threads(cpu_ctx_current()); }
@@ -29,6 +50,7 @@ int cpu_threads_apply(void)
     int n = cpu_get_threads();
     if (omp_get_max_threads() != n)
         omp_set_num_threads(n);
+    team_sigstacks(n, 0);
     return n;
 }
 
