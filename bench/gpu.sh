@@ -38,7 +38,9 @@
 #
 # Environment: STOKE_BENCH_PYTHON (default /usr/bin/python3) is the Python whose torch
 # is the peer (it needs a CUDA build of torch; without one only stoke is measured);
-# STOKE_BENCH_DATA the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist).
+# STOKE_BENCH_DATA the Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist);
+# STOKE_BENCH_COMMIT the commit measured, where the tree around this script is not it
+# (the GPU kit sets it from its KIT.txt).
 # --dry-run takes the doubles from STOKE_CUDART_LIBRARY, _CUBLAS_, _CUBLASLT_, _CUDNN_,
 # STOKE_NVML_LIBRARY and STOKE_FAKE_GPU_SCENARIO when all are set (the GPU kit's dry
 # run), else from BUILD_DIR/tests/fake.
@@ -178,7 +180,7 @@ fi
     echo "quick $quick"
     echo "date $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "command $command"
-    echo "commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "commit ${STOKE_BENCH_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
     echo "cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs"
     echo "warmup $warmup"
     echo "steps $steps"
