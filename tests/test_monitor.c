@@ -1509,6 +1509,105 @@ static void test_monitor_thread(void)
     CHECK_INT_EQ(stoke_monitor_create(&cfg, &m), STOKE_ERR_ARG);
 }
 
+/* A job watched from its start on a GPU machine: `pre` samples before its first GPU
+ * work (no GPU memory of its own, or the GPU idle: `mem_early`), one thread at 98%
+ * preparing, then `post` samples training (the GPU 90% busy, the job on 3 cores). */
+static void startup_history(int pre, int post, bool mem_early, bool gpu_ever,
+                            stoke_mon_summary *sum)
+{
+    stoke_mon_history h;
+    stoke_mon_history_init(&h);
+    for (int i = 0; i < pre + post; i++) {
+        bool training = i >= pre && gpu_ever;
+        stoke_mon_sample s;
+        memset(&s, 0, sizeof s);
+        s.seq = (uint64_t)i + 1;
+        s.t = 0.5 * (i + 1);
+        s.ncpu = 16;
+        s.valid = STOKE_MS_CPU | STOKE_MS_MEM | STOKE_MS_PROC | STOKE_MS_PROC_CPU |
+                  STOKE_MS_PROC_GPU | STOKE_MS_THREAD;
+        s.cpu_pct = training ? 25 : 6.2;
+        s.mem_used_bytes = 1000000000;
+        s.mem_total_bytes = 100000000000;
+        s.proc_pid = 944;
+        s.proc_threads = 16;
+        s.proc_cpu_pct = training ? 300 : 100;
+        s.proc_gpu_mem_bytes = training || mem_early ? 600000000 : 0;
+        s.busiest = (stoke_mon_thread){.pid = 944, .tid = training ? 950 : 944, .comm = "python3"};
+        s.busiest.core_pct = training ? 60 : 98;
+        s.busy_threads = training ? 3 : 1;
+        s.gpu_count = 1;
+        stoke_gpu_sample *g = &s.gpus[0].s;
+        g->valid = STOKE_GS_UTIL | STOKE_GS_MEMORY;
+        g->util_gpu_pct = training ? 90 : 0;
+        g->mem_used_bytes = s.proc_gpu_mem_bytes + 100000000;
+        g->mem_total_bytes = 150000000000;
+        CHECK_INT_EQ(stoke_mon_history_add(&h, &s), STOKE_OK);
+    }
+    CHECK_INT_EQ(stoke_mon_summarize(&h, 16, sum), STOKE_OK);
+    stoke_mon_history_free(&h);
+}
+
+/* The startup before a job's first GPU work is left out of its figures and said. */
+static void test_startup(void)
+{
+    stoke_mon_summary sum;
+    stoke_finding f[16];
+    /* the H200 kit run: 15 s of one thread loading, then training */
+    startup_history(30, 5, false, true, &sum);
+    CHECK_INT_EQ(sum.samples, 5);
+    CHECK_INT_EQ(sum.startup_samples, 30);
+    CHECK_NEAR(sum.startup_s, 15.0, 1e-9);
+    CHECK_NEAR(sum.duration_s, 17.5, 1e-9);
+    CHECK_NEAR(sum.gpu[0].s[STOKE_G_UTIL].median, 90, 0);
+    CHECK_NEAR(sum.sys[STOKE_M_THREAD_MAX].median, 60, 0);
+    CHECK_INT_EQ(sum.busiest_thread.tid, 950);
+    size_t n = stoke_diagnose(&sum, f, 16);
+    const stoke_finding *x = find(f, n, "startup");
+    CHECK(x != NULL);
+    CHECK(find(f, n, "input-bound-thread") == NULL);
+    CHECK(find(f, n, "low-gpu-util") == NULL);
+    if (x) {
+        CHECK_STR_CONTAINS(x->evidence, "first GPU work came 15.0 s into the 17.5 s watched (86%)");
+        CHECK_STR_CONTAINS(x->evidence, "busiest thread ran at 98% of a core and the job at 1.0 cores");
+        CHECK_STR_CONTAINS(x->advice, "cover only the 2.5 s since");
+        CHECK_STR_CONTAINS(x->advice, "stoke data convert");
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    stoke_mon_summary_print(&sum, out);
+    fclose(out);
+    CHECK_STR_CONTAINS(text, "summary: 5 samples over the last 2.5 s (the first 15.0 s, before "
+                             "the job's first GPU work, left out)");
+    free(text);
+
+    /* GPU memory held from the start (a CUDA context) with the GPU idle: still startup */
+    startup_history(30, 5, true, true, &sum);
+    CHECK_INT_EQ(sum.samples, 5);
+    CHECK_INT_EQ(sum.startup_samples, 30);
+
+    /* a job that never works on the GPU keeps every sample, and is judged on them */
+    startup_history(30, 5, true, false, &sum);
+    CHECK_INT_EQ(sum.samples, 35);
+    CHECK_INT_EQ(sum.startup_samples, 0);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "startup") == NULL);
+    CHECK(find(f, n, "input-bound-thread") != NULL);
+
+    /* a short startup is left out but not worth a finding */
+    startup_history(2, 33, false, true, &sum);
+    CHECK_INT_EQ(sum.samples, 33);
+    CHECK_INT_EQ(sum.startup_samples, 2);
+    n = stoke_diagnose(&sum, f, 16);
+    CHECK(find(f, n, "startup") == NULL);
+
+    /* training from the first sample: nothing left out */
+    startup_history(0, 20, false, true, &sum);
+    CHECK_INT_EQ(sum.samples, 20);
+    CHECK_INT_EQ(sum.startup_samples, 0);
+}
+
 int main(void)
 {
     test_series();
@@ -1516,6 +1615,7 @@ int main(void)
     test_consistency();
     test_thread_rule();
     test_contention_rule();
+    test_startup();
     test_thread_reader();
     test_formats();
     test_proc();

@@ -219,6 +219,16 @@ typedef struct stoke_mon_history {
     stoke_mon_thread busy[8];
     size_t busy_samples[8];
     int nbusy;
+    /* A watched job's startup: the samples before its first GPU work (it holds GPU
+     * memory and a GPU is busy) are left out of the series once that work starts, as
+     * they are imports and data preparation, not training; a job that never works on
+     * a GPU keeps them all. */
+    bool gpu_work_seen;
+    double last_t;           /* t of the previous sample */
+    size_t startup_samples;  /* the samples left out */
+    double startup_s;        /* t of the last of them */
+    double startup_thread;   /* their busiest thread's median % of a core (0: not read) */
+    double startup_job;      /* the job's median % of a core over them (0: not read) */
 } stoke_mon_history;
 
 void stoke_mon_history_init(stoke_mon_history *h);
@@ -268,6 +278,10 @@ typedef struct stoke_mon_summary {
     bool have_thread;                /* busiest_thread is known */
     stoke_mon_thread busiest_thread; /* the one most often the busiest of a sample */
     size_t busiest_thread_samples;   /* ... in this many samples */
+    /* The job's startup before its first GPU work, left out of the figures above
+     * (stoke_mon_history): samples, seconds, busiest thread and job, % of a core. */
+    size_t startup_samples;
+    double startup_s, startup_thread, startup_job;
     /* Storage under --data, for the I/O rule. */
     bool have_disk;
     stoke_disk_kind disk_kind;
@@ -327,6 +341,7 @@ typedef struct stoke_rule {
     double others_cores_atleast; /* other processes' cores (median) to call the CPUs shared */
     double excess_cores_atleast; /* compute threads + others' cores over the usable CPUs */
     double thread_share_below;   /* the job's cores per compute thread under this = starved */
+    double startup_frac_atleast; /* the share of the watched time before the first GPU work */
     /* Fills *f and returns true when the rule fires. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 } stoke_rule;

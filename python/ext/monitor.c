@@ -431,6 +431,8 @@ static PyObject *summary_dict(const stoke_mon_summary *s)
               0)) ||
         stokepy_put(d, "samples", PyLong_FromSize_t(s->samples)) < 0 ||
         stokepy_put(d, "duration_s", PyFloat_FromDouble(s->duration_s)) < 0 ||
+        stokepy_put(d, "startup_s", PyFloat_FromDouble(s->startup_s)) < 0 ||
+        stokepy_put(d, "startup_samples", PyLong_FromSize_t(s->startup_samples)) < 0 ||
         stokepy_put(d, "ncpu", PyLong_FromLong(s->ncpu)) < 0 ||
         stokepy_put(d, "usable_cpus", PyLong_FromLong(s->usable_cpus)) < 0 ||
         stokepy_put(d, "mem_total_bytes", PyLong_FromUnsignedLongLong(s->mem_total_bytes)) < 0 ||

@@ -136,10 +136,11 @@ class Monitor:
         return self._m.line()
 
     def summary(self):
-        """The run so far: {"samples", "duration_s", "ncpu", "usable_cpus",
-        "mem_total_bytes", "pid", "metrics": {name: {n, min, median, p95, max, mean,
-        unit}}, "gpus": [{index, ..., "metrics": {...}}], "pipeline": {...} when a
-        stoke.Loader reported}."""
+        """The run so far: {"samples", "duration_s", "startup_s" and
+        "startup_samples" (the time before the job's first GPU work, left out of the
+        figures), "ncpu", "usable_cpus", "mem_total_bytes", "pid", "metrics": {name:
+        {n, min, median, p95, max, mean, unit}}, "gpus": [{index, ..., "metrics":
+        {...}}], "pipeline": {...} when a stoke.Loader reported}."""
         return self._m.summary()
 
     def findings(self):

@@ -709,9 +709,42 @@ static bool check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stok
     return false;
 }
 
+/* A large part of the watched time went before the job's first GPU work: its figures
+ * are the rest, and the wait itself is worth a word when one thread did it. */
+static bool check_startup(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f)
+{
+    if (!s->startup_samples || s->duration_s <= 0 ||
+        s->startup_s < r->startup_frac_atleast * s->duration_s)
+        return false;
+    char who[160] = "";
+    if (s->startup_thread > 0 && s->startup_job > 0)
+        stoke_say(who, sizeof who,
+                  "; until then its busiest thread ran at %.0f%% of a core and the job at %.1f "
+                  "cores (medians)",
+                  s->startup_thread, s->startup_job / 100.0);
+    stoke_say(f->evidence, sizeof f->evidence,
+              "the job's first GPU work came %.1f s into the %.1f s watched (%.0f%%)%s", s->startup_s,
+              s->duration_s, 100.0 * s->startup_s / s->duration_s, who);
+    bool one_thread = s->startup_thread >= 90 && s->startup_job < 150;
+    stoke_say(f->advice, sizeof f->advice,
+              "the other findings and the summary cover only the %.1f s since; %s",
+              s->duration_s - s->startup_s,
+              one_thread ? "one thread prepared before training (imports, reading and decoding "
+                           "the data): do that once and keep the result (save the prepared "
+                           "tensors, or pack the data with `stoke data convert`), and watch a "
+                           "longer run to judge the training itself"
+                         : "watch a longer run to judge the training itself");
+    return true;
+}
+
 /* The table. Order matters: findings print in this order, and the first BOUND finding
  * names the resource that bounded the run. */
 static const stoke_rule rules[] = {
+    {.id = "startup",
+     .kind = STOKE_RULE_WARNING,
+     .resource = "startup before the first GPU work",
+     .startup_frac_atleast = 0.3,
+     .check = check_startup},
     {.id = "data-wait",
      .kind = STOKE_RULE_BOUND,
      .resource = "input pipeline (data loader)",

@@ -107,6 +107,29 @@ void stoke_mon_history_free(stoke_mon_history *h)
             stoke_series_free(&h->gpu[g].s[i]);
 }
 
+/* The samples so far were the job's startup (stoke_mon_history): their medians are
+ * kept for the startup rule, and the series start again. */
+static void leave_out_startup(stoke_mon_history *h)
+{
+    stoke_stats t, j;
+    stoke_series_stats(&h->sys[STOKE_M_THREAD_MAX], &t); /* a sort's memory: 0 if refused */
+    stoke_series_stats(&h->sys[STOKE_M_PROC_CPU], &j);
+    h->startup_thread = t.n ? t.median : 0;
+    h->startup_job = j.n ? j.median : 0;
+    h->startup_samples = h->samples;
+    h->startup_s = h->last_t;
+    h->samples = 0;
+    for (int i = 0; i < STOKE_M_COUNT; i++)
+        stoke_series_free(&h->sys[i]);
+    for (int g = 0; g < STOKE_MAX_GPUS; g++) {
+        for (int i = 0; i < STOKE_G_COUNT; i++)
+            stoke_series_free(&h->gpu[g].s[i]);
+        h->gpu[g].throttle_samples = h->gpu[g].power_throttled = h->gpu[g].thermal_throttled = 0;
+    }
+    h->nbusy = 0;
+    memset(h->busy_samples, 0, sizeof h->busy_samples);
+}
+
 stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample *s)
 {
     stoke_status st = STOKE_OK;
@@ -116,8 +139,19 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
         if (e_ != STOKE_OK)                                       \
             st = e_;                                              \
     } while (0)
+    if (!h->gpu_work_seen && (s->valid & STOKE_MS_PROC_GPU) && s->proc_gpu_mem_bytes > 0) {
+        bool busy = false;
+        for (int g = 0; g < s->gpu_count && g < STOKE_MAX_GPUS; g++)
+            busy |= (s->gpus[g].s.valid & STOKE_GS_UTIL) && s->gpus[g].s.util_gpu_pct > 0;
+        if (busy) {
+            h->gpu_work_seen = true;
+            if (h->samples > 0)
+                leave_out_startup(h);
+        }
+    }
     h->samples++;
     h->duration_s = s->t;
+    h->last_t = s->t;
     if (s->ncpu > h->ncpu)
         h->ncpu = s->ncpu;
     if (s->proc_pid)
@@ -270,6 +304,10 @@ stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
     out->gpu_count = h->gpu_count;
     out->have_pipeline = h->have_pipeline;
     out->pipeline = h->pipeline;
+    out->startup_samples = h->startup_samples;
+    out->startup_s = h->startup_s;
+    out->startup_thread = h->startup_thread;
+    out->startup_job = h->startup_job;
     for (int k = 0; k < h->nbusy; k++)
         if (h->busy_samples[k] > out->busiest_thread_samples) {
             out->have_thread = true;
@@ -324,7 +362,13 @@ static void print_row(FILE *f, const char *name, const char *unit, const stoke_s
 
 void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f)
 {
-    fprintf(f, "summary: %zu samples over %.1f s\n", s->samples, s->duration_s);
+    if (s->startup_samples)
+        fprintf(f,
+                "summary: %zu samples over the last %.1f s (the first %.1f s, before the job's "
+                "first GPU work, left out)\n",
+                s->samples, s->duration_s - s->startup_s, s->startup_s);
+    else
+        fprintf(f, "summary: %zu samples over %.1f s\n", s->samples, s->duration_s);
     fprintf(f, "  %-22s %-12s %12s %12s %12s %12s\n", "series", "unit", "min", "median", "p95",
             "max");
     for (int i = 0; i < STOKE_M_COUNT; i++)
