@@ -61,8 +61,8 @@ if [ "${1:-}" = --step ]; then
         exit 0 ;;
     monitor)
         mon="$kit/bin/stoke monitor --interval 0.5 --jsonl $W/monitor.jsonl --"
-            # about 4 s of training at the H200's 49,000 samples/s, after its 15 s of loading
         if torch_ok; then
+            # about 4 s of training at the H200's 49,000 samples/s, after its 15 s of loading
             job="$py $kit/bench/gpu_torch.py speed cnn --device cuda:0 --precision fp32 --feed loader --workers 0 --warmup 20 --steps 500 --repeats 3"
             echo "== $mon $job"
             # shellcheck disable=SC2086 # plain words
