@@ -24,6 +24,9 @@
 #   gpu_report.py table RESULTS JSON_OUT
 #       the one table and the machine line, from bench/gpu.sh's "key value" lines, and
 #       the same as JSON in JSON_OUT.
+#   gpu_report.py kernels NCU_CSV
+#       the kernels of an Nsight Compute --csv run of gpu__time_duration.sum (the GPU
+#       kit's profile step) by total GPU time: share, ms, launches, mean microseconds.
 import datetime
 import json
 import math
@@ -382,6 +385,37 @@ def table(path, json_out):
     print(f"JSON: {json_out}")
 
 
+def kernels(csv_path, top=15):
+    """Nsight Compute's --csv of gpu__time_duration.sum (--print-units base: ns), one
+    row per kernel launch: the kernels by their total GPU time, the largest first."""
+    import csv
+    total, count = {}, {}
+    with open(csv_path, newline="") as f:
+        # ncu prints its own "==PROF==" lines before the table
+        rows = csv.reader(line for line in f if line.startswith('"'))
+        head = next(rows, None)
+        if not head or "Kernel Name" not in head or "Metric Value" not in head:
+            sys.exit(f"{csv_path}: not an ncu --csv table (no 'Kernel Name', 'Metric Value')")
+        k, v = head.index("Kernel Name"), head.index("Metric Value")
+        for r in rows:
+            if len(r) <= max(k, v):
+                continue
+            try:
+                ns = float(r[v].replace(",", ""))
+            except ValueError:
+                continue
+            total[r[k]] = total.get(r[k], 0.0) + ns
+            count[r[k]] = count.get(r[k], 0) + 1
+    s = sum(total.values())
+    if not s:
+        sys.exit(f"{csv_path}: no kernel timed")
+    print(f"kernels: {sum(count.values())} launches, {s / 1e6:.2f} ms of GPU time in all")
+    print(f"{'share':>6} {'ms':>8} {'launches':>8} {'mean us':>8}  kernel")
+    for name in sorted(total, key=total.get, reverse=True)[:top]:
+        print(f"{100 * total[name] / s:5.1f}% {total[name] / 1e6:8.2f} {count[name]:8d} "
+              f"{total[name] / count[name] / 1e3:8.1f}  {name[:90]}")
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "probe":
@@ -392,8 +426,10 @@ def main():
         stoke_epochs(sys.argv[2])
     elif cmd == "table":
         table(sys.argv[2], sys.argv[3])
+    elif cmd == "kernels":
+        kernels(sys.argv[2])
     else:
-        sys.exit("usage: gpu_report.py probe|stoke-speed|stoke-epochs|table ...")
+        sys.exit("usage: gpu_report.py probe|stoke-speed|stoke-epochs|table|kernels ...")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 # docs/gpu.md, "The GPU kit"). On a machine with an NVIDIA GPU, its driver and PyTorch,
 # in at most 8 minutes, each result a file in OUT (8 files at most):
 #   summary.txt   the kit, the NVIDIA libraries found and the files each step loaded,
-#                 `stoke probe`, every step's verdict and time, and the headline figures
+#                 `stoke probe`, every step's verdict and time, the headline figures, and
+#                 the GPU time of the CNN's training kernels (Nsight Compute, where it runs)
 #   probe.json    stoke probe --json
 #   ops.log       every CUDA op against the CPU backend on this GPU (test_nn_cuda --real)
 #                 and the real libraries' exports (test_gpu_libs real_libraries)
@@ -98,6 +99,27 @@ while time.time() - t < 4: pass'
                 sh "$kit/bench/gpu.sh" "$@" "$kit/bin" || rc=1
         done
         exit $rc ;;
+    profile)
+        # Where the GPU's time goes, kernel by kernel: Nsight Compute times each launch
+        # (its counters work on this workplace's Firecracker machines, not on gVisor)
+        ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+        if [ "$dry" = 1 ] || [ -z "$ncu" ]; then
+            echo "skip: no Nsight Compute (ncu) here$([ "$dry" = 1 ] && echo ': the dry run')"
+            exit 77
+        fi
+        # the CNN's steps after the first 40 (plans made, graphs captured): launches 2000-3499
+        echo "== $ncu --clock-control none --metrics gpu__time_duration.sum: stoke train --device cuda, the CNN"
+        "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-units base --csv \
+            --launch-skip 2000 --launch-count 1500 "$kit/bin/stoke" train --device cuda \
+            --dataset "$data" --limit 25600 --val-limit 256 --epochs 1 --no-monitor \
+            >"$W/ncu.csv" 2>"$W/ncu.err" || {
+            # a machine whose counters ncu cannot read (gVisor) is not a failure of the kit
+            tail -n 5 "$W/ncu.err"
+            echo "skip: ncu could not time the kernels: $(grep -v '^$' "$W/ncu.err" | tail -n 1 | cut -c1-120)"
+            exit 77
+        }
+        "$py" "$kit/bench/gpu_report.py" kernels "$W/ncu.csv"
+        exit ;;
     esac
     echo "run.sh: no step $name" >&2
     exit 2
@@ -272,6 +294,7 @@ echo "probe|$([ $prc = 0 ] && echo ok || echo "FAILED (exit $prc)")|0" >>"$verdi
 
 step ops 90 "$OUT/ops.log"
 step train 100 "$OUT/train.log"
+step profile 90 "$W/profile.log"
 step monitor 50 "$OUT/monitor.log"
 step loader 50 "$OUT/loader.log"
 step bench 400 "$OUT/bench.log"
@@ -320,6 +343,7 @@ if [ -f "$OUT/ops.log" ]; then
 fi
 grep -h '^done: \|^train_seconds \|(test, [0-9]* samples)' "$OUT/train.log" 2>/dev/null | sed 's/^/train: /' | tee -a "$summary"
 grep -h 'samples/s' "$OUT/loader.log" 2>/dev/null | tail -n 1 | tee -a "$summary"
+sed -n '/^kernels: /,$p' "$W/profile.log" 2>/dev/null | sed 's/^/profile: /' | tee -a "$summary"
 grep -h -A2 '^diagnosis' "$OUT/monitor.log" 2>/dev/null | cut -c1-200 | sed 's/^/monitor: /' | tee -a "$summary"
 awk '/^model  precision/ {on = 1} on {print} on && /^---/ && ++n == 2 {exit}' "$OUT/bench.log" 2>/dev/null \
     | sed 's/^/bench: /' | tee -a "$summary"
