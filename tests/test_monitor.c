@@ -1569,7 +1569,8 @@ static void test_startup(void)
     CHECK(find(f, n, "low-gpu-util") == NULL);
     if (x) {
         CHECK_STR_CONTAINS(x->evidence, "first GPU work came 15.0 s into the 17.5 s watched (86%)");
-        CHECK_STR_CONTAINS(x->evidence, "busiest thread ran at 98% of a core and the job at 1.0 cores");
+        CHECK_STR_CONTAINS(x->evidence,
+                           "busiest thread ran at 98% of a core and the job at 1.0 cores");
         CHECK_STR_CONTAINS(x->advice, "cover only the 2.5 s since");
         CHECK_STR_CONTAINS(x->advice, "stoke data convert");
     }

@@ -16,7 +16,7 @@
 #include "core/sigstack.h"
 #include "stoke/nn.h"
 
-#define TEAM 2
+#define TEAM  2
 #define ITERS 4000
 
 static atomic_long hits[TEAM];
@@ -89,8 +89,7 @@ int main(void)
         /* the test means something only if signals landed mid-GEMM */
         CHECK_MSG(atomic_load(&hits[k]) > 100, "thread %d got %ld signals", k,
                   atomic_load(&hits[k]));
-        printf("thread %d: %ld signals handled during %d GEMMs\n", k, atomic_load(&hits[k]),
-               ITERS);
+        printf("thread %d: %ld signals handled during %d GEMMs\n", k, atomic_load(&hits[k]), ITERS);
     }
     /* the stacks are this module's size, which holds an AMX frame */
     CHECK(stoke_sigstack_bytes() >= 64UL << 10);

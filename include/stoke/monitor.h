@@ -224,11 +224,11 @@ typedef struct stoke_mon_history {
      * they are imports and data preparation, not training; a job that never works on
      * a GPU keeps them all. */
     bool gpu_work_seen;
-    double last_t;           /* t of the previous sample */
-    size_t startup_samples;  /* the samples left out */
-    double startup_s;        /* t of the last of them */
-    double startup_thread;   /* their busiest thread's median % of a core (0: not read) */
-    double startup_job;      /* the job's median % of a core over them (0: not read) */
+    double last_t;          /* t of the previous sample */
+    size_t startup_samples; /* the samples left out */
+    double startup_s;       /* t of the last of them */
+    double startup_thread;  /* their busiest thread's median % of a core (0: not read) */
+    double startup_job;     /* the job's median % of a core over them (0: not read) */
 } stoke_mon_history;
 
 void stoke_mon_history_init(stoke_mon_history *h);

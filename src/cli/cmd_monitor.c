@@ -143,8 +143,16 @@ static pid_t spawn(char **argv, const sigset_t *old_mask, int *err)
     return pid;
 }
 
+/* The CPUs the job may keep busy: its affinity, and, for a COMMAND started here (it is
+ * in this process's cgroup and inherits its affinity) or the system seen from here,
+ * the cgroup CPU quota too. Another process's cgroup (--pid) is not read. */
 static int usable_cpus_of(pid_t pid)
 {
+    if (pid == 0) {
+        stoke_cpu_info c;
+        if (stoke_cpu_probe(NULL, &c) == STOKE_OK)
+            return stoke_cpu_available(&c);
+    }
     cpu_set_t set;
     if (sched_getaffinity(pid, sizeof set, &set) != 0)
         return 0;

@@ -723,8 +723,8 @@ static bool check_startup(const stoke_rule *r, const stoke_mon_summary *s, stoke
                   "cores (medians)",
                   s->startup_thread, s->startup_job / 100.0);
     stoke_say(f->evidence, sizeof f->evidence,
-              "the job's first GPU work came %.1f s into the %.1f s watched (%.0f%%)%s", s->startup_s,
-              s->duration_s, 100.0 * s->startup_s / s->duration_s, who);
+              "the job's first GPU work came %.1f s into the %.1f s watched (%.0f%%)%s",
+              s->startup_s, s->duration_s, 100.0 * s->startup_s / s->duration_s, who);
     bool one_thread = s->startup_thread >= 90 && s->startup_job < 150;
     stoke_say(f->advice, sizeof f->advice,
               "the other findings and the summary cover only the %.1f s since; %s",

@@ -97,8 +97,8 @@ static void monitor_warnings(stoke_trainer *t)
         return;
     stoke_monitor_stop(t->monitor);
     stoke_mon_summary sum;
-    if (stoke_mon_summarize(stoke_monitor_history(t->monitor), t->machine.cpu.usable_cpus, &sum) ==
-        STOKE_OK) {
+    if (stoke_mon_summarize(stoke_monitor_history(t->monitor), stoke_cpu_available(&t->machine.cpu),
+                            &sum) == STOKE_OK) {
         /* The advice names stoke's own flags: the program watched is this trainer. */
         sum.program = (stoke_mon_program){.kind = STOKE_PROG_STOKE,
                                           .workers = t->workers,
@@ -187,19 +187,17 @@ static bool check_target(stoke_trainer *t, double vl, double vm, int64_t vn, int
 static stoke_train_event loop_event(const stoke_trainer *t, stoke_train_event_kind kind,
                                     int64_t batches, double now)
 {
-    return (stoke_train_event){.kind = kind,
-                               .epoch = t->epoch,
-                               .epochs = t->cfg.epochs,
-                               .batch = t->ep_batches,
-                               .batches = batches,
-                               .step = t->step,
-                               .metric_name = t->metric_name,
-                               .run_elapsed_s = now - t->loop_start,
-                               /* a switch kept, not a trial's window */
-                               .threads = t->adapt.on && !t->adapt.a.base &&
-                                                  t->adapt.a.switches > 0
-                                              ? t->adapt.a.cur
-                                              : 0};
+    return (stoke_train_event){
+        .kind = kind,
+        .epoch = t->epoch,
+        .epochs = t->cfg.epochs,
+        .batch = t->ep_batches,
+        .batches = batches,
+        .step = t->step,
+        .metric_name = t->metric_name,
+        .run_elapsed_s = now - t->loop_start,
+        /* a switch kept, not a trial's window */
+        .threads = t->adapt.on && !t->adapt.a.base && t->adapt.a.switches > 0 ? t->adapt.a.cur : 0};
 }
 
 /* An evaluation within an epoch (every eval_every steps). It runs on the inference
