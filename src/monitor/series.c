@@ -369,6 +369,9 @@ void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f)
                 s->samples, s->duration_s - s->startup_s, s->startup_s);
     else
         fprintf(f, "summary: %zu samples over %.1f s\n", s->samples, s->duration_s);
+    if (s->ncpu > 0)
+        fprintf(f, "  CPUs: %d usable of %d (the cores the diagnosis counts)\n", s->usable_cpus,
+                s->ncpu);
     fprintf(f, "  %-22s %-12s %12s %12s %12s %12s\n", "series", "unit", "min", "median", "p95",
             "max");
     for (int i = 0; i < STOKE_M_COUNT; i++)

@@ -94,6 +94,8 @@ if [ -n "$cg" ]; then
     if grep -q "CPU quota *1.00 CPUs (.*cpu" "$out" && grep -q "available *1 (" "$out"; then ok "probe reads the quota"; else fail "probe reads the quota ($cg)"; show "$out"; fi
     in_cg "$stoke" config show >"$out" 2>&1
     if grep -q "^threads *1 .*quota of 1.0 CPU" "$out"; then ok "one thread under a one-CPU quota"; else fail "threads under the quota"; show "$out"; fi
+    in_cg "$stoke" monitor --interval 0.2 -- sleep 1 >"$out" 2>&1
+    if grep -q "^  CPUs: 1 usable of " "$out"; then ok "the monitor counts the quota"; else fail "the monitor under the quota"; show "$out"; fi
     rmdir "$cg" 2>/dev/null || true
 else
     echo "note: no cgroup with a CPU quota could be made here; the quota is covered by test_hw's recorded trees"
