@@ -1464,6 +1464,75 @@ static void tree_bias_case(cuda_ctx *c, host_tree *h, int64_t rows, int64_t cols
         free(got[r]);
 }
 
+/* The optimizer step's sums of squares of many tensors at once (groups of
+ * NK_TREE_MANY, levels shared), as each tensor's own tree, bit for bit: the CNN's
+ * eight gradients, then 37 tensors of odd sizes (three groups, one of them whose
+ * first level overflows a lowered scratch and goes tensor by tensor). */
+static void tree_many_case(cuda_ctx *c, host_tree *h, const size_t *n, int count)
+{
+    size_t all = 0;
+    for (int k = 0; k < count; k++)
+        all += n[k];
+    float *x = malloc((all ? all : 1) * sizeof *x);
+    const float **dx = malloc((size_t)count * sizeof *dx),
+                **hx = malloc((size_t)count * sizeof *hx);
+    double *want = malloc((size_t)count * 8), *got = malloc((size_t)count * 8);
+    double *hgot = malloc((size_t)count * 8);
+    if (!x || !dx || !hx || !want || !got || !hgot) {
+        CHECK(!"out of memory");
+        return;
+    }
+    for (size_t i = 0; i < all; i++)
+        x[i] = rnd();
+    float *d = dev_copy(c, x, all * 4);
+    double *dt = NULL;
+    CHECK(stoke_cudart_malloc(c->rt, (size_t)count * 8, (void **)&dt) == STOKE_OK);
+    if (!d || !dt)
+        return;
+    size_t at = 0;
+    for (int k = 0; k < count; k++) {
+        dx[k] = d + at;
+        hx[k] = x + at;
+        at += n[k];
+        CHECK(cuda_sum_squares(c, dx[k], (int64_t)n[k], dt + k) == STOKE_OK);
+    }
+    host_of(c, want, dt, (size_t)count * 8);
+    CHECK(stoke_cudart_memset_async(c->rt, dt, 0xff, (size_t)count * 8, c->L.stream) == STOKE_OK);
+    CHECK_MSG(cuda_sum_squares_many(c, dx, n, count, dt) == STOKE_OK, "%s", stoke_last_error());
+    host_of(c, got, dt, (size_t)count * 8);
+    CHECK(cuda_sum_squares_many(&h->c, hx, n, count, hgot) == STOKE_OK);
+    int differ = 0;
+    for (int k = 0; k < count; k++) {
+        double s = 0;
+        for (size_t i = 0; i < n[k]; i++)
+            s += (double)hx[k][i] * (double)hx[k][i];
+        CHECK_MSG(fabs(want[k] - s) <= 1e-12 * s, "tensor %d of %zu: %.17g, want %.17g", k, n[k],
+                  want[k], s);
+        differ += memcmp(&want[k], &got[k], 8) != 0 || memcmp(&want[k], &hgot[k], 8) != 0;
+    }
+    CHECK_MSG(differ == 0,
+              "%d of %d tensors' sums of squares differ from their own trees (cap %lld)", differ,
+              count, (long long)c->tree_cap);
+    stoke_cudart_free(c->rt, d);
+    stoke_cudart_free(c->rt, dt);
+    free(x);
+    free(dx);
+    free(hx);
+    free(want);
+    free(got);
+    free(hgot);
+}
+
+static void tree_many_cases(cuda_ctx *c, host_tree *h)
+{
+    static const size_t cnn[] = {288, 32, 18432, 64, 401408, 128, 1280, 10};
+    size_t odd[37];
+    for (int k = 0; k < 37; k++)
+        odd[k] = k == 5 ? 0 : k == 20 ? 300001 : (size_t)(1 + rndu(5000));
+    tree_many_case(c, h, cnn, 8);
+    tree_many_case(c, h, odd, 37);
+}
+
 /* Sizes that need several levels (the CNN's bias at batch 128, a 3M-value tensor),
  * odd ones, one value, none; then a scratch lowered so the first level's fan-in grows
  * past NK_TREE_F, the convolution goes in groups of samples, and (fewer doubles than
@@ -1491,6 +1560,7 @@ static void test_tree_sums(void)
             tree_sumsq_case(c, &h, sq[i]);
         for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
             tree_bias_case(c, &h, bias[i][0], bias[i][1]);
+        tree_many_cases(c, &h);
     }
     free(h.tree);
     cuda_ctx_free(c);

@@ -288,9 +288,6 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         st = open_blas(c);
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
-    if (st == STOKE_OK)
-        st = stoke_cudart_malloc(c->rt, 2 * (size_t)CUDA_TREE_CAP * sizeof(double),
-                                 (void **)&c->tree);
     c->tree_cap = CUDA_TREE_CAP;
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, sizeof(uint64_t), (void **)&c->key);

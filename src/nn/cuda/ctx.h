@@ -22,10 +22,10 @@
  * for one thread to add them up. */
 #define CUDA_SUM_STRIDE 4096
 
-/* Doubles in each half of the sums' scratch (reduce.c): a first level of half a
- * million threads keeps an H200's SMs full (132 x 2048 threads resident), and 8 MiB in
- * all is little beside a model's activations. */
-#define CUDA_TREE_CAP ((int64_t)1 << 19)
+/* Doubles in each half of the sums' scratch (reduce.c): a first level of 32k threads
+ * with 32 loads each in flight covers an H200's memory latency at full bandwidth (4 MB
+ * in flight), and 512 KiB in all fits beside the smallest plan the tests make. */
+#define CUDA_TREE_CAP ((int64_t)1 << 15)
 
 /* Which attention the backend runs (attn.c): the fused kernels from this sequence
  * length up. The GEMM path keeps H T^2 probabilities a sample beside 4 T C other
@@ -52,7 +52,7 @@ typedef struct cuda_ctx {
     int device, cc_major, cc_minor;
     bool tf32;        /* fp32 GEMMs and convolutions on TF32 tensor cores (cuda_tf32) */
     double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
-    double *tree;     /* 2 x CUDA_TREE_CAP doubles: the sums' partials (reduce.c) */
+    double *tree;     /* 2 x CUDA_TREE_CAP doubles: the sums' partials (reduce.c), or NULL */
     int64_t tree_cap; /* of which each level uses at most this many a half (tests lower it) */
     double *totals;   /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
@@ -166,6 +166,10 @@ stoke_status cuda_ctx_totals(cuda_ctx *c, int n);
  * and on a GPU. *total = the sum of x[0..n)^2 in double; db[c] += the sum of dy over
  * rows (dy [rows][cols]), or over samples and plane (dy [batch][channels][plane]). */
 stoke_status cuda_sum_squares(cuda_ctx *c, const float *x, int64_t n, double *total);
+/* totals[k] = cuda_sum_squares of x[k] (n[k] values) for k < count, the same bits in
+ * fewer launches: the optimizer step's gradients. */
+stoke_status cuda_sum_squares_many(cuda_ctx *c, const float *const *x, const size_t *n, int count,
+                                   double *totals);
 stoke_status cuda_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t rows, int64_t cols);
 stoke_status cuda_conv_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t batch,
                                  int64_t channels, int64_t plane);

@@ -81,14 +81,14 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node, float *values)
     return STOKE_OK;
 }
 
-/* Every tensor's sum of squares into its slot of c->totals (a tree each, reduce.c:
+/* Every tensor's sum of squares into its slot of c->totals (trees of sums, reduce.c:
  * the scratch reused, the stream orders the launches), then the decision. c->totals
  * grows on the step's first, uncaptured run: a capture never allocates. */
 stoke_status cuda_step_decide(cuda_ctx *c, const float *const *x, const size_t *n, int count)
 {
     stoke_status st = cuda_ctx_totals(c, count > 0 ? count : 1);
-    for (int k = 0; k < count && st == STOKE_OK; k++)
-        st = cuda_sum_squares(c, x[k], (int64_t)n[k], c->totals + k);
+    if (st == STOKE_OK)
+        st = cuda_sum_squares_many(c, x, n, count, c->totals);
     nk_step_decide_args d = {c->step, c->totals, c->result, count};
     if (st == STOKE_OK)
         st = CUDA_RUN(c, step_decide, 1, &d);

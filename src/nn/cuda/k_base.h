@@ -157,6 +157,52 @@ NK_FN void nk_tree_sum(int64_t i, const nk_tree_args *a)
 }
 #undef NK_TREE_LOOP
 
+/* Up to NK_TREE_MANY tensors' sums of squares in one launch a level (reduce.c's
+ * cuda_sum_squares_many): entry t's outputs are indices [out_at[t], out_at[t + 1]),
+ * each adding NK_TREE_F of its L[t] values in nk_tree_sum's order (fan-in NK_TREE_F:
+ * its totals are the bits of cuda_sum_squares on that tensor alone). The first level
+ * reads the floats x[t] squared, later ones the partials xd + in_at[t]; an entry with
+ * one output writes *total[t]. */
+#define NK_TREE_MANY 16
+typedef struct nk_tree_many_args {
+    const float *x[NK_TREE_MANY];
+    double *total[NK_TREE_MANY];
+    int64_t L[NK_TREE_MANY], in_at[NK_TREE_MANY], out_at[NK_TREE_MANY + 1];
+    const double *xd;
+    double *out;
+    int count;
+} nk_tree_many_args;
+
+NK_FN void nk_tree_many(int64_t i, const nk_tree_many_args *a)
+{
+    int t = 0;
+    while (t + 1 < a->count && a->out_at[t + 1] <= i)
+        t++;
+    int64_t j = i - a->out_at[t], L = a->L[t], Lout = a->out_at[t + 1] - a->out_at[t];
+    const float *x = a->x[t];
+    double s = 0;
+    if (x) {
+        NK_UNROLL for (int m = 0; m < NK_TREE_F; m++)
+        {
+            int64_t l = j + m * Lout;
+            if (l < L)
+                s += (double)x[l] * (double)x[l];
+        }
+    } else {
+        const double *xd = a->xd + a->in_at[t];
+        NK_UNROLL for (int m = 0; m < NK_TREE_F; m++)
+        {
+            int64_t l = j + m * Lout;
+            if (l < L)
+                s += xd[l];
+        }
+    }
+    if (Lout == 1)
+        *a->total[t] = s;
+    else
+        a->out[i] = s;
+}
+
 /* SGD as cpu_sgd_step_then: the update, the low-precision copy, the zeroed gradient. */
 typedef struct nk_sgd_args {
     float *w, *g, *mom;
@@ -220,6 +266,7 @@ NK_FN void nk_bias_add(int64_t i, const nk_bias_args *a) { a->y[i] += a->b[i % a
     X(scale, nk_scale_args)             \
     X(to_lowp, nk_lowp_args)            \
     X(tree_sum, nk_tree_args)           \
+    X(tree_many, nk_tree_many_args)     \
     X(sgd, nk_sgd_args)                 \
     X(adamw, nk_adamw_args)             \
     X(bias_add, nk_bias_args)

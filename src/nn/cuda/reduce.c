@@ -10,16 +10,28 @@
  * are the same bits on either and run after run (each level's order is fixed by the
  * shapes alone).
  *
- * The partial sums live in c->tree: two halves of CUDA_TREE_CAP doubles, allocated
- * with the context and never moved, since every captured graph holds their address.
- * A level reads one half (or the input) and writes the other. The first level's
+ * The partial sums live in c->tree: two halves of CUDA_TREE_CAP doubles, made at the
+ * first sum (a model's first backward and step run uncaptured: a capture may not
+ * allocate) and never moved, since every captured graph holds their address; a
+ * context that never sums (evaluation) never makes them. A level reads one half (or
+ * the input) and writes the other. The first level's
  * fan-in grows past NK_TREE_F where its outputs would not fit a half (G is a
  * multiple of NK_TREE_F, the loop's unrolled trip); every later level has fewer
- * outputs than the one before, so it fits too. Nothing here allocates, so the sums
- * may be captured. */
+ * outputs than the one before, so it fits too. */
 #include "nn/cuda/ops.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static stoke_status scratch(cuda_ctx *c)
+{
+    if (c->tree)
+        return STOKE_OK;
+    if (c->L.capturing) /* the capture fails, and the model runs its ops uncaptured */
+        return stoke_fail(STOKE_ERR_UNAVAILABLE,
+                          "the sums' scratch is made on an uncaptured run, not in a capture");
+    return stoke_cudart_malloc(c->rt, 2 * (size_t)CUDA_TREE_CAP * sizeof(double),
+                               (void **)&c->tree);
+}
 
 /* x (floats xf, or doubles xd in scratch half *half; *half -1 for the caller's
  * memory) viewed [A][L][K], summed over L into total[A K] (written) or db[A K] (added
@@ -31,6 +43,9 @@ static stoke_status tree(cuda_ctx *c, const float *xf, const double *xd, int squ
     int64_t cap = c->tree_cap, outs = A * K;
     if (outs <= 0)
         return STOKE_OK;
+    stoke_status st = scratch(c);
+    if (st != STOKE_OK)
+        return st;
     if (!total && !db && outs > cap)
         return stoke_fail(STOKE_ERR_ARG, "a sum of %lld outputs, the scratch holds %lld",
                           (long long)outs, (long long)cap);
@@ -54,7 +69,7 @@ static stoke_status tree(cuda_ctx *c, const float *xf, const double *xd, int squ
         a.out = last && (total || db) ? NULL : c->tree + (size_t)next * CUDA_TREE_CAP;
         a.total = total;
         a.db = db;
-        stoke_status st = CUDA_RUN(c, tree_sum, outs * a.Lout, &a);
+        st = CUDA_RUN(c, tree_sum, outs * a.Lout, &a);
         if (st != STOKE_OK || last) {
             if (a.out)
                 *half = next;
@@ -72,6 +87,72 @@ stoke_status cuda_sum_squares(cuda_ctx *c, const float *x, int64_t n, double *to
 {
     int half = -1;
     return tree(c, x, NULL, 1, &half, 1, n, 1, total, NULL);
+}
+
+/* Level after level, each one launch for all the group's tensors still summing (a
+ * tree of NK_TREE_F, as cuda_sum_squares alone on each, so the same bits): the
+ * deepest tensor's levels in all, where one tree each made a launch per level per
+ * tensor. A group whose first level would not fit a half goes tensor by tensor. */
+static stoke_status squares_group(cuda_ctx *c, const float *const *x, const size_t *n, int count,
+                                  double *totals)
+{
+    int64_t outs = 0;
+    for (int k = 0; k < count; k++)
+        outs += n[k] > NK_TREE_F ? ceil_div((int64_t)n[k], NK_TREE_F) : 1;
+    if (outs > c->tree_cap) {
+        stoke_status st = STOKE_OK;
+        for (int k = 0; k < count && st == STOKE_OK; k++)
+            st = cuda_sum_squares(c, x[k], (int64_t)n[k], totals + k);
+        return st;
+    }
+    stoke_status st = scratch(c);
+    if (st != STOKE_OK)
+        return st;
+    nk_tree_many_args a = {0};
+    for (int k = 0; k < count; k++) {
+        a.x[k] = x[k];
+        a.total[k] = totals + k;
+        a.L[k] = (int64_t)n[k];
+    }
+    a.count = count;
+    int half = -1;
+    while (a.count > 0) {
+        int next = half == 0 ? 1 : 0;
+        a.xd = half < 0 ? NULL : c->tree + (size_t)half * CUDA_TREE_CAP;
+        a.out = c->tree + (size_t)next * CUDA_TREE_CAP;
+        a.out_at[0] = 0;
+        for (int t = 0; t < a.count; t++)
+            a.out_at[t + 1] = a.out_at[t] + (a.L[t] > NK_TREE_F ? ceil_div(a.L[t], NK_TREE_F) : 1);
+        st = CUDA_RUN(c, tree_many, a.out_at[a.count], &a);
+        if (st != STOKE_OK)
+            return st;
+        /* the entries with more than one output sum their partials next */
+        nk_tree_many_args b = a;
+        b.count = 0;
+        for (int t = 0; t < a.count; t++) {
+            int64_t lout = a.out_at[t + 1] - a.out_at[t];
+            if (lout == 1)
+                continue;
+            b.x[b.count] = NULL;
+            b.total[b.count] = a.total[t];
+            b.L[b.count] = lout;
+            b.in_at[b.count] = a.out_at[t];
+            b.count++;
+        }
+        a = b;
+        half = next;
+    }
+    return STOKE_OK;
+}
+
+stoke_status cuda_sum_squares_many(cuda_ctx *c, const float *const *x, const size_t *n, int count,
+                                   double *totals)
+{
+    stoke_status st = STOKE_OK;
+    for (int k = 0; k < count && st == STOKE_OK; k += NK_TREE_MANY)
+        st = squares_group(c, x + k, n + k, count - k < NK_TREE_MANY ? count - k : NK_TREE_MANY,
+                           totals + k);
+    return st;
 }
 
 stoke_status cuda_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t rows, int64_t cols)
