@@ -175,11 +175,23 @@ typedef struct nk_tree_many_args {
 
 NK_FN void nk_tree_many(int64_t i, const nk_tree_many_args *a)
 {
-    int t = 0;
-    while (t + 1 < a->count && a->out_at[t + 1] <= i)
-        t++;
-    int64_t j = i - a->out_at[t], L = a->L[t], Lout = a->out_at[t + 1] - a->out_at[t];
-    const float *x = a->x[t];
+    /* the entry's fields picked with constant indices: indexing the arguments by a
+     * variable would copy them to each thread's local memory */
+    const float *x = a->x[0];
+    double *total = a->total[0];
+    int64_t L = a->L[0], in_at = a->in_at[0], at = a->out_at[0], end = a->out_at[1];
+    NK_UNROLL for (int u = 1; u < NK_TREE_MANY; u++)
+    {
+        if (u < a->count && a->out_at[u] <= i) {
+            x = a->x[u];
+            total = a->total[u];
+            L = a->L[u];
+            in_at = a->in_at[u];
+            at = a->out_at[u];
+            end = a->out_at[u + 1];
+        }
+    }
+    int64_t j = i - at, Lout = end - at;
     double s = 0;
     if (x) {
         NK_UNROLL for (int m = 0; m < NK_TREE_F; m++)
@@ -189,7 +201,7 @@ NK_FN void nk_tree_many(int64_t i, const nk_tree_many_args *a)
                 s += (double)x[l] * (double)x[l];
         }
     } else {
-        const double *xd = a->xd + a->in_at[t];
+        const double *xd = a->xd + in_at;
         NK_UNROLL for (int m = 0; m < NK_TREE_F; m++)
         {
             int64_t l = j + m * Lout;
@@ -198,7 +210,7 @@ NK_FN void nk_tree_many(int64_t i, const nk_tree_many_args *a)
         }
     }
     if (Lout == 1)
-        *a->total[t] = s;
+        *total = s;
     else
         a->out[i] = s;
 }
