@@ -1,8 +1,9 @@
 /* reduce.c - sums with many inputs per output (bias gradients, the gradients' sums of
  * squares) as trees of nk_tree_sum launches (k_base.h). One thread per output looping
- * over a batch's values is bound by memory latency on a GPU (a convolution's bias
- * gradient ran 64 threads over 100k values each); a level of the tree adds at most a
- * few NK_TREE_F values per thread, with as many threads as there are partial sums.
+ * over a batch's values is bound by memory latency on a GPU (the CNN's first
+ * convolution's bias gradient ran 32 threads over 100k values each); a level of the
+ * tree adds NK_TREE_F values a thread (a few times that at the first level of a large
+ * sum), with as many threads as there are partial sums.
  *
  * The levels are plain kernel bodies rather than one kernel with shared memory and
  * warp shuffles because the bodies are also the host build's C (kern.h): one code
@@ -14,10 +15,10 @@
  * first sum (a model's first backward and step run uncaptured: a capture may not
  * allocate) and never moved, since every captured graph holds their address; a
  * context that never sums (evaluation) never makes them. A level reads one half (or
- * the input) and writes the other. The first level's
- * fan-in grows past NK_TREE_F where its outputs would not fit a half (G is a
- * multiple of NK_TREE_F, the loop's unrolled trip); every later level has fewer
- * outputs than the one before, so it fits too. */
+ * the input) and writes the other. The first level's fan-in grows past NK_TREE_F
+ * where its outputs would not fit a half (G is a multiple of NK_TREE_F, the loop's
+ * unrolled trip); every later level has fewer outputs than the one before, so it fits
+ * too. */
 #include "nn/cuda/ops.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -35,8 +36,8 @@ static stoke_status scratch(cuda_ctx *c)
 
 /* x (floats xf, or doubles xd in scratch half *half; *half -1 for the caller's
  * memory) viewed [A][L][K], summed over L into total[A K] (written) or db[A K] (added
- * to), or with both NULL into the half other than the input's, *half then that one.
- * The caller sees that A K fits a half in the last case. */
+ * to), or with both NULL into the half other than the input's, *half then that one
+ * (A K must fit a half then: the caller's bug otherwise, refused). */
 static stoke_status tree(cuda_ctx *c, const float *xf, const double *xd, int square, int *half,
                          int64_t A, int64_t L, int64_t K, double *total, float *db)
 {
@@ -163,8 +164,8 @@ stoke_status cuda_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t row
 
 /* Over the plane per (sample, channel), then over the samples per channel, in order:
  * dy [B][C][P] has no layout that sums both at once with adjacent reads. Samples go
- * in groups whose [group][C] sums fit a half (all of them but at sizes no model
- * reaches), each group's total added to db. */
+ * in groups whose [group][C] sums fit a half (all of them up to 32k samples x
+ * channels: batch 512 at 64 channels), each group's total added to db in turn. */
 stoke_status cuda_conv_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t batch,
                                  int64_t channels, int64_t plane)
 {
