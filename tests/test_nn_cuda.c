@@ -1293,6 +1293,279 @@ static void test_conversions(void)
     CHECK_MSG(bad == 0, "%d fp32 values round differently", bad);
 }
 
+/* ---- the tree of sums (reduce.c) ---- */
+
+/* A copy of c that runs the kernels' host build at once on host memory: the same
+ * planner and bodies, so on a GPU (--real) the device's sums can be held to the host's
+ * bits. */
+typedef struct host_tree {
+    cuda_ctx c;
+    double *tree;
+} host_tree;
+
+static bool host_tree_of(const cuda_ctx *c, host_tree *h)
+{
+    h->c = *c;
+    h->c.k = nn_cuda_host_kernels();
+    h->c.L = (nk_launch){0};
+    h->tree = malloc(2 * (size_t)CUDA_TREE_CAP * sizeof(double));
+    h->c.tree = h->tree;
+    return h->tree != NULL;
+}
+
+static void *dev_copy(cuda_ctx *c, const void *host, size_t bytes)
+{
+    void *d = NULL;
+    CHECK(stoke_cudart_malloc(c->rt, bytes ? bytes : 1, &d) == STOKE_OK);
+    if (d && bytes)
+        CHECK(stoke_cudart_copy_to_device_async(c->rt, d, host, bytes, c->L.stream) == STOKE_OK);
+    CHECK(stoke_cudart_stream_sync(c->rt, c->L.stream) == STOKE_OK);
+    return d;
+}
+
+static void host_of(cuda_ctx *c, void *host, const void *dev, size_t bytes)
+{
+    CHECK(stoke_cudart_copy_to_host_async(c->rt, host, dev, bytes, c->L.stream) == STOKE_OK);
+    CHECK(stoke_cudart_stream_sync(c->rt, c->L.stream) == STOKE_OK);
+}
+
+/* One convolution bias gradient (db0 + the sums over samples and plane of dy) on c,
+ * twice (the same bits), on the host build (the same bits again) and against a plain
+ * double sum: the tree's doubles are exact to ~1e-16 of the sum of magnitudes, so
+ * what is left is db's fp32 rounding, within 2^-22 of |db0| + sum |dy|. */
+static void tree_conv_case(cuda_ctx *c, host_tree *h, int64_t B, int64_t C, int64_t P)
+{
+    size_t n = (size_t)(B * C * P);
+    float *dy = malloc(n * sizeof *dy), *db0 = malloc((size_t)C * sizeof *db0);
+    float *got[3] = {malloc((size_t)C * 4), malloc((size_t)C * 4), malloc((size_t)C * 4)};
+    if (!dy || !db0 || !got[0] || !got[1] || !got[2]) {
+        CHECK(!"out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dy[i] = rnd();
+    for (int64_t k = 0; k < C; k++)
+        db0[k] = rnd();
+    float *ddy = dev_copy(c, dy, n * 4), *ddb = dev_copy(c, db0, (size_t)C * 4);
+    for (int r = 0; r < 2 && ddy && ddb; r++) {
+        CHECK(stoke_cudart_copy_to_device_async(c->rt, ddb, db0, (size_t)C * 4, c->L.stream) ==
+              STOKE_OK);
+        CHECK_MSG(cuda_conv_bias_grad(c, ddb, ddy, B, C, P) == STOKE_OK, "%s", stoke_last_error());
+        host_of(c, got[r], ddb, (size_t)C * 4);
+    }
+    memcpy(got[2], db0, (size_t)C * 4);
+    CHECK(cuda_conv_bias_grad(&h->c, got[2], dy, B, C, P) == STOKE_OK);
+    double worst = 0;
+    for (int64_t k = 0; k < C; k++) {
+        double s = 0, mag = fabs(db0[k]);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t p = 0; p < P; p++) {
+                s += dy[(b * C + k) * P + p];
+                mag += fabs(dy[(b * C + k) * P + p]);
+            }
+        double e = fabs(got[0][k] - (db0[k] + s)) / mag;
+        worst = e > worst ? e : worst;
+    }
+    CHECK_MSG(worst <= 0x1p-22, "conv bias %lldx%lldx%lld (cap %lld): %g of the magnitudes",
+              (long long)B, (long long)C, (long long)P, (long long)c->tree_cap, worst);
+    CHECK_MSG(memcmp(got[0], got[1], (size_t)C * 4) == 0, "conv bias %lldx%lldx%lld: runs differ",
+              (long long)B, (long long)C, (long long)P);
+    CHECK_MSG(memcmp(got[0], got[2], (size_t)C * 4) == 0,
+              "conv bias %lldx%lldx%lld: the host build's bits differ", (long long)B, (long long)C,
+              (long long)P);
+    stoke_cudart_free(c->rt, ddy);
+    stoke_cudart_free(c->rt, ddb);
+    free(dy);
+    free(db0);
+    for (int r = 0; r < 3; r++)
+        free(got[r]);
+}
+
+/* A sum of squares of n values as tree_conv_case: the same bits each run and on the
+ * host build, within 1e-12 relative of a compensated (Kahan) double sum. The squares
+ * are exact in double, so that is the tree's own rounding: ~eps for each value a path
+ * from a leaf adds (fan-ins of 32 over five levels, or one of 60k at the lowest cap
+ * below), where a plain sum's error grows with n (1e-13 at 3M values here). */
+static void tree_sumsq_case(cuda_ctx *c, host_tree *h, int64_t n)
+{
+    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    if (!x) {
+        CHECK(!"out of memory");
+        return;
+    }
+    double want = 0, lost = 0, got[3] = {-1, -2, -3};
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rnd() * (i % 7 == 0 ? 100.0f : 1.0f);
+        double y = (double)x[i] * (double)x[i] - lost, t = want + y;
+        lost = (t - want) - y;
+        want = t;
+    }
+    float *dx = dev_copy(c, x, (size_t)n * 4);
+    double *dt8 = NULL;
+    CHECK(stoke_cudart_malloc(c->rt, sizeof(double), (void **)&dt8) == STOKE_OK);
+    for (int r = 0; r < 2 && dx && dt8; r++) {
+        CHECK_MSG(cuda_sum_squares(c, dx, n, dt8) == STOKE_OK, "%s", stoke_last_error());
+        host_of(c, &got[r], dt8, sizeof(double));
+    }
+    CHECK(cuda_sum_squares(&h->c, x, n, &got[2]) == STOKE_OK);
+    CHECK_MSG(fabs(got[0] - want) <= 1e-12 * want, "sumsq of %lld (cap %lld): %.17g, want %.17g",
+              (long long)n, (long long)c->tree_cap, got[0], want);
+    CHECK_MSG(memcmp(&got[0], &got[1], 8) == 0 && memcmp(&got[0], &got[2], 8) == 0,
+              "sumsq of %lld: runs or builds differ: %a %a %a", (long long)n, got[0], got[1],
+              got[2]);
+    stoke_cudart_free(c->rt, dx);
+    stoke_cudart_free(c->rt, dt8);
+    free(x);
+}
+
+/* A linear or attention bias gradient over rows x cols, as tree_conv_case. */
+static void tree_bias_case(cuda_ctx *c, host_tree *h, int64_t rows, int64_t cols)
+{
+    size_t n = (size_t)(rows * cols);
+    float *dy = malloc(n * 4 + 4), *db0 = malloc((size_t)cols * 4);
+    float *got[3] = {malloc((size_t)cols * 4), malloc((size_t)cols * 4), malloc((size_t)cols * 4)};
+    if (!dy || !db0 || !got[0] || !got[1] || !got[2]) {
+        CHECK(!"out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dy[i] = rnd();
+    for (int64_t k = 0; k < cols; k++)
+        db0[k] = rnd();
+    float *ddy = dev_copy(c, dy, n * 4), *ddb = dev_copy(c, db0, (size_t)cols * 4);
+    for (int r = 0; r < 2 && ddy && ddb; r++) {
+        CHECK(stoke_cudart_copy_to_device_async(c->rt, ddb, db0, (size_t)cols * 4, c->L.stream) ==
+              STOKE_OK);
+        CHECK_MSG(cuda_bias_grad(c, ddb, ddy, rows, cols) == STOKE_OK, "%s", stoke_last_error());
+        host_of(c, got[r], ddb, (size_t)cols * 4);
+    }
+    memcpy(got[2], db0, (size_t)cols * 4);
+    CHECK(cuda_bias_grad(&h->c, got[2], dy, rows, cols) == STOKE_OK);
+    double worst = 0;
+    for (int64_t k = 0; k < cols; k++) {
+        double s = 0, mag = fabs(db0[k]);
+        for (int64_t r = 0; r < rows; r++) {
+            s += dy[r * cols + k];
+            mag += fabs(dy[r * cols + k]);
+        }
+        double e = fabs(got[0][k] - (db0[k] + s)) / mag;
+        worst = e > worst ? e : worst;
+    }
+    CHECK_MSG(worst <= 0x1p-22, "bias %lldx%lld (cap %lld): %g of the magnitudes", (long long)rows,
+              (long long)cols, (long long)c->tree_cap, worst);
+    CHECK_MSG(memcmp(got[0], got[1], (size_t)cols * 4) == 0 &&
+                  memcmp(got[0], got[2], (size_t)cols * 4) == 0,
+              "bias %lldx%lld: runs or builds differ", (long long)rows, (long long)cols);
+    stoke_cudart_free(c->rt, ddy);
+    stoke_cudart_free(c->rt, ddb);
+    free(dy);
+    free(db0);
+    for (int r = 0; r < 3; r++)
+        free(got[r]);
+}
+
+/* The optimizer step's sums of squares of many tensors at once (groups of
+ * NK_TREE_MANY, levels shared), as each tensor's own tree, bit for bit: the CNN's
+ * eight gradients, then 37 tensors of odd sizes (three groups, one of them whose
+ * first level overflows a lowered scratch and goes tensor by tensor). */
+static void tree_many_case(cuda_ctx *c, host_tree *h, const size_t *n, int count)
+{
+    size_t all = 0;
+    for (int k = 0; k < count; k++)
+        all += n[k];
+    float *x = malloc((all ? all : 1) * sizeof *x);
+    const float **dx = malloc((size_t)count * sizeof *dx),
+                **hx = malloc((size_t)count * sizeof *hx);
+    double *want = malloc((size_t)count * 8), *got = malloc((size_t)count * 8);
+    double *hgot = malloc((size_t)count * 8);
+    if (!x || !dx || !hx || !want || !got || !hgot) {
+        CHECK(!"out of memory");
+        return;
+    }
+    for (size_t i = 0; i < all; i++)
+        x[i] = rnd();
+    float *d = dev_copy(c, x, all * 4);
+    double *dt = NULL;
+    CHECK(stoke_cudart_malloc(c->rt, (size_t)count * 8, (void **)&dt) == STOKE_OK);
+    if (!d || !dt)
+        return;
+    size_t at = 0;
+    for (int k = 0; k < count; k++) {
+        dx[k] = d + at;
+        hx[k] = x + at;
+        at += n[k];
+        CHECK(cuda_sum_squares(c, dx[k], (int64_t)n[k], dt + k) == STOKE_OK);
+    }
+    host_of(c, want, dt, (size_t)count * 8);
+    CHECK(stoke_cudart_memset_async(c->rt, dt, 0xff, (size_t)count * 8, c->L.stream) == STOKE_OK);
+    CHECK_MSG(cuda_sum_squares_many(c, dx, n, count, dt) == STOKE_OK, "%s", stoke_last_error());
+    host_of(c, got, dt, (size_t)count * 8);
+    CHECK(cuda_sum_squares_many(&h->c, hx, n, count, hgot) == STOKE_OK);
+    int differ = 0;
+    for (int k = 0; k < count; k++) {
+        double s = 0;
+        for (size_t i = 0; i < n[k]; i++)
+            s += (double)hx[k][i] * (double)hx[k][i];
+        CHECK_MSG(fabs(want[k] - s) <= 1e-12 * s, "tensor %d of %zu: %.17g, want %.17g", k, n[k],
+                  want[k], s);
+        differ += memcmp(&want[k], &got[k], 8) != 0 || memcmp(&want[k], &hgot[k], 8) != 0;
+    }
+    CHECK_MSG(differ == 0,
+              "%d of %d tensors' sums of squares differ from their own trees (cap %lld)", differ,
+              count, (long long)c->tree_cap);
+    stoke_cudart_free(c->rt, d);
+    stoke_cudart_free(c->rt, dt);
+    free(x);
+    free(dx);
+    free(hx);
+    free(want);
+    free(got);
+    free(hgot);
+}
+
+static void tree_many_cases(cuda_ctx *c, host_tree *h)
+{
+    static const size_t cnn[] = {288, 32, 18432, 64, 401408, 128, 1280, 10};
+    size_t odd[37];
+    for (int k = 0; k < 37; k++)
+        odd[k] = k == 5 ? 0 : k == 20 ? 300001 : (size_t)(1 + rndu(5000));
+    tree_many_case(c, h, cnn, 8);
+    tree_many_case(c, h, odd, 37);
+}
+
+/* Sizes that need several levels (the CNN's bias at batch 128, a 3M-value tensor),
+ * odd ones, one value, none; then a scratch lowered so the first level's fan-in grows
+ * past NK_TREE_F, the convolution goes in groups of samples, and (fewer doubles than
+ * channels) sample by sample. */
+static void test_tree_sums(void)
+{
+    cuda_ctx *c = NULL;
+    CHECK_MSG(cuda_ctx_new(0, &c) == STOKE_OK, "%s", stoke_last_error());
+    host_tree h = {0};
+    if (!c || !host_tree_of(c, &h)) {
+        cuda_ctx_free(c);
+        return;
+    }
+    static const int64_t conv[][3] = {{128, 64, 784}, {128, 32, 196}, {3, 5, 1},   {1, 1, 1},
+                                      {7, 3, 33},     {33, 1, 1025},  {2, 64, 32}, {0, 4, 9}};
+    static const int64_t sq[] = {3000007, 1 << 20, 1025, 33, 32, 31, 1, 0};
+    static const int64_t bias[][2] = {{4096, 48}, {1, 10}, {1000, 1}, {33, 7}};
+    static const int64_t caps[] = {CUDA_TREE_CAP, 1000, 50};
+    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+        c->tree_cap = h.c.tree_cap = caps[k];
+        for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++)
+            if (caps[k] == CUDA_TREE_CAP || conv[i][0] * conv[i][1] * conv[i][2] < (1 << 20))
+                tree_conv_case(c, &h, conv[i][0], conv[i][1], conv[i][2]);
+        for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++)
+            tree_sumsq_case(c, &h, sq[i]);
+        for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
+            tree_bias_case(c, &h, bias[i][0], bias[i][1]);
+        tree_many_cases(c, &h);
+    }
+    free(h.tree);
+    cuda_ctx_free(c);
+}
+
 /* Graphs: a model's second forward and backward at a batch are captured, later ones
  * replayed, and the numbers stay the CPU's (run_case, "kernels only": dropout's mask
  * changes at every step through the key in device memory); a new batch is a new
@@ -1951,6 +2224,7 @@ static const named_test tests[] = {
     {"recompute", test_recompute, NULL},
     {"bad targets", test_bad_targets, NULL},
     {"conversions", test_conversions, NULL},
+    {"tree sums", test_tree_sums, NULL},
     {"phase marks", test_phase_marks, NULL},
     {"phase clock", test_phase_clock, "the runtime double's clock"},
     {"step not finite", test_step_not_finite, NULL},

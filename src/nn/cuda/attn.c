@@ -260,10 +260,8 @@ static stoke_status unproject(cuda_ctx *c, const nn_exec_args *a, const attn_buf
     if (st == STOKE_OK && a->grad[w])
         st = cuda_gemm(c, NC_OP_N, NC_OP_T, in, out, s->BT, xo, in, dyo, out, 1.0f, a->grad[w], in,
                        s->type);
-    if (st == STOKE_OK && a->grad[w + 1]) {
-        nk_bias_grad_args b = {a->grad[w + 1], dy, s->BT, out};
-        st = CUDA_RUN(c, bias_grad, out, &b);
-    }
+    if (st == STOKE_OK && a->grad[w + 1])
+        st = cuda_bias_grad(c, a->grad[w + 1], dy, s->BT, out);
     return st;
 }
 

@@ -472,8 +472,7 @@ static stoke_status forward(cuda_ctx *c, const nn_exec_args *a, float *y)
                                         w.dnn, p->ws, &zero, t->y, y),
                             "cudnnConvolutionForward");
     if (st == STOKE_OK && a->node->bias) {
-        nk_conv_bias_args b = {y,        a->param[1], NULL,
-                               p->key.n, p->key.k,    (int64_t)p->key.oh * p->key.ow};
+        nk_conv_bias_args b = {y, a->param[1], p->key.k, (int64_t)p->key.oh * p->key.ow};
         st = CUDA_RUN(c, conv_bias_add, y_n(p), &b);
     }
     return st;
@@ -551,9 +550,8 @@ static stoke_status backward(cuda_ctx *c, const nn_exec_args *a, const float *dy
     if (st == STOKE_OK && a->grad[0])
         st = bwd_filter(c, a, p, &w, x, dy);
     if (st == STOKE_OK && a->node->bias && a->grad[1]) {
-        nk_conv_bias_args b = {a->grad[1], NULL,     dy32,
-                               p->key.n,   p->key.k, (int64_t)p->key.oh * p->key.ow};
-        st = CUDA_RUN(c, conv_bias_grad, p->key.k, &b);
+        st = cuda_conv_bias_grad(c, a->grad[1], dy32, p->key.n, p->key.k,
+                                 (int64_t)p->key.oh * p->key.ow);
     }
     return st;
 }

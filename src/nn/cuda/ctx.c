@@ -288,6 +288,7 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         st = open_blas(c);
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
+    c->tree_cap = CUDA_TREE_CAP;
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, sizeof(uint64_t), (void **)&c->key);
     if (st == STOKE_OK)
@@ -380,6 +381,7 @@ void cuda_ctx_free(cuda_ctx *c)
     nn_cublas_close(c->blas);
     if (c->rt) {
         stoke_cudart_free(c->rt, c->partial);
+        stoke_cudart_free(c->rt, c->tree);
         stoke_cudart_free(c->rt, c->totals);
         stoke_cudart_free(c->rt, c->key);
         stoke_cudart_free(c->rt, c->step);

@@ -18,9 +18,14 @@
 #define CUDA_STAGES    4
 #define CUDA_STAGE_MAX ((size_t)4 << 20)
 
-/* Partial sums of a reduction: enough to keep a GPU's SMs busy, few enough for one
- * thread to add them up. */
+/* Partial sums of the embedding's check: enough to keep a GPU's SMs busy, few enough
+ * for one thread to add them up. */
 #define CUDA_SUM_STRIDE 4096
+
+/* Doubles in each half of the sums' scratch (reduce.c): a first level of 32k threads
+ * with 32 loads each in flight covers an H200's memory latency at full bandwidth (4 MB
+ * in flight), and 512 KiB in all fits beside the smallest plan the tests make. */
+#define CUDA_TREE_CAP ((int64_t)1 << 15)
 
 /* Which attention the backend runs (attn.c): the fused kernels from this sequence
  * length up. The GEMM path keeps H T^2 probabilities a sample beside 4 T C other
@@ -45,9 +50,11 @@ typedef struct cuda_ctx {
     const nn_cuda_kernels *k;
     nk_launch L;
     int device, cc_major, cc_minor;
-    bool tf32;       /* fp32 GEMMs and convolutions on TF32 tensor cores (cuda_tf32) */
-    double *partial; /* CUDA_SUM_STRIDE doubles of device memory */
-    double *totals;  /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
+    bool tf32;        /* fp32 GEMMs and convolutions on TF32 tensor cores (cuda_tf32) */
+    double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
+    double *tree;     /* 2 x CUDA_TREE_CAP doubles: the sums' partials (reduce.c), or NULL */
+    int64_t tree_cap; /* of which each level uses at most this many a half (tests lower it) */
+    double *totals;   /* ntotals doubles: one sum per tensor (cuda_ctx_totals) */
     int ntotals;
     /* Bad input found by a forward's kernels (a class outside the logits, an id outside
      * the table): flags[i] (device) is node i's first bad sample + 1, checks[i] how to
@@ -154,6 +161,18 @@ stoke_status cuda_loss_bad(cuda_ctx *c, const cuda_input_check *k, int32_t flag)
 
 /* c->totals with room for at least n doubles (grown when needed). */
 stoke_status cuda_ctx_totals(cuda_ctx *c, int n);
+
+/* reduce.c: sums as trees of nk_tree_sum launches, the same bits on the host build
+ * and on a GPU. *total = the sum of x[0..n)^2 in double; db[c] += the sum of dy over
+ * rows (dy [rows][cols]), or over samples and plane (dy [batch][channels][plane]). */
+stoke_status cuda_sum_squares(cuda_ctx *c, const float *x, int64_t n, double *total);
+/* totals[k] = cuda_sum_squares of x[k] (n[k] values) for k < count, the same bits in
+ * fewer launches: the optimizer step's gradients. */
+stoke_status cuda_sum_squares_many(cuda_ctx *c, const float *const *x, const size_t *n, int count,
+                                   double *totals);
+stoke_status cuda_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t rows, int64_t cols);
+stoke_status cuda_conv_bias_grad(cuda_ctx *c, float *db, const float *dy, int64_t batch,
+                                 int64_t channels, int64_t plane);
 
 /* cuDNN, loaded and bound to the stream on first use. */
 stoke_status cuda_ctx_dnn(cuda_ctx *c);

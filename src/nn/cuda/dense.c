@@ -227,13 +227,11 @@ static stoke_status backward(cuda_ctx *c, const nn_exec_args *a, bool relu)
         st = cuda_mm_run(c, &L.dw, &q);
     } else if (st == STOKE_OK && db && !relu) {
         /* a frozen weight and a trained bias: no dW matmul to fuse the gradient into */
-        nk_bias_grad_args b = {a->grad[1], a->dout, d.rows, d.out};
-        st = CUDA_RUN(c, bias_grad, d.out, &b);
+        st = cuda_bias_grad(c, a->grad[1], a->dout, d.rows, d.out);
         db = NULL;
     }
     if (st == STOKE_OK && db) {
-        nk_bias_grad_args b = {a->grad[1], db, 1, d.out}; /* grad += db: a sum of one row */
-        st = CUDA_RUN(c, bias_grad, d.out, &b);
+        st = cuda_bias_grad(c, a->grad[1], db, 1, d.out); /* grad += db: a sum of one row */
     }
     return st == STOKE_OK ? st : cuda_layer_fail(st, a->node);
 }

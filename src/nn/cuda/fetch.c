@@ -81,18 +81,14 @@ stoke_status cuda_forward_check(cuda_ctx *c, int *node, float *values)
     return STOKE_OK;
 }
 
-/* Every tensor's sum of squares into its slot of c->totals (the partials' buffer
- * reused: the stream orders the launches), then the decision. c->totals grows on the
- * step's first, uncaptured run: a capture never allocates. */
+/* Every tensor's sum of squares into its slot of c->totals (trees of sums, reduce.c:
+ * the scratch reused, the stream orders the launches), then the decision. c->totals
+ * grows on the step's first, uncaptured run: a capture never allocates. */
 stoke_status cuda_step_decide(cuda_ctx *c, const float *const *x, const size_t *n, int count)
 {
     stoke_status st = cuda_ctx_totals(c, count > 0 ? count : 1);
-    for (int k = 0; k < count && st == STOKE_OK; k++) {
-        nk_sumsq_args a = {x[k], c->partial, c->totals + k, (int64_t)n[k], CUDA_SUM_STRIDE};
-        st = CUDA_RUN(c, sumsq_part, CUDA_SUM_STRIDE, &a);
-        if (st == STOKE_OK)
-            st = CUDA_RUN(c, sumsq_total, 1, &a);
-    }
+    if (st == STOKE_OK)
+        st = cuda_sum_squares_many(c, x, n, count, c->totals);
     nk_step_decide_args d = {c->step, c->totals, c->result, count};
     if (st == STOKE_OK)
         st = CUDA_RUN(c, step_decide, 1, &d);

@@ -1,6 +1,7 @@
 /* k_base.h - kernel bodies (kern.h) of the CUDA backend's memory passes, optimizer
- * updates and the linear layer's bias. Each body mirrors the CPU backend's function
- * named in its comment, operation for operation where the CPU's is scalar. */
+ * updates, the linear layer's bias and the tree of sums (bias gradients, gradients'
+ * squares). Each body mirrors the CPU backend's function named in its comment,
+ * operation for operation where the CPU's is scalar. */
 #ifndef STOKE_NN_CUDA_K_BASE_H
 #define STOKE_NN_CUDA_K_BASE_H
 
@@ -96,29 +97,122 @@ NK_FN void nk_to_lowp(int64_t i, const nk_lowp_args *a)
     a->out[i] = a->fp16 ? nk_to_f16(a->in[i]) : nk_to_bf16(a->in[i]);
 }
 
-/* Sum of squares in two launches (cpu_sum_squares' double sum; the order differs, so
- * the last bits may): partial[j] = sum over i = j, j + stride, ... of x[i]^2, then
- * *total = the sum of partial[0..stride) in order. A non-finite value makes the sum
- * non-finite, which is all the caller asks. */
-typedef struct nk_sumsq_args {
-    const float *x;
-    double *partial, *total;
-    int64_t n, stride;
-} nk_sumsq_args;
-NK_FN void nk_sumsq_part(int64_t j, const nk_sumsq_args *a)
+/* Sums by a tree of plain bodies (reduce.c plans it): x viewed as [A][L][K] (K
+ * innermost) is summed over L, level after level, each output adding G inputs into a
+ * double, until L is 1. A body may not share memory or shuffle between threads (the
+ * same body is the host build's loop, kern.h), so the tree is made of launches, and
+ * every level's order is fixed by its shape alone: the sums are the same bits on the
+ * host and on any GPU, run after run.
+ *
+ * Output (r, j, k) of a level adds l = j, j + Lout, j + 2 Lout, ... (G of them, in
+ * that order): for each step of the loop, threads next in index read addresses next
+ * in memory, K > 1 or not. The inner loop's trip count is a constant so nvcc unrolls
+ * it and keeps its NK_TREE_F loads in flight; the bound check makes it a predicate.
+ * A float's square is exact in double (48 significant bits of 53), so an FMA that
+ * nvcc contracts it into adds the same bits as the host's multiply and add. */
+#define NK_TREE_F 32
+#ifdef __CUDACC__
+#define NK_UNROLL _Pragma("unroll")
+#else
+#define NK_UNROLL
+#endif
+typedef struct nk_tree_args {
+    const float *xf; /* the input: floats, or (NULL) the doubles xd */
+    const double *xd;
+    double *out;           /* [A][Lout][K]; NULL at the last level, which writes */
+    double *total;         /* total[r K + k] = the sum, or */
+    float *db;             /* db[r K + k] += (float)the sum */
+    int64_t L, K, Lout, G; /* Lout = ceil(L / G); G a multiple of NK_TREE_F */
+    int square;            /* x^2 summed (x the floats) */
+} nk_tree_args;
+
+#define NK_TREE_LOOP(V)                                \
+    for (int64_t t0 = 0; t0 < a->G; t0 += NK_TREE_F) { \
+        NK_UNROLL for (int t = 0; t < NK_TREE_F; t++)  \
+        {                                              \
+            int64_t l = j + (t0 + t) * a->Lout;        \
+            if (l < a->L)                              \
+                s += (V);                              \
+        }                                              \
+    }
+
+NK_FN void nk_tree_sum(int64_t i, const nk_tree_args *a)
 {
+    int64_t K = a->K, k = i % K, rj = i / K, j = rj % a->Lout, r = rj / a->Lout;
+    const float *xf = a->xf ? a->xf + r * a->L * K + k : NULL;
+    const double *xd = a->xd ? a->xd + r * a->L * K + k : NULL;
     double s = 0;
-    for (int64_t i = j; i < a->n; i += a->stride)
-        s += (double)a->x[i] * (double)a->x[i];
-    a->partial[j] = s;
+    if (xf && a->square)
+        NK_TREE_LOOP((double)xf[l * K] * (double)xf[l * K])
+    else if (xf)
+        NK_TREE_LOOP((double)xf[l * K])
+    else
+        NK_TREE_LOOP(xd[l * K])
+    if (a->out)
+        a->out[i] = s;
+    else if (a->total)
+        a->total[r * K + k] = s;
+    else
+        a->db[r * K + k] += (float)s;
 }
-NK_FN void nk_sumsq_total(int64_t j, const nk_sumsq_args *a)
+#undef NK_TREE_LOOP
+
+/* Up to NK_TREE_MANY tensors' sums of squares in one launch a level (reduce.c's
+ * cuda_sum_squares_many): entry t's outputs are indices [out_at[t], out_at[t + 1]),
+ * each adding NK_TREE_F of its L[t] values in nk_tree_sum's order (fan-in NK_TREE_F:
+ * its totals are the bits of cuda_sum_squares on that tensor alone). The first level
+ * reads the floats x[t] squared, later ones the partials xd + in_at[t]; an entry with
+ * one output writes *total[t]. */
+#define NK_TREE_MANY 16
+typedef struct nk_tree_many_args {
+    const float *x[NK_TREE_MANY];
+    double *total[NK_TREE_MANY];
+    int64_t L[NK_TREE_MANY], in_at[NK_TREE_MANY], out_at[NK_TREE_MANY + 1];
+    const double *xd;
+    double *out;
+    int count;
+} nk_tree_many_args;
+
+NK_FN void nk_tree_many(int64_t i, const nk_tree_many_args *a)
 {
-    (void)j;
+    /* the entry's fields picked with constant indices: indexing the arguments by a
+     * variable would copy them to each thread's local memory */
+    const float *x = a->x[0];
+    double *total = a->total[0];
+    int64_t L = a->L[0], in_at = a->in_at[0], at = a->out_at[0], end = a->out_at[1];
+    NK_UNROLL for (int u = 1; u < NK_TREE_MANY; u++)
+    {
+        if (u < a->count && a->out_at[u] <= i) {
+            x = a->x[u];
+            total = a->total[u];
+            L = a->L[u];
+            in_at = a->in_at[u];
+            at = a->out_at[u];
+            end = a->out_at[u + 1];
+        }
+    }
+    int64_t j = i - at, Lout = end - at;
     double s = 0;
-    for (int64_t k = 0; k < a->stride; k++)
-        s += a->partial[k];
-    *a->total = s;
+    if (x) {
+        NK_UNROLL for (int m = 0; m < NK_TREE_F; m++)
+        {
+            int64_t l = j + m * Lout;
+            if (l < L)
+                s += (double)x[l] * (double)x[l];
+        }
+    } else {
+        const double *xd = a->xd + in_at;
+        NK_UNROLL for (int m = 0; m < NK_TREE_F; m++)
+        {
+            int64_t l = j + m * Lout;
+            if (l < L)
+                s += xd[l];
+        }
+    }
+    if (Lout == 1)
+        *total = s;
+    else
+        a->out[i] = s;
 }
 
 /* SGD as cpu_sgd_step_then: the update, the low-precision copy, the zeroed gradient. */
@@ -178,30 +272,15 @@ typedef struct nk_bias_args {
 } nk_bias_args;
 NK_FN void nk_bias_add(int64_t i, const nk_bias_args *a) { a->y[i] += a->b[i % a->cols]; }
 
-/* db[c] += sum over rows r of dy[r, c], rows summed in order (index c) */
-typedef struct nk_bias_grad_args {
-    float *db;
-    const float *dy;
-    int64_t rows, cols;
-} nk_bias_grad_args;
-NK_FN void nk_bias_grad(int64_t c, const nk_bias_grad_args *a)
-{
-    float s = 0;
-    for (int64_t r = 0; r < a->rows; r++)
-        s += a->dy[r * a->cols + c];
-    a->db[c] += s;
-}
-
 #define NK_BASE_KERNELS(X)              \
     X(set_step, nk_set_step_args)       \
     X(step_decide, nk_step_decide_args) \
     X(scale, nk_scale_args)             \
     X(to_lowp, nk_lowp_args)            \
-    X(sumsq_part, nk_sumsq_args)        \
-    X(sumsq_total, nk_sumsq_args)       \
+    X(tree_sum, nk_tree_args)           \
+    X(tree_many, nk_tree_many_args)     \
     X(sgd, nk_sgd_args)                 \
     X(adamw, nk_adamw_args)             \
-    X(bias_add, nk_bias_args)           \
-    X(bias_grad, nk_bias_grad_args)
+    X(bias_add, nk_bias_args)
 
 #endif

@@ -6,31 +6,17 @@
 
 #include "nn/cuda/kern.h"
 
-/* The convolution's bias over (batch, channels, plane) outputs. */
+/* The convolution's bias over (batch, channels, plane) outputs, one index per output
+ * element (its gradient is a tree of sums, reduce.c). */
 typedef struct nk_conv_bias_args {
-    float *y;        /* forward: y; backward: db (accumulated) */
-    const float *b;  /* forward: the bias */
-    const float *dy; /* backward */
-    int64_t batch, channels, plane;
+    float *y;
+    const float *b;
+    int64_t channels, plane;
 } nk_conv_bias_args;
 
-/* one index per output element */
 NK_FN void nk_conv_bias_add(int64_t i, const nk_conv_bias_args *a)
 {
     a->y[i] += a->b[(i / a->plane) % a->channels];
-}
-
-/* one index per channel: db[c] += the sum of dy over batch and plane, in double so
- * the order matters less than the CPU's blocked fp32 sum would */
-NK_FN void nk_conv_bias_grad(int64_t c, const nk_conv_bias_args *a)
-{
-    double s = 0;
-    for (int64_t b = 0; b < a->batch; b++) {
-        const float *dy = a->dy + (b * a->channels + c) * a->plane;
-        for (int64_t j = 0; j < a->plane; j++)
-            s += dy[j];
-    }
-    a->y[c] += (float)s;
 }
 
 /* The fused conv -> relu -> max-pool chain's backward (conv_block.c): the pooling's
@@ -87,11 +73,10 @@ NK_FN void nk_round_lowp(int64_t i, const nk_round_args *a)
     a->out[i] = a->fp16 ? nk_f16_bits_to_f32(nk_to_f16(x)) : nk_bf16_to_f32(nk_to_bf16(x));
 }
 
-#define NK_POOL_KERNELS(X)               \
-    X(relu_mask, nk_relu_mask_args)      \
-    X(conv_bias_add, nk_conv_bias_args)  \
-    X(conv_bias_grad, nk_conv_bias_args) \
-    X(widen, nk_widen_args)              \
+#define NK_POOL_KERNELS(X)              \
+    X(relu_mask, nk_relu_mask_args)     \
+    X(conv_bias_add, nk_conv_bias_args) \
+    X(widen, nk_widen_args)             \
     X(round_lowp, nk_round_args)
 
 #endif

@@ -11,8 +11,9 @@
  * results never depend on scheduling, so they are deterministic), reads and writes
  * device pointers held in its args struct, and uses only what both C and CUDA C++
  * have (no designated initializers or restrict in headers; casts from void * are
- * explicit). Reductions run in two launches: partial sums over fixed strides, then one
- * index adding the partials in order. */
+ * explicit). A reduction whose outputs are few and whose inputs are many runs as a
+ * tree of launches (k_base.h's nk_tree_sum, planned by reduce.c): one thread looping
+ * over a batch's worth of values waits on memory for the whole GPU. */
 #ifndef STOKE_NN_CUDA_KERN_H
 #define STOKE_NN_CUDA_KERN_H
 
