@@ -620,6 +620,31 @@ static void test_decide(void)
     CHECK_INT_EQ(d.device, 15);
     q.device = NULL;
 
+    /* Data in memory through the fused pass: the training thread gathers on the CPU;
+     * on a GPU (a step as short as the gather) 2 workers gather ahead, where 3 CPUs
+     * leave room for them (the H200 kit run: the MLP's loop waited half its time) */
+    stoke_tune_request g = {
+        .precision = "auto", .workers = -1, .in_memory = true, .cheap_transform = true};
+    cpu_box(&machine, 16, 16, 3000, STOKE_SIMD_AVX2);
+    add_gpu(&machine, "NVIDIA H200", 9, 0, 132, 1980);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &g, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, 0);
+    CHECK_INT_EQ(d.workers, 2);
+    CHECK_INT_EQ(d.threads, 1);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "a GPU's step is about as short as gathering a batch");
+    g.device = "cpu";
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &g, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 0);
+    CHECK_STR_CONTAINS(d.workers_why.reason, "the training thread gathers each batch");
+    g.device = NULL;
+    cpu_box(&machine, 2, 2, 3000, STOKE_SIMD_AVX2);
+    add_gpu(&machine, "NVIDIA H200", 9, 0, 132, 1980);
+    stoke_recommend(&machine, &recs);
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &g, &d), STOKE_OK);
+    CHECK_INT_EQ(d.device, 0);
+    CHECK_INT_EQ(d.workers, 0); /* 2 CPUs: no room beside the training thread */
+
     q.precision = "fp64";
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "precision: 'fp64' is not auto, fp32, bf16 or fp16");
