@@ -638,6 +638,10 @@ static void test_decide(void)
     CHECK_INT_EQ(d.workers, 0);
     CHECK_STR_CONTAINS(d.workers_why.reason, "the training thread gathers each batch");
     g.device = NULL;
+    g.host_threads = 4; /* a Python script computing on the CPU beside the loader */
+    CHECK_INT_EQ(stoke_decide(&machine, &recs, &g, &d), STOKE_OK);
+    CHECK_INT_EQ(d.workers, 0);
+    g.host_threads = 0;
     cpu_box(&machine, 2, 2, 3000, STOKE_SIMD_AVX2);
     add_gpu(&machine, "NVIDIA H200", 9, 0, 132, 1980);
     stoke_recommend(&machine, &recs);

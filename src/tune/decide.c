@@ -166,11 +166,12 @@ static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
         d->workers = q->workers;
         why(&d->workers_why, q->workers_src, "%s", "");
     } else if (q->in_memory && q->cheap_transform && d->device != STOKE_TUNE_CPU &&
-               d->available_cpus >= 3) {
+               q->host_threads <= 0 && d->available_cpus >= 3) {
         /* On a GPU the same gather is as long as a step: an H200 trained the MLP at
          * 0.55 ms a batch of 256 and the training thread waited half of it gathering.
          * Two workers gather ahead while it queues the GPU's work (one thread each, and
-         * a third for the training thread). */
+         * a third for the training thread). Not for a caller that computes on the CPU
+         * itself (a Python script's torch threads: host_threads). */
         d->workers = 2;
         why(&d->workers_why, STOKE_SRC_RULE,
             "the dataset is in memory and its transform is one fused pass, but a GPU's "
