@@ -1329,14 +1329,16 @@ static void host_of(cuda_ctx *c, void *host, const void *dev, size_t bytes)
     CHECK(stoke_cudart_stream_sync(c->rt, c->L.stream) == STOKE_OK);
 }
 
-/* One convolution bias gradient (db0 + the sums over samples and plane of dy) on c,
- * twice (the same bits), on the host build (the same bits again) and against a plain
- * double sum: the tree's doubles are exact to ~1e-16 of the sum of magnitudes, so
- * what is left is db's fp32 rounding, within 2^-22 of |db0| + sum |dy|. */
-static void tree_conv_case(cuda_ctx *c, host_tree *h, int64_t B, int64_t C, int64_t P)
+/* One bias gradient (db0 + the sums of dy over all but its channel axis) on c, twice
+ * (the same bits), on the host build (the same bits again) and against a plain double
+ * sum: a convolution's (`conv`: dy [B][C][P], cuda_conv_bias_grad) or a linear or
+ * attention layer's (dy [B rows][C cols], P 1, cuda_bias_grad). The tree's doubles are
+ * exact to ~1e-16 of the sum of magnitudes, so what is left is db's fp32 rounding,
+ * within 2^-22 of |db0| + sum |dy|. */
+static void tree_db_case(cuda_ctx *c, host_tree *h, bool conv, int64_t B, int64_t C, int64_t P)
 {
     size_t n = (size_t)(B * C * P);
-    float *dy = malloc(n * sizeof *dy), *db0 = malloc((size_t)C * sizeof *db0);
+    float *dy = malloc(n * sizeof *dy + 4), *db0 = malloc((size_t)C * sizeof *db0);
     float *got[3] = {malloc((size_t)C * 4), malloc((size_t)C * 4), malloc((size_t)C * 4)};
     if (!dy || !db0 || !got[0] || !got[1] || !got[2]) {
         CHECK(!"out of memory");
@@ -1350,11 +1352,14 @@ static void tree_conv_case(cuda_ctx *c, host_tree *h, int64_t B, int64_t C, int6
     for (int r = 0; r < 2 && ddy && ddb; r++) {
         CHECK(stoke_cudart_copy_to_device_async(c->rt, ddb, db0, (size_t)C * 4, c->L.stream) ==
               STOKE_OK);
-        CHECK_MSG(cuda_conv_bias_grad(c, ddb, ddy, B, C, P) == STOKE_OK, "%s", stoke_last_error());
+        stoke_status st =
+            conv ? cuda_conv_bias_grad(c, ddb, ddy, B, C, P) : cuda_bias_grad(c, ddb, ddy, B, C);
+        CHECK_MSG(st == STOKE_OK, "%s", stoke_last_error());
         host_of(c, got[r], ddb, (size_t)C * 4);
     }
     memcpy(got[2], db0, (size_t)C * 4);
-    CHECK(cuda_conv_bias_grad(&h->c, got[2], dy, B, C, P) == STOKE_OK);
+    CHECK((conv ? cuda_conv_bias_grad(&h->c, got[2], dy, B, C, P)
+                : cuda_bias_grad(&h->c, got[2], dy, B, C)) == STOKE_OK);
     double worst = 0;
     for (int64_t k = 0; k < C; k++) {
         double s = 0, mag = fabs(db0[k]);
@@ -1366,12 +1371,13 @@ static void tree_conv_case(cuda_ctx *c, host_tree *h, int64_t B, int64_t C, int6
         double e = fabs(got[0][k] - (db0[k] + s)) / mag;
         worst = e > worst ? e : worst;
     }
-    CHECK_MSG(worst <= 0x1p-22, "conv bias %lldx%lldx%lld (cap %lld): %g of the magnitudes",
+    const char *what = conv ? "conv bias" : "bias";
+    CHECK_MSG(worst <= 0x1p-22, "%s %lldx%lldx%lld (cap %lld): %g of the magnitudes", what,
               (long long)B, (long long)C, (long long)P, (long long)c->tree_cap, worst);
-    CHECK_MSG(memcmp(got[0], got[1], (size_t)C * 4) == 0, "conv bias %lldx%lldx%lld: runs differ",
+    CHECK_MSG(memcmp(got[0], got[1], (size_t)C * 4) == 0, "%s %lldx%lldx%lld: runs differ", what,
               (long long)B, (long long)C, (long long)P);
     CHECK_MSG(memcmp(got[0], got[2], (size_t)C * 4) == 0,
-              "conv bias %lldx%lldx%lld: the host build's bits differ", (long long)B, (long long)C,
+              "%s %lldx%lldx%lld: the host build's bits differ", what, (long long)B, (long long)C,
               (long long)P);
     stoke_cudart_free(c->rt, ddy);
     stoke_cudart_free(c->rt, ddb);
@@ -1381,7 +1387,7 @@ static void tree_conv_case(cuda_ctx *c, host_tree *h, int64_t B, int64_t C, int6
         free(got[r]);
 }
 
-/* A sum of squares of n values as tree_conv_case: the same bits each run and on the
+/* A sum of squares of n values as tree_db_case: the same bits each run and on the
  * host build, within 1e-12 relative of a compensated (Kahan) double sum. The squares
  * are exact in double, so that is the tree's own rounding: ~eps for each value a path
  * from a leaf adds (fan-ins of 32 over five levels, or one of 60k at the lowest cap
@@ -1416,52 +1422,6 @@ static void tree_sumsq_case(cuda_ctx *c, host_tree *h, int64_t n)
     stoke_cudart_free(c->rt, dx);
     stoke_cudart_free(c->rt, dt8);
     free(x);
-}
-
-/* A linear or attention bias gradient over rows x cols, as tree_conv_case. */
-static void tree_bias_case(cuda_ctx *c, host_tree *h, int64_t rows, int64_t cols)
-{
-    size_t n = (size_t)(rows * cols);
-    float *dy = malloc(n * 4 + 4), *db0 = malloc((size_t)cols * 4);
-    float *got[3] = {malloc((size_t)cols * 4), malloc((size_t)cols * 4), malloc((size_t)cols * 4)};
-    if (!dy || !db0 || !got[0] || !got[1] || !got[2]) {
-        CHECK(!"out of memory");
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        dy[i] = rnd();
-    for (int64_t k = 0; k < cols; k++)
-        db0[k] = rnd();
-    float *ddy = dev_copy(c, dy, n * 4), *ddb = dev_copy(c, db0, (size_t)cols * 4);
-    for (int r = 0; r < 2 && ddy && ddb; r++) {
-        CHECK(stoke_cudart_copy_to_device_async(c->rt, ddb, db0, (size_t)cols * 4, c->L.stream) ==
-              STOKE_OK);
-        CHECK_MSG(cuda_bias_grad(c, ddb, ddy, rows, cols) == STOKE_OK, "%s", stoke_last_error());
-        host_of(c, got[r], ddb, (size_t)cols * 4);
-    }
-    memcpy(got[2], db0, (size_t)cols * 4);
-    CHECK(cuda_bias_grad(&h->c, got[2], dy, rows, cols) == STOKE_OK);
-    double worst = 0;
-    for (int64_t k = 0; k < cols; k++) {
-        double s = 0, mag = fabs(db0[k]);
-        for (int64_t r = 0; r < rows; r++) {
-            s += dy[r * cols + k];
-            mag += fabs(dy[r * cols + k]);
-        }
-        double e = fabs(got[0][k] - (db0[k] + s)) / mag;
-        worst = e > worst ? e : worst;
-    }
-    CHECK_MSG(worst <= 0x1p-22, "bias %lldx%lld (cap %lld): %g of the magnitudes", (long long)rows,
-              (long long)cols, (long long)c->tree_cap, worst);
-    CHECK_MSG(memcmp(got[0], got[1], (size_t)cols * 4) == 0 &&
-                  memcmp(got[0], got[2], (size_t)cols * 4) == 0,
-              "bias %lldx%lld: runs or builds differ", (long long)rows, (long long)cols);
-    stoke_cudart_free(c->rt, ddy);
-    stoke_cudart_free(c->rt, ddb);
-    free(dy);
-    free(db0);
-    for (int r = 0; r < 3; r++)
-        free(got[r]);
 }
 
 /* The optimizer step's sums of squares of many tensors at once (groups of
@@ -1555,11 +1515,11 @@ static void test_tree_sums(void)
         c->tree_cap = h.c.tree_cap = caps[k];
         for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++)
             if (caps[k] == CUDA_TREE_CAP || conv[i][0] * conv[i][1] * conv[i][2] < (1 << 20))
-                tree_conv_case(c, &h, conv[i][0], conv[i][1], conv[i][2]);
+                tree_db_case(c, &h, true, conv[i][0], conv[i][1], conv[i][2]);
         for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++)
             tree_sumsq_case(c, &h, sq[i]);
         for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
-            tree_bias_case(c, &h, bias[i][0], bias[i][1]);
+            tree_db_case(c, &h, false, bias[i][0], bias[i][1], 1);
         tree_many_cases(c, &h);
     }
     free(h.tree);
