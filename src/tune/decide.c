@@ -165,26 +165,28 @@ static void decide_threads(const stoke_machine *m, const stoke_recs *recs,
     if (q->workers >= 0) {
         d->workers = q->workers;
         why(&d->workers_why, q->workers_src, "%s", "");
-    } else if (q->in_memory && q->cheap_transform && d->device != STOKE_TUNE_CPU &&
-               q->host_threads <= 0 && d->available_cpus >= 3) {
-        /* On a GPU the same gather is as long as a step: an H200 trained the MLP at
-         * 0.55 ms a batch of 256 and the training thread waited half of it gathering.
-         * Two workers gather ahead while it queues the GPU's work (one thread each, and
-         * a third for the training thread). Not for a caller that computes on the CPU
-         * itself (a Python script's torch threads: host_threads). */
-        d->workers = 2;
-        why(&d->workers_why, STOKE_SRC_RULE,
-            "the dataset is in memory and its transform is one fused pass, but a GPU's "
-            "step is about as short as gathering a batch: 2 workers gather ahead while the "
-            "training thread queues the GPU's work");
     } else if (q->in_memory && q->cheap_transform) {
-        /* A batch gathered from memory through the fused transform costs ~1 us a
-         * sample, far below a step's compute on the CPU: a worker thread would mostly
-         * sleep yet take a core from the math, so the training thread does it. */
-        d->workers = 0;
-        why(&d->workers_why, STOKE_SRC_RULE,
-            "the dataset is in memory and its transform is "
-            "one fused pass: the training thread gathers each batch");
+        if (d->device != STOKE_TUNE_CPU && q->host_threads <= 0 && d->available_cpus >= 3) {
+            /* On a GPU the gather is as long as a step: an H200 trained the MLP at 0.55
+             * ms a batch of 256 and the training thread waited half of it gathering.
+             * Two workers gather ahead while it queues the GPU's work (one thread each,
+             * and a third for the training thread). Not for a caller that computes on
+             * the CPU itself (a Python script's torch threads: host_threads). */
+            d->workers = 2;
+            why(&d->workers_why, STOKE_SRC_RULE,
+                "the dataset is in memory and its transform is one fused pass, but a GPU's "
+                "step is about as short as gathering a batch: 2 workers gather ahead while "
+                "the training thread queues the GPU's work");
+        } else {
+            /* A batch gathered from memory through the fused transform costs ~1 us a
+             * sample, far below a step's compute on the CPU: a worker thread would
+             * mostly sleep yet take a core from the math, so the training thread does
+             * it. */
+            d->workers = 0;
+            why(&d->workers_why, STOKE_SRC_RULE,
+                "the dataset is in memory and its transform is "
+                "one fused pass: the training thread gathers each batch");
+        }
     } else {
         const stoke_rec *rw = stoke_recs_find(recs, "loader_workers", STOKE_TUNE_CPU);
         int rule = rw && rw->known ? (int)rw->number : 1;
@@ -313,8 +315,8 @@ stoke_status stoke_device_check(const char *dev)
         return stoke_fail(STOKE_ERR_ARG, "device: '%s' is not auto, cpu, cuda or cuda:N", dev);
     if (index < 0)
         return stoke_fail(STOKE_ERR_ARG,
-                          "device: '%s': stoke addresses at most %d GPUs, cuda:0 to cuda:%d",
-                          dev, STOKE_MAX_GPUS, STOKE_MAX_GPUS - 1);
+                          "device: '%s': stoke addresses at most %d GPUs, cuda:0 to cuda:%d", dev,
+                          STOKE_MAX_GPUS, STOKE_MAX_GPUS - 1);
     return STOKE_OK;
 }
 
