@@ -378,7 +378,8 @@ typedef struct stoke_rule {
     double excess_cores_atleast; /* compute threads + others' cores over the usable CPUs */
     double thread_share_below;   /* the job's cores per compute thread under this = starved */
     double startup_frac_atleast; /* the share of the watched time before the first GPU work */
-    /* Fills *f and returns true when the rule fires. */
+    /* Fills *f and returns true when the rule fires. Figures and changes are appended
+     * to those *f has: start from a zeroed finding, as stoke_diagnose does. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 } stoke_rule;
 

@@ -36,7 +36,7 @@ static bool any_gpu(const stoke_mon_summary *s)
 /* Records a figure of the run the rule read; returns its value for the evidence. */
 static double fig(stoke_finding *f, const char *name, double value, const char *unit)
 {
-    if (f->nfigures < STOKE_FINDING_FIGURES)
+    if ((unsigned)f->nfigures < STOKE_FINDING_FIGURES)
         f->figures[f->nfigures++] = (stoke_finding_figure){name, value, unit};
     return value;
 }
@@ -46,7 +46,7 @@ static double fig(stoke_finding *f, const char *name, double value, const char *
 static double change(stoke_finding *f, const char *setting, const char *unit, double current,
                      double suggested, int direction)
 {
-    if (f->nchanges < STOKE_FINDING_CHANGES)
+    if ((unsigned)f->nchanges < STOKE_FINDING_CHANGES)
         f->changes[f->nchanges++] =
             (stoke_finding_change){setting, unit, current, suggested, direction, NULL};
     return suggested;
@@ -55,7 +55,7 @@ static double change(stoke_finding *f, const char *setting, const char *unit, do
 /* Records a setting to set to a word ("bf16", "tmpfs"). */
 static void change_to(stoke_finding *f, const char *setting, const char *to)
 {
-    if (f->nchanges < STOKE_FINDING_CHANGES)
+    if ((unsigned)f->nchanges < STOKE_FINDING_CHANGES)
         f->changes[f->nchanges++] = (stoke_finding_change){setting, "", NAN, NAN, 0, to};
 }
 
