@@ -1,5 +1,6 @@
-/* rules.c - the diagnosis: a table of rules over a run's summary, each with evidence
- * and advice in numbers. Thresholds live in the table rows (see docs/monitor.md). */
+/* rules.c - the diagnosis: a table of rules over a run's summary; a finding records the
+ * figures it read and the settings it asks to change as fields, and its evidence and
+ * advice texts render them. Thresholds live in the table rows (see docs/monitor.md). */
 #include "stoke/monitor.h"
 
 #include <math.h>
