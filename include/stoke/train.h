@@ -343,6 +343,7 @@ typedef struct stoke_train_event {
      * and its evidence and advice; NULL for other events */
     const struct stoke_rule *rule;
     const char *evidence, *advice;
+    const struct stoke_finding *finding; /* WARNING: its fields (during the call); else NULL */
     /* PROGRESS, EPOCH: the compute threads when the run changed them from the
      * decision's count (adapting to the load: docs/train.md, "Shared cores"); 0 while
      * it runs at that count */

@@ -121,7 +121,8 @@ static void monitor_warnings(stoke_trainer *t)
                                    .epoch = t->epoch,
                                    .rule = f[i].rule,
                                    .evidence = f[i].evidence,
-                                   .advice = f[i].advice};
+                                   .advice = f[i].advice,
+                                   .finding = &f[i]};
             train_emit(t, &e);
         }
     }
