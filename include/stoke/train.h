@@ -249,7 +249,8 @@ stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, s
 /* Applies BATCH_SIZE, VAL_BATCH_SIZE, NUM_WORKERS, PREFETCH_FACTOR, ACCUMULATE, EPOCHS,
  * LR, SEED, PRECISION, STOKE_DEVICE, STOKE_RECOMPUTE and AMP (true/1 -> precision
  * bf16, false/0 -> fp32; refused beside PRECISION) from the environment
- * (STOKE_CFG_ENV). `getenv_fn` may be NULL (getenv). Errors name the variable. */
+ * (STOKE_CFG_ENV). `getenv_fn` may be NULL (the process environment). Errors name the
+ * variable. */
 stoke_status stoke_train_config_load_env(stoke_train_config *c,
                                          const char *(*getenv_fn)(const char *name));
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/regular.h"
 #include "core/text.h"
 #include "core/tmpfile.h"
@@ -233,7 +234,8 @@ static char *cache_key(const stoke_trainer *t)
 /* $STOKE_CACHE_DIR, else $XDG_CACHE_HOME/stoke, else ~/.cache/stoke; "" if none. */
 static void cache_dir(char *dir, size_t size)
 {
-    const char *e = getenv("STOKE_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    const char *e = stoke_env("STOKE_CACHE_DIR"), *x = stoke_env("XDG_CACHE_HOME"),
+               *h = stoke_env("HOME");
     if (e && *e)
         stoke_say(dir, size, "%s", e);
     else if (x && *x)
