@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "step_fault.h"
 #include "stoke/train.h"
 #include "train/trainer.h"
 
@@ -423,18 +424,19 @@ static void test_alloc_failure(void)
     train_run(&c, &b);
     unsetenv("STOKE_FAIL_ALLOC_ABOVE");
     /* within training: the first batch of step 3 refused, as a grown workspace would */
-    setenv("STOKE_FAIL_ALLOC_AT_STEP", "3", 1);
+    step_fault f;
+    step_fault_set(&f, 3, 0);
     train_run(&c, &h);
-    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
+    step_fault_clear();
     /* the reference for both: 32 x 2 from the start */
     c.batch_size = 32;
     c.accumulate = 2;
     train_run(&c, &d);
     /* within a step's accumulation: its second batch, gradients of the first held */
     run m;
-    setenv("STOKE_FAIL_ALLOC_AT_STEP", "7:1", 1); /* in the last epoch */
+    step_fault_set(&f, 7, 1); /* in the last epoch */
     train_run(&c, &m);
-    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
+    step_fault_clear();
     CHECK_INT_EQ(m.batch, 16);
     CHECK_INT_EQ(m.accum, 4);
     CHECK_INT_EQ(m.r.steps, a.r.steps);
@@ -464,7 +466,7 @@ static void test_alloc_failure(void)
             CHECK_NEAR(r->w[k], a.w[k], 1e-4);
     }
     CHECK_STR_CONTAINS(b.said.text[0], "cannot allocate");
-    CHECK_STR_CONTAINS(h.said.text[0], "STOKE_FAIL_ALLOC_AT_STEP");
+    CHECK_STR_CONTAINS(h.said.text[0], "test fault: the workspace of batch 64 refused at step 3");
     /* halved before the first step: exactly the run at 32 x 2 */
     CHECK(memcmp(b.w, d.w, sizeof b.w) == 0);
     CHECK_INT_EQ(a.said.n, 0);
@@ -561,7 +563,6 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     unsetenv("STOKE_FAIL_ALLOC_ABOVE");
-    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
     make_dataset();
     test_config_keys();
     test_finder();

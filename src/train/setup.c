@@ -53,8 +53,8 @@ static stoke_tune_request tune_request(const stoke_trainer *t)
                                 .batch = c->batch_size,
                                 .batch_src = SRC("batch_size"),
                                 .in_memory = t->train_d != t->train_src,
-                                .cheap_transform = !c->augment || (t->input.in_dtype == STOKE_U8 &&
-                                                                   !strcmp(c->transforms, "crop")),
+                                .cheap_transform =
+                                    stoke_transform_one_pass(t->input.image ? &t->topts : NULL),
                                 .profiles = &t->profiles};
 #undef SRC
 }
@@ -222,8 +222,8 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
          * workers (the start's count may be lower, other processes busy then) */
         int most = d->available_cpus - d->workers;
         t->adapt.max = most > t->threads ? most : t->threads;
-        t->adapt.on = stoke_source_decided(d->threads_why.source) && t->adapt.max > 1 &&
-                      !t->trial.on;
+        t->adapt.on =
+            stoke_source_decided(d->threads_why.source) && t->adapt.max > 1 && !t->trial.on;
         if (t->adapt.on) /* `config show` and bench say it with the decision */
             stoke_more(t->decision.threads_why.reason, sizeof t->decision.threads_why.reason,
                        "; during the run it follows the load, 1 to %d", t->adapt.max);
@@ -274,8 +274,8 @@ static void setup_mfu(stoke_trainer *t)
                 : STOKE_PREC_FP32;
         /* adapting, the count can rise to adapt.max: MFU is against that many threads'
          * peak, so a switch up cannot read above 100% */
-        train_cpu_peak(&t->machine.cpu, p, t->adapt.on ? t->adapt.max : t->threads,
-                       !t->cfg.dry_run, &t->peak);
+        train_cpu_peak(&t->machine.cpu, p, t->adapt.on ? t->adapt.max : t->threads, !t->cfg.dry_run,
+                       &t->peak);
     } else {
         stoke_say(t->peak.how, sizeof t->peak.how, "unknown: cuda:%d is not among the GPUs probed",
                   t->device);
@@ -976,15 +976,6 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
     setup_optimizer(t);
     if ((s = train_decide_batch(t)) != STOKE_OK)
         return s;
-    /* a test hook: "N" or "N:M", batch M (0: the first) of optimizer step N fails as an
-     * allocation would */
-    const char *fs = getenv("STOKE_FAIL_ALLOC_AT_STEP");
-    const char *end = "";
-    uint64_t step = 0, micro = 0;
-    t->fail_on = fs && stoke_parse_u64_prefix(fs, 10, &step, &end) && step <= INT64_MAX &&
-                 (!*end || (*end == ':' && stoke_parse_u64(end + 1, &micro) && micro <= INT_MAX));
-    t->fail_step = (int64_t)step;
-    t->fail_micro = (int)micro;
     setup_mfu(t);
     setup_schedule(t);
     t->recompute = strcmp(t->cfg.recompute, "on") == 0;

@@ -89,11 +89,6 @@ struct stoke_trainer {
     stoke_monitor *monitor;
     int workers, threads;
     bool plan_refused; /* the last allocate_models' NOMEM was the CPU's plan check */
-    /* test hook STOKE_FAIL_ALLOC_AT_STEP=N[:M]: on (once) with step N, batch M. Its own
-     * flag: no step value (a checkpoint's, even a wrong one) can mean "off". */
-    bool fail_on;
-    int64_t fail_step;
-    int fail_micro;
     int log_fd;
     char log_error[600]; /* the first record that could not be written */
     double held_bytes;   /* samples held in memory (training and validation) */
