@@ -188,9 +188,10 @@ static void finder_case(double budget, double safety, bool pow2, int64_t limit)
     if (!t)
         return;
     /* the fit, at most the CPU's start and the batch that keeps 50 steps an epoch */
-    int64_t steps = samples / TRAIN_MIN_EPOCH_STEPS > 1 ? samples / TRAIN_MIN_EPOCH_STEPS : 1;
+    int64_t steps =
+        samples / STOKE_TUNE_MIN_EPOCH_STEPS > 1 ? samples / STOKE_TUNE_MIN_EPOCH_STEPS : 1;
     steps = pow2 ? pow2_floor(steps) : steps;
-    int64_t want = cap < TRAIN_CPU_START_BATCH ? cap : TRAIN_CPU_START_BATCH;
+    int64_t want = cap < STOKE_TUNE_CPU_START_BATCH ? cap : STOKE_TUNE_CPU_START_BATCH;
     want = steps < want ? steps : want;
     CHECK_INT_EQ(stoke_trainer_config(t)->batch_size, want);
     const stoke_decision *d = stoke_trainer_decision(t);

@@ -152,7 +152,7 @@ typedef struct stoke_train_config {
     int64_t batch_size;      /* samples per forward/backward (default 128); 0 = auto: the
                                  largest that fits memory_safety x the free memory (a
                                  power of two with batch_pow2, at most the samples; on
-                                 the CPU at most train_cpu_start_batch), set by
+                                 the CPU at most STOKE_TUNE_CPU_START_BATCH), set by
                                  stoke_trainer_new */
     int64_t val_batch_size;  /* default 256 */
     int64_t accumulate;      /* backward passes per optimizer step (default 1): the

@@ -230,24 +230,11 @@ stoke_status train_decide_batch(stoke_trainer *t);
  * loader's ring, the validation model and the data held beside it) fits `safety` x
  * the device's free memory (the GPU's, the host's available memory, or
  * --memory-budget), rounded down to a power of two when `pow2`, at most the training
- * samples: *cap, with the numbers in `why`. STOKE_ERR_NOMEM when not even batch 1
- * fits. The tuner calls it too. */
+ * samples: *cap, with the numbers in `why` (the facts measured here, the rule
+ * stoke_tune_batch_fit's). STOKE_ERR_NOMEM when not even batch 1 fits. The measured
+ * search (tune.c) calls it too. */
 stoke_status train_fit_batch(stoke_trainer *t, double safety, bool pow2, int64_t *cap, char *why,
                              size_t n);
-/* The CPU's batch where its memory fit is larger (a cap there, not the fastest
- * batch), with the reason. The measured search replaces it behind this call. */
-#define TRAIN_CPU_START_BATCH 256
-int64_t train_cpu_start_batch(const stoke_trainer *t, char *why, size_t n);
-/* The fewest optimizer steps an epoch that batch auto (the rule and the measured
- * search) leaves: the fastest batch of a small dataset is a few steps an epoch, and a
- * few steps do not train (2,000 samples at batch 1024: 2 steps, 9% validation
- * accuracy). 50 steps is a batch of at most 2% of the samples: a full Fashion-MNIST
- * (60,000) keeps batches up to 1024 open, --limit 2000 caps them at 40. */
-#define TRAIN_MIN_EPOCH_STEPS 50
-/* The largest batch that keeps TRAIN_MIN_EPOCH_STEPS optimizer steps an epoch (at the
- * accumulation given), at least 1, with the reason; 0 when an effective_batch is given
- * (the user chose the optimizer's batch, the micro-batch only sets the speed). */
-int64_t train_steps_cap(const stoke_trainer *t, char *why, size_t n);
 /* setup.c: the GPU's free memory (cudaMemGetInfo). */
 stoke_status train_gpu_free_bytes(int device, size_t *free_bytes);
 /* setup.c: after an allocation failure within training (err: its message): the

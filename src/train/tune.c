@@ -590,7 +590,8 @@ static stoke_status build_space(stoke_trainer *pt, const tune_open *o, bool grid
                       "the memory fit (%.0f%% memory_safety of the free memory)",
                       pt->cfg.memory_safety * 100);
         }
-        int64_t steps = train_steps_cap(pt, why, sizeof why);
+        int64_t steps = stoke_tune_steps_cap(pt->info.count, pt->cfg.accumulate,
+                                             pt->cfg.effective_batch > 0, why, sizeof why);
         if (steps > 0 && steps < sp->batch_max) {
             sp->batch_max = steps;
             stoke_say(sp->batch_max_why, sizeof sp->batch_max_why, "%s", why);
