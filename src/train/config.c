@@ -60,7 +60,7 @@ static const struct key {
      sizeof((stoke_train_config *)0)->hidden, 1, 1 << 20, NULL, NULL, AUTO_NO},
     I(epochs, 1, 1e6, "EPOCHS"),
     I(max_steps, 0, 1e15, NULL),
-    /* auto (0): the batch finder's (batch.c), within memory_safety x the free memory */
+    /* auto (0): tune/batch.c's rule on train/batch.c's memory fit (memory_safety x free) */
     {"batch_size", T_INT, offsetof(stoke_train_config, batch_size), 0, 1, 1 << 24, "BATCH_SIZE",
      NULL, 0},
     I(val_batch_size, 1, 1 << 24, "VAL_BATCH_SIZE"),
