@@ -142,8 +142,6 @@ static const char *auto_prefix(const stoke_why *w)
     return w->source == STOKE_SRC_RULE || w->source == STOKE_SRC_MEASURED ? "auto: " : "";
 }
 
-/* What tune decided, applied (the compute threads; the rest is read from t->decision
- * where the models and loaders are made) and printed. */
 /* " + 1 left to other processes (busy on about 1.2 CPUs at the start)" when the threads'
  * rule took CPUs out for them; "" otherwise. */
 static const char *others_note(const stoke_trainer *t, const stoke_decision *d, char *buf,
@@ -157,6 +155,8 @@ static const char *others_note(const stoke_trainer *t, const stoke_decision *d, 
     return buf;
 }
 
+/* What tune decided, applied (the compute threads; the rest is read from t->decision
+ * where the models and loaders are made) and printed. */
 stoke_status train_apply_decision(stoke_trainer *t, const char *cpu_because)
 {
     stoke_tune_request q = tune_request(t);
