@@ -162,8 +162,8 @@ stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
     return STOKE_OK;
 }
 
-static const char *const config_required[] = {"dataset", "model",   "hidden",     "optimizer",
-                                              "seed",    "augment", "transforms", NULL};
+static const char *const config_required[] = {
+    "dataset", "model", "hidden", "optimizer", "seed", "augment", "transforms", NULL};
 
 static const char *json_kind(const cJSON *v)
 {
