@@ -1,4 +1,4 @@
-/* cudart.c - the CUDA runtime, loaded at run time with dlopen. The probe uses it for
+/* cudart.c - the CUDA runtime, loaded at run time through core/dl.h. The probe uses it for
  * what NVML does not report (SM count); the loader uses its device API (hw.h) for
  * pinned memory, streams, asynchronous copies and events. */
 #include <stdio.h>

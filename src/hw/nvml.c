@@ -1,4 +1,4 @@
-/* nvml.c - NVIDIA GPU readings through NVML, loaded at run time with dlopen so one
+/* nvml.c - NVIDIA GPU readings through NVML, loaded at run time (core/dl.h) so one
  * binary runs with or without a driver. Symbols are looked up newest version first;
  * every device function is optional and a missing one reads as "not supported". */
 #include <stdio.h>
