@@ -18,6 +18,7 @@
 #include "../bench/jpeg_gen.h"
 #include "data/dataset_impl.h"
 #include "data/resize.h"
+#include "data/test_seam.h"
 #include "stoke/data.h"
 
 static const int sizes[][2] = {{400, 350}, {500, 375}, {375, 500}, {333, 500},
@@ -85,7 +86,7 @@ static double run_decode(img *im, int n, int mode, int ow, int oh)
 
 static double run_read(const char *dir, int n, int ow, int oh, int isa)
 {
-    stoke_resize_set_isa(isa);
+    stoke_data_test_seam()->resize_isa = isa;
     stoke_dataset_opts o = {.image_width = ow, .image_height = oh};
     stoke_dataset *d = NULL;
     if (stoke_dataset_open(dir, &o, &d) != STOKE_OK) {
@@ -105,13 +106,13 @@ static double run_read(const char *dir, int n, int ow, int oh, int isa)
     double r = done / elapsed(t0);
     free(out);
     stoke_dataset_close(d);
-    stoke_resize_set_isa(-1);
+    stoke_data_test_seam()->resize_isa = -1;
     return r;
 }
 
 static double run_resize(const img *im, int n, int ow, int oh, int isa)
 {
-    stoke_resize_set_isa(isa);
+    stoke_data_test_seam()->resize_isa = isa;
     unsigned char *out = malloc((size_t)ow * oh * 3);
     long done = 0;
     uint64_t t0 = stoke_now_ns();
@@ -123,7 +124,7 @@ static double run_resize(const img *im, int n, int ow, int oh, int isa)
     }
     double r = done / elapsed(t0);
     free(out);
-    stoke_resize_set_isa(-1);
+    stoke_data_test_seam()->resize_isa = -1;
     return r;
 }
 
@@ -185,7 +186,7 @@ int main(int argc, char **argv)
         double rd[3], rz[3];
         const char *name[3];
         for (int l = 0; l < 3; l++) {
-            stoke_resize_set_isa(l);
+            stoke_data_test_seam()->resize_isa = l;
             name[l] = stoke_resize_path();
             rd[l] = run_read(dir, n, ow, oh, l);
             rz[l] = run_resize(im, n, ow, oh, l);

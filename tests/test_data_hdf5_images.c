@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "data/dataset_impl.h"
+#include "data/test_seam.h"
 #include "stoke/data.h"
 
 static const char *fx; /* the fixture directory (argv[1]) */
@@ -552,14 +553,14 @@ static void test_threads(void)
     stoke_dataset_opts o = {.input_name = "xc", .target_name = "v"};
     for (int whole = 1; whole >= 0; whole--) {
         if (!whole)
-            setenv("STOKE_TEST_HDF5_WHOLE_MAX", "0", 1);
+            stoke_data_test_seam()->hdf5_whole_max = 0;
         d = open_ok("h5/big.h5", &o);
         if (d) {
             check_samples(d, "h5/big.h5.x.raw", "h5/big.h5.v.raw");
             check_threads(d, whole ? "big.h5 xc (whole)" : "big.h5 xc (blocks)", 600);
             stoke_dataset_close(d);
         }
-        unsetenv("STOKE_TEST_HDF5_WHOLE_MAX");
+        stoke_data_test_seam()->hdf5_whole_max = -1; /* the default */
     }
     o = (stoke_dataset_opts){.image_height = IMG_H, .image_width = IMG_W};
     d = open_ok("imgs", &o);

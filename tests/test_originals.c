@@ -19,6 +19,7 @@
 #include "check.h"
 #include "data/dataset_impl.h"
 #include "data/decode.h"
+#include "data/test_seam.h"
 #include "data/transform_impl.h"
 #include "stoke/data.h"
 
@@ -94,9 +95,9 @@ static void case_partial_exact(void)
                 int c = n % 4 == 3 ? 1 : 3;
                 size_t nb = (size_t)s.ow * s.oh * c;
                 unsigned char *a = malloc(nb), *b = malloc(nb);
-                stoke_image_set_partial(0);
+                stoke_data_test_seam()->jpeg_partial = 0;
                 stoke_status sa = stoke_image_decode("whole", 0, jpg, len, c, spec_window, &s, a);
-                stoke_image_set_partial(1);
+                stoke_data_test_seam()->jpeg_partial = 1;
                 stoke_status sb = stoke_image_decode("part", 0, jpg, len, c, spec_window, &s, b);
                 CHECK_MSG(sa == STOKE_OK && sb == STOKE_OK, "decode: %s", stoke_last_error());
                 stoke_image_window w;

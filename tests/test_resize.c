@@ -18,6 +18,7 @@
 #include "core/isa.h"
 #include "data/dataset_impl.h"
 #include "data/resize.h"
+#include "data/test_seam.h"
 #include "stoke/data.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -44,13 +45,13 @@ static void test_paths(void)
     bool avx2 = (present & STOKE_ISA_AVX2) && cap >= STOKE_CPU_ISA_AVX2;
     bool avx512 = (present & STOKE_ISA_AVX512F) && bw && cap >= STOKE_CPU_ISA_AVX512_CORE;
     const char *best = avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
-    stoke_resize_set_isa(2);
+    stoke_data_test_seam()->resize_isa = 2;
     CHECK_STR_EQ(stoke_resize_path(), best);
-    stoke_resize_set_isa(1);
+    stoke_data_test_seam()->resize_isa = 1;
     CHECK_STR_EQ(stoke_resize_path(), avx2 ? "avx2" : "scalar");
-    stoke_resize_set_isa(0);
+    stoke_data_test_seam()->resize_isa = 0;
     CHECK_STR_EQ(stoke_resize_path(), "scalar");
-    stoke_resize_set_isa(-1);
+    stoke_data_test_seam()->resize_isa = -1;
     CHECK_STR_EQ(stoke_resize_path(), best);
     fprintf(stderr, "cap %s: resize path %s\n", stoke_cpu_isa_name(cap), stoke_resize_path());
 }
@@ -73,9 +74,9 @@ static void test_simd_matches_scalar(int level)
                 /* kind 0: noise (every weight matters); 1: extremes (the clamps) */
                 for (size_t k = 0; k < in_n; k++)
                     in[k] = kind ? (rnd() & 1 ? 255 : 0) : (unsigned char)rnd();
-                stoke_resize_set_isa(0);
+                stoke_data_test_seam()->resize_isa = 0;
                 CHECK(stoke_resize_u8(in, iw, ih, a, ow, oh, c));
-                stoke_resize_set_isa(level);
+                stoke_data_test_seam()->resize_isa = level;
                 CHECK(stoke_resize_u8(in, iw, ih, b, ow, oh, c));
                 size_t bad = 0;
                 for (size_t k = 0; k < out_n; k++)
@@ -86,7 +87,7 @@ static void test_simd_matches_scalar(int level)
                 free(a);
                 free(b);
             }
-    stoke_resize_set_isa(-1);
+    stoke_data_test_seam()->resize_isa = -1;
 }
 
 static void test_jpeg_denom(void)
@@ -258,7 +259,7 @@ int main(int argc, char **argv)
     int level = check_part(argc, argv, "simd") ? 1 : check_part(argc, argv, "simd512") ? 2 : 0;
     if (level) {
         static const char *const want[] = {"", "avx2", "avx512"};
-        stoke_resize_set_isa(level);
+        stoke_data_test_seam()->resize_isa = level;
         if (strcmp(stoke_resize_path(), want[level]) != 0) {
             fprintf(stderr,
                     "skipped: %s is not usable here (the CPU, or STOKE_MAX_CPU_ISA): "

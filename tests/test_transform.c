@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "core/precision.h"
+#include "data/test_seam.h"
 #include "data/transform_impl.h"
 #include "stoke/data.h"
 
@@ -79,11 +80,11 @@ static void case_fused_crop_flip_normalize(void)
                 o.in_shape.dims[0] = C, o.in_shape.dims[1] = H, o.in_shape.dims[2] = W;
             }
             stoke_transform *fast = NULL, *slow = NULL;
-            stoke_transform_set_isa(1);
+            stoke_data_test_seam()->transform_isa = 1;
             CHECK_INT_EQ(stoke_transform_create(&o, &fast), STOKE_OK);
-            stoke_transform_set_isa(0);
+            stoke_data_test_seam()->transform_isa = 0;
             CHECK_INT_EQ(stoke_transform_create(&o, &slow), STOKE_OK);
-            stoke_transform_set_isa(-1);
+            stoke_data_test_seam()->transform_isa = -1;
             if (!fast || !slow)
                 return;
             CHECK_INT_EQ(stoke_transform_scratch_bytes(fast), 0); /* the fused path */

@@ -18,7 +18,7 @@ set_tests_properties(test_train PROPERTIES TIMEOUT 120)
 
 add_test(NAME train_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train.sh $<TARGET_FILE:stoke>
-                 ${CMAKE_CURRENT_BINARY_DIR}/train-e2e)
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-e2e $<TARGET_FILE:stoke_write_pause>)
 set_tests_properties(train_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The actor-critic on generated bandit rollouts (numpy): A2C, PPO and behaviour cloning

@@ -408,9 +408,6 @@ stoke_status stoke_cudart_capture_begin(stoke_cudart *rt, stoke_gpu_stream s);
 stoke_status stoke_cudart_capture_end(stoke_cudart *rt, stoke_gpu_stream s, stoke_gpu_graph *out);
 stoke_status stoke_cudart_graph_launch(stoke_cudart *rt, stoke_gpu_graph g, stoke_gpu_stream s);
 void stoke_cudart_graph_free(stoke_cudart *rt, stoke_gpu_graph g); /* NULL is ignored */
-/* True when the loaded runtime is stoke's test double (tests/fake), whose device
- * memory is host memory: only then may the CUDA backend run its kernels' host build. */
-bool stoke_cudart_is_double(const stoke_cudart *rt);
 
 /* True if two PCI bus ids name the same device, whatever their spelling: NVML's
  * "00000000:3B:00.0" and CUDA's "0000:3b:00.0" are both domain:bus:device.function in

@@ -3,6 +3,7 @@
  * runs without it (the kernels, the probe, libstoke used from C or Python), as
  * ONEDNN_MAX_CPU_ISA reaches oneDNN. */
 #include "core/isa.h"
+#include "core/env.h"
 
 #include <cpuid.h>
 #include <pthread.h>
@@ -147,7 +148,7 @@ static void fix_locked(void)
         return;
     present = detect();
     cap = STOKE_CPU_ISA_ALL;
-    const char *env = getenv("STOKE_MAX_CPU_ISA");
+    const char *env = stoke_env("STOKE_MAX_CPU_ISA");
     if (set_by_call) {
         cap = set_value;
     } else if (env && *env) {

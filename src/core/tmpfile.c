@@ -13,11 +13,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/regular.h"
 #include "core/rng.h"
+#include "core/test_seam.h"
 
 /* ---- what the signal handler sees ------------------------------------------------ */
 
@@ -42,8 +42,15 @@ static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGXFSZ};
 static struct sigaction passed_on[N_SIGNALS];
 static bool in_front[N_SIGNALS];
 
-/* Signals the handler has seen: only the test hook reads it. */
+/* Signals the handler has seen: only the test seam reads it. */
 static atomic_uint signals_seen;
+
+/* The test seam (core/test_seam.h): NULL outside tests. */
+static stoke_tmpfile_chunk_hook chunk_hook;
+
+void stoke_tmpfile_set_chunk_hook(stoke_tmpfile_chunk_hook hook) { chunk_hook = hook; }
+
+unsigned stoke_tmpfile_signals_seen(void) { return atomic_load(&signals_seen); }
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 static int registered; /* slots not FREE, under install_lock */
@@ -315,34 +322,8 @@ stoke_status stoke_tmpfile_open(stoke_tmpfile *t, const char *path)
         return stoke_fail(STOKE_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
                           strerror(e));
     }
-    t->pause_file = getenv("STOKE_TEST_WRITE_PAUSE");
-    if (t->pause_file && !*t->pause_file)
-        t->pause_file = NULL;
+    t->hook = chunk_hook;
     return STOKE_OK;
-}
-
-/* The test hook (docs/testing.md): after each chunk, writes the chunk count to the
- * pause file and waits until the signal handler has seen a signal, so a test can
- * signal a writer that is certainly mid-write. Gives up pausing after 60 s without
- * one. */
-static void test_pause(stoke_tmpfile *t)
-{
-    unsigned seen = atomic_load(&signals_seen);
-    char tmp[4200], text[32];
-    snprintf(tmp, sizeof tmp, "%s.part", t->pause_file);
-    int n = snprintf(text, sizeof text, "%u\n", t->chunks);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-        ssize_t w = write(fd, text, (size_t)n);
-        (void)w;
-        close(fd);
-        rename(tmp, t->pause_file);
-    }
-    const struct timespec tick = {0, 5 * 1000 * 1000};
-    for (int i = 0; i < 12000 && atomic_load(&signals_seen) == seen; i++)
-        nanosleep(&tick, NULL);
-    if (atomic_load(&signals_seen) == seen)
-        t->pause_file = NULL;
 }
 
 size_t stoke_write_all(int fd, const void *buf, size_t n)
@@ -382,8 +363,8 @@ stoke_status stoke_tmpfile_write(stoke_tmpfile *t, const void *buf, size_t n)
         return s;
     }
     t->chunks++;
-    if (t->pause_file)
-        test_pause(t);
+    if (t->hook && !t->hook(t->chunks))
+        t->hook = NULL;
     return STOKE_OK;
 }
 

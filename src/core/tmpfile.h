@@ -22,6 +22,7 @@
 #ifndef STOKE_CORE_TMPFILE_H
 #define STOKE_CORE_TMPFILE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "stoke/core.h"
@@ -34,8 +35,8 @@ typedef struct stoke_tmpfile {
     int dirfd;              /* the destination's directory; -1 once closed */
     int slot;               /* the signal handler's table entry; -1 when none */
     uint64_t written;       /* bytes written so far */
-    unsigned chunks;        /* stoke_tmpfile_write calls so far (the test hook's count) */
-    const char *pause_file; /* STOKE_TEST_WRITE_PAUSE (docs/testing.md), or NULL */
+    unsigned chunks;        /* stoke_tmpfile_write calls so far (the test seam's count) */
+    bool (*hook)(unsigned); /* the test seam's (core/test_seam.h), or NULL */
     char path[4096];        /* the destination as given, for messages */
     char base[256];         /* the destination's name in its directory */
     char tmp[256];          /* the temporary file's name: ".<base>.stoke-tmp-XXXXXX" */

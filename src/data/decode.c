@@ -4,6 +4,7 @@
  * jpeg_skip_scanlines), TurboJPEG's cropping arrived with its 3.0 API. */
 #include "data/decode.h"
 #include "core/regular.h"
+#include "data/seam.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +27,6 @@ typedef struct img_pixels {
     unsigned char *data;
     int w, h, c;
 } img_pixels;
-
-static int partial_on = 1;
-
-void stoke_image_set_partial(int on) { partial_on = on; }
 
 stoke_status stoke_image_load_file(const char *path, int64_t i, unsigned char **buf, size_t *len)
 {
@@ -190,7 +187,7 @@ static bool dec_jpeg_run(dec_jpeg_job *j, const unsigned char *buf, size_t len, 
     stoke_resize_span(&w.x, &x0, &x1);
     stoke_resize_span(&w.y, &y0, &y1);
     x0 += w.x0, x1 += w.x0, y0 += w.y0, y1 += w.y0; /* image pixels */
-    if (!partial_on)
+    if (!stoke_data_seam_get()->jpeg_partial)
         x0 = 0, x1 = SW, y0 = 0, y1 = SH;
     /* Only the columns and rows the resize reads: the crop starts at an iMCU boundary
      * (libjpeg widens it); rows above are skipped (entropy-decoded, not transformed),

@@ -55,10 +55,6 @@ stoke_status stoke_image_size(const char *name, int64_t index, const unsigned ch
  * (bench/resize_bench.c). */
 int stoke_images_jpeg_denom(int bw, int bh, int ow, int oh);
 
-/* Tests and benchmarks only: 0 decodes every JPEG whole (no row or column cropping)
- * from now on, 1 (the default) crops to what the resize reads. Not thread-safe. */
-void stoke_image_set_partial(int on);
-
 /* Reads a whole regular file (at most 1 GiB) into *buf (free it); errors name the
  * path and sample. */
 stoke_status stoke_image_load_file(const char *path, int64_t index, unsigned char **buf,

@@ -2,6 +2,7 @@
  * read through libhdf5. */
 #include "data/dataset_impl.h"
 #include "core/regular.h"
+#include "data/seam.h"
 #include "data/util_impl.h"
 
 #include <errno.h>
@@ -77,13 +78,13 @@ static const char *h5_error(char msg[256])
 /* Recent misses remembered to tell sequential streams from shuffled reads. */
 #define H5_RECENT 8
 
-/* Contiguous data up to this size is cached whole (H5_CACHE_BYTES).
- * STOKE_TEST_HDF5_WHOLE_MAX lowers it, so the tests reach the read-ahead path without
- * a 64 MB fixture. */
+/* Contiguous data up to this size is cached whole (H5_CACHE_BYTES). The test seam
+ * (data/seam.h) lowers it, so the tests reach the read-ahead path without a 64 MB
+ * fixture. */
 static double h5_whole_max(void)
 {
-    const char *t = getenv("STOKE_TEST_HDF5_WHOLE_MAX");
-    return t ? strtod(t, NULL) : (double)H5_CACHE_BYTES;
+    double seam = stoke_data_seam_get()->hdf5_whole_max;
+    return seam >= 0 ? seam : (double)H5_CACHE_BYTES;
 }
 
 /* One cached block: rows [first, first + n). `data` is replaced, never written in

@@ -12,6 +12,7 @@
  * Pillow. */
 #include "data/resize.h"
 #include "core/isa.h"
+#include "data/seam.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -24,20 +25,18 @@
 
 #define RZ_PRECISION_BITS (32 - 8 - 2)
 
-static int isa_level = -1; /* -1: detect; 0: scalar; 1: AVX2; 2: AVX-512 (see resize.h) */
-
-void stoke_resize_set_isa(int level) { isa_level = level; }
-
 enum { RZ_SCALAR, RZ_AVX2, RZ_AVX512 };
 
-/* The path isa_level asks for, lowered to what the CPU and the cap allow. AVX512BW has
- * AVX512F's cap level (avx512_core), so the F bit carries the cap; isa.c has no BW bit,
- * so its presence is asked here (gcc and clang check the OS's zmm state for it). */
+/* The path the test seam asks for (data/seam.h: -1, the best, unless a test set it),
+ * lowered to what the CPU and the cap allow. AVX512BW has AVX512F's cap level
+ * (avx512_core), so the F bit carries the cap; isa.c has no BW bit, so its presence is
+ * asked here (gcc and clang check the OS's zmm state for it). */
 static int rz_level(void)
 {
 #if defined(__x86_64__)
     unsigned usable = stoke_isa_usable();
-    int want = isa_level < 0 ? RZ_AVX512 : isa_level;
+    int level = stoke_data_seam_get()->resize_isa;
+    int want = level < 0 ? RZ_AVX512 : level;
     if (want >= RZ_AVX512 && (usable & STOKE_ISA_AVX512F) && __builtin_cpu_supports("avx512bw"))
         return RZ_AVX512;
     if (want >= RZ_AVX2 && (usable & STOKE_ISA_AVX2))

@@ -38,13 +38,6 @@ bool stoke_resize_box_u8(const unsigned char *in, int iw, int ih, int ox, int oy
                          const stoke_resize_axis *ax, const stoke_resize_axis *ay,
                          unsigned char *out, int c);
 
-/* Tests and benchmarks only: the path stoke_resize_u8 takes from now on (-1: detect,
- * the best there is; 0: scalar; 1: AVX2; 2: AVX-512 F and BW; each where the CPU and
- * the STOKE_MAX_CPU_ISA cap allow it, else the next one down), so the scalar reference
- * is compared with the vectorized paths on one machine. Not thread-safe: set it before
- * the threads that resize start. */
-void stoke_resize_set_isa(int level);
-
 /* The path stoke_resize_u8 takes now: "avx512", "avx2" or "scalar". */
 const char *stoke_resize_path(void);
 

@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "data/dataset_impl.h"
 #include "data/resize.h"
+#include "data/seam.h"
 #include "data/transform_impl.h"
 #include "stoke/data.h"
 
@@ -57,13 +58,12 @@ struct stoke_transform {
 
 typedef stoke_op_draw op_params;
 
-static int isa_level = -1; /* -1: detect; 0: baseline; 1: AVX2 (see transform_impl.h) */
-
-void stoke_transform_set_isa(int level) { isa_level = level; }
-
 /* AVX2 where the CPU has it and the instruction-set cap allows it (core/isa.h); the
  * tests' level can only lower that. */
-static bool have_avx2(void) { return isa_level != 0 && (stoke_isa_usable() & STOKE_ISA_AVX2); }
+static bool have_avx2(void)
+{
+    return stoke_data_seam_get()->transform_isa != 0 && (stoke_isa_usable() & STOKE_ISA_AVX2);
+}
 
 /* ---- options -------------------------------------------------------------------- */
 

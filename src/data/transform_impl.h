@@ -46,10 +46,4 @@ stoke_status stoke_transform_read(const struct stoke_transform *t, struct stoke_
                                   int64_t i, void *window, void *out, void *target, void *scratch,
                                   uint64_t seed, int64_t epoch);
 
-/* Tests only: the instruction set the transforms created afterwards use (-1: detect,
- * 0: baseline x86-64, 1: AVX2 where the CPU and the STOKE_MAX_CPU_ISA cap allow it,
- * else baseline), so the scalar path is tested against the vectorized one on the same
- * machine. */
-void stoke_transform_set_isa(int level);
-
 #endif

@@ -1,96 +1,78 @@
-/* cudart.c - the CUDA runtime, loaded at run time with dlopen. The probe uses it for
+/* cudart.c - the CUDA runtime, loaded at run time through core/dl.h. The probe uses it for
  * what NVML does not report (SM count); the loader uses its device API (hw.h) for
  * pinned memory, streams, asynchronous copies and events. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/regular.h"
+#include "core/dl.h"
+#include "core/env.h"
 #include "hw/gpu_impl.h"
 
-/* NULL with *refused set when STOKE_CUDART_LIBRARY names a file that is not one
- * (a FIFO would hang dlopen: stoke_check_library), its message already failed. */
-static void *open_runtime(const char **tried, bool *refused)
-{
-    const char *env = getenv("STOKE_CUDART_LIBRARY");
-    *refused = false;
-    if (env && *env) {
-        *tried = env;
-        if (stoke_check_library("STOKE_CUDART_LIBRARY", env) != STOKE_OK) {
-            *refused = true;
-            return NULL;
-        }
-        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
+#define SYM(name, field, optional)                    \
+    {                                                 \
+        name, offsetof(stoke_cudart, field), optional \
     }
-    /* Sonames newest first; then the toolkit's default location, which is often not
-     * in the loader's path. */
-    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
-                                        "/usr/local/cuda/lib64/libcudart.so", NULL};
-    *tried = "libcudart.so.13";
-    for (int i = 0; names[i]; i++) {
-        if (stoke_check_library(NULL, names[i]) != STOKE_OK)
-            continue; /* the toolkit's path missing, or not a file: the next */
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib)
-            return lib;
-    }
-    return NULL;
-}
+/* Only the probe's two are required; the rest are checked by the API that needs them
+ * (stoke_cudart_check_device_api, ..._compute_api, ..._graph_api). */
+static const stoke_dl_sym syms[] = {
+    SYM("cudaGetDeviceCount", get_device_count, 0),
+    SYM("cudaDeviceGetAttribute", device_get_attribute, 0),
+    SYM("cudaRuntimeGetVersion", runtime_get_version, 1),
+    SYM("cudaDriverGetVersion", driver_get_version, 1),
+    SYM("cudaGetErrorString", get_error_string, 1),
+    SYM("cudaSetDevice", set_device, 1),
+    SYM("cudaHostAlloc", host_alloc, 1),
+    SYM("cudaFreeHost", free_host, 1),
+    SYM("cudaMalloc", malloc, 1),
+    SYM("cudaFree", free, 1),
+    SYM("cudaMemcpyAsync", memcpy_async, 1),
+    SYM("cudaStreamCreateWithFlags", stream_create_with_flags, 1),
+    SYM("cudaStreamDestroy", stream_destroy, 1),
+    SYM("cudaEventCreateWithFlags", event_create_with_flags, 1),
+    SYM("cudaEventRecord", event_record, 1),
+    SYM("cudaEventSynchronize", event_synchronize, 1),
+    SYM("cudaEventQuery", event_query, 1),
+    SYM("cudaEventDestroy", event_destroy, 1),
+    SYM("cudaStreamWaitEvent", stream_wait_event, 1),
+    SYM("cudaMemcpy", memcpy, 1),
+    SYM("cudaMemsetAsync", memset_async, 1),
+    SYM("cudaStreamSynchronize", stream_synchronize, 1),
+    SYM("cudaMemGetInfo", mem_get_info, 1),
+    SYM("cudaGetLastError", get_last_error, 1),
+    SYM("cudaEventElapsedTime", event_elapsed_time, 1),
+    SYM("cudaLaunchHostFunc", launch_host_func, 1),
+    SYM("cudaStreamBeginCapture", stream_begin_capture, 1),
+    SYM("cudaStreamEndCapture", stream_end_capture, 1),
+    SYM("cudaGraphInstantiate", graph_instantiate, 1),
+    SYM("cudaGraphLaunch", graph_launch, 1),
+    SYM("cudaGraphExecDestroy", graph_exec_destroy, 1),
+    SYM("cudaGraphDestroy", graph_destroy, 1),
+};
+#undef SYM
+
+/* Sonames newest first; then the toolkit's default location, which is often not in
+ * the loader's path. */
+static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
+                                    "/usr/local/cuda/lib64/libcudart.so", NULL};
 
 stoke_status stoke_cudart_open(stoke_cudart **out)
 {
     *out = NULL;
-    const char *tried = NULL;
-    bool refused;
-    void *lib = open_runtime(&tried, &refused);
-    if (refused)
-        return STOKE_ERR_UNAVAILABLE;
-    if (!lib)
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "CUDA runtime not found (%s)", tried);
     stoke_cudart *rt = calloc(1, sizeof *rt);
-    if (!rt) {
-        dlclose(lib);
+    if (!rt)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory loading the CUDA runtime");
-    }
-    rt->lib = lib;
-    *(void **)&rt->get_device_count = dlsym(lib, "cudaGetDeviceCount");
-    *(void **)&rt->device_get_attribute = dlsym(lib, "cudaDeviceGetAttribute");
-    *(void **)&rt->runtime_get_version = dlsym(lib, "cudaRuntimeGetVersion");
-    *(void **)&rt->driver_get_version = dlsym(lib, "cudaDriverGetVersion");
-    *(void **)&rt->get_error_string = dlsym(lib, "cudaGetErrorString");
-    *(void **)&rt->set_device = dlsym(lib, "cudaSetDevice");
-    *(void **)&rt->host_alloc = dlsym(lib, "cudaHostAlloc");
-    *(void **)&rt->free_host = dlsym(lib, "cudaFreeHost");
-    *(void **)&rt->malloc = dlsym(lib, "cudaMalloc");
-    *(void **)&rt->free = dlsym(lib, "cudaFree");
-    *(void **)&rt->memcpy_async = dlsym(lib, "cudaMemcpyAsync");
-    *(void **)&rt->stream_create_with_flags = dlsym(lib, "cudaStreamCreateWithFlags");
-    *(void **)&rt->stream_destroy = dlsym(lib, "cudaStreamDestroy");
-    *(void **)&rt->event_create_with_flags = dlsym(lib, "cudaEventCreateWithFlags");
-    *(void **)&rt->event_record = dlsym(lib, "cudaEventRecord");
-    *(void **)&rt->event_synchronize = dlsym(lib, "cudaEventSynchronize");
-    *(void **)&rt->event_query = dlsym(lib, "cudaEventQuery");
-    *(void **)&rt->event_destroy = dlsym(lib, "cudaEventDestroy");
-    *(void **)&rt->stream_wait_event = dlsym(lib, "cudaStreamWaitEvent");
-    *(void **)&rt->memcpy = dlsym(lib, "cudaMemcpy");
-    *(void **)&rt->memset_async = dlsym(lib, "cudaMemsetAsync");
-    *(void **)&rt->stream_synchronize = dlsym(lib, "cudaStreamSynchronize");
-    *(void **)&rt->mem_get_info = dlsym(lib, "cudaMemGetInfo");
-    *(void **)&rt->get_last_error = dlsym(lib, "cudaGetLastError");
-    *(void **)&rt->event_elapsed_time = dlsym(lib, "cudaEventElapsedTime");
-    *(void **)&rt->launch_host_func = dlsym(lib, "cudaLaunchHostFunc");
-    *(void **)&rt->stream_begin_capture = dlsym(lib, "cudaStreamBeginCapture");
-    *(void **)&rt->stream_end_capture = dlsym(lib, "cudaStreamEndCapture");
-    *(void **)&rt->graph_instantiate = dlsym(lib, "cudaGraphInstantiate");
-    *(void **)&rt->graph_launch = dlsym(lib, "cudaGraphLaunch");
-    *(void **)&rt->graph_exec_destroy = dlsym(lib, "cudaGraphExecDestroy");
-    *(void **)&rt->graph_destroy = dlsym(lib, "cudaGraphDestroy");
-    if (!rt->get_device_count || !rt->device_get_attribute) {
-        dlclose(lib);
-        free(rt);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE,
-                          "%s lacks cudaGetDeviceCount/cudaDeviceGetAttribute", tried);
+    const stoke_dl_lib lib = {.what = "CUDA runtime",
+                              .env = "STOKE_CUDART_LIBRARY",
+                              .names = names,
+                              .syms = syms,
+                              .nsyms = sizeof syms / sizeof syms[0],
+                              .words = STOKE_DL_WORDS_FIRST};
+    const char *tried;
+    stoke_status st = stoke_dl_open(&lib, stoke_env("STOKE_CUDART_LIBRARY"), rt, &tried);
+    if (st != STOKE_OK) {
+        stoke_cudart_close(rt);
+        return st;
     }
     if (!rt->runtime_get_version || rt->runtime_get_version(&rt->runtime_version) != CU_SUCCESS)
         rt->runtime_version = 0;
@@ -102,7 +84,7 @@ void stoke_cudart_close(stoke_cudart *rt)
 {
     if (!rt)
         return;
-    dlclose(rt->lib);
+    stoke_dl_close(rt);
     free(rt);
 }
 
@@ -415,9 +397,4 @@ void stoke_cudart_graph_free(stoke_cudart *rt, stoke_gpu_graph g)
 {
     if (g)
         rt->graph_exec_destroy(g);
-}
-
-bool stoke_cudart_is_double(const stoke_cudart *rt)
-{
-    return rt && dlsym(rt->lib, "stoke_fake_cudart") != NULL;
 }

@@ -2,7 +2,10 @@
  * NVML and the CUDA runtime that stoke calls, declared from the ABI fact sheet
  * (shared/reference/gpu-abi.md) so no vendor header is needed at build time. Where
  * the CUDA headers exist, tests/abi/cuda_abi_check.cu checks these values against them.
- * The test doubles in tests/fake/ implement the same functions. */
+ * The test doubles in tests/fake/ implement the same functions. Both are core/dl.h
+ * tables (the dlopen handle first, then the slots its loader fills), so
+ * stoke_dl_find reaches what no slot holds: the CUDA backend asks a stoke_cudart
+ * whether it is the test double (its marker `stoke_fake_cudart`). */
 #ifndef STOKE_GPU_IMPL_H
 #define STOKE_GPU_IMPL_H
 

@@ -1,29 +1,50 @@
-/* nvml.c - NVIDIA GPU readings through NVML, loaded at run time with dlopen so one
+/* nvml.c - NVIDIA GPU readings through NVML, loaded at run time (core/dl.h) so one
  * binary runs with or without a driver. Symbols are looked up newest version first;
  * every device function is optional and a missing one reads as "not supported". */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/regular.h"
+#include "core/dl.h"
+#include "core/env.h"
 #include "hw/gpu_impl.h"
 
-static void *sym(void *lib, const char *const *names)
-{
-    for (; *names; names++) {
-        void *p = dlsym(lib, *names);
-        if (p)
-            return p;
+/* Newest version first (core/dl.h); only the four that opening needs are required. */
+#define SYM(names, field, optional)                  \
+    {                                                \
+        names, offsetof(stoke_nvml, field), optional \
     }
-    return NULL;
-}
+static const stoke_dl_sym syms[] = {
+    SYM("nvmlInit_v2 nvmlInit", init, 0),
+    SYM("nvmlShutdown", shutdown, 0),
+    SYM("nvmlErrorString", error_string, 1),
+    SYM("nvmlSystemGetDriverVersion", driver_version, 1),
+    SYM("nvmlSystemGetCudaDriverVersion_v2 nvmlSystemGetCudaDriverVersion", cuda_driver_version, 1),
+    SYM("nvmlDeviceGetCount_v2 nvmlDeviceGetCount", device_count, 0),
+    SYM("nvmlDeviceGetHandleByIndex_v2 nvmlDeviceGetHandleByIndex", handle_by_index, 0),
+    SYM("nvmlDeviceGetName", name, 1),
+    SYM("nvmlDeviceGetUUID", uuid, 1),
+    SYM("nvmlDeviceGetPciInfo_v3 nvmlDeviceGetPciInfo_v2 nvmlDeviceGetPciInfo", pci_info, 1),
+    SYM("nvmlDeviceGetMemoryInfo", memory, 1),
+    SYM("nvmlDeviceGetUtilizationRates", utilization, 1),
+    SYM("nvmlDeviceGetPowerUsage", power_usage, 1),
+    SYM("nvmlDeviceGetEnforcedPowerLimit", power_limit, 1),
+    SYM("nvmlDeviceGetTemperature", temperature, 1),
+    SYM("nvmlDeviceGetClockInfo", clock, 1),
+    SYM("nvmlDeviceGetMaxClockInfo", max_clock, 1),
+    SYM("nvmlDeviceGetCudaComputeCapability", compute_capability, 1),
+    SYM("nvmlDeviceGetPcieThroughput", pcie_throughput, 1),
+    SYM("nvmlDeviceGetCurrPcieLinkGeneration", pcie_gen, 1),
+    SYM("nvmlDeviceGetCurrPcieLinkWidth", pcie_width, 1),
+    SYM("nvmlDeviceGetCurrentClocksEventReasons nvmlDeviceGetCurrentClocksThrottleReasons",
+        clock_reasons, 1),
+    SYM("nvmlDeviceGetComputeRunningProcesses_v3 nvmlDeviceGetComputeRunningProcesses_v2 "
+        "nvmlDeviceGetComputeRunningProcesses",
+        processes, 1),
+};
+#undef SYM
 
-#define LOAD(field, ...)                                         \
-    do {                                                         \
-        static const char *const names_[] = {__VA_ARGS__, NULL}; \
-        *(void **)&n->field = sym(n->lib, names_);               \
-    } while (0)
+static const char *const names[] = {"libnvidia-ml.so.1", NULL};
 
 static const char *nv_err(const stoke_nvml *n, int rc)
 {
@@ -34,14 +55,14 @@ static const char *nv_err(const stoke_nvml *n, int rc)
 /* Drivers 535.43 to 535.86 write 32-byte entries through the _v3 process call without
  * bumping its version (gpu-abi.md, "stride warning"). nvitop recognises them by this
  * combination of exports; we do the same. */
-static size_t process_stride(void *lib)
+static size_t process_stride(const stoke_nvml *n)
 {
-    if (dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3") &&
-        dlsym(lib, "nvmlDeviceGetConfComputeMemSizeInfo") &&
-        !dlsym(lib, "nvmlDeviceGetRunningProcessDetailList"))
+    if (stoke_dl_find(n, "nvmlDeviceGetComputeRunningProcesses_v3") &&
+        stoke_dl_find(n, "nvmlDeviceGetConfComputeMemSizeInfo") &&
+        !stoke_dl_find(n, "nvmlDeviceGetRunningProcessDetailList"))
         return 32;
-    if (dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3") ||
-        dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v2"))
+    if (stoke_dl_find(n, "nvmlDeviceGetComputeRunningProcesses_v3") ||
+        stoke_dl_find(n, "nvmlDeviceGetComputeRunningProcesses_v2"))
         return sizeof(nv_process_info);
     return 16; /* the unsuffixed v1 call: pid + usedGpuMemory */
 }
@@ -49,59 +70,27 @@ static size_t process_stride(void *lib)
 stoke_status stoke_nvml_open(stoke_nvml **out)
 {
     *out = NULL;
-    const char *env = getenv("STOKE_NVML_LIBRARY");
-    const char *path = (env && *env) ? env : "libnvidia-ml.so.1";
-    if (env && *env && stoke_check_library("STOKE_NVML_LIBRARY", env) != STOKE_OK)
-        return STOKE_ERR_UNAVAILABLE; /* a FIFO would hang dlopen */
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        if (env && *env)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "STOKE_NVML_LIBRARY=%s: %s", env, dlerror());
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "libnvidia-ml.so.1 not found");
-    }
     stoke_nvml *n = calloc(1, sizeof *n);
-    if (!n) {
-        dlclose(lib);
+    if (!n)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory loading NVML");
-    }
-    n->lib = lib;
-    LOAD(init, "nvmlInit_v2", "nvmlInit");
-    LOAD(shutdown, "nvmlShutdown");
-    LOAD(error_string, "nvmlErrorString");
-    LOAD(driver_version, "nvmlSystemGetDriverVersion");
-    LOAD(cuda_driver_version, "nvmlSystemGetCudaDriverVersion_v2",
-         "nvmlSystemGetCudaDriverVersion");
-    LOAD(device_count, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-    LOAD(handle_by_index, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
-    LOAD(name, "nvmlDeviceGetName");
-    LOAD(uuid, "nvmlDeviceGetUUID");
-    LOAD(pci_info, "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo");
-    LOAD(memory, "nvmlDeviceGetMemoryInfo");
-    LOAD(utilization, "nvmlDeviceGetUtilizationRates");
-    LOAD(power_usage, "nvmlDeviceGetPowerUsage");
-    LOAD(power_limit, "nvmlDeviceGetEnforcedPowerLimit");
-    LOAD(temperature, "nvmlDeviceGetTemperature");
-    LOAD(clock, "nvmlDeviceGetClockInfo");
-    LOAD(max_clock, "nvmlDeviceGetMaxClockInfo");
-    LOAD(compute_capability, "nvmlDeviceGetCudaComputeCapability");
-    LOAD(pcie_throughput, "nvmlDeviceGetPcieThroughput");
-    LOAD(pcie_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
-    LOAD(pcie_width, "nvmlDeviceGetCurrPcieLinkWidth");
-    LOAD(clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons",
-         "nvmlDeviceGetCurrentClocksThrottleReasons");
-    LOAD(processes, "nvmlDeviceGetComputeRunningProcesses_v3",
-         "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses");
-    n->process_stride = process_stride(lib);
-
-    if (!n->init || !n->shutdown || !n->device_count || !n->handle_by_index) {
-        dlclose(lib);
+    const stoke_dl_lib lib = {.what = "libnvidia-ml.so.1",
+                              .env = "STOKE_NVML_LIBRARY",
+                              .names = names,
+                              .syms = syms,
+                              .nsyms = sizeof syms / sizeof syms[0],
+                              .words = STOKE_DL_WORDS_WHAT};
+    const char *tried;
+    stoke_status st = stoke_dl_open(&lib, stoke_env("STOKE_NVML_LIBRARY"), n, &tried);
+    if (st != STOKE_OK) {
+        stoke_dl_close(n);
         free(n);
-        return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s lacks nvmlInit/nvmlDeviceGetCount", path);
+        return st;
     }
+    n->process_stride = process_stride(n);
     int rc = n->init();
     if (rc != NV_SUCCESS) {
         stoke_status s = stoke_fail(STOKE_ERR_UNAVAILABLE, "nvmlInit_v2 failed: %s", nv_err(n, rc));
-        dlclose(lib);
+        stoke_dl_close(n);
         free(n);
         return s;
     }
@@ -133,7 +122,7 @@ void stoke_nvml_close(stoke_nvml *n)
     if (!n)
         return;
     n->shutdown();
-    dlclose(n->lib);
+    stoke_dl_close(n);
     free(n);
 }
 

@@ -1,10 +1,10 @@
 #!/bin/sh
-# data.sh STOKE FIXTURES WORK - runs `stoke data info` and `stoke data convert` as a user
+# data.sh STOKE FIXTURES WORK PAUSING - runs `stoke data info` and `stoke data convert` as a user
 # would and checks them against numpy reading the same files: the Debian Fashion-MNIST
 # package, the records layout of docs/formats.md read back by Python's struct, corrupt
 # inputs, usage errors, and a destination that must survive a failed convert.
 set -u
-stoke=$1 fixtures=$2 work=$3
+stoke=$1 fixtures=$2 work=$3 pausing=$4
 py=/usr/bin/python3
 fm=/usr/share/datasets/fashion-mnist
 rm -rf "$work"
@@ -151,9 +151,9 @@ has fsize.err "the file size limit (ulimit -f) of "
 ls -a "$work" | grep -q stoke-tmp && fail "a temporary file was left behind: $(ls -a "$work")"
 
 # Interrupted mid-write by SIGINT (Ctrl-C) or SIGTERM: the status of death by that
-# signal, the destination as it was, no temporary file. STOKE_TEST_WRITE_PAUSE
-# (docs/testing.md) holds the writer after its first chunk until a signal comes, so
-# the signal certainly lands mid-write. `env --default-signal`: a script's background
+# signal, the destination as it was, no temporary file. PAUSING (tests/write_pause.c,
+# docs/testing.md) is stoke with the writer held after its first chunk until a signal
+# comes, so the signal certainly lands mid-write. `env --default-signal`: a script's background
 # job starts with SIGINT ignored, a terminal's foreground job does not.
 wait_for_content() { # wait_for_content FILE TEXT: polls up to 20 s
     i=0
@@ -162,8 +162,8 @@ wait_for_content() { # wait_for_content FILE TEXT: polls up to 20 s
 }
 for sig in INT TERM; do
     rm -f "$work/paused"
-    env --default-signal=INT,TERM STOKE_TEST_WRITE_PAUSE="$work/paused" \
-        "$stoke" data convert "$fm" "$work/keep.rec" --split test \
+    env --default-signal=INT,TERM WRITE_PAUSE_FILE="$work/paused" \
+        "$pausing" data convert "$fm" "$work/keep.rec" --split test \
         >"$work/sig$sig.out" 2>"$work/sig$sig.err" &
     pid=$!
     wait_for_content "$work/paused" 1 || fail "SIG$sig: the writer never paused mid-write"

@@ -1,11 +1,12 @@
 #!/bin/sh
-# train.sh STOKE WORKDIR - `stoke train`, `eval` and `predict` as a user runs them, on a
+# train.sh STOKE WORKDIR PAUSING - `stoke train`, `eval` and `predict` as a user runs them, on a
 # small slice of Debian's Fashion-MNIST: a short run with checkpoint and log (read back
 # by the independent reader), eval and predict on the checkpoint, --dry-run, SIGINT and
 # SIGTERM writing a checkpoint that resumes, and bad input giving clear errors.
 set -u
 stoke=$1
 work=$2
+pausing=$3 # stoke with its file writer held mid-write (tests/write_pause.c)
 here=$(dirname "$0")
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -200,8 +201,8 @@ fi
 
 # A second SIGINT while the checkpoint the first one asked for is being written ends
 # the run at once (as documented), yet leaves no temporary file and the previous
-# checkpoint as it was. STOKE_TEST_WRITE_PAUSE (docs/testing.md) holds the writer after
-# each chunk until a signal comes, so both signals land mid-write, in order.
+# checkpoint as it was. PAUSING (tests/write_pause.c, docs/testing.md) holds the writer
+# after each chunk until a signal comes, so both signals land mid-write, in order.
 wait_for_content() { # wait_for_content FILE TEXT: polls up to 60 s
     i=0
     while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
@@ -212,7 +213,7 @@ ck=$work/twice.safetensors
     fail "train for the second-SIGINT case"
 cp "$ck" "$work/twice.before"
 rm -f "$work/paused"
-STOKE_TEST_WRITE_PAUSE="$work/paused" "$stoke" train --limit 256 --val-limit 100 --epochs 1000 \
+WRITE_PAUSE_FILE="$work/paused" "$pausing" train --limit 256 --val-limit 100 --epochs 1000 \
     --checkpoint "$ck" --no-monitor >"$out" 2>&1 &
 pid=$!
 wait_for_content "$work/paused" 1 || fail "second SIGINT: the checkpoint writer never paused"

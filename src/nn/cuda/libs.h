@@ -10,16 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dl.h"
 #include "stoke/core.h"
 
-/* A library to load (dl.c): `what` names it in messages, env names a file to load
- * instead (the tests' doubles), names are tried in order (NULL-terminated); syms fill
- * the table, whose first member is the dlopen handle. */
-typedef struct nn_dl_sym {
-    const char *name;
-    size_t offset; /* of its slot in the table */
-    int optional;  /* a missing one leaves NULL there */
-} nn_dl_sym;
+/* A library to load (dl.c, through core's loader): `what` names it in messages, env
+ * names a file to load instead (the tests' doubles), names are tried in order
+ * (NULL-terminated); syms fill the table, whose first member is the dlopen handle. */
+typedef stoke_dl_sym nn_dl_sym;
 typedef struct nn_dl_lib {
     const char *what, *env;
     const char *const *names;
