@@ -3,7 +3,6 @@
  * that every command says them alike. */
 #include "cli/args.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -174,7 +173,7 @@ int cli_parse(cli_spec *s, int argc, char **argv, int first)
             if (s->ngiven >= s->max_given)
                 return cli_usage_error(s->cmd, "too many options (at most %d)", s->max_given);
             cli_given *gv = &s->given[s->ngiven++];
-            *gv = (cli_given){.opt = o, .flag = a, .value = v, .dest = (char *)dest + o->off};
+            *gv = (cli_given){.opt = o, .value = v, .dest = (char *)dest + o->off};
             snprintf(gv->key, sizeof gv->key, "%s", o->key ? o->key : key);
             continue;
         }
@@ -187,12 +186,10 @@ int cli_parse(cli_spec *s, int argc, char **argv, int first)
 
 /* A setting's error, which begins with its key ("batch_size: '0' is not ..."), as the
  * flag that gave it: "--batch-size: '0' is not ...". */
-static int setting_error(const cli_spec *s, const cli_given *g)
+static int setting_error(const cli_spec *s)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", stoke_last_error());
-    if (strstr(msg, "unknown setting"))
-        return cli_usage_error(s->cmd, "unknown option '%s'", g->flag);
     for (char *p = msg; *p && *p != ':'; p++)
         if (*p == '_')
             *p = '-';
@@ -214,7 +211,7 @@ int cli_apply_settings(const cli_spec *s, struct stoke_train_config *env, const 
         const cli_given *g = &s->given[i];
         if (g->opt->type == CLI_SETTING &&
             stoke_train_config_set(g->dest, g->key, g->value, STOKE_CFG_FLAG) != STOKE_OK)
-            return setting_error(s, g);
+            return setting_error(s);
     }
     return -1;
 }
@@ -236,19 +233,39 @@ void cli_print_options(const cli_opt *opts, int width)
     }
 }
 
+/* Prints `item` after a space, or on a new line `indent` columns in when it would pass
+ * column 80; returns the column after it. */
+static int put_item(const char *item, int col, int indent)
+{
+    int n = (int)strlen(item);
+    if (col + 1 + n > 80)
+        return printf("\n%*s%s", indent, "", item) - 1;
+    return col + printf(" %s", item);
+}
+
 void cli_print_names(const cli_opt *opts, int col, const char *end)
 {
     for (const cli_opt *o = opts; o->name; o++) {
         char item[96];
-        int n = snprintf(item, sizeof item, "--%s%s%s%s", o->name, o->arg ? " " : "",
-                         o->arg ? o->arg : "", o[1].name ? "," : end);
-        if (col + 1 + n > 80) {
-            printf("\n%s", item);
-            col = n;
-        } else {
-            printf(" %s", item);
-            col += 1 + n;
-        }
+        snprintf(item, sizeof item, "--%s%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "",
+                 o[1].name ? "," : end);
+        col = put_item(item, col, 0);
     }
+    printf("\n");
+}
+
+void cli_print_usage(const char *lead, int indent, const cli_opt *const *tables, const char *tail)
+{
+    int col = printf("%s", lead);
+    for (; *tables; tables++)
+        for (const cli_opt *o = *tables; o->name; o++) {
+            char item[96];
+            snprintf(item, sizeof item, "[--%s%s%s]", o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+            if (strcmp(o->name, "*"))
+                col = put_item(item, col, indent);
+        }
+    if (tail)
+        put_item(tail, col, indent);
     printf("\n");
 }

@@ -51,8 +51,7 @@ typedef struct cli_group {
  * it, whatever their order on the line). */
 typedef struct cli_given {
     const cli_opt *opt;
-    const char *flag; /* as typed: "--batch-size" */
-    char key[64];     /* the setting's key (the flag's name for "*") */
+    char key[64]; /* the setting's key (the flag's name for "*") */
     const char *value;
     void *dest; /* the stoke_train_config */
 } cli_given;
@@ -91,5 +90,10 @@ void cli_print_options(const cli_opt *opts, int width);
 /* "--a A, --b B, ..." of a table for a line of --help, wrapped within 80 columns after
  * `lead` (already printed, `col` columns long), ending with `end`. */
 void cli_print_names(const cli_opt *opts, int col, const char *end);
+
+/* The usage line: `lead` ("usage: stoke eval CHECKPOINT"), "[--name ARG]" for each
+ * option of the NULL-ended `tables`, then `tail` (NULL: none), wrapped within 80
+ * columns onto lines `indent` columns in. */
+void cli_print_usage(const char *lead, int indent, const cli_opt *const *tables, const char *tail);
 
 #endif

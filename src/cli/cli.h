@@ -101,6 +101,8 @@ void cli_warn_skipped(const char *cmd, const char *path, const struct stoke_data
 /* cmd_data_bench.c: `stoke data bench` (argv[1] is "bench"). */
 int cmd_data_bench(int argc, char **argv);
 void cmd_data_bench_usage(void);
+/* Its usage line after `lead`, for `stoke data --help` too. */
+void cli_data_bench_synopsis(const char *lead, int indent);
 
 /* True if argv[i] is -h or --help. */
 bool cli_is_help(const char *arg);

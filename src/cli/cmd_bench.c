@@ -55,8 +55,9 @@ static const cli_opt bench_opts[] = {
 
 void cmd_bench_usage(void)
 {
-    printf("usage: stoke bench [train's options] [--steps N] [--warmup N] [--json FILE]\n"
-           "                   [--no-robustness]\n\n"
+    cli_print_usage("usage: stoke bench [train's options]", 19,
+                    (const cli_opt *[]){bench_opts, NULL}, NULL);
+    printf("\n"
            "Trains the same model on the same data twice, for a fixed number of steps, and\n"
            "prints the before/after table from measured numbers:\n"
            "  naive  the seeds' start, given explicitly: batch 4, 0 loader workers, the\n"

@@ -19,7 +19,9 @@ static const cli_opt show_opts[] = {
 
 void cmd_config_usage(void)
 {
-    printf("usage: stoke config show [--json] [train's options]\n\n"
+    cli_print_usage("usage: stoke config show", 18, (const cli_opt *[]){show_opts, NULL},
+                    "[train's options]");
+    printf("\n"
            "Prints every setting `stoke train` would run with, its value and where the value\n"
            "came from: default, file (the --config file), env (the variable), flag,\n"
            "checkpoint (--resume), rule (left to the tuner or given as auto, and decided by\n"

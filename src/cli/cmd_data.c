@@ -91,11 +91,12 @@ static const cli_opt info_opts[] = {
 
 void cmd_data_usage(void)
 {
-    puts("usage: stoke data info PATH [OPTIONS] [--json]\n"
-         "       stoke data convert SRC DST [OPTIONS]\n"
-         "       stoke data bench PATH [OPTIONS] [--augment] [--transforms crop|rrc] [--eval]\n"
-         "                  [--workers N|LIST] [--batch-size N] [--seconds S] [--json] ...\n"
-         "\n"
+    cli_print_usage("usage: stoke data info PATH [OPTIONS]", 18,
+                    (const cli_opt *[]){info_opts, NULL}, NULL);
+    cli_print_usage("       stoke data convert SRC DST [OPTIONS]", 18,
+                    (const cli_opt *[]){convert_opts, NULL}, NULL);
+    cli_data_bench_synopsis("       stoke data bench PATH [OPTIONS]", 18);
+    puts("\n"
          "info     prints a dataset's sample count, input shape and dtype, target kind,\n"
          "         shape and dtype, and for class targets the number of classes and the\n"
          "         count and share of each class.\n"
@@ -300,11 +301,12 @@ static void on_progress(void *arg, int64_t done, int64_t total)
     }
 }
 
-/* The dataset options and the subcommand's own (into `own`); collects the positional
- * arguments into pos, all max_pos of them. Returns -1 when all is well, else the exit
- * code. */
-static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o,
-                 const cli_opt *own_opts, void *own, const char **pos, int max_pos)
+/* The dataset options and the subcommand's own (into `own`), the positional arguments
+ * into pos (all max_pos of them), and the dataset pos[0] opened. Returns -1 when all is
+ * well, else the exit code. */
+static int parse_open(int argc, char **argv, const char *sub, stoke_dataset_opts *o,
+                      const cli_opt *own_opts, void *own, const char **pos, int max_pos,
+                      stoke_dataset **d)
 {
     cli_group groups[] = {{cli_data_opts, o}, {own_opts, own}};
     cli_spec s = {.cmd = CMD,
@@ -320,7 +322,7 @@ static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o,
         return rc;
     if (s.npos < max_pos)
         return cli_usage_error(CMD, "%s needs %s", sub, max_pos == 1 ? "a PATH" : "SRC and DST");
-    return -1;
+    return cli_data_open(pos[0], o, d);
 }
 
 int cli_check_dataset_options(const char *cmd, const char *path, stoke_dataset *d,
@@ -377,11 +379,8 @@ static int data_info(int argc, char **argv)
     stoke_dataset_opts o = {0};
     bool json = false;
     const char *pos[1];
-    int rc = parse(argc, argv, "info", &o, info_opts, &json, pos, 1);
-    if (rc >= 0)
-        return rc;
     stoke_dataset *d;
-    rc = cli_data_open(pos[0], &o, &d);
+    int rc = parse_open(argc, argv, "info", &o, info_opts, &json, pos, 1, &d);
     if (rc >= 0)
         return rc;
     const stoke_dataset_info *f = stoke_dataset_get_info(d);
@@ -419,11 +418,8 @@ static int data_convert(int argc, char **argv)
     stoke_dataset_opts o = {0};
     const char *pos[2];
     int store = STOKE_STORE_PIXELS;
-    int rc = parse(argc, argv, "convert", &o, convert_opts, &store, pos, 2);
-    if (rc >= 0)
-        return rc;
     stoke_dataset *d;
-    rc = cli_data_open(pos[0], &o, &d);
+    int rc = parse_open(argc, argv, "convert", &o, convert_opts, &store, pos, 2, &d);
     if (rc >= 0)
         return rc;
     const char *format = stoke_dataset_get_info(d)->format;

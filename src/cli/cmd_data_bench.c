@@ -135,11 +135,15 @@ static const cli_opt loader_opts[] = {
     {0}};
 #undef F
 
+void cli_data_bench_synopsis(const char *lead, int indent)
+{
+    cli_print_usage(lead, indent, (const cli_opt *[]){transform_opts, loader_opts, NULL}, NULL);
+}
+
 void cmd_data_bench_usage(void)
 {
-    puts("usage: stoke data bench PATH [DATASET OPTIONS] [TRANSFORM OPTIONS] [--workers N|LIST]\n"
-         "                        [--batch-size N] [--seconds S] [--hold auto|yes|no] [--json]\n"
-         "\n"
+    cli_data_bench_synopsis("usage: stoke data bench PATH [DATASET OPTIONS]", 24);
+    puts("\n"
          "Runs the loader alone over PATH as `stoke train` would (its transform, its\n"
          "normalization from the data, shuffled batches, the data held in memory when\n"
          "stoke train would hold it) for each worker count, and prints samples/s, batches/s,\n"

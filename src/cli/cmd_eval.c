@@ -45,8 +45,8 @@ static const cli_opt eval_opts[] = {
 
 void cmd_eval_usage(void)
 {
-    printf("usage: stoke eval CHECKPOINT [--dataset PATH] [--split NAME] [--limit N]\n"
-           "                  [--batch-size N]\n\n"
+    cli_print_usage("usage: stoke eval CHECKPOINT", 18, (const cli_opt *[]){eval_opts, NULL}, NULL);
+    printf("\n"
            "Evaluates a checkpoint written by `stoke train` on a dataset: the one it was\n"
            "trained on (its \"test\" split, for IDX directories) unless --dataset is given.\n"
            "Prints the mean loss and the accuracy (classes) or MAE (regression).\n\n");

@@ -83,9 +83,8 @@ static const cli_opt monitor_opts[] = {
 
 void cmd_monitor_usage(void)
 {
-    puts("usage: stoke monitor [--interval S] [--duration S] [--csv FILE] [--jsonl FILE]\n"
-         "                     [--data PATH] [--pid PID | -- COMMAND [ARGS...]]\n"
-         "\n"
+    cli_print_usage("usage: stoke monitor", 21, (const cli_opt *[]){monitor_opts, NULL}, NULL);
+    puts("\n"
          "Samples GPU utilization, memory, power, temperature, clocks, throttling and PCIe\n"
          "traffic, system CPU, iowait and memory, and the CPU, threads, RSS, disk I/O and\n"
          "GPU memory of a job and all its descendants. Shows a live line; at the end prints\n"

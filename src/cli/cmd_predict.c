@@ -30,7 +30,9 @@ static const cli_opt predict_opts[] = {
 
 void cmd_predict_usage(void)
 {
-    printf("usage: stoke predict CHECKPOINT INPUT [--limit N] [--outputs]\n\n"
+    cli_print_usage("usage: stoke predict CHECKPOINT INPUT", 21,
+                    (const cli_opt *[]){predict_opts, NULL}, NULL);
+    printf("\n"
            "Runs a checkpoint written by `stoke train` on INPUT: a dataset in any format\n"
            "stoke reads (the \"test\" split of an IDX directory or an image folder, else the\n"
            "image folder itself) or an .npy file of samples\n"

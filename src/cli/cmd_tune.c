@@ -62,8 +62,9 @@ static const cli_opt tune_opts[] = {
 
 void cmd_tune_usage(void)
 {
-    printf("usage: stoke tune [--output FILE] [--trial-seconds S] [--max-batch N] [--grid]\n"
-           "                  [--no-cache] [--json] [train's options]\n\n"
+    cli_print_usage("usage: stoke tune", 18, (const cli_opt *[]){tune_opts, NULL},
+                    "[train's options]");
+    printf("\n"
            "Measures the settings `stoke train` would run with that are not given (batch_size,\n"
            "workers, prefetch, threads, precision; or those given as auto) by short trials of\n"
            "real training steps on the model and data the options name, prints every trial\n"
