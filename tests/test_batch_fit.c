@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "step_fault.h"
 #include "stoke/train.h"
 #include "train/trainer.h"
 
@@ -187,9 +188,10 @@ static void finder_case(double budget, double safety, bool pow2, int64_t limit)
     if (!t)
         return;
     /* the fit, at most the CPU's start and the batch that keeps 50 steps an epoch */
-    int64_t steps = samples / TRAIN_MIN_EPOCH_STEPS > 1 ? samples / TRAIN_MIN_EPOCH_STEPS : 1;
+    int64_t steps =
+        samples / STOKE_TUNE_MIN_EPOCH_STEPS > 1 ? samples / STOKE_TUNE_MIN_EPOCH_STEPS : 1;
     steps = pow2 ? pow2_floor(steps) : steps;
-    int64_t want = cap < TRAIN_CPU_START_BATCH ? cap : TRAIN_CPU_START_BATCH;
+    int64_t want = cap < STOKE_TUNE_CPU_START_BATCH ? cap : STOKE_TUNE_CPU_START_BATCH;
     want = steps < want ? steps : want;
     CHECK_INT_EQ(stoke_trainer_config(t)->batch_size, want);
     const stoke_decision *d = stoke_trainer_decision(t);
@@ -423,18 +425,19 @@ static void test_alloc_failure(void)
     train_run(&c, &b);
     unsetenv("STOKE_FAIL_ALLOC_ABOVE");
     /* within training: the first batch of step 3 refused, as a grown workspace would */
-    setenv("STOKE_FAIL_ALLOC_AT_STEP", "3", 1);
+    step_fault f;
+    step_fault_set(&f, 3, 0);
     train_run(&c, &h);
-    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
+    step_fault_clear();
     /* the reference for both: 32 x 2 from the start */
     c.batch_size = 32;
     c.accumulate = 2;
     train_run(&c, &d);
     /* within a step's accumulation: its second batch, gradients of the first held */
     run m;
-    setenv("STOKE_FAIL_ALLOC_AT_STEP", "7:1", 1); /* in the last epoch */
+    step_fault_set(&f, 7, 1); /* in the last epoch */
     train_run(&c, &m);
-    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
+    step_fault_clear();
     CHECK_INT_EQ(m.batch, 16);
     CHECK_INT_EQ(m.accum, 4);
     CHECK_INT_EQ(m.r.steps, a.r.steps);
@@ -464,7 +467,7 @@ static void test_alloc_failure(void)
             CHECK_NEAR(r->w[k], a.w[k], 1e-4);
     }
     CHECK_STR_CONTAINS(b.said.text[0], "cannot allocate");
-    CHECK_STR_CONTAINS(h.said.text[0], "STOKE_FAIL_ALLOC_AT_STEP");
+    CHECK_STR_CONTAINS(h.said.text[0], "test fault: the workspace of batch 64 refused at step 3");
     /* halved before the first step: exactly the run at 32 x 2 */
     CHECK(memcmp(b.w, d.w, sizeof b.w) == 0);
     CHECK_INT_EQ(a.said.n, 0);
@@ -561,7 +564,6 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     unsetenv("STOKE_FAIL_ALLOC_ABOVE");
-    unsetenv("STOKE_FAIL_ALLOC_AT_STEP");
     make_dataset();
     test_config_keys();
     test_finder();

@@ -168,6 +168,38 @@ static const stoke_finding *find(const stoke_finding *f, size_t n, const char *i
     return NULL;
 }
 
+/* The figure called name of x, NAN when x has none. */
+static double figure(const stoke_finding *x, const char *name)
+{
+    const stoke_finding_figure *g = stoke_finding_figure_of(x, name);
+    return g ? g->value : NAN;
+}
+
+static bool same(double a, double b) { return (isnan(a) && isnan(b)) || fabs(a - b) < 1e-9; }
+
+/* x asks to change setting from current to suggested (NAN: unknown, or a direction
+ * only) in that direction, in that unit. */
+static void check_change(const stoke_finding *x, const char *setting, double current,
+                         double suggested, int direction, const char *unit)
+{
+    const stoke_finding_change *c = stoke_finding_change_of(x, setting);
+    CHECK_MSG(c != NULL, "[%s] asks no change of %s: %s", x->rule->id, setting, x->advice);
+    if (!c)
+        return;
+    CHECK_MSG(same(c->current, current) && same(c->suggested, suggested) &&
+                  c->direction == direction && !strcmp(c->unit, unit) && c->to == NULL,
+              "[%s] %s: %g -> %g (%+d, %s), expected %g -> %g (%+d, %s)", x->rule->id, setting,
+              c->current, c->suggested, c->direction, c->unit, current, suggested, direction, unit);
+}
+
+/* x asks to set setting to the word `to`. */
+static void check_change_to(const stoke_finding *x, const char *setting, const char *to)
+{
+    const stoke_finding_change *c = stoke_finding_change_of(x, setting);
+    CHECK_MSG(c && c->to && !strcmp(c->to, to) && c->direction == 0 && isnan(c->suggested),
+              "[%s] %s is not set to %s", x->rule->id, setting, to);
+}
+
 static const scen healthy_gpu = {.cpu = 40,
                                  .iowait = 1,
                                  .ram_used = 20 * 1000000000ull,
@@ -217,6 +249,14 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->evidence, "1.9 of 2 cores");
         CHECK_STR_CONTAINS(x->advice, "DataLoader(num_workers=1)");
         CHECK_INT_EQ(x->gpu, 0);
+        /* the same numbers as fields: the foreign job's workers are unknown */
+        CHECK_NEAR(figure(x, "gpu_util_median"), 11, 1e-9);
+        CHECK_NEAR(figure(x, "cpu_busy_median"), 97, 1e-9);
+        CHECK_NEAR(figure(x, "job_cores"), 1.9, 1e-9);
+        CHECK_INT_EQ(x->program, STOKE_PROG_EXTERNAL);
+        check_change(x, "workers", NAN, 1, +1, "workers");
+        check_change(x, "per_sample_work", NAN, NAN, -1, "");
+        CHECK_STR_EQ(x->changes[0].setting, "workers"); /* in the advice's order */
     }
     CHECK(find(f, n, "low-gpu-util") != NULL);
     CHECK(find(f, n, "io-bound") == NULL);
@@ -235,6 +275,13 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->evidence, "iowait median 35%");
         CHECK_STR_CONTAINS(x->evidence, "20.0 MB/s");
         CHECK_STR_CONTAINS(x->advice, "tmpfs");
+        CHECK_NEAR(figure(x, "iowait_median"), 35, 1e-9);
+        CHECK_NEAR(figure(x, "job_read"), 20e6, 1);
+        CHECK_NEAR(figure(x, "gpu_util_median"), 8, 1e-9);
+        check_change_to(x, "data_location", "tmpfs");
+        check_change_to(x, "data_format", "shards"); /* a foreign job without stoke's loader */
+        check_change(x, "workers", NAN, 1, +1, "workers");
+        CHECK_STR_CONTAINS(x->advice, "more loader workers (1)");
     }
     CHECK(find(f, n, "input-bound-cpu") == NULL);
     /* ... or low iowait but the data is on a network filesystem. */
@@ -266,6 +313,11 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->evidence, "2.5 of 140.0 GB (1.8%)");
         CHECK_STR_CONTAINS(x->advice, "109.5 GB of headroom");
         CHECK_STR_CONTAINS(x->advice, "44x");
+        CHECK_NEAR(figure(x, "gpu_mem_peak"), 2.5, 1e-9);
+        CHECK_NEAR(figure(x, "gpu_mem_total"), 140, 1e-9);
+        CHECK_NEAR(figure(x, "headroom"), 109.5, 1e-9);
+        CHECK_NEAR(figure(x, "batch_scale_max"), 44, 0);
+        check_change(x, "batch_size", NAN, NAN, +1, "samples"); /* the DataLoader's: unknown */
     }
     CHECK_INT_EQ(n, 1);
 
@@ -279,6 +331,12 @@ static void test_rules(void)
     if (x) {
         CHECK_STR_CONTAINS(x->evidence, "GPU 0 memory peak 23.6 of 24.0 GB (98%)");
         CHECK_STR_CONTAINS(x->advice, "0.86");
+        CHECK_NEAR(figure(x, "gpu_mem_peak_pct"), 100.0 * 23.6 / 24, 1e-9);
+        CHECK_NEAR(figure(x, "batch_scale"), 0.85 * 24 / 23.6, 1e-9);
+        check_change(x, "batch_size", NAN, NAN, -1, "samples");
+        check_change(x, "grad_accum_steps", NAN, 2, +1, "steps");
+        CHECK_STR_CONTAINS(x->advice, "(2 steps keep");
+        check_change_to(x, "precision", "bf16");
     }
     /* ... and in system RAM. */
     scen rf = cpu_ok;
@@ -290,6 +348,10 @@ static void test_rules(void)
     if (x) {
         CHECK_STR_CONTAINS(x->evidence, "RAM peak 63.0 of 64.0 GB (98%)");
         CHECK_INT_EQ(x->gpu, -1);
+        CHECK_NEAR(figure(x, "ram_peak"), 63, 1e-9);
+        CHECK_NEAR(figure(x, "to_free"), 63 - 0.85 * 64, 1e-9);
+        check_change(x, "workers", NAN, NAN, -1, "workers"); /* fewer, no number */
+        check_change(x, "prefetch", NAN, NAN, -1, "batches");
     }
 
     /* Power capping in 3 samples of 4; then thermal. */
@@ -304,6 +366,10 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->evidence, "75% of samples by power and 0% by temperature");
         CHECK_STR_CONTAINS(x->evidence, "349 W of a 350 W limit");
         CHECK_STR_CONTAINS(x->advice, "power limit");
+        CHECK_NEAR(figure(x, "power_throttled_pct"), 75, 1e-9);
+        CHECK_NEAR(figure(x, "power_median"), 349, 1e-9);
+        check_change(x, "power_limit", 350, NAN, +1, "W");
+        check_change_to(x, "precision", "bf16");
     }
     th.throttle = STOKE_THROTTLE_HW_THERMAL;
     th.temp_c = 89;
@@ -315,6 +381,8 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->evidence, "75% by temperature");
         CHECK_STR_CONTAINS(x->evidence, "temperature p95 89 C");
         CHECK_STR_CONTAINS(x->advice, "nvidia-smi -pl 315");
+        CHECK_NEAR(figure(x, "temperature_p95"), 89, 1e-9);
+        check_change(x, "power_limit", 350, 315, -1, "W");
     }
     /* The idle bit alone is not throttling. */
     th.throttle = STOKE_THROTTLE_GPU_IDLE;
@@ -333,6 +401,10 @@ static void test_rules(void)
     if (x) {
         CHECK_STR_CONTAINS(x->evidence, "the job used 1.0 of 2 cores");
         CHECK_STR_CONTAINS(x->advice, "OMP_NUM_THREADS=2");
+        CHECK_NEAR(figure(x, "job_cores"), 0.99, 1e-9);
+        CHECK_NEAR(figure(x, "usable_cpus"), 2, 0);
+        check_change(x, "threads", NAN, 2, +1, "threads");
+        check_change(x, "workers", NAN, 1, +1, "workers");
     }
     /* The same job with a GPU is judged by the GPU rules, not this one. */
     one.gpus = 1;
@@ -352,8 +424,13 @@ static void test_rules(void)
     n = stoke_diagnose(&sum, f, 16);
     x = find(f, n, "low-gpu-util");
     CHECK(x != NULL);
-    if (x)
+    if (x) {
         CHECK_STR_CONTAINS(x->evidence, "median 20% (p95 22%, max 22%) is under 30%");
+        CHECK_NEAR(figure(x, "gpu_util_median"), 20, 1e-9);
+        CHECK_NEAR(figure(x, "gpu_util_max"), 22, 1e-9);
+        check_change(x, "workers", NAN, 1, +1, "workers");
+        CHECK_STR_CONTAINS(x->advice, "(2 cores: try 1)");
+    }
     CHECK(find(f, n, "input-bound-cpu") == NULL);
 
     /* The loop waits for data 35% of the time; its one worker is busy 97%: the
@@ -382,6 +459,18 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->advice, "run 2 loader workers, --workers 2 (now 1");
         CHECK_STR_CONTAINS(x->advice, "1.5x as fast; at most 3");
         CHECK_STR_CONTAINS(x->advice, "stoke data convert");
+        /* the loader's numbers and the changes, as fields */
+        CHECK_NEAR(figure(x, "data_wait_median"), 35, 1e-9);
+        CHECK_NEAR(figure(x, "wait_max_ms"), 78.1, 1e-9);
+        CHECK_NEAR(figure(x, "prefetch"), 4, 0);
+        CHECK_NEAR(figure(x, "workers"), 1, 0);
+        CHECK_NEAR(figure(x, "workers_busy"), 97, 1e-9);
+        CHECK_NEAR(figure(x, "speedup_needed"), 1 / 0.65, 1e-9);
+        CHECK_INT_EQ(x->program, STOKE_PROG_STOKE);
+        check_change(x, "workers", 1, 2, +1, "workers");
+        check_change(x, "per_sample_work", NAN, NAN, -1, "");
+        check_change_to(x, "data_format", "stoke-records");
+        CHECK(stoke_finding_change_of(x, "prefetch") == NULL);
     }
     /* The same run without the loader's numbers is input-bound-cpu; with them,
      * data-wait decides alone, so the two worker counts cannot disagree. */
@@ -407,6 +496,8 @@ static void test_rules(void)
     if (x) {
         CHECK_STR_CONTAINS(x->advice, "the 3 workers are busy and use the usable cores (4");
         CHECK(strstr(x->advice, "run ") == NULL);
+        CHECK(stoke_finding_change_of(x, "workers") == NULL); /* no more workers */
+        check_change(x, "per_sample_work", NAN, NAN, -1, "");
     }
     /* Busy workers while the CPUs wait on storage: they are reading. */
     dw.workers = 2;
@@ -419,6 +510,10 @@ static void test_rules(void)
     if (x) {
         CHECK_STR_CONTAINS(x->advice, "spend their time reading (iowait median 30%");
         CHECK_STR_CONTAINS(x->advice, "/dev/shm");
+        CHECK_NEAR(figure(x, "iowait_median"), 30, 1e-9);
+        check_change_to(x, "data_location", "tmpfs");
+        check_change_to(x, "data_format", "stoke-records");
+        CHECK_INT_EQ(x->nchanges, 2);
     }
     CHECK(find(f, n, "io-bound") != NULL);
     CHECK(n > 0 && strcmp(f[0].rule->id, "data-wait") == 0);
@@ -435,6 +530,7 @@ static void test_rules(void)
         CHECK_STR_CONTAINS(x->advice, "idle 70% of the time yet the ring is mostly empty");
         CHECK_STR_CONTAINS(x->advice, "io-bound");
         CHECK_STR_CONTAINS(x->advice, "--prefetch 10");
+        check_change(x, "prefetch", 4, 10, +1, "batches");
     }
     /* Workers idle 15% of the time on CPUs at 100%: short of CPU, not of storage (the
      * robustness check of stoke bench under a sanitizer, once). */
@@ -470,6 +566,7 @@ static void test_rules(void)
     if (x) {
         CHECK_STR_CONTAINS(x->evidence, "no workers: the loop read and transformed");
         CHECK_STR_CONTAINS(x->advice, "run 1 loader worker, --workers 1 (now 0");
+        check_change(x, "workers", 0, 1, +1, "workers");
     }
     CHECK(find(f, n, "cpu-underused") == NULL);
     /* Its compute between batches takes from its busy share: still its own loading. */
@@ -577,15 +674,9 @@ static void test_rules(void)
 
 /* ---- Diagnoses that agree with their evidence and their program -------------------- */
 
-/* The first number after `key` in text, NAN if the key is absent. */
-static double num_after(const char *text, const char *key)
-{
-    const char *p = strstr(text, key);
-    return p ? strtod(p + strlen(key), NULL) : NAN;
-}
-
-/* Checks one finding against its own evidence and the program it was worded for. A
- * contradiction fails with the rule and the offending text. */
+/* Checks one finding against its own figures and the program it was worded for. A
+ * contradiction fails with the rule and the offending text. The figures are what the
+ * evidence prints, so the check reads them rather than the English. */
 static void check_consistent(const stoke_finding *f, const stoke_mon_summary *s)
 {
     static const char *const pytorch[] = {"OMP_NUM_THREADS", "torch.",         "num_workers",
@@ -608,10 +699,28 @@ static void check_consistent(const stoke_finding *f, const stoke_mon_summary *s)
     CHECK_MSG(strlen(f->advice) + 1 < sizeof f->advice, "[%s] advice truncated: %s", id, f->advice);
     CHECK_MSG(strlen(f->evidence) + 1 < sizeof f->evidence, "[%s] evidence truncated: %s", id,
               f->evidence);
+    /* The fields: within their arrays, named, each change a number, a direction or a
+     * word; the advice is worded for the summary's program. */
+    CHECK_INT_EQ(f->program, s->program.kind);
+    CHECK_MSG(f->nfigures > 0 && f->nfigures <= STOKE_FINDING_FIGURES, "[%s] %d figures", id,
+              f->nfigures);
+    CHECK_MSG(f->nchanges >= 0 && f->nchanges <= STOKE_FINDING_CHANGES, "[%s] %d changes", id,
+              f->nchanges);
+    for (int i = 0; i < f->nfigures; i++)
+        CHECK_MSG(f->figures[i].name && f->figures[i].unit && isfinite(f->figures[i].value),
+                  "[%s] figure %d", id, i);
+    for (int i = 0; i < f->nchanges; i++) {
+        const stoke_finding_change *c = &f->changes[i];
+        CHECK_MSG(c->setting && c->unit && (c->to != NULL) == (c->direction == 0) &&
+                      (isnan(c->suggested) || !c->to),
+                  "[%s] change %d (%s)", id, i, c->setting ? c->setting : "?");
+        /* a number to set goes the way the change says */
+        if (!isnan(c->current) && !isnan(c->suggested) && strcmp(c->setting, "workers"))
+            CHECK_MSG((c->suggested - c->current) * c->direction > 0, "[%s] %s %g -> %g is not %+d",
+                      id, c->setting, c->current, c->suggested, c->direction);
+    }
     /* A verdict that the job's CPU work bounded the run needs the job to have used CPU. */
-    double job = num_after(f->evidence, "the job itself used ");
-    if (isnan(job))
-        job = num_after(f->evidence, "the job used ");
+    double job = figure(f, "job_cores");
     if (!strcmp(id, "input-bound-cpu") || !strcmp(id, "input-bound-thread") ||
         !strcmp(id, "cpu-underused"))
         CHECK_MSG(isnan(job) || job >= 0.5,
@@ -619,23 +728,22 @@ static void check_consistent(const stoke_finding *f, const stoke_mon_summary *s)
                   "cores: %s",
                   id, job, f->evidence);
     if (!strcmp(id, "input-bound-cpu")) {
-        double busy = num_after(f->evidence, "busy (median): ");
-        CHECK_MSG(num_after(f->evidence, "while the CPUs were ") >= 85 ||
+        double busy = figure(f, "busy_cores");
+        CHECK_MSG(figure(f, "cpu_busy_median") >= 85 ||
                       (!isnan(job) && job >= 0.85 * s->usable_cpus),
                   "[%s] says the CPUs were saturated: %s", id, f->evidence);
         CHECK_MSG(isnan(job) || job >= 0.25 * busy, "[%s] the job used %.1f of %.1f busy cores: %s",
                   id, job, busy, f->evidence);
     }
     if (!strcmp(id, "input-bound-thread")) {
-        CHECK_MSG(num_after(f->evidence, "ran at ") >= 90, "[%s] thread not saturated: %s", id,
+        CHECK_MSG(figure(f, "thread_core_median") >= 90, "[%s] thread not saturated: %s", id,
                   f->evidence);
-        double idle = num_after(f->evidence, " and ");
+        double idle = figure(f, "idle_cores");
         CHECK_MSG(idle >= 0.5, "[%s] no idle cores: %s", id, f->evidence);
     }
     /* Rules about an idle GPU need an idle GPU; the batch rule a busy one. */
-    const char *u = strstr(f->evidence, "utilization median ");
-    if (u) {
-        double util = strtod(u + strlen("utilization median "), NULL);
+    double util = figure(f, "gpu_util_median");
+    if (!isnan(util)) {
         if (!strcmp(id, "batch-can-grow"))
             CHECK_MSG(util >= 60, "[%s] GPU at %.0f%%: %s", id, util, f->evidence);
         else if (!strcmp(id, "low-gpu-util"))
@@ -645,18 +753,16 @@ static void check_consistent(const stoke_finding *f, const stoke_mon_summary *s)
                       f->evidence);
     }
     if (!strcmp(id, "data-wait"))
-        CHECK_MSG(num_after(f->evidence, "waited for data ") >= 10, "[%s] no wait: %s", id,
-                  f->evidence);
+        CHECK_MSG(figure(f, "data_wait_median") >= 10, "[%s] no wait: %s", id, f->evidence);
     /* Shared cores need others that hold them, on saturated CPUs; the fewer threads it
      * asks for are fewer than the job runs. */
     if (!strcmp(id, "cpu-contention")) {
-        CHECK_MSG(num_after(f->evidence, "other processes kept ") >= 0.5 &&
-                      num_after(f->evidence, "(CPUs ") >= 90,
+        CHECK_MSG(figure(f, "others_cores") >= 0.5 && figure(f, "cpu_busy_median") >= 90,
                   "[%s] the CPUs were not taken by others: %s", id, f->evidence);
-        double now = num_after(f->evidence, "with ");
-        double run = num_after(f->advice, ": run ");
-        CHECK_MSG(isnan(run) || run < now, "[%s] asks for %.0f threads, runs %.0f: %s", id, run,
-                  now, f->advice);
+        const stoke_finding_change *c = stoke_finding_change_of(f, "threads");
+        double now = figure(f, "compute_threads");
+        CHECK_MSG(!c || c->suggested < now, "[%s] asks for %.0f threads, runs %.0f: %s", id,
+                  c ? c->suggested : NAN, now, f->advice);
     }
 }
 
@@ -810,6 +916,7 @@ static void test_consistency(void)
     if (x) {
         CHECK_STR_CONTAINS(x->advice, "--threads 2 (now 1)");
         CHECK(strstr(x->advice, "OMP_NUM_THREADS") == NULL);
+        check_change(x, "threads", 1, 2, +1, "threads"); /* stoke's setting is known */
     }
     scen bg = cases[7];
     bg.prog = one.prog;
@@ -817,8 +924,10 @@ static void test_consistency(void)
     n = stoke_diagnose(&sum, f, 16);
     x = find(f, n, "batch-can-grow");
     CHECK(x != NULL);
-    if (x)
+    if (x) {
         CHECK_STR_CONTAINS(x->advice, "--batch-size 128 (now 64)");
+        check_change(x, "batch_size", 64, 128, +1, "samples");
+    }
 }
 
 /* The saturated single thread: the recorded input-bound GPU (11%) beside a job whose
@@ -848,6 +957,11 @@ static void test_thread_rule(void)
                                       "(DataLoader(num_workers=1)");
         CHECK_STR_CONTAINS(x->advice, "would need 10 at full speed");
         CHECK_INT_EQ(x->gpu, 0);
+        CHECK_NEAR(figure(x, "thread_core_median"), 100, 1e-9);
+        CHECK_NEAR(figure(x, "idle_cores"), 1, 1e-9);
+        CHECK_NEAR(figure(x, "gpu_util_median"), 11, 1e-9);
+        CHECK_NEAR(figure(x, "cores_needed"), 10, 0);
+        check_change(x, "workers", NAN, 1, +1, "workers");
     }
     char *text = NULL;
     size_t len = 0;
@@ -875,9 +989,11 @@ static void test_thread_rule(void)
     n = stoke_diagnose(&sum, f, 16);
     x = find(f, n, "input-bound-thread");
     CHECK(x != NULL);
-    if (x)
+    if (x) {
         CHECK_STR_CONTAINS(x->advice, "run 4 loader workers to take the loading off it "
                                       "(DataLoader(num_workers=4)");
+        check_change(x, "workers", NAN, 4, +1, "workers");
+    }
 
     /* Negative: a busy thread while the GPU is busy is not input-bound. */
     sc = healthy_gpu;
@@ -983,6 +1099,10 @@ static void test_contention_rule(void)
         CHECK(strstr(x->advice, "--threads") == NULL);
         CHECK(strstr(x->advice, "OMP_WAIT_POLICY") == NULL); /* one thread: no barrier */
         CHECK_INT_EQ(x->gpu, -1);
+        CHECK_NEAR(figure(x, "job_cores"), 0.41, 1e-9);
+        CHECK_NEAR(figure(x, "compute_threads"), 2, 0);
+        CHECK(figure(x, "others_cores") >= 1.55 && figure(x, "others_cores") < 1.65);
+        check_change(x, "threads", 2, 1, -1, "threads");
     }
     char *text = NULL;
     size_t len = 0;
@@ -1003,6 +1123,7 @@ static void test_contention_rule(void)
         CHECK_STR_CONTAINS(x->evidence, "its --threads");
         CHECK_STR_CONTAINS(x->advice, "--threads 1 (now 2)");
         CHECK(strstr(x->advice, "OMP_NUM_THREADS") == NULL);
+        check_change(x, "threads", 2, 1, -1, "threads");
     }
     /* Two threads with 1.1 cores on cores half taken: cpu-underused asked for more
      * threads there; the cores are the others', not idle. */
@@ -1027,6 +1148,7 @@ static void test_contention_rule(void)
         CHECK_STR_CONTAINS(x->advice, "run 2 (4 usable - 2 taken)");
         CHECK_STR_CONTAINS(x->advice, "torch.set_num_threads(2)");
         CHECK_STR_CONTAINS(x->advice, "OMP_WAIT_POLICY=passive");
+        check_change(x, "threads", 4, 2, -1, "threads");
     }
     /* The row's thresholds are what it reads. */
     if (row) {
@@ -1573,6 +1695,10 @@ static void test_startup(void)
                            "busiest thread ran at 98% of a core and the job at 1.0 cores");
         CHECK_STR_CONTAINS(x->advice, "cover only the 2.5 s since");
         CHECK_STR_CONTAINS(x->advice, "stoke data convert");
+        CHECK_NEAR(figure(x, "startup"), 15, 1e-9);
+        CHECK_NEAR(figure(x, "watched"), 17.5, 1e-9);
+        CHECK_NEAR(figure(x, "startup_thread_core"), 98, 1e-9);
+        check_change_to(x, "data_format", "stoke-records");
     }
     char *text = NULL;
     size_t len = 0;

@@ -210,8 +210,13 @@ static void test_loader_feeds_monitor(int workers)
     stoke_finding fs[16];
     size_t nf = stoke_diagnose(&sum, fs, 16);
     for (size_t i = 0; i < nf && i < 16; i++)
-        if (strcmp(fs[i].rule->id, "data-wait") == 0)
+        if (strcmp(fs[i].rule->id, "data-wait") == 0) {
             CHECK_STR_CONTAINS(fs[i].evidence, "the ring of 3 slots");
+            /* the loader's numbers, as the finding's fields */
+            const stoke_finding_figure *slots = stoke_finding_figure_of(&fs[i], "prefetch");
+            const stoke_finding_figure *w = stoke_finding_figure_of(&fs[i], "workers");
+            CHECK(slots && slots->value == 3 && w && w->value == workers);
+        }
 
     stoke_monitor_free(m);
     stoke_loader_destroy(l);

@@ -522,10 +522,38 @@ static void case_out_dtypes(void)
     CHECK(tu == NULL);
 }
 
+/* The tuner's cheap_transform (stoke_transform_one_pass): none, normalize alone, or
+ * u8 through crop, flip and normalize (the fused pass); resampling and jitter are not,
+ * and neither is a crop on f32 samples. */
+static void case_one_pass(void)
+{
+    stoke_op crop = {.kind = STOKE_OP_CROP, .height = 8, .width = 8, .pad = 2};
+    stoke_op flip = {.kind = STOKE_OP_HFLIP}, norm = {.kind = STOKE_OP_NORMALIZE};
+    stoke_op rrc = {.kind = STOKE_OP_RANDOM_RESIZED_CROP, .height = 8, .width = 8};
+    stoke_op jit = {.kind = STOKE_OP_COLOR_JITTER, .brightness = 0.4f};
+    stoke_op fused[] = {crop, flip, norm}, resample[] = {rrc, flip, norm}, jitter[] = {crop, jit};
+    stoke_transform_opts o = {.in_dtype = STOKE_U8, .ops = fused, .nops = 3};
+    CHECK(stoke_transform_one_pass(NULL));
+    CHECK(stoke_transform_one_pass(&o));
+    o.in_dtype = STOKE_F32;
+    CHECK(!stoke_transform_one_pass(&o));
+    o.ops = &norm;
+    o.nops = 1;
+    CHECK(stoke_transform_one_pass(&o)); /* normalize alone, any dtype */
+    o.in_dtype = STOKE_U8;
+    o.ops = resample;
+    o.nops = 3;
+    CHECK(!stoke_transform_one_pass(&o));
+    o.ops = jitter;
+    o.nops = 2;
+    CHECK(!stoke_transform_one_pass(&o));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_TORCH_PART(argc, argv, case_torch);
     case_fused_crop_flip_normalize();
+    case_one_pass();
     case_general_matches_fused();
     case_color_jitter();
     case_half_and_bfloat();

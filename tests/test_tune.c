@@ -600,8 +600,8 @@ static void test_decide(void)
     q.device = "cuda";
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
     CHECK_INT_EQ(d.device, 0);
-    const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda: 1", "cuda:+1", "cuda:1x",
-                         "CPU"};
+    const char *bad[] = {"gpu",     "cuda:",   "cuda:x",  "cuda:-1",
+                         "cuda: 1", "cuda:+1", "cuda:1x", "CPU"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         q.device = bad[i];
         CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
@@ -613,7 +613,8 @@ static void test_decide(void)
     for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
         q.device = past[i];
         CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_ERR_ARG);
-        CHECK_STR_CONTAINS(stoke_last_error(), "stoke addresses at most 16 GPUs, cuda:0 to cuda:15");
+        CHECK_STR_CONTAINS(stoke_last_error(),
+                           "stoke addresses at most 16 GPUs, cuda:0 to cuda:15");
     }
     q.device = "cuda:15";
     CHECK_INT_EQ(stoke_decide(&machine, &recs, &q, &d), STOKE_OK);
@@ -1019,6 +1020,53 @@ static void test_decide_profile(void)
     CHECK_STR_CONTAINS(d.workers_why.reason, "profile 'cpu' (stoke's own) starts from the same");
 }
 
+/* The batch size's rule (tune/batch.c) on facts given: the smallest bound leads the
+ * reason, each a power of two with pow2; effective_batch's accumulation rounds up. */
+static void test_batch_rule(void)
+{
+    stoke_why w;
+    char why[64];
+    /* the CPU's start (256) under a fit of 4096 and 60,000 samples (cap 1200 -> 1024) */
+    CHECK_INT_EQ(stoke_tune_batch_auto(4096, "FIT", 60000, 1, false, true, true, &w), 256);
+    CHECK_STR_CONTAINS(w.reason, "256, the CPU's starting point");
+    CHECK_STR_CONTAINS(w.reason, "fit: FIT");
+    CHECK_INT_EQ(w.source, STOKE_SRC_RULE);
+    /* 2,000 samples at 2 accumulated: 20 -> 16, below the start */
+    CHECK_INT_EQ(stoke_tune_batch_auto(4096, "FIT", 2000, 2, false, true, true, &w), 16);
+    CHECK_STR_CONTAINS(w.reason, "of 2 accumulated batches, a power of two); fit: FIT");
+    /* a GPU: no start; an effective batch given: no steps cap; the fit decides alone */
+    CHECK_INT_EQ(stoke_tune_batch_auto(700, "FIT", 2000, 1, true, false, true, &w), 700);
+    CHECK_STR_EQ(w.reason, "FIT");
+    CHECK_INT_EQ(stoke_tune_steps_cap(10, 1, false, why, sizeof why), 1); /* at least 1 */
+    CHECK_INT_EQ(stoke_tune_steps_cap(10, 1, true, why, sizeof why), 0);
+    CHECK_INT_EQ(stoke_tune_pow2_floor(1), 1);
+    CHECK_INT_EQ(stoke_tune_pow2_floor(1023), 512);
+    CHECK_INT_EQ(stoke_tune_accumulate(1000, 256, &w), 4);
+    CHECK_STR_CONTAINS(w.reason, "the effective batch is 1024");
+    CHECK_INT_EQ(stoke_tune_accumulate(1024, 256, &w), 4);
+    CHECK(!strstr(w.reason, "not a multiple"));
+    /* not even batch 1: the error says the numbers */
+    stoke_mem_plan plan = {.params = 100, .grads = 100, .optim = 100};
+    stoke_batch_fit f = {.safety = 0.5,
+                         .free_bytes = 1000,
+                         .free_what = "free",
+                         .budget = 500,
+                         .plan = &plan,
+                         .fit = 0,
+                         .samples = 10,
+                         .pow2 = true};
+    int64_t cap = 7;
+    CHECK_INT_EQ(stoke_tune_batch_fit(&f, &cap, why, sizeof why), STOKE_ERR_NOMEM);
+    CHECK_INT_EQ(cap, 0);
+    CHECK_STR_CONTAINS(stoke_last_error(), "not even batch 1 fits: 50% of the");
+    f.fit = 10; /* the samples: said, and rounded down */
+    char fit[400];
+    CHECK_INT_EQ(stoke_tune_batch_fit(&f, &cap, fit, sizeof fit), STOKE_OK);
+    CHECK_INT_EQ(cap, 8);
+    CHECK_STR_CONTAINS(fit,
+                       "fits 10 (capped by the 10 samples), rounded down to a power of two: 8");
+}
+
 int main(void)
 {
     test_h100();
@@ -1035,5 +1083,6 @@ int main(void)
     test_decide_host_threads();
     test_profile_match();
     test_decide_profile();
+    test_batch_rule();
     return CHECK_DONE();
 }

@@ -282,6 +282,13 @@ typedef struct stoke_transform stoke_transform;
 stoke_status stoke_transform_create(const stoke_transform_opts *o, stoke_transform **out);
 void stoke_transform_destroy(stoke_transform *t); /* NULL is fine */
 
+/* Whether a transform costs one cheap pass over each sample as held: none (NULL), only
+ * NORMALIZE (no random work), or u8 samples through CROP, HFLIP and NORMALIZE alone
+ * (the fused path above). Resampling (RESIZE, RANDOM_RESIZED_CROP, RESIZE_SHORTER) and
+ * COLOR_JITTER are not. The tuner's stoke_tune_request.cheap_transform: `stoke train`
+ * and stoke.Loader both ask here. */
+bool stoke_transform_one_pass(const stoke_transform_opts *o);
+
 /* Output shape (C, H, W) or (H, W, C), dtype, and bytes of one transformed sample. */
 stoke_shape stoke_transform_out_shape(const stoke_transform *t);
 stoke_dtype stoke_transform_out_dtype(const stoke_transform *t);

@@ -310,12 +310,48 @@ typedef enum stoke_rule_kind {
 /* "bottleneck", "risk", "warning"; "?" if invalid. */
 const char *stoke_rule_kind_name(stoke_rule_kind k);
 
+/* A finding in numbers, so that programs read its fields rather than its English:
+ * the figures of the run its rule read, and the settings its advice asks to change.
+ * The evidence and advice texts are renderings of these (docs/monitor.md lists the
+ * names each rule uses). */
+enum { STOKE_FINDING_FIGURES = 16, STOKE_FINDING_CHANGES = 4 };
+
+typedef struct stoke_finding_figure {
+    const char *name; /* "gpu_util_median", "data_wait_p95", ... */
+    double value;
+    const char *unit; /* "%", "% of a core", "cores", "GB", "ms", "batches/s", "s", "W",
+                         "C", "MHz", "bytes/s", "x", "" */
+} stoke_finding_figure;
+
+typedef struct stoke_finding_change {
+    const char *setting; /* "workers", "prefetch", "threads", "batch_size",
+                            "grad_accum_steps", "precision", "power_limit",
+                            "data_format", "data_location", "per_sample_work" */
+    const char *unit;    /* of current and suggested: "workers", "batches", "threads",
+                            "samples", "steps", "W"; "" for a word or a direction */
+    double current;      /* the run's value; NAN when unknown */
+    double suggested;    /* the value to set; NAN when the advice gives only a direction
+                            or a word (`to`) */
+    int direction;       /* +1 raise, -1 lower, 0 set to the word `to` */
+    const char *to;      /* the word to set ("bf16", "stoke-records", "shards",
+                            "tmpfs"); NULL for a number or a direction */
+} stoke_finding_change;
+
 typedef struct stoke_finding {
     const struct stoke_rule *rule;
-    int gpu;            /* GPU index the finding is about, -1 if none */
-    char evidence[400]; /* numbers from the run */
-    char advice[400];   /* what to change, with numbers */
+    int gpu;                        /* GPU index the finding is about, -1 if none */
+    stoke_mon_program_kind program; /* whose knobs the advice names (the summary's) */
+    int nfigures;
+    stoke_finding_figure figures[STOKE_FINDING_FIGURES];
+    int nchanges;
+    stoke_finding_change changes[STOKE_FINDING_CHANGES];
+    char evidence[400]; /* the figures, rendered */
+    char advice[400];   /* the changes (and why), rendered */
 } stoke_finding;
+
+/* The figure called name, or the change of setting; NULL when the finding has none. */
+const stoke_finding_figure *stoke_finding_figure_of(const stoke_finding *f, const char *name);
+const stoke_finding_change *stoke_finding_change_of(const stoke_finding *f, const char *setting);
 
 typedef struct stoke_rule {
     const char *id; /* stable name: "input-bound-cpu", ... */
@@ -342,7 +378,8 @@ typedef struct stoke_rule {
     double excess_cores_atleast; /* compute threads + others' cores over the usable CPUs */
     double thread_share_below;   /* the job's cores per compute thread under this = starved */
     double startup_frac_atleast; /* the share of the watched time before the first GPU work */
-    /* Fills *f and returns true when the rule fires. */
+    /* Fills *f and returns true when the rule fires. Figures and changes are appended
+     * to those *f has: start from a zeroed finding, as stoke_diagnose does. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 } stoke_rule;
 

@@ -155,7 +155,7 @@ typedef struct stoke_train_config {
     int64_t batch_size;      /* samples per forward/backward (default 128); 0 = auto: the
                                  largest that fits memory_safety x the free memory (a
                                  power of two with batch_pow2, at most the samples; on
-                                 the CPU at most train_cpu_start_batch), set by
+                                 the CPU at most STOKE_TUNE_CPU_START_BATCH), set by
                                  stoke_trainer_new */
     int64_t val_batch_size;  /* default 256 */
     int64_t accumulate;      /* backward passes per optimizer step (default 1): the
@@ -252,7 +252,8 @@ stoke_status stoke_train_config_parse(stoke_train_config *c, const char *data, s
 /* Applies BATCH_SIZE, VAL_BATCH_SIZE, NUM_WORKERS, PREFETCH_FACTOR, ACCUMULATE, EPOCHS,
  * LR, SEED, PRECISION, STOKE_DEVICE, STOKE_RECOMPUTE and AMP (true/1 -> precision
  * bf16, false/0 -> fp32; refused beside PRECISION) from the environment
- * (STOKE_CFG_ENV). `getenv_fn` may be NULL (getenv). Errors name the variable. */
+ * (STOKE_CFG_ENV). `getenv_fn` may be NULL (the process environment). Errors name the
+ * variable. */
 stoke_status stoke_train_config_load_env(stoke_train_config *c,
                                          const char *(*getenv_fn)(const char *name));
 
@@ -350,6 +351,7 @@ typedef struct stoke_train_event {
      * and its evidence and advice; NULL for other events */
     const struct stoke_rule *rule;
     const char *evidence, *advice;
+    const struct stoke_finding *finding; /* WARNING: its fields (during the call); else NULL */
     /* PROGRESS, EPOCH: the compute threads when the run changed them from the
      * decision's count (adapting to the load: docs/train.md, "Shared cores"); 0 while
      * it runs at that count */

@@ -228,6 +228,68 @@ stoke_status stoke_device_check(const char *device);
 stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
                           const stoke_tune_request *req, stoke_decision *out);
 
+/* ---- The batch size (batch.c): batch_size auto and effective_batch ------------------
+ * The trainer measures what the batch depends on (its models' exact plans, the free
+ * memory, the samples) and applies what is decided; the rule that turns those facts
+ * and the settings into the batch, the accumulation and their reasons is here. */
+
+/* The CPU's batch where its memory fit is larger: its throughput flattens past a few
+ * hundred samples (a cap there, not the fastest batch; stoke tune measures that). */
+#define STOKE_TUNE_CPU_START_BATCH 256
+/* The fewest optimizer steps an epoch that batch auto (the rule and the measured
+ * search) leaves: the fastest batch of a small dataset is a few steps an epoch, and a
+ * few steps do not train (2,000 samples at batch 1024: 2 steps, 9% validation
+ * accuracy). 50 steps is a batch of at most 2% of the samples: a full Fashion-MNIST
+ * (60,000) keeps batches up to 1024 open, --limit 2000 caps them at 40. */
+#define STOKE_TUNE_MIN_EPOCH_STEPS 50
+
+/* The largest power of two <= b (b >= 1). */
+int64_t stoke_tune_pow2_floor(int64_t b);
+
+/* What memory_safety leaves of `free_bytes`: the budget the batch's plan must fit. */
+size_t stoke_tune_batch_budget(size_t free_bytes, double safety);
+
+/* The facts of the memory fit, as the trainer measured them. */
+typedef struct stoke_batch_fit {
+    double safety;              /* memory_safety */
+    size_t free_bytes;          /* what the budget is a share of ... */
+    const char *free_what;      /* ... named: "free on the GPU (cudaMemGetInfo)", ... */
+    size_t budget;              /* stoke_tune_batch_budget(free_bytes, safety) */
+    size_t held;                /* data held in memory the budget already covers */
+    const stoke_mem_plan *plan; /* the training model's, at batch 1 */
+    size_t ring_per_sample;     /* the loader's bytes a sample beside the plan */
+    size_t beside;              /* what else the budget holds (validation, data held) */
+    int64_t fit;                /* the largest batch whose exact plan fits the budget beside
+                               the rest (stoke_plan_max_batch); < 1: none */
+    int64_t samples;            /* the training samples (the fit is at most these) */
+    bool pow2;                  /* rounded down to a power of two */
+} stoke_batch_fit;
+
+/* The memory fit's batch (*cap: the fit, rounded down to a power of two with pow2)
+ * and its numbers in `why`. STOKE_ERR_NOMEM, with them, when not even batch 1 fits. */
+stoke_status stoke_tune_batch_fit(const stoke_batch_fit *f, int64_t *cap, char *why, size_t n);
+
+/* The largest batch that keeps STOKE_TUNE_MIN_EPOCH_STEPS optimizer steps an epoch of
+ * `samples` at `accumulate` batches a step, at least 1, with the reason; 0 when an
+ * effective_batch is given (the user chose the optimizer's batch, the micro-batch only
+ * sets the speed). */
+int64_t stoke_tune_steps_cap(int64_t samples, int64_t accumulate, bool effective_given, char *why,
+                             size_t n);
+
+/* The CPU's starting point (STOKE_TUNE_CPU_START_BATCH) and why. */
+int64_t stoke_tune_cpu_start_batch(char *why, size_t n);
+
+/* batch_size auto: the smallest of the memory fit (`fit`, its reason `fit_why` from
+ * stoke_tune_batch_fit), the batch the epoch's steps allow and, on the CPU, its
+ * starting point, each a power of two with pow2; the bound that decided it first in
+ * w's reason (source: rule). */
+int64_t stoke_tune_batch_auto(int64_t fit, const char *fit_why, int64_t samples, int64_t accumulate,
+                              bool effective_given, bool cpu, bool pow2, stoke_why *w);
+
+/* effective_batch at `batch`: the accumulation that reaches it (the effective batch
+ * is the next multiple of the batch when it is not one), said in w (source: rule). */
+int64_t stoke_tune_accumulate(int64_t effective, int64_t batch, stoke_why *w);
+
 /* ---- Measured tuning (search.c): which settings run fastest, found by trials -------
  * The search only decides which settings to try and what the measurements mean; a
  * trial (stoke_tune_trial_fn) runs them. The trainer's trials run real training steps

@@ -15,6 +15,7 @@
 #include "stoke/data.h"
 #include "stoke/hw.h"
 #include "stoke/monitor.h"
+#include "stoke/train.h"
 #include "stoke/tune.h"
 
 /* How long the consumer waits inside C before it looks at Python's signals: Ctrl-C
@@ -843,10 +844,35 @@ done:
     return out;
 }
 
-/* The machine is probed once per process: the tuner's facts do not change in a run. */
+/* transform_one_pass(dataset, transform dict or None) -> bool: the tuner's
+ * cheap_transform for this transform on this dataset's samples (stoke_transform_one_pass,
+ * the rule `stoke train` asks). */
+static PyObject *transform_one_pass(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *ds, *t;
+    if (!PyArg_ParseTuple(args, "O!O", stokepy_DatasetType, &ds, &t))
+        return NULL;
+    if (!stokepy_dataset_ok((DatasetObject *)ds))
+        return NULL;
+    if (t == Py_None)
+        return PyBool_FromLong(stoke_transform_one_pass(NULL));
+    CoreObject tmp; /* only its transform fields */
+    memset(&tmp, 0, sizeof tmp);
+    if (parse_transform(&tmp, t) < 0)
+        return NULL;
+    tmp.to.in_dtype = stoke_dataset_get_info(((DatasetObject *)ds)->d)->input_dtype;
+    return PyBool_FromLong(stoke_transform_one_pass(&tmp.to));
+}
+
+/* The machine is probed once per process: the tuner's facts do not change in a run.
+ * The hardware profiles are read at each decision, as each `stoke train` reads them
+ * (STOKE_PROFILES, else the built-in table): the two decide from the same start
+ * values. Used under the GIL. */
 static stoke_machine machine;
 static stoke_recs recs;
 static bool probed;
+static stoke_profiles profiles;
 
 static PyObject *why_dict(const stoke_why *w)
 {
@@ -861,7 +887,8 @@ static PyObject *why_dict(const stoke_why *w)
  * decide), each value with source and reason. host_threads: the threads the script
  * computes on beside the loader (0: unknown, the rules share the CPUs out); with it and
  * workers to decide, what other processes take is sampled now (LOAD_SAMPLE_S) and the
- * workers take what is left (stoke_tune_request.host_threads). */
+ * workers take what is left (stoke_tune_request.host_threads). The hardware profiles
+ * are `stoke train`'s (stoke_profiles_load). */
 static PyObject *decide(PyObject *mod, PyObject *args)
 {
     (void)mod;
@@ -893,6 +920,9 @@ static PyObject *decide(PyObject *mod, PyObject *args)
         Py_END_ALLOW_THREADS
         machine.load = load;
     }
+    stoke_status ps = stoke_profiles_load(&profiles);
+    if (ps != STOKE_OK)
+        return stokepy_raise(ps);
     stoke_tune_request q = {.precision = "auto",
                             .workers = workers,
                             .workers_src = workers < 0 ? STOKE_SRC_DEFAULT : STOKE_SRC_FLAG,
@@ -903,7 +933,8 @@ static PyObject *decide(PyObject *mod, PyObject *args)
                             .in_memory = in_memory,
                             .cheap_transform = cheap,
                             .host_threads = host_threads,
-                            .host_threads_from = host_from};
+                            .host_threads_from = host_from,
+                            .profiles = &profiles};
     stoke_decision d;
     stoke_status st = stoke_decide(&machine, &recs, &q, &d);
     if (st != STOKE_OK)
@@ -925,6 +956,8 @@ static PyMethodDef data_functions[] = {
     {"epoch_order", epoch_order, METH_VARARGS, "the sampler's batches of one epoch"},
     {"epoch_batches", epoch_batches, METH_VARARGS, "batches per epoch"},
     {"transform_apply", transform_apply, METH_VARARGS, "one sample through a transform"},
+    {"transform_one_pass", transform_one_pass, METH_VARARGS,
+     "whether a transform is one cheap pass per sample (the tuner's cheap_transform)"},
     {"decide", decide, METH_VARARGS, "the tuner's loader settings, with reasons"},
     {NULL, NULL, 0, NULL},
 };

@@ -5,6 +5,7 @@
 #include "ext.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,53 +504,111 @@ static PyObject *Monitor_summary(MonitorObject *self, PyObject *unused)
     return summary_dict(&s);
 }
 
+/* A number of a finding, None when it is unknown (NAN). */
+static PyObject *number_or_none(double v)
+{
+    return isnan(v) ? Py_NewRef(Py_None) : PyFloat_FromDouble(v);
+}
+
+/* {name: {"value", "unit"}} of the figures the rule read. */
+static PyObject *figures_dict(const stoke_finding *f)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < f->nfigures; i++) {
+        const stoke_finding_figure *x = &f->figures[i];
+        PyObject *o = Py_BuildValue("{s:d,s:s}", "value", x->value, "unit", x->unit);
+        if (stokepy_put(d, x->name, o) < 0)
+            Py_CLEAR(d);
+    }
+    return d;
+}
+
+/* [{"setting", "unit", "current", "suggested", "direction", "to"}] of the advice. */
+static PyObject *changes_list(const stoke_finding *f)
+{
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l && i < f->nchanges; i++) {
+        const stoke_finding_change *c = &f->changes[i];
+        PyObject *o =
+            Py_BuildValue("{s:s,s:s,s:N,s:N,s:i,s:z}", "setting", c->setting, "unit", c->unit,
+                          "current", number_or_none(c->current), "suggested",
+                          number_or_none(c->suggested), "direction", c->direction, "to", c->to);
+        int rc = o ? PyList_Append(l, o) : -1;
+        Py_XDECREF(o);
+        if (rc < 0)
+            Py_CLEAR(l);
+    }
+    return l;
+}
+
+static PyObject *finding_dict(const stoke_finding *f)
+{
+    PyObject *o = PyDict_New();
+    int rc = o ? 0 : -1;
+    if (rc == 0)
+        rc = stokepy_put(o, "id", PyUnicode_FromString(f->rule->id));
+    if (rc == 0)
+        rc = stokepy_put(o, "kind", PyUnicode_FromString(stoke_rule_kind_name(f->rule->kind)));
+    if (rc == 0)
+        rc = stokepy_put(o, "resource", PyUnicode_FromString(f->rule->resource));
+    if (rc == 0)
+        rc = f->gpu >= 0 ? stokepy_put(o, "gpu", PyLong_FromLong(f->gpu))
+                         : PyDict_SetItemString(o, "gpu", Py_None);
+    if (rc == 0)
+        rc = stokepy_put(o, "evidence", PyUnicode_FromString(f->evidence));
+    if (rc == 0)
+        rc = stokepy_put(o, "advice", PyUnicode_FromString(f->advice));
+    if (rc == 0)
+        rc = stokepy_put(
+            o, "program",
+            PyUnicode_FromString(f->program == STOKE_PROG_STOKE ? "stoke" : "external"));
+    if (rc == 0)
+        rc = stokepy_put(o, "figures", figures_dict(f));
+    if (rc == 0)
+        rc = stokepy_put(o, "changes", changes_list(f));
+    if (rc < 0)
+        Py_CLEAR(o);
+    return o;
+}
+
+/* The findings of s (at most 32, the table's length), into f; returns how many. */
+static size_t diagnose(const stoke_mon_summary *s, stoke_finding *f, size_t *fired)
+{
+    size_t cap;
+    stoke_rules(&cap);
+    if (cap > 32)
+        cap = 32;
+    *fired = stoke_diagnose(s, f, cap);
+    return *fired < cap ? *fired : cap;
+}
+
+static PyObject *findings_list(const stoke_finding *f, size_t n)
+{
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *o = finding_dict(&f[i]);
+        int rc = o ? PyList_Append(list, o) : -1;
+        Py_XDECREF(o);
+        if (rc < 0)
+            Py_CLEAR(list);
+    }
+    return list;
+}
+
 static PyObject *Monitor_findings(MonitorObject *self, PyObject *unused)
 {
     (void)unused;
     stoke_mon_summary s;
     if (summarize(self, &s) < 0)
         return NULL;
-    size_t cap;
-    stoke_rules(&cap);
     stoke_finding f[32];
-    if (cap > 32)
-        cap = 32;
-    size_t n = stoke_diagnose(&s, f, cap);
-    if (n > cap)
-        n = cap;
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *o = PyDict_New();
-        int rc = o ? 0 : -1;
-        if (rc == 0)
-            rc = stokepy_put(o, "id", PyUnicode_FromString(f[i].rule->id));
-        if (rc == 0)
-            rc =
-                stokepy_put(o, "kind", PyUnicode_FromString(stoke_rule_kind_name(f[i].rule->kind)));
-        if (rc == 0)
-            rc = stokepy_put(o, "resource", PyUnicode_FromString(f[i].rule->resource));
-        if (rc == 0)
-            rc = f[i].gpu >= 0 ? stokepy_put(o, "gpu", PyLong_FromLong(f[i].gpu))
-                               : PyDict_SetItemString(o, "gpu", Py_None);
-        if (rc == 0)
-            rc = stokepy_put(o, "evidence", PyUnicode_FromString(f[i].evidence));
-        if (rc == 0)
-            rc = stokepy_put(o, "advice", PyUnicode_FromString(f[i].advice));
-        if (rc == 0)
-            rc = PyList_Append(list, o);
-        Py_XDECREF(o);
-        if (rc < 0) {
-            Py_DECREF(list);
-            return NULL;
-        }
-    }
-    return list;
+    size_t fired;
+    return findings_list(f, diagnose(&s, f, &fired));
 }
 
-/* The text `stoke monitor` ends with: the table (when `table`) and the diagnosis. */
-static PyObject *report_text(MonitorObject *self, bool table)
+/* The text `stoke monitor` ends with: the table (when `table`) and the diagnosis; with
+ * `findings`, the pair (text, the findings it prints), both of one summary. */
+static PyObject *report_text(MonitorObject *self, bool table, bool findings)
 {
     stoke_mon_summary s;
     if (summarize(self, &s) < 0)
@@ -564,31 +623,33 @@ static PyObject *report_text(MonitorObject *self, bool table)
         fputc('\n', f);
     }
     stoke_finding fs[32];
-    size_t cap;
-    stoke_rules(&cap);
-    if (cap > 32)
-        cap = 32;
-    size_t fired = stoke_diagnose(&s, fs, cap);
-    stoke_diagnosis_print(&s, fs, fired < cap ? fired : cap, fired, f);
+    size_t fired, n = diagnose(&s, fs, &fired);
+    stoke_diagnosis_print(&s, fs, n, fired, f);
     if (fclose(f) != 0 || !text) {
         free(text);
         return PyErr_NoMemory();
     }
     PyObject *r = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
     free(text);
-    return r;
+    if (!r || !findings)
+        return r;
+    return Py_BuildValue("(NN)", r, findings_list(fs, n));
 }
 
-static PyObject *Monitor_diagnosis(MonitorObject *self, PyObject *unused)
+static PyObject *Monitor_diagnosis(MonitorObject *self, PyObject *args)
 {
-    (void)unused;
-    return report_text(self, false);
+    int findings = 0;
+    if (!PyArg_ParseTuple(args, "|p", &findings))
+        return NULL;
+    return report_text(self, false, findings);
 }
 
-static PyObject *Monitor_report(MonitorObject *self, PyObject *unused)
+static PyObject *Monitor_report(MonitorObject *self, PyObject *args)
 {
-    (void)unused;
-    return report_text(self, true);
+    int findings = 0;
+    if (!PyArg_ParseTuple(args, "|p", &findings))
+        return NULL;
+    return report_text(self, true, findings);
 }
 
 static PyObject *Monitor_latest(MonitorObject *self, PyObject *unused)
@@ -686,10 +747,11 @@ static PyMethodDef Monitor_methods[] = {
     {"summary", (PyCFunction)Monitor_summary, METH_NOARGS,
      "min/median/p95/max/mean of every series of the run, and the pipeline's summaries."},
     {"findings", (PyCFunction)Monitor_findings, METH_NOARGS, "The diagnosis rules that fired."},
-    {"diagnosis", (PyCFunction)Monitor_diagnosis, METH_NOARGS,
-     "The diagnosis `stoke monitor` prints."},
-    {"report", (PyCFunction)Monitor_report, METH_NOARGS,
-     "The summary table and the diagnosis, as `stoke monitor` ends."},
+    {"diagnosis", (PyCFunction)Monitor_diagnosis, METH_VARARGS,
+     "The diagnosis `stoke monitor` prints; diagnosis(True): (text, findings)."},
+    {"report", (PyCFunction)Monitor_report, METH_VARARGS,
+     "The summary table and the diagnosis, as `stoke monitor` ends; report(True): (text, "
+     "findings)."},
     {NULL, NULL, 0, NULL},
 };
 

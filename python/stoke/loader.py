@@ -302,12 +302,9 @@ class Loader:
         self._transform = ({"ops": [o for o in ops if o is not None], "dtype": self.dtype,
                             "layout": layout} if transforms else None)
         # What runs: the tuner decides what was left "auto" (the rules `stoke probe`
-        # prints), each value with its source and reason.
-        # A crop first on a folder or JPEG records decodes each original every epoch
-        # (docs/loader.md): not the cheap work per sample held uint8 images take.
-        originals = bool(transforms) and info["originals"] and isinstance(
-            transforms[0], (RandomResizedCrop, ResizeShorter))
-        self._cheap = not transforms or (info["input_dtype"] == "uint8" and not originals)
+        # prints), each value with its source and reason. Whether the transform is one
+        # cheap pass per sample is the library's rule, the one `stoke train` asks.
+        self._cheap = _stoke.transform_one_pass(self.dataset._d, self._transform)
         self.decision = {}
         self._decide()
         for t, o in zip(transforms, ops):

@@ -1,6 +1,5 @@
 """The monitor (the sampler of `stoke monitor`, watching this Python process) and the
 machine's probe and recommendations (docs/python.md)."""
-import re
 import warnings
 
 from . import _stoke
@@ -8,39 +7,33 @@ from ._stoke import Error
 
 __all__ = ["Monitor", "probe", "recommend"]
 
-# The rules' advice (src/monitor/rules.c) names loader settings in the terms of the
-# command line; these patterns find the numbers in it so the diagnosis can also say
-# which stoke.Loader argument that is. Each pattern's group is the suggested value.
-_WORKERS = [re.compile(p) for p in (
-    r"run (\d+) loader workers?\b",              # data-wait, input-bound-cpu
-    r"more loader workers \((\d+)\)",           # io-bound
-    r"use (\d+) loader workers\b",              # cpu-underused
-    r"too few loader workers \(\d+ cores: try (\d+)\)",  # low-gpu-util
-)]
-_PREFETCH = [re.compile(p) for p in (
-    r"\bprefetch (\d+)\b",                      # data-wait: ring too shallow for the workers
-    r"\b(\d+) slots instead of \d+",            # data-wait: bursts
-)]
-_FEWER = "fewer loader workers or a shallower prefetch"  # memory-nearly-full
-_CONVERT = "stoke data convert"
+# The findings' changes (src/monitor/rules.c, docs/monitor.md) that stoke.Loader sets,
+# and the data format it reads once converted.
+_LOADER = ("workers", "prefetch")
+_RECORDS = "stoke-records"
 
 
-def in_python(advice):
-    """The stoke.Loader settings (and the one-off conversion) an advice text asks for,
-    as a short line of Python; None when the advice names nothing the loader sets."""
-    args = []
-    for name, patterns in (("workers", _WORKERS), ("prefetch", _PREFETCH)):
-        for p in patterns:
-            m = p.search(advice)
-            if m:
-                args.append(f"{name}={m.group(1)}")
-                break
+def in_python(finding):
+    """The stoke.Loader settings (and the one-off conversion) a finding asks for, from
+    its `changes`, as a short line of Python; None when it asks for nothing the loader
+    sets."""
+    changes = {c["setting"]: c for c in finding["changes"]}
+    args, fewer = [], False
+    for name in _LOADER:
+        c = changes.get(name)
+        if c is None:
+            continue
+        if c["suggested"] is not None:
+            args.append(f"{name}={int(c['suggested'])}")
+        elif c["direction"] < 0:
+            fewer = True
     parts = []
     if args:
         parts.append("stoke.Loader(..., " + ", ".join(args) + ")")
-    elif _FEWER in advice:
+    elif fewer:
         parts.append("a smaller stoke.Loader(..., workers=..., prefetch=...)")
-    if _CONVERT in advice:
+    fmt = changes.get("data_format")
+    if fmt is not None and fmt["to"] == _RECORDS:
         # In a script the first thing to try is simpler than a conversion: a dataset that
         # fits in memory is read once and never again from storage.
         parts.append("stoke.Dataset(..., in_memory=True) if it fits in memory, else convert "
@@ -48,14 +41,16 @@ def in_python(advice):
     return "; ".join(parts) or None
 
 
-def _translate(text):
-    """Adds an `in Python:` line under each `change:` line that names loader settings."""
+def _translate(text, findings):
+    """Adds an `in Python:` line under each finding's `change:` line (the diagnosis
+    prints one per finding, in the order of `findings`) that names loader settings."""
     out = []
+    pending = iter(findings)
     for line in text.splitlines(keepends=True):
         # The command line's flag, as the Python argument.
         out.append(line.replace("a shorter --interval", "a shorter stoke.Monitor(interval=...)"))
         if line.startswith("  change: "):
-            hint = in_python(line[len("  change: "):])
+            hint = in_python(next(pending))
             if hint:
                 out.append(f"  in Python: {hint}\n")
     return "".join(out)
@@ -145,21 +140,24 @@ class Monitor:
 
     def findings(self):
         """The diagnosis rules that fired, in the order `stoke monitor` prints them:
-        dicts {id, kind, resource, gpu, evidence, advice, python}; `python` says the
-        advice as stoke.Loader settings, or is None."""
+        dicts {id, kind, resource, gpu, program, evidence, advice, figures, changes,
+        python}. `figures` are the run's numbers the rule read ({name: {value, unit}}),
+        `changes` the settings the advice asks for ([{setting, unit, current, suggested,
+        direction, to}], docs/monitor.md); the two texts render them. `python` says the
+        changes as stoke.Loader settings, or is None."""
         found = self._m.findings()
         for f in found:
-            f["python"] = in_python(f["advice"])
+            f["python"] = in_python(f)
         return found
 
     def diagnosis(self):
         """The diagnosis `stoke monitor` prints, with each loader setting it advises
         also given as a stoke.Loader argument."""
-        return _translate(self._m.diagnosis())
+        return _translate(*self._m.diagnosis(True))
 
     def report(self):
         """The min/median/p95/max table of every series, then diagnosis()."""
-        return _translate(self._m.report())
+        return _translate(*self._m.report(True))
 
     def __repr__(self):
         state = "running" if self.running else "stopped"

@@ -187,3 +187,62 @@ def test_probe_says_the_cpus_the_decision_shares():
     """probe()'s available CPUs are the ones the loader's decision counts."""
     cpu = stoke.probe()["cpu"]
     assert decide()["available_cpus"] == cpu["available_cpus"]
+
+
+PROFILES = """\
+version: 1
+profiles:
+  - name: test-cpu
+    match:
+      cpu_only: true
+    workers: 1
+    prefetch_factor: 5
+    precision: auto
+    tf32: false
+    source: "a test"
+    note: "five batches ahead per worker, where the rule keeps two"
+"""
+
+
+def test_the_profiles_are_stoke_trains(rgb_npy, tmp_path, monkeypatch):
+    """stoke.Loader decides from the hardware profiles `stoke train` reads (STOKE_PROFILES,
+    else the built-in table): on a profile whose prefetch is not the rule's, the loader
+    and `stoke train --dry-run` put the same batches in flight for the same workers, with
+    the same reason; and both take the in-memory rule's 0 workers alike."""
+    import os
+    import re
+    from pathlib import Path
+
+    import _gpu_doubles as doubles
+    cli = Path(os.environ.get("STOKE_TEST_CLI", doubles.BUILD / "stoke"))
+    if not cli.exists():
+        pytest.skip(f"no stoke command beside the package ({cli})")
+    path, _, _ = rgb_npy
+    (tmp_path / "profiles.yaml").write_text(PROFILES)
+    monkeypatch.setenv("STOKE_PROFILES", str(tmp_path / "profiles.yaml"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOKE_FAKE")}
+    env.update(STOKE_TUNE="off", STOKE_CACHE_DIR=str(tmp_path / "cache"))
+    for k in ("NUM_WORKERS", "PREFETCH_FACTOR", "BATCH_SIZE", "STOKE_DEVICE"):
+        env.pop(k, None)
+
+    def train(*flags):
+        p = subprocess.run([str(cli), "train", "--dataset", path, "--model", "mlp",
+                            "--batch-size", "32", "--dry-run", *flags], capture_output=True,
+                           text=True, env=env, check=True)
+        loader = re.search(r"^loader: (\d+) batches in flight \((.*)\); pinned", p.stdout, re.M)
+        workers = re.search(r" \+ (\d+) loader workers? \((.*?)\)", p.stdout)
+        assert loader and workers, p.stdout
+        return int(workers[1]), workers[2], int(loader[1]), loader[2]
+
+    w, _, prefetch, why = train("--workers", "2")
+    with stoke.Loader(path, batch_size=32, workers=2) as loader:
+        assert (loader.workers, loader.prefetch) == (w, prefetch)
+        assert loader.decision["prefetch"]["reason"] == why
+        if "profile 'test-cpu'" in why:  # decided for the CPU (a GPU has no profile here)
+            assert prefetch == 10, why
+    # held in memory with one cheap pass (normalize only, as `stoke train` runs it)
+    w, wwhy, prefetch, why = train()
+    ds = stoke.Dataset(path, in_memory=True)
+    with stoke.Loader(ds, batch_size=32, transforms=[stoke.Normalize()]) as loader:
+        assert (loader.workers, loader.prefetch) == (w, prefetch)
+        assert loader.decision["workers"]["reason"] == wwhy

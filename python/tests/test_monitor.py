@@ -180,8 +180,23 @@ def test_latest_summary_and_findings_shapes():
     assert "proc_rss" in summary["metrics"]
     assert "pipeline" not in summary or summary["pipeline"]["batches"] >= 0
     for f in mon.findings():
-        assert set(f) == {"id", "kind", "resource", "gpu", "evidence", "advice", "python"}
+        assert set(f) == {"id", "kind", "resource", "gpu", "program", "evidence", "advice",
+                          "figures", "changes", "python"}
         assert f["kind"] in ("bottleneck", "risk", "warning")
+        check_fields(f)
+
+
+def check_fields(f):
+    """A finding's numbers are fields of the shapes docs/monitor.md gives."""
+    assert f["program"] in ("stoke", "external")
+    for name, x in f["figures"].items():
+        assert set(x) == {"value", "unit"} and isinstance(x["value"], float), (name, x)
+    for c in f["changes"]:
+        assert set(c) == {"setting", "unit", "current", "suggested", "direction", "to"}, c
+        assert c["direction"] in (-1, 0, 1)
+        # a number to set, a direction, or a word
+        assert (c["to"] is None) == (c["direction"] != 0), c
+        assert c["suggested"] is None or c["to"] is None, c
 
 
 def test_diagnosis_carries_every_finding():
@@ -207,37 +222,44 @@ def test_too_few_samples_is_said_plainly():
     assert mon.findings() == []
 
 
-def test_advice_in_pytorch_terms():
-    # Advice texts as src/monitor/rules.c words them.
-    assert in_python("the workers cannot keep up: run 4 loader workers (now 2; waiting 38% "
-                     "of the time ...), and make per-sample work cheaper (cheaper transforms, "
-                     "decode/resize once: convert the dataset to stoke packed records with "
-                     "stoke data convert SRC DST)") == (
+def change(setting, suggested=None, direction=1, to=None, current=None, unit=""):
+    return {"setting": setting, "unit": unit, "current": current, "suggested": suggested,
+            "direction": 0 if to else direction, "to": to}
+
+
+def test_advice_in_python_terms_from_the_changes():
+    # The changes src/monitor/rules.c records, whatever its texts say: in_python reads
+    # fields, never the advice (which these findings do not even have).
+    records = change("data_format", to="stoke-records")
+    assert in_python({"changes": [change("workers", 4.0, current=2.0), change(
+        "per_sample_work", direction=-1), records]}) == (
         "stoke.Loader(..., workers=4); stoke.Dataset(..., in_memory=True) if it fits in "
         "memory, else convert once in a shell (stoke data convert SRC DST), then "
         "stoke.Dataset(DST)")
-    assert in_python("... the ring is mostly empty ...; a ring of 3 slots for 2 workers also "
-                     "gives them too little to do at once: prefetch 6") == (
-        "stoke.Loader(..., prefetch=6)")
-    assert in_python("... a deeper prefetch ring absorbs them: 8 slots instead of 4") == (
+    assert in_python({"changes": [change("data_location", to="tmpfs"), records,
+                                  change("prefetch", 6.0, current=3.0)]}) == (
+        "stoke.Loader(..., prefetch=6); stoke.Dataset(..., in_memory=True) if it fits in "
+        "memory, else convert once in a shell (stoke data convert SRC DST), then "
+        "stoke.Dataset(DST)")
+    assert in_python({"changes": [change("prefetch", 8.0, current=4.0)]}) == (
         "stoke.Loader(..., prefetch=8)")
-    assert in_python("the GPU waits for batches prepared on the CPU: run 7 loader workers "
-                     "(num_workers=7; NUM_WORKERS=7) if it has fewer") == (
+    assert in_python({"changes": [change("threads", 2.0), change("workers", 7.0)]}) == (
         "stoke.Loader(..., workers=7)")
-    assert in_python("possible causes: a batch too small for the GPU, too few loader workers "
-                     "(8 cores: try 7), too little prefetch") == "stoke.Loader(..., workers=7)"
-    assert "smaller stoke.Loader" in in_python(
-        "system memory is nearly full: free about 2.0 GB - fewer loader workers or a "
-        "shallower prefetch (each worker holds its own batches)")
-    assert in_python("the GPU is held at its power limit: ... (nvidia-smi -pl)") is None
-    # The wordings for a foreign job (PyTorch's knobs) keep the numbers findable.
-    assert in_python("one thread prepares the batches and cannot go faster: run 1 loader "
-                     "worker to take the loading off it (DataLoader(num_workers=1); ...)") == (
-        "stoke.Loader(..., workers=1)")
-    assert in_python("... also gives them too little to do at once: prefetch 6 batches: "
-                     "DataLoader(prefetch_factor=3)") == "stoke.Loader(..., prefetch=6)"
-    assert in_python("... too few loader workers (8 cores: try 7) - DataLoader(num_workers=7), "
-                     "too little prefetch") == "stoke.Loader(..., workers=7)"
+    assert in_python({"changes": [change("workers", direction=-1),
+                                  change("prefetch", direction=-1)]}) == (
+        "a smaller stoke.Loader(..., workers=..., prefetch=...)")
+    # Settings the loader does not have, and a foreign job's shards: nothing to say.
+    assert in_python({"changes": [change("power_limit", direction=1), change(
+        "precision", to="bf16")]}) is None
+    assert in_python({"changes": [change("data_format", to="shards")]}) is None
+    assert in_python({"changes": []}) is None
+
+
+def test_monitor_module_reads_no_english():
+    # The numbers come from the findings' fields: no pattern matching of advice text.
+    import stoke.monitor as m
+    src = open(m.__file__, encoding="utf-8").read()
+    assert "import re" not in src and "re." + "search" not in src
 
 
 def test_short_run_names_the_python_argument():
@@ -314,6 +336,15 @@ def test_fake_gpu_in_latest_summary_and_diagnosis(tmp_path):
     assert sg["metrics"]["util_pct"]["max"] <= 13
     low = [f for f in out["findings"] if f["id"] == "low-gpu-util"]
     assert low and low[0]["gpu"] == 0
+    # The numbers of the text, as fields: the utilization it read and the workers it asks.
+    check_fields(low[0])
+    assert low[0]["program"] == "external"
+    assert 9 <= low[0]["figures"]["gpu_util_median"]["value"] <= 13
+    assert low[0]["figures"]["gpu_util_median"]["unit"] == "%"
+    workers = low[0]["changes"][0]
+    assert workers["setting"] == "workers" and workers["direction"] == 1
+    assert f"try {int(workers['suggested'])})" in low[0]["advice"]
+    assert f"stoke.Loader(..., workers={int(workers['suggested'])})" in out["diagnosis"]
     assert "[low-gpu-util]: GPU 0 utilization median" in out["diagnosis"]
     assert "  in Python: stoke.Loader(..., workers=" in out["diagnosis"]
 
@@ -350,6 +381,16 @@ def test_a_starving_loader_shows_as_data_wait(tmp_path, workers):
     assert summary["pipeline"]["batches"] > 0 and summary["pipeline"]["slots"] == 2
     findings = mon.findings()
     assert findings and findings[0]["id"] == "data-wait"
+    wait = findings[0]
+    check_fields(wait)
+    assert wait["figures"]["data_wait_median"]["value"] >= 10
+    assert wait["figures"]["workers"]["value"] == workers
+    assert wait["figures"]["prefetch"] == {"value": 2.0, "unit": "batches"}
+    asked = {c["setting"]: c for c in wait["changes"]}
+    if "workers" in asked:
+        assert asked["workers"]["current"] == workers
+        assert wait["python"].startswith(
+            f"stoke.Loader(..., workers={int(asked['workers']['suggested'])}")
     text = mon.diagnosis()
     assert text.startswith("diagnosis: bounded by input pipeline (data loader)")
     assert "[data-wait]: the training loop waited for data" in text

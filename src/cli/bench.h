@@ -50,8 +50,9 @@ typedef struct bench_robust {
     int64_t delay_us, limit, workers;
     double data_wait_pct;
     bool passed;
-    char rule[32];     /* the first finding naming a bound, "" if none */
-    char verdict[160]; /* what bench concluded */
+    char rule[32];      /* the first finding naming a bound, "" if none */
+    bool moves_loading; /* its changes: more workers or cheaper per-sample work, stoke's */
+    char verdict[160];  /* what bench concluded */
     char evidence[1000];
     char advice[1000];
 } bench_robust;

@@ -109,6 +109,12 @@ static void on_event(const stoke_train_event *e, void *ctx)
         snprintf(r->rule, sizeof r->rule, "%s", e->rule->id);
         snprintf(r->evidence, sizeof r->evidence, "%s", e->evidence ? e->evidence : "");
         snprintf(r->advice, sizeof r->advice, "%s", e->advice ? e->advice : "");
+        /* read from the finding's changes, not its text; worded for stoke's own flags */
+        const stoke_finding_change *w =
+            e->finding ? stoke_finding_change_of(e->finding, "workers") : NULL;
+        r->moves_loading =
+            e->finding && e->finding->program == STOKE_PROG_STOKE &&
+            ((w && w->direction > 0) || stoke_finding_change_of(e->finding, "per_sample_work"));
     }
 }
 
@@ -319,8 +325,7 @@ static int robustness(stoke_train_config cfg, const bench_run *tuned, bench_robu
      * or cheaper per-sample work (stoke's own flag, not PyTorch's) */
     bool input = !strcmp(r->rule, "data-wait") || !strcmp(r->rule, "input-bound-thread") ||
                  !strcmp(r->rule, "input-bound-cpu");
-    bool fix = strstr(r->advice, "--workers") || strstr(r->advice, "per-sample work cheaper");
-    r->passed = input && fix && !strstr(r->advice, "num_workers");
+    r->passed = input && r->moves_loading;
     if (!r->rule[0])
         snprintf(r->verdict, sizeof r->verdict, "no finding named a bound");
     else if (!input)

@@ -1,5 +1,6 @@
-/* rules.c - the diagnosis: a table of rules over a run's summary, each with evidence
- * and advice in numbers. Thresholds live in the table rows (see docs/monitor.md). */
+/* rules.c - the diagnosis: a table of rules over a run's summary; a finding records the
+ * figures it read and the settings it asks to change as fields, and its evidence and
+ * advice texts render them. Thresholds live in the table rows (see docs/monitor.md). */
 #include "stoke/monitor.h"
 
 #include <math.h>
@@ -29,6 +30,50 @@ static bool any_gpu(const stoke_mon_summary *s)
         if (gpu_considered(s, g))
             return true;
     return false;
+}
+
+/* ---- The fields of a finding: the texts are rendered from what these record ---- */
+
+/* Records a figure of the run the rule read; returns its value for the evidence. */
+static double fig(stoke_finding *f, const char *name, double value, const char *unit)
+{
+    if ((unsigned)f->nfigures < STOKE_FINDING_FIGURES)
+        f->figures[f->nfigures++] = (stoke_finding_figure){name, value, unit};
+    return value;
+}
+
+/* Records a setting the advice asks to change; returns its value to suggest. current
+ * and suggested are NAN when unknown or not given (a direction only). */
+static double change(stoke_finding *f, const char *setting, const char *unit, double current,
+                     double suggested, int direction)
+{
+    if ((unsigned)f->nchanges < STOKE_FINDING_CHANGES)
+        f->changes[f->nchanges++] =
+            (stoke_finding_change){setting, unit, current, suggested, direction, NULL};
+    return suggested;
+}
+
+/* Records a setting to set to a word ("bf16", "tmpfs"). */
+static void change_to(stoke_finding *f, const char *setting, const char *to)
+{
+    if ((unsigned)f->nchanges < STOKE_FINDING_CHANGES)
+        f->changes[f->nchanges++] = (stoke_finding_change){setting, "", NAN, NAN, 0, to};
+}
+
+const stoke_finding_figure *stoke_finding_figure_of(const stoke_finding *f, const char *name)
+{
+    for (int i = 0; i < f->nfigures; i++)
+        if (!strcmp(f->figures[i].name, name))
+            return &f->figures[i];
+    return NULL;
+}
+
+const stoke_finding_change *stoke_finding_change_of(const stoke_finding *f, const char *setting)
+{
+    for (int i = 0; i < f->nchanges; i++)
+        if (!strcmp(f->changes[i].setting, setting))
+            return &f->changes[i];
+    return NULL;
 }
 
 /* Loader workers to suggest: one core is left for the training process itself. */
@@ -75,12 +120,39 @@ static const char *threads_knob(const stoke_mon_summary *s, int n, char *buf, si
     return buf;
 }
 
-/* The batch size: stoke's flag with its current value when known. */
-static const char *batch_knob(const stoke_mon_summary *s, double factor, char *buf, size_t size)
+/* The run's loader workers: the pipeline's report, else stoke's setting; NAN unknown. */
+static double current_workers(const stoke_mon_summary *s)
+{
+    if (s->have_pipeline)
+        return s->pipeline.workers;
+    return is_stoke(s) && s->program.workers > 0 ? s->program.workers : NAN;
+}
+
+/* The run's prefetch depth (batches in flight), as current_workers. */
+static double current_prefetch(const stoke_mon_summary *s)
+{
+    if (s->have_pipeline)
+        return s->pipeline.slots;
+    return is_stoke(s) && s->program.prefetch > 0 ? s->program.prefetch : NAN;
+}
+
+/* Records "at least n loader workers" and returns n for the advice. */
+static int more_workers(stoke_finding *f, const stoke_mon_summary *s, int n)
+{
+    return (int)change(f, "workers", "workers", current_workers(s), n, +1);
+}
+
+/* The batch size scaled by factor (recorded as a change): stoke's flag with its current
+ * value when known. */
+static const char *batch_knob(const stoke_mon_summary *s, stoke_finding *f, double factor,
+                              char *buf, size_t size)
 {
     int b = s->program.batch_size;
-    if (is_stoke(s) && b > 0)
-        stoke_say(buf, size, "--batch-size %d (now %d)", (int)fmax(1, floor(b * factor)), b);
+    bool known = is_stoke(s) && b > 0;
+    double to = change(f, "batch_size", "samples", known ? b : NAN,
+                       known ? fmax(1, floor(b * factor)) : NAN, factor > 1 ? +1 : -1);
+    if (known)
+        stoke_say(buf, size, "--batch-size %d (now %d)", (int)to, b);
     else if (is_stoke(s))
         stoke_say(buf, size, "--batch-size");
     else
@@ -91,11 +163,12 @@ static const char *batch_knob(const stoke_mon_summary *s, double factor, char *b
 /* Per-sample work done once: stoke's packed records where stoke's loader reads the data
  * (its trainer, or a Python job whose stoke.Loader reports the pipeline), else large
  * shards (a foreign loader cannot read stoke's format). */
-static const char *pack_advice(const stoke_mon_summary *s)
+static const char *pack_advice(const stoke_mon_summary *s, stoke_finding *f)
 {
-    return is_stoke(s) || s->have_pipeline
-               ? "convert the dataset to stoke packed records (stoke data convert SRC DST)"
-               : "pack the samples into large sequential shards (tar/WebDataset)";
+    bool records = is_stoke(s) || s->have_pipeline;
+    change_to(f, "data_format", records ? "stoke-records" : "shards");
+    return records ? "convert the dataset to stoke packed records (stoke data convert SRC DST)"
+                   : "pack the samples into large sequential shards (tar/WebDataset)";
 }
 
 /* The input pipeline's own account of the run: its wait share series, if it reported. */
@@ -118,28 +191,37 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
     if (!w || w->median < r->data_wait_atleast)
         return false;
     const stoke_mon_pipeline *p = &s->pipeline;
+    double wait = fig(f, "data_wait_median", w->median, "%");
+    double wait95 = fig(f, "data_wait_p95", w->p95, "%");
+    double avg_ms = fig(f, "wait_avg_ms", p->wait_avg_ms, "ms");
+    double p95_ms = fig(f, "wait_p95_ms", p->wait_p95_ms, "ms");
+    double max_ms = fig(f, "wait_max_ms", p->wait_max_ms, "ms");
+    int slots = (int)fig(f, "prefetch", p->slots, "batches");
+    double fill = fig(f, "fill_avg", p->fill_avg, "batches");
+    int nworkers = (int)fig(f, "workers", p->workers, "workers");
+    double busy_pct = fig(f, "workers_busy", 100.0 * p->busy_frac, "%");
     char workers[96], rate[64] = "", cpu[64] = "";
-    if (p->workers > 0)
-        stoke_say(workers, sizeof workers, "%d worker%s busy %.0f%% of the time", p->workers,
-                  p->workers == 1 ? "" : "s", 100.0 * p->busy_frac);
+    if (nworkers > 0)
+        stoke_say(workers, sizeof workers, "%d worker%s busy %.0f%% of the time", nworkers,
+                  nworkers == 1 ? "" : "s", busy_pct);
     else
         stoke_say(workers, sizeof workers,
                   "no workers: the loop read and transformed its batches "
                   "itself (busy %.0f%% of the time)",
-                  100.0 * p->busy_frac);
+                  busy_pct);
     if (s->sys[STOKE_M_BATCH_RATE].n)
         stoke_say(rate, sizeof rate, "; %.1f batches/s (median)",
-                  s->sys[STOKE_M_BATCH_RATE].median);
+                  fig(f, "batches_per_s", s->sys[STOKE_M_BATCH_RATE].median, "batches/s"));
     if (s->sys[STOKE_M_CPU].n)
-        stoke_say(cpu, sizeof cpu, "; CPUs %.0f%% busy (median)", s->sys[STOKE_M_CPU].median);
+        stoke_say(cpu, sizeof cpu, "; CPUs %.0f%% busy (median)",
+                  fig(f, "cpu_busy_median", s->sys[STOKE_M_CPU].median, "%"));
     f->gpu = -1;
     stoke_say(
         f->evidence, sizeof f->evidence,
         "the training loop waited for data %.0f%% of the time (median; p95 %.0f%%); per batch "
         "avg %.1f ms, p95 %.1f ms, max %.1f ms; the ring of %d slots held %.2f ready batches "
         "on average when asked; %s%s%s",
-        w->median, w->p95, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->slots, p->fill_avg,
-        workers, rate, cpu);
+        wait, wait95, avg_ms, p95_ms, max_ms, slots, fill, workers, rate, cpu);
     const stoke_stats *io = &s->sys[STOKE_M_IOWAIT];
     bool reading = (io->n && io->median >= r->iowait_atleast) || slow_disk(s);
     int cap = suggested_workers(s);
@@ -153,64 +235,77 @@ static bool check_data_wait(const stoke_rule *r, const stoke_mon_summary *s, sto
      * 2 cores at 100%, its 2 workers busy 85%). Storage is not the answer there. */
     const stoke_stats *busy_cpu = &s->sys[STOKE_M_CPU];
     bool saturated = busy_cpu->n && busy_cpu->median >= r->cpu_atleast;
-    bool busy = p->busy_frac >= r->busy_frac_atleast || p->workers == 0 || saturated;
+    bool busy = p->busy_frac >= r->busy_frac_atleast || nworkers == 0 || saturated;
     if (busy && reading) {
         /* Blocking reads count as busy: busy workers on waiting storage are reading. */
         char ram[32];
         stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
+        double iowait = io->n ? fig(f, "iowait_median", io->median, "%") : 0.0;
+        change_to(f, "data_location", "tmpfs");
+        const char *pack = pack_advice(s, f);
         stoke_say(
             f->advice, sizeof f->advice,
             "the workers spend their time reading (iowait median %.0f%%%s): storage feeds "
             "them too slowly - copy the dataset to tmpfs (/dev/shm) if it fits in RAM (%s "
             "here) or to local SSD, and %s so each sample is one sequential read; see io-bound",
-            io->n ? io->median : 0.0, slow_disk(s) ? ", the data is on slow storage" : "", ram,
-            pack_advice(s));
+            iowait, slow_disk(s) ? ", the data is on slow storage" : "", ram, pack);
     } else if (busy) {
         /* To keep up, the pipeline must produce 1/(1 - wait share) times as fast. */
-        double share = w->median < 99 ? w->median / 100.0 : 0.99;
-        int have = p->workers > 0 ? p->workers : 1;
+        double share = wait < 99 ? wait / 100.0 : 0.99;
+        int have = nworkers > 0 ? nworkers : 1;
         int need = (int)ceil(have / (1.0 - share));
         if (need > cap)
             need = cap;
-        if (p->workers < cap && need > p->workers)
+        int usable = (int)fig(f, "usable_cpus", s->usable_cpus, "cores");
+        if (nworkers < cap && need > nworkers) {
+            need = more_workers(f, s, need);
+            change(f, "per_sample_work", "", NAN, NAN, -1);
+            const char *pack = pack_advice(s, f);
             stoke_say(
                 f->advice, sizeof f->advice,
                 "the workers cannot keep up: run %d loader worker%s, %s (now %d; waiting %.0f%% "
                 "of the time means the pipeline must be %.1fx as fast; at most %d, one of the "
                 "%d usable cores is the training loop's), and make per-sample work cheaper "
                 "(cheaper transforms, decode/resize once: %s)",
-                need, need == 1 ? "" : "s", workers_knob(s, need, knob, sizeof knob), p->workers,
-                w->median, 1.0 / (1.0 - share), cap, s->usable_cpus, pack_advice(s));
-        else
+                need, need == 1 ? "" : "s", workers_knob(s, need, knob, sizeof knob), nworkers,
+                wait, fig(f, "speedup_needed", 1.0 / (1.0 - share), "x"), cap, usable, pack);
+        } else {
+            change(f, "per_sample_work", "", NAN, NAN, -1);
+            const char *pack = pack_advice(s, f);
             stoke_say(
                 f->advice, sizeof f->advice,
                 "the %d workers %s and use the usable cores (%d, one for the training "
                 "loop): make per-sample work cheaper - cheaper transforms, decode/resize once "
                 "(%s), augmentation on the accelerator; beyond that only more cores help",
-                p->workers,
-                p->busy_frac >= r->busy_frac_atleast ? "are busy" : "share saturated CPUs",
-                s->usable_cpus, pack_advice(s));
-    } else if (p->fill_avg < r->fill_below) {
+                nworkers,
+                p->busy_frac >= r->busy_frac_atleast ? "are busy" : "share saturated CPUs", usable,
+                pack);
+        }
+    } else if (fill < r->fill_below) {
+        change_to(f, "data_location", "tmpfs");
+        const char *pack = pack_advice(s, f);
         char ring[160] = "";
-        if (p->workers > 0 && p->slots < 2 * p->workers + 2)
+        if (nworkers > 0 && slots < 2 * nworkers + 2) {
+            int deeper = (int)change(f, "prefetch", "batches", slots, 2 * nworkers + 2, +1);
             stoke_say(ring, sizeof ring,
                       "; a ring of %d slots for %d workers also gives them too "
                       "little to do at once: %s",
-                      p->slots, p->workers,
-                      prefetch_knob(s, 2 * p->workers + 2, p->workers, knob, sizeof knob));
+                      slots, nworkers, prefetch_knob(s, deeper, nworkers, knob, sizeof knob));
+        }
         stoke_say(
             f->advice, sizeof f->advice,
             "the workers idle %.0f%% of the time yet the ring is mostly empty, so they are not "
             "short of CPU time: look at the storage (see io-bound: tmpfs /dev/shm, local SSD; "
             "%s)%s",
-            100.0 * (1.0 - p->busy_frac), pack_advice(s), ring);
+            100.0 * (1.0 - p->busy_frac), pack, ring);
     } else {
+        int deeper = (int)change(f, "prefetch", "batches", slots, 2 * slots, +1);
         stoke_say(f->advice, sizeof f->advice,
                   "batches are ready on average (%.2f) yet the loop still waits: the waits come in "
                   "bursts (max %.1f ms against avg %.1f ms); a deeper prefetch ring absorbs them: "
                   "%d slots instead of %d, %s",
-                  p->fill_avg, p->wait_max_ms, p->wait_avg_ms, 2 * p->slots, p->slots,
-                  prefetch_knob(s, 2 * p->slots, p->workers, knob, sizeof knob));
+                  fill, max_ms, avg_ms, deeper, slots,
+                  prefetch_knob(s, deeper, nworkers, knob, sizeof knob));
     }
     return true;
 }
@@ -299,14 +394,21 @@ static bool check_contention(const stoke_rule *r, const stoke_mon_summary *s, st
         stoke_say(room, sizeof room, "%d usable - %.0f taken", usable, round(others));
     }
     f->gpu = -1;
+    fig(f, "job_cores", job, "cores");
+    fig(f, "compute_threads", threads, "threads");
+    fig(f, "cores_per_thread", each, "cores");
+    fig(f, "others_cores", others, "cores");
+    fig(f, "usable_cpus", usable, "cores");
+    double cpu = fig(f, "cpu_busy_median", s->sys[STOKE_M_CPU].median, "%");
     stoke_say(f->evidence, sizeof f->evidence,
               "the job used %.2f of a core with %d compute thread%s (%.2f each; %s); other "
               "processes kept %.1f of the %d usable CPUs busy (CPUs %.0f%% busy, median)",
               job, threads, threads == 1 ? "" : "s", each,
               configured ? "its --threads" : "threads busy in a sample, median", others, usable,
-              s->sys[STOKE_M_CPU].median);
+              cpu);
     char knob[160];
     if (n < threads) {
+        n = (int)change(f, "threads", "threads", threads, n, -1);
         /* libgomp's threads spin at barriers: on a core shared with another process a
          * descheduled one stalls every parallel region for a time slice (10x slower
          * kernels measured, src/nn/cpu/dense.h). One thread has no barrier to wait at. */
@@ -366,15 +468,16 @@ static bool check_thread_bound(const stoke_rule *r, const stoke_mon_summary *s, 
         }
         if (g < 0)
             return false;
-        double u = s->gpu[g].s[STOKE_G_UTIL].median;
+        double u = fig(f, "gpu_util_median", s->gpu[g].s[STOKE_G_UTIL].median, "%");
         speedup = 100.0 / fmax(u, 10.0);
         stoke_say(starved, sizeof starved, "GPU %d utilization median %.0f%%", g, u);
     } else {
         if (!w)
             return false; /* CPU-only without the loader's numbers: cpu-underused judges */
-        speedup = 1.0 / (1.0 - fmin(w->median, 90.0) / 100.0);
+        double wait = fig(f, "data_wait_median", w->median, "%");
+        speedup = 1.0 / (1.0 - fmin(wait, 90.0) / 100.0);
         stoke_say(starved, sizeof starved, "the training loop waited for data %.0f%% of the time",
-                  w->median);
+                  wait);
     }
     int need = (int)ceil(load * speedup - 1e-9);
     int avail = (int)floor(idle + 1e-9);
@@ -383,10 +486,16 @@ static bool check_thread_bound(const stoke_rule *r, const stoke_mon_summary *s, 
         n = 1;
     const stoke_mon_thread *t = &s->busiest_thread;
     f->gpu = g;
+    fig(f, "thread_core_median", th->median, "% of a core");
+    fig(f, "thread_core_p95", th->p95, "% of a core");
+    fig(f, "idle_cores", idle, "cores");
+    fig(f, "ncpu", s->ncpu, "cores");
+    fig(f, "cpu_busy_median", cpu->median, "%");
+    fig(f, "cores_needed", need, "cores");
     char job[64] = "";
     if (s->sys[STOKE_M_PROC_CPU].n)
         stoke_say(job, sizeof job, "; the job used %.1f cores",
-                  s->sys[STOKE_M_PROC_CPU].median / 100.0);
+                  fig(f, "job_cores", s->sys[STOKE_M_PROC_CPU].median / 100.0, "cores"));
     stoke_say(
         f->evidence, sizeof f->evidence,
         "thread '%s' (TID %d of PID %d) ran at %.0f%% of a core (median of the busiest "
@@ -394,6 +503,7 @@ static bool check_thread_bound(const stoke_rule *r, const stoke_mon_summary *s, 
         "were idle (CPUs %.0f%% busy)%s",
         t->comm, t->tid, t->pid, th->median, th->p95, s->busiest_thread_samples, th->n, starved,
         idle, s->ncpu, cpu->median, job);
+    n = more_workers(f, s, n);
     char knob[96];
     stoke_say(
         f->advice, sizeof f->advice,
@@ -436,15 +546,23 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
         if (!gpu_considered(s, g) || u->n == 0 || u->median >= r->gpu_util_below)
             continue;
         f->gpu = g;
+        fig(f, "gpu_util_median", u->median, "%");
+        fig(f, "gpu_util_p95", u->p95, "%");
+        fig(f, "cpu_busy_median", cpu->median, "%");
+        fig(f, "busy_cores", cpu->median / 100.0 * s->ncpu, "cores");
+        fig(f, "ncpu", s->ncpu, "cores");
         char jobtxt[96] = "";
         if (job->n)
             stoke_say(jobtxt, sizeof jobtxt, "; the job itself used %.1f cores",
-                      job->median / 100.0);
+                      fig(f, "job_cores", job->median / 100.0, "cores"));
         stoke_say(f->evidence, sizeof f->evidence,
                   "GPU %d utilization median %.0f%% (p95 %.0f%%) while the CPUs were %.0f%% busy "
                   "(median): %.1f of %d cores busy%s",
                   g, u->median, u->p95, cpu->median, cpu->median / 100.0 * s->ncpu, s->ncpu,
                   jobtxt);
+        int usable = (int)fig(f, "usable_cpus", s->usable_cpus, "cores");
+        int n = more_workers(f, s, suggested_workers(s));
+        change(f, "per_sample_work", "", NAN, NAN, -1);
         char knob[96];
         stoke_say(
             f->advice, sizeof f->advice,
@@ -452,11 +570,26 @@ static bool check_input_bound(const stoke_rule *r, const stoke_mon_summary *s, s
             "has fewer, and make per-sample CPU work cheaper (decode/resize once and cache the "
             "result, move augmentation to the GPU); all %d cores are busy, so beyond that only "
             "more cores help",
-            suggested_workers(s), workers_knob(s, suggested_workers(s), knob, sizeof knob),
-            s->usable_cpus);
+            n, workers_knob(s, n, knob, sizeof knob), usable);
         return true;
     }
     return false;
+}
+
+/* io-bound's advice and its changes: the data nearer (tmpfs, SSD), packed, and read by
+ * more workers. */
+static void io_advice(const stoke_mon_summary *s, stoke_finding *f)
+{
+    char ram[32], knob[96];
+    stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
+    change_to(f, "data_location", "tmpfs");
+    const char *pack = pack_advice(s, f);
+    int n = more_workers(f, s, suggested_workers(s));
+    stoke_say(f->advice, sizeof f->advice,
+              "storage feeds the job too slowly: copy the dataset to local SSD or to tmpfs "
+              "(/dev/shm) if it fits in RAM (%s here), or read it once so later epochs come from "
+              "the page cache; %s, and use more loader workers (%d) so reads overlap: %s",
+              ram, pack, n, workers_knob(s, n, knob, sizeof knob));
 }
 
 /* GPU idle while the CPUs wait on storage, or the data is on slow storage. */
@@ -473,17 +606,15 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
     char rd[48] = "";
     if (s->sys[STOKE_M_PROC_READ].n) {
         char b[32];
-        stoke_say(rd, sizeof rd, "; the job read %s/s (median)",
-                  stoke_format_bytes(s->sys[STOKE_M_PROC_READ].median, b, sizeof b));
+        stoke_say(
+            rd, sizeof rd, "; the job read %s/s (median)",
+            stoke_format_bytes(fig(f, "job_read", s->sys[STOKE_M_PROC_READ].median, "bytes/s"), b,
+                               sizeof b));
     }
-    char ram[32];
-    stoke_format_bytes((double)s->mem_total_bytes, ram, sizeof ram);
-    char knob[96];
-    workers_knob(s, suggested_workers(s), knob, sizeof knob);
-#define IO_ADVICE                                                                        \
-    "storage feeds the job too slowly: copy the dataset to local SSD or to tmpfs "       \
-    "(/dev/shm) if it fits in RAM (%s here), or read it once so later epochs come from " \
-    "the page cache; %s, and use more loader workers (%d) so reads overlap: %s"
+    if (io->n) {
+        fig(f, "iowait_median", io->median, "%");
+        fig(f, "iowait_p95", io->p95, "%");
+    }
     if (!any_gpu(s)) {
         /* A CPU-only job: the cores that wait on storage are the idle accelerator. */
         if (!waiting)
@@ -492,8 +623,7 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
         stoke_say(f->evidence, sizeof f->evidence,
                   "iowait median %.0f%% (p95 %.0f%%) of the CPUs%s%s", io->median, io->p95, rd,
                   disk);
-        stoke_say(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
-                  knob);
+        io_advice(s, f);
         return true;
     }
     for (int g = 0; g < s->gpu_count; g++) {
@@ -506,9 +636,8 @@ static bool check_io_bound(const stoke_rule *r, const stoke_mon_summary *s, stok
             stoke_say(wait, sizeof wait, "; iowait median %.0f%% (p95 %.0f%%)", io->median,
                       io->p95);
         stoke_say(f->evidence, sizeof f->evidence, "GPU %d utilization median %.0f%%%s%s%s", g,
-                  u->median, wait, rd, disk);
-        stoke_say(f->advice, sizeof f->advice, IO_ADVICE, ram, pack_advice(s), suggested_workers(s),
-                  knob);
+                  fig(f, "gpu_util_median", u->median, "%"), wait, rd, disk);
+        io_advice(s, f);
         return true;
     }
     return false;
@@ -528,17 +657,22 @@ static bool check_batch_grow(const stoke_rule *r, const stoke_mon_summary *s, st
         double target = r->mem_target_frac * total;
         double factor = target / m->max;
         f->gpu = g;
+        double util = fig(f, "gpu_util_median", u->median, "%");
+        double peak = fig(f, "gpu_mem_peak", m->max / GB, "GB");
+        double all = fig(f, "gpu_mem_total", total / GB, "GB");
+        double pct = fig(f, "gpu_mem_peak_pct", 100.0 * m->max / total, "%");
         stoke_say(f->evidence, sizeof f->evidence,
                   "GPU %d utilization median %.0f%% with memory peak %.1f of %.1f GB (%.1f%%)", g,
-                  u->median, m->max / GB, total / GB, 100.0 * m->max / total);
+                  util, peak, all, pct);
+        double headroom = fig(f, "headroom", (target - m->max) / GB, "GB");
+        double most = fig(f, "batch_scale_max", floor(factor), "x");
         char knob[96];
         stoke_say(
             f->advice, sizeof f->advice,
             "the batch can grow: %.1f GB of headroom up to %.0f%% of memory; memory grows at "
             "most in proportion to the batch, so up to about %.0fx the batch fits - grow it in "
             "steps (2x first: %s) watching memory, and scale the learning rate with it",
-            (target - m->max) / GB, 100.0 * r->mem_target_frac, floor(factor),
-            batch_knob(s, 2, knob, sizeof knob));
+            headroom, 100.0 * r->mem_target_frac, most, batch_knob(s, f, 2, knob, sizeof knob));
         return true;
     }
     return false;
@@ -553,18 +687,25 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
         if (!gpu_considered(s, g) || m->n == 0 || total <= 0 ||
             m->max / total < r->mem_frac_atleast)
             continue;
-        double keep = r->mem_target_frac * total / m->max;
         f->gpu = g;
+        double peak = fig(f, "gpu_mem_peak", m->max / GB, "GB");
+        double all = fig(f, "gpu_mem_total", total / GB, "GB");
+        double pct = fig(f, "gpu_mem_peak_pct", 100.0 * m->max / total, "%");
+        double median = fig(f, "gpu_mem_median", m->median / GB, "GB");
         stoke_say(f->evidence, sizeof f->evidence,
-                  "GPU %d memory peak %.1f of %.1f GB (%.0f%%), median %.1f GB", g, m->max / GB,
-                  total / GB, 100.0 * m->max / total, m->median / GB);
+                  "GPU %d memory peak %.1f of %.1f GB (%.0f%%), median %.1f GB", g, peak, all, pct,
+                  median);
+        double keep = fig(f, "batch_scale", r->mem_target_frac * total / m->max, "x");
         char knob[96];
+        batch_knob(s, f, keep, knob, sizeof knob);
+        int steps = (int)change(f, "grad_accum_steps", "steps", NAN,
+                                keep > 0 ? (int)ceil(1.0 / keep) : 2, +1);
+        change_to(f, "precision", "bf16");
         stoke_say(f->advice, sizeof f->advice,
                   "one larger batch or allocation away from out-of-memory: scale the batch by "
                   "about %.2f (%s) to stay near %.0f%% of memory and use gradient accumulation (%d "
                   "steps keep the effective batch), or use bf16/fp16 activations%s",
-                  keep, batch_knob(s, keep, knob, sizeof knob), 100.0 * r->mem_target_frac,
-                  keep > 0 ? (int)ceil(1.0 / keep) : 2,
+                  keep, knob, 100.0 * r->mem_target_frac, steps,
                   is_stoke(s) ? ""
                               : "; PyTorch's caching allocator may hold freed memory, so check "
                                 "torch.cuda.max_memory_allocated too");
@@ -574,19 +715,29 @@ static bool check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, s
     double total = (double)s->mem_total_bytes;
     if (m->n && total > 0 && m->max / total >= r->mem_frac_atleast) {
         f->gpu = -1;
+        double peak = fig(f, "ram_peak", m->max / GB, "GB");
+        double all = fig(f, "ram_total", total / GB, "GB");
+        double pct = fig(f, "ram_peak_pct", 100.0 * m->max / total, "%");
         char rss[64] = "";
         if (s->sys[STOKE_M_PROC_RSS].n)
             stoke_say(rss, sizeof rss, "; the job's RSS peaked at %.1f GB",
-                      s->sys[STOKE_M_PROC_RSS].max / GB);
-        stoke_say(f->evidence, sizeof f->evidence, "RAM peak %.1f of %.1f GB (%.0f%%)%s",
-                  m->max / GB, total / GB, 100.0 * m->max / total, rss);
+                      fig(f, "job_rss_peak", s->sys[STOKE_M_PROC_RSS].max / GB, "GB"));
+        stoke_say(f->evidence, sizeof f->evidence, "RAM peak %.1f of %.1f GB (%.0f%%)%s", peak, all,
+                  pct, rss);
+        double excess =
+            fig(f, "to_free",
+                m->max - r->mem_target_frac * total > 0 ? (m->max - r->mem_target_frac * total) / GB
+                                                        : 0.0,
+                "GB");
+        /* Fewer and shallower, without a number: what each worker holds is not measured. */
+        change(f, "workers", "workers", current_workers(s), NAN, -1);
+        change(f, "prefetch", "batches", current_prefetch(s), NAN, -1);
         stoke_say(
             f->advice, sizeof f->advice,
             "system memory is nearly full (the kernel's OOM killer or swapping is next): free "
             "about %.1f GB - fewer loader workers or a shallower prefetch (%s; each worker "
             "holds its own batches), memory-map the dataset instead of loading it",
-            m->max - r->mem_target_frac * total > 0 ? (m->max - r->mem_target_frac * total) / GB
-                                                    : 0.0,
+            excess,
             is_stoke(s) ? "--workers, --prefetch" : "DataLoader num_workers, prefetch_factor");
         return true;
     }
@@ -605,34 +756,48 @@ static bool check_throttle(const stoke_rule *r, const stoke_mon_summary *s, stok
         if (pw < r->samples_frac_atleast && th < r->samples_frac_atleast)
             continue;
         f->gpu = g;
+        fig(f, "power_throttled_pct", 100.0 * pw, "%");
+        fig(f, "thermal_throttled_pct", 100.0 * th, "%");
         const stoke_stats *p = &s->gpu[g].s[STOKE_G_POWER];
         const stoke_stats *t = &s->gpu[g].s[STOKE_G_TEMP];
         const stoke_stats *c = &s->gpu[g].s[STOKE_G_SM_CLOCK];
         char pwr[80] = "", temp[64] = "", clk[80] = "";
-        if (p->n && s->gpu[g].power_limit_w > 0)
-            stoke_say(pwr, sizeof pwr, "; power median %.0f W of a %.0f W limit", p->median,
-                      s->gpu[g].power_limit_w);
+        double limit = s->gpu[g].power_limit_w;
+        if (limit > 0)
+            fig(f, "power_limit", limit, "W");
+        if (p->n && limit > 0)
+            stoke_say(pwr, sizeof pwr, "; power median %.0f W of a %.0f W limit",
+                      fig(f, "power_median", p->median, "W"), limit);
         if (t->n)
-            stoke_say(temp, sizeof temp, "; temperature p95 %.0f C", t->p95);
-        if (c->n)
-            stoke_say(clk, sizeof clk, "; SM clock median %.0f MHz (max seen %.0f)", c->median,
-                      c->max);
+            stoke_say(temp, sizeof temp, "; temperature p95 %.0f C",
+                      fig(f, "temperature_p95", t->p95, "C"));
+        if (c->n) {
+            double clock = fig(f, "sm_clock_median", c->median, "MHz");
+            stoke_say(clk, sizeof clk, "; SM clock median %.0f MHz (max seen %.0f)", clock,
+                      fig(f, "sm_clock_max", c->max, "MHz"));
+        }
         stoke_say(f->evidence, sizeof f->evidence,
                   "GPU %d throttled in %.0f%% of samples by power and %.0f%% by temperature%s%s%s",
                   g, 100.0 * pw, 100.0 * th, pwr, temp, clk);
-        if (th >= r->samples_frac_atleast)
+        if (th >= r->samples_frac_atleast) {
+            double cap = change(f, "power_limit", "W", limit > 0 ? limit : NAN,
+                                limit > 0 ? 0.9 * limit : NAN, -1);
             stoke_say(
                 f->advice, sizeof f->advice,
                 "the GPU slows down to cool off: improve airflow or the fan curve, or cap "
                 "power a little (nvidia-smi -pl %.0f, 10%% under the limit) to keep the clock "
                 "steady below the thermal limit",
-                s->gpu[g].power_limit_w > 0 ? 0.9 * s->gpu[g].power_limit_w : 0.0);
-        else
+                limit > 0 ? cap : 0.0);
+        } else {
+            /* Raised only if under the card's default, which NVML's reading here lacks. */
+            change(f, "power_limit", "W", limit > 0 ? limit : NAN, NAN, +1);
+            change_to(f, "precision", "bf16");
             stoke_say(f->advice, sizeof f->advice,
                       "the GPU is held at its power limit: normal at full load, but if the limit "
                       "(%.0f W) is under the card's default raise it (nvidia-smi -pl); bf16/fp16 "
                       "math does more work per watt",
-                      s->gpu[g].power_limit_w);
+                      limit);
+        }
         return true;
     }
     return false;
@@ -668,17 +833,25 @@ static bool check_cpu_underused(const stoke_rule *r, const stoke_mon_summary *s,
     if (cpus_taken(r, s))
         return false;
     f->gpu = -1;
+    fig(f, job->n ? "job_cores" : "busy_cores", used, "cores");
+    double p95 =
+        fig(f, job->n ? "job_cores_p95" : "busy_cores_p95",
+            job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu, "cores");
+    fig(f, "usable_cpus", cores, "cores");
     stoke_say(f->evidence, sizeof f->evidence, "%s used %.1f of %d cores (median; p95 %.1f)", who,
-              used, cores, job->n ? job->p95 / 100.0 : s->sys[STOKE_M_CPU].p95 / 100.0 * s->ncpu);
+              used, cores, p95);
     char th[160], wk[96];
-    if (is_stoke(s) && s->program.threads > 0)
-        stoke_say(th, sizeof th, "--threads %d (now %d)", cores, s->program.threads);
+    bool known = is_stoke(s) && s->program.threads > 0;
+    int threads = (int)change(f, "threads", "threads", known ? s->program.threads : NAN, cores, +1);
+    if (known)
+        stoke_say(th, sizeof th, "--threads %d (now %d)", threads, s->program.threads);
     else
-        threads_knob(s, cores, th, sizeof th);
+        threads_knob(s, threads, th, sizeof th);
+    int n = more_workers(f, s, suggested_workers(s));
     stoke_say(f->advice, sizeof f->advice,
               "the work runs on fewer threads than there are cores: set %s, or use %d loader "
               "workers (%s)",
-              th, suggested_workers(s), workers_knob(s, suggested_workers(s), wk, sizeof wk));
+              th, n, workers_knob(s, n, wk, sizeof wk));
     return true;
 }
 
@@ -690,20 +863,26 @@ static bool check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stok
         if (!gpu_considered(s, g) || u->n == 0 || u->median >= r->gpu_util_below)
             continue;
         f->gpu = g;
+        double util = fig(f, "gpu_util_median", u->median, "%");
+        double p95 = fig(f, "gpu_util_p95", u->p95, "%");
+        double max = fig(f, "gpu_util_max", u->max, "%");
         stoke_say(f->evidence, sizeof f->evidence,
                   "GPU %d utilization median %.0f%% (p95 %.0f%%, max %.0f%%) is under %.0f%%", g,
-                  u->median, u->p95, u->max, r->gpu_util_below);
+                  util, p95, max, r->gpu_util_below);
         const stoke_stats *m = &s->gpu[g].s[STOKE_G_MEM_USED];
         char mem[96] = "";
-        if (m->n && s->gpu[g].mem_total_bytes)
-            stoke_say(mem, sizeof mem, " (memory peak %.1f of %.1f GB)", m->max / GB,
-                      (double)s->gpu[g].mem_total_bytes / GB);
+        if (m->n && s->gpu[g].mem_total_bytes) {
+            double peak = fig(f, "gpu_mem_peak", m->max / GB, "GB");
+            stoke_say(mem, sizeof mem, " (memory peak %.1f of %.1f GB)", peak,
+                      fig(f, "gpu_mem_total", (double)s->gpu[g].mem_total_bytes / GB, "GB"));
+        }
+        int usable = (int)fig(f, "usable_cpus", s->usable_cpus, "cores");
+        int n = more_workers(f, s, suggested_workers(s));
         char knob[96];
         stoke_say(f->advice, sizeof f->advice,
                   "possible causes: a batch too small for the GPU%s, too few loader workers "
                   "(%d cores: try %d) - %s, too little prefetch; the other findings say which",
-                  mem, s->usable_cpus, suggested_workers(s),
-                  workers_knob(s, suggested_workers(s), knob, sizeof knob));
+                  mem, usable, n, workers_knob(s, n, knob, sizeof knob));
         return true;
     }
     return false;
@@ -716,16 +895,25 @@ static bool check_startup(const stoke_rule *r, const stoke_mon_summary *s, stoke
     if (!s->startup_samples || s->duration_s <= 0 ||
         s->startup_s < r->startup_frac_atleast * s->duration_s)
         return false;
+    double at = fig(f, "startup", s->startup_s, "s");
+    double watched = fig(f, "watched", s->duration_s, "s");
+    double share = fig(f, "startup_pct", 100.0 * s->startup_s / s->duration_s, "%");
     char who[160] = "";
-    if (s->startup_thread > 0 && s->startup_job > 0)
+    if (s->startup_thread > 0 && s->startup_job > 0) {
+        double thread = fig(f, "startup_thread_core", s->startup_thread, "% of a core");
         stoke_say(who, sizeof who,
                   "; until then its busiest thread ran at %.0f%% of a core and the job at %.1f "
                   "cores (medians)",
-                  s->startup_thread, s->startup_job / 100.0);
+                  thread, fig(f, "startup_job_cores", s->startup_job / 100.0, "cores"));
+    }
     stoke_say(f->evidence, sizeof f->evidence,
-              "the job's first GPU work came %.1f s into the %.1f s watched (%.0f%%)%s",
-              s->startup_s, s->duration_s, 100.0 * s->startup_s / s->duration_s, who);
+              "the job's first GPU work came %.1f s into the %.1f s watched (%.0f%%)%s", at,
+              watched, share, who);
     bool one_thread = s->startup_thread >= 90 && s->startup_job < 150;
+    /* The preparation done once: stoke's packed records, whoever runs (the advice names
+     * `stoke data convert` either way). */
+    if (one_thread)
+        change_to(f, "data_format", "stoke-records");
     stoke_say(f->advice, sizeof f->advice,
               "the other findings and the summary cover only the %.1f s since; %s",
               s->duration_s - s->startup_s,
@@ -835,6 +1023,7 @@ size_t stoke_diagnose(const stoke_mon_summary *s, stoke_finding *out, size_t cap
         memset(&f, 0, sizeof f);
         f.gpu = -1;
         f.rule = &rules[i];
+        f.program = s->program.kind;
         if (!rules[i].check(&rules[i], s, &f))
             continue;
         if (fired < cap)

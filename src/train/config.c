@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "core/env.h"
 #include "core/json.h"
 #include "core/parse.h"
 #include "stoke/tune.h"
@@ -59,7 +60,7 @@ static const struct key {
      sizeof((stoke_train_config *)0)->hidden, 1, 1 << 20, NULL, NULL, AUTO_NO},
     I(epochs, 1, 1e6, "EPOCHS"),
     I(max_steps, 0, 1e15, NULL),
-    /* auto (0): the batch finder's (batch.c), within memory_safety x the free memory */
+    /* auto (0): tune/batch.c's rule on train/batch.c's memory fit (memory_safety x free) */
     {"batch_size", T_INT, offsetof(stoke_train_config, batch_size), 0, 1, STOKE_MAX_BATCH,
      "BATCH_SIZE", NULL, 0},
     I(val_batch_size, 1, STOKE_MAX_BATCH, "VAL_BATCH_SIZE"),
@@ -366,10 +367,12 @@ stoke_status stoke_train_config_set(stoke_train_config *c, const char *key, cons
 stoke_status stoke_train_config_load_env(stoke_train_config *c,
                                          const char *(*getenv_fn)(const char *name))
 {
+    /* the table's variables and the three below, each by its name */
+    const char *(*get)(const char *name) = getenv_fn ? getenv_fn : stoke_env;
     for (int i = 0; i < N_KEYS; i++) {
         if (!keys[i].env)
             continue;
-        const char *v = getenv_fn ? getenv_fn(keys[i].env) : getenv(keys[i].env);
+        const char *v = get(keys[i].env);
         if (!v || !*v)
             continue;
         if (stoke_train_config_set(c, keys[i].name, v, STOKE_CFG_ENV) != STOKE_OK)
@@ -377,18 +380,18 @@ stoke_status stoke_train_config_load_env(stoke_train_config *c,
     }
     /* Fusion changes no value, only speed and memory (for before/after measurements),
      * so it is an environment switch of the models' options, not a setting. */
-    const char *nf = getenv_fn ? getenv_fn("STOKE_NO_FUSION") : getenv("STOKE_NO_FUSION");
+    const char *nf = get("STOKE_NO_FUSION");
     c->no_fusion = nf && *nf && strcmp(nf, "0") != 0;
     /* AMP=true is the seeds' switch for mixed precision: bf16 here (no loss scaling,
      * emulated exactly where the CPU lacks bf16 instructions); AMP=false is fp32. */
-    const char *amp = getenv_fn ? getenv_fn("AMP") : getenv("AMP");
+    const char *amp = get("AMP");
     if (amp && *amp) {
         bool on;
         if (!parse_bool(amp, &on))
             return stoke_fail(STOKE_ERR_ARG,
                               "environment AMP=%s: precision: expected true or false", amp);
         /* two variables for one setting: neither may silently win */
-        const char *p = getenv_fn ? getenv_fn("PRECISION") : getenv("PRECISION");
+        const char *p = get("PRECISION");
         if (p && *p)
             return stoke_fail(STOKE_ERR_ARG,
                               "environment AMP=%s and PRECISION=%s: both set the precision; "

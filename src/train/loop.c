@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "train/fault.h"
 #include "train/trainer.h"
 
 /* The monitor's latest CPU and GPU figures into the event (NaN: unknown). */
@@ -121,7 +122,8 @@ static void monitor_warnings(stoke_trainer *t)
                                    .epoch = t->epoch,
                                    .rule = f[i].rule,
                                    .evidence = f[i].evidence,
-                                   .advice = f[i].advice};
+                                   .advice = f[i].advice,
+                                   .finding = &f[i]};
             train_emit(t, &e);
         }
     }
@@ -260,18 +262,26 @@ static double epoch_metric(const stoke_trainer *t)
                                                          : NAN;
 }
 
+/* The tests' fault seam (fault.h): none in a real run. */
+static train_batch_fault_fn batch_fault;
+static void *batch_fault_ctx;
+
+void train_set_batch_fault(train_batch_fault_fn fn, void *ctx)
+{
+    batch_fault = fn;
+    batch_fault_ctx = ctx;
+}
+
 /* Forward and backward over one batch; its loss and metric join the epoch's sums.
  * The phases are marked on the model's device: a GPU's backward is only queued, and
  * the host goes on to the next batch while it runs. */
 static stoke_status train_batch(stoke_trainer *t, const stoke_batch *b, int accum)
 {
-    /* the test hook, once: batch `accum` of the step fails as a workspace grown would */
-    if (t->fail_on && t->fail_step == t->step && t->fail_micro == accum) {
-        t->fail_on = false;
-        return stoke_fail(STOKE_ERR_NOMEM,
-                          "STOKE_FAIL_ALLOC_AT_STEP: the workspace of batch %" PRId64
-                          " refused at step %" PRId64 ", batch %d of it",
-                          b->size, t->step, accum);
+    /* a test's fault: the batch fails as a workspace grown would */
+    if (batch_fault) {
+        stoke_status f = batch_fault(batch_fault_ctx, t->step, accum, b->size);
+        if (f != STOKE_OK)
+            return f;
     }
     stoke_model_mark(t->model, STOKE_PHASE_START);
     stoke_status s = train_feed_input(t->model, t->x, t->loader, b);

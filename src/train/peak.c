@@ -226,3 +226,53 @@ double stoke_train_mfu_pct(double samples_per_s, double step_flops, double peak_
     double pct = 100.0 * samples_per_s * step_flops / peak_flops;
     return pct > 100.0 ? 100.0 : pct;
 }
+
+/* What MFU is measured against: a training step's FLOPs per sample, as backward
+ * computes them, and the device's peak at the run's precision: on a CPU the matmul
+ * rate measured (or cached from an earlier run), on a GPU its specification (tensor
+ * cores for bf16/fp16; TF32 is not counted as tensor work, so fp32 MFU on a GPU uses
+ * the FMA peak, raised by the first epoch that beats it). A tuning trial reports no
+ * MFU and measures nothing; a dry run reads the cache but measures nothing. */
+void train_setup_mfu(stoke_trainer *t)
+{
+    memset(&t->peak, 0, sizeof t->peak);
+    t->step_flops = stoke_graph_step_flops(t->graph);
+    if (t->trial.on)
+        return;
+    int gi = t->device != STOKE_TUNE_CPU ? stoke_machine_cuda_gpu(&t->machine, t->device) : -1;
+    if (gi >= 0) {
+        bool lowp = t->precision != STOKE_PREC_FP32;
+        if (stoke_gpu_peak_flops(&t->machine.gpus[gi], lowp, &t->peak.flops, t->peak.how,
+                                 sizeof t->peak.how)) {
+            t->peak.source = TRAIN_PEAK_SPEC;
+            stoke_say(t->peak.label, sizeof t->peak.label, "GPU spec");
+        }
+    } else if (t->device == STOKE_TUNE_CPU) {
+        /* emulated bf16 and fp16 run on the fp32 kernels: their rate is fp32's */
+        stoke_precision p =
+            t->precision == STOKE_PREC_BF16 && stoke_nn_precision_native(STOKE_PREC_BF16)
+                ? STOKE_PREC_BF16
+                : STOKE_PREC_FP32;
+        /* adapting, the count can rise to adapt.max: MFU is against that many threads'
+         * peak, so a switch up cannot read above 100% */
+        train_cpu_peak(&t->machine.cpu, p, t->adapt.on ? t->adapt.max : t->threads, !t->cfg.dry_run,
+                       &t->peak);
+    } else {
+        stoke_say(t->peak.how, sizeof t->peak.how, "unknown: cuda:%d is not among the GPUs probed",
+                  t->device);
+    }
+    if (!(t->peak.flops > 0)) {
+        t->peak.flops = 0;
+        t->peak.source = TRAIN_PEAK_NONE;
+        train_info(t, "MFU: %.3g MFLOP a sample a step; the peak is unknown (%s)",
+                   t->step_flops / 1e6, t->peak.how);
+        return;
+    }
+    char f[32];
+    train_info(t,
+               "MFU: %.3g MFLOP a sample a step (forward and what backward computes: weight "
+               "gradients, and input gradients but the first layer's) against a peak of %s, "
+               "%s: %s",
+               t->step_flops / 1e6, stoke_format_flops(t->peak.flops, f, sizeof f), t->peak.label,
+               t->peak.how);
+}

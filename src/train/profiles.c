@@ -10,6 +10,7 @@
 
 #include <yaml.h>
 
+#include "core/env.h"
 #include "stoke/train.h"
 #include "train/yaml_util.h"
 
@@ -348,7 +349,7 @@ stoke_status stoke_profiles_parse(const char *text, size_t len, const char *name
 
 stoke_status stoke_profiles_load(stoke_profiles *out)
 {
-    const char *path = getenv("STOKE_PROFILES");
+    const char *path = stoke_env("STOKE_PROFILES");
     if (!path || !*path)
         return stoke_profiles_parse((const char *)stoke_profiles_builtin,
                                     stoke_profiles_builtin_len, "built-in data/profiles.yaml", out);

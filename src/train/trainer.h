@@ -89,11 +89,6 @@ struct stoke_trainer {
     stoke_monitor *monitor;
     int workers, threads;
     bool plan_refused; /* the last allocate_models' NOMEM was the CPU's plan check */
-    /* test hook STOKE_FAIL_ALLOC_AT_STEP=N[:M]: on (once) with step N, batch M. Its own
-     * flag: no step value (a checkpoint's, even a wrong one) can mean "off". */
-    bool fail_on;
-    int64_t fail_step;
-    int fail_micro;
     int log_fd;
     char log_error[600]; /* the first record that could not be written */
     double held_bytes;   /* samples held in memory (training and validation) */
@@ -235,27 +230,55 @@ stoke_status train_decide_batch(stoke_trainer *t);
  * loader's ring, the validation model and the data held beside it) fits `safety` x
  * the device's free memory (the GPU's, the host's available memory, or
  * --memory-budget), rounded down to a power of two when `pow2`, at most the training
- * samples: *cap, with the numbers in `why`. STOKE_ERR_NOMEM when not even batch 1
- * fits. The tuner calls it too. */
+ * samples: *cap, with the numbers in `why` (the facts measured here, the rule
+ * stoke_tune_batch_fit's). STOKE_ERR_NOMEM when not even batch 1 fits. The measured
+ * search (tune.c) calls it too. */
 stoke_status train_fit_batch(stoke_trainer *t, double safety, bool pow2, int64_t *cap, char *why,
                              size_t n);
-/* The CPU's batch where its memory fit is larger (a cap there, not the fastest
- * batch), with the reason. The measured search replaces it behind this call. */
-#define TRAIN_CPU_START_BATCH 256
-int64_t train_cpu_start_batch(const stoke_trainer *t, char *why, size_t n);
-/* The fewest optimizer steps an epoch that batch auto (the rule and the measured
- * search) leaves: the fastest batch of a small dataset is a few steps an epoch, and a
- * few steps do not train (2,000 samples at batch 1024: 2 steps, 9% validation
- * accuracy). 50 steps is a batch of at most 2% of the samples: a full Fashion-MNIST
- * (60,000) keeps batches up to 1024 open, --limit 2000 caps them at 40. */
-#define TRAIN_MIN_EPOCH_STEPS 50
-/* The largest batch that keeps TRAIN_MIN_EPOCH_STEPS optimizer steps an epoch (at the
- * accumulation given), at least 1, with the reason; 0 when an effective_batch is given
- * (the user chose the optimizer's batch, the micro-batch only sets the speed). */
-int64_t train_steps_cap(const stoke_trainer *t, char *why, size_t n);
-/* setup.c: the GPU's free memory (cudaMemGetInfo). */
+/* decision.c: the tuner's decision for the run (stoke_decide on the config's request
+ * and the data's facts; with `cpu_because`, the CPU for that reason), applied to t
+ * (precision, device, workers, compute threads and their adaptation) and said. */
+stoke_status train_apply_decision(stoke_trainer *t, const char *cpu_because);
+
+/* peak.c: what MFU is measured against (a step's FLOPs per sample, the device's peak at
+ * the run's precision), said. */
+void train_setup_mfu(stoke_trainer *t);
+
+/* build.c: the model for the data (meta: a resumed checkpoint's, else NULL), its
+ * input's normalization and transforms, the evaluation settings it allows, the
+ * optimizer, and the learning-rate schedule at the batch decided (the model line). */
+stoke_status train_setup_model(stoke_trainer *t, const train_meta *meta);
+stoke_status train_setup_input(stoke_trainer *t, const train_meta *meta);
+stoke_status train_check_evaluation(const stoke_trainer *t);
+void train_setup_optimizer(stoke_trainer *t);
+void train_setup_schedule(stoke_trainer *t);
+
+/* plan.c: the validation batch as run (at most the validation samples); the options of
+ * the training (`training`) or the evaluation model; a model's plan, naming the largest
+ * batch its kernels take when one is refused; the recompute line; recompute auto still
+ * off; the bytes both models' plans and the device slots take at the current batches;
+ * the GPU's free memory (cudaMemGetInfo). */
+int64_t train_val_batch(const stoke_trainer *t);
+stoke_model_opts train_model_opts(const stoke_trainer *t, bool training);
+stoke_status train_plan_model(const stoke_trainer *t, const stoke_model_opts *o,
+                              stoke_mem_plan *plan);
+void train_report_recompute(stoke_trainer *t, const char *why);
+bool train_recompute_pending(const stoke_trainer *t);
+stoke_status train_planned_bytes(const stoke_trainer *t, size_t *bytes);
 stoke_status train_gpu_free_bytes(int device, size_t *free_bytes);
-/* setup.c: after an allocation failure within training (err: its message): the
+
+/* allocate.c: the models on the device decided, halved until they fit (a GPU the CUDA
+ * backend cannot run on, under device auto: the CPU, decided again); ring[]: the
+ * loaders' bytes per sample; *left: the memory that remains for the rings (0:
+ * unknown). */
+stoke_status train_allocate(stoke_trainer *t, size_t ring[2], size_t *left);
+
+/* pipeline.c: the loaders (none for the training set of a finished run), the monitor
+ * watching the training loader; and both stopped (the models synchronized first). */
+stoke_status train_start_pipeline(stoke_trainer *t, const size_t ring[2], size_t left);
+void train_stop_pipeline(stoke_trainer *t);
+
+/* allocate.c: after an allocation failure within training (err: its message): the
  * models, their state (weights, optimizer state, step count, loss scale) and the
  * loaders rebuilt at half the micro-batch and twice the accumulation, the loader
  * starting at `from`. STOKE_ERR_NOMEM when the batch is 1 already. */

@@ -70,14 +70,6 @@ static double compute_ms(const stoke_tune_measure *m)
     return c > 1e-6 ? c : 1e-6;
 }
 
-static int64_t pow2_floor(int64_t v)
-{
-    int64_t p = 1;
-    while (p <= v / 2)
-        p *= 2;
-    return p;
-}
-
 /* On the CPU the compute threads take the cores the loader workers leave. */
 static void split(const search *s, stoke_tune_point *p)
 {
@@ -369,8 +361,8 @@ static stoke_status search_batch(search *s, stoke_tune_point *p)
     int64_t lo = 1;
     while (lo < sp->batch_min)
         lo *= 2;
-    int64_t hi = pow2_floor(sp->batch_max);
-    int64_t b0 = pow2_floor(p->batch > 0 ? p->batch : 1);
+    int64_t hi = stoke_tune_pow2_floor(sp->batch_max);
+    int64_t b0 = stoke_tune_pow2_floor(p->batch > 0 ? p->batch : 1);
     b0 = b0 < lo ? lo : b0 > hi ? hi : b0;
     stoke_tune_point q = *p;
     q.batch = b0;
@@ -510,7 +502,7 @@ static stoke_status search_prefetch(search *s, stoke_tune_point *p)
 static stoke_status search_grid(search *s, stoke_tune_point *p)
 {
     const stoke_tune_space *sp = s->sp;
-    int64_t lo = 1, hi = sp->batch ? pow2_floor(sp->batch_max) : p->batch;
+    int64_t lo = 1, hi = sp->batch ? stoke_tune_pow2_floor(sp->batch_max) : p->batch;
     while (sp->batch && lo < sp->batch_min)
         lo *= 2;
     if (!sp->batch)
@@ -555,7 +547,7 @@ stoke_status stoke_tune_search(const stoke_tune_space *space, stoke_tune_trial_f
 {
     memset(out, 0, sizeof *out);
     if (space->batch && (space->batch_max < 1 || space->batch_min > space->batch_max ||
-                         pow2_floor(space->batch_max) < space->batch_min))
+                         stoke_tune_pow2_floor(space->batch_max) < space->batch_min))
         return stoke_fail(STOKE_ERR_ARG, "no power of two between batches %" PRId64 " and %" PRId64,
                           space->batch_min, space->batch_max);
     if (space->usable_cpus < 1)

@@ -1,19 +1,21 @@
 #!/bin/sh
-# train_batch.sh STOKE WORKDIR [FAKEDIR SCENARIODIR] - `stoke train --batch-size auto` on a slice of Debian's
+# train_batch.sh STOKE WORKDIR [FAKEDIR SCENARIODIR STOKE_STEP_FAULT] - `stoke train --batch-size auto` on a slice of Debian's
 # Fashion-MNIST: --dry-run says the batch found and plans at it, a budget and the
 # safety factor shrink it, --limit caps it; a short run trains at it (its log's start
 # record), reaching an effective batch by accumulation; an injected allocation failure
 # (STOKE_FAIL_ALLOC_ABOVE) halves the batch, doubles the accumulation and completes.
 # With the CUDA test doubles: the fit in a GPU's free memory, and a failure within
-# training (STOKE_FAIL_ALLOC_AT_STEP) ending with the losses of the run without it.
+# training (STOKE_STEP_FAULT: stoke with the trainer's fault seam, tests/stoke_step_fault.c)
+# ending with the losses of the run without it.
 set -u
 stoke=$1
 work=$2
 fake=${3:-}
 scen=${4:-}
+step_fault=${5:-}
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
-unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_ABOVE STOKE_FAIL_ALLOC_AT_STEP
+unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_ABOVE
 # batch auto as the fit's rule decides it, not measured by trials (tests/e2e/tune.sh)
 export STOKE_TUNE=off
 small="--model mlp --hidden 64 --limit 1000 --val-limit 200 --threads 2 --no-monitor --device cpu"
@@ -84,10 +86,10 @@ if [ -n "$fake" ] && [ -f "$fake/fake_cudart/libcudart.so.13" ]; then
     expect_line "GPU: the fit in its free memory" \
         "^batch: [0-9]+ \(auto: (.*; fit: )?70% \(memory_safety\) of the 20.0 MB free on the GPU \(cudaMemGetInfo\) = 14.0 MB, .*fits [0-9]+"
     "$stoke" train $gpu --batch-size 128 --optimizer adamw --lr 0.01 >"$work/gpu-a.txt" 2>&1
-    STOKE_FAIL_ALLOC_AT_STEP=2 "$stoke" train $gpu --batch-size 128 --optimizer adamw \
+    "$step_fault" 2 train $gpu --batch-size 128 --optimizer adamw \
         --lr 0.01 >"$out" 2>&1
     expect_line "GPU: halved within training" \
-        "^out of GPU memory \(STOKE_FAIL_ALLOC_AT_STEP: .*\): batch 64 x 2 accumulated instead"
+        "^out of GPU memory \(test fault: .*\): batch 64 x 2 accumulated instead"
     a=$(grep "^done:" "$work/gpu-a.txt" | sed 's/ in [0-9.]*s//')
     b=$(grep "^done:" "$out" | sed 's/ in [0-9.]*s//')
     [ -n "$a" ] && [ "$a" = "$b" ] && ok "GPU: the same steps and losses ($b)" ||
