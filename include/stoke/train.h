@@ -139,6 +139,9 @@ typedef enum stoke_cfg_source {
 } stoke_cfg_source;
 
 #define STOKE_CFG_MAX_KEYS 48
+/* The largest batch any command takes (batch_size, val_batch_size, stoke eval's and
+ * stoke data bench's --batch-size): one limit for every way a batch is given. */
+#define STOKE_MAX_BATCH (1 << 24)
 
 typedef struct stoke_train_config {
     char dataset[512];       /* training data (default: Debian's Fashion-MNIST) */
@@ -261,6 +264,10 @@ const char *stoke_train_config_key(int i);
  * AMP is read beside its PRECISION). */
 const char *stoke_train_config_env(int i);
 stoke_cfg_source stoke_train_config_source(const stoke_train_config *c, const char *key);
+/* The index of setting `key` (matched as stoke_train_config_set matches it, '-' as
+ * '_'), or -1 when there is none; *truth (may be NULL): whether it is a true/false
+ * setting, which a command-line flag alone sets. */
+int stoke_train_config_find(const char *key, bool *truth);
 const char *stoke_cfg_source_name(stoke_cfg_source s); /* "default", "file", "env", ... */
 
 /* The configuration as one JSON object (malloc'd; NULL when out of memory). */

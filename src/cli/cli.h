@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include "cli/args.h"
+
 typedef struct cli_command {
     const char *name;
     const char *summary;               /* one line for `stoke help` */
@@ -33,12 +35,14 @@ void cmd_bench_usage(void);
 
 struct stoke_train_config;
 /* The settings `stoke train` runs with, from defaults < --config file < environment <
- * flags (argv[0] is the command; argv[1..] train's options). *config_path: the --config
+ * flags (argv[0] is the command; argv[1..] train's options), and the command's `own`
+ * options (may be NULL) into *own_dest, in the same pass. *config_path: the --config
  * file given, or NULL. Returns -1 when they are all valid; otherwise the exit code,
  * after printing the error as "stoke CMD: ..." naming the key and its source (or
  * `usage` for --help: 0). */
-int cli_train_settings(const char *cmd, int argc, char **argv, struct stoke_train_config *cfg,
-                       const char **config_path, void (*usage)(void));
+int cli_train_settings(const char *cmd, int argc, char **argv, const cli_opt *own, void *own_dest,
+                       struct stoke_train_config *cfg, const char **config_path,
+                       void (*usage)(void));
 
 /* Prints "stoke CMD: message" and a hint to stderr; returns 2 (the usage exit code). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -84,10 +88,9 @@ struct stoke_dataset_opts;
 int cli_check_dataset_options(const char *cmd, const char *path, struct stoke_dataset *d,
                               const struct stoke_dataset_opts *given);
 
-/* cmd_data.c: the dataset option at argv[*i] (--split, --size, --channels, ...; see
- * `stoke data --help`) into *o, moving *i past its value. -2 when argv[*i] is not one,
- * -1 when it was taken, else the exit code (2) after printing the usage error. */
-int cli_data_option(int argc, char **argv, int *i, struct stoke_dataset_opts *o);
+/* cmd_data.c: the dataset options (--split, --size, --channels, ...; see `stoke data
+ * --help`), into a stoke_dataset_opts; `stoke data bench` takes them too. */
+extern const cli_opt cli_data_opts[];
 /* Opens a dataset for `stoke data`: -1 when it opened, else the exit code after the
  * message (2 for a bad option value or one the format does not use, 1 for a dataset
  * that cannot be read). */
@@ -98,6 +101,8 @@ void cli_warn_skipped(const char *cmd, const char *path, const struct stoke_data
 /* cmd_data_bench.c: `stoke data bench` (argv[1] is "bench"). */
 int cmd_data_bench(int argc, char **argv);
 void cmd_data_bench_usage(void);
+/* Its usage line after `lead`, for `stoke data --help` too. */
+void cli_data_bench_synopsis(const char *lead, int indent);
 
 /* True if argv[i] is -h or --help. */
 bool cli_is_help(const char *arg);

@@ -3,6 +3,7 @@
  * measured after a warm-up from the trainer's totals; then the tuned settings under a
  * slowed loader, which the monitor must diagnose as input-bound. */
 #include <math.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,14 +12,52 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "core/env.h"
 #include "stoke/monitor.h"
 #include "stoke/train.h"
 #include "stoke/tune.h"
 
+typedef struct bench_args {
+    long steps, warmup;
+    const char *json;
+    bool no_robustness;
+} bench_args;
+
+#define B(f) offsetof(bench_args, f)
+static const cli_opt bench_opts[] = {
+    {.name = "steps",
+     .type = CLI_LONG,
+     .off = B(steps),
+     .arg = "N",
+     .min = 1,
+     .max = 1000000,
+     .help = "optimizer steps measured per configuration (default 300)"},
+    {.name = "warmup",
+     .type = CLI_LONG,
+     .off = B(warmup),
+     .arg = "N",
+     .min = 1,
+     .max = 1000000,
+     .help = "steps run first and not measured (default 10): setup,\nfirst-touch memory, caches"},
+    {.name = "json",
+     .type = CLI_TEXT,
+     .off = B(json),
+     .arg = "FILE",
+     .min = 1,
+     .want = "needs a file",
+     .help = "also write the report as JSON (docs/bench.md), atomically"},
+    {.name = "no-robustness",
+     .type = CLI_SWITCH,
+     .off = B(no_robustness),
+     .help = "skip the slowed-loader run"},
+    {0}};
+#undef B
+
 void cmd_bench_usage(void)
 {
-    printf("usage: stoke bench [train's options] [--steps N] [--warmup N] [--json FILE]\n"
-           "                   [--no-robustness]\n\n"
+    cli_print_usage("usage: stoke bench [train's options]", 19,
+                    (const cli_opt *[]){bench_opts, NULL}, NULL);
+    printf("\n"
            "Trains the same model on the same data twice, for a fixed number of steps, and\n"
            "prints the before/after table from measured numbers:\n"
            "  naive  the seeds' start, given explicitly: batch 4, 0 loader workers, the\n"
@@ -27,12 +66,9 @@ void cmd_bench_usage(void)
            "         `stoke train` decides them\n"
            "Then the robustness check: a short run of the tuned settings with each training\n"
            "sample made slower to load (--loader-delay-us) must be diagnosed input-bound by\n"
-           "the monitor, with the fix (loader workers, cheaper per-sample work).\n\n"
-           "  --steps N         optimizer steps measured per configuration (default 300)\n"
-           "  --warmup N        steps run first and not measured (default 10): setup,\n"
-           "                    first-touch memory, caches\n"
-           "  --json FILE       also write the report as JSON (docs/bench.md), atomically\n"
-           "  --no-robustness   skip the slowed-loader run\n\n"
+           "the monitor, with the fix (loader workers, cheaper per-sample work).\n\n");
+    cli_print_options(bench_opts, 20);
+    printf("\n"
            "The other options are train's (`stoke train --help`), except those bench sets:\n"
            "--batch-size, --workers, --prefetch, --threads, --precision, --epochs,\n"
            "--max-steps, --loader-delay-us, and those that do not measure: --checkpoint,\n"
@@ -302,42 +338,6 @@ static int robustness(stoke_train_config cfg, const bench_run *tuned, bench_robu
     return -1;
 }
 
-/* Splits bench's own options from train's (left in args). -1 or the exit code. */
-static int parse(int argc, char **argv, char **args, int *nargs, int64_t *steps, int64_t *warmup,
-                 const char **json, bool *robust)
-{
-    *nargs = 0;
-    args[(*nargs)++] = argv[0];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        bool is_steps = !strcmp(a, "--steps"), is_warm = !strcmp(a, "--warmup");
-        if (cli_is_help(a)) {
-            cmd_bench_usage();
-            return 0;
-        } else if (is_steps || is_warm) {
-            if (i + 1 >= argc)
-                return cli_usage_error("bench", "%s needs a value", a);
-            if (!cli_parse_long(argv[++i], 1, 1000000, &v))
-                return cli_usage_error("bench",
-                                       "%s: expected a whole number in [1, 1000000], "
-                                       "got '%s'",
-                                       a, argv[i]);
-            *(is_steps ? steps : warmup) = v;
-        } else if (!strcmp(a, "--json")) {
-            if (i + 1 >= argc || !argv[i + 1][0])
-                return cli_usage_error("bench", "--json needs a file");
-            *json = argv[++i];
-        } else if (!strcmp(a, "--no-robustness")) {
-            *robust = false;
-        } else {
-            args[(*nargs)++] = argv[i];
-        }
-    }
-    args[*nargs] = NULL;
-    return -1;
-}
-
 /* The settings bench chooses must not come from anywhere else. */
 static int check_given(const stoke_train_config *c)
 {
@@ -357,9 +357,9 @@ static int check_given(const stoke_train_config *c)
                     *p = '-';
         } else if (s == STOKE_CFG_ENV) {
             snprintf(given, sizeof given, "%s (environment)",
-                     !strcmp(bench_keys[i], "precision") && !getenv("PRECISION") ? "AMP"
-                     : env                                                       ? env
-                                                                                 : bench_keys[i]);
+                     !strcmp(bench_keys[i], "precision") && !stoke_env("PRECISION") ? "AMP"
+                     : env                                                          ? env
+                           : bench_keys[i]);
         } else {
             snprintf(given, sizeof given, "%s (%s)", bench_keys[i], stoke_cfg_source_name(s));
         }
@@ -433,22 +433,14 @@ static int run_all(stoke_train_config *cfg, int64_t steps, int64_t warmup, const
 
 int cmd_bench(int argc, char **argv)
 {
-    char **args = malloc((size_t)(argc + 1) * sizeof *args);
-    if (!args)
-        return cli_error("bench", "out of memory");
-    int n;
-    int64_t steps = 300, warmup = 10;
-    const char *json = NULL;
-    bool robust = true;
-    int rc = parse(argc, argv, args, &n, &steps, &warmup, &json, &robust);
+    bench_args a = {.steps = 300, .warmup = 10};
     stoke_train_config cfg;
     const char *config_path;
-    if (rc < 0)
-        rc = cli_train_settings("bench", n, args, &cfg, &config_path, cmd_bench_usage);
-    free(args);
+    int rc = cli_train_settings("bench", argc, argv, bench_opts, &a, &cfg, &config_path,
+                                cmd_bench_usage);
     if (rc < 0)
         rc = check_given(&cfg);
-    if (rc < 0 && json && bench_check_json_path(json) != 0)
+    if (rc < 0 && a.json && bench_check_json_path(a.json) != 0)
         rc = 1;
-    return rc >= 0 ? rc : run_all(&cfg, steps, warmup, json, robust);
+    return rc >= 0 ? rc : run_all(&cfg, a.steps, a.warmup, a.json, !a.no_robustness);
 }

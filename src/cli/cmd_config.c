@@ -9,12 +9,19 @@
 
 #include "core/json.h"
 #include "cli/cli.h"
+#include "core/env.h"
 #include "stoke/train.h"
 #include "stoke/tune.h"
 
+static const cli_opt show_opts[] = {
+    {.name = "json", .type = CLI_SWITCH, .help = "one JSON object {key: {value, source, detail}}"},
+    {0}};
+
 void cmd_config_usage(void)
 {
-    printf("usage: stoke config show [--json] [train's options]\n\n"
+    cli_print_usage("usage: stoke config show", 18, (const cli_opt *[]){show_opts, NULL},
+                    "[train's options]");
+    printf("\n"
            "Prints every setting `stoke train` would run with, its value and where the value\n"
            "came from: default, file (the --config file), env (the variable), flag,\n"
            "checkpoint (--resume), rule (left to the tuner or given as auto, and decided by\n"
@@ -23,8 +30,9 @@ void cmd_config_usage(void)
            "trials on this machine, model and data: `stoke tune`); a decided value shows its\n"
            "reason. The configuration is resolved as train resolves it\n"
            "(defaults < --config file < environment < flags) and the tuner decides on the\n"
-           "machine and the dataset, as `stoke train --dry-run` does; nothing is trained.\n\n"
-           "  --json                one JSON object {key: {value, source, detail}}\n\n"
+           "machine and the dataset, as `stoke train --dry-run` does; nothing is trained.\n\n");
+    cli_print_options(show_opts, 24);
+    printf("\n"
            "The options are train's (`stoke train --help`). Exit status: 0 shown, 1 a\n"
            "setting that cannot run (a missing dataset, a bad model file), 2 usage (an\n"
            "unknown option, a bad value).\n");
@@ -81,7 +89,7 @@ static void given_detail(const char *key, int i, stoke_cfg_source src, const cha
         snprintf(buf, n, "%s", config_path ? config_path : "");
     } else if (src == STOKE_CFG_ENV) {
         const char *env = stoke_train_config_env(i);
-        const char *p = getenv("PRECISION");
+        const char *p = stoke_env("PRECISION");
         /* the one setting two variables may set: AMP when PRECISION is not */
         if (!strcmp(key, "precision") && !(p && *p))
             env = "AMP";
@@ -168,22 +176,10 @@ static void print_table(const cJSON *o)
 static int show(int argc, char **argv)
 {
     bool json = false;
-    char **args = malloc((size_t)(argc + 1) * sizeof *args);
-    if (!args)
-        return cli_error("config show", "out of memory");
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        /* --json is show's own; a value of --config or --dataset named --json is not */
-        if (i > 0 && !strcmp(argv[i], "--json") && strcmp(argv[i - 1], "--config"))
-            json = true;
-        else
-            args[n++] = argv[i];
-    }
-    args[n] = NULL;
     stoke_train_config cfg;
     const char *config_path;
-    int rc = cli_train_settings("config show", n, args, &cfg, &config_path, cmd_config_usage);
-    free(args);
+    int rc = cli_train_settings("config show", argc, argv, show_opts, &json, &cfg, &config_path,
+                                cmd_config_usage);
     if (rc >= 0)
         return rc;
     stoke_train_config run = cfg;

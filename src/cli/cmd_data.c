@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +17,86 @@
 
 #define CMD "data"
 
+static bool parse_size(const char *v, void *dest)
+{
+    stoke_dataset_opts *o = dest;
+    int h = 0, w = 0, used = 0;
+    if (sscanf(v, "%dx%d%n", &h, &w, &used) != 2 || v[used] || h < 1 || w < 1 || h > 65535 ||
+        w > 65535)
+        return false;
+    o->image_height = h;
+    o->image_width = w;
+    return true;
+}
+
+#define O(f) offsetof(stoke_dataset_opts, f)
+const cli_opt cli_data_opts[] = {
+    {.name = "split",
+     .type = CLI_TEXT,
+     .off = O(split),
+     .arg = "S",
+     .help = "IDX directories: train (default) or test; image folders: the\nsubfolder holding "
+             "the class folders (PATH/S/<class>/...)"},
+    {.name = "targets",
+     .type = CLI_TEXT,
+     .off = O(targets_path),
+     .arg = "F",
+     .help = "NPY: the targets file (default: derived from the inputs file's\nname, x.npy -> "
+             "y.npy, X_train.npy -> y_train.npy, ...)"},
+    {.name = "input-name",
+     .type = CLI_TEXT,
+     .off = O(input_name),
+     .arg = "N",
+     .help = "HDF5: the dataset of inputs (default: inputs, x, X, data,\nfeatures)"},
+    {.name = "target-name",
+     .type = CLI_TEXT,
+     .off = O(target_name),
+     .arg = "N",
+     .help = "HDF5: the dataset of targets (default: targets, y, Y, labels)"},
+    {.name = "size",
+     .type = CLI_CUSTOM,
+     .arg = "HxW",
+     .parse = parse_size,
+     .want = "takes HxW, e.g. 224x224",
+     .help = "image folders: resize every image to H x W (default 224x224)"},
+    {.name = "channels",
+     .type = CLI_CHOICE,
+     .off = O(image_channels),
+     .arg = "C",
+     .choices = " 1 3 ",
+     .values = (const int[]){1, 3},
+     .help = "image folders: 1 (gray) or 3 (RGB, default)"},
+    {.name = "regression",
+     .type = CLI_SWITCH,
+     .off = O(regression),
+     .help = "float targets are regression values, even if whole numbers"},
+    {0}};
+#undef O
+
+/* convert's own option, into its stoke_records_store */
+static const cli_opt convert_opts[] = {
+    {.name = "store",
+     .type = CLI_CHOICE,
+     .arg = "S",
+     .choices = " pixels jpeg ",
+     .values = (const int[]){STOKE_STORE_PIXELS, STOKE_STORE_JPEG},
+     .help = "convert: pixels (default: every sample decoded and resized,\nfixed-size records) "
+             "or jpeg (image folders: each file's own\nbytes, several times smaller, decoded at "
+             "--size on every read)"},
+    {0}};
+
+/* info's own option, into its bool */
+static const cli_opt info_opts[] = {
+    {.name = "json", .type = CLI_SWITCH, .help = "info: print one JSON document"}, {0}};
+
 void cmd_data_usage(void)
 {
-    puts("usage: stoke data info PATH [OPTIONS] [--json]\n"
-         "       stoke data convert SRC DST [OPTIONS]\n"
-         "       stoke data bench PATH [OPTIONS] [--augment] [--transforms crop|rrc] [--eval]\n"
-         "                  [--workers N|LIST] [--batch-size N] [--seconds S] [--json] ...\n"
-         "\n"
+    cli_print_usage("usage: stoke data info PATH [OPTIONS]", 18,
+                    (const cli_opt *[]){info_opts, NULL}, NULL);
+    cli_print_usage("       stoke data convert SRC DST [OPTIONS]", 18,
+                    (const cli_opt *[]){convert_opts, NULL}, NULL);
+    cli_data_bench_synopsis("       stoke data bench PATH [OPTIONS]", 18);
+    puts("\n"
          "info     prints a dataset's sample count, input shape and dtype, target kind,\n"
          "         shape and dtype, and for class targets the number of classes and the\n"
          "         count and share of each class.\n"
@@ -35,22 +109,11 @@ void cmd_data_usage(void)
          "\n"
          "PATH / SRC may be an IDX directory or file (plain or .gz), an NPY file, an HDF5\n"
          "file, a folder of class subfolders of images, or a packed-records file; the\n"
-         "format is recognised from the contents.\n"
-         "  --split S     IDX directories: train (default) or test; image folders: the\n"
-         "                subfolder holding the class folders (PATH/S/<class>/...)\n"
-         "  --targets F   NPY: the targets file (default: derived from the inputs file's\n"
-         "                name, x.npy -> y.npy, X_train.npy -> y_train.npy, ...)\n"
-         "  --input-name N   HDF5: the dataset of inputs (default: inputs, x, X, data,\n"
-         "                features)\n"
-         "  --target-name N  HDF5: the dataset of targets (default: targets, y, Y, labels)\n"
-         "  --size HxW    image folders: resize every image to H x W (default 224x224)\n"
-         "  --channels C  image folders: 1 (gray) or 3 (RGB, default)\n"
-         "  --store S     convert: pixels (default: every sample decoded and resized,\n"
-         "                fixed-size records) or jpeg (image folders: each file's own\n"
-         "                bytes, several times smaller, decoded at --size on every read)\n"
-         "  --regression  float targets are regression values, even if whole numbers\n"
-         "  --json        info: print one JSON document\n"
-         "Exit: 0 success, 1 the dataset cannot be read or written (the message names the\n"
+         "format is recognised from the contents.");
+    cli_print_options(cli_data_opts, 16);
+    cli_print_options(convert_opts, 16);
+    cli_print_options(info_opts, 16);
+    puts("Exit: 0 success, 1 the dataset cannot be read or written (the message names the\n"
          "file and what was wrong), 2 a usage error, 130 / 143 convert interrupted by\n"
          "SIGINT / SIGTERM (DST as it was, no temporary file). Fields and formats:\n"
          "docs/data.md, docs/formats.md.");
@@ -238,81 +301,28 @@ static void on_progress(void *arg, int64_t done, int64_t total)
     }
 }
 
-int cli_data_option(int argc, char **argv, int *i, stoke_dataset_opts *o)
+/* The dataset options and the subcommand's own (into `own`), the positional arguments
+ * into pos (all max_pos of them), and the dataset pos[0] opened. Returns -1 when all is
+ * well, else the exit code. */
+static int parse_open(int argc, char **argv, const char *sub, stoke_dataset_opts *o,
+                      const cli_opt *own_opts, void *own, const char **pos, int max_pos,
+                      stoke_dataset **d)
 {
-    const char *a = argv[*i];
-    bool valued = strcmp(a, "--split") == 0 || strcmp(a, "--targets") == 0 ||
-                  strcmp(a, "--input-name") == 0 || strcmp(a, "--target-name") == 0 ||
-                  strcmp(a, "--size") == 0 || strcmp(a, "--channels") == 0;
-    if (!valued && strcmp(a, "--regression") != 0)
-        return -2;
-    if (valued && *i + 1 >= argc)
-        return cli_usage_error(CMD, "%s needs a value", a);
-    const char *v = valued ? argv[*i + 1] : NULL;
-    *i += valued;
-    if (strcmp(a, "--regression") == 0) {
-        o->regression = true;
-    } else if (strcmp(a, "--split") == 0) {
-        o->split = v;
-    } else if (strcmp(a, "--targets") == 0) {
-        o->targets_path = v;
-    } else if (strcmp(a, "--input-name") == 0) {
-        o->input_name = v;
-    } else if (strcmp(a, "--target-name") == 0) {
-        o->target_name = v;
-    } else if (strcmp(a, "--size") == 0) {
-        int h = 0, w = 0, used = 0;
-        if (sscanf(v, "%dx%d%n", &h, &w, &used) != 2 || v[used] || h < 1 || w < 1 || h > 65535 ||
-            w > 65535)
-            return cli_usage_error(CMD, "--size takes HxW, e.g. 224x224, not '%s'", v);
-        o->image_height = h;
-        o->image_width = w;
-    } else {
-        long c;
-        if (!cli_parse_long(v, 1, 3, &c) || c == 2)
-            return cli_usage_error(CMD, "--channels takes 1 or 3, not '%s'", v);
-        o->image_channels = (int)c;
-    }
-    return -1;
-}
-
-/* Parses the shared options; collects positional arguments into pos. Returns -1 when
- * all is well, else the exit code. */
-static int parse(int argc, char **argv, const char *sub, stoke_dataset_opts *o, bool *json,
-                 stoke_records_store *store, const char **pos, int max_pos, int *npos)
-{
-    *npos = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            cmd_data_usage();
-            return 0;
-        }
-        int rc = cli_data_option(argc, argv, &i, o);
-        if (rc >= 0)
-            return rc;
-        if (rc == -1)
-            continue;
-        if (strcmp(a, "--json") == 0 && json) {
-            *json = true;
-        } else if (store && strcmp(a, "--store") == 0) {
-            if (i + 1 >= argc)
-                return cli_usage_error(CMD, "%s needs a value", a);
-            const char *v = argv[++i];
-            if (strcmp(v, "pixels") && strcmp(v, "jpeg"))
-                return cli_usage_error(CMD, "--store takes pixels or jpeg, not '%s'", v);
-            *store = strcmp(v, "jpeg") ? STOKE_STORE_PIXELS : STOKE_STORE_JPEG;
-        } else if (a[0] == '-' && a[1]) {
-            return cli_usage_error(CMD, "unknown option '%s' for %s", a, sub);
-        } else if (*npos < max_pos) {
-            pos[(*npos)++] = a;
-        } else {
-            return cli_usage_error(CMD, "%s: unexpected argument '%s'", sub, a);
-        }
-    }
-    if (*npos < max_pos)
+    cli_group groups[] = {{cli_data_opts, o}, {own_opts, own}};
+    cli_spec s = {.cmd = CMD,
+                  .sub = sub,
+                  .usage = cmd_data_usage,
+                  .groups = groups,
+                  .ngroups = 2,
+                  .dash_is_arg = true,
+                  .pos = pos,
+                  .max_pos = max_pos};
+    int rc = cli_parse(&s, argc, argv, 2);
+    if (rc >= 0)
+        return rc;
+    if (s.npos < max_pos)
         return cli_usage_error(CMD, "%s needs %s", sub, max_pos == 1 ? "a PATH" : "SRC and DST");
-    return -1;
+    return cli_data_open(pos[0], o, d);
 }
 
 int cli_check_dataset_options(const char *cmd, const char *path, stoke_dataset *d,
@@ -369,12 +379,8 @@ static int data_info(int argc, char **argv)
     stoke_dataset_opts o = {0};
     bool json = false;
     const char *pos[1];
-    int npos;
-    int rc = parse(argc, argv, "info", &o, &json, NULL, pos, 1, &npos);
-    if (rc >= 0)
-        return rc;
     stoke_dataset *d;
-    rc = cli_data_open(pos[0], &o, &d);
+    int rc = parse_open(argc, argv, "info", &o, info_opts, &json, pos, 1, &d);
     if (rc >= 0)
         return rc;
     const stoke_dataset_info *f = stoke_dataset_get_info(d);
@@ -411,13 +417,9 @@ static int data_convert(int argc, char **argv)
 {
     stoke_dataset_opts o = {0};
     const char *pos[2];
-    int npos;
-    stoke_records_store store = STOKE_STORE_PIXELS;
-    int rc = parse(argc, argv, "convert", &o, NULL, &store, pos, 2, &npos);
-    if (rc >= 0)
-        return rc;
+    int store = STOKE_STORE_PIXELS;
     stoke_dataset *d;
-    rc = cli_data_open(pos[0], &o, &d);
+    int rc = parse_open(argc, argv, "convert", &o, convert_opts, &store, pos, 2, &d);
     if (rc >= 0)
         return rc;
     const char *format = stoke_dataset_get_info(d)->format;

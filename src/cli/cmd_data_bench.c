@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,58 +19,146 @@
 #include "stoke/hw.h"
 #include "stoke/train.h"
 
-#define CMD         "data"
-#define MAX_WORKERS 256
-#define MAX_COUNTS  64
-
-void cmd_data_bench_usage(void)
-{
-    puts("usage: stoke data bench PATH [DATASET OPTIONS] [TRANSFORM OPTIONS] [--workers N|LIST]\n"
-         "                        [--batch-size N] [--seconds S] [--hold auto|yes|no] [--json]\n"
-         "\n"
-         "Runs the loader alone over PATH as `stoke train` would (its transform, its\n"
-         "normalization from the data, shuffled batches, the data held in memory when\n"
-         "stoke train would hold it) for each worker count, and prints samples/s, batches/s,\n"
-         "the per-batch wait (average and p95), the workers' busy share and the rate a\n"
-         "model could be fed at, then the best worker count.\n"
-         "\n"
-         "Dataset options as `stoke data info`: --split, --size HxW, --channels C, --targets,\n"
-         "--input-name, --target-name, --regression.\n"
-         "Transform options (images):\n"
-         "  --augment             the training augmentation, as stoke train --augment\n"
-         "  --transforms crop|rrc which one: random crop (pad 2) + flip (default), or\n"
-         "                        RandomResizedCrop + flip (on the original images);\n"
-         "                        crop+jitter, rrc+jitter add a color jitter\n"
-         "  --eval                the validation transform instead of the training one\n"
-         "  --dtype f32|bf16|f16  the batches' element type (default f32)\n"
-         "  --layout nchw|nhwc    the batches' layout (default nchw)\n"
-         "  --seed N              shuffling and augmentation (default 1, as stoke train)\n"
-         "Loader options:\n"
-         "  --workers N|LIST      the worker counts to try, e.g. 4 or 0,2,4 (default: 0 to\n"
-         "                        the usable CPUs)\n"
-         "  --batch-size N        samples per batch (default 128, as stoke train)\n"
-         "  --seconds S           timed seconds per worker count, after a warm-up of\n"
-         "                        min(0.5, S/4) s (default 3)\n"
-         "  --hold auto|yes|no    hold the samples in memory: as stoke train decides (auto,\n"
-         "                        when they take at most a quarter of the available\n"
-         "                        memory), always, or never (read and decoded every epoch)\n"
-         "  --json                print one JSON document instead of the table\n"
-         "Exit: 0 success, 1 the dataset cannot be read (the message names the file), 2 a\n"
-         "usage error, 130 interrupted by SIGINT (the rows measured so far are printed).\n"
-         "Fields: docs/data.md.");
-}
+#define CMD "data"
+/* The worker counts a bench may try, and how many: as text for the message. */
+#define MAX_WORKERS   256
+#define MAX_COUNTS    64
+#define MAX_WORKERS_S "256"
+#define MAX_COUNTS_S  "64"
 
 typedef struct bench_opts {
     stoke_train_config cfg; /* augment, transforms, seed, batch size: as stoke train's */
     stoke_dataset_opts data;
-    bool eval, json, transforms_given, image_flags;
-    stoke_dtype dtype;
-    stoke_image_layout layout;
+    bool eval, json;
+    int dtype, layout; /* stoke_dtype, stoke_image_layout; -1 not given */
     int workers[MAX_COUNTS], nworkers;
     double seconds;
     int hold; /* -1 auto, 0 no, 1 yes */
     const char *path;
 } bench_opts;
+
+/* "4" or "0,2,4": the worker counts to try. */
+static bool parse_workers(const char *v, void *dest)
+{
+    bench_opts *o = dest;
+    o->nworkers = 0;
+    for (const char *p = v;;) {
+        char num[16];
+        size_t n = strcspn(p, ",");
+        long w;
+        if (n == 0 || n >= sizeof num || o->nworkers == MAX_COUNTS)
+            return false;
+        memcpy(num, p, n);
+        num[n] = '\0';
+        if (!cli_parse_long(num, 0, MAX_WORKERS, &w))
+            return false;
+        o->workers[o->nworkers++] = (int)w;
+        if (!p[n])
+            return true;
+        p += n + 1;
+    }
+}
+
+#define F(f) offsetof(bench_opts, f)
+static const cli_opt transform_opts[] = {
+    {.name = "augment",
+     .type = CLI_SETTING,
+     .off = F(cfg),
+     .value = "true",
+     .help = "the training augmentation, as stoke train --augment"},
+    {.name = "transforms",
+     .type = CLI_SETTING,
+     .off = F(cfg),
+     .arg = "crop|rrc",
+     .help = "which one: random crop (pad 2) + flip (default), or\nRandomResizedCrop + flip (on "
+             "the original images);\ncrop+jitter, rrc+jitter add a color jitter"},
+    {.name = "eval",
+     .type = CLI_SWITCH,
+     .off = F(eval),
+     .help = "the validation transform instead of the training one"},
+    {.name = "dtype",
+     .type = CLI_CHOICE,
+     .off = F(dtype),
+     .arg = "f32|bf16|f16",
+     .choices = " f32 bf16 f16 ",
+     .values = (const int[]){STOKE_F32, STOKE_BF16, STOKE_F16},
+     .help = "the batches' element type (default f32)"},
+    {.name = "layout",
+     .type = CLI_CHOICE,
+     .off = F(layout),
+     .arg = "nchw|nhwc",
+     .choices = " nchw nhwc ",
+     .values = (const int[]){STOKE_LAYOUT_CHW, STOKE_LAYOUT_HWC},
+     .help = "the batches' layout (default nchw)"},
+    {.name = "seed",
+     .type = CLI_SETTING,
+     .off = F(cfg),
+     .arg = "N",
+     .help = "shuffling and augmentation (default 1, as stoke train)"},
+    {0}};
+
+static const cli_opt loader_opts[] = {
+    {.name = "workers",
+     .type = CLI_CUSTOM,
+     .arg = "N|LIST",
+     .parse = parse_workers,
+     .want = "takes a count from 0 to " MAX_WORKERS_S
+             " or a list such as 0,2,4 (at most " MAX_COUNTS_S ")",
+     .help = "the worker counts to try, e.g. 4 or 0,2,4 (default: 0 to\nthe usable CPUs)"},
+    /* the batch as stoke train takes it: the configuration table's limits */
+    {.name = "batch-size",
+     .type = CLI_SETTING,
+     .off = F(cfg),
+     .arg = "N",
+     .help = "samples per batch (default 128, as stoke train)"},
+    {.name = "seconds",
+     .type = CLI_DOUBLE,
+     .off = F(seconds),
+     .arg = "S",
+     .min = 0.01,
+     .max = 86400,
+     .want = "takes a time from 0.01 to 86400",
+     .help = "timed seconds per worker count, after a warm-up of\nmin(0.5, S/4) s (default 3)"},
+    {.name = "hold",
+     .type = CLI_CHOICE,
+     .off = F(hold),
+     .arg = "auto|yes|no",
+     .choices = " auto yes no ",
+     .values = (const int[]){-1, 1, 0},
+     .help = "hold the samples in memory: as stoke train decides (auto,\nwhen they take at most "
+             "a quarter of the available\nmemory), always, or never (read and decoded every "
+             "epoch)"},
+    {.name = "json",
+     .type = CLI_SWITCH,
+     .off = F(json),
+     .help = "print one JSON document instead of the table"},
+    {0}};
+#undef F
+
+void cli_data_bench_synopsis(const char *lead, int indent)
+{
+    cli_print_usage(lead, indent, (const cli_opt *[]){transform_opts, loader_opts, NULL}, NULL);
+}
+
+void cmd_data_bench_usage(void)
+{
+    cli_data_bench_synopsis("usage: stoke data bench PATH [DATASET OPTIONS]", 24);
+    puts("\n"
+         "Runs the loader alone over PATH as `stoke train` would (its transform, its\n"
+         "normalization from the data, shuffled batches, the data held in memory when\n"
+         "stoke train would hold it) for each worker count, and prints samples/s, batches/s,\n"
+         "the per-batch wait (average and p95), the workers' busy share and the rate a\n"
+         "model could be fed at, then the best worker count.\n");
+    fputs("Dataset options as `stoke data info`:", stdout);
+    cli_print_names(cli_data_opts, 37, ".");
+    puts("Transform options (images):");
+    cli_print_options(transform_opts, 24);
+    puts("Loader options:");
+    cli_print_options(loader_opts, 24);
+    puts("Exit: 0 success, 1 the dataset cannot be read (the message names the file), 2 a\n"
+         "usage error, 130 interrupted by SIGINT (the rows measured so far are printed).\n"
+         "Fields: docs/data.md.");
+}
 
 typedef struct bench_row {
     int workers;
@@ -86,116 +175,31 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
-static int parse_workers(const char *v, bench_opts *o)
-{
-    o->nworkers = 0;
-    const char *p = v;
-    while (*p) {
-        char num[16];
-        size_t n = strcspn(p, ",");
-        long w;
-        if (n == 0 || n >= sizeof num || o->nworkers == MAX_COUNTS)
-            return cli_usage_error(CMD,
-                                   "--workers takes a count or a list such as 0,2,4 "
-                                   "(at most %d), not '%s'",
-                                   MAX_COUNTS, v);
-        memcpy(num, p, n);
-        num[n] = '\0';
-        if (!cli_parse_long(num, 0, MAX_WORKERS, &w))
-            return cli_usage_error(CMD, "--workers: '%s' is not a count from 0 to %d", num,
-                                   MAX_WORKERS);
-        o->workers[o->nworkers++] = (int)w;
-        p += n + (p[n] == ',');
-        if (p[-1] == ',' && !*p)
-            return cli_usage_error(CMD, "--workers: '%s' ends with a comma", v);
-    }
-    return o->nworkers ? -1 : cli_usage_error(CMD, "--workers needs a value");
-}
-
-/* A train setting through stoke train's own parser, so values and messages agree. */
-static int set_cfg(bench_opts *o, const char *key, const char *flag, const char *v)
-{
-    if (stoke_train_config_set(&o->cfg, key, v, STOKE_CFG_FLAG) == STOKE_OK)
-        return -1;
-    return cli_usage_error(CMD, "%s: %s", flag, stoke_last_error());
-}
-
 static int parse(int argc, char **argv, bench_opts *o)
 {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            cmd_data_bench_usage();
-            return 0;
-        }
-        int rc = cli_data_option(argc, argv, &i, &o->data);
-        if (rc >= 0)
-            return rc;
-        if (rc == -1)
-            continue;
-        bool valued = !strcmp(a, "--transforms") || !strcmp(a, "--dtype") ||
-                      !strcmp(a, "--layout") || !strcmp(a, "--workers") ||
-                      !strcmp(a, "--batch-size") || !strcmp(a, "--seconds") ||
-                      !strcmp(a, "--hold") || !strcmp(a, "--seed");
-        if (valued && i + 1 >= argc)
-            return cli_usage_error(CMD, "%s needs a value", a);
-        const char *v = valued ? argv[++i] : NULL;
-        rc = -1;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "--eval")) {
-            o->eval = o->image_flags = true;
-        } else if (!strcmp(a, "--augment")) {
-            rc = set_cfg(o, "augment", a, "true");
-        } else if (!strcmp(a, "--transforms")) {
-            o->transforms_given = true;
-            rc = set_cfg(o, "transforms", a, v);
-        } else if (!strcmp(a, "--seed")) {
-            rc = set_cfg(o, "seed", a, v);
-        } else if (!strcmp(a, "--dtype")) {
-            o->image_flags = true;
-            if (!strcmp(v, "f32"))
-                o->dtype = STOKE_F32;
-            else if (!strcmp(v, "bf16"))
-                o->dtype = STOKE_BF16;
-            else if (!strcmp(v, "f16"))
-                o->dtype = STOKE_F16;
-            else
-                return cli_usage_error(CMD, "--dtype takes f32, bf16 or f16, not '%s'", v);
-        } else if (!strcmp(a, "--layout")) {
-            o->image_flags = true;
-            if (!strcmp(v, "nchw"))
-                o->layout = STOKE_LAYOUT_CHW;
-            else if (!strcmp(v, "nhwc"))
-                o->layout = STOKE_LAYOUT_HWC;
-            else
-                return cli_usage_error(CMD, "--layout takes nchw or nhwc, not '%s'", v);
-        } else if (!strcmp(a, "--workers")) {
-            rc = parse_workers(v, o);
-        } else if (!strcmp(a, "--batch-size")) {
-            long b;
-            if (!cli_parse_long(v, 1, 1L << 20, &b))
-                return cli_usage_error(CMD, "--batch-size takes a count from 1 to %ld, not '%s'",
-                                       1L << 20, v);
-            o->cfg.batch_size = b;
-        } else if (!strcmp(a, "--seconds")) {
-            if (!cli_parse_double(v, 0.01, 86400, &o->seconds))
-                return cli_usage_error(CMD, "--seconds takes a time from 0.01 to 86400, not '%s'",
-                                       v);
-        } else if (!strcmp(a, "--hold")) {
-            o->hold = !strcmp(v, "auto") ? -1 : !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -2;
-            if (o->hold == -2)
-                return cli_usage_error(CMD, "--hold takes auto, yes or no, not '%s'", v);
-        } else if (a[0] == '-' && a[1]) {
-            return cli_usage_error(CMD, "unknown option '%s' for bench", a);
-        } else if (!o->path) {
-            o->path = a;
-        } else {
-            return cli_usage_error(CMD, "bench: unexpected argument '%s'", a);
-        }
-        if (rc >= 0)
-            return rc;
-    }
+    cli_given given[16];
+    cli_group groups[] = {{cli_data_opts, &o->data}, {transform_opts, o}, {loader_opts, o}};
+    cli_spec s = {.cmd = CMD,
+                  .sub = "bench",
+                  .usage = cmd_data_bench_usage,
+                  .groups = groups,
+                  .ngroups = 3,
+                  .dash_is_arg = true,
+                  .pos = &o->path,
+                  .max_pos = 1,
+                  .given = given,
+                  .max_given = 16};
+    const char *no_file;
+    int rc = cli_parse(&s, argc, argv, 2);
+    if (rc < 0)
+        rc = cli_apply_settings(&s, NULL, &no_file);
+    if (rc >= 0)
+        return rc;
+    if (o->cfg.batch_size < 1) /* the configuration's auto: stoke train's batch finder */
+        return cli_usage_error(CMD,
+                               "--batch-size: 'auto' (the batch finder) is stoke train's; "
+                               "give a whole number in [1, %d]",
+                               STOKE_MAX_BATCH);
     if (!o->path)
         return cli_usage_error(CMD, "bench needs a PATH");
     return -1;
@@ -307,24 +311,31 @@ typedef struct bench_setup {
     stoke_shape out_shape;
     stoke_cpu_info cpu;
     double load_avg;
+    char transform[160]; /* what is done to each sample */
 } bench_setup;
 
-static const char *transform_name(const bench_opts *o, const bench_setup *b)
+/* What the loader does to each sample, told from the ops of the transform stoke train
+ * makes (stoke_train_input_transform): the augmentation's name is read there alone. */
+static void describe(const stoke_transform_opts *t, bool image, bool eval, char *buf, size_t n)
 {
-    if (!b->image)
-        return "none (inputs fed as read)";
-    bool rrc = o->cfg.augment && !strncmp(o->cfg.transforms, "rrc", 3);
-    bool jitter = strstr(o->cfg.transforms, "+jitter") != NULL;
-    if (o->eval)
-        return rrc ? "validation: resize the shorter side + centre crop + normalize"
-                   : "validation: normalize";
-    if (!o->cfg.augment)
-        return "training: normalize";
-    if (rrc)
-        return jitter ? "training: random resized crop + flip + color jitter + normalize"
-                      : "training: random resized crop + flip + normalize";
-    return jitter ? "training: random crop (pad 2) + flip + color jitter + normalize"
-                  : "training: random crop (pad 2) + flip + normalize";
+    if (!image) {
+        snprintf(buf, n, "none (inputs fed as read)");
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, n, "%s: ", eval ? "validation" : "training");
+    for (int i = 0; i < t->nops && k < n; i++) {
+        const stoke_op *op = &t->ops[i];
+        char crop[32];
+        snprintf(crop, sizeof crop, "random crop (pad %d)", op->pad);
+        const char *what = op->kind == STOKE_OP_CROP ? op->center ? "centre crop" : crop
+                           : op->kind == STOKE_OP_RANDOM_RESIZED_CROP ? "random resized crop"
+                           : op->kind == STOKE_OP_HFLIP               ? "flip"
+                           : op->kind == STOKE_OP_COLOR_JITTER        ? "color jitter"
+                           : op->kind == STOKE_OP_RESIZE_SHORTER      ? "resize the shorter side"
+                           : op->kind == STOKE_OP_NORMALIZE           ? "normalize"
+                                                                      : "resize";
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", what);
+    }
 }
 
 static int best_row(const bench_row *rows, int n)
@@ -361,7 +372,7 @@ static void print_json(const bench_opts *o, const bench_setup *b, const bench_ro
     cJSON_AddNumberToObject(m, "available_bytes", (double)b->avail);
     cJSON_AddNumberToObject(m, "load_seconds", b->load_s);
     cJSON *t = cJSON_AddObjectToObject(root, "transform");
-    cJSON_AddStringToObject(t, "name", transform_name(o, b));
+    cJSON_AddStringToObject(t, "name", b->transform);
     cJSON_AddBoolToObject(t, "augment", o->cfg.augment);
     cJSON_AddStringToObject(t, "transforms", o->cfg.transforms);
     cJSON_AddBoolToObject(t, "eval", o->eval);
@@ -427,7 +438,7 @@ static void print_header(const bench_opts *o, const bench_setup *b)
         printf("memory       read from storage every epoch%s (%s; %s available)%s\n",
                b->originals ? ", the crop drawn on each original image" : "", x, y,
                o->hold < 0 ? ", as stoke train reads it" : ", --hold no");
-    printf("transform    %s", transform_name(o, b));
+    printf("transform    %s", b->transform);
     if (b->image)
         printf(" -> %s %s %s", stoke_shape_format(&b->out_shape, sh, sizeof sh),
                stoke_dtype_name(o->dtype), o->layout == STOKE_LAYOUT_HWC ? "NHWC" : "NCHW");
@@ -486,10 +497,12 @@ static int setup(bench_opts *o, stoke_dataset **src, stoke_dataset **d, bench_se
     }
     stoke_status s = stoke_train_input_transform(&o->cfg, *d, o->eval, ops, t, &b->image);
     if (s != STOKE_OK) /* the augmentation asked for does not fit the data: a usage error */
-        return s == STOKE_ERR_ARG && (o->cfg.augment || o->transforms_given)
+        return s == STOKE_ERR_ARG &&
+                       (o->cfg.augment ||
+                        stoke_train_config_source(&o->cfg, "transforms") == STOKE_CFG_FLAG)
                    ? cli_usage_error(CMD, "%s", stoke_last_error())
                    : cli_last_error(CMD);
-    if (!b->image && o->image_flags) {
+    if (!b->image && (o->eval || o->dtype >= 0 || o->layout >= 0)) {
         char sh[64];
         return cli_usage_error(CMD,
                                "--eval, --dtype and --layout apply to images; %s has samples "
@@ -497,6 +510,9 @@ static int setup(bench_opts *o, stoke_dataset **src, stoke_dataset **d, bench_se
                                o->path, stoke_shape_format(&b->info->input_shape, sh, sizeof sh),
                                stoke_dtype_name(b->info->input_dtype));
     }
+    describe(t, b->image, o->eval, b->transform, sizeof b->transform);
+    o->dtype = o->dtype < 0 ? STOKE_F32 : o->dtype;
+    o->layout = o->layout < 0 ? STOKE_LAYOUT_CHW : o->layout;
     if (b->image) {
         t->out_dtype = o->dtype;
         t->out_layout = o->layout;
@@ -520,7 +536,7 @@ static int setup(bench_opts *o, stoke_dataset **src, stoke_dataset **d, bench_se
 
 int cmd_data_bench(int argc, char **argv)
 {
-    bench_opts o = {.dtype = STOKE_F32, .layout = STOKE_LAYOUT_CHW, .seconds = 3, .hold = -1};
+    bench_opts o = {.dtype = -1, .layout = -1, .seconds = 3, .hold = -1};
     stoke_train_config_defaults(&o.cfg);
     int rc = parse(argc, argv, &o);
     if (rc >= 0)

@@ -2,50 +2,75 @@
  * a dataset, by default the test split of the dataset it was trained on. */
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "stoke/train.h"
 
+typedef struct eval_args {
+    const char *dataset, *split;
+    long limit, batch;
+} eval_args;
+
+#define E(f) offsetof(eval_args, f)
+static const cli_opt eval_opts[] = {
+    {.name = "dataset",
+     .type = CLI_TEXT,
+     .off = E(dataset),
+     .arg = "PATH",
+     .help = "the data (default: the dataset the checkpoint was trained on)"},
+    {.name = "split",
+     .type = CLI_TEXT,
+     .off = E(split),
+     .arg = "NAME",
+     .help = "IDX directories and image folders: the split (default test)"},
+    {.name = "limit",
+     .type = CLI_LONG,
+     .off = E(limit),
+     .arg = "N",
+     .min = 1,
+     .max = 1L << 40,
+     .help = "evaluate the first N samples only"},
+    {.name = "batch-size",
+     .type = CLI_LONG,
+     .off = E(batch),
+     .arg = "N",
+     .min = 1,
+     .max = STOKE_MAX_BATCH,
+     .help = "samples per forward pass (default 1000)"},
+    {0}};
+#undef E
+
 void cmd_eval_usage(void)
 {
-    printf("usage: stoke eval CHECKPOINT [--dataset PATH] [--split NAME] [--limit N]\n"
-           "                  [--batch-size N]\n\n"
+    cli_print_usage("usage: stoke eval CHECKPOINT", 18, (const cli_opt *[]){eval_opts, NULL}, NULL);
+    printf("\n"
            "Evaluates a checkpoint written by `stoke train` on a dataset: the one it was\n"
            "trained on (its \"test\" split, for IDX directories) unless --dataset is given.\n"
-           "Prints the mean loss and the accuracy (classes) or MAE (regression).\n");
+           "Prints the mean loss and the accuracy (classes) or MAE (regression).\n\n");
+    cli_print_options(eval_opts, 18);
 }
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *ckpt = NULL, *dataset = NULL, *split = "test";
-    stoke_dataset_opts given = {0}; /* the options given, checked against the format */
-    long limit = 0, batch = 1000;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            cmd_eval_usage();
-            return 0;
-        }
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "--dataset") && has)
-            dataset = argv[++i];
-        else if (!strcmp(a, "--split") && has)
-            split = given.split = argv[++i];
-        else if (!strcmp(a, "--limit") && has) {
-            if (!cli_parse_long(argv[++i], 1, (1L << 40), &limit))
-                return cli_usage_error("eval", "--limit: expected a positive count");
-        } else if (!strcmp(a, "--batch-size") && has) {
-            if (!cli_parse_long(argv[++i], 1, 1L << 20, &batch))
-                return cli_usage_error("eval", "--batch-size: expected a positive count");
-        } else if (a[0] == '-')
-            return cli_usage_error("eval", "unknown option '%s'", a);
-        else if (!ckpt)
-            ckpt = a;
-        else
-            return cli_usage_error("eval", "unexpected argument '%s'", a);
-    }
+    eval_args e = {.batch = 1000};
+    const char *ckpt = NULL;
+    cli_group g = {eval_opts, &e};
+    cli_spec spec = {.cmd = "eval",
+                     .usage = cmd_eval_usage,
+                     .groups = &g,
+                     .ngroups = 1,
+                     .pos = &ckpt,
+                     .max_pos = 1};
+    int prc = cli_parse(&spec, argc, argv, 1);
+    if (prc >= 0)
+        return prc;
+    /* the options given, checked against the format */
+    stoke_dataset_opts given = {.split = e.split};
+    const char *dataset = e.dataset, *split = e.split ? e.split : "test";
+    long limit = e.limit, batch = e.batch;
     if (!ckpt)
         return cli_usage_error("eval", "give a checkpoint file");
     stoke_saved_model *m;

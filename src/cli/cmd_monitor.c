@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,26 +22,75 @@
 
 #define CMD "monitor"
 
+typedef struct monitor_args {
+    double interval, duration;
+    const char *csv, *jsonl, *data;
+    long pid;
+    char **command;
+} monitor_args;
+
+#define M(f) offsetof(monitor_args, f)
+static const cli_opt monitor_opts[] = {
+    {.name = "interval",
+     .type = CLI_DOUBLE,
+     .off = M(interval),
+     .arg = "S",
+     .min = 0.05,
+     .max = 86400,
+     .want = "must be a number of seconds from 0.05 to 86400",
+     .help = "seconds between samples (default 1, at least 0.05)"},
+    {.name = "duration",
+     .type = CLI_DOUBLE,
+     .off = M(duration),
+     .arg = "S",
+     .min = 0.001,
+     .max = 1e9,
+     .want = "must be a positive number of seconds",
+     .help = "stop after S seconds (a COMMAND then gets SIGTERM)"},
+    {.name = "csv",
+     .type = CLI_TEXT,
+     .off = M(csv),
+     .arg = "FILE",
+     .help = "write one CSV row per sample (header first)"},
+    {.name = "jsonl",
+     .type = CLI_TEXT,
+     .off = M(jsonl),
+     .arg = "FILE",
+     .help = "write one JSON object per sample and line"},
+    {.name = "data",
+     .type = CLI_TEXT,
+     .off = M(data),
+     .arg = "PATH",
+     .help = "where the job reads its data (rotational or network storage\nfeeds the I/O "
+             "diagnosis)"},
+    {.name = "pid",
+     .type = CLI_LONG,
+     .off = M(pid),
+     .arg = "PID",
+     .min = 1,
+     .max = 0x7fffffff,
+     .want = "must be a process id",
+     .help = "watch a running process and its descendants until it ends"},
+    {.name = "",
+     .type = CLI_REST,
+     .off = M(command),
+     .arg = "COMMAND ...",
+     .want = "a command",
+     .help = "start COMMAND (no shell), forward SIGINT/SIGTERM to it, and exit\nwith its exit "
+             "status (128+N if it died of signal N)"},
+    {0}};
+#undef M
+
 void cmd_monitor_usage(void)
 {
-    puts("usage: stoke monitor [--interval S] [--duration S] [--csv FILE] [--jsonl FILE]\n"
-         "                     [--data PATH] [--pid PID | -- COMMAND [ARGS...]]\n"
-         "\n"
+    cli_print_usage("usage: stoke monitor", 21, (const cli_opt *[]){monitor_opts, NULL}, NULL);
+    puts("\n"
          "Samples GPU utilization, memory, power, temperature, clocks, throttling and PCIe\n"
          "traffic, system CPU, iowait and memory, and the CPU, threads, RSS, disk I/O and\n"
          "GPU memory of a job and all its descendants. Shows a live line; at the end prints\n"
-         "min / median / p95 / max of every series and a diagnosis of what bounded the run.\n"
-         "\n"
-         "  --interval S    seconds between samples (default 1, at least 0.05)\n"
-         "  --duration S    stop after S seconds (a COMMAND then gets SIGTERM)\n"
-         "  --csv FILE      write one CSV row per sample (header first)\n"
-         "  --jsonl FILE    write one JSON object per sample and line\n"
-         "  --data PATH     where the job reads its data (rotational or network storage\n"
-         "                  feeds the I/O diagnosis)\n"
-         "  --pid PID       watch a running process and its descendants until it ends\n"
-         "  -- COMMAND ...  start COMMAND (no shell), forward SIGINT/SIGTERM to it, and exit\n"
-         "                  with its exit status (128+N if it died of signal N)\n"
-         "With neither --pid nor a COMMAND the whole system is sampled until Ctrl-C or\n"
+         "min / median / p95 / max of every series and a diagnosis of what bounded the run.\n");
+    cli_print_options(monitor_opts, 18);
+    puts("With neither --pid nor a COMMAND the whole system is sampled until Ctrl-C or\n"
          "--duration. When stdout is not a terminal the live line is printed as plain\n"
          "lines, at most about one per second. Exit: the COMMAND's status; otherwise 0,\n"
          "1 on a run-time error (no such PID, unwritable log), 2 on a usage error, 127 if\n"
@@ -161,50 +211,16 @@ static int usable_cpus_of(pid_t pid)
 
 int cmd_monitor(int argc, char **argv)
 {
-    double interval = 1.0, duration = 0;
-    const char *csv_path = NULL, *json_path = NULL, *data_path = NULL;
-    long pid_arg = 0;
-    char **command = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            cmd_monitor_usage();
-            return 0;
-        }
-        if (strcmp(a, "--") == 0) {
-            if (i + 1 >= argc)
-                return cli_usage_error(CMD, "'--' must be followed by a command");
-            command = &argv[i + 1];
-            break;
-        }
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = strcmp(a, "--interval") == 0 || strcmp(a, "--duration") == 0 ||
-                     strcmp(a, "--csv") == 0 || strcmp(a, "--jsonl") == 0 ||
-                     strcmp(a, "--data") == 0 || strcmp(a, "--pid") == 0;
-        if (!takes)
-            return cli_usage_error(CMD, "unknown option '%s'", a);
-        if (!v)
-            return cli_usage_error(CMD, "%s needs a value", a);
-        i++;
-        if (strcmp(a, "--interval") == 0 && !cli_parse_double(v, 0.05, 86400, &interval))
-            return cli_usage_error(CMD,
-                                   "--interval must be a number of seconds from 0.05 "
-                                   "to 86400, not '%s'",
-                                   v);
-        if (strcmp(a, "--duration") == 0 && !cli_parse_double(v, 0.001, 1e9, &duration))
-            return cli_usage_error(CMD,
-                                   "--duration must be a positive number of seconds, "
-                                   "not '%s'",
-                                   v);
-        if (strcmp(a, "--pid") == 0 && !cli_parse_long(v, 1, 0x7fffffff, &pid_arg))
-            return cli_usage_error(CMD, "--pid must be a process id, not '%s'", v);
-        if (strcmp(a, "--csv") == 0)
-            csv_path = v;
-        if (strcmp(a, "--jsonl") == 0)
-            json_path = v;
-        if (strcmp(a, "--data") == 0)
-            data_path = v;
-    }
+    monitor_args m = {.interval = 1.0};
+    cli_group g = {monitor_opts, &m};
+    cli_spec spec = {.cmd = CMD, .usage = cmd_monitor_usage, .groups = &g, .ngroups = 1};
+    int prc = cli_parse(&spec, argc, argv, 1);
+    if (prc >= 0)
+        return prc;
+    double interval = m.interval, duration = m.duration;
+    const char *csv_path = m.csv, *json_path = m.jsonl, *data_path = m.data;
+    long pid_arg = m.pid;
+    char **command = m.command;
     if (command && pid_arg)
         return cli_usage_error(CMD, "--pid and a COMMAND cannot be combined");
 

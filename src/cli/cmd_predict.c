@@ -1,6 +1,7 @@
 /* cmd_predict.c - `stoke predict CHECKPOINT INPUT`: the saved model's prediction for
  * each sample of a dataset or an .npy file of samples, one line each. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,9 +9,30 @@
 #include "cli/cli.h"
 #include "stoke/train.h"
 
+typedef struct predict_args {
+    long limit;
+    bool outputs;
+} predict_args;
+
+static const cli_opt predict_opts[] = {
+    {.name = "limit",
+     .type = CLI_LONG,
+     .off = offsetof(predict_args, limit),
+     .arg = "N",
+     .min = 1,
+     .max = 1L << 40,
+     .help = "the first N samples only"},
+    {.name = "outputs",
+     .type = CLI_SWITCH,
+     .off = offsetof(predict_args, outputs),
+     .help = "add the model's raw outputs (logits) to each line"},
+    {0}};
+
 void cmd_predict_usage(void)
 {
-    printf("usage: stoke predict CHECKPOINT INPUT [--limit N] [--outputs]\n\n"
+    cli_print_usage("usage: stoke predict CHECKPOINT INPUT", 21,
+                    (const cli_opt *[]){predict_opts, NULL}, NULL);
+    printf("\n"
            "Runs a checkpoint written by `stoke train` on INPUT: a dataset in any format\n"
            "stoke reads (the \"test\" split of an IDX directory or an image folder, else the\n"
            "image folder itself) or an .npy file of samples\n"
@@ -19,7 +41,8 @@ void cmd_predict_usage(void)
            "index, then its name when the training data named it (image folders: the class\n"
            "folder, e.g. `3 dress`); --outputs adds\n"
            "the model's raw outputs (logits). Ends with the accuracy when labels are known.\n"
-           "An actor-critic prints the most likely action and `value V` (the value head).\n");
+           "An actor-critic prints the most likely action and `value V` (the value head).\n\n");
+    cli_print_options(predict_opts, 16);
 }
 
 /* A class as its index, then its name where the checkpoint has the data's names: the
@@ -49,30 +72,21 @@ static bool open_plain_images(const char *input, stoke_dataset **d)
 
 int cmd_predict(int argc, char **argv)
 {
-    const char *ckpt = NULL, *input = NULL;
-    long limit = 0;
-    bool outputs = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            cmd_predict_usage();
-            return 0;
-        }
-        if (!strcmp(a, "--limit") && i + 1 < argc) {
-            if (!cli_parse_long(argv[++i], 1, 1L << 40, &limit))
-                return cli_usage_error("predict", "--limit: expected a positive count");
-        } else if (!strcmp(a, "--outputs")) {
-            outputs = true;
-        } else if (a[0] == '-') {
-            return cli_usage_error("predict", "unknown option '%s'", a);
-        } else if (!ckpt) {
-            ckpt = a;
-        } else if (!input) {
-            input = a;
-        } else {
-            return cli_usage_error("predict", "unexpected argument '%s'", a);
-        }
-    }
+    predict_args p = {0};
+    const char *pos[2] = {NULL, NULL};
+    cli_group g = {predict_opts, &p};
+    cli_spec spec = {.cmd = "predict",
+                     .usage = cmd_predict_usage,
+                     .groups = &g,
+                     .ngroups = 1,
+                     .pos = pos,
+                     .max_pos = 2};
+    int prc = cli_parse(&spec, argc, argv, 1);
+    if (prc >= 0)
+        return prc;
+    const char *ckpt = pos[0], *input = pos[1];
+    long limit = p.limit;
+    bool outputs = p.outputs;
     if (!ckpt || !input)
         return cli_usage_error("predict", "give a checkpoint and an input");
     stoke_saved_model *m;

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,20 +12,38 @@
 #include "stoke/train.h" /* stoke_profiles_load */
 #include "stoke/tune.h"
 
+typedef struct probe_args {
+    const char *data;
+    bool json;
+} probe_args;
+
+static const cli_opt probe_opts[] = {
+    {.name = "data",
+     .type = CLI_TEXT,
+     .off = offsetof(probe_args, data),
+     .arg = "PATH",
+     .min = 1,
+     .want = "needs a path",
+     .help = "also classify the filesystem holding PATH (memory, ssd,\nrotational, network, "
+             "overlay)"},
+    {.name = "json",
+     .type = CLI_SWITCH,
+     .off = offsetof(probe_args, json),
+     .help = "print one JSON document instead (schema: docs/probe.md)"},
+    {0}};
+
 void cmd_probe_usage(void)
 {
-    puts("usage: stoke probe [--data PATH] [--json]\n"
-         "\n"
+    cli_print_usage("usage: stoke probe", 19, (const cli_opt *[]){probe_opts, NULL}, NULL);
+    puts("\n"
          "Prints the CPU, the kernels OpenBLAS chose for it, memory, NVIDIA GPUs and\n"
          "(with --data) the storage under PATH, then the settings stoke recommends for\n"
          "this machine, each with its reason.\n"
          "No GPU is a normal answer, not an error.\n"
          "\n"
-         "options:\n"
-         "  --data PATH   also classify the filesystem holding PATH (memory, ssd,\n"
-         "                rotational, network, overlay)\n"
-         "  --json        print one JSON document instead (schema: docs/probe.md)\n"
-         "  -h, --help    this help\n"
+         "options:");
+    cli_print_options(probe_opts, 16);
+    puts("  -h, --help    this help\n"
          "\n"
          "environment: STOKE_PROFILES names a hardware profile file to read instead of\n"
          "the built-in one (docs/profiles.md); STOKE_NVML_LIBRARY, STOKE_CUDART_LIBRARY\n"
@@ -504,29 +523,15 @@ static cJSON *machine_json(const stoke_machine *m, const stoke_recs *recs, const
 
 int cmd_probe(int argc, char **argv)
 {
-    const char *data = NULL;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (cli_is_help(arg)) {
-            cmd_probe_usage();
-            return 0;
-        } else if (strcmp(arg, "--json") == 0) {
-            json = true;
-        } else if (strcmp(arg, "--data") == 0) {
-            if (i + 1 >= argc)
-                return cli_usage_error("probe", "--data needs a path");
-            data = argv[++i];
-        } else if (strncmp(arg, "--data=", 7) == 0) {
-            data = arg + 7;
-        } else if (arg[0] == '-') {
-            return cli_usage_error("probe", "unknown option '%s'", arg);
-        } else {
-            return cli_usage_error("probe", "unexpected argument '%s'", arg);
-        }
-    }
-    if (data && !*data)
-        return cli_usage_error("probe", "--data needs a path");
+    probe_args a = {0};
+    cli_group g = {probe_opts, &a};
+    cli_spec spec = {
+        .cmd = "probe", .usage = cmd_probe_usage, .groups = &g, .ngroups = 1, .equals = true};
+    int prc = cli_parse(&spec, argc, argv, 1);
+    if (prc >= 0)
+        return prc;
+    const char *data = a.data;
+    bool json = a.json;
 
     stoke_machine *m = calloc(1, sizeof *m);
     stoke_recs *recs = calloc(1, sizeof *recs);

@@ -88,7 +88,6 @@ void cmd_train_usage(void)
            "1 error, 2 usage, 130/143 interrupted by SIGINT/SIGTERM (checkpoint written).\n");
 }
 
-
 typedef struct out_state {
     bool tty;
     bool line_open; /* a progress line is on screen without its newline */
@@ -133,16 +132,6 @@ static void on_event(const stoke_train_event *e, void *ctx)
     fflush(stdout);
 }
 
-static const char *bool_flags[] = {"dry-run", "augment", "nesterov", "monitor", "batch-pow2", NULL};
-
-static bool is_bool_flag(const char *name)
-{
-    for (int i = 0; bool_flags[i]; i++)
-        if (!strcmp(bool_flags[i], name))
-            return true;
-    return false;
-}
-
 static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget, size_t beside)
 {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
@@ -179,83 +168,44 @@ static void print_plan(const stoke_mem_plan *p, int64_t max_batch, size_t budget
                                                 : "");
 }
 
-int cli_train_settings(const char *cmd, int argc, char **argv, stoke_train_config *cfg,
-                       const char **config_path, void (*usage)(void))
+/* The options of every command that trains: each setting of the configuration table
+ * as --its-name (a true/false one alone sets it true), and these. */
+static const cli_opt train_opts[] = {
+    {.name = "config", .type = CLI_CONFIG, .arg = "FILE"},
+    {.name = "no-monitor", .type = CLI_SETTING, .key = "monitor", .value = "false"},
+    /* the flag alone turns it on; a mode may follow it */
+    {.name = "recompute", .type = CLI_SETTING, .value = "on", .choices = " on off auto "},
+    {.name = "*", .type = CLI_SETTING},
+    {0}};
+
+int cli_train_settings(const char *cmd, int argc, char **argv, const cli_opt *own, void *own_dest,
+                       stoke_train_config *cfg, const char **config_path, void (*usage)(void))
 {
     stoke_train_config_defaults(cfg);
     *config_path = NULL;
-    /* The config file comes first whatever its position: flags must override it. */
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            usage();
-            return 0;
-        }
-        if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) {
-            const char *path = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!path)
-                return cli_usage_error(cmd, "--config needs a file");
-            if (stoke_train_config_load_file(cfg, path) != STOKE_OK)
-                return cli_last_error(cmd);
-            *config_path = path;
-        }
-    }
-    if (stoke_train_config_load_env(cfg, NULL) != STOKE_OK)
-        return cli_last_error(cmd);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0)
-            return cli_usage_error(cmd, "unexpected argument '%s'", a);
-        char name[64];
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (len >= sizeof name)
-            return cli_usage_error(cmd, "unknown option '%s'", a);
-        memcpy(name, a + 2, len);
-        name[len] = '\0';
-        if (!strcmp(name, "config")) {
-            if (!eq)
-                i++;
-            continue;
-        }
-        const char *value;
-        if (!strcmp(name, "no-monitor")) {
-            snprintf(name, sizeof name, "monitor");
-            value = "false";
-        } else if (is_bool_flag(name)) {
-            value = eq ? eq + 1 : "true";
-        } else if (!strcmp(name, "recompute") && !eq) {
-            /* the flag alone turns it on; a mode may follow it */
-            const char *next = i + 1 < argc ? argv[i + 1] : "";
-            value = !strcmp(next, "on") || !strcmp(next, "off") || !strcmp(next, "auto") ? argv[++i]
-                                                                                         : "on";
-        } else if (eq) {
-            value = eq + 1;
-        } else if (i + 1 < argc) {
-            value = argv[++i];
-        } else {
-            return cli_usage_error(cmd, "option '%s' needs a value", a);
-        }
-        stoke_status s = stoke_train_config_set(cfg, name, value, STOKE_CFG_FLAG);
-        if (s != STOKE_OK) {
-            if (strstr(stoke_last_error(), "unknown setting"))
-                return cli_usage_error(cmd, "unknown option '%s'", a);
-            /* the message starts with the key (batch_size: ...): name the flag as given */
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", stoke_last_error());
-            for (char *p = msg; *p && *p != ':'; p++)
-                if (*p == '_')
-                    *p = '-';
-            return cli_usage_error(cmd, "--%s", msg);
-        }
-    }
-    return -1;
+    cli_group groups[] = {{own, own_dest}, {train_opts, cfg}};
+    cli_spec s = {.cmd = cmd,
+                  .usage = usage,
+                  .groups = own ? groups : groups + 1,
+                  .ngroups = own ? 2 : 1,
+                  .equals = true,
+                  .given = calloc((size_t)argc + 1, sizeof(cli_given)),
+                  .max_given = argc};
+    if (!s.given)
+        return cli_error(cmd, "out of memory");
+    int rc = cli_parse(&s, argc, argv, 1);
+    if (rc < 0)
+        rc = cli_apply_settings(&s, cfg, config_path);
+    free(s.given);
+    return rc;
 }
 
 int cmd_train(int argc, char **argv)
 {
     stoke_train_config cfg;
     const char *config_path;
-    int rc = cli_train_settings("train", argc, argv, &cfg, &config_path, cmd_train_usage);
+    int rc =
+        cli_train_settings("train", argc, argv, NULL, NULL, &cfg, &config_path, cmd_train_usage);
     if (rc >= 0)
         return rc;
     out_state o = {.tty = isatty(STDOUT_FILENO)};
@@ -287,8 +237,7 @@ int cmd_train(int argc, char **argv)
     /* the run's settings: with --resume, those not given came from the checkpoint */
     const stoke_train_config *run = stoke_trainer_config(t);
     char ckpt[sizeof run->checkpoint + sizeof run->resume + 200] = "";
-    if (run->checkpoint[0] &&
-        stoke_train_config_source(run, "checkpoint") == STOKE_CFG_CHECKPOINT)
+    if (run->checkpoint[0] && stoke_train_config_source(run, "checkpoint") == STOKE_CFG_CHECKPOINT)
         snprintf(ckpt, sizeof ckpt,
                  "; checkpoint written to %s (the path in %s's config: a resumed run goes on "
                  "writing where it did; --checkpoint writes elsewhere)",

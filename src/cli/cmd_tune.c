@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,26 +14,66 @@
 #include "stoke/train.h"
 #include "stoke/tune.h"
 
+typedef struct tune_args {
+    const char *output;
+    double seconds;
+    long max_batch;
+    bool grid, no_cache, json;
+} tune_args;
+
+#define T(f) offsetof(tune_args, f)
+static const cli_opt tune_opts[] = {
+    {.name = "output",
+     .type = CLI_TEXT,
+     .off = T(output),
+     .arg = "FILE",
+     .min = 1,
+     .want = "needs a file name",
+     .help = "the settings file (default stoke-tune.yaml)"},
+    {.name = "trial-seconds",
+     .type = CLI_DOUBLE,
+     .off = T(seconds),
+     .arg = "S",
+     .min = 0.05,
+     .max = 600,
+     .want = "needs seconds from 0.05 to 600",
+     .help = "each trial's measured time after its warm-up (default 0.5)"},
+    {.name = "max-batch",
+     .type = CLI_LONG,
+     .off = T(max_batch),
+     .arg = "N",
+     .min = 1,
+     .max = 1L << 40,
+     .want = "needs a batch from 1",
+     .help = "try no batch above N (default: what fits in memory and the\ndataset)"},
+    {.name = "grid",
+     .type = CLI_SWITCH,
+     .off = T(grid),
+     .help = "every combination of batch (powers of two), workers,\nprefetch (2, 4, 8) and "
+             "threads instead of the search: the\nbenchmark's peer (bench/tune_grid.sh); not "
+             "cached"},
+    {.name = "no-cache", .type = CLI_SWITCH, .off = T(no_cache), .help = "do not write the cache"},
+    {.name = "json",
+     .type = CLI_SWITCH,
+     .off = T(json),
+     .help = "print one JSON document (docs/tune.md) instead of text"},
+    {0}};
+#undef T
+
 void cmd_tune_usage(void)
 {
-    printf("usage: stoke tune [--output FILE] [--trial-seconds S] [--max-batch N] [--grid]\n"
-           "                  [--no-cache] [--json] [train's options]\n\n"
+    cli_print_usage("usage: stoke tune", 18, (const cli_opt *[]){tune_opts, NULL},
+                    "[train's options]");
+    printf("\n"
            "Measures the settings `stoke train` would run with that are not given (batch_size,\n"
            "workers, prefetch, threads, precision; or those given as auto) by short trials of\n"
            "real training steps on the model and data the options name, prints every trial\n"
            "(setting -> samples/s, data wait, memory), the choice and why, and writes it as a\n"
            "settings file that `stoke train --config FILE` reads. The result is also cached for\n"
            "this machine, model and dataset: `stoke train` with those settings given as auto\n"
-           "starts from it (`stoke config show` says \"cached\").\n\n"
-           "  --output FILE         the settings file (default stoke-tune.yaml)\n"
-           "  --trial-seconds S     each trial's measured time after its warm-up (default 0.5)\n"
-           "  --max-batch N         try no batch above N (default: what fits in memory and the\n"
-           "                        dataset)\n"
-           "  --grid                every combination of batch (powers of two), workers,\n"
-           "                        prefetch (2, 4, 8) and threads instead of the search: the\n"
-           "                        benchmark's peer (bench/tune_grid.sh); not cached\n"
-           "  --no-cache            do not write the cache\n"
-           "  --json                print one JSON document (docs/tune.md) instead of text\n\n"
+           "starts from it (`stoke config show` says \"cached\").\n\n");
+    cli_print_options(tune_opts, 24);
+    printf("\n"
            "The options are train's (`stoke train --help`); the settings given are kept.\n"
            "Exit status: 0 tuned, 1 a failure (the data, the model, no trial could run),\n"
            "2 usage.\n");
@@ -154,47 +195,11 @@ static void print_text(const stoke_train_tuning *r, const char *output, bool cac
 
 int cmd_tune(int argc, char **argv)
 {
-    const char *output = "stoke-tune.yaml";
-    double seconds = 0;
-    long max_batch = 0;
-    bool json = false, grid = false, cache = true;
-    char **args = malloc((size_t)(argc + 1) * sizeof *args);
-    if (!args)
-        return cli_error("tune", "out of memory");
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (i > 0 && !strcmp(a, "--output")) {
-            if (++i >= argc || !argv[i][0]) {
-                free(args);
-                return cli_usage_error("tune", "--output needs a file name");
-            }
-            output = argv[i];
-        } else if (i > 0 && !strcmp(a, "--trial-seconds")) {
-            if (++i >= argc || !cli_parse_double(argv[i], 0.05, 600, &seconds)) {
-                free(args);
-                return cli_usage_error("tune", "--trial-seconds needs seconds from 0.05 to 600");
-            }
-        } else if (i > 0 && !strcmp(a, "--max-batch")) {
-            if (++i >= argc || !cli_parse_long(argv[i], 1, 1L << 40, &max_batch)) {
-                free(args);
-                return cli_usage_error("tune", "--max-batch needs a batch from 1");
-            }
-        } else if (i > 0 && !strcmp(a, "--grid")) {
-            grid = true;
-        } else if (i > 0 && !strcmp(a, "--no-cache")) {
-            cache = false;
-        } else if (i > 0 && !strcmp(a, "--json")) {
-            json = true;
-        } else {
-            args[n++] = argv[i];
-        }
-    }
-    args[n] = NULL;
+    tune_args a = {.output = "stoke-tune.yaml"};
     stoke_train_config cfg;
     const char *config_path;
-    int rc = cli_train_settings("tune", n, args, &cfg, &config_path, cmd_tune_usage);
-    free(args);
+    int rc =
+        cli_train_settings("tune", argc, argv, tune_opts, &a, &cfg, &config_path, cmd_tune_usage);
     if (rc >= 0)
         return rc;
     if (cfg.dry_run)
@@ -208,22 +213,22 @@ int cmd_tune(int argc, char **argv)
         return cli_error("tune", "out of memory");
     int count = 0;
     stoke_train_tune_opts o = {.all = true,
-                               .grid = grid,
-                               .trial_seconds = seconds,
-                               .max_batch = max_batch,
-                               .write_cache = cache,
-                               .output = output,
-                               .on_trial = json ? NULL : print_trial,
+                               .grid = a.grid,
+                               .trial_seconds = a.seconds,
+                               .max_batch = a.max_batch,
+                               .write_cache = !a.no_cache,
+                               .output = a.output,
+                               .on_trial = a.json ? NULL : print_trial,
                                .ctx = &count};
     if (stoke_train_tune(&cfg, &o, r) != STOKE_OK) {
         free(r);
         return cli_last_error("tune");
     }
     rc = 0;
-    if (json)
-        rc = print_json(r, output);
+    if (a.json)
+        rc = print_json(r, a.output);
     else
-        print_text(r, output, cache && !grid);
+        print_text(r, a.output, !a.no_cache && !a.grid);
     free(r);
     return rc;
 }

@@ -11,6 +11,7 @@
  * choose is the environment of a fresh process image: stoke sets it and re-executes
  * itself, once, before any work. What the user set is never overridden. */
 #include "cli/cli.h"
+#include "core/env.h"
 
 #include "stoke/nn.h"
 
@@ -33,7 +34,10 @@
 
 void cli_omp_wait_choose(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv(MARK))
+    /* the mark by its literal name (MARK's value), as every reader of the environment
+     * names its variable */
+    if (stoke_env("OMP_WAIT_POLICY") || stoke_env("GOMP_SPINCOUNT") ||
+        stoke_env("STOKE_OMP_WAIT_SET"))
         return;
     if (setenv("GOMP_SPINCOUNT", STOKE_SPINCOUNT, 1) || setenv(MARK, "1", 1))
         return;

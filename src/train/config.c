@@ -61,9 +61,9 @@ static const struct key {
     I(epochs, 1, 1e6, "EPOCHS"),
     I(max_steps, 0, 1e15, NULL),
     /* auto (0): tune/batch.c's rule on train/batch.c's memory fit (memory_safety x free) */
-    {"batch_size", T_INT, offsetof(stoke_train_config, batch_size), 0, 1, 1 << 24, "BATCH_SIZE",
-     NULL, 0},
-    I(val_batch_size, 1, 1 << 24, "VAL_BATCH_SIZE"),
+    {"batch_size", T_INT, offsetof(stoke_train_config, batch_size), 0, 1, STOKE_MAX_BATCH,
+     "BATCH_SIZE", NULL, 0},
+    I(val_batch_size, 1, STOKE_MAX_BATCH, "VAL_BATCH_SIZE"),
     I(accumulate, 1, 1 << 16, "ACCUMULATE"),
     I(effective_batch, 0, 1 << 30, "EFFECTIVE_BATCH"),
     {"memory_safety", T_FRACTION, offsetof(stoke_train_config, memory_safety), 0, 0, 1, NULL, NULL,
@@ -170,6 +170,14 @@ static int find_key(const char *key)
             return i;
     }
     return -1;
+}
+
+int stoke_train_config_find(const char *key, bool *truth)
+{
+    int i = find_key(key);
+    if (truth)
+        *truth = i >= 0 && keys[i].type == T_BOOL;
+    return i;
 }
 
 stoke_cfg_source stoke_train_config_source(const stoke_train_config *c, const char *key)

@@ -186,7 +186,7 @@ expect_error "nothing to tune" 1 "nothing to tune" "$stoke" tune $small --batch-
     --workers 1 --prefetch 2 --threads 1 --precision fp32
 expect_error "--trial-seconds 0" 2 "--trial-seconds needs seconds" "$stoke" tune --trial-seconds 0
 expect_error "--trial-seconds junk" 2 "--trial-seconds needs seconds" "$stoke" tune --trial-seconds 1e999
-expect_error "--output without a name" 2 "--output needs a file name" "$stoke" tune --output
+expect_error "--output without a name" 2 "--output needs a value" "$stoke" tune --output
 expect_error "--dry-run" 2 "tune measures by training" "$stoke" tune --dry-run
 expect_error "--resume" 2 "a resumed run keeps" "$stoke" tune --resume "$work/none.safetensors"
 expect_error "an unknown option" 2 "--bogus" "$stoke" tune --bogus
