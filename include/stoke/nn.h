@@ -324,6 +324,15 @@ bool stoke_nn_cuda_ready_gpu(const stoke_machine *m, int g, char *why, size_t si
 
 /* ---- Memory plan ---------------------------------------------------------------- */
 
+/* Whether fp32 products may run on TF32 (10 of fp32's 23 mantissa bits, fp32 range):
+ * the speed PyTorch's allow_tf32 buys. ON applies where the device has TF32 (compute
+ * capability 8.0 and up); OFF keeps fp32 products. */
+typedef enum stoke_tf32 {
+    STOKE_TF32_AUTO = 0, /* the rule (on where the device has it) */
+    STOKE_TF32_OFF,
+    STOKE_TF32_ON,
+} stoke_tf32;
+
 typedef struct stoke_model_opts {
     int64_t max_batch;     /* the largest batch forward will be given (>= 1) */
     int64_t epoch_samples; /* > 0: forward will also be given the last, smaller
@@ -361,6 +370,10 @@ typedef struct stoke_model_opts {
      * activation bytes per sample. A graph with no cut has no segments (nothing
      * changes). Ignored without training. */
     bool recompute;
+    /* fp32 matmuls and convolutions on TF32 tensor cores (CUDA models; ignored on the
+     * CPU): the run's decision (stoke_decision.tf32) passes it; AUTO (zero, a model
+     * made without one) asks the same rule, from the device's compute capability. */
+    stoke_tf32 tf32;
 } stoke_model_opts;
 
 /* Bytes of each arena of a model compiled for plan.batch samples. total =

@@ -184,9 +184,10 @@ stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
 stoke_status nn_optim_check(const stoke_optim *o);
 
 /* A CUDA backend instance on device `device` (src/nn/cuda_backend.c), with its own
- * stream, cuBLAS handle and kernel table. STOKE_ERR_UNAVAILABLE saying what is missing
+ * stream, cuBLAS handle and kernel table, its fp32 products on TF32 as `tf32` says
+ * (cuda_ctx_new). STOKE_ERR_UNAVAILABLE saying what is missing
  * (runtime, device, cuBLAS, the kernel module), recorded. */
-stoke_status nn_cuda_backend_new(int device, nn_backend **out);
+stoke_status nn_cuda_backend_new(int device, stoke_tf32 tf32, nn_backend **out);
 
 /* A CUDA instance's stream (cudaStream_t), NULL for another backend. */
 void *nn_backend_stream(const nn_backend *be);

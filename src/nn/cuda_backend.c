@@ -13,20 +13,6 @@
 
 #include "nn/cuda/ops.h"
 
-int64_t cuda_elems(const stoke_shape *s) { return stoke_shape_elems(s); }
-
-const stoke_shape *cuda_in_shape(const nn_exec_args *a, int k)
-{
-    return &nn_graph_node(a->graph, a->node->in[k])->shape;
-}
-
-stoke_status cuda_layer_fail(stoke_status st, const nn_node *n)
-{
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", stoke_last_error());
-    return stoke_fail(st, "%s: %s", n->name, msg);
-}
-
 static stoke_status nop(void *ctx, const nn_exec_args *a)
 {
     (void)ctx;
@@ -371,7 +357,7 @@ static const nn_backend cuda_backend = {
     .ctx_free = cuda_ctx_free_,
 };
 
-stoke_status nn_cuda_backend_new(int device, nn_backend **out)
+stoke_status nn_cuda_backend_new(int device, stoke_tf32 tf32, nn_backend **out)
 {
     *out = NULL;
     nn_backend *be = malloc(sizeof *be);
@@ -379,7 +365,7 @@ stoke_status nn_cuda_backend_new(int device, nn_backend **out)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     *be = cuda_backend;
     cuda_ctx *c = NULL;
-    stoke_status st = cuda_ctx_new(device, &c);
+    stoke_status st = cuda_ctx_new(device, tf32, &c);
     if (st != STOKE_OK) {
         free(be);
         return st;
@@ -403,7 +389,7 @@ const char *nn_backend_describe(const nn_backend *be)
 bool stoke_nn_cuda_ready(int device, char *why, size_t size)
 {
     nn_backend *be = NULL;
-    bool ok = nn_cuda_backend_new(device, &be) == STOKE_OK;
+    bool ok = nn_cuda_backend_new(device, STOKE_TF32_AUTO, &be) == STOKE_OK;
     snprintf(why, size, "%s", ok ? nn_backend_describe(be) : stoke_last_error());
     nn_backend_free(be);
     return ok;
