@@ -165,6 +165,13 @@ typedef struct nn_backend {
     void (*event_record)(void *ctx, void *ev);
     bool (*event_done)(void *ctx, void *ev, bool wait);
     double (*event_seconds)(void *ctx, void *a, void *b);
+    /* The queue the backend's work goes on (cudaStream_t), handed to a data-parallel
+     * reducer (stoke_grad_ops.stream, src/nn/buckets.c): its collective is enqueued
+     * there, after the gradients it reads and before the step, and recorded into the
+     * backward's graph when one is captured. NULL: the CPU, whose work is done as each
+     * entry returns. The reducer's other needs are the entries above: alloc, free and
+     * copy (staging buffers). */
+    void *(*queue)(void *ctx);
     /* Releases a context of this backend (nn_backend_free calls it). */
     void (*ctx_free)(void *ctx);
 } nn_backend;

@@ -267,6 +267,8 @@ static double cuda_event_seconds(void *ctx, void *a, void *b)
         cuda_note(c, stoke_cudart_event_elapsed(c->rt, a, b, &ms));
     return ms / 1e3;
 }
+static void *cuda_queue(void *ctx) { return ((cuda_ctx *)ctx)->L.stream; }
+
 static void cuda_ctx_free_(void *ctx) { cuda_ctx_free(ctx); }
 
 /* ---- fused chains: one function per chain, in the file of the chain's first op ---- */
@@ -354,6 +356,7 @@ static const nn_backend cuda_backend = {
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_seconds = cuda_event_seconds,
+    .queue = cuda_queue,
     .ctx_free = cuda_ctx_free_,
 };
 
@@ -377,8 +380,7 @@ stoke_status nn_cuda_backend_new(int device, stoke_tf32 tf32, nn_backend **out)
 
 void *nn_backend_stream(const nn_backend *be)
 {
-    return be && be->ctx && strcmp(be->name, "cuda") == 0 ? ((const cuda_ctx *)be->ctx)->L.stream
-                                                          : NULL;
+    return be && be->queue ? be->queue(be->ctx) : NULL;
 }
 
 const char *nn_backend_describe(const nn_backend *be)

@@ -358,9 +358,15 @@ static stoke_status backward_ops(stoke_model *m)
     if (m->dout_bytes)
         be->zero(be->ctx, m->dout_base, m->dout_bytes);
     int seg = m->L.nsegs - 1;
+    m->next_bucket = 0;
     for (int i = m->g->nnodes - 1; i >= 0; i--) {
         const nn_node *nd = &m->g->nodes[i];
         int h = m->L.head[i];
+        if (m->has_reducer) { /* the buckets the nodes after i finished */
+            stoke_status rs = nn_reduce_ready(m, i);
+            if (rs != STOKE_OK)
+                return rs;
+        }
         if (seg >= 0 && i == m->L.seg_end[seg]) {
             /* forward wrote the last segment last: its activations are still there */
             stoke_status st = seg == m->L.nsegs - 1 ? STOKE_OK : recompute(m, seg);
@@ -394,5 +400,5 @@ static stoke_status backward_ops(stoke_model *m)
         if (st != STOKE_OK)
             return node_fail(m, i, st, "backward");
     }
-    return STOKE_OK;
+    return m->has_reducer ? nn_reduce_ready(m, -1) : STOKE_OK;
 }

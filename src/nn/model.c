@@ -46,6 +46,7 @@ void stoke_model_free(stoke_model *m)
         return;
     const nn_backend *be = m->be;
     nn_graphs_drop(m);
+    nn_reducer_drop(m); /* its release may free the model's memory it staged in */
     nn_marks_free(m->marks, be);
     if (m->input_event)
         be->event_free(be->ctx, m->input_event);

@@ -114,6 +114,17 @@ struct stoke_model {
     char late_msg[512];
     void *input_event;    /* recorded after each device input copy (stoke_model_input_event) */
     char graphs_off[256]; /* why this model stopped capturing ("" while it does) */
+    /* Data parallel (buckets.c): the installed reducer, its buckets in readiness order,
+     * ready_at[b] the backward iteration (node index) after which bucket b's gradients
+     * are final, and the next bucket a backward hands over. */
+    bool has_reducer;
+    stoke_grad_reducer reducer;
+    stoke_grad_ops gops;
+    stoke_grad_bucket *buckets;
+    int *ready_at, *bucket_params;
+    float **bucket_grads;
+    size_t *bucket_elems;
+    int nbuckets, next_bucket;
 };
 
 /* plan.c */
@@ -144,6 +155,15 @@ stoke_status nn_keep_late(stoke_model *m, stoke_status st);
 stoke_status nn_take_late(stoke_model *m);
 /* A device's forward results, waited for. */
 stoke_status nn_settle_forward(stoke_model *m);
+
+/* buckets.c */
+/* Hands the reducer every bucket not yet handed over whose gradients are final before
+ * backward iteration i (i = -1: after the last). */
+stoke_status nn_reduce_ready(stoke_model *m, int i);
+/* The reducer's finish, before the optimizer step. */
+stoke_status nn_reduce_finish(stoke_model *m);
+/* Releases the reducer and its buckets (stoke_model_set_reducer(m, NULL)). */
+void nn_reducer_drop(stoke_model *m);
 
 /* step.c */
 /* A device's step decision, waited for. */

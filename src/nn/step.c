@@ -113,6 +113,11 @@ stoke_status stoke_model_step(stoke_model *m, double lr, int accum, bool *applie
     stoke_status ps = nn_settle_step(m); /* the last one's, if no backward came between */
     if (ps != STOKE_OK)
         return ps;
+    if (m->has_reducer) { /* the gradients reduced, ahead of everything the step reads */
+        stoke_status rs = nn_reduce_finish(m);
+        if (rs != STOKE_OK)
+            return rs;
+    }
     const nn_backend *be = m->be;
     const stoke_graph *g = m->g;
     if (!m->norm_buf &&
