@@ -23,6 +23,7 @@
 #include "nn/cuda/k_pool.h"
 #include "nn/cuda/ops.h"
 #include "nn/cuda/seam.h"
+#include "stoke/dist.h"
 #include "stoke/hw.h"
 #include "stoke/nn.h"
 
@@ -1576,6 +1577,101 @@ static void graphs(bool no)
 
 static void test_graphs(void) { graphs(false); }
 
+/* dist's one-process reducer, watched: the stream it is handed and its host calls. */
+typedef struct watched {
+    stoke_grad_reducer inner;
+    void *stream;
+    int reduces, finishes;
+} watched;
+
+static stoke_status watched_prepare(void *self, const stoke_grad_ops *ops,
+                                    const stoke_grad_bucket *b, int n)
+{
+    watched *w = self;
+    w->stream = ops->stream;
+    return w->inner.prepare(w->inner.self, ops, b, n);
+}
+
+static stoke_status watched_reduce(void *self, const stoke_grad_ops *ops,
+                                   const stoke_grad_bucket *b)
+{
+    watched *w = self;
+    w->reduces++;
+    return w->inner.reduce(w->inner.self, ops, b);
+}
+
+static stoke_status watched_finish(void *self, const stoke_grad_ops *ops)
+{
+    watched *w = self;
+    w->finishes++;
+    return w->inner.finish(w->inner.self, ops);
+}
+
+static void watched_release(void *self, const stoke_grad_ops *ops)
+{
+    watched *w = self;
+    w->inner.release(w->inner.self, ops);
+}
+
+/* The reducer seam in the graphs: the buckets' copies are queued on the model's stream
+ * and captured into the backward's graph, so the host calls reduce in the first two
+ * backwards only (run, then captured) and the replays reduce all the same; finish runs
+ * before every step. The weights end bit for bit as without a reducer. */
+static void test_reducer_graphs(void)
+{
+    stoke_graph *g = linear_3d();
+    cuda_case c = {"reducer graphs", linear_3d, 0, STOKE_PREC_FP32, SGD, 6, 4, 1e-4};
+    stoke_model *m[2] = {make(g, &c, true), make(g, &c, true)};
+    stoke_dist *d = NULL;
+    CHECK(stoke_dist_local(&d) == STOKE_OK);
+    watched w = {.inner = d ? stoke_dist_reducer(d) : (stoke_grad_reducer){0}};
+    stoke_grad_reducer r = {.self = &w,
+                            .bucket_bytes = 1, /* a bucket a parameter */
+                            .prepare = watched_prepare,
+                            .reduce = watched_reduce,
+                            .finish = watched_finish,
+                            .release = watched_release};
+    if (m[0] && m[1] && d) {
+        CHECK_MSG(stoke_model_set_reducer(m[1], &r) == STOKE_OK, "%s", stoke_last_error());
+        CHECK(w.stream != NULL && w.stream == stoke_model_stream(m[1]));
+        const stoke_grad_bucket *b = NULL;
+        int nb = stoke_model_buckets(m[1], &b);
+        CHECK(nb > 1);
+        static float x[6 * 111], y[6 * 5];
+        for (int i = 0; i < 6 * 111; i++)
+            x[i] = (float)((i * 13) % 17) / 17.0f - 0.5f;
+        for (int i = 0; i < 6 * 5; i++)
+            y[i] = (float)((i * 5) % 7) / 7.0f;
+        for (int k = 0; k < 2; k++) {
+            CHECK(stoke_model_set_input(m[k], stoke_graph_find(g, "x"), x, sizeof x) == STOKE_OK);
+            CHECK(stoke_model_set_input(m[k], stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
+            for (int s = 0; s < 4; s++) {
+                CHECK(stoke_model_forward(m[k], 6, true) == STOKE_OK);
+                CHECK(stoke_model_backward(m[k]) == STOKE_OK);
+                CHECK(stoke_model_step(m[k], 0.01, 1, NULL) == STOKE_OK);
+            }
+            CHECK(stoke_model_sync(m[k]) == STOKE_OK);
+        }
+        CHECK_INT_EQ(stoke_model_graphs(m[1], NULL), 3);
+        CHECK_INT_EQ(w.reduces, 2 * nb);
+        CHECK_INT_EQ(w.finishes, 4);
+        for (int p = 0; p < stoke_graph_param_count(g); p++) {
+            size_t n = (size_t)stoke_graph_param(g, p)->elems;
+            float *a = malloc(n * 4), *bb = malloc(n * 4);
+            CHECK(stoke_model_read(m[0], stoke_model_param(m[0], p), a, n * 4) == STOKE_OK);
+            CHECK(stoke_model_read(m[1], stoke_model_param(m[1], p), bb, n * 4) == STOKE_OK);
+            CHECK_MSG(memcmp(a, bb, n * 4) == 0, "%s differs with the reducer",
+                      stoke_graph_param(g, p)->name);
+            free(a);
+            free(bb);
+        }
+    }
+    stoke_model_free(m[0]);
+    stoke_model_free(m[1]);
+    stoke_dist_free(d);
+    stoke_graph_free(g);
+}
+
 /* The runtime double's switch: cudaStreamBeginCapture fails. */
 static void test_graphs_refused(void)
 {
@@ -2211,6 +2307,7 @@ static const named_test tests[] = {
     {"step waits", test_step_waits, "the runtime double's call log"},
     {"graphs", test_graphs, NULL},
     {"graphs refused", test_graphs_refused, "STOKE_FAKE_CUDA_NO_CAPTURE"},
+    {"reducer graphs", test_reducer_graphs, NULL},
     {"no cudnn", test_no_cudnn, NULL},
     {"pool cases", test_pool_cases, NULL},
     {"fused chains", test_fused_chains, "the cuDNN double's count of fused calls"},
