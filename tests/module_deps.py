@@ -11,7 +11,8 @@ import sys
 root = sys.argv[1]
 # Modules each may depend on (itself included). core depends on nothing; nn does not
 # see data, so a model can be built without a dataset; data may feed a monitor (the
-# loader's readings), never the reverse.
+# loader's readings), never the reverse. dist (data parallel) reduces a model's gradients
+# through nn's reducer seam (stoke_grad_reducer); the trainer drives it, nn never sees it.
 ALLOWED = {
     "core": {"core"},
     "hw": {"core", "hw"},
@@ -19,8 +20,9 @@ ALLOWED = {
     "nn": {"core", "hw", "nn"},  # the CUDA backend: hw's CUDA runtime table
     "monitor": {"core", "hw", "monitor"},
     "tune": {"core", "hw", "nn", "tune"},
-    "train": {"core", "hw", "data", "monitor", "nn", "tune", "train"},
-    "cli": {"core", "hw", "data", "monitor", "nn", "tune", "train", "cli"},
+    "dist": {"core", "hw", "nn", "dist"},  # hw: stoke/nn.h includes stoke/hw.h
+    "train": {"core", "hw", "data", "monitor", "nn", "tune", "dist", "train"},
+    "cli": {"core", "hw", "data", "monitor", "nn", "tune", "dist", "train", "cli"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -25,3 +25,7 @@ endforeach()
 # Signals while oneDNN's JIT GEMMs run: the OpenMP team's alternate signal stacks keep
 # the heap intact (core/sigstack.h); under every cap the label nn is run with.
 stoke_nn_test(test_nn_sigstack test_nn_sigstack.c)
+
+# The data-parallel seam (stoke_grad_reducer) and dist's one-process world: buckets in
+# backward order, handed over during backward, and training bit for bit as without.
+stoke_nn_test(test_dist test_dist.c)

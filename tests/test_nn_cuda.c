@@ -22,6 +22,8 @@
 #include "nn/cpu/eltwise.h"
 #include "nn/cuda/k_pool.h"
 #include "nn/cuda/ops.h"
+#include "nn/cuda/seam.h"
+#include "stoke/dist.h"
 #include "stoke/hw.h"
 #include "stoke/nn.h"
 
@@ -58,6 +60,20 @@ typedef struct cuda_case {
 } cuda_case;
 
 static double rel_err(double a, double b) { return fabs(a - b) / (fabs(b) > 1 ? fabs(b) : 1); }
+
+/* The choices the contexts of this test's models run with (seam.h): fp32 products
+ * (TF32 off, so the CUDA results are held to the CPU's fp32 tolerances) unless a test
+ * lets the models' options decide, and the attention a test forces. */
+static bool tf32_by_options;
+static cuda_attention forced_attention = CUDA_ATTN_AUTO;
+
+static void test_ctx_hook(const cuda_ctx *c, cuda_ctx_cfg *cfg)
+{
+    (void)c;
+    if (!tf32_by_options)
+        cfg->tf32 = false;
+    cfg->attention = forced_attention;
+}
 
 /* A case's training model options on either backend. */
 static stoke_model_opts opts_of(const cuda_case *c, bool cuda)
@@ -616,7 +632,7 @@ static const cuda_case cases[] = {
     {"kernels only fp32", kernels_only, 0, STOKE_PREC_FP32, SGD, 6, 4, 1e-4},
 };
 
-/* An attention case again with the other attention forced (ctx.h's knob, taken by
+/* An attention case again with the other attention forced (seam.h's hook, taken by
  * the contexts its models create): the fused kernels at the short sequences, the GEMM
  * path at the long ones (named "long"), which choose the other by themselves. */
 static void run_forced(const cuda_case *c)
@@ -626,9 +642,9 @@ static void run_forced(const cuda_case *c)
     snprintf(name, sizeof name, "%s, %s forced", c->name, long_seq ? "GEMM" : "fused");
     cuda_case f = *c;
     f.name = name;
-    cuda_set_default_attention(long_seq ? CUDA_ATTN_GEMM : CUDA_ATTN_FUSED);
+    forced_attention = long_seq ? CUDA_ATTN_GEMM : CUDA_ATTN_FUSED;
     run_case(&f);
-    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    forced_attention = CUDA_ATTN_AUTO;
 }
 
 /* ---- the device and its errors ---- */
@@ -722,7 +738,7 @@ static void test_attn_choice(void)
     stoke_graph *g = attn_long(), *gs = attn_seq(T - 1, 2);
     const nn_node *n = attn_node(g), *ns = attn_node(gs);
     cuda_ctx *c = NULL;
-    CHECK_MSG(cuda_ctx_new(0, &c) == STOKE_OK, "%s", stoke_last_error());
+    CHECK_MSG(cuda_ctx_new(0, STOKE_TF32_OFF, &c) == STOKE_OK, "%s", stoke_last_error());
     CHECK(n && ns);
     if (!c || !n || !ns) {
         stoke_graph_free(g);
@@ -752,10 +768,10 @@ static void test_attn_choice(void)
     const cuda_attention modes[3] = {CUDA_ATTN_AUTO, CUDA_ATTN_FUSED, CUDA_ATTN_GEMM};
     stoke_mem_plan p[3];
     for (int k = 0; k < 3; k++) {
-        cuda_set_default_attention(modes[k]);
+        forced_attention = modes[k];
         CHECK_MSG(stoke_graph_plan(g, &o, &p[k]) == STOKE_OK, "%s", stoke_last_error());
     }
-    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    forced_attention = CUDA_ATTN_AUTO;
     CHECK(p[0].activations_per_sample == p[1].activations_per_sample);
     CHECK_MSG(p[2].activations_per_sample - p[0].activations_per_sample == gemm - fused,
               "activations a sample: fused %zu, GEMM %zu", p[0].activations_per_sample,
@@ -874,12 +890,12 @@ static void test_attn_big_head(void)
     stoke_nn_mse(g, stoke_nn_linear(g, "fc", stoke_nn_flatten(g, h), 2, true), y);
     stoke_model_opts o = {.max_batch = 2, .training = true, .cuda = true};
     stoke_model *m = NULL;
-    cuda_set_default_attention(CUDA_ATTN_FUSED);
+    forced_attention = CUDA_ATTN_FUSED;
     CHECK(stoke_model_new(g, &o, &m) == STOKE_ERR_ARG);
     CHECK_MSG(strstr(stoke_last_error(), "wide_attn") &&
                   strstr(stoke_last_error(), "fused attention kernels hold (256)"),
               "%s", stoke_last_error());
-    cuda_set_default_attention(CUDA_ATTN_AUTO);
+    forced_attention = CUDA_ATTN_AUTO;
     CHECK(stoke_model_new(g, &o, &m) == STOKE_OK);
     stoke_model_free(m);
     stoke_graph_free(g);
@@ -1500,7 +1516,7 @@ static void tree_many_cases(cuda_ctx *c, host_tree *h)
 static void test_tree_sums(void)
 {
     cuda_ctx *c = NULL;
-    CHECK_MSG(cuda_ctx_new(0, &c) == STOKE_OK, "%s", stoke_last_error());
+    CHECK_MSG(cuda_ctx_new(0, STOKE_TF32_OFF, &c) == STOKE_OK, "%s", stoke_last_error());
     host_tree h = {0};
     if (!c || !host_tree_of(c, &h)) {
         cuda_ctx_free(c);
@@ -1560,6 +1576,101 @@ static void graphs(bool no)
 }
 
 static void test_graphs(void) { graphs(false); }
+
+/* dist's one-process reducer, watched: the stream it is handed and its host calls. */
+typedef struct watched {
+    stoke_grad_reducer inner;
+    void *stream;
+    int reduces, finishes;
+} watched;
+
+static stoke_status watched_prepare(void *self, const stoke_grad_ops *ops,
+                                    const stoke_grad_bucket *b, int n)
+{
+    watched *w = self;
+    w->stream = ops->stream;
+    return w->inner.prepare(w->inner.self, ops, b, n);
+}
+
+static stoke_status watched_reduce(void *self, const stoke_grad_ops *ops,
+                                   const stoke_grad_bucket *b)
+{
+    watched *w = self;
+    w->reduces++;
+    return w->inner.reduce(w->inner.self, ops, b);
+}
+
+static stoke_status watched_finish(void *self, const stoke_grad_ops *ops)
+{
+    watched *w = self;
+    w->finishes++;
+    return w->inner.finish(w->inner.self, ops);
+}
+
+static void watched_release(void *self, const stoke_grad_ops *ops)
+{
+    watched *w = self;
+    w->inner.release(w->inner.self, ops);
+}
+
+/* The reducer seam in the graphs: the buckets' copies are queued on the model's stream
+ * and captured into the backward's graph, so the host calls reduce in the first two
+ * backwards only (run, then captured) and the replays reduce all the same; finish runs
+ * before every step. The weights end bit for bit as without a reducer. */
+static void test_reducer_graphs(void)
+{
+    stoke_graph *g = linear_3d();
+    cuda_case c = {"reducer graphs", linear_3d, 0, STOKE_PREC_FP32, SGD, 6, 4, 1e-4};
+    stoke_model *m[2] = {make(g, &c, true), make(g, &c, true)};
+    stoke_dist *d = NULL;
+    CHECK(stoke_dist_local(&d) == STOKE_OK);
+    watched w = {.inner = d ? stoke_dist_reducer(d) : (stoke_grad_reducer){0}};
+    stoke_grad_reducer r = {.self = &w,
+                            .bucket_bytes = 1, /* a bucket a parameter */
+                            .prepare = watched_prepare,
+                            .reduce = watched_reduce,
+                            .finish = watched_finish,
+                            .release = watched_release};
+    if (m[0] && m[1] && d) {
+        CHECK_MSG(stoke_model_set_reducer(m[1], &r) == STOKE_OK, "%s", stoke_last_error());
+        CHECK(w.stream != NULL && w.stream == stoke_model_stream(m[1]));
+        const stoke_grad_bucket *b = NULL;
+        int nb = stoke_model_buckets(m[1], &b);
+        CHECK(nb > 1);
+        static float x[6 * 111], y[6 * 5];
+        for (int i = 0; i < 6 * 111; i++)
+            x[i] = (float)((i * 13) % 17) / 17.0f - 0.5f;
+        for (int i = 0; i < 6 * 5; i++)
+            y[i] = (float)((i * 5) % 7) / 7.0f;
+        for (int k = 0; k < 2; k++) {
+            CHECK(stoke_model_set_input(m[k], stoke_graph_find(g, "x"), x, sizeof x) == STOKE_OK);
+            CHECK(stoke_model_set_input(m[k], stoke_graph_find(g, "y"), y, sizeof y) == STOKE_OK);
+            for (int s = 0; s < 4; s++) {
+                CHECK(stoke_model_forward(m[k], 6, true) == STOKE_OK);
+                CHECK(stoke_model_backward(m[k]) == STOKE_OK);
+                CHECK(stoke_model_step(m[k], 0.01, 1, NULL) == STOKE_OK);
+            }
+            CHECK(stoke_model_sync(m[k]) == STOKE_OK);
+        }
+        CHECK_INT_EQ(stoke_model_graphs(m[1], NULL), 3);
+        CHECK_INT_EQ(w.reduces, 2 * nb);
+        CHECK_INT_EQ(w.finishes, 4);
+        for (int p = 0; p < stoke_graph_param_count(g); p++) {
+            size_t n = (size_t)stoke_graph_param(g, p)->elems;
+            float *a = malloc(n * 4), *bb = malloc(n * 4);
+            CHECK(stoke_model_read(m[0], stoke_model_param(m[0], p), a, n * 4) == STOKE_OK);
+            CHECK(stoke_model_read(m[1], stoke_model_param(m[1], p), bb, n * 4) == STOKE_OK);
+            CHECK_MSG(memcmp(a, bb, n * 4) == 0, "%s differs with the reducer",
+                      stoke_graph_param(g, p)->name);
+            free(a);
+            free(bb);
+        }
+    }
+    stoke_model_free(m[0]);
+    stoke_model_free(m[1]);
+    stoke_dist_free(d);
+    stoke_graph_free(g);
+}
 
 /* The runtime double's switch: cudaStreamBeginCapture fails. */
 static void test_graphs_refused(void)
@@ -2079,14 +2190,19 @@ static void test_tf32_calls(void)
         {"tf32 cnn", cnn, 10, STOKE_PREC_FP32, SGD, 3, 1, 0},
         {"tf32 attention", attn_block, 7, STOKE_PREC_FP32, SGD, 3, 1, 0},
     };
+    /* the models' option decides (stoke_model_opts.tf32, as the run's decision passes
+     * it), the seam leaving it alone */
+    tf32_by_options = true;
     for (int on = 0; on < 2; on++) {
-        cuda_set_default_tf32(on ? CUDA_TF32_ON : CUDA_TF32_OFF);
         int before[3];
         for (int k = 0; k < 3; k++)
             before[k] = count[k]();
         for (size_t i = 0; i < sizeof fp32 / sizeof fp32[0]; i++) {
             stoke_graph *g = fp32[i].build();
-            stoke_model *m = make(g, &fp32[i], true);
+            stoke_model_opts o = opts_of(&fp32[i], true);
+            o.tf32 = on ? STOKE_TF32_ON : STOKE_TF32_OFF;
+            stoke_model *m = NULL;
+            CHECK_MSG(stoke_model_new(g, &o, &m) == STOKE_OK, "%s", stoke_last_error());
             if (m) {
                 bool claims = strstr(stoke_model_device_name(m), ", TF32 matmuls") != NULL;
                 CHECK_MSG(claims == on, "TF32 %s: %s", on ? "on" : "off",
@@ -2102,7 +2218,7 @@ static void test_tf32_calls(void)
             CHECK_MSG(on ? count[k]() > before[k] : count[k]() == before[k], "TF32 %s: %d calls %s",
                       on ? "on" : "off", count[k]() - before[k], counters[k]);
     }
-    cuda_set_default_tf32(CUDA_TF32_OFF);
+    tf32_by_options = false;
 }
 
 /* The TF32 pass's tolerance, on losses and gradient norms. TF32 keeps 10 of fp32's 23
@@ -2146,7 +2262,7 @@ static bool print_device(const char *what)
  * case's own, if larger), gradients and weights measured. */
 static void tf32_pass(const char *only)
 {
-    cuda_set_default_tf32(CUDA_TF32_ON);
+    tf32_by_options = true; /* the options' AUTO: the rule */
     if (print_device("TF32 pass on")) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             cuda_case c = cases[i];
@@ -2159,7 +2275,7 @@ static void tf32_pass(const char *only)
             run_case_held(&c, true);
         }
     }
-    cuda_set_default_tf32(CUDA_TF32_OFF);
+    tf32_by_options = false;
 }
 
 /* ---- main ---- */
@@ -2191,6 +2307,7 @@ static const named_test tests[] = {
     {"step waits", test_step_waits, "the runtime double's call log"},
     {"graphs", test_graphs, NULL},
     {"graphs refused", test_graphs_refused, "STOKE_FAKE_CUDA_NO_CAPTURE"},
+    {"reducer graphs", test_reducer_graphs, NULL},
     {"no cudnn", test_no_cudnn, NULL},
     {"pool cases", test_pool_cases, NULL},
     {"fused chains", test_fused_chains, "the cuDNN double's count of fused calls"},
@@ -2264,7 +2381,7 @@ int main(int argc, char **argv)
     const char *only = argc > 1 + real ? argv[1 + real] : NULL;
     if (!real && !load_doubles())
         return CHECK_DONE();
-    cuda_set_default_tf32(CUDA_TF32_OFF);
+    cuda_set_ctx_hook(test_ctx_hook);
     if (!print_device("device"))
         return CHECK_DONE();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -324,6 +324,15 @@ bool stoke_nn_cuda_ready_gpu(const stoke_machine *m, int g, char *why, size_t si
 
 /* ---- Memory plan ---------------------------------------------------------------- */
 
+/* Whether fp32 products may run on TF32 (10 of fp32's 23 mantissa bits, fp32 range):
+ * the speed PyTorch's allow_tf32 buys. ON applies where the device has TF32 (compute
+ * capability 8.0 and up); OFF keeps fp32 products. */
+typedef enum stoke_tf32 {
+    STOKE_TF32_AUTO = 0, /* the rule (on where the device has it) */
+    STOKE_TF32_OFF,
+    STOKE_TF32_ON,
+} stoke_tf32;
+
 typedef struct stoke_model_opts {
     int64_t max_batch;     /* the largest batch forward will be given (>= 1) */
     int64_t epoch_samples; /* > 0: forward will also be given the last, smaller
@@ -361,6 +370,10 @@ typedef struct stoke_model_opts {
      * activation bytes per sample. A graph with no cut has no segments (nothing
      * changes). Ignored without training. */
     bool recompute;
+    /* fp32 matmuls and convolutions on TF32 tensor cores (CUDA models; ignored on the
+     * CPU): the run's decision (stoke_decision.tf32) passes it; AUTO (zero, a model
+     * made without one) asks the same rule, from the device's compute capability. */
+    stoke_tf32 tf32;
 } stoke_model_opts;
 
 /* Bytes of each arena of a model compiled for plan.batch samples. total =
@@ -570,6 +583,71 @@ void stoke_model_mark(stoke_model *m, stoke_phase p);
  * GPU those whose events have completed; all of them when `wait`). Errors of the
  * device surface at the next sync. */
 void stoke_model_phase_seconds(stoke_model *m, bool wait, double sec[STOKE_PHASE_COUNT]);
+
+/* ---- Data parallel: the gradients' reduction (src/dist) ----------------------------
+ * A reducer (stoke_dist.h's, or a test's) is handed the model's gradients in buckets
+ * as they become final during backward, and is waited for before the optimizer step,
+ * as PyTorch's DistributedDataParallel overlaps its all-reduce with the backward. */
+
+/* Parameters whose gradients become final together. The model groups its trainable
+ * parameters by its backward order (after which op each gradient is last written:
+ * the last layers' first) into buckets of about the reducer's bucket_bytes; every
+ * trainable parameter is in exactly one bucket. The pointers are the model's and stay
+ * valid while the reducer is installed (device memory on a device). */
+typedef struct stoke_grad_bucket {
+    int index;           /* 0, 1, ...: the order the buckets become ready in */
+    int count;           /* its parameters */
+    const int *params;   /* their indices (stoke_model_param), in readiness order */
+    float *const *grads; /* their gradients */
+    const size_t *elems; /* floats in each */
+    size_t bytes;        /* all of them: 4 x the sum of elems */
+} stoke_grad_bucket;
+
+/* What a reducer may do to the model's memory: the model's backend entries, each
+ * queued in the model's order. stream: the queue the model's ops go on
+ * (cudaStream_t) or NULL on the CPU, where work is done as called. A transport
+ * enqueues its collective on stream (NCCL's all-reduce takes it), so the reduction is
+ * ordered after the gradients it reads and before the step that reads its result,
+ * with no host wait. */
+typedef struct stoke_grad_ops {
+    void *ctx; /* passed back to each entry */
+    void *stream;
+    void *(*alloc)(void *ctx, size_t bytes); /* the model's memory, zeroed; NULL: none */
+    void (*free)(void *ctx, void *p);
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+} stoke_grad_ops;
+
+/* The seam a data-parallel transport fills. The model copies the struct; self is the
+ * reducer's own and must outlive the model's use of it. Each entry may be NULL.
+ * On a device that captures graphs (stoke_model_graphs) reduce runs while the
+ * backward is captured, once, and what it queued on stream is replayed with the
+ * backward's graph: reduce must only queue work there (an NCCL all-reduce may be
+ * captured), not do host work each step. finish runs on the host before every step,
+ * outside the graphs: where a transport that cannot be captured does its work. */
+typedef struct stoke_grad_reducer {
+    void *self;
+    size_t bucket_bytes; /* the buckets' target size; 0: 25 MiB (PyTorch DDP's) */
+    /* Once, when installed: the model's buckets in readiness order (staging buffers
+     * are made here, through ops). An error uninstalls it. */
+    stoke_status (*prepare)(void *self, const stoke_grad_ops *ops, const stoke_grad_bucket *b,
+                            int n);
+    /* During every backward (each micro-batch's, when gradients accumulate), as soon
+     * as bucket b's gradients are final: reduces them in place (queued on ops->stream). */
+    stoke_status (*reduce)(void *self, const stoke_grad_ops *ops, const stoke_grad_bucket *b);
+    /* Between the last backward and the optimizer step: every reduction complete
+     * (on a device: queued on ops->stream, ahead of the step). */
+    stoke_status (*finish)(void *self, const stoke_grad_ops *ops);
+    /* When uninstalled or the model is freed: frees what prepare made. */
+    void (*release)(void *self, const stoke_grad_ops *ops);
+} stoke_grad_reducer;
+
+/* Installs r (NULL: none, the default) on a training model, releasing the one before;
+ * the captured graphs are dropped (the next backward captures with the reducer). With
+ * none, backward and step run as without this seam. STOKE_ERR_ARG (an inference
+ * model), STOKE_ERR_NOMEM, or prepare's error (nothing installed then). */
+stoke_status stoke_model_set_reducer(stoke_model *m, const stoke_grad_reducer *r);
+/* The buckets of the installed reducer (*out NULL and 0 when none). */
+int stoke_model_buckets(const stoke_model *m, const stoke_grad_bucket **out);
 
 /* ---- Presets --------------------------------------------------------------------
  * Each builds a whole graph with an input "x", a target "y", its loss and metrics,

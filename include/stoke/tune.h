@@ -210,6 +210,10 @@ typedef struct stoke_decision {
      * from (its batch, tf32 and precision are recorded, not applied). */
     stoke_profile_match profile;
     stoke_why accumulate_why; /* tuned: from effective_batch (set by the trainer) */
+    /* TF32 on the decided GPU, from its "tf32" recommendation (the rule of
+     * core/tf32.h); AUTO on the CPU or when the GPU's compute capability is unknown
+     * (the model then asks the rule with the device's own). For stoke_model_opts.tf32. */
+    stoke_tf32 tf32;
 } stoke_decision;
 
 /* The device setting's form: "auto", "cpu", "cuda" or "cuda:N" with N a CUDA device

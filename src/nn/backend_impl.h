@@ -165,6 +165,13 @@ typedef struct nn_backend {
     void (*event_record)(void *ctx, void *ev);
     bool (*event_done)(void *ctx, void *ev, bool wait);
     double (*event_seconds)(void *ctx, void *a, void *b);
+    /* The queue the backend's work goes on (cudaStream_t), handed to a data-parallel
+     * reducer (stoke_grad_ops.stream, src/nn/buckets.c): its collective is enqueued
+     * there, after the gradients it reads and before the step, and recorded into the
+     * backward's graph when one is captured. NULL: the CPU, whose work is done as each
+     * entry returns. The reducer's other needs are the entries above: alloc, free and
+     * copy (staging buffers). */
+    void *(*queue)(void *ctx);
     /* Releases a context of this backend (nn_backend_free calls it). */
     void (*ctx_free)(void *ctx);
 } nn_backend;
@@ -184,9 +191,10 @@ stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
 stoke_status nn_optim_check(const stoke_optim *o);
 
 /* A CUDA backend instance on device `device` (src/nn/cuda_backend.c), with its own
- * stream, cuBLAS handle and kernel table. STOKE_ERR_UNAVAILABLE saying what is missing
+ * stream, cuBLAS handle and kernel table, its fp32 products on TF32 as `tf32` says
+ * (cuda_ctx_new). STOKE_ERR_UNAVAILABLE saying what is missing
  * (runtime, device, cuBLAS, the kernel module), recorded. */
-stoke_status nn_cuda_backend_new(int device, nn_backend **out);
+stoke_status nn_cuda_backend_new(int device, stoke_tf32 tf32, nn_backend **out);
 
 /* A CUDA instance's stream (cudaStream_t), NULL for another backend. */
 void *nn_backend_stream(const nn_backend *be);

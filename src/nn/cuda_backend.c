@@ -13,20 +13,6 @@
 
 #include "nn/cuda/ops.h"
 
-int64_t cuda_elems(const stoke_shape *s) { return stoke_shape_elems(s); }
-
-const stoke_shape *cuda_in_shape(const nn_exec_args *a, int k)
-{
-    return &nn_graph_node(a->graph, a->node->in[k])->shape;
-}
-
-stoke_status cuda_layer_fail(stoke_status st, const nn_node *n)
-{
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", stoke_last_error());
-    return stoke_fail(st, "%s: %s", n->name, msg);
-}
-
 static stoke_status nop(void *ctx, const nn_exec_args *a)
 {
     (void)ctx;
@@ -281,6 +267,8 @@ static double cuda_event_seconds(void *ctx, void *a, void *b)
         cuda_note(c, stoke_cudart_event_elapsed(c->rt, a, b, &ms));
     return ms / 1e3;
 }
+static void *cuda_queue(void *ctx) { return ((cuda_ctx *)ctx)->L.stream; }
+
 static void cuda_ctx_free_(void *ctx) { cuda_ctx_free(ctx); }
 
 /* ---- fused chains: one function per chain, in the file of the chain's first op ---- */
@@ -368,10 +356,11 @@ static const nn_backend cuda_backend = {
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_seconds = cuda_event_seconds,
+    .queue = cuda_queue,
     .ctx_free = cuda_ctx_free_,
 };
 
-stoke_status nn_cuda_backend_new(int device, nn_backend **out)
+stoke_status nn_cuda_backend_new(int device, stoke_tf32 tf32, nn_backend **out)
 {
     *out = NULL;
     nn_backend *be = malloc(sizeof *be);
@@ -379,7 +368,7 @@ stoke_status nn_cuda_backend_new(int device, nn_backend **out)
         return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
     *be = cuda_backend;
     cuda_ctx *c = NULL;
-    stoke_status st = cuda_ctx_new(device, &c);
+    stoke_status st = cuda_ctx_new(device, tf32, &c);
     if (st != STOKE_OK) {
         free(be);
         return st;
@@ -391,8 +380,7 @@ stoke_status nn_cuda_backend_new(int device, nn_backend **out)
 
 void *nn_backend_stream(const nn_backend *be)
 {
-    return be && be->ctx && strcmp(be->name, "cuda") == 0 ? ((const cuda_ctx *)be->ctx)->L.stream
-                                                          : NULL;
+    return be && be->queue ? be->queue(be->ctx) : NULL;
 }
 
 const char *nn_backend_describe(const nn_backend *be)
@@ -403,7 +391,7 @@ const char *nn_backend_describe(const nn_backend *be)
 bool stoke_nn_cuda_ready(int device, char *why, size_t size)
 {
     nn_backend *be = NULL;
-    bool ok = nn_cuda_backend_new(device, &be) == STOKE_OK;
+    bool ok = nn_cuda_backend_new(device, STOKE_TF32_AUTO, &be) == STOKE_OK;
     snprintf(why, size, "%s", ok ? nn_backend_describe(be) : stoke_last_error());
     nn_backend_free(be);
     return ok;

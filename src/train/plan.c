@@ -34,7 +34,8 @@ stoke_model_opts train_model_opts(const stoke_trainer *t, bool training)
                               .no_fusion = c->no_fusion,
                               .recompute = training && t->recompute,
                               .cuda = t->device != STOKE_TUNE_CPU,
-                              .cuda_device = t->device};
+                              .cuda_device = t->device,
+                              .tf32 = t->decision.tf32};
 }
 
 /* stoke_graph_plan of a model of t's graph. A batch past what the kernels can index

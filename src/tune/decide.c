@@ -373,6 +373,9 @@ stoke_status stoke_decide(const stoke_machine *m, const stoke_recs *recs,
     s = decide_precision(m, recs, req, out);
     if (s != STOKE_OK)
         return s;
+    const stoke_rec *tf = gi >= 0 ? stoke_recs_find(recs, "tf32", gi) : NULL;
+    if (tf && tf->known)
+        out->tf32 = tf->number != 0 ? STOKE_TF32_ON : STOKE_TF32_OFF;
     decide_threads(m, recs, req, out);
     decide_loader(m, recs, req, out);
     return STOKE_OK;

@@ -1,6 +1,7 @@
 /* recommend.c - the table of recommendation rules, the peak FLOP/s arithmetic and the
  * judgement of OpenBLAS's kernels against the CPU. */
 #include "core/text.h"
+#include "core/tf32.h"
 #include "stoke/tune.h"
 #include "tune/tune_impl.h"
 
@@ -360,7 +361,7 @@ static bool rule_gpu_tf32(const stoke_machine *m, int dev, stoke_rec *r)
         return true;
     }
     r->known = true;
-    r->number = g->cc_major >= 8;
+    r->number = stoke_tf32_rule(g->cc_major, g->cc_minor);
     if (r->number)
         stoke_say(r->reason, sizeof r->reason,
                   "compute capability %d.%d >= 8.0: fp32 matmuls and convolutions run on TF32 "

@@ -1,8 +1,11 @@
 /* ctx.c - setting up the CUDA backend's context: the runtime, the device, cuBLAS, the
  * kernel module, the stream every op is queued on. */
-#include "nn/cuda/ops.h"
 #include "core/dl.h"
+#include "core/env.h"
 #include "core/regular.h"
+#include "core/tf32.h"
+#include "nn/cuda/ops.h"
+#include "nn/cuda/seam.h"
 
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -137,7 +140,7 @@ static void *open_module(char *tried, size_t size)
  * only the runtime's test double can run (its device memory is host memory). */
 static stoke_status load_kernels(cuda_ctx *c)
 {
-    const char *env = getenv("STOKE_CUDA_KERNELS");
+    const char *env = stoke_env("STOKE_CUDA_KERNELS");
     char tried[4300];
     if (env && strcmp(env, "host") == 0) {
         if (!stoke_dl_find(c->rt, "stoke_fake_cudart")) /* hw loads rt as a core/dl.h table */
@@ -203,16 +206,15 @@ static stoke_status open_device(cuda_ctx *c, int device)
     return st;
 }
 
-static _Atomic int default_tf32 = CUDA_TF32_AUTO;
-
-void cuda_set_default_tf32(cuda_tf32 t) { atomic_store(&default_tf32, (int)t); }
-
-/* TF32 for fp32 matmuls where tensor cores have it, as PyTorch's allow_tf32 for
- * convolutions and the seeds' Ampere+ advice, unless turned off (ctx.h) */
-static bool tf32_of(const cuda_ctx *c)
+/* TF32 for fp32 matmuls as the option says, where the device has it (ctx.h) */
+static bool tf32_of(const cuda_ctx *c, stoke_tf32 t)
 {
-    return atomic_load(&default_tf32) != CUDA_TF32_OFF && c->cc_major >= 8;
+    return t != STOKE_TF32_OFF && stoke_tf32_rule(c->cc_major, c->cc_minor);
 }
+
+static _Atomic(cuda_ctx_hook) ctx_hook;
+
+void cuda_set_ctx_hook(cuda_ctx_hook hook) { atomic_store(&ctx_hook, hook); }
 
 static stoke_status open_blas(cuda_ctx *c)
 {
@@ -222,7 +224,6 @@ static stoke_status open_blas(cuda_ctx *c)
     st = cuda_blas_check(c, c->blas->create(&c->blas_h), "cublasCreate");
     if (st == STOKE_OK)
         st = cuda_blas_check(c, c->blas->set_stream(c->blas_h, c->L.stream), "cublasSetStream");
-    c->tf32 = tf32_of(c);
     if (st == STOKE_OK)
         st = cuda_blas_check(
             c,
@@ -234,10 +235,6 @@ static stoke_status open_blas(cuda_ctx *c)
         st = cuda_blas_check(c, c->lt->create(&c->lt_h), "cublasLtCreate");
     return st;
 }
-
-static _Atomic int default_attention = CUDA_ATTN_AUTO;
-
-void cuda_set_default_attention(cuda_attention a) { atomic_store(&default_attention, (int)a); }
 
 bool cuda_attn_fused(const cuda_ctx *c, int64_t T, int64_t hs)
 {
@@ -269,7 +266,7 @@ void cuda_ctx_set_attention(cuda_ctx *c, cuda_attention a)
     describe(c);
 }
 
-stoke_status cuda_ctx_new(int device, cuda_ctx **out)
+stoke_status cuda_ctx_new(int device, stoke_tf32 tf32, cuda_ctx **out)
 {
     *out = NULL;
     cuda_ctx *c = calloc(1, sizeof *c);
@@ -285,8 +282,15 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
                         "%d%d-real",
                         device, c->cc_major, c->cc_minor, c->k->min_cc / 10, c->k->min_cc % 10,
                         c->k->build, c->cc_major, c->cc_minor);
-    if (st == STOKE_OK)
+    cuda_ctx_cfg cfg = {.attention = CUDA_ATTN_AUTO};
+    if (st == STOKE_OK) {
+        cfg.tf32 = tf32_of(c, tf32);
+        cuda_ctx_hook hook = atomic_load(&ctx_hook);
+        if (hook)
+            hook(c, &cfg);
+        c->tf32 = cfg.tf32;
         st = open_blas(c);
+    }
     if (st == STOKE_OK)
         st = stoke_cudart_malloc(c->rt, CUDA_SUM_STRIDE * sizeof(double), (void **)&c->partial);
     c->tree_cap = CUDA_TREE_CAP;
@@ -306,7 +310,7 @@ stoke_status cuda_ctx_new(int device, cuda_ctx **out)
         cuda_ctx_free(c);
         return stoke_fail(st, "%s", msg);
     }
-    cuda_ctx_set_attention(c, (cuda_attention)atomic_load(&default_attention));
+    cuda_ctx_set_attention(c, cfg.attention);
     *out = c;
     return STOKE_OK;
 }

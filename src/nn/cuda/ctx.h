@@ -50,7 +50,7 @@ typedef struct cuda_ctx {
     const nn_cuda_kernels *k;
     nk_launch L;
     int device, cc_major, cc_minor;
-    bool tf32;        /* fp32 GEMMs and convolutions on TF32 tensor cores (cuda_tf32) */
+    bool tf32;        /* fp32 GEMMs and convolutions on TF32 tensor cores (cuda_ctx_new) */
     double *partial;  /* CUDA_SUM_STRIDE doubles of device memory */
     double *tree;     /* 2 x CUDA_TREE_CAP doubles: the sums' partials (reduce.c), or NULL */
     int64_t tree_cap; /* of which each level uses at most this many a half (tests lower it) */
@@ -100,9 +100,12 @@ typedef struct cuda_ctx {
     int nlt_plans;
 } cuda_ctx;
 
-/* A context on CUDA device `device`. STOKE_ERR_UNAVAILABLE saying what is missing (no
- * runtime, no device, no cuBLAS or cuBLASLt, no kernel module), recorded. */
-stoke_status cuda_ctx_new(int device, cuda_ctx **out);
+/* A context on CUDA device `device`, its fp32 products on TF32 as `tf32` says
+ * (stoke_model_opts.tf32: the run's decision applied; AUTO asks core/tf32.h's rule
+ * with the device's compute capability; either only where the device has TF32).
+ * STOKE_ERR_UNAVAILABLE saying what is missing (no runtime, no device, no cuBLAS or
+ * cuBLASLt, no kernel module), recorded. */
+stoke_status cuda_ctx_new(int device, stoke_tf32 tf32, cuda_ctx **out);
 void cuda_ctx_free(cuda_ctx *c);
 
 /* A launch's or library call's result as a status: STOKE_OK, or STOKE_ERR_UNAVAILABLE
@@ -191,26 +194,9 @@ void cuda_lt_plans_free(cuda_ctx *c);
 bool cuda_attn_fused(const cuda_ctx *c, int64_t T, int64_t hs);
 
 /* Sets c's attention choice (and its description, nn_backend_describe). For tests,
- * which force either path at any size. */
+ * which force either path at any size (before any plan: seam.h reaches the contexts
+ * a test's models create). */
 void cuda_ctx_set_attention(cuda_ctx *c, cuda_attention a);
-/* The choice contexts created from now on start with (CUDA_ATTN_AUTO unless set): how
- * a test reaches the contexts its models create. */
-void cuda_set_default_attention(cuda_attention a);
-
-/* Whether fp32 matmuls and convolutions (cuBLAS, cuBLASLt, cuDNN) may run on TF32
- * tensor cores, which read 10 of an operand's 23 mantissa bits and sum in fp32: the
- * speed PyTorch's allow_tf32 buys, at ~5e-4 relative per product. Turned off, the
- * backend's fp32 results are fp32's, so a test can hold them to the CPU backend's
- * fp32 tolerances on a GPU (test_nn_cuda --real); turned on, the same test measures
- * TF32 against its own tolerance. */
-typedef enum cuda_tf32 {
-    CUDA_TF32_AUTO, /* the backend's default: as CUDA_TF32_ON */
-    CUDA_TF32_OFF,  /* fp32 products: cuBLAS DEFAULT_MATH and COMPUTE_32F, cuDNN FMA_MATH */
-    CUDA_TF32_ON,   /* where the device has TF32 (compute capability 8.0 and up) */
-} cuda_tf32;
-/* The choice contexts created from now on take (CUDA_TF32_AUTO unless set), as
- * cuda_set_default_attention: how a test reaches the contexts its models create. */
-void cuda_set_default_tf32(cuda_tf32 t);
 
 /* Runs kernel `name` over n indices with args a, as a status. */
 #define CUDA_RUN(c, name, n, a) cuda_check((c), (c)->k->name(&(c)->L, (int64_t)(n), (a)), #name)

@@ -6,7 +6,7 @@
 #include "nn/backend_impl.h"
 #include "nn/cuda/ctx.h"
 
-/* Shapes: elements of node n's per-sample shape, and of its input k. */
+/* util.c: shapes (elements of node n's per-sample shape, and of its input k) */
 int64_t cuda_elems(const stoke_shape *s);
 const stoke_shape *cuda_in_shape(const nn_exec_args *a, int k);
 /* The node's name prefixed to the last message, as the CPU backend's ops do. */
@@ -149,6 +149,6 @@ stoke_status cuda_pool_backward(cuda_ctx *c, const struct cuda_pool_plan *p, con
 /* conv_block.c: cuda_backend.c's fuse entry for chains that start with a convolution
  * (conv2d -> relu -> max_pool2d) */
 stoke_status cuda_fuse_conv(void *ctx, const stoke_graph *g, const int *chain, int n, int64_t batch,
-                       stoke_precision p, const nn_fused_impl **out);
+                            stoke_precision p, const nn_fused_impl **out);
 
 #endif
