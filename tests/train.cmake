@@ -54,7 +54,17 @@ add_test(NAME train_batch_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_batch.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-batch-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
                  ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
-set_tests_properties(train_batch_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(train_batch_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "STOKE_REFUSING=$<TARGET_FILE:stoke_refusing>")
+# The stoke command with the CPU allocator seam refusing large blocks (the injected
+# failure above): the CLI's sources with their main renamed, behind tests/stoke_refusing.c.
+add_executable(stoke_refusing stoke_refusing.c ${STOKE_CLI_SOURCES})
+target_include_directories(stoke_refusing PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(stoke_refusing PRIVATE _GNU_SOURCE)
+target_link_libraries(stoke_refusing PRIVATE stoke_lib)
+set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cli/main.c PROPERTIES
+                            COMPILE_DEFINITIONS main=stoke_cli_main
+                            COMPILE_OPTIONS -Wno-missing-prototypes)
 
 # Issue 24 (4): batches past the samples (validation planned at its samples, a given
 # batch capped), the kernels' int range named with the batch that fits, linear layers

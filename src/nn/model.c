@@ -66,24 +66,6 @@ double stoke_lr_at(const stoke_lr_schedule *s, int64_t step)
     return s->lr;
 }
 
-void stoke_nn_set_threads(int n)
-{
-    const nn_backend *be = nn_cpu_backend();
-    be->set_threads(be->ctx, n);
-}
-
-bool stoke_nn_precision_native(stoke_precision p)
-{
-    const nn_backend *be = nn_cpu_backend();
-    return be->native(be->ctx, p);
-}
-
-int stoke_nn_threads(void)
-{
-    const nn_backend *be = nn_cpu_backend();
-    return be->threads(be->ctx);
-}
-
 /* ---- layout: the table of sizes every arena is cut from ---- */
 
 typedef struct layout {

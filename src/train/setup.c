@@ -192,7 +192,6 @@ static stoke_status apply_decision(stoke_trainer *t, const char *cpu_because)
     t->device = d->device;
     t->workers = d->workers;
     t->threads = d->threads;
-    stoke_nn_set_threads(t->threads);
     char a[sizeof d->device_why.reason + 16], b[sizeof a], given[32] = "";
     if (!stoke_source_decided(d->threads_why.source))
         snprintf(given, sizeof given, " (%s)", stoke_source_name(d->threads_why.source));
@@ -504,6 +503,7 @@ static stoke_model_opts model_opts(const stoke_trainer *t, bool training)
                               .training = training,
                               .seed = c->seed,
                               .no_fusion = c->no_fusion,
+                              .threads = t->threads,
                               .recompute = training && t->recompute,
                               .cuda = t->device != STOKE_TUNE_CPU,
                               .cuda_device = t->device};

@@ -3,7 +3,8 @@
 # Fashion-MNIST: --dry-run says the batch found and plans at it, a budget and the
 # safety factor shrink it, --limit caps it; a short run trains at it (its log's start
 # record), reaching an effective batch by accumulation; an injected allocation failure
-# (STOKE_FAIL_ALLOC_ABOVE) halves the batch, doubles the accumulation and completes.
+# (the CPU allocator seam: $STOKE_REFUSING, tests/stoke_refusing.c, refuses blocks above
+# REFUSE_ALLOC_ABOVE bytes) halves the batch, doubles the accumulation and completes.
 # With the CUDA test doubles: the fit in a GPU's free memory, and a failure within
 # training (STOKE_FAIL_ALLOC_AT_STEP) ending with the losses of the run without it.
 set -u
@@ -13,7 +14,7 @@ fake=${3:-}
 scen=${4:-}
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
-unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_ABOVE STOKE_FAIL_ALLOC_AT_STEP
+unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_AT_STEP
 # batch auto as the fit's rule decides it, not measured by trials (tests/e2e/tune.sh)
 export STOKE_TUNE=off
 small="--model mlp --hidden 64 --limit 1000 --val-limit 200 --threads 2 --no-monitor --device cpu"
@@ -65,7 +66,8 @@ assert s["batch"] == 256 and s["accumulate"] == 2, s
 PY
 
 # --- an allocation refused above 1 MB: half the batch, twice the accumulation, done
-STOKE_FAIL_ALLOC_ABOVE=1000000 "$stoke" train $small --batch-size 512 --epochs 1 >"$out" 2>&1
+REFUSE_ALLOC_ABOVE=1000000 "${STOKE_REFUSING:?the test-only stoke_refusing}" train $small \
+    --batch-size 512 --epochs 1 >"$out" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "a run through allocation failures" || { fail "injected exit $rc"; show "$out"; }
 expect_line "said" "^out of host memory \(.*cannot allocate .*\): batch [0-9]+ x [0-9]+ accumulated instead, the same effective batch$"
