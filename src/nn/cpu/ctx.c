@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/cpu/conv.h"
 #include "nn/cpu/dense.h"
@@ -46,7 +47,14 @@ static void ctx_release(cpu_ctx *c)
     pthread_mutex_destroy(&c->dev);
 }
 
-static void own_release(void *c) { ctx_release(c); }
+/* Runs on the ending thread: a later use there (another key's destructor) starts a
+ * fresh context rather than one released. */
+static void own_release(void *c)
+{
+    ctx_release(c);
+    memset(c, 0, sizeof(cpu_ctx));
+    t_own_ready = false;
+}
 
 static void own_key_init(void) { pthread_key_create(&own_key, own_release); }
 
