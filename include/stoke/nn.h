@@ -288,11 +288,11 @@ bool stoke_nn_precision_native(stoke_precision p);
  * at their rate, convolutions run on) on an n x n x n product large enough to run at
  * its best (n 1024 up to 8 threads, 2048 up to 32, 3072 above; smaller, down to 512,
  * where a rep would take over 50 ms), in precision p (fp32, or bf16 where it is
- * native), on `threads` compute threads (<= 0: the machine's, as a model's 0), best of 3 to 10
- * reps after a warm-up: about 0.2 s in all. It is the peak MFU is measured against on
- * a CPU: the clock the kernel reports under a hypervisor, and FLOPs-per-cycle tables,
- * can be far from what the cores do. STOKE_ERR_UNAVAILABLE for fp16, and bf16 where
- * it is emulated; STOKE_ERR_NOMEM. */
+ * native), on `threads` compute threads (<= 0: the machine's, as a model's 0), best
+ * of 3 to 10 reps after a warm-up: about 0.2 s in all. It is the peak MFU is measured
+ * against on a CPU: the clock the kernel reports under a hypervisor, and
+ * FLOPs-per-cycle tables, can be far from what the cores do. STOKE_ERR_UNAVAILABLE
+ * for fp16, and bf16 where it is emulated; STOKE_ERR_NOMEM. */
 typedef struct stoke_nn_matmul_rate {
     double flops;   /* best rep's FLOP/s (2 per multiply-add) */
     int n;          /* the product's size */
