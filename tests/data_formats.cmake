@@ -16,7 +16,7 @@ set_tests_properties(test_data_formats PROPERTIES FIXTURES_REQUIRED data_fixture
 add_test(NAME data_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/data.sh $<TARGET_FILE:stoke>
                  ${STOKE_DATA_FIXTURES} ${CMAKE_CURRENT_BINARY_DIR}/data-e2e
-                 $<TARGET_FILE:stoke_write_pause>)
+                 $<TARGET_FILE:stoke_seams>)
 set_tests_properties(data_e2e PROPERTIES FIXTURES_REQUIRED data_fixtures TIMEOUT 120)
 
 add_test(NAME data_options_e2e

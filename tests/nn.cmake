@@ -6,6 +6,8 @@ function(stoke_nn_test name)
 endfunction()
 
 stoke_nn_test(test_nn_graph test_nn_graph.c)
+# Its models take the machine's compute threads (OpenMP's count at load): 2 everywhere.
+set_tests_properties(test_nn_graph PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
 # The backend context each model owns: thread counts and fusion per model.
 stoke_nn_test(test_nn_backend test_nn_backend.c)
 # Gradient checkpointing: recomputed segments train bit for bit as kept ones.

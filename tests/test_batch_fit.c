@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "nn/cpu/alloc_seam.h"
 #include "step_fault.h"
 #include "stoke/train.h"
 #include "train/trainer.h"
@@ -391,6 +392,19 @@ static void train_run(const stoke_train_config *c, run *out)
     stoke_trainer_free(t);
 }
 
+/* The CPU allocator seam (nn/cpu/alloc_seam.h) refusing blocks above a size, as an
+ * out-of-memory host would refuse the arenas that grow with the batch. */
+static size_t g_refuse_above;
+
+static void *refusing_alloc(size_t bytes)
+{
+    return bytes > g_refuse_above ? NULL : cpu_alloc_default_ops()->alloc(bytes);
+}
+
+static void refusing_free(void *p) { cpu_alloc_default_ops()->free(p); }
+
+static const cpu_alloc_ops refusing = {refusing_alloc, refusing_free};
+
 static void test_alloc_failure(void)
 {
     stoke_train_config c;
@@ -419,11 +433,10 @@ static void test_alloc_failure(void)
     for (int i = 0; i < 4; i++)
         limit = fixed[i] > limit ? fixed[i] : limit;
     CHECK_MSG(p->activations_per_sample * 64 > limit, "no arena to refuse at batch 64");
-    char v[32];
-    snprintf(v, sizeof v, "%zu", limit);
-    setenv("STOKE_FAIL_ALLOC_ABOVE", v, 1);
+    g_refuse_above = limit;
+    const cpu_alloc_ops *prev = cpu_alloc_set_ops(&refusing);
     train_run(&c, &b);
-    unsetenv("STOKE_FAIL_ALLOC_ABOVE");
+    cpu_alloc_set_ops(prev);
     /* within training: the first batch of step 3 refused, as a grown workspace would */
     step_fault f;
     step_fault_set(&f, 3, 0);
@@ -563,7 +576,6 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/stoke-batch-XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(dir))
         return 1;
-    unsetenv("STOKE_FAIL_ALLOC_ABOVE");
     make_dataset();
     test_config_keys();
     test_finder();

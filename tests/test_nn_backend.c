@@ -1,6 +1,7 @@
 /* test_nn_backend.c - the backend context each model owns: two models in one process
- * with different compute-thread counts, run interleaved and on two threads at once,
- * each give exactly what it gives alone and report its own count; fusion chosen per
+ * with different compute-thread counts, run interleaved on one thread, on two threads
+ * at once, and on two threads taking turns step by step, each give exactly what it
+ * gives alone and keep their own count; fusion chosen per
  * model, with STOKE_NO_FUSION read by the trainer's config layer and never by the
  * library. */
 #include "check.h"
@@ -124,6 +125,72 @@ static void same_as(const char *what, const run *got, const run *want, size_t n)
               "%s, %d threads: parameters differ from the model run alone", what, want->threads);
 }
 
+/* Two models on two threads taking turns, step by step (a's step s, then b's, then
+ * a's s + 1, ...): both bound on their own threads for the whole run, each step on the
+ * heels of the other model's, so anything one context left behind (an OpenMP count,
+ * a primitive, a stream, an engine) would reach the other. */
+typedef struct turns {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int turn; /* 2 s + who: whose step comes next */
+} turns;
+
+typedef struct turn_run {
+    run r;
+    turns *t;
+    int me;
+    stoke_model *m;
+    int omp[STEPS], count[STEPS];
+} turn_run;
+
+static void *run_turns(void *arg)
+{
+    turn_run *tr = arg;
+    for (int s = 0; s < STEPS; s++) {
+        pthread_mutex_lock(&tr->t->lock);
+        while (tr->t->turn != 2 * s + tr->me)
+            pthread_cond_wait(&tr->t->cond, &tr->t->lock);
+        pthread_mutex_unlock(&tr->t->lock);
+        tr->r.loss[s] = step(tr->m, &tr->omp[s]);
+        tr->count[s] = stoke_model_threads(tr->m);
+        pthread_mutex_lock(&tr->t->lock);
+        tr->t->turn++;
+        pthread_cond_broadcast(&tr->t->cond);
+        pthread_mutex_unlock(&tr->t->lock);
+    }
+    tr->r.w = params(tr->m);
+    return NULL;
+}
+
+static void alternate_on_two_threads(const char *name, const stoke_graph *g, const run *ref,
+                                     size_t n)
+{
+    turns t = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    turn_run tr[2];
+    for (int i = 0; i < 2; i++)
+        tr[i] = (turn_run){.r = {.g = g, .threads = ref[i].threads, .ok = true},
+                           .t = &t,
+                           .me = i,
+                           .m = model(g, ref[i].threads, false)};
+    if (tr[0].m && tr[1].m) {
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&th[i], NULL, run_turns, &tr[i]) == 0);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < 2; i++) {
+            for (int s = 0; s < STEPS; s++)
+                CHECK_MSG(tr[i].omp[s] == ref[i].threads && tr[i].count[s] == ref[i].threads,
+                          "%s, turns, step %d: the %d-thread model ran on %d threads, reports %d",
+                          name, s, ref[i].threads, tr[i].omp[s], tr[i].count[s]);
+            same_as(name, &tr[i].r, &ref[i], n);
+            free(tr[i].r.w);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        stoke_model_free(tr[i].m);
+}
+
 static void test_threads(bool cnn)
 {
     const char *name = cnn ? "cnn" : "mlp";
@@ -175,6 +242,7 @@ static void test_threads(bool cnn)
         same_as(name, &par[i], &ref[i], n);
         free(par[i].w);
     }
+    alternate_on_two_threads(name, g, ref, n);
     for (int i = 0; i < 2; i++)
         free(ref[i].w);
     stoke_graph_free(g);
@@ -221,33 +289,34 @@ static void test_switch_mid_run(bool cnn)
     stoke_graph_free(g);
 }
 
-/* 0 takes the process default when the model is created; the model keeps it. */
+/* OpenMP's count when the library loaded (OMP_NUM_THREADS, else every CPU), read
+ * first thing in main: what a model given 0 threads runs with. No call changes it for
+ * later models: there is no process-wide count left to set. */
+static int g_load_threads;
+
+/* 0 takes the machine's count when the model is created; each model keeps its own. */
 static void test_default_threads(void)
 {
     stoke_graph *g = graph(false);
     if (!g)
         return;
-    stoke_nn_set_threads(2);
     stoke_model *a = model(g, 0, false);
-    stoke_nn_set_threads(1);
+    stoke_model_set_threads(a, 1); /* one model's setting is not the next one's default */
     stoke_model *b = model(g, 0, false);
     if (a && b) {
-        CHECK_INT_EQ(stoke_model_threads(a), 2);
-        CHECK_INT_EQ(stoke_model_threads(b), 1);
-        CHECK_INT_EQ(stoke_nn_threads(), 1);
+        CHECK_INT_EQ(stoke_model_threads(a), 1);
+        CHECK_INT_EQ(stoke_model_threads(b), g_load_threads);
         int omp = 0;
         CHECK(isfinite(step(a, &omp)));
-        CHECK_INT_EQ(omp, 2);
-        CHECK_INT_EQ(stoke_nn_threads(), 1); /* a model's count is not the default */
-        stoke_model_set_threads(a, 1);
-        CHECK_INT_EQ(stoke_model_threads(a), 1);
-        CHECK(isfinite(step(a, &omp)));
         CHECK_INT_EQ(omp, 1);
-        CHECK_INT_EQ(stoke_model_threads(b), 1);
         stoke_model_set_threads(b, 2);
         CHECK(isfinite(step(b, &omp)));
         CHECK_INT_EQ(omp, 2);
-        CHECK_INT_EQ(stoke_nn_threads(), 1);
+        CHECK_INT_EQ(stoke_model_threads(a), 1);
+        stoke_model_set_threads(a, 2);
+        CHECK_INT_EQ(stoke_model_threads(a), 2);
+        CHECK(isfinite(step(a, &omp)));
+        CHECK_INT_EQ(omp, 2);
     }
     stoke_model_opts bad = {.max_batch = B, .threads = -1};
     stoke_model *m = NULL;
@@ -255,7 +324,6 @@ static void test_default_threads(void)
     CHECK_STR_CONTAINS(stoke_last_error(), "threads -1");
     stoke_model_free(a);
     stoke_model_free(b);
-    stoke_nn_set_threads(2);
     stoke_graph_free(g);
 }
 
@@ -294,7 +362,7 @@ static void test_fusion(void)
 
 int main(void)
 {
-    stoke_nn_set_threads(2);
+    g_load_threads = omp_get_max_threads();
     xs = malloc((size_t)B * 784 * sizeof *xs);
     for (size_t i = 0; i < (size_t)B * 784; i++)
         xs[i] = rnd();

@@ -1101,7 +1101,6 @@ static void test_step_flops(void)
 
 int main(void)
 {
-    stoke_nn_set_threads(2);
     test_step_flops();
     test_graph_errors();
     test_preset_params();

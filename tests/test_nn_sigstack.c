@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "core/sigstack.h"
+#include "nn/cpu/dense.h"
 #include "stoke/nn.h"
 
 #define TEAM  2
@@ -50,7 +51,7 @@ int main(void)
     struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_ONSTACK};
     sigemptyset(&sa.sa_mask);
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
-    stoke_nn_set_threads(TEAM); /* the path that gives the team its stacks */
+    cpu_set_threads(TEAM); /* the path that gives the team its stacks (nn/cpu/dense.c) */
 
     /* the reference CNN's batch-4 linear layer (784 -> 512), which the naive run of
      * stoke bench was in when a SIGINT corrupted its heap */

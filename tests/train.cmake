@@ -18,7 +18,7 @@ set_tests_properties(test_train PROPERTIES TIMEOUT 120)
 
 add_test(NAME train_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train.sh $<TARGET_FILE:stoke>
-                 ${CMAKE_CURRENT_BINARY_DIR}/train-e2e $<TARGET_FILE:stoke_write_pause>)
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-e2e $<TARGET_FILE:stoke_seams>)
 set_tests_properties(train_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The actor-critic on generated bandit rollouts (numpy): A2C, PPO and behaviour cloning
@@ -48,22 +48,12 @@ set_tests_properties(train_recompute_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_R
 stoke_nn_test(test_batch_fit test_batch_fit.c)
 set_tests_properties(test_batch_fit PROPERTIES TIMEOUT 300)
 
-# stoke's command line with the trainer's fault seam installed (a step's batch fails
-# once): the CLI's sources with their main renamed, beside the test's own main.
-add_executable(stoke_step_fault stoke_step_fault.c ${STOKE_CLI_SOURCES})
-target_include_directories(stoke_step_fault PRIVATE ${PROJECT_SOURCE_DIR}/src
-                           ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(stoke_step_fault PRIVATE _GNU_SOURCE main=stoke_cli_main)
-# main.c's main, renamed, has no prototype to precede it (stoke itself is built warned)
-target_compile_options(stoke_step_fault PRIVATE -Wno-missing-prototypes)
-target_link_libraries(stoke_step_fault PRIVATE stoke_lib)
-
 # `stoke train --batch-size auto`: --dry-run's batch, budgets and --limit, a short run at
 # it with an effective batch, and an injected allocation failure halving it.
 add_test(NAME train_batch_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_batch.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-batch-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
-                 ${CMAKE_CURRENT_SOURCE_DIR}/scenarios $<TARGET_FILE:stoke_step_fault>)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/scenarios $<TARGET_FILE:stoke_seams>)
 set_tests_properties(train_batch_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # Issue 24 (4): batches past the samples (validation planned at its samples, a given

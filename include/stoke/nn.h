@@ -268,13 +268,6 @@ typedef struct stoke_lr_schedule {
 /* The learning rate for optimizer step `step` (0-based). Can't fail. */
 double stoke_lr_at(const stoke_lr_schedule *s, int64_t step);
 
-/* The default compute threads of the backend's kernels (oneDNN, OpenBLAS, OpenMP
- * loops): what models created afterwards with stoke_model_opts.threads 0 run with,
- * and plans without a count of their own. n <= 0: every online CPU. Results are
- * bit-identical for a fixed count. A model keeps the count it was created with. */
-void stoke_nn_set_threads(int n);
-int stoke_nn_threads(void);
-
 /* How the compute threads wait at OpenMP barriers in this process: libgomp reads
  * OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, so a launcher that
  * chooses for the user (the stoke command, src/cli/omp_wait.c) sets GOMP_SPINCOUNT and
@@ -287,18 +280,19 @@ const char *stoke_nn_omp_wait(char *buf, size_t size);
  * that precision (true for fp32; bf16 where oneDNN has bf16 kernels: AVX-512 and up)
  * or emulates it (false: operands rounded to p, fp32 kernels and accumulation, the
  * same arithmetic up to the order of sums but no faster than fp32; fp16 always, bf16
- * below AVX-512 or under an ISA cap below it). Can't fail. */
+ * below AVX-512 or under an ISA cap below it). A function of the machine and the ISA
+ * caps only (no model's or caller's setting changes it). Can't fail. */
 bool stoke_nn_precision_native(stoke_precision p);
 
 /* The CPU backend's matmul rate, measured: oneDNN's matmul (what linear layers and,
  * at their rate, convolutions run on) on an n x n x n product large enough to run at
  * its best (n 1024 up to 8 threads, 2048 up to 32, 3072 above; smaller, down to 512,
  * where a rep would take over 50 ms), in precision p (fp32, or bf16 where it is
- * native), on `threads` compute threads (<= 0: stoke_nn_threads()), best of 3 to 10
- * reps after a warm-up: about 0.2 s in all. It is the peak MFU is measured against on
- * a CPU: the clock the kernel reports under a hypervisor, and FLOPs-per-cycle tables,
- * can be far from what the cores do. STOKE_ERR_UNAVAILABLE for fp16, and bf16 where
- * it is emulated; STOKE_ERR_NOMEM. */
+ * native), on `threads` compute threads (<= 0: the machine's, as a model's 0), best
+ * of 3 to 10 reps after a warm-up: about 0.2 s in all. It is the peak MFU is measured
+ * against on a CPU: the clock the kernel reports under a hypervisor, and
+ * FLOPs-per-cycle tables, can be far from what the cores do. STOKE_ERR_UNAVAILABLE
+ * for fp16, and bf16 where it is emulated; STOKE_ERR_NOMEM. */
 typedef struct stoke_nn_matmul_rate {
     double flops;   /* best rep's FLOP/s (2 per multiply-add) */
     int n;          /* the product's size */
@@ -350,8 +344,9 @@ typedef struct stoke_model_opts {
                                    sets it from STOKE_NO_FUSION=1 (its config layer
                                    reads the environment, the library never does) */
     int threads;       /* compute threads of this model's kernels (its backend
-                                   context's; >= 0); 0: stoke_nn_threads() when the
-                                   model is created. Two models may differ. */
+                                   context's; >= 0); 0: OpenMP's count when the
+                                   library loaded (OMP_NUM_THREADS, else every
+                                   online CPU). Two models may differ. */
     /* Where the model's buffers live and its ops run: false: the CPU backend; true:
      * CUDA device cuda_device, through the kernel module libstoke_cuda.so, cuBLAS and
      * cuDNN, all loaded at run time (docs/gpu.md). Its buffers are then device memory:

@@ -72,8 +72,8 @@ typedef struct nn_fused_impl {
 typedef struct nn_backend {
     const char *name; /* "cpu" */
     /* Passed to every entry: what this instance runs with (the CPU's: compute threads,
-     * implementation choices, oneDNN stream and primitive cache). NULL in the shared
-     * table of nn_cpu_backend: the backend's process defaults. */
+     * implementation choices, oneDNN engine, stream and primitive cache). NULL in the
+     * shared table of nn_cpu_backend: the calling thread's own context. */
     void *ctx;
     nn_op_impl ops[STOKE_NN_OP_COUNT];
     /* Whether the op runs natively at this precision (its matmul/conv takes bf16 or
@@ -176,13 +176,13 @@ typedef struct nn_backend {
     void (*ctx_free)(void *ctx);
 } nn_backend;
 
-/* The CPU backend's shared table (src/nn/cpu_backend.c), running with the process
- * defaults (stoke_nn_set_threads): for planning and the process-wide queries. Never
- * NULL. */
+/* The CPU backend's shared table (src/nn/cpu/table.c), with no context: its entries
+ * run with the calling thread's own (nn/cpu/ctx.h), for planning a model that has no
+ * thread count of its own. Never NULL. */
 const nn_backend *nn_cpu_backend(void);
 
 /* A CPU backend instance with a context of its own: `threads` compute threads (<= 0:
- * the process default's count now) and the process default's implementation choices.
+ * the machine's, cpu_machine_threads) and the automatic implementation choices.
  * The caller frees it with nn_backend_free. STOKE_ERR_NOMEM, recorded. */
 stoke_status nn_cpu_backend_new(int threads, nn_backend **out);
 

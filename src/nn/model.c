@@ -10,24 +10,6 @@
 #include "nn/marks.h"
 #include "nn/model_impl.h"
 
-void stoke_nn_set_threads(int n)
-{
-    const nn_backend *be = nn_cpu_backend();
-    be->set_threads(be->ctx, n);
-}
-
-bool stoke_nn_precision_native(stoke_precision p)
-{
-    const nn_backend *be = nn_cpu_backend();
-    return be->native(be->ctx, p);
-}
-
-int stoke_nn_threads(void)
-{
-    const nn_backend *be = nn_cpu_backend();
-    return be->threads(be->ctx);
-}
-
 static void *arena(const nn_backend *be, size_t bytes, const char *what, const char *model,
                    stoke_status *st)
 {

@@ -189,7 +189,6 @@ stoke_status train_apply_decision(stoke_trainer *t, const char *cpu_because)
     t->device = d->device;
     t->workers = d->workers;
     t->threads = d->threads;
-    stoke_nn_set_threads(t->threads);
     char a[sizeof d->device_why.reason + 16], b[sizeof a], given[32] = "";
     if (!stoke_source_decided(d->threads_why.source))
         snprintf(given, sizeof given, " (%s)", stoke_source_name(d->threads_why.source));

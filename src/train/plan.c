@@ -32,6 +32,7 @@ stoke_model_opts train_model_opts(const stoke_trainer *t, bool training)
                               .training = training,
                               .seed = c->seed,
                               .no_fusion = c->no_fusion,
+                              .threads = t->threads,
                               .recompute = training && t->recompute,
                               .cuda = t->device != STOKE_TUNE_CPU,
                               .cuda_device = t->device,

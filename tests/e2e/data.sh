@@ -151,7 +151,7 @@ has fsize.err "the file size limit (ulimit -f) of "
 ls -a "$work" | grep -q stoke-tmp && fail "a temporary file was left behind: $(ls -a "$work")"
 
 # Interrupted mid-write by SIGINT (Ctrl-C) or SIGTERM: the status of death by that
-# signal, the destination as it was, no temporary file. PAUSING (tests/write_pause.c,
+# signal, the destination as it was, no temporary file. PAUSING (tests/stoke_seams.c,
 # docs/testing.md) is stoke with the writer held after its first chunk until a signal
 # comes, so the signal certainly lands mid-write. `env --default-signal`: a script's background
 # job starts with SIGINT ignored, a terminal's foreground job does not.

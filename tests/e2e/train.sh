@@ -6,7 +6,7 @@
 set -u
 stoke=$1
 work=$2
-pausing=$3 # stoke with its file writer held mid-write (tests/write_pause.c)
+pausing=$3 # stoke with its file writer held mid-write (tests/stoke_seams.c)
 here=$(dirname "$0")
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -201,7 +201,7 @@ fi
 
 # A second SIGINT while the checkpoint the first one asked for is being written ends
 # the run at once (as documented), yet leaves no temporary file and the previous
-# checkpoint as it was. PAUSING (tests/write_pause.c, docs/testing.md) holds the writer
+# checkpoint as it was. PAUSING (tests/stoke_seams.c, docs/testing.md) holds the writer
 # after each chunk until a signal comes, so both signals land mid-write, in order.
 wait_for_content() { # wait_for_content FILE TEXT: polls up to 60 s
     i=0

@@ -1,21 +1,22 @@
 #!/bin/sh
-# train_batch.sh STOKE WORKDIR [FAKEDIR SCENARIODIR STOKE_STEP_FAULT] - `stoke train --batch-size auto` on a slice of Debian's
+# train_batch.sh STOKE WORKDIR FAKEDIR SCENARIODIR STOKE_SEAMS - `stoke train --batch-size auto` on a slice of Debian's
 # Fashion-MNIST: --dry-run says the batch found and plans at it, a budget and the
 # safety factor shrink it, --limit caps it; a short run trains at it (its log's start
 # record), reaching an effective batch by accumulation; an injected allocation failure
-# (STOKE_FAIL_ALLOC_ABOVE) halves the batch, doubles the accumulation and completes.
-# With the CUDA test doubles: the fit in a GPU's free memory, and a failure within
-# training (STOKE_STEP_FAULT: stoke with the trainer's fault seam, tests/stoke_step_fault.c)
+# (STOKE_SEAMS, tests/stoke_seams.c: stoke with the CPU allocator seam refusing blocks
+# above REFUSE_ALLOC_ABOVE bytes) halves the batch, doubles the accumulation and
+# completes. With the CUDA test doubles: the fit in a GPU's free memory, and a failure
+# within training (the same executable with the trainer's fault seam: STEP_FAULT=N)
 # ending with the losses of the run without it.
 set -u
 stoke=$1
 work=$2
 fake=${3:-}
 scen=${4:-}
-step_fault=${5:-}
+seams=${5:?the test-only stoke_seams (tests/seams.cmake)}
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
-unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH STOKE_FAIL_ALLOC_ABOVE
+unset BATCH_SIZE ACCUMULATE EFFECTIVE_BATCH
 # batch auto as the fit's rule decides it, not measured by trials (tests/e2e/tune.sh)
 export STOKE_TUNE=off
 small="--model mlp --hidden 64 --limit 1000 --val-limit 200 --threads 2 --no-monitor --device cpu"
@@ -67,7 +68,8 @@ assert s["batch"] == 256 and s["accumulate"] == 2, s
 PY
 
 # --- an allocation refused above 1 MB: half the batch, twice the accumulation, done
-STOKE_FAIL_ALLOC_ABOVE=1000000 "$stoke" train $small --batch-size 512 --epochs 1 >"$out" 2>&1
+REFUSE_ALLOC_ABOVE=1000000 "$seams" train $small \
+    --batch-size 512 --epochs 1 >"$out" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "a run through allocation failures" || { fail "injected exit $rc"; show "$out"; }
 expect_line "said" "^out of host memory \(.*cannot allocate .*\): batch [0-9]+ x [0-9]+ accumulated instead, the same effective batch$"
@@ -86,7 +88,7 @@ if [ -n "$fake" ] && [ -f "$fake/fake_cudart/libcudart.so.13" ]; then
     expect_line "GPU: the fit in its free memory" \
         "^batch: [0-9]+ \(auto: (.*; fit: )?70% \(memory_safety\) of the 20.0 MB free on the GPU \(cudaMemGetInfo\) = 14.0 MB, .*fits [0-9]+"
     "$stoke" train $gpu --batch-size 128 --optimizer adamw --lr 0.01 >"$work/gpu-a.txt" 2>&1
-    "$step_fault" 2 train $gpu --batch-size 128 --optimizer adamw \
+    STEP_FAULT=2 "$seams" train $gpu --batch-size 128 --optimizer adamw \
         --lr 0.01 >"$out" 2>&1
     expect_line "GPU: halved within training" \
         "^out of GPU memory \(test fault: .*\): batch 64 x 2 accumulated instead"

@@ -14,7 +14,7 @@
 
 void cpu_conv2d_set_layout(cpu_conv_layout layout)
 {
-    atomic_store(&cpu_ctx_default()->conv_layout, (int)layout);
+    atomic_store(&cpu_ctx_current()->conv_layout, (int)layout);
 }
 
 /* The sliding-window arithmetic conv2d and pooling share (PyTorch's floor rule), after

@@ -88,8 +88,8 @@ stoke_status cpu_conv2d_backward_mixed(float *dinp, float *dweight, float *dbias
  * forward pass of a convolution with fewer than 4 input channels, which runs faster
  * on plain NCHW (measured with bench/kernels_bench.c: the CNN's first layer). PLAIN
  * and BLOCKED force one choice everywhere, for the benchmark and the tests. The
- * setter sets the default context's choice (nn/cpu/ctx.h: kernels called directly,
- * and models created afterwards); it applies to shapes prepared afterwards. */
+ * setter sets the current context's choice (nn/cpu/ctx.h), for kernels called
+ * directly; it applies to shapes prepared afterwards. */
 typedef enum cpu_conv_layout {
     CPU_CONV_LAYOUT_AUTO = 0,
     CPU_CONV_LAYOUT_PLAIN,

@@ -37,7 +37,7 @@ void cpu_set_threads(int n)
         n = omp_get_num_procs();
     if (n < 1)
         n = 1;
-    atomic_store(&cpu_ctx_default()->threads, n);
+    atomic_store(&cpu_ctx_current()->threads, n);
     openblas_set_num_threads(n);
     omp_set_num_threads(n);
     team_sigstacks(n, 1);
@@ -56,11 +56,11 @@ int cpu_threads_apply(void)
 
 void cpu_linear_set_impl(cpu_linear_impl impl)
 {
-    atomic_store(&cpu_ctx_default()->linear_impl, (int)impl);
+    atomic_store(&cpu_ctx_current()->linear_impl, (int)impl);
 }
 
 /* OpenBLAS keeps one thread count for the process: each BLAS call sets it to its
- * context's (the default context's unset count leaves OpenBLAS's own). */
+ * context's (a thread's own context's unset count leaves OpenBLAS's own). */
 static void blas_threads(void)
 {
     int n = atomic_load(&cpu_ctx_current()->threads);

@@ -9,11 +9,12 @@
 #include "stoke/core.h"
 
 /* Compute threads for every CPU kernel (oneDNN, OpenBLAS and the kernels' own OpenMP
- * loops) run with the default context (nn/cpu/ctx.h), and for the contexts of models
- * created afterwards without a count of their own; n <= 0 means the number of online
- * CPUs. Kernels apply their context's count on whatever thread calls them (OpenMP's
- * thread count is per calling thread), and the primitive cache is keyed by it, so
- * changing it later is safe but builds new primitives. Results are bit-identical for a fixed count.
+ * loops) run with the calling thread's current context (nn/cpu/ctx.h: the one bound,
+ * else the thread's own); n <= 0 means the number of online CPUs. A model's context is
+ * set through its table (set_threads), never through here. Kernels apply their
+ * context's count on whatever thread calls them (OpenMP's thread count is per calling
+ * thread), and the primitive cache is keyed by it, so changing it later is safe but
+ * builds new primitives. Results are bit-identical for a fixed count.
  * Oversubscription is costly: libgomp's threads spin at barriers, so when other
  * runnable threads (loader workers, other processes) leave fewer free cores than n,
  * a descheduled compute thread stalls every parallel region for a time slice.
@@ -43,8 +44,8 @@ typedef enum cpu_linear_impl {
     CPU_LINEAR_BLAS,
 } cpu_linear_impl;
 
-/* Sets the default context's choice (kernels called directly, and models created
- * afterwards). */
+/* Sets the current context's choice (nn/cpu/ctx.h), for the benchmark and the tests
+ * that call kernels directly. */
 void cpu_linear_set_impl(cpu_linear_impl impl);
 
 /* Creates the oneDNN matmul primitives for a (B, C, OC) linear layer (fp32 if bf16 is

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/env.h"
+
 /* oneDNN's levels (dnnl_types.h: each value's bits include those of the levels below
  * it) by the names its ONEDNN_MAX_CPU_ISA takes. */
 static const struct {
@@ -79,9 +81,9 @@ static stoke_status apply_isa_cap(char *err, size_t err_size)
         snprintf(err, err_size, "%s", stoke_last_error());
         return STOKE_ERR_ARG;
     }
-    const char *env = getenv("ONEDNN_MAX_CPU_ISA");
+    const char *env = stoke_env("ONEDNN_MAX_CPU_ISA");
     if (!env || !*env)
-        env = getenv("DNNL_MAX_CPU_ISA");
+        env = stoke_env("DNNL_MAX_CPU_ISA");
     dnnl_cpu_isa_t want = dnnl_util_isa_cap(cap, env);
     if (want == dnnl_cpu_isa_all || dnnl_set_max_cpu_isa(want) == dnnl_success)
         return STOKE_OK;
@@ -95,47 +97,47 @@ static stoke_status apply_isa_cap(char *err, size_t err_size)
     return STOKE_ERR_UNAVAILABLE;
 }
 
-/* One engine for the process: the instruction-set cap it is created under is
- * process-wide in oneDNN (dnnl_set_max_cpu_isa works once, before the first JIT
- * kernel), and a CPU engine holds no other state, so every context's primitives and
- * memory objects are created on it. Streams are per context. */
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-static dnnl_engine_t g_engine;
-static stoke_status g_engine_status = STOKE_OK;
-static char g_engine_error[512];
+/* The instruction-set cap is oneDNN's, for the whole process (dnnl_set_max_cpu_isa
+ * works once, before the first JIT kernel), so it is applied once, before any
+ * context's first engine; the engines themselves, like the streams, are the contexts'
+ * own. */
+static pthread_once_t cap_once = PTHREAD_ONCE_INIT;
+static stoke_status g_cap_status = STOKE_OK;
+static char g_cap_error[512];
 
-static void engine_init(void)
+static void cap_init(void) { g_cap_status = apply_isa_cap(g_cap_error, sizeof g_cap_error); }
+
+static stoke_status cap_applied(void)
 {
-    g_engine_status = apply_isa_cap(g_engine_error, sizeof g_engine_error);
-    if (g_engine_status != STOKE_OK)
-        return;
-    dnnl_status_t st = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
-    if (st != dnnl_success) {
-        g_engine_status = STOKE_ERR_UNAVAILABLE;
-        snprintf(g_engine_error, sizeof g_engine_error, "oneDNN: cannot create the CPU engine: %s",
-                 dnnl_status2str(st));
-    }
+    pthread_once(&cap_once, cap_init);
+    if (g_cap_status != STOKE_OK)
+        return stoke_fail(g_cap_status, "%s", g_cap_error);
+    return STOKE_OK;
 }
 
 stoke_status dnnl_util_engine(dnnl_engine_t *engine, dnnl_stream_t *stream)
 {
-    pthread_once(&engine_once, engine_init);
-    if (g_engine_status != STOKE_OK)
-        return stoke_fail(g_engine_status, "%s", g_engine_error);
-    if (engine)
-        *engine = g_engine;
-    if (stream) {
-        cpu_ctx *c = cpu_ctx_current();
-        pthread_mutex_lock(&c->lock);
-        dnnl_status_t st = dnnl_success;
-        if (!c->stream)
-            st = dnnl_stream_create(&c->stream, g_engine, dnnl_stream_default_flags);
-        *stream = c->stream;
-        pthread_mutex_unlock(&c->lock);
-        if (st != dnnl_success)
-            return stoke_fail(STOKE_ERR_UNAVAILABLE, "oneDNN: cannot create a stream: %s",
-                              dnnl_status2str(st));
+    stoke_status cap = cap_applied();
+    if (cap != STOKE_OK)
+        return cap;
+    cpu_ctx *c = cpu_ctx_current();
+    pthread_mutex_lock(&c->dev);
+    dnnl_status_t st = dnnl_success;
+    const char *what = "the CPU engine";
+    if (!c->engine)
+        st = dnnl_engine_create(&c->engine, dnnl_cpu, 0);
+    if (st == dnnl_success && stream && !c->stream) {
+        what = "a stream";
+        st = dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags);
     }
+    if (engine)
+        *engine = c->engine;
+    if (stream)
+        *stream = c->stream;
+    pthread_mutex_unlock(&c->dev);
+    if (st != dnnl_success)
+        return stoke_fail(STOKE_ERR_UNAVAILABLE, "oneDNN: cannot create %s: %s", what,
+                          dnnl_status2str(st));
     return STOKE_OK;
 }
 
@@ -393,11 +395,8 @@ void dnnl_util_arg_destroy(dnnl_util_arg *a)
 static int g_bf16_kernels;
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
 
-static int pd_ok(const void *desc)
+static int pd_ok(dnnl_engine_t eng, const void *desc)
 {
-    dnnl_engine_t eng = NULL;
-    if (dnnl_util_engine(&eng, NULL) != STOKE_OK)
-        return 0;
     dnnl_primitive_desc_t pd = NULL;
     if (dnnl_primitive_desc_create(&pd, desc, NULL, eng, NULL) != dnnl_success)
         return 0;
@@ -405,8 +404,12 @@ static int pd_ok(const void *desc)
     return 1;
 }
 
+/* On an engine of its own: the answer is the machine's (and the cap's), no context's. */
 static void bf16_probe(void)
 {
+    dnnl_engine_t eng = NULL;
+    if (cap_applied() != STOKE_OK || dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success)
+        return;
     dnnl_memory_desc_t a, b, c, src, wei, dst;
     dnnl_dims_t d2 = {16, 16}, s4 = {1, 16, 8, 8}, w4 = {16, 16, 3, 3};
     dnnl_dims_t one = {1, 1}, pad = {1, 1};
@@ -416,13 +419,14 @@ static void bf16_probe(void)
         dnnl_memory_desc_init_by_tag(&a, 2, d2, dnnl_bf16, dnnl_ab) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&b, 2, d2, dnnl_bf16, dnnl_ab) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&c, 2, d2, dnnl_f32, dnnl_ab) == dnnl_success &&
-        dnnl_matmul_desc_init(&mm, &a, &b, NULL, &c) == dnnl_success && pd_ok(&mm) &&
+        dnnl_matmul_desc_init(&mm, &a, &b, NULL, &c) == dnnl_success && pd_ok(eng, &mm) &&
         dnnl_memory_desc_init_by_tag(&src, 4, s4, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&wei, 4, w4, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&dst, 4, s4, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
         dnnl_convolution_forward_desc_init(&conv, dnnl_forward_training, dnnl_convolution_direct,
                                            &src, &wei, NULL, &dst, one, pad, pad) == dnnl_success &&
-        pd_ok(&conv);
+        pd_ok(eng, &conv);
+    dnnl_engine_destroy(eng);
 }
 
 int dnnl_util_bf16_kernels(void)

@@ -13,8 +13,8 @@
 /* Workspace regions are cut at this alignment (AVX-512 lines). */
 #define DNNL_UTIL_ALIGN 64
 
-/* The process-wide CPU engine (created on first use) and the calling thread's context's
- * in-order stream (created on the context's first use; cpu_ctx_current), after
+/* The calling thread's context's CPU engine and in-order stream (cpu_ctx_current;
+ * created on the context's first use), after
  * oneDNN's instruction set is capped (dnnl_set_max_cpu_isa) at the lower of
  * STOKE_MAX_CPU_ISA and the user's own ONEDNN_MAX_CPU_ISA. Every oneDNN call that may
  * generate code (a primitive descriptor, dnnl_sgemm) must come after this one.
@@ -41,8 +41,8 @@ stoke_status dnnl_util_check(dnnl_status_t st, const char *what);
 /* Finds the value stored under the key bytes in the calling thread's context's cache
  * (callers memset their key structs, so padding compares equal), or calls
  * create(key, &value) once and stores it. The value lives until the context is freed,
- * which calls destroy(value) (may be NULL); the default context's live until the
- * process ends. Thread-safe; creation happens under the context's lock, so it is
+ * which calls destroy(value) (may be NULL); a thread's own context's live until the
+ * thread ends. Thread-safe; creation happens under the context's lock, so it is
  * serialized (it is meant for planning time, not the hot path). */
 stoke_status dnnl_util_cache_get(const void *key, size_t key_size,
                                  stoke_status (*create)(const void *key, void **value),

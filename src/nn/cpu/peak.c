@@ -104,7 +104,7 @@ stoke_status stoke_nn_cpu_matmul_rate(stoke_precision p, int threads, stoke_nn_m
     cpu_ctx *c = cpu_ctx_new(threads);
     if (!c)
         return STOKE_ERR_NOMEM;
-    /* oneDNN's matmul whatever the default context says: it is what training runs */
+    /* oneDNN's matmul whatever a context would choose: it is what training runs */
     atomic_store(&c->linear_impl, CPU_LINEAR_DNNL);
     int n = square_size(cpu_ctx_threads(c));
     size_t elems = (size_t)n * n, esize = bf16 ? 2 : 4;

@@ -1,5 +1,5 @@
 /* conv_block.c - the CUDA backend's fused conv2d -> relu -> max_pool2d chain, where
- * the CPU backend fuses it (src/nn/cpu_backend.c's conv_block: a non-overlapping,
+ * the CPU backend fuses it (src/nn/cpu/op_matmul.c's conv block: a non-overlapping,
  * unpadded max-pool after a ReLU after a convolution). Forward: the convolution, its
  * bias and the ReLU in one cudnnConvolutionBiasActivationForward (conv.c), then
  * cudnnPoolingForward; backward: cudnnPoolingBackward into the workspace, the ReLU's

@@ -1,5 +1,5 @@
 /* k_seq.h - kernel bodies (kern.h) of the CUDA backend's sequence ops, as the CPU
- * backend's (src/nn/cpu_backend.c, src/nn/cpu/eltwise.c) compute them: slice,
+ * backend's (src/nn/cpu/op_seq.c, src/nn/cpu/eltwise.c) compute them: slice,
  * embedding, learned positions, the mean over a sequence, patchify. Where a gradient
  * sums over the batch, one index owns an output element and loops over the samples in
  * order, so the sum needs no atomics and its order is the CPU's. */
