@@ -23,6 +23,12 @@ typedef struct stoke_dl_sym {
     int optional;  /* a missing one leaves NULL there */
 } stoke_dl_sym;
 
+/* One row of a table: the function(s) `names` into field `field` of struct `type`. */
+#define STOKE_DL_SYM(type, names, field, optional) \
+    {                                              \
+        names, offsetof(type, field), optional     \
+    }
+
 /* How a library that does not load is reported. The words are the ones users, docs and
  * tests already know for each library, so they are the descriptor's choice. */
 typedef enum stoke_dl_words {

@@ -9,10 +9,7 @@
 #include "core/env.h"
 #include "hw/gpu_impl.h"
 
-#define SYM(name, field, optional)                    \
-    {                                                 \
-        name, offsetof(stoke_cudart, field), optional \
-    }
+#define SYM(name, field, optional) STOKE_DL_SYM(stoke_cudart, name, field, optional)
 /* Only the probe's two are required; the rest are checked by the API that needs them
  * (stoke_cudart_check_device_api, ..._compute_api, ..._graph_api). */
 static const stoke_dl_sym syms[] = {

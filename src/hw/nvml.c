@@ -10,10 +10,7 @@
 #include "hw/gpu_impl.h"
 
 /* Newest version first (core/dl.h); only the four that opening needs are required. */
-#define SYM(names, field, optional)                  \
-    {                                                \
-        names, offsetof(stoke_nvml, field), optional \
-    }
+#define SYM(names, field, optional) STOKE_DL_SYM(stoke_nvml, names, field, optional)
 static const stoke_dl_sym syms[] = {
     SYM("nvmlInit_v2 nvmlInit", init, 0),
     SYM("nvmlShutdown", shutdown, 0),

@@ -12,10 +12,7 @@
 static const char *const names[] = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
                                     "/usr/lib/x86_64-linux-gnu/libcudnn.so.9", NULL};
 
-#define SYM(name, field)                   \
-    {                                      \
-        name, offsetof(nn_cudnn, field), 0 \
-    }
+#define SYM(name, field) STOKE_DL_SYM(nn_cudnn, name, field, 0)
 static const nn_dl_sym syms[] = {
     SYM("cudnnGetVersion", get_version),
     SYM("cudnnGetErrorString", error_string),
