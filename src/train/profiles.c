@@ -210,7 +210,7 @@ static stoke_status parse_field(const ctx *c, const char *key, const yaml_node_t
     if (!strcmp(key, "match"))
         return parse_match(c, v, p);
     if (!strcmp(key, "batch")) {
-        s = get_int(c, v, "batch", 1, 1L << 24, &x);
+        s = get_int(c, v, "batch", 1, STOKE_MAX_BATCH, &x);
         p->batch = x;
         return s;
     }
