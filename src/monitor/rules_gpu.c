@@ -1,5 +1,5 @@
-/* rules_gpu.c - the rules of the GPU side: memory unused or nearly full, clocks held down
- * by power or heat, and a GPU left idle. */
+/* rules_gpu.c - the rules of the GPU side: its memory unused or nearly full (system RAM
+ * too, the same risk), its clocks held down by power or heat, and a GPU left idle. */
 #include "monitor/rules_impl.h"
 
 #include <math.h>
