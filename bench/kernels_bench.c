@@ -404,7 +404,7 @@ static void bench_block(cpu_conv2d_shape s, int first, const char *label)
 
 /* ---- a whole training step, op by op ----
  * The reference CNN (batch 128) and the MLP 784-512-512-10 (batch 256) in fp32, each
- * op through the kernel the executor calls for it (src/nn/cpu_backend.c, with its
+ * op through the kernel the executor calls for it (src/nn/cpu/op_*.c, with its
  * fusions: conv+ReLU+pool blocks, linear+ReLU), in the executor's order: forward,
  * loss, the activation gradients zeroed, backward, SGD (momentum 0.9, zeroing the
  * gradient as it goes). Each op's wall and CPU time per step, median of the timed
@@ -446,7 +446,7 @@ static void check(stoke_status st, const char *what)
     }
 }
 
-/* The executor's zeroing of the activation gradients (cpu_zero in cpu_backend.c):
+/* The executor's zeroing of the activation gradients (cpu_be_zero in src/nn/cpu/memory.c):
  * 64 KB pieces over the threads above 1 MB. */
 static void zero_par(void *p, size_t bytes)
 {

@@ -1,6 +1,9 @@
 /* trainer.h - the trainer's state, shared by the files that each do one of its jobs:
- *   setup.c    stoke_trainer_new: checkpoint, machine, data, model, decisions, loaders
+ *   setup.c    stoke_trainer_new: the order of the steps the files below do
  *   data.c     the datasets: opened, held in memory, their statistics
+ *   build.c    the model for the data; decision.c the tuner's decision, applied;
+ *   batch.c    the batch rule's facts and result; plan.c the models' plans;
+ *   allocate.c the models on the device; pipeline.c the loaders and the monitor
  *   loop.c     stoke_trainer_run: step, epoch_end, evaluate
  *   meta.c     the checkpoint's metadata (one table) and stoke_trainer_save
  *   resume.c   the checkpoint's config against the one given with --resume
