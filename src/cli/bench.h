@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 #include "stoke/hw.h"
-#include "stoke/tune.h" /* stoke_why: a detail holds its reason */
+#include "stoke/monitor.h" /* stoke_finding: the robustness run's diagnosis in numbers */
+#include "stoke/tune.h"    /* stoke_why: a detail holds its reason */
 
 #define BENCH_SETTINGS 10
 #define BENCH_WARNINGS 8
@@ -55,6 +56,7 @@ typedef struct bench_robust {
     char verdict[160];  /* what bench concluded */
     char evidence[1000];
     char advice[1000];
+    stoke_finding finding; /* that finding's numbers (rule NULL when none) */
 } bench_robust;
 
 typedef struct bench_report {

@@ -109,6 +109,8 @@ static void on_event(const stoke_train_event *e, void *ctx)
         snprintf(r->rule, sizeof r->rule, "%s", e->rule->id);
         snprintf(r->evidence, sizeof r->evidence, "%s", e->evidence ? e->evidence : "");
         snprintf(r->advice, sizeof r->advice, "%s", e->advice ? e->advice : "");
+        if (e->finding)
+            r->finding = *e->finding; /* its names and units are static strings */
         /* read from the finding's changes, not its text; worded for stoke's own flags */
         const stoke_finding_change *w =
             e->finding ? stoke_finding_change_of(e->finding, "workers") : NULL;

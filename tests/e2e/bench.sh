@@ -94,7 +94,7 @@ num(o["speedup"])
 r = o["robustness"]
 assert r["ran"] is True and r["passed"] is True, r
 assert set(r) == {"ran", "delay_us", "limit", "workers", "data_wait_pct", "passed", "verdict",
-                  "rule", "evidence", "advice"}, sorted(r)
+                  "rule", "evidence", "advice", "figures", "changes"}, sorted(r)
 for k in ("delay_us", "limit", "workers", "data_wait_pct"):
     num(r[k])
 assert r["delay_us"] > 0
@@ -102,6 +102,13 @@ assert r["rule"] in ("data-wait", "input-bound-thread", "input-bound-cpu"), r["r
 assert r["verdict"].startswith("input-bound"), r["verdict"]
 assert "--workers" in r["advice"] or "per-sample work cheaper" in r["advice"], r["advice"]
 assert "num_workers" not in r["advice"]
+# the same advice as numbers: more workers than the run had, or cheaper per-sample work
+ch = {c["setting"]: c for c in r["changes"]}
+assert ("workers" in ch and ch["workers"]["direction"] == 1 and
+        (ch["workers"]["suggested"] is None or ch["workers"]["suggested"] > r["workers"])) \
+    or "per_sample_work" in ch, r["changes"]
+assert all(isinstance(v["value"], (int, float)) or v["value"] is None for v in r["figures"].values())
+assert r["figures"], r
 PY
 
 # --- --no-robustness says so in both forms
