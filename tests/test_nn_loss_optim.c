@@ -566,12 +566,15 @@ static void test_sgd_threaded(void)
  * the bad value in the last, partial block. */
 static void test_backend_passes(void)
 {
-    const nn_backend *be = nn_cpu_backend();
+    nn_backend *be = NULL; /* two threads of its own: the threaded passes */
+    CHECK_INT_EQ(nn_cpu_backend_new(2, &be), STOKE_OK);
     const size_t n = 300000;
     float *x = malloc(n * sizeof *x);
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
-    if (!x || !a || !b) {
+    if (!be || !x || !a || !b) {
         CHECK(0);
+        nn_backend_free(be);
+        free(x), free(a), free(b);
         return;
     }
     fill(x, n, -3, 3);
@@ -599,6 +602,7 @@ static void test_backend_passes(void)
         nonzero += x[i] != 0;
     CHECK_MSG(nonzero == 0, "%zu values not zeroed", nonzero);
     free(x), free(a), free(b);
+    nn_backend_free(be);
 }
 
 /* ---- the optimizer step as training runs it (stoke_model_step) ----------------------- */

@@ -72,8 +72,8 @@ typedef struct nn_fused_impl {
 typedef struct nn_backend {
     const char *name; /* "cpu" */
     /* Passed to every entry: what this instance runs with (the CPU's: compute threads,
-     * implementation choices, oneDNN engine, stream and primitive cache). NULL in the
-     * shared table of nn_cpu_backend: the calling thread's own context. */
+     * implementation choices, oneDNN engine, stream and primitive cache); every model
+     * and every plan has its own. */
     void *ctx;
     nn_op_impl ops[STOKE_NN_OP_COUNT];
     /* Whether the op runs natively at this precision (its matmul/conv takes bf16 or
@@ -175,11 +175,6 @@ typedef struct nn_backend {
     /* Releases a context of this backend (nn_backend_free calls it). */
     void (*ctx_free)(void *ctx);
 } nn_backend;
-
-/* The CPU backend's shared table (src/nn/cpu/table.c), with no context: its entries
- * run with the calling thread's own (nn/cpu/ctx.h), for planning a model that has no
- * thread count of its own. Never NULL. */
-const nn_backend *nn_cpu_backend(void);
 
 /* A CPU backend instance with a context of its own: `threads` compute threads (<= 0:
  * the machine's, cpu_machine_threads) and the automatic implementation choices.

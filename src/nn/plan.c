@@ -453,26 +453,21 @@ void nn_plan_fill(const layout *L, const stoke_graph *g, const stoke_model_opts 
     p->opts.max_batch = L->batch;
 }
 
-/* The backend a model with these options runs on: a new instance (*own, to free)
- * for a device or a thread count of its own, else the CPU's shared table. */
+/* The backend a model with these options runs on: always an instance of its own
+ * (*own, to free), so that no two models or plans share a context (threads, engine,
+ * primitive cache); a CPU model with no thread count gets the machine's. */
 static stoke_status backend_for(const stoke_model_opts *o, const nn_backend **be, nn_backend **own)
 {
-    *own = NULL;
-    *be = nn_cpu_backend();
-    if (!o->cuda && o->threads <= 0)
-        return STOKE_OK;
     stoke_status st = o->cuda ? nn_cuda_backend_new(o->cuda_device, o->tf32, own)
                               : nn_cpu_backend_new(o->threads, own);
-    if (st == STOKE_OK)
-        *be = *own;
+    *be = *own;
     return st;
 }
 
 stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o, stoke_mem_plan *out)
 {
-    /* A device or a thread count of its own is planned in a context of its own (the
-     * libraries' scratch depends on them); otherwise in the shared one, whose
-     * primitives stay cached for the next plan. */
+    /* Planned in a context of its own, as the model will run (the libraries' scratch
+     * depends on the device and the threads). */
     const nn_backend *be;
     nn_backend *own;
     stoke_status st = backend_for(o, &be, &own);

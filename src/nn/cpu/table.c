@@ -42,15 +42,9 @@ static int cpu_threads(void *ctx)
     return cpu_ctx_threads(cpu_ctx_current());
 }
 
-/* No context (the shared table's): the calling thread's own, which also sets OpenBLAS's
- * and the thread's OpenMP count as a kernel called directly would; a model's: its own
- * count, applied by its kernels as they run. */
+/* A model's own count, applied by its kernels as they run. */
 static void cpu_set_threads_(void *ctx, int n)
 {
-    if (!ctx) {
-        cpu_set_threads(n);
-        return;
-    }
     if (n <= 0)
         n = omp_get_num_procs();
     atomic_store(&((cpu_ctx *)ctx)->threads, n < 1 ? 1 : n);
@@ -118,8 +112,6 @@ static const nn_backend cpu_backend = {
     .set_threads = cpu_set_threads_,
     .ctx_free = cpu_ctx_free_,
 };
-
-const nn_backend *nn_cpu_backend(void) { return &cpu_backend; }
 
 /* No context: what oneDNN implements on this machine under its ISA caps. */
 bool stoke_nn_precision_native(stoke_precision p)
