@@ -52,9 +52,8 @@ static void cpu_set_threads_(void *ctx, int n)
 
 static void cpu_ctx_free_(void *ctx) { cpu_ctx_free(ctx); }
 
-/* The table with no context: its entries run with the calling thread's own
- * (nn/cpu/ctx.h). Each entry binds its context to the calling thread while it runs,
- * for the kernels. */
+/* The table every instance copies (nn_cpu_backend_new gives it its context). Each
+ * entry binds its context to the calling thread while it runs, for the kernels. */
 static const nn_backend cpu_backend = {
     .name = "cpu",
     .ctx = NULL,
