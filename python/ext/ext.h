@@ -40,7 +40,7 @@ int stokepy_wrong_type(const char *what, const char *expected, PyObject *o);
 /* The module's parts, each called once by the module's init; -1 with an exception set
  * on failure. */
 int stokepy_add_errors(PyObject *m);
-int stokepy_add_data(PyObject *m);    /* loader.c: LoaderCore, Array, sampler, tuner */
+int stokepy_add_data(PyObject *m);    /* loader.c: LoaderCore, Array, sampler, tuner (loader.h) */
 int stokepy_add_dataset(PyObject *m); /* dataset.c: Dataset (called by stokepy_add_data) */
 int stokepy_add_monitor(PyObject *m); /* monitor.c: Monitor */
 int stokepy_add_probe(PyObject *m);   /* probe.c: probe(), recommend() */
