@@ -203,9 +203,12 @@ fi
 # the run at once (as documented), yet leaves no temporary file and the previous
 # checkpoint as it was. PAUSING (tests/stoke_seams.c, docs/testing.md) holds the writer
 # after each chunk until a signal comes, so both signals land mid-write, in order.
-wait_for_content() { # wait_for_content FILE TEXT: polls up to 60 s
+wait_for_content() { # wait_for_content FILE TEXT [SECONDS]: polls up to SECONDS (60)
     i=0
-    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt $((${3:-60} * 20)) ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
     [ "$(cat "$1" 2>/dev/null)" = "$2" ]
 }
 ck=$work/twice.safetensors
@@ -216,7 +219,8 @@ rm -f "$work/paused"
 WRITE_PAUSE_FILE="$work/paused" "$pausing" train --limit 256 --val-limit 100 --epochs 1000 \
     --checkpoint "$ck" --no-monitor >"$out" 2>&1 &
 pid=$!
-wait_for_content "$work/paused" 1 || fail "second SIGINT: the checkpoint writer never paused"
+# the run's setup (its trials) comes first: on a loaded machine that can take minutes
+wait_for_content "$work/paused" 1 300 || fail "second SIGINT: the checkpoint writer never paused"
 kill -INT $pid
 wait_for_content "$work/paused" 2 || fail "second SIGINT: the write stopped after the first SIGINT"
 kill -INT $pid
