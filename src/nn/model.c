@@ -60,12 +60,8 @@ stoke_status stoke_model_new(const stoke_graph *g, const stoke_model_opts *o, st
     stoke_model *m = calloc(1, sizeof *m);
     if (!m)
         return stoke_fail(STOKE_ERR_NOMEM, "%s: out of memory", g->name);
-    stoke_status st = o->cuda ? nn_cuda_backend_new(o->cuda_device, o->tf32, &m->own)
-                              : nn_cpu_backend_new(o->threads, &m->own);
-    if (st == STOKE_OK)
-        st = nn_check_opts(g, o, m->own);
+    stoke_status st = nn_backend_for(g, o, &m->own);
     if (st != STOKE_OK) {
-        nn_backend_free(m->own);
         free(m);
         return st;
     }

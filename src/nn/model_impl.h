@@ -134,6 +134,9 @@ void nn_layout_free(layout *L);
 stoke_status nn_check_opts(const stoke_graph *g, const stoke_model_opts *o, const nn_backend *be);
 /* The optimizer options with PyTorch's AdamW defaults filled in for zeros. */
 stoke_model_opts nn_fill_defaults(const stoke_model_opts *o);
+/* plan.c: the backend instance a model or a plan with these options runs on (every one
+ * has its own context), its options checked against it; *out NULL on failure. */
+stoke_status nn_backend_for(const stoke_graph *g, const stoke_model_opts *o, nn_backend **out);
 /* The batches a layout is planned for (b[0], and b[1] if the epoch's last differs);
  * returns how many. */
 int nn_planned(const layout *L, int64_t b[2]);

@@ -453,14 +453,16 @@ void nn_plan_fill(const layout *L, const stoke_graph *g, const stoke_model_opts 
     p->opts.max_batch = L->batch;
 }
 
-/* The backend a model with these options runs on: always an instance of its own
- * (*own, to free), so that no two models or plans share a context (threads, engine,
- * primitive cache); a CPU model with no thread count gets the machine's. */
-static stoke_status backend_for(const stoke_model_opts *o, const nn_backend **be, nn_backend **own)
+stoke_status nn_backend_for(const stoke_graph *g, const stoke_model_opts *o, nn_backend **out)
 {
-    stoke_status st = o->cuda ? nn_cuda_backend_new(o->cuda_device, o->tf32, own)
-                              : nn_cpu_backend_new(o->threads, own);
-    *be = *own;
+    stoke_status st = o->cuda ? nn_cuda_backend_new(o->cuda_device, o->tf32, out)
+                              : nn_cpu_backend_new(o->threads, out);
+    if (st == STOKE_OK)
+        st = nn_check_opts(g, o, *out);
+    if (st != STOKE_OK) {
+        nn_backend_free(*out);
+        *out = NULL;
+    }
     return st;
 }
 
@@ -468,22 +470,17 @@ stoke_status stoke_graph_plan(const stoke_graph *g, const stoke_model_opts *o, s
 {
     /* Planned in a context of its own, as the model will run (the libraries' scratch
      * depends on the device and the threads). */
-    const nn_backend *be;
-    nn_backend *own;
-    stoke_status st = backend_for(o, &be, &own);
-    if (st == STOKE_OK)
-        st = nn_check_opts(g, o, be);
-    if (st != STOKE_OK) {
-        nn_backend_free(own);
+    nn_backend *be;
+    stoke_status st = nn_backend_for(g, o, &be);
+    if (st != STOKE_OK)
         return st;
-    }
     stoke_model_opts f = nn_fill_defaults(o);
     layout L;
     st = nn_layout_build(g, &f, be, &L);
     if (st == STOKE_OK)
         nn_plan_fill(&L, g, &f, out);
     nn_layout_free(&L);
-    nn_backend_free(own);
+    nn_backend_free(be);
     return st;
 }
 
