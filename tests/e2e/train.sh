@@ -216,7 +216,11 @@ ck=$work/twice.safetensors
     fail "train for the second-SIGINT case"
 cp "$ck" "$work/twice.before"
 rm -f "$work/paused"
-WRITE_PAUSE_FILE="$work/paused" "$pausing" train --limit 256 --val-limit 100 --epochs 1000 \
+# No cache directory for this run: the hook pauses every finished file, and the MFU
+# peak or the tuning cache, written when a busy machine left them unmeasured, would
+# take the pause meant for the checkpoint.
+env -u STOKE_CACHE_DIR -u XDG_CACHE_HOME -u HOME WRITE_PAUSE_FILE="$work/paused" \
+    "$pausing" train --limit 256 --val-limit 100 --epochs 1000 \
     --checkpoint "$ck" --no-monitor >"$out" 2>&1 &
 pid=$!
 # the run's setup (its trials) comes first: on a loaded machine that can take minutes
