@@ -1,22 +1,86 @@
-/* dist_impl.h - what a transport (MPI, NCCL: none built yet) provides to the reducer
- * of dist.c: the world and an in-place mean over it. Internal to src/dist. */
+/* dist_impl.h - what a world is made of, internal to src/dist (and to the tests that
+ * build a world of threads): the host's collectives (MPI's between processes, the one
+ * process's, or a test's) and the gradients' transport (MPI's non-blocking all-reduce
+ * on the CPU, NCCL's on a GPU's stream), which dist.c's reducer drives. */
 #ifndef STOKE_DIST_IMPL_H
 #define STOKE_DIST_IMPL_H
 
 #include "stoke/dist.h"
 
-struct stoke_dist {
-    int world, rank;
-    /* buf[0..n) replaced by its mean over the world's ranks, queued on `stream` (the
-     * model's cudaStream_t, NULL on the CPU, where it is done on return): NCCL's
-     * ncclAllReduce with ncclAvg on that stream is capturable into the backward's
-     * graph; MPI_Allreduce on the CPU returns done. */
-    stoke_status (*allreduce_mean)(stoke_dist *d, float *buf, size_t n, void *stream);
-    /* Before the step: everything queued complete or ordered ahead of it. NULL: the
-     * stream orders it already. */
+/* The host's collectives over the world, blocking, on host memory. Errors are
+ * recorded (stoke_fail) with what failed, naming the rank where it is known. */
+typedef struct dist_host {
+    const char *name; /* "local", "mpi", a test's */
+    /* v[0..n) replaced by its sum (op 0), min (op 1) or max (op 2) over the ranks */
+    stoke_status (*allreduce_f64)(stoke_dist *d, double *v, int n, int op);
+    stoke_status (*allreduce_f32)(stoke_dist *d, float *v, size_t n); /* sum, in place */
+    stoke_status (*bcast)(stoke_dist *d, void *buf, size_t bytes, int root);
+    /* mine[0..bytes) of every rank into all[rank * bytes ...] on every rank */
+    stoke_status (*allgather)(stoke_dist *d, const void *mine, size_t bytes, void *all);
+    void (*free)(stoke_dist *d); /* the host state (MPI_Finalize); NULL: none */
+} dist_host;
+
+/* The gradients' transport: the in-place mean of each bucket's staging buffer over
+ * the world. */
+typedef struct dist_grads {
+    const char *name; /* "local", "mpi", "nccl" */
+    /* The mean is queued on the model's stream (NCCL): the bucket is copied back at
+     * once, behind it on the stream, and wait only orders the step after it. False:
+     * the host completes it (MPI), the copies back happen after wait. */
+    bool stream_ordered;
+    /* Once per model, with the staging buffers' count: what the transport keeps per
+     * bucket (MPI's requests). NULL: nothing. */
+    stoke_status (*prepare)(stoke_dist *d, int buckets);
+    /* Starts bucket k's mean of buf[0..n) floats (stream: the model's, NULL on the CPU). */
+    stoke_status (*start)(stoke_dist *d, int k, float *buf, size_t n, void *stream);
+    /* Lets started reductions progress between buckets (MPI progresses only inside its
+     * calls). NULL: they progress by themselves. */
+    void (*poll)(stoke_dist *d);
+    /* Every started reduction complete (or, stream_ordered, ordered ahead of what is
+     * queued next on stream). */
     stoke_status (*wait)(stoke_dist *d, void *stream);
-    void (*transport_free)(stoke_dist *d); /* NULL: nothing of its own */
-    void *staging; /* the model's memory, the largest bucket's bytes (dist.c) */
+    void (*release)(stoke_dist *d); /* what prepare made; NULL: nothing */
+    void (*free)(stoke_dist *d);    /* the transport's state; NULL: none */
+} dist_grads;
+
+/* One staging buffer per bucket: non-blocking reductions of several buckets are in
+ * flight together, each in its own buffer (as DDP's flat bucket storage). */
+typedef struct dist_stage {
+    float *buf;
+    size_t n;
+    bool started;
+} dist_stage;
+
+struct stoke_dist {
+    int world, rank;             /* this process among all */
+    int local_world, local_rank; /* among those on its machine */
+    char host_name[64];
+    const dist_host *host;
+    void *host_state;
+    const dist_grads *grads;
+    void *grads_state;
+    /* the reducer's (dist.c) */
+    dist_stage *stage;
+    int nstage;
+    const stoke_grad_bucket *buckets; /* the model's, as prepare was given them */
+    bool sync; /* reduce this backward's buckets (false: a micro-batch that accumulates) */
+    stoke_dist_stats stats;
 };
+
+/* The world of the host collectives h (its state `state`), the gradients through
+ * MPI-like host completion when grads is NULL: a world of size 1 gets local.c's, a
+ * larger one must give its own. STOKE_ERR_NOMEM. Used by local.c, mpi.c and tests. */
+stoke_status dist_new(int world, int rank, const dist_host *h, void *state, const dist_grads *g,
+                      stoke_dist **out);
+
+/* mpi.c: MPI's world (MPI_Init_thread), or STOKE_ERR_UNAVAILABLE in a build without
+ * MPI, saying so. */
+stoke_status dist_mpi_init(stoke_dist **out);
+
+/* nccl.c: replaces d's gradient transport with NCCL on CUDA device `device`, its
+ * communicator made from a unique id that rank 0 draws and broadcasts through d's host
+ * collectives. STOKE_ERR_UNAVAILABLE (no libnccl, or no CUDA runtime) naming what is
+ * missing. */
+stoke_status dist_use_nccl(stoke_dist *d, int device);
 
 #endif
