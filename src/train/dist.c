@@ -13,6 +13,8 @@
 
 /* Repetitions of the unhidden all-reduce measured at the start (its median). */
 #define CALIBRATE_REPS 5
+#define BUCKET_MIN     ((size_t)256 << 10)
+#define BUCKET_MAX     ((size_t)25 << 20)
 
 bool train_dist_on(const stoke_trainer *t)
 {
@@ -111,6 +113,10 @@ stoke_status train_dist_attach(stoke_trainer *t)
     if (t->device != STOKE_TUNE_CPU)
         s = stoke_dist_use_device(t->world, t->device);
     stoke_grad_reducer r = stoke_dist_reducer(t->world);
+    /* about four buckets, within [256 KiB, DDP's 25 MiB]: a small model's gradients in
+     * one bucket could only start once backward is over, with nothing left to hide it */
+    size_t quarter = grad_floats(t) * sizeof(float) / 4;
+    r.bucket_bytes = quarter < BUCKET_MIN ? BUCKET_MIN : quarter > BUCKET_MAX ? BUCKET_MAX : quarter;
     if (s == STOKE_OK)
         s = stoke_model_set_reducer(t->model, &r);
     if (s == STOKE_OK) /* replicas start equal, resumed or not */
