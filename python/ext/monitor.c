@@ -421,6 +421,15 @@ static PyObject *pipeline_dict(const stoke_mon_pipeline *p)
     return d;
 }
 
+/* Appends o (a new reference, NULL after a failure) to *l and drops it; on failure *l
+ * is released and set to NULL, which ends the caller's loop. */
+static void list_take(PyObject **l, PyObject *o)
+{
+    if (!o || PyList_Append(*l, o) < 0)
+        Py_CLEAR(*l);
+    Py_XDECREF(o);
+}
+
 /* The ranks of the watched tree: [{rank, pid, metrics: {cpu_pct, rss}}]. */
 static PyObject *rank_procs_list(const stoke_mon_summary *s)
 {
@@ -433,14 +442,10 @@ static PyObject *rank_procs_list(const stoke_mon_summary *s)
             rc = stokepy_put(m, "cpu_pct", stats_dict(&u->cpu_pct, "% of a core"));
         if (rc == 0 && u->rss_bytes.n)
             rc = stokepy_put(m, "rss", stats_dict(&u->rss_bytes, "bytes"));
-        PyObject *o =
-            rc == 0 ? Py_BuildValue("{s:i,s:i,s:O}", "rank", u->rank, "pid", u->pid, "metrics", m)
-                    : NULL;
-        rc = o ? PyList_Append(l, o) : -1;
-        Py_XDECREF(o);
+        list_take(&l, rc == 0 ? Py_BuildValue("{s:i,s:i,s:O}", "rank", u->rank, "pid", u->pid,
+                                              "metrics", m)
+                              : NULL);
         Py_XDECREF(m);
-        if (rc < 0)
-            Py_CLEAR(l);
     }
     return l;
 }
@@ -452,15 +457,14 @@ static PyObject *ranks_list(const stoke_mon_summary *s)
     PyObject *l = PyList_New(0);
     for (int k = 0; l && k < s->nranks && k < STOKE_MON_MAX_RANKS; k++) {
         const stoke_mon_rank *x = &s->ranks[k];
+        /* the trainer's words, not checked: bad bytes are replaced rather than raised */
+        PyObject *host =
+            PyUnicode_DecodeUTF8(x->host, (Py_ssize_t)strnlen(x->host, sizeof x->host), "replace");
         PyObject *o =
-            Py_BuildValue("{s:i,s:s#,s:L,s:d,s:d,s:d,s:d}", "rank", x->rank, "host", x->host,
-                          (Py_ssize_t)strnlen(x->host, sizeof x->host), "steps",
+            Py_BuildValue("{s:i,s:N,s:L,s:d,s:d,s:d,s:d}", "rank", x->rank, "host", host, "steps",
                           (long long)x->steps, "step_s", x->step_s, "input_wait_s", x->input_wait_s,
                           "compute_s", x->compute_s, "reduce_wait_s", x->reduce_wait_s);
-        int rc = o ? PyList_Append(l, o) : -1;
-        Py_XDECREF(o);
-        if (rc < 0)
-            Py_CLEAR(l);
+        list_take(&l, o);
     }
     return l;
 }
@@ -581,10 +585,7 @@ static PyObject *changes_list(const stoke_finding *f)
             Py_BuildValue("{s:s,s:s,s:N,s:N,s:i,s:z}", "setting", c->setting, "unit", c->unit,
                           "current", number_or_none(c->current), "suggested",
                           number_or_none(c->suggested), "direction", c->direction, "to", c->to);
-        int rc = o ? PyList_Append(l, o) : -1;
-        Py_XDECREF(o);
-        if (rc < 0)
-            Py_CLEAR(l);
+        list_take(&l, o);
     }
     return l;
 }
@@ -640,11 +641,7 @@ static PyObject *findings_list(const stoke_finding *f, size_t n)
 {
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < n; i++) {
-        PyObject *o = finding_dict(&f[i]);
-        int rc = o ? PyList_Append(list, o) : -1;
-        Py_XDECREF(o);
-        if (rc < 0)
-            Py_CLEAR(list);
+        list_take(&list, finding_dict(&f[i]));
     }
     return list;
 }
