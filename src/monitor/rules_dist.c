@@ -47,29 +47,32 @@ static double pct(double part, double whole) { return 100.0 * part / whole; }
 typedef struct rank_view {
     int slow; /* index into s->ranks */
     double wait_pct, input_pct;
-    double others_wait_pct, others_wait_s, others_input_pct, others_compute_s, others_step_s;
-    double min_wait_pct, median_wait_pct; /* over every rank */
+    double others_wait_pct, others_wait_s, others_input_pct, others_compute_s;
+    double min_wait_pct, median_wait_pct, median_step_s, median_compute_s; /* every rank */
 } rank_view;
 
 static void view_ranks(const stoke_mon_summary *s, rank_view *v)
 {
     double w[STOKE_MON_MAX_RANKS], ws[STOKE_MON_MAX_RANKS], in[STOKE_MON_MAX_RANKS],
-        c[STOKE_MON_MAX_RANKS], st[STOKE_MON_MAX_RANKS], all[STOKE_MON_MAX_RANKS];
+        c[STOKE_MON_MAX_RANKS], all[STOKE_MON_MAX_RANKS], all_step[STOKE_MON_MAX_RANKS],
+        all_compute[STOKE_MON_MAX_RANKS];
     int n = s->nranks, m = 0;
     v->slow = 0;
     for (int k = 1; k < n; k++)
-        if (s->ranks[k].reduce_wait_s < s->ranks[v->slow].reduce_wait_s)
+        if (pct(s->ranks[k].reduce_wait_s, s->ranks[k].step_s) <
+            pct(s->ranks[v->slow].reduce_wait_s, s->ranks[v->slow].step_s))
             v->slow = k;
     for (int k = 0; k < n; k++) {
         const stoke_mon_rank *x = &s->ranks[k];
         all[k] = pct(x->reduce_wait_s, x->step_s);
+        all_step[k] = x->step_s;
+        all_compute[k] = x->compute_s;
         if (k == v->slow)
             continue;
         w[m] = all[k];
         ws[m] = x->reduce_wait_s;
         in[m] = pct(x->input_wait_s, x->step_s);
-        c[m] = x->compute_s;
-        st[m++] = x->step_s;
+        c[m++] = x->compute_s;
     }
     const stoke_mon_rank *x = &s->ranks[v->slow];
     v->wait_pct = pct(x->reduce_wait_s, x->step_s);
@@ -78,8 +81,9 @@ static void view_ranks(const stoke_mon_summary *s, rank_view *v)
     v->others_wait_s = median(ws, m);
     v->others_input_pct = median(in, m);
     v->others_compute_s = median(c, m);
-    v->others_step_s = median(st, m);
     v->median_wait_pct = median(all, n);
+    v->median_step_s = median(all_step, n);
+    v->median_compute_s = median(all_compute, n);
     v->min_wait_pct = all[0]; /* sorted by median() */
 }
 
@@ -210,8 +214,8 @@ bool rule_check_allreduce_exposed(const stoke_rule *r, const stoke_mon_summary *
     rule_fig(f, "ranks", s->nranks, "");
     double least = rule_fig(f, "reduce_wait_pct_min", v.min_wait_pct, "%");
     double w = rule_fig(f, "reduce_wait_pct_median", v.median_wait_pct, "%");
-    double step = rule_fig(f, "step_s_median", v.others_step_s, "s");
-    double comp = rule_fig(f, "compute_s_median", v.others_compute_s, "s");
+    double step = rule_fig(f, "step_s_median", v.median_step_s, "s");
+    double comp = rule_fig(f, "compute_s_median", v.median_compute_s, "s");
     stoke_say(f->evidence, sizeof f->evidence,
               "every one of the %d ranks waits at the gradients' all-reduce: at least %.0f%% of "
               "its step (median %.0f%% of %.4f s, against %.4f s of compute): the reduction is "
