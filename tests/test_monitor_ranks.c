@@ -474,6 +474,26 @@ static void test_tree_ranks(void)
         free(text);
         stoke_monitor_free(m);
     }
+    /* Another user's processes: their environment cannot be read (EACCES), so they have
+     * no rank, and the reader goes on. Run as root, a child becomes nobody to see that. */
+    if (geteuid() == 0) {
+        pid_t c = fork();
+        if (c == 0) {
+            stoke_proc_reader *q = NULL;
+            stoke_mon_sample t;
+            bool up = false;
+            memset(&t, 0, sizeof t);
+            if (setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(3);
+            if (stoke_proc_reader_open(root, &q) != STOKE_OK ||
+                stoke_proc_read(q, &t, &up) != STOKE_OK)
+                _exit(4);
+            _exit(up && t.proc_count == 4 && t.nrank_procs == 0 ? 0 : 5);
+        }
+        int st = 0;
+        waitpid(c, &st, 0);
+        CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another user's view: status %d", st);
+    }
     kill(-root, SIGKILL);
     kill(kids[0], SIGKILL);
     kill(kids[1], SIGKILL);
