@@ -246,12 +246,12 @@ stoke_status train_dist_gather(stoke_trainer *t, double seconds, double wait_s)
         t->dist.ranks = calloc((size_t)world, sizeof *t->dist.ranks);
         t->dist.nranks = t->dist.ranks ? world : 0;
         for (int r = 0; r < t->dist.nranks; r++)
-            t->dist.ranks[r] = (train_rank_step){.rank = r,
-                                                 .steps = (int64_t)all[r].steps,
-                                                 .step_s = all[r].step_s,
-                                                 .input_wait_s = all[r].input_wait_s,
-                                                 .compute_s = all[r].compute_s,
-                                                 .reduce_wait_s = all[r].reduce_wait_s};
+            t->dist.ranks[r] = (stoke_mon_rank){.rank = r,
+                                                .steps = (int64_t)all[r].steps,
+                                                .step_s = all[r].step_s,
+                                                .input_wait_s = all[r].input_wait_s,
+                                                .compute_s = all[r].compute_s,
+                                                .reduce_wait_s = all[r].reduce_wait_s};
         for (int r = 0; r < t->dist.nranks; r++)
             snprintf(t->dist.ranks[r].host, sizeof t->dist.ranks[r].host, "%s", all[r].host);
     }

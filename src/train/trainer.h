@@ -55,20 +55,12 @@ typedef struct train_trial {
     stoke_loader_stats s0;
 } train_trial;
 
-/* One rank's step over the last epoch (dist.c), per-step means in seconds. */
-typedef struct train_rank_step {
-    int rank;
-    char host[64];
-    int64_t steps;
-    double step_s, input_wait_s, compute_s, reduce_wait_s;
-} train_rank_step;
-
 struct stoke_trainer {
     stoke_train_config cfg;
     stoke_dist *world; /* cfg.world in a data parallel run (not a trial's); NULL: alone */
     struct train_dist {
-        double unhidden_s;      /* one step's all-reduce, blocking, measured at the start */
-        train_rank_step *ranks; /* every rank's step, gathered at the last epoch's end */
+        double unhidden_s;     /* one step's all-reduce, blocking, measured at the start */
+        stoke_mon_rank *ranks; /* every rank's step, gathered at the last epoch's end */
         int nranks;
     } dist;
     stoke_train_callback cb;

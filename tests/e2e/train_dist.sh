@@ -6,7 +6,8 @@
 # same run; a run stopped mid-epoch resumes exactly with 2 ranks and finishes the
 # epoch's samples with 1; rank 0 alone writes the log and the checkpoint; a rank killed
 # mid-epoch stops the others quickly, non-zero, naming it, with the last checkpoint
-# intact and resumable; and the misuses say what to do. Skipped where OpenMPI's mpirun
+# intact and resumable; a rank with a slow loader is named by the diagnosis; and the
+# misuses say what to do. Skipped where OpenMPI's mpirun
 # is not installed (scripts/deps installs it).
 set -u
 stoke=$1
@@ -116,6 +117,17 @@ else
     rc=$?
     if [ $rc -eq 0 ] && same "$work/full.ckpt" "$work/k2.ckpt"; then ok "resumed after the kill: the uninterrupted weights"; else
         fail "resume after kill (exit $rc)"; show "$work/k2.txt"; show "$work/cmp.txt"; fi
+fi
+
+# a straggler: rank 1's loader made slow (MPMD: the ranks' own flags), so rank 0 waits
+# at the all-reduce; the diagnosis names rank 1 and says it is input-bound
+strag="--limit 2048 --val-limit 1000 --epochs 1 --threads 1 --seed 3" # the monitor on
+timeout 300 mpirun -np 1 "$stoke" train $strag : -np 1 "$stoke" train $strag --loader-delay-us 1500 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^warning: rank-straggler: rank 1 on .* it is input-bound" "$out"; then
+    ok "a slow rank is named, input-bound"
+else
+    fail "straggler (exit $rc)"; show "$out"
 fi
 
 # misuse: --nproc under mpirun, and an absurd count
