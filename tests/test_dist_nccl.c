@@ -708,8 +708,56 @@ static void test_models(int acc)
     stoke_graph_free(shared_graph);
 }
 
-int main(void)
+/* ---- NVIDIA's libnccl, where installed: the table's functions and its version ---- */
+
+/* The real library's file: the loader's libnccl.so.2, or the toolkit's. */
+static bool real_nccl(char *path, size_t size)
 {
+    static const char *const names[] = {"libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2",
+                                        "/usr/local/cuda/lib64/libnccl.so.2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        void *f = lib ? dlsym(lib, "ncclGetVersion") : NULL;
+        Dl_info info;
+        if (f && dladdr(f, &info) && info.dli_fname && info.dli_fname[0] == '/') {
+            snprintf(path, size, "%s", info.dli_fname);
+            dlclose(lib);
+            return true;
+        }
+        if (lib)
+            dlclose(lib);
+    }
+    return false;
+}
+
+/* NCCL's own library loads into the table (every function by its name, version 2.10 or
+ * newer): with no CUDA runtime after it, the failure is the runtime's, not NCCL's. */
+static int real_library(void)
+{
+    char path[4096];
+    if (!real_nccl(path, sizeof path)) {
+        printf("skip: NVIDIA's libnccl.so.2 is not installed\n");
+        return CHECK_SKIPPED;
+    }
+    setenv("STOKE_NCCL_LIBRARY", path, 1);
+    setenv("STOKE_CUDART_LIBRARY", "/nonexistent/libcudart.so.13", 1);
+    stoke_dist *d = NULL;
+    CHECK(stoke_dist_local(&d) == STOKE_OK);
+    if (d) {
+        CHECK_INT_EQ(dist_use_nccl(d, 0), STOKE_ERR_UNAVAILABLE);
+        printf("%s: %s\n", path, stoke_last_error());
+        CHECK_STR_CONTAINS(stoke_last_error(), "/nonexistent/libcudart.so.13");
+        CHECK_MSG(!strstr(stoke_last_error(), "NCCL 2.10") && !strstr(stoke_last_error(), "lacks"),
+                  "%s", stoke_last_error());
+    }
+    stoke_dist_free(d);
+    return CHECK_DONE();
+}
+
+int main(int argc, char **argv)
+{
+    if (check_part(argc, argv, "real_library"))
+        return real_library();
     setenv("STOKE_CUDART_LIBRARY", FAKE_CUDART, 1);
     setenv("STOKE_CUBLAS_LIBRARY", FAKE_CUBLAS, 1);
     setenv("STOKE_CUBLASLT_LIBRARY", FAKE_CUBLASLT, 1);

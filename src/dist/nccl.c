@@ -114,8 +114,14 @@ static stoke_status load(nccl_state *s)
                               .words = STOKE_DL_WORDS_LIST};
     const char *tried;
     stoke_status st = stoke_dl_open(&lib, stoke_env("STOKE_NCCL_LIBRARY"), &s->nc, &tried);
-    if (st != STOKE_OK)
-        return st;
+    if (st != STOKE_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", stoke_last_error());
+        return stoke_fail(st,
+                          "%s (data parallel on GPUs needs NCCL 2.10 or newer: install libnccl2, "
+                          "or name the library with STOKE_NCCL_LIBRARY)",
+                          why);
+    }
     int v = 0, rc = s->nc.get_version(&v);
     if (rc != NC_SUCCESS)
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "%s: ncclGetVersion: %s (NCCL error %d)", tried,
@@ -164,10 +170,7 @@ static stoke_status agree(stoke_dist *d, bool failed, int device)
     snprintf(mine.host, sizeof mine.host, "%s", d->host_name);
     stoke_status st = d->host->allgather(d, &mine, sizeof mine, all);
     if (st == STOKE_OK && failed)
-        st = stoke_fail(STOKE_ERR_UNAVAILABLE,
-                        "dist: rank %d of %d cannot use NCCL on cuda:%d: %s (data parallel on "
-                        "GPUs needs NCCL 2.10 or newer: install libnccl2, or name it with "
-                        "STOKE_NCCL_LIBRARY)",
+        st = stoke_fail(STOKE_ERR_UNAVAILABLE, "dist: rank %d of %d cannot use NCCL on cuda:%d: %s",
                         d->rank, d->world, device, mine_msg);
     for (int r = 0; st == STOKE_OK && r < d->world; r++) {
         if (all[r].failed)
