@@ -196,7 +196,9 @@ void train_dist_phases(stoke_trainer *t, stoke_train_event *e, double pct)
 {
     e->world = train_world(t);
     e->allreduce_pct = e->allreduce_hidden_pct = NAN;
-    if (!train_dist_on(t))
+    /* on a GPU the all-reduce is queued on the model's stream between backward's
+     * kernels: inside the backward column, not apart from it */
+    if (!train_dist_on(t) || t->device != STOKE_TUNE_CPU)
         return;
     stoke_dist_stats d;
     stoke_dist_get_stats(t->world, &d);
