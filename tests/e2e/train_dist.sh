@@ -133,6 +133,17 @@ else
     fail "straggler (exit $rc)"; show "$out"
 fi
 
+# a rank that fails alone (its dataset missing on its host) stops the world at once,
+# named, instead of leaving the other waiting in a collective
+ASAN_OPTIONS=$noleaks timeout 120 mpirun -np 1 "$stoke" train $small : -np 1 "$stoke" train $small --dataset "$work/none" >"$out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "none: No such file" "$out" &&
+    grep -q "MPI_ABORT was invoked on rank 1" "$out"; then
+    ok "a failing rank stops the others"
+else
+    fail "failing rank (exit $rc; 124: it hung)"; show "$out"
+fi
+
 # misuse: --nproc under mpirun, and an absurd count
 mpi 2 "$stoke" train $small --nproc 2 >"$out" 2>&1
 rc=$?
