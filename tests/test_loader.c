@@ -150,6 +150,94 @@ static void case_sharding(void)
     }
 }
 
+static stoke_sampler *sampler_of(int64_t n, int64_t bs, int rank, int world, bool exact)
+{
+    stoke_sampler_opts o = {.batch_size = bs,
+                            .shuffle = true,
+                            .seed = 11,
+                            .rank = rank,
+                            .world_size = world,
+                            .exact = exact};
+    stoke_sampler *s = NULL;
+    CHECK_INT_EQ(stoke_sampler_create(n, &o, &s), STOKE_OK);
+    return s;
+}
+
+/* A step of N ranks takes the samples one process takes in N micro-batches, rank r
+ * the r-th of them (so data parallel matches accumulation); an exact epoch (evaluation)
+ * takes every sample once with no padding; a state saved by 2 ranks resumes with 3,
+ * together covering the epoch. */
+static void case_global_batches(void)
+{
+    enum { N = 103, BS = 4 };
+    int64_t one[N + 16], part[BS], e;
+    stoke_sampler *s1 = sampler_of(N, BS, 0, 1, false);
+    CHECK_INT_EQ(one_epoch(s1, one, BS), N);
+    for (int world = 2; world <= 3; world++) {
+        stoke_sampler *r[3];
+        for (int k = 0; k < world; k++)
+            r[k] = sampler_of(N, BS, k, world, false);
+        int64_t pos = 0, batches = stoke_sampler_epoch_batches(r[0]);
+        for (int k = 1; k < world; k++)
+            CHECK_INT_EQ(stoke_sampler_epoch_batches(r[k]), batches);
+        for (int64_t b = 0; b < batches; b++)
+            for (int k = 0; k < world; k++) {
+                int64_t got = stoke_sampler_next(r[k], part, &e);
+                CHECK(got > 0);
+                for (int64_t i = 0; i < got; i++, pos++) /* padding wraps to the start */
+                    CHECK_INT_EQ(part[i], one[pos % N]);
+            }
+        for (int k = 0; k < world; k++) {
+            CHECK_INT_EQ(stoke_sampler_next(r[k], part, &e), 0); /* the epoch's end */
+            stoke_sampler_destroy(r[k]);
+        }
+        CHECK_INT_EQ(pos, (N + world - 1) / world * world);
+    }
+    /* exact: 103 samples over 3 ranks, each once, rank shares summing to 103 */
+    int64_t all[N + 16];
+    int64_t total = 0;
+    for (int k = 0; k < 3; k++) {
+        stoke_sampler *x = sampler_of(N, BS, k, 3, true);
+        int64_t got = one_epoch(x, all + total, BS);
+        CHECK_INT_EQ(got, stoke_sampler_epoch_samples(x));
+        total += got;
+        stoke_sampler_destroy(x);
+    }
+    CHECK_INT_EQ(total, N);
+    check_permutation(all, N, "exact shards");
+    /* 2 ranks take 5 global batches, then 3 ranks resume from their state */
+    stoke_sampler *a0 = sampler_of(N, BS, 0, 2, false), *a1 = sampler_of(N, BS, 1, 2, false);
+    int64_t got = 0;
+    for (int b = 0; b < 5; b++) {
+        got += stoke_sampler_next(a0, all + got, &e);
+        got += stoke_sampler_next(a1, all + got, &e);
+    }
+    stoke_sampler_state st = stoke_sampler_get_state(a0);
+    CHECK_INT_EQ(st.index, 5 * 2 * BS);
+    CHECK_INT_EQ(stoke_sampler_get_state(a1).index, st.index);
+    stoke_sampler *c[3];
+    for (int k = 0; k < 3; k++) {
+        c[k] = sampler_of(N, BS, k, 3, false);
+        CHECK_INT_EQ(stoke_sampler_set_state(c[k], st), STOKE_OK);
+    }
+    for (int more = 1; more;) {
+        more = 0;
+        for (int k = 0; k < 3; k++) {
+            int64_t n = stoke_sampler_next(c[k], part, &e);
+            for (int64_t i = 0; i < n && got < N; i++)
+                all[got++] = part[i]; /* the padding's repeats left out */
+            more |= n > 0;
+        }
+    }
+    CHECK_INT_EQ(got, N);
+    check_permutation(all, N, "resumed with another world");
+    for (int k = 0; k < 3; k++)
+        stoke_sampler_destroy(c[k]);
+    stoke_sampler_destroy(a0);
+    stoke_sampler_destroy(a1);
+    stoke_sampler_destroy(s1);
+}
+
 static void case_sampler_resume(void)
 {
     stoke_sampler_opts o = {.batch_size = 10, .shuffle = true, .seed = 5};
@@ -1076,6 +1164,7 @@ int main(int argc, char **argv)
     }
     case_sampler_order();
     case_sharding();
+    case_global_batches();
     case_sampler_resume();
     case_memory_dataset();
     case_loader_workers_identical();

@@ -170,11 +170,16 @@ const char *stoke_records_encoding(const stoke_dataset *d, double *bytes_per_sam
 
 /* ---- Sampler ------------------------------------------------------------------- */
 
-/* Which samples, in which order, make each batch of an epoch. Sharding pads by
- * wrapping around (as PyTorch's DistributedSampler): every rank gets
- * ceil(count / world_size) samples per epoch, the first ranks' tail repeating the
- * start of the epoch's order, so every sample is seen at least once per epoch and
- * exactly once when world_size divides count. */
+/* Which samples, in which order, make each batch of an epoch. With several ranks
+ * (data parallel), the epoch's order is cut into global batches of world_size x
+ * batch_size samples and rank r takes the r-th contiguous part of each, so a step of
+ * N ranks covers the samples one process would with N micro-batches accumulated, in
+ * the same order. The order is padded by wrapping around to a multiple of world_size
+ * (as PyTorch's DistributedSampler pads): every rank gets ceil(count / world_size)
+ * samples an epoch and the same number of batches, so every sample is seen at least
+ * once and exactly once when world_size divides count. `exact` (evaluation) pads
+ * nothing: every sample exactly once over the ranks, the last batch's shares may
+ * differ and a rank may have one batch fewer. */
 typedef struct stoke_sampler_opts {
     int64_t batch_size; /* samples per batch (>= 1) */
     bool shuffle;       /* a fresh permutation each epoch, from (seed, epoch) only */
@@ -182,10 +187,13 @@ typedef struct stoke_sampler_opts {
     bool drop_last;     /* drop each epoch's last batch when it is smaller */
     int rank;           /* 0 <= rank < world_size */
     int world_size;     /* 0 means 1 */
+    bool exact;         /* no padding (above) */
 } stoke_sampler_opts;
 
-/* Position in the stream of batches: `index` counts this rank's samples of `epoch`
- * already handed out. Saved with a checkpoint, it resumes training mid-epoch. */
+/* Position in the stream of batches: `index` counts the positions of `epoch`'s order
+ * already handed out over all ranks (one process: its samples), so a state saved by
+ * one world resumes in a world of another size. Saved with a checkpoint, it resumes
+ * training mid-epoch. */
 typedef struct stoke_sampler_state {
     int64_t epoch;
     int64_t index;
@@ -207,7 +215,8 @@ int64_t stoke_sampler_epoch_batches(const stoke_sampler *s); /* after drop_last 
 int64_t stoke_sampler_next(stoke_sampler *s, int64_t *idx, int64_t *epoch);
 
 stoke_sampler_state stoke_sampler_get_state(const stoke_sampler *s);
-/* STOKE_ERR_ARG if the state is outside this sampler's epoch (index > epoch samples). */
+/* STOKE_ERR_ARG if the state is outside this sampler's epoch (index beyond the
+ * positions of an epoch over all ranks). */
 stoke_status stoke_sampler_set_state(stoke_sampler *s, stoke_sampler_state st);
 
 /* ---- Transforms ---------------------------------------------------------------- */

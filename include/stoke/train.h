@@ -219,6 +219,10 @@ typedef struct stoke_train_config {
      * (stoke_loader_opts.sample_delay_us), a slow decode on demand (stoke bench) */
     int64_t loader_delay_us;
     stoke_cfg_source source[STOKE_CFG_MAX_KEYS]; /* per key, in stoke_train_config_key order */
+    /* not a setting: the world of a data parallel run (stoke_dist_init, dist.h), whose
+     * ranks each train a replica on their shard; NULL (the default): this process
+     * alone. The caller keeps it alive past the trainer. */
+    struct stoke_dist *world;
 } stoke_train_config;
 
 /* The defaults. Can't fail. */
@@ -341,6 +345,11 @@ typedef struct stoke_train_event {
      * data_wait_pct, the rest is bookkeeping): the batch into the model, forward,
      * backward (on a GPU waited for, so its time is its own), the optimizer step */
     double input_pct, forward_pct, backward_pct, optimizer_pct;
+    /* data parallel (world > 1): the gradients' all-reduce as % of the time (the
+     * reducer's host time, moved out of backward and optimizer), and the share of an
+     * unhidden all-reduce that backward hid; NaN otherwise */
+    int world;
+    double allreduce_pct, allreduce_hidden_pct;
     double elapsed_s;            /* this epoch */
     double eta_s;                /* PROGRESS: rest of the epoch */
     double val_loss, val_metric; /* EPOCH, EVAL, TARGET: NaN when there is no validation set */

@@ -40,6 +40,10 @@ struct stoke_train_config;
  * file given, or NULL. Returns -1 when they are all valid; otherwise the exit code,
  * after printing the error as "stoke CMD: ..." naming the key and its source (or
  * `usage` for --help: 0). */
+/* launch.c: `stoke train --nproc N`: argv (train's) again under mpirun with N ranks on
+ * this machine, --nproc left out; returns only on failure, with the exit code. */
+int cli_launch_nproc(long nproc, int argc, char **argv);
+
 int cli_train_settings(const char *cmd, int argc, char **argv, const cli_opt *own, void *own_dest,
                        struct stoke_train_config *cfg, const char **config_path,
                        void (*usage)(void));

@@ -1,14 +1,17 @@
 /* cmd_train.c - `stoke train`: settings from defaults < --config file < environment <
  * flags, the progress line (in place on a terminal, every 10% otherwise), checkpoints
  * on SIGINT/SIGTERM, and --dry-run's memory plan. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "stoke/dist.h"
 #include "stoke/train.h"
 
 void cmd_train_usage(void)
@@ -49,6 +52,10 @@ void cmd_train_usage(void)
            "                        (env STOKE_TUNE; docs/tune.md)\n"
            "  --loader-delay-us N   test/benchmark knob: each training sample costs N us more\n"
            "                        CPU to load (a slow decode; default 0; docs/bench.md)\n"
+           "  --nproc N             data parallel on this machine: N ranks under OpenMPI's\n"
+           "                        mpirun, each on its share of every epoch and of the CPUs\n"
+           "                        (or run `mpirun -np N stoke train ...` yourself; several\n"
+           "                        machines and GPUs: docs/distributed.md)\n"
            "  --device D            auto (a GPU when the CUDA backend can run on it, else the\n"
            "                        CPU), cpu, cuda, cuda:N (env STOKE_DEVICE)\n"
            "  --precision P         auto (the probe's rule), fp32, bf16, fp16 (env PRECISION;\n"
@@ -200,18 +207,69 @@ int cli_train_settings(const char *cmd, int argc, char **argv, const cli_opt *ow
     return rc;
 }
 
+/* train's own options, beside the settings */
+typedef struct train_args {
+    long nproc;
+} train_args;
+
+static const cli_opt train_own[] = {{.name = "nproc",
+                                     .type = CLI_LONG,
+                                     .off = offsetof(train_args, nproc),
+                                     .arg = "N",
+                                     .min = 1,
+                                     .max = 4096,
+                                     .want = "is a number of ranks in [1, 4096]"},
+                                    {0}};
+
+static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, size_t size);
+static int train_in(stoke_train_config *cfg, char *who);
+
 int cmd_train(int argc, char **argv)
 {
     stoke_train_config cfg;
     const char *config_path;
+    train_args a = {0};
     int rc =
-        cli_train_settings("train", argc, argv, NULL, NULL, &cfg, &config_path, cmd_train_usage);
+        cli_train_settings("train", argc, argv, train_own, &a, &cfg, &config_path, cmd_train_usage);
     if (rc >= 0)
         return rc;
+    if (a.nproc > 1)
+        return cli_launch_nproc(a.nproc, argc, argv);
+    stoke_dist *world = NULL;
+    char who[64] = "train";
+    if ((rc = train_world(&cfg, &world, who, sizeof who)) >= 0)
+        return rc;
+    rc = train_in(&cfg, who);
+    stoke_dist_free(world); /* after the trainer: MPI_Finalize */
+    return rc;
+}
+
+/* Launched by mpirun: MPI's world, in cfg (its errors then name the rank). -1 when
+ * all is well. */
+static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, size_t size)
+{
+    int n;
+    if (!stoke_dist_launched(&n) || n == 1)
+        return -1;
+    if (stoke_dist_init(world) != STOKE_OK)
+        return cli_last_error("train");
+    cfg->world = *world;
+    snprintf(who, size, "train (rank %d of %d)", stoke_dist_rank(*world),
+             stoke_dist_world_size(*world));
+    /* rank 0 speaks for the world; the others print only their errors */
+    if (stoke_dist_rank(*world) != 0 && !freopen("/dev/null", "w", stdout))
+        return cli_error(who, "cannot quiet this rank's output: %s", strerror(errno));
+    return -1;
+}
+
+static int train_in(stoke_train_config *cfg_in, char *who)
+{
+    stoke_train_config cfg = *cfg_in;
+    int rc;
     out_state o = {.tty = isatty(STDOUT_FILENO)};
     stoke_trainer *t;
     if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
-        return cli_last_error("train");
+        return cli_last_error(who);
     if (cfg.dry_run) {
         stoke_mem_plan plan;
         int64_t maxb;
@@ -220,7 +278,7 @@ int cmd_train(int argc, char **argv)
         if (s == STOKE_OK)
             print_plan(&plan, maxb, budget, beside);
         stoke_trainer_free(t);
-        return s == STOKE_OK ? 0 : cli_last_error("train");
+        return s == STOKE_OK ? 0 : cli_last_error(who);
     }
     cli_stop_catch();
     stoke_status s = stoke_trainer_run(t, &cli_stop_flag);
@@ -228,7 +286,7 @@ int cmd_train(int argc, char **argv)
     if (o.line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
-        rc = cli_last_error("train");
+        rc = cli_last_error(who);
         stoke_trainer_free(t);
         return rc;
     }

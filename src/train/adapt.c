@@ -150,8 +150,7 @@ adapt_action adapt_step(adapt_state *a, double now, int64_t samples, double othe
     bool first = a->ref_rate <= 0;
     a->windows++;
     bool moved = !first && a->windows > 2 && fabs(rate - a->ref_rate) > a->p.change * a->ref_rate;
-    bool load_moved =
-        isfinite(oth) && isfinite(a->others_ref) && fabs(oth - a->others_ref) >= 0.75;
+    bool load_moved = isfinite(oth) && isfinite(a->others_ref) && fabs(oth - a->others_ref) >= 0.75;
     if (first || !isfinite(a->others_ref))
         a->others_ref = oth;
     /* the periodic trial looks for what the readings cannot show; a machine read as

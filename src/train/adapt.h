@@ -19,14 +19,14 @@
 
 /* The tunable constants; adapt_default_params gives the trainer's. */
 typedef struct adapt_params {
-    int settle_steps;      /* steps skipped after a change (primitives built, caches) */
-    int min_steps;         /* a window's least steps ... */
-    double min_seconds;    /* ... and least seconds */
-    double margin;         /* a trial wins when faster by more than this share (0.05) */
-    double first_explore;  /* seconds from the start to the first trial */
-    double backoff_max;    /* seconds: the longest wait between trials */
-    double change;         /* the current count's speed moved by this share: trial now */
-    double min_gap;        /* seconds: the least time between two trials */
+    int settle_steps;     /* steps skipped after a change (primitives built, caches) */
+    int min_steps;        /* a window's least steps ... */
+    double min_seconds;   /* ... and least seconds */
+    double margin;        /* a trial wins when faster by more than this share (0.05) */
+    double first_explore; /* seconds from the start to the first trial */
+    double backoff_max;   /* seconds: the longest wait between trials */
+    double change;        /* the current count's speed moved by this share: trial now */
+    double min_gap;       /* seconds: the least time between two trials */
 } adapt_params;
 
 void adapt_default_params(adapt_params *p);
@@ -40,30 +40,30 @@ typedef enum adapt_action {
 
 typedef struct adapt_result {
     adapt_action action;
-    int threads;        /* the count to apply (TRY, KEEP, REVERT) */
-    int from;           /* the count before the trial */
-    int tried;          /* TRY, KEEP, REVERT: the count of the trial */
-    double rate_from;   /* samples/s measured at `from` just before the trial */
-    double rate_to;     /* samples/s of the trial */
-    double others;      /* other processes' busy cores over the trial (NAN unknown) */
-    char reason[240];   /* one line: why this action */
+    int threads;      /* the count to apply (TRY, KEEP, REVERT) */
+    int from;         /* the count before the trial */
+    int tried;        /* TRY, KEEP, REVERT: the count of the trial */
+    double rate_from; /* samples/s measured at `from` just before the trial */
+    double rate_to;   /* samples/s of the trial */
+    double others;    /* other processes' busy cores over the trial (NAN unknown) */
+    char reason[240]; /* one line: why this action */
 } adapt_result;
 
 typedef struct adapt_state {
     adapt_params p;
-    int max;            /* the most threads tried */
-    int cur;            /* the count running */
-    int base;           /* in a trial: the count to return to; 0 = not in a trial */
-    double base_rate;   /* samples/s of `base` before the trial */
-    double ref_rate;    /* the current count's reference speed (0 = none yet) */
-    int settle;         /* steps still to skip */
-    double last_t;      /* the end of the last step fed (0 = none) */
-    double next_try;    /* time of the next periodic trial */
-    double backoff;     /* seconds to the next periodic trial after one that lost */
-    double last_try;    /* when the last trial started */
-    int toggle;         /* alternates the neighbour tried when there is no hint */
-    double others_ref;  /* other processes' busy cores when the count was last judged */
-    int windows;        /* windows measured at the current count since it was set */
+    int max;           /* the most threads tried */
+    int cur;           /* the count running */
+    int base;          /* in a trial: the count to return to; 0 = not in a trial */
+    double base_rate;  /* samples/s of `base` before the trial */
+    double ref_rate;   /* the current count's reference speed (0 = none yet) */
+    int settle;        /* steps still to skip */
+    double last_t;     /* the end of the last step fed (0 = none) */
+    double next_try;   /* time of the next periodic trial */
+    double backoff;    /* seconds to the next periodic trial after one that lost */
+    double last_try;   /* when the last trial started */
+    int toggle;        /* alternates the neighbour tried when there is no hint */
+    double others_ref; /* other processes' busy cores when the count was last judged */
+    int windows;       /* windows measured at the current count since it was set */
     /* the window being measured: seconds per sample of each step */
     double per_sample[ADAPT_WINDOW_MAX];
     int n;

@@ -156,8 +156,7 @@ void train_setup_optimizer(stoke_trainer *t)
 void train_setup_schedule(stoke_trainer *t)
 {
     const stoke_train_config *c = &t->cfg;
-    int64_t steps_per_epoch =
-        (t->info.count + c->batch_size * c->accumulate - 1) / (c->batch_size * c->accumulate);
+    int64_t steps_per_epoch = (train_epoch_batches(t) + c->accumulate - 1) / c->accumulate;
     t->sched = (stoke_lr_schedule){.kind = !strcmp(c->schedule, "cosine") ? STOKE_LR_COSINE
                                            : !strcmp(c->schedule, "step") ? STOKE_LR_STEP
                                                                           : STOKE_LR_CONSTANT,

@@ -218,8 +218,10 @@ stoke_status train_apply_decision(stoke_trainer *t, const char *cpu_because)
          * workers (the start's count may be lower, other processes busy then) */
         int most = d->available_cpus - d->workers;
         t->adapt.max = most > t->threads ? most : t->threads;
-        t->adapt.on =
-            stoke_source_decided(d->threads_why.source) && t->adapt.max > 1 && !t->trial.on;
+        /* ranks step together: one rank's count chasing the others' load would only
+         * move the slowest */
+        t->adapt.on = stoke_source_decided(d->threads_why.source) && t->adapt.max > 1 &&
+                      !t->trial.on && !train_dist_on(t);
         if (t->adapt.on) /* `config show` and bench say it with the decision */
             stoke_more(t->decision.threads_why.reason, sizeof t->decision.threads_why.reason,
                        "; during the run it follows the load, 1 to %d", t->adapt.max);
@@ -233,7 +235,8 @@ stoke_status train_apply_decision(stoke_trainer *t, const char *cpu_because)
         else
             train_info(t, "threads adapt: off (%s); %s",
                        !stoke_source_decided(d->threads_why.source) ? "the count was given"
-                                                                    : "one compute thread",
+                       : train_dist_on(t) ? "data parallel: the ranks step together"
+                                          : "one compute thread",
                        stoke_nn_omp_wait(w, sizeof w));
     }
     train_info(t, "loader: %d batches in flight (%s); pinned memory: %s (%s)", d->prefetch,

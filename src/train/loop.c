@@ -72,7 +72,9 @@ static stoke_status evaluate_set(stoke_trainer *t, double *loss, double *metric,
     if (!t->val_loader)
         return STOKE_OK;
     stoke_model *m = t->eval_model;
-    stoke_status s = stoke_model_copy_params(m, t->model);
+    stoke_status s = train_dist_buffers(t); /* every rank evaluates the same statistics */
+    if (s == STOKE_OK)
+        s = stoke_model_copy_params(m, t->model);
     if (s != STOKE_OK)
         return train_wrap_error(s, "validation");
     train_targets tg = targets_of(t, t->val_d);
@@ -85,7 +87,7 @@ static stoke_status evaluate_set(stoke_trainer *t, double *loss, double *metric,
         if (s != STOKE_OK)
             return train_wrap_error(s, "validation");
     }
-    if (s != STOKE_OK)
+    if (s != STOKE_OK || (s = train_dist_eval(t, &acc)) != STOKE_OK)
         return s;
     train_eval_means(&acc, t->metric != STOKE_NO_TENSOR, loss, metric, count);
     return STOKE_OK;
@@ -135,7 +137,25 @@ static stoke_status checkpoint(stoke_trainer *t)
 {
     if (!t->cfg.checkpoint[0])
         return STOKE_OK;
-    stoke_status s = stoke_trainer_save(t, t->cfg.checkpoint);
+    stoke_status s = STOKE_OK;
+    if (train_dist_on(t)) {
+        /* rank 0 writes what the world agrees on: the averaged statistics and the
+         * epoch's sums over every rank */
+        double loss = t->ep_loss, metric = t->ep_metric;
+        int64_t samples = t->ep_samples, unused = 0;
+        if ((s = train_dist_buffers(t)) != STOKE_OK ||
+            (s = train_dist_sums(t, &loss, &metric, &samples, &unused)) != STOKE_OK)
+            return s;
+        if (train_rank(t) != 0)
+            return STOKE_OK;
+        double l0 = t->ep_loss, m0 = t->ep_metric;
+        int64_t s0 = t->ep_samples;
+        t->ep_loss = loss, t->ep_metric = metric, t->ep_samples = samples;
+        s = stoke_trainer_save(t, t->cfg.checkpoint);
+        t->ep_loss = l0, t->ep_metric = m0, t->ep_samples = s0;
+    } else {
+        s = stoke_trainer_save(t, t->cfg.checkpoint);
+    }
     if (s == STOKE_OK) {
         stoke_train_event e = {.kind = STOKE_EV_CHECKPOINT,
                                .text = t->cfg.checkpoint,
@@ -248,6 +268,7 @@ static void epoch_clock_start(stoke_trainer *t, epoch_clock *k)
     k->samples_start = t->ep_samples;
     k->last_decile = (int)(t->ep_batches * 10 / k->batches);
     memset(t->ph, 0, sizeof t->ph);
+    train_dist_epoch_start(t);
 }
 
 /* The epoch's running means so far (NaN before its first sample). */
@@ -331,6 +352,7 @@ static void phases(stoke_trainer *t, stoke_train_event *e, double ran, bool wait
     e->forward_pct = t->ph[STOKE_PHASE_FORWARD] * pct;
     e->backward_pct = t->ph[STOKE_PHASE_BACKWARD] * pct;
     e->optimizer_pct = t->ph[STOKE_PHASE_OPTIMIZER] * pct;
+    train_dist_phases(t, e, pct);
 }
 
 /* The progress event after a step: shown at each tenth of the epoch and at most four
@@ -340,7 +362,9 @@ static void step_progress(stoke_trainer *t, epoch_clock *k, stoke_train_event *e
 {
     double el = now - k->start;
     double ran = now - k->start - t->ep_elapsed_before + 1e-12; /* this part of the epoch */
-    e->samples_per_s = el > 0 ? (double)(t->ep_samples - k->samples_start) / ran : 0;
+    /* the world's: every rank steps with the same batch */
+    e->samples_per_s =
+        el > 0 ? (double)train_world(t) * (double)(t->ep_samples - k->samples_start) / ran : 0;
     e->data_wait_pct = el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / ran : 0;
     phases(t, e, ran, false);
     e->eta_s =
@@ -508,18 +532,26 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     if (s != STOKE_OK)
         return s;
     double end = stoke_wall_time();
+    double run_el = el - t->ep_elapsed_before;
+    double wait = loader_wait_s(t->loader) - k->wait0;
+    /* the epoch's figures over the world: its sums, its samples in this part */
+    double loss_sum = t->ep_loss, metric_sum = t->ep_metric;
+    int64_t samples = t->ep_samples, since = t->ep_samples - k->samples_start;
+    if ((s = train_dist_sums(t, &loss_sum, &metric_sum, &samples, &since)) != STOKE_OK ||
+        (s = train_dist_gather(t, run_el, wait)) != STOKE_OK)
+        return s;
     stoke_train_event e = loop_event(t, STOKE_EV_EPOCH, k->batches, end);
-    e.loss = epoch_loss(t);
-    e.metric = epoch_metric(t);
+    e.loss = samples ? loss_sum / (double)samples : NAN;
+    e.metric = t->metric != STOKE_NO_TENSOR && samples ? metric_sum / (double)samples : NAN;
     e.lr = stoke_lr_at(&t->sched, t->step);
     e.elapsed_s = el;
     e.val_loss = vl;
     e.val_metric = vm;
     e.val_samples = vn;
-    double run_el = el - t->ep_elapsed_before;
-    e.samples_per_s = run_el > 0 ? (double)(t->ep_samples - k->samples_start) / run_el : 0;
-    e.data_wait_pct = run_el > 0 ? 100.0 * (loader_wait_s(t->loader) - k->wait0) / run_el : 0;
-    e.mfu_pct = train_peak_mfu(t, e.samples_per_s, t->epoch);
+    e.samples_per_s = run_el > 0 ? (double)since / run_el : 0;
+    e.data_wait_pct = run_el > 0 ? 100.0 * wait / run_el : 0;
+    /* MFU is each rank's against its own device's peak */
+    e.mfu_pct = train_peak_mfu(t, e.samples_per_s / train_world(t), t->epoch);
     e.peak_flops = t->peak.flops;
     e.peak_source = t->peak.label;
     phases(t, &e, run_el, true);
@@ -561,6 +593,11 @@ static stoke_status restart_halved(stoke_trainer *t, epoch_clock *k, const step_
 {
     char why[400];
     snprintf(why, sizeof why, "%s", stoke_last_error());
+    if (train_dist_on(t)) /* the ranks would have to halve together */
+        return stoke_fail(STOKE_ERR_NOMEM,
+                          "rank %d: %s (in a data parallel run the batch is not halved: give "
+                          "--batch-size %" PRId64 " or less to every rank)",
+                          train_rank(t), why, t->cfg.batch_size / 2);
     double wait = loader_wait_s(t->loader) - k->wait0;
     stoke_status s = train_halve_batch(t, from->at, why);
     if (s != STOKE_OK)
@@ -570,7 +607,7 @@ static stoke_status restart_halved(stoke_trainer *t, epoch_clock *k, const step_
     t->ep_metric = from->metric;
     t->ep_samples = from->samples;
     t->ep_batches = (from->samples + bs - 1) / bs;
-    k->batches = (t->info.count + bs - 1) / bs;
+    k->batches = train_epoch_batches(t);
     k->wait0 = -wait; /* the new loader's waits add to the old one's */
     k->last_decile = (int)(t->ep_batches * 10 / k->batches);
     return STOKE_OK;
@@ -586,10 +623,16 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
     int accum = 0;         /* batches since the last optimizer step */
     step_start from = {0}; /* where that step started: it restarts there at half the batch */
     for (;;) {
-        if (accum == 0 &&
-            ((stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps) || t->trial.done)) {
-            t->result.interrupted = true;
-            return STOKE_OK;
+        if (accum == 0) {
+            bool end =
+                (stop && *stop) || (c->max_steps > 0 && t->step >= c->max_steps) || t->trial.done;
+            stoke_status ds = train_dist_stop(t, &end); /* a stop any rank asked for */
+            if (ds != STOKE_OK)
+                return ds;
+            if (end) {
+                t->result.interrupted = true;
+                return STOKE_OK;
+            }
         }
         if (accum == 0)
             from = (step_start){stoke_loader_state(t->loader), t->ep_loss, t->ep_metric,
@@ -599,6 +642,8 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
         if (s != STOKE_OK)
             return s;
         if (b.size > 0) {
+            /* the step's last micro-batch all-reduces the accumulated sum */
+            train_dist_set_sync(t, accum + 1 >= c->accumulate);
             s = train_batch(t, &b, accum);
             if (s == STOKE_ERR_NOMEM) {
                 if ((s = restart_halved(t, k, &from)) != STOKE_OK)
@@ -640,7 +685,7 @@ stoke_status stoke_trainer_run(stoke_trainer *t, const volatile int *stop)
     }
     if (t->monitor)
         stoke_monitor_start(t->monitor);
-    epoch_clock k = {.batches = (t->info.count + c->batch_size - 1) / c->batch_size};
+    epoch_clock k = {.batches = train_epoch_batches(t)};
     t->loop_start = stoke_wall_time();
     train_log_start(t, (k.batches + c->accumulate - 1) / c->accumulate);
     if (t->log_error[0]) { /* not even the first record: nothing has been trained yet */

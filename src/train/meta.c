@@ -162,8 +162,8 @@ stoke_status train_meta_read(const stoke_ckpt *c, train_meta *m)
     return STOKE_OK;
 }
 
-static const char *const config_required[] = {
-    "dataset", "model", "hidden", "optimizer", "seed", "augment", "transforms", NULL};
+static const char *const config_required[] = {"dataset", "model",   "hidden",     "optimizer",
+                                              "seed",    "augment", "transforms", NULL};
 
 static const char *json_kind(const cJSON *v)
 {
@@ -471,6 +471,14 @@ stoke_status train_restore(stoke_trainer *t, const stoke_ckpt *ck, const train_m
     t->ep_metric = m->epoch_metric_sum;
     t->ep_samples = m->epoch_samples;
     t->ep_batches = m->epoch_batches;
+    if (train_dist_on(t)) {
+        /* the sums are the world's (rank 0 saved them): counted once, on rank 0; the
+         * epoch's batches are this world's, which may not be the saver's */
+        if (train_rank(t) != 0)
+            t->ep_loss = t->ep_metric = 0, t->ep_samples = 0;
+        int64_t g = (int64_t)train_world(t) * t->cfg.batch_size;
+        t->ep_batches = (t->start.index + g - 1) / g;
+    }
     stoke_model_set_step_count(t->model, t->step);
     if (m->loss_scale > 0)
         stoke_model_set_loss_scale(t->model, m->loss_scale);

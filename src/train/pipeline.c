@@ -12,21 +12,28 @@ stoke_status train_start_pipeline(stoke_trainer *t, const size_t ring[2], size_t
 {
     const stoke_train_config *c = &t->cfg;
     stoke_status s;
-    stoke_loader_opts lo = {
-        .sampler = {.batch_size = c->batch_size, .shuffle = true, .seed = c->seed},
-        .start = t->start,
-        .transform = t->input.image ? &t->topts : NULL,
-        .workers = t->workers,
-        .prefetch = t->decision.prefetch,
-        .use_device = t->device != STOKE_TUNE_CPU,
-        .device = t->device,
-        .sample_delay_us = (int)c->loader_delay_us,
-        .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
+    stoke_loader_opts lo = {.sampler = {.batch_size = c->batch_size,
+                                        .shuffle = true,
+                                        .seed = c->seed,
+                                        .rank = train_rank(t),
+                                        .world_size = train_world(t)},
+                            .start = t->start,
+                            .transform = t->input.image ? &t->topts : NULL,
+                            .workers = t->workers,
+                            .prefetch = t->decision.prefetch,
+                            .use_device = t->device != STOKE_TUNE_CPU,
+                            .device = t->device,
+                            .sample_delay_us = (int)c->loader_delay_us,
+                            .memory_limit = left ? left + ring[0] * (size_t)c->batch_size : 0};
     if (t->start.epoch < c->epochs &&
         (s = stoke_loader_create(t->train_d, &lo, &t->loader)) != STOKE_OK)
         return s;
     if (t->val_d) {
-        stoke_loader_opts vo = {.sampler = {.batch_size = train_val_batch(t)},
+        /* each rank evaluates its share, every sample once (the sums are reduced) */
+        stoke_loader_opts vo = {.sampler = {.batch_size = train_val_batch(t),
+                                            .rank = train_rank(t),
+                                            .world_size = train_world(t),
+                                            .exact = true},
                                 .transform = t->input.image ? &t->val_topts : NULL,
                                 .use_device = t->device != STOKE_TUNE_CPU,
                                 .device = t->device,
@@ -47,7 +54,7 @@ stoke_status train_start_pipeline(stoke_trainer *t, const size_t ring[2], size_t
                        ? "batches go to the GPU from pinned slots on the loader's stream; the "
                          "compute stream waits on each copy's event"
                        : stoke_loader_device_reason(t->loader));
-    if (c->monitor && t->loader) {
+    if (c->monitor && t->loader && train_rank(t) == 0) {
         stoke_monitor_config mc = {.interval_s = 0.5,
                                    .pid = getpid(),
                                    .no_gpu = false,

@@ -26,7 +26,7 @@ stoke_model_opts train_model_opts(const stoke_trainer *t, bool training)
 {
     const stoke_train_config *c = &t->cfg;
     return (stoke_model_opts){.max_batch = training ? c->batch_size : train_val_batch(t),
-                              .epoch_samples = training ? t->info.count : t->val_count,
+                              .epoch_samples = training ? train_epoch_samples(t) : t->val_count,
                               .precision = t->precision,
                               .optim = training ? t->optim : (stoke_optim){0},
                               .training = training,

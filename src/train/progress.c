@@ -10,7 +10,7 @@
 
 void train_emit(stoke_trainer *t, const stoke_train_event *e)
 {
-    if (t->cb)
+    if (t->cb && train_rank(t) == 0) /* rank 0 speaks for the world */
         t->cb(e, t->cb_ctx);
 }
 
@@ -37,7 +37,7 @@ static size_t metric_text(const stoke_train_event *e, double v, const char *pref
 
 size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t size)
 {
-    char m[48], cpu[48] = "", gpu[32] = "", ph[64] = "";
+    char m[48], cpu[48] = "", gpu[32] = "", ph[80] = "";
     metric_text(e, e->metric, "", m, sizeof m);
     if (isfinite(e->cpu_pct))
         snprintf(cpu, sizeof cpu, " | CPU %.0f%%", e->cpu_pct);
@@ -48,6 +48,8 @@ size_t stoke_train_format_progress(const stoke_train_event *e, char *buf, size_t
     if (e->forward_pct > 0 || e->backward_pct > 0)
         snprintf(ph, sizeof ph, " | fwd %.0f%% bwd %.0f%% opt %.0f%%", e->forward_pct,
                  e->backward_pct, e->optimizer_pct);
+    if (e->world > 1 && isfinite(e->allreduce_pct))
+        snprintf(ph + strlen(ph), sizeof ph - strlen(ph), " ar %.0f%%", e->allreduce_pct);
     int n = snprintf(
         buf, size,
         "epoch %" PRId64 "/%" PRId64 " %3.0f%% %" PRId64 "/%" PRId64
@@ -75,11 +77,19 @@ size_t stoke_train_format_epoch(const stoke_train_event *e, char *buf, size_t si
                  stoke_format_flops(e->peak_flops, f, sizeof f),
                  e->peak_source && *e->peak_source ? e->peak_source : "peak");
     }
-    char phases[128] = "";
+    char phases[220] = "";
     if (e->forward_pct > 0 || e->backward_pct > 0)
         snprintf(phases, sizeof phases,
                  " | step: input %.1f%%, forward %.1f%%, backward %.1f%%, optimizer %.1f%%",
                  e->input_pct, e->forward_pct, e->backward_pct, e->optimizer_pct);
+    if (e->world > 1 && isfinite(e->allreduce_pct)) {
+        char hid[48] = "";
+        if (isfinite(e->allreduce_hidden_pct))
+            snprintf(hid, sizeof hid, ", %.0f%% of it hidden behind backward",
+                     e->allreduce_hidden_pct);
+        snprintf(phases + strlen(phases), sizeof phases - strlen(phases),
+                 ", all-reduce %.1f%%%s (%d ranks)", e->allreduce_pct, hid, e->world);
+    }
     int n =
         snprintf(buf, size,
                  "epoch %" PRId64 "/%" PRId64 " done in %.1fs | loss %.4f%s%s | %.0f samples/s, "

@@ -163,6 +163,14 @@ void train_log_start(stoke_trainer *t, int64_t steps_per_epoch)
         cJSON_AddStringToObject(o, "device_name", stoke_model_device_name(t->model));
     cJSON_AddNumberToObject(o, "threads", t->threads);
     cJSON_AddNumberToObject(o, "workers", t->workers);
+    if (train_dist_on(t)) { /* data parallel: the world, its hosts and the all-reduce */
+        cJSON_AddNumberToObject(o, "world", train_world(t));
+        cJSON_AddStringToObject(o, "transport", stoke_dist_transport(t->world));
+        cJSON_AddNumberToObject(o, "effective_batch",
+                                (double)train_world(t) * (double)c->batch_size *
+                                    (double)c->accumulate);
+        add_num(o, "allreduce_unhidden_s", t->dist.unhidden_s);
+    }
     cJSON_AddStringToObject(o, "optimizer", c->optimizer);
     cJSON_AddNumberToObject(o, "lr", c->lr);
     cJSON_AddStringToObject(o, "schedule", c->schedule);
@@ -179,6 +187,15 @@ void train_log_start(stoke_trainer *t, int64_t steps_per_epoch)
         cJSON_AddNumberToObject(o, "resumed_epoch", (double)t->epoch);
     }
     write_record(t, o);
+}
+
+/* Data parallel: the all-reduce's share and how much of it backward hid. */
+static void add_dist(cJSON *o, const stoke_train_event *e)
+{
+    if (e->world <= 1)
+        return;
+    add_fixed(o, "allreduce_pct", 2, e->allreduce_pct);
+    add_num(o, "allreduce_hidden_pct", e->allreduce_hidden_pct);
 }
 
 void train_log_step(stoke_trainer *t, const stoke_train_event *e, double now, double batch_loss,
@@ -199,6 +216,7 @@ void train_log_step(stoke_trainer *t, const stoke_train_event *e, double now, do
     add_fixed(o, "forward_pct", 2, e->forward_pct);
     add_fixed(o, "backward_pct", 2, e->backward_pct);
     add_fixed(o, "optimizer_pct", 2, e->optimizer_pct);
+    add_dist(o, e);
     cJSON_AddBoolToObject(o, "applied", applied);
     write_record(t, o);
 }
@@ -262,6 +280,22 @@ void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now)
     add_fixed(o, "forward_pct", 2, e->forward_pct);
     add_fixed(o, "backward_pct", 2, e->backward_pct);
     add_fixed(o, "optimizer_pct", 2, e->optimizer_pct);
+    add_dist(o, e);
+    cJSON *ranks = t->dist.nranks > 0 ? cJSON_AddArrayToObject(o, "ranks") : NULL;
+    for (int r = 0; ranks && r < t->dist.nranks; r++) {
+        const train_rank_step *rk = &t->dist.ranks[r];
+        cJSON *x = cJSON_CreateObject();
+        if (!x)
+            break;
+        cJSON_AddNumberToObject(x, "rank", rk->rank);
+        cJSON_AddStringToObject(x, "host", rk->host);
+        add_int(x, "steps", rk->steps);
+        add_fixed(x, "step_ms", 3, rk->step_s * 1e3);
+        add_fixed(x, "input_wait_ms", 3, rk->input_wait_s * 1e3);
+        add_fixed(x, "compute_ms", 3, rk->compute_s * 1e3);
+        add_fixed(x, "allreduce_wait_ms", 3, rk->reduce_wait_s * 1e3);
+        cJSON_AddItemToArray(ranks, x);
+    }
     write_record(t, o);
 }
 

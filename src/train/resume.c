@@ -126,11 +126,15 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
             s = train_wrap_error(STOKE_ERR_FORMAT, "%s", stoke_ckpt_path(ck));
     }
     if (s == STOKE_OK && c->checkpoint[0] && c->source[ckpt_key] == STOKE_CFG_CHECKPOINT)
-        train_info(t, "resume: checkpoints go to %s, the path in %s's config (--checkpoint "
-                      "writes elsewhere)", c->checkpoint, stoke_ckpt_path(ck));
+        train_info(t,
+                   "resume: checkpoints go to %s, the path in %s's config (--checkpoint "
+                   "writes elsewhere)",
+                   c->checkpoint, stoke_ckpt_path(ck));
     if (s == STOKE_OK && absent[0])
-        train_info(t, "resume: the checkpoint's config lacks settings newer than it; the "
-                      "defaults apply: %s", absent);
+        train_info(t,
+                   "resume: the checkpoint's config lacks settings newer than it; the "
+                   "defaults apply: %s",
+                   absent);
     cJSON_Delete(mine);
     cJSON_Delete(o);
     return s;

@@ -33,6 +33,8 @@ static stoke_status open_resume(stoke_trainer *t, stoke_ckpt **ck, train_meta *m
 static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
 {
     stoke_status s = stoke_machine_probe(&t->machine, NULL);
+    if (s == STOKE_OK)
+        s = train_dist_begin(t); /* this rank's share of the CPUs, before any rule uses them */
     if (s != STOKE_OK)
         return s;
     /* What other processes take, once, for the compute threads' rule (a dry run too, so
@@ -48,7 +50,7 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
         (s = train_apply_decision(t, NULL)) != STOKE_OK)
         return s;
     train_setup_optimizer(t);
-    if ((s = train_decide_batch(t)) != STOKE_OK)
+    if ((s = train_decide_batch(t)) != STOKE_OK || (s = train_dist_agree_batch(t)) != STOKE_OK)
         return s;
     train_setup_mfu(t);
     train_setup_schedule(t);
@@ -77,15 +79,18 @@ static stoke_status start(stoke_trainer *t, const stoke_ckpt *ck, const train_me
         train_info(t, "resumed from %s: epoch %" PRId64 ", sample %" PRId64 " of it, step %" PRId64,
                    t->cfg.resume, t->start.epoch + 1, t->start.index, t->step);
     }
+    if ((s = train_dist_attach(t)) != STOKE_OK)
+        return s;
     t->epoch = t->start.epoch;
     s = train_start_pipeline(t, ring, left);
-    /* a loader's ring that does not fit: the models at half the batch leave it room */
-    while (s == STOKE_ERR_NOMEM && t->cfg.batch_size > 1) {
+    /* a loader's ring that does not fit: the models at half the batch leave it room
+     * (not in a data parallel run: every rank would have to halve together) */
+    while (s == STOKE_ERR_NOMEM && t->cfg.batch_size > 1 && !train_dist_on(t)) {
         char why[300];
         snprintf(why, sizeof why, "%s", stoke_last_error());
         s = train_halve_batch(t, t->start, why);
     }
-    if (s == STOKE_OK && t->cfg.log[0])
+    if (s == STOKE_OK && t->cfg.log[0] && train_rank(t) == 0) /* rank 0 writes the log */
         s = stoke_mon_open_log(t->cfg.log, t->cfg.resume[0] != 0, &t->log_fd);
     return s;
 }
@@ -157,6 +162,7 @@ void stoke_trainer_free(stoke_trainer *t)
     stoke_model_free(t->eval_model);
     free(t->target_stage);
     stoke_graph_free(t->graph);
+    free(t->dist.ranks);
     stoke_model_file_free(t->mf);
     if (t->train_d != t->train_src)
         stoke_dataset_close(t->train_d);

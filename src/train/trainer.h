@@ -12,6 +12,7 @@
 #ifndef STOKE_TRAINER_H
 #define STOKE_TRAINER_H
 
+#include "stoke/dist.h"
 #include "stoke/monitor.h"
 #include "stoke/tune.h"
 #include "train/adapt.h"
@@ -54,8 +55,22 @@ typedef struct train_trial {
     stoke_loader_stats s0;
 } train_trial;
 
+/* One rank's step over the last epoch (dist.c), per-step means in seconds. */
+typedef struct train_rank_step {
+    int rank;
+    char host[64];
+    int64_t steps;
+    double step_s, input_wait_s, compute_s, reduce_wait_s;
+} train_rank_step;
+
 struct stoke_trainer {
     stoke_train_config cfg;
+    stoke_dist *world; /* cfg.world in a data parallel run (not a trial's); NULL: alone */
+    struct train_dist {
+        double unhidden_s;      /* one step's all-reduce, blocking, measured at the start */
+        train_rank_step *ranks; /* every rank's step, gathered at the last epoch's end */
+        int nranks;
+    } dist;
     stoke_train_callback cb;
     void *cb_ctx;
     stoke_machine machine;
@@ -133,6 +148,34 @@ struct stoke_trainer {
         char pending[400];      /* a dry run without a cached measurement: why the rules decide */
     } tuned;
 };
+
+/* dist.c: the data parallel parts; each does nothing in a world of one (or none).
+ * begin: the world, this rank's share of the CPUs, said (after the machine probe);
+ * agree_batch: one batch, accumulation and precision over the ranks, the effective
+ * batch said; attach: the reducer on the model, rank 0's weights everywhere, the
+ * unhidden all-reduce measured; set_sync: whether this backward reduces (the step's
+ * last micro-batch); stop: a stop any rank asked for, agreed; eval and sums: sums
+ * over the ranks; buffers: batch norm's statistics averaged; phases: the all-reduce
+ * column of an event (pct: 100 / the seconds the event covers); gather: every rank's
+ * step over `seconds` with `wait_s` waiting for input, into t->dist.ranks. */
+bool train_dist_on(const stoke_trainer *t);
+/* This rank's samples and batches an epoch: its share (all of them alone). */
+int64_t train_epoch_samples(const stoke_trainer *t);
+int64_t train_epoch_batches(const stoke_trainer *t);
+int train_rank(const stoke_trainer *t);
+int train_world(const stoke_trainer *t);
+stoke_status train_dist_begin(stoke_trainer *t);
+stoke_status train_dist_agree_batch(stoke_trainer *t);
+stoke_status train_dist_attach(stoke_trainer *t);
+void train_dist_set_sync(stoke_trainer *t, bool last);
+stoke_status train_dist_stop(stoke_trainer *t, bool *stop);
+stoke_status train_dist_eval(stoke_trainer *t, train_eval *acc);
+stoke_status train_dist_sums(stoke_trainer *t, double *loss, double *metric, int64_t *samples,
+                             int64_t *since);
+stoke_status train_dist_buffers(stoke_trainer *t);
+void train_dist_phases(stoke_trainer *t, stoke_train_event *e, double pct);
+void train_dist_epoch_start(stoke_trainer *t);
+stoke_status train_dist_gather(stoke_trainer *t, double seconds, double wait_s);
 
 /* setup.c: stoke_trainer_new, as a tuning trial when trial is not NULL. */
 stoke_status train_new(const stoke_train_config *cfg, stoke_train_callback cb, void *ctx,

@@ -1,0 +1,241 @@
+/* dist.c - the trainer's data parallel parts (docs/distributed.md): the world it runs
+ * in and this rank's share of the machine, the batch every rank agrees on, the
+ * reducer on the model with every replica starting from rank 0's weights, the stop
+ * every rank agrees on, and the figures (evaluation, the epoch's sums, the all-reduce
+ * column, each rank's step) summed or gathered over the ranks. A world of one takes
+ * none of these paths: a single process trains exactly as before. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer.h"
+
+/* Repetitions of the unhidden all-reduce measured at the start (its median). */
+#define CALIBRATE_REPS 5
+
+bool train_dist_on(const stoke_trainer *t)
+{
+    return t->world && stoke_dist_world_size(t->world) > 1;
+}
+
+int train_rank(const stoke_trainer *t) { return t->world ? stoke_dist_rank(t->world) : 0; }
+
+int train_world(const stoke_trainer *t) { return t->world ? stoke_dist_world_size(t->world) : 1; }
+
+int64_t train_epoch_samples(const stoke_trainer *t)
+{
+    int64_t world = train_world(t);
+    return (t->info.count + world - 1) / world;
+}
+
+int64_t train_epoch_batches(const stoke_trainer *t)
+{
+    int64_t bs = t->cfg.batch_size;
+    return (train_epoch_samples(t) + bs - 1) / bs;
+}
+
+stoke_status train_dist_begin(stoke_trainer *t)
+{
+    if (t->cfg.world && !t->trial.on) /* a tuning trial measures this process alone */
+        t->world = t->cfg.world;
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    stoke_dist *w = t->world;
+    stoke_cpu_info *cpu = &t->machine.cpu;
+    int local = stoke_dist_local_size(w), avail = stoke_cpu_available(cpu);
+    char share[240];
+    /* mpirun binds each rank to its cores when there are few (the affinity mask says
+     * so); unbound ranks on one machine split its CPUs between them */
+    if (local > 1 && cpu->usable_cpus >= cpu->logical_cpus) {
+        int mine = avail / local > 0 ? avail / local : 1;
+        snprintf(share, sizeof share, "%d of the %d CPUs (%d ranks on this machine share them%s)",
+                 mine, avail, local,
+                 avail < local ? ", fewer CPUs than ranks: expect it slow" : "");
+        cpu->available_cpus = mine;
+    } else {
+        snprintf(share, sizeof share, "%d CPU%s (%s)", avail, avail == 1 ? "" : "s",
+                 local > 1 ? "bound to it by mpirun" : "the only rank on this machine");
+    }
+    train_info(t, "data parallel: rank %d of %d on %s, gradients over %s; this rank has %s",
+               stoke_dist_rank(w), stoke_dist_world_size(w), stoke_dist_host_name(w),
+               stoke_dist_transport(w), share);
+    return STOKE_OK;
+}
+
+stoke_status train_dist_agree_batch(stoke_trainer *t)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    stoke_train_config *c = &t->cfg;
+    /* every rank must take the same number of batches an epoch: one batch, the
+     * smallest any rank fits; one accumulation and precision, rank 0's */
+    double lo[3] = {(double)c->batch_size, (double)c->accumulate, (double)t->precision};
+    double hi[2] = {lo[1], lo[2]};
+    stoke_status s = stoke_dist_min(t->world, lo, 3);
+    if (s == STOKE_OK)
+        s = stoke_dist_max(t->world, hi, 2);
+    if (s != STOKE_OK)
+        return s;
+    if (lo[1] != hi[0] || lo[2] != hi[1])
+        return stoke_fail(STOKE_ERR_ARG, "data parallel: the ranks decided different %s (give %s)",
+                          lo[1] != hi[0] ? "accumulations" : "precisions",
+                          lo[1] != hi[0] ? "--accumulate" : "--precision");
+    if ((int64_t)lo[0] != c->batch_size) {
+        train_info(t, "batch: %" PRId64 " (the smallest rank's; this rank fitted %" PRId64 ")",
+                   (int64_t)lo[0], c->batch_size);
+        c->batch_size = t->decision.batch = (int64_t)lo[0];
+    }
+    int world = train_world(t);
+    int64_t eff = (int64_t)world * c->batch_size * c->accumulate;
+    train_info(t,
+               "effective batch: %d ranks x batch %" PRId64 " x %" PRId64 " accumulated = %" PRId64
+               " samples a step; lr %g as given (not scaled with "
+               "the ranks: scale it yourself if the recipe asks, e.g. linearly with the "
+               "effective batch)",
+               world, c->batch_size, c->accumulate, eff, c->lr);
+    return STOKE_OK;
+}
+
+/* The model's trainable floats: what one step all-reduces. */
+static size_t grad_floats(const stoke_trainer *t)
+{
+    return (size_t)stoke_graph_trainable_elems(t->graph);
+}
+
+stoke_status train_dist_attach(stoke_trainer *t)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    stoke_status s = STOKE_OK;
+    if (t->device != STOKE_TUNE_CPU)
+        s = stoke_dist_use_device(t->world, t->device);
+    stoke_grad_reducer r = stoke_dist_reducer(t->world);
+    if (s == STOKE_OK)
+        s = stoke_model_set_reducer(t->model, &r);
+    if (s == STOKE_OK) /* replicas start equal, resumed or not */
+        s = stoke_dist_bcast_params(t->world, t->model);
+    if (s == STOKE_OK)
+        s = stoke_dist_time_allreduce(t->world, grad_floats(t), CALIBRATE_REPS,
+                                      &t->dist.unhidden_s);
+    if (s != STOKE_OK)
+        return train_wrap_error(s, "data parallel");
+    int nb = 0;
+    const stoke_grad_bucket *b;
+    nb = stoke_model_buckets(t->model, &b);
+    train_info(t,
+               "all-reduce: %.1f MB of gradients a step in %d bucket%s, each started as soon as "
+               "backward has produced it; unhidden it takes %.2f ms here (measured now)",
+               (double)grad_floats(t) * 4 / 1e6, nb, nb == 1 ? "" : "s", t->dist.unhidden_s * 1e3);
+    stoke_dist_reset_stats(t->world);
+    return STOKE_OK;
+}
+
+void train_dist_set_sync(stoke_trainer *t, bool last)
+{
+    if (train_dist_on(t))
+        stoke_dist_set_sync(t->world, last);
+}
+
+stoke_status train_dist_stop(stoke_trainer *t, bool *stop)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    double v = *stop ? 1 : 0;
+    stoke_status s = stoke_dist_max(t->world, &v, 1);
+    *stop = v > 0;
+    return s;
+}
+
+stoke_status train_dist_eval(stoke_trainer *t, train_eval *acc)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    double v[3] = {acc->loss, acc->metric, (double)acc->n};
+    stoke_status s = stoke_dist_sum(t->world, v, 3);
+    acc->loss = v[0], acc->metric = v[1], acc->n = (int64_t)v[2];
+    return s;
+}
+
+stoke_status train_dist_sums(stoke_trainer *t, double *loss, double *metric, int64_t *samples,
+                             int64_t *since)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    double v[4] = {*loss, *metric, (double)*samples, (double)*since};
+    stoke_status s = stoke_dist_sum(t->world, v, 4);
+    *loss = v[0], *metric = v[1], *samples = (int64_t)v[2], *since = (int64_t)v[3];
+    return s;
+}
+
+stoke_status train_dist_buffers(stoke_trainer *t)
+{
+    return train_dist_on(t) ? stoke_dist_average_buffers(t->world, t->model) : STOKE_OK;
+}
+
+void train_dist_phases(stoke_trainer *t, stoke_train_event *e, double pct)
+{
+    e->world = train_world(t);
+    e->allreduce_pct = e->allreduce_hidden_pct = NAN;
+    if (!train_dist_on(t))
+        return;
+    stoke_dist_stats d;
+    stoke_dist_get_stats(t->world, &d);
+    /* the reducer's host time ran inside backward (staging, starting) and the step
+     * (waiting, scattering): moved from those columns into its own */
+    e->backward_pct = fmax(0, e->backward_pct - d.reduce_s * pct);
+    e->optimizer_pct = fmax(0, e->optimizer_pct - d.finish_s * pct);
+    e->allreduce_pct = (d.reduce_s + d.finish_s) * pct;
+    if (d.steps > 0 && t->dist.unhidden_s > 0) {
+        double exposed = d.exposed_s / (double)d.steps;
+        e->allreduce_hidden_pct = 100 * fmin(1, fmax(0, 1 - exposed / t->dist.unhidden_s));
+    }
+}
+
+void train_dist_epoch_start(stoke_trainer *t)
+{
+    if (train_dist_on(t))
+        stoke_dist_reset_stats(t->world);
+}
+
+/* One rank's step, as it travels between ranks. */
+typedef struct rank_figures {
+    double steps, step_s, input_wait_s, compute_s, reduce_wait_s;
+    char host[64];
+} rank_figures;
+
+stoke_status train_dist_gather(stoke_trainer *t, double seconds, double wait_s)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    int world = train_world(t);
+    stoke_dist_stats d;
+    stoke_dist_get_stats(t->world, &d);
+    double steps = d.steps > 0 ? (double)d.steps : 1;
+    rank_figures mine = {.steps = (double)d.steps,
+                         .step_s = seconds / steps,
+                         .input_wait_s = wait_s / steps,
+                         .reduce_wait_s = d.exposed_s / steps};
+    mine.compute_s = fmax(0, mine.step_s - mine.input_wait_s - mine.reduce_wait_s);
+    snprintf(mine.host, sizeof mine.host, "%s", stoke_dist_host_name(t->world));
+    rank_figures *all = calloc((size_t)world, sizeof *all);
+    if (!all)
+        return stoke_fail(STOKE_ERR_NOMEM, "data parallel: out of memory");
+    stoke_status s = stoke_dist_allgather(t->world, &mine, sizeof mine, all);
+    if (s == STOKE_OK) {
+        free(t->dist.ranks);
+        t->dist.ranks = calloc((size_t)world, sizeof *t->dist.ranks);
+        t->dist.nranks = t->dist.ranks ? world : 0;
+        for (int r = 0; r < t->dist.nranks; r++)
+            t->dist.ranks[r] = (train_rank_step){.rank = r,
+                                                 .steps = (int64_t)all[r].steps,
+                                                 .step_s = all[r].step_s,
+                                                 .input_wait_s = all[r].input_wait_s,
+                                                 .compute_s = all[r].compute_s,
+                                                 .reduce_wait_s = all[r].reduce_wait_s};
+        for (int r = 0; r < t->dist.nranks; r++)
+            snprintf(t->dist.ranks[r].host, sizeof t->dist.ranks[r].host, "%s", all[r].host);
+    }
+    free(all);
+    return s;
+}
