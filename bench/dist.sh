@@ -60,7 +60,7 @@ stoke_rate() { # HOW MODEL
     hid=""
     [ $m = mlp ] && hid="--hidden 512,512"
     args="train --model $m $hid --batch-size $b --optimizer sgd --lr 0.05 --momentum 0.9 \
---schedule constant --seed 1 --precision fp32 --limit $n --val-limit 1 --epochs 1 \
+--schedule constant --seed 1 --precision fp32 --limit $n --val-limit 256 --epochs 1 \
 --log $tmp/log.jsonl --log-every 1000000"
     rm -f "$tmp/log.jsonl"
     case $how in
