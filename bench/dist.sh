@@ -64,9 +64,9 @@ stoke_rate() { # HOW MODEL
 --log $tmp/log.jsonl --log-every 1000000"
     rm -f "$tmp/log.jsonl"
     case $how in
-        one) timeout -k 10 900 "$stoke" $args --threads $ncpu ;;
-        mpi2) timeout -k 10 900 mpirun -np 2 --oversubscribe "$stoke" $args --threads $half ;;
-        nproc2) timeout -k 10 900 "$stoke" $args --threads $half --nproc 2 ;;
+        one) timeout -k 10 300 "$stoke" $args --threads $ncpu ;;
+        mpi2) timeout -k 10 300 mpirun -np 2 --oversubscribe "$stoke" $args --threads $half ;;
+        nproc2) timeout -k 10 300 "$stoke" $args --threads $half --nproc 2 ;;
     esac >"$tmp/stoke.out" 2>&1 || { note "stoke ($how) failed: $(tail -3 "$tmp/stoke.out")"; echo "nan nan nan nan"; return; }
     "$py" - "$tmp/log.jsonl" <<'EOF'
 import json, sys
@@ -79,7 +79,7 @@ EOF
 }
 torch_rate() { # RANKS THREADS MODEL
     set -- "$1" "$2" $(spec "$3")
-    timeout -k 10 900 "$py" "$here/dist_torch.py" rate "$3" --ranks "$1" --threads "$2" \
+    timeout -k 10 300 "$py" "$here/dist_torch.py" rate "$3" --ranks "$1" --threads "$2" \
         --batch "$4" --samples "$5" 2>"$tmp/torch.err" |
         awk '/^rate / {print $2; f = 1} END {if (!f) print "nan"}'
 }
