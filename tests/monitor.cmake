@@ -1,11 +1,13 @@
 # stoke monitor: unit tests of the library module and end-to-end runs of the binary.
 stoke_unit_test(test_monitor test_monitor.c)
+# The ranks of a data-parallel run: the rank rules, and the ranks of a watched tree.
+stoke_unit_test(test_monitor_ranks test_monitor_ranks.c)
 
 # Each end-to-end case is one run of tests/e2e/monitor.sh; the GPU cases load the NVML
 # test double with a scenario from tests/scenarios/.
 set(STOKE_MONITOR_E2E_CASES exit-status signal-status no-such-command bad-pid bad-jsonl
     bad-data sigterm pid-ends jsonl-csv gpu-absent-readings gpu-input-bound gpu-busy-thread
-    gpu-batch-grow gpu-throttle gpu-memory-full gpu-healthy)
+    gpu-batch-grow gpu-throttle gpu-memory-full gpu-healthy mpirun-ranks)
 foreach(case ${STOKE_MONITOR_E2E_CASES})
   add_test(NAME monitor_e2e_${case}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/monitor.sh ${case}
@@ -13,6 +15,8 @@ foreach(case ${STOKE_MONITOR_E2E_CASES})
                    ${CMAKE_CURRENT_SOURCE_DIR}/scenarios ${CMAKE_CURRENT_BINARY_DIR}/monitor-e2e)
   set_tests_properties(monitor_e2e_${case} PROPERTIES TIMEOUT 60)
 endforeach()
+# Skipped where OpenMPI's mpirun is not installed.
+set_tests_properties(monitor_e2e_mpirun-ranks PROPERTIES SKIP_RETURN_CODE 77)
 # These two keep cores busy and judge whose CPU it was: run side by side, each would
 # take the other's cores.
 set_tests_properties(monitor_e2e_gpu-input-bound monitor_e2e_gpu-busy-thread

@@ -29,7 +29,23 @@ enum {
     STOKE_MS_PIPELINE = 1u << 6,      /* pipe: the input pipeline's snapshot (a provider) */
     STOKE_MS_PIPELINE_RATE = 1u << 7, /* data_wait_pct, batches_per_s (two snapshots) */
     STOKE_MS_THREAD = 1u << 8,        /* busiest: the tree's busiest thread (two reads) */
+    STOKE_MS_RANKS = 1u << 9,         /* rank_procs: the tree's MPI ranks (their rss; cpu_pct
+                                         where each one's cpu_valid says) */
 };
+
+/* At most this many ranks per sample: those the monitor sees on its own machine. */
+enum { STOKE_MON_LOCAL_RANKS = 64 };
+
+/* A process of the watched tree that an MPI launcher started as a rank (its environment
+ * names the rank: OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK), with the processes it
+ * started. */
+typedef struct stoke_mon_rank_proc {
+    int rank;
+    int pid;            /* the rank's process (the topmost one of that rank in the tree) */
+    bool cpu_valid;     /* cpu_pct is known (this pid was read in the previous sample too) */
+    double cpu_pct;     /* the rank's processes, 100 = one core */
+    uint64_t rss_bytes; /* their RSS summed */
+} stoke_mon_rank_proc;
 
 /* One thread of the watched tree and its CPU since the previous read. */
 typedef struct stoke_mon_thread {
@@ -93,6 +109,8 @@ typedef struct stoke_mon_sample {
     stoke_mon_thread busiest; /* STOKE_MS_THREAD: the tree's busiest thread */
     int busy_threads;         /* STOKE_MS_THREAD: threads of the tree that were busy
                                  (stoke_thread_read) */
+    int nrank_procs;          /* STOKE_MS_RANKS: the tree's ranks, in rank order */
+    stoke_mon_rank_proc rank_procs[STOKE_MON_LOCAL_RANKS];
 } stoke_mon_sample;
 
 /* ---- /proc readers (proc.c) -------------------------------------------------- */
@@ -229,6 +247,13 @@ typedef struct stoke_mon_history {
     double startup_s;       /* t of the last of them */
     double startup_thread;  /* their busiest thread's median % of a core (0: not read) */
     double startup_job;     /* the job's median % of a core over them (0: not read) */
+    /* The tree's MPI ranks (STOKE_MS_RANKS), in the order first seen: the series of
+     * each one's CPU (% of a core) and RSS (bytes); pid is the latest one's. */
+    int nranks;
+    struct stoke_mon_rank_history {
+        int rank, pid;
+        stoke_series cpu, rss;
+    } ranks[STOKE_MON_LOCAL_RANKS];
 } stoke_mon_history;
 
 void stoke_mon_history_init(stoke_mon_history *h);
@@ -253,8 +278,28 @@ typedef enum stoke_mon_program_kind {
 typedef struct stoke_mon_program {
     stoke_mon_program_kind kind;
     /* stoke's settings of the run (STOKE_PROG_STOKE); 0 = unknown */
-    int workers, threads, prefetch, batch_size;
+    int workers, threads, prefetch, batch_size, accumulate;
 } stoke_mon_program;
+
+/* At most this many ranks in a summary's per-rank step figures. */
+enum { STOKE_MON_MAX_RANKS = 256 };
+
+/* One rank of a data-parallel run as its trainer measured it: per-step means in
+ * seconds of the whole step's wall time, the time waiting for the loader's batches,
+ * forward + backward + optimizer compute, and the exposed wait at the gradients'
+ * all-reduce (the part not hidden behind backward). */
+typedef struct stoke_mon_rank {
+    int rank;
+    char host[64];
+    int64_t steps; /* steps the means cover */
+    double step_s, input_wait_s, compute_s, reduce_wait_s;
+} stoke_mon_rank;
+
+/* A rank of the watched tree over the run (stoke_mon_rank_proc's series). */
+typedef struct stoke_mon_rank_usage {
+    int rank, pid;
+    stoke_stats cpu_pct, rss_bytes;
+} stoke_mon_rank_usage;
 
 /* The statistics of every series of a run, which the rules read. */
 typedef struct stoke_mon_summary {
@@ -286,15 +331,25 @@ typedef struct stoke_mon_summary {
     bool have_disk;
     stoke_disk_kind disk_kind;
     char data_path[256];
+    /* The ranks of the watched tree (stoke monitor -- mpirun ...), in the order first
+     * seen: what the monitor saw of each one's process. */
+    int nrank_procs;
+    stoke_mon_rank_usage rank_procs[STOKE_MON_LOCAL_RANKS];
+    /* The ranks of a data-parallel run as the trainer measured them, set by the caller
+     * after stoke_mon_summarize (stoke train gathers them to rank 0); 0 = one process,
+     * and the rank rules do not fire. */
+    int nranks;
+    stoke_mon_rank ranks[STOKE_MON_MAX_RANKS];
 } stoke_mon_summary;
 
 /* Computes the summary of h. usable_cpus <= 0 means "same as ncpu". The program is
- * left STOKE_PROG_EXTERNAL: stoke's trainer says it is itself. */
+ * left STOKE_PROG_EXTERNAL: stoke's trainer says it is itself; nranks is left 0. */
 stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
                                  stoke_mon_summary *out);
 
-/* Writes the min / median / p95 / max table of every non-empty series to f, and the
- * input pipeline's own summaries when it reported. */
+/* Writes the min / median / p95 / max table of every non-empty series to f, the input
+ * pipeline's own summaries when it reported, and the ranks (of the tree, and the
+ * trainer's per-rank step figures) when there are any. */
 void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f);
 
 /* ---- Diagnosis (rules.c) ---------------------------------------------------------
@@ -326,9 +381,12 @@ typedef struct stoke_finding_figure {
 typedef struct stoke_finding_change {
     const char *setting; /* "workers", "prefetch", "threads", "batch_size",
                             "grad_accum_steps", "precision", "power_limit",
-                            "data_format", "data_location", "per_sample_work" */
+                            "data_format", "data_location", "per_sample_work",
+                            "host_load", "ranks_on_host", "bucket_size",
+                            "interconnect" */
     const char *unit;    /* of current and suggested: "workers", "batches", "threads",
-                            "samples", "steps", "W"; "" for a word or a direction */
+                            "samples", "steps", "W", "ranks"; "" for a word or a
+                            direction */
     double current;      /* the run's value; NAN when unknown */
     double suggested;    /* the value to set; NAN when the advice gives only a direction
                             or a word (`to`) */
@@ -340,6 +398,8 @@ typedef struct stoke_finding_change {
 typedef struct stoke_finding {
     const struct stoke_rule *rule;
     int gpu;                        /* GPU index the finding is about, -1 if none */
+    int rank;                       /* the rank the finding names, -1 if none */
+    char host[64];                  /* ... and its host ("" if none or unknown) */
     stoke_mon_program_kind program; /* whose knobs the advice names (the summary's) */
     int nfigures;
     stoke_finding_figure figures[STOKE_FINDING_FIGURES];
@@ -378,6 +438,10 @@ typedef struct stoke_rule {
     double excess_cores_atleast; /* compute threads + others' cores over the usable CPUs */
     double thread_share_below;   /* the job's cores per compute thread under this = starved */
     double startup_frac_atleast; /* the share of the watched time before the first GPU work */
+    double reduce_wait_atleast;  /* % of a rank's step waiting at the all-reduce = waiting */
+    double wait_ratio_below;     /* a rank waiting under this fraction of the others' wait
+                                    is the one they wait for */
+    double input_wait_atleast;   /* % of a rank's step waiting for its batches = input-bound */
     /* Fills *f and returns true when the rule fires. Figures and changes are appended
      * to those *f has: start from a zeroed finding, as stoke_diagnose does. */
     bool (*check)(const struct stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);

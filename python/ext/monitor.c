@@ -421,6 +421,54 @@ static PyObject *pipeline_dict(const stoke_mon_pipeline *p)
     return d;
 }
 
+/* Appends o (a new reference, NULL after a failure) to *l and drops it; on failure *l
+ * is released and set to NULL, which ends the caller's loop. */
+static void list_take(PyObject **l, PyObject *o)
+{
+    if (!o || PyList_Append(*l, o) < 0)
+        Py_CLEAR(*l);
+    Py_XDECREF(o);
+}
+
+/* The ranks of the watched tree: [{rank, pid, metrics: {cpu_pct, rss}}]. */
+static PyObject *rank_procs_list(const stoke_mon_summary *s)
+{
+    PyObject *l = PyList_New(0);
+    for (int k = 0; l && k < s->nrank_procs && k < STOKE_MON_LOCAL_RANKS; k++) {
+        const stoke_mon_rank_usage *u = &s->rank_procs[k];
+        PyObject *m = PyDict_New();
+        int rc = m ? 0 : -1;
+        if (rc == 0 && u->cpu_pct.n)
+            rc = stokepy_put(m, "cpu_pct", stats_dict(&u->cpu_pct, "% of a core"));
+        if (rc == 0 && u->rss_bytes.n)
+            rc = stokepy_put(m, "rss", stats_dict(&u->rss_bytes, "bytes"));
+        list_take(&l, rc == 0 ? Py_BuildValue("{s:i,s:i,s:O}", "rank", u->rank, "pid", u->pid,
+                                              "metrics", m)
+                              : NULL);
+        Py_XDECREF(m);
+    }
+    return l;
+}
+
+/* The trainer's per-rank step figures: [{rank, host, steps, step_s, input_wait_s,
+ * compute_s, reduce_wait_s}]. */
+static PyObject *ranks_list(const stoke_mon_summary *s)
+{
+    PyObject *l = PyList_New(0);
+    for (int k = 0; l && k < s->nranks && k < STOKE_MON_MAX_RANKS; k++) {
+        const stoke_mon_rank *x = &s->ranks[k];
+        /* the trainer's words, not checked: bad bytes are replaced rather than raised */
+        PyObject *host =
+            PyUnicode_DecodeUTF8(x->host, (Py_ssize_t)strnlen(x->host, sizeof x->host), "replace");
+        PyObject *o =
+            Py_BuildValue("{s:i,s:N,s:L,s:d,s:d,s:d,s:d}", "rank", x->rank, "host", host, "steps",
+                          (long long)x->steps, "step_s", x->step_s, "input_wait_s", x->input_wait_s,
+                          "compute_s", x->compute_s, "reduce_wait_s", x->reduce_wait_s);
+        list_take(&l, o);
+    }
+    return l;
+}
+
 static PyObject *summary_dict(const stoke_mon_summary *s)
 {
     PyObject *d = PyDict_New(), *metrics = NULL, *gpus = NULL;
@@ -485,6 +533,10 @@ static PyObject *summary_dict(const stoke_mon_summary *s)
         goto fail;
     if (s->have_pipeline && stokepy_put(d, "pipeline", pipeline_dict(&s->pipeline)) < 0)
         goto fail;
+    /* "ranks" as in a JSON line (the processes); the trainer's figures apart */
+    if (stokepy_put(d, "ranks", rank_procs_list(s)) < 0 ||
+        stokepy_put(d, "rank_steps", ranks_list(s)) < 0)
+        goto fail;
     Py_DECREF(metrics);
     Py_DECREF(gpus);
     return d;
@@ -533,10 +585,7 @@ static PyObject *changes_list(const stoke_finding *f)
             Py_BuildValue("{s:s,s:s,s:N,s:N,s:i,s:z}", "setting", c->setting, "unit", c->unit,
                           "current", number_or_none(c->current), "suggested",
                           number_or_none(c->suggested), "direction", c->direction, "to", c->to);
-        int rc = o ? PyList_Append(l, o) : -1;
-        Py_XDECREF(o);
-        if (rc < 0)
-            Py_CLEAR(l);
+        list_take(&l, o);
     }
     return l;
 }
@@ -554,6 +603,12 @@ static PyObject *finding_dict(const stoke_finding *f)
     if (rc == 0)
         rc = f->gpu >= 0 ? stokepy_put(o, "gpu", PyLong_FromLong(f->gpu))
                          : PyDict_SetItemString(o, "gpu", Py_None);
+    if (rc == 0)
+        rc = f->rank >= 0 ? stokepy_put(o, "rank", PyLong_FromLong(f->rank))
+                          : PyDict_SetItemString(o, "rank", Py_None);
+    if (rc == 0)
+        rc = f->host[0] ? stokepy_put(o, "host", PyUnicode_FromString(f->host))
+                        : PyDict_SetItemString(o, "host", Py_None);
     if (rc == 0)
         rc = stokepy_put(o, "evidence", PyUnicode_FromString(f->evidence));
     if (rc == 0)
@@ -586,11 +641,7 @@ static PyObject *findings_list(const stoke_finding *f, size_t n)
 {
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < n; i++) {
-        PyObject *o = finding_dict(&f[i]);
-        int rc = o ? PyList_Append(list, o) : -1;
-        Py_XDECREF(o);
-        if (rc < 0)
-            Py_CLEAR(list);
+        list_take(&list, finding_dict(&f[i]));
     }
     return list;
 }

@@ -179,11 +179,47 @@ def test_latest_summary_and_findings_shapes():
     assert cpu["min"] <= cpu["median"] <= cpu["p95"] <= cpu["max"]
     assert "proc_rss" in summary["metrics"]
     assert "pipeline" not in summary or summary["pipeline"]["batches"] >= 0
+    # one process: no ranks, of the tree or the trainer's
+    assert summary["ranks"] == [] and summary["rank_steps"] == [] and "ranks" not in s
     for f in mon.findings():
-        assert set(f) == {"id", "kind", "resource", "gpu", "program", "evidence", "advice",
-                          "figures", "changes", "python"}
+        assert set(f) == {"id", "kind", "resource", "gpu", "rank", "host", "program",
+                          "evidence", "advice", "figures", "changes", "python"}
         assert f["kind"] in ("bottleneck", "risk", "warning")
         check_fields(f)
+
+
+def test_ranks_of_a_watched_launcher():
+    # Two processes an MPI launcher would start: their environment names their rank.
+    p = subprocess.Popen(["sh", "-c", "OMPI_COMM_WORLD_RANK=0 sleep 20 & "
+                          "OMPI_COMM_WORLD_RANK=1 sleep 20 & wait"])
+    try:
+        kids = []
+        for _ in range(500):
+            kids = [int(x) for x in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
+            if len(kids) == 2 and all(open(f"/proc/{k}/comm").read() == "sleep\n" for k in kids):
+                break
+            time.sleep(0.01)
+        with stoke.Monitor(interval=0.05, pid=p.pid, gpu=False) as mon:
+            wait_samples(mon, 3)
+        ranks = mon.latest()["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert sorted(r["pid"] for r in ranks) == sorted(kids)
+        assert all(r["rss_bytes"] > 0 and r["cpu_pct"] >= 0 for r in ranks)
+        summary = mon.summary()
+        assert [(r["rank"], r["pid"]) for r in summary["ranks"]] == \
+            [(r["rank"], r["pid"]) for r in ranks]
+        assert summary["ranks"][0]["metrics"]["rss"]["unit"] == "bytes"
+        assert summary["rank_steps"] == []  # the trainer's figures: not a Python monitor's
+        assert "RANKS 0:" in mon.line()
+        assert "ranks (MPI processes of the tree)" in mon.report()
+    finally:
+        p.kill()
+        for k in kids:
+            try:
+                os.kill(k, 9)
+            except ProcessLookupError:
+                pass
+        p.wait()
 
 
 def check_fields(f):

@@ -37,6 +37,7 @@ void stoke_dist_free(stoke_dist *d)
 {
     if (!d)
         return;
+    dist_comm_free(d);
     if (d->grads && d->grads->free)
         d->grads->free(d);
     if (d->host && d->host->free)
@@ -146,6 +147,8 @@ void stoke_dist_reset_stats(stoke_dist *d) { memset(&d->stats, 0, sizeof d->stat
 
 static void stage_release(stoke_dist *d, const stoke_grad_ops *ops)
 {
+    (void)dist_comm_wait(d); /* nothing may still read a buffer freed here */
+    dist_comm_free(d);
     for (int k = 0; k < d->nstage; k++)
         if (d->stage[k].buf)
             ops->free(ops->ctx, d->stage[k].buf);
@@ -153,8 +156,6 @@ static void stage_release(stoke_dist *d, const stoke_grad_ops *ops)
     d->stage = NULL;
     d->nstage = 0;
     d->buckets = NULL;
-    if (d->grads->release)
-        d->grads->release(d);
 }
 
 static void copy_back(stoke_dist *d, const stoke_grad_ops *ops, const stoke_grad_bucket *b)
@@ -176,7 +177,9 @@ static stoke_status start_bucket(stoke_dist *d, const stoke_grad_ops *ops,
         ops->copy(ops->ctx, flat, b->grads[k], b->elems[k] * sizeof(float));
         flat += b->elems[k] * sizeof(float);
     }
-    stoke_status s = d->grads->start(d, b->index, st->buf, st->n, ops->stream);
+    stoke_status s = d->grads->stream_ordered
+                         ? d->grads->start(d, b->index, st->buf, st->n, ops->stream)
+                         : dist_comm_start(d, b->index);
     if (s != STOKE_OK)
         return s;
     st->started = true;
@@ -206,17 +209,14 @@ static stoke_status dist_prepare(void *self, const stoke_grad_ops *ops, const st
                               b[k].bytes, k);
         }
     }
-    stoke_status s = d->grads->prepare ? d->grads->prepare(d, n) : STOKE_OK;
-    if (s != STOKE_OK)
-        stage_release(d, ops);
-    return s;
+    return STOKE_OK;
 }
 
 /* Every started reduction complete and (host-completed) scattered back. */
 static stoke_status complete(stoke_dist *d, const stoke_grad_ops *ops)
 {
     double t0 = stoke_wall_time();
-    stoke_status s = d->grads->wait(d, ops->stream);
+    stoke_status s = d->grads->stream_ordered ? d->grads->wait(d, ops->stream) : dist_comm_wait(d);
     d->stats.exposed_s += stoke_wall_time() - t0;
     if (s != STOKE_OK)
         return s;
@@ -243,8 +243,6 @@ static stoke_status dist_reduce(void *self, const stoke_grad_ops *ops, const sto
         s = complete(d, ops);
     if (s == STOKE_OK)
         s = start_bucket(d, ops, b);
-    if (s == STOKE_OK && d->grads->poll)
-        d->grads->poll(d);
     d->stats.reduce_s += stoke_wall_time() - t0;
     return s;
 }

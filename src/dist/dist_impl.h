@@ -21,27 +21,30 @@ typedef struct dist_host {
 } dist_host;
 
 /* The gradients' transport: the in-place mean of each bucket's staging buffer over
- * the world. */
+ * the world, one of two kinds:
+ * - queued on the model's stream (NCCL, local): stream_ordered, start and wait; the
+ *   bucket is copied back at once, behind the mean on the stream, and wait only
+ *   orders the step after it;
+ * - completed by the host (MPI): mean, a blocking call that dist.c runs on its own
+ *   communication thread, one bucket after another in readiness order, while backward
+ *   computes the next (MPI's non-blocking collectives progress only inside MPI calls,
+ *   which a training thread busy in backward does not make); the copies back happen
+ *   after the step's finish has waited for them. */
 typedef struct dist_grads {
     const char *name; /* "local", "mpi", "nccl" */
-    /* The mean is queued on the model's stream (NCCL): the bucket is copied back at
-     * once, behind it on the stream, and wait only orders the step after it. False:
-     * the host completes it (MPI), the copies back happen after wait. */
     bool stream_ordered;
-    /* Once per model, with the staging buffers' count: what the transport keeps per
-     * bucket (MPI's requests). NULL: nothing. */
-    stoke_status (*prepare)(stoke_dist *d, int buckets);
-    /* Starts bucket k's mean of buf[0..n) floats (stream: the model's, NULL on the CPU). */
+    /* stream_ordered: starts bucket k's mean of buf[0..n) floats on stream (the model's). */
     stoke_status (*start)(stoke_dist *d, int k, float *buf, size_t n, void *stream);
-    /* Lets started reductions progress between buckets (MPI progresses only inside its
-     * calls). NULL: they progress by themselves. */
-    void (*poll)(stoke_dist *d);
-    /* Every started reduction complete (or, stream_ordered, ordered ahead of what is
-     * queued next on stream). */
+    /* stream_ordered: every started mean ordered ahead of what is queued next. */
     stoke_status (*wait)(stoke_dist *d, void *stream);
-    void (*release)(stoke_dist *d); /* what prepare made; NULL: nothing */
-    void (*free)(stoke_dist *d);    /* the transport's state; NULL: none */
+    /* host-completed: buf[0..n) replaced by its mean over the world; called on dist's
+     * communication thread (errors recorded there are carried to the training thread) */
+    stoke_status (*mean)(stoke_dist *d, float *buf, size_t n);
+    void (*free)(stoke_dist *d); /* the transport's state; NULL: none */
 } dist_grads;
+
+/* dist.c's communication thread for host-completed transports: a queue of buckets. */
+typedef struct dist_comm dist_comm;
 
 /* One staging buffer per bucket: non-blocking reductions of several buckets are in
  * flight together, each in its own buffer (as DDP's flat bucket storage). */
@@ -63,6 +66,7 @@ struct stoke_dist {
     dist_stage *stage;
     int nstage;
     const stoke_grad_bucket *buckets; /* the model's, as prepare was given them */
+    dist_comm *comm;                  /* host-completed transports' thread; NULL: none yet */
     bool sync; /* reduce this backward's buckets (false: a micro-batch that accumulates) */
     stoke_dist_stats stats;
 };
@@ -72,6 +76,13 @@ struct stoke_dist {
  * larger one must give its own. STOKE_ERR_NOMEM. Used by local.c, mpi.c and tests. */
 stoke_status dist_new(int world, int rank, const dist_host *h, void *state, const dist_grads *g,
                       stoke_dist **out);
+
+/* comm.c: bucket k queued for the communication thread (started with the first);
+ * every bucket queued so far reduced, with the first failure's status and message;
+ * the thread joined (after the last wait: the stage buffers are the model's). */
+stoke_status dist_comm_start(stoke_dist *d, int k);
+stoke_status dist_comm_wait(stoke_dist *d);
+void dist_comm_free(stoke_dist *d);
 
 /* mpi.c: MPI's world (MPI_Init_thread), or STOKE_ERR_UNAVAILABLE in a build without
  * MPI, saying so. */

@@ -1,7 +1,7 @@
 /* mpi.c - the world of processes under mpirun: OpenMPI's communicator for the host's
- * collectives and, on the CPU, the gradients' mean through MPI_Iallreduce, so every
- * bucket's reduction proceeds while backward computes the next (MPI progresses inside
- * its calls: the reducer polls between buckets). Built where CMake finds MPI
+ * collectives and, on the CPU, the gradients' mean through MPI_Allreduce on dist's
+ * communication thread (comm.c), so every bucket's reduction proceeds while backward
+ * computes the next. Built where CMake finds MPI
  * (STOKE_HAVE_MPI); the transport is MPI's, never one of stoke's own. */
 #include "dist/dist_impl.h"
 
@@ -13,9 +13,8 @@
 #include <string.h>
 
 typedef struct mpi_state {
-    MPI_Comm comm;
-    MPI_Request *req; /* one per bucket */
-    int nreq;
+    MPI_Comm comm;  /* the host's collectives: the training thread's */
+    MPI_Comm grads; /* the gradients': the communication thread's */
 } mpi_state;
 
 static mpi_state *st_of(stoke_dist *d) { return d->host_state; }
@@ -76,10 +75,10 @@ static void mpi_free(stoke_dist *d)
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) {
+        MPI_Comm_free(&s->grads);
         MPI_Comm_free(&s->comm);
         MPI_Finalize();
     }
-    free(s->req);
     free(s);
 }
 
@@ -92,91 +91,74 @@ static const dist_host mpi_host = {.name = "mpi",
 
 /* ---- the gradients ---------------------------------------------------------------- */
 
-static stoke_status grads_prepare(stoke_dist *d, int buckets)
+/* The sum over the ranks, then the mean: 1/world is exact for a power of two, so two
+ * ranks' mean is the single process's accumulated sum halved, bit for bit. On its own
+ * communicator, so the communication thread's calls never interleave with the
+ * training thread's figures on the host's. */
+static stoke_status grads_mean(stoke_dist *d, float *buf, size_t n)
 {
-    mpi_state *s = st_of(d);
-    free(s->req);
-    s->nreq = 0;
-    if (!(s->req = malloc((size_t)(buckets > 0 ? buckets : 1) * sizeof *s->req)))
-        return stoke_fail(STOKE_ERR_NOMEM, "dist: out of memory for %d requests", buckets);
-    for (int k = 0; k < buckets; k++)
-        s->req[k] = MPI_REQUEST_NULL;
-    s->nreq = buckets;
-    return STOKE_OK;
-}
-
-static stoke_status grads_start(stoke_dist *d, int k, float *buf, size_t n, void *stream)
-{
-    (void)stream;
-    if (n > INT_MAX) /* buckets are about 25 MiB: a bucket this large is a bug */
-        return stoke_fail(STOKE_ERR_ARG, "dist: gradient bucket %d of %zu floats", k, n);
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, st_of(d)->comm,
-                            &st_of(d)->req[k]);
-    return rc == MPI_SUCCESS ? STOKE_OK : mpi_fail(d, rc, "starting a gradient all-reduce");
-}
-
-static void grads_poll(stoke_dist *d)
-{
-    mpi_state *s = st_of(d);
-    int done;
-    MPI_Testall(s->nreq, s->req, &done, MPI_STATUSES_IGNORE);
-}
-
-/* The sums waited for, then made means: 1/world is exact for a power of two, so two
- * ranks' mean is the single process's accumulated sum halved, bit for bit. */
-static stoke_status grads_wait(stoke_dist *d, void *stream)
-{
-    (void)stream;
-    mpi_state *s = st_of(d);
-    int rc = MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(d, rc, "a gradient all-reduce");
-    float inv = 1.0f / (float)d->world;
-    for (int k = 0; k < d->nstage; k++) {
-        if (!d->stage[k].started)
-            continue;
-        float *v = d->stage[k].buf;
-        for (size_t i = 0; i < d->stage[k].n; i++)
-            v[i] *= inv;
+    for (size_t off = 0; off < n;) {
+        int k = n - off > INT_MAX ? INT_MAX : (int)(n - off);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + off, k, MPI_FLOAT, MPI_SUM, st_of(d)->grads);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(d, rc, "a gradient all-reduce");
+        off += (size_t)k;
     }
+    float inv = 1.0f / (float)d->world;
+    for (size_t i = 0; i < n; i++)
+        buf[i] *= inv;
     return STOKE_OK;
 }
 
-static void grads_release(stoke_dist *d)
+static const dist_grads mpi_grads = {.name = "mpi", .mean = grads_mean};
+
+/* An MPI without threads: each bucket reduced where backward hands it over, in the
+ * training thread (correct, not overlapped; the data parallel line says so). */
+static stoke_status sync_start(stoke_dist *d, int k, float *buf, size_t n, void *stream)
 {
-    mpi_state *s = st_of(d);
-    free(s->req);
-    s->req = NULL;
-    s->nreq = 0;
+    (void)k, (void)stream;
+    return grads_mean(d, buf, n);
 }
 
-static const dist_grads mpi_grads = {.name = "mpi",
-                                     .stream_ordered = false,
-                                     .prepare = grads_prepare,
-                                     .start = grads_start,
-                                     .poll = grads_poll,
-                                     .wait = grads_wait,
-                                     .release = grads_release};
+static stoke_status sync_wait(stoke_dist *d, void *stream)
+{
+    (void)d, (void)stream;
+    return STOKE_OK;
+}
+
+static const dist_grads mpi_grads_sync = {.name = "mpi (not overlapped: this MPI has no "
+                                                  "thread support)",
+                                          .stream_ordered = true,
+                                          .start = sync_start,
+                                          .wait = sync_wait,
+                                          .mean = grads_mean};
 
 stoke_status dist_mpi_init(stoke_dist **out)
 {
     *out = NULL;
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
-    /* only the training thread calls MPI */
-    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    /* the training thread and the communication thread call MPI, on communicators of
+     * their own */
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return stoke_fail(STOKE_ERR_UNAVAILABLE, "dist: MPI_Init failed");
+    if (inited)
+        MPI_Query_thread(&provided);
     mpi_state *s = calloc(1, sizeof *s);
     if (!s)
         return stoke_fail(STOKE_ERR_NOMEM, "dist: out of memory");
     MPI_Comm_dup(MPI_COMM_WORLD, &s->comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &s->grads);
     /* errors come back as codes (named in messages), not an abort without a word */
     MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(s->grads, MPI_ERRORS_RETURN);
     int world, rank;
     MPI_Comm_size(s->comm, &world);
     MPI_Comm_rank(s->comm, &rank);
-    stoke_status st = dist_new(world, rank, &mpi_host, s, &mpi_grads, out);
+    stoke_status st = dist_new(world, rank, &mpi_host, s,
+                               provided >= MPI_THREAD_MULTIPLE ? &mpi_grads : &mpi_grads_sync, out);
     if (st != STOKE_OK) {
+        MPI_Comm_free(&s->grads);
         MPI_Comm_free(&s->comm);
         free(s);
         return st;

@@ -1,4 +1,5 @@
-/* proc.c - system CPU, iowait and memory, and a watched process tree, from /proc. */
+/* proc.c - system CPU, iowait and memory, and a watched process tree, from /proc (with
+ * the MPI ranks among its processes). */
 #include "stoke/monitor.h"
 #include "monitor/proc_impl.h"
 
@@ -23,7 +24,21 @@ typedef struct proc_entry {
     bool have_io;
     bool init; /* read at least once */
     bool seen;
+    int ppid;
+    long rss_pages;
+    /* The MPI rank its environment names (-1: none, or unreadable), read again when
+     * its name changes: a launcher's child is a copy of the launcher until it execs
+     * the rank's program with the rank's environment. */
+    int rank;
+    char comm[16];
 } proc_entry;
+
+/* A rank's processes summed in one read of the tree (rank_procs). */
+typedef struct rank_total {
+    int rank, pid;
+    unsigned long long ticks;
+    long rss_pages;
+} rank_total;
 
 struct stoke_proc_reader {
     int stat_fd, meminfo_fd;
@@ -43,6 +58,8 @@ struct stoke_proc_reader {
     unsigned long long prev_ticks, prev_rd, prev_wr; /* tree totals then */
     bool prev_io;                                    /* every process's io file was readable then */
     stoke_thread_reader *threads;                    /* the busiest thread, NULL without a tree */
+    rank_total ranks_prev[STOKE_MON_LOCAL_RANKS];    /* the ranks at the previous read */
+    int nranks_prev;
     char buf[16384];
 };
 
@@ -227,7 +244,161 @@ static proc_entry *find_entry(stoke_proc_reader *r, int pid)
     memset(e, 0, sizeof *e);
     e->pid = pid;
     e->stat_fd = e->io_fd = -1;
+    e->rank = -1;
     return e;
+}
+
+/* The entry of pid if the tree has it; never adds one. */
+static proc_entry *peek_entry(stoke_proc_reader *r, int pid)
+{
+    for (int i = 0; i < r->nents; i++)
+        if (r->ents[i].pid == pid)
+            return &r->ents[i];
+    return NULL;
+}
+
+bool stoke_proc_parse_environ_rank(const char *buf, size_t len, int *rank)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK=", "PMIX_RANK=", "PMI_RANK="};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        size_t nl = strlen(names[k]);
+        for (size_t at = 0; at < len;) {
+            const char *e = buf + at;
+            const char *end = memchr(e, '\0', len - at);
+            size_t el = end ? (size_t)(end - e) : len - at;
+            if (el > nl && el - nl <= 10 && !memcmp(e, names[k], nl)) {
+                long v = 0;
+                size_t i = nl;
+                while (i < el && e[i] >= '0' && e[i] <= '9')
+                    v = v * 10 + (e[i++] - '0');
+                if (i == el && v <= (1L << 30)) {
+                    *rank = (int)v;
+                    return true;
+                }
+            }
+            at += el + 1;
+        }
+    }
+    return false;
+}
+
+/* The rank in /proc/PID/environ, -1 if none. This reads the environment another process
+ * was started with, the launcher's word on which rank it is: it is not a variable of
+ * stoke's own (those go through core/env.c). A process of another user cannot be read
+ * (EACCES): it then has no rank, and the monitor goes on. */
+static int read_environ_rank(int pid)
+{
+    int fd = open_proc_file(pid, "environ");
+    if (fd < 0)
+        return -1;
+    /* A launcher's environment is a few kB; 1 MiB bounds a pathological one. */
+    size_t cap = 0, len = 0, limit = 1u << 20;
+    char *buf = NULL;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 16384;
+            char *nb = ncap <= limit ? realloc(buf, ncap) : NULL;
+            if (!nb)
+                break;
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    int rank = -1;
+    if (buf && !stoke_proc_parse_environ_rank(buf, len, &rank))
+        rank = -1;
+    free(buf);
+    return rank;
+}
+
+/* Reads e's rank when it is new to the tree or has exec'd (its name in stat, the text
+ * in stat_text, changed). */
+static void update_rank(proc_entry *e, const char *stat_text)
+{
+    const char *a = strchr(stat_text, '('), *b = strrchr(stat_text, ')');
+    char comm[16] = "";
+    if (a && b && b > a)
+        snprintf(comm, sizeof comm, "%.*s", (int)(b - a - 1), a + 1);
+    if (e->init && !strcmp(comm, e->comm))
+        return;
+    memcpy(e->comm, comm, sizeof comm);
+    e->rank = read_environ_rank(e->pid);
+}
+
+/* The process that stands for e's rank: the nearest process at or above e that has a
+ * rank, then up through its parents of the same rank (a rank's own children inherit
+ * its environment). NULL when e belongs to no rank. Depth is bounded: a parent link
+ * read at two moments may loop through reused PIDs. */
+static proc_entry *rank_top(stoke_proc_reader *r, proc_entry *e)
+{
+    int depth = 0;
+    while (e && e->rank < 0 && depth++ < 64)
+        e = e->pid == r->root ? NULL : peek_entry(r, e->ppid);
+    if (!e || e->rank < 0)
+        return NULL;
+    proc_entry *p;
+    while (depth++ < 128 && e->pid != r->root && (p = peek_entry(r, e->ppid)) && p->rank == e->rank)
+        e = p;
+    return e;
+}
+
+/* The ranks of the tree into s->rank_procs, each with its processes' CPU since the
+ * previous read and their memory. */
+static void read_ranks(stoke_proc_reader *r, stoke_mon_sample *s, double dt)
+{
+    rank_total cur[STOKE_MON_LOCAL_RANKS];
+    int n = 0;
+    for (int i = 0; i < r->nents; i++) {
+        proc_entry *e = &r->ents[i], *top = rank_top(r, e);
+        if (!top)
+            continue;
+        int k = 0;
+        while (k < n && cur[k].pid != top->pid)
+            k++;
+        if (k == n) {
+            if (n == STOKE_MON_LOCAL_RANKS)
+                continue;
+            cur[n++] = (rank_total){top->rank, top->pid, 0, 0};
+        }
+        cur[k].ticks += e->ticks;
+        cur[k].rss_pages += e->rss_pages;
+    }
+    /* In rank order, as a person reads them. */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && (cur[j].rank < cur[j - 1].rank ||
+                                  (cur[j].rank == cur[j - 1].rank && cur[j].pid < cur[j - 1].pid));
+             j--) {
+            rank_total t = cur[j];
+            cur[j] = cur[j - 1];
+            cur[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        stoke_mon_rank_proc *o = &s->rank_procs[i];
+        memset(o, 0, sizeof *o);
+        o->rank = cur[i].rank;
+        o->pid = cur[i].pid;
+        o->rss_bytes = (uint64_t)cur[i].rss_pages * (uint64_t)r->page_size;
+        for (int k = 0; k < r->nranks_prev && dt > 0; k++) {
+            const rank_total *q = &r->ranks_prev[k];
+            /* a rank whose process left it alive took its time along: no rate */
+            if (q->pid == cur[i].pid && q->rank == cur[i].rank && cur[i].ticks >= q->ticks) {
+                o->cpu_pct = 100.0 * (double)(cur[i].ticks - q->ticks) / (double)r->clk_tck / dt;
+                o->cpu_valid = true;
+            }
+        }
+    }
+    memcpy(r->ranks_prev, cur, (size_t)n * sizeof cur[0]);
+    r->nranks_prev = n;
+    s->nrank_procs = n;
+    if (n > 0)
+        s->valid |= STOKE_MS_RANKS;
 }
 
 stoke_status stoke_proc_reader_open(int pid, stoke_proc_reader **out)
@@ -394,6 +565,9 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
             !stoke_proc_parse_stat(r->buf, &f))
             continue; /* ended since it was listed */
         e->seen = true;
+        update_rank(e, r->buf);
+        e->ppid = f.ppid;
+        e->rss_pages = f.rss_pages;
         unsigned long long rd = 0, wr = 0;
         bool io = read_io(e->io_fd, r->buf, sizeof r->buf, &rd, &wr);
         all_io &= io;
@@ -444,6 +618,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
             s->valid |= STOKE_MS_PROC_IO;
         }
     }
+    read_ranks(r, s, rates ? dt : 0);
     r->prev_ticks = ticks;
     r->prev_rd = rd_sum;
     r->prev_wr = wr_sum;

@@ -3,6 +3,7 @@
 #define STOKE_PROC_IMPL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* The fields stoke reads from /proc/PID/stat. */
 typedef struct stat_fields {
@@ -18,5 +19,11 @@ bool stoke_proc_parse_stat(const char *text, stat_fields *f);
 
 /* Parses read_bytes and write_bytes from a /proc/PID/io text. False if absent. */
 bool stoke_proc_parse_io(const char *text, unsigned long long *rd, unsigned long long *wr);
+
+/* The MPI rank a process's environment (a /proc/PID/environ text: NUL-separated
+ * NAME=VALUE entries, len bytes, not necessarily NUL-terminated) names: the first of
+ * OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK with a value that is a whole number from 0
+ * to 2^30. False if none does. Can't crash on any input. */
+bool stoke_proc_parse_environ_rank(const char *buf, size_t len, int *rank);
 
 #endif

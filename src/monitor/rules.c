@@ -1,7 +1,7 @@
 /* rules.c - the diagnosis: the table of rules over a run's summary, run in its order,
  * and the report of what fired. Thresholds live in the table rows (see docs/monitor.md);
- * each row's check is in rules_input.c, rules_cpu.c or rules_gpu.c, and the fields a
- * finding records in finding.c. */
+ * each row's check is in rules_input.c, rules_cpu.c, rules_gpu.c or rules_dist.c, and
+ * the fields a finding records in finding.c. */
 #include "monitor/rules_impl.h"
 
 #include <stdio.h>
@@ -17,6 +17,24 @@ static const stoke_rule rules[] = {
      .resource = "startup before the first GPU work",
      .startup_frac_atleast = 0.3,
      .check = rule_check_startup},
+    /* The ranks first: one rank's pace sets every rank's, which no single process's
+     * figures show. A wait under 15% of the step costs less than the run-to-run spread of
+     * step times; a rank waiting under half the others' wait differs from them by at
+     * least 7.5% of a step, more than jitter; 10% of its step waiting for batches is the
+     * data-wait rule's own threshold. */
+    {.id = "rank-straggler",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "one rank (the others wait for it at the all-reduce)",
+     .reduce_wait_atleast = 15,
+     .wait_ratio_below = 0.5,
+     .input_wait_atleast = 10,
+     .check = rule_check_rank_straggler},
+    {.id = "allreduce-exposed",
+     .kind = STOKE_RULE_BOUND,
+     .resource = "the gradients' all-reduce (communication)",
+     .reduce_wait_atleast = 15,
+     .wait_ratio_below = 0.5,
+     .check = rule_check_allreduce_exposed},
     {.id = "data-wait",
      .kind = STOKE_RULE_BOUND,
      .resource = "input pipeline (data loader)",
@@ -106,6 +124,7 @@ size_t stoke_diagnose(const stoke_mon_summary *s, stoke_finding *out, size_t cap
         stoke_finding f;
         memset(&f, 0, sizeof f);
         f.gpu = -1;
+        f.rank = -1;
         f.rule = &rules[i];
         f.program = s->program.kind;
         if (!rules[i].check(&rules[i], s, &f))

@@ -49,4 +49,9 @@ bool rule_check_memory_full(const stoke_rule *r, const stoke_mon_summary *s, sto
 bool rule_check_throttle(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 bool rule_check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 
+/* rules_dist.c */
+bool rule_check_rank_straggler(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
+bool rule_check_allreduce_exposed(const stoke_rule *r, const stoke_mon_summary *s,
+                                  stoke_finding *f);
+
 #endif

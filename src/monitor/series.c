@@ -98,6 +98,16 @@ void stoke_mon_history_init(stoke_mon_history *h)
             stoke_series_init(&h->gpu[g].s[i]);
 }
 
+/* The ranks' series (their memory; the ranks are forgotten too). */
+static void free_ranks(stoke_mon_history *h)
+{
+    for (int k = 0; k < h->nranks; k++) {
+        stoke_series_free(&h->ranks[k].cpu);
+        stoke_series_free(&h->ranks[k].rss);
+    }
+    h->nranks = 0;
+}
+
 void stoke_mon_history_free(stoke_mon_history *h)
 {
     for (int i = 0; i < STOKE_M_COUNT; i++)
@@ -105,6 +115,7 @@ void stoke_mon_history_free(stoke_mon_history *h)
     for (int g = 0; g < STOKE_MAX_GPUS; g++)
         for (int i = 0; i < STOKE_G_COUNT; i++)
             stoke_series_free(&h->gpu[g].s[i]);
+    free_ranks(h);
 }
 
 /* The samples so far were the job's startup (stoke_mon_history): their medians are
@@ -128,6 +139,22 @@ static void leave_out_startup(stoke_mon_history *h)
     }
     h->nbusy = 0;
     memset(h->busy_samples, 0, sizeof h->busy_samples);
+    free_ranks(h);
+}
+
+/* The series of a rank of the tree, NULL when the history holds as many as it can. */
+static struct stoke_mon_rank_history *rank_history(stoke_mon_history *h, int rank)
+{
+    for (int k = 0; k < h->nranks; k++)
+        if (h->ranks[k].rank == rank)
+            return &h->ranks[k];
+    if (h->nranks == STOKE_MON_LOCAL_RANKS)
+        return NULL;
+    struct stoke_mon_rank_history *x = &h->ranks[h->nranks++];
+    x->rank = rank;
+    stoke_series_init(&x->cpu);
+    stoke_series_init(&x->rss);
+    return x;
 }
 
 stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample *s)
@@ -202,6 +229,17 @@ stoke_status stoke_mon_history_add(stoke_mon_history *h, const stoke_mon_sample 
     if (s->valid & STOKE_MS_PIPELINE_RATE) {
         PUSH(&h->sys[STOKE_M_DATA_WAIT], s->data_wait_pct);
         PUSH(&h->sys[STOKE_M_BATCH_RATE], s->batches_per_s);
+    }
+    for (int k = 0; (s->valid & STOKE_MS_RANKS) && k < s->nrank_procs && k < STOKE_MON_LOCAL_RANKS;
+         k++) {
+        const stoke_mon_rank_proc *p = &s->rank_procs[k];
+        struct stoke_mon_rank_history *x = rank_history(h, p->rank);
+        if (!x)
+            break;
+        x->pid = p->pid;
+        PUSH(&x->rss, p->rss_bytes);
+        if (p->cpu_valid)
+            PUSH(&x->cpu, p->cpu_pct);
     }
     int ng = s->gpu_count < STOKE_MAX_GPUS ? s->gpu_count : STOKE_MAX_GPUS;
     if (ng > h->gpu_count)
@@ -331,6 +369,17 @@ stoke_status stoke_mon_summarize(const stoke_mon_history *h, int usable_cpus,
         out->gpu[g].power_throttled = h->gpu[g].power_throttled;
         out->gpu[g].thermal_throttled = h->gpu[g].thermal_throttled;
     }
+    for (int k = 0; k < h->nranks; k++) {
+        stoke_mon_rank_usage *u = &out->rank_procs[k];
+        u->rank = h->ranks[k].rank;
+        u->pid = h->ranks[k].pid;
+        stoke_status st = stoke_series_stats(&h->ranks[k].cpu, &u->cpu_pct);
+        if (st == STOKE_OK)
+            st = stoke_series_stats(&h->ranks[k].rss, &u->rss_bytes);
+        if (st != STOKE_OK)
+            return st;
+        out->nrank_procs = k + 1;
+    }
     return STOKE_OK;
 }
 
@@ -391,5 +440,29 @@ void stoke_mon_summary_print(const stoke_mon_summary *s, FILE *f)
                 (long long)p->batches, p->workers, p->workers == 1 ? "" : "s", p->slots,
                 p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->fill_avg,
                 100.0 * p->busy_frac);
+    }
+    if (s->nrank_procs > 0) {
+        fprintf(f, "  ranks (MPI processes of the tree): CPU %% of a core median / p95, RSS max\n");
+        for (int k = 0; k < s->nrank_procs; k++) {
+            const stoke_mon_rank_usage *u = &s->rank_procs[k];
+            char rss[32];
+            stoke_format_bytes(u->rss_bytes.max, rss, sizeof rss);
+            if (u->cpu_pct.n)
+                fprintf(f, "    rank %-4d pid %-8d CPU %6.1f / %6.1f  RSS %s\n", u->rank, u->pid,
+                        u->cpu_pct.median, u->cpu_pct.p95, rss);
+            else
+                fprintf(f, "    rank %-4d pid %-8d CPU      -          -  RSS %s\n", u->rank,
+                        u->pid, rss);
+        }
+    }
+    if (s->nranks > 0) {
+        fprintf(f, "  ranks (the trainer's per-step means, seconds): step, input wait, compute, "
+                   "all-reduce wait\n");
+        for (int k = 0; k < s->nranks && k < STOKE_MON_MAX_RANKS; k++) {
+            const stoke_mon_rank *x = &s->ranks[k];
+            fprintf(f, "    rank %-4d %-20.64s %8.4f %8.4f %8.4f %8.4f  (%lld steps)\n", x->rank,
+                    x->host[0] ? x->host : "-", x->step_s, x->input_wait_s, x->compute_s,
+                    x->reduce_wait_s, (long long)x->steps);
+        }
     }
 }

@@ -106,6 +106,20 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
         sep(&o);
         add(&o, "DATA %.0f%% %.1f batch/s", s->data_wait_pct, s->batches_per_s);
     }
+    if (s->valid & STOKE_MS_RANKS) {
+        /* the first ranks' CPU; the JSON lines have them all */
+        enum { SHOWN = 8 };
+        sep(&o);
+        add(&o, "RANKS");
+        for (int k = 0; k < s->nrank_procs && k < SHOWN; k++) {
+            if (s->rank_procs[k].cpu_valid)
+                add(&o, " %d:%.0f%%", s->rank_procs[k].rank, s->rank_procs[k].cpu_pct);
+            else
+                add(&o, " %d:-", s->rank_procs[k].rank);
+        }
+        if (s->nrank_procs > SHOWN)
+            add(&o, " +%d", s->nrank_procs - SHOWN);
+    }
     return o.len;
 }
 
@@ -187,6 +201,18 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
             "\"workers\":%d,\"busy_frac\":%.4f}",
             (long long)p->batches, p->wait_total_s, p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms,
             p->fill_avg, p->slots, p->workers, p->busy_frac);
+    }
+    if (s->valid & STOKE_MS_RANKS) {
+        add(&o, ",\"ranks\":[");
+        for (int k = 0; k < s->nrank_procs && k < STOKE_MON_LOCAL_RANKS; k++) {
+            const stoke_mon_rank_proc *r = &s->rank_procs[k];
+            add(&o, "%s{\"rank\":%d,\"pid\":%d,\"rss_bytes\":%llu", k ? "," : "", r->rank, r->pid,
+                (unsigned long long)r->rss_bytes);
+            if (r->cpu_valid)
+                add(&o, ",\"cpu_pct\":%.1f", r->cpu_pct);
+            add(&o, "}");
+        }
+        add(&o, "]");
     }
     add(&o, "}\n");
     if (o.full) {

@@ -31,6 +31,13 @@ static stoke_status free_memory(stoke_trainer *t, size_t *bytes, const char **wh
     *what = probed && mi.available_bytes < mi.meminfo_available_bytes
                 ? "available under the cgroup's memory limit"
                 : "available (MemAvailable)";
+    int local = t->world ? stoke_dist_local_size(t->world) : 1;
+    if (local > 1) { /* the ranks on this machine share its memory */
+        *bytes /= (size_t)local;
+        *what = probed && mi.available_bytes < mi.meminfo_available_bytes
+                    ? "this rank's share of what is available under the cgroup's memory limit"
+                    : "this rank's share of what is available (MemAvailable / the ranks here)";
+    }
     *held = (size_t)t->held_bytes;
     if (*bytes == 0)
         return stoke_fail(STOKE_ERR_UNAVAILABLE,
@@ -102,7 +109,12 @@ static stoke_status effective(stoke_trainer *t)
                           "effective_batch (%s) and accumulate (%s) both set the accumulation: "
                           "give one",
                           stoke_cfg_source_name(es), stoke_cfg_source_name(as));
-    c->accumulate = stoke_tune_accumulate(c->effective_batch, c->batch_size, w);
+    /* over the world: each step takes world x batch x accumulate samples */
+    int64_t world = train_world(t);
+    c->accumulate = stoke_tune_accumulate(c->effective_batch, world * c->batch_size, w);
+    if (world > 1)
+        stoke_more(w->reason, sizeof w->reason, " (%" PRId64 " ranks x batch %" PRId64 ")", world,
+                   c->batch_size);
     return STOKE_OK;
 }
 
@@ -117,6 +129,8 @@ stoke_status train_decide_batch(stoke_trainer *t)
         c->batch_size = t->info.count;
         t->decision.batch = c->batch_size;
     }
+    if (s == STOKE_OK) /* every rank the same batch, before the accumulation is decided */
+        s = train_dist_agree_batch(t);
     if (s == STOKE_OK)
         s = effective(t);
     if (s != STOKE_OK)

@@ -13,6 +13,8 @@
 
 /* Repetitions of the unhidden all-reduce measured at the start (its median). */
 #define CALIBRATE_REPS 5
+#define BUCKET_MIN     ((size_t)256 << 10)
+#define BUCKET_MAX     ((size_t)25 << 20)
 
 bool train_dist_on(const stoke_trainer *t)
 {
@@ -69,23 +71,34 @@ stoke_status train_dist_agree_batch(stoke_trainer *t)
         return STOKE_OK;
     stoke_train_config *c = &t->cfg;
     /* every rank must take the same number of batches an epoch: one batch, the
-     * smallest any rank fits; one accumulation and precision, rank 0's */
-    double lo[3] = {(double)c->batch_size, (double)c->accumulate, (double)t->precision};
-    double hi[2] = {lo[1], lo[2]};
-    stoke_status s = stoke_dist_min(t->world, lo, 3);
+     * smallest any rank fits */
+    double b = (double)c->batch_size;
+    stoke_status s = stoke_dist_min(t->world, &b, 1);
+    if (s == STOKE_OK && (int64_t)b != c->batch_size) {
+        train_info(t, "batch: %" PRId64 " (the smallest rank's; this rank fitted %" PRId64 ")",
+                   (int64_t)b, c->batch_size);
+        c->batch_size = t->decision.batch = (int64_t)b;
+    }
+    return s;
+}
+
+stoke_status train_dist_agree_steps(stoke_trainer *t)
+{
+    if (!train_dist_on(t))
+        return STOKE_OK;
+    stoke_train_config *c = &t->cfg;
+    /* one accumulation and one precision: ranks that differ would not step together
+     * or would not compute the same update */
+    double lo[2] = {(double)c->accumulate, (double)t->precision}, hi[2] = {lo[0], lo[1]};
+    stoke_status s = stoke_dist_min(t->world, lo, 2);
     if (s == STOKE_OK)
         s = stoke_dist_max(t->world, hi, 2);
     if (s != STOKE_OK)
         return s;
-    if (lo[1] != hi[0] || lo[2] != hi[1])
+    if (lo[0] != hi[0] || lo[1] != hi[1])
         return stoke_fail(STOKE_ERR_ARG, "data parallel: the ranks decided different %s (give %s)",
-                          lo[1] != hi[0] ? "accumulations" : "precisions",
-                          lo[1] != hi[0] ? "--accumulate" : "--precision");
-    if ((int64_t)lo[0] != c->batch_size) {
-        train_info(t, "batch: %" PRId64 " (the smallest rank's; this rank fitted %" PRId64 ")",
-                   (int64_t)lo[0], c->batch_size);
-        c->batch_size = t->decision.batch = (int64_t)lo[0];
-    }
+                          lo[0] != hi[0] ? "accumulations" : "precisions",
+                          lo[0] != hi[0] ? "--accumulate" : "--precision");
     int world = train_world(t);
     int64_t eff = (int64_t)world * c->batch_size * c->accumulate;
     train_info(t,
@@ -111,6 +124,12 @@ stoke_status train_dist_attach(stoke_trainer *t)
     if (t->device != STOKE_TUNE_CPU)
         s = stoke_dist_use_device(t->world, t->device);
     stoke_grad_reducer r = stoke_dist_reducer(t->world);
+    /* about four buckets, within [256 KiB, DDP's 25 MiB]: a small model's gradients in
+     * one bucket could only start once backward is over, with nothing left to hide it */
+    size_t quarter = grad_floats(t) * sizeof(float) / 4;
+    r.bucket_bytes = quarter < BUCKET_MIN   ? BUCKET_MIN
+                     : quarter > BUCKET_MAX ? BUCKET_MAX
+                                            : quarter;
     if (s == STOKE_OK)
         s = stoke_model_set_reducer(t->model, &r);
     if (s == STOKE_OK) /* replicas start equal, resumed or not */
@@ -227,12 +246,12 @@ stoke_status train_dist_gather(stoke_trainer *t, double seconds, double wait_s)
         t->dist.ranks = calloc((size_t)world, sizeof *t->dist.ranks);
         t->dist.nranks = t->dist.ranks ? world : 0;
         for (int r = 0; r < t->dist.nranks; r++)
-            t->dist.ranks[r] = (train_rank_step){.rank = r,
-                                                 .steps = (int64_t)all[r].steps,
-                                                 .step_s = all[r].step_s,
-                                                 .input_wait_s = all[r].input_wait_s,
-                                                 .compute_s = all[r].compute_s,
-                                                 .reduce_wait_s = all[r].reduce_wait_s};
+            t->dist.ranks[r] = (stoke_mon_rank){.rank = r,
+                                                .steps = (int64_t)all[r].steps,
+                                                .step_s = all[r].step_s,
+                                                .input_wait_s = all[r].input_wait_s,
+                                                .compute_s = all[r].compute_s,
+                                                .reduce_wait_s = all[r].reduce_wait_s};
         for (int r = 0; r < t->dist.nranks; r++)
             snprintf(t->dist.ranks[r].host, sizeof t->dist.ranks[r].host, "%s", all[r].host);
     }

@@ -107,7 +107,13 @@ static void monitor_warnings(stoke_trainer *t)
                                           .workers = t->workers,
                                           .threads = t->threads,
                                           .prefetch = t->decision.prefetch,
-                                          .batch_size = t->cfg.batch_size};
+                                          .batch_size = t->cfg.batch_size,
+                                          .accumulate = (int)t->cfg.accumulate};
+        /* data parallel: every rank's step (gathered at the epoch's end), so a rank the
+         * others wait for is named */
+        sum.nranks = t->dist.nranks < STOKE_MON_MAX_RANKS ? t->dist.nranks : STOKE_MON_MAX_RANKS;
+        if (sum.nranks > 0)
+            memcpy(sum.ranks, t->dist.ranks, (size_t)sum.nranks * sizeof *sum.ranks);
         stoke_finding f[8];
         size_t n = stoke_diagnose(&sum, f, 8);
         for (size_t i = 0; i < n && i < 8; i++) {

@@ -283,7 +283,7 @@ void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now)
     add_dist(o, e);
     cJSON *ranks = t->dist.nranks > 0 ? cJSON_AddArrayToObject(o, "ranks") : NULL;
     for (int r = 0; ranks && r < t->dist.nranks; r++) {
-        const train_rank_step *rk = &t->dist.ranks[r];
+        const stoke_mon_rank *rk = &t->dist.ranks[r];
         cJSON *x = cJSON_CreateObject();
         if (!x)
             break;

@@ -50,7 +50,7 @@ static stoke_status prepare(stoke_trainer *t, const train_meta *meta)
         (s = train_apply_decision(t, NULL)) != STOKE_OK)
         return s;
     train_setup_optimizer(t);
-    if ((s = train_decide_batch(t)) != STOKE_OK || (s = train_dist_agree_batch(t)) != STOKE_OK)
+    if ((s = train_decide_batch(t)) != STOKE_OK || (s = train_dist_agree_steps(t)) != STOKE_OK)
         return s;
     train_setup_mfu(t);
     train_setup_schedule(t);

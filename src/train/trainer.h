@@ -55,20 +55,12 @@ typedef struct train_trial {
     stoke_loader_stats s0;
 } train_trial;
 
-/* One rank's step over the last epoch (dist.c), per-step means in seconds. */
-typedef struct train_rank_step {
-    int rank;
-    char host[64];
-    int64_t steps;
-    double step_s, input_wait_s, compute_s, reduce_wait_s;
-} train_rank_step;
-
 struct stoke_trainer {
     stoke_train_config cfg;
     stoke_dist *world; /* cfg.world in a data parallel run (not a trial's); NULL: alone */
     struct train_dist {
-        double unhidden_s;      /* one step's all-reduce, blocking, measured at the start */
-        train_rank_step *ranks; /* every rank's step, gathered at the last epoch's end */
+        double unhidden_s;     /* one step's all-reduce, blocking, measured at the start */
+        stoke_mon_rank *ranks; /* every rank's step, gathered at the last epoch's end */
         int nranks;
     } dist;
     stoke_train_callback cb;
@@ -151,9 +143,9 @@ struct stoke_trainer {
 
 /* dist.c: the data parallel parts; each does nothing in a world of one (or none).
  * begin: the world, this rank's share of the CPUs, said (after the machine probe);
- * agree_batch: one batch, accumulation and precision over the ranks, the effective
- * batch said; attach: the reducer on the model, rank 0's weights everywhere, the
- * unhidden all-reduce measured; set_sync: whether this backward reduces (the step's
+ * agree_batch: one batch over the ranks, the smallest fitted; attach: the reducer on the model, rank 0's weights everywhere, the
+ * unhidden all-reduce measured; agree_steps: one accumulation and precision, the
+ * effective batch said; set_sync: whether this backward reduces (the step's
  * last micro-batch); stop: a stop any rank asked for, agreed; eval and sums: sums
  * over the ranks; buffers: batch norm's statistics averaged; phases: the all-reduce
  * column of an event (pct: 100 / the seconds the event covers); gather: every rank's
@@ -166,6 +158,7 @@ int train_rank(const stoke_trainer *t);
 int train_world(const stoke_trainer *t);
 stoke_status train_dist_begin(stoke_trainer *t);
 stoke_status train_dist_agree_batch(stoke_trainer *t);
+stoke_status train_dist_agree_steps(stoke_trainer *t);
 stoke_status train_dist_attach(stoke_trainer *t);
 void train_dist_set_sync(stoke_trainer *t, bool last);
 stoke_status train_dist_stop(stoke_trainer *t, bool *stop);

@@ -191,6 +191,28 @@ gpu-healthy)
     refute_out "- bottleneck ["
     refute_out "- warning ["
     refute_out "- risk [" ;;
+mpirun-ranks)
+    # `stoke monitor -- mpirun -np 2 ...`: the launcher's two ranks, each named with its
+    # pid in the JSON lines and the summary.
+    command -v mpirun >/dev/null 2>&1 || { echo "skip [$case_name]: no mpirun (OpenMPI)"; exit 77; }
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    no_gpu --interval 0.1 --jsonl "$dir/m.jsonl" -- mpirun -np 2 --oversubscribe sleep 1.5
+    expect_rc 0
+    expect_out "ranks (MPI processes of the tree)"
+    python3 - "$dir/m.jsonl" "$out" <<'EOF' || fail "the ranks are not in the JSON lines or the summary"
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    for r in json.loads(line).get("ranks", []):
+        assert r["rss_bytes"] > 0, r
+        seen.setdefault(r["rank"], r["pid"])
+assert sorted(seen) == [0, 1], seen
+assert seen[0] != seen[1], seen
+summary = open(sys.argv[2]).read()
+for rank, pid in seen.items():
+    assert f"rank {rank:<4d} pid {pid:<8d}" in summary, (rank, pid)
+EOF
+    ;;
 *)
     fail "unknown case" ;;
 esac

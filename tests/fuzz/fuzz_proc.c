@@ -1,5 +1,6 @@
-/* fuzz_proc.c - the monitor's /proc/PID/stat and /proc/PID/io parsers on arbitrary
- * bytes (a process may be renamed to anything, and its name sits inside stat). */
+/* fuzz_proc.c - the monitor's /proc/PID/stat, /proc/PID/io and /proc/PID/environ
+ * parsers on arbitrary bytes (a process may be renamed to anything, and its name sits
+ * inside stat; its environment is whatever its parent gave it). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned long long rd, wr;
     stoke_proc_parse_stat(text, &f);
     stoke_proc_parse_io(text, &rd, &wr);
+    int rank;
+    stoke_proc_parse_environ_rank((const char *)data, size, &rank);
     free(text);
     return 0;
 }
