@@ -30,9 +30,11 @@ published nccl-tests curves (interpolated log-log; clamped at their ends):
     like DGX H200's (eight single-port ConnectX-7 at up to 400 Gb/s for the compute
     fabric: NVIDIA DGX BasePOD reference architecture, "Core Components"). Its 16 GiB
     figure, 376.71 GB/s, is 94% of the 8 x 50 GB/s line rate.
-H, the share of the all-reduce hidden behind backward, is by default the ideal of
-bucketing: every bucket but the last reduces while backward still runs ((k-1)/k of k
-equal buckets; 0 for one bucket), and never more than backward's time.
+The buckets are stoke's (src/train/dist.c): about four, a quarter of the gradients
+each within [256 KiB, 25 MiB]; --bucket-mib sets another size. H, the share of the
+all-reduce hidden behind backward, is by default the ideal of bucketing: every bucket
+but the last reduces while backward still runs ((k-1)/k of k equal buckets; 0 for one
+bucket), and never more than backward's time.
 
 The default compute time is docs/gpu.md's measured H200 figure for the reference CNN in
 fp32 (TF32): 199,378 samples/s at batch 128 (0.642 ms a step), 421,642 parameters (fp32
@@ -99,8 +101,15 @@ def ring_time(nbytes, n, busbw):
 
 def buckets(grad_bytes, bucket_bytes):
     """The buckets' sizes: full ones, then the remainder."""
-    full, rest = divmod(int(grad_bytes), int(bucket_bytes))
+    full, rest = divmod(int(grad_bytes), int(math.ceil(bucket_bytes)))
+    bucket_bytes = math.ceil(bucket_bytes)
     return [int(bucket_bytes)] * full + ([rest] if rest else [])
+
+
+def stoke_bucket(grad_bytes):
+    """stoke's bucket size (src/train/dist.c): about four buckets, within [256 KiB,
+    25 MiB] (PyTorch DDP's size the largest)."""
+    return min(max(grad_bytes / 4, 256 * 1024), 25 * MIB)
 
 
 def allreduce_time(grad_bytes, bucket_bytes, n, busbw_fn):
@@ -198,8 +207,9 @@ def main(argv=None):
     ap.add_argument("--hidden-frac", type=float,
                     help="share of the all-reduce hidden behind backward, 0-1 "
                          "(default: (k-1)/k of k buckets)")
-    ap.add_argument("--bucket-mib", type=float, default=25.0,
-                    help="bucket size, MiB (default 25: stoke's and PyTorch DDP's)")
+    ap.add_argument("--bucket-mib", type=float,
+                    help="bucket size, MiB (default stoke's: a quarter of the gradients, "
+                         "within [0.25, 25])")
     ap.add_argument("--grad-bytes", type=int, default=4, help="bytes a gradient (fp32: 4)")
     ap.add_argument("--gpus-per-node", type=int, default=8)
     a = ap.parse_args(argv)
@@ -217,18 +227,21 @@ def main(argv=None):
     for name, v in (("--backward-frac", inp["backward_frac"]), ("--hidden-frac", a.hidden_frac)):
         if v is not None and not 0.0 <= v <= 1.0:
             ap.error(f"{name} must be within [0, 1], got {v}")
-    if a.bucket_mib <= 0 or a.grad_bytes <= 0 or a.gpus_per_node < 1:
+    if (a.bucket_mib is not None and a.bucket_mib <= 0) or a.grad_bytes <= 0 or \
+            a.gpus_per_node < 1:
         ap.error("--bucket-mib, --grad-bytes and --gpus-per-node must be positive")
-    rows, compute, backward, grad, h = table(inp, a.bucket_mib * MIB, a.grad_bytes,
-                                             a.hidden_frac, a.gpus_per_node)
-    k = len(buckets(grad, a.bucket_mib * MIB))
+    grad = inp["params"] * a.grad_bytes
+    bucket = a.bucket_mib * MIB if a.bucket_mib is not None else stoke_bucket(grad)
+    rows, compute, backward, grad, h = table(inp, bucket, a.grad_bytes, a.hidden_frac,
+                                             a.gpus_per_node)
+    k = len(buckets(grad, bucket))
     print("MODEL, NOT MEASURED: data-parallel scaling of one training step (weak scaling,")
     print("the per-rank batch kept), from a measured compute time and published NCCL bus")
     print("bandwidths; no multi-GPU run produced these figures.")
     print(f"compute: {compute * 1e3:.3f} ms a step ({inp['source']}), batch {inp['batch']} "
           f"a rank, backward {inp['backward_frac'] * 100:.0f}% = {backward * 1e3:.3f} ms")
     print(f"gradients: {inp['params']:,} x {a.grad_bytes} B = {grad / 1e6:.2f} MB in {k} "
-          f"bucket{'s' if k > 1 else ''} of <= {a.bucket_mib:g} MiB; hidden share "
+          f"bucket{'s' if k > 1 else ''} of <= {bucket / MIB:.3g} MiB; hidden share "
           f"{h * 100:.0f}%{' (one bucket: backward is over when it is ready)' if k == 1 and a.hidden_frac is None else ''}")
     print()
     print("| MODEL: configuration | ranks | busbw (GB/s) | all-reduce (ms) | hidden (ms) "

@@ -46,6 +46,25 @@ class Arithmetic(unittest.TestCase):
         self.assertAlmostEqual(m.ideal_hidden_frac(60 * MIB, 25 * MIB), 2 / 3)
         self.assertEqual(m.ideal_hidden_frac(1000, 25 * MIB), 0.0)
 
+    def test_stoke_bucket(self):
+        # a quarter of the gradients, within [256 KiB, 25 MiB] (src/train/dist.c)
+        self.assertEqual(m.stoke_bucket(1686568), 421642)
+        self.assertEqual(m.stoke_bucket(100000), 256 * 1024)
+        self.assertEqual(m.stoke_bucket(10**9), 25 * MIB)
+        self.assertEqual(m.buckets(1686568, m.stoke_bucket(1686568)), [421642] * 4)
+
+    def test_stoke_buckets_row(self):
+        # the CNN in stoke's 4 buckets of 421,642 B on 2 GPUs: 4 x S/busbw(S), 3/4 of it
+        # hidden (backward's 0.488 ms is far longer)
+        grad = 421642 * 4
+        rows, compute, backward, _, h = m.table(dict(m.DEFAULT), m.stoke_bucket(grad), 4,
+                                                None, 8)
+        self.assertEqual(h, 0.75)
+        ar = 4 * 421642 / m.busbw_at(421642, m.ONE_NODE_H200)
+        self.assertAlmostEqual(rows[1]["allreduce"], ar, places=12)
+        self.assertAlmostEqual(rows[1]["hidden"], 0.75 * ar, places=12)
+        self.assertAlmostEqual(rows[1]["step"], compute + 0.25 * ar, places=12)
+
     def test_allreduce_time(self):
         # 60 MiB in 25+25+10 over 8 ranks at a flat 100 GB/s: 1.75 x 60 MiB / 100 GB/s
         t = m.allreduce_time(60 * MIB, 25 * MIB, 8, lambda b: 100e9)
