@@ -20,7 +20,10 @@ target_include_directories(fake_cublaslt PRIVATE ${PROJECT_SOURCE_DIR}/src)
 stoke_fake_library(fake_cudnn cudnn .so.9 fake_cudnn.c)
 target_sources(fake_cudnn PRIVATE fake/fake_lib.c)
 target_include_directories(fake_cudnn PRIVATE ${PROJECT_SOURCE_DIR}/src)
-foreach(fake fake_cublas fake_cublaslt fake_cudnn)
+# NCCL for a world of threads (tests/dist_nccl.cmake), on the CUDA runtime double's streams
+stoke_fake_library(fake_nccl nccl .so.2 fake_nccl.c)
+target_include_directories(fake_nccl PRIVATE ${PROJECT_SOURCE_DIR}/src)
+foreach(fake fake_cublas fake_cublaslt fake_cudnn fake_nccl)
   target_link_libraries(${fake} PRIVATE ${CMAKE_DL_LIBS})
 endforeach()
 

@@ -233,6 +233,7 @@ static stoke_status complete(stoke_dist *d, const stoke_grad_ops *ops)
 static stoke_status dist_reduce(void *self, const stoke_grad_ops *ops, const stoke_grad_bucket *b)
 {
     stoke_dist *d = self;
+    d->replays = d->sync;
     if (!d->sync)
         return STOKE_OK;
     double t0 = stoke_wall_time();
@@ -257,6 +258,7 @@ static stoke_status dist_finish(void *self, const stoke_grad_ops *ops)
     bool any = false;
     for (int k = 0; k < d->nstage; k++)
         any |= d->stage[k].started;
+    any |= d->grads->stream_ordered && d->replays; /* a replayed graph reduced them */
     for (int k = 0; s == STOKE_OK && !any && k < d->nstage; k++)
         s = start_bucket(d, ops, &d->buckets[k]);
     if (s == STOKE_OK)

@@ -66,8 +66,9 @@ struct stoke_dist {
     dist_stage *stage;
     int nstage;
     const stoke_grad_bucket *buckets; /* the model's, as prepare was given them */
-    dist_comm *comm;                  /* host-completed transports' thread; NULL: none yet */
-    bool sync; /* reduce this backward's buckets (false: a micro-batch that accumulates) */
+    dist_comm *comm;              /* host-completed transports' thread; NULL: none yet */
+    bool sync;    /* reduce this backward's buckets (false: a micro-batch that accumulates) */
+    bool replays; /* the last reduce call queued its bucket: a captured backward replays it */
     stoke_dist_stats stats;
 };
 

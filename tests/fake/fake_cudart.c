@@ -138,6 +138,7 @@ typedef struct fake_copy {
     int owned;
     size_t size;             /* of an owned `user`, for the copy an instantiation makes */
     struct fake_graph *exec; /* queued by a launch of this exec, which keeps `user` */
+    int unlocked;            /* runs with fake_mu released (fake_cudart_launch_collective) */
 } fake_copy;
 
 /* A captured graph (cudaStreamEndCapture) and an instantiated one (cudaGraphExec_t):
@@ -371,11 +372,22 @@ static void run_queue(fake_stream *st, int upto)
             continue;
         }
         if (c->fn) {
-            c->fn(c->user);
-            if (c->owned)
-                free(c->user);
-            else if (c->exec && --c->exec->pending == 0 && c->exec->destroyed)
-                graph_release(c->exec);
+            fake_copy op = *c;
+            if (op.unlocked) {
+                /* the queue whole without what ran, so other threads' calls may run */
+                memmove(st->q, st->q + k, (size_t)(st->nq - k) * sizeof st->q[0]);
+                st->nq -= k;
+                k = 0;
+                pthread_mutex_unlock(&fake_mu);
+                op.fn(op.user);
+                pthread_mutex_lock(&fake_mu);
+            } else {
+                op.fn(op.user);
+            }
+            if (op.owned)
+                free(op.user);
+            else if (op.exec && --op.exec->pending == 0 && op.exec->destroyed)
+                graph_release(op.exec);
             continue;
         }
         if (c->src)
@@ -500,6 +512,23 @@ int fake_cudart_launch_owned(void *s, void (*fn)(void *), void *user, size_t siz
         return ret(INVALID_VALUE);
     }
     int rc = enqueue(s, (fake_copy){.fn = fn, .user = user, .owned = 1, .size = size});
+    if (rc != OK)
+        free(user);
+    return rc;
+}
+
+/* For the NCCL double: as fake_cudart_launch_owned, but fn runs with the double's lock
+ * released, since a collective waits there for its peers' streams, which their own
+ * threads run (one rank a thread), as an NCCL kernel waits for the peers' GPUs. Only
+ * the stream's own thread may use the stream meanwhile. */
+int fake_cudart_launch_collective(void *s, void (*fn)(void *), void *user, size_t size)
+{
+    if (!s || !fn) {
+        free(user);
+        return ret(INVALID_VALUE);
+    }
+    int rc =
+        enqueue(s, (fake_copy){.fn = fn, .user = user, .owned = 1, .size = size, .unlocked = 1});
     if (rc != OK)
         free(user);
     return rc;
