@@ -5,7 +5,8 @@
 # the reference CNN (batch 128 a rank) and the MLP 784-512-512-10 (256) on Fashion-MNIST
 # held in memory, fp32, SGD momentum 0.9; and the peer: PyTorch (Debian's python3-torch)
 # in one process and under DistributedDataParallel over gloo with two processes
-# (bench/dist_torch.py), the same model, batch and threads. The configurations of a
+# (bench/dist_torch.py), the same model, batch and threads (OPENBLAS_CORETYPE as
+# bench/train_bench.sh sets it for PyTorch). The configurations of a
 # round are interleaved, their order rotated from round to round; the table gives each
 # figure's median over the rounds with the load average it ran at (1 minute, every
 # round's), the 2-vs-1 ratios, stoke/PyTorch at 2 ranks, and the all-reduce's share of
@@ -39,6 +40,10 @@ stoke=$build/stoke
 # root may run mpirun here (a container); --oversubscribe: two ranks fit any machine
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ncpu=$(nproc)
+# PyTorch's OpenBLAS on the kernels of this CPU (Debian's falls back to SSE3 ones on a
+# model it does not know; bench/train_bench.sh, "OPENBLAS_CORETYPE"); stoke runs in the
+# caller's environment
+ct=${OPENBLAS_CORETYPE:-Haswell}
 half=$((ncpu / 2)); [ $half -ge 1 ] || half=1
 tmp=$(mktemp -d)
 out=$tmp/results
@@ -79,7 +84,7 @@ EOF
 }
 torch_rate() { # RANKS THREADS MODEL
     set -- "$1" "$2" $(spec "$3")
-    timeout -k 10 300 "$py" "$here/dist_torch.py" rate "$3" --ranks "$1" --threads "$2" \
+    OPENBLAS_CORETYPE=$ct timeout -k 10 300 "$py" "$here/dist_torch.py" rate "$3" --ranks "$1" --threads "$2" \
         --batch "$4" --samples "$5" 2>"$tmp/torch.err" |
         awk '/^rate / {print $2; f = 1} END {if (!f) print "nan"}'
 }
@@ -87,7 +92,7 @@ torch_rate() { # RANKS THREADS MODEL
 {
     echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $ncpu CPUs"
     echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "# $(mpirun --version 2>/dev/null | head -1); peer: $("$py" -c 'import torch; print("torch", torch.__version__)') DDP over gloo"
+    echo "# $(mpirun --version 2>/dev/null | head -1); peer: $("$py" -c 'import torch; print("torch", torch.__version__)') DDP over gloo, OPENBLAS_CORETYPE=$ct"
     echo "# stoke: $(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo '?')"
 } >"$out"
 

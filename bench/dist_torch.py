@@ -7,7 +7,9 @@
 # needed) under DistributedDataParallel over gloo on 127.0.0.1 (its default bucket of
 # 25 MiB, gradients all-reduced during backward), each rank at the per-rank batch B
 # (default the model's: 128 or 256) on its own shard of a shuffled epoch, T compute
-# threads a rank. N = 1 is the plain model, no DDP (what a user runs on one process).
+# threads a rank (torch's and OpenBLAS's; bench/dist.sh sets OPENBLAS_CORETYPE as
+# bench/train_bench.sh does, so OpenBLAS runs its kernels for this CPU, not a fallback).
+# N = 1 is the plain model, no DDP (what a user runs on one process).
 # After 3 warm-up steps every rank trains on S/N samples; the slowest rank's time gives
 # "rate SAMPLES_PER_S RANKS THREADS" (all ranks' samples over it).
 import argparse
@@ -22,7 +24,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_torch import BATCH, LR, build, load  # noqa: E402
+from train_torch import BATCH, LR, build, load, openblas, set_threads  # noqa: E402
 
 
 def free_port():
@@ -32,7 +34,9 @@ def free_port():
 
 
 def worker(rank, args, port, out):
-    torch.set_num_threads(args.threads)
+    # torch's threads and OpenBLAS's own pool (Debian's torch multiplies on it and it
+    # ignores torch.set_num_threads) both at the rank's share
+    set_threads(openblas(), args.threads, args.threads)
     n = args.ranks
     if n > 1:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
