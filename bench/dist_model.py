@@ -31,7 +31,9 @@ published nccl-tests curves (interpolated log-log; clamped at their ends):
     fabric: NVIDIA DGX BasePOD reference architecture, "Core Components"). Its 16 GiB
     figure, 376.71 GB/s, is 94% of the 8 x 50 GB/s line rate.
 The buckets are stoke's (src/train/dist.c): about four, a quarter of the gradients
-each within [256 KiB, 25 MiB]; --bucket-mib sets another size. H, the share of the
+each within [256 KiB, 25 MiB], taken here as equal (stoke never splits a tensor between
+buckets, so a model made mostly of one tensor has fewer); --bucket-mib sets another
+size. H, the share of the
 all-reduce hidden behind backward, is by default the ideal of bucketing: every bucket
 but the last reduces while backward still runs ((k-1)/k of k equal buckets; 0 for one
 bucket), and never more than backward's time.
