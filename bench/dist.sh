@@ -84,9 +84,11 @@ EOF
 }
 torch_rate() { # RANKS THREADS MODEL
     set -- "$1" "$2" $(spec "$3")
-    OPENBLAS_CORETYPE=$ct timeout -k 10 300 "$py" "$here/dist_torch.py" rate "$3" --ranks "$1" --threads "$2" \
-        --batch "$4" --samples "$5" 2>"$tmp/torch.err" |
-        awk '/^rate / {print $2; f = 1} END {if (!f) print "nan"}'
+    v=$(OPENBLAS_CORETYPE=$ct timeout -k 10 300 "$py" "$here/dist_torch.py" rate "$3" --ranks "$1" \
+        --threads "$2" --batch "$4" --samples "$5" 2>"$tmp/torch.err" |
+        awk '/^rate / {print $2; f = 1} END {if (!f) print "nan"}')
+    [ "$v" = nan ] && note "PyTorch ($1 ranks) failed: $(tail -3 "$tmp/torch.err")"
+    echo "$v"
 }
 
 {
@@ -117,8 +119,11 @@ echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"
 
 grep '^#' "$out"
 awk '
-function median(s,   n, i, j, t, v) {
-    n = split(s, v, " ")
+function median(s,   n, m, i, j, t, v, w) {
+    # a failed run (nan) is left out, not counted as the smallest
+    m = split(s, w, " ")
+    n = 0
+    for (i = 1; i <= m; i++) if (w[i] != "nan") v[++n] = w[i]
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
     if (n == 0) return "nan"
     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
