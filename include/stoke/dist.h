@@ -25,6 +25,12 @@ stoke_status stoke_dist_init(stoke_dist **out);
 /* NULL is fine; after every model using it. MPI_Finalize for MPI's world. */
 void stoke_dist_free(stoke_dist *d);
 
+/* A rank that cannot go on (its error already said) stops the whole world with exit
+ * status `code`: MPI_Abort, after which mpirun stops every rank and names this one, so
+ * no peer waits forever in a collective this rank will never join (MPI_Finalize would
+ * wait for them). Does not return in MPI's world; nothing in the one process's. */
+void stoke_dist_abort(stoke_dist *d, int code);
+
 int stoke_dist_world_size(const stoke_dist *d);
 int stoke_dist_rank(const stoke_dist *d);
 int stoke_dist_local_size(const stoke_dist *d); /* ranks on this machine */

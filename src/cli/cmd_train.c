@@ -240,7 +240,9 @@ int cmd_train(int argc, char **argv)
     if ((rc = train_world(&cfg, &world, who, sizeof who)) >= 0)
         return rc;
     rc = train_in(&cfg, who);
-    stoke_dist_free(world); /* after the trainer: MPI_Finalize */
+    if (rc != 0 && world && stoke_dist_world_size(world) > 1)
+        stoke_dist_abort(world, rc); /* the others may be waiting for this rank */
+    stoke_dist_free(world);          /* after the trainer: MPI_Finalize */
     return rc;
 }
 

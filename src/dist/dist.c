@@ -46,6 +46,12 @@ void stoke_dist_free(stoke_dist *d)
     free(d);
 }
 
+void stoke_dist_abort(stoke_dist *d, int code)
+{
+    if (d && d->host->abort)
+        d->host->abort(d, code);
+}
+
 stoke_status stoke_dist_sum(stoke_dist *d, double *v, int n)
 {
     return d->host->allreduce_f64(d, v, n, 0);

@@ -17,7 +17,8 @@ typedef struct dist_host {
     stoke_status (*bcast)(stoke_dist *d, void *buf, size_t bytes, int root);
     /* mine[0..bytes) of every rank into all[rank * bytes ...] on every rank */
     stoke_status (*allgather)(stoke_dist *d, const void *mine, size_t bytes, void *all);
-    void (*free)(stoke_dist *d); /* the host state (MPI_Finalize); NULL: none */
+    void (*free)(stoke_dist *d);            /* the host state (MPI_Finalize); NULL: none */
+    void (*abort)(stoke_dist *d, int code); /* MPI_Abort; NULL: nothing to stop */
 } dist_host;
 
 /* The gradients' transport: the in-place mean of each bucket's staging buffer over
@@ -66,7 +67,7 @@ struct stoke_dist {
     dist_stage *stage;
     int nstage;
     const stoke_grad_bucket *buckets; /* the model's, as prepare was given them */
-    dist_comm *comm;              /* host-completed transports' thread; NULL: none yet */
+    dist_comm *comm;                  /* host-completed transports' thread; NULL: none yet */
     bool sync;    /* reduce this backward's buckets (false: a micro-batch that accumulates) */
     bool replays; /* the last reduce call queued its bucket: a captured backward replays it */
     stoke_dist_stats stats;

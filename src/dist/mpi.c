@@ -82,12 +82,21 @@ static void mpi_free(stoke_dist *d)
     free(s);
 }
 
+static void mpi_abort(stoke_dist *d, int code)
+{
+    (void)d;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 static const dist_host mpi_host = {.name = "mpi",
                                    .allreduce_f64 = mpi_f64,
                                    .allreduce_f32 = mpi_f32,
                                    .bcast = mpi_bcast,
                                    .allgather = mpi_allgather,
-                                   .free = mpi_free};
+                                   .free = mpi_free,
+                                   .abort = mpi_abort};
 
 /* ---- the gradients ---------------------------------------------------------------- */
 

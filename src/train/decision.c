@@ -166,6 +166,16 @@ stoke_status train_apply_decision(stoke_trainer *t, const char *cpu_because)
     stoke_status s = stoke_decide(&t->machine, &t->recs, &q, &t->decision);
     if (s != STOKE_OK)
         return s;
+    /* data parallel on GPUs: one per rank, the ranks of a machine in its GPUs' order,
+     * unless the device was given with its index */
+    if (train_dist_on(t) && t->decision.device != STOKE_TUNE_CPU && !strchr(t->cfg.device, ':')) {
+        int n = t->machine.gpu_count > 0 ? t->machine.gpu_count : 1;
+        int lr = stoke_dist_local_rank(t->world);
+        t->decision.device = lr % n;
+        stoke_more(t->decision.device_why.reason, sizeof t->decision.device_why.reason,
+                   "; one GPU per rank: local rank %d of %d on this machine takes cuda:%d", lr,
+                   stoke_dist_local_size(t->world), lr % n);
+    }
     if (t->decision.device != STOKE_TUNE_CPU && check_cuda_device(t->decision.device) != STOKE_OK) {
         char why[400], reason[480];
         snprintf(why, sizeof why, "%s", stoke_last_error());

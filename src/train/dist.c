@@ -134,18 +134,26 @@ stoke_status train_dist_attach(stoke_trainer *t)
         s = stoke_model_set_reducer(t->model, &r);
     if (s == STOKE_OK) /* replicas start equal, resumed or not */
         s = stoke_dist_bcast_params(t->world, t->model);
-    if (s == STOKE_OK)
+    if (s == STOKE_OK && t->device == STOKE_TUNE_CPU)
         s = stoke_dist_time_allreduce(t->world, grad_floats(t), CALIBRATE_REPS,
                                       &t->dist.unhidden_s);
     if (s != STOKE_OK)
         return train_wrap_error(s, "data parallel");
-    int nb = 0;
     const stoke_grad_bucket *b;
-    nb = stoke_model_buckets(t->model, &b);
-    train_info(t,
-               "all-reduce: %.1f MB of gradients a step in %d bucket%s, each started as soon as "
-               "backward has produced it; unhidden it takes %.2f ms here (measured now)",
-               (double)grad_floats(t) * 4 / 1e6, nb, nb == 1 ? "" : "s", t->dist.unhidden_s * 1e3);
+    int nb = stoke_model_buckets(t->model, &b);
+    if (t->device == STOKE_TUNE_CPU)
+        train_info(t,
+                   "all-reduce: %.1f MB of gradients a step in %d bucket%s, each started as "
+                   "soon as backward has produced it, on a communication thread; unhidden it "
+                   "takes %.2f ms here (measured now)",
+                   (double)grad_floats(t) * 4 / 1e6, nb, nb == 1 ? "" : "s",
+                   t->dist.unhidden_s * 1e3);
+    else
+        train_info(t,
+                   "all-reduce: %.1f MB of gradients a step in %d bucket%s over NCCL, each "
+                   "queued on the model's stream as soon as backward has produced it (the "
+                   "host never waits; on the one stream it runs between backward's kernels)",
+                   (double)grad_floats(t) * 4 / 1e6, nb, nb == 1 ? "" : "s");
     stoke_dist_reset_stats(t->world);
     return STOKE_OK;
 }
@@ -196,7 +204,9 @@ void train_dist_phases(stoke_trainer *t, stoke_train_event *e, double pct)
 {
     e->world = train_world(t);
     e->allreduce_pct = e->allreduce_hidden_pct = NAN;
-    if (!train_dist_on(t))
+    /* on a GPU the all-reduce is queued on the model's stream between backward's
+     * kernels: inside the backward column, not apart from it */
+    if (!train_dist_on(t) || t->device != STOKE_TUNE_CPU)
         return;
     stoke_dist_stats d;
     stoke_dist_get_stats(t->world, &d);

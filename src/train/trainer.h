@@ -5,6 +5,7 @@
  *   batch.c    the batch rule's facts and result; plan.c the models' plans;
  *   allocate.c the models on the device; pipeline.c the loaders and the monitor
  *   loop.c     stoke_trainer_run: step, epoch_end, evaluate
+ *   dist.c     data parallel: the world, the agreed batch and stop, the reducer
  *   meta.c     the checkpoint's metadata (one table) and stoke_trainer_save
  *   resume.c   the checkpoint's config against the one given with --resume
  *   records.c  the JSON-lines log
