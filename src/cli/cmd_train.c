@@ -222,7 +222,7 @@ static const cli_opt train_own[] = {{.name = "nproc",
                                     {0}};
 
 static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, size_t size);
-static int train_in(stoke_train_config *cfg, char *who);
+static int train_in(stoke_train_config *cfg, char *who, bool *failed);
 
 int cmd_train(int argc, char **argv)
 {
@@ -239,8 +239,9 @@ int cmd_train(int argc, char **argv)
     char who[64] = "train";
     if ((rc = train_world(&cfg, &world, who, sizeof who)) >= 0)
         return rc;
-    rc = train_in(&cfg, who);
-    if (rc != 0 && world && stoke_dist_world_size(world) > 1)
+    bool failed = false; /* an error, not a stop every rank agreed on */
+    rc = train_in(&cfg, who, &failed);
+    if (failed && world && stoke_dist_world_size(world) > 1)
         stoke_dist_abort(world, rc); /* the others may be waiting for this rank */
     stoke_dist_free(world);          /* after the trainer: MPI_Finalize */
     return rc;
@@ -264,8 +265,9 @@ static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, s
     return -1;
 }
 
-static int train_in(stoke_train_config *cfg_in, char *who)
+static int train_in(stoke_train_config *cfg_in, char *who, bool *failed)
 {
+    *failed = true;
     stoke_train_config cfg = *cfg_in;
     int rc;
     out_state o = {.tty = isatty(STDOUT_FILENO)};
@@ -280,6 +282,7 @@ static int train_in(stoke_train_config *cfg_in, char *who)
         if (s == STOKE_OK)
             print_plan(&plan, maxb, budget, beside);
         stoke_trainer_free(t);
+        *failed = s != STOKE_OK;
         return s == STOKE_OK ? 0 : cli_last_error(who);
     }
     cli_stop_catch();
@@ -328,6 +331,7 @@ static int train_in(stoke_train_config *cfg_in, char *who)
         printf("done: %" PRId64 " epoch%s, %" PRId64 " steps in %.1fs%s%s\n", r.epochs_done,
                r.epochs_done == 1 ? "" : "s", r.steps, r.seconds, val, target);
     stoke_trainer_free(t);
+    *failed = false;
     if (r.interrupted && cli_stop_signal())
         return 128 + cli_stop_signal();
     return 0;

@@ -84,8 +84,10 @@ static void mpi_free(stoke_dist *d)
 
 static void mpi_abort(stoke_dist *d, int code)
 {
-    (void)d;
+    /* said here: mpirun's own notice is not always printed (OpenMPI 4.1 can lose it) */
     fflush(stdout);
+    fprintf(stderr, "stoke: rank %d of %d cannot go on: it stops every rank (MPI_Abort, exit %d)\n",
+            d->rank, d->world, code);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);
 }
