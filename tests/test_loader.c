@@ -524,6 +524,33 @@ static void case_loader_delay(void)
     free(a.y);
 }
 
+/* A rank whose exact shard is empty (1 sample over 2 ranks: evaluation): every next
+ * is the epoch's end, with the training thread loading or with workers. */
+static void case_loader_empty_shard(void)
+{
+    arrays a = make_arrays(1);
+    stoke_dataset_info info = image_info(1);
+    stoke_dataset *d = NULL;
+    CHECK_INT_EQ(stoke_dataset_from_arrays(&info, a.x, a.y, false, &d), STOKE_OK);
+    for (int workers = 0; d && workers <= 2; workers += 2) {
+        stoke_loader_opts o = {
+            .sampler = {.batch_size = 4, .rank = 1, .world_size = 2, .exact = true},
+            .workers = workers};
+        stoke_loader *l = NULL;
+        CHECK_INT_EQ(stoke_loader_create(d, &o, &l), STOKE_OK);
+        stoke_batch b;
+        for (int i = 0; l && i < 5; i++) {
+            CHECK_MSG(stoke_loader_next(l, &b) == STOKE_OK, "workers %d: %s", workers,
+                      stoke_last_error());
+            CHECK_INT_EQ(b.size, 0);
+        }
+        stoke_loader_destroy(l);
+    }
+    stoke_dataset_close(d);
+    free(a.x);
+    free(a.y);
+}
+
 static void case_loader_resume(void)
 {
     enum { N = 200 };
@@ -1170,6 +1197,7 @@ int main(int argc, char **argv)
     case_loader_workers_identical();
     case_loader_delay();
     case_loader_resume();
+    case_loader_empty_shard();
     case_loader_error();
     case_loader_bad_options();
     case_loader_hold();

@@ -56,6 +56,16 @@ int cli_launch_nproc(long nproc, int argc, char **argv)
         }
         if (!strncmp(argv[i], "--nproc=", 8))
             continue;
+        /* OpenMPI 4's mpirun takes `--tune FILE` as its own wherever it stands */
+        if (!strcmp(argv[i], "--tune") && i + 1 < argc) {
+            size_t len = strlen(argv[i + 1]) + 8;
+            char *joined = malloc(len);
+            if (!joined)
+                return cli_error("train", "out of memory");
+            snprintf(joined, len, "--tune=%s", argv[++i]);
+            av[k++] = joined; /* exec replaces the process: never freed */
+            continue;
+        }
         av[k++] = argv[i];
     }
     av[k] = NULL;

@@ -670,8 +670,12 @@ static bool wait_batch(stoke_loader *l, int64_t g, slot *s, uint64_t deadline_ns
     while (!(g < l->open_seq && s->seq == g && batch_done(s))) {
         chunk c;
         if (l->nworkers == 0) {
-            if (!claim(l, &c)) { /* cannot happen: it can always open its batch */
-                *bug = true;
+            if (!claim(l, &c)) {
+                /* batch g was opened empty (an epoch with nothing for this rank:
+                 * evaluation's exact shards): done, nothing to claim */
+                if (g < l->open_seq && s->seq == g && batch_done(s))
+                    continue;
+                *bug = true; /* otherwise it can always open its batch */
                 return true;
             }
             /* The work is done here, a chunk at a time: each call makes progress

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "train/trainer.h"
 
 /* Repetitions of the unhidden all-reduce measured at the start (its median). */
@@ -37,6 +38,32 @@ int64_t train_epoch_batches(const stoke_trainer *t)
     return (train_epoch_samples(t) + bs - 1) / bs;
 }
 
+/* "vm (2 ranks), node2 (2 ranks)": the world's hosts in rank order, as far as fits. */
+static stoke_status world_hosts(stoke_trainer *t, char *out, size_t size)
+{
+    int world = train_world(t);
+    char(*all)[64] = calloc((size_t)world, sizeof *all);
+    if (!all)
+        return stoke_fail(STOKE_ERR_NOMEM, "data parallel: out of memory");
+    char mine[64];
+    snprintf(mine, sizeof mine, "%s", stoke_dist_host_name(t->world));
+    stoke_status s = stoke_dist_allgather(t->world, mine, sizeof mine, all);
+    out[0] = '\0';
+    for (int r = 0; s == STOKE_OK && r < world; r++) {
+        bool seen = false;
+        for (int q = 0; q < r && !seen; q++)
+            seen = !strcmp(all[q], all[r]);
+        if (seen)
+            continue;
+        int n = 0;
+        for (int q = r; q < world; q++)
+            n += !strcmp(all[q], all[r]);
+        stoke_more(out, size, "%s%s (%d rank%s)", out[0] ? ", " : "", all[r], n, n == 1 ? "" : "s");
+    }
+    free(all);
+    return s;
+}
+
 stoke_status train_dist_begin(stoke_trainer *t)
 {
     if (t->cfg.world && !t->trial.on) /* a tuning trial measures this process alone */
@@ -59,9 +86,15 @@ stoke_status train_dist_begin(stoke_trainer *t)
         snprintf(share, sizeof share, "%d CPU%s (%s)", avail, avail == 1 ? "" : "s",
                  local > 1 ? "bound to it by mpirun" : "the only rank on this machine");
     }
-    train_info(t, "data parallel: rank %d of %d on %s, gradients over %s; this rank has %s",
+    char hosts[400];
+    stoke_status s = world_hosts(t, hosts, sizeof hosts);
+    if (s != STOKE_OK)
+        return s;
+    train_info(t,
+               "data parallel: rank %d of %d on %s, gradients over %s; this rank has %s; "
+               "the world: %s",
                stoke_dist_rank(w), stoke_dist_world_size(w), stoke_dist_host_name(w),
-               stoke_dist_transport(w), share);
+               stoke_dist_transport(w), share, hosts);
     return STOKE_OK;
 }
 
