@@ -5,6 +5,7 @@
  * step exactly as they should, and no reducer (or stoke_dist_local's) leaving the
  * weights bit for bit as without one. On the CPU, whose gradients are host memory. */
 #include "check.h"
+#include "dist_util.h"
 #include "stoke/dist.h"
 #include "stoke/nn.h"
 
@@ -36,13 +37,7 @@ static void feed(stoke_model *m, int k)
     const stoke_graph *g = stoke_model_graph(m);
     float *x = stoke_model_input(m, stoke_graph_find(g, "x"));
     int32_t *y = stoke_model_input(m, stoke_graph_find(g, "y"));
-    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(k + 1);
-    for (int i = 0; i < B * IN; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-    for (int i = 0; i < B; i++)
-        y[i] = (i * 7 + k) % CLASSES;
+    dist_micro_batch(k, B, IN, CLASSES, x, y);
 }
 
 /* STEPS optimizer steps of `accum` micro-batches each. */

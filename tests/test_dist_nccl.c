@@ -6,6 +6,7 @@
  * call order), its errors, and two CUDA models, one a rank, trained together against
  * one model accumulating both micro-batches. */
 #include "check.h"
+#include "dist_util.h"
 #include "dist/dist_impl.h"
 #include "dist/nccl_abi.h"
 #include "stoke/dist.h"
@@ -516,13 +517,7 @@ static stoke_status feed(stoke_model *m, int k)
     const stoke_graph *g = stoke_model_graph(m);
     float x[B * IN];
     int32_t y[B];
-    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(k + 1);
-    for (int i = 0; i < B * IN; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-    for (int i = 0; i < B; i++)
-        y[i] = (i * 7 + k) % CLASSES;
+    dist_micro_batch(k, B, IN, CLASSES, x, y);
     stoke_status st = stoke_model_set_input(m, stoke_graph_find(g, "x"), x, sizeof x);
     return st == STOKE_OK ? stoke_model_set_input(m, stoke_graph_find(g, "y"), y, sizeof y) : st;
 }

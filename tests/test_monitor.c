@@ -1,6 +1,7 @@
 /* test_monitor.c - series statistics, diagnosis rules on recorded scenarios, output
  * formats, the /proc process-tree reader and the sampler thread. */
 #include "check.h"
+#include "finding_util.h"
 #include "stoke/monitor.h"
 
 #include <cjson/cJSON.h>
@@ -159,23 +160,6 @@ static void run_scenario(const scen *sc, int ncpu, stoke_mon_summary *sum)
     sum->program = sc->prog;
     stoke_mon_history_free(&h);
 }
-
-static const stoke_finding *find(const stoke_finding *f, size_t n, const char *id)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(f[i].rule->id, id) == 0)
-            return &f[i];
-    return NULL;
-}
-
-/* The figure called name of x, NAN when x has none. */
-static double figure(const stoke_finding *x, const char *name)
-{
-    const stoke_finding_figure *g = stoke_finding_figure_of(x, name);
-    return g ? g->value : NAN;
-}
-
-static bool same(double a, double b) { return (isnan(a) && isnan(b)) || fabs(a - b) < 1e-9; }
 
 /* x asks to change setting from current to suggested (NAN: unknown, or a direction
  * only) in that direction, in that unit. */

@@ -2,6 +2,7 @@
  * run: the rank rules on the trainer's per-rank figures, the launcher's rank read from a
  * process's environment, and the ranks of a watched tree with their CPU and memory. */
 #include "check.h"
+#include "finding_util.h"
 #include "monitor/proc_impl.h"
 #include "stoke/monitor.h"
 
@@ -36,22 +37,6 @@ static void ranks_of(stoke_mon_summary *s, int n, double step, double input, dou
         x->reduce_wait_s = wait;
     }
 }
-
-static const stoke_finding *find(const stoke_finding *f, size_t n, const char *id)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(f[i].rule->id, id))
-            return &f[i];
-    return NULL;
-}
-
-static double figure(const stoke_finding *x, const char *name)
-{
-    const stoke_finding_figure *g = stoke_finding_figure_of(x, name);
-    return g ? g->value : NAN;
-}
-
-static bool same(double a, double b) { return (isnan(a) && isnan(b)) || fabs(a - b) < 1e-9; }
 
 /* What every finding must be: texts whole, figures finite, changes well formed, the
  * advice in the watched program's words only. */
