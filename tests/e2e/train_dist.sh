@@ -1,8 +1,9 @@
 #!/bin/sh
 # train_dist.sh STOKE WORKDIR - data parallel training as a user runs it
-# (docs/distributed.md): `mpirun -np 2 stoke train` gives the same weights, bit for bit,
-# as one process accumulating the same two micro-batches a step (the fixed reduction
-# order of two ranks: a + b), and so the same validation accuracy; `--nproc 2` is the
+# (docs/distributed.md): `mpirun -np 2 stoke train` gives the same weights as one
+# process accumulating the same two micro-batches a step (bit for bit, or within
+# rounding where the kernels add a micro-batch in pieces: below), and so the same
+# validation accuracy; `--nproc 2` is the
 # same run; a run stopped mid-epoch resumes exactly with 2 ranks and finishes the
 # epoch's samples with 1; rank 0 alone writes the log and the checkpoint; a rank killed
 # mid-epoch stops the others quickly, non-zero, naming it, with the last checkpoint
@@ -40,12 +41,24 @@ mpi 2 "$stoke" train $small --checkpoint "$work/two.ckpt" --log "$work/two.jsonl
 rc=$?
 if [ $rc1 -eq 0 ] && [ $rc -eq 0 ]; then ok "2 ranks and 1 process train"; else
     fail "exit $rc1 / $rc"; show "$work/one.txt"; show "$out"; fi
-if same "$work/one.ckpt" "$work/two.ckpt"; then ok "the same weights and momentum, bit for bit"; else
-    fail "weights differ"; show "$work/cmp.txt"; fi
-v1=$(grep -o 'val acc [0-9.]*%' "$work/one.txt" | tail -1)
-v2=$(grep -o 'val acc [0-9.]*%' "$out" | tail -1)
-if [ -n "$v1" ] && [ "$v1" = "$v2" ]; then ok "the same validation accuracy ($v2), evaluated in shards"; else
-    fail "validation: '$v1' alone, '$v2' with 2 ranks"; fi
+# The two ranks' sum is one addition, a + b; one process adds the second micro-batch's
+# gradient into the first's inside the backward's kernels, in as many pieces as the
+# kernel blocks its sum: bit for bit where that is one piece (this project's AVX-512
+# Xeon), within rounding where it is several (under the AVX2 cap: 1.5e-8 after the 8
+# steps). 1e-6 is 60 times that and far below any real difference (a wrong sample,
+# scale or learning rate moves the weights by 1e-3 or more).
+if "$py" "$here/../ckpt_tensors.py" "$work/one.ckpt" "$work/two.ckpt" 1e-6 >"$work/cmp.txt" 2>&1; then
+    ok "the same weights and momentum as one process: $(tail -1 "$work/cmp.txt")"
+else
+    fail "weights differ"; show "$work/cmp.txt"
+fi
+v1=$(grep -o 'val acc [0-9.]*%' "$work/one.txt" | tail -1 | tr -dc '0-9.')
+v2=$(grep -o 'val acc [0-9.]*%' "$out" | tail -1 | tr -dc '0-9.')
+if [ -n "$v1" ] && [ -n "$v2" ] && "$py" -c "import sys; sys.exit(abs($v1 - $v2) > 0.2)"; then
+    ok "the same validation accuracy ($v2% against $v1%), evaluated in shards"
+else
+    fail "validation: '$v1' alone, '$v2' with 2 ranks"
+fi
 if grep -q "^data parallel: rank 0 of 2 on .*, gradients over mpi" "$out" &&
     grep -q "^effective batch: 2 ranks x batch 128 x 1 accumulated = 256 samples a step; lr 0.05 as given" "$out"; then
     ok "the world and the effective batch are said"
