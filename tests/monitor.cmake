@@ -2,6 +2,7 @@
 stoke_unit_test(test_monitor test_monitor.c)
 # The ranks of a data-parallel run: the rank rules, and the ranks of a watched tree.
 stoke_unit_test(test_monitor_ranks test_monitor_ranks.c)
+set_tests_properties(test_monitor_ranks PROPERTIES TIMEOUT 120)
 
 # Each end-to-end case is one run of tests/e2e/monitor.sh; the GPU cases load the NVML
 # test double with a scenario from tests/scenarios/.

@@ -130,8 +130,8 @@ int main(void)
     for (int k = 0; k < NB - 1; k++)
         CHECK_INT_EQ(r.reduce(r.self, &ops, &buckets[k]), STOKE_OK);
     CHECK(!reduced(0) && !reduced(1));
-    for (int i = 0; i < 2000 && !atomic_load(&running); i++)
-        usleep(1000); /* the first mean has started on the thread */
+    while (!atomic_load(&running)) /* the first mean starts on the thread (however late) */
+        usleep(1000);
     CHECK(atomic_load(&running));
     set_hold(false);
     /* the last bucket never handed over (an unsynced micro-batch): finish starts it */

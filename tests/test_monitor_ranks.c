@@ -388,20 +388,23 @@ static void test_tree_ranks(void)
         CHECK(!(s.valid & STOKE_MS_RANKS));
     }
     CHECK(write(go[1], "gg", 2) == 2);
-    /* until both have exec'd and rank 1's shell has started its sleep */
+    /* until both have exec'd and rank 1's shell has started its sleep: waited for as
+     * long as it takes (the suite's timeout bounds it), never against a clock */
     char c0[32] = "", c1[32] = "";
-    for (int i = 0; i < 500 && (strcmp(c0, "sleep") || strcmp(c1, "sh")); i++) {
+    while (strcmp(c0, "sleep") || strcmp(c1, "sh")) {
         usleep(10000);
         comm_of(kids[0], c0, sizeof c0);
         comm_of(kids[1], c1, sizeof c1);
     }
     CHECK_STR_EQ(c0, "sleep");
     CHECK_STR_EQ(c1, "sh");
-    usleep(200000);
     if (r) {
-        memset(&s, 0, sizeof s);
-        CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
-        usleep(100000);
+        do { /* the shell's sleep in the tree */
+            usleep(10000);
+            memset(&s, 0, sizeof s);
+            CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+        } while (alive && s.proc_count < 4);
+        usleep(100000); /* a second reading: CPU % over the interval */
         memset(&s, 0, sizeof s);
         CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
         CHECK(s.valid & STOKE_MS_RANKS);
