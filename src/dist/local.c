@@ -37,12 +37,6 @@ static const dist_host local_host = {.name = "local",
                                      .bcast = local_bcast,
                                      .allgather = local_allgather};
 
-static stoke_status local_mean(stoke_dist *d, float *buf, size_t n)
-{
-    (void)d, (void)buf, (void)n;
-    return STOKE_OK;
-}
-
 static stoke_status local_start(stoke_dist *d, int k, float *buf, size_t n, void *stream)
 {
     (void)d, (void)k, (void)buf, (void)n, (void)stream; /* the mean of one value */
@@ -55,11 +49,8 @@ static stoke_status local_wait(stoke_dist *d, void *stream)
     return STOKE_OK;
 }
 
-static const dist_grads local_grads = {.name = "local",
-                                       .stream_ordered = true,
-                                       .start = local_start,
-                                       .wait = local_wait,
-                                       .mean = local_mean};
+static const dist_grads local_grads = {
+    .name = "local", .stream_ordered = true, .start = local_start, .wait = local_wait};
 
 stoke_status stoke_dist_local(stoke_dist **out)
 {

@@ -141,8 +141,7 @@ static const dist_grads mpi_grads_sync = {.name = "mpi (not overlapped: this MPI
                                                   "thread support)",
                                           .stream_ordered = true,
                                           .start = sync_start,
-                                          .wait = sync_wait,
-                                          .mean = grads_mean};
+                                          .wait = sync_wait};
 
 stoke_status dist_mpi_init(stoke_dist **out)
 {

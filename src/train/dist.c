@@ -228,6 +228,27 @@ stoke_status train_dist_sums(stoke_trainer *t, double *loss, double *metric, int
     return s;
 }
 
+stoke_status train_dist_save(stoke_trainer *t, const char *path, bool *wrote)
+{
+    /* rank 0 writes what the world agrees on: the averaged statistics and the epoch's
+     * sums over every rank (its own put back after, for the rest of the epoch) */
+    *wrote = false;
+    double loss = t->ep_loss, metric = t->ep_metric;
+    int64_t samples = t->ep_samples, unused = 0;
+    stoke_status s = train_dist_buffers(t);
+    if (s == STOKE_OK)
+        s = train_dist_sums(t, &loss, &metric, &samples, &unused);
+    if (s != STOKE_OK || train_rank(t) != 0)
+        return s;
+    double l0 = t->ep_loss, m0 = t->ep_metric;
+    int64_t s0 = t->ep_samples;
+    t->ep_loss = loss, t->ep_metric = metric, t->ep_samples = samples;
+    s = stoke_trainer_save(t, path);
+    t->ep_loss = l0, t->ep_metric = m0, t->ep_samples = s0;
+    *wrote = s == STOKE_OK;
+    return s;
+}
+
 stoke_status train_dist_buffers(stoke_trainer *t)
 {
     return train_dist_on(t) ? stoke_dist_average_buffers(t->world, t->model) : STOKE_OK;

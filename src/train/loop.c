@@ -143,26 +143,10 @@ static stoke_status checkpoint(stoke_trainer *t)
 {
     if (!t->cfg.checkpoint[0])
         return STOKE_OK;
-    stoke_status s = STOKE_OK;
-    if (train_dist_on(t)) {
-        /* rank 0 writes what the world agrees on: the averaged statistics and the
-         * epoch's sums over every rank */
-        double loss = t->ep_loss, metric = t->ep_metric;
-        int64_t samples = t->ep_samples, unused = 0;
-        if ((s = train_dist_buffers(t)) != STOKE_OK ||
-            (s = train_dist_sums(t, &loss, &metric, &samples, &unused)) != STOKE_OK)
-            return s;
-        if (train_rank(t) != 0)
-            return STOKE_OK;
-        double l0 = t->ep_loss, m0 = t->ep_metric;
-        int64_t s0 = t->ep_samples;
-        t->ep_loss = loss, t->ep_metric = metric, t->ep_samples = samples;
-        s = stoke_trainer_save(t, t->cfg.checkpoint);
-        t->ep_loss = l0, t->ep_metric = m0, t->ep_samples = s0;
-    } else {
-        s = stoke_trainer_save(t, t->cfg.checkpoint);
-    }
-    if (s == STOKE_OK) {
+    bool wrote = true;
+    stoke_status s = train_dist_on(t) ? train_dist_save(t, t->cfg.checkpoint, &wrote)
+                                      : stoke_trainer_save(t, t->cfg.checkpoint);
+    if (s == STOKE_OK && wrote) {
         stoke_train_event e = {.kind = STOKE_EV_CHECKPOINT,
                                .text = t->cfg.checkpoint,
                                .epoch = t->epoch,

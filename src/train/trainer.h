@@ -167,6 +167,9 @@ stoke_status train_dist_eval(stoke_trainer *t, train_eval *acc);
 stoke_status train_dist_sums(stoke_trainer *t, double *loss, double *metric, int64_t *samples,
                              int64_t *since);
 stoke_status train_dist_buffers(stoke_trainer *t);
+/* The checkpoint of a data parallel run, every rank calling: the world's statistics
+ * and sums, written by rank 0 (*wrote: this rank wrote it). */
+stoke_status train_dist_save(stoke_trainer *t, const char *path, bool *wrote);
 void train_dist_phases(stoke_trainer *t, stoke_train_event *e, double pct);
 void train_dist_epoch_start(stoke_trainer *t);
 stoke_status train_dist_gather(stoke_trainer *t, double seconds, double wait_s);
