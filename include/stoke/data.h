@@ -388,8 +388,9 @@ typedef struct stoke_batch {
                                 record it again */
     void *held;  /* opts.hold: what stoke_loader_release takes back; NULL for an
                                 end-of-epoch marker and without hold */
-    double wait_ms; /* the consumer's wait for this batch inside stoke_loader_next (a
-                       timed call's slices included): what wait_avg_ms averages */
+    /* the consumer's wait for this batch inside stoke_loader_next (a timed call's
+     * slices included): what wait_avg_ms averages */
+    double wait_ms;
 } stoke_batch;
 
 typedef struct stoke_loader stoke_loader;

@@ -7,9 +7,9 @@
 
 /* 1-2-5 steps: a microsecond (a batch that was ready) to ten seconds (a stalled
  * pipeline), three buckets a decade. */
-static const double edges[STOKE_WAIT_EDGES] = {
-    0,   0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,  0.2,  0.5,  1,    2,
-    5,   10,    20,    50,    100,  200,  500,  1000, 2000, 5000, 10000};
+static const double edges[STOKE_WAIT_EDGES] = {0,   0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
+                                               0.2, 0.5,   1,     2,     5,    10,   20,   50,
+                                               100, 200,   500,   1000,  2000, 5000, 10000};
 
 const double *stoke_wait_hist_edges(void) { return edges; }
 

@@ -112,8 +112,9 @@ struct stoke_trainer {
     /* this part of the epoch's seconds in each phase of a step (stoke_phase), on the
      * clock of the model's device */
     double ph[STOKE_PHASE_COUNT];
-    stoke_wait_hist waits; /* this part of the epoch's waits for batches (the log's
-                              wait_hist; this rank's own in data parallel) */
+    /* this part of the epoch's waits for batches (the log's wait_hist; this rank's
+     * own in data parallel) */
+    stoke_wait_hist waits;
     stoke_train_totals totals; /* the run's, never reset (stoke_trainer_totals) */
     bool graphs_said;          /* the `CUDA graphs:` line went out */
     double loop_start;         /* wall time the training loop started: log "elapsed" */
