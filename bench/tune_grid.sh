@@ -64,7 +64,7 @@ def setting(d):
 def trained(tag):
     best = 0
     for r in range(1, repeats + 1):
-        steps = [json.loads(l) for l in open("%s.%d.jsonl" % (tag, r)) if '"step"' in l]
+        steps = [json.loads(l) for l in open("%s.%d.jsonl" % (tag, r)) if '"samples_per_s"' in l]  # steps and epochs, not findings
         best = max(best, steps[-1]["samples_per_s"])
     return best
 

@@ -8,7 +8,7 @@ set_tests_properties(test_monitor_ranks PROPERTIES TIMEOUT 120)
 # test double with a scenario from tests/scenarios/.
 set(STOKE_MONITOR_E2E_CASES exit-status signal-status no-such-command bad-pid bad-jsonl
     bad-data sigterm pid-ends jsonl-csv gpu-absent-readings gpu-input-bound gpu-busy-thread
-    gpu-batch-grow gpu-throttle gpu-memory-full gpu-healthy mpirun-ranks)
+    gpu-batch-grow gpu-diagnosis-jsonl gpu-throttle gpu-memory-full gpu-healthy mpirun-ranks)
 foreach(case ${STOKE_MONITOR_E2E_CASES})
   add_test(NAME monitor_e2e_${case}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/monitor.sh ${case}

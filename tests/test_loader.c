@@ -397,9 +397,13 @@ static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb, un
     if (!l)
         return 0;
     size_t n = 0;
+    double waited = 0; /* each batch's wait_ms: the stats' total, batch by batch */
     for (int i = 0; i < nb; i++) {
         stoke_batch b;
         CHECK_INT_EQ(stoke_loader_next(l, &b), STOKE_OK);
+        CHECK(b.wait_ms >= 0);
+        if (b.size > 0)
+            waited += b.wait_ms;
         size_t in = (size_t)b.size * b.input_bytes, tg = (size_t)b.size * b.target_bytes;
         if (n + in + tg + 16 > cap)
             break;
@@ -411,8 +415,65 @@ static size_t run_loader(stoke_dataset *d, int workers, int prefetch, int nb, un
         memcpy(out + n, b.targets, tg);
         n += tg;
     }
+    stoke_loader_stats st;
+    stoke_loader_get_stats(l, &st);
+    CHECK_NEAR(waited, st.wait_avg_ms * (double)st.batches, 1e-6 * (1 + waited));
     stoke_loader_destroy(l);
     return n;
+}
+
+/* The per-batch wait histogram (the train log's wait_hist): its fixed edges, where a
+ * wait on an edge goes, the overflow bucket, zero (and nonsense) waits, and the
+ * quantiles interpolated within a bucket, never above the max. */
+static void case_wait_hist(void)
+{
+    const double *e = stoke_wait_hist_edges();
+    CHECK_INT_EQ(STOKE_WAIT_EDGES, 23);
+    CHECK(e[0] == 0 && e[1] == 0.001 && e[2] == 0.002 && e[3] == 0.005);
+    CHECK(e[STOKE_WAIT_EDGES - 1] == 10000);
+    for (int i = 1; i + 3 < STOKE_WAIT_EDGES; i++) /* 1-2-5: a decade every 3 */
+        CHECK_NEAR(e[i + 3], e[i] * 10, e[i] * 1e-9);
+    stoke_wait_hist h = {0};
+    CHECK(isnan(stoke_wait_hist_quantile(&h, 0.5)));
+    /* zero waits, a negative and a NaN one: the first bucket, [0, 0.001) */
+    stoke_wait_hist_add(&h, 0);
+    stoke_wait_hist_add(&h, -1);
+    stoke_wait_hist_add(&h, NAN);
+    CHECK_INT_EQ(h.counts[0], 3);
+    CHECK_INT_EQ(h.batches, 3);
+    CHECK(h.max_ms == 0 && stoke_wait_hist_quantile(&h, 0.5) == 0);
+    /* an edge opens its bucket; just below it, the one before */
+    stoke_wait_hist_add(&h, 0.001);
+    stoke_wait_hist_add(&h, 0.0009999);
+    CHECK_INT_EQ(h.counts[1], 1);
+    CHECK_INT_EQ(h.counts[0], 4);
+    stoke_wait_hist_add(&h, 1);
+    CHECK_INT_EQ(h.counts[10], 1); /* [1, 2) ms */
+    /* the overflow bucket: the last edge and beyond */
+    stoke_wait_hist_add(&h, 9999.9);
+    CHECK_INT_EQ(h.counts[STOKE_WAIT_EDGES - 2], 1);
+    stoke_wait_hist_add(&h, 10000);
+    stoke_wait_hist_add(&h, 1e9);
+    CHECK_INT_EQ(h.counts[STOKE_WAIT_EDGES - 1], 2);
+    CHECK(h.max_ms == 1e9);
+    int64_t sum = 0;
+    for (int i = 0; i < STOKE_WAIT_EDGES; i++)
+        sum += h.counts[i];
+    CHECK_INT_EQ(sum, h.batches);
+    CHECK_INT_EQ(h.batches, 9);
+    CHECK(stoke_wait_hist_quantile(&h, 1) == 1e9);
+    /* within a bucket, linearly, up to the max: ten waits of 3 ms in [2, 5) */
+    stoke_wait_hist g = {0};
+    for (int i = 0; i < 10; i++)
+        stoke_wait_hist_add(&g, 3);
+    CHECK_INT_EQ(g.counts[11], 10);
+    CHECK_NEAR(stoke_wait_hist_quantile(&g, 0.5), 2.5, 1e-12);
+    CHECK_NEAR(stoke_wait_hist_quantile(&g, 0.95), 2.95, 1e-12);
+    CHECK(stoke_wait_hist_quantile(&g, 1) == 3);
+    /* one wait past the last edge: between the edge and the max */
+    stoke_wait_hist o = {0};
+    stoke_wait_hist_add(&o, 20000);
+    CHECK_NEAR(stoke_wait_hist_quantile(&o, 0.5), 15000, 1e-9);
 }
 
 static void case_loader_workers_identical(void)
@@ -1196,6 +1257,7 @@ int main(int argc, char **argv)
     case_memory_dataset();
     case_loader_workers_identical();
     case_loader_delay();
+    case_wait_hist();
     case_loader_resume();
     case_loader_empty_shard();
     case_loader_error();

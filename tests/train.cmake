@@ -21,6 +21,13 @@ add_test(NAME train_e2e
                  ${CMAKE_CURRENT_BINARY_DIR}/train-e2e $<TARGET_FILE:stoke_seams>)
 set_tests_properties(train_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 
+# The records `stoke report` draws from: findings (an input-bound run) and each epoch's
+# histogram of waits for batches.
+add_test(NAME train_log_records_e2e
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_log_records.sh $<TARGET_FILE:stoke>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train-log-records-e2e)
+set_tests_properties(train_log_records_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+
 # The actor-critic on generated bandit rollouts (numpy): A2C, PPO and behaviour cloning
 # rows train a policy that picks the best action far above chance; bad rollouts fail.
 add_test(NAME train_actor_critic_e2e

@@ -388,6 +388,9 @@ typedef struct stoke_batch {
                                 record it again */
     void *held;  /* opts.hold: what stoke_loader_release takes back; NULL for an
                                 end-of-epoch marker and without hold */
+    /* the consumer's wait for this batch inside stoke_loader_next (a timed call's
+     * slices included): what wait_avg_ms averages */
+    double wait_ms;
 } stoke_batch;
 
 typedef struct stoke_loader stoke_loader;
@@ -473,6 +476,26 @@ typedef struct stoke_loader_stats {
 /* Thread-safe: may run on another thread (the monitor's sampler) while the consumer
  * calls stoke_loader_next. */
 void stoke_loader_get_stats(stoke_loader *l, stoke_loader_stats *s);
+
+/* The consumer's per-batch waits (stoke_batch.wait_ms) counted into fixed log-spaced
+ * buckets: edges 0, then 1-2-5 steps from 0.001 ms to 10000 ms. counts[i] holds the
+ * waits in [edges[i], edges[i+1]); the last, counts[STOKE_WAIT_EDGES - 1], those of at
+ * least 10000 ms. Adding is a search over 23 edges and an increment: no allocation, so
+ * the training loop adds every batch. */
+enum { STOKE_WAIT_EDGES = 23 };
+typedef struct stoke_wait_hist {
+    int64_t counts[STOKE_WAIT_EDGES];
+    int64_t batches; /* = the sum of counts */
+    double max_ms;
+} stoke_wait_hist;
+
+/* The bucket edges in milliseconds (STOKE_WAIT_EDGES of them, ascending, 0 first). */
+const double *stoke_wait_hist_edges(void);
+/* Adds one wait; a negative or NaN wait counts as 0. */
+void stoke_wait_hist_add(stoke_wait_hist *h, double wait_ms);
+/* The q-quantile (0..1), interpolated linearly within its bucket (the overflow bucket
+ * reaches to max_ms) and never above max_ms; NaN with no batch. */
+double stoke_wait_hist_quantile(const stoke_wait_hist *h, double q);
 
 /* A stoke_mon_pipeline_fn (stoke/monitor.h) over a stoke_loader (ctx): how a program
  * that runs the monitor lets it carry the loader's wait, fill and worker figures. Runs

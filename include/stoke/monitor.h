@@ -413,6 +413,17 @@ typedef struct stoke_finding {
 const stoke_finding_figure *stoke_finding_figure_of(const stoke_finding *f, const char *name);
 const stoke_finding_change *stoke_finding_change_of(const stoke_finding *f, const char *setting);
 
+struct cJSON;
+/* A finding as one JSON object, the same wherever stoke writes one (bench --json's
+ * robustness, train --log's finding record, monitor --jsonl's diagnosis line):
+ * {"rule", "resource", "gpu", "rank" (-1: none), "evidence", "advice", "figures":
+ * {NAME: {"value", "unit"}}, "changes": [{"setting", "unit", "current", "suggested",
+ * "direction", "to"}]}; unknown numbers and absent words are null, never 0 or NaN.
+ * NULL when out of memory; the caller frees it (cJSON_Delete). */
+struct cJSON *stoke_finding_json(const stoke_finding *f);
+/* Only its "figures" and "changes", added to o. */
+void stoke_finding_numbers_json(struct cJSON *o, const stoke_finding *f);
+
 typedef struct stoke_rule {
     const char *id; /* stable name: "input-bound-cpu", ... */
     stoke_rule_kind kind;
@@ -468,6 +479,11 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size);
 /* One JSON object and a newline (schema in docs/monitor.md; absent readings have no
  * key). Returns the length, or 0 if buf is too small (then buf holds ""). */
 size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size);
+
+/* The JSON lines' last line, after the run's summary: {"type":"diagnosis", "time" (Unix
+ * time), "t" (the last sample's), "findings": [stoke_finding_json of each]} and a
+ * newline; malloc'd, NULL when out of memory. Samples have no "type". */
+char *stoke_mon_format_diagnosis_json(const stoke_finding *f, size_t n, double t, double wall);
 
 /* CSV header for gpu_count GPUs, and one row; both end with a newline. Absent
  * readings are empty cells. Return the length, or 0 if buf is too small. */

@@ -77,7 +77,8 @@ t = time.time()
 while time.time() - t < 4: pass'
         fi
         rc=$?
-        echo "== the monitor's last sample"
+        echo "== the monitor's last sample, and its diagnosis (the JSON lines' last line)"
+        grep -v '^{"type":' "$W/monitor.jsonl" 2>/dev/null | tail -n 1
         tail -n 1 "$W/monitor.jsonl" 2>/dev/null
         exit $rc ;;
     loader)

@@ -117,35 +117,6 @@ static void add_num(cJSON *o, const char *key, double v)
         cJSON_AddNullToObject(o, key);
 }
 
-/* A finding's figures and changes (docs/monitor.md, "A finding in numbers"), the
- * numbers its evidence and advice are rendered from, for a reader that should not parse
- * English: {"figures": {NAME: {"value", "unit"}}, "changes": [{"setting", "unit",
- * "current", "suggested", "direction", "to"}]}; unknown numbers and absent words null. */
-static void add_finding_numbers(cJSON *o, const stoke_finding *f)
-{
-    cJSON *figs = cJSON_AddObjectToObject(o, "figures");
-    for (int i = 0; figs && i < f->nfigures; i++) {
-        cJSON *v = cJSON_AddObjectToObject(figs, f->figures[i].name);
-        add_num(v, "value", f->figures[i].value);
-        cJSON_AddStringToObject(v, "unit", f->figures[i].unit ? f->figures[i].unit : "");
-    }
-    cJSON *changes = cJSON_AddArrayToObject(o, "changes");
-    for (int i = 0; changes && i < f->nchanges; i++) {
-        const stoke_finding_change *c = &f->changes[i];
-        cJSON *v = cJSON_CreateObject();
-        cJSON_AddStringToObject(v, "setting", c->setting);
-        cJSON_AddStringToObject(v, "unit", c->unit ? c->unit : "");
-        add_num(v, "current", c->current);
-        add_num(v, "suggested", c->suggested);
-        cJSON_AddNumberToObject(v, "direction", c->direction);
-        if (c->to)
-            cJSON_AddStringToObject(v, "to", c->to);
-        else
-            cJSON_AddNullToObject(v, "to");
-        cJSON_AddItemToArray(changes, v);
-    }
-}
-
 static cJSON *run_json(const bench_run *r)
 {
     cJSON *o = cJSON_CreateObject(), *set = cJSON_AddObjectToObject(o, "settings");
@@ -221,7 +192,7 @@ static cJSON *report_json(const bench_report *r)
         cJSON_AddNullToObject(rb, "rule");
     cJSON_AddStringToObject(rb, "evidence", b->evidence);
     cJSON_AddStringToObject(rb, "advice", b->advice);
-    add_finding_numbers(rb, &b->finding);
+    stoke_finding_numbers_json(rb, &b->finding); /* docs/monitor.md, "A finding in numbers" */
     return o;
 }
 

@@ -107,6 +107,19 @@ typedef struct sink_ctx {
     char buf[32768];
 } sink_ctx;
 
+/* The JSON lines' last line: the diagnosis printed, as one write like a sample's (a
+ * log that failed already said so and gets none). */
+static stoke_status write_diagnosis(const sink_ctx *c, const stoke_finding *f, size_t n, double t)
+{
+    char *line = stoke_mon_format_diagnosis_json(f, n, t, stoke_wall_time());
+    if (!line)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory writing the diagnosis to '%s'",
+                          c->json_path);
+    stoke_status st = stoke_mon_write_line(c->json_fd, line, strlen(line), c->json_path);
+    free(line);
+    return st;
+}
+
 /* Runs on the sampler thread; the main thread touches ctx only after it is joined. */
 static stoke_status on_sample(const stoke_mon_sample *s, void *arg)
 {
@@ -383,6 +396,9 @@ int cmd_monitor(int argc, char **argv)
         if (ctx->tty && ctx->printed)
             putchar('\n');
         stoke_mon_summary sum;
+        stoke_finding f[16];
+        size_t nf = 0;
+        bool diagnosed = false;
         if (stoke_mon_summarize(stoke_monitor_history(mon), usable_cpus_of(child ? 0 : watch),
                                 &sum) == STOKE_OK) {
             if (data_path) {
@@ -392,10 +408,11 @@ int cmd_monitor(int argc, char **argv)
             }
             putchar('\n');
             stoke_mon_summary_print(&sum, stdout);
-            stoke_finding f[16];
             size_t fired = stoke_diagnose(&sum, f, 16);
+            nf = fired < 16 ? fired : 16;
             putchar('\n');
-            stoke_diagnosis_print(&sum, f, fired < 16 ? fired : 16, fired, stdout);
+            stoke_diagnosis_print(&sum, f, nf, fired, stdout);
+            diagnosed = true;
         } else {
             rc = cli_error(CMD, "%s", stoke_last_error());
         }
@@ -403,6 +420,9 @@ int cmd_monitor(int argc, char **argv)
         char msg[512];
         if (stoke_monitor_error(mon, msg, sizeof msg) != STOKE_OK)
             rc = cli_error(CMD, "%s", msg);
+        else if (diagnosed && ctx->json_fd >= 0 &&
+                 write_diagnosis(ctx, f, nf, stoke_monitor_history(mon)->duration_s) != STOKE_OK)
+            rc = cli_error(CMD, "%s", stoke_last_error());
     } else if (command) {
         printf("stoke monitor: '%s' ended before the first sample\n", command[0]);
     }

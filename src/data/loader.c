@@ -826,6 +826,7 @@ static stoke_status next_batch(stoke_loader *l, stoke_batch *b, uint64_t deadlin
     uint64_t w = stoke_now_ns() - t0 + l->wait_carry_ns;
     l->wait_carry_ns = 0;
     l->wait_start_ns = 0;
+    b->wait_ms = (double)w / 1e6;
     if (s->size > 0) {
         l->waits_ms[l->batches % WAIT_WINDOW] = (float)(w / 1e6);
         l->batches++;

@@ -3,6 +3,7 @@
  * setting named as the watched program knows it (stoke's flags or PyTorch's knobs). */
 #include "monitor/rules_impl.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
 
@@ -71,6 +72,59 @@ const stoke_finding_change *stoke_finding_change_of(const stoke_finding *f, cons
         if (!strcmp(f->changes[i].setting, setting))
             return &f->changes[i];
     return NULL;
+}
+
+/* ---- A finding as JSON: bench --json, train --log and monitor --jsonl write the same --- */
+
+/* A number, or null when it is unknown (JSON has no NaN). */
+static void add_num(cJSON *o, const char *key, double v)
+{
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, key, v);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
+void stoke_finding_numbers_json(struct cJSON *o, const stoke_finding *f)
+{
+    cJSON *figs = cJSON_AddObjectToObject(o, "figures");
+    for (int i = 0; figs && i < f->nfigures; i++) {
+        cJSON *v = cJSON_AddObjectToObject(figs, f->figures[i].name);
+        add_num(v, "value", f->figures[i].value);
+        cJSON_AddStringToObject(v, "unit", f->figures[i].unit ? f->figures[i].unit : "");
+    }
+    cJSON *changes = cJSON_AddArrayToObject(o, "changes");
+    for (int i = 0; changes && i < f->nchanges; i++) {
+        const stoke_finding_change *c = &f->changes[i];
+        cJSON *v = cJSON_CreateObject();
+        if (!v)
+            break;
+        cJSON_AddStringToObject(v, "setting", c->setting);
+        cJSON_AddStringToObject(v, "unit", c->unit ? c->unit : "");
+        add_num(v, "current", c->current);
+        add_num(v, "suggested", c->suggested);
+        cJSON_AddNumberToObject(v, "direction", c->direction);
+        if (c->to)
+            cJSON_AddStringToObject(v, "to", c->to);
+        else
+            cJSON_AddNullToObject(v, "to");
+        cJSON_AddItemToArray(changes, v);
+    }
+}
+
+struct cJSON *stoke_finding_json(const stoke_finding *f)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "rule", f->rule ? f->rule->id : "");
+    cJSON_AddStringToObject(o, "resource", f->rule && f->rule->resource ? f->rule->resource : "");
+    cJSON_AddNumberToObject(o, "gpu", f->gpu);
+    cJSON_AddNumberToObject(o, "rank", f->rank);
+    cJSON_AddStringToObject(o, "evidence", f->evidence);
+    cJSON_AddStringToObject(o, "advice", f->advice);
+    stoke_finding_numbers_json(o, f);
+    return o;
 }
 
 /* Loader workers to suggest: one core is left for the training process itself. */

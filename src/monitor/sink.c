@@ -1,13 +1,17 @@
-/* sink.c - the live line, JSON lines and CSV of samples, and the log files they go to. */
+/* sink.c - the live line, JSON lines and CSV of samples (and the JSON lines' closing
+ * diagnosis), and the log files they go to. */
 #include "stoke/monitor.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "core/tmpfile.h" /* stoke_write_all */
 
 /* An append-only text buffer that remembers if anything did not fit. */
@@ -378,4 +382,34 @@ stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const cha
     return stoke_fail(STOKE_ERR_IO, "cannot write to '%s': %s%s", what,
                       e == 0 ? "no progress" : strerror(e),
                       e == EFBIG ? " (the file size limit, ulimit -f)" : "");
+}
+
+char *stoke_mon_format_diagnosis_json(const stoke_finding *f, size_t n, double t, double wall)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *list = NULL;
+    char num[64];
+    if (o) {
+        cJSON_AddStringToObject(o, "type", "diagnosis");
+        snprintf(num, sizeof num, "%.3f", wall); /* as the samples' */
+        cJSON_AddRawToObject(o, "time", num);
+        snprintf(num, sizeof num, "%.3f", t);
+        cJSON_AddRawToObject(o, "t", num);
+        list = cJSON_AddArrayToObject(o, "findings");
+    }
+    bool ok = list != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        cJSON *x = stoke_finding_json(&f[i]);
+        ok = x && cJSON_AddItemToArray(list, x);
+    }
+    char *js = ok ? stoke_json_print(o, false) : NULL;
+    cJSON_Delete(o);
+    size_t len = js ? strlen(js) : 0;
+    char *line = js ? realloc(js, len + 2) : NULL;
+    if (!line) {
+        free(js);
+        return NULL;
+    }
+    memcpy(line + len, "\n", 2);
+    return line;
 }

@@ -133,6 +133,8 @@ static void monitor_warnings(stoke_trainer *t)
                                    .advice = f[i].advice,
                                    .finding = &f[i]};
             train_emit(t, &e);
+            /* the rules run at an epoch's end, after t->epoch moved on */
+            train_log_finding(t, &f[i], t->epoch > 0 ? t->epoch - 1 : 0, stoke_wall_time());
         }
     }
     stoke_monitor_start(t->monitor);
@@ -258,6 +260,7 @@ static void epoch_clock_start(stoke_trainer *t, epoch_clock *k)
     k->samples_start = t->ep_samples;
     k->last_decile = (int)(t->ep_batches * 10 / k->batches);
     memset(t->ph, 0, sizeof t->ph);
+    memset(&t->waits, 0, sizeof t->waits);
     train_dist_epoch_start(t);
 }
 
@@ -632,6 +635,7 @@ static stoke_status loop(stoke_trainer *t, epoch_clock *k, const volatile int *s
         if (s != STOKE_OK)
             return s;
         if (b.size > 0) {
+            stoke_wait_hist_add(&t->waits, b.wait_ms); /* what data_wait_pct sums */
             /* the step's last micro-batch all-reduces the accumulated sum */
             train_dist_set_sync(t, accum + 1 >= c->accumulate);
             s = train_batch(t, &b, accum);

@@ -255,6 +255,27 @@ void train_log_eval(stoke_trainer *t, const stoke_train_event *e, double now)
     write_record(t, o);
 }
 
+/* The epoch's waits for batches (docs/train.md): the buckets' edges and counts (the
+ * last counts the waits of at least the last edge), p50 and p95 interpolated within
+ * their bucket, the exact max. */
+static void add_wait_hist(cJSON *o, const stoke_wait_hist *h)
+{
+    cJSON *w = cJSON_AddObjectToObject(o, "wait_hist");
+    cJSON *edges = w ? cJSON_AddArrayToObject(w, "edges_ms") : NULL;
+    cJSON *counts = w ? cJSON_AddArrayToObject(w, "counts") : NULL;
+    if (!counts)
+        return;
+    const double *e = stoke_wait_hist_edges();
+    for (int i = 0; i < STOKE_WAIT_EDGES; i++) {
+        cJSON_AddItemToArray(edges, cJSON_CreateNumber(e[i]));
+        cJSON_AddItemToArray(counts, cJSON_CreateNumber((double)h->counts[i]));
+    }
+    add_int(w, "batches", h->batches);
+    add_num(w, "p50_ms", stoke_wait_hist_quantile(h, 0.5));
+    add_num(w, "p95_ms", stoke_wait_hist_quantile(h, 0.95));
+    add_num(w, "max_ms", h->batches ? h->max_ms : NAN);
+}
+
 void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now)
 {
     if (t->log_fd < 0)
@@ -281,6 +302,7 @@ void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now)
     add_fixed(o, "backward_pct", 2, e->backward_pct);
     add_fixed(o, "optimizer_pct", 2, e->optimizer_pct);
     add_dist(o, e);
+    add_wait_hist(o, &t->waits);
     cJSON *ranks = t->dist.nranks > 0 ? cJSON_AddArrayToObject(o, "ranks") : NULL;
     for (int r = 0; ranks && r < t->dist.nranks; r++) {
         const stoke_mon_rank *rk = &t->dist.ranks[r];
@@ -310,5 +332,28 @@ void train_log_target(stoke_trainer *t, const stoke_train_event *e, double now)
     cJSON_AddBoolToObject(o, "epoch_end", e->batch >= e->batches);
     add_g6(o, "val_acc", e->val_metric);
     add_g6(o, "target", e->target);
+    write_record(t, o);
+}
+
+/* A finding of the monitor's rules, when it is printed (once a run): the object
+ * stoke_finding_json writes for bench --json and monitor --jsonl, after the record's
+ * own fields. `epoch` is that of the epoch record just before it: the rules ran at
+ * its end, over the run so far. */
+void train_log_finding(stoke_trainer *t, const stoke_finding *f, int64_t epoch, double now)
+{
+    if (t->log_fd < 0)
+        return;
+    cJSON *o = record("finding", now, now - t->loop_start, epoch, t->step);
+    cJSON *j = o ? stoke_finding_json(f) : NULL;
+    if (!j) {
+        cJSON_Delete(o);
+        return;
+    }
+    while (j->child) { /* its fields, moved after the record's */
+        cJSON *x = cJSON_DetachItemViaPointer(j, j->child);
+        if (!cJSON_AddItemToObject(o, x->string, x)) /* copies the key first */
+            cJSON_Delete(x);
+    }
+    cJSON_Delete(j);
     write_record(t, o);
 }

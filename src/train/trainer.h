@@ -112,6 +112,9 @@ struct stoke_trainer {
     /* this part of the epoch's seconds in each phase of a step (stoke_phase), on the
      * clock of the model's device */
     double ph[STOKE_PHASE_COUNT];
+    /* this part of the epoch's waits for batches (the log's wait_hist; this rank's
+     * own in data parallel) */
+    stoke_wait_hist waits;
     stoke_train_totals totals; /* the run's, never reset (stoke_trainer_totals) */
     bool graphs_said;          /* the `CUDA graphs:` line went out */
     double loop_start;         /* wall time the training loop started: log "elapsed" */
@@ -343,6 +346,7 @@ void train_log_step(stoke_trainer *t, const stoke_train_event *e, double now, do
 void train_log_eval(stoke_trainer *t, const stoke_train_event *e, double now);
 void train_log_epoch(stoke_trainer *t, const stoke_train_event *e, double now);
 void train_log_target(stoke_trainer *t, const stoke_train_event *e, double now);
+void train_log_finding(stoke_trainer *t, const stoke_finding *f, int64_t epoch, double now);
 stoke_status train_log_finish(stoke_trainer *t);
 
 #endif

@@ -86,10 +86,14 @@ jsonl-csv)
     python3 - "$dir/m.jsonl" "$dir/m.csv" <<'EOF' || fail "JSON lines or CSV check failed"
 import csv, json, sys
 lines = open(sys.argv[1]).read().splitlines()
+# the samples, then one diagnosis line (the only line with a "type")
+last = json.loads(lines.pop())
+assert last["type"] == "diagnosis" and isinstance(last["findings"], list), last
 assert len(lines) >= 3, f"only {len(lines)} samples"
 prev = 0
 for line in lines:
     o = json.loads(line)
+    assert "type" not in o, o
     for k, t in [("seq", int), ("t", float), ("time", float), ("cpu_pct", float),
                  ("iowait_pct", float), ("ncpu", int), ("mem_used_bytes", int),
                  ("mem_total_bytes", int), ("proc", dict)]:
@@ -115,6 +119,8 @@ gpu-absent-readings)
     python3 - "$dir/m.jsonl" <<'EOF' || fail "absent readings check failed"
 import json, sys
 for line in open(sys.argv[1]):
+    if "type" in json.loads(line):
+        continue  # the diagnosis
     g = json.loads(line)["gpus"][0]
     assert g["util_pct"] == 50 and g["mem_used_bytes"] == 1000000000 and g["temp_c"] == 60, g
     for k in ("power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_rx_Bps"):
@@ -174,6 +180,36 @@ gpu-batch-grow)
     expect_out "[batch-can-grow]: GPU 0 utilization median"
     expect_out "memory peak 2.5 of 140.0 GB (1.8%)"
     expect_out "109.5 GB of headroom" ;;
+gpu-diagnosis-jsonl)
+    # The JSON lines end with the diagnosis printed, in numbers: the same findings in
+    # the same order, their texts, figures and changes (stoke_finding_json).
+    with_gpu monitor_batch_grow.gpu --interval 0.1 --jsonl "$dir/m.jsonl" -- sleep 0.6
+    expect_rc 0
+    expect_out "[batch-can-grow]: GPU 0 utilization median"
+    python3 - "$dir/m.jsonl" "$out" <<'EOF' || fail "the diagnosis line does not match the printed diagnosis"
+import json, math, re, sys
+def strict(s):
+    raise ValueError("not JSON: " + s)
+lines = [json.loads(l, parse_constant=strict) for l in open(sys.argv[1])]
+d = lines[-1]
+assert d["type"] == "diagnosis" and set(d) == {"type", "time", "t", "findings"}, d
+assert all("type" not in o for o in lines[:-1]), "a sample with a type"
+assert d["t"] >= lines[-2]["t"] and d["time"] >= lines[-2]["time"], (d, lines[-2])
+text = open(sys.argv[2]).read()
+printed = re.findall(r"^- [a-z]+ \[([a-z0-9-]+)\]: (.*)\n  change: (.*)$", text, re.M)
+assert printed, "no finding printed"
+assert [(f["rule"], f["evidence"], f["advice"]) for f in d["findings"]] == printed, (d, printed)
+for f in d["findings"]:
+    assert set(f) == {"rule", "resource", "gpu", "rank", "evidence", "advice", "figures",
+                      "changes"}, sorted(f)
+    for name, v in f["figures"].items():
+        assert v["value"] is None or math.isfinite(v["value"]), (name, v)
+g = next(f for f in d["findings"] if f["rule"] == "batch-can-grow")
+assert g["gpu"] == 0 and g["rank"] == -1, g
+assert g["figures"]["gpu_util_median"]["unit"] == "%", g["figures"]
+assert f"utilization median {g['figures']['gpu_util_median']['value']:.0f}%" in g["evidence"], g
+EOF
+    ;;
 gpu-throttle)
     with_gpu monitor_throttle.gpu --interval 0.1 -- sleep 0.6
     expect_rc 0

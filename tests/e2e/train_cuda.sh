@@ -173,7 +173,7 @@ fi
 if /usr/bin/python3 - "$out" "$work/gpu_mlp.jsonl" <<'PY'
 import json, re, sys
 loss = float(re.search(r"loss ([0-9.]+)", open(sys.argv[1]).read()).group(1))
-val = [json.loads(l) for l in open(sys.argv[2]) if '"epoch"' in l][-1]["val_loss"]
+val = [json.loads(l) for l in open(sys.argv[2]) if '"type":"epoch"' in l][-1]["val_loss"]
 assert abs(loss - val) <= 2e-4 * max(1, val), (loss, val)
 PY
 then ok "stoke eval on the CPU of a GPU checkpoint"; else fail "eval of the GPU checkpoint"; show "$out"; fi
@@ -190,7 +190,7 @@ run cpu_full --model mlp --device cpu --precision fp32 --epochs 2
 if /usr/bin/python3 - "$work/cpu_full.jsonl" "$work/gpu_then_cpu.jsonl" "$work/cpu_then_gpu.jsonl" <<'PY'
 import json, sys
 def last(p):
-    return [json.loads(l) for l in open(p) if '"epoch"' in l][-1]["val_loss"]
+    return [json.loads(l) for l in open(p) if '"type":"epoch"' in l][-1]["val_loss"]
 full = last(sys.argv[1])
 for p in sys.argv[2:]:
     v = last(p)
@@ -245,7 +245,7 @@ fi
 run cpu_128 --model mlp --device cpu --precision fp32 --batch-size 128
 if /usr/bin/python3 - "$work/gpu_small.jsonl" "$work/cpu_128.jsonl" <<'PY'
 import json, sys
-a, b = ([json.loads(l) for l in open(p) if '"epoch"' in l][-1]["val_loss"] for p in sys.argv[1:])
+a, b = ([json.loads(l) for l in open(p) if '"type":"epoch"' in l][-1]["val_loss"] for p in sys.argv[1:])
 assert abs(a - b) <= 1e-3 * max(1, b), (a, b)
 PY
 then ok "64 x 2 accumulated on the GPU validates as 128 on the CPU"; else fail "halved run differs"; fi
