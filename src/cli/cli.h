@@ -32,6 +32,8 @@ int cmd_tune(int argc, char **argv);
 void cmd_tune_usage(void);
 int cmd_bench(int argc, char **argv);
 void cmd_bench_usage(void);
+int cmd_report(int argc, char **argv);
+void cmd_report_usage(void);
 
 struct stoke_train_config;
 /* The settings `stoke train` runs with, from defaults < --config file < environment <
