@@ -1,9 +1,11 @@
 /* cmd_report.c - `stoke report RUN.jsonl [MONITOR.jsonl] [BENCH.json] [TUNE.json]
  * [-o run.html]`: the page of docs/report.md. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "stoke/report.h"
@@ -70,5 +72,31 @@ int cmd_report(int argc, char **argv)
     if (stoke_report_write(in, spec.npos, a.output, &bytes) != STOKE_OK)
         return cli_last_error("report");
     printf("report: %s (%.1f kB)\n", a.output, (double)bytes / 1e3);
+    return 0;
+}
+
+int cli_report_temp(const char *cmd, const char *report, const char *what, char *path, size_t size)
+{
+    /* beside the page, hidden: the directory is the user's choice, known writable */
+    const char *slash = strrchr(report, '/');
+    int dir = slash ? (int)(slash - report + 1) : 0;
+    int n = snprintf(path, size, "%.*s.%s.%s-XXXXXX", dir, report, slash ? slash + 1 : report,
+                     what);
+    if (n < 0 || (size_t)n >= size)
+        return cli_error(cmd, "--report %s: the path is too long", report);
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return cli_error(cmd, "--report %s: cannot create a temporary file beside it: %s", report,
+                         strerror(errno));
+    close(fd);
+    return -1;
+}
+
+int cli_report_write(const char *cmd, const char *const *inputs, int n, const char *out)
+{
+    size_t bytes;
+    if (stoke_report_write(inputs, n, out, &bytes) != STOKE_OK)
+        return cli_error(cmd, "report: %s", stoke_last_error());
+    printf("report: %s (%.1f kB)\n", out, (double)bytes / 1e3);
     return 0;
 }
