@@ -94,8 +94,12 @@ static void findings(const rp_report *r, rp_buf *b)
                           "bench report fill it.");
         (void)given;
     }
-    for (int i = 0; i < r->nfindings; i++) {
-        const rp_finding *f = &r->findings[i];
+    /* the run's own findings first, then the monitor's, then bench's */
+    static const char *const order[] = {"train", "monitor", "bench"};
+    for (int j = 0; j < 3 * r->nfindings; j++) {
+        const rp_finding *f = &r->findings[j % r->nfindings];
+        if (strcmp(f->source, order[j / r->nfindings]))
+            continue;
         rp_puts(b, "<div class=\"finding\"><b>");
         rp_esc(b, f->rule);
         rp_puts(b, "</b>");
