@@ -343,6 +343,24 @@ run([stoke, "train", "--model", "mlp", "--epochs", "2", "--limit", "6000", "--va
 check_page("train-report", tr, train_figs)
 if [x for x in os.listdir(work) if x.startswith(".train-report")]:
     fail("train --report left its temporary files")
+# a stopped run writes its page too, and keeps the stop's exit status
+import signal
+import time
+sr, slog = os.path.join(work, "stopped-report.html"), os.path.join(work, "stopped.jsonl")
+proc = subprocess.Popen([stoke, "train", "--model", "mlp", "--epochs", "1000", "--limit", "6000",
+                         "--log", slog, "--log-every", "1", "--report", sr],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+for _ in range(1200):  # until the log has a step record: the loop is running
+    if os.path.exists(slog) and '"type":"step"' in open(slog).read():
+        break
+    time.sleep(0.1)
+proc.send_signal(signal.SIGINT)
+_, err = proc.communicate(timeout=300)
+if proc.returncode != 130 or not os.path.exists(sr):
+    fail(f"train --report stopped by SIGINT: exit {proc.returncode}, page written "
+         f"{os.path.exists(sr)}: {err[-1000:]}")
+else:
+    check_page("stopped-report", sr, ["loss", "lr"])
 mo = os.path.join(work, "monitor-report.html")
 run([stoke, "monitor", "--interval", "0.05", "--report", mo, "--", "sleep", "0.5"], env=gpu_env)
 check_page("monitor-report", mo, ["cpu", "gpu0-0"], empty=["loss"])
