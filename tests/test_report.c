@@ -171,7 +171,7 @@ static void test_read_and_errors(void)
         "not json\n");
     const char *out = write_tmp("o.html", "old");
     const char *in[2] = {run, NULL};
-    CHECK(stoke_report_write(in, 1, out, NULL) == STOKE_ERR_FORMAT);
+    CHECK(stoke_report_write(in, NULL, 1, out, NULL) == STOKE_ERR_FORMAT);
     CHECK_STR_CONTAINS(stoke_last_error(), "run.jsonl:3:");
     size_t n;
     char *kept = (char *)check_slurp(out, &n);
@@ -180,7 +180,7 @@ static void test_read_and_errors(void)
     /* two of a kind */
     const char *run2 = write_tmp("run2.jsonl", "{\"type\":\"start\",\"time\":1}\n");
     const char *two[2] = {run2, run2};
-    CHECK(stoke_report_write(two, 2, out, NULL) == STOKE_ERR_ARG);
+    CHECK(stoke_report_write(two, NULL, 2, out, NULL) == STOKE_ERR_ARG);
     CHECK_STR_CONTAINS(stoke_last_error(), "both a training log");
     /* a good log: escaped, its plots drawn */
     const char *good = write_tmp(
@@ -192,7 +192,7 @@ static void test_read_and_errors(void)
         "\"figures\":{\"wait\":{\"value\":80,\"unit\":\"%\"}},\"changes\":[{\"setting\":\"workers\","
         "\"unit\":\"workers\",\"current\":0,\"suggested\":2,\"direction\":1,\"to\":null}]}\n");
     const char *one[1] = {good};
-    CHECK(stoke_report_write(one, 1, out, &n) == STOKE_OK);
+    CHECK(stoke_report_write(one, NULL, 1, out, &n) == STOKE_OK);
     char *page = (char *)check_slurp(out, &n);
     CHECK(page != NULL);
     if (page) {

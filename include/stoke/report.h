@@ -14,9 +14,10 @@
  * whole or not at all (a temporary file beside it, renamed). Streams the logs: a
  * million lines take bounded memory, each plot at most 2,000 points a series. Errors
  * name the file and, for a bad line, its number (STOKE_ERR_FORMAT), two inputs of one
- * kind (STOKE_ERR_ARG), or the output (STOKE_ERR_IO). *bytes (may be NULL): the page's
- * size. */
-stoke_status stoke_report_write(const char *const *inputs, int n, const char *out,
-                                size_t *bytes);
+ * kind (STOKE_ERR_ARG), or the output (STOKE_ERR_IO). names (NULL, or NULL entries:
+ * the paths) are what the page and the messages call the inputs (a temporary file of
+ * `--report`: "the run's embedded monitor"). *bytes (may be NULL): the page's size. */
+stoke_status stoke_report_write(const char *const *inputs, const char *const *names, int n,
+                                const char *out, size_t *bytes);
 
 #endif

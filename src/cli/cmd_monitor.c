@@ -455,7 +455,8 @@ out:
     /* the page from the samples, whatever ended the run; a failure to write it makes
      * the exit status non-zero without changing a non-zero one */
     if (m.report && json_path) {
-        int wrc = cli_report_write(CMD, &json_path, 1, m.report);
+        const char *name = report_tmp[0] ? "the samples of this stoke monitor" : NULL;
+        int wrc = cli_report_write(CMD, &json_path, &name, 1, m.report);
         if (wrc && !rc)
             rc = wrc;
     }

@@ -69,7 +69,7 @@ int cmd_report(int argc, char **argv)
         return cli_usage_error("report", "give the run's files: stoke report RUN.jsonl "
                                          "[MONITOR.jsonl] [BENCH.json] [TUNE.json]");
     size_t bytes;
-    if (stoke_report_write(in, spec.npos, a.output, &bytes) != STOKE_OK)
+    if (stoke_report_write(in, NULL, spec.npos, a.output, &bytes) != STOKE_OK)
         return cli_last_error("report");
     printf("report: %s (%.1f kB)\n", a.output, (double)bytes / 1e3);
     return 0;
@@ -92,10 +92,11 @@ int cli_report_temp(const char *cmd, const char *report, const char *what, char 
     return -1;
 }
 
-int cli_report_write(const char *cmd, const char *const *inputs, int n, const char *out)
+int cli_report_write(const char *cmd, const char *const *inputs, const char *const *names, int n,
+                     const char *out)
 {
     size_t bytes;
-    if (stoke_report_write(inputs, n, out, &bytes) != STOKE_OK)
+    if (stoke_report_write(inputs, names, n, out, &bytes) != STOKE_OK)
         return cli_error(cmd, "report: %s", stoke_last_error());
     printf("report: %s (%.1f kB)\n", out, (double)bytes / 1e3);
     return 0;

@@ -294,7 +294,9 @@ static int report_finish(const stoke_train_config *cfg, const char *who, int rc,
     const char *in[2] = {tmp_log[0] ? tmp_log : cfg->log, tmp_mon};
     struct stat st; /* no sample (a run shorter than the interval, --no-monitor): no file */
     bool samples = tmp_mon[0] && stat(tmp_mon, &st) == 0 && st.st_size > 0;
-    int wrc = cli_report_write(who, in, samples ? 2 : 1, cfg->report);
+    const char *names[2] = {tmp_log[0] ? "this run's log (no --log given)" : NULL,
+                            "this run's embedded monitor"};
+    int wrc = cli_report_write(who, in, names, samples ? 2 : 1, cfg->report);
     return rc ? rc : wrc;
 }
 

@@ -9,7 +9,8 @@
 #include "report/report.h"
 #include "stoke/report.h"
 
-stoke_status stoke_report_write(const char *const *inputs, int n, const char *out, size_t *bytes)
+stoke_status stoke_report_write(const char *const *inputs, const char *const *names, int n,
+                                const char *out, size_t *bytes)
 {
     rp_report *r = malloc(sizeof *r);
     if (!r)
@@ -17,18 +18,19 @@ stoke_status stoke_report_write(const char *const *inputs, int n, const char *ou
     rp_report_init(r);
     stoke_status s = STOKE_OK;
     for (int i = 0; i < n && s == STOKE_OK; i++) {
+        const char *name = names && names[i] ? names[i] : inputs[i];
         FILE *f = fopen(inputs[i], "r");
         if (!f) {
-            s = stoke_fail(STOKE_ERR_IO, "%s: cannot open it: %s", inputs[i], strerror(errno));
+            s = stoke_fail(STOKE_ERR_IO, "%s: cannot open it: %s", name, strerror(errno));
             break;
         }
         rp_kind k;
-        s = rp_detect(f, inputs[i], &k);
+        s = rp_detect(f, name, &k);
         if (s == STOKE_OK && r->path[k][0])
             s = stoke_fail(STOKE_ERR_ARG, "%s and %s are both a %s: give one of each kind",
-                           r->path[k], inputs[i], rp_kind_name(k));
+                           r->path[k], name, rp_kind_name(k));
         if (s == STOKE_OK)
-            s = rp_read(r, f, inputs[i], k);
+            s = rp_read(r, f, name, k);
         fclose(f);
     }
     rp_buf b = {0};
