@@ -75,15 +75,19 @@ static void frame(rp_buf *b, const char *id, const char *title, const char *xlab
     rp_printf(b, "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", ML, MT,
               W - ML - MR, H - MT - MB);
     char t[32];
-    double s = nice_step(x->hi - x->lo);
-    for (double v = ceil(x->lo / s) * s; v <= x->hi + s * 1e-9; v += s) {
+    /* ticks by count, not by adding: at 1e17 adding a step of 2 changes nothing */
+    double s = nice_step(x->hi - x->lo), v0 = ceil(x->lo / s) * s;
+    for (int k = 0; k < 12 && v0 + k * s <= x->hi + s * 1e-9; k++) {
+        double v = v0 + k * s;
         rp_num(t, sizeof t, fabs(v) < s * 1e-9 ? 0 : v);
         rp_printf(b, "<line class=\"tick\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>"
                      "<text class=\"xt\" x=\"%.1f\" y=\"%d\">%s</text>",
                   px(x, v), H - MB, px(x, v), H - MB + 5, px(x, v), H - MB + 18, t);
     }
     s = nice_step(y->hi - y->lo);
-    for (double v = ceil(y->lo / s) * s; v <= y->hi + s * 1e-9; v += s) {
+    v0 = ceil(y->lo / s) * s;
+    for (int k = 0; k < 12 && v0 + k * s <= y->hi + s * 1e-9; k++) {
+        double v = v0 + k * s;
         rp_num(t, sizeof t, fabs(v) < s * 1e-9 ? 0 : v);
         rp_printf(b, "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>"
                      "<text class=\"yt\" x=\"%d\" y=\"%.1f\">%s</text>",
@@ -138,6 +142,15 @@ void rp_plot_lines(rp_buf *b, const char *id, const char *title, const char *xla
                 continue;
             x.lo = fmin(x.lo, p->x), x.hi = fmax(x.hi, p->x);
             y.lo = fmin(y.lo, p->y), y.hi = fmax(y.hi, p->y);
+        }
+        /* what is drawn: points finite on both axes (a record without the abscissa
+         * breaks the line like a NaN) */
+        o[i].points = 0;
+        for (int k = 0; k < o[i].n; k++) {
+            rp_point *p = &o[i].p[k];
+            if (!isfinite(p->x))
+                p->y = NAN;
+            o[i].points += isfinite(p->y);
         }
         drawn += o[i].points > 0;
     }
