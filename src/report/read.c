@@ -101,6 +101,10 @@ static const char *str(const cJSON *o, const char *k)
 static const cJSON *only_Array(const cJSON *a) { return cJSON_IsArray(a) ? a : NULL; }
 static const cJSON *only_Object(const cJSON *a) { return cJSON_IsObject(a) ? a : NULL; }
 
+/* A whole number from a JSON number, 0 when absent or beyond any count a log holds
+ * (a cast of NaN or 1e300 is undefined). */
+static int64_t whole_num(double v) { return v >= -1e15 && v <= 1e15 ? (int64_t)v : 0; }
+
 static void copy(char *dst, size_t n, const char *s)
 {
     if (s)
@@ -179,13 +183,13 @@ static void run_hist(rp_report *r, const cJSON *h)
     i = 0;
     cJSON_ArrayForEach(v, counts)
     {
-        if (cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1e15)
+        if (cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1e12)
             r->hist_counts[i] += (int64_t)v->valuedouble;
         i++;
     }
     double b = num(h, "batches"), p50 = num(h, "p50_ms"), p95 = num(h, "p95_ms"),
            mx = num(h, "max_ms");
-    if (isfinite(b) && b > 0 && b < 1e15)
+    if (isfinite(b) && b > 0 && b < 1e12)
         r->hist_batches += (int64_t)b;
     if (isfinite(p50))
         r->hist_p50 = p50;
@@ -210,8 +214,8 @@ static void run_record(rp_report *r, const cJSON *o, const char *type)
                       dn ? ")" : "");
         copy(r->precision, sizeof r->precision, str(o, "precision"));
         double ep = num(o, "epochs"), b = num(o, "batch");
-        r->epochs_planned = isfinite(ep) ? (int64_t)ep : 0;
-        r->batch = isfinite(b) ? (int64_t)b : 0;
+        r->epochs_planned = whole_num(ep);
+        r->batch = whole_num(b);
     } else if (!strcmp(type, "step")) {
         /* a NaN loss is written as null: the key is there, the number is not */
         if (has(o, "loss"))
@@ -288,7 +292,10 @@ static void add_span(rp_gpu *g, double t0, double t1)
 
 static void mon_gpu(rp_report *r, const cJSON *o, double t)
 {
-    int idx = (int)num(o, "index");
+    double di = num(o, "index");
+    if (!(di >= 0 && di < 1e6))
+        return; /* no GPU index: not a reading of one */
+    int idx = (int)di;
     rp_gpu *g = NULL;
     for (int i = 0; i < r->ngpu; i++)
         if (r->gpu[i].index == idx)
