@@ -193,7 +193,11 @@ static void test_read_and_errors(void)
         "\"unit\":\"workers\",\"current\":0,\"suggested\":2,\"direction\":1,\"to\":null}]}\n");
     const char *one[1] = {good};
     CHECK(stoke_report_write(one, NULL, 1, out, &n) == STOKE_OK);
-    char *page = (char *)check_slurp(out, &n);
+    unsigned char *raw = check_slurp(out, &n);
+    char *page = raw ? calloc(n + 1, 1) : NULL; /* check_slurp's bytes end without a NUL */
+    if (page)
+        memcpy(page, raw, n);
+    free(raw);
     CHECK(page != NULL);
     if (page) {
         CHECK(!strstr(page, "<b>mlp</b>") && strstr(page, "&lt;b&gt;mlp&lt;/b&gt;"));
