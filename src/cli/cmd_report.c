@@ -38,7 +38,7 @@ void cmd_report_usage(void)
            "the lowest and highest of each stretch kept). `stoke train --report F` and\n"
            "`stoke monitor --report F` write it at the end of a run. docs/report.md.\n\n");
     cli_print_options(report_opts, 18);
-    printf("Exit: 0 written, 1 an input unreadable or of no known kind (the file and line\n"
+    printf("\nExit: 0 written, 1 an input unreadable or of no known kind (the file and line\n"
            "named; nothing written), 2 usage.\n");
 }
 
