@@ -394,7 +394,7 @@ static void read_bench(rp_report *r, const cJSON *d)
     bench_row(r, "CPU", nm, tm, "cpu_pct", "%");
     bench_row(r, "GPU", nm, tm, "gpu_pct", "%");
     bench_row(r, "MFU", nm, tm, "mfu_pct", "%");
-    bench_row(r, "peak RSS", nm, tm, "peak_rss_bytes", " B");
+    bench_row(r, "peak RSS", nm, tm, "peak_rss_bytes", "B");
     r->speedup = num(d, "speedup");
     const cJSON *rb = cJSON_GetObjectItemCaseSensitive(d, "robustness");
     if (cJSON_IsObject(rb)) {

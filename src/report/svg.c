@@ -302,7 +302,7 @@ void rp_plot_bars(rp_buf *b, const char *id, const char *title, const char *xlab
     for (int i = 0; i < n; i++)
         if (isfinite(values[i]))
             hi = fmax(hi, values[i]);
-    int rowh = 22, h = MT + rowh * n + 40, lw = 330, bw = W - lw - 90;
+    int rowh = 22, h = MT + rowh * n + 40, lw = 400, bw = W - lw - 100;
     rp_puts(b, "<figure class=\"plot\" id=\"");
     rp_esc(b, id);
     rp_printf(b, "\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" "
