@@ -165,6 +165,10 @@ void rp_plot_lines(rp_buf *b, const char *id, const char *title, const char *xla
     if (y.lo > 0 && y.lo < y.hi * 0.5)
         y.lo = 0; /* a positive series from zero when that costs little of the height */
     widen(&y);
+    double pad = (y.hi - y.lo) * 0.05; /* the extremes off the frame's edges */
+    y.hi += pad;
+    if (y.lo != 0)
+        y.lo -= pad;
     frame(b, id, title, xlabel, ylabel, &x, &y);
     for (int i = 0; i < nspans; i++) {
         double a = fmax(spans[i].t0, x.lo), z = fmin(fmax(spans[i].t1, spans[i].t0), x.hi);
