@@ -14,7 +14,7 @@
 #define H 300
 #define ML 70
 #define MR 20
-#define MT 34
+#define MT 42
 #define MB 46
 
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
@@ -103,7 +103,7 @@ static void frame(rp_buf *b, const char *id, const char *title, const char *xlab
 
 static void legend(rp_buf *b, int i, const char *label)
 {
-    int lx = W - MR - 170 * (i / 3 + 1), ly = 7 + 10 * (i % 3);
+    int lx = W - MR - 170 * (i / 3 + 1), ly = 8 + 11 * (i % 3);
     rp_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
                  "<text class=\"lg\" x=\"%d\" y=\"%d\">",
               lx, ly, lx + 16, ly, colors[i % NCOLORS], lx + 20, ly + 4);
