@@ -207,6 +207,8 @@ typedef struct stoke_train_config {
     char checkpoint[512];   /* "" = none; written every epoch, at the end, on SIGINT */
     char resume[512];       /* "" = start afresh */
     char log[512];          /* JSON-lines log of steps and epochs, "" = none */
+    char report[512];       /* the HTML page of `stoke report` written at the end (by
+                               the CLI, from the log and the monitor's samples), "" = none */
     int64_t log_every;      /* a step record every N optimizer steps (default 10) */
     int64_t eval_every;     /* > 0: also evaluate every N optimizer steps */
     double target_accuracy; /* > 0: stop after the first evaluation reaching this
@@ -223,6 +225,10 @@ typedef struct stoke_train_config {
      * ranks each train a replica on their shard; NULL (the default): this process
      * alone. The caller keeps it alive past the trainer. */
     struct stoke_dist *world;
+    /* not a setting: where the embedded monitor appends its samples as the monitor's
+     * JSON lines (stoke_mon_format_json), for `--report`; NULL: nowhere. The caller
+     * keeps the string alive past the trainer. */
+    const char *monitor_jsonl;
 } stoke_train_config;
 
 /* The defaults. Can't fail. */

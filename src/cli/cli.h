@@ -32,6 +32,16 @@ int cmd_tune(int argc, char **argv);
 void cmd_tune_usage(void);
 int cmd_bench(int argc, char **argv);
 void cmd_bench_usage(void);
+int cmd_report(int argc, char **argv);
+void cmd_report_usage(void);
+/* cmd_report.c, for `--report F` of train and monitor: a temporary file beside F for a
+ * log the run would not otherwise keep (".F.WHAT-XXXXXX", created empty; the caller
+ * removes it), -1 when made, else the exit code after the message; and the page from
+ * the run's files (names: stoke_report_write's): 0 written (a "report: F" line), else 1 after "stoke CMD: report:
+ * <why>". */
+int cli_report_temp(const char *cmd, const char *report, const char *what, char *path, size_t size);
+int cli_report_write(const char *cmd, const char *const *inputs, const char *const *names, int n,
+                     const char *out);
 
 struct stoke_train_config;
 /* The settings `stoke train` runs with, from defaults < --config file < environment <

@@ -79,7 +79,7 @@ void cmd_bench_usage(void)
 /* Settings bench chooses itself: given from anywhere they would be overridden. */
 static const char *const bench_keys[] = {
     "batch_size",      "workers",    "prefetch", "threads", "precision", "epochs", "max_steps",
-    "loader_delay_us", "checkpoint", "resume",   "log",     "dry_run",   NULL};
+    "loader_delay_us", "checkpoint", "resume",   "log",     "dry_run",   "report", NULL};
 
 static char naive_lr_why[160];
 

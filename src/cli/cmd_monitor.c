@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/tmpfile.h"
 #include "stoke/hw.h"
 #include "stoke/monitor.h"
 
@@ -24,7 +25,7 @@
 
 typedef struct monitor_args {
     double interval, duration;
-    const char *csv, *jsonl, *data;
+    const char *csv, *jsonl, *data, *report;
     long pid;
     char **command;
 } monitor_args;
@@ -57,6 +58,12 @@ static const cli_opt monitor_opts[] = {
      .off = M(jsonl),
      .arg = "FILE",
      .help = "write one JSON object per sample and line"},
+    {.name = "report",
+     .type = CLI_TEXT,
+     .off = M(report),
+     .arg = "FILE",
+     .min = 1,
+     .help = "at the end write the HTML page of `stoke report` from the samples\n(docs/report.md)"},
     {.name = "data",
      .type = CLI_TEXT,
      .off = M(data),
@@ -241,10 +248,27 @@ int cmd_monitor(int argc, char **argv)
     if (data_path && stoke_disk_probe(data_path, &disk) != STOKE_OK)
         return cli_error(CMD, "--data %s: %s", data_path, stoke_last_error());
 
+    /* --report without --jsonl: the samples go to a temporary file for the page */
+    char report_tmp[4200] = "";
+    if (m.report && !json_path) {
+        int trc = cli_report_temp(CMD, m.report, "jsonl", report_tmp, sizeof report_tmp);
+        if (trc >= 0)
+            return trc;
+        json_path = report_tmp;
+    }
+    if (m.report && stoke_tmpfile_check(m.report) != STOKE_OK) {
+        if (report_tmp[0])
+            unlink(report_tmp);
+        return cli_error(CMD, "--report: %s", stoke_last_error());
+    }
+
     /* Log files first: an unwritable one stops everything before sampling starts. */
     sink_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx)
+    if (!ctx) {
+        if (report_tmp[0])
+            unlink(report_tmp);
         return cli_error(CMD, "out of memory");
+    }
     ctx->csv_fd = ctx->json_fd = -1;
     ctx->csv_path = csv_path;
     ctx->json_path = json_path;
@@ -448,5 +472,15 @@ out:
                 rc = e;
         }
     free(ctx);
+    /* the page from the samples, whatever ended the run; a failure to write it makes
+     * the exit status non-zero without changing a non-zero one */
+    if (m.report && json_path) {
+        const char *name = report_tmp[0] ? "the samples of this stoke monitor" : NULL;
+        int wrc = cli_report_write(CMD, &json_path, &name, 1, m.report);
+        if (wrc && !rc)
+            rc = wrc;
+    }
+    if (report_tmp[0])
+        unlink(report_tmp);
     return rc;
 }

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/tmpfile.h"
 #include "stoke/dist.h"
 #include "stoke/train.h"
 
@@ -85,6 +87,8 @@ void cmd_train_usage(void)
            "  --checkpoint FILE     safetensors checkpoint, every epoch, at the end, on SIGINT\n"
            "  --resume FILE         continue a run exactly where its checkpoint stopped\n"
            "  --log FILE            JSON lines of steps and epochs; --log-every N steps\n"
+           "  --report FILE         at the end (or a stop) the HTML page of `stoke report`\n"
+           "                        from the log and the monitor's samples (docs/report.md)\n"
            "  --dry-run             print the memory plan and the largest batch that fits\n"
            "  --memory-budget B     memory the models may take, checked before allocating and\n"
            "                        --dry-run's budget (512M, 4G; default what is available)\n"
@@ -222,6 +226,9 @@ static const cli_opt train_own[] = {{.name = "nproc",
                                     {0}};
 
 static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, size_t size);
+static int report_prepare(stoke_train_config *cfg, const char *who, char *tmp_log, char *tmp_mon);
+static int report_finish(const stoke_train_config *cfg, const char *who, int rc,
+                         const char *tmp_log, const char *tmp_mon);
 static int train_in(stoke_train_config *cfg, char *who, bool *failed);
 
 int cmd_train(int argc, char **argv)
@@ -240,11 +247,57 @@ int cmd_train(int argc, char **argv)
     if ((rc = train_world(&cfg, &world, who, sizeof who)) >= 0)
         return rc;
     bool failed = false; /* an error, not a stop every rank agreed on */
-    rc = train_in(&cfg, who, &failed);
+    char tmp_log[sizeof cfg.log] = "", tmp_mon[4200] = "";
+    if ((rc = report_prepare(&cfg, who, tmp_log, tmp_mon)) < 0) {
+        rc = train_in(&cfg, who, &failed);
+        if (!failed && !cfg.dry_run)
+            rc = report_finish(&cfg, who, rc, tmp_log, tmp_mon);
+        if (tmp_log[0])
+            unlink(tmp_log);
+        if (tmp_mon[0])
+            unlink(tmp_mon);
+    }
     if (failed && world && stoke_dist_world_size(world) > 1)
         stoke_dist_abort(world, rc); /* the others may be waiting for this rank */
     stoke_dist_free(world);          /* after the trainer: MPI_Finalize */
     return rc;
+}
+
+/* --report (rank 0 only, as the log): the log of the run (a temporary one when no --log
+ * is given) and the embedded monitor's samples in a temporary file, both beside the
+ * page. -1 when ready (or nothing to do), else the exit code. */
+static int report_prepare(stoke_train_config *cfg, const char *who, char *tmp_log, char *tmp_mon)
+{
+    if (!cfg->report[0] || cfg->dry_run || (cfg->world && stoke_dist_rank(cfg->world) != 0))
+        return -1;
+    if (stoke_tmpfile_check(cfg->report) != STOKE_OK)
+        return cli_error(who, "--report: %s", stoke_last_error());
+    int rc;
+    if (!cfg->log[0]) {
+        if ((rc = cli_report_temp(who, cfg->report, "log", tmp_log, sizeof cfg->log)) >= 0)
+            return rc;
+        snprintf(cfg->log, sizeof cfg->log, "%s", tmp_log);
+    }
+    if ((rc = cli_report_temp(who, cfg->report, "monitor", tmp_mon, 4200)) >= 0)
+        return rc;
+    cfg->monitor_jsonl = tmp_mon;
+    return -1;
+}
+
+/* The page, after the run (or its stop): an error writing it makes a successful run's
+ * exit status 1, and leaves a stopped run's as it was. */
+static int report_finish(const stoke_train_config *cfg, const char *who, int rc,
+                         const char *tmp_log, const char *tmp_mon)
+{
+    if (!cfg->report[0] || (cfg->world && stoke_dist_rank(cfg->world) != 0))
+        return rc;
+    const char *in[2] = {tmp_log[0] ? tmp_log : cfg->log, tmp_mon};
+    struct stat st; /* no sample (a run shorter than the interval, --no-monitor): no file */
+    bool samples = tmp_mon[0] && stat(tmp_mon, &st) == 0 && st.st_size > 0;
+    const char *names[2] = {tmp_log[0] ? "this run's log (no --log given)" : NULL,
+                            "this run's embedded monitor"};
+    int wrc = cli_report_write(who, in, names, samples ? 2 : 1, cfg->report);
+    return rc ? rc : wrc;
 }
 
 /* Launched by mpirun: MPI's world, in cfg (its errors then name the rank). -1 when

@@ -26,6 +26,8 @@ static const cli_command commands[] = {
      cmd_tune, cmd_tune_usage},
     {"bench", "measure naive against tuned settings (before/after table), and robustness",
      cmd_bench, cmd_bench_usage},
+    {"report", "draw a run's logs as one HTML page of plots, with the diagnosis",
+     cmd_report, cmd_report_usage},
     {"eval", "evaluate a checkpoint on a dataset", cmd_eval, cmd_eval_usage},
     {"predict", "print a checkpoint's predictions for a dataset or .npy samples", cmd_predict,
      cmd_predict_usage},

@@ -105,6 +105,7 @@ static const struct key {
     S(checkpoint, NULL),
     S(resume, NULL),
     S(log, NULL),
+    S(report, NULL),
     I(log_every, 1, 1e12, NULL),
     I(eval_every, 0, 1e12, NULL),
     {"target_accuracy", T_FRACTION, offsetof(stoke_train_config, target_accuracy), 0, 0, 1, NULL,

@@ -2,9 +2,31 @@
  * copies ordered after the models' reads) and the monitor watching the training
  * loader: started, and stopped before the models are rebuilt. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "train/trainer.h"
+
+/* --report: each sample as the monitor's JSON line, appended (the monitor is rebuilt
+ * with the loaders; a line is one write, as `stoke monitor --jsonl` writes it). On the
+ * sampler thread. */
+static stoke_status monitor_jsonl_line(const stoke_mon_sample *s, void *ctx)
+{
+    const char *path = ctx;
+    char *buf = malloc(32768);
+    if (!buf)
+        return stoke_fail(STOKE_ERR_NOMEM, "out of memory");
+    int fd;
+    stoke_status st = stoke_mon_open_log(path, true, &fd);
+    if (st == STOKE_OK) {
+        size_t n = stoke_mon_format_json(s, buf, 32768);
+        if (n)
+            st = stoke_mon_write_line(fd, buf, n, path);
+        close(fd);
+    }
+    free(buf);
+    return st;
+}
 
 /* The loaders (none for the training set of a finished run), the monitor watching the
  * training loader, and the log. */
@@ -56,6 +78,8 @@ stoke_status train_start_pipeline(stoke_trainer *t, const size_t ring[2], size_t
                        : stoke_loader_device_reason(t->loader));
     if (c->monitor && t->loader && train_rank(t) == 0) {
         stoke_monitor_config mc = {.interval_s = 0.5,
+                                   .on_sample = c->monitor_jsonl ? monitor_jsonl_line : NULL,
+                                   .ctx = (void *)c->monitor_jsonl,
                                    .pid = getpid(),
                                    .no_gpu = false,
                                    .pipeline_fn = stoke_loader_pipeline,

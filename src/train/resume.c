@@ -18,7 +18,8 @@ static const char *const resume_quiet[] = {
     "resume",        "dry_run",   "log",           "loader_delay_us", "checkpoint",
     "log_every",     "monitor",   "workers",       "prefetch",        "threads",
     "memory_budget", "max_steps", "eval_every",    "target_accuracy", "val_batch_size",
-    "device",        "recompute", "memory_safety", "batch_pow2",      NULL};
+    "device",        "recompute", "memory_safety", "batch_pow2",      "report",
+    NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {
@@ -113,7 +114,8 @@ stoke_status train_resume_config(stoke_trainer *t, const stoke_ckpt *ck)
                            buf[0] ? buf : "unset");
             continue;
         }
-        if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log"))
+        if (!strcmp(k, "resume") || !strcmp(k, "dry_run") || !strcmp(k, "log") ||
+            !strcmp(k, "report"))
             continue;
         if (!v) { /* not a key train_ckpt_config requires: a setting newer than the file */
             char dv[600];

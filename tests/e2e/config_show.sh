@@ -115,7 +115,7 @@ o = json.load(open(sys.argv[1]))
 keys = """dataset val_dataset model hidden epochs max_steps batch_size val_batch_size
 accumulate limit val_limit workers prefetch threads loader_delay_us precision device recompute
 optimizer lr momentum nesterov weight_decay clip_norm schedule warmup_steps step_size gamma min_lr augment transforms
-seed checkpoint resume log log_every eval_every target_accuracy dry_run memory_budget
+seed checkpoint resume log report log_every eval_every target_accuracy dry_run memory_budget
 monitor effective_batch memory_safety batch_pow2 tune""".split()
 assert sorted(o) == sorted(keys), set(o) ^ set(keys)
 for k, e in o.items():
