@@ -143,22 +143,22 @@ static void training(const rp_report *r, rp_buf *b)
     for (int t = 0; t < 2; t++) {
         bool x2 = t == 1;
         const char *xl = x2 ? "wall time (s)" : "step";
-        rp_plot_series loss[] = {{&r->loss, "train (epoch mean)", x2, 0},
-                                 {&r->batch_loss, "batch", x2, 0},
-                                 {&r->val_loss, "validation", x2, 0}};
+        rp_plot_series loss[] = {{&r->loss, "train (epoch mean)", x2, 0, false},
+                                 {&r->batch_loss, "batch", x2, 0, false},
+                                 {&r->val_loss, "validation", x2, 0, false}};
         rp_plot_lines(b, x2 ? "loss-time" : "loss", x2 ? "Loss against wall time" : "Loss", xl,
                       "loss", loss, 3, NULL, 0, why);
-        rp_plot_series acc[] = {{&r->acc, "train", x2, 0}, {&r->val_acc, "validation", x2, 0}};
+        rp_plot_series acc[] = {{&r->acc, "train", x2, 0, false}, {&r->val_acc, "validation", x2, 0, false}};
         rp_plot_lines(b, x2 ? "accuracy-time" : "accuracy",
                       x2 ? "Accuracy against wall time" : "Accuracy", xl, "accuracy (%)", acc, 2,
                       NULL, 0, why);
     }
-    rp_plot_series lr[] = {{&r->lr, "learning rate", false, 0}};
+    rp_plot_series lr[] = {{&r->lr, "learning rate", false, 0, false}};
     rp_plot_lines(b, "lr", "Learning rate", "step", "lr", lr, 1, NULL, 0, why);
-    rp_plot_series sps[] = {{&r->sps, "samples/s (epoch so far)", false, 0}};
+    rp_plot_series sps[] = {{&r->sps, "samples/s (epoch so far)", false, 0, false}};
     rp_plot_lines(b, "throughput", "Samples per second", "step", "samples/s", sps, 1, NULL, 0,
                   why);
-    rp_plot_series mfu[] = {{&r->mfu, "MFU (epoch)", false, 0}};
+    rp_plot_series mfu[] = {{&r->mfu, "MFU (epoch)", false, 0, false}};
     char why_mfu[800];
     if (r->run_records > 1 && r->epochs_done > 0)
         stoke_say(why_mfu, sizeof why_mfu, "%s has no MFU (the device's peak is unknown)",
@@ -166,14 +166,17 @@ static void training(const rp_report *r, rp_buf *b)
     else
         run_empty(r, why_mfu, sizeof why_mfu, "epoch records");
     rp_plot_lines(b, "mfu", "Model FLOP utilization", "step", "MFU (%)", mfu, 1, NULL, 0, why_mfu);
-    rp_plot_series w[] = {{&r->wait, "data wait (epoch so far)", false, 0}};
+    rp_plot_series w[] = {{&r->wait, "data wait (epoch so far)", false, 0, true}};
     rp_plot_lines(b, "data-wait", "Data-wait share", "step", "% of the time waiting for data", w,
                   1, NULL, 0, why);
-    static const char *const names[] = {"input", "forward", "backward", "optimizer", "allreduce"};
-    static const char *const labels[] = {"input (+ copy wait on a GPU)",
+    /* the data wait is a band of its own: the phases are the step's share of the epoch, the
+     * wait for batches the rest of it, so an input-bound run reads as one tall band */
+    static const char *const names[] = {"data_wait", "input",     "forward",
+                                        "backward",  "optimizer", "allreduce"};
+    static const char *const labels[] = {"waiting for data", "input (+ copy wait on a GPU)",
                                          "forward", "backward", "optimizer", "all-reduce"};
     rp_plot_stack(b, "breakdown", "Step breakdown", &r->phase, names, labels,
-                  r->has_allreduce ? 5 : 4, why);
+                  r->has_allreduce ? 6 : 5, why);
     rp_puts(b, "<p class=\"note\">The log has no separate copy phase: on a GPU the input band "
                "includes the wait for the host-to-device copy.</p>\n</section>\n");
 }
@@ -192,9 +195,9 @@ static void utilization(const rp_report *r, rp_buf *b)
         stoke_say(why, sizeof why, "%s is empty", r->path[RP_MONITOR]);
     else
         stoke_say(why, sizeof why, "%s has no such readings", r->path[RP_MONITOR]);
-    rp_plot_series cpu[] = {{&r->cpu, "CPU (all CPUs)", false, 0}};
+    rp_plot_series cpu[] = {{&r->cpu, "CPU (all CPUs)", false, 0, true}};
     rp_plot_lines(b, "cpu", "CPU utilization", "time (s)", "% of all CPUs", cpu, 1, NULL, 0, why);
-    rp_plot_series mem[] = {{&r->host_mem, "host memory used", false, 1.0 / (1 << 30)}};
+    rp_plot_series mem[] = {{&r->host_mem, "host memory used", false, 1.0 / (1 << 30), false}};
     rp_plot_lines(b, "host-mem", "Host memory", "time (s)", "GiB", mem, 1, NULL, 0, why);
     if (r->ngpu == 0)
         why_absent(b, "No GPU in the monitor log: the GPU plots are left out.");
@@ -214,7 +217,7 @@ static void utilization(const rp_report *r, rp_buf *b)
             snprintf(title, sizeof title, "GPU %d %s%s%s%s", g->index, p[k].what,
                      g->nspans ? " (shaded: throttled, " : "", g->reasons,
                      g->nspans ? ")" : "");
-            rp_plot_series s[] = {{p[k].s, p[k].what, false, p[k].scale}};
+            rp_plot_series s[] = {{p[k].s, p[k].what, false, p[k].scale, k == 0}};
             rp_plot_lines(b, id, title, "time (s)", p[k].unit, s, 1, g->spans, g->nspans, why);
         }
     }
@@ -253,8 +256,8 @@ static void loader(const rp_report *r, rp_buf *b)
         char w2[700];
         stoke_say(w2, sizeof w2, "%s has no pipeline readings (a monitor of stoke train has them)",
                  r->path[RP_MONITOR]);
-        rp_plot_series s[] = {{&r->wait_p95, "p95 (last 1024 batches)", false, 0},
-                              {&r->wait_max, "max since the start", false, 0}};
+        rp_plot_series s[] = {{&r->wait_p95, "p95 (last 1024 batches)", false, 0, false},
+                              {&r->wait_max, "max since the start", false, 0, false}};
         rp_plot_lines(b, "pipeline-wait", "The loop's wait for a batch", "time (s)", "ms", s, 2,
                       NULL, 0, w2);
     } else {

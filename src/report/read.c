@@ -21,7 +21,7 @@ const char *rp_kind_name(rp_kind k)
     return (unsigned)k < 5 ? n[k] : "?";
 }
 
-static const char *const phase_names[5] = {"input", "forward", "backward", "optimizer",
+static const char *const phase_names[RP_STACK_MAX] = {"data_wait", "input", "forward", "backward", "optimizer",
                                            "allreduce"};
 
 void rp_report_init(rp_report *r)
@@ -234,7 +234,7 @@ static void run_record(rp_report *r, const cJSON *o, const char *type)
             snprintf(k, sizeof k, "%s_pct", phase_names[i]);
             v[i] = num(o, k);
         }
-        if (isfinite(v[4]))
+        if (isfinite(v[5]))
             r->has_allreduce = true;
         if (has(o, "forward_pct"))
             rp_stack_add(&r->phase, step, v);

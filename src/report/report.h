@@ -64,7 +64,7 @@ bool rp_series_downsampled(const rp_series *s);
 /* Rows of several values logged together (the step breakdown), downsampled by means
  * per stretch so the bands of a stacked area keep common abscissae: at most
  * RP_MAX_POINTS / 2 rows. */
-#define RP_STACK_MAX 5
+#define RP_STACK_MAX 6
 typedef struct rp_row {
     double x, v[RP_STACK_MAX];
     int64_t n; /* records averaged */
@@ -137,7 +137,7 @@ typedef struct rp_report {
     int64_t epochs_planned, epochs_done, batch;
     double final_val_acc, final_val_loss, last_sps, last_elapsed;
     rp_series loss, batch_loss, val_loss, acc, val_acc, lr, sps, wait, mfu;
-    rp_stack phase; /* input forward backward optimizer allreduce _pct (step records) */
+    rp_stack phase; /* data_wait input forward backward optimizer allreduce _pct (step records) */
     bool has_allreduce;
     /* the loader's wait histogram, summed over the epochs */
     double hist_edges[RP_HIST_MAX];
@@ -185,6 +185,7 @@ typedef struct rp_plot_series {
     const char *label;
     bool use_x2; /* against x2 (elapsed) rather than x */
     double scale; /* y multiplied by this (bytes to GiB) */
+    bool pct;     /* a share of a whole: the y axis is 0..100 (the first series decides) */
 } rp_plot_series;
 
 /* A line plot as <figure class="plot" id=ID>, or <figure class="plot empty"> with the

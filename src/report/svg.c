@@ -162,10 +162,14 @@ void rp_plot_lines(rp_buf *b, const char *id, const char *title, const char *xla
         return;
     }
     widen(&x);
+    if (ps[0].pct) { /* a share reads against its whole: 0..100, wider only if it is */
+        y.lo = fmin(y.lo, 0);
+        y.hi = fmax(y.hi, 100);
+    }
     if (y.lo > 0 && y.lo < y.hi * 0.5)
         y.lo = 0; /* a positive series from zero when that costs little of the height */
     widen(&y);
-    double pad = (y.hi - y.lo) * 0.05; /* the extremes off the frame's edges */
+    double pad = ps[0].pct ? 0 : (y.hi - y.lo) * 0.05; /* the extremes off the frame's edges */
     y.hi += pad;
     if (y.lo != 0)
         y.lo -= pad;
