@@ -69,8 +69,8 @@ static const cli_opt monitor_opts[] = {
      .off = M(prometheus),
      .arg = "ADDR:PORT",
      .min = 1,
-     .help = "serve the readings at http://ADDR:PORT/metrics for Prometheus\n(:PORT is "
-             "loopback; port 0 picks a free one; docs/prometheus.md)"},
+     .help = "serve the readings for Prometheus at\nhttp://ADDR:PORT/metrics (:PORT is "
+             "loopback; port 0 picks\na free one; docs/prometheus.md)"},
     {.name = "prometheus-public",
      .type = CLI_SWITCH,
      .off = M(prometheus_public),
