@@ -198,10 +198,30 @@ hostile)
     wait_metric stoke_train_steps_total "$dir/s1"
     port=${url#http://127.0.0.1:}
     port=${port%/metrics}
-    $py hostile "$port" "$dir/train.jsonl" "$dir/pid" || fail "the hostile clients (above)"
+    $py hostile "$port" "$dir/train.jsonl" "$dir/pid" step || fail "the hostile clients (above)"
     scrape "$dir/s2"
     stop_train
     ok "stoke kept training and serving under attack" ;;
+hostile-monitor)
+    # The same against stoke monitor, whose sampler must go on sampling (this case runs
+    # under ThreadSanitizer too: the training ones run the nn kernels, which it skips).
+    need curl promtool
+    "$stoke" monitor --interval 0.1 --jsonl "$dir/m.jsonl" --prometheus 127.0.0.1:0 -- sleep 100000 \
+        >"$out" 2>"$err" &
+    pid=$!
+    bg="$bg $pid"
+    echo "$pid" >"$dir/pid"
+    wait_url
+    wait_metric stoke_monitor_samples_total "$dir/s1"
+    port=${url#http://127.0.0.1:}
+    port=${port%/metrics}
+    $py hostile "$port" "$dir/m.jsonl" "$dir/pid" sample || fail "the hostile clients (above)"
+    scrape "$dir/s2"
+    kill -TERM "$pid"
+    wait "$pid"
+    rc=$?
+    [ "$rc" -eq 143 ] || fail "stoke monitor ended $rc after SIGTERM"
+    ok "stoke kept sampling and serving under attack" ;;
 errors)
     need curl
     # The port taken: a clear error naming the address, status 1, and the command not run.

@@ -3,8 +3,10 @@ a free loopback port, a query of Prometheus's API, and hostile clients.
 
   free-port                       print a loopback port nobody listens on now
   query URL NAME                  exit 0 when Prometheus's /api/v1/query returns NAME
-  hostile PORT LOG PIDFILE        attack the endpoint at PORT while a training run (its
-                                  JSON-lines LOG, its pid in PIDFILE) must go on stepping
+  hostile PORT LOG PIDFILE WHAT   attack the endpoint at PORT while the stoke serving it
+                                  (its pid in PIDFILE) must go on writing the records of
+                                  its JSON-lines LOG: WHAT is "step" (stoke train's step
+                                  records) or "sample" (stoke monitor --jsonl's lines)
   hold PORT PORTFILE              listen on PORT (0: any) and write the port bound, until killed
 
 No timing thresholds: the waits are bounded by attempts so that a hung stoke fails the
@@ -52,11 +54,14 @@ def hold(port, portfile):
         time.sleep(60)
 
 
-def steps(log):
+MARK = {"step": '"type":"step"', "sample": '{"seq":'}
+
+
+def records(log, what):
     n = 0
     with open(log) as f:
         for line in f:
-            if '"type":"step"' in line:
+            if MARK[what] in line:
                 n += 1
     return n
 
@@ -100,7 +105,7 @@ def scrape(port):
     return exchange(port, b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
 
 
-def hostile(port, log, pidfile):
+def hostile(port, log, pidfile, what):
     port = int(port)
     pid = int(open(pidfile).read())
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -159,16 +164,16 @@ def hostile(port, log, pidfile):
     threads = [threading.Thread(target=slowloris, daemon=True) for _ in range(20)]
     for t in threads:
         t.start()
-    before = steps(log)
+    before = records(log, what)
     grew = False
     for _ in range(600):
-        if steps(log) > before + 5:
+        if records(log, what) > before + 5:
             grew = True
             break
         if not alive(pid):
             break
         time.sleep(0.1)
-    check(grew, "training went on stepping under attack (%d -> %d steps)" % (before, steps(log)))
+    check(grew, "stoke went on under attack (%d -> %d %ss)" % (before, records(log, what), what))
     check(alive(pid), "stoke is alive under attack")
     stop.set()
     for s in held:
@@ -181,7 +186,7 @@ def hostile(port, log, pidfile):
     for _ in range(300):
         try:
             r = scrape(port)
-            if status(r) == 200 and b"stoke_train_steps_total" in r:
+            if status(r) == 200 and b"\nstoke_info{" in r:
                 ok = True
                 break
         except OSError:
@@ -201,6 +206,6 @@ if __name__ == "__main__":
     elif cmd == "hold":
         hold(sys.argv[2], sys.argv[3])
     elif cmd == "hostile":
-        sys.exit(hostile(sys.argv[2], sys.argv[3], sys.argv[4]))
+        sys.exit(hostile(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]))
     else:
         sys.exit("unknown command " + cmd)
