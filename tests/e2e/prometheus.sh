@@ -159,7 +159,22 @@ train)
     grep -q '^stoke_host_cpu_busy_ratio ' "$dir/s3" || fail "no stoke_host_cpu_busy_ratio"
     ok "scrapes pass promtool; steps $s1 -> $s2; the monitor's readings"
     stop_train
-    ok "SIGINT: 130" ;;
+    ok "SIGINT: 130"
+    # Data parallel: rank 0 alone serves. On a fixed port a second server would fail to
+    # bind it and end the run, so a run that ends 0 had one.
+    if command -v mpirun >/dev/null 2>&1; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+        port=$($py free-port)
+        ASAN_OPTIONS=detect_leaks=0 STOKE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 \
+            "$stoke" train --model mlp --limit 512 --batch-size 32 --epochs 1 --max-steps 4 \
+            --tune off --nproc 2 --prometheus "127.0.0.1:$port" >"$out" 2>"$err"
+        rc=$?
+        [ "$rc" -eq 0 ] || fail "--nproc 2 --prometheus: status $rc"
+        [ "$(grep -c '^prometheus: ' "$out")" -eq 1 ] || fail "--nproc 2: not one 'prometheus:' line"
+        ok "--nproc 2: rank 0 alone serves"
+    else
+        echo "note [$case_name]: no mpirun, the data parallel part is not run"
+    fi ;;
 prometheus-server)
     need curl promtool prometheus
     STOKE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 \
