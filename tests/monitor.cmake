@@ -25,3 +25,19 @@ set_tests_properties(monitor_e2e_gpu-input-bound monitor_e2e_gpu-busy-thread
 
 # A real loader feeding a real monitor through the pipeline provider.
 stoke_unit_test(test_pipeline_monitor test_pipeline_monitor.c)
+
+# The Prometheus endpoint (docs/prometheus.md): the exposition, addresses, raw HTTP
+# against the server; then curl, promtool, a real Prometheus and hostile clients
+# against `stoke monitor` and `stoke train` (skipped where those tools are missing).
+stoke_unit_test(test_prom test_prom.c)
+foreach(case monitor train prometheus-server hostile hostile-monitor errors)
+  add_test(NAME prometheus_e2e_${case}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/prometheus.sh ${case}
+                   $<TARGET_FILE:stoke> $<TARGET_FILE:fake_nvml>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/scenarios ${CMAKE_CURRENT_BINARY_DIR}/prometheus-e2e)
+  set_tests_properties(prometheus_e2e_${case} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+endforeach()
+# The cases that train run the nn kernels: labelled nn as the other training tests, so
+# the TSan build leaves them out (OpenMP's libgomp is not built with TSan);
+# hostile-monitor puts the server under the same attack there.
+set_tests_properties(prometheus_e2e_train prometheus_e2e_hostile PROPERTIES LABELS nn)

@@ -79,6 +79,7 @@ typedef struct stoke_mon_gpu {
     stoke_gpu_sample s;      /* the device reading, with its own STOKE_GS_* bits */
     uint64_t proc_mem_bytes; /* GPU memory held by the watched tree on this device */
     bool proc_mem_valid;
+    char name[96], uuid[96]; /* the device's, "" when NVML did not say (Prometheus labels) */
 } stoke_mon_gpu;
 
 typedef struct stoke_mon_sample {
@@ -501,6 +502,69 @@ stoke_status stoke_mon_open_log(const char *path, bool append, int *fd);
  * rest is retried so that the error names the cause. STOKE_ERR_IO naming `what` and
  * the cause (ENOSPC, EFBIG: the file size limit) on failure. */
 stoke_status stoke_mon_write_line(int fd, const char *buf, size_t len, const char *what);
+
+/* ---- Prometheus (prom.c: the exposition and addresses; exporter.c: the server) -----
+ * docs/prometheus.md lists every metric. */
+
+/* What `stoke train` adds to the exposition: its latest progress figures. Ratios are
+ * 0..1; NaN = unknown (left out). */
+typedef struct stoke_prom_train {
+    bool valid;          /* a progress event has been seen */
+    int64_t steps;       /* optimizer steps so far (counter) */
+    int64_t epoch;       /* 1-based, the epoch running */
+    int64_t epochs;      /* of the run */
+    double samples_per_s, data_wait_ratio, loss, lr, mfu_ratio;
+    double metric;        /* running training accuracy 0..1 (metric_is_acc) or MAE */
+    bool metric_is_acc;
+    double val_loss, val_metric; /* the last evaluation's, NaN if none */
+    double phase_ratio[5]; /* input, forward, backward, optimizer, allreduce */
+    double elapsed_s;      /* since the training loop started */
+    int world;             /* ranks of a data parallel run (1 alone) */
+} stoke_prom_train;
+
+/* The exposition (text format 0.0.4) of a monitor sample (may be NULL: none yet) and
+ * of train (may be NULL: not a training run) into buf; `command` ("monitor", "train")
+ * is stoke_info's label. Absent readings are left out. Returns the length, or 0 when
+ * buf is too small (then buf holds ""). */
+size_t stoke_prom_format(const stoke_mon_sample *s, const stoke_prom_train *train,
+                         const char *command, char *buf, size_t size);
+
+/* A label value escaped for the exposition (\\, \" and \n) into buf, always
+ * NUL-terminated (cut short at a whole character when buf is small). */
+void stoke_prom_escape(const char *value, char *buf, size_t size);
+
+/* Where to listen: "ADDR:PORT", "[V6]:PORT", "localhost:PORT" or ":PORT" (loopback).
+ * The address is numeric or localhost; port 0 picks a free one. */
+typedef struct stoke_prom_addr {
+    int family;             /* AF_INET or AF_INET6 */
+    unsigned char addr[16]; /* network order: 4 bytes for AF_INET */
+    int port;
+    bool loopback; /* 127.0.0.0/8 or ::1 */
+} stoke_prom_addr;
+
+/* STOKE_ERR_ARG naming the text and what is wrong with it. */
+stoke_status stoke_prom_parse_addr(const char *text, stoke_prom_addr *out);
+/* "127.0.0.1:9400", "[::1]:9400" into buf. */
+void stoke_prom_format_addr(const stoke_prom_addr *a, int port, char *buf, size_t size);
+
+typedef struct stoke_prom_server stoke_prom_server;
+
+/* Whether this build serves Prometheus (libmicrohttpd was found when it was built). */
+bool stoke_prom_available(void);
+
+/* Binds `text` (stoke_prom_parse_addr) and serves GET/HEAD /metrics on a thread of its
+ * own. A non-loopback address is refused unless allow_public. Errors: STOKE_ERR_ARG
+ * (the address, or not local), STOKE_ERR_IO naming the address (taken: EADDRINUSE),
+ * STOKE_ERR_UNAVAILABLE (a build without libmicrohttpd: what to install). */
+stoke_status stoke_prom_start(const char *text, bool allow_public, const char *command,
+                              stoke_prom_server **out);
+/* The URL of /metrics ("http://127.0.0.1:9400/metrics", the port bound). */
+const char *stoke_prom_url(const stoke_prom_server *p);
+/* Publish the latest readings: a copy under a lock held only for the copy, so the
+ * caller never waits for a client. Any thread. */
+void stoke_prom_publish_sample(stoke_prom_server *p, const stoke_mon_sample *s);
+void stoke_prom_publish_train(stoke_prom_server *p, const stoke_prom_train *t);
+void stoke_prom_stop(stoke_prom_server *p); /* stops serving and frees; NULL is fine */
 
 /* ---- The sampler (gpu.c, monitor.c) ------------------------------------------ */
 

@@ -443,6 +443,10 @@ const struct stoke_decision *stoke_trainer_decision(const stoke_trainer *t);
 /* The model being trained (for tests and tools); owned by the trainer. */
 stoke_model *stoke_trainer_model(stoke_trainer *t);
 
+/* The trainer's embedded monitor (stoke/monitor.h; NULL with --no-monitor): read it
+ * with stoke_monitor_latest only, from any thread, while the trainer lives. */
+struct stoke_monitor *stoke_trainer_monitor(stoke_trainer *t);
+
 /* What the trainer has done since it was created, for measuring a part of a run
  * (stoke bench: totals after its warm-up and at the end, differenced). Never reset by
  * an epoch's end or a second stoke_trainer_run. */

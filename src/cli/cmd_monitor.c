@@ -25,7 +25,8 @@
 
 typedef struct monitor_args {
     double interval, duration;
-    const char *csv, *jsonl, *data, *report;
+    const char *csv, *jsonl, *data, *report, *prometheus;
+    bool prometheus_public;
     long pid;
     char **command;
 } monitor_args;
@@ -70,6 +71,17 @@ static const cli_opt monitor_opts[] = {
      .arg = "PATH",
      .help = "where the job reads its data (rotational or network storage\nfeeds the I/O "
              "diagnosis)"},
+    {.name = "prometheus",
+     .type = CLI_TEXT,
+     .off = M(prometheus),
+     .arg = "ADDR:PORT",
+     .min = 1,
+     .help = "serve the readings for Prometheus at\nhttp://ADDR:PORT/metrics (:PORT is "
+             "loopback; port 0 picks\na free one; docs/prometheus.md)"},
+    {.name = "prometheus-public",
+     .type = CLI_SWITCH,
+     .off = M(prometheus_public),
+     .help = "let --prometheus listen on an address other than loopback"},
     {.name = "pid",
      .type = CLI_LONG,
      .off = M(pid),
@@ -108,6 +120,7 @@ typedef struct sink_ctx {
     int csv_fd, json_fd;
     const char *csv_path, *json_path;
     int gpu_count;
+    stoke_prom_server *prom; /* NULL without --prometheus */
     bool tty;
     double interval, last_line_t;
     bool printed;
@@ -132,6 +145,7 @@ static stoke_status on_sample(const stoke_mon_sample *s, void *arg)
 {
     sink_ctx *c = arg;
     stoke_status st = STOKE_OK;
+    stoke_prom_publish_sample(c->prom, s);
     if (c->json_fd >= 0) {
         size_t n = stoke_mon_format_json(s, c->buf, sizeof c->buf);
         if (n)
@@ -302,6 +316,18 @@ int cmd_monitor(int argc, char **argv)
     }
     masked = true;
 
+    /* After the signals are blocked, so the server's thread never takes them; before
+     * the COMMAND, so a taken port stops everything before the job starts. */
+    if (m.prometheus) {
+        if (stoke_prom_start(m.prometheus, m.prometheus_public, "monitor", &ctx->prom) !=
+            STOKE_OK) {
+            rc = cli_error(CMD, "%s", stoke_last_error());
+            goto out;
+        }
+        printf("prometheus: %s\n", stoke_prom_url(ctx->prom));
+        fflush(stdout);
+    }
+
     int watch = (int)pid_arg;
     if (command) {
         int err = 0;
@@ -453,6 +479,7 @@ int cmd_monitor(int argc, char **argv)
 
 out:
     stoke_monitor_free(mon);
+    stoke_prom_stop(ctx->prom); /* after the sampler, which publishes to it */
     if (command && child > 0 && child_done)
         rc = exit_code_of(child_status);
     if (pidfd >= 0)

@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "core/tmpfile.h"
 #include "stoke/dist.h"
+#include "stoke/monitor.h"
 #include "stoke/train.h"
 
 void cmd_train_usage(void)
@@ -93,6 +94,10 @@ void cmd_train_usage(void)
            "  --memory-budget B     memory the models may take, checked before allocating and\n"
            "                        --dry-run's budget (512M, 4G; default what is available)\n"
            "  --no-monitor          no embedded utilization monitor\n"
+           "  --prometheus ADDR:PORT  serve the run's progress and the monitor's readings at\n"
+           "                        http://ADDR:PORT/metrics (:PORT is loopback, port 0 a\n"
+           "                        free one; data parallel: rank 0; docs/prometheus.md);\n"
+           "                        --prometheus-public allows other addresses\n"
            "  --config FILE         YAML file of settings (key: value, keys as above with _)\n\n"
            "Precedence: defaults < --config file < environment < flags; `stoke config show`\n"
            "prints each setting's value and source. Exit status: 0 done,\n"
@@ -101,12 +106,56 @@ void cmd_train_usage(void)
 
 typedef struct out_state {
     bool tty;
-    bool line_open; /* a progress line is on screen without its newline */
+    bool line_open;          /* a progress line is on screen without its newline */
+    stoke_prom_server *prom; /* --prometheus; NULL without */
+    stoke_trainer *t;        /* once stoke_trainer_new returned (its monitor) */
+    stoke_prom_train pt;     /* what prom was last given */
+    stoke_mon_sample sample;
 } out_state;
+
+static double ratio(double pct) { return isfinite(pct) ? pct / 100 : NAN; }
+
+/* The event's figures to the Prometheus endpoint, with the monitor's latest sample: a
+ * copy each (progress events come at most four times a second). */
+static void publish(out_state *o, const stoke_train_event *e)
+{
+    stoke_prom_train *p = &o->pt;
+    if (e->kind == STOKE_EV_PROGRESS || e->kind == STOKE_EV_EPOCH) {
+        p->valid = true;
+        p->steps = e->step;
+        p->epoch = e->epoch + 1;
+        p->epochs = e->epochs;
+        p->samples_per_s = e->samples_per_s;
+        p->data_wait_ratio = ratio(e->data_wait_pct);
+        p->loss = e->loss;
+        p->lr = e->lr;
+        if (e->kind == STOKE_EV_EPOCH) /* the trainer computes MFU per epoch */
+            p->mfu_ratio = ratio(e->mfu_pct);
+        p->metric_is_acc = e->metric_name && !strcmp(e->metric_name, "acc");
+        p->metric = e->metric; /* accuracy is a fraction already */
+        const double ph[5] = {e->input_pct, e->forward_pct, e->backward_pct, e->optimizer_pct,
+                              e->world > 1 ? e->allreduce_pct : NAN};
+        for (int i = 0; i < 5; i++)
+            p->phase_ratio[i] = ratio(ph[i]);
+        p->elapsed_s = e->run_elapsed_s;
+        p->world = e->world;
+    }
+    if ((e->kind == STOKE_EV_EPOCH || e->kind == STOKE_EV_EVAL || e->kind == STOKE_EV_TARGET) &&
+        isfinite(e->val_loss)) {
+        p->val_loss = e->val_loss;
+        p->val_metric = e->val_metric;
+    }
+    stoke_prom_publish_train(o->prom, p);
+    struct stoke_monitor *m = o->t ? stoke_trainer_monitor(o->t) : NULL;
+    if (m && stoke_monitor_latest(m, &o->sample))
+        stoke_prom_publish_sample(o->prom, &o->sample);
+}
 
 static void on_event(const stoke_train_event *e, void *ctx)
 {
     out_state *o = ctx;
+    if (o->prom)
+        publish(o, e);
     char buf[1200];
     if (o->line_open && e->kind != STOKE_EV_PROGRESS) {
         fputs("\r\033[K", stdout);
@@ -214,6 +263,8 @@ int cli_train_settings(const char *cmd, int argc, char **argv, const cli_opt *ow
 /* train's own options, beside the settings */
 typedef struct train_args {
     long nproc;
+    const char *prometheus;
+    bool prometheus_public;
 } train_args;
 
 static const cli_opt train_own[] = {{.name = "nproc",
@@ -223,13 +274,22 @@ static const cli_opt train_own[] = {{.name = "nproc",
                                      .min = 1,
                                      .max = 4096,
                                      .want = "is a number of ranks in [1, 4096]"},
+                                    {.name = "prometheus",
+                                     .type = CLI_TEXT,
+                                     .off = offsetof(train_args, prometheus),
+                                     .arg = "ADDR:PORT",
+                                     .min = 1},
+                                    {.name = "prometheus-public",
+                                     .type = CLI_SWITCH,
+                                     .off = offsetof(train_args, prometheus_public)},
                                     {0}};
 
 static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, size_t size);
 static int report_prepare(stoke_train_config *cfg, const char *who, char *tmp_log, char *tmp_mon);
 static int report_finish(const stoke_train_config *cfg, const char *who, int rc,
                          const char *tmp_log, const char *tmp_mon);
-static int train_in(stoke_train_config *cfg, char *who, bool *failed);
+static int train_in(stoke_train_config *cfg, const train_args *a, char *who, bool *failed);
+static int train_run(stoke_train_config *cfg, out_state *o, char *who, bool *failed);
 
 int cmd_train(int argc, char **argv)
 {
@@ -249,7 +309,7 @@ int cmd_train(int argc, char **argv)
     bool failed = false; /* an error, not a stop every rank agreed on */
     char tmp_log[sizeof cfg.log] = "", tmp_mon[4200] = "";
     if ((rc = report_prepare(&cfg, who, tmp_log, tmp_mon)) < 0) {
-        rc = train_in(&cfg, who, &failed);
+        rc = train_in(&cfg, &a, who, &failed);
         if (!failed && !cfg.dry_run)
             rc = report_finish(&cfg, who, rc, tmp_log, tmp_mon);
         if (tmp_log[0])
@@ -318,15 +378,40 @@ static int train_world(stoke_train_config *cfg, stoke_dist **world, char *who, s
     return -1;
 }
 
-static int train_in(stoke_train_config *cfg_in, char *who, bool *failed)
+static int train_in(stoke_train_config *cfg_in, const train_args *a, char *who, bool *failed)
 {
     *failed = true;
     stoke_train_config cfg = *cfg_in;
     int rc;
-    out_state o = {.tty = isatty(STDOUT_FILENO)};
+    out_state *o = calloc(1, sizeof *o);
+    if (!o)
+        return cli_error(who, "out of memory");
+    o->tty = isatty(STDOUT_FILENO);
+    o->pt.val_loss = o->pt.val_metric = o->pt.mfu_ratio = NAN;
+    /* Data parallel: rank 0 serves; its figures are the world's (the same batch). Before
+     * the trainer, so a taken port stops the run before its setup. */
+    if (a->prometheus && !cfg.dry_run && (!cfg.world || stoke_dist_rank(cfg.world) == 0)) {
+        if (stoke_prom_start(a->prometheus, a->prometheus_public, "train", &o->prom) != STOKE_OK) {
+            free(o);
+            return cli_last_error(who);
+        }
+        printf("prometheus: %s\n", stoke_prom_url(o->prom));
+        fflush(stdout);
+    }
+    rc = train_run(&cfg, o, who, failed);
+    stoke_prom_stop(o->prom); /* the trainer is gone: nothing publishes any more */
+    free(o);
+    return rc;
+}
+
+static int train_run(stoke_train_config *cfg_in, out_state *op, char *who, bool *failed)
+{
+    stoke_train_config cfg = *cfg_in;
+    int rc;
     stoke_trainer *t;
-    if (stoke_trainer_new(&cfg, on_event, &o, &t) != STOKE_OK)
+    if (stoke_trainer_new(&cfg, on_event, op, &t) != STOKE_OK)
         return cli_last_error(who);
+    op->t = t;
     if (cfg.dry_run) {
         stoke_mem_plan plan;
         int64_t maxb;
@@ -341,7 +426,7 @@ static int train_in(stoke_train_config *cfg_in, char *who, bool *failed)
     cli_stop_catch();
     stoke_status s = stoke_trainer_run(t, &cli_stop_flag);
     cli_stop_release();
-    if (o.line_open)
+    if (op->line_open)
         fputs("\r\033[K", stdout);
     if (s != STOKE_OK) {
         rc = cli_last_error(who);

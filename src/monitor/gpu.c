@@ -1,6 +1,7 @@
 /* gpu.c - per-GPU readings and the watched tree's GPU memory, through hw.h's NVML. */
 #include "stoke/monitor.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@ struct stoke_gpu_reader {
     stoke_nvml *nvml;
     int count;
     stoke_gpu_proc procs[MAX_GPU_PROCS];
+    char name[STOKE_MAX_GPUS][96], uuid[STOKE_MAX_GPUS][96]; /* read once: they never change */
 };
 
 stoke_status stoke_gpu_reader_open(stoke_gpu_reader **out)
@@ -25,6 +27,13 @@ stoke_status stoke_gpu_reader_open(stoke_gpu_reader **out)
     }
     int n = stoke_nvml_device_count(g->nvml);
     g->count = n < 0 ? 0 : n > STOKE_MAX_GPUS ? STOKE_MAX_GPUS : n;
+    for (int i = 0; i < g->count; i++) {
+        stoke_gpu_info info;
+        if (stoke_nvml_device_info(g->nvml, i, &info) == STOKE_OK) {
+            snprintf(g->name[i], sizeof g->name[i], "%s", info.name);
+            snprintf(g->uuid[i], sizeof g->uuid[i], "%s", info.uuid);
+        }
+    }
     *out = g;
     return STOKE_OK;
 }
@@ -47,6 +56,8 @@ void stoke_gpu_read(stoke_gpu_reader *g, const int *pids, int npids, stoke_mon_s
     for (int i = 0; i < g->count; i++) {
         stoke_mon_gpu *x = &s->gpus[i];
         memset(x, 0, sizeof *x);
+        memcpy(x->name, g->name[i], sizeof x->name);
+        memcpy(x->uuid, g->uuid[i], sizeof x->uuid);
         if (stoke_nvml_sample(g->nvml, i, &x->s) != STOKE_OK)
             x->s.valid = 0; /* a device that fails a tick is absent for that tick */
         if (npids <= 0)

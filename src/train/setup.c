@@ -143,6 +143,8 @@ void stoke_trainer_result(const stoke_trainer *t, stoke_train_result *r)
 
 stoke_model *stoke_trainer_model(stoke_trainer *t) { return t->model; }
 
+struct stoke_monitor *stoke_trainer_monitor(stoke_trainer *t) { return t->monitor; }
+
 const stoke_train_config *stoke_trainer_config(const stoke_trainer *t) { return &t->cfg; }
 
 const stoke_decision *stoke_trainer_decision(const stoke_trainer *t) { return &t->decision; }
