@@ -277,7 +277,7 @@ check_page("full", page, train_figs + ["mfu", "cpu", "host-mem", "wait-hist", "p
            expect={"loss": 120, "val_acc": 3, "mfu_pct": 3, "cpu_pct": 50, "wait_p95_ms": 50},
            texts=["data-wait", "--workers 2", "cpu-bound", "4.61x", "1113", "(chosen)",
                   "failed: out of memory &lt;at&gt; batch 4096", "p95 9.5 ms", "max 152 ms",
-                  "120 batches", "cnn &lt;&amp;&gt;", "copy"])
+                  "120 batches", "cnn &lt;&amp;&gt;", "copy", 'data-series="data_wait"'])
 
 # ---- one point, NaN losses, empty, only a start record ----
 one = os.path.join(work, "one.jsonl")

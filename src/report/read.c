@@ -2,6 +2,7 @@
  * own (cJSON) and only the numbers drawn are kept, in rp_series' bounded buckets. A
  * bench or tune report is one JSON document (small), read whole. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -573,7 +574,7 @@ stoke_status rp_detect(FILE *f, const char *name, rp_kind *kind)
     if (lineno == 0 || (*kind == RP_NONE && s == STOKE_OK))
         *kind = RP_RUN; /* empty: an empty run, which the page says */
     if (ferror(f))
-        s = stoke_fail(STOKE_ERR_IO, "%s: cannot read it", name);
+        s = stoke_fail(STOKE_ERR_IO, "%s: cannot read it: %s", name, strerror(errno));
     free(line);
     return s;
 }
@@ -620,7 +621,7 @@ stoke_status rp_read(rp_report *r, FILE *f, const char *name, rp_kind kind)
         cJSON_Delete(o);
     }
     if (s == STOKE_OK && ferror(f))
-        s = stoke_fail(STOKE_ERR_IO, "%s: cannot read it", name);
+        s = stoke_fail(STOKE_ERR_IO, "%s: cannot read it: %s", name, strerror(errno));
     free(line);
     if (kind == RP_RUN)
         r->run_lines = lineno;
