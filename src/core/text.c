@@ -54,3 +54,19 @@ void stoke_more(char *buf, size_t size, const char *fmt, ...)
     if (n >= 0 && (size_t)n >= size - used)
         mark_cut(buf, size, used);
 }
+
+void stoke_text_add(stoke_text *t, const char *fmt, ...)
+{
+    if (t->full)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, t->size - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= t->size - t->len) {
+        t->full = true;
+        t->buf[t->len] = '\0'; /* the piece that did not fit is not there at all */
+        return;
+    }
+    t->len += (size_t)n;
+}

@@ -7,52 +7,30 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/text.h"
 #include "stoke/core.h"
 
-typedef struct obuf {
-    char *buf;
-    size_t size, len;
-    bool full;
-} obuf;
-
-static void put(obuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(obuf *o, const char *fmt, ...)
+static void family(stoke_text *o, const char *name, const char *type, const char *help)
 {
-    if (o->full)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= o->size - o->len) {
-        o->full = true;
-        return;
-    }
-    o->len += (size_t)n;
-}
-
-static void family(obuf *o, const char *name, const char *type, const char *help)
-{
-    put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    stoke_text_add(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* One sample line; non-finite values are not readings and are left out. %.15g keeps
  * counters exact up to 10^15. */
-static void value(obuf *o, const char *name, const char *labels, double v)
+static void value(stoke_text *o, const char *name, const char *labels, double v)
 {
     if (!isfinite(v))
         return;
-    put(o, "%s%s%s%s %.15g\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "", v);
+    stoke_text_add(o, "%s%s%s%s %.15g\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "", v);
 }
 
 /* A family with one unlabelled sample, left out entirely when v is not a reading. */
-static void gauge1(obuf *o, const char *name, const char *type, const char *help, double v)
+static void gauge1(stoke_text *o, const char *name, const char *type, const char *help, double v)
 {
     if (!isfinite(v))
         return;
@@ -157,7 +135,7 @@ static const struct gpu_metric {
      g_proc_mem},
 };
 
-static void gpus(obuf *o, const stoke_mon_sample *s)
+static void gpus(stoke_text *o, const stoke_mon_sample *s)
 {
     int n = s->gpu_count < 0 ? 0 : s->gpu_count > STOKE_MAX_GPUS ? STOKE_MAX_GPUS : s->gpu_count;
     char labels[STOKE_MAX_GPUS][520];
@@ -181,7 +159,7 @@ static void gpus(obuf *o, const stoke_mon_sample *s)
 
 /* ---- host, process tree, input pipeline ----------------------------------------- */
 
-static void host(obuf *o, const stoke_mon_sample *s)
+static void host(stoke_text *o, const stoke_mon_sample *s)
 {
     bool cpu = s->valid & STOKE_MS_CPU, mem = s->valid & STOKE_MS_MEM;
     gauge1(o, "stoke_host_cpu_busy_ratio", "gauge",
@@ -227,7 +205,7 @@ static void host(obuf *o, const stoke_mon_sample *s)
     }
 }
 
-static void pipeline(obuf *o, const stoke_mon_sample *s)
+static void pipeline(stoke_text *o, const stoke_mon_sample *s)
 {
     if (s->valid & STOKE_MS_PIPELINE) {
         const stoke_mon_pipeline *p = &s->pipe;
@@ -257,7 +235,7 @@ static void pipeline(obuf *o, const stoke_mon_sample *s)
 
 /* ---- training ------------------------------------------------------------------- */
 
-static void train(obuf *o, const stoke_prom_train *t)
+static void train(stoke_text *o, const stoke_prom_train *t)
 {
     gauge1(o, "stoke_train_steps_total", "counter", "Optimizer steps so far.", (double)t->steps);
     gauge1(o, "stoke_train_epoch", "gauge", "The epoch running, from 1.", (double)t->epoch);
@@ -307,14 +285,14 @@ static void train(obuf *o, const stoke_prom_train *t)
 size_t stoke_prom_format(const stoke_mon_sample *s, const stoke_prom_train *t,
                          const char *command, char *buf, size_t size)
 {
-    obuf o = {.buf = buf, .size = size};
+    stoke_text o = {.buf = buf, .size = size};
     if (!size)
         return 0;
     buf[0] = '\0';
     char cmd[64];
     stoke_prom_escape(command ? command : "", cmd, sizeof cmd);
     family(&o, "stoke_info", "gauge", "stoke's version and command; always 1.");
-    put(&o, "stoke_info{version=\"%s\",command=\"%s\"} 1\n", STOKE_VERSION, cmd);
+    stoke_text_add(&o, "stoke_info{version=\"%s\",command=\"%s\"} 1\n", STOKE_VERSION, cmd);
     if (s) {
         gauge1(&o, "stoke_monitor_samples_total", "counter", "Samples the monitor took.",
                (double)s->seq);

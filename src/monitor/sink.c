@@ -5,38 +5,14 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/json.h"
+#include "core/text.h"
 #include "core/tmpfile.h" /* stoke_write_all */
-
-/* An append-only text buffer that remembers if anything did not fit. */
-typedef struct out {
-    char *buf;
-    size_t size, len;
-    bool full;
-} out;
-
-static void add(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(out *o, const char *fmt, ...)
-{
-    if (o->full)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(o->buf + o->len, o->size - o->len, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= o->size - o->len) {
-        o->full = true;
-        o->buf[o->len] = '\0';
-        return;
-    }
-    o->len += (size_t)n;
-}
 
 static const char *const throttle_names[] = {
     "gpu_idle",   "app_clocks", "sw_power_cap",   "hw_slowdown",   "sync_boost",
@@ -46,15 +22,15 @@ static const char *const throttle_names[] = {
 
 /* ---- Live line --------------------------------------------------------------- */
 
-static void sep(out *o)
+static void sep(stoke_text *o)
 {
     if (o->len)
-        add(o, " | ");
+        stoke_text_add(o, " | ");
 }
 
 size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
 {
-    out o = {buf, size, 0, false};
+    stoke_text o = {buf, size, 0, false};
     if (size)
         buf[0] = '\0';
     for (int g = 0; g < s->gpu_count && g < STOKE_MAX_GPUS; g++) {
@@ -64,19 +40,19 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
             snprintf(id, sizeof id, "%d", g);
         if (x->valid & STOKE_GS_UTIL) {
             sep(&o);
-            add(&o, "GPU%s %u%%", id, x->util_gpu_pct);
+            stoke_text_add(&o, "GPU%s %u%%", id, x->util_gpu_pct);
         }
         if ((x->valid & STOKE_GS_MEMORY) && x->mem_total_bytes) {
             sep(&o);
-            add(&o, "VRAM%s %.1f/%.1f GB (%.0f%%)", id, x->mem_used_bytes / 1e9,
+            stoke_text_add(&o, "VRAM%s %.1f/%.1f GB (%.0f%%)", id, x->mem_used_bytes / 1e9,
                 x->mem_total_bytes / 1e9, 100.0 * x->mem_used_bytes / x->mem_total_bytes);
         }
         if (x->valid & STOKE_GS_POWER) {
             sep(&o);
             if (x->valid & STOKE_GS_POWER_LIMIT)
-                add(&o, "PWR%s %.0f/%.0f W", id, x->power_mw / 1000.0, x->power_limit_mw / 1000.0);
+                stoke_text_add(&o, "PWR%s %.0f/%.0f W", id, x->power_mw / 1000.0, x->power_limit_mw / 1000.0);
             else
-                add(&o, "PWR%s %.0f W", id, x->power_mw / 1000.0);
+                stoke_text_add(&o, "PWR%s %.0f W", id, x->power_mw / 1000.0);
         }
         uint64_t slow = STOKE_THROTTLE_SW_POWER_CAP | STOKE_THROTTLE_HW_POWER_BRAKE |
                         STOKE_THROTTLE_HW_SLOWDOWN | STOKE_THROTTLE_SW_THERMAL |
@@ -84,45 +60,45 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
         if ((x->valid & STOKE_GS_THROTTLE) && (x->throttle_reasons & slow)) {
             sep(&o);
             bool th = x->throttle_reasons & (STOKE_THROTTLE_SW_THERMAL | STOKE_THROTTLE_HW_THERMAL);
-            add(&o, "THROTTLE%s %s", id, th ? "thermal" : "power");
+            stoke_text_add(&o, "THROTTLE%s %s", id, th ? "thermal" : "power");
         }
     }
     if (s->valid & STOKE_MS_CPU) {
         sep(&o);
-        add(&o, "CPU %.0f%%", s->cpu_pct);
+        stoke_text_add(&o, "CPU %.0f%%", s->cpu_pct);
     }
     if ((s->valid & STOKE_MS_MEM) && s->mem_total_bytes) {
         sep(&o);
-        add(&o, "RAM %.1f/%.1f GB (%.0f%%)", s->mem_used_bytes / 1e9, s->mem_total_bytes / 1e9,
+        stoke_text_add(&o, "RAM %.1f/%.1f GB (%.0f%%)", s->mem_used_bytes / 1e9, s->mem_total_bytes / 1e9,
             100.0 * s->mem_used_bytes / s->mem_total_bytes);
     }
     if (s->valid & STOKE_MS_PROC_CPU) {
         sep(&o);
-        add(&o, "JOB %.0f%% %dthr %.1f GB", s->proc_cpu_pct, s->proc_threads,
+        stoke_text_add(&o, "JOB %.0f%% %dthr %.1f GB", s->proc_cpu_pct, s->proc_threads,
             s->proc_rss_bytes / 1e9);
     }
     if (s->valid & STOKE_MS_PROC_IO) {
         char b[32];
         sep(&o);
-        add(&o, "IO %s/s", stoke_format_bytes(s->proc_read_Bps + s->proc_write_Bps, b, sizeof b));
+        stoke_text_add(&o, "IO %s/s", stoke_format_bytes(s->proc_read_Bps + s->proc_write_Bps, b, sizeof b));
     }
     if (s->valid & STOKE_MS_PIPELINE_RATE) {
         sep(&o);
-        add(&o, "DATA %.0f%% %.1f batch/s", s->data_wait_pct, s->batches_per_s);
+        stoke_text_add(&o, "DATA %.0f%% %.1f batch/s", s->data_wait_pct, s->batches_per_s);
     }
     if (s->valid & STOKE_MS_RANKS) {
         /* the first ranks' CPU; the JSON lines have them all */
         enum { SHOWN = 8 };
         sep(&o);
-        add(&o, "RANKS");
+        stoke_text_add(&o, "RANKS");
         for (int k = 0; k < s->nrank_procs && k < SHOWN; k++) {
             if (s->rank_procs[k].cpu_valid)
-                add(&o, " %d:%.0f%%", s->rank_procs[k].rank, s->rank_procs[k].cpu_pct);
+                stoke_text_add(&o, " %d:%.0f%%", s->rank_procs[k].rank, s->rank_procs[k].cpu_pct);
             else
-                add(&o, " %d:-", s->rank_procs[k].rank);
+                stoke_text_add(&o, " %d:-", s->rank_procs[k].rank);
         }
         if (s->nrank_procs > SHOWN)
-            add(&o, " +%d", s->nrank_procs - SHOWN);
+            stoke_text_add(&o, " +%d", s->nrank_procs - SHOWN);
     }
     return o.len;
 }
@@ -131,75 +107,75 @@ size_t stoke_mon_format_line(const stoke_mon_sample *s, char *buf, size_t size)
 
 size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
 {
-    out o = {buf, size, 0, false};
+    stoke_text o = {buf, size, 0, false};
     if (size == 0)
         return 0;
     buf[0] = '\0';
-    add(&o, "{\"seq\":%llu,\"t\":%.3f,\"time\":%.3f", (unsigned long long)s->seq, s->t, s->wall);
+    stoke_text_add(&o, "{\"seq\":%llu,\"t\":%.3f,\"time\":%.3f", (unsigned long long)s->seq, s->t, s->wall);
     if (s->valid & STOKE_MS_CPU)
-        add(&o, ",\"cpu_pct\":%.1f,\"iowait_pct\":%.1f", s->cpu_pct, s->iowait_pct);
-    add(&o, ",\"ncpu\":%d", s->ncpu);
+        stoke_text_add(&o, ",\"cpu_pct\":%.1f,\"iowait_pct\":%.1f", s->cpu_pct, s->iowait_pct);
+    stoke_text_add(&o, ",\"ncpu\":%d", s->ncpu);
     if (s->valid & STOKE_MS_MEM)
-        add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
+        stoke_text_add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
             (unsigned long long)s->mem_used_bytes, (unsigned long long)s->mem_total_bytes);
     if (s->valid & STOKE_MS_PROC) {
-        add(&o, ",\"proc\":{\"pid\":%d,\"count\":%d,\"threads\":%d,\"rss_bytes\":%llu", s->proc_pid,
+        stoke_text_add(&o, ",\"proc\":{\"pid\":%d,\"count\":%d,\"threads\":%d,\"rss_bytes\":%llu", s->proc_pid,
             s->proc_count, s->proc_threads, (unsigned long long)s->proc_rss_bytes);
         if (s->valid & STOKE_MS_PROC_CPU)
-            add(&o, ",\"cpu_pct\":%.1f", s->proc_cpu_pct);
+            stoke_text_add(&o, ",\"cpu_pct\":%.1f", s->proc_cpu_pct);
         if (s->valid & STOKE_MS_PROC_IO)
-            add(&o, ",\"read_Bps\":%.0f,\"write_Bps\":%.0f", s->proc_read_Bps, s->proc_write_Bps);
+            stoke_text_add(&o, ",\"read_Bps\":%.0f,\"write_Bps\":%.0f", s->proc_read_Bps, s->proc_write_Bps);
         if (s->valid & STOKE_MS_PROC_GPU)
-            add(&o, ",\"gpu_mem_bytes\":%llu", (unsigned long long)s->proc_gpu_mem_bytes);
+            stoke_text_add(&o, ",\"gpu_mem_bytes\":%llu", (unsigned long long)s->proc_gpu_mem_bytes);
         if (s->valid & STOKE_MS_THREAD)
-            add(&o, ",\"thread_max_pct\":%.1f,\"thread_max_tid\":%d,\"busy_threads\":%d",
+            stoke_text_add(&o, ",\"thread_max_pct\":%.1f,\"thread_max_tid\":%d,\"busy_threads\":%d",
                 s->busiest.core_pct, s->busiest.tid, s->busy_threads);
-        add(&o, "}");
+        stoke_text_add(&o, "}");
     }
     if (s->gpu_count > 0) {
-        add(&o, ",\"gpus\":[");
+        stoke_text_add(&o, ",\"gpus\":[");
         for (int g = 0; g < s->gpu_count && g < STOKE_MAX_GPUS; g++) {
             const stoke_gpu_sample *x = &s->gpus[g].s;
-            add(&o, "%s{\"index\":%d", g ? "," : "", g);
+            stoke_text_add(&o, "%s{\"index\":%d", g ? "," : "", g);
             if (x->valid & STOKE_GS_UTIL)
-                add(&o, ",\"util_pct\":%u,\"mem_util_pct\":%u", x->util_gpu_pct, x->util_mem_pct);
+                stoke_text_add(&o, ",\"util_pct\":%u,\"mem_util_pct\":%u", x->util_gpu_pct, x->util_mem_pct);
             if (x->valid & STOKE_GS_MEMORY)
-                add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
+                stoke_text_add(&o, ",\"mem_used_bytes\":%llu,\"mem_total_bytes\":%llu",
                     (unsigned long long)x->mem_used_bytes, (unsigned long long)x->mem_total_bytes);
             if (x->valid & STOKE_GS_POWER)
-                add(&o, ",\"power_w\":%.1f", x->power_mw / 1000.0);
+                stoke_text_add(&o, ",\"power_w\":%.1f", x->power_mw / 1000.0);
             if (x->valid & STOKE_GS_POWER_LIMIT)
-                add(&o, ",\"power_limit_w\":%.1f", x->power_limit_mw / 1000.0);
+                stoke_text_add(&o, ",\"power_limit_w\":%.1f", x->power_limit_mw / 1000.0);
             if (x->valid & STOKE_GS_TEMP)
-                add(&o, ",\"temp_c\":%u", x->temp_c);
+                stoke_text_add(&o, ",\"temp_c\":%u", x->temp_c);
             if (x->valid & STOKE_GS_SM_CLOCK)
-                add(&o, ",\"sm_clock_mhz\":%u", x->sm_clock_mhz);
+                stoke_text_add(&o, ",\"sm_clock_mhz\":%u", x->sm_clock_mhz);
             if (x->valid & STOKE_GS_THROTTLE) {
-                add(&o, ",\"throttle_mask\":%llu,\"throttle\":[",
+                stoke_text_add(&o, ",\"throttle_mask\":%llu,\"throttle\":[",
                     (unsigned long long)x->throttle_reasons);
                 int k = 0;
                 for (size_t b = 0; b < N_THROTTLE; b++)
                     if (x->throttle_reasons & (1ull << b))
-                        add(&o, "%s\"%s\"", k++ ? "," : "", throttle_names[b]);
-                add(&o, "]");
+                        stoke_text_add(&o, "%s\"%s\"", k++ ? "," : "", throttle_names[b]);
+                stoke_text_add(&o, "]");
             }
             if (x->valid & STOKE_GS_PCIE_RX)
-                add(&o, ",\"pcie_rx_Bps\":%llu", (unsigned long long)x->pcie_rx_kBps * 1000ull);
+                stoke_text_add(&o, ",\"pcie_rx_Bps\":%llu", (unsigned long long)x->pcie_rx_kBps * 1000ull);
             if (x->valid & STOKE_GS_PCIE_TX)
-                add(&o, ",\"pcie_tx_Bps\":%llu", (unsigned long long)x->pcie_tx_kBps * 1000ull);
+                stoke_text_add(&o, ",\"pcie_tx_Bps\":%llu", (unsigned long long)x->pcie_tx_kBps * 1000ull);
             if (s->gpus[g].proc_mem_valid)
-                add(&o, ",\"proc_mem_bytes\":%llu", (unsigned long long)s->gpus[g].proc_mem_bytes);
-            add(&o, "}");
+                stoke_text_add(&o, ",\"proc_mem_bytes\":%llu", (unsigned long long)s->gpus[g].proc_mem_bytes);
+            stoke_text_add(&o, "}");
         }
-        add(&o, "]");
+        stoke_text_add(&o, "]");
     }
     if (s->valid & STOKE_MS_PIPELINE) {
         const stoke_mon_pipeline *p = &s->pipe;
-        add(&o, ",\"pipeline\":{");
+        stoke_text_add(&o, ",\"pipeline\":{");
         if (s->valid & STOKE_MS_PIPELINE_RATE)
-            add(&o, "\"wait_pct\":%.2f,\"batches_per_s\":%.3f,", s->data_wait_pct,
+            stoke_text_add(&o, "\"wait_pct\":%.2f,\"batches_per_s\":%.3f,", s->data_wait_pct,
                 s->batches_per_s);
-        add(&o,
+        stoke_text_add(&o,
             "\"batches\":%lld,\"wait_total_s\":%.6f,\"wait_avg_ms\":%.3f,"
             "\"wait_p95_ms\":%.3f,\"wait_max_ms\":%.3f,\"fill_avg\":%.3f,\"slots\":%d,"
             "\"workers\":%d,\"busy_frac\":%.4f}",
@@ -207,18 +183,18 @@ size_t stoke_mon_format_json(const stoke_mon_sample *s, char *buf, size_t size)
             p->fill_avg, p->slots, p->workers, p->busy_frac);
     }
     if (s->valid & STOKE_MS_RANKS) {
-        add(&o, ",\"ranks\":[");
+        stoke_text_add(&o, ",\"ranks\":[");
         for (int k = 0; k < s->nrank_procs && k < STOKE_MON_LOCAL_RANKS; k++) {
             const stoke_mon_rank_proc *r = &s->rank_procs[k];
-            add(&o, "%s{\"rank\":%d,\"pid\":%d,\"rss_bytes\":%llu", k ? "," : "", r->rank, r->pid,
+            stoke_text_add(&o, "%s{\"rank\":%d,\"pid\":%d,\"rss_bytes\":%llu", k ? "," : "", r->rank, r->pid,
                 (unsigned long long)r->rss_bytes);
             if (r->cpu_valid)
-                add(&o, ",\"cpu_pct\":%.1f", r->cpu_pct);
-            add(&o, "}");
+                stoke_text_add(&o, ",\"cpu_pct\":%.1f", r->cpu_pct);
+            stoke_text_add(&o, "}");
         }
-        add(&o, "]");
+        stoke_text_add(&o, "]");
     }
-    add(&o, "}\n");
+    stoke_text_add(&o, "}\n");
     if (o.full) {
         buf[0] = '\0';
         return 0;
@@ -241,114 +217,114 @@ static const char *const csv_gpu_cols[] = {
 
 size_t stoke_mon_format_csv_header(int gpu_count, char *buf, size_t size)
 {
-    out o = {buf, size, 0, false};
+    stoke_text o = {buf, size, 0, false};
     if (size == 0)
         return 0;
-    add(&o, "%s", csv_sys_cols);
+    stoke_text_add(&o, "%s", csv_sys_cols);
     for (int g = 0; g < gpu_count; g++)
         for (size_t c = 0; c < sizeof csv_gpu_cols / sizeof csv_gpu_cols[0]; c++)
-            add(&o, ",gpu%d_%s", g, csv_gpu_cols[c]);
-    add(&o, "\n");
+            stoke_text_add(&o, ",gpu%d_%s", g, csv_gpu_cols[c]);
+    stoke_text_add(&o, "\n");
     return o.full ? (buf[0] = '\0', 0) : o.len;
 }
 
 size_t stoke_mon_format_csv_row(const stoke_mon_sample *s, int gpu_count, char *buf, size_t size)
 {
-    out o = {buf, size, 0, false};
+    stoke_text o = {buf, size, 0, false};
     if (size == 0)
         return 0;
     unsigned v = s->valid;
-    add(&o, "%llu,%.3f,%.3f", (unsigned long long)s->seq, s->t, s->wall);
+    stoke_text_add(&o, "%llu,%.3f,%.3f", (unsigned long long)s->seq, s->t, s->wall);
     if (v & STOKE_MS_CPU)
-        add(&o, ",%.1f,%.1f", s->cpu_pct, s->iowait_pct);
+        stoke_text_add(&o, ",%.1f,%.1f", s->cpu_pct, s->iowait_pct);
     else
-        add(&o, ",,");
+        stoke_text_add(&o, ",,");
     if (v & STOKE_MS_MEM)
-        add(&o, ",%llu,%llu", (unsigned long long)s->mem_used_bytes,
+        stoke_text_add(&o, ",%llu,%llu", (unsigned long long)s->mem_used_bytes,
             (unsigned long long)s->mem_total_bytes);
     else
-        add(&o, ",,");
+        stoke_text_add(&o, ",,");
     if (v & STOKE_MS_PROC)
-        add(&o, ",%d", s->proc_count);
+        stoke_text_add(&o, ",%d", s->proc_count);
     else
-        add(&o, ",");
+        stoke_text_add(&o, ",");
     if (v & STOKE_MS_PROC_CPU)
-        add(&o, ",%.1f", s->proc_cpu_pct);
+        stoke_text_add(&o, ",%.1f", s->proc_cpu_pct);
     else
-        add(&o, ",");
+        stoke_text_add(&o, ",");
     if (v & STOKE_MS_PROC)
-        add(&o, ",%d,%llu", s->proc_threads, (unsigned long long)s->proc_rss_bytes);
+        stoke_text_add(&o, ",%d,%llu", s->proc_threads, (unsigned long long)s->proc_rss_bytes);
     else
-        add(&o, ",,");
+        stoke_text_add(&o, ",,");
     if (v & STOKE_MS_PROC_IO)
-        add(&o, ",%.0f,%.0f", s->proc_read_Bps, s->proc_write_Bps);
+        stoke_text_add(&o, ",%.0f,%.0f", s->proc_read_Bps, s->proc_write_Bps);
     else
-        add(&o, ",,");
+        stoke_text_add(&o, ",,");
     if (v & STOKE_MS_PROC_GPU)
-        add(&o, ",%llu", (unsigned long long)s->proc_gpu_mem_bytes);
+        stoke_text_add(&o, ",%llu", (unsigned long long)s->proc_gpu_mem_bytes);
     else
-        add(&o, ",");
+        stoke_text_add(&o, ",");
     if (v & STOKE_MS_PIPELINE_RATE)
-        add(&o, ",%.2f,%.3f", s->data_wait_pct, s->batches_per_s);
+        stoke_text_add(&o, ",%.2f,%.3f", s->data_wait_pct, s->batches_per_s);
     else
-        add(&o, ",,");
+        stoke_text_add(&o, ",,");
     if (v & STOKE_MS_PIPELINE) {
         const stoke_mon_pipeline *p = &s->pipe;
-        add(&o, ",%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%.4f", (long long)p->batches, p->wait_total_s,
+        stoke_text_add(&o, ",%lld,%.6f,%.3f,%.3f,%.3f,%.3f,%d,%d,%.4f", (long long)p->batches, p->wait_total_s,
             p->wait_avg_ms, p->wait_p95_ms, p->wait_max_ms, p->fill_avg, p->slots, p->workers,
             p->busy_frac);
     } else {
-        add(&o, ",,,,,,,,,");
+        stoke_text_add(&o, ",,,,,,,,,");
     }
     for (int g = 0; g < gpu_count; g++) {
         if (g >= s->gpu_count || g >= STOKE_MAX_GPUS) {
-            add(&o, ",,,,,,,,,,,,");
+            stoke_text_add(&o, ",,,,,,,,,,,,");
             continue;
         }
         const stoke_gpu_sample *x = &s->gpus[g].s;
         if (x->valid & STOKE_GS_UTIL)
-            add(&o, ",%u,%u", x->util_gpu_pct, x->util_mem_pct);
+            stoke_text_add(&o, ",%u,%u", x->util_gpu_pct, x->util_mem_pct);
         else
-            add(&o, ",,");
+            stoke_text_add(&o, ",,");
         if (x->valid & STOKE_GS_MEMORY)
-            add(&o, ",%llu,%llu", (unsigned long long)x->mem_used_bytes,
+            stoke_text_add(&o, ",%llu,%llu", (unsigned long long)x->mem_used_bytes,
                 (unsigned long long)x->mem_total_bytes);
         else
-            add(&o, ",,");
+            stoke_text_add(&o, ",,");
         if (x->valid & STOKE_GS_POWER)
-            add(&o, ",%.1f", x->power_mw / 1000.0);
+            stoke_text_add(&o, ",%.1f", x->power_mw / 1000.0);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (x->valid & STOKE_GS_POWER_LIMIT)
-            add(&o, ",%.1f", x->power_limit_mw / 1000.0);
+            stoke_text_add(&o, ",%.1f", x->power_limit_mw / 1000.0);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (x->valid & STOKE_GS_TEMP)
-            add(&o, ",%u", x->temp_c);
+            stoke_text_add(&o, ",%u", x->temp_c);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (x->valid & STOKE_GS_SM_CLOCK)
-            add(&o, ",%u", x->sm_clock_mhz);
+            stoke_text_add(&o, ",%u", x->sm_clock_mhz);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (x->valid & STOKE_GS_THROTTLE)
-            add(&o, ",%llu", (unsigned long long)x->throttle_reasons);
+            stoke_text_add(&o, ",%llu", (unsigned long long)x->throttle_reasons);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (x->valid & STOKE_GS_PCIE_RX)
-            add(&o, ",%llu", (unsigned long long)x->pcie_rx_kBps * 1000ull);
+            stoke_text_add(&o, ",%llu", (unsigned long long)x->pcie_rx_kBps * 1000ull);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (x->valid & STOKE_GS_PCIE_TX)
-            add(&o, ",%llu", (unsigned long long)x->pcie_tx_kBps * 1000ull);
+            stoke_text_add(&o, ",%llu", (unsigned long long)x->pcie_tx_kBps * 1000ull);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
         if (s->gpus[g].proc_mem_valid)
-            add(&o, ",%llu", (unsigned long long)s->gpus[g].proc_mem_bytes);
+            stoke_text_add(&o, ",%llu", (unsigned long long)s->gpus[g].proc_mem_bytes);
         else
-            add(&o, ",");
+            stoke_text_add(&o, ",");
     }
-    add(&o, "\n");
+    stoke_text_add(&o, "\n");
     return o.full ? (buf[0] = '\0', 0) : o.len;
 }
 

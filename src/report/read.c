@@ -539,20 +539,35 @@ static cJSON *whole(FILE *f)
     return d;
 }
 
+/* A log read a line at a time: the next line that is not blank, parsed (NULL when it is
+ * not JSON, or holds a NUL); false at the end of the file. */
+typedef struct lines {
+    char *line;
+    size_t cap;
+    int64_t lineno;
+} lines;
+
+static bool next_line(FILE *f, lines *l, cJSON **o)
+{
+    ssize_t len;
+    while ((len = getline(&l->line, &l->cap, f)) >= 0) {
+        l->lineno++;
+        if (blank(l->line))
+            continue;
+        *o = (size_t)len == strlen(l->line) ? cJSON_Parse(l->line) : NULL;
+        return true;
+    }
+    return false;
+}
+
 stoke_status rp_detect(FILE *f, const char *name, rp_kind *kind)
 {
     *kind = RP_NONE;
     rewind(f);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0;
+    lines l = {0};
+    cJSON *o;
     stoke_status s = STOKE_OK;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if (blank(line))
-            continue;
-        cJSON *o = (size_t)len == strlen(line) ? cJSON_Parse(line) : NULL;
+    while (next_line(f, &l, &o)) {
         *kind = kind_of(o);
         cJSON_Delete(o);
         if (*kind == RP_NONE) { /* a document over several lines? */
@@ -564,18 +579,18 @@ stoke_status rp_detect(FILE *f, const char *name, rp_kind *kind)
         }
         if (*kind == RP_NONE)
             s = stoke_fail(STOKE_ERR_FORMAT,
-                           "%s:%ld: not a stoke training log, monitor log, bench or tune report "
+                           "%s:%lld: not a stoke training log, monitor log, bench or tune report "
                            "(a record with a \"type\" of the training log, a monitor sample "
                            "with \"seq\" and \"t\", or a JSON document with \"schema\": "
                            "\"stoke-bench/1\" or \"trials\")",
-                           name, lineno);
+                           name, (long long)l.lineno);
         break;
     }
-    if (lineno == 0 || (*kind == RP_NONE && s == STOKE_OK))
+    if (l.lineno == 0 || (*kind == RP_NONE && s == STOKE_OK))
         *kind = RP_RUN; /* empty: an empty run, which the page says */
     if (ferror(f))
         s = stoke_fail(STOKE_ERR_IO, "%s: cannot read it: %s", name, strerror(errno));
-    free(line);
+    free(l.line);
     return s;
 }
 
@@ -597,20 +612,14 @@ stoke_status rp_read(rp_report *r, FILE *f, const char *name, rp_kind kind)
         return STOKE_OK;
     }
     rewind(f);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int64_t lineno = 0;
+    lines l = {0};
+    cJSON *o;
     stoke_status s = STOKE_OK;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if (blank(line))
-            continue;
-        cJSON *o = (size_t)len == strlen(line) ? cJSON_Parse(line) : NULL;
+    while (next_line(f, &l, &o)) {
         if (!cJSON_IsObject(o)) {
             cJSON_Delete(o);
             s = stoke_fail(STOKE_ERR_FORMAT, "%s:%lld: not a JSON object (a %s has one a line)",
-                           name, (long long)lineno, rp_kind_name(kind));
+                           name, (long long)l.lineno, rp_kind_name(kind));
             break;
         }
         const char *type = str(o, "type");
@@ -622,11 +631,11 @@ stoke_status rp_read(rp_report *r, FILE *f, const char *name, rp_kind kind)
     }
     if (s == STOKE_OK && ferror(f))
         s = stoke_fail(STOKE_ERR_IO, "%s: cannot read it: %s", name, strerror(errno));
-    free(line);
+    free(l.line);
     if (kind == RP_RUN)
-        r->run_lines = lineno;
+        r->run_lines = l.lineno;
     else
-        r->mon_lines = lineno;
+        r->mon_lines = l.lineno;
     /* a throttle still on at the end lasts to the last sample */
     for (int i = 0; i < r->ngpu; i++)
         if (!isnan(r->gpu[i].span_open)) {
