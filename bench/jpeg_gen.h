@@ -66,6 +66,10 @@ static unsigned char *jg_pixels(int w, int h, uint64_t seed)
 static inline int jg_jpeg_samp(int w, int h, uint64_t seed, int quality, int samp,
                                unsigned char **out, unsigned long *len)
 {
+    /* TurboJPEG reads a non-NULL *out as a buffer of *len bytes to write into (or to
+     * reallocate): a caller's uninitialized pointer there corrupted memory */
+    *out = NULL;
+    *len = 0;
     unsigned char *p = jg_pixels(w, h, seed);
     tjhandle tj = tjInitCompress();
     int ok = p && tj && tjCompress2(tj, p, w, 0, h, TJPF_RGB, out, len, samp, quality, 0) == 0;
