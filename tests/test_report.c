@@ -101,13 +101,13 @@ static void test_stack(void)
 {
     rp_stack st = {0};
     for (int i = 0; i < 10; i++)
-        rp_stack_add(&st, i, (double[]){1, 2, 3, 4, NAN});
+        rp_stack_add(&st, i, (double[RP_STACK_MAX]){1, 2, 3, 4, 5, NAN});
     rp_row *r;
     CHECK_INT_EQ(rp_stack_rows(&st, &r), 10);
-    CHECK(r[3].x == 3 && r[3].v[2] == 3 && r[3].v[4] == 0);
+    CHECK(r[3].x == 3 && r[3].v[2] == 3 && r[3].v[5] == 0);
     free(r);
     for (int i = 10; i < 100000; i++)
-        rp_stack_add(&st, i, (double[]){1, 2, 3, 4, 5});
+        rp_stack_add(&st, i, (double[RP_STACK_MAX]){1, 2, 3, 4, 5, 6});
     int n = rp_stack_rows(&st, &r);
     CHECK(n <= RP_MAX_POINTS / 2 && n > 100);
     CHECK_NEAR(r[n - 1].v[1], 2, 1e-9);
