@@ -492,6 +492,87 @@ static void test_tree_ranks(void)
     close(rp[1]);
 }
 
+/* The state letter of pid (/proc/PID/stat), '?' once it has gone. */
+static char state_of(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* A rank that has exited while its launcher has not reaped it yet (a zombie, with no
+ * memory left) is no longer listed: CI's busy machine once showed a rank with RSS 0 in
+ * the last sample of `stoke monitor -- mpirun ...`. */
+static void test_ended_rank(void)
+{
+    int quit[2], reap[2];
+    if (pipe(quit) != 0 || pipe(reap) != 0) {
+        CHECK(false);
+        return;
+    }
+    pid_t kid = -1;
+    int kp[2];
+    CHECK(pipe(kp) == 0);
+    pid_t root = fork();
+    if (root == 0) {
+        pid_t c = fork();
+        if (c == 0) {
+            /* the rank: a shell that ends when a line arrives on its input */
+            dup2(quit[0], 0);
+            char *env[] = {"OMPI_COMM_WORLD_RANK=0", NULL};
+            execle("/bin/sh", "sh", "-c", "read x", (char *)NULL, env);
+            _exit(127);
+        }
+        if (write(kp[1], &c, sizeof c) != (ssize_t)sizeof c)
+            _exit(1);
+        char b;
+        if (read(reap[0], &b, 1) != 1) /* reaps only when told */
+            _exit(1);
+        waitpid(c, NULL, 0);
+        _exit(0);
+    }
+    CHECK(read(kp[0], &kid, sizeof kid) == (ssize_t)sizeof kid);
+    char comm[32] = "";
+    while (strcmp(comm, "sh")) { /* until it has exec'd with the rank's environment */
+        usleep(10000);
+        comm_of(kid, comm, sizeof comm);
+    }
+    stoke_proc_reader *r = NULL;
+    CHECK_INT_EQ(stoke_proc_reader_open(root, &r), STOKE_OK);
+    stoke_mon_sample s;
+    bool alive = false;
+    if (r) {
+        memset(&s, 0, sizeof s);
+        CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+        CHECK(alive && s.nrank_procs == 1 && s.rank_procs[0].pid == kid &&
+              s.rank_procs[0].rss_bytes > 0);
+        CHECK(write(quit[1], "\n", 1) == 1);
+        while (state_of(kid) != 'Z') /* exited, not reaped */
+            usleep(10000);
+        memset(&s, 0, sizeof s);
+        CHECK_INT_EQ(stoke_proc_read(r, &s, &alive), STOKE_OK);
+        CHECK(alive);
+        CHECK_INT_EQ(s.proc_count, 2); /* the launcher and its zombie */
+        CHECK_INT_EQ(s.nrank_procs, 0);
+        stoke_proc_reader_free(r);
+    }
+    CHECK(write(reap[1], "r", 1) == 1);
+    waitpid(root, NULL, 0);
+    close(quit[0]);
+    close(quit[1]);
+    close(reap[0]);
+    close(reap[1]);
+    close(kp[0]);
+    close(kp[1]);
+}
+
 int main(void)
 {
     test_straggler_input();
@@ -500,5 +581,6 @@ int main(void)
     test_no_rank_finding();
     test_environ_rank();
     test_tree_ranks();
+    test_ended_rank();
     return CHECK_DONE();
 }

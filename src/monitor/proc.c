@@ -24,6 +24,7 @@ typedef struct proc_entry {
     bool have_io;
     bool init; /* read at least once */
     bool seen;
+    bool ended; /* a zombie: it has exited and waits for its parent to reap it */
     int ppid;
     long rss_pages;
     /* The MPI rank its environment names (-1: none, or unreadable), read again when
@@ -356,7 +357,12 @@ static void read_ranks(stoke_proc_reader *r, stoke_mon_sample *s, double dt)
     rank_total cur[STOKE_MON_LOCAL_RANKS];
     int n = 0;
     for (int i = 0; i < r->nents; i++) {
-        proc_entry *e = &r->ents[i], *top = rank_top(r, e);
+        proc_entry *e = &r->ents[i];
+        /* An ended rank is no longer one: a zombie has no memory left (RSS 0), and the
+         * launcher may take a while to reap it on a busy machine. */
+        if (e->ended)
+            continue;
+        proc_entry *top = rank_top(r, e);
         if (!top)
             continue;
         int k = 0;
@@ -565,6 +571,8 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
             !stoke_proc_parse_stat(r->buf, &f))
             continue; /* ended since it was listed */
         e->seen = true;
+        const char *state = strrchr(r->buf, ')');
+        e->ended = state && (state[2] == 'Z' || state[2] == 'X');
         update_rank(e, r->buf);
         e->ppid = f.ppid;
         e->rss_pages = f.rss_pages;
