@@ -194,19 +194,21 @@ static int check_memory(const char *fn, const gemm *g)
     return OK;
 }
 
-static void compute_one(const gemm *g, int p)
+/* Batch p of the GEMM; at and bt (m x k and n x k doubles) hold op(A) and op(B)^T. */
+static void compute_one(const gemm *g, int p, double *at, double *bt)
 {
     const char *a = (const char *)g->a + (size_t)(p * g->sa) * type_size(g->atype);
     const char *b = (const char *)g->b + (size_t)(p * g->sb) * type_size(g->btype);
     char *c = (char *)g->c + (size_t)(p * g->sc) * type_size(g->ctype);
+    int k = g->k;
+    fake_pack(a, kind(g->atype), g->m, k, g->ta ? g->lda : 1, g->ta ? 1 : g->lda, at);
+    fake_pack(b, kind(g->btype), g->n, k, g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1, bt);
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
+            const double *ai = at + (size_t)i * k, *bj = bt + (size_t)j * k;
             double sum = 0;
-            for (int l = 0; l < g->k; l++) {
-                long long ai = g->ta ? l + (long long)i * g->lda : i + (long long)l * g->lda;
-                long long bi = g->tb ? j + (long long)l * g->ldb : l + (long long)j * g->ldb;
-                sum += load(a, g->atype, ai) * load(b, g->btype, bi);
-            }
+            for (int l = 0; l < k; l++)
+                sum += ai[l] * bj[l];
             long long ci = i + (long long)j * g->ldc;
             /* beta == 0: C is not read, so NaN or garbage there does not propagate */
             double v = g->alpha * sum;
@@ -216,11 +218,18 @@ static void compute_one(const gemm *g, int p)
         }
 }
 
+/* The scratch after the queued copy of g: op(A) and op(B)^T of one batch as doubles. */
+static size_t scratch_bytes(const gemm *g)
+{
+    return ((size_t)g->m + (size_t)g->n) * (size_t)g->k * sizeof(double);
+}
+
 static void gemm_queued(void *params)
 {
     const gemm *g = params;
+    double *at = (double *)(g + 1), *bt = at + (size_t)g->m * (size_t)g->k;
     for (int p = 0; p < g->batch; p++)
-        compute_one(g, p);
+        compute_one(g, p, at, bt);
 }
 
 /* Whether cuBLAS may run a GEMM on TF32: fp32 operands with the TF32 compute type, or
@@ -253,7 +262,7 @@ static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const v
     /* Queued as cuBLAS enqueues its kernels: after the stream's copies and kernels before
      * it, before the ones after it, and recorded (not run) while the stream captures.
      * alpha and beta were read above: host pointer mode reads them at the call. */
-    rc = fake_queue(fh->stream, gemm_queued, g, sizeof *g, 0);
+    rc = fake_queue(fh->stream, gemm_queued, g, sizeof *g, scratch_bytes(g));
     if (rc == 2) /* cudaErrorMemoryAllocation */
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
     if (rc != OK)

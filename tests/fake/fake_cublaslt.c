@@ -384,14 +384,17 @@ static void mm_queued(void *params)
     if (e == E_BGRADB)
         for (int j = 0; j < g->n; j++)
             fake_store(d->bias, FAKE_F32, j, 0);
+    /* op(A) (m x k) and op(B)^T (n x k) as doubles, in the scratch after the job */
+    int k = g->k;
+    double *at = (double *)(g + 1), *bt = at + (size_t)g->m * (size_t)k;
+    fake_pack(g->A, ka, g->m, k, d->ta ? lda : 1, d->ta ? 1 : lda, at);
+    fake_pack(g->B, kb, g->n, k, d->tb ? 1 : ldb, d->tb ? ldb : 1, bt);
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
+            const double *ai = at + (size_t)i * k, *bj = bt + (size_t)j * k;
             double sum = 0;
-            for (int l = 0; l < g->k; l++) {
-                double av = fake_load(g->A, ka, d->ta ? l + i * lda : i + l * lda);
-                double bv = fake_load(g->B, kb, d->tb ? j + l * ldb : l + j * ldb);
-                sum += av * bv;
-            }
+            for (int l = 0; l < k; l++)
+                sum += ai[l] * bj[l];
             double v = g->alpha * sum;
             if (g->beta != 0) /* beta == 0: C is not read */
                 v += g->beta * fake_load(g->C, kc, i + j * ldc);
@@ -416,15 +419,15 @@ static void mm_queued(void *params)
     if (e == E_BGRADA)
         for (int i = 0; i < g->m; i++) {
             double s = 0;
-            for (int l = 0; l < g->k; l++)
-                s += fake_load(g->A, ka, d->ta ? l + i * lda : i + l * lda);
+            for (int l = 0; l < k; l++)
+                s += at[(size_t)i * k + l];
             fake_store(d->bias, FAKE_F32, i, s);
         }
     if (e == E_BGRADB)
         for (int j = 0; j < g->n; j++) {
             double s = 0;
-            for (int l = 0; l < g->k; l++)
-                s += fake_load(g->B, kb, d->tb ? j + l * ldb : l + j * ldb);
+            for (int l = 0; l < k; l++)
+                s += bt[(size_t)j * k + l];
             fake_store(d->bias, FAKE_F32, j, s);
         }
 }
@@ -478,7 +481,8 @@ int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *
         (!d->aux || (uintptr_t)d->aux % 16 || !inside(d->aux, (size_t)(d->aux_ld * g.n / 8))))
         return fake_violation(INVALID_VALUE, "%s: epilogue %d: ReLU mask %p (ld %lld, %d columns)",
                               fn, d->epi, d->aux, (long long)d->aux_ld, g.n);
-    rc = fake_queue(stream, mm_queued, &g, sizeof g, 0);
+    rc = fake_queue(stream, mm_queued, &g, sizeof g,
+                    ((size_t)g.m + (size_t)g.n) * (size_t)g.k * sizeof(double));
     if (rc == 2)
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
     if (rc != OK)

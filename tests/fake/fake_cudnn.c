@@ -391,43 +391,62 @@ static int kind(int dtype)
 static double load(const void *p, int dtype, long long i) { return fake_load(p, kind(dtype), i); }
 static void store(void *p, int dtype, long long i, double v) { fake_store(p, kind(dtype), i, v); }
 
-/* A call's x, w and y (two are read, the one the operation computes is not), and the
- * double accumulator of that one. */
+/* A call's x, w and y: two are read, the one the operation computes is written. */
 typedef struct operands {
     const void *x, *w, *y;
-    double *acc;
 } operands;
 
-static void accumulate(const problem *p, int op, const operands *o, long long xi, long long wi,
-                       long long yi)
+/* The scratch a convolution's job carries: x, w and y as doubles, the one computed
+ * being its accumulator. */
+static size_t conv_scratch(const problem *p)
 {
-    int t = p->dtype;
-    if (op == FWD)
-        o->acc[yi] += load(o->x, t, xi) * load(o->w, t, wi);
-    else if (op == BWD_DATA)
-        o->acc[xi] += load(o->y, t, yi) * load(o->w, t, wi);
-    else
-        o->acc[wi] += load(o->x, t, xi) * load(o->y, t, yi);
+    return (size_t)(x_count(p) + w_count(p) + y_count(p)) * sizeof(double);
 }
 
-static void loops(const problem *p, int op, const operands *o)
+/* The convolution op of o in double precision, in scratch (conv_scratch bytes); returns
+ * the accumulator of the output. The two inputs are read as doubles first so that the
+ * loops run over plain arrays; out-of-image taps are cut from the r and s ranges
+ * rather than skipped one by one. Each output element still receives its products in
+ * the order of the loops n k oh ow c r s, so the sums are the same bits as before. */
+static double *loops(const problem *p, int op, const operands *o, double *scratch)
 {
+    long long nx = x_count(p), nw = w_count(p), ny = y_count(p);
+    double *x = scratch, *w = x + nx, *y = w + nw;
+    double *acc = op == FWD ? y : op == BWD_DATA ? x : w;
+    int kd = kind(p->dtype);
+    if (op != BWD_DATA)
+        fake_pack(o->x, kd, 1, nx, 0, 1, x);
+    if (op != BWD_FILTER)
+        fake_pack(o->w, kd, 1, nw, 0, 1, w);
+    if (op != FWD)
+        fake_pack(o->y, kd, 1, ny, 0, 1, y);
+    memset(acc, 0, (size_t)(op == FWD ? ny : op == BWD_DATA ? nx : nw) * sizeof *acc);
     for (int n = 0; n < p->n; n++)
         for (int k = 0; k < p->k; k++)
-            for (int oh = 0; oh < p->oh; oh++)
-                for (int ow = 0; ow < p->ow; ow++)
+            for (int oh = 0; oh < p->oh; oh++) {
+                int h0 = oh * p->u - p->pad_h; /* ih = h0 + r */
+                int r0 = h0 < 0 ? -h0 : 0, r1 = p->h - h0 < p->r ? p->h - h0 : p->r;
+                for (int ow = 0; ow < p->ow; ow++) {
+                    int w0 = ow * p->v - p->pad_w; /* iw = w0 + s */
+                    int s0 = w0 < 0 ? -w0 : 0, s1 = p->w - w0 < p->s ? p->w - w0 : p->s;
+                    long long yi = (((long long)n * p->k + k) * p->oh + oh) * p->ow + ow;
                     for (int c = 0; c < p->c; c++)
-                        for (int r = 0; r < p->r; r++)
-                            for (int s = 0; s < p->s; s++) {
-                                int ih = oh * p->u - p->pad_h + r, iw = ow * p->v - p->pad_w + s;
-                                if (ih < 0 || ih >= p->h || iw < 0 || iw >= p->w)
-                                    continue;
-                                long long xi = (((long long)n * p->c + c) * p->h + ih) * p->w + iw;
-                                long long wi = (((long long)k * p->c + c) * p->r + r) * p->s + s;
-                                long long yi =
-                                    (((long long)n * p->k + k) * p->oh + oh) * p->ow + ow;
-                                accumulate(p, op, o, xi, wi, yi);
+                        for (int r = r0; r < r1; r++) {
+                            long long xr = (((long long)n * p->c + c) * p->h + h0 + r) * p->w + w0;
+                            long long wr = (((long long)k * p->c + c) * p->r + r) * p->s;
+                            for (int s = s0; s < s1; s++) {
+                                long long xi = xr + s, wi = wr + s;
+                                if (op == FWD)
+                                    acc[yi] += x[xi] * w[wi];
+                                else if (op == BWD_DATA)
+                                    acc[xi] += y[yi] * w[wi];
+                                else
+                                    acc[wi] += x[xi] * y[yi];
                             }
+                        }
+                }
+            }
+    return acc;
 }
 
 static int inside(const void *ptr, unsigned long long bytes)
@@ -474,12 +493,12 @@ static int check_call(const call *c, problem *p, obj **handle)
     return OK;
 }
 
-/* What a queued convolution needs when its stream runs it; the double accumulators
+/* What a queued convolution needs when its stream runs it; its doubles (conv_scratch)
  * follow it in the same block (fake_queue's scratch), so a graph's copy has its own. */
 typedef struct conv_job {
     problem p;
     int op;
-    operands o; /* acc unused: found after the job */
+    operands o;
     void *out;
     double alpha, beta;
     long long count;
@@ -488,13 +507,10 @@ typedef struct conv_job {
 static void conv_queued(void *params)
 {
     conv_job *j = params;
-    operands o = j->o;
-    o.acc = (double *)(j + 1);
-    memset(o.acc, 0, (size_t)j->count * sizeof *o.acc);
-    loops(&j->p, j->op, &o);
+    const double *acc = loops(&j->p, j->op, &j->o, (double *)(j + 1));
     for (long long i = 0; i < j->count; i++) {
         /* beta == 0: the output is not read, so NaN there does not propagate */
-        double v = j->alpha * o.acc[i];
+        double v = j->alpha * acc[i];
         if (j->beta != 0)
             v += j->beta * load(j->out, j->p.dtype, i);
         store(j->out, j->p.dtype, i, v);
@@ -511,7 +527,7 @@ static void count_tf32(const problem *p)
 
 static int run_conv(const call *c)
 {
-    conv_job j = {.op = c->op, .o = {c->x, c->w, c->y, NULL}, .out = c->out};
+    conv_job j = {.op = c->op, .o = {c->x, c->w, c->y}, .out = c->out};
     obj *h = NULL;
     fake_count_call();
     int rc = check_call(c, &j.p, &h);
@@ -523,7 +539,7 @@ static int run_conv(const call *c)
     j.beta = *(const float *)c->beta;
     /* Queued as cuDNN enqueues its kernels: in stream order, recorded while the stream
      * captures. */
-    rc = fake_queue(h->stream, conv_queued, &j, sizeof j, (size_t)j.count * sizeof(double));
+    rc = fake_queue(h->stream, conv_queued, &j, sizeof j, conv_scratch(&j.p));
     if (rc == 2)
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", c->fn);
     if (rc != OK)
@@ -641,13 +657,10 @@ static void cba_queued(void *params)
 {
     cba_job *j = params;
     const problem *p = &j->conv.p;
-    operands o = j->conv.o;
-    o.acc = (double *)(j + 1);
-    memset(o.acc, 0, (size_t)j->conv.count * sizeof *o.acc);
-    loops(p, FWD, &o);
+    const double *acc = loops(p, FWD, &j->conv.o, (double *)(j + 1));
     long long plane = (long long)p->oh * p->ow;
     for (long long i = 0; i < j->conv.count; i++) {
-        double v = j->conv.alpha * o.acc[i] + load(j->bias, p->dtype, (i / plane) % p->k);
+        double v = j->conv.alpha * acc[i] + load(j->bias, p->dtype, (i / plane) % p->k);
         /* alpha2 == 0: z is not read (it may be y, as cuDNN allows) */
         if (j->alpha2 != 0)
             v += j->alpha2 * load(j->z, p->dtype, i);
@@ -668,7 +681,7 @@ int cudnnConvolutionBiasActivationForward(void *h, const void *alpha1, void *xd,
     const char *fn = "cudnnConvolutionBiasActivationForward";
     /* beta is alpha2 for check_call's NULL test */
     call c = {fn, FWD, algo, h, xd, wd, conv, yd, x, w, y, y, ws, ws_bytes, alpha1, alpha2};
-    cba_job j = {.conv = {.op = FWD, .o = {x, w, y, NULL}, .out = y}, .z = z, .bias = bias};
+    cba_job j = {.conv = {.op = FWD, .o = {x, w, y}, .out = y}, .z = z, .bias = bias};
     obj *hd = NULL;
     fake_count_call();
     int rc = check_call(&c, &j.conv.p, &hd);
@@ -698,7 +711,7 @@ int cudnnConvolutionBiasActivationForward(void *h, const void *alpha1, void *xd,
     j.conv.alpha = *(const float *)alpha1;
     j.relu = act->mode == ACT_RELU;
     j.propagate_nan = act->nan;
-    rc = fake_queue(hd->stream, cba_queued, &j, sizeof j, (size_t)j.conv.count * sizeof(double));
+    rc = fake_queue(hd->stream, cba_queued, &j, sizeof j, conv_scratch(p));
     if (rc != OK)
         return fake_violation(rc == 2 ? ALLOC_FAILED : EXECUTION_FAILED,
                               "%s: queueing on the stream failed (%d)", fn, rc);

@@ -104,3 +104,11 @@ void fake_store(void *p, int kind, long long i, double v)
     else
         ((uint16_t *)p)[i] = kind == FAKE_F16 ? nk_to_f16(f) : nk_to_bf16(f);
 }
+
+void fake_pack(const void *p, int kind, long long outer, long long inner, long long so,
+               long long si, double *out)
+{
+    for (long long o = 0; o < outer; o++)
+        for (long long q = 0; q < inner; q++)
+            out[o * inner + q] = fake_load(p, kind, o * so + q * si);
+}

@@ -52,4 +52,11 @@ enum { FAKE_F32 = 0, FAKE_F16 = 1, FAKE_BF16 = 2 };
 FAKE_HIDDEN double fake_load(const void *p, int kind, long long i);
 FAKE_HIDDEN void fake_store(void *p, int kind, long long i, double v);
 
+/* out[o * inner + q] = element o * so + q * si of p, as doubles: a GEMM's operand laid
+ * out so its dot products run over contiguous memory. The doubles' loops spent most of
+ * the suite's GPU time in per-element loads; the sums keep their order, so the results
+ * are the same bits as summing from p directly. */
+FAKE_HIDDEN void fake_pack(const void *p, int kind, long long outer, long long inner,
+                           long long so, long long si, double *out);
+
 #endif
