@@ -13,6 +13,9 @@ add_test(NAME tune_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/tune-e2e)
 set_tests_properties(tune_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)
+# COST: about its seconds in a release build, so `ctest -j` starts the long tests
+# first and the short ones fill in beside them (ordering only; nothing is timed).
+set_tests_properties(tune_e2e PROPERTIES COST 60)
 # What a newcomer met with auto (issue 24): resume, batch auto's steps and figures,
 # reasons cut mid-word, rule against measured, train's help; label nn: it trains.
 add_test(NAME tune_reasons_e2e

@@ -9,3 +9,6 @@ add_test(NAME train_dist_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_dist.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-dist-e2e)
 set_tests_properties(train_dist_e2e PROPERTIES LABELS nn TIMEOUT 600 SKIP_RETURN_CODE 77)
+# COST: about its seconds in a release build, so `ctest -j` starts the long tests
+# first and the short ones fill in beside them (ordering only; nothing is timed).
+set_tests_properties(train_dist_e2e PROPERTIES COST 80)

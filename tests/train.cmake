@@ -22,11 +22,11 @@ add_test(NAME train_e2e
 set_tests_properties(train_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The records `stoke report` draws from: findings (an input-bound run) and each epoch's
-# histogram of waits for batches.
+# histogram of waits for batches (nocap: records, not arithmetic; scripts/check).
 add_test(NAME train_log_records_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/train_log_records.sh $<TARGET_FILE:stoke>
                  ${CMAKE_CURRENT_BINARY_DIR}/train-log-records-e2e)
-set_tests_properties(train_log_records_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(train_log_records_e2e PROPERTIES LABELS "nn;nocap" TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The actor-critic on generated bandit rollouts (numpy): A2C, PPO and behaviour cloning
 # rows train a policy that picks the best action far above chance; bad rollouts fail.
@@ -49,6 +49,9 @@ add_test(NAME train_recompute_e2e
                  ${CMAKE_CURRENT_BINARY_DIR}/train-recompute-e2e ${CMAKE_CURRENT_BINARY_DIR}/fake
                  ${CMAKE_CURRENT_SOURCE_DIR}/scenarios)
 set_tests_properties(train_recompute_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
+# COST: about its seconds in a release build, so `ctest -j` starts the long tests
+# first and the short ones fill in beside them (ordering only; nothing is timed).
+set_tests_properties(train_recompute_e2e PROPERTIES COST 40)
 
 # batch_size auto against memory budgets (the batch found fits, one more does not),
 # effective_batch, and an injected allocation failure at setup and within training.
