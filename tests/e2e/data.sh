@@ -155,9 +155,8 @@ ls -a "$work" | grep -q stoke-tmp && fail "a temporary file was left behind: $(l
 # docs/testing.md) is stoke with the writer held after its first chunk until a signal
 # comes, so the signal certainly lands mid-write. `env --default-signal`: a script's background
 # job starts with SIGINT ignored, a terminal's foreground job does not.
-wait_for_content() { # wait_for_content FILE TEXT: polls up to 20 s
-    i=0
-    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+wait_for_content() { # wait_for_content FILE TEXT PID: until FILE holds TEXT or PID ends
+    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && kill -0 "$3" 2>/dev/null; do sleep 0.05; done
     [ "$(cat "$1" 2>/dev/null)" = "$2" ]
 }
 for sig in INT TERM; do
@@ -166,7 +165,7 @@ for sig in INT TERM; do
         "$pausing" data convert "$fm" "$work/keep.rec" --split test \
         >"$work/sig$sig.out" 2>"$work/sig$sig.err" &
     pid=$!
-    wait_for_content "$work/paused" 1 || fail "SIG$sig: the writer never paused mid-write"
+    wait_for_content "$work/paused" 1 $pid || fail "SIG$sig: the writer never paused mid-write"
     ls -a "$work" | grep -q stoke-tmp || fail "SIG$sig: no temporary file while writing"
     kill -$sig $pid
     wait $pid

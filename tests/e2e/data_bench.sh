@@ -175,10 +175,8 @@ EOF
         --batch-size 8 --workers 2 --seconds 60 --hold no \
         >"$work/midrun.out" 2>"$work/midrun.err" &
     pid=$!
-    i=0
-    while ! grep -q "^workers" "$work/midrun.out" 2>/dev/null && [ $i -lt 600 ]; do
+    while ! grep -q "^workers" "$work/midrun.out" 2>/dev/null && kill -0 $pid 2>/dev/null; do
         sleep 0.1
-        i=$((i + 1))
     done
     mv "$work/bad.jpg" "$imgs/class1/img3.jpg"
     wait $pid
@@ -194,11 +192,9 @@ EOF
     env --default-signal=INT "$stoke" data bench "$imgs" --size 48x64 --batch-size 8 \
         --workers $list --seconds 1 >"$work/sigint.out" 2>"$work/sigint.err" &
     pid=$!
-    i=0
     rows() { n=$(grep -c '^ *[01] ' "$work/sigint.out" 2>/dev/null); echo "${n:-0}"; }
-    while [ "$(rows)" -lt 1 ] && [ $i -lt 600 ]; do
+    while [ "$(rows)" -lt 1 ] && kill -0 $pid 2>/dev/null; do
         sleep 0.1
-        i=$((i + 1))
     done
     kill -INT $pid
     wait $pid

@@ -64,8 +64,7 @@ sigterm)
     STOKE_NVML_LIBRARY=/nonexistent "$stoke" monitor --interval 0.05 --jsonl "$dir/m.jsonl" \
         -- sh -c 'trap "exit 42" TERM; while :; do sleep 0.05; done' >"$out" 2>"$err" &
     mon=$!
-    i=0
-    while [ ! -s "$dir/m.jsonl" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+    while [ ! -s "$dir/m.jsonl" ] && kill -0 $mon 2>/dev/null; do sleep 0.05; done
     [ -s "$dir/m.jsonl" ] || { kill -KILL $mon; fail "no sample written"; }
     kill -TERM $mon
     wait $mon

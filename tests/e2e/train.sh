@@ -171,8 +171,7 @@ for sig in INT TERM; do
     "$stoke" train --limit 512 --val-limit 100 --epochs 1000 --checkpoint "$ck" --log "$log" \
         --log-every 1 --no-monitor >"$out" 2>&1 &
     pid=$!
-    i=0
-    while [ ! -s "$log" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    while [ ! -s "$log" ] && kill -0 $pid 2>/dev/null; do sleep 0.1; done
     kill -$sig $pid
     wait $pid
     rc=$?
@@ -203,11 +202,9 @@ fi
 # the run at once (as documented), yet leaves no temporary file and the previous
 # checkpoint as it was. PAUSING (tests/stoke_seams.c, docs/testing.md) holds the writer
 # after each chunk until a signal comes, so both signals land mid-write, in order.
-wait_for_content() { # wait_for_content FILE TEXT [SECONDS]: polls up to SECONDS (60)
-    i=0
-    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && [ $i -lt $((${3:-60} * 20)) ]; do
+wait_for_content() { # wait_for_content FILE TEXT PID: until FILE holds TEXT or PID ends
+    while [ "$(cat "$1" 2>/dev/null)" != "$2" ] && kill -0 "$3" 2>/dev/null; do
         sleep 0.05
-        i=$((i + 1))
     done
     [ "$(cat "$1" 2>/dev/null)" = "$2" ]
 }
@@ -224,9 +221,9 @@ env -u STOKE_CACHE_DIR -u XDG_CACHE_HOME -u HOME WRITE_PAUSE_FILE="$work/paused"
     --checkpoint "$ck" --no-monitor >"$out" 2>&1 &
 pid=$!
 # the run's setup (its trials) comes first: on a loaded machine that can take minutes
-wait_for_content "$work/paused" 1 300 || fail "second SIGINT: the checkpoint writer never paused"
+wait_for_content "$work/paused" 1 $pid || fail "second SIGINT: the checkpoint writer never paused"
 kill -INT $pid
-wait_for_content "$work/paused" 2 || fail "second SIGINT: the write stopped after the first SIGINT"
+wait_for_content "$work/paused" 2 $pid || fail "second SIGINT: the write stopped after the first SIGINT"
 kill -INT $pid
 wait $pid
 rc=$?

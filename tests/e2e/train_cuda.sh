@@ -204,8 +204,7 @@ ck=$work/sig.safetensors
 "$stoke" train $small --model mlp --device cuda --epochs 1000 --checkpoint "$ck" \
     --log "$work/sig.jsonl" --no-monitor >"$out" 2>&1 &
 pid=$!
-i=0
-while [ ! -s "$work/sig.jsonl" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+while [ ! -s "$work/sig.jsonl" ] && kill -0 $pid 2>/dev/null; do sleep 0.1; done
 sleep 0.3
 kill -INT $pid
 wait $pid

@@ -107,9 +107,9 @@ slow="--limit 2048 --val-limit 500 --epochs 2 --threads 1 --no-monitor --seed 3 
 mpi 2 "$stoke" train $slow --checkpoint "$work/full.ckpt" >"$work/full.txt" 2>&1
 mpi 2 "$stoke" train $slow --checkpoint "$work/k.ckpt" --log "$work/k.jsonl" >"$work/k.txt" 2>&1 &
 runner=$!
-i=0 # the first epoch's checkpoint, then a few steps of the second
-while [ $i -lt 600 ] && ! grep -q '"type":"step".*"epoch":1' "$work/k.jsonl" 2>/dev/null; do
-    sleep 0.2; i=$((i + 1))
+# the first epoch's checkpoint, then a few steps of the second (or the run's end)
+while kill -0 $runner 2>/dev/null && ! grep -q '"type":"step".*"epoch":1' "$work/k.jsonl" 2>/dev/null; do
+    sleep 0.2
 done
 victim=""
 for p in $(pgrep -f "$stoke train $slow" 2>/dev/null); do
@@ -136,9 +136,9 @@ fi
 # Ctrl-C on mpirun (which sends every rank SIGTERM): the ranks stop at the same step,
 # rank 0 writes the checkpoint, and the run resumes from it to the uninterrupted weights
 mpi 2 "$stoke" train $slow --checkpoint "$work/sigint.ckpt" --log "$work/s.jsonl" >"$work/s.txt" 2>&1 &
-i=0
-while [ $i -lt 600 ] && ! grep -q '"type":"step"' "$work/s.jsonl" 2>/dev/null; do
-    sleep 0.2; i=$((i + 1))
+runner=$!
+while kill -0 $runner 2>/dev/null && ! grep -q '"type":"step"' "$work/s.jsonl" 2>/dev/null; do
+    sleep 0.2
 done
 pkill -INT -f "^mpirun -np 2 .*sigint.ckpt" # mpirun itself, not the timeout around it
 wait $!
