@@ -30,7 +30,7 @@ add_test(NAME tune_precision_e2e
                  ${CMAKE_CURRENT_BINARY_DIR}/tune-precision-e2e)
 set_tests_properties(tune_precision_e2e PROPERTIES LABELS nn TIMEOUT 300 SKIP_RETURN_CODE 77)
 # The tuning cache and the files stoke opens as a hostile user leaves them (issue 26):
-# FIFOs (each command under its own `timeout`: a hang fails), unreadable entries,
+# FIFOs (a hang fails by ctest's TIMEOUT), unreadable entries,
 # long dataset paths, cached values out of bounds, outputs checked before the work.
 add_test(NAME tune_cache_e2e
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/tune_cache.sh $<TARGET_FILE:stoke>

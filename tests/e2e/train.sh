@@ -273,16 +273,16 @@ expect eval-missing 1 'cannot open' eval "$work/none.safetensors"
 printf 'not a checkpoint at all' >"$work/junk.safetensors"
 expect eval-junk 1 'junk.safetensors' eval "$work/junk.safetensors"
 expect predict-usage 2 'give a checkpoint and an input' predict "$work/c.safetensors"
-# A FIFO (or a device) wherever a file is read is refused by name, at once: `timeout`
-# turns a hang into exit 124.
+# A FIFO (or a device) wherever a file is read is refused by name, at once (a hang
+# fails by ctest's TIMEOUT).
 mkfifo "$work/fifo"
-expect_now() { # expect_now NAME PATTERN ARGS...: exit 1 within 10 s
+expect_now() { # expect_now NAME PATTERN ARGS...: exit 1
     name=$1 pattern=$2
     shift 2
-    timeout 10 "$stoke" "$@" >"$out" 2>&1
+    "$stoke" "$@" >"$out" 2>&1
     got=$?
     if [ $got -ne 1 ] || ! grep -q -- "$pattern" "$out"; then
-        fail "$name: exit $got (wanted 1; 124: it hung), pattern '$pattern'"; sed 's/^/  | /' "$out"
+        fail "$name: exit $got (wanted 1), pattern '$pattern'"; sed 's/^/  | /' "$out"
     else
         ok "$name"
     fi

@@ -206,7 +206,7 @@ else
 fi
 # A FIFO with no reader would block the log's open forever: an error instead.
 mkfifo "$work/logfifo"
-timeout 60 "$stoke" train $small --epochs 1 --log "$work/logfifo" >"$out" 2>&1
+"$stoke" train $small --epochs 1 --log "$work/logfifo" >"$out" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "cannot open '$work/logfifo' for writing: a FIFO (named pipe) with no reader" "$out"; then
     ok "a log on a FIFO with no reader is an error, not a hang"
