@@ -1,5 +1,8 @@
 # stoke monitor: unit tests of the library module and end-to-end runs of the binary.
 stoke_unit_test(test_monitor test_monitor.c)
+# Its waits for the sampler thread have no clock: the timeout ends a sampler that
+# never samples.
+set_tests_properties(test_monitor PROPERTIES TIMEOUT 300)
 # The ranks of a data-parallel run: the rank rules, and the ranks of a watched tree.
 stoke_unit_test(test_monitor_ranks test_monitor_ranks.c)
 set_tests_properties(test_monitor_ranks PROPERTIES TIMEOUT 120)
@@ -25,6 +28,7 @@ set_tests_properties(monitor_e2e_gpu-input-bound monitor_e2e_gpu-busy-thread
 
 # A real loader feeding a real monitor through the pipeline provider.
 stoke_unit_test(test_pipeline_monitor test_pipeline_monitor.c)
+set_tests_properties(test_pipeline_monitor PROPERTIES TIMEOUT 300)
 
 # The Prometheus endpoint (docs/prometheus.md): the exposition, addresses, raw HTTP
 # against the server; then curl, promtool, a real Prometheus and hostile clients
