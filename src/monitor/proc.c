@@ -114,6 +114,7 @@ bool stoke_proc_parse_stat(const char *text, stat_fields *f)
                    &f->rss_pages);
     if (n != 9)
         return false;
+    f->ended = state == 'Z' || state == 'X';
     f->own_ticks = utime + stime;
     /* Own time plus reaped children's: see read_tree. */
     f->ticks = utime + stime + (unsigned long long)(cutime > 0 ? cutime : 0) +
@@ -529,8 +530,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
         return;
     }
     /* A zombie root has ended: its children are being reparented. */
-    const char *st = strrchr(r->buf, ')');
-    if (st && (st[2] == 'Z' || st[2] == 'X')) {
+    if (rf.ended) {
         *root_alive = false;
         return;
     }
@@ -571,8 +571,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
             !stoke_proc_parse_stat(r->buf, &f))
             continue; /* ended since it was listed */
         e->seen = true;
-        const char *state = strrchr(r->buf, ')');
-        e->ended = state && (state[2] == 'Z' || state[2] == 'X');
+        e->ended = f.ended;
         update_rank(e, r->buf);
         e->ppid = f.ppid;
         e->rss_pages = f.rss_pages;
@@ -603,8 +602,7 @@ static void read_tree(stoke_proc_reader *r, stoke_mon_sample *s, bool *root_aliv
         stat_fields f;
         if (e->stat_fd >= 0 && pread_all(e->stat_fd, r->buf, sizeof r->buf) > 0 &&
             stoke_proc_parse_stat(r->buf, &f)) {
-            const char *st2 = strrchr(r->buf, ')');
-            if (st2 && st2[2] != 'Z' && st2[2] != 'X') {
+            if (!f.ended) {
                 gone_ticks += e->ticks;
                 gone_rd += e->rd;
                 gone_wr += e->wr;

@@ -11,6 +11,7 @@ typedef struct stat_fields {
     unsigned long long ticks, start; /* own + reaped children's CPU; start time (ticks) */
     unsigned long long own_ticks;    /* utime + stime: a thread's own CPU in task/TID/stat */
     long threads, rss_pages;
+    bool ended; /* state Z or X: exited, waiting to be reaped (a zombie) or going */
 } stat_fields;
 
 /* Parses one /proc/PID/stat text (NUL-terminated). False if it does not have the
