@@ -12,10 +12,12 @@ import sys
 root = sys.argv[1]
 GETENV = re.compile(r"\b(?:secure_)?getenv\s*\(")
 CALL = re.compile(r"\bstoke_env\s*\(\s*([^()]*?)\s*\)")
-DEFINE = re.compile(r'^\s*#\s*define\s+([A-Z_][A-Z0-9_]*)\s+"([A-Z_][A-Z0-9_]*)"', re.M)
-LITERAL = re.compile(r'^"([A-Z_][A-Z0-9_]*)"$')
-ROW = re.compile(r"^\|\s*`([A-Z_][A-Z0-9_]*)`", re.M)
-PYENV = re.compile(r"""os\.(?:environ(?:\.get)?\s*[\[(]\s*|getenv\s*\(\s*)["']([A-Z_][A-Z0-9_]*)["']""")
+# a name starts upper case; OpenMPI's MCA settings go on in lower case
+# (OMPI_MCA_odls_base_sigkill_timeout)
+DEFINE = re.compile(r'^\s*#\s*define\s+([A-Z_][A-Z0-9_]*)\s+"([A-Z_][A-Za-z0-9_]*)"', re.M)
+LITERAL = re.compile(r'^"([A-Z_][A-Za-z0-9_]*)"$')
+ROW = re.compile(r"^\|\s*`([A-Z_][A-Za-z0-9_]*)`", re.M)
+PYENV = re.compile(r"""os\.(?:environ(?:\.get)?\s*[\[(]\s*|getenv\s*\(\s*)["']([A-Z_][A-Za-z0-9_]*)["']""")
 # Files whose stoke_env() takes a table row's name; the rows' names are string literals
 # elsewhere in src/ and must be documented like any other.
 TABLES = {"src/train/config.c", "src/core/dl.c", "src/hw/dl.c", "src/nn/cuda/dl.c"}

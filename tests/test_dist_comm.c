@@ -4,7 +4,9 @@
  * waits for the test proves it), buckets are reduced in readiness order and copied
  * back only at finish, a bucket no backward handed over is reduced at finish, a
  * failure on the thread reaches the step with its message and later buckets are not
- * reduced, and release or free with buckets queued waits for them. */
+ * reduced, and release or free with buckets queued waits for them. Also the grace
+ * OpenMPI's mpirun gives a rank between a Ctrl-C's SIGTERM and SIGKILL, as a rank reads
+ * it from its environment. */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -115,8 +117,30 @@ static bool reduced(int k)
     return true;
 }
 
+static void test_stop_grace(void)
+{
+    double g = -1;
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    setenv("OMPI_MCA_odls_base_sigkill_timeout", "5", 1);
+    CHECK(!stoke_dist_stop_grace(&g) && g == 0); /* not under OpenMPI's mpirun */
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    CHECK(stoke_dist_stop_grace(&g) && g == 5);
+    setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 1);
+    CHECK(stoke_dist_stop_grace(&g) && g == 0);
+    unsetenv("OMPI_MCA_odls_base_sigkill_timeout"); /* OpenMPI's default */
+    CHECK(stoke_dist_stop_grace(&g) && g == 1);
+    const char *bad[] = {"-1", "5s", "x", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("OMPI_MCA_odls_base_sigkill_timeout", bad[i], 1);
+        CHECK_MSG(!stoke_dist_stop_grace(&g), "%s", bad[i]);
+    }
+    unsetenv("OMPI_MCA_odls_base_sigkill_timeout");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
 int main(void)
 {
+    test_stop_grace();
     stoke_dist *d = NULL;
     CHECK_INT_EQ(dist_new(2, 0, &host, NULL, &grads, &d), STOKE_OK);
     if (!d)

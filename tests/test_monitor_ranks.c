@@ -276,6 +276,83 @@ static void test_no_rank_finding(void)
     CHECK_INT_EQ(diagnose(&s, f), 0);
 }
 
+/* A Ctrl-C on mpirun with the default 1 s between SIGTERM and SIGKILL: a step of 0.8 s
+ * on the slowest rank and a 0.3 s checkpoint need 1.1 s; an evaluation of 0.2 s with two
+ * checkpoints needs less. */
+static void test_stop_grace(void)
+{
+    stoke_mon_summary s;
+    stoke_finding f[16];
+    ranks_of(&s, 2, 0.5, 0.01, 0.45, 0.04);
+    s.ranks[1].step_s = 0.8;
+    s.program = (stoke_mon_program){.kind = STOKE_PROG_STOKE, .workers = 1, .threads = 1};
+    s.stop_grace_known = true;
+    s.stop_grace_s = 1;
+    s.eval_s = 0.2;
+    s.checkpoint_s = 0.3;
+    size_t n = diagnose(&s, f);
+    const stoke_finding *x = find(f, n, "stop-grace");
+    CHECK(x != NULL);
+    if (x) {
+        CHECK(x->rule->kind == STOKE_RULE_RISK);
+        CHECK_NEAR(figure(x, "stop_grace_s"), 1, 1e-12);
+        CHECK_NEAR(figure(x, "step_s"), 0.8, 1e-12);
+        CHECK_NEAR(figure(x, "eval_s"), 0.2, 1e-12);
+        CHECK_NEAR(figure(x, "checkpoint_s"), 0.3, 1e-12);
+        CHECK_NEAR(figure(x, "stop_needs_s"), 1.1, 1e-12);
+        check_change(x, "stop_grace", 1, 3, +1); /* ceil(2 x 1.1) */
+        CHECK_STR_CONTAINS(x->evidence, "needs up to 1.10 s");
+        CHECK_STR_CONTAINS(x->evidence, "0.80 s step (rank 1's)");
+        CHECK_STR_CONTAINS(x->advice, "--mca odls_base_sigkill_timeout 3");
+        CHECK_STR_CONTAINS(x->advice, "about 6 s");
+    }
+    /* the evaluation is the longer wait: 0.9 s of it, then two checkpoints */
+    s.eval_s = 0.9;
+    n = diagnose(&s, f);
+    x = find(f, n, "stop-grace");
+    CHECK(x && fabs(figure(x, "stop_needs_s") - 1.5) < 1e-12);
+    /* a grace long enough is silent, and so is a need equal to it */
+    s.eval_s = 0.2;
+    s.stop_grace_s = 5;
+    CHECK(find(f, diagnose(&s, f), "stop-grace") == NULL);
+    s.stop_grace_s = 1.1 + 1e-9;
+    CHECK(find(f, diagnose(&s, f), "stop-grace") == NULL);
+    /* a grace of 0 (every stop is killed): raised to at least 1 s */
+    s.stop_grace_s = 0;
+    s.checkpoint_s = 0.01;
+    s.ranks[0].step_s = s.ranks[1].step_s = 0.1; /* the evaluation's 0.22 s */
+    n = diagnose(&s, f);
+    x = find(f, n, "stop-grace");
+    CHECK(x != NULL);
+    if (x)
+        check_change(x, "stop_grace", 0, 1, +1);
+    /* a need past the grace, but not ... under mpirun, without a checkpoint written (the
+     * stop loses nothing), or with figures that are not times */
+    s.stop_grace_s = 1;
+    s.ranks[1].step_s = 0.8;
+    s.checkpoint_s = 0.3;
+    s.stop_grace_known = false;
+    CHECK(find(f, diagnose(&s, f), "stop-grace") == NULL);
+    s.stop_grace_known = true;
+    const double bad[] = {0, -1, NAN, INFINITY};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        s.checkpoint_s = bad[b];
+        CHECK_MSG(find(f, diagnose(&s, f), "stop-grace") == NULL, "checkpoint %g", bad[b]);
+        s.checkpoint_s = 0.3;
+        if (b == 0)
+            continue;
+        s.eval_s = bad[b];
+        CHECK_MSG(find(f, diagnose(&s, f), "stop-grace") == NULL, "eval %g", bad[b]);
+        s.eval_s = 0.2;
+        s.stop_grace_s = bad[b];
+        CHECK_MSG(find(f, diagnose(&s, f), "stop-grace") == NULL, "grace %g", bad[b]);
+        s.stop_grace_s = 1;
+    }
+    /* one process */
+    s.nranks = 1;
+    CHECK(find(f, diagnose(&s, f), "stop-grace") == NULL);
+}
+
 /* ---- The rank in a process's environment ----------------------------------------- */
 
 static bool env_rank(const char *text, size_t len, int *rank)
@@ -579,6 +656,7 @@ int main(void)
     test_straggler_compute();
     test_allreduce_exposed();
     test_no_rank_finding();
+    test_stop_grace();
     test_environ_rank();
     test_tree_ranks();
     test_ended_rank();

@@ -18,6 +18,12 @@ stoke_status stoke_dist_local(stoke_dist **out);
  * PMIx's PMIX_RANK): then *size is the world's size (0 when not launched so). */
 bool stoke_dist_launched(int *size);
 
+/* Under OpenMPI's mpirun: true, with *seconds the time mpirun leaves a rank between the
+ * SIGTERM of a Ctrl-C and its SIGKILL (odls_base_sigkill_timeout, default 1 s, as it
+ * passes the setting on in OMPI_MCA_odls_base_sigkill_timeout). False elsewhere, or when
+ * the setting is not a number. */
+bool stoke_dist_stop_grace(double *seconds);
+
 /* The world this process was launched into: MPI's under mpirun (MPI_Init here), else
  * the one process's. STOKE_ERR_UNAVAILABLE when launched by mpirun but this stoke was
  * built without MPI, or MPI cannot start (its message). */

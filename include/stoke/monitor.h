@@ -341,6 +341,13 @@ typedef struct stoke_mon_summary {
      * and the rank rules do not fire. */
     int nranks;
     stoke_mon_rank ranks[STOKE_MON_MAX_RANKS];
+    /* Also set by the trainer of a data-parallel run under OpenMPI's mpirun: on Ctrl-C
+     * mpirun sends each rank SIGTERM and stop_grace_s later SIGKILL (its
+     * odls_base_sigkill_timeout); an orderly stop needs the rest of a step, or of an
+     * epoch's evaluation and checkpoint, and then a checkpoint: rank 0's last eval_s and
+     * checkpoint_s (0 = none written: nothing to lose, the stop-grace rule is silent). */
+    bool stop_grace_known;
+    double stop_grace_s, eval_s, checkpoint_s;
 } stoke_mon_summary;
 
 /* Computes the summary of h. usable_cpus <= 0 means "same as ncpu". The program is
@@ -384,7 +391,7 @@ typedef struct stoke_finding_change {
                             "grad_accum_steps", "precision", "power_limit",
                             "data_format", "data_location", "per_sample_work",
                             "host_load", "ranks_on_host", "bucket_size",
-                            "interconnect" */
+                            "interconnect", "stop_grace" */
     const char *unit;    /* of current and suggested: "workers", "batches", "threads",
                             "samples", "steps", "W", "ranks"; "" for a word or a
                             direction */

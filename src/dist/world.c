@@ -1,5 +1,6 @@
 /* world.c - which world this process is in (launched by mpirun or alone) and the
  * measurement of what an unhidden all-reduce costs in it. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,28 @@ bool stoke_dist_launched(int *size)
         return true;
     }
     return false;
+}
+
+bool stoke_dist_stop_grace(double *seconds)
+{
+    *seconds = 0;
+    const char *v = stoke_env("OMPI_COMM_WORLD_SIZE");
+    if (!v || !*v)
+        return false;
+    /* mpirun sets it for its ranks from --mca or its own environment; a value from an
+     * MCA parameter file is not passed on, and the default is then assumed */
+    v = stoke_env("OMPI_MCA_odls_base_sigkill_timeout");
+    if (!v || !*v) {
+        *seconds = 1;
+        return true;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < 0)
+        return false;
+    *seconds = (double)n;
+    return true;
 }
 
 stoke_status stoke_dist_init(stoke_dist **out)

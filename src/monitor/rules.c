@@ -92,6 +92,12 @@ static const stoke_rule rules[] = {
      .mem_frac_atleast = 0.95,
      .mem_target_frac = 0.85,
      .check = rule_check_memory_full},
+    /* A Ctrl-C on mpirun that kills the ranks before rank 0 saves: the checkpoint asked
+     * for is lost (no threshold: the grace is OpenMPI's, the need measured). */
+    {.id = "stop-grace",
+     .kind = STOKE_RULE_RISK,
+     .resource = "the stop on Ctrl-C (mpirun's grace before SIGKILL)",
+     .check = rule_check_stop_grace},
     {.id = "throttling",
      .kind = STOKE_RULE_WARNING,
      .resource = "GPU clocks (power/thermal)",

@@ -1,6 +1,7 @@
 /* rules_dist.c - the rules of a data-parallel run: one rank the others wait for at the
- * gradients' all-reduce (a straggler, input- or compute-bound), and the all-reduce itself
- * exposed on every rank. They read the trainer's per-rank step figures (the summary's
+ * gradients' all-reduce (a straggler, input- or compute-bound), the all-reduce itself
+ * exposed on every rank, and a Ctrl-C on mpirun that would kill the ranks before the
+ * checkpoint is saved. They read the trainer's per-rank step figures (the summary's
  * ranks), which only a run of several ranks has. */
 #include "monitor/rules_impl.h"
 
@@ -252,5 +253,50 @@ bool rule_check_allreduce_exposed(const stoke_rule *r, const stoke_mon_summary *
                   "one all-reduce per step; the effective batch grows as much); and %s",
                   k, net);
     }
+    return true;
+}
+
+/* OpenMPI 4's mpirun, on Ctrl-C (or a SIGTERM to it), sends each rank SIGCONT, waits its
+ * odls_base_sigkill_timeout, sends SIGTERM, waits as long again and sends SIGKILL. The
+ * ranks stop at the next step they agree on and rank 0 saves the checkpoint; the worst
+ * case is a SIGTERM just after a step began (its rest, then the checkpoint) or during an
+ * epoch's evaluation (its rest, the epoch's checkpoint, then the stop's). */
+bool rule_check_stop_grace(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f)
+{
+    (void)r;
+    if (!s->stop_grace_known || !ranks_usable(s) || !(s->checkpoint_s > 0) ||
+        !isfinite(s->checkpoint_s) || !(s->stop_grace_s >= 0) || !isfinite(s->stop_grace_s) ||
+        !(s->eval_s >= 0) || !isfinite(s->eval_s))
+        return false;
+    int slow = 0;
+    for (int k = 1; k < s->nranks; k++)
+        if (s->ranks[k].step_s > s->ranks[slow].step_s)
+            slow = k;
+    double step_s = s->ranks[slow].step_s, ck = s->checkpoint_s;
+    double need = fmax(step_s + ck, s->eval_s + 2 * ck);
+    if (need <= s->stop_grace_s)
+        return false;
+    rule_fig(f, "stop_grace_s", s->stop_grace_s, "s");
+    rule_fig(f, "step_s", step_s, "s");
+    rule_fig(f, "eval_s", s->eval_s, "s");
+    rule_fig(f, "checkpoint_s", ck, "s");
+    rule_fig(f, "stop_needs_s", need, "s");
+    /* twice the need, in whole seconds (mpirun reads an integer): room for a slower
+     * step than the epoch's mean */
+    int grace = (int)ceil(2 * need);
+    if (grace <= s->stop_grace_s)
+        grace = (int)floor(s->stop_grace_s) + 1;
+    rule_change(f, "stop_grace", "s", s->stop_grace_s, grace, +1);
+    stoke_say(f->evidence, sizeof f->evidence,
+              "on Ctrl-C mpirun gives each rank %.0f s from its SIGTERM to its SIGKILL "
+              "(odls_base_sigkill_timeout), but a stop here needs up to %.2f s: the rest of a "
+              "%.2f s step (rank %d's) or of the %.2f s evaluation, and the %.2f s checkpoint; "
+              "the ranks would be killed and the steps since the last checkpoint lost",
+              s->stop_grace_s, need, step_s, s->ranks[slow].rank, s->eval_s, ck);
+    stoke_say(f->advice, sizeof f->advice,
+              "give mpirun --mca odls_base_sigkill_timeout %d (or set "
+              "OMPI_MCA_odls_base_sigkill_timeout=%d, which `stoke train --nproc` passes on); "
+              "a Ctrl-C then takes about %d s: mpirun waits as long before its SIGTERM too",
+              grace, grace, 2 * grace);
     return true;
 }

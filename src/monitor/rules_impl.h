@@ -53,5 +53,6 @@ bool rule_check_low_util(const stoke_rule *r, const stoke_mon_summary *s, stoke_
 bool rule_check_rank_straggler(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 bool rule_check_allreduce_exposed(const stoke_rule *r, const stoke_mon_summary *s,
                                   stoke_finding *f);
+bool rule_check_stop_grace(const stoke_rule *r, const stoke_mon_summary *s, stoke_finding *f);
 
 #endif

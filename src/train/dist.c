@@ -86,6 +86,7 @@ stoke_status train_dist_begin(stoke_trainer *t)
         snprintf(share, sizeof share, "%d CPU%s (%s)", avail, avail == 1 ? "" : "s",
                  local > 1 ? "bound to it by mpirun" : "the only rank on this machine");
     }
+    t->dist.grace_known = stoke_dist_stop_grace(&t->dist.grace_s);
     char hosts[400];
     stoke_status s = world_hosts(t, hosts, sizeof hosts);
     if (s != STOKE_OK)

@@ -114,6 +114,10 @@ static void monitor_warnings(stoke_trainer *t)
         sum.nranks = t->dist.nranks < STOKE_MON_MAX_RANKS ? t->dist.nranks : STOKE_MON_MAX_RANKS;
         if (sum.nranks > 0)
             memcpy(sum.ranks, t->dist.ranks, (size_t)sum.nranks * sizeof *sum.ranks);
+        sum.stop_grace_known = t->dist.grace_known;
+        sum.stop_grace_s = t->dist.grace_s;
+        sum.eval_s = t->dist.eval_s;
+        sum.checkpoint_s = t->dist.checkpoint_s;
         stoke_finding f[8];
         size_t n = stoke_diagnose(&sum, f, 8);
         for (size_t i = 0; i < n && i < 8; i++) {
@@ -513,18 +517,19 @@ static void say_graphs(stoke_trainer *t)
                    n);
 }
 
-/* The loader's epoch is over: evaluation, the epoch's event and record, the monitor's
- * warnings and the checkpoint. *done: the last epoch, or the target reached. */
+/* The loader's epoch is over: evaluation, the epoch's event and record, the checkpoint
+ * and the monitor's warnings. *done: the last epoch, or the target reached. */
 static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
 {
     const stoke_train_config *c = &t->cfg;
-    double el = stoke_wall_time() - k->start;
+    double ev0 = stoke_wall_time(), el = ev0 - k->start;
     double vl, vm;
     int64_t vn;
     stoke_status s = evaluate(t, &vl, &vm, &vn);
     if (s != STOKE_OK)
         return s;
     double end = stoke_wall_time();
+    t->dist.eval_s = end - ev0; /* what a stop during it waits for (stop-grace) */
     double run_el = el - t->ep_elapsed_before;
     double wait = loader_wait_s(t->loader) - k->wait0;
     /* the epoch's figures over the world: its sums, its samples in this part */
@@ -561,9 +566,12 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     t->ep_loss = t->ep_metric = 0;
     t->ep_samples = t->ep_batches = 0;
     t->ep_elapsed_before = 0;
-    monitor_warnings(t);
+    double ck = stoke_wall_time();
     if ((s = checkpoint(t)) != STOKE_OK)
         return s;
+    if (t->cfg.checkpoint[0])
+        t->dist.checkpoint_s = stoke_wall_time() - ck;
+    monitor_warnings(t); /* after the checkpoint: the stop-grace rule reads its time */
     *done = t->epoch >= c->epochs || reached;
     if (!*done)
         epoch_clock_start(t, k);

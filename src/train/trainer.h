@@ -63,6 +63,10 @@ struct stoke_trainer {
         double unhidden_s;     /* one step's all-reduce, blocking, measured at the start */
         stoke_mon_rank *ranks; /* every rank's step, gathered at the last epoch's end */
         int nranks;
+        /* under mpirun: its grace between a Ctrl-C's SIGTERM and SIGKILL, and what a
+         * stop needs (the last epoch end's evaluation and checkpoint, s) */
+        bool grace_known;
+        double grace_s, eval_s, checkpoint_s;
     } dist;
     stoke_train_callback cb;
     void *cb_ctx;
