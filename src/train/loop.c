@@ -150,9 +150,11 @@ static stoke_status checkpoint(stoke_trainer *t)
     if (!t->cfg.checkpoint[0])
         return STOKE_OK;
     bool wrote = true;
+    double t0 = stoke_wall_time();
     stoke_status s = train_dist_on(t) ? train_dist_save(t, t->cfg.checkpoint, &wrote)
                                       : stoke_trainer_save(t, t->cfg.checkpoint);
     if (s == STOKE_OK && wrote) {
+        t->dist.checkpoint_s = stoke_wall_time() - t0; /* what a stop waits for (stop-grace) */
         stoke_train_event e = {.kind = STOKE_EV_CHECKPOINT,
                                .text = t->cfg.checkpoint,
                                .epoch = t->epoch,
@@ -566,11 +568,8 @@ static stoke_status epoch_end(stoke_trainer *t, epoch_clock *k, bool *done)
     t->ep_loss = t->ep_metric = 0;
     t->ep_samples = t->ep_batches = 0;
     t->ep_elapsed_before = 0;
-    double ck = stoke_wall_time();
     if ((s = checkpoint(t)) != STOKE_OK)
         return s;
-    if (t->cfg.checkpoint[0])
-        t->dist.checkpoint_s = stoke_wall_time() - ck;
     monitor_warnings(t); /* after the checkpoint: the stop-grace rule reads its time */
     *done = t->epoch >= c->epochs || reached;
     if (!*done)

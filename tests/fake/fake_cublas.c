@@ -218,15 +218,10 @@ static void compute_one(const gemm *g, int p, double *at, double *bt)
         }
 }
 
-/* The scratch after the queued copy of g: op(A) and op(B)^T of one batch as doubles. */
-static size_t scratch_bytes(const gemm *g)
-{
-    return ((size_t)g->m + (size_t)g->n) * (size_t)g->k * sizeof(double);
-}
-
 static void gemm_queued(void *params)
 {
     const gemm *g = params;
+    /* the scratch after the queued copy of g: one batch's op(A) and op(B)^T */
     double *at = (double *)(g + 1), *bt = at + (size_t)g->m * (size_t)g->k;
     for (int p = 0; p < g->batch; p++)
         compute_one(g, p, at, bt);
@@ -262,7 +257,7 @@ static int run_gemm(const char *fn, void *h, gemm *g, const void *alpha, const v
     /* Queued as cuBLAS enqueues its kernels: after the stream's copies and kernels before
      * it, before the ones after it, and recorded (not run) while the stream captures.
      * alpha and beta were read above: host pointer mode reads them at the call. */
-    rc = fake_queue(fh->stream, gemm_queued, g, sizeof *g, scratch_bytes(g));
+    rc = fake_queue(fh->stream, gemm_queued, g, sizeof *g, fake_pack_bytes(g->m, g->n, g->k));
     if (rc == 2) /* cudaErrorMemoryAllocation */
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
     if (rc != OK)

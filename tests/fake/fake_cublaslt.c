@@ -481,8 +481,7 @@ int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *
         (!d->aux || (uintptr_t)d->aux % 16 || !inside(d->aux, (size_t)(d->aux_ld * g.n / 8))))
         return fake_violation(INVALID_VALUE, "%s: epilogue %d: ReLU mask %p (ld %lld, %d columns)",
                               fn, d->epi, d->aux, (long long)d->aux_ld, g.n);
-    rc = fake_queue(stream, mm_queued, &g, sizeof g,
-                    ((size_t)g.m + (size_t)g.n) * (size_t)g.k * sizeof(double));
+    rc = fake_queue(stream, mm_queued, &g, sizeof g, fake_pack_bytes(g.m, g.n, g.k));
     if (rc == 2)
         return fake_violation(ALLOC_FAILED, "%s: out of host memory", fn);
     if (rc != OK)

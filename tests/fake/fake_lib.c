@@ -112,3 +112,8 @@ void fake_pack(const void *p, int kind, long long outer, long long inner, long l
         for (long long q = 0; q < inner; q++)
             out[o * inner + q] = fake_load(p, kind, o * so + q * si);
 }
+
+size_t fake_pack_bytes(int m, int n, int k)
+{
+    return ((size_t)m + (size_t)n) * (size_t)k * sizeof(double);
+}

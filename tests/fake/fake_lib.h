@@ -59,4 +59,8 @@ FAKE_HIDDEN void fake_store(void *p, int kind, long long i, double v);
 FAKE_HIDDEN void fake_pack(const void *p, int kind, long long outer, long long inner,
                            long long so, long long si, double *out);
 
+/* The bytes of a GEMM's two packed operands, op(A) (m x k) and op(B)^T (n x k): the
+ * scratch a job queues with it (fake_queue) for fake_pack. */
+FAKE_HIDDEN size_t fake_pack_bytes(int m, int n, int k);
+
 #endif
